@@ -1,0 +1,41 @@
+# tierkv: the two commands a newcomer needs.
+#   make run   - install what is missing, build, start a cluster
+#   make test  - install what is missing, build, run every suite (+ sanitizers)
+BUILD ?= build
+SAN_BUILD ?= build-san
+MESON_FLAGS ?= --werror
+
+.PHONY: all deps build build-san run test test-fast clean
+
+all: build
+
+deps:
+	@bash scripts/deps.sh
+
+$(BUILD)/build.ninja:
+	meson setup $(BUILD) $(MESON_FLAGS)
+
+$(SAN_BUILD)/build.ninja:
+	meson setup $(SAN_BUILD) $(MESON_FLAGS) -Db_sanitize=address,undefined \
+	    -Db_lundef=false -Dbuildtype=debug
+
+build: deps $(BUILD)/build.ninja
+	ninja -C $(BUILD)
+
+build-san: deps $(SAN_BUILD)/build.ninja
+	ninja -C $(SAN_BUILD)
+
+# Until the server exists (issue 7), `make run` runs a simulated three-node
+# cluster in one process and prints its trace.
+run: build
+	./$(BUILD)/tests/sim/raft-sim --demo
+
+test: build build-san
+	@bash scripts/test.sh $(BUILD) $(SAN_BUILD)
+
+# Only the normal build, for quick iteration.
+test-fast: build
+	meson test -C $(BUILD) --print-errorlogs
+
+clean:
+	rm -rf $(BUILD) $(SAN_BUILD)

@@ -1,0 +1,27 @@
+/* Allocation wrapper: aborts on out-of-memory (the redis choice) and counts
+ * calls and bytes so benchmarks can report bytes allocated per operation.
+ *
+ * Counters are process-wide, updated with relaxed atomics; all functions are
+ * thread-safe. Every queue, window and buffer in tierkv has a hard limit, so
+ * running out of memory is a bug or a misconfiguration, not an input error. */
+#ifndef TK_BASE_ALLOC_H
+#define TK_BASE_ALLOC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+void *tk_malloc(size_t size);
+void *tk_calloc(size_t n, size_t size);
+void *tk_realloc(void *ptr, size_t size);
+void tk_free(void *ptr);
+char *tk_strdup(const char *s);
+
+struct tk_alloc_stats {
+    uint64_t calls; /* tk_malloc + tk_calloc + tk_realloc calls */
+    uint64_t bytes; /* bytes requested by those calls, cumulative */
+};
+
+/* A snapshot of the counters. Subtract two snapshots to measure a section. */
+void tk_alloc_stats(struct tk_alloc_stats *out);
+
+#endif

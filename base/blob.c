@@ -1,0 +1,54 @@
+/* Reference-counted immutable byte buffers.
+ *
+ * The count is atomic so blobs may cross threads. Taking a reference is
+ * relaxed (the taker already holds one, so the blob is alive); dropping one is
+ * a release, and the thread that drops the last reference issues an acquire
+ * fence before freeing, so every holder's reads of the bytes happen before the
+ * free (the same protocol as std::shared_ptr and the Linux kref). */
+#include "base/blob.h"
+
+#include <string.h>
+
+#include "base/alloc.h"
+#include "base/assert.h"
+
+struct tk_blob *tk_blob_new(size_t len)
+{
+    TK_ASSERT(len <= SIZE_MAX - sizeof(struct tk_blob));
+    struct tk_blob *b = tk_malloc(sizeof(*b) + len);
+    atomic_init(&b->refs, 1);
+    b->len = len;
+    return b;
+}
+
+struct tk_blob *tk_blob_copy(const void *src, size_t len)
+{
+    struct tk_blob *b = tk_blob_new(len);
+    if (len != 0)
+        memcpy(b->data, src, len);
+    return b;
+}
+
+struct tk_blob *tk_blob_ref(struct tk_blob *b)
+{
+    if (b == NULL)
+        return NULL;
+    uint_fast32_t old =
+        atomic_fetch_add_explicit(&b->refs, 1, memory_order_relaxed);
+    TK_ASSERT(old > 0);
+    TK_ASSERT(old < UINT32_MAX);
+    return b;
+}
+
+void tk_blob_unref(struct tk_blob *b)
+{
+    if (b == NULL)
+        return;
+    uint_fast32_t old =
+        atomic_fetch_sub_explicit(&b->refs, 1, memory_order_release);
+    TK_ASSERT(old > 0);
+    if (old == 1) {
+        atomic_thread_fence(memory_order_acquire);
+        tk_free(b);
+    }
+}

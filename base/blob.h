@@ -1,0 +1,32 @@
+/* A reference-counted immutable byte buffer (entry payloads, snapshot data).
+ *
+ * One allocation holds the header and the bytes. A blob is shared between the
+ * raft log, outgoing messages and the transports without copying: each holder
+ * takes a reference and drops it when done. Reference counting is atomic, so
+ * blobs may cross threads. The bytes must not change once a blob is shared. */
+#ifndef TK_BASE_BLOB_H
+#define TK_BASE_BLOB_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct tk_blob {
+    atomic_uint_fast32_t refs;
+    size_t len;
+    uint8_t data[];
+};
+
+/* A new blob of `len` bytes (uninitialised) with one reference. Never NULL. */
+struct tk_blob *tk_blob_new(size_t len);
+
+/* A new blob holding a copy of `len` bytes at `src`, with one reference. */
+struct tk_blob *tk_blob_copy(const void *src, size_t len);
+
+/* Takes another reference; returns `b`. NULL is allowed and returned. */
+struct tk_blob *tk_blob_ref(struct tk_blob *b);
+
+/* Drops a reference, freeing the blob on the last one. NULL is allowed. */
+void tk_blob_unref(struct tk_blob *b);
+
+#endif

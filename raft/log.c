@@ -1,0 +1,132 @@
+/* The in-memory Raft log after the latest snapshot.
+ *
+ * Entries live in one array, contiguous, so a range of the log is one pointer
+ * (a ready's entries, an AppendEntries batch). Appending moves the live window
+ * to the front of the array or grows it (doubling) only when the tail is full,
+ * so appends are amortised O(1) and steady state allocates nothing. Every entry
+ * holds one reference on its payload blob; truncation and compaction drop it. */
+#include <string.h>
+
+#include "base/alloc.h"
+#include "base/assert.h"
+#include "base/err.h"
+#include "raft/raft_internal.h"
+
+void raft__log_init(struct raft__log *l)
+{
+    memset(l, 0, sizeof(*l));
+}
+
+void raft__log_free(struct raft__log *l)
+{
+    for (size_t i = 0; i < l->n; i++)
+        tk_blob_unref(l->ents[l->head + i].data);
+    tk_free(l->ents);
+    memset(l, 0, sizeof(*l));
+}
+
+uint64_t raft__log_last_index(const struct raft__log *l)
+{
+    return l->base_index + l->n;
+}
+
+uint64_t raft__log_last_term(const struct raft__log *l)
+{
+    return l->n == 0 ? l->base_term : l->ents[l->head + l->n - 1].term;
+}
+
+int raft__log_term(const struct raft__log *l, uint64_t index, uint64_t *term)
+{
+    *term = 0;
+    if (index == l->base_index) {
+        *term = l->base_term;
+        return 0;
+    }
+    if (index < l->base_index)
+        return TK_ECOMPACTED;
+    if (index > l->base_index + l->n)
+        return TK_EUNAVAIL;
+    *term = l->ents[l->head + (index - l->base_index - 1)].term;
+    return 0;
+}
+
+uint64_t raft__log_term_or0(const struct raft__log *l, uint64_t index)
+{
+    uint64_t t;
+    return raft__log_term(l, index, &t) == 0 ? t : 0;
+}
+
+struct raft_entry *raft__log_at(const struct raft__log *l, uint64_t index)
+{
+    if (index <= l->base_index || index > l->base_index + l->n)
+        return NULL;
+    return &l->ents[l->head + (index - l->base_index - 1)];
+}
+
+void raft__log_append(struct raft__log *l, const struct raft_entry *e, size_t n)
+{
+    if (n == 0)
+        return;
+    TK_ASSERT(e[0].index == raft__log_last_index(l) + 1);
+    if (l->head + l->n + n > l->cap) {
+        if (l->head > 0 && l->n + n <= l->cap) {
+            memmove(l->ents, l->ents + l->head, l->n * sizeof(*l->ents));
+        } else {
+            size_t cap = l->cap ? l->cap : 64;
+            while (cap < l->n + n)
+                cap *= 2;
+            struct raft_entry *ents = tk_malloc(cap * sizeof(*ents));
+            if (l->n > 0)
+                memcpy(ents, l->ents + l->head, l->n * sizeof(*ents));
+            tk_free(l->ents);
+            l->ents = ents;
+            l->cap = cap;
+        }
+        l->head = 0;
+    }
+    for (size_t i = 0; i < n; i++) {
+        struct raft_entry *d = &l->ents[l->head + l->n + i];
+        *d = e[i];
+        d->data = tk_blob_ref(e[i].data);
+    }
+    l->n += n;
+}
+
+void raft__log_truncate(struct raft__log *l, uint64_t index)
+{
+    TK_ASSERT(index > l->base_index);
+    uint64_t last = raft__log_last_index(l);
+    if (index > last)
+        return;
+    size_t keep = (size_t)(index - l->base_index - 1);
+    for (size_t i = keep; i < l->n; i++)
+        tk_blob_unref(l->ents[l->head + i].data);
+    l->n = keep;
+}
+
+void raft__log_compact(struct raft__log *l, uint64_t index)
+{
+    if (index <= l->base_index)
+        return;
+    TK_ASSERT(index <= raft__log_last_index(l));
+    size_t drop = (size_t)(index - l->base_index);
+    uint64_t term = l->ents[l->head + drop - 1].term;
+    for (size_t i = 0; i < drop; i++)
+        tk_blob_unref(l->ents[l->head + i].data);
+    l->head += drop;
+    l->n -= drop;
+    l->base_index = index;
+    l->base_term = term;
+    if (l->n == 0)
+        l->head = 0;
+}
+
+void raft__log_reset(struct raft__log *l, uint64_t index, uint64_t term)
+{
+    for (size_t i = 0; i < l->n; i++)
+        tk_blob_unref(l->ents[l->head + i].data);
+    l->head = 0;
+    l->n = 0;
+    l->base_index = index;
+    l->base_term = term;
+}

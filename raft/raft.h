@@ -1,0 +1,367 @@
+/* The pure Raft core: a deterministic state machine with no I/O.
+ *
+ * raft/ never reads a clock, touches a file or socket, starts a thread or calls
+ * rand(): time comes in as raft_tick() calls and randomness from a seed in the
+ * configuration. The same sequence of inputs gives the same outputs, which is
+ * what the simulator (tests/sim) relies on to replay a failing run exactly.
+ *
+ * Inputs:  raft_step (a message from a peer), raft_tick (one logical tick),
+ *          raft_propose (a batch of commands), raft_persisted (storage caught
+ *          up), raft_applied (the state machine caught up), raft_read_index,
+ *          raft_transfer_leadership, raft_snapshot_set / raft_compact.
+ * Output:  a ready record (struct raft_ready): hard state and entries to
+ *          persist, a snapshot to install, messages to send, committed entries
+ *          to apply and read states to serve.
+ *
+ * The driver's loop (node/ or the simulator):
+ *
+ *     raft_step / raft_tick / raft_propose / raft_persisted ...
+ *     if (raft_has_ready(r)) {
+ *         struct raft_ready rd;
+ *         raft_ready(r, &rd);
+ *         install rd.snapshot if any; persist rd.hard_state and rd.entries
+ *             (asynchronously is fine) and later call raft_persisted(r, rd.seq);
+ *         send rd.messages; apply rd.committed; serve rd.read_states;
+ *         raft_advance(r, &rd);
+ *     }
+ *
+ * Durability (Raft thesis 3.8, 10.2.1): a vote, a term change and an append
+ * acknowledgement must be durable before any peer can see them. The core holds
+ * back every message that depends on unpersisted state and releases it in a
+ * later ready, after raft_persisted() for the ready that carried that state.
+ * A leader sends AppendEntries before its own write is durable (in parallel),
+ * but counts itself toward the quorum only up to its durable index.
+ *
+ * Threading: a struct raft is owned by one thread; no function is thread-safe.
+ * Memory: the core allocates only when its arrays must grow (log, outbox,
+ * progress windows); in steady state a step allocates nothing. Entry payloads
+ * are reference-counted tk_blobs shared with the caller, never copied.
+ *
+ * Membership: the configuration (voters) is data in the log: the newest
+ * RAFT_ENTRY_CONFIG entry in the log (or the snapshot's configuration) is the
+ * one in force, as in the thesis (4.1). Up to RAFT_VOTERS_MAX voters; nothing
+ * assumes three. Changing membership is not implemented yet: raft_propose
+ * refuses RAFT_ENTRY_CONFIG entries with TK_EINVAL. */
+#ifndef TK_RAFT_H
+#define TK_RAFT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/blob.h"
+
+#define RAFT_VOTERS_MAX 16
+#define RAFT_NONE 0 /* no node; node ids are 1..UINT64_MAX */
+
+enum raft_entry_type {
+    RAFT_ENTRY_NORMAL = 0,
+    RAFT_ENTRY_NOOP = 1,   /* appended by each new leader (thesis 6.4) */
+    RAFT_ENTRY_CONFIG = 2, /* payload: raft_config_encode() */
+};
+
+/* A log entry. `data` is a reference held by whoever holds the entry; NULL for
+ * an empty payload. `time_ms` is the leader's wall clock when it proposed the
+ * entry, given by the driver (TTL decisions use it, never the applier's clock). */
+struct raft_entry {
+    uint64_t term;
+    uint64_t index;
+    uint64_t time_ms;
+    uint8_t type; /* enum raft_entry_type */
+    struct tk_blob *data;
+};
+
+/* The cluster membership. */
+struct raft_config {
+    uint32_t n_voters;
+    uint64_t voters[RAFT_VOTERS_MAX];
+};
+
+/* Encodes a configuration as an entry payload: u32 count, then count u64 ids,
+ * all little-endian. Returns a new blob with one reference. */
+struct tk_blob *raft_config_encode(const struct raft_config *c);
+/* Decodes a payload made by raft_config_encode. Returns 0 or TK_ECORRUPT if the
+ * bytes are malformed (wrong length, count 0 or above RAFT_VOTERS_MAX, a zero
+ * or duplicate id). Never asserts on the bytes. */
+int raft_config_decode(const uint8_t *buf, size_t len, struct raft_config *out);
+bool raft_config_has(const struct raft_config *c, uint64_t id);
+
+/* What a snapshot covers: the log up to and including (index, term), and the
+ * configuration in force at that index. */
+struct raft_snapshot_meta {
+    uint64_t index;
+    uint64_t term;
+    struct raft_config config;
+};
+
+struct raft_hard_state {
+    uint64_t term;
+    uint64_t vote; /* RAFT_NONE if no vote in `term` */
+};
+
+enum raft_msg_type {
+    RAFT_MSG_NONE = 0,
+    RAFT_MSG_VOTE,             /* RequestVote (pre-vote when .vote.pre_vote) */
+    RAFT_MSG_VOTE_RESP,        /* its response */
+    RAFT_MSG_APPEND,           /* AppendEntries; a heartbeat has no entries */
+    RAFT_MSG_APPEND_RESP,      /* its response (also answers a snapshot) */
+    RAFT_MSG_SNAPSHOT,         /* InstallSnapshot */
+    RAFT_MSG_TIMEOUT_NOW,      /* leadership transfer: start an election now */
+    RAFT_MSG_READ_INDEX,       /* follower -> leader: give me a read index */
+    RAFT_MSG_READ_INDEX_RESP,  /* leader -> follower */
+    RAFT_MSG_TYPE_COUNT,
+};
+
+const char *raft_msg_type_name(int type);
+
+struct raft_msg_vote {
+    uint64_t last_log_index;
+    uint64_t last_log_term;
+    bool pre_vote;
+    bool transfer; /* sent because of TimeoutNow: bypasses leader stickiness */
+};
+
+struct raft_msg_vote_resp {
+    bool pre_vote;
+    bool granted;
+};
+
+/* AppendEntries. `entries` points at `n_entries` entries that the sender keeps
+ * alive until the message is consumed (see raft_ready); a receiver that keeps
+ * an entry takes its own reference on entry.data. */
+struct raft_msg_append {
+    uint64_t prev_index;
+    uint64_t prev_term;
+    uint64_t commit;
+    uint64_t read_ctx; /* heartbeat round echoed back (ReadIndex, 6.4) */
+    uint32_t n_entries;
+    struct raft_entry *entries;
+};
+
+/* On success `index` is the highest index known to match the leader's log.
+ * On a reject, `index` is the prev_index that was refused and (conflict_index,
+ * conflict_term) is the fast-backtracking hint (thesis 5.3): the largest index
+ * <= min(prev_index, follower's last) whose term is <= prev_term, and that term.
+ * The leader then retries from the largest index of its own log whose term is
+ * <= conflict_term, skipping a whole conflicting term per round trip. */
+struct raft_msg_append_resp {
+    bool reject;
+    uint64_t index;
+    uint64_t conflict_index;
+    uint64_t conflict_term;
+    uint64_t read_ctx;
+};
+
+/* InstallSnapshot (thesis 5.2). The core sends and receives whole snapshots
+ * (offset 0, done); the node layer cuts `data` into chunks on the wire and
+ * reassembles them before raft_step (proto keeps offset and done). */
+struct raft_msg_snapshot {
+    struct raft_snapshot_meta meta;
+    uint64_t offset;
+    bool done;
+    struct tk_blob *data; /* borrowed, like entries */
+};
+
+struct raft_msg_read_index {
+    uint64_t ctx;   /* the requester's read id, echoed in the response */
+    uint64_t index; /* response: the read index; 0 with reject */
+    bool reject;    /* response: not leader, or not ready to serve reads */
+};
+
+struct raft_message {
+    uint8_t type; /* enum raft_msg_type */
+    uint64_t from;
+    uint64_t to;
+    uint64_t term;
+    union {
+        struct raft_msg_vote vote;
+        struct raft_msg_vote_resp vote_resp;
+        struct raft_msg_append append;
+        struct raft_msg_append_resp append_resp;
+        struct raft_msg_snapshot snapshot;
+        struct raft_msg_read_index read_index;
+    } u;
+};
+
+/* A read that may be served once the local applied index reaches `index`
+ * (ReadIndex, thesis 6.4). `ctx` is the id given to raft_read_index. A read the
+ * leader refused comes back with `index` 0 and `failed` set. */
+struct raft_read_state {
+    uint64_t ctx;
+    uint64_t index;
+    bool failed;
+};
+
+enum raft_role {
+    RAFT_FOLLOWER = 0,
+    RAFT_PRE_CANDIDATE = 1,
+    RAFT_CANDIDATE = 2,
+    RAFT_LEADER = 3,
+};
+
+const char *raft_role_name(int role);
+
+/* Everything the driver must do. All pointers are borrowed from the core and
+ * stay valid until raft_advance(); the driver makes no other raft call on this
+ * struct raft between raft_ready() and raft_advance(). */
+struct raft_ready {
+    uint64_t seq; /* give to raft_persisted() once this ready is durable */
+
+    /* Persist before reporting seq: the hard state if `hard_state_changed`. */
+    bool hard_state_changed;
+    struct raft_hard_state hard_state;
+
+    /* If not NULL: replace the state machine and the whole log with this
+     * snapshot (log entries after it that match may be kept). Do it before
+     * persisting `entries`. */
+    const struct raft_snapshot_meta *snapshot;
+    struct tk_blob *snapshot_data;
+
+    /* Append these entries, first discarding any stored entry whose index is
+     * >= entries[0].index. */
+    const struct raft_entry *entries;
+    size_t n_entries;
+
+    /* Send. Order within one destination matters (pipelined appends). */
+    const struct raft_message *messages;
+    size_t n_messages;
+
+    /* Apply in order; call raft_applied() when done (may be later). */
+    const struct raft_entry *committed;
+    size_t n_committed;
+
+    const struct raft_read_state *read_states;
+    size_t n_read_states;
+
+    /* Soft state, for information: who leads, and our role. */
+    uint64_t leader;
+    uint8_t role;
+    uint64_t commit;
+};
+
+/* What the driver recovered from storage. `entries` are the log after the
+ * snapshot (indexes snapshot.index+1 ..), in order; the core takes a reference
+ * on each entry.data. If there is neither a snapshot nor a config entry in the
+ * log, `bootstrap` is the initial configuration (every node of a new cluster
+ * is given the same one). */
+struct raft_boot {
+    struct raft_hard_state hard_state;
+    struct raft_snapshot_meta snapshot; /* index 0 when there is none */
+    struct tk_blob *snapshot_data;      /* borrowed; NULL when none */
+    const struct raft_entry *entries;
+    size_t n_entries;
+    struct raft_config bootstrap;
+    uint64_t applied; /* the state machine already holds up to here */
+};
+
+/* Planted bugs, for proving that the simulator's checks can fail. A raft library
+ * compiled with -DRAFT_PLANTED_BUG=n carries bug n; the production library is
+ * compiled without it and contains none of this code. tests/sim builds one
+ * simulator per bug (raft-sim-bug1..3) and requires each sweep to fail. */
+enum raft_bug {
+    RAFT_BUG_NONE = 0,
+    RAFT_BUG_VOTE_BEFORE_PERSIST = 1,   /* grant a vote before it is durable */
+    RAFT_BUG_COMMIT_OLD_TERM = 2,       /* commit a previous-term entry by count */
+    RAFT_BUG_ACK_BEFORE_PERSIST = 3,    /* ack an append before it is durable */
+};
+
+struct raft_options {
+    uint64_t id;                  /* this node; not RAFT_NONE */
+    uint64_t seed;                /* randomness for election timeouts */
+    uint32_t election_ticks;      /* timeout is uniform in [e, 2e) ticks; e > heartbeat */
+    uint32_t heartbeat_ticks;     /* leader heartbeat period */
+    bool pre_vote;                /* thesis 9.6 */
+    bool check_quorum;            /* leader steps down without majority contact */
+    uint32_t max_append_entries;  /* entries per AppendEntries message */
+    uint64_t max_append_bytes;    /* payload bytes per AppendEntries message */
+    uint32_t max_inflight_msgs;   /* unacked AppendEntries per follower */
+    uint64_t max_inflight_bytes;  /* unacked payload bytes per follower */
+    uint32_t max_uncommitted;     /* proposals refused with TK_EBUSY beyond this */
+};
+
+/* Sensible defaults: election 10, heartbeat 1, pre-vote and check-quorum on,
+ * 256 entries / 1 MiB per message, 64 messages / 8 MiB in flight, 65536
+ * uncommitted entries. The caller sets id and seed. */
+void raft_options_default(struct raft_options *o);
+
+struct raft;
+
+/* Creates a core from options and recovered state. Returns 0 or TK_EINVAL when
+ * the options or boot state are inconsistent (id 0, heartbeat >= election,
+ * a gap in boot entries, no configuration). */
+int raft_new(const struct raft_options *o, const struct raft_boot *boot,
+             struct raft **out);
+/* Frees the core and drops its references on entry payloads. */
+void raft_free(struct raft *r);
+
+/* One logical tick: elections and heartbeats are counted in ticks. */
+void raft_tick(struct raft *r);
+
+/* A message from a peer. The core copies what it keeps (taking references on
+ * payloads); `m` stays the caller's. Stale or malformed messages are ignored or
+ * answered, never asserted on. Returns 0, or TK_EINVAL for a message addressed
+ * to another node or of an unknown type (it is dropped). */
+int raft_step(struct raft *r, const struct raft_message *m);
+
+/* Appends a batch of commands to the leader's log. The core takes references
+ * on each data blob. On success *first_index is the index of the first entry
+ * (the rest follow in order) and *term the term they were proposed in; the
+ * driver learns their fate from rd.committed (same index and term: committed;
+ * a different term at that index: lost). Returns TK_ENOTLEADER, TK_EBUSY
+ * (leadership transfer in progress or too many uncommitted entries) or
+ * TK_EINVAL (a config entry, or n == 0). */
+int raft_propose(struct raft *r, const struct raft_entry *entries, size_t n,
+                 uint64_t *first_index, uint64_t *term);
+
+/* Storage has made everything in readies up to `seq` durable. */
+void raft_persisted(struct raft *r, uint64_t seq);
+
+/* The state machine has applied everything up to `index`. */
+void raft_applied(struct raft *r, uint64_t index);
+
+/* Asks for a linearizable read index (thesis 6.4). The answer arrives as a
+ * read state with this ctx. Returns TK_ENOLEADER when no leader is known. */
+int raft_read_index(struct raft *r, uint64_t ctx);
+
+/* Leader only: hands leadership to `to` (thesis 3.10). Proposals are refused
+ * with TK_EBUSY until it succeeds or an election timeout passes. Returns
+ * TK_ENOTLEADER, or TK_EINVAL if `to` is not a voter or is this node. */
+int raft_transfer_leadership(struct raft *r, uint64_t to);
+
+/* The state machine has a snapshot covering up to `meta->index` (which must be
+ * applied); the leader sends `data` to followers that need a snapshot. The core
+ * takes a reference on `data`. Returns TK_EINVAL if index > applied. */
+int raft_snapshot_set(struct raft *r, const struct raft_snapshot_meta *meta,
+                      struct tk_blob *data);
+
+/* Drops log entries up to `index` (which must be <= the snapshot index set with
+ * raft_snapshot_set). The driver compacts its store likewise. Returns TK_EINVAL
+ * beyond the snapshot. */
+int raft_compact(struct raft *r, uint64_t index);
+
+bool raft_has_ready(const struct raft *r);
+void raft_ready(struct raft *r, struct raft_ready *rd);
+void raft_advance(struct raft *r, const struct raft_ready *rd);
+
+/* Introspection (for drivers, tests and the simulator's invariant checks). */
+uint64_t raft_id(const struct raft *r);
+uint64_t raft_term(const struct raft *r);
+uint64_t raft_vote(const struct raft *r);
+uint64_t raft_leader(const struct raft *r);
+int raft_role(const struct raft *r);
+uint64_t raft_commit(const struct raft *r);
+uint64_t raft_applied_index(const struct raft *r);
+uint64_t raft_first_index(const struct raft *r); /* first entry in memory */
+uint64_t raft_last_index(const struct raft *r);
+uint64_t raft_stable_index(const struct raft *r); /* durable, matching prefix */
+/* Term of the entry at `index`: 0 and TK_ECOMPACTED/TK_EUNAVAIL if unknown.
+ * The snapshot index has the snapshot's term. */
+int raft_term_at(const struct raft *r, uint64_t index, uint64_t *term);
+/* The entry at `index`, borrowed until the next raft call; NULL if absent. */
+const struct raft_entry *raft_entry_at(const struct raft *r, uint64_t index);
+const struct raft_config *raft_config(const struct raft *r);
+/* The leader's view of a follower's log; returns TK_ENOTLEADER or TK_EINVAL. */
+int raft_progress(const struct raft *r, uint64_t peer, uint64_t *match,
+                  uint64_t *next);
+
+#endif
