@@ -44,6 +44,7 @@ void raft__pr_reset(struct raft__progress *p, uint64_t id, uint64_t next)
     p->recent_active = true;
     p->pending_snapshot = 0;
     p->snapshot_ticks = 0;
+    p->stall_ticks = 0;
     p->read_round = 0;
     raft__pr_infl_reset(p);
 }
@@ -58,6 +59,7 @@ void raft__pr_become_probe(struct raft__progress *p)
     p->next = next;
     p->probe_sent = false;
     p->pending_snapshot = 0;
+    p->stall_ticks = 0;
     raft__pr_infl_reset(p);
 }
 
@@ -67,6 +69,7 @@ void raft__pr_become_replicate(struct raft__progress *p)
     p->next = p->match + 1;
     p->probe_sent = false;
     p->pending_snapshot = 0;
+    p->stall_ticks = 0;
     raft__pr_infl_reset(p);
 }
 

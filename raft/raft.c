@@ -239,11 +239,23 @@ static void become_follower(struct raft *r, uint64_t term, uint64_t leader)
 
 static void send_append(struct raft *r, struct raft__progress *pr, bool heartbeat);
 
+/* Sends appends to `pr` until its window is full or it has everything: in
+ * replicate state the pipeline is kept full (thesis 10.2.2). */
+static void fill_pipeline(struct raft *r, struct raft__progress *pr)
+{
+    uint64_t before;
+    do {
+        before = pr->next;
+        send_append(r, pr, false);
+    } while (pr->state == RAFT__PR_REPLICATE && pr->next != before &&
+             pr->next <= last_index(r));
+}
+
 static void bcast_append(struct raft *r)
 {
     for (uint32_t i = 0; i < r->config.n_voters; i++)
         if (r->prs[i].id != r->o.id)
-            send_append(r, &r->prs[i], false);
+            fill_pipeline(r, &r->prs[i]);
 }
 
 static void bcast_heartbeat(struct raft *r)
@@ -807,6 +819,7 @@ static void handle_append_resp(struct raft *r, const struct raft_message *m)
     bool progressed = false;
     if (ar->index > pr->match) {
         pr->match = ar->index;
+        pr->stall_ticks = 0;
         progressed = true;
     }
     if (pr->next < pr->match + 1)
@@ -832,13 +845,7 @@ static void handle_append_resp(struct raft *r, const struct raft_message *m)
         maybe_commit(r);
     if (r->role != RAFT_LEADER)
         return;
-    /* Keep the pipeline full. */
-    uint64_t before;
-    do {
-        before = pr->next;
-        send_append(r, pr, false);
-    } while (pr->state == RAFT__PR_REPLICATE && pr->next != before &&
-             pr->next <= last_index(r));
+    fill_pipeline(r, pr);
     if (r->transfer_to == pr->id && !r->transfer_sent &&
         pr->match == last_index(r)) {
         out_push(r, RAFT_MSG_TIMEOUT_NOW, pr->id);
@@ -934,7 +941,6 @@ int raft_step(struct raft *r, const struct raft_message *m)
     case RAFT_MSG_READ_INDEX:
         if (r->role == RAFT_LEADER) {
             read_add(r, m->u.read_index.ctx, m->from);
-            reads_start_round(r);
         } else {
             struct raft__out *o = out_push(r, RAFT_MSG_READ_INDEX_RESP, m->from);
             o->m.u.read_index.ctx = m->u.read_index.ctx;
@@ -977,9 +983,18 @@ void raft_tick(struct raft *r)
     r->heartbeat_elapsed++;
     for (uint32_t i = 0; i < r->config.n_voters; i++) {
         struct raft__progress *pr = &r->prs[i];
+        if (pr->id == r->o.id)
+            continue;
         if (pr->state == RAFT__PR_SNAPSHOT &&
             ++pr->snapshot_ticks >= r->o.election_ticks)
             raft__pr_become_probe(pr); /* the snapshot was lost: retry */
+        /* Appends in flight with no progress for an election timeout were
+         * lost (or their follower restarted): probe again from match. */
+        if (pr->state == RAFT__PR_REPLICATE && pr->infl_count > 0 &&
+            ++pr->stall_ticks >= r->o.election_ticks) {
+            raft__pr_become_probe(pr);
+            send_append(r, pr, false);
+        }
     }
     if (r->transfer_to != RAFT_NONE && ++r->transfer_elapsed >= r->o.election_ticks)
         r->transfer_to = RAFT_NONE; /* thesis 3.10: abort a slow transfer */
@@ -1060,8 +1075,7 @@ void raft_applied(struct raft *r, uint64_t index)
 int raft_read_index(struct raft *r, uint64_t ctx)
 {
     if (r->role == RAFT_LEADER) {
-        read_add(r, ctx, r->o.id);
-        reads_start_round(r);
+        read_add(r, ctx, r->o.id); /* the round starts in raft_ready */
         return 0;
     }
     if (r->leader == RAFT_NONE)
@@ -1086,8 +1100,12 @@ int raft_transfer_leadership(struct raft *r, uint64_t to)
     if (pr->match == last_index(r)) {
         out_push(r, RAFT_MSG_TIMEOUT_NOW, to);
         r->transfer_sent = true;
-    } else
-        send_append(r, pr, false);
+    } else {
+        /* Catch the target up now rather than waiting for lost appends to
+         * be noticed: probe from what it is known to hold. */
+        raft__pr_become_probe(pr);
+        fill_pipeline(r, pr);
+    }
     return 0;
 }
 

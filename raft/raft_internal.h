@@ -55,6 +55,7 @@ struct raft__progress {
     bool recent_active;
     uint64_t pending_snapshot;
     uint32_t snapshot_ticks;
+    uint32_t stall_ticks; /* replicate: ticks since match last advanced */
     uint64_t read_round; /* highest heartbeat round acknowledged */
     /* Inflight window: a ring of (last index, bytes) per unacked append. */
     uint64_t *infl_index;

@@ -110,8 +110,7 @@ static void rf_store_clear(struct rf_node *nd, size_t keep)
 static void rf_store_append(struct rf_node *nd, const struct raft_entry *e)
 {
     ck_assert_uint_eq(e->index, nd->store_snap_index + nd->n_store + 1);
-    nd->store = rf_grow(nd->store, &nd->cap_store, nd->n_store + 1,
-                        sizeof(*nd->store));
+    nd->store = rf_grow(nd->store, &nd->cap_store, nd->n_store + 1, sizeof(*nd->store));
     nd->store[nd->n_store] = *e;
     tk_blob_ref(e->data);
     nd->n_store++;
@@ -132,14 +131,14 @@ static void rf_node_clear(struct rf_node *nd)
 static struct tk_blob *rf_payload(uint64_t index, uint64_t term)
 {
     char buf[48];
-    int len = snprintf(buf, sizeof(buf), "i%llu t%llu",
-                       (unsigned long long)index, (unsigned long long)term);
+    int len = snprintf(buf, sizeof(buf), "i%llu t%llu", (unsigned long long)index,
+                       (unsigned long long)term);
     ck_assert_int_gt(len, 0);
     return tk_blob_copy(buf, (size_t)len);
 }
 
-static void rf_node_start(struct rf_cluster *c, uint64_t id, uint64_t term,
-                          uint64_t vote, const uint64_t *terms, size_t n_terms)
+static void rf_node_start(struct rf_cluster *c, uint64_t id, uint64_t term, uint64_t vote,
+                          const uint64_t *terms, size_t n_terms)
 {
     struct rf_node *nd = rf_node(c, id);
     rf_node_clear(nd);
@@ -288,8 +287,8 @@ static void rf_take_ready(struct rf_cluster *c, struct rf_node *nd,
     }
 
     for (size_t i = 0; i < rd->n_read_states; i++) {
-        nd->reads = rf_grow(nd->reads, &nd->cap_reads, nd->n_reads + 1,
-                            sizeof(*nd->reads));
+        nd->reads =
+            rf_grow(nd->reads, &nd->cap_reads, nd->n_reads + 1, sizeof(*nd->reads));
         nd->reads[nd->n_reads++] = rd->read_states[i];
     }
 
@@ -367,8 +366,7 @@ static bool rf_dropped(const struct rf_cluster *c, const struct raft_message *m)
     return c->drop != NULL && c->drop(m, c->drop_data);
 }
 
-static bool rf_match(const struct raft_message *m, uint64_t from, uint64_t to,
-                     int type)
+static bool rf_match(const struct raft_message *m, uint64_t from, uint64_t to, int type)
 {
     return (from == 0 || m->from == from) && (to == 0 || m->to == to) &&
            (type == RAFT_MSG_NONE || m->type == type);
@@ -392,8 +390,7 @@ bool rf_deliver_first(struct rf_cluster *c, uint64_t from, uint64_t to, int type
         if (!rf_match(&c->net.v[i], from, to, type))
             continue;
         struct raft_message m = c->net.v[i];
-        memmove(&c->net.v[i], &c->net.v[i + 1],
-                (c->net.n - i - 1) * sizeof(m));
+        memmove(&c->net.v[i], &c->net.v[i + 1], (c->net.n - i - 1) * sizeof(m));
         c->net.n--;
         rf_deliver(c, &m);
         return true;
@@ -439,8 +436,8 @@ uint32_t rf_tick_until_campaign(struct rf_cluster *c, uint64_t id, uint32_t max)
         if (raft_role(r) != RAFT_FOLLOWER)
             return t;
     }
-    ck_abort_msg("node %llu did not campaign within %u ticks",
-                 (unsigned long long)id, max);
+    ck_abort_msg("node %llu did not campaign within %u ticks", (unsigned long long)id,
+                 max);
     return 0;
 }
 
@@ -462,8 +459,7 @@ void rf_heartbeat_rounds(struct rf_cluster *c, uint64_t id, int rounds)
     }
 }
 
-size_t rf_queued_count(const struct rf_cluster *c, uint64_t from, uint64_t to,
-                       int type)
+size_t rf_queued_count(const struct rf_cluster *c, uint64_t from, uint64_t to, int type)
 {
     size_t n = 0;
     for (size_t i = c->net_head; i < c->net.n; i++)
@@ -471,8 +467,8 @@ size_t rf_queued_count(const struct rf_cluster *c, uint64_t from, uint64_t to,
     return n;
 }
 
-const struct raft_message *rf_queued_find(const struct rf_cluster *c,
-                                          uint64_t from, uint64_t to, int type)
+const struct raft_message *rf_queued_find(const struct rf_cluster *c, uint64_t from,
+                                          uint64_t to, int type)
 {
     for (size_t i = c->net_head; i < c->net.n; i++)
         if (rf_match(&c->net.v[i], from, to, type))
@@ -480,8 +476,7 @@ const struct raft_message *rf_queued_find(const struct rf_cluster *c,
     return NULL;
 }
 
-size_t rf_trace_count(const struct rf_cluster *c, uint64_t from, uint64_t to,
-                      int type)
+size_t rf_trace_count(const struct rf_cluster *c, uint64_t from, uint64_t to, int type)
 {
     size_t n = 0;
     for (size_t i = 0; i < c->trace.n; i++)
@@ -489,8 +484,8 @@ size_t rf_trace_count(const struct rf_cluster *c, uint64_t from, uint64_t to,
     return n;
 }
 
-const struct raft_message *rf_trace_find(const struct rf_cluster *c,
-                                         uint64_t from, uint64_t to, int type)
+const struct raft_message *rf_trace_find(const struct rf_cluster *c, uint64_t from,
+                                         uint64_t to, int type)
 {
     for (size_t i = 0; i < c->trace.n; i++)
         if (rf_match(&c->trace.v[i], from, to, type))
@@ -525,8 +520,8 @@ int rf_propose(struct rf_cluster *c, uint64_t id, size_t n, size_t payload_bytes
     return rc;
 }
 
-const struct raft_read_state *rf_read_state(const struct rf_cluster *c,
-                                            uint64_t id, uint64_t ctx)
+const struct raft_read_state *rf_read_state(const struct rf_cluster *c, uint64_t id,
+                                            uint64_t ctx)
 {
     const struct rf_node *nd = &c->nodes[id - 1];
     for (size_t i = 0; i < nd->n_reads; i++)
@@ -543,14 +538,12 @@ uint64_t rf_term_at(struct rf_cluster *c, uint64_t id, uint64_t index)
     return term;
 }
 
-uint64_t rf_store_term_at(const struct rf_cluster *c, uint64_t id,
-                          uint64_t index)
+uint64_t rf_store_term_at(const struct rf_cluster *c, uint64_t id, uint64_t index)
 {
     const struct rf_node *nd = &c->nodes[id - 1];
     if (index == nd->store_snap_index)
         return nd->store_snap_term;
-    if (index < nd->store_snap_index ||
-        index > nd->store_snap_index + nd->n_store)
+    if (index < nd->store_snap_index || index > nd->store_snap_index + nd->n_store)
         return 0;
     return nd->store[index - nd->store_snap_index - 1].term;
 }
@@ -561,31 +554,28 @@ uint64_t rf_store_last_index(const struct rf_cluster *c, uint64_t id)
     return nd->store_snap_index + nd->n_store;
 }
 
-void rf_assert_logs_equal(struct rf_cluster *c, uint64_t a, uint64_t b,
-                          uint64_t from)
+void rf_assert_logs_equal(struct rf_cluster *c, uint64_t a, uint64_t b, uint64_t from)
 {
     struct raft *ra = rf_raft(c, a);
     struct raft *rb = rf_raft(c, b);
     uint64_t last = raft_last_index(ra);
     ck_assert_msg(raft_last_index(rb) == last,
                   "node %llu last index %llu, node %llu last index %llu",
-                  (unsigned long long)b,
-                  (unsigned long long)raft_last_index(rb),
+                  (unsigned long long)b, (unsigned long long)raft_last_index(rb),
                   (unsigned long long)a, (unsigned long long)last);
     ck_assert_msg(rf_store_last_index(c, b) == last,
                   "node %llu disk last index %llu, node %llu last index %llu",
-                  (unsigned long long)b,
-                  (unsigned long long)rf_store_last_index(c, b),
+                  (unsigned long long)b, (unsigned long long)rf_store_last_index(c, b),
                   (unsigned long long)a, (unsigned long long)last);
     for (uint64_t i = from; i <= last; i++) {
         uint64_t ta = rf_term_at(c, a, i);
-        ck_assert_msg(ta != 0, "node %llu has no term at %llu",
-                      (unsigned long long)a, (unsigned long long)i);
+        ck_assert_msg(ta != 0, "node %llu has no term at %llu", (unsigned long long)a,
+                      (unsigned long long)i);
         ck_assert_msg(rf_term_at(c, b, i) == ta,
                       "index %llu: node %llu term %llu, node %llu term %llu",
                       (unsigned long long)i, (unsigned long long)b,
-                      (unsigned long long)rf_term_at(c, b, i),
-                      (unsigned long long)a, (unsigned long long)ta);
+                      (unsigned long long)rf_term_at(c, b, i), (unsigned long long)a,
+                      (unsigned long long)ta);
         ck_assert_msg(rf_store_term_at(c, b, i) == ta,
                       "index %llu: node %llu disk term %llu, node %llu term %llu",
                       (unsigned long long)i, (unsigned long long)b,

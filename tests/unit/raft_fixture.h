@@ -165,16 +165,14 @@ void rf_heartbeat_rounds(struct rf_cluster *c, uint64_t id, int rounds);
 
 /* Queued (undelivered) messages: count, and the first match. from/to 0 and
  * type RAFT_MSG_NONE match anything. */
-size_t rf_queued_count(const struct rf_cluster *c, uint64_t from, uint64_t to,
-                       int type);
-const struct raft_message *rf_queued_find(const struct rf_cluster *c,
-                                          uint64_t from, uint64_t to, int type);
+size_t rf_queued_count(const struct rf_cluster *c, uint64_t from, uint64_t to, int type);
+const struct raft_message *rf_queued_find(const struct rf_cluster *c, uint64_t from,
+                                          uint64_t to, int type);
 
 /* Delivered messages (the trace): count and first match, same wildcards. */
-size_t rf_trace_count(const struct rf_cluster *c, uint64_t from, uint64_t to,
-                      int type);
-const struct raft_message *rf_trace_find(const struct rf_cluster *c,
-                                         uint64_t from, uint64_t to, int type);
+size_t rf_trace_count(const struct rf_cluster *c, uint64_t from, uint64_t to, int type);
+const struct raft_message *rf_trace_find(const struct rf_cluster *c, uint64_t from,
+                                         uint64_t to, int type);
 
 /* Proposes `n` normal entries with `payload_bytes` bytes each on node `id`,
  * then drains it. Returns raft_propose's result; *first_index if not NULL. */
@@ -182,22 +180,20 @@ int rf_propose(struct rf_cluster *c, uint64_t id, size_t n, size_t payload_bytes
                uint64_t *first_index);
 
 /* The read state with `ctx` served by node `id`, or NULL. */
-const struct raft_read_state *rf_read_state(const struct rf_cluster *c,
-                                            uint64_t id, uint64_t ctx);
+const struct raft_read_state *rf_read_state(const struct rf_cluster *c, uint64_t id,
+                                            uint64_t ctx);
 
 /* The term of the entry at `index` in the core's log (0 if unknown). */
 uint64_t rf_term_at(struct rf_cluster *c, uint64_t id, uint64_t index);
 
 /* The term at `index` in the fixture's mirror of node `id`'s disk, 0 if the
  * mirror has no such entry. */
-uint64_t rf_store_term_at(const struct rf_cluster *c, uint64_t id,
-                          uint64_t index);
+uint64_t rf_store_term_at(const struct rf_cluster *c, uint64_t id, uint64_t index);
 uint64_t rf_store_last_index(const struct rf_cluster *c, uint64_t id);
 
 /* Asserts that node `b`'s log, in the core and on its mirrored disk, equals
  * node `a`'s core log from index `from` to a's last index. */
-void rf_assert_logs_equal(struct rf_cluster *c, uint64_t a, uint64_t b,
-                          uint64_t from);
+void rf_assert_logs_equal(struct rf_cluster *c, uint64_t a, uint64_t b, uint64_t from);
 
 /* Deep copy and release of a message (entries array and payload refs). */
 void rf_msg_copy(struct raft_message *dst, const struct raft_message *src);
