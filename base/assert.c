@@ -6,13 +6,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-void tk__assert_fail(const char *expr, const char *file, int line,
-                     const char *func)
+void tk__assert_fail(const char *expr, const char *file, int line, const char *func)
 {
     /* One fprintf so the message is not interleaved with other threads'
      * output more than stdio already guarantees. */
-    fprintf(stderr, "tierkv: assertion failed: %s (%s:%d, %s)\n", expr, file,
-            line, func);
+    fprintf(stderr, "tierkv: assertion failed: %s (%s:%d, %s)\n", expr, file, line, func);
     fflush(stderr);
     abort();
 }

@@ -10,7 +10,7 @@
 _Noreturn void tk__assert_fail(const char *expr, const char *file, int line,
                                const char *func);
 
-#define TK_ASSERT(cond)                                                        \
+#define TK_ASSERT(cond)                                                                  \
     ((cond) ? (void)0 : tk__assert_fail(#cond, __FILE__, __LINE__, __func__))
 
 /* Marks code that must never be reached. */

@@ -6,8 +6,8 @@
 const char *tk_strerror(int rc)
 {
     switch (rc) {
-#define TK__ERR_MSG(name, value, msg)                                          \
-    case (value):                                                              \
+#define TK__ERR_MSG(name, value, msg)                                                    \
+    case (value):                                                                        \
         return (msg);
         TK_ERRORS(TK__ERR_MSG)
 #undef TK__ERR_MSG
@@ -19,8 +19,8 @@ const char *tk_strerror(int rc)
 const char *tk_errname(int rc)
 {
     switch (rc) {
-#define TK__ERR_NAME(name, value, msg)                                         \
-    case (value):                                                              \
+#define TK__ERR_NAME(name, value, msg)                                                   \
+    case (value):                                                                        \
         return #name;
         TK_ERRORS(TK__ERR_NAME)
 #undef TK__ERR_NAME

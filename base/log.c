@@ -24,11 +24,8 @@ static tk_log_sink_cb *log_sink;
 static void *log_sink_data;
 
 static const char *const level_names[] = {
-    [TK_LOG_DEBUG] = "debug",
-    [TK_LOG_INFO] = "info",
-    [TK_LOG_WARN] = "warn",
-    [TK_LOG_ERROR] = "error",
-    [TK_LOG_OFF] = "off",
+    [TK_LOG_DEBUG] = "debug", [TK_LOG_INFO] = "info", [TK_LOG_WARN] = "warn",
+    [TK_LOG_ERROR] = "error", [TK_LOG_OFF] = "off",
 };
 
 void tk_log_set_level(enum tk_log_level level)
@@ -38,8 +35,7 @@ void tk_log_set_level(enum tk_log_level level)
 
 enum tk_log_level tk_log_get_level(void)
 {
-    return (enum tk_log_level)atomic_load_explicit(&log_level,
-                                                   memory_order_relaxed);
+    return (enum tk_log_level)atomic_load_explicit(&log_level, memory_order_relaxed);
 }
 
 int tk_log_parse_level(const char *name, enum tk_log_level *out)
@@ -86,8 +82,7 @@ static void line_put_id(struct line *l, const char *key, uint64_t v)
 {
     char tmp[48];
     int n = v == 0 ? snprintf(tmp, sizeof(tmp), " %s=-", key)
-                   : snprintf(tmp, sizeof(tmp), " %s=%llu", key,
-                              (unsigned long long)v);
+                   : snprintf(tmp, sizeof(tmp), " %s=%llu", key, (unsigned long long)v);
     line_put(l, tmp, (size_t)n);
 }
 
@@ -149,8 +144,8 @@ static void write_all(int fd, const char *buf, size_t len)
     }
 }
 
-void tk_logf(enum tk_log_level level, uint64_t node_id, uint64_t term,
-             const char *kv, const char *fmt, ...)
+void tk_logf(enum tk_log_level level, uint64_t node_id, uint64_t term, const char *kv,
+             const char *fmt, ...)
 {
     /* Also catches out-of-range values cast into the enum. */
     if ((unsigned)level >= TK_LOG_OFF || level < tk_log_get_level())
@@ -165,11 +160,9 @@ void tk_logf(enum tk_log_level level, uint64_t node_id, uint64_t term,
     clock_gettime(CLOCK_REALTIME, &ts);
     gmtime_r(&ts.tv_sec, &tm);
     char tmp[96];
-    int n = snprintf(tmp, sizeof(tmp),
-                     "ts=%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ level=%s",
-                     tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour,
-                     tm.tm_min, tm.tm_sec, ts.tv_nsec / 1000000L,
-                     level_names[level]);
+    int n = snprintf(tmp, sizeof(tmp), "ts=%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ level=%s",
+                     tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min,
+                     tm.tm_sec, ts.tv_nsec / 1000000L, level_names[level]);
     line_put(&l, tmp, (size_t)n);
     line_put_id(&l, "node", node_id);
     line_put_id(&l, "term", term);

@@ -35,14 +35,13 @@ void tk_log_set_sink(tk_log_sink_cb *sink, void *data);
 
 /* `fmt` is the msg text (quoted and escaped for logfmt); `kv`, if not NULL, is
  * appended raw after it and should already be in `k=v k2=v2` form. */
-void tk_logf(enum tk_log_level level, uint64_t node_id, uint64_t term,
-             const char *kv, const char *fmt, ...)
-    __attribute__((format(printf, 5, 6)));
+void tk_logf(enum tk_log_level level, uint64_t node_id, uint64_t term, const char *kv,
+             const char *fmt, ...) __attribute__((format(printf, 5, 6)));
 
-#define TK_LOG(level, node, term, ...)                                         \
-    do {                                                                       \
-        if ((level) >= tk_log_get_level())                                     \
-            tk_logf((level), (node), (term), NULL, __VA_ARGS__);               \
+#define TK_LOG(level, node, term, ...)                                                   \
+    do {                                                                                 \
+        if ((level) >= tk_log_get_level())                                               \
+            tk_logf((level), (node), (term), NULL, __VA_ARGS__);                         \
     } while (0)
 
 #endif

@@ -120,9 +120,8 @@ int tk_mpsc_push(struct tk_mpsc *q, void *item)
         ptrdiff_t diff = (ptrdiff_t)(seq - pos);
         if (diff == 0) {
             /* On failure the CAS reloads pos; retry with the new position. */
-            if (atomic_compare_exchange_weak_explicit(&q->tail, &pos, pos + 1,
-                                                      memory_order_relaxed,
-                                                      memory_order_relaxed))
+            if (atomic_compare_exchange_weak_explicit(
+                    &q->tail, &pos, pos + 1, memory_order_relaxed, memory_order_relaxed))
                 break;
         } else if (diff < 0) {
             return TK_EBUSY;

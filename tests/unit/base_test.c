@@ -30,16 +30,19 @@
 #include "base/prng.h"
 #include "base/queue.h"
 
+/* Under a sanitizer, the sanitizer's allocator owns the heap and mallinfo2()
+ * reports nothing; ask the allocator instead. */
 #if defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define TEST_ASAN 1
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define TEST_SANITIZER_HEAP 1
 #endif
 #endif
-#if defined(__SANITIZE_ADDRESS__)
-#define TEST_ASAN 1
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define TEST_SANITIZER_HEAP 1
 #endif
-#ifdef TEST_ASAN
-#include <sanitizer/allocator_interface.h>
+#ifdef TEST_SANITIZER_HEAP
+/* From <sanitizer/allocator_interface.h>, which gcc does not always ship. */
+size_t __sanitizer_get_current_allocated_bytes(void);
 #endif
 
 /* ---- helpers ------------------------------------------------------------ */
@@ -47,10 +50,10 @@
 /* Check's ck_assert records a mark point (a write to its pipe) on every
  * success; hot loops use this instead, which only calls into Check on
  * failure. */
-#define FAST_ASSERT(cond)                                                      \
-    do {                                                                       \
-        if (!(cond))                                                           \
-            ck_abort_msg("Assertion '%s' failed", #cond);                      \
+#define FAST_ASSERT(cond)                                                                \
+    do {                                                                                 \
+        if (!(cond))                                                                     \
+            ck_abort_msg("Assertion '%s' failed", #cond);                                \
     } while (0)
 
 /* Runs fn() in a child with stderr captured into `out`; returns the raw wait
@@ -93,7 +96,7 @@ static int died_of_abort(int status)
 /* Bytes currently allocated from the heap (ASan's allocator or glibc's). */
 static size_t heap_in_use(void)
 {
-#ifdef TEST_ASAN
+#ifdef TEST_SANITIZER_HEAP
     return __sanitizer_get_current_allocated_bytes();
 #else
     struct mallinfo2 mi = mallinfo2();
@@ -339,6 +342,46 @@ START_TEST(test_blob_refcount_is_exact_across_threads)
 }
 END_TEST
 
+struct blob_reader {
+    pthread_t thread;
+    struct tk_blob *blob;
+    unsigned long sum;
+};
+
+static void *blob_read_and_drop(void *arg)
+{
+    struct blob_reader *r = arg;
+    for (size_t i = 0; i < r->blob->len; i++)
+        r->sum += r->blob->data[i];
+    tk_blob_unref(r->blob);
+    return NULL;
+}
+
+START_TEST(test_blob_last_unref_on_any_thread_frees_once)
+{
+    /* The creator drops its reference at once; whichever reader finishes
+     * last frees. ASan/TSan builds turn a premature or double free into a
+     * failure; the heap check catches a leak in any build. */
+    size_t before = heap_in_use();
+    for (int round = 0; round < 50; round++) {
+        struct tk_blob *b = tk_blob_new(4096);
+        memset(b->data, 1, b->len);
+        struct blob_reader r[BLOB_THREADS];
+        for (int i = 0; i < BLOB_THREADS; i++) {
+            r[i] = (struct blob_reader){.blob = tk_blob_ref(b)};
+            ck_assert_int_eq(
+                pthread_create(&r[i].thread, NULL, blob_read_and_drop, &r[i]), 0);
+        }
+        tk_blob_unref(b);
+        for (int i = 0; i < BLOB_THREADS; i++) {
+            ck_assert_int_eq(pthread_join(r[i].thread, NULL), 0);
+            ck_assert_uint_eq(r[i].sum, 4096);
+        }
+    }
+    ck_assert_uint_lt(heap_in_use(), before + 4096);
+}
+END_TEST
+
 /* ---- log ---------------------------------------------------------------- */
 
 struct capture {
@@ -355,8 +398,7 @@ static void capture_sink(const char *line, size_t len, void *data)
     ck_assert_int_eq(line[len - 1], '\n');
     if (len > c->longest)
         c->longest = len;
-    size_t n = len < sizeof(c->buf) - 1 - c->len ? len
-                                                 : sizeof(c->buf) - 1 - c->len;
+    size_t n = len < sizeof(c->buf) - 1 - c->len ? len : sizeof(c->buf) - 1 - c->len;
     memcpy(c->buf + c->len, line, n);
     c->len += n;
     c->buf[c->len] = '\0';
@@ -419,8 +461,7 @@ END_TEST
 START_TEST(test_log_escapes_quotes_newlines_and_controls_in_msg)
 {
     struct capture *c = capture_start();
-    tk_logf(TK_LOG_WARN, 1, 1, NULL, "say \"hi\"\nback\\slash\ttab%cbell",
-            '\a');
+    tk_logf(TK_LOG_WARN, 1, 1, NULL, "say \"hi\"\nback\\slash\ttab%cbell", '\a');
     capture_stop();
     ck_assert_int_eq(c->lines, 1);
     ck_assert_str_eq(after_ts(c),
@@ -436,8 +477,7 @@ START_TEST(test_log_zero_node_and_term_print_dash)
     struct capture *c = capture_start();
     tk_logf(TK_LOG_ERROR, 0, 0, "", "disk full");
     capture_stop();
-    ck_assert_str_eq(after_ts(c),
-                     "level=error node=- term=- msg=\"disk full\"\n");
+    ck_assert_str_eq(after_ts(c), "level=error node=- term=- msg=\"disk full\"\n");
 }
 END_TEST
 
@@ -591,8 +631,7 @@ START_TEST(test_crc32c_matches_bitwise_reference_at_any_length_and_offset)
         buf[i] = (uint8_t)tk_prng_next(&r);
     for (size_t off = 0; off < 8; off++) {
         for (size_t len = 0; len <= 300; len++)
-            FAST_ASSERT(tk_crc32c(0, buf + off, len) ==
-                        crc32c_ref(0, buf + off, len));
+            FAST_ASSERT(tk_crc32c(0, buf + off, len) == crc32c_ref(0, buf + off, len));
     }
     ck_assert_uint_eq(tk_crc32c(0, buf + 3, 4096), crc32c_ref(0, buf + 3, 4096));
 }
@@ -707,8 +746,7 @@ START_TEST(test_hist_quantiles_within_error)
         uint64_t want = exact_quantile(v, N, qs[i]);
         uint64_t got = tk_hist_quantile(&h, qs[i]);
         uint64_t diff = got > want ? got - want : want - got;
-        ck_assert_msg(diff <= want / TK_HIST_SUB,
-                      "q=%g want %llu got %llu", qs[i],
+        ck_assert_msg(diff <= want / TK_HIST_SUB, "q=%g want %llu got %llu", qs[i],
                       (unsigned long long)want, (unsigned long long)got);
     }
     ck_assert_uint_eq(tk_hist_quantile(&h, 1.0), v[N - 1]);
@@ -856,6 +894,24 @@ START_TEST(test_prng_below_is_in_range_and_uniform)
 }
 END_TEST
 
+START_TEST(test_prng_below_has_no_modulo_bias)
+{
+    /* With n = 3 * 2^62, a plain `next() % n` would land below 2^62 half the
+     * time (2^64 mod n folds the top quarter onto it); uniform is a third. */
+    struct tk_prng p;
+    tk_prng_seed(&p, 17);
+    const uint64_t n = UINT64_C(3) << 62;
+    int low = 0;
+    for (int i = 0; i < 30000; i++) {
+        uint64_t v = tk_prng_below(&p, n);
+        FAST_ASSERT(v < n);
+        low += v < (UINT64_C(1) << 62);
+    }
+    ck_assert_int_gt(low, 9500);
+    ck_assert_int_lt(low, 10500);
+}
+END_TEST
+
 START_TEST(test_prng_range_is_inclusive)
 {
     struct tk_prng p;
@@ -871,8 +927,7 @@ START_TEST(test_prng_range_is_inclusive)
     ck_assert_int_gt(seen[2], 0);
     ck_assert_uint_eq(tk_prng_range(&p, 3, 3), 3);
     (void)tk_prng_range(&p, 0, UINT64_MAX); /* full span must not overflow */
-    ck_assert_uint_ge(tk_prng_range(&p, UINT64_MAX - 1, UINT64_MAX),
-                      UINT64_MAX - 1);
+    ck_assert_uint_ge(tk_prng_range(&p, UINT64_MAX - 1, UINT64_MAX), UINT64_MAX - 1);
 }
 END_TEST
 
@@ -904,8 +959,7 @@ START_TEST(test_spsc_rejects_bad_capacity)
 {
     struct tk_spsc q;
     ck_assert_int_eq(tk_spsc_init(&q, 0), TK_EINVAL);
-    ck_assert_int_eq(tk_spsc_init(&q, (size_t)TK_QUEUE_CAPACITY_MAX + 1),
-                     TK_EINVAL);
+    ck_assert_int_eq(tk_spsc_init(&q, (size_t)TK_QUEUE_CAPACITY_MAX + 1), TK_EINVAL);
     ck_assert_int_eq(tk_spsc_init(&q, 1), 0);
     ck_assert_int_eq(tk_spsc_push(&q, item_of(1)), 0);
     ck_assert_int_eq(tk_spsc_push(&q, item_of(2)), TK_EBUSY);
@@ -957,8 +1011,7 @@ START_TEST(test_mpsc_rejects_bad_capacity)
 {
     struct tk_mpsc q;
     ck_assert_int_eq(tk_mpsc_init(&q, 0), TK_EINVAL);
-    ck_assert_int_eq(tk_mpsc_init(&q, (size_t)TK_QUEUE_CAPACITY_MAX + 1),
-                     TK_EINVAL);
+    ck_assert_int_eq(tk_mpsc_init(&q, (size_t)TK_QUEUE_CAPACITY_MAX + 1), TK_EINVAL);
     /* One is served as two (see queue.h), and still refuses when full. */
     ck_assert_int_eq(tk_mpsc_init(&q, 1), 0);
     ck_assert_int_eq(tk_mpsc_push(&q, item_of(1)), 0);
@@ -1026,8 +1079,7 @@ static void *spsc_producer(void *arg)
 {
     struct producer *p = arg;
     for (uintptr_t s = 1; s <= ITEMS_PER_PRODUCER; s++) {
-        while (tk_spsc_push(p->queue, item_of(p->id * ITEM_STRIDE + s)) ==
-               TK_EBUSY) {
+        while (tk_spsc_push(p->queue, item_of(p->id * ITEM_STRIDE + s)) == TK_EBUSY) {
             p->busy++;
             sched_yield();
         }
@@ -1039,8 +1091,7 @@ static void *mpsc_producer(void *arg)
 {
     struct producer *p = arg;
     for (uintptr_t s = 1; s <= ITEMS_PER_PRODUCER; s++) {
-        while (tk_mpsc_push(p->queue, item_of(p->id * ITEM_STRIDE + s)) ==
-               TK_EBUSY) {
+        while (tk_mpsc_push(p->queue, item_of(p->id * ITEM_STRIDE + s)) == TK_EBUSY) {
             p->busy++;
             sched_yield();
         }
@@ -1050,8 +1101,7 @@ static void *mpsc_producer(void *arg)
 
 /* Consumes n_producers * ITEMS_PER_PRODUCER items on the calling thread and
  * checks each producer's items arrive exactly once, in order. */
-static void consume_and_check(void *(*pop)(void *), void *queue,
-                              size_t n_producers)
+static void consume_and_check(void *(*pop)(void *), void *queue, size_t n_producers)
 {
     uintptr_t last[PRODUCERS_MAX] = {0};
     size_t total = n_producers * ITEMS_PER_PRODUCER, got = 0;
@@ -1104,8 +1154,7 @@ static void run_mpsc_threads(size_t n_producers, size_t capacity)
     struct producer p[PRODUCERS_MAX];
     for (size_t i = 0; i < n_producers; i++) {
         p[i] = (struct producer){.queue = &q, .id = i};
-        ck_assert_int_eq(
-            pthread_create(&p[i].thread, NULL, mpsc_producer, &p[i]), 0);
+        ck_assert_int_eq(pthread_create(&p[i].thread, NULL, mpsc_producer, &p[i]), 0);
     }
     consume_and_check(mpsc_pop_fn, &q, n_producers);
     for (size_t i = 0; i < n_producers; i++)
@@ -1168,6 +1217,7 @@ static Suite *base_suite(void)
     tcase_add_test(tc, test_blob_refcount_frees_on_last_unref);
     tcase_add_test(tc, test_blob_ref_and_unref_accept_null);
     tcase_add_test(tc, test_blob_refcount_is_exact_across_threads);
+    tcase_add_test(tc, test_blob_last_unref_on_any_thread_frees_once);
     tcase_set_timeout(tc, 60);
     suite_add_tcase(s, tc);
 
@@ -1185,8 +1235,7 @@ static Suite *base_suite(void)
     tcase_add_test(tc, test_crc32c_matches_check_value);
     tcase_add_test(tc, test_crc32c_matches_rfc3720_vectors);
     tcase_add_test(tc, test_crc32c_of_nothing_is_its_input);
-    tcase_add_test(tc,
-                   test_crc32c_matches_bitwise_reference_at_any_length_and_offset);
+    tcase_add_test(tc, test_crc32c_matches_bitwise_reference_at_any_length_and_offset);
     tcase_add_test(tc, test_crc32c_chains_incrementally);
     tcase_add_test(tc, test_crc32c_detects_a_flipped_bit);
     suite_add_tcase(s, tc);
@@ -1206,6 +1255,7 @@ static Suite *base_suite(void)
     tcase_add_test(tc, test_prng_seeds_state_with_splitmix64);
     tcase_add_test(tc, test_prng_same_seed_same_sequence);
     tcase_add_test(tc, test_prng_below_is_in_range_and_uniform);
+    tcase_add_test(tc, test_prng_below_has_no_modulo_bias);
     tcase_add_test(tc, test_prng_range_is_inclusive);
     tcase_add_test(tc, test_prng_double_and_chance);
     suite_add_tcase(s, tc);
