@@ -377,8 +377,8 @@ static struct raft__progress *progress_of(struct raft *r, uint64_t id)
 
 static void send_snapshot(struct raft *r, struct raft__progress *pr)
 {
-    if (r->snap_data == NULL && r->snap.index == 0)
-        return; /* nothing to send: cannot happen once the log is compacted */
+    if (r->snap_data == NULL)
+        return; /* the driver has not given a snapshot (raft_snapshot_set) */
     struct raft__out *o = out_push(r, RAFT_MSG_SNAPSHOT, pr->id);
     o->m.u.snapshot.meta = r->snap;
     o->m.u.snapshot.offset = 0;

@@ -1,0 +1,494 @@
+/* raft-perf-probe: the RaftPerfProbe equivalent.
+ *
+ * Three nodes (raft log store on a memory volume or on disk + apply pipeline +
+ * KV state machine + in-process hub or TCP transport) in this process. It
+ * measures:
+ *   serial     - one put at a time on the leader, p50 and p99 latency;
+ *   pipelined  - rounds of RAFT_PROBE_INFLIGHT puts in flight for
+ *                RAFT_PROBE_SECONDS: sustained = entries / wall time; each
+ *                round's own throughput gives the round median, p10 and p90;
+ *   allocation - bytes allocated (through tk_malloc) per entry;
+ *   floor      - for TCP, a plain loopback ping-pong in the same run.
+ * Knobs (environment): RAFT_PROBE_SECONDS (5), RAFT_PROBE_NET=inproc|tcp,
+ * RAFT_PROBE_COMMITTED=1, RAFT_PROBE_ROUNDS (a cap on rounds), RAFT_PROBE_HOLD
+ * (seconds to keep the cluster up afterwards, for profiling),
+ * RAFT_PROBE_INFLIGHT (800), RAFT_PROBE_STORE=mem|fs, RAFT_PROBE_VALUE_BYTES
+ * (16). `--all` runs inproc-applied, tcp-applied and tcp-committed alternately
+ * three times and reports medians. Prints a table and one JSON line per shape. */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "base/alloc.h"
+#include "base/err.h"
+#include "base/hist.h"
+#include "base/log.h"
+#include "include/tierkv.h"
+
+struct shape {
+    const char *net;  /* "inproc" or "tcp" */
+    bool committed;
+    const char *store; /* "mem" or "fs" */
+};
+
+struct result {
+    double serial_p50_us, serial_p99_us;
+    double sustained;
+    double round_median, round_p10, round_p90;
+    double alloc_per_entry;
+    double floor_rtt_p50_us;
+    uint64_t entries;
+};
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static long env_long(const char *name, long def)
+{
+    const char *v = getenv(name);
+    return v && *v ? strtol(v, NULL, 10) : def;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double quantile(double *v, size_t n, double q)
+{
+    if (n == 0)
+        return 0;
+    qsort(v, n, sizeof(*v), cmp_double);
+    size_t i = (size_t)(q * (double)(n - 1) + 0.5);
+    return v[i];
+}
+
+/* ---- the plain loopback floor ------------------------------------------ */
+
+static void *echo_server(void *arg)
+{
+    int ls = *(int *)arg;
+    int c = accept(ls, NULL, NULL);
+    if (c < 0)
+        return NULL;
+    int one = 1;
+    setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    char buf[64];
+    for (;;) {
+        ssize_t got = 0;
+        while (got < 64) {
+            ssize_t r = read(c, buf + got, (size_t)(64 - got));
+            if (r <= 0)
+                goto out;
+            got += r;
+        }
+        if (write(c, buf, 64) != 64)
+            break;
+    }
+out:
+    close(c);
+    return NULL;
+}
+
+static double floor_rtt_p50_us(int iters)
+{
+    int ls = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = 0 };
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t al = sizeof(a);
+    if (bind(ls, (struct sockaddr *)&a, sizeof(a)) != 0 || listen(ls, 1) != 0 ||
+        getsockname(ls, (struct sockaddr *)&a, &al) != 0) {
+        close(ls);
+        return 0;
+    }
+    pthread_t t;
+    pthread_create(&t, NULL, echo_server, &ls);
+    int c = socket(AF_INET, SOCK_STREAM, 0);
+    int one = 1;
+    setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    if (connect(c, (struct sockaddr *)&a, sizeof(a)) != 0) {
+        close(c);
+        close(ls);
+        pthread_join(t, NULL);
+        return 0;
+    }
+    char buf[64] = { 0 };
+    double *lat = malloc(sizeof(double) * (size_t)iters);
+    for (int i = 0; i < iters; i++) {
+        uint64_t t0 = now_ns();
+        if (write(c, buf, 64) != 64)
+            break;
+        ssize_t got = 0;
+        while (got < 64) {
+            ssize_t r = read(c, buf + got, (size_t)(64 - got));
+            if (r <= 0)
+                break;
+            got += r;
+        }
+        lat[i] = (double)(now_ns() - t0) / 1000.0;
+    }
+    close(c);
+    pthread_join(t, NULL);
+    close(ls);
+    double p50 = quantile(lat, (size_t)iters, 0.5);
+    free(lat);
+    return p50;
+}
+
+/* ---- the cluster ------------------------------------------------------- */
+
+struct probe_cluster {
+    struct tk_cluster *inproc;
+    struct tk_node *tcp[3];
+    struct tk_node *leader;
+    char dir[256];
+};
+
+static uint16_t free_port(void)
+{
+    int s = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = 0 };
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t al = sizeof(a);
+    uint16_t port = 0;
+    if (bind(s, (struct sockaddr *)&a, sizeof(a)) == 0 &&
+        getsockname(s, (struct sockaddr *)&a, &al) == 0)
+        port = ntohs(a.sin_port);
+    close(s);
+    return port;
+}
+
+static int cluster_up(const struct shape *sh, struct probe_cluster *pc)
+{
+    memset(pc, 0, sizeof(*pc));
+    struct tk_options o;
+    tk_options_default(&o);
+    o.kv_no_sync = true; /* the KV cold tier is not what is measured */
+    o.snapshot_entries = 2000000;
+    o.trailing_entries = 100000;
+    o.queue_max = 1u << 17;
+    if (strcmp(sh->store, "fs") == 0) {
+        snprintf(pc->dir, sizeof(pc->dir), "/tmp/raft-probe-XXXXXX");
+        if (mkdtemp(pc->dir) == NULL)
+            return TK_EIO;
+        o.data_dir = pc->dir;
+    }
+    if (strcmp(sh->net, "inproc") == 0) {
+        int rc = tk_cluster_start(3, &o, &pc->inproc);
+        if (rc != 0)
+            return rc;
+        return tk_cluster_wait_leader(pc->inproc, 10000, &pc->leader);
+    }
+    o.n_members = 3;
+    for (int i = 0; i < 3; i++) {
+        o.members[i].id = (uint64_t)i + 1;
+        o.members[i].host = "127.0.0.1";
+        o.members[i].port = free_port();
+    }
+    for (int i = 0; i < 3; i++) {
+        o.id = (uint64_t)i + 1;
+        o.seed = (uint64_t)i + 7;
+        char sub[300];
+        if (o.data_dir) {
+            snprintf(sub, sizeof(sub), "%s/n%d", pc->dir, i + 1);
+            o.data_dir = sub;
+        }
+        int rc = tk_node_start(&o, &pc->tcp[i]);
+        if (o.data_dir)
+            o.data_dir = pc->dir;
+        if (rc != 0)
+            return rc;
+    }
+    for (int waited = 0; waited < 10000; waited += 10) {
+        for (int i = 0; i < 3; i++) {
+            struct tk_status st;
+            tk_node_status(pc->tcp[i], &st);
+            if (st.is_leader) {
+                pc->leader = pc->tcp[i];
+                return 0;
+            }
+        }
+        usleep(10000);
+    }
+    return TK_ETIMEDOUT;
+}
+
+static void cluster_down(struct probe_cluster *pc)
+{
+    if (pc->inproc)
+        tk_cluster_stop(pc->inproc);
+    for (int i = 0; i < 3; i++)
+        tk_node_stop(pc->tcp[i]);
+    if (pc->dir[0]) {
+        char cmd[300];
+        snprintf(cmd, sizeof(cmd), "rm -rf '%s'", pc->dir);
+        if (system(cmd) != 0)
+            fprintf(stderr, "could not remove %s\n", pc->dir);
+    }
+}
+
+/* ---- the rounds -------------------------------------------------------- */
+
+struct round {
+    atomic_long left;
+    atomic_long failed;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool done;
+};
+
+static void on_done(int status, const struct tk_write_result *res, void *data)
+{
+    struct round *r = data;
+    (void)res;
+    if (status != 0)
+        atomic_fetch_add(&r->failed, 1);
+    if (atomic_fetch_sub(&r->left, 1) == 1) {
+        pthread_mutex_lock(&r->mu);
+        r->done = true;
+        pthread_cond_signal(&r->cv);
+        pthread_mutex_unlock(&r->mu);
+    }
+}
+
+static int run_shape(const struct shape *sh, struct result *out, bool tty)
+{
+    memset(out, 0, sizeof(*out));
+    double seconds = (double)env_long("RAFT_PROBE_SECONDS", 5);
+    long inflight = env_long("RAFT_PROBE_INFLIGHT", 800);
+    long max_rounds = env_long("RAFT_PROBE_ROUNDS", 0);
+    long value_bytes = env_long("RAFT_PROBE_VALUE_BYTES", 16);
+    enum tk_mode mode = sh->committed ? TK_MODE_COMMITTED : TK_MODE_APPLIED;
+    if (inflight < 1 || value_bytes < 0 || value_bytes > (1 << 20))
+        return TK_EINVAL;
+
+    struct probe_cluster pc;
+    int rc = cluster_up(sh, &pc);
+    if (rc != 0) {
+        fprintf(stderr, "probe: cluster did not start: %s\n", tk_strerror(rc));
+        cluster_down(&pc);
+        return rc;
+    }
+    char *value = calloc(1, (size_t)value_bytes + 1);
+    memset(value, 'v', (size_t)value_bytes);
+    char key[32];
+
+    /* Warm-up, then serial latency. */
+    for (int i = 0; i < 200; i++) {
+        int kl = snprintf(key, sizeof(key), "w%d", i);
+        (void)tk_put(pc.leader, key, (size_t)kl, value, (size_t)value_bytes, mode, NULL);
+    }
+    int serial = 2000;
+    double *lat = malloc(sizeof(double) * (size_t)serial);
+    int ok = 0;
+    for (int i = 0; i < serial; i++) {
+        int kl = snprintf(key, sizeof(key), "s%d", i % 1000);
+        uint64_t t0 = now_ns();
+        if (tk_put(pc.leader, key, (size_t)kl, value, (size_t)value_bytes, mode, NULL) == 0)
+            lat[ok++] = (double)(now_ns() - t0) / 1000.0;
+    }
+    out->serial_p50_us = quantile(lat, (size_t)ok, 0.5);
+    out->serial_p99_us = quantile(lat, (size_t)ok, 0.99);
+    free(lat);
+
+    /* Pipelined rounds. */
+    size_t cap_rounds = 1 << 16;
+    double *rounds = malloc(sizeof(double) * cap_rounds);
+    size_t n_rounds = 0;
+    uint64_t entries = 0, failures = 0;
+    struct tk_alloc_stats a0, a1;
+    tk_alloc_stats(&a0);
+    double t_start = now_s(), last_print = t_start;
+    struct round r;
+    pthread_mutex_init(&r.mu, NULL);
+    pthread_cond_init(&r.cv, NULL);
+    uint64_t k = 0;
+    while (now_s() - t_start < seconds && n_rounds < cap_rounds &&
+           (max_rounds == 0 || (long)n_rounds < max_rounds)) {
+        atomic_store(&r.left, inflight);
+        atomic_store(&r.failed, 0);
+        r.done = false;
+        double t0 = now_s();
+        long submitted = 0;
+        for (long i = 0; i < inflight; i++) {
+            int kl = snprintf(key, sizeof(key), "p%llu", (unsigned long long)(k++ % 100000));
+            if (tk_put_async(pc.leader, key, (size_t)kl, value, (size_t)value_bytes, mode,
+                             on_done, &r) == 0)
+                submitted++;
+        }
+        long unsent = inflight - submitted;
+        if (unsent > 0 && atomic_fetch_sub(&r.left, unsent) == unsent)
+            r.done = true;
+        pthread_mutex_lock(&r.mu);
+        while (!r.done)
+            pthread_cond_wait(&r.cv, &r.mu);
+        pthread_mutex_unlock(&r.mu);
+        double dt = now_s() - t0;
+        long good = submitted - atomic_load(&r.failed);
+        failures += (uint64_t)(inflight - good);
+        entries += (uint64_t)good;
+        rounds[n_rounds++] = (double)good / dt;
+        if (tty && now_s() - last_print > 0.5) {
+            last_print = now_s();
+            fprintf(stderr, "\r  %s/%s/%s: %4.1fs  %llu entries  %.0f op/s   ", sh->net,
+                    sh->committed ? "committed" : "applied", sh->store, last_print - t_start,
+                    (unsigned long long)entries, (double)entries / (last_print - t_start));
+        }
+    }
+    double wall = now_s() - t_start;
+    tk_alloc_stats(&a1);
+    if (tty)
+        fprintf(stderr, "\r%70s\r", "");
+    out->entries = entries;
+    out->sustained = (double)entries / wall;
+    out->round_median = quantile(rounds, n_rounds, 0.5);
+    out->round_p10 = quantile(rounds, n_rounds, 0.1);
+    out->round_p90 = quantile(rounds, n_rounds, 0.9);
+    out->alloc_per_entry = entries ? (double)(a1.bytes - a0.bytes) / (double)entries : 0;
+    if (failures > 0)
+        fprintf(stderr, "probe: %llu proposals failed (busy or lost)\n",
+                (unsigned long long)failures);
+    free(rounds);
+    pthread_mutex_destroy(&r.mu);
+    pthread_cond_destroy(&r.cv);
+    long hold = env_long("RAFT_PROBE_HOLD", 0);
+    if (hold > 0)
+        sleep((unsigned)hold);
+    cluster_down(&pc);
+    free(value);
+    if (strcmp(sh->net, "tcp") == 0)
+        out->floor_rtt_p50_us = floor_rtt_p50_us(5000);
+    return 0;
+}
+
+static void print_header(void)
+{
+    printf("| engine | transport / completion | store | serial p50 (p99) | pipelined "
+           "sustained | round median (p10/p90) | alloc/entry | loopback floor p50 |\n");
+    printf("|---|---|---|---|---|---|---|---|\n");
+}
+
+static void print_row(const struct shape *sh, const struct result *r)
+{
+    char floor[32] = "-";
+    if (r->floor_rtt_p50_us > 0)
+        snprintf(floor, sizeof(floor), "%.1f us", r->floor_rtt_p50_us);
+    printf("| tierkv | %s, %s | %s | %.1f us (%.1f us) | %.0f op/s | %.0f (%.0f/%.0f) | "
+           "%.0f B | %s |\n",
+           strcmp(sh->net, "tcp") == 0 ? "TCP" : "in-proc",
+           sh->committed ? "committed" : "applied", sh->store, r->serial_p50_us,
+           r->serial_p99_us, r->sustained, r->round_median, r->round_p10, r->round_p90,
+           r->alloc_per_entry, floor);
+}
+
+static void print_json(const struct shape *sh, const struct result *r, int runs)
+{
+    printf("{\"bench\":\"raft-probe\",\"net\":\"%s\",\"mode\":\"%s\",\"store\":\"%s\","
+           "\"runs\":%d,\"serial_p50_us\":%.1f,\"serial_p99_us\":%.1f,"
+           "\"sustained_ops_per_s\":%.0f,\"round_median_ops_per_s\":%.0f,"
+           "\"round_p10_ops_per_s\":%.0f,\"round_p90_ops_per_s\":%.0f,"
+           "\"alloc_bytes_per_entry\":%.0f",
+           sh->net, sh->committed ? "committed" : "applied", sh->store, runs,
+           r->serial_p50_us, r->serial_p99_us, r->sustained, r->round_median, r->round_p10,
+           r->round_p90, r->alloc_per_entry);
+    if (strcmp(sh->net, "tcp") == 0)
+        printf(",\"floor_rtt_p50_us\":%.1f", r->floor_rtt_p50_us);
+    printf("}\n");
+}
+
+/* Median of each field over runs. */
+static void median_result(struct result *runs, int n, struct result *out)
+{
+    double v[16];
+#define MED(f)                                                                         \
+    do {                                                                               \
+        for (int i = 0; i < n; i++)                                                    \
+            v[i] = runs[i].f;                                                          \
+        out->f = quantile(v, (size_t)n, 0.5);                                          \
+    } while (0)
+    MED(serial_p50_us);
+    MED(serial_p99_us);
+    MED(sustained);
+    MED(round_median);
+    MED(round_p10);
+    MED(round_p90);
+    MED(alloc_per_entry);
+    MED(floor_rtt_p50_us);
+#undef MED
+}
+
+int main(int argc, char **argv)
+{
+    bool all = false;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--all") == 0) {
+            all = true;
+        } else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            printf("usage: raft-perf-probe [--all]\n"
+                   "environment: RAFT_PROBE_SECONDS=5 RAFT_PROBE_NET=inproc|tcp "
+                   "RAFT_PROBE_COMMITTED=0|1\n"
+                   "  RAFT_PROBE_ROUNDS RAFT_PROBE_HOLD RAFT_PROBE_INFLIGHT=800 "
+                   "RAFT_PROBE_STORE=mem|fs RAFT_PROBE_VALUE_BYTES=16\n");
+            return 0;
+        } else {
+            fprintf(stderr, "raft-perf-probe: unknown argument '%s' (try --help)\n",
+                    argv[i]);
+            return 2;
+        }
+    }
+    tk_log_set_level(TK_LOG_WARN);
+    bool tty = isatty(2);
+    const char *store = getenv("RAFT_PROBE_STORE");
+    if (store == NULL || (strcmp(store, "fs") != 0 && strcmp(store, "mem") != 0))
+        store = "mem";
+    if (!all) {
+        const char *net = getenv("RAFT_PROBE_NET");
+        struct shape sh = { .net = net && strcmp(net, "tcp") == 0 ? "tcp" : "inproc",
+                            .committed = env_long("RAFT_PROBE_COMMITTED", 0) == 1,
+                            .store = store };
+        struct result r;
+        if (run_shape(&sh, &r, tty) != 0)
+            return 1;
+        print_header();
+        print_row(&sh, &r);
+        print_json(&sh, &r, 1);
+        return 0;
+    }
+    const struct shape shapes[3] = {
+        { "inproc", false, store }, { "tcp", false, store }, { "tcp", true, store }
+    };
+    struct result runs[3][3];
+    for (int rep = 0; rep < 3; rep++)
+        for (int s = 0; s < 3; s++)
+            if (run_shape(&shapes[s], &runs[s][rep], tty) != 0)
+                return 1;
+    print_header();
+    struct result med[3];
+    for (int s = 0; s < 3; s++) {
+        median_result(runs[s], 3, &med[s]);
+        print_row(&shapes[s], &med[s]);
+    }
+    for (int s = 0; s < 3; s++)
+        print_json(&shapes[s], &med[s], 3);
+    return 0;
+}

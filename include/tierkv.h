@@ -1,0 +1,192 @@
+/* tierkv: the public embedding API.
+ *
+ * Start one node (a cluster of one: it commits after its own persist), a node
+ * of a TCP cluster, or a whole in-process cluster of N nodes over the inproc
+ * transport, with the memory or the fs store; then put, get, delete, scan,
+ * increment and submit batches or transactions, blocking or with a callback.
+ *
+ *     struct tk_cluster *c;
+ *     tk_cluster_start(3, NULL, &c);
+ *     struct tk_node *leader;
+ *     tk_cluster_wait_leader(c, 5000, &leader);
+ *     tk_put(leader, "k", 1, "v", 1, TK_MODE_APPLIED, NULL);
+ *     struct tk_value v;
+ *     tk_get(leader, "k", 1, TK_READ_LINEARIZABLE, &v);
+ *     tk_value_free(&v);
+ *     tk_cluster_stop(c);
+ *
+ * Threads: every function may be called from any thread except from inside a
+ * tk callback (which runs on the node's own thread). Blocking calls wait on a
+ * condition variable, never by polling. Errors are the negative TK_E* codes of
+ * base/err.h (tk_strerror names them). Writes on a follower return
+ * TK_ENOTLEADER: use tk_node_leader() to find the leader. */
+#ifndef TIERKV_H
+#define TIERKV_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/err.h"
+
+#define TK_MEMBERS_MAX 16
+
+enum tk_mode {
+    TK_MODE_APPLIED = 0,   /* complete when applied; returns the result */
+    TK_MODE_COMMITTED = 1, /* complete when a majority holds it */
+};
+
+enum tk_consistency {
+    TK_READ_LINEARIZABLE = 0,
+    TK_READ_STALE = 1,
+};
+
+struct tk_member {
+    uint64_t id;
+    const char *host; /* TCP only */
+    uint16_t port;
+};
+
+struct tk_options {
+    uint64_t id;         /* this node (tk_node_start) */
+    uint64_t cluster_id; /* TCP handshake */
+    uint32_t n_members;
+    struct tk_member members[TK_MEMBERS_MAX];
+    const char *listen_host; /* TCP: NULL = the member's own host */
+    const char *data_dir;    /* fs store under this dir; NULL = memory volume */
+    bool kv_no_sync;         /* tests and benchmarks only */
+    uint32_t tick_ms;        /* 10 */
+    uint32_t election_ticks; /* 20 */
+    uint32_t heartbeat_ticks; /* 2 */
+    uint32_t queue_max;      /* pending requests per node: 65536 */
+    uint64_t timeout_ms;     /* per request: 10000 */
+    uint64_t snapshot_entries; /* 100000 */
+    uint64_t trailing_entries; /* 10000 */
+    uint64_t seed;
+};
+
+void tk_options_default(struct tk_options *o);
+
+struct tk_node;
+struct tk_cluster;
+
+/* Starts one node of a TCP cluster (or a single node when n_members is 1 or
+ * 0). Returns 0, TK_EINVAL, TK_EIO, TK_ECORRUPT. */
+int tk_node_start(const struct tk_options *o, struct tk_node **out);
+/* Stops a node started with tk_node_start; in-flight requests complete with
+ * TK_ESHUTDOWN first. */
+void tk_node_stop(struct tk_node *n);
+
+/* An in-process cluster of n (1..TK_MEMBERS_MAX) nodes with ids 1..n over the
+ * inproc hub. `o` may be NULL; its data_dir, if set, gets one subdirectory per
+ * node (n1, n2, ...). */
+int tk_cluster_start(uint32_t n, const struct tk_options *o, struct tk_cluster **out);
+void tk_cluster_stop(struct tk_cluster *c);
+/* Node i (0-based). */
+struct tk_node *tk_cluster_node(struct tk_cluster *c, uint32_t i);
+/* Waits up to timeout_ms for a node that leads; TK_ETIMEDOUT otherwise. */
+int tk_cluster_wait_leader(struct tk_cluster *c, uint32_t timeout_ms,
+                           struct tk_node **out);
+/* Stops node i (as a crash of the process would, minus unsynced loss for the
+ * fs store) and restarts it from its storage. */
+int tk_cluster_restart_node(struct tk_cluster *c, uint32_t i);
+/* Cuts node i off from every peer, or heals it. */
+int tk_cluster_isolate(struct tk_cluster *c, uint32_t i, bool isolated);
+
+struct tk_status {
+    uint64_t id;
+    uint64_t term;
+    uint64_t leader; /* 0 when unknown */
+    bool is_leader;
+    uint64_t commit;
+    uint64_t applied;
+    uint64_t last_index;
+    uint64_t snapshot_index;
+};
+void tk_node_status(struct tk_node *n, struct tk_status *out);
+uint64_t tk_node_leader(struct tk_node *n);
+int tk_node_transfer_leadership(struct tk_node *n, uint64_t to);
+
+/* ---- writes ------------------------------------------------------------ */
+
+struct tk_write_result {
+    int code;          /* the command's own outcome: 0, TK_ECOMPARE, TK_ERANGE,
+                          TK_EINVAL, TK_ETOOBIG (applied mode only) */
+    uint64_t revision; /* the entry's index */
+    bool succeeded;    /* txn: the compares held */
+    int64_t value;     /* increment: the new value */
+    uint64_t deleted;  /* delete: keys deleted */
+};
+
+/* A write finished: status is 0 or TK_ENOTLEADER, TK_EBUSY, TK_ELOST,
+ * TK_ETIMEDOUT (outcome unknown), TK_ESHUTDOWN, TK_EIO. `res` is NULL unless
+ * status is 0. Runs on the node's thread. */
+typedef void tk_write_cb(int status, const struct tk_write_result *res, void *data);
+
+/* Submits an encoded kvpb.Command (proto/kv.proto). Returns 0 (cb runs once),
+ * TK_EBUSY (queue full), TK_EINVAL, TK_ESHUTDOWN (cb does not run). */
+int tk_submit_async(struct tk_node *n, const void *cmd, size_t len, enum tk_mode mode,
+                    tk_write_cb *cb, void *data);
+/* Blocking forms: return the status; `out` (may be NULL) gets the result. */
+int tk_submit(struct tk_node *n, const void *cmd, size_t len, enum tk_mode mode,
+              struct tk_write_result *out);
+int tk_put(struct tk_node *n, const void *key, size_t key_len, const void *value,
+           size_t value_len, enum tk_mode mode, struct tk_write_result *out);
+int tk_put_async(struct tk_node *n, const void *key, size_t key_len, const void *value,
+                 size_t value_len, enum tk_mode mode, tk_write_cb *cb, void *data);
+int tk_delete(struct tk_node *n, const void *key, size_t key_len, enum tk_mode mode,
+              struct tk_write_result *out);
+int tk_incr(struct tk_node *n, const void *key, size_t key_len, int64_t delta,
+            enum tk_mode mode, struct tk_write_result *out);
+
+/* An atomic batch, or a transaction: puts and deletes (value NULL = delete). */
+struct tk_op {
+    const void *key;
+    size_t key_len;
+    const void *value; /* NULL: delete */
+    size_t value_len;
+};
+int tk_batch(struct tk_node *n, const struct tk_op *ops, size_t n_ops, enum tk_mode mode,
+             struct tk_write_result *out);
+/* If every key in `if_versions` has that version (0: absent), apply then_ops,
+ * else else_ops; out->succeeded says which. */
+struct tk_version_cmp {
+    const void *key;
+    size_t key_len;
+    uint64_t version;
+};
+int tk_txn(struct tk_node *n, const struct tk_version_cmp *cmps, size_t n_cmps,
+           const struct tk_op *then_ops, size_t n_then, const struct tk_op *else_ops,
+           size_t n_else, enum tk_mode mode, struct tk_write_result *out);
+
+/* ---- reads ------------------------------------------------------------- */
+
+struct tk_value {
+    uint8_t *value; /* malloc'd copy; tk_value_free */
+    size_t len;
+    uint64_t create_revision;
+    uint64_t mod_revision;
+    uint64_t version;
+};
+void tk_value_free(struct tk_value *v);
+
+/* Returns 0, TK_ENOTFOUND, TK_ENOLEADER, TK_ETIMEDOUT, TK_ESHUTDOWN. */
+int tk_get(struct tk_node *n, const void *key, size_t key_len, enum tk_consistency c,
+           struct tk_value *out);
+
+struct tk_item {
+    const uint8_t *key;
+    size_t key_len;
+    const uint8_t *value;
+    size_t value_len;
+    uint64_t mod_revision;
+    uint64_t version;
+};
+/* Called per key in byte order, on the node's thread, while the caller waits;
+ * the item is valid during the call. Return nonzero to stop. */
+typedef int tk_item_cb(const struct tk_item *item, void *data);
+/* Keys with `prefix` (prefix_len 0: all keys), at most `limit` (0: no limit). */
+int tk_scan(struct tk_node *n, const void *prefix, size_t prefix_len, size_t limit,
+            enum tk_consistency c, tk_item_cb *cb, void *data);
+
+#endif

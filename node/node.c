@@ -1,0 +1,1007 @@
+/* The consensus loop of one node (see node.h for the threads and the path of
+ * a write).
+ *
+ * Invariants:
+ *  - Only the loop thread touches `raft`, `sm`, the pending lists and the
+ *    transport. Other threads reach the loop through `queue` (bounded MPSC)
+ *    and `wake` (uv_async), and the storage thread through `durable_seq`.
+ *  - raft_persisted(seq) is called only when every ready up to seq is durable:
+ *    `persist` lists the seqs handed to storage in order; async appends finish
+ *    in submission order, synchronous metadata saves finish at once, and the
+ *    list is popped only from its head.
+ *  - Every request completes exactly once: on success, on an explicit error,
+ *    on its deadline, or with TK_ESHUTDOWN at stop.
+ *  - Each loop turn processes at most one burst from the queue (batch_max
+ *    entries) and then one ready, so no turn does unbounded work. */
+#include <errno.h>
+#include <ftw.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <uv.h>
+
+#include "base/alloc.h"
+#include "base/assert.h"
+#include "base/err.h"
+#include "base/log.h"
+#include "base/queue.h"
+#include "kv/kv.h"
+#include "node/node.h"
+#include "store/store.h"
+#include "transport/transport.h"
+
+#define NODE_PERSIST_MAX (1u << 17)
+
+struct req_list {
+    struct node_req *head;
+    struct node_req *tail;
+    size_t n;
+};
+
+struct node {
+    struct node_options o;
+    char *data_dir;  /* owned copy, or the temporary kv dir */
+    bool tmp_dir;    /* data_dir is ours to delete at stop */
+    bool own_volume; /* we created the memory volume */
+
+    uv_thread_t thread;
+    uv_sem_t started;
+    int start_rc;
+    uv_loop_t loop;
+    uv_async_t wake;
+    uv_timer_t ticker;
+    uv_check_t check;
+    atomic_bool stopping;
+    bool closing;
+    int handles_open;
+
+    struct tk_mpsc queue;
+    atomic_size_t queued;
+
+    struct raft *raft;
+    struct store *store;
+    struct store_mem_volume *volume;
+    struct kv_sm *sm;
+    struct transport *transport;
+
+    /* Durability: seqs handed to storage, oldest first. */
+    uint64_t *persist_seq;
+    bool *persist_async;
+    size_t persist_head, persist_n, persist_cap;
+    _Atomic uint64_t durable_seq; /* written by the storage thread */
+    atomic_int store_status;
+    pthread_mutex_t drain_mu;
+    pthread_cond_t drain_cv;
+    uint64_t async_submitted; /* loop thread */
+    uint64_t async_done;      /* under drain_mu */
+    bool failed;
+
+    /* Requests waiting, each list in index (or arrival) order. */
+    struct req_list applied_wait;   /* writes, applied mode */
+    struct req_list committed_wait; /* writes, committed mode */
+    struct req_list read_wait;      /* reads waiting for a read index */
+    struct req_list read_ready;     /* reads with an index, waiting to apply */
+    uint64_t read_ctx;
+
+    uint64_t snap_index;
+    struct kv_result res; /* scratch for apply */
+    struct raft_entry *batch;
+
+    pthread_mutex_t status_mu;
+    struct node_status status;
+
+    /* Cross-thread leadership transfer request. */
+    _Atomic uint64_t transfer_to;
+};
+
+/* ---- small helpers ----------------------------------------------------- */
+
+static uint64_t wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static void list_push(struct req_list *l, struct node_req *r)
+{
+    r->next = NULL;
+    if (l->tail)
+        l->tail->next = r;
+    else
+        l->head = r;
+    l->tail = r;
+    l->n++;
+}
+
+static struct node_req *list_pop(struct req_list *l)
+{
+    struct node_req *r = l->head;
+    if (r == NULL)
+        return NULL;
+    l->head = r->next;
+    if (l->head == NULL)
+        l->tail = NULL;
+    l->n--;
+    r->next = NULL;
+    return r;
+}
+
+static void finish_write(struct node *n, struct node_req *r, int status,
+                         const struct kv_result *res)
+{
+    (void)n;
+    tk_blob_unref(r->cmd);
+    r->cmd = NULL;
+    r->write_cb(r, status, res, r->data);
+}
+
+static void finish_read(struct node *n, struct node_req *r, int status)
+{
+    r->read_cb(r, status, status == 0 ? n->sm : NULL, r->data);
+}
+
+static void finish(struct node *n, struct node_req *r, int status)
+{
+    if (r->is_read)
+        finish_read(n, r, status);
+    else
+        finish_write(n, r, status, NULL);
+}
+
+static void fail_list(struct node *n, struct req_list *l, int status)
+{
+    struct node_req *r;
+    while ((r = list_pop(l)) != NULL)
+        finish(n, r, status);
+}
+
+/* ---- storage ----------------------------------------------------------- */
+
+/* Storage thread: a batch is durable (or failed). Runs in submission order. */
+static void on_appended(void *data, uint64_t seq, uint64_t last_index,
+                        uint64_t last_term, int status)
+{
+    struct node *n = data;
+    (void)last_index;
+    (void)last_term;
+    if (status != 0)
+        atomic_store(&n->store_status, status);
+    else
+        atomic_store_explicit(&n->durable_seq, seq, memory_order_release);
+    pthread_mutex_lock(&n->drain_mu);
+    n->async_done++;
+    pthread_cond_signal(&n->drain_cv);
+    pthread_mutex_unlock(&n->drain_mu);
+    uv_async_send(&n->wake);
+}
+
+static void persist_push(struct node *n, uint64_t seq, bool async)
+{
+    if (n->persist_n == n->persist_cap) {
+        size_t cap = n->persist_cap ? n->persist_cap * 2 : 256;
+        TK_ASSERT(cap <= NODE_PERSIST_MAX);
+        uint64_t *s = tk_malloc(cap * sizeof(*s));
+        bool *a = tk_malloc(cap * sizeof(*a));
+        for (size_t i = 0; i < n->persist_n; i++) {
+            size_t at = (n->persist_head + i) % n->persist_cap;
+            s[i] = n->persist_seq[at];
+            a[i] = n->persist_async[at];
+        }
+        tk_free(n->persist_seq);
+        tk_free(n->persist_async);
+        n->persist_seq = s;
+        n->persist_async = a;
+        n->persist_head = 0;
+        n->persist_cap = cap;
+    }
+    size_t at = (n->persist_head + n->persist_n) % n->persist_cap;
+    n->persist_seq[at] = seq;
+    n->persist_async[at] = async;
+    n->persist_n++;
+}
+
+/* Reports to the core every seq whose ready is durable, oldest first. */
+static void persist_poll(struct node *n)
+{
+    uint64_t durable = atomic_load_explicit(&n->durable_seq, memory_order_acquire);
+    uint64_t upto = 0;
+    while (n->persist_n > 0) {
+        size_t at = n->persist_head;
+        if (n->persist_async[at] && n->persist_seq[at] > durable)
+            break;
+        upto = n->persist_seq[at];
+        n->persist_head = (n->persist_head + 1) % n->persist_cap;
+        n->persist_n--;
+    }
+    if (upto != 0)
+        raft_persisted(n->raft, upto);
+}
+
+/* Waits until every async append submitted so far has finished: needed before
+ * a snapshot replaces the log (store_reset must not race queued appends). */
+static void drain_appends(struct node *n)
+{
+    pthread_mutex_lock(&n->drain_mu);
+    while (n->async_done < n->async_submitted)
+        pthread_cond_wait(&n->drain_cv, &n->drain_mu);
+    pthread_mutex_unlock(&n->drain_mu);
+}
+
+static void node_fail(struct node *n, int rc, const char *what)
+{
+    if (n->failed)
+        return;
+    n->failed = true;
+    TK_LOG(TK_LOG_ERROR, n->o.id, raft_term(n->raft),
+           "storage failed, node stops serving: %s: %s", what, tk_strerror(rc));
+    fail_list(n, &n->applied_wait, TK_EIO);
+    fail_list(n, &n->committed_wait, TK_EIO);
+    fail_list(n, &n->read_wait, TK_EIO);
+    fail_list(n, &n->read_ready, TK_EIO);
+}
+
+/* ---- apply ------------------------------------------------------------- */
+
+static void serve_reads(struct node *n)
+{
+    uint64_t applied = kv_sm_applied_index(n->sm);
+    struct req_list keep = { 0 };
+    struct node_req *r;
+    while ((r = list_pop(&n->read_ready)) != NULL) {
+        if (r->index <= applied)
+            finish_read(n, r, 0);
+        else
+            list_push(&keep, r);
+    }
+    n->read_ready = keep;
+}
+
+static void complete_committed(struct node *n)
+{
+    uint64_t commit = raft_commit(n->raft);
+    struct node_req *r;
+    while ((r = n->committed_wait.head) != NULL && r->index <= commit) {
+        list_pop(&n->committed_wait);
+        uint64_t t = 0;
+        int rc = raft_term_at(n->raft, r->index, &t);
+        memset(&n->res, 0, sizeof(n->res));
+        n->res.revision = r->index;
+        if (rc == 0 && t == r->term)
+            finish_write(n, r, 0, &n->res);
+        else if (rc == 0)
+            finish_write(n, r, TK_ELOST, NULL);
+        else
+            finish_write(n, r, TK_ETIMEDOUT, NULL); /* compacted: unknown */
+    }
+}
+
+static void maybe_snapshot(struct node *n);
+
+static void apply_entries(struct node *n, const struct raft_entry *e, size_t cnt)
+{
+    for (size_t i = 0; i < cnt; i++) {
+        const struct raft_entry *x = &e[i];
+        int rc;
+        if (x->type == RAFT_ENTRY_NORMAL) {
+            const void *p = x->data ? x->data->data : NULL;
+            size_t len = x->data ? x->data->len : 0;
+            rc = kv_sm_apply(n->sm, x->index, x->term, x->time_ms, p, len, &n->res);
+        } else {
+            memset(&n->res, 0, sizeof(n->res));
+            rc = kv_sm_skip(n->sm, x->index, x->term, x->time_ms);
+        }
+        if (rc != 0) {
+            node_fail(n, rc, "apply");
+            return;
+        }
+        /* Writes proposed here complete in index order. */
+        struct node_req *r;
+        while ((r = n->applied_wait.head) != NULL && r->index <= x->index) {
+            list_pop(&n->applied_wait);
+            if (r->index == x->index && r->term == x->term)
+                finish_write(n, r, 0, &n->res);
+            else if (r->index == x->index)
+                finish_write(n, r, TK_ELOST, NULL);
+            else
+                finish_write(n, r, TK_ETIMEDOUT, NULL); /* skipped by a snapshot */
+        }
+    }
+    if (cnt > 0)
+        raft_applied(n->raft, e[cnt - 1].index);
+}
+
+/* Log compaction (DESIGN "Ring-log KV state machine"): once enough entries are
+ * applied past the last snapshot, the KV tiers down to the applied index, its
+ * cold tier becomes the snapshot, and the log is compacted behind it, keeping
+ * a trailing window for followers that are only a little behind. */
+static void maybe_snapshot(struct node *n)
+{
+    uint64_t applied = kv_sm_applied_index(n->sm);
+    if (n->o.snapshot_entries == 0 || applied < n->snap_index + n->o.snapshot_entries)
+        return;
+    struct kv_snap *ks;
+    int rc = kv_sm_snapshot(n->sm, &ks);
+    if (rc != 0) {
+        node_fail(n, rc, "snapshot");
+        return;
+    }
+    /* The stream, read whole into one blob the core can send (the transport
+     * cuts it into chunks). */
+    size_t cap = 1u << 16, len = 0;
+    uint8_t *buf = tk_malloc(cap);
+    for (;;) {
+        if (cap - len < (1u << 15)) {
+            cap *= 2;
+            buf = tk_realloc(buf, cap);
+        }
+        size_t got = 0;
+        rc = kv_snap_read(ks, buf + len, cap - len, &got);
+        if (rc != 0 || got == 0)
+            break;
+        len += got;
+    }
+    struct raft_snapshot_meta meta = { .index = kv_snap_index(ks),
+                                       .term = kv_snap_term(ks),
+                                       .config = *raft_config(n->raft) };
+    kv_snap_close(ks);
+    if (rc != 0) {
+        tk_free(buf);
+        node_fail(n, rc, "snapshot read");
+        return;
+    }
+    struct tk_blob *blob = tk_blob_copy(buf, len);
+    tk_free(buf);
+    rc = raft_snapshot_set(n->raft, &meta, blob);
+    tk_blob_unref(blob);
+    if (rc != 0) {
+        TK_LOG(TK_LOG_WARN, n->o.id, raft_term(n->raft),
+               "snapshot at %llu refused by the core: %s",
+               (unsigned long long)meta.index, tk_strerror(rc));
+        return;
+    }
+    rc = store_save_snapshot(n->store, &meta);
+    if (rc != 0) {
+        node_fail(n, rc, "save snapshot");
+        return;
+    }
+    n->snap_index = meta.index;
+    if (meta.index > n->o.trailing_entries) {
+        uint64_t upto = meta.index - n->o.trailing_entries;
+        if (upto > raft_stable_index(n->raft))
+            upto = raft_stable_index(n->raft);
+        if (raft_compact(n->raft, upto) == 0) {
+            rc = store_compact(n->store, upto);
+            if (rc != 0)
+                node_fail(n, rc, "compact");
+        }
+    }
+    TK_LOG(TK_LOG_INFO, n->o.id, raft_term(n->raft),
+           "snapshot at %llu (%zu bytes), log compacted",
+           (unsigned long long)meta.index, len);
+}
+
+/* A snapshot from the leader replaces the state machine and the log. */
+static int install_snapshot(struct node *n, const struct raft_snapshot_meta *meta,
+                            struct tk_blob *data)
+{
+    drain_appends(n);
+    struct kv_install *in;
+    int rc = kv_sm_install_begin(n->sm, &in);
+    if (rc != 0)
+        return rc;
+    if (data != NULL && data->len > 0)
+        rc = kv_install_write(in, data->data, data->len);
+    if (rc == 0)
+        rc = kv_install_commit(in);
+    else
+        kv_install_abort(in);
+    if (rc != 0)
+        return rc;
+    rc = store_reset(n->store, meta->index, meta->term);
+    if (rc == 0)
+        rc = store_save_snapshot(n->store, meta);
+    n->snap_index = meta->index;
+    /* Writes waiting at or below the snapshot: their outcome is unknown. */
+    struct node_req *r;
+    while ((r = n->applied_wait.head) != NULL && r->index <= meta->index) {
+        list_pop(&n->applied_wait);
+        finish_write(n, r, TK_ETIMEDOUT, NULL);
+    }
+    return rc;
+}
+
+/* ---- the ready loop ---------------------------------------------------- */
+
+static void publish_status(struct node *n)
+{
+    pthread_mutex_lock(&n->status_mu);
+    n->status.id = n->o.id;
+    n->status.term = raft_term(n->raft);
+    n->status.leader = raft_leader(n->raft);
+    n->status.role = raft_role(n->raft);
+    n->status.commit = raft_commit(n->raft);
+    n->status.applied = kv_sm_applied_index(n->sm);
+    n->status.last_index = raft_last_index(n->raft);
+    n->status.snapshot_index = n->snap_index;
+    pthread_mutex_unlock(&n->status_mu);
+}
+
+static void handle_read_states(struct node *n, const struct raft_read_state *rs,
+                               size_t cnt)
+{
+    for (size_t i = 0; i < cnt; i++) {
+        struct req_list keep = { 0 };
+        struct node_req *r;
+        while ((r = list_pop(&n->read_wait)) != NULL) {
+            if (r->ctx != rs[i].ctx) {
+                list_push(&keep, r);
+                continue;
+            }
+            if (rs[i].failed) {
+                finish_read(n, r, TK_ENOLEADER);
+            } else {
+                r->index = rs[i].index;
+                list_push(&n->read_ready, r);
+            }
+        }
+        n->read_wait = keep;
+    }
+}
+
+static void process_ready(struct node *n)
+{
+    int guard = 0;
+    while (!n->failed && raft_has_ready(n->raft) && guard++ < 8) {
+        struct raft_ready rd;
+        raft_ready(n->raft, &rd);
+        int rc = 0;
+        if (rd.snapshot != NULL) {
+            rc = install_snapshot(n, rd.snapshot, rd.snapshot_data);
+            if (rc != 0) {
+                raft_advance(n->raft, &rd);
+                node_fail(n, rc, "install snapshot");
+                return;
+            }
+        }
+        if (rd.hard_state_changed) {
+            rc = store_save_hard_state(n->store, &rd.hard_state);
+            if (rc != 0) {
+                raft_advance(n->raft, &rd);
+                node_fail(n, rc, "save hard state");
+                return;
+            }
+        }
+        if (rd.n_entries > 0) {
+            rc = store_append_async(n->store, rd.entries, rd.n_entries, rd.seq, n,
+                                    on_appended);
+            if (rc != 0) {
+                raft_advance(n->raft, &rd);
+                node_fail(n, rc, "append");
+                return;
+            }
+            n->async_submitted++;
+            persist_push(n, rd.seq, true);
+        } else if (rd.seq != 0) {
+            persist_push(n, rd.seq, false); /* durable already (sync saves) */
+        }
+        for (size_t i = 0; i < rd.n_messages; i++)
+            (void)transport_send(n->transport, &rd.messages[i]); /* Raft retries */
+        if (rd.n_committed > 0)
+            apply_entries(n, rd.committed, rd.n_committed);
+        if (rd.n_read_states > 0)
+            handle_read_states(n, rd.read_states, rd.n_read_states);
+        raft_advance(n->raft, &rd);
+        persist_poll(n);
+        complete_committed(n);
+        serve_reads(n);
+    }
+    if (!n->failed)
+        maybe_snapshot(n);
+    publish_status(n);
+}
+
+/* ---- requests from other threads --------------------------------------- */
+
+static void fail_write(struct node *n, struct node_req *r, int status)
+{
+    finish_write(n, r, status, NULL);
+}
+
+static void start_read(struct node *n, struct node_req *r)
+{
+    if (r->consistency == NODE_READ_STALE) {
+        finish_read(n, r, 0);
+        return;
+    }
+    r->ctx = ++n->read_ctx;
+    int rc = raft_read_index(n->raft, r->ctx);
+    if (rc != 0) {
+        finish_read(n, r, rc);
+        return;
+    }
+    list_push(&n->read_wait, r);
+}
+
+/* Drains one burst from the queue: writes become one raft_propose batch. */
+static void drain_queue(struct node *n)
+{
+    size_t nb = 0;
+    struct node_req *first = NULL, *last = NULL;
+    uint64_t now = wall_ms();
+    void *item;
+    while (nb < n->o.batch_max && (item = tk_mpsc_pop(&n->queue)) != NULL) {
+        atomic_fetch_sub_explicit(&n->queued, 1, memory_order_relaxed);
+        struct node_req *r = item;
+        r->deadline_ms = now + (r->timeout_ms ? r->timeout_ms : n->o.timeout_ms);
+        if (n->failed) {
+            finish(n, r, TK_EIO);
+            continue;
+        }
+        if (r->is_read) {
+            start_read(n, r);
+            continue;
+        }
+        n->batch[nb++] = (struct raft_entry){ .type = RAFT_ENTRY_NORMAL,
+                                              .time_ms = now, .data = r->cmd };
+        r->next = NULL;
+        if (last)
+            last->next = r;
+        else
+            first = r;
+        last = r;
+    }
+    if (nb == 0)
+        return;
+    uint64_t index = 0, term = 0;
+    int rc = raft_propose(n->raft, n->batch, nb, &index, &term);
+    struct node_req *r = first;
+    while (r != NULL) {
+        struct node_req *next = r->next;
+        if (rc != 0) {
+            fail_write(n, r, rc);
+        } else {
+            r->index = index++;
+            r->term = term;
+            tk_blob_unref(r->cmd); /* the log holds its own reference */
+            r->cmd = NULL;
+            list_push(r->mode == NODE_MODE_COMMITTED ? &n->committed_wait
+                                                     : &n->applied_wait,
+                      r);
+        }
+        r = next;
+    }
+}
+
+static void expire_list(struct node *n, struct req_list *l, uint64_t now)
+{
+    /* Lists are in arrival order and share one default timeout: expired
+     * requests are at the head; the scan stops at the first live one. */
+    struct node_req *r;
+    while ((r = l->head) != NULL && r->deadline_ms <= now) {
+        list_pop(l);
+        finish(n, r, TK_ETIMEDOUT);
+    }
+}
+
+/* ---- loop callbacks ---------------------------------------------------- */
+
+static void begin_close(struct node *n);
+
+static void on_wake(uv_async_t *h)
+{
+    struct node *n = h->data;
+    if (atomic_load(&n->stopping)) {
+        begin_close(n);
+        return;
+    }
+    int st = atomic_load(&n->store_status);
+    if (st != 0)
+        node_fail(n, st, "append");
+    uint64_t to = atomic_exchange(&n->transfer_to, 0);
+    if (to != 0)
+        (void)raft_transfer_leadership(n->raft, to);
+    drain_queue(n);
+}
+
+static void on_tick(uv_timer_t *h)
+{
+    struct node *n = h->data;
+    if (n->failed)
+        return;
+    raft_tick(n->raft);
+    uint64_t now = wall_ms();
+    expire_list(n, &n->applied_wait, now);
+    expire_list(n, &n->committed_wait, now);
+    expire_list(n, &n->read_wait, now);
+    expire_list(n, &n->read_ready, now);
+}
+
+static void on_check(uv_check_t *h)
+{
+    struct node *n = h->data;
+    if (n->closing)
+        return;
+    persist_poll(n);
+    process_ready(n);
+    /* A burst bigger than one batch: come back next turn without sleeping. */
+    if (atomic_load_explicit(&n->queued, memory_order_relaxed) > 0)
+        uv_async_send(&n->wake);
+}
+
+static void on_recv(struct transport *t, const struct raft_message *m, void *data)
+{
+    struct node *n = data;
+    (void)t;
+    if (!n->closing && !n->failed)
+        (void)raft_step(n->raft, m);
+}
+
+static void on_handle_closed(uv_handle_t *h)
+{
+    struct node *n = h->data;
+    n->handles_open--;
+}
+
+static void on_transport_closed(struct transport *t, void *data)
+{
+    struct node *n = data;
+    (void)t;
+    n->transport = NULL;
+    n->handles_open--;
+}
+
+static void begin_close(struct node *n)
+{
+    if (n->closing)
+        return;
+    n->closing = true;
+    void *item;
+    while ((item = tk_mpsc_pop(&n->queue)) != NULL)
+        finish(n, item, TK_ESHUTDOWN);
+    fail_list(n, &n->applied_wait, TK_ESHUTDOWN);
+    fail_list(n, &n->committed_wait, TK_ESHUTDOWN);
+    fail_list(n, &n->read_wait, TK_ESHUTDOWN);
+    fail_list(n, &n->read_ready, TK_ESHUTDOWN);
+    /* The storage thread wakes us from its callbacks: let those finish
+     * before the wake handle goes away. */
+    drain_appends(n);
+    uv_close((uv_handle_t *)&n->wake, on_handle_closed);
+    uv_close((uv_handle_t *)&n->ticker, on_handle_closed);
+    uv_close((uv_handle_t *)&n->check, on_handle_closed);
+    transport_close(n->transport, on_transport_closed, n);
+}
+
+/* ---- start and stop ---------------------------------------------------- */
+
+static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb;
+    (void)flag;
+    (void)ftw;
+    return remove(path);
+}
+
+static int open_storage(struct node *n, struct raft_boot *boot, struct raft_entry **ents,
+                        size_t *n_ents)
+{
+    char path[4096];
+    char err[STORE_ERRMSG_MAX] = "";
+    struct store_boot sb;
+    struct store_options so;
+    store_options_default(&so);
+    so.queue_max = NODE_PERSIST_MAX;
+    int rc;
+    if (n->o.data_dir != NULL) {
+        snprintf(path, sizeof(path), "%s/log", n->data_dir);
+        rc = store_open_fs(path, &so, &n->store, &sb, err, sizeof(err));
+    } else {
+        n->volume = n->o.volume;
+        if (n->volume == NULL) {
+            n->volume = store_mem_volume_new();
+            n->own_volume = true;
+        }
+        rc = store_open_mem(n->volume, &so, &n->store, &sb, err, sizeof(err));
+    }
+    if (rc != 0) {
+        TK_LOG(TK_LOG_ERROR, n->o.id, 0, "cannot open the log: %s", err);
+        return rc;
+    }
+    if (!sb.has_bootstrap) {
+        rc = store_save_bootstrap(n->store, &n->o.members);
+        if (rc == 0)
+            rc = store_save_ids(n->store, n->o.cluster_id, n->o.id);
+        if (rc != 0)
+            return rc;
+        sb.bootstrap = n->o.members;
+    } else if (sb.node_id != 0 && sb.node_id != n->o.id) {
+        TK_LOG(TK_LOG_ERROR, n->o.id, 0,
+               "the data directory belongs to node %llu, not %llu",
+               (unsigned long long)sb.node_id, (unsigned long long)n->o.id);
+        return TK_EINVAL;
+    }
+
+    struct kv_config kc;
+    kv_config_default(&kc);
+    snprintf(path, sizeof(path), "%s/kv", n->data_dir);
+    kc.dir = path;
+    kc.no_sync = n->o.kv_no_sync;
+    rc = kv_sm_open(&kc, &n->sm);
+    if (rc != 0) {
+        TK_LOG(TK_LOG_ERROR, n->o.id, 0, "cannot open the state machine in %s: %s",
+               path, tk_strerror(rc));
+        return rc;
+    }
+    uint64_t applied = kv_sm_applied_index(n->sm);
+    if (applied < sb.snapshot.index) {
+        TK_LOG(TK_LOG_ERROR, n->o.id, 0,
+               "state machine at %llu is behind the snapshot at %llu",
+               (unsigned long long)applied, (unsigned long long)sb.snapshot.index);
+        return TK_ECORRUPT;
+    }
+    /* The core gets the whole stored log (so it can serve lagging followers
+     * from it) and starts applying after the state machine's index. */
+    if (applied + 1 < sb.first_index || applied > sb.last_index) {
+        TK_LOG(TK_LOG_ERROR, n->o.id, 0,
+               "log %llu..%llu does not continue the state machine at %llu",
+               (unsigned long long)sb.first_index, (unsigned long long)sb.last_index,
+               (unsigned long long)applied);
+        return TK_ECORRUPT;
+    }
+    *ents = NULL;
+    *n_ents = 0;
+    if (sb.first_index <= sb.last_index) {
+        rc = store_read(n->store, sb.first_index, sb.last_index + 1, 0, ents, n_ents);
+        if (rc != 0)
+            return rc;
+    }
+    memset(boot, 0, sizeof(*boot));
+    boot->hard_state = sb.hard_state;
+    boot->snapshot.index = sb.first_index - 1;
+    boot->snapshot.term = sb.prev_term;
+    boot->snapshot.config = sb.snapshot.index > 0 ? sb.snapshot.config : sb.bootstrap;
+    boot->entries = *ents;
+    boot->n_entries = *n_ents;
+    boot->bootstrap = sb.bootstrap;
+    boot->applied = applied;
+    n->snap_index = sb.snapshot.index;
+    return 0;
+}
+
+static int open_transport(struct node *n)
+{
+    struct transport_callbacks cbs = { .recv = on_recv, .peer = NULL, .data = n };
+    if (n->o.hub != NULL)
+        return transport_inproc_new(n->o.hub, &n->loop, n->o.id, 0, &cbs,
+                                    &n->transport);
+    struct transport_tcp_options to;
+    transport_tcp_options_default(&to);
+    to.id = n->o.id;
+    to.cluster_id = n->o.cluster_id;
+    to.listen_host = n->o.listen_host;
+    to.listen_port = n->o.listen_port;
+    to.seed = n->o.seed;
+    int rc = transport_tcp_new(&n->loop, &to, &cbs, &n->transport);
+    if (rc != 0)
+        return rc;
+    for (uint32_t i = 0; i < n->o.members.n_voters; i++) {
+        uint64_t id = n->o.members.voters[i];
+        if (id == n->o.id)
+            continue;
+        if (n->o.peer_hosts[i] == NULL)
+            return TK_EINVAL;
+        rc = transport_tcp_add_peer(n->transport, id, n->o.peer_hosts[i],
+                                    n->o.peer_ports[i]);
+        if (rc != 0)
+            return rc;
+    }
+    return 0;
+}
+
+static void node_thread(void *arg)
+{
+    struct node *n = arg;
+    struct raft_boot boot;
+    struct raft_entry *ents = NULL;
+    size_t n_ents = 0;
+    int rc = uv_loop_init(&n->loop) == 0 ? 0 : TK_EIO;
+    if (rc == 0)
+        rc = open_storage(n, &boot, &ents, &n_ents);
+    if (rc == 0) {
+        struct raft_options ro;
+        raft_options_default(&ro);
+        ro.id = n->o.id;
+        ro.seed = n->o.seed;
+        ro.election_ticks = n->o.election_ticks;
+        ro.heartbeat_ticks = n->o.heartbeat_ticks;
+        rc = raft_new(&ro, &boot, &n->raft);
+    }
+    store_entries_free(ents, n_ents);
+    if (rc == 0) {
+        uv_async_init(&n->loop, &n->wake, on_wake);
+        uv_timer_init(&n->loop, &n->ticker);
+        uv_check_init(&n->loop, &n->check);
+        n->wake.data = n->ticker.data = n->check.data = n;
+        n->handles_open = 4;
+        rc = open_transport(n);
+        if (rc != 0) {
+            n->handles_open = 3;
+            n->closing = true;
+            uv_close((uv_handle_t *)&n->wake, on_handle_closed);
+            uv_close((uv_handle_t *)&n->ticker, on_handle_closed);
+            uv_close((uv_handle_t *)&n->check, on_handle_closed);
+            if (n->transport != NULL)
+                transport_close(n->transport, NULL, NULL);
+            uv_run(&n->loop, UV_RUN_DEFAULT);
+        }
+    }
+    n->start_rc = rc;
+    if (rc != 0) {
+        (void)uv_loop_close(&n->loop);
+        uv_sem_post(&n->started);
+        return;
+    }
+    if (raft_first_index(n->raft) > 1) {
+        /* The log was compacted: followers that need what is gone get a
+         * snapshot of the state machine, so one must exist now. */
+        n->snap_index = 0;
+        uint64_t saved = n->o.snapshot_entries;
+        n->o.snapshot_entries = 1;
+        maybe_snapshot(n);
+        n->o.snapshot_entries = saved;
+    }
+    uv_timer_start(&n->ticker, on_tick, n->o.tick_ms, n->o.tick_ms);
+    uv_check_start(&n->check, on_check);
+    publish_status(n);
+    TK_LOG(TK_LOG_INFO, n->o.id, raft_term(n->raft), "node started (applied %llu)",
+           (unsigned long long)kv_sm_applied_index(n->sm));
+    uv_sem_post(&n->started);
+    uv_run(&n->loop, UV_RUN_DEFAULT);
+    int rc2 = uv_loop_close(&n->loop);
+    if (rc2 != 0)
+        TK_LOG(TK_LOG_WARN, n->o.id, 0, "loop closed with live handles: %s",
+               uv_strerror(rc2));
+}
+
+void node_options_default(struct node_options *o)
+{
+    memset(o, 0, sizeof(*o));
+    o->tick_ms = 10;
+    o->election_ticks = 20;
+    o->heartbeat_ticks = 2;
+    o->queue_max = 65536;
+    o->batch_max = 4096;
+    o->timeout_ms = 10000;
+    o->snapshot_entries = 100000;
+    o->trailing_entries = 10000;
+}
+
+static void node_free(struct node *n)
+{
+    if (n->raft)
+        raft_free(n->raft);
+    if (n->store)
+        store_close(n->store);
+    if (n->sm)
+        kv_sm_close(n->sm);
+    if (n->own_volume)
+        store_mem_volume_free(n->volume);
+    if (n->tmp_dir)
+        nftw(n->data_dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    tk_mpsc_destroy(&n->queue);
+    tk_free(n->persist_seq);
+    tk_free(n->persist_async);
+    tk_free(n->batch);
+    tk_free(n->data_dir);
+    uv_sem_destroy(&n->started);
+    pthread_mutex_destroy(&n->drain_mu);
+    pthread_cond_destroy(&n->drain_cv);
+    pthread_mutex_destroy(&n->status_mu);
+    tk_free(n);
+}
+
+int node_start(const struct node_options *o, struct node **out)
+{
+    if (o->id == RAFT_NONE || !raft_config_has(&o->members, o->id) ||
+        o->tick_ms == 0 || o->heartbeat_ticks == 0 ||
+        o->heartbeat_ticks >= o->election_ticks || o->queue_max == 0 ||
+        o->batch_max == 0)
+        return TK_EINVAL;
+    struct node *n = tk_calloc(1, sizeof(*n));
+    n->o = *o;
+    if (o->data_dir != NULL) {
+        n->data_dir = tk_strdup(o->data_dir);
+    } else {
+        char tmpl[] = "/tmp/tierkv-node-XXXXXX";
+        if (mkdtemp(tmpl) == NULL) {
+            tk_free(n);
+            return TK_EIO;
+        }
+        n->data_dir = tk_strdup(tmpl);
+        n->tmp_dir = true;
+    }
+    tk_mpsc_init(&n->queue, o->queue_max);
+    n->batch = tk_malloc(o->batch_max * sizeof(*n->batch));
+    uv_sem_init(&n->started, 0);
+    pthread_mutex_init(&n->drain_mu, NULL);
+    pthread_cond_init(&n->drain_cv, NULL);
+    pthread_mutex_init(&n->status_mu, NULL);
+    if (uv_thread_create(&n->thread, node_thread, n) != 0) {
+        node_free(n);
+        return TK_EIO;
+    }
+    uv_sem_wait(&n->started);
+    if (n->start_rc != 0) {
+        int rc = n->start_rc;
+        uv_thread_join(&n->thread);
+        node_free(n);
+        return rc;
+    }
+    *out = n;
+    return 0;
+}
+
+void node_stop(struct node *n)
+{
+    if (n == NULL)
+        return;
+    atomic_store(&n->stopping, true);
+    uv_async_send(&n->wake);
+    uv_thread_join(&n->thread);
+    node_free(n);
+}
+
+int node_submit(struct node *n, struct node_req *req)
+{
+    if (atomic_load(&n->stopping))
+        return TK_ESHUTDOWN;
+    if (!req->is_read && (req->cmd == NULL || req->write_cb == NULL))
+        return TK_EINVAL;
+    if (req->is_read && req->read_cb == NULL)
+        return TK_EINVAL;
+    atomic_fetch_add_explicit(&n->queued, 1, memory_order_relaxed);
+    int rc = tk_mpsc_push(&n->queue, req);
+    if (rc != 0) {
+        atomic_fetch_sub_explicit(&n->queued, 1, memory_order_relaxed);
+        return rc;
+    }
+    uv_async_send(&n->wake);
+    return 0;
+}
+
+void node_status(struct node *n, struct node_status *out)
+{
+    pthread_mutex_lock(&n->status_mu);
+    *out = n->status;
+    pthread_mutex_unlock(&n->status_mu);
+}
+
+int node_transfer_leadership(struct node *n, uint64_t to)
+{
+    if (!raft_config_has(&n->o.members, to) || to == n->o.id)
+        return TK_EINVAL;
+    atomic_store(&n->transfer_to, to);
+    uv_async_send(&n->wake);
+    return 0;
+}
+
+int node_isolate(struct node *n, bool isolated)
+{
+    if (n->o.hub == NULL)
+        return TK_EINVAL;
+    for (uint32_t i = 0; i < n->o.members.n_voters; i++) {
+        uint64_t peer = n->o.members.voters[i];
+        if (peer == n->o.id)
+            continue;
+        struct transport_link_faults f = { .blocked = isolated };
+        int rc = transport_inproc_set_faults(n->o.hub, n->o.id, peer, &f);
+        if (rc == 0)
+            rc = transport_inproc_set_faults(n->o.hub, peer, n->o.id, &f);
+        if (rc != 0)
+            return rc;
+    }
+    return 0;
+}

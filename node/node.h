@@ -1,0 +1,154 @@
+/* The node runtime: drives one pure Raft core (raft/) with real storage
+ * (store/), a transport (transport/) and the KV state machine (kv/).
+ *
+ * Threads. A node owns one thread running one libuv loop: the consensus loop,
+ * the only writer of Raft state. On that loop it steps the core, hands entries
+ * to the store's storage thread (group commit), sends messages, and applies
+ * committed entries to the state machine (the apply stage runs on the loop
+ * thread: on this 2-core VM a wake-up of another thread costs about 40 us each
+ * way, more than applying a whole batch; docs/architecture.md has the
+ * numbers). Other threads talk to the node only through node_submit() and
+ * node_read(), which push a request onto a bounded MPSC queue and wake the loop
+ * with uv_async_send. Completions run on the loop thread.
+ *
+ * The path of a write: node_submit -> queue -> (loop turn) drain a burst into
+ * one raft_propose batch -> ready: store_append_async + sends in parallel ->
+ * store callback (storage thread) -> uv_async -> raft_persisted -> commit ->
+ * committed-mode requests complete -> apply -> applied-mode requests complete
+ * with the state machine's result. */
+#ifndef TK_NODE_NODE_H
+#define TK_NODE_NODE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/blob.h"
+#include "kv/kv.h"
+#include "raft/raft.h"
+
+struct transport_inproc_hub;
+
+enum node_mode {
+    NODE_MODE_APPLIED = 0,   /* complete once applied, with the sm's result */
+    NODE_MODE_COMMITTED = 1, /* complete once a majority holds the entry */
+};
+
+enum node_read_kind {
+    NODE_READ_GET = 0,
+    NODE_READ_SCAN = 1,
+};
+
+enum node_consistency {
+    NODE_READ_LINEARIZABLE = 0, /* ReadIndex (thesis 6.4) */
+    NODE_READ_STALE = 1,        /* local state, no round trip */
+};
+
+struct node_req;
+
+/* A write finished. `status` is 0 (and `res` holds the sm's result in applied
+ * mode; only res->revision in committed mode), TK_ENOTLEADER, TK_EBUSY,
+ * TK_ELOST (leadership changed and the entry was replaced), TK_ETIMEDOUT,
+ * TK_ESHUTDOWN or TK_EIO. Runs on the node's loop thread; `res` is borrowed. */
+typedef void node_write_cb(struct node_req *req, int status,
+                           const struct kv_result *res, void *data);
+
+/* A read may run. Called on the loop thread when the state is at least as new
+ * as the consistency asks (status 0), or with an error (TK_ENOLEADER,
+ * TK_ETIMEDOUT, TK_ESHUTDOWN). With status 0 the callback reads the state
+ * machine itself through `sm` (kv_sm_get / kv_sm_scan), only during the call. */
+typedef void node_read_cb(struct node_req *req, int status, struct kv_sm *sm,
+                          void *data);
+
+/* A request, allocated and owned by the caller, untouched by the caller from
+ * node_submit/node_read until its callback has run. */
+struct node_req {
+    /* Set by the caller. */
+    uint8_t is_read;
+    uint8_t mode;        /* enum node_mode (writes) */
+    uint8_t consistency; /* enum node_consistency (reads) */
+    struct tk_blob *cmd; /* writes: an encoded kvpb.Command; the node takes
+                            this reference */
+    node_write_cb *write_cb;
+    node_read_cb *read_cb;
+    void *data;
+    uint64_t timeout_ms; /* 0: the node's default */
+
+    /* Owned by the node. */
+    uint64_t index;
+    uint64_t term;
+    uint64_t ctx;
+    uint64_t deadline_ms;
+    struct node_req *next;
+};
+
+struct node_options {
+    uint64_t id;
+    uint64_t cluster_id;
+    struct raft_config members; /* every voter's id, this node's included */
+
+    /* Transport: inproc when `hub` is set, else TCP with the addresses. */
+    struct transport_inproc_hub *hub;
+    const char *listen_host;
+    uint16_t listen_port;
+    const char *peer_hosts[RAFT_VOTERS_MAX]; /* by position in members */
+    uint16_t peer_ports[RAFT_VOTERS_MAX];
+
+    /* Storage: fs under data_dir/log and data_dir/kv when `data_dir` is set,
+     * else a memory volume (taken, may be NULL: a fresh one). */
+    const char *data_dir;
+    struct store_mem_volume *volume;
+    bool kv_no_sync; /* the kv cold tier without fsync (tests, benchmarks) */
+
+    uint32_t tick_ms;          /* 10 */
+    uint32_t election_ticks;   /* 20: 200-400 ms */
+    uint32_t heartbeat_ticks;  /* 2 */
+    uint32_t queue_max;        /* proposal+read queue bound: 65536 */
+    uint32_t batch_max;        /* entries per raft_propose: 4096 */
+    uint64_t timeout_ms;       /* default request deadline: 10000 */
+    uint64_t snapshot_entries; /* compact once this many entries are applied
+                                  past the last snapshot: 100000 */
+    uint64_t trailing_entries; /* entries kept behind a snapshot: 10000 */
+    uint64_t seed;
+};
+
+void node_options_default(struct node_options *o);
+
+struct node;
+
+/* Starts the node's thread, opens its store and state machine, recovers and
+ * joins the cluster. Blocks until it runs or fails. Returns 0, TK_EINVAL (bad
+ * options), TK_ECORRUPT/TK_EIO (storage) with a logged reason. */
+int node_start(const struct node_options *o, struct node **out);
+
+/* Stops: pending requests complete with TK_ESHUTDOWN, the store and the sm are
+ * closed, the thread joins, the node is freed. Blocks. Not from a callback. */
+void node_stop(struct node *n);
+
+/* Queues a write (req->cmd) or a read. Any thread, never blocks. Returns 0
+ * (the callback will run exactly once) or TK_EBUSY (queue full) / TK_ESHUTDOWN
+ * (the callback will not run). */
+int node_submit(struct node *n, struct node_req *req);
+
+/* What the node knows; any thread (values are published by the loop). */
+struct node_status {
+    uint64_t id;
+    uint64_t term;
+    uint64_t leader;
+    int role;
+    uint64_t commit;
+    uint64_t applied;
+    uint64_t last_index;
+    uint64_t snapshot_index;
+};
+void node_status(struct node *n, struct node_status *out);
+
+/* Asks the leader to hand leadership to `to` (thesis 3.10). Any thread;
+ * returns once the loop has passed the request to the core. */
+int node_transfer_leadership(struct node *n, uint64_t to);
+
+/* The node's inproc transport faults, for tests: cut this node off from every
+ * peer (both directions) or heal. Only for inproc nodes. Any thread. */
+int node_isolate(struct node *n, bool isolated);
+
+#endif

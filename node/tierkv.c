@@ -1,0 +1,661 @@
+/* The public embedding API (include/tierkv.h) over the node runtime.
+ *
+ * Commands are encoded here (kvpb.Command, proto/kv.proto) into one blob per
+ * write. Blocking calls keep their request and a waiter on the caller's stack
+ * and sleep on a condition variable until the node's thread completes them;
+ * async calls allocate the request with the blob. */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <uv.h>
+
+#include "base/alloc.h"
+#include "base/err.h"
+#include "include/tierkv.h"
+#include "kv.pb-c.h"
+#include "kv/kv.h"
+#include "node/node.h"
+#include "store/store.h"
+#include "transport/transport.h"
+
+struct tk_node {
+    struct node *node;
+    uint64_t id;
+    struct node_options opts; /* kept for restarts */
+    char *data_dir;
+    struct store_mem_volume *volume;
+    struct tk_cluster *cluster;
+};
+
+struct tk_cluster {
+    uint32_t n;
+    struct transport_inproc_hub *hub;
+    struct tk_node nodes[TK_MEMBERS_MAX];
+};
+
+void tk_options_default(struct tk_options *o)
+{
+    memset(o, 0, sizeof(*o));
+    struct node_options no;
+    node_options_default(&no);
+    o->tick_ms = no.tick_ms;
+    o->election_ticks = no.election_ticks;
+    o->heartbeat_ticks = no.heartbeat_ticks;
+    o->queue_max = no.queue_max;
+    o->timeout_ms = no.timeout_ms;
+    o->snapshot_entries = no.snapshot_entries;
+    o->trailing_entries = no.trailing_entries;
+}
+
+static void to_node_options(const struct tk_options *o, struct node_options *no)
+{
+    node_options_default(no);
+    no->id = o->id;
+    no->cluster_id = o->cluster_id;
+    no->kv_no_sync = o->kv_no_sync;
+    if (o->tick_ms)
+        no->tick_ms = o->tick_ms;
+    if (o->election_ticks)
+        no->election_ticks = o->election_ticks;
+    if (o->heartbeat_ticks)
+        no->heartbeat_ticks = o->heartbeat_ticks;
+    if (o->queue_max)
+        no->queue_max = o->queue_max;
+    if (o->timeout_ms)
+        no->timeout_ms = o->timeout_ms;
+    if (o->snapshot_entries)
+        no->snapshot_entries = o->snapshot_entries;
+    if (o->trailing_entries)
+        no->trailing_entries = o->trailing_entries;
+    no->seed = o->seed;
+}
+
+/* ---- nodes and clusters ------------------------------------------------ */
+
+int tk_node_start(const struct tk_options *o, struct tk_node **out)
+{
+    if (o->id == 0 || o->n_members > TK_MEMBERS_MAX)
+        return TK_EINVAL;
+    struct tk_node *tn = tk_calloc(1, sizeof(*tn));
+    struct node_options no;
+    to_node_options(o, &no);
+    if (o->n_members == 0) {
+        no.members.n_voters = 1;
+        no.members.voters[0] = o->id;
+    }
+    for (uint32_t i = 0; i < o->n_members; i++) {
+        no.members.voters[no.members.n_voters++] = o->members[i].id;
+        no.peer_hosts[i] = o->members[i].host;
+        no.peer_ports[i] = o->members[i].port;
+        if (o->members[i].id == o->id) {
+            no.listen_host = o->listen_host ? o->listen_host : o->members[i].host;
+            no.listen_port = o->members[i].port;
+        }
+    }
+    if (o->data_dir)
+        tn->data_dir = tk_strdup(o->data_dir);
+    no.data_dir = tn->data_dir;
+    /* A single node needs no peers: give it an inproc hub of its own rather
+     * than a listening socket. */
+    struct transport_inproc_hub *hub = NULL;
+    if (no.members.n_voters == 1 && no.listen_host == NULL) {
+        hub = transport_inproc_hub_new(o->seed);
+        no.hub = hub;
+    }
+    int rc = node_start(&no, &tn->node);
+    if (rc != 0) {
+        if (hub)
+            transport_inproc_hub_free(hub);
+        tk_free(tn->data_dir);
+        tk_free(tn);
+        return rc;
+    }
+    tn->id = o->id;
+    tn->opts = no;
+    *out = tn;
+    return 0;
+}
+
+void tk_node_stop(struct tk_node *n)
+{
+    if (n == NULL)
+        return;
+    struct transport_inproc_hub *hub = n->opts.hub;
+    node_stop(n->node);
+    if (hub)
+        transport_inproc_hub_free(hub);
+    tk_free(n->data_dir);
+    tk_free(n);
+}
+
+static int cluster_node_start(struct tk_cluster *c, uint32_t i)
+{
+    struct tk_node *tn = &c->nodes[i];
+    struct node_options no = tn->opts;
+    no.volume = tn->volume;
+    return node_start(&no, &tn->node);
+}
+
+int tk_cluster_start(uint32_t n, const struct tk_options *o, struct tk_cluster **out)
+{
+    if (n == 0 || n > TK_MEMBERS_MAX)
+        return TK_EINVAL;
+    struct tk_options def;
+    if (o == NULL) {
+        tk_options_default(&def);
+        o = &def;
+    }
+    struct tk_cluster *c = tk_calloc(1, sizeof(*c));
+    c->n = n;
+    c->hub = transport_inproc_hub_new(o->seed);
+    int rc = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        struct tk_node *tn = &c->nodes[i];
+        tn->cluster = c;
+        tn->id = i + 1;
+        to_node_options(o, &tn->opts);
+        tn->opts.id = i + 1;
+        tn->opts.seed = o->seed + i;
+        tn->opts.hub = c->hub;
+        tn->opts.members.n_voters = n;
+        for (uint32_t j = 0; j < n; j++)
+            tn->opts.members.voters[j] = j + 1;
+        if (o->data_dir != NULL) {
+            size_t len = strlen(o->data_dir) + 16;
+            tn->data_dir = tk_malloc(len);
+            snprintf(tn->data_dir, len, "%s/n%u", o->data_dir, i + 1);
+            tn->opts.data_dir = tn->data_dir;
+        } else {
+            /* The cluster keeps each node's memory volume, so a restarted node
+             * finds what it had persisted. */
+            tn->volume = store_mem_volume_new();
+        }
+    }
+    for (uint32_t i = 0; i < n && rc == 0; i++)
+        rc = cluster_node_start(c, i);
+    if (rc != 0) {
+        tk_cluster_stop(c);
+        return rc;
+    }
+    *out = c;
+    return 0;
+}
+
+void tk_cluster_stop(struct tk_cluster *c)
+{
+    if (c == NULL)
+        return;
+    for (uint32_t i = 0; i < c->n; i++) {
+        struct tk_node *tn = &c->nodes[i];
+        node_stop(tn->node);
+        tn->node = NULL;
+    }
+    for (uint32_t i = 0; i < c->n; i++) {
+        if (c->nodes[i].volume)
+            store_mem_volume_free(c->nodes[i].volume);
+        tk_free(c->nodes[i].data_dir);
+    }
+    transport_inproc_hub_free(c->hub);
+    tk_free(c);
+}
+
+struct tk_node *tk_cluster_node(struct tk_cluster *c, uint32_t i)
+{
+    return i < c->n ? &c->nodes[i] : NULL;
+}
+
+int tk_cluster_wait_leader(struct tk_cluster *c, uint32_t timeout_ms,
+                           struct tk_node **out)
+{
+    uint64_t waited = 0;
+    for (;;) {
+        for (uint32_t i = 0; i < c->n; i++) {
+            struct tk_status st;
+            if (c->nodes[i].node == NULL)
+                continue;
+            tk_node_status(&c->nodes[i], &st);
+            if (st.is_leader) {
+                *out = &c->nodes[i];
+                return 0;
+            }
+        }
+        if (waited >= timeout_ms)
+            return TK_ETIMEDOUT;
+        /* A test helper waiting on another thread's election: sleeping here
+         * is the caller's choice of latency, not a hot path. */
+        uv_sleep(5);
+        waited += 5;
+    }
+}
+
+int tk_cluster_restart_node(struct tk_cluster *c, uint32_t i)
+{
+    if (i >= c->n)
+        return TK_EINVAL;
+    node_stop(c->nodes[i].node);
+    c->nodes[i].node = NULL;
+    return cluster_node_start(c, i);
+}
+
+int tk_cluster_isolate(struct tk_cluster *c, uint32_t i, bool isolated)
+{
+    if (i >= c->n || c->nodes[i].node == NULL)
+        return TK_EINVAL;
+    return node_isolate(c->nodes[i].node, isolated);
+}
+
+void tk_node_status(struct tk_node *n, struct tk_status *out)
+{
+    struct node_status st;
+    node_status(n->node, &st);
+    memset(out, 0, sizeof(*out));
+    out->id = st.id;
+    out->term = st.term;
+    out->leader = st.leader;
+    out->is_leader = st.role == RAFT_LEADER;
+    out->commit = st.commit;
+    out->applied = st.applied;
+    out->last_index = st.last_index;
+    out->snapshot_index = st.snapshot_index;
+}
+
+uint64_t tk_node_leader(struct tk_node *n)
+{
+    struct node_status st;
+    node_status(n->node, &st);
+    return st.leader;
+}
+
+int tk_node_transfer_leadership(struct tk_node *n, uint64_t to)
+{
+    return node_transfer_leadership(n->node, to);
+}
+
+/* ---- waiting ----------------------------------------------------------- */
+
+struct waiter {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool done;
+    int status;
+    struct tk_write_result res;
+    /* reads */
+    const void *key;
+    size_t key_len;
+    struct tk_value *value;
+    const void *prefix;
+    size_t prefix_len;
+    size_t limit;
+    tk_item_cb *item_cb;
+    void *item_data;
+};
+
+static void waiter_init(struct waiter *w)
+{
+    memset(w, 0, sizeof(*w));
+    pthread_mutex_init(&w->mu, NULL);
+    pthread_cond_init(&w->cv, NULL);
+}
+
+static int waiter_wait(struct waiter *w)
+{
+    pthread_mutex_lock(&w->mu);
+    while (!w->done)
+        pthread_cond_wait(&w->cv, &w->mu);
+    pthread_mutex_unlock(&w->mu);
+    pthread_mutex_destroy(&w->mu);
+    pthread_cond_destroy(&w->cv);
+    return w->status;
+}
+
+static void waiter_done(struct waiter *w, int status)
+{
+    pthread_mutex_lock(&w->mu);
+    w->status = status;
+    w->done = true;
+    pthread_cond_signal(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+}
+
+static void fill_result(struct tk_write_result *out, const struct kv_result *r)
+{
+    memset(out, 0, sizeof(*out));
+    if (r == NULL)
+        return;
+    out->code = r->code;
+    out->revision = r->revision;
+    out->succeeded = r->succeeded;
+    out->value = r->value;
+    out->deleted = r->deleted;
+}
+
+/* ---- writes ------------------------------------------------------------ */
+
+static void sync_write_cb(struct node_req *req, int status, const struct kv_result *res,
+                          void *data)
+{
+    (void)req;
+    struct waiter *w = data;
+    if (status == 0)
+        fill_result(&w->res, res);
+    waiter_done(w, status);
+}
+
+struct async_write {
+    struct node_req req;
+    tk_write_cb *cb;
+    void *data;
+};
+
+static void async_write_cb(struct node_req *req, int status, const struct kv_result *res,
+                           void *data)
+{
+    struct async_write *aw = data;
+    (void)req;
+    struct tk_write_result out;
+    if (status == 0)
+        fill_result(&out, res);
+    aw->cb(status, status == 0 ? &out : NULL, aw->data);
+    tk_free(aw);
+}
+
+static struct tk_blob *pack(const Kvpb__Command *cmd)
+{
+    size_t len = kvpb__command__get_packed_size(cmd);
+    struct tk_blob *b = tk_blob_new(len);
+    kvpb__command__pack(cmd, b->data);
+    return b;
+}
+
+static int submit_blob(struct tk_node *n, struct tk_blob *cmd, enum tk_mode mode,
+                       struct tk_write_result *out)
+{
+    struct waiter w;
+    waiter_init(&w);
+    struct node_req req;
+    memset(&req, 0, sizeof(req));
+    req.mode = mode == TK_MODE_COMMITTED ? NODE_MODE_COMMITTED : NODE_MODE_APPLIED;
+    req.cmd = cmd;
+    req.write_cb = sync_write_cb;
+    req.data = &w;
+    int rc = node_submit(n->node, &req);
+    if (rc != 0) {
+        tk_blob_unref(cmd);
+        pthread_mutex_destroy(&w.mu);
+        pthread_cond_destroy(&w.cv);
+        return rc;
+    }
+    rc = waiter_wait(&w);
+    if (out != NULL)
+        *out = w.res;
+    return rc;
+}
+
+static int submit_blob_async(struct tk_node *n, struct tk_blob *cmd, enum tk_mode mode,
+                             tk_write_cb *cb, void *data)
+{
+    if (cb == NULL) {
+        tk_blob_unref(cmd);
+        return TK_EINVAL;
+    }
+    struct async_write *aw = tk_calloc(1, sizeof(*aw));
+    aw->cb = cb;
+    aw->data = data;
+    aw->req.mode = mode == TK_MODE_COMMITTED ? NODE_MODE_COMMITTED : NODE_MODE_APPLIED;
+    aw->req.cmd = cmd;
+    aw->req.write_cb = async_write_cb;
+    aw->req.data = aw;
+    int rc = node_submit(n->node, &aw->req);
+    if (rc != 0) {
+        tk_blob_unref(cmd);
+        tk_free(aw);
+    }
+    return rc;
+}
+
+int tk_submit_async(struct tk_node *n, const void *cmd, size_t len, enum tk_mode mode,
+                    tk_write_cb *cb, void *data)
+{
+    if (cmd == NULL && len > 0)
+        return TK_EINVAL;
+    return submit_blob_async(n, tk_blob_copy(cmd, len), mode, cb, data);
+}
+
+int tk_submit(struct tk_node *n, const void *cmd, size_t len, enum tk_mode mode,
+              struct tk_write_result *out)
+{
+    if (cmd == NULL && len > 0)
+        return TK_EINVAL;
+    return submit_blob(n, tk_blob_copy(cmd, len), mode, out);
+}
+
+static ProtobufCBinaryData bin(const void *p, size_t len)
+{
+    ProtobufCBinaryData b = { .len = len, .data = (uint8_t *)(uintptr_t)p };
+    return b;
+}
+
+static struct tk_blob *put_cmd(const void *key, size_t key_len, const void *value,
+                               size_t value_len)
+{
+    Kvpb__Command cmd = KVPB__COMMAND__INIT;
+    Kvpb__Put put = KVPB__PUT__INIT;
+    put.key = bin(key, key_len);
+    put.value = bin(value, value_len);
+    cmd.cmd_case = KVPB__COMMAND__CMD_PUT;
+    cmd.put = &put;
+    return pack(&cmd);
+}
+
+int tk_put(struct tk_node *n, const void *key, size_t key_len, const void *value,
+           size_t value_len, enum tk_mode mode, struct tk_write_result *out)
+{
+    return submit_blob(n, put_cmd(key, key_len, value, value_len), mode, out);
+}
+
+int tk_put_async(struct tk_node *n, const void *key, size_t key_len, const void *value,
+                 size_t value_len, enum tk_mode mode, tk_write_cb *cb, void *data)
+{
+    return submit_blob_async(n, put_cmd(key, key_len, value, value_len), mode, cb, data);
+}
+
+int tk_delete(struct tk_node *n, const void *key, size_t key_len, enum tk_mode mode,
+              struct tk_write_result *out)
+{
+    Kvpb__Command cmd = KVPB__COMMAND__INIT;
+    Kvpb__Delete del = KVPB__DELETE__INIT;
+    del.key = bin(key, key_len);
+    cmd.cmd_case = KVPB__COMMAND__CMD_DEL;
+    cmd.del = &del;
+    return submit_blob(n, pack(&cmd), mode, out);
+}
+
+int tk_incr(struct tk_node *n, const void *key, size_t key_len, int64_t delta,
+            enum tk_mode mode, struct tk_write_result *out)
+{
+    Kvpb__Command cmd = KVPB__COMMAND__INIT;
+    Kvpb__Increment inc = KVPB__INCREMENT__INIT;
+    inc.key = bin(key, key_len);
+    inc.delta = delta;
+    cmd.cmd_case = KVPB__COMMAND__CMD_INCR;
+    cmd.incr = &inc;
+    return submit_blob(n, pack(&cmd), mode, out);
+}
+
+/* Builds protobuf ops for `ops` into caller-provided arrays. */
+static void build_ops(const struct tk_op *ops, size_t n, Kvpb__Op *op, Kvpb__Op **opp,
+                      Kvpb__Put *puts, Kvpb__Delete *dels)
+{
+    for (size_t i = 0; i < n; i++) {
+        kvpb__op__init(&op[i]);
+        if (ops[i].value != NULL) {
+            kvpb__put__init(&puts[i]);
+            puts[i].key = bin(ops[i].key, ops[i].key_len);
+            puts[i].value = bin(ops[i].value, ops[i].value_len);
+            op[i].op_case = KVPB__OP__OP_PUT;
+            op[i].put = &puts[i];
+        } else {
+            kvpb__delete__init(&dels[i]);
+            dels[i].key = bin(ops[i].key, ops[i].key_len);
+            op[i].op_case = KVPB__OP__OP_DEL;
+            op[i].del = &dels[i];
+        }
+        opp[i] = &op[i];
+    }
+}
+
+int tk_batch(struct tk_node *n, const struct tk_op *ops, size_t n_ops, enum tk_mode mode,
+             struct tk_write_result *out)
+{
+    if (n_ops > KV_TXN_OPS_MAX)
+        return TK_ETOOBIG;
+    Kvpb__Op op[KV_TXN_OPS_MAX];
+    Kvpb__Op *opp[KV_TXN_OPS_MAX];
+    Kvpb__Put puts[KV_TXN_OPS_MAX];
+    Kvpb__Delete dels[KV_TXN_OPS_MAX];
+    build_ops(ops, n_ops, op, opp, puts, dels);
+    Kvpb__Batch b = KVPB__BATCH__INIT;
+    b.n_ops = n_ops;
+    b.ops = opp;
+    Kvpb__Command cmd = KVPB__COMMAND__INIT;
+    cmd.cmd_case = KVPB__COMMAND__CMD_BATCH;
+    cmd.batch = &b;
+    return submit_blob(n, pack(&cmd), mode, out);
+}
+
+int tk_txn(struct tk_node *n, const struct tk_version_cmp *cmps, size_t n_cmps,
+           const struct tk_op *then_ops, size_t n_then, const struct tk_op *else_ops,
+           size_t n_else, enum tk_mode mode, struct tk_write_result *out)
+{
+    if (n_cmps > KV_TXN_OPS_MAX || n_then + n_else > KV_TXN_OPS_MAX)
+        return TK_ETOOBIG;
+    Kvpb__Compare cmp[KV_TXN_OPS_MAX];
+    Kvpb__Compare *cmpp[KV_TXN_OPS_MAX];
+    for (size_t i = 0; i < n_cmps; i++) {
+        kvpb__compare__init(&cmp[i]);
+        cmp[i].key = bin(cmps[i].key, cmps[i].key_len);
+        cmp[i].target = KVPB__COMPARE__TARGET__VERSION;
+        cmp[i].op = KVPB__COMPARE__OP__EQUAL;
+        cmp[i].number = (int64_t)cmps[i].version;
+        cmpp[i] = &cmp[i];
+    }
+    Kvpb__Op op[KV_TXN_OPS_MAX];
+    Kvpb__Op *opp[KV_TXN_OPS_MAX];
+    Kvpb__Put puts[KV_TXN_OPS_MAX];
+    Kvpb__Delete dels[KV_TXN_OPS_MAX];
+    build_ops(then_ops, n_then, op, opp, puts, dels);
+    build_ops(else_ops, n_else, op + n_then, opp + n_then, puts + n_then, dels + n_then);
+    Kvpb__Txn t = KVPB__TXN__INIT;
+    t.n_compares = n_cmps;
+    t.compares = cmpp;
+    t.n_then_ops = n_then;
+    t.then_ops = opp;
+    t.n_else_ops = n_else;
+    t.else_ops = opp + n_then;
+    Kvpb__Command cmd = KVPB__COMMAND__INIT;
+    cmd.cmd_case = KVPB__COMMAND__CMD_TXN;
+    cmd.txn = &t;
+    return submit_blob(n, pack(&cmd), mode, out);
+}
+
+/* ---- reads ------------------------------------------------------------- */
+
+void tk_value_free(struct tk_value *v)
+{
+    if (v == NULL)
+        return;
+    free(v->value);
+    memset(v, 0, sizeof(*v));
+}
+
+static void get_cb(struct node_req *req, int status, struct kv_sm *sm, void *data)
+{
+    (void)req;
+    struct waiter *w = data;
+    if (status == 0) {
+        struct kv_item it;
+        status = kv_sm_get(sm, w->key, w->key_len, &it);
+        if (status == 0) {
+            struct tk_value *v = w->value;
+            v->value = malloc(it.value_len + 1);
+            if (v->value == NULL) {
+                status = TK_ENOMEM;
+            } else {
+                memcpy(v->value, it.value, it.value_len);
+                v->value[it.value_len] = 0;
+                v->len = it.value_len;
+                v->create_revision = it.create_revision;
+                v->mod_revision = it.mod_revision;
+                v->version = it.version;
+            }
+        }
+    }
+    waiter_done(w, status);
+}
+
+static int read_wait(struct tk_node *n, enum tk_consistency c, node_read_cb *cb,
+                     struct waiter *w)
+{
+    struct node_req req;
+    memset(&req, 0, sizeof(req));
+    req.is_read = 1;
+    req.consistency = c == TK_READ_STALE ? NODE_READ_STALE : NODE_READ_LINEARIZABLE;
+    req.read_cb = cb;
+    req.data = w;
+    int rc = node_submit(n->node, &req);
+    if (rc != 0) {
+        pthread_mutex_destroy(&w->mu);
+        pthread_cond_destroy(&w->cv);
+        return rc;
+    }
+    return waiter_wait(w);
+}
+
+int tk_get(struct tk_node *n, const void *key, size_t key_len, enum tk_consistency c,
+           struct tk_value *out)
+{
+    struct waiter w;
+    waiter_init(&w);
+    memset(out, 0, sizeof(*out));
+    w.key = key;
+    w.key_len = key_len;
+    w.value = out;
+    return read_wait(n, c, get_cb, &w);
+}
+
+static int scan_item(const struct kv_item *it, void *data)
+{
+    struct waiter *w = data;
+    struct tk_item ti = { .key = it->key, .key_len = it->key_len, .value = it->value,
+                          .value_len = it->value_len, .mod_revision = it->mod_revision,
+                          .version = it->version };
+    return w->item_cb(&ti, w->item_data);
+}
+
+static void scan_cb(struct node_req *req, int status, struct kv_sm *sm, void *data)
+{
+    (void)req;
+    struct waiter *w = data;
+    if (status == 0) {
+        struct kv_range r = { .start = w->prefix, .start_len = w->prefix_len,
+                              .by_prefix = true };
+        status = kv_sm_scan(sm, &r, w->limit, scan_item, w);
+    }
+    waiter_done(w, status);
+}
+
+int tk_scan(struct tk_node *n, const void *prefix, size_t prefix_len, size_t limit,
+            enum tk_consistency c, tk_item_cb *cb, void *data)
+{
+    if (cb == NULL)
+        return TK_EINVAL;
+    struct waiter w;
+    waiter_init(&w);
+    w.prefix = prefix;
+    w.prefix_len = prefix_len;
+    w.limit = limit;
+    w.item_cb = cb;
+    w.item_data = data;
+    return read_wait(n, c, scan_cb, &w);
+}
