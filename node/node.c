@@ -310,8 +310,6 @@ static void apply_entries(struct node *n, const struct raft_entry *e, size_t cnt
                 finish_write(n, r, TK_ETIMEDOUT, NULL); /* skipped by a snapshot */
         }
     }
-    if (cnt > 0)
-        raft_applied(n->raft, e[cnt - 1].index);
 }
 
 /* Log compaction (DESIGN "Ring-log KV state machine"): once enough entries are
@@ -361,6 +359,7 @@ static void maybe_snapshot(struct node *n)
         TK_LOG(TK_LOG_WARN, n->o.id, raft_term(n->raft),
                "snapshot at %llu refused by the core: %s",
                (unsigned long long)meta.index, tk_strerror(rc));
+        n->snap_index = meta.index; /* try again a full interval later */
         return;
     }
     rc = store_save_snapshot(n->store, &meta);
@@ -495,6 +494,8 @@ static void process_ready(struct node *n)
         if (rd.n_read_states > 0)
             handle_read_states(n, rd.read_states, rd.n_read_states);
         raft_advance(n->raft, &rd);
+        if (rd.n_committed > 0)
+            raft_applied(n->raft, kv_sm_applied_index(n->sm));
         persist_poll(n);
         complete_committed(n);
         serve_reads(n);

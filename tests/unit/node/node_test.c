@@ -1,0 +1,436 @@
+/* Node runtime tests: in-process clusters (inproc transport, memory volumes)
+ * and one TCP cluster, driven through the public API (include/tierkv.h). */
+#include <check.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "base/log.h"
+#include "include/tierkv.h"
+
+static struct tk_cluster *start(uint32_t n, uint64_t snapshot_entries)
+{
+    struct tk_options o;
+    tk_options_default(&o);
+    o.kv_no_sync = true;
+    o.seed = 42;
+    if (snapshot_entries) {
+        o.snapshot_entries = snapshot_entries;
+        o.trailing_entries = 10;
+    }
+    struct tk_cluster *c = NULL;
+    ck_assert_int_eq(tk_cluster_start(n, &o, &c), 0);
+    return c;
+}
+
+static struct tk_node *leader_of(struct tk_cluster *c)
+{
+    struct tk_node *l = NULL;
+    ck_assert_int_eq(tk_cluster_wait_leader(c, 10000, &l), 0);
+    return l;
+}
+
+static int index_of(struct tk_cluster *c, struct tk_node *n)
+{
+    for (uint32_t i = 0; i < TK_MEMBERS_MAX; i++)
+        if (tk_cluster_node(c, i) == n)
+            return (int)i;
+    return -1;
+}
+
+/* Waits until node i has applied at least `index`. */
+static void wait_applied(struct tk_cluster *c, uint32_t i, uint64_t index)
+{
+    for (int t = 0; t < 2000; t++) {
+        struct tk_status st;
+        tk_node_status(tk_cluster_node(c, i), &st);
+        if (st.applied >= index)
+            return;
+        usleep(5000);
+    }
+    ck_abort_msg("node %u never applied %llu", i, (unsigned long long)index);
+}
+
+static void put_str(struct tk_node *n, const char *k, const char *v, enum tk_mode mode,
+                    struct tk_write_result *res)
+{
+    int rc = tk_put(n, k, strlen(k), v, strlen(v), mode, res);
+    ck_assert_msg(rc == 0, "put %s: %s", k, tk_strerror(rc));
+}
+
+static void assert_value(struct tk_node *n, const char *k, const char *want,
+                         enum tk_consistency c)
+{
+    struct tk_value v;
+    int rc = tk_get(n, k, strlen(k), c, &v);
+    ck_assert_msg(rc == 0, "get %s: %s", k, tk_strerror(rc));
+    ck_assert_uint_eq(v.len, strlen(want));
+    ck_assert(memcmp(v.value, want, v.len) == 0);
+    tk_value_free(&v);
+}
+
+START_TEST(test_single_node_commits_after_own_persist)
+{
+    struct tk_options o;
+    tk_options_default(&o);
+    o.id = 1;
+    o.kv_no_sync = true;
+    struct tk_node *n;
+    ck_assert_int_eq(tk_node_start(&o, &n), 0);
+    for (int t = 0; t < 1000; t++) {
+        struct tk_status st;
+        tk_node_status(n, &st);
+        if (st.is_leader)
+            break;
+        usleep(5000);
+    }
+    struct tk_write_result res;
+    put_str(n, "a", "1", TK_MODE_APPLIED, &res);
+    ck_assert_uint_gt(res.revision, 0);
+    assert_value(n, "a", "1", TK_READ_LINEARIZABLE);
+    struct tk_write_result inc;
+    ck_assert_int_eq(tk_incr(n, "ctr", 3, 5, TK_MODE_APPLIED, &inc), 0);
+    ck_assert_int_eq(tk_incr(n, "ctr", 3, 2, TK_MODE_APPLIED, &inc), 0);
+    ck_assert_int_eq(inc.value, 7);
+    tk_node_stop(n);
+}
+END_TEST
+
+START_TEST(test_three_nodes_elect_and_replicate)
+{
+    struct tk_cluster *c = start(3, 0);
+    struct tk_node *l = leader_of(c);
+    struct tk_write_result res;
+    put_str(l, "k", "v", TK_MODE_APPLIED, &res);
+    for (uint32_t i = 0; i < 3; i++) {
+        wait_applied(c, i, res.revision);
+        assert_value(tk_cluster_node(c, i), "k", "v", TK_READ_STALE);
+    }
+    /* Exactly one leader, and everyone agrees on it. */
+    struct tk_status st;
+    tk_node_status(l, &st);
+    for (uint32_t i = 0; i < 3; i++)
+        ck_assert_uint_eq(tk_node_leader(tk_cluster_node(c, i)), st.id);
+    tk_cluster_stop(c);
+}
+END_TEST
+
+START_TEST(test_write_on_follower_is_refused_with_leader_hint)
+{
+    struct tk_cluster *c = start(3, 0);
+    struct tk_node *l = leader_of(c);
+    struct tk_node *f = tk_cluster_node(c, (uint32_t)(index_of(c, l) + 1) % 3);
+    for (int t = 0; t < 200 && tk_node_leader(f) == 0; t++)
+        usleep(5000);
+    int rc = tk_put(f, "x", 1, "y", 1, TK_MODE_APPLIED, NULL);
+    ck_assert_int_eq(rc, TK_ENOTLEADER);
+    struct tk_status st;
+    tk_node_status(l, &st);
+    ck_assert_uint_eq(tk_node_leader(f), st.id);
+    tk_cluster_stop(c);
+}
+END_TEST
+
+START_TEST(test_applied_result_visible_to_immediate_read)
+{
+    struct tk_cluster *c = start(3, 0);
+    struct tk_node *l = leader_of(c);
+    for (int i = 0; i < 50; i++) {
+        char k[16], v[16];
+        snprintf(k, sizeof(k), "k%d", i);
+        snprintf(v, sizeof(v), "v%d", i);
+        put_str(l, k, v, TK_MODE_APPLIED, NULL);
+        assert_value(l, k, v, TK_READ_STALE); /* read-your-writes, locally */
+    }
+    tk_cluster_stop(c);
+}
+END_TEST
+
+START_TEST(test_committed_mode_completes_no_later_than_applied)
+{
+    struct tk_cluster *c = start(3, 0);
+    struct tk_node *l = leader_of(c);
+    struct tk_write_result rc1, ra;
+    put_str(l, "c", "1", TK_MODE_COMMITTED, &rc1);
+    put_str(l, "a", "1", TK_MODE_APPLIED, &ra);
+    ck_assert_uint_gt(rc1.revision, 0);
+    ck_assert_uint_gt(ra.revision, rc1.revision);
+    /* When the committed-mode put returned, its entry was committed: */
+    struct tk_status st;
+    tk_node_status(l, &st);
+    ck_assert_uint_ge(st.commit, rc1.revision);
+    tk_cluster_stop(c);
+}
+END_TEST
+
+START_TEST(test_follower_restarts_and_catches_up)
+{
+    struct tk_cluster *c = start(3, 0);
+    struct tk_node *l = leader_of(c);
+    uint32_t f = (uint32_t)(index_of(c, l) + 1) % 3;
+    put_str(l, "before", "1", TK_MODE_APPLIED, NULL);
+    ck_assert_int_eq(tk_cluster_isolate(c, f, true), 0);
+    struct tk_write_result res;
+    for (int i = 0; i < 100; i++)
+        put_str(l, "during", "2", TK_MODE_APPLIED, &res);
+    ck_assert_int_eq(tk_cluster_restart_node(c, f), 0);
+    ck_assert_int_eq(tk_cluster_isolate(c, f, false), 0);
+    wait_applied(c, f, res.revision);
+    assert_value(tk_cluster_node(c, f), "before", "1", TK_READ_STALE);
+    assert_value(tk_cluster_node(c, f), "during", "2", TK_READ_STALE);
+    tk_cluster_stop(c);
+}
+END_TEST
+
+START_TEST(test_lagging_follower_catches_up_by_snapshot)
+{
+    struct tk_cluster *c = start(3, 50); /* snapshot every 50 entries */
+    struct tk_node *l = leader_of(c);
+    uint32_t f = (uint32_t)(index_of(c, l) + 1) % 3;
+    ck_assert_int_eq(tk_cluster_isolate(c, f, true), 0);
+    struct tk_write_result res;
+    char k[16];
+    for (int i = 0; i < 300; i++) {
+        snprintf(k, sizeof(k), "k%d", i);
+        put_str(l, k, "v", TK_MODE_APPLIED, &res);
+    }
+    struct tk_status st;
+    tk_node_status(l, &st);
+    ck_assert_uint_gt(st.snapshot_index, 100);
+    ck_assert_int_eq(tk_cluster_isolate(c, f, false), 0);
+    wait_applied(c, f, res.revision);
+    struct tk_status fs;
+    tk_node_status(tk_cluster_node(c, f), &fs);
+    ck_assert_uint_gt(fs.snapshot_index, 0); /* it got there by a snapshot */
+    assert_value(tk_cluster_node(c, f), "k0", "v", TK_READ_STALE);
+    assert_value(tk_cluster_node(c, f), "k299", "v", TK_READ_STALE);
+    tk_cluster_stop(c);
+}
+END_TEST
+
+struct tally {
+    atomic_int done;
+    atomic_int ok;
+    atomic_int failed;
+};
+
+static void count_cb(int status, const struct tk_write_result *res, void *data)
+{
+    struct tally *t = data;
+    (void)res;
+    if (status == 0)
+        atomic_fetch_add(&t->ok, 1);
+    else
+        atomic_fetch_add(&t->failed, 1);
+    atomic_fetch_add(&t->done, 1);
+}
+
+START_TEST(test_leader_dies_with_proposals_in_flight)
+{
+    struct tk_cluster *c = start(3, 0);
+    struct tk_node *l = leader_of(c);
+    uint32_t li = (uint32_t)index_of(c, l);
+    struct tally t = { 0 };
+    int sent = 0;
+    for (int i = 0; i < 500; i++)
+        if (tk_put_async(l, "f", 1, "x", 1, TK_MODE_APPLIED, count_cb, &t) == 0)
+            sent++;
+    /* Cut the leader off and restart it: every request must complete. */
+    ck_assert_int_eq(tk_cluster_isolate(c, li, true), 0);
+    ck_assert_int_eq(tk_cluster_restart_node(c, li), 0);
+    for (int w = 0; w < 3000 && atomic_load(&t.done) < sent; w++)
+        usleep(5000);
+    ck_assert_int_eq(atomic_load(&t.done), sent);
+    ck_assert_int_eq(atomic_load(&t.ok) + atomic_load(&t.failed), sent);
+    ck_assert_int_eq(tk_cluster_isolate(c, li, false), 0);
+    tk_cluster_stop(c);
+}
+END_TEST
+
+START_TEST(test_linearizable_read_after_leader_change_sees_acked_writes)
+{
+    struct tk_cluster *c = start(3, 0);
+    struct tk_node *l = leader_of(c);
+    for (int i = 0; i < 20; i++)
+        put_str(l, "lin", i % 2 ? "odd" : "even", TK_MODE_APPLIED, NULL);
+    put_str(l, "lin", "last", TK_MODE_APPLIED, NULL);
+    struct tk_status st;
+    tk_node_status(l, &st);
+    uint64_t to = st.id % 3 + 1;
+    ck_assert_int_eq(tk_node_transfer_leadership(l, to), 0);
+    struct tk_node *nl = NULL;
+    for (int w = 0; w < 2000; w++) {
+        struct tk_status s2;
+        tk_node_status(tk_cluster_node(c, (uint32_t)to - 1), &s2);
+        if (s2.is_leader) {
+            nl = tk_cluster_node(c, (uint32_t)to - 1);
+            break;
+        }
+        usleep(5000);
+    }
+    ck_assert_ptr_nonnull(nl);
+    /* Every node, leader or follower (through a read index), sees it. */
+    for (uint32_t i = 0; i < 3; i++) {
+        int rc = TK_ENOLEADER;
+        struct tk_value v;
+        for (int w = 0; w < 200 && rc == TK_ENOLEADER; w++) {
+            rc = tk_get(tk_cluster_node(c, i), "lin", 3, TK_READ_LINEARIZABLE, &v);
+            if (rc == TK_ENOLEADER)
+                usleep(5000);
+        }
+        ck_assert_msg(rc == 0, "node %u: %s", i, tk_strerror(rc));
+        ck_assert_uint_eq(v.len, 4);
+        ck_assert(memcmp(v.value, "last", 4) == 0);
+        tk_value_free(&v);
+    }
+    tk_cluster_stop(c);
+}
+END_TEST
+
+START_TEST(test_backpressure_returns_busy)
+{
+    struct tk_options o;
+    tk_options_default(&o);
+    o.kv_no_sync = true;
+    o.queue_max = 4;
+    struct tk_cluster *c = NULL;
+    ck_assert_int_eq(tk_cluster_start(3, &o, &c), 0);
+    struct tk_node *l = leader_of(c);
+    struct tally t = { 0 };
+    int busy = 0, sent = 0;
+    for (int i = 0; i < 20000 && busy == 0; i++) {
+        int rc = tk_put_async(l, "b", 1, "x", 1, TK_MODE_APPLIED, count_cb, &t);
+        if (rc == TK_EBUSY)
+            busy++;
+        else if (rc == 0)
+            sent++;
+    }
+    ck_assert_int_gt(busy, 0);
+    for (int w = 0; w < 2000 && atomic_load(&t.done) < sent; w++)
+        usleep(5000);
+    ck_assert_int_eq(atomic_load(&t.done), sent);
+    tk_cluster_stop(c);
+}
+END_TEST
+
+START_TEST(test_stop_with_work_in_flight_completes_everything)
+{
+    struct tk_cluster *c = start(3, 0);
+    struct tk_node *l = leader_of(c);
+    struct tally t = { 0 };
+    int sent = 0;
+    for (int i = 0; i < 2000; i++)
+        if (tk_put_async(l, "s", 1, "x", 1, TK_MODE_APPLIED, count_cb, &t) == 0)
+            sent++;
+    tk_cluster_stop(c); /* LeakSanitizer checks the rest at exit */
+    ck_assert_int_eq(atomic_load(&t.done), sent);
+}
+END_TEST
+
+START_TEST(test_batch_and_txn)
+{
+    struct tk_cluster *c = start(3, 0);
+    struct tk_node *l = leader_of(c);
+    struct tk_op ops[2] = { { "b1", 2, "x", 1 }, { "b2", 2, "y", 1 } };
+    struct tk_write_result res;
+    ck_assert_int_eq(tk_batch(l, ops, 2, TK_MODE_APPLIED, &res), 0);
+    ck_assert_int_eq(res.code, 0);
+    assert_value(l, "b2", "y", TK_READ_LINEARIZABLE);
+    struct tk_version_cmp cmp = { "b1", 2, 1 };
+    struct tk_op then_op = { "t", 1, "then", 4 };
+    struct tk_op else_op = { "t", 1, "else", 4 };
+    ck_assert_int_eq(tk_txn(l, &cmp, 1, &then_op, 1, &else_op, 1, TK_MODE_APPLIED, &res), 0);
+    ck_assert(res.succeeded);
+    assert_value(l, "t", "then", TK_READ_LINEARIZABLE);
+    cmp.version = 7;
+    ck_assert_int_eq(tk_txn(l, &cmp, 1, &then_op, 1, &else_op, 1, TK_MODE_APPLIED, &res), 0);
+    ck_assert(!res.succeeded);
+    assert_value(l, "t", "else", TK_READ_LINEARIZABLE);
+    tk_cluster_stop(c);
+}
+END_TEST
+
+static int count_items(const struct tk_item *it, void *data)
+{
+    (void)it;
+    (*(int *)data)++;
+    return 0;
+}
+
+START_TEST(test_tcp_cluster_replicates_and_scans)
+{
+    struct tk_options o;
+    tk_options_default(&o);
+    o.kv_no_sync = true;
+    o.cluster_id = 9;
+    o.n_members = 3;
+    uint16_t base = (uint16_t)(20000 + (getpid() % 20000));
+    for (int i = 0; i < 3; i++) {
+        o.members[i].id = (uint64_t)i + 1;
+        o.members[i].host = "127.0.0.1";
+        o.members[i].port = (uint16_t)(base + i);
+    }
+    struct tk_node *n[3];
+    for (int i = 0; i < 3; i++) {
+        o.id = (uint64_t)i + 1;
+        ck_assert_int_eq(tk_node_start(&o, &n[i]), 0);
+    }
+    struct tk_node *l = NULL;
+    for (int w = 0; w < 2000 && l == NULL; w++) {
+        for (int i = 0; i < 3; i++) {
+            struct tk_status st;
+            tk_node_status(n[i], &st);
+            if (st.is_leader)
+                l = n[i];
+        }
+        usleep(5000);
+    }
+    ck_assert_ptr_nonnull(l);
+    char k[16];
+    for (int i = 0; i < 30; i++) {
+        snprintf(k, sizeof(k), "p/%02d", i);
+        put_str(l, k, "v", TK_MODE_APPLIED, NULL);
+    }
+    put_str(l, "q", "other", TK_MODE_APPLIED, NULL);
+    int cnt = 0;
+    ck_assert_int_eq(tk_scan(l, "p/", 2, 0, TK_READ_LINEARIZABLE, count_items, &cnt), 0);
+    ck_assert_int_eq(cnt, 30);
+    for (int i = 0; i < 3; i++)
+        tk_node_stop(n[i]);
+}
+END_TEST
+
+static Suite *node_suite(void)
+{
+    Suite *s = suite_create("node");
+    TCase *tc = tcase_create("cluster");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_single_node_commits_after_own_persist);
+    tcase_add_test(tc, test_three_nodes_elect_and_replicate);
+    tcase_add_test(tc, test_write_on_follower_is_refused_with_leader_hint);
+    tcase_add_test(tc, test_applied_result_visible_to_immediate_read);
+    tcase_add_test(tc, test_committed_mode_completes_no_later_than_applied);
+    tcase_add_test(tc, test_follower_restarts_and_catches_up);
+    tcase_add_test(tc, test_lagging_follower_catches_up_by_snapshot);
+    tcase_add_test(tc, test_leader_dies_with_proposals_in_flight);
+    tcase_add_test(tc, test_linearizable_read_after_leader_change_sees_acked_writes);
+    tcase_add_test(tc, test_backpressure_returns_busy);
+    tcase_add_test(tc, test_stop_with_work_in_flight_completes_everything);
+    tcase_add_test(tc, test_batch_and_txn);
+    tcase_add_test(tc, test_tcp_cluster_replicates_and_scans);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    tk_log_set_level(TK_LOG_WARN);
+    SRunner *sr = srunner_create(node_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? 0 : 1;
+}
