@@ -92,6 +92,8 @@ struct node {
 
     pthread_mutex_t status_mu;
     struct node_status status;
+    struct node_metrics metrics; /* loop thread; copied under status_mu */
+    struct node_metrics metrics_pub;
 
     /* Cross-thread leadership transfer request. */
     _Atomic uint64_t transfer_to;
@@ -141,6 +143,8 @@ static void finish_write(struct node *n, struct node_req *r, int status,
 
 static void finish_read(struct node *n, struct node_req *r, int status)
 {
+    if (status == 0)
+        n->metrics.reads++;
     r->read_cb(r, status, status == 0 ? n->sm : NULL, r->data);
 }
 
@@ -298,6 +302,7 @@ static void apply_entries(struct node *n, const struct raft_entry *e, size_t cnt
             node_fail(n, rc, "apply");
             return;
         }
+        n->metrics.applied_entries++;
         /* Writes proposed here complete in index order. */
         struct node_req *r;
         while ((r = n->applied_wait.head) != NULL && r->index <= x->index) {
@@ -368,6 +373,7 @@ static void maybe_snapshot(struct node *n)
         return;
     }
     n->snap_index = meta.index;
+    n->metrics.snapshots++;
     if (meta.index > n->o.trailing_entries) {
         uint64_t upto = meta.index - n->o.trailing_entries;
         if (upto > raft_stable_index(n->raft))
@@ -404,6 +410,7 @@ static int install_snapshot(struct node *n, const struct raft_snapshot_meta *met
     if (rc == 0)
         rc = store_save_snapshot(n->store, meta);
     n->snap_index = meta->index;
+    n->metrics.installs++;
     /* Writes waiting at or below the snapshot: their outcome is unknown. */
     struct node_req *r;
     while ((r = n->applied_wait.head) != NULL && r->index <= meta->index) {
@@ -426,6 +433,18 @@ static void publish_status(struct node *n)
     n->status.applied = kv_sm_applied_index(n->sm);
     n->status.last_index = raft_last_index(n->raft);
     n->status.snapshot_index = n->snap_index;
+    struct store_stats ss;
+    store_stats(n->store, &ss);
+    n->metrics.store_syncs = ss.syncs;
+    n->metrics.store_bytes = ss.bytes;
+    if (n->transport != NULL) {
+        struct transport_stats ts;
+        transport_stats(n->transport, &ts);
+        n->metrics.net_bytes_sent = ts.bytes_sent;
+        n->metrics.net_bytes_received = ts.bytes_received;
+        n->metrics.net_reconnects = ts.conns_dialed;
+    }
+    n->metrics_pub = n->metrics;
     pthread_mutex_unlock(&n->status_mu);
 }
 
@@ -518,6 +537,7 @@ static void start_read(struct node *n, struct node_req *r)
         finish_read(n, r, 0);
         return;
     }
+    n->metrics.read_index++;
     r->ctx = ++n->read_ctx;
     int rc = raft_read_index(n->raft, r->ctx);
     if (rc != 0) {
@@ -559,6 +579,10 @@ static void drain_queue(struct node *n)
         return;
     uint64_t index = 0, term = 0;
     int rc = raft_propose(n->raft, n->batch, nb, &index, &term);
+    if (rc == 0) {
+        n->metrics.proposals += nb;
+        n->metrics.batches++;
+    }
     struct node_req *r = first;
     while (r != NULL) {
         struct node_req *next = r->next;
@@ -660,6 +684,8 @@ static void begin_close(struct node *n)
     if (n->closing)
         return;
     n->closing = true;
+    if (n->o.on_loop_stop != NULL)
+        n->o.on_loop_stop(n, &n->loop, n->o.hook_data);
     void *item;
     while ((item = tk_mpsc_pop(&n->queue)) != NULL)
         finish(n, item, TK_ESHUTDOWN);
@@ -859,6 +885,8 @@ static void node_thread(void *arg)
     publish_status(n);
     TK_LOG(TK_LOG_INFO, n->o.id, raft_term(n->raft), "node started (applied %llu)",
            (unsigned long long)kv_sm_applied_index(n->sm));
+    if (n->o.on_loop_start != NULL)
+        n->o.on_loop_start(n, &n->loop, n->o.hook_data);
     uv_sem_post(&n->started);
     uv_run(&n->loop, UV_RUN_DEFAULT);
     int rc2 = uv_loop_close(&n->loop);
@@ -971,6 +999,13 @@ int node_submit(struct node *n, struct node_req *req)
     }
     uv_async_send(&n->wake);
     return 0;
+}
+
+void node_metrics(struct node *n, struct node_metrics *out)
+{
+    pthread_mutex_lock(&n->status_mu);
+    *out = n->metrics_pub;
+    pthread_mutex_unlock(&n->status_mu);
 }
 
 void node_status(struct node *n, struct node_status *out)

@@ -28,6 +28,16 @@
 #include "raft/raft.h"
 
 struct transport_inproc_hub;
+struct uv_loop_s;
+struct node;
+
+/* Runs on the node's loop thread: at start (after recovery, before the first
+ * tick) and at stop (before the loop winds down; it must uv_close every handle
+ * it opened, the loop runs until they are closed). Requests still pending
+ * when on_loop_stop returns then complete with TK_ESHUTDOWN, on the loop, so
+ * their owner must keep what their callbacks touch alive until then. Lets a
+ * gateway share the node's loop, so a request costs no thread hop. */
+typedef void node_hook_cb(struct node *n, struct uv_loop_s *loop, void *data);
 
 enum node_mode {
     NODE_MODE_APPLIED = 0,   /* complete once applied, with the sm's result */
@@ -110,11 +120,13 @@ struct node_options {
                                   past the last snapshot: 100000 */
     uint64_t trailing_entries; /* entries kept behind a snapshot: 10000 */
     uint64_t seed;
+
+    node_hook_cb *on_loop_start;
+    node_hook_cb *on_loop_stop;
+    void *hook_data;
 };
 
 void node_options_default(struct node_options *o);
-
-struct node;
 
 /* Starts the node's thread, opens its store and state machine, recovers and
  * joins the cluster. Blocks until it runs or fails. Returns 0, TK_EINVAL (bad
@@ -125,7 +137,8 @@ int node_start(const struct node_options *o, struct node **out);
  * closed, the thread joins, the node is freed. Blocks. Not from a callback. */
 void node_stop(struct node *n);
 
-/* Queues a write (req->cmd) or a read. Any thread, never blocks. Returns 0
+/* Queues a write (req->cmd) or a read. Any thread (the loop thread too: a
+ * gateway on the node's loop submits from there), never blocks. Returns 0
  * (the callback will run exactly once) or TK_EBUSY (queue full) / TK_ESHUTDOWN
  * (the callback will not run). */
 int node_submit(struct node *n, struct node_req *req);
@@ -146,6 +159,24 @@ void node_status(struct node *n, struct node_status *out);
 /* Asks the leader to hand leadership to `to` (thesis 3.10). Any thread;
  * returns once the loop has passed the request to the core. */
 int node_transfer_leadership(struct node *n, uint64_t to);
+
+/* Counters for /metrics; any thread (published by the loop each turn). */
+struct node_metrics {
+    uint64_t proposals;      /* writes proposed by this node */
+    uint64_t batches;        /* raft_propose calls */
+    uint64_t forwarded;      /* writes forwarded to the leader */
+    uint64_t reads;          /* reads served */
+    uint64_t read_index;     /* linearizable reads that asked for a read index */
+    uint64_t applied_entries;
+    uint64_t snapshots;      /* snapshots taken */
+    uint64_t installs;       /* snapshots installed from a leader */
+    uint64_t store_syncs;
+    uint64_t store_bytes;
+    uint64_t net_bytes_sent;
+    uint64_t net_bytes_received;
+    uint64_t net_reconnects;
+};
+void node_metrics(struct node *n, struct node_metrics *out);
 
 /* The node's inproc transport faults, for tests: cut this node off from every
  * peer (both directions) or heal. Only for inproc nodes. Any thread. */
