@@ -360,8 +360,8 @@ static void tally(struct raft *r)
     if (yes >= quorum(r)) {
         if (r->role == RAFT_PRE_CANDIDATE)
             campaign(r, false, false);
-        else
-            become_leader(r);
+        else if (r->self_vote_durable)
+            become_leader(r); /* never lead a term we might forget (3.8) */
     } else if (no >= quorum(r)) {
         become_follower(r, r->term, RAFT_NONE);
     }
@@ -789,11 +789,11 @@ static void handle_append_resp(struct raft *r, const struct raft_message *m)
     if (ar->read_ctx > pr->read_round && ar->read_ctx <= r->read_round)
         pr->read_round = ar->read_ctx;
     if (ar->reject) {
-        /* Stale rejections (for an older probe or pipeline) are ignored. */
-        bool stale = pr->state == RAFT__PR_REPLICATE ? ar->index <= pr->match
-                                                    : ar->index != pr->next - 1;
-        if (pr->state == RAFT__PR_SNAPSHOT)
-            stale = false;
+        /* Stale rejections (for an older probe or pipeline, or overtaken by
+         * a later ack) are ignored: the follower holds everything up to
+         * match, so a refusal at or below it is old news. */
+        bool stale = ar->index <= pr->match ||
+            (pr->state == RAFT__PR_PROBE && ar->index != pr->next - 1);
         if (!stale) {
             uint64_t next = ar->conflict_index;
             if (next > last_index(r))
@@ -990,7 +990,7 @@ void raft_tick(struct raft *r)
             raft__pr_become_probe(pr); /* the snapshot was lost: retry */
         /* Appends in flight with no progress for an election timeout were
          * lost (or their follower restarted): probe again from match. */
-        if (pr->state == RAFT__PR_REPLICATE && pr->infl_count > 0 &&
+        if (pr->state == RAFT__PR_REPLICATE && pr->next > pr->match + 1 &&
             ++pr->stall_ticks >= r->o.election_ticks) {
             raft__pr_become_probe(pr);
             send_append(r, pr, false);

@@ -25,12 +25,15 @@
  *         raft_advance(r, &rd);
  *     }
  *
- * Durability (Raft thesis 3.8, 10.2.1): a vote, a term change and an append
- * acknowledgement must be durable before any peer can see them. The core holds
- * back every message that depends on unpersisted state and releases it in a
- * later ready, after raft_persisted() for the ready that carried that state.
- * A leader sends AppendEntries before its own write is durable (in parallel),
- * but counts itself toward the quorum only up to its durable index.
+ * Durability (Raft thesis 3.8, 10.2.1): what a peer may rely on must be
+ * durable before the peer sees it: a granted vote (its term and vote), an
+ * append acknowledgement (the entries it covers), and a leader's own term and
+ * self-vote (a candidate becomes leader only once they are durable). The core
+ * holds back such messages and releases them in a later ready, after
+ * raft_persisted() for the ready that carried that state. Messages nobody can
+ * rely on (a RequestVote, a refusal) leave at once. A leader sends
+ * AppendEntries before its own write is durable (in parallel), but counts
+ * itself toward the quorum only up to its durable index.
  *
  * Threading: a struct raft is owned by one thread; no function is thread-safe.
  * Memory: the core allocates only when its arrays must grow (log, outbox,

@@ -1,4 +1,4 @@
-/* The simulator's invariant checker (see check.h for the list).
+/* The simulator's invariant checker (see checker.h for the list).
  *
  * Everything is incremental so that checking after every simulated step stays
  * cheap: the committed log is a dense array indexed by raft index (committed
@@ -7,7 +7,7 @@
  * (index, term), and the leader of each term is a dense array indexed by term.
  * A full pass over the committed log happens only when a node first becomes
  * leader in a term (leader completeness). */
-#include "tests/sim/check.h"
+#include "tests/sim/checker.h"
 
 #include <inttypes.h>
 #include <stdarg.h>
@@ -54,7 +54,7 @@ struct ck {
     uint32_t majority;
     struct ck_ops ops;
     uint64_t now_ms;
-    bool send_checks;
+    bool rule_checks;
     bool failed;
     char msg[768];
     uint64_t checks;
@@ -134,7 +134,7 @@ struct ck *ck_new(uint32_t n_nodes, const struct ck_ops *ops)
     ck->n = n_nodes;
     ck->majority = n_nodes / 2 + 1;
     ck->ops = *ops;
-    ck->send_checks = true;
+    ck->rule_checks = true;
     ck->nodes = tk_calloc(n_nodes, sizeof(*ck->nodes));
     ck->lm_cap = 1024;
     ck->lm = tk_calloc(ck->lm_cap, sizeof(*ck->lm));
@@ -160,9 +160,9 @@ void ck_set_time(struct ck *ck, uint64_t now_ms)
     ck->now_ms = now_ms;
 }
 
-void ck_set_send_checks(struct ck *ck, bool on)
+void ck_set_rule_checks(struct ck *ck, bool on)
 {
-    ck->send_checks = on;
+    ck->rule_checks = on;
 }
 
 bool ck_failed(const struct ck *ck)
@@ -279,7 +279,8 @@ int ck_leader(struct ck *ck, uint64_t node, uint64_t term)
     return 0;
 }
 
-int ck_commit(struct ck *ck, uint64_t node, uint64_t term, uint64_t commit)
+int ck_commit(struct ck *ck, uint64_t node, uint64_t term, bool leader,
+              uint64_t commit)
 {
     if (ck->failed)
         return -1;
@@ -292,6 +293,16 @@ int ck_commit(struct ck *ck, uint64_t node, uint64_t term, uint64_t commit)
     if (commit == nd->commit)
         return 0;
     nd->commit = commit;
+    if (leader && ck->rule_checks) {
+        uint64_t t = 0, d = 0;
+        ck->checks++;
+        if (ck->ops.entry_at(ck->ops.data, node, commit, &t, &d) != 0 ||
+            t != term)
+            return fail(ck, "commit-rule", node, commit, t,
+                        "leader of term %" PRIu64 " advanced its commit index "
+                        "to an entry of term %" PRIu64 " (figure 8)",
+                        term, t);
+    }
     if (commit > ck->c_n) {
         if (commit + 1 > ck->c_cap) {
             size_t cap = ck->c_cap ? ck->c_cap : 256;
@@ -561,18 +572,31 @@ int ck_sent(struct ck *ck, uint64_t node, int type, uint64_t to, uint64_t term,
 {
     if (ck->failed)
         return -1;
-    if (!ck->send_checks)
+    if (!ck->rule_checks)
         return 0;
     const struct ck_node *nd = node_of(ck, node);
-    bool pre = (type == RAFT_MSG_VOTE && flag) ||
-               (type == RAFT_MSG_VOTE_RESP && flag2);
+    bool pre = type == RAFT_MSG_VOTE_RESP && flag2;
     ck->checks++;
-    /* A pre-vote names the term it would campaign in without entering it. */
-    if (!pre && term > nd->hs_term)
+    /* What a leader sends in term T requires T (and its vote for itself)
+     * durable: otherwise a crash makes it forget term T, the voters that
+     * chose it grant it term T again, and it leads term T a second time with
+     * a different log (two entries with the same index and term). Other
+     * messages may reveal a term still being persisted: a candidate's
+     * RequestVote (its own vote counts only once durable), a refusal, and an
+     * append ack, which covers only durable entries (entries of term T are
+     * written together with term T, so an ack before T is durable covers only
+     * older entries, which a leader of T never commits by counting). */
+    bool from_leader = type == RAFT_MSG_APPEND || type == RAFT_MSG_SNAPSHOT ||
+                       type == RAFT_MSG_TIMEOUT_NOW ||
+                       (type == RAFT_MSG_READ_INDEX_RESP && flag);
+    if (from_leader && (term > nd->hs_term ||
+                        (term == nd->hs_term && nd->hs_vote != node)))
         return fail(ck, "durable-before-send", node, 0, term,
-                    "sent %s in term %" PRIu64 " to n%" PRIu64
-                    " but the durable term is %" PRIu64,
-                    raft_msg_type_name(type), term, to, nd->hs_term);
+                    "sent %s as leader of term %" PRIu64 " to n%" PRIu64
+                    " but the durable term is %" PRIu64 " with vote n%"
+                    PRIu64,
+                    raft_msg_type_name(type), term, to, nd->hs_term,
+                    nd->hs_vote);
     if (type == RAFT_MSG_VOTE_RESP && flag && !pre &&
         (nd->hs_term != term || nd->hs_vote != to))
         return fail(ck, "durable-before-send", node, 0, term,

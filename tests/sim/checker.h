@@ -3,9 +3,9 @@
  *
  * The checker knows nothing about struct raft: the simulator tells it what each
  * node did (became leader, advanced its commit index, appended or applied an
- * entry, made state durable, sent a message) and answers two questions about a
+ * entry, made state durable, sent a message) and answers three questions about a
  * node's current log through struct ck_ops. That keeps the checker small enough
- * to be tested on its own with known-bad histories (check_test.c).
+ * to be tested on its own with known-bad histories (checker_test.c).
  *
  * Invariants, each named in the violation message:
  *   election-safety       at most one leader per term
@@ -19,8 +19,11 @@
  *   commit-monotonic      a node's commit index never decreases while it is up
  *   commit-durability     a committed entry is durable on a majority when it is
  *                         committed and stays so across crashes
- *   durable-before-send   a term, a vote and an append ack are durable before
- *                         the message that reveals them is sent
+ *   commit-rule           a leader advances its commit index only to an
+ *                         entry of its own term (figure 8, thesis 3.6.2)
+ *   durable-before-send   a granted vote, the entries an append ack covers
+ *                         and a leader's term and self-vote are durable
+ *                         before the message that relies on them is sent
  *   read-linearizable     a read index covers every entry committed before the
  *                         read was asked for
  *
@@ -54,9 +57,9 @@ void ck_free(struct ck *ck);
 
 /* Virtual time for messages, in milliseconds. */
 void ck_set_time(struct ck *ck, uint64_t now_ms);
-/* Turns the durable-before-send checks off (to see whether the end-to-end
- * invariants alone catch a durability bug). On by default. */
-void ck_set_send_checks(struct ck *ck, bool on);
+/* Turns the protocol-rule checks (commit-rule, durable-before-send) off, to
+ * see whether the end-to-end invariants alone catch a bug. On by default. */
+void ck_set_rule_checks(struct ck *ck, bool on);
 
 bool ck_failed(const struct ck *ck);
 /* The first violation, one line; "" if none. */
@@ -74,9 +77,11 @@ uint64_t ck_digest(uint8_t type, const uint8_t *data, size_t len);
  * committed in earlier terms. Returns 0 or -1 on a violation. */
 int ck_leader(struct ck *ck, uint64_t node, uint64_t term);
 
-/* `node` (currently in `term`) has commit index `commit`. Entries committed
- * for the first time are read through ops.entry_at. */
-int ck_commit(struct ck *ck, uint64_t node, uint64_t term, uint64_t commit);
+/* `node` (currently in `term`, `leader` if it leads) has commit index
+ * `commit`. Entries committed for the first time are read through
+ * ops.entry_at. */
+int ck_commit(struct ck *ck, uint64_t node, uint64_t term, bool leader,
+              uint64_t commit);
 
 /* An entry entered `node`'s log at `index`; `prev_term` is the term of the
  * entry before it (0 for index 1, CK_TERM_UNKNOWN if unknown). */
@@ -107,7 +112,7 @@ int ck_durable_snapshot(struct ck *ck, uint64_t node, uint64_t index,
 
 /* `node` sent a message. `type` is enum raft_msg_type; `flag` is pre_vote for
  * RAFT_MSG_VOTE, granted for VOTE_RESP (with pre_vote in `flag2`), !reject for
- * APPEND_RESP; `index` is the APPEND_RESP index. */
+ * APPEND_RESP and READ_INDEX_RESP; `index` is the APPEND_RESP index. */
 int ck_sent(struct ck *ck, uint64_t node, int type, uint64_t to, uint64_t term,
             bool flag, bool flag2, uint64_t index);
 
