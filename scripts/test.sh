@@ -1,31 +1,52 @@
 #!/usr/bin/env bash
-# Runs every suite in the normal build, then the unit and simulator suites in
-# the sanitizer build, and ends with one summary line "N passed, N failed".
+# Runs every suite and ends with one summary line "N passed, N failed".
+#   1. the normal build: every suite but the heavyweight ones, two at a time;
+#   2. the sanitizer build (address + undefined): the unit and simulator suites;
+#   3. the normal build: the chaos matrix and the docker end-to-end test, one at
+#      a time (they start real processes and containers and measure timing).
 set -uo pipefail
 build=$1
 san=$2
 export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 export ASAN_OPTIONS=detect_leaks=1
 
-meson test -C "$build" --print-errorlogs --num-processes 2
-rc1=$?
-meson test -C "$san" --print-errorlogs --num-processes 2 --suite unit --suite sim-san
-rc2=$?
-
-count() { # testlog.json: one JSON object per test
-    python3 - "$@" <<'PY'
-import json, sys
-ok = bad = skip = 0
-for path in sys.argv[1:]:
-    for line in open(path):
-        r = json.loads(line)["result"]
-        if r in ("OK", "EXPECTEDFAIL"): ok += 1
-        elif r == "SKIP": skip += 1
-        else: bad += 1
-print(f"{ok} passed, {bad} failed, {skip} skipped")
-PY
+rc=0
+rm -f "$build"/meson-logs/testlog-*.json "$san"/meson-logs/testlog-*.json
+run() { # logbase, build dir, meson test arguments...
+    local base=$1 dir=$2
+    shift 2
+    rm -f "$dir/meson-logs/$base.json"
+    meson test -C "$dir" --print-errorlogs --logbase "$base" "$@" || rc=1
 }
+
+heavy=()
+for s in chaos docker; do
+    if meson test -C "$build" --list --suite "$s" >/dev/null 2>&1 &&
+       [ -n "$(meson test -C "$build" --list --suite "$s" 2>/dev/null)" ]; then
+        heavy+=("$s")
+    fi
+done
+skip=()
+for s in "${heavy[@]}"; do skip+=(--no-suite "$s"); done
+
+run testlog-main "$build" --num-processes 2 "${skip[@]}"
+run testlog-san "$san" --num-processes 2 --suite unit --suite sim-san
+for s in "${heavy[@]}"; do
+    run "testlog-$s" "$build" --num-processes 1 --suite "$s"
+done
+
 echo
 echo "== summary (normal build + sanitizer build) =="
-count "$build/meson-logs/testlog.json" "$san/meson-logs/testlog.json"
-[ $rc1 -eq 0 ] && [ $rc2 -eq 0 ]
+python3 - "$build" "$san" <<'PY'
+import glob, json, os, sys
+ok = bad = skip = 0
+for d in sys.argv[1:]:
+    for path in glob.glob(os.path.join(d, "meson-logs", "testlog-*.json")):
+        for line in open(path):
+            r = json.loads(line)["result"]
+            if r in ("OK", "EXPECTEDFAIL"): ok += 1
+            elif r == "SKIP": skip += 1
+            else: bad += 1
+print(f"{ok} passed, {bad} failed, {skip} skipped")
+PY
+exit $rc
