@@ -1,0 +1,491 @@
+/* kv-bench: the ring-log KV state machine against LMDB used directly, in one
+ * process and one run (the TierKv-vs-FASTER table of the source report).
+ *
+ * For 1k, 100k and 10M prefilled 8-byte keys with 8-byte values (10M goes past
+ * the 64 MiB ring into the cold tier; --quick skips it), random access:
+ * get hit, get miss, put overwrite, put new key, delete, scans of 10/100/1000
+ * keys. tierkv's writes go through kv_sm_apply with pre-encoded commands (the
+ * protobuf decode is part of the cost; encoding is the client's). The LMDB
+ * column does the same operations on its own environment: gets in one read
+ * transaction per timed batch, writes in one write transaction per 1,000 ops
+ * (LMDB's best case; neither side fsyncs per op - raft's log is the WAL).
+ * Batches are timed in thread CPU time (the VM is shared), the cold-get
+ * latency per op in wall time (its p50 ignores preempted outliers).
+ * Each figure is the median of several runs; bytes allocated per op come from
+ * base/alloc.h (tierkv's own allocations; LMDB's are not counted).
+ * Prints a table, then one JSON line. */
+#include <inttypes.h>
+#include <lmdb.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "base/alloc.h"
+#include "base/err.h"
+#include "base/hist.h"
+#include "base/prng.h"
+#include "kv.pb-c.h"
+#include "kv/kv.h"
+
+enum {
+    OP_GET_HIT,
+    OP_GET_MISS,
+    OP_PUT_OVER,
+    OP_PUT_NEW,
+    OP_DEL,
+    OP_SCAN10,
+    OP_SCAN100,
+    OP_SCAN1000,
+    N_OPS
+};
+static const char *op_names[N_OPS] = {"get hit",     "get miss", "put overwrite",
+                                      "put new key", "delete",   "scan 10",
+                                      "scan 100",    "scan 1000"};
+
+struct row {
+    double kv_ns, lmdb_ns, kv_alloc;
+};
+
+static bool quick;
+static int runs = 5;
+static struct tk_prng rng;
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Batches are timed in this thread's CPU time: other processes share this VM,
+ * and wall time would charge their time slices to us. */
+static uint64_t cpu_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof(*v), cmp_double);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+static void key_of(uint64_t i, uint8_t k[8])
+{
+    for (int j = 7; j >= 0; j--, i >>= 8)
+        k[j] = (uint8_t)i;
+}
+
+static void die(const char *what, int rc)
+{
+    fprintf(stderr, "kv-bench: %s: %d (%s)\n", what, rc, rc < 0 ? tk_strerror(rc) : "");
+    exit(1);
+}
+
+/* ---- tierkv side ---- */
+
+struct kvside {
+    struct kv_sm *sm;
+    uint64_t index;
+    struct kv_result res;
+};
+
+/* Pre-encoded commands: n of them, fixed-size slots. */
+struct cmdpool {
+    uint8_t *buf;
+    size_t *len;
+    size_t n;
+};
+
+#define SLOT 48
+
+static void pool_fill(struct cmdpool *p, size_t n, int kind, const uint64_t *ids)
+{
+    p->buf = tk_malloc(n * SLOT);
+    p->len = tk_malloc(n * sizeof(*p->len));
+    p->n = n;
+    for (size_t i = 0; i < n; i++) {
+        uint8_t k[8], v[8];
+        uint64_t id = ids[i];
+        key_of(id, k);
+        memcpy(v, &id, 8);
+        Kvpb__Command c = KVPB__COMMAND__INIT;
+        Kvpb__Put put = KVPB__PUT__INIT;
+        Kvpb__Delete del = KVPB__DELETE__INIT;
+        if (kind == 0) {
+            put.key.data = k;
+            put.key.len = 8;
+            put.value.data = v;
+            put.value.len = 8;
+            c.cmd_case = KVPB__COMMAND__CMD_PUT;
+            c.put = &put;
+        } else {
+            del.key.data = k;
+            del.key.len = 8;
+            c.cmd_case = KVPB__COMMAND__CMD_DEL;
+            c.del = &del;
+        }
+        p->len[i] = kvpb__command__pack(&c, p->buf + i * SLOT);
+    }
+}
+
+static void pool_free(struct cmdpool *p)
+{
+    tk_free(p->buf);
+    tk_free(p->len);
+}
+
+static void kv_apply(struct kvside *s, const struct cmdpool *p, size_t i)
+{
+    int rc =
+        kv_sm_apply(s->sm, ++s->index, 1, 1000, p->buf + i * SLOT, p->len[i], &s->res);
+    if (rc != 0 || s->res.code != 0)
+        die("apply", rc != 0 ? rc : s->res.code);
+}
+
+static volatile uint64_t sink;
+
+static int scan_cb(const struct kv_item *it, void *data)
+{
+    (void)data;
+    sink += it->value_len;
+    return 0;
+}
+
+/* Runs `ops` operations of kind op on the sm; returns ns/op, sets *alloc. */
+static double kv_run(struct kvside *s, int op, uint64_t n_keys, uint64_t *next_new,
+                     size_t ops, double *alloc)
+{
+    uint64_t *ids = tk_malloc(ops * sizeof(*ids));
+    for (size_t i = 0; i < ops; i++)
+        ids[i] = op == OP_GET_MISS  ? n_keys * 4 + tk_prng_below(&rng, n_keys)
+                 : op == OP_PUT_NEW ? *next_new + i
+                                    : tk_prng_below(&rng, n_keys);
+    struct cmdpool pool = {0};
+    if (op == OP_PUT_OVER || op == OP_PUT_NEW)
+        pool_fill(&pool, ops, 0, ids);
+    else if (op == OP_DEL)
+        pool_fill(&pool, ops, 1, ids);
+    struct tk_alloc_stats a0, a1;
+    tk_alloc_stats(&a0);
+    uint64_t t0 = cpu_ns();
+    switch (op) {
+    case OP_GET_HIT:
+    case OP_GET_MISS:
+        for (size_t i = 0; i < ops; i++) {
+            uint8_t k[8];
+            key_of(ids[i], k);
+            struct kv_item it;
+            int rc = kv_sm_get(s->sm, k, 8, &it);
+            sink += rc == 0 ? it.value_len : 1;
+        }
+        break;
+    case OP_PUT_OVER:
+    case OP_PUT_NEW:
+    case OP_DEL:
+        for (size_t i = 0; i < ops; i++)
+            kv_apply(s, &pool, i);
+        break;
+    default: {
+        size_t limit = op == OP_SCAN10 ? 10 : op == OP_SCAN100 ? 100 : 1000;
+        for (size_t i = 0; i < ops; i++) {
+            uint8_t k[8];
+            key_of(ids[i], k);
+            struct kv_range r = {.start = k, .start_len = 8};
+            kv_sm_scan(s->sm, &r, limit, scan_cb, NULL);
+        }
+    }
+    }
+    uint64_t t1 = cpu_ns();
+    tk_alloc_stats(&a1);
+    *alloc = (double)(a1.bytes - a0.bytes) / (double)ops;
+    if (op == OP_PUT_NEW)
+        *next_new += ops;
+    if (op == OP_DEL) { /* put the deleted keys back, untimed */
+        pool_free(&pool);
+        pool_fill(&pool, ops, 0, ids);
+        for (size_t i = 0; i < pool.n; i++)
+            kv_apply(s, &pool, i);
+    }
+    pool_free(&pool);
+    tk_free(ids);
+    return (double)(t1 - t0) / (double)ops;
+}
+
+/* ---- LMDB side ---- */
+
+struct lside {
+    MDB_env *env;
+    MDB_dbi dbi;
+};
+
+static void l_check(int rc, const char *what)
+{
+    if (rc != 0) {
+        fprintf(stderr, "kv-bench: lmdb %s: %s\n", what, mdb_strerror(rc));
+        exit(1);
+    }
+}
+
+static void l_open(struct lside *l, const char *dir, uint64_t n_keys)
+{
+    mkdir(dir, 0755);
+    l_check(mdb_env_create(&l->env), "create");
+    l_check(mdb_env_set_mapsize(l->env, (size_t)16 << 30), "mapsize");
+    l_check(mdb_env_open(l->env, dir, MDB_NOSYNC | MDB_NOTLS, 0644), "open");
+    MDB_txn *txn;
+    l_check(mdb_txn_begin(l->env, NULL, 0, &txn), "txn");
+    l_check(mdb_dbi_open(txn, NULL, 0, &l->dbi), "dbi");
+    for (uint64_t i = 0; i < n_keys; i++) {
+        uint8_t k[8];
+        key_of(i, k);
+        MDB_val kv = {8, k}, vv = {8, &i};
+        l_check(mdb_put(txn, l->dbi, &kv, &vv, MDB_APPEND), "put");
+        if (i % 1000000 == 999999) {
+            l_check(mdb_txn_commit(txn), "commit");
+            l_check(mdb_txn_begin(l->env, NULL, 0, &txn), "txn");
+        }
+    }
+    l_check(mdb_txn_commit(txn), "commit");
+}
+
+static double l_run(struct lside *l, int op, uint64_t n_keys, uint64_t *next_new,
+                    size_t ops)
+{
+    uint64_t *ids = tk_malloc(ops * sizeof(*ids));
+    for (size_t i = 0; i < ops; i++)
+        ids[i] = op == OP_GET_MISS  ? n_keys * 4 + tk_prng_below(&rng, n_keys)
+                 : op == OP_PUT_NEW ? *next_new + i
+                                    : tk_prng_below(&rng, n_keys);
+    MDB_txn *txn;
+    uint64_t t0 = cpu_ns();
+    if (op == OP_PUT_OVER || op == OP_PUT_NEW || op == OP_DEL) {
+        l_check(mdb_txn_begin(l->env, NULL, 0, &txn), "txn");
+        for (size_t i = 0; i < ops; i++) {
+            uint8_t k[8];
+            key_of(ids[i], k);
+            MDB_val kv = {8, k}, vv = {8, &ids[i]};
+            int rc = op == OP_DEL ? mdb_del(txn, l->dbi, &kv, NULL)
+                                  : mdb_put(txn, l->dbi, &kv, &vv, 0);
+            if (rc != MDB_NOTFOUND)
+                l_check(rc, "write");
+            if (i % 1000 == 999) {
+                l_check(mdb_txn_commit(txn), "commit");
+                l_check(mdb_txn_begin(l->env, NULL, 0, &txn), "txn");
+            }
+        }
+        l_check(mdb_txn_commit(txn), "commit");
+    } else {
+        l_check(mdb_txn_begin(l->env, NULL, MDB_RDONLY, &txn), "rtxn");
+        MDB_cursor *cur;
+        l_check(mdb_cursor_open(txn, l->dbi, &cur), "cursor");
+        size_t limit = op == OP_SCAN10 ? 10 : op == OP_SCAN100 ? 100 : 1000;
+        for (size_t i = 0; i < ops; i++) {
+            uint8_t k[8];
+            key_of(ids[i], k);
+            MDB_val kv = {8, k}, vv;
+            if (op == OP_GET_HIT || op == OP_GET_MISS) {
+                int rc = mdb_get(txn, l->dbi, &kv, &vv);
+                sink += rc == 0 ? vv.mv_size : 1;
+            } else {
+                int rc = mdb_cursor_get(cur, &kv, &vv, MDB_SET_RANGE);
+                for (size_t j = 0; rc == 0 && j < limit; j++) {
+                    sink += vv.mv_size;
+                    rc = mdb_cursor_get(cur, &kv, &vv, MDB_NEXT);
+                }
+            }
+        }
+        mdb_cursor_close(cur);
+        mdb_txn_abort(txn);
+    }
+    uint64_t t1 = cpu_ns();
+    if (op == OP_PUT_NEW)
+        *next_new += ops;
+    if (op == OP_DEL) { /* restore */
+        l_check(mdb_txn_begin(l->env, NULL, 0, &txn), "txn");
+        for (size_t i = 0; i < ops; i++) {
+            uint8_t k[8];
+            key_of(ids[i], k);
+            MDB_val kv = {8, k}, vv = {8, &ids[i]};
+            l_check(mdb_put(txn, l->dbi, &kv, &vv, 0), "restore");
+        }
+        l_check(mdb_txn_commit(txn), "commit");
+    }
+    tk_free(ids);
+    return (double)(t1 - t0) / (double)ops;
+}
+
+/* ---- one scale ---- */
+
+static size_t ops_for(int op, uint64_t n_keys)
+{
+    size_t base = quick ? 40000 : 300000;
+    if (op == OP_SCAN100)
+        base /= 10;
+    if (op == OP_SCAN1000)
+        base /= 100;
+    if ((op == OP_DEL) && base > n_keys)
+        base = n_keys;
+    return base;
+}
+
+static void rm_dir(const char *dir)
+{
+    char cmd[512];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "kv-bench: could not remove %s\n", dir);
+}
+
+static void run_scale(uint64_t n_keys, struct row rows[N_OPS], double *cold_p50,
+                      double *cold_frac)
+{
+    char dir[] = "/tmp/kv-bench-XXXXXX";
+    if (mkdtemp(dir) == NULL)
+        die("mkdtemp", 0);
+    char kdir[600], ldir[600];
+    snprintf(kdir, sizeof(kdir), "%s/kv", dir);
+    snprintf(ldir, sizeof(ldir), "%s/lmdb", dir);
+    struct kv_config cfg;
+    kv_config_default(&cfg);
+    cfg.dir = kdir;
+    cfg.no_sync = true;
+    cfg.map_bytes = (size_t)16 << 30;
+    struct kvside s = {0};
+    int rc = kv_sm_open(&cfg, &s.sm);
+    if (rc != 0)
+        die("kv_sm_open", rc);
+    /* Prefill through apply, in chunks of pre-encoded puts. */
+    for (uint64_t at = 0; at < n_keys;) {
+        size_t n = n_keys - at < 1000000 ? (size_t)(n_keys - at) : 1000000;
+        uint64_t *ids = tk_malloc(n * sizeof(*ids));
+        for (size_t i = 0; i < n; i++)
+            ids[i] = at + i;
+        struct cmdpool p;
+        pool_fill(&p, n, 0, ids);
+        for (size_t i = 0; i < n; i++)
+            kv_apply(&s, &p, i);
+        pool_free(&p);
+        tk_free(ids);
+        at += n;
+    }
+    struct lside l;
+    l_open(&l, ldir, n_keys);
+    uint64_t kv_new = n_keys * 16, l_new = n_keys * 16;
+    /* Put-new runs last: it grows the key set, which would skew the rest. */
+    static const int order[N_OPS] = {OP_GET_HIT, OP_GET_MISS, OP_PUT_OVER, OP_DEL,
+                                     OP_SCAN10,  OP_SCAN100,  OP_SCAN1000, OP_PUT_NEW};
+    for (int oi = 0; oi < N_OPS; oi++) {
+        int op = order[oi];
+        double kv_ns[9], l_ns[9], al[9];
+        size_t ops = ops_for(op, n_keys);
+        double warm;
+        kv_run(&s, op, n_keys, &kv_new, ops / 4 + 1, &warm); /* warm-up */
+        l_run(&l, op, n_keys, &l_new, ops / 4 + 1);
+        for (int r = 0; r < runs; r++) {
+            kv_ns[r] = kv_run(&s, op, n_keys, &kv_new, ops, &al[r]);
+            l_ns[r] = l_run(&l, op, n_keys, &l_new, ops);
+        }
+        rows[op].kv_ns = median(kv_ns, runs);
+        rows[op].lmdb_ns = median(l_ns, runs);
+        rows[op].kv_alloc = median(al, runs);
+    }
+    *cold_p50 = 0;
+    *cold_frac = 0;
+    struct kv_sm_stats st;
+    kv_sm_stats(s.sm, &st);
+    if (st.cold_keys > 0) {
+        /* Per-op latency of gets that the ring does not hold. */
+        struct tk_hist h;
+        tk_hist_init(&h);
+        size_t cold = 0, total = quick ? 50000 : 200000;
+        for (size_t i = 0; i < total; i++) {
+            uint8_t k[8];
+            key_of(tk_prng_below(&rng, n_keys), k);
+            struct kv_item it;
+            uint64_t t0 = now_ns();
+            rc = kv_sm_get(s.sm, k, 8, &it);
+            uint64_t t1 = now_ns();
+            /* A cold answer has a value not in the ring: mod revision at or
+             * below the cold tier's index. */
+            if (rc == 0 && it.mod_revision <= kv_sm_durable_index(s.sm)) {
+                tk_hist_record(&h, t1 - t0);
+                cold++;
+            }
+        }
+        *cold_p50 = (double)tk_hist_quantile(&h, 0.5);
+        *cold_frac = (double)cold / (double)total;
+    }
+    fprintf(stderr,
+            "  [%" PRIu64 " keys: ring %zu MiB, hot %zu, cold %" PRIu64
+            ", tier-downs %" PRIu64 "]\n",
+            n_keys, st.ring_bytes >> 20, st.hot_keys, st.cold_keys, st.tier_downs);
+    kv_sm_close(s.sm);
+    mdb_env_close(l.env);
+    rm_dir(dir);
+}
+
+int main(int argc, char **argv)
+{
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--quick") == 0) {
+            quick = true;
+        } else {
+            fprintf(stderr, "usage: kv-bench [--quick]\n");
+            return 2;
+        }
+    }
+    if (quick)
+        runs = 3;
+    tk_prng_seed(&rng, 42);
+    uint64_t scales[3] = {1000, 100000, 10000000};
+    const char *names[3] = {"1k", "100k", "10m"};
+    int n_scales = quick ? 2 : 3;
+    struct row rows[3][N_OPS];
+    double cold_p50[3] = {0}, cold_frac[3] = {0};
+    for (int sc = 0; sc < n_scales; sc++) {
+        fprintf(stderr, "kv-bench: %s keys...\n", names[sc]);
+        run_scale(scales[sc], rows[sc], &cold_p50[sc], &cold_frac[sc]);
+    }
+    printf("kv-bench: 8 B keys, 8 B values, random access, thread-CPU ns/op, median of "
+           "%d runs%s\n",
+           runs, quick ? " (quick)" : "");
+    printf("%-6s %-14s %12s %12s %9s %14s\n", "keys", "op", "tierkv ns", "lmdb ns",
+           "lmdb/kv", "kv alloc B/op");
+    for (int sc = 0; sc < n_scales; sc++) {
+        for (int op = 0; op < N_OPS; op++) {
+            const struct row *r = &rows[sc][op];
+            printf("%-6s %-14s %12.1f %12.1f %8.2fx %14.1f\n", names[sc], op_names[op],
+                   r->kv_ns, r->lmdb_ns, r->lmdb_ns / r->kv_ns, r->kv_alloc);
+        }
+        if (cold_p50[sc] > 0)
+            printf("%-6s %-14s %12.1f %12s %9s   (%.0f%% of random gets were cold)\n",
+                   names[sc], "cold get p50", cold_p50[sc], "-", "-",
+                   cold_frac[sc] * 100);
+    }
+    printf("{\"bench\":\"kv\",\"quick\":%s", quick ? "true" : "false");
+    static const char *keys[N_OPS] = {"get",    "get_miss", "put",     "put_new",
+                                      "delete", "scan10",   "scan100", "scan1000"};
+    for (int sc = 0; sc < n_scales; sc++)
+        for (int op = 0; op < N_OPS; op++)
+            printf(",\"%s_ns_%s\":%.1f,\"lmdb_%s_ns_%s\":%.1f", keys[op], names[sc],
+                   rows[sc][op].kv_ns, keys[op], names[sc], rows[sc][op].lmdb_ns);
+    printf(",\"alloc_bytes_per_get\":%.1f,\"alloc_bytes_per_put\":%.1f",
+           rows[1][OP_GET_HIT].kv_alloc, rows[1][OP_PUT_OVER].kv_alloc);
+    if (n_scales == 3)
+        printf(",\"cold_get_p50_ns_10m\":%.1f}\n", cold_p50[2]);
+    else
+        printf(",\"cold_get_p50_ns_10m\":null}\n");
+    return 0;
+}

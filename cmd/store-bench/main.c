@@ -1,0 +1,662 @@
+/* store-bench: how fast the Raft log store makes entries durable.
+ *
+ * Measures, on the fs backend (in --dir, default $TMPDIR or /tmp) and on the
+ * memory volume:
+ *   - the floor: a plain 4 KiB append + fdatasync loop in the same directory
+ *     (and the same into a preallocated file, which is what the store does);
+ *   - append throughput (entries/s, MB/s), fdatasync calls per entry and
+ *     per-batch latency p50/p99 for 64 B and 4 KiB entries, batches of 1, 16
+ *     and 256, with 1 appender (the synchronous store_append, and the async
+ *     path with a wait for the callback) and with 64 concurrent appenders
+ *     (async, each waiting for its own completion: group commit);
+ *   - throughput of 64 appenders x 64 B on a log holding 10k entries and on
+ *     one holding 5M entries (O(1) addressing: no slowdown with length);
+ *   - time to open and recover a 1 GiB log, with the page cache warm and
+ *     after dropping the files' pages (posix_fadvise DONTNEED).
+ * Each figure is the median of several runs. Prints a table and one JSON
+ * line. --quick shortens everything (a smoke run under 30 s; the 5M and
+ * 1 GiB figures then come from smaller logs and say so in the JSON).
+ *
+ * Usage: store-bench [--quick] [--dir DIR] [--runs N] [--recovery-only] */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "base/blob.h"
+#include "base/err.h"
+#include "base/hist.h"
+#include "base/log.h"
+#include "store/store.h"
+
+static bool quick;
+static bool recovery_only;
+static int runs = 3;
+static char base_dir[4096];
+static int dir_seq;
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static int rm_cb(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb;
+    (void)flag;
+    (void)ftw;
+    return remove(p);
+}
+
+static void rmrf(const char *dir)
+{
+    nftw(dir, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+static void fresh_dir(char *out, size_t len)
+{
+    snprintf(out, len, "%s/run-%d", base_dir, dir_seq++);
+    rmrf(out);
+}
+
+static double median(double *v, int n)
+{
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && v[j] < v[j - 1]; j--) {
+            double t = v[j];
+            v[j] = v[j - 1];
+            v[j - 1] = t;
+        }
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+static struct store *open_store(int backend, const char *dir,
+                                struct store_mem_volume **vol)
+{
+    struct store *s;
+    char err[STORE_ERRMSG_MAX];
+    int rc;
+    if (backend == 0) {
+        *vol = store_mem_volume_new();
+        rc = store_open_mem(*vol, NULL, &s, NULL, err, sizeof(err));
+    } else {
+        rc = store_open_fs(dir, NULL, &s, NULL, err, sizeof(err));
+    }
+    if (rc != 0) {
+        fprintf(stderr, "store-bench: open: %s: %s\n", tk_errname(rc), err);
+        exit(1);
+    }
+    return s;
+}
+
+/* ---- the floor ---------------------------------------------------------- */
+
+static double floor_p50_us(bool prealloc, int n, double *p99)
+{
+    char path[4200];
+    snprintf(path, sizeof(path), "%s/floor", base_dir);
+    int fd = open(path, O_CREAT | O_TRUNC | O_WRONLY | (prealloc ? 0 : O_APPEND), 0644);
+    if (fd < 0) {
+        perror(path);
+        exit(1);
+    }
+    if (prealloc) {
+        if (fallocate(fd, 0, 0, (off_t)n * 4096) != 0)
+            perror("fallocate");
+        fsync(fd);
+    }
+    static uint8_t buf[4096];
+    memset(buf, 0x5a, sizeof(buf));
+    struct tk_hist h;
+    tk_hist_init(&h);
+    for (int i = 0; i < n; i++) {
+        uint64_t t0 = now_ns();
+        ssize_t w = prealloc ? pwrite(fd, buf, sizeof(buf), (off_t)i * 4096)
+                             : write(fd, buf, sizeof(buf));
+        if (w != (ssize_t)sizeof(buf) || fdatasync(fd) != 0) {
+            perror("floor write");
+            exit(1);
+        }
+        tk_hist_record(&h, now_ns() - t0);
+    }
+    close(fd);
+    unlink(path);
+    *p99 = (double)tk_hist_quantile(&h, 0.99) / 1000.0;
+    return (double)tk_hist_quantile(&h, 0.5) / 1000.0;
+}
+
+/* ---- appenders ---------------------------------------------------------- */
+
+struct slot {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool done;
+    int status;
+    uint64_t t_done;
+};
+
+struct shared {
+    struct store *s;
+    size_t entry_bytes, batch;
+    pthread_mutex_t submit_mu;
+    uint64_t next_index;
+    atomic_bool stop;
+    atomic_uint_fast64_t entries;
+};
+
+struct appender {
+    pthread_t th;
+    struct shared *sh;
+    struct slot slot;
+    struct tk_hist hist;
+};
+
+static void on_done(void *data, uint64_t seq, uint64_t last_index, uint64_t last_term,
+                    int status)
+{
+    struct slot *sl = data;
+    (void)seq;
+    (void)last_index;
+    (void)last_term;
+    uint64_t t = now_ns();
+    pthread_mutex_lock(&sl->mu);
+    sl->done = true;
+    sl->status = status;
+    sl->t_done = t;
+    pthread_mutex_unlock(&sl->mu);
+    pthread_cond_signal(&sl->cv);
+}
+
+/* The pipelined form: one submitter keeps up to `window` appends in flight,
+ * as the node's loop does; completions come back on the storage thread. */
+struct pipe_state {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    unsigned inflight;
+    bool waiting;
+    uint64_t entries;
+    struct tk_hist hist; /* written by the storage thread only */
+};
+
+static void on_pipe_done(void *data, uint64_t seq, uint64_t last_index,
+                         uint64_t last_term, int status)
+{
+    struct pipe_state *ps = data;
+    (void)last_index;
+    (void)last_term;
+    if (status != 0) {
+        fprintf(stderr, "store-bench: append: %s\n", tk_errname(status));
+        exit(1);
+    }
+    tk_hist_record(&ps->hist, now_ns() - seq); /* seq = submit time */
+    pthread_mutex_lock(&ps->mu);
+    ps->inflight--;
+    bool wake = ps->waiting;
+    ps->waiting = false;
+    pthread_mutex_unlock(&ps->mu);
+    if (wake)
+        pthread_cond_signal(&ps->cv);
+}
+
+static struct raft_entry *make_batch(size_t n, size_t bytes, struct tk_blob **blob)
+{
+    *blob = tk_blob_new(bytes);
+    for (size_t i = 0; i < bytes; i++)
+        (*blob)->data[i] = (uint8_t)(i * 131 + 7);
+    struct raft_entry *v = calloc(n, sizeof(*v));
+    for (size_t i = 0; i < n; i++) {
+        v[i].term = 1;
+        v[i].data = *blob;
+    }
+    return v;
+}
+
+static void *appender_async(void *arg)
+{
+    struct appender *a = arg;
+    struct shared *sh = a->sh;
+    struct tk_blob *blob;
+    struct raft_entry *v = make_batch(sh->batch, sh->entry_bytes, &blob);
+    while (!atomic_load(&sh->stop)) {
+        pthread_mutex_lock(&sh->submit_mu);
+        for (size_t i = 0; i < sh->batch; i++)
+            v[i].index = sh->next_index + i;
+        sh->next_index += sh->batch;
+        a->slot.done = false;
+        uint64_t t0 = now_ns();
+        int rc = store_append_async(sh->s, v, sh->batch, 0, &a->slot, on_done);
+        pthread_mutex_unlock(&sh->submit_mu);
+        if (rc != 0) {
+            fprintf(stderr, "store-bench: append: %s\n", tk_errname(rc));
+            exit(1);
+        }
+        pthread_mutex_lock(&a->slot.mu);
+        while (!a->slot.done)
+            pthread_cond_wait(&a->slot.cv, &a->slot.mu);
+        pthread_mutex_unlock(&a->slot.mu);
+        if (a->slot.status != 0) {
+            fprintf(stderr, "store-bench: append: %s\n", tk_errname(a->slot.status));
+            exit(1);
+        }
+        tk_hist_record(&a->hist, a->slot.t_done - t0);
+        atomic_fetch_add(&sh->entries, sh->batch);
+    }
+    free(v);
+    tk_blob_unref(blob);
+    return NULL;
+}
+
+struct result {
+    double entries_per_s;
+    double mb_per_s;
+    double syncs_per_entry;
+    double p50_us, p99_us;
+};
+
+/* One timed run on an open store whose log ends at next_index - 1.
+ * mode: 0 = synchronous store_append from one thread, 1 = `appenders`
+ * threads each submitting async and waiting for its own completion, 2 = one
+ * thread keeping `appenders` async appends in flight. */
+static struct result run_on(struct store *s, uint64_t next_index, int mode,
+                            size_t entry_bytes, size_t batch, int appenders,
+                            double seconds)
+{
+    struct result r;
+    memset(&r, 0, sizeof(r));
+    struct store_stats st0, st1;
+    store_stats(s, &st0);
+    struct tk_hist h;
+    tk_hist_init(&h);
+    uint64_t entries = 0;
+    uint64_t t0 = now_ns();
+    uint64_t budget = (uint64_t)(seconds * 1e9);
+    if (mode == 2) {
+        struct pipe_state ps;
+        memset(&ps, 0, sizeof(ps));
+        pthread_mutex_init(&ps.mu, NULL);
+        pthread_cond_init(&ps.cv, NULL);
+        tk_hist_init(&ps.hist);
+        struct tk_blob *blob;
+        struct raft_entry *v = make_batch(batch, entry_bytes, &blob);
+        while (now_ns() - t0 < budget) {
+            pthread_mutex_lock(&ps.mu);
+            while (ps.inflight >= (unsigned)appenders) {
+                ps.waiting = true;
+                pthread_cond_wait(&ps.cv, &ps.mu);
+            }
+            ps.inflight++;
+            pthread_mutex_unlock(&ps.mu);
+            for (size_t i = 0; i < batch; i++)
+                v[i].index = next_index + i;
+            int rc = store_append_async(s, v, batch, now_ns(), &ps, on_pipe_done);
+            if (rc != 0) {
+                fprintf(stderr, "store-bench: append: %s\n", tk_errname(rc));
+                exit(1);
+            }
+            next_index += batch;
+            entries += batch;
+        }
+        pthread_mutex_lock(&ps.mu);
+        while (ps.inflight > 0) {
+            ps.waiting = true;
+            pthread_cond_wait(&ps.cv, &ps.mu);
+        }
+        pthread_mutex_unlock(&ps.mu);
+        tk_hist_merge(&h, &ps.hist);
+        free(v);
+        tk_blob_unref(blob);
+    } else if (mode == 0) {
+        struct tk_blob *blob;
+        struct raft_entry *v = make_batch(batch, entry_bytes, &blob);
+        while (now_ns() - t0 < budget) {
+            for (size_t i = 0; i < batch; i++)
+                v[i].index = next_index + i;
+            uint64_t a = now_ns();
+            int rc = store_append(s, v, batch);
+            if (rc != 0) {
+                fprintf(stderr, "store-bench: append: %s: %s\n", tk_errname(rc),
+                        store_errmsg(s));
+                exit(1);
+            }
+            tk_hist_record(&h, now_ns() - a);
+            next_index += batch;
+            entries += batch;
+        }
+        free(v);
+        tk_blob_unref(blob);
+    } else {
+        struct shared sh = {
+            .s = s, .entry_bytes = entry_bytes, .batch = batch, .next_index = next_index};
+        pthread_mutex_init(&sh.submit_mu, NULL);
+        atomic_init(&sh.stop, false);
+        atomic_init(&sh.entries, 0);
+        struct appender *ap = calloc((size_t)appenders, sizeof(*ap));
+        for (int i = 0; i < appenders; i++) {
+            ap[i].sh = &sh;
+            pthread_mutex_init(&ap[i].slot.mu, NULL);
+            pthread_cond_init(&ap[i].slot.cv, NULL);
+            tk_hist_init(&ap[i].hist);
+            pthread_create(&ap[i].th, NULL, appender_async, &ap[i]);
+        }
+        struct timespec ts = {.tv_sec = (time_t)seconds,
+                              .tv_nsec =
+                                  (long)((seconds - (double)(time_t)seconds) * 1e9)};
+        nanosleep(&ts, NULL); /* the measurement window */
+        atomic_store(&sh.stop, true);
+        for (int i = 0; i < appenders; i++) {
+            pthread_join(ap[i].th, NULL);
+            tk_hist_merge(&h, &ap[i].hist);
+            pthread_mutex_destroy(&ap[i].slot.mu);
+            pthread_cond_destroy(&ap[i].slot.cv);
+        }
+        free(ap);
+        entries = atomic_load(&sh.entries);
+        pthread_mutex_destroy(&sh.submit_mu);
+    }
+    double el = (double)(now_ns() - t0) / 1e9;
+    store_stats(s, &st1);
+    r.entries_per_s = (double)entries / el;
+    r.mb_per_s = (double)entries * (double)entry_bytes / el / 1e6;
+    r.syncs_per_entry = entries ? (double)(st1.syncs - st0.syncs) / (double)entries : 0;
+    r.p50_us = (double)tk_hist_quantile(&h, 0.5) / 1000.0;
+    r.p99_us = (double)tk_hist_quantile(&h, 0.99) / 1000.0;
+    return r;
+}
+
+/* Median over `runs` fresh stores of one configuration. */
+static struct result run_config(int backend, int mode, size_t entry_bytes, size_t batch,
+                                int appenders, double seconds)
+{
+    double eps[16], mbs[16], spe[16], p50[16], p99[16];
+    for (int k = 0; k < runs; k++) {
+        char dir[4200];
+        fresh_dir(dir, sizeof(dir));
+        struct store_mem_volume *vol = NULL;
+        struct store *s = open_store(backend, dir, &vol);
+        struct result r = run_on(s, 1, mode, entry_bytes, batch, appenders, seconds);
+        store_close(s);
+        store_mem_volume_free(vol);
+        if (backend == 1)
+            rmrf(dir);
+        eps[k] = r.entries_per_s;
+        mbs[k] = r.mb_per_s;
+        spe[k] = r.syncs_per_entry;
+        p50[k] = r.p50_us;
+        p99[k] = r.p99_us;
+    }
+    struct result m;
+    m.entries_per_s = median(eps, runs);
+    m.mb_per_s = median(mbs, runs);
+    m.syncs_per_entry = median(spe, runs);
+    m.p50_us = median(p50, runs);
+    m.p99_us = median(p99, runs);
+    return m;
+}
+
+/* Fills a store with `n` entries of `bytes` in large synchronous batches. */
+static uint64_t fill(struct store *s, uint64_t n, size_t bytes)
+{
+    const size_t batch = 8192;
+    struct tk_blob *blob;
+    struct raft_entry *v = make_batch(batch, bytes, &blob);
+    uint64_t next = store_last_index(s) + 1;
+    for (uint64_t done = 0; done < n;) {
+        size_t k = n - done < batch ? (size_t)(n - done) : batch;
+        for (size_t i = 0; i < k; i++)
+            v[i].index = next + i;
+        int rc = store_append(s, v, k);
+        if (rc != 0) {
+            fprintf(stderr, "store-bench: fill: %s: %s\n", tk_errname(rc),
+                    store_errmsg(s));
+            exit(1);
+        }
+        next += k;
+        done += k;
+    }
+    free(v);
+    tk_blob_unref(blob);
+    return next;
+}
+
+/* Throughput of 64 in-flight appends x 64 B x batch 1 (one submitter) on a
+ * log of `small` entries and on one of `big` entries. The two stores are
+ * filled first (and the file system synced, so neither pays for the fill),
+ * then measured in alternating windows so drift in the machine's load hits
+ * both alike; each figure is the median of its windows. */
+static void throughput_compare(uint64_t small, uint64_t big, double seconds, double *at_small,
+                               double *at_big)
+{
+    char dir[2][4200];
+    struct store *s[2];
+    uint64_t next[2];
+    const uint64_t len[2] = {small, big};
+    for (int k = 0; k < 2; k++) {
+        fresh_dir(dir[k], sizeof(dir[k]));
+        struct store_mem_volume *vol = NULL;
+        s[k] = open_store(1, dir[k], &vol);
+        next[k] = fill(s[k], len[k], 64);
+    }
+    int fd = open(base_dir, O_RDONLY | O_DIRECTORY);
+    if (fd >= 0) {
+        syncfs(fd);
+        close(fd);
+    }
+    double v[2][16];
+    for (int r = 0; r < runs; r++) {
+        for (int k = 0; k < 2; k++) {
+            struct result res = run_on(s[k], next[k], 2, 64, 1, 64, seconds);
+            next[k] = store_last_index(s[k]) + 1;
+            v[k][r] = res.entries_per_s;
+        }
+    }
+    for (int k = 0; k < 2; k++) {
+        store_close(s[k]);
+        rmrf(dir[k]);
+    }
+    *at_small = median(v[0], runs);
+    *at_big = median(v[1], runs);
+}
+
+static void drop_cache(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (d == NULL)
+        return;
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+        if (strstr(de->d_name, ".seg") == NULL)
+            continue;
+        char p[8192];
+        snprintf(p, sizeof(p), "%s/%s", dir, de->d_name);
+        int fd = open(p, O_RDONLY);
+        if (fd >= 0) {
+            fdatasync(fd);
+            posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+            close(fd);
+        }
+    }
+    closedir(d);
+}
+
+/* Builds a log of about `bytes` of 1 KiB entries, then times reopening it. */
+static void recovery(uint64_t bytes, double *warm_s, double *cold_s,
+                     uint64_t *entries_out)
+{
+    char dir[4200];
+    fresh_dir(dir, sizeof(dir));
+    struct store_mem_volume *vol = NULL;
+    struct store *s = open_store(1, dir, &vol);
+    uint64_t n = bytes / (1024 + 48);
+    fill(s, n, 1024);
+    store_close(s);
+    double w[16], c[16];
+    for (int k = 0; k < runs; k++) {
+        uint64_t t0 = now_ns();
+        s = open_store(1, dir, &vol);
+        w[k] = (double)(now_ns() - t0) / 1e9;
+        if (store_last_index(s) != n) {
+            fprintf(stderr, "store-bench: recovered %llu of %llu entries\n",
+                    (unsigned long long)store_last_index(s), (unsigned long long)n);
+            exit(1);
+        }
+        store_close(s);
+        drop_cache(dir);
+        t0 = now_ns();
+        s = open_store(1, dir, &vol);
+        c[k] = (double)(now_ns() - t0) / 1e9;
+        store_close(s);
+    }
+    rmrf(dir);
+    *warm_s = median(w, runs);
+    *cold_s = median(c, runs);
+    *entries_out = n;
+}
+
+int main(int argc, char **argv)
+{
+    const char *dir_arg = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--quick") == 0)
+            quick = true;
+        else if (strcmp(argv[i], "--dir") == 0 && i + 1 < argc)
+            dir_arg = argv[++i];
+        else if (strcmp(argv[i], "--recovery-only") == 0)
+            recovery_only = true;
+        else if (strcmp(argv[i], "--runs") == 0 && i + 1 < argc)
+            runs = atoi(argv[++i]);
+        else {
+            fprintf(stderr, "usage: store-bench [--quick] [--dir DIR] "
+                            "[--runs N] [--recovery-only]\n");
+            return 2;
+        }
+    }
+    if (runs < 1 || runs > 16)
+        runs = 3;
+    tk_log_set_level(TK_LOG_ERROR);
+    const char *tmp = getenv("TMPDIR");
+    snprintf(base_dir, sizeof(base_dir), "%s/store-bench-%d",
+             dir_arg ? dir_arg : (tmp ? tmp : "/tmp"), (int)getpid());
+    rmrf(base_dir);
+    if (mkdir(base_dir, 0755) != 0) {
+        perror(base_dir);
+        return 1;
+    }
+    double secs = quick ? 0.06 : 1.0;
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    if (recovery_only) {
+        uint64_t rec_bytes = quick ? (64ull << 20) : (1ull << 30);
+        double warm, cold;
+        uint64_t rec_entries;
+        recovery(rec_bytes, &warm, &cold, &rec_entries);
+        printf("open + recover a %llu MiB log (%llu x 1 KiB entries): %.3f s "
+               "warm cache, %.3f s cold\n",
+               (unsigned long long)(rec_bytes >> 20), (unsigned long long)rec_entries, warm,
+               cold);
+        rmrf(base_dir);
+        return 0;
+    }
+
+    double floor_p99, floor_pre_p99;
+    double floor_p50 = floor_p50_us(false, quick ? 300 : 3000, &floor_p99);
+    double floor_pre_p50 = floor_p50_us(true, quick ? 300 : 3000, &floor_pre_p99);
+    printf("store-bench%s: dir %s, %d run(s) per figure, medians\n",
+           quick ? " --quick" : "", base_dir, runs);
+    printf("floor: 4 KiB append + fdatasync  p50 %.1f us  p99 %.1f us\n", floor_p50,
+           floor_p99);
+    printf("floor: 4 KiB pwrite into preallocated file + fdatasync  p50 %.1f "
+           "us  p99 %.1f us\n\n",
+           floor_pre_p50, floor_pre_p99);
+
+    printf("%-4s %-6s %-5s %-10s %12s %9s %11s %10s %10s\n", "vol", "entry", "batch",
+           "appenders", "entries/s", "MB/s", "syncs/entry", "p50 us", "p99 us");
+    const size_t sizes[2] = {64, 4096};
+    const size_t batches[3] = {1, 16, 256};
+    double fs_batch1_p50 = 0, fs_batch1_async_p50 = 0, fs_64 = 0;
+    double mem_64 = 0, fs_64_inflight = 0;
+    for (int backend = 1; backend >= 0; backend--) {
+        for (int si = 0; si < 2; si++) {
+            for (int bi = 0; bi < 3; bi++) {
+                /* 1 appender: the synchronous call, and the async path. */
+                for (int mode = 0; mode <= 1; mode++) {
+                    struct result r =
+                        run_config(backend, mode, sizes[si], batches[bi], 1, secs);
+                    printf("%-4s %-6zu %-5zu %-10s %12.0f %9.1f %11.4f "
+                           "%10.1f %10.1f\n",
+                           backend ? "fs" : "mem", sizes[si], batches[bi],
+                           mode == 0 ? "1 (sync)" : "1 (async)", r.entries_per_s,
+                           r.mb_per_s, r.syncs_per_entry, r.p50_us, r.p99_us);
+                    if (backend == 1 && si == 0 && bi == 0) {
+                        if (mode == 0)
+                            fs_batch1_p50 = r.p50_us;
+                        else
+                            fs_batch1_async_p50 = r.p50_us;
+                    }
+                }
+                for (int mode = 1; mode <= 2; mode++) {
+                    struct result r =
+                        run_config(backend, mode, sizes[si], batches[bi], 64, secs);
+                    printf("%-4s %-6zu %-5zu %-10s %12.0f %9.1f %11.4f "
+                           "%10.1f %10.1f\n",
+                           backend ? "fs" : "mem", sizes[si], batches[bi],
+                           mode == 1 ? "64 threads" : "64 inflight", r.entries_per_s,
+                           r.mb_per_s, r.syncs_per_entry, r.p50_us, r.p99_us);
+                    if (si == 0 && bi == 0 && mode == 1) {
+                        if (backend == 1)
+                            fs_64 = r.entries_per_s;
+                        else
+                            mem_64 = r.entries_per_s;
+                    }
+                    if (si == 0 && bi == 0 && mode == 2 && backend == 1)
+                        fs_64_inflight = r.entries_per_s;
+                }
+            }
+        }
+    }
+
+    uint64_t big = quick ? 200000 : 5000000;
+    double at_10k, at_big;
+    throughput_compare(10000, big, secs, &at_10k, &at_big);
+    printf("\nfs, 64 in flight x 64 B x batch 1: %.0f entries/s on a 10k-entry "
+           "log, %.0f entries/s on a %llu-entry log (%.1f%%)\n",
+           at_10k, at_big, (unsigned long long)big,
+           at_10k > 0 ? 100.0 * (at_big - at_10k) / at_10k : 0);
+
+    uint64_t rec_bytes = quick ? (64ull << 20) : (1ull << 30);
+    double warm, cold;
+    uint64_t rec_entries;
+    recovery(rec_bytes, &warm, &cold, &rec_entries);
+    printf("open + recover a %llu MiB log (%llu x 1 KiB entries): %.3f s "
+           "warm cache, %.3f s cold\n",
+           (unsigned long long)(rec_bytes >> 20), (unsigned long long)rec_entries, warm,
+           cold);
+    printf("\nbatch-of-1 p50 / floor p50: %.2fx (sync API), %.2fx (async "
+           "path)\n",
+           fs_batch1_p50 / floor_p50, fs_batch1_async_p50 / floor_p50);
+
+    printf("{\"bench\":\"store\",\"quick\":%s,\"runs\":%d,"
+           "\"floor_fsync_p50_us\":%.1f,\"floor_fsync_p99_us\":%.1f,"
+           "\"floor_prealloc_fsync_p50_us\":%.1f,"
+           "\"fs_batch1_p50_us\":%.1f,\"fs_batch1_async_p50_us\":%.1f,"
+           "\"fs_64_appenders_entries_per_s\":%.0f,"
+           "\"fs_64_inflight_entries_per_s\":%.0f,"
+           "\"mem_64_appenders_entries_per_s\":%.0f,"
+           "\"fs_10k_entries_per_s\":%.0f,\"fs_5m_entries_per_s\":%.0f,"
+           "\"fs_5m_log_entries\":%llu,"
+           "\"recover_1gib_s\":%.3f,\"recover_1gib_cold_s\":%.3f,"
+           "\"recover_log_bytes\":%llu}\n",
+           quick ? "true" : "false", runs, floor_p50, floor_p99, floor_pre_p50,
+           fs_batch1_p50, fs_batch1_async_p50, fs_64, fs_64_inflight, mem_64, at_10k,
+           at_big, (unsigned long long)big, warm, cold, (unsigned long long)rec_bytes);
+    rmrf(base_dir);
+    return 0;
+}

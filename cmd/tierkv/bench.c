@@ -1,0 +1,976 @@
+/* tierkv bench: an HTTP load generator for tierkvd's v1 gateway and for
+ * etcd's v3 JSON gateway (--protocol etcd), so one tool measures both.
+ *
+ * Model: closed loop. Each of --connections keep-alive connections has exactly
+ * one request in flight; when its response is parsed, the next request goes
+ * out. Connections are spread over 1 or 2 libuv loop threads (--threads) and
+ * round-robin over the endpoints. Each loop thread owns its connections, its
+ * PRNG and its latency histogram (base/hist.h, nanoseconds); the main thread
+ * merges them after joining. The only cross-thread data are relaxed atomic
+ * counters read by the progress line and the prefill cursor.
+ *
+ * A run: optional prefill (every key written once, when the mix has reads, so
+ * reads hit), a warm-up, then the measured window. An operation counts when
+ * its response completes inside the window; its latency is send-to-parse.
+ * Errors: connect or I/O failures, malformed responses, and statuses other
+ * than 2xx (a 404 on a read is counted as not_found, not as an error). When
+ * the window closes every connection is closed at once; requests in flight
+ * then are discarded. Every buffer is bounded: one request head (4 KiB) and one
+ * 16 KiB read buffer per connection, plus the shared value. */
+#include <getopt.h>
+#include <http_parser.h>
+#include <inttypes.h>
+#include <math.h>
+#include <netdb.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/resource.h>
+#include <unistd.h>
+#include <uv.h>
+
+#include "base/alloc.h"
+#include "base/assert.h"
+#include "base/err.h"
+#include "base/hist.h"
+#include "base/prng.h"
+#include "cmd/tierkv/cli.h"
+
+#define HDR_CAP 4096
+#define RBUF_BYTES 16384
+#define RECONNECT_MS 100
+#define CONNECTIONS_MAX 20000
+#define VALUE_MAX (1u << 20)
+#define PREFILL_ERRORS_MAX 1000
+
+void cli_bench_defaults(struct bench_opts *o)
+{
+    memset(o, 0, sizeof(*o));
+    o->protocol = CLI_PROTO_TIERKV;
+    o->connections = 16;
+    o->threads = 1;
+    o->duration_ms = 10000;
+    o->warmup_ms = 1000;
+    o->value_size = 64;
+    o->read_fraction = 0;
+    o->keys = 10000;
+    o->dist = CLI_DIST_UNIFORM;
+    o->zipf_theta = 0.99;
+    o->runs = 1;
+    o->seed = 1;
+    o->prefill = true;
+    o->progress = -1;
+    snprintf(o->key_prefix, sizeof(o->key_prefix), "bench/");
+}
+
+/* ---- request building ---- */
+
+long cli_bench_build(enum cli_protocol proto, bool is_read, const char *host,
+                     const char *key, size_t key_len, const char *query,
+                     const struct bench_payload *pl, char *hdr, size_t cap,
+                     struct bench_iov tail[2], size_t *n_tail)
+{
+    int n;
+    *n_tail = 0;
+    if (proto == CLI_PROTO_TIERKV) {
+        char enc[3 * 256 + 1];
+        if (key_len > 256)
+            return TK_ETOOBIG;
+        cli_url_encode(key, key_len, enc, sizeof(enc));
+        const char *q = query ? query : "";
+        if (is_read) {
+            n = snprintf(hdr, cap, "GET /v1/kv/%s%s HTTP/1.1\r\nHost: %s\r\n\r\n", enc, q,
+                         host);
+        } else {
+            n = snprintf(hdr, cap,
+                         "PUT /v1/kv/%s%s HTTP/1.1\r\nHost: %s\r\n"
+                         "Content-Length: %zu\r\n\r\n",
+                         enc, q, host, pl->value_size);
+            tail[0] = (struct bench_iov){pl->value, pl->value_size};
+            *n_tail = 1;
+        }
+    } else {
+        /* etcd v3 JSON gateway: keys and values are base64 in JSON bodies. A
+         * non-empty `query` asks for a serializable (stale) range. */
+        char k64[4 * 256 / 3 + 8];
+        if (key_len > 256)
+            return TK_ETOOBIG;
+        size_t k64_len = cli_base64_encode(key, key_len, k64);
+        if (is_read) {
+            bool ser = query && query[0];
+            size_t body = 8 + k64_len + 2 + (ser ? 20 : 0);
+            n = snprintf(hdr, cap,
+                         "POST /v3/kv/range HTTP/1.1\r\nHost: %s\r\n"
+                         "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n"
+                         "{\"key\":\"%s\"%s}",
+                         host, body, k64, ser ? ",\"serializable\":true" : "");
+        } else {
+            size_t body = 8 + k64_len + 11 + pl->value_b64_len + 2;
+            n = snprintf(hdr, cap,
+                         "POST /v3/kv/put HTTP/1.1\r\nHost: %s\r\n"
+                         "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n"
+                         "{\"key\":\"%s\",\"value\":\"",
+                         host, body, k64);
+            tail[0] = (struct bench_iov){pl->value_b64, pl->value_b64_len};
+            tail[1] = (struct bench_iov){"\"}", 2};
+            *n_tail = 2;
+        }
+    }
+    if (n < 0 || (size_t)n >= cap)
+        return TK_ETOOBIG;
+    return n;
+}
+
+/* ---- the run ---- */
+
+struct worker;
+
+struct conn {
+    struct worker *w;
+    uv_tcp_t tcp;
+    uv_timer_t retry;
+    uv_connect_t creq;
+    uv_write_t wreq;
+    http_parser hp;
+    size_t ep;
+    uint64_t t_sent;
+    bool tcp_open; /* tcp is initialised and not yet closed */
+    bool busy;     /* a request is in flight */
+    bool is_read;
+    bool got_response;
+    bool done;     /* prefill: no keys left */
+    bool redirect; /* reconnect at once (to the leader), not after a pause */
+    /* X-Tierkv-Leader-Addr of the response being parsed, for the chase. */
+    bool in_value, value_is_leader;
+    char field[32];
+    size_t field_len;
+    char leader[CLI_HOST_MAX + 16];
+    size_t leader_len;
+    char hdr[HDR_CAP];
+    char rbuf[RBUF_BYTES];
+};
+
+struct shared {
+    const struct bench_opts *o;
+    size_t n_eps;
+    struct sockaddr_storage addrs[CLI_ENDPOINTS_MAX];
+    char hosts[CLI_ENDPOINTS_MAX][CLI_HOST_MAX + 16];
+    struct bench_payload pl;
+    struct cli_zipf zipf;
+    const char *query_read, *query_write;
+    bool prefill;                  /* this phase writes keys 0..keys-1 once */
+    _Atomic uint64_t prefill_next; /* next key to prefill */
+    uint64_t t0, t_end;            /* measured window, uv_hrtime() */
+    struct worker *workers;
+    size_t n_workers;
+    bool progress;
+};
+
+struct worker {
+    struct shared *sh;
+    size_t idx;
+    uv_loop_t loop;
+    uv_timer_t stop_timer, progress_timer;
+    uv_thread_t thread;
+    struct conn *conns;
+    size_t n_conns;
+    struct tk_prng prng;
+    struct tk_hist hist;
+    uint64_t ops, errors, not_found, redirects;
+    size_t n_done; /* prefill: connections out of keys */
+    uint64_t last_progress_ops, last_progress_ns;
+    _Atomic uint64_t live_ops, live_errors; /* the progress line's view */
+    bool stopping;
+    char first_error[160];
+};
+
+static void conn_start(struct conn *c);
+static void conn_send(struct conn *c);
+static void worker_stop(struct worker *w);
+
+static bool in_window(const struct shared *sh, uint64_t t)
+{
+    return t >= sh->t0 && t <= sh->t_end;
+}
+
+static void note_error(struct conn *c, const char *what)
+{
+    struct worker *w = c->w;
+    atomic_fetch_add_explicit(&w->live_errors, 1, memory_order_relaxed);
+    if (w->sh->prefill || in_window(w->sh, uv_hrtime()))
+        w->errors++;
+    if (!w->first_error[0])
+        snprintf(w->first_error, sizeof(w->first_error), "%s", what);
+    /* A prefill against a dead server would otherwise retry until its cap. */
+    if (w->sh->prefill && w->errors > PREFILL_ERRORS_MAX)
+        worker_stop(w);
+}
+
+static void on_retry(uv_timer_t *t)
+{
+    conn_start(t->data);
+}
+
+static void on_tcp_closed(uv_handle_t *h)
+{
+    struct conn *c = h->data;
+    if (!c->w->stopping && !c->done)
+        uv_timer_start(&c->retry, on_retry, c->redirect ? 0 : RECONNECT_MS, 0);
+    c->redirect = false;
+}
+
+static void conn_close(struct conn *c)
+{
+    if (c->tcp_open) {
+        c->tcp_open = false;
+        c->busy = false;
+        uv_close((uv_handle_t *)&c->tcp, on_tcp_closed);
+    }
+}
+
+static void conn_fail(struct conn *c, const char *what)
+{
+    note_error(c, what);
+    conn_close(c);
+}
+
+static int on_msg_complete(http_parser *hp)
+{
+    struct conn *c = hp->data;
+    c->got_response = true;
+    http_parser_pause(hp, 1);
+    return 0;
+}
+
+static int on_msg_begin(http_parser *hp)
+{
+    struct conn *c = hp->data;
+    c->in_value = false;
+    c->field_len = 0;
+    c->leader_len = 0;
+    c->leader[0] = '\0';
+    return 0;
+}
+
+static int on_hfield(http_parser *hp, const char *at, size_t len)
+{
+    struct conn *c = hp->data;
+    if (c->in_value) {
+        c->in_value = false;
+        c->field_len = 0;
+    }
+    size_t room = sizeof(c->field) - 1 - c->field_len;
+    size_t n = len < room ? len : room;
+    memcpy(c->field + c->field_len, at, n);
+    c->field_len += n;
+    c->field[c->field_len] = '\0';
+    return 0;
+}
+
+static int on_hvalue(http_parser *hp, const char *at, size_t len)
+{
+    struct conn *c = hp->data;
+    if (!c->in_value) {
+        c->in_value = true;
+        c->value_is_leader = strcasecmp(c->field, "X-Tierkv-Leader-Addr") == 0;
+    }
+    if (c->value_is_leader) {
+        size_t room = sizeof(c->leader) - 1 - c->leader_len;
+        size_t n = len < room ? len : room;
+        memcpy(c->leader + c->leader_len, at, n);
+        c->leader_len += n;
+        c->leader[c->leader_len] = '\0';
+    }
+    return 0;
+}
+
+static const http_parser_settings bench_settings = {
+    .on_message_begin = on_msg_begin,
+    .on_header_field = on_hfield,
+    .on_header_value = on_hvalue,
+    .on_message_complete = on_msg_complete,
+};
+
+/* A 503 naming a leader among the endpoints moves the connection there: a
+ * follower that does not forward would otherwise turn its share of the
+ * connections into errors. Returns true if the connection was redirected. */
+static bool chase_leader(struct conn *c)
+{
+    struct shared *sh = c->w->sh;
+    struct cli_endpoint ep;
+    if (!c->leader[0] || cli_parse_leader_hint(c->leader, &ep) != 0)
+        return false;
+    char name[CLI_HOST_MAX + 16];
+    snprintf(name, sizeof(name), strchr(ep.host, ':') ? "[%s]:%s" : "%s:%s", ep.host,
+             ep.port);
+    for (size_t i = 0; i < sh->n_eps; i++)
+        if (i != c->ep && strcmp(sh->hosts[i], name) == 0) {
+            c->ep = i;
+            c->redirect = true;
+            c->w->redirects++;
+            conn_close(c);
+            return true;
+        }
+    return false;
+}
+
+static void handle_response(struct conn *c)
+{
+    struct worker *w = c->w;
+    struct shared *sh = w->sh;
+    uint64_t now = uv_hrtime();
+    unsigned st = c->hp.status_code;
+    bool keep = http_should_keep_alive(&c->hp) != 0;
+    c->busy = false;
+    c->got_response = false;
+    if (st >= 200 && st < 300) {
+        atomic_fetch_add_explicit(&w->live_ops, 1, memory_order_relaxed);
+        if (!sh->prefill && in_window(sh, now)) {
+            w->ops++;
+            tk_hist_record(&w->hist, now - c->t_sent);
+        }
+    } else if (st == 404 && c->is_read) {
+        atomic_fetch_add_explicit(&w->live_ops, 1, memory_order_relaxed);
+        if (!sh->prefill && in_window(sh, now)) {
+            w->ops++;
+            w->not_found++;
+            tk_hist_record(&w->hist, now - c->t_sent);
+        }
+    } else if (st == 503 && chase_leader(c)) {
+        return;
+    } else {
+        char what[64];
+        snprintf(what, sizeof(what), "HTTP %u", st);
+        note_error(c, what);
+    }
+    if (w->stopping)
+        return;
+    if (!keep) {
+        conn_close(c);
+        return;
+    }
+    conn_send(c);
+}
+
+static void on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf)
+{
+    (void)hint;
+    struct conn *c = h->data;
+    *buf = uv_buf_init(c->rbuf, sizeof(c->rbuf));
+}
+
+static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
+{
+    struct conn *c = s->data;
+    if (nread == 0)
+        return;
+    if (nread < 0) {
+        if (nread == UV_EOF && c->busy) {
+            /* A body delimited by the close ends here. */
+            http_parser_execute(&c->hp, &bench_settings, NULL, 0);
+            if (c->got_response) {
+                http_parser_pause(&c->hp, 0);
+                handle_response(c);
+                conn_close(c);
+                return;
+            }
+        }
+        if (c->busy)
+            conn_fail(c, nread == UV_EOF ? "connection closed mid-request"
+                                         : uv_strerror((int)nread));
+        else
+            conn_close(c); /* an idle keep-alive connection closed: reconnect */
+        return;
+    }
+    if (!c->busy) {
+        conn_fail(c, "unexpected bytes from the server");
+        return;
+    }
+    size_t n = http_parser_execute(&c->hp, &bench_settings, buf->base, (size_t)nread);
+    if (c->got_response) {
+        http_parser_pause(&c->hp, 0);
+        if (n != (size_t)nread) {
+            conn_fail(c, "extra bytes after a response");
+            return;
+        }
+        handle_response(c);
+        return;
+    }
+    if (HTTP_PARSER_ERRNO(&c->hp) != HPE_OK)
+        conn_fail(c, http_errno_description(HTTP_PARSER_ERRNO(&c->hp)));
+}
+
+static void on_written(uv_write_t *req, int status)
+{
+    struct conn *c = req->data;
+    if (status < 0 && status != UV_ECANCELED && c->tcp_open)
+        conn_fail(c, uv_strerror(status));
+}
+
+static uint64_t pick_key(struct worker *w)
+{
+    struct shared *sh = w->sh;
+    if (sh->o->dist == CLI_DIST_ZIPF)
+        return cli_zipf_next(&sh->zipf, &w->prng);
+    return tk_prng_below(&w->prng, sh->o->keys);
+}
+
+static void conn_send(struct conn *c)
+{
+    struct worker *w = c->w;
+    struct shared *sh = w->sh;
+    uint64_t k;
+    if (sh->prefill) {
+        k = atomic_fetch_add_explicit(&sh->prefill_next, 1, memory_order_relaxed);
+        if (k >= sh->o->keys) {
+            c->done = true;
+            conn_close(c);
+            if (++w->n_done == w->n_conns)
+                worker_stop(w);
+            return;
+        }
+        c->is_read = false;
+    } else {
+        k = pick_key(w);
+        c->is_read =
+            sh->o->read_fraction > 0 && tk_prng_double(&w->prng) < sh->o->read_fraction;
+    }
+    char key[128];
+    int klen = snprintf(key, sizeof(key), "%s%08" PRIu64, sh->o->key_prefix, k);
+    struct bench_iov tail[2];
+    size_t n_tail;
+    long hn = cli_bench_build(sh->o->protocol, c->is_read, sh->hosts[c->ep], key,
+                              (size_t)klen, c->is_read ? sh->query_read : sh->query_write,
+                              &sh->pl, c->hdr, sizeof(c->hdr), tail, &n_tail);
+    TK_ASSERT(hn > 0); /* HDR_CAP holds any head a 63-byte prefix allows */
+    uv_buf_t bufs[3];
+    bufs[0] = uv_buf_init(c->hdr, (unsigned)hn);
+    for (size_t i = 0; i < n_tail; i++)
+        bufs[1 + i] = uv_buf_init((char *)tail[i].base, (unsigned)tail[i].len);
+    c->busy = true;
+    c->t_sent = uv_hrtime();
+    c->wreq.data = c;
+    int rc = uv_write(&c->wreq, (uv_stream_t *)&c->tcp, bufs, (unsigned)(1 + n_tail),
+                      on_written);
+    if (rc < 0)
+        conn_fail(c, uv_strerror(rc));
+}
+
+static void on_connect(uv_connect_t *req, int status)
+{
+    struct conn *c = req->data;
+    if (status == UV_ECANCELED)
+        return;
+    if (status < 0) {
+        conn_fail(c, uv_strerror(status));
+        return;
+    }
+    if (c->w->stopping)
+        return;
+    uv_tcp_nodelay(&c->tcp, 1);
+    http_parser_init(&c->hp, HTTP_RESPONSE);
+    c->hp.data = c;
+    int rc = uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
+    if (rc < 0) {
+        conn_fail(c, uv_strerror(rc));
+        return;
+    }
+    conn_send(c);
+}
+
+static void conn_start(struct conn *c)
+{
+    struct worker *w = c->w;
+    if (w->stopping || c->done)
+        return;
+    uv_tcp_init(&w->loop, &c->tcp);
+    c->tcp.data = c;
+    c->tcp_open = true;
+    c->creq.data = c;
+    int rc = uv_tcp_connect(&c->creq, &c->tcp,
+                            (const struct sockaddr *)&w->sh->addrs[c->ep], on_connect);
+    if (rc < 0)
+        conn_fail(c, uv_strerror(rc));
+}
+
+static void worker_stop(struct worker *w)
+{
+    if (w->stopping)
+        return;
+    w->stopping = true;
+    for (size_t i = 0; i < w->n_conns; i++) {
+        struct conn *c = &w->conns[i];
+        conn_close(c);
+        if (!uv_is_closing((uv_handle_t *)&c->retry))
+            uv_close((uv_handle_t *)&c->retry, NULL);
+    }
+    uv_close((uv_handle_t *)&w->stop_timer, NULL);
+    if (!uv_is_closing((uv_handle_t *)&w->progress_timer))
+        uv_close((uv_handle_t *)&w->progress_timer, NULL);
+}
+
+static void on_stop_timer(uv_timer_t *t)
+{
+    worker_stop(t->data);
+}
+
+static void on_progress(uv_timer_t *t)
+{
+    struct worker *w = t->data;
+    struct shared *sh = w->sh;
+    uint64_t ops = 0, errs = 0;
+    for (size_t i = 0; i < sh->n_workers; i++) {
+        ops += atomic_load_explicit(&sh->workers[i].live_ops, memory_order_relaxed);
+        errs += atomic_load_explicit(&sh->workers[i].live_errors, memory_order_relaxed);
+    }
+    uint64_t now = uv_hrtime();
+    double dt = (double)(now - w->last_progress_ns) / 1e9;
+    double rate = dt > 0 ? (double)(ops - w->last_progress_ops) / dt : 0;
+    w->last_progress_ops = ops;
+    w->last_progress_ns = now;
+    const char *phase = sh->prefill ? "prefill" : now < sh->t0 ? "warm-up" : "measure";
+    double el = now > sh->t0 ? (double)(now - sh->t0) / 1e9 : 0;
+    fprintf(stderr,
+            "\r\033[K[%s %5.1fs/%.0fs] %10.0f ops/s  %10" PRIu64 " ops  %" PRIu64
+            " errors",
+            phase, el, (double)sh->o->duration_ms / 1000, rate, ops, errs);
+    fflush(stderr);
+}
+
+static void worker_run(void *arg)
+{
+    struct worker *w = arg;
+    uv_run(&w->loop, UV_RUN_DEFAULT);
+}
+
+/* One phase (prefill or measured) over all workers; returns after joining. */
+static int run_phase(struct shared *sh, struct worker *ws, size_t n_workers,
+                     uint64_t conns_total, uint64_t run_idx)
+{
+    uint64_t now = uv_hrtime();
+    if (sh->prefill) {
+        sh->t0 = now;
+        sh->t_end = now + 600ull * 1000000000ull; /* the prefill cap: 10 minutes */
+    } else {
+        sh->t0 = now + sh->o->warmup_ms * 1000000ull;
+        sh->t_end = sh->t0 + sh->o->duration_ms * 1000000ull;
+    }
+    atomic_store(&sh->prefill_next, 0);
+    for (size_t i = 0; i < n_workers; i++) {
+        struct worker *w = &ws[i];
+        memset(w, 0, sizeof(*w));
+        w->sh = sh;
+        w->idx = i;
+        tk_prng_seed(&w->prng, sh->o->seed * 1000003u + run_idx * 7919u + i);
+        tk_hist_init(&w->hist);
+        w->n_conns = conns_total / n_workers + (i < conns_total % n_workers ? 1 : 0);
+        w->conns = tk_calloc(w->n_conns ? w->n_conns : 1, sizeof(struct conn));
+        TK_ASSERT(uv_loop_init(&w->loop) == 0);
+        uv_timer_init(&w->loop, &w->stop_timer);
+        w->stop_timer.data = w;
+        uv_timer_start(&w->stop_timer, on_stop_timer, (sh->t_end - now) / 1000000 + 1, 0);
+        uv_timer_init(&w->loop, &w->progress_timer);
+        w->progress_timer.data = w;
+        if (i == 0 && sh->progress) {
+            w->last_progress_ns = now;
+            uv_timer_start(&w->progress_timer, on_progress, 1000, 1000);
+        }
+        for (size_t k = 0; k < w->n_conns; k++) {
+            struct conn *c = &w->conns[k];
+            c->w = w;
+            c->ep = (k * n_workers + i) % sh->n_eps;
+            uv_timer_init(&w->loop, &c->retry);
+            c->retry.data = c;
+            conn_start(c);
+        }
+    }
+    sh->workers = ws;
+    sh->n_workers = n_workers;
+    for (size_t i = 0; i < n_workers; i++)
+        if (uv_thread_create(&ws[i].thread, worker_run, &ws[i]) != 0)
+            return TK_EIO;
+    for (size_t i = 0; i < n_workers; i++)
+        uv_thread_join(&ws[i].thread);
+    if (sh->progress)
+        fprintf(stderr, "\r\033[K");
+    int rc = 0;
+    for (size_t i = 0; i < n_workers; i++) {
+        if (uv_loop_close(&ws[i].loop) != 0)
+            rc = TK_EIO; /* a leaked handle is a bug in this file */
+        tk_free(ws[i].conns);
+    }
+    return rc;
+}
+
+struct run_result {
+    double ops_per_s;
+    uint64_t ops, errors, not_found, redirects;
+    double p50, p90, p99, p999, max; /* ms */
+    char first_error[160];
+};
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(double *v, size_t n)
+{
+    qsort(v, n, sizeof(double), cmp_double);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+static const char bench_help[] =
+    "usage: tierkv bench [options]\n"
+    "  --protocol tierkv|etcd  the v1 gateway (default) or etcd's v3 JSON gateway\n"
+    "  -c, --connections N     keep-alive connections, one request in flight each (16)\n"
+    "  -d, --duration D        measured time per run, e.g. 10s (10s)\n"
+    "  --warmup D              unmeasured time before each run (1s)\n"
+    "  --value-size SIZE       bytes per value, e.g. 64 or 1k (64)\n"
+    "  --mix R:W               read:write ratio, or read / write (write)\n"
+    "  --keys N                key space size (10000)\n"
+    "  --dist uniform|zipf[:THETA]  key distribution (uniform; zipf theta 0.99)\n"
+    "  --threads 1|2           loop threads driving the connections (1)\n"
+    "  --runs N                repeat the run N times and report medians (1)\n"
+    "  --seed N                PRNG seed (1)\n"
+    "  --no-prefill            do not write every key once before runs with reads\n"
+    "  --key-prefix P          key prefix (bench/)\n"
+    "  --progress|--no-progress  the live line on stderr (default: if a terminal)\n"
+    "  --strict                exit 1 if any request failed\n"
+    "Global --mode and --consistency apply to writes and reads (etcd: --consistency\n"
+    "stale sends serializable ranges). Prints a table and one JSON line (--json: the\n"
+    "JSON line only). Exits 5 if no request succeeded.\n";
+
+static int bench_usage(const char *msg)
+{
+    fprintf(stderr, "tierkv bench: %s (see tierkv bench --help)\n", msg);
+    return CLI_EXIT_USAGE;
+}
+
+static int parse_bench_args(struct bench_opts *o, int argc, char **argv)
+{
+    enum {
+        O_PROTO = 256,
+        O_WARMUP,
+        O_VSIZE,
+        O_MIX,
+        O_KEYS,
+        O_DIST,
+        O_THREADS,
+        O_RUNS,
+        O_SEED,
+        O_NOPREFILL,
+        O_PREFIX,
+        O_PROGRESS,
+        O_NOPROGRESS,
+        O_STRICT
+    };
+    static const struct option opts[] = {{"protocol", required_argument, 0, O_PROTO},
+                                         {"connections", required_argument, 0, 'c'},
+                                         {"duration", required_argument, 0, 'd'},
+                                         {"warmup", required_argument, 0, O_WARMUP},
+                                         {"value-size", required_argument, 0, O_VSIZE},
+                                         {"mix", required_argument, 0, O_MIX},
+                                         {"keys", required_argument, 0, O_KEYS},
+                                         {"dist", required_argument, 0, O_DIST},
+                                         {"threads", required_argument, 0, O_THREADS},
+                                         {"runs", required_argument, 0, O_RUNS},
+                                         {"seed", required_argument, 0, O_SEED},
+                                         {"no-prefill", no_argument, 0, O_NOPREFILL},
+                                         {"key-prefix", required_argument, 0, O_PREFIX},
+                                         {"progress", no_argument, 0, O_PROGRESS},
+                                         {"no-progress", no_argument, 0, O_NOPROGRESS},
+                                         {"strict", no_argument, 0, O_STRICT},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
+    optind = 1;
+    opterr = 0;
+    int ch;
+    while ((ch = getopt_long(argc, argv, "+c:d:h", opts, NULL)) != -1) {
+        switch (ch) {
+        case O_PROTO:
+            if (strcmp(optarg, "tierkv") == 0 || strcmp(optarg, "http") == 0)
+                o->protocol = CLI_PROTO_TIERKV;
+            else if (strcmp(optarg, "etcd") == 0)
+                o->protocol = CLI_PROTO_ETCD;
+            else
+                return bench_usage("--protocol is tierkv or etcd");
+            break;
+        case 'c':
+            if (cli_parse_u64(optarg, 1, CONNECTIONS_MAX, &o->connections) != 0)
+                return bench_usage("--connections wants 1..20000");
+            break;
+        case 'd':
+            if (cli_parse_duration_ms(optarg, &o->duration_ms) != 0)
+                return bench_usage("--duration wants a duration like 10s");
+            break;
+        case O_WARMUP:
+            if (strcmp(optarg, "0") == 0)
+                o->warmup_ms = 0;
+            else if (cli_parse_duration_ms(optarg, &o->warmup_ms) != 0)
+                return bench_usage("--warmup wants a duration like 1s, or 0");
+            break;
+        case O_VSIZE:
+            if (cli_parse_size(optarg, &o->value_size) != 0 || o->value_size > VALUE_MAX)
+                return bench_usage("--value-size wants 0..1MiB");
+            break;
+        case O_MIX:
+            if (cli_parse_mix(optarg, &o->read_fraction) != 0)
+                return bench_usage("--mix wants R:W (like 90:10), read or write");
+            break;
+        case O_KEYS:
+            if (cli_parse_u64(optarg, 1, 100000000, &o->keys) != 0)
+                return bench_usage("--keys wants 1..100000000");
+            break;
+        case O_DIST:
+            if (cli_parse_dist(optarg, &o->dist, &o->zipf_theta) != 0)
+                return bench_usage(
+                    "--dist wants uniform, zipf or zipf:THETA (0<THETA<1)");
+            break;
+        case O_THREADS:
+            if (cli_parse_u64(optarg, 1, 2, &o->threads) != 0)
+                return bench_usage("--threads wants 1 or 2");
+            break;
+        case O_RUNS:
+            if (cli_parse_u64(optarg, 1, 100, &o->runs) != 0)
+                return bench_usage("--runs wants 1..100");
+            break;
+        case O_SEED:
+            if (cli_parse_u64(optarg, 0, UINT64_MAX, &o->seed) != 0)
+                return bench_usage("--seed wants an unsigned integer");
+            break;
+        case O_NOPREFILL:
+            o->prefill = false;
+            break;
+        case O_PREFIX:
+            if (strlen(optarg) >= sizeof(o->key_prefix))
+                return bench_usage("--key-prefix is too long (63 bytes at most)");
+            snprintf(o->key_prefix, sizeof(o->key_prefix), "%s", optarg);
+            break;
+        case O_PROGRESS:
+            o->progress = 1;
+            break;
+        case O_NOPROGRESS:
+            o->progress = 0;
+            break;
+        case O_STRICT:
+            o->strict = true;
+            break;
+        case 'h':
+            fputs(bench_help, stdout);
+            return -1;
+        default:
+            return bench_usage("unknown option or missing value");
+        }
+    }
+    if (optind != argc)
+        return bench_usage("takes no positional arguments");
+    return 0;
+}
+
+static const char *op_name(const struct bench_opts *o)
+{
+    if (o->read_fraction <= 0)
+        return "put";
+    if (o->read_fraction >= 1)
+        return "get";
+    return "mix";
+}
+
+static void raise_fd_limit(uint64_t need)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < need + 64) {
+        rl.rlim_cur = rl.rlim_max < need + 64 ? rl.rlim_max : need + 64;
+        setrlimit(RLIMIT_NOFILE, &rl);
+    }
+}
+
+int cli_cmd_bench(struct cli_global *g, int argc, char **argv)
+{
+    struct bench_opts o;
+    cli_bench_defaults(&o);
+    int prc = parse_bench_args(&o, argc, argv);
+    if (prc != 0)
+        return prc < 0 ? 0 : prc;
+    struct shared *sh = tk_calloc(1, sizeof(*sh));
+    int code = 0;
+    sh->o = &o;
+    sh->n_eps = g->client.n_eps;
+    for (size_t i = 0; i < sh->n_eps; i++) {
+        const struct cli_endpoint *ep = &g->client.eps[i];
+        struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
+        struct addrinfo *res;
+        int grc = getaddrinfo(ep->host, ep->port, &hints, &res);
+        if (grc != 0) {
+            fprintf(stderr, "tierkv bench: cannot resolve %s: %s\n", ep->host,
+                    gai_strerror(grc));
+            code = CLI_EXIT_UNAVAILABLE;
+            goto out;
+        }
+        memcpy(&sh->addrs[i], res->ai_addr, res->ai_addrlen);
+        freeaddrinfo(res);
+        snprintf(sh->hosts[i], sizeof(sh->hosts[i]),
+                 strchr(ep->host, ':') ? "[%s]:%s" : "%s:%s", ep->host, ep->port);
+    }
+    if (o.dist == CLI_DIST_ZIPF && cli_zipf_init(&sh->zipf, o.keys, o.zipf_theta) != 0) {
+        code = bench_usage("bad zipf parameters");
+        goto out;
+    }
+    /* One value for every write: printable bytes so both protocols carry it. */
+    char *value = tk_malloc(o.value_size + 1);
+    struct tk_prng vp;
+    tk_prng_seed(&vp, o.seed);
+    for (uint64_t i = 0; i < o.value_size; i++)
+        value[i] = (char)('a' + tk_prng_below(&vp, 26));
+    value[o.value_size] = '\0';
+    char *value_b64 = tk_malloc(cli_base64_len(o.value_size) + 1);
+    sh->pl = (struct bench_payload){value, value_b64, o.value_size,
+                                    cli_base64_encode(value, o.value_size, value_b64)};
+    char qw[48] = "", qr[48] = "";
+    if (o.protocol == CLI_PROTO_TIERKV) {
+        if (g->mode[0])
+            snprintf(qw, sizeof(qw), "?mode=%s", g->mode);
+        if (g->consistency[0])
+            snprintf(qr, sizeof(qr), "?consistency=%s", g->consistency);
+    } else if (strcmp(g->consistency, "stale") == 0) {
+        snprintf(qr, sizeof(qr), "serializable");
+    }
+    sh->query_write = qw;
+    sh->query_read = qr;
+    sh->progress = o.progress < 0 ? isatty(STDERR_FILENO) != 0 : o.progress != 0;
+    if (o.connections < o.threads)
+        o.threads = o.connections;
+    raise_fd_limit(o.connections);
+
+    const char *proto = o.protocol == CLI_PROTO_TIERKV ? "tierkv" : "etcd";
+    char eps_text[1024] = "";
+    for (size_t i = 0; i < sh->n_eps; i++) {
+        size_t l = strlen(eps_text);
+        snprintf(eps_text + l, sizeof(eps_text) - l, "%s%s", i ? "," : "", sh->hosts[i]);
+    }
+    char dist_text[32];
+    if (o.dist == CLI_DIST_ZIPF)
+        snprintf(dist_text, sizeof(dist_text), "zipf:%.2f", o.zipf_theta);
+    else
+        snprintf(dist_text, sizeof(dist_text), "uniform");
+    if (!g->json)
+        printf("tierkv bench: protocol=%s op=%s read_fraction=%.2f connections=%" PRIu64
+               " threads=%" PRIu64 " duration=%.1fs value_size=%" PRIu64 " keys=%" PRIu64
+               " dist=%s endpoints=%s\n",
+               proto, op_name(&o), o.read_fraction, o.connections, o.threads,
+               (double)o.duration_ms / 1000, o.value_size, o.keys, dist_text, eps_text);
+
+    struct worker *ws = tk_calloc(o.threads, sizeof(struct worker));
+    struct run_result *res = tk_calloc(o.runs, sizeof(*res));
+    uint64_t total_ops = 0, total_err = 0, total_nf = 0, total_redirects = 0;
+    if (o.prefill && o.read_fraction > 0) {
+        sh->prefill = true;
+        if (!g->json)
+            printf("prefill: writing %" PRIu64 " keys\n", o.keys);
+        fflush(stdout);
+        int rc = run_phase(sh, ws, o.threads, o.connections, 0);
+        uint64_t perr = 0;
+        for (size_t i = 0; i < o.threads; i++)
+            perr += ws[i].errors;
+        if (rc != 0 || perr > 0)
+            fprintf(stderr, "tierkv bench: prefill had %" PRIu64 " errors (first: %s)\n",
+                    perr, ws[0].first_error[0] ? ws[0].first_error : "?");
+        sh->prefill = false;
+    }
+    if (!g->json) {
+        printf("%-6s %12s %10s %9s %9s %9s %9s %9s %8s %9s\n", "run", "ops/s", "ops",
+               "p50_ms", "p90_ms", "p99_ms", "p99.9_ms", "max_ms", "errors", "not_found");
+        fflush(stdout);
+    }
+    for (uint64_t r = 0; r < o.runs; r++) {
+        int rc = run_phase(sh, ws, o.threads, o.connections, r + 1);
+        if (rc != 0) {
+            fprintf(stderr,
+                    "tierkv bench: internal error: a loop did not close cleanly\n");
+            code = CLI_EXIT_ERROR;
+        }
+        struct tk_hist h;
+        tk_hist_init(&h);
+        struct run_result *rr = &res[r];
+        for (size_t i = 0; i < o.threads; i++) {
+            tk_hist_merge(&h, &ws[i].hist);
+            rr->ops += ws[i].ops;
+            rr->errors += ws[i].errors;
+            rr->not_found += ws[i].not_found;
+            rr->redirects += ws[i].redirects;
+            if (!rr->first_error[0] && ws[i].first_error[0])
+                snprintf(rr->first_error, sizeof(rr->first_error), "%s",
+                         ws[i].first_error);
+        }
+        rr->ops_per_s = (double)rr->ops / ((double)o.duration_ms / 1000);
+        rr->p50 = (double)tk_hist_quantile(&h, 0.5) / 1e6;
+        rr->p90 = (double)tk_hist_quantile(&h, 0.9) / 1e6;
+        rr->p99 = (double)tk_hist_quantile(&h, 0.99) / 1e6;
+        rr->p999 = (double)tk_hist_quantile(&h, 0.999) / 1e6;
+        rr->max = (double)tk_hist_quantile(&h, 1.0) / 1e6;
+        total_ops += rr->ops;
+        total_err += rr->errors;
+        total_nf += rr->not_found;
+        total_redirects += rr->redirects;
+        if (!g->json) {
+            printf("%-6" PRIu64 " %12.1f %10" PRIu64
+                   " %9.3f %9.3f %9.3f %9.3f %9.3f %8" PRIu64 " %9" PRIu64 "\n",
+                   r + 1, rr->ops_per_s, rr->ops, rr->p50, rr->p90, rr->p99, rr->p999,
+                   rr->max, rr->errors, rr->not_found);
+            fflush(stdout);
+        }
+        if (rr->errors > 0)
+            fprintf(stderr,
+                    "tierkv bench: run %" PRIu64 ": %" PRIu64 " errors (first: %s)\n",
+                    r + 1, rr->errors, rr->first_error);
+    }
+    double v[5][100];
+    for (uint64_t r = 0; r < o.runs; r++) {
+        v[0][r] = res[r].ops_per_s;
+        v[1][r] = res[r].p50;
+        v[2][r] = res[r].p90;
+        v[3][r] = res[r].p99;
+        v[4][r] = res[r].p999;
+    }
+    double m_ops = median(v[0], o.runs), m50 = median(v[1], o.runs),
+           m90 = median(v[2], o.runs), m99 = median(v[3], o.runs),
+           m999 = median(v[4], o.runs);
+    double mx = 0;
+    for (uint64_t r = 0; r < o.runs; r++)
+        mx = res[r].max > mx ? res[r].max : mx;
+    if (!g->json && o.runs > 1)
+        printf("%-6s %12.1f %10" PRIu64 " %9.3f %9.3f %9.3f %9.3f %9.3f %8" PRIu64
+               " %9" PRIu64 "\n",
+               "median", m_ops, total_ops, m50, m90, m99, m999, mx, total_err, total_nf);
+    printf("{\"bench\":\"http\",\"protocol\":\"%s\",\"op\":\"%s\",\"read_fraction\":%.3f,"
+           "\"connections\":%" PRIu64 ",\"threads\":%" PRIu64 ",\"duration_s\":%.3f,"
+           "\"value_size\":%" PRIu64 ",\"keys\":%" PRIu64
+           ",\"dist\":\"%s\",\"runs\":%" PRIu64 ",\"ops\":%" PRIu64
+           ",\"ops_per_s\":%.1f,\"p50_ms\":%.3f,\"p90_ms\":%.3f,"
+           "\"p99_ms\":%.3f,\"p999_ms\":%.3f,\"max_ms\":%.3f,\"errors\":%" PRIu64
+           ",\"not_found\":%" PRIu64 ",\"redirects\":%" PRIu64
+           ",\"mode\":\"%s\",\"consistency\":\"%s\","
+           "\"endpoints\":\"%s\"}\n",
+           proto, op_name(&o), o.read_fraction, o.connections, o.threads,
+           (double)o.duration_ms / 1000, o.value_size, o.keys, dist_text, o.runs,
+           total_ops, m_ops, m50, m90, m99, m999, mx, total_err, total_nf,
+           total_redirects, g->mode, g->consistency, eps_text);
+    fflush(stdout);
+    if (code == 0 && total_ops == 0) {
+        fprintf(stderr, "tierkv bench: no request succeeded\n");
+        code = CLI_EXIT_UNAVAILABLE;
+    } else if (code == 0 && o.strict && total_err > 0) {
+        code = CLI_EXIT_ERROR;
+    }
+    tk_free(res);
+    tk_free(ws);
+    tk_free(value);
+    tk_free(value_b64);
+out:
+    tk_free(sh);
+    return code;
+}

@@ -1,0 +1,504 @@
+/* A blocking HTTP/1.1 client for the CLI's one-shot commands.
+ *
+ * One request per connection (Connection: close), plain sockets with a
+ * deadline enforced by poll(), responses parsed by http-parser (Content-Length,
+ * chunked, or read-until-close bodies). cli_request() walks the endpoint list:
+ * an unreachable endpoint or a 503 moves on; a leader hint (X-Tierkv-Leader,
+ * the "leader" field of a 503 error body, or a 307/308 Location) is tried
+ * next. Only the bench (bench.c) needs many connections; here simplicity wins.
+ * Called from the main thread only. */
+#include <errno.h>
+#include <fcntl.h>
+#include <http_parser.h>
+#include <jansson.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "base/alloc.h"
+#include "base/err.h"
+#include "cmd/tierkv/cli.h"
+
+void cli_response_free(struct cli_response *r)
+{
+    tk_free(r->body);
+    r->body = NULL;
+    r->body_len = 0;
+}
+
+/* ---- response parsing ---- */
+
+enum hdr_which {
+    HDR_NONE,
+    HDR_LEADER,
+    HDR_LEADER_ADDR,
+    HDR_REVISION,
+    HDR_LOCATION,
+    HDR_CTYPE,
+    HDR_RETRY
+};
+
+struct cli_resp_parser {
+    http_parser hp;
+    struct cli_response *r;
+    size_t body_cap;
+    char field[64];
+    size_t field_len;
+    bool in_value;
+    enum hdr_which which;
+    bool complete;
+    bool too_big;
+};
+
+static void copy_hdr(char *dst, size_t cap, const char *at, size_t len)
+{
+    size_t cur = strlen(dst);
+    size_t n = len < cap - 1 - cur ? len : cap - 1 - cur;
+    memcpy(dst + cur, at, n);
+    dst[cur + n] = '\0';
+}
+
+static int on_header_field(http_parser *hp, const char *at, size_t len)
+{
+    struct cli_resp_parser *p = hp->data;
+    if (p->in_value) {
+        p->in_value = false;
+        p->field_len = 0;
+    }
+    size_t n = len < sizeof(p->field) - 1 - p->field_len
+                   ? len
+                   : sizeof(p->field) - 1 - p->field_len;
+    memcpy(p->field + p->field_len, at, n);
+    p->field_len += n;
+    p->field[p->field_len] = '\0';
+    return 0;
+}
+
+static int on_header_value(http_parser *hp, const char *at, size_t len)
+{
+    struct cli_resp_parser *p = hp->data;
+    struct cli_response *r = p->r;
+    if (!p->in_value) {
+        p->in_value = true;
+        if (strcasecmp(p->field, "X-Tierkv-Leader") == 0)
+            p->which = HDR_LEADER;
+        else if (strcasecmp(p->field, "X-Tierkv-Leader-Addr") == 0)
+            p->which = HDR_LEADER_ADDR;
+        else if (strcasecmp(p->field, "X-Tierkv-Revision") == 0)
+            p->which = HDR_REVISION;
+        else if (strcasecmp(p->field, "Location") == 0)
+            p->which = HDR_LOCATION;
+        else if (strcasecmp(p->field, "Content-Type") == 0)
+            p->which = HDR_CTYPE;
+        else if (strcasecmp(p->field, "Retry-After") == 0)
+            p->which = HDR_RETRY;
+        else
+            p->which = HDR_NONE;
+    }
+    switch (p->which) {
+    case HDR_LEADER:
+        copy_hdr(r->leader, sizeof(r->leader), at, len);
+        break;
+    case HDR_LEADER_ADDR:
+        copy_hdr(r->leader_addr, sizeof(r->leader_addr), at, len);
+        break;
+    case HDR_REVISION:
+        copy_hdr(r->revision, sizeof(r->revision), at, len);
+        break;
+    case HDR_LOCATION:
+        copy_hdr(r->location, sizeof(r->location), at, len);
+        break;
+    case HDR_CTYPE:
+        copy_hdr(r->content_type, sizeof(r->content_type), at, len);
+        break;
+    case HDR_RETRY:
+        copy_hdr(r->retry_after, sizeof(r->retry_after), at, len);
+        break;
+    case HDR_NONE:
+        break;
+    }
+    return 0;
+}
+
+static int on_headers_complete(http_parser *hp)
+{
+    struct cli_resp_parser *p = hp->data;
+    p->r->status = (int)hp->status_code;
+    return 0;
+}
+
+static int on_body(http_parser *hp, const char *at, size_t len)
+{
+    struct cli_resp_parser *p = hp->data;
+    struct cli_response *r = p->r;
+    if (r->body_len + len > CLI_BODY_MAX) {
+        p->too_big = true;
+        return 1;
+    }
+    if (r->body_len + len + 1 > p->body_cap) {
+        size_t cap = p->body_cap ? p->body_cap : 4096;
+        while (cap < r->body_len + len + 1)
+            cap *= 2;
+        r->body = tk_realloc(r->body, cap);
+        p->body_cap = cap;
+    }
+    memcpy(r->body + r->body_len, at, len);
+    r->body_len += len;
+    r->body[r->body_len] = '\0';
+    return 0;
+}
+
+static int on_message_complete(http_parser *hp)
+{
+    struct cli_resp_parser *p = hp->data;
+    p->complete = true;
+    p->r->keep_alive = http_should_keep_alive(hp) != 0;
+    http_parser_pause(hp, 1);
+    return 0;
+}
+
+static const http_parser_settings resp_settings = {
+    .on_header_field = on_header_field,
+    .on_header_value = on_header_value,
+    .on_headers_complete = on_headers_complete,
+    .on_body = on_body,
+    .on_message_complete = on_message_complete,
+};
+
+struct cli_resp_parser *cli_resp_parser_new(struct cli_response *into)
+{
+    struct cli_resp_parser *p = tk_calloc(1, sizeof(*p));
+    memset(into, 0, sizeof(*into));
+    p->r = into;
+    http_parser_init(&p->hp, HTTP_RESPONSE);
+    p->hp.data = p;
+    return p;
+}
+
+int cli_resp_parser_feed(struct cli_resp_parser *p, const char *buf, size_t len)
+{
+    if (p->complete)
+        return 1;
+    size_t n = http_parser_execute(&p->hp, &resp_settings, buf, len);
+    if (p->complete)
+        return 1;
+    if (p->too_big)
+        return TK_ETOOBIG;
+    if (HTTP_PARSER_ERRNO(&p->hp) != HPE_OK || n != len)
+        return TK_EPROTO;
+    if (len == 0)
+        return TK_EPROTO; /* EOF before the message ended */
+    return 0;
+}
+
+void cli_resp_parser_free(struct cli_resp_parser *p)
+{
+    tk_free(p);
+}
+
+/* ---- one attempt ---- */
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int wait_fd(int fd, short events, int64_t deadline)
+{
+    for (;;) {
+        int64_t left = deadline - now_ms();
+        if (left <= 0)
+            return TK_ETIMEDOUT;
+        struct pollfd pfd = {.fd = fd, .events = events};
+        int rc = poll(&pfd, 1, (int)left);
+        if (rc > 0)
+            return 0;
+        if (rc == 0)
+            return TK_ETIMEDOUT;
+        if (errno != EINTR)
+            return TK_EIO;
+    }
+}
+
+static int connect_ep(const struct cli_endpoint *ep, int64_t deadline, int *out,
+                      char *err, size_t err_cap)
+{
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
+    struct addrinfo *res;
+    int grc = getaddrinfo(ep->host, ep->port, &hints, &res);
+    if (grc != 0) {
+        snprintf(err, err_cap, "%s:%s: cannot resolve: %s", ep->host, ep->port,
+                 gai_strerror(grc));
+        return TK_EUNAVAIL;
+    }
+    int rc = TK_EUNAVAIL;
+    for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
+        int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
+                        ai->ai_protocol);
+        if (fd < 0)
+            continue;
+        int one = 1;
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+        if (connect(fd, ai->ai_addr, ai->ai_addrlen) != 0 && errno != EINPROGRESS) {
+            snprintf(err, err_cap, "%s:%s: %s", ep->host, ep->port, strerror(errno));
+            close(fd);
+            continue;
+        }
+        int w = wait_fd(fd, POLLOUT, deadline);
+        int soerr = 0;
+        socklen_t sl = sizeof(soerr);
+        if (w == 0)
+            getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &sl);
+        if (w != 0 || soerr != 0) {
+            snprintf(err, err_cap, "%s:%s: %s", ep->host, ep->port,
+                     w == TK_ETIMEDOUT ? "connect timed out"
+                                       : strerror(soerr ? soerr : EIO));
+            rc = w == TK_ETIMEDOUT ? TK_ETIMEDOUT : TK_EUNAVAIL;
+            close(fd);
+            continue;
+        }
+        *out = fd;
+        rc = 0;
+        break;
+    }
+    freeaddrinfo(res);
+    return rc;
+}
+
+static int send_all(int fd, const char *p, size_t len, int64_t deadline)
+{
+    while (len > 0) {
+        ssize_t n = send(fd, p, len, MSG_NOSIGNAL);
+        if (n > 0) {
+            p += n;
+            len -= (size_t)n;
+            continue;
+        }
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            int rc = wait_fd(fd, POLLOUT, deadline);
+            if (rc != 0)
+                return rc;
+            continue;
+        }
+        return TK_EIO;
+    }
+    return 0;
+}
+
+int cli_request_one(const struct cli_endpoint *ep, int timeout_ms, const char *method,
+                    const char *path, const char *content_type, const void *body,
+                    size_t body_len, struct cli_response *out, char *err, size_t err_cap)
+{
+    int64_t deadline = now_ms() + timeout_ms;
+    int fd = -1;
+    memset(out, 0, sizeof(*out));
+    int rc = connect_ep(ep, deadline, &fd, err, err_cap);
+    if (rc != 0)
+        return rc;
+    char head[1024 + CLI_HOST_MAX];
+    char hostport[CLI_HOST_MAX + 16];
+    snprintf(hostport, sizeof(hostport), strchr(ep->host, ':') ? "[%s]:%s" : "%s:%s",
+             ep->host, ep->port);
+    int hn;
+    if (body)
+        hn = snprintf(
+            head, sizeof(head),
+            "%s %s HTTP/1.1\r\nHost: %s\r\nUser-Agent: tierkv-cli\r\n"
+            "Connection: close\r\nContent-Type: %s\r\nContent-Length: %zu\r\n\r\n",
+            method, path, hostport,
+            content_type ? content_type : "application/octet-stream", body_len);
+    else
+        hn = snprintf(head, sizeof(head),
+                      "%s %s HTTP/1.1\r\nHost: %s\r\nUser-Agent: tierkv-cli\r\n"
+                      "Connection: close\r\n\r\n",
+                      method, path, hostport);
+    /* The path is the only long part; a key over ~700 bytes after encoding
+     * goes through a heap buffer. */
+    char *dyn = NULL;
+    const char *hp = head;
+    if (hn < 0 || (size_t)hn >= sizeof(head)) {
+        size_t need = strlen(path) + sizeof(head);
+        dyn = tk_malloc(need);
+        if (body)
+            hn = snprintf(dyn, need,
+                          "%s %s HTTP/1.1\r\nHost: %s\r\nUser-Agent: tierkv-cli\r\n"
+                          "Connection: close\r\nContent-Type: %s\r\nContent-Length: "
+                          "%zu\r\n\r\n",
+                          method, path, hostport,
+                          content_type ? content_type : "application/octet-stream",
+                          body_len);
+        else
+            hn = snprintf(dyn, need,
+                          "%s %s HTTP/1.1\r\nHost: %s\r\nUser-Agent: tierkv-cli\r\n"
+                          "Connection: close\r\n\r\n",
+                          method, path, hostport);
+        hp = dyn;
+    }
+    rc = send_all(fd, hp, (size_t)hn, deadline);
+    tk_free(dyn);
+    if (rc == 0 && body && body_len > 0)
+        rc = send_all(fd, body, body_len, deadline);
+    if (rc != 0) {
+        snprintf(err, err_cap, "%s:%s: sending the request: %s", ep->host, ep->port,
+                 rc == TK_ETIMEDOUT ? "timed out" : "connection failed");
+        close(fd);
+        return rc == TK_ETIMEDOUT ? TK_ETIMEDOUT : TK_EUNAVAIL;
+    }
+    struct cli_resp_parser *p = cli_resp_parser_new(out);
+    char buf[16384];
+    for (;;) {
+        ssize_t n = recv(fd, buf, sizeof(buf), 0);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            rc = wait_fd(fd, POLLIN, deadline);
+            if (rc != 0)
+                break;
+            continue;
+        }
+        if (n < 0) {
+            rc = TK_EUNAVAIL;
+            break;
+        }
+        rc = cli_resp_parser_feed(p, buf, (size_t)n);
+        if (rc != 0)
+            break;
+    }
+    cli_resp_parser_free(p);
+    close(fd);
+    if (rc == 1)
+        return 0;
+    const char *why = rc == TK_ETIMEDOUT ? "timed out waiting for the response"
+                      : rc == TK_ETOOBIG ? "response body too large"
+                      : rc == TK_EPROTO  ? "malformed HTTP response"
+                                         : "connection failed";
+    snprintf(err, err_cap, "%s:%s: %s", ep->host, ep->port, why);
+    cli_response_free(out);
+    return rc == TK_ETIMEDOUT ? TK_ETIMEDOUT : rc == TK_EPROTO ? TK_EPROTO : TK_EUNAVAIL;
+}
+
+/* ---- failover ---- */
+
+/* The leader address a response points at, if any. */
+static bool response_hint(const struct cli_response *r, struct cli_endpoint *ep)
+{
+    if ((r->status == 307 || r->status == 308) && r->location[0] &&
+        cli_parse_hostport(r->location, ep) == 0)
+        return true;
+    if (r->leader_addr[0] && cli_parse_leader_hint(r->leader_addr, ep) == 0)
+        return true;
+    if (r->leader[0] && cli_parse_leader_hint(r->leader, ep) == 0)
+        return true;
+    if (r->status == 503 && r->body) {
+        json_t *j = json_loads(r->body, 0, NULL);
+        json_t *e = j ? json_object_get(j, "error") : NULL;
+        json_t *l = e ? json_object_get(e, "leader") : NULL;
+        bool ok =
+            json_is_string(l) && cli_parse_leader_hint(json_string_value(l), ep) == 0;
+        json_decref(j);
+        return ok;
+    }
+    return false;
+}
+
+static bool same_ep(const struct cli_endpoint *a, const struct cli_endpoint *b)
+{
+    return strcmp(a->host, b->host) == 0 && strcmp(a->port, b->port) == 0;
+}
+
+int cli_request(struct cli_client *c, const char *method, const char *path,
+                const char *content_type, const void *body, size_t body_len,
+                struct cli_response *out, char *err, size_t err_cap)
+{
+    struct cli_response last503 = {0};
+    bool have503 = false;
+    int last_rc = TK_EUNAVAIL;
+    snprintf(err, err_cap, "no endpoint given");
+    for (int pass = 0; pass <= c->retries; pass++) {
+        /* Candidates: the configured endpoints from the preferred one on; a
+         * hint is inserted right after the current position. */
+        struct cli_endpoint cand[CLI_ENDPOINTS_MAX * 2];
+        size_t n = 0;
+        for (size_t i = 0; i < c->n_eps; i++)
+            cand[n++] = c->eps[(c->preferred + i) % c->n_eps];
+        struct cli_endpoint tried[CLI_ENDPOINTS_MAX * 2];
+        size_t n_tried = 0;
+        int retry_after_ms = 0;
+        for (size_t i = 0; i < n; i++) {
+            bool dup = false;
+            for (size_t t = 0; t < n_tried; t++)
+                dup |= same_ep(&tried[t], &cand[i]);
+            if (dup || n_tried == CLI_ENDPOINTS_MAX * 2)
+                continue;
+            tried[n_tried++] = cand[i];
+            struct cli_response r;
+            char e[512];
+            int rc = cli_request_one(&cand[i], c->timeout_ms, method, path, content_type,
+                                     body, body_len, &r, e, sizeof(e));
+            if (c->verbose)
+                fprintf(stderr, "tierkv: %s %s -> %s:%s: %s%d\n", method, path,
+                        cand[i].host, cand[i].port, rc == 0 ? "HTTP " : "error ",
+                        rc == 0 ? r.status : rc);
+            if (rc != 0) {
+                snprintf(err, err_cap, "%s", e);
+                last_rc = rc;
+                continue;
+            }
+            struct cli_endpoint hint;
+            bool redirect = r.status == 503 || r.status == 307 || r.status == 308;
+            if (!redirect) {
+                cli_response_free(&last503);
+                *out = r;
+                c->answered = cand[i];
+                for (size_t k = 0; k < c->n_eps; k++)
+                    if (same_ep(&c->eps[k], &cand[i]))
+                        c->preferred = k;
+                return 0;
+            }
+            if (response_hint(&r, &hint) && n < CLI_ENDPOINTS_MAX * 2) {
+                /* Try the hinted leader next. */
+                memmove(&cand[i + 2], &cand[i + 1], (n - i - 1) * sizeof(cand[0]));
+                cand[i + 1] = hint;
+                n++;
+            }
+            if (r.status == 503) {
+                int ra = atoi(r.retry_after);
+                if (ra > 0 && ra <= 5)
+                    retry_after_ms = ra * 1000;
+                cli_response_free(&last503);
+                last503 = r;
+                have503 = true;
+                c->answered = cand[i];
+                snprintf(err, err_cap, "%s:%s: 503 unavailable", cand[i].host,
+                         cand[i].port);
+            } else {
+                snprintf(err, err_cap, "%s:%s: redirect without a usable Location",
+                         cand[i].host, cand[i].port);
+                cli_response_free(&r);
+            }
+        }
+        if (pass < c->retries) {
+            /* Waiting for the cluster (an election), not for another thread. */
+            int backoff_ms = retry_after_ms ? retry_after_ms : 200 << pass;
+            struct timespec ts = {backoff_ms / 1000, (long)(backoff_ms % 1000) * 1000000};
+            nanosleep(&ts, NULL);
+        }
+    }
+    if (have503) {
+        *out = last503;
+        return 0;
+    }
+    return last_rc == TK_ETIMEDOUT ? TK_ETIMEDOUT : TK_EUNAVAIL;
+}

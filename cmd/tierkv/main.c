@@ -1,0 +1,214 @@
+/* tierkv: the command-line client of a tierkv cluster.
+ *
+ * Parses the global flags (which may appear anywhere before a "--"), picks
+ * the command and hands it the remaining arguments. The commands live in
+ * commands.c and bench.c; docs/cli.md is the manual. Single-threaded except
+ * for `bench`, which runs its own loop threads. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/err.h"
+#include "cmd/tierkv/cli.h"
+
+#define CLI_DEFAULT_ENDPOINTS "127.0.0.1:8080"
+
+static const char main_help[] =
+    "usage: tierkv [global flags] COMMAND [args]\n"
+    "\n"
+    "Commands:\n"
+    "  put KEY [VALUE]      write a key (value from stdin or --file without VALUE)\n"
+    "  get KEY              read a key\n"
+    "  del KEY              delete a key\n"
+    "  scan [PREFIX]        list keys by prefix or --start/--end range, --limit N\n"
+    "  incr KEY [DELTA]     add DELTA (default 1) to an int64 counter\n"
+    "  txn FILE             run a transaction from a JSON file (- for stdin)\n"
+    "  batch FILE           apply an atomic batch from a JSON file\n"
+    "  status               health, role, term and indexes of every endpoint\n"
+    "  members              the cluster's members\n"
+    "  bench                load generator for tierkvd or etcd (tierkv bench --help)\n"
+    "  help [COMMAND]       this text, or a command's\n"
+    "\n"
+    "Global flags (anywhere on the line):\n"
+    "  -e, --endpoints LIST   comma-separated host:port list, tried in order; a\n"
+    "                         leader hint in a 503 or redirect is followed\n"
+    "                         (env TIERKV_ENDPOINTS; default " CLI_DEFAULT_ENDPOINTS ")\n"
+    "  --json                 print the server's JSON, one line, for scripts\n"
+    "  --timeout DURATION     per request attempt (default 5s)\n"
+    "  --retries N            extra passes over the endpoints when none answers or\n"
+    "                         all answer 503 (default 2)\n"
+    "  --mode applied|committed        when a write is acknowledged\n"
+    "  --consistency linearizable|stale  how reads are served\n"
+    "  --base64               ask for base64 keys/values and decode them\n"
+    "  -v, --verbose          log every attempt to stderr\n"
+    "\n"
+    "Exit codes:\n"
+    "  0 success\n"
+    "  1 unexpected server answer or internal error\n"
+    "  2 usage error: bad flags, arguments or input file\n"
+    "  3 not found (404)\n"
+    "  4 compare failed (409), or a txn that took its else branch\n"
+    "  5 unavailable: no endpoint reachable, or no leader (503)\n"
+    "  6 timed out (client timeout, 408 or 504)\n"
+    "  7 rejected by the server (400, 413 and other 4xx)\n";
+
+struct command {
+    const char *name;
+    int (*fn)(struct cli_global *g, int argc, char **argv);
+};
+
+static const struct command commands[] = {
+    {"put", cli_cmd_put},         {"get", cli_cmd_get},     {"del", cli_cmd_del},
+    {"delete", cli_cmd_del},      {"scan", cli_cmd_scan},   {"incr", cli_cmd_incr},
+    {"txn", cli_cmd_txn},         {"batch", cli_cmd_batch}, {"status", cli_cmd_status},
+    {"members", cli_cmd_members}, {"bench", cli_cmd_bench},
+};
+
+static int usage(const char *msg)
+{
+    fprintf(stderr, "tierkv: %s (see tierkv --help)\n", msg);
+    return CLI_EXIT_USAGE;
+}
+
+/* The value of a global flag at argv[*i]: "--flag=value" or "--flag value". */
+static const char *flag_value(int argc, char **argv, int *i, const char *name)
+{
+    size_t n = strlen(name);
+    if (strncmp(argv[*i], name, n) != 0)
+        return NULL;
+    if (argv[*i][n] == '=')
+        return argv[*i] + n + 1;
+    if (argv[*i][n] == '\0' && *i + 1 < argc)
+        return argv[++*i];
+    return NULL;
+}
+
+static bool is_flag(const char *arg, const char *name)
+{
+    size_t n = strlen(name);
+    return strncmp(arg, name, n) == 0 && (arg[n] == '\0' || arg[n] == '=');
+}
+
+int main(int argc, char **argv)
+{
+    struct cli_global g;
+    memset(&g, 0, sizeof(g));
+    g.client.timeout_ms = 5000;
+    g.client.retries = 2;
+    const char *endpoints = getenv("TIERKV_ENDPOINTS");
+    if (!endpoints || !endpoints[0])
+        endpoints = CLI_DEFAULT_ENDPOINTS;
+
+    /* Pull out the global flags; keep everything else in order. */
+    char **rest = calloc((size_t)argc + 1, sizeof(char *));
+    if (!rest)
+        return CLI_EXIT_ERROR;
+    int n_rest = 0;
+    bool dashdash = false;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v;
+        if (dashdash || a[0] != '-') {
+            rest[n_rest++] = argv[i];
+            continue;
+        }
+        if (strcmp(a, "--") == 0) {
+            dashdash = true;
+            rest[n_rest++] = argv[i];
+            continue;
+        }
+        if (is_flag(a, "--endpoints") || strcmp(a, "-e") == 0) {
+            v = flag_value(argc, argv, &i, a[1] == 'e' ? "-e" : "--endpoints");
+            if (!v) {
+                free(rest);
+                return usage("--endpoints wants a value");
+            }
+            endpoints = v;
+        } else if (strcmp(a, "--json") == 0) {
+            g.json = true;
+        } else if (strcmp(a, "--base64") == 0) {
+            g.base64 = true;
+        } else if (strcmp(a, "--verbose") == 0 || strcmp(a, "-v") == 0) {
+            g.client.verbose = true;
+        } else if (is_flag(a, "--timeout")) {
+            uint64_t ms;
+            v = flag_value(argc, argv, &i, "--timeout");
+            if (!v || cli_parse_duration_ms(v, &ms) != 0 || ms > 3600000) {
+                free(rest);
+                return usage("--timeout wants a duration like 5s or 500ms");
+            }
+            g.client.timeout_ms = (int)ms;
+        } else if (is_flag(a, "--retries")) {
+            uint64_t n;
+            v = flag_value(argc, argv, &i, "--retries");
+            if (!v || cli_parse_u64(v, 0, 20, &n) != 0) {
+                free(rest);
+                return usage("--retries wants 0..20");
+            }
+            g.client.retries = (int)n;
+        } else if (is_flag(a, "--mode")) {
+            v = flag_value(argc, argv, &i, "--mode");
+            if (!v || (strcmp(v, "applied") != 0 && strcmp(v, "committed") != 0)) {
+                free(rest);
+                return usage("--mode is applied or committed");
+            }
+            snprintf(g.mode, sizeof(g.mode), "%s", v);
+        } else if (is_flag(a, "--consistency")) {
+            v = flag_value(argc, argv, &i, "--consistency");
+            if (!v || (strcmp(v, "linearizable") != 0 && strcmp(v, "stale") != 0)) {
+                free(rest);
+                return usage("--consistency is linearizable or stale");
+            }
+            snprintf(g.consistency, sizeof(g.consistency), "%s", v);
+        } else if (n_rest == 0 && (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0)) {
+            fputs(main_help, stdout);
+            free(rest);
+            return 0;
+        } else if (n_rest == 0 && strcmp(a, "--version") == 0) {
+            printf("tierkv 0.1.0\n");
+            free(rest);
+            return 0;
+        } else {
+            rest[n_rest++] = argv[i]; /* a command's own flag */
+        }
+    }
+    int code;
+    if (n_rest == 0) {
+        fputs(main_help, stderr);
+        code = CLI_EXIT_USAGE;
+        goto out;
+    }
+    if (strcmp(rest[0], "help") == 0) {
+        if (n_rest == 1) {
+            fputs(main_help, stdout);
+            code = 0;
+            goto out;
+        }
+        rest[0] = rest[1];
+        rest[1] = "--help";
+        n_rest = 2;
+    }
+    if (cli_parse_endpoints(endpoints, g.client.eps, CLI_ENDPOINTS_MAX,
+                            &g.client.n_eps) != 0) {
+        fprintf(
+            stderr,
+            "tierkv: bad --endpoints \"%s\": want a comma-separated list of host:port "
+            "(at most %d)\n",
+            endpoints, CLI_ENDPOINTS_MAX);
+        code = CLI_EXIT_USAGE;
+        goto out;
+    }
+    code = -1;
+    for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
+        if (strcmp(rest[0], commands[i].name) == 0) {
+            code = commands[i].fn(&g, n_rest, rest);
+            break;
+        }
+    if (code == -1) {
+        fprintf(stderr, "tierkv: unknown command \"%s\" (see tierkv --help)\n", rest[0]);
+        code = CLI_EXIT_USAGE;
+    }
+out:
+    free(rest);
+    return code;
+}

@@ -1,0 +1,569 @@
+/* tierkvd: one tierkv node with its HTTP/JSON gateway.
+ *
+ * Reads its configuration from flags and TIERKV_* environment variables (a
+ * flag wins over the environment), checks it and says precisely what is wrong
+ * when it is not usable, then starts the node with the gateway on the node's
+ * loop. The main thread only waits for SIGINT/SIGTERM (sigwait; the signals
+ * are blocked in every thread) and then stops the node: the gateway stops
+ * accepting, in-flight requests are answered (503 shutting_down) and the store
+ * and the state machine are closed. docs/tierkvd.md is the manual. */
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "base/err.h"
+#include "base/log.h"
+#include "gateway/gateway.h"
+#include "kv/kv.h"
+#include "node/node.h"
+#include "transport/transport.h"
+
+#define VERSION "0.1.0"
+
+struct opt {
+    const char *flag; /* without "--" */
+    const char *env;
+    const char *def; /* NULL: unset */
+    const char *help;
+    bool is_bool;
+    const char *val;
+};
+
+static struct opt opts[] = {
+    {"id", "TIERKV_ID", "1", "this node's id (a positive integer, one of --members)", 0,
+     0},
+    {"members", "TIERKV_MEMBERS", NULL,
+     "every voter as id=host:raft-port, comma-separated, e.g. "
+     "1=127.0.0.1:7001,2=127.0.0.1:7002,3=127.0.0.1:7003 (unset: a single-node cluster)",
+     0, 0},
+    {"members-http", "TIERKV_MEMBERS_HTTP", NULL,
+     "optional id=host:http-port list; shown in /v1/cluster and sent as "
+     "X-Tierkv-Leader-Addr",
+     0, 0},
+    {"cluster-id", "TIERKV_CLUSTER_ID", "1", "cluster id checked in the raft handshake",
+     0, 0},
+    {"listen-raft", "TIERKV_LISTEN_RAFT", NULL,
+     "raft listen address host:port (default: this node's address in --members)", 0, 0},
+    {"listen-http", "TIERKV_LISTEN_HTTP", "127.0.0.1:8080",
+     "HTTP listen address host:port", 0, 0},
+    {"data-dir", "TIERKV_DATA_DIR", "data",
+     "data directory (fs store), created if missing", 0, 0},
+    {"store", "TIERKV_STORE", "fs",
+     "fs (durable files under --data-dir) or mem (memory "
+     "volume, lost on exit)",
+     0, 0},
+    {"tick-ms", "TIERKV_TICK_MS", "10", "raft tick in milliseconds", 0, 0},
+    {"election-ticks", "TIERKV_ELECTION_TICKS", "20",
+     "election timeout in ticks (randomized between 1x and 2x)", 0, 0},
+    {"heartbeat-ticks", "TIERKV_HEARTBEAT_TICKS", "2", "heartbeat interval in ticks", 0,
+     0},
+    {"request-timeout-ms", "TIERKV_REQUEST_TIMEOUT_MS", "10000",
+     "deadline of a request inside the node (then 504)", 0, 0},
+    {"header-timeout-ms", "TIERKV_HEADER_TIMEOUT_MS", "10000",
+     "first byte to end of headers (then 408 and close)", 0, 0},
+    {"body-timeout-ms", "TIERKV_BODY_TIMEOUT_MS", "30000",
+     "end of headers to end of body (then 408 and close)", 0, 0},
+    {"idle-timeout-ms", "TIERKV_IDLE_TIMEOUT_MS", "60000",
+     "keep-alive connection without a request is closed after this", 0, 0},
+    {"max-key-bytes", "TIERKV_MAX_KEY_BYTES", "4K", "largest key (at most 4K)", 0, 0},
+    {"max-value-bytes", "TIERKV_MAX_VALUE_BYTES", "1M", "largest value (at most 1M)", 0,
+     0},
+    {"max-body-bytes", "TIERKV_MAX_BODY_BYTES", "4M", "largest request body", 0, 0},
+    {"max-header-bytes", "TIERKV_MAX_HEADER_BYTES", "16K",
+     "largest request line + headers (then 431)", 0, 0},
+    {"max-connections", "TIERKV_MAX_CONNECTIONS", "1024",
+     "open HTTP connections (beyond: 503 and close)", 0, 0},
+    {"max-pipeline", "TIERKV_MAX_PIPELINE", "64",
+     "requests in flight per connection before reading pauses", 0, 0},
+    {"scan-limit-max", "TIERKV_SCAN_LIMIT_MAX", "10000", "largest ?limit of a scan", 0,
+     0},
+    {"kv-no-sync", "TIERKV_KV_NO_SYNC", NULL,
+     "cold tier without fsync (benchmarks only; the raft log is still synced)", 1, 0},
+    {"log-level", "TIERKV_LOG_LEVEL", "info", "debug, info, warn, error or off", 0, 0},
+    {"log-format", "TIERKV_LOG_FORMAT", "logfmt", "logfmt or json", 0, 0},
+};
+#define N_OPTS (sizeof(opts) / sizeof(opts[0]))
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: tierkvd [--flag value | --flag=value]...\n\n"
+               "Runs one tierkv node and its HTTP/JSON gateway. Every flag has an\n"
+               "environment variable; a flag wins over its variable.\n\n");
+    for (size_t i = 0; i < N_OPTS; i++) {
+        char lhs[64];
+        snprintf(lhs, sizeof(lhs), "--%s%s", opts[i].flag, opts[i].is_bool ? "" : " V");
+        fprintf(f, "  %-24s %s\n  %-24s env %s%s%s%s\n", lhs, opts[i].help, "",
+                opts[i].env, opts[i].def ? ", default " : "",
+                opts[i].def ? opts[i].def : "", "");
+    }
+    fprintf(f, "  %-24s %s\n  %-24s %s\n\nSee docs/tierkvd.md.\n", "--help", "this text",
+            "--version", "print the version");
+}
+
+static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+static void die(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("tierkvd: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputs("\n(run tierkvd --help for every flag)\n", stderr);
+    va_end(ap);
+    exit(2);
+}
+
+static struct opt *find_opt(const char *flag, size_t len)
+{
+    for (size_t i = 0; i < N_OPTS; i++)
+        if (strlen(opts[i].flag) == len && strncmp(opts[i].flag, flag, len) == 0)
+            return &opts[i];
+    return NULL;
+}
+
+static const char *get(const char *flag)
+{
+    struct opt *o = find_opt(flag, strlen(flag));
+    return o->val;
+}
+
+static uint64_t get_u64(const char *flag, uint64_t min, uint64_t max)
+{
+    const char *s = get(flag);
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || end == s || *end || s[0] == '-' || v < min || v > max)
+        die("--%s: \"%s\" is not an integer between %" PRIu64 " and %" PRIu64, flag, s,
+            min, max);
+    return v;
+}
+
+/* 4096, 4K, 1M, 2G (binary units). */
+static uint64_t get_size(const char *flag, uint64_t min, uint64_t max)
+{
+    const char *s = get(flag);
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || end == s || s[0] == '-')
+        die("--%s: \"%s\" is not a size (examples: 4096, 64K, 1M)", flag, s);
+    uint64_t mul = 1;
+    if (*end == 'k' || *end == 'K')
+        mul = 1024;
+    else if (*end == 'm' || *end == 'M')
+        mul = 1024 * 1024;
+    else if (*end == 'g' || *end == 'G')
+        mul = 1024ull * 1024 * 1024;
+    if (mul != 1)
+        end++;
+    if ((*end == 'b' || *end == 'B') && mul != 1)
+        end++;
+    if (*end)
+        die("--%s: \"%s\" is not a size (examples: 4096, 64K, 1M)", flag, s);
+    if (v > max / mul || v * mul < min || v * mul > max)
+        die("--%s: %s is out of range (%" PRIu64 " to %" PRIu64 " bytes)", flag, s, min,
+            max);
+    return v * mul;
+}
+
+/* host:port or [v6]:port into host (without brackets) and port. */
+static int split_addr(const char *s, char *host, size_t cap, uint16_t *port)
+{
+    const char *colon;
+    const char *h = s;
+    size_t hlen;
+    if (s[0] == '[') {
+        const char *rb = strchr(s, ']');
+        if (rb == NULL || rb[1] != ':')
+            return -1;
+        h = s + 1;
+        hlen = (size_t)(rb - h);
+        colon = rb + 1;
+    } else {
+        colon = strrchr(s, ':');
+        if (colon == NULL)
+            return -1;
+        hlen = (size_t)(colon - s);
+    }
+    if (hlen == 0 || hlen >= cap)
+        return -1;
+    char *end;
+    errno = 0;
+    unsigned long p = strtoul(colon + 1, &end, 10);
+    if (errno || end == colon + 1 || *end || p > 65535)
+        return -1;
+    memcpy(host, h, hlen);
+    host[hlen] = 0;
+    *port = (uint16_t)p;
+    return 0;
+}
+
+struct member {
+    uint64_t id;
+    char host[GATEWAY_ADDR_MAX];
+    uint16_t port;
+    char text[GATEWAY_ADDR_MAX];
+};
+
+static size_t parse_members(const char *flag, const char *s, struct member *out,
+                            size_t max)
+{
+    size_t n = 0;
+    const char *p = s;
+    while (*p) {
+        const char *comma = strchr(p, ',');
+        size_t len = comma ? (size_t)(comma - p) : strlen(p);
+        char item[GATEWAY_ADDR_MAX + 32];
+        if (len == 0 || len >= sizeof(item))
+            die("--%s: empty or overlong entry in \"%s\" (expected id=host:port,...)",
+                flag, s);
+        memcpy(item, p, len);
+        item[len] = 0;
+        char *eq = strchr(item, '=');
+        if (eq == NULL)
+            die("--%s: entry \"%s\" is not id=host:port (example: 1=127.0.0.1:7001)",
+                flag, item);
+        *eq = 0;
+        char *end;
+        errno = 0;
+        unsigned long long id = strtoull(item, &end, 10);
+        if (errno || end == item || *end || id == 0 || item[0] == '-')
+            die("--%s: \"%s\" is not a positive node id", flag, item);
+        if (n == max)
+            die("--%s: more than %zu members", flag, max);
+        for (size_t i = 0; i < n; i++)
+            if (out[i].id == id)
+                die("--%s: node id %llu appears twice", flag, id);
+        out[n].id = id;
+        if (split_addr(eq + 1, out[n].host, sizeof(out[n].host), &out[n].port) != 0 ||
+            out[n].port == 0)
+            die("--%s: \"%s\" is not host:port with a port in 1..65535", flag, eq + 1);
+        snprintf(out[n].text, sizeof(out[n].text), "%s", eq + 1);
+        n++;
+        p += len;
+        if (*p == ',')
+            p++;
+    }
+    if (n == 0)
+        die("--%s: no members in \"%s\"", flag, s);
+    return n;
+}
+
+/* ---- JSON logs: logfmt lines from base/log.c rewritten as JSON ---------- */
+
+static void json_str(char **o, char *end, const char *s, size_t len)
+{
+    char *p = *o;
+    if (p < end)
+        *p++ = '"';
+    for (size_t i = 0; i < len && p + 7 < end; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c == '"' || c == '\\') {
+            *p++ = '\\';
+            *p++ = (char)c;
+        } else if (c < 0x20) {
+            p += snprintf(p, (size_t)(end - p), "\\u%04x", c);
+        } else {
+            *p++ = (char)c;
+        }
+    }
+    if (p < end)
+        *p++ = '"';
+    *o = p;
+}
+
+static void json_sink(const char *line, size_t len, void *data)
+{
+    (void)data;
+    char out[TK_LOG_LINE_MAX * 2 + 16];
+    char *o = out, *end = out + sizeof(out) - 4;
+    *o++ = '{';
+    size_t i = 0;
+    bool first = true;
+    while (i < len && line[i] != '\n') {
+        while (i < len && line[i] == ' ')
+            i++;
+        size_t ks = i;
+        while (i < len && line[i] != '=' && line[i] != ' ' && line[i] != '\n')
+            i++;
+        size_t klen = i - ks;
+        if (klen == 0 || i >= len || line[i] != '=') {
+            while (i < len && line[i] != ' ' && line[i] != '\n')
+                i++;
+            continue;
+        }
+        i++; /* '=' */
+        char val[TK_LOG_LINE_MAX];
+        size_t vlen = 0;
+        if (i < len && line[i] == '"') {
+            i++;
+            while (i < len && line[i] != '"' && vlen < sizeof(val)) {
+                if (line[i] == '\\' && i + 1 < len) {
+                    i++;
+                    val[vlen++] = line[i] == 'n' ? '\n' : line[i];
+                } else {
+                    val[vlen++] = line[i];
+                }
+                i++;
+            }
+            i++;
+        } else {
+            while (i < len && line[i] != ' ' && line[i] != '\n' && vlen < sizeof(val))
+                val[vlen++] = line[i++];
+        }
+        if (!first && o < end)
+            *o++ = ',';
+        first = false;
+        json_str(&o, end, line + ks, klen);
+        if (o < end)
+            *o++ = ':';
+        json_str(&o, end, val, vlen);
+    }
+    *o++ = '}';
+    *o++ = '\n';
+    ssize_t w = write(STDERR_FILENO, out, (size_t)(o - out));
+    (void)w;
+}
+
+/* ---- main -------------------------------------------------------------- */
+
+static int mkdirs(const char *path)
+{
+    char tmp[PATH_MAX];
+    if (snprintf(tmp, sizeof(tmp), "%s", path) >= (int)sizeof(tmp))
+        return -1;
+    for (char *p = tmp + 1; *p; p++) {
+        if (*p == '/') {
+            *p = 0;
+            if (mkdir(tmp, 0755) != 0 && errno != EEXIST)
+                return -1;
+            *p = '/';
+        }
+    }
+    if (mkdir(tmp, 0755) != 0 && errno != EEXIST)
+        return -1;
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    for (size_t i = 0; i < N_OPTS; i++) {
+        const char *e = getenv(opts[i].env);
+        opts[i].val = e && *e ? e : opts[i].def;
+    }
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            usage(stdout);
+            return 0;
+        }
+        if (strcmp(a, "--version") == 0) {
+            printf("tierkvd %s\n", VERSION);
+            return 0;
+        }
+        if (strncmp(a, "--", 2) != 0)
+            die("unexpected argument \"%s\" (flags start with --)", a);
+        const char *name = a + 2;
+        const char *eq = strchr(name, '=');
+        struct opt *o = find_opt(name, eq ? (size_t)(eq - name) : strlen(name));
+        if (o == NULL)
+            die("unknown flag \"%s\"", a);
+        if (o->is_bool) {
+            o->val = eq ? eq + 1 : "1";
+        } else if (eq) {
+            o->val = eq + 1;
+        } else {
+            if (i + 1 >= argc)
+                die("--%s needs a value", o->flag);
+            o->val = argv[++i];
+        }
+    }
+
+    enum tk_log_level lvl;
+    if (tk_log_parse_level(get("log-level"), &lvl) != 0)
+        die("--log-level: \"%s\" is not debug, info, warn, error or off",
+            get("log-level"));
+    tk_log_set_level(lvl);
+    if (strcmp(get("log-format"), "json") == 0)
+        tk_log_set_sink(json_sink, NULL);
+    else if (strcmp(get("log-format"), "logfmt") != 0)
+        die("--log-format: \"%s\" is not logfmt or json", get("log-format"));
+
+    struct node_options no;
+    node_options_default(&no);
+    no.id = get_u64("id", 1, UINT64_MAX);
+    no.cluster_id = get_u64("cluster-id", 0, UINT64_MAX);
+    no.tick_ms = (uint32_t)get_u64("tick-ms", 1, 60000);
+    no.election_ticks = (uint32_t)get_u64("election-ticks", 2, 100000);
+    no.heartbeat_ticks = (uint32_t)get_u64("heartbeat-ticks", 1, 100000);
+    if (no.heartbeat_ticks >= no.election_ticks)
+        die("--heartbeat-ticks (%u) must be smaller than --election-ticks (%u)",
+            no.heartbeat_ticks, no.election_ticks);
+    no.timeout_ms = get_u64("request-timeout-ms", 1, 3600000);
+    no.kv_no_sync = get("kv-no-sync") != NULL && strcmp(get("kv-no-sync"), "0") != 0;
+    no.seed = no.id * 0x9e3779b97f4a7c15ull ^ (uint64_t)getpid();
+
+    struct gateway_config gc;
+    gateway_config_default(&gc);
+    char http_host[GATEWAY_ADDR_MAX];
+    if (split_addr(get("listen-http"), http_host, sizeof(http_host), &gc.port) != 0)
+        die("--listen-http: \"%s\" is not host:port (example: 127.0.0.1:8080)",
+            get("listen-http"));
+    gc.host = http_host;
+    gc.key_max = get_size("max-key-bytes", 1, 4096);
+    gc.value_max = get_size("max-value-bytes", 1, 1 << 20);
+    gc.body_max = get_size("max-body-bytes", 1, 1ull << 30);
+    if (gc.body_max < gc.value_max)
+        die("--max-body-bytes (%zu) must be at least --max-value-bytes (%zu)",
+            gc.body_max, gc.value_max);
+    gc.header_max = get_size("max-header-bytes", 1024, 1 << 20);
+    gc.conns_max = (uint32_t)get_u64("max-connections", 1, 1000000);
+    gc.pipeline_max = (uint32_t)get_u64("max-pipeline", 1, 65536);
+    gc.header_timeout_ms = get_u64("header-timeout-ms", 1, 3600000);
+    gc.body_timeout_ms = get_u64("body-timeout-ms", 1, 3600000);
+    gc.idle_timeout_ms = get_u64("idle-timeout-ms", 1, 86400000);
+    gc.scan_limit_max = (uint32_t)get_u64("scan-limit-max", 1, 1000000);
+    if (gc.scan_limit_default > gc.scan_limit_max)
+        gc.scan_limit_default = gc.scan_limit_max;
+
+    static struct member members[RAFT_VOTERS_MAX], mhttp[RAFT_VOTERS_MAX];
+    size_t n_members = 0, n_http = 0;
+    struct transport_inproc_hub *hub = NULL;
+    char raft_host[GATEWAY_ADDR_MAX];
+    if (get("members") != NULL) {
+        size_t cap =
+            RAFT_VOTERS_MAX < GATEWAY_MEMBERS_MAX ? RAFT_VOTERS_MAX : GATEWAY_MEMBERS_MAX;
+        n_members = parse_members("members", get("members"), members, cap);
+        bool found = false;
+        for (size_t i = 0; i < n_members; i++) {
+            no.members.voters[no.members.n_voters++] = members[i].id;
+            no.peer_hosts[i] = members[i].host;
+            no.peer_ports[i] = members[i].port;
+            if (members[i].id == no.id) {
+                found = true;
+                no.listen_host = members[i].host;
+                no.listen_port = members[i].port;
+            }
+        }
+        if (!found)
+            die("--id %llu is not one of --members \"%s\"", (unsigned long long)no.id,
+                get("members"));
+        if (get("listen-raft") != NULL) {
+            if (split_addr(get("listen-raft"), raft_host, sizeof(raft_host),
+                           &no.listen_port) != 0)
+                die("--listen-raft: \"%s\" is not host:port", get("listen-raft"));
+            no.listen_host = raft_host;
+        }
+    } else {
+        if (get("listen-raft") != NULL)
+            die("--listen-raft needs --members (a single node has no raft peers)");
+        /* A cluster of one: no peers, so no raft socket. */
+        no.members.n_voters = 1;
+        no.members.voters[0] = no.id;
+        n_members = 1;
+        members[0].id = no.id;
+        snprintf(members[0].text, sizeof(members[0].text), "(single node)");
+        hub = transport_inproc_hub_new(no.seed);
+        no.hub = hub;
+    }
+    if (get("members-http") != NULL)
+        n_http =
+            parse_members("members-http", get("members-http"), mhttp, RAFT_VOTERS_MAX);
+    gc.n_members = (uint32_t)n_members;
+    for (size_t i = 0; i < n_members; i++) {
+        gc.members[i].id = members[i].id;
+        snprintf(gc.members[i].raft_addr, GATEWAY_ADDR_MAX, "%s", members[i].text);
+        for (size_t j = 0; j < n_http; j++)
+            if (mhttp[j].id == members[i].id)
+                snprintf(gc.members[i].http_addr, GATEWAY_ADDR_MAX, "%s", mhttp[j].text);
+    }
+    for (size_t j = 0; j < n_http; j++) {
+        bool known = false;
+        for (size_t i = 0; i < n_members; i++)
+            known |= mhttp[j].id == members[i].id;
+        if (!known)
+            die("--members-http: node %llu is not in --members",
+                (unsigned long long)mhttp[j].id);
+    }
+
+    const char *store = get("store");
+    if (strcmp(store, "fs") == 0) {
+        const char *dir = get("data-dir");
+        if (dir == NULL || dir[0] == 0)
+            die("--data-dir is empty; the fs store needs a directory");
+        if (mkdirs(dir) != 0)
+            die("--data-dir: cannot create \"%s\": %s", dir, strerror(errno));
+        if (access(dir, W_OK) != 0)
+            die("--data-dir: \"%s\" is not writable: %s", dir, strerror(errno));
+        no.data_dir = dir;
+    } else if (strcmp(store, "mem") != 0) {
+        die("--store: \"%s\" is not fs or mem", store);
+    }
+
+    struct gateway *gw;
+    if (gateway_new(&gc, &gw) != 0)
+        die("the HTTP limits are inconsistent (check --max-* and --*-timeout-ms)");
+    gateway_hook(gw, &no);
+
+    /* Signals go to the main thread's sigwait only: block them before any
+     * thread starts, so every thread inherits the mask. */
+    signal(SIGPIPE, SIG_IGN);
+    /* A shell without job control starts background commands with SIGINT
+     * ignored; sigwait would then never see it. This daemon wants both. */
+    signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+
+    struct node *node;
+    int rc = node_start(&no, &node);
+    if (rc != 0) {
+        fprintf(stderr, "tierkvd: the node did not start: %s (%s)%s\n", tk_strerror(rc),
+                tk_errname(rc),
+                rc == TK_EINVAL ? "; check --id, --members and the tick settings"
+                                : "; see the log above (raft address in use? data "
+                                  "directory damaged?)");
+        gateway_free(gw);
+        if (hub)
+            transport_inproc_hub_free(hub);
+        return 1;
+    }
+    if (gateway_listen_status(gw) != 0) {
+        fprintf(stderr, "tierkvd: %s (--listen-http)\n", gateway_listen_error(gw));
+        node_stop(node);
+        gateway_free(gw);
+        if (hub)
+            transport_inproc_hub_free(hub);
+        return 1;
+    }
+    char kvs[512], raft_addr[GATEWAY_ADDR_MAX + 8] = "inproc";
+    if (no.listen_host != NULL)
+        snprintf(raft_addr, sizeof(raft_addr), "%s:%u", no.listen_host, no.listen_port);
+    snprintf(kvs, sizeof(kvs), "http=%s:%u raft=%s store=%s data_dir=%s", http_host,
+             gateway_port(gw), raft_addr, store, no.data_dir ? no.data_dir : "-");
+    tk_logf(TK_LOG_INFO, no.id, 0, kvs, "tierkvd listening");
+
+    int sig = 0;
+    while (sigwait(&set, &sig) != 0) {
+    }
+    char why[64];
+    snprintf(why, sizeof(why), "signal=%s", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+    tk_logf(TK_LOG_INFO, no.id, 0, why, "shutting down");
+    node_stop(node);
+    gateway_free(gw);
+    if (hub)
+        transport_inproc_hub_free(hub);
+    tk_logf(TK_LOG_INFO, no.id, 0, NULL, "stopped");
+    return 0;
+}

@@ -1,0 +1,79 @@
+/* The HTTP/JSON gateway (API v1): an HTTP/1.1 server that runs on a node's
+ * own libuv loop and turns requests into node requests (node/node.h).
+ *
+ * Use: fill a gateway_config, gateway_new(), gateway_hook() into the
+ * node_options before node_start(); the node then calls the gateway on its
+ * loop thread: at loop start the gateway binds and listens (so a request costs
+ * no thread hop), at loop stop it closes the listener and every connection.
+ * After node_start returns, gateway_listen_status() says whether the bind
+ * worked. After node_stop, gateway_free().
+ *
+ * Threads: gateway_new/hook/listen_status/port/free run on the owner's thread
+ * (never concurrently with node_start/node_stop); everything else runs on the
+ * node's loop thread. Limits: every buffer has a bound from the config (header
+ * bytes, body bytes, pipelined requests per connection, connections).
+ * The HTTP API itself is documented in docs/api.md. */
+#ifndef TK_GATEWAY_GATEWAY_H
+#define TK_GATEWAY_GATEWAY_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define GATEWAY_MEMBERS_MAX 16
+#define GATEWAY_ADDR_MAX 128
+
+struct node_options;
+struct gateway;
+
+/* A cluster member as /v1/cluster shows it; http_addr (may be empty) is also
+ * sent as X-Tierkv-Leader-Addr when that member leads. */
+struct gateway_member {
+    uint64_t id;
+    char raft_addr[GATEWAY_ADDR_MAX];
+    char http_addr[GATEWAY_ADDR_MAX];
+};
+
+struct gateway_config {
+    const char *host;            /* "127.0.0.1"; IPv4 or IPv6 literal */
+    uint16_t port;               /* 0: an ephemeral port (gateway_port) */
+    size_t key_max;              /* 4 KiB */
+    size_t value_max;            /* 1 MiB */
+    size_t body_max;             /* 4 MiB */
+    size_t header_max;           /* request line + headers: 16 KiB */
+    uint32_t conns_max;          /* open connections: 1024 */
+    uint32_t pipeline_max;       /* requests in flight per connection: 64 */
+    uint64_t header_timeout_ms;  /* first byte to end of headers: 10000 */
+    uint64_t body_timeout_ms;    /* end of headers to end of body: 30000 */
+    uint64_t idle_timeout_ms;    /* keep-alive without a request: 60000 */
+    uint64_t request_timeout_ms; /* node deadline per request; 0: the node's */
+    uint32_t scan_limit_default; /* 1000 */
+    uint32_t scan_limit_max;     /* 10000 */
+    uint32_t retry_after_s;      /* Retry-After on 503: 1 */
+    uint32_t n_members;
+    struct gateway_member members[GATEWAY_MEMBERS_MAX];
+};
+
+/* Fills `c` with the defaults above (host "127.0.0.1", port 8080). */
+void gateway_config_default(struct gateway_config *c);
+
+/* Checks and copies the config. Returns 0 or TK_EINVAL (a zero limit, header
+ * limit under 1 KiB, value_max above body_max...). */
+int gateway_new(const struct gateway_config *c, struct gateway **out);
+
+/* Sets o->on_loop_start, o->on_loop_stop and o->hook_data. One node per
+ * gateway. */
+void gateway_hook(struct gateway *gw, struct node_options *o);
+
+/* After node_start: 0 if the gateway listens, else TK_EINVAL (bad address)
+ * or TK_EIO (bind/listen failed, e.g. the port is in use), with a message in
+ * gateway_listen_error(). */
+int gateway_listen_status(const struct gateway *gw);
+const char *gateway_listen_error(const struct gateway *gw);
+
+/* The bound port (after node_start). */
+uint16_t gateway_port(const struct gateway *gw);
+
+/* After node_stop (or if node_start failed). NULL is allowed. */
+void gateway_free(struct gateway *gw);
+
+#endif

@@ -1,0 +1,175 @@
+/* Shared between the gateway's files: http.c (connections, parsing, ordered
+ * responses), api.c (routes -> node requests) and json.c (a JSON writer,
+ * UTF-8, base64 and percent-decoding helpers). Everything here runs on the
+ * node's loop thread. */
+#ifndef TK_GATEWAY_INTERNAL_H
+#define TK_GATEWAY_INTERNAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include "base/hist.h"
+#include "gateway/gateway.h"
+#include "node/node.h"
+
+/* ---- json.c ------------------------------------------------------------ */
+
+/* A growable byte buffer; aborts on out of memory (tk_realloc). */
+struct jbuf {
+    char *p;
+    size_t len;
+    size_t cap;
+};
+
+void jbuf_init(struct jbuf *b, size_t cap);
+void jbuf_free(struct jbuf *b);
+void jbuf_reserve(struct jbuf *b, size_t extra);
+void jbuf_add(struct jbuf *b, const void *p, size_t len);
+void jbuf_adds(struct jbuf *b, const char *s);
+void jbuf_printf(struct jbuf *b, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* A JSON string literal (quotes included) of valid UTF-8 bytes `s`. */
+void jbuf_jstr(struct jbuf *b, const void *s, size_t len);
+/* A JSON string literal holding the base64 of `s`. */
+void jbuf_jb64(struct jbuf *b, const void *s, size_t len);
+
+/* True if `s` is well-formed UTF-8 (no overlongs, surrogates, > U+10FFFF). */
+bool json_utf8_valid(const void *s, size_t len);
+
+/* Standard base64 (RFC 4648, with padding). encode_len is exact; decode
+ * writes at most base64_decoded_max(len) bytes and returns TK_EINVAL on a bad
+ * character, bad padding or a bad length. */
+size_t base64_encoded_len(size_t len);
+void base64_encode(const void *src, size_t len, char *dst);
+size_t base64_decoded_max(size_t len);
+int base64_decode(const char *src, size_t len, uint8_t *dst, size_t *out_len);
+
+/* Percent-decodes `len` bytes into dst (at least len bytes); '+' stays '+'
+ * unless plus_space. Returns TK_EINVAL on a bad escape. */
+int pct_decode(const char *src, size_t len, uint8_t *dst, size_t *out_len,
+               bool plus_space);
+
+/* 64-bit FNV-1a, for Idempotency-Key -> client id. */
+uint64_t fnv1a64(const void *p, size_t len);
+
+/* ---- http.c ------------------------------------------------------------ */
+
+enum gw_route {
+    ROUTE_KV_GET,
+    ROUTE_KV_PUT,
+    ROUTE_KV_DELETE,
+    ROUTE_KV_SCAN,
+    ROUTE_KV_DELETE_RANGE,
+    ROUTE_KV_INCR,
+    ROUTE_BATCH,
+    ROUTE_TXN,
+    ROUTE_CLUSTER,
+    ROUTE_HEALTHZ,
+    ROUTE_READYZ,
+    ROUTE_METRICS,
+    ROUTE_OTHER, /* unknown route or method, malformed HTTP */
+    ROUTE_COUNT,
+};
+
+#define GW_STATUS_SLOTS 20
+#define GATEWAY_STOP_GRACE_MS 2000
+
+struct http_conn;
+
+/* One parsed request, owned by its connection's queue until its response
+ * has been written (or the connection is gone). */
+struct http_req {
+    struct http_conn *conn;
+    struct http_req *next;
+    struct gateway *gw;
+    int method; /* enum http_method */
+    char *url;
+    size_t url_len;
+    bool keep_alive;
+    bool json_body; /* Content-Type: application/json */
+    bool has_idem;  /* Idempotency-Key */
+    uint64_t idem_hash;
+    uint8_t *body;
+    size_t body_len;
+    size_t body_cap;
+    uint64_t start_ns;
+    int route;      /* enum gw_route */
+    bool submitted; /* the node holds nreq: wait for its callback */
+    bool is_write;
+    bool deferred;      /* held back to keep the connection's order (http_dispatch) */
+    bool counted_write; /* counted in the connection's pending writes */
+    bool done;
+    bool close_after; /* Connection: close after this response */
+    char *resp;
+    size_t resp_len;
+    struct node_req nreq;
+    /* api.c's per-request state */
+    uint8_t *key;
+    size_t key_len;
+    uint8_t *key2; /* scan: end bound */
+    size_t key2_len;
+    bool b64; /* ?encoding=base64 */
+    bool raw; /* ?raw */
+    bool by_prefix;
+    uint32_t limit;
+    uint8_t *op_kinds; /* batch/txn: kind of each op (then ops, then else ops) */
+    uint32_t n_ops;
+    uint32_t n_then;
+};
+
+struct gateway {
+    struct gateway_config cfg;
+    struct node *node;
+    uv_loop_t *loop;
+    uv_tcp_t listener;
+    bool listening;
+    bool stopping;
+    uv_timer_t stop_timer; /* grace period for answers at loop stop */
+    bool stop_timer_open;
+    int listen_rc;
+    char listen_err[256];
+    uint16_t port;
+    struct http_conn *conns; /* doubly linked */
+    uint32_t n_conns;
+    uint32_t n_rejecting;
+    /* Metrics, on the loop thread. */
+    uint64_t requests[ROUTE_COUNT][GW_STATUS_SLOTS];
+    struct tk_hist *latency; /* [ROUTE_COUNT], nanoseconds */
+    uint64_t conns_accepted;
+    uint64_t conns_rejected;
+    uint64_t conns_timed_out;
+    uint64_t bad_requests;
+};
+
+/* Queues the response of `req`: status, optional content type (NULL: JSON),
+ * `extra` header lines (each ending in \r\n, may be NULL) and a body. Writes
+ * it once every earlier request of the connection has answered. Exactly once
+ * per request. */
+void http_respond(struct http_req *req, int status, const char *content_type,
+                  const char *extra, const void *body, size_t body_len);
+/* Submits req->nreq (prepared by api.c) to the node, or holds it back while
+ * ordering requires: a read waits for the connection's earlier writes to
+ * complete, and nothing overtakes a request held back. So pipelined requests
+ * on one connection take effect in the order they were sent. */
+void http_dispatch(struct http_req *req);
+/* A JSON error {"error":{"code","message"}}. */
+void http_respond_error(struct http_req *req, int status, const char *code,
+                        const char *extra, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+const char *http_reason(int status);
+int http_status_slot(int status);
+extern const int gw_status_codes[GW_STATUS_SLOTS];
+extern const char *const gw_route_names[ROUTE_COUNT];
+
+/* ---- api.c ------------------------------------------------------------- */
+
+/* Routes a complete request; answers it now or later with http_respond. */
+void api_handle(struct gateway *gw, struct http_req *req);
+/* Hands req->nreq to the node now; answers the request on failure. */
+void api_submit(struct http_req *req);
+/* Frees api.c's state of a request. */
+void api_req_free(struct http_req *req);
+
+#endif

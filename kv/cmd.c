@@ -1,0 +1,481 @@
+/* The commands: put (TTL, compare), delete, delete range/prefix, increment,
+ * batch, transaction.
+ *
+ * Each command first validates everything it carries (sizes, enum values, op
+ * kinds, op counts): a violation gives an error result and no change. Then it
+ * runs its ops against a stage, one entry per key holding that key's state as
+ * the command has made it so far, and only if every op succeeded are the
+ * staged keys appended to the ring (a tombstone for a deleted key). Versions
+ * count ops: each put or increment adds one, a delete resets the key. Owner
+ * thread only. */
+#include <limits.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "base/alloc.h"
+#include "base/err.h"
+#include "kv.pb-c.h"
+#include "kv/sm_internal.h"
+
+struct stage {
+    const uint8_t *key;
+    size_t key_len;
+    uint64_t hash;
+    struct kv_state st;
+    bool dirty;
+    char num[24]; /* an increment's decimal value */
+};
+
+struct ctx {
+    struct kv_sm *sm;
+    uint64_t index;
+    size_t n;
+    struct stage st[2 * KV_TXN_OPS_MAX]; /* compares + ops */
+};
+
+static int check_key(const struct kv_sm *sm, const ProtobufCBinaryData *k)
+{
+    if (k->len == 0)
+        return TK_EINVAL;
+    return k->len > sm->cfg.key_max ? TK_ETOOBIG : 0;
+}
+
+static int check_compare(const struct kv_sm *sm, const Kvpb__Compare *c)
+{
+    if (c == NULL)
+        return TK_EINVAL;
+    int rc = check_key(sm, &c->key);
+    if (rc != 0)
+        return rc;
+    if ((int)c->target < 0 || (int)c->target > KVPB__COMPARE__TARGET__EXISTS)
+        return TK_EINVAL;
+    if ((int)c->op < 0 || (int)c->op > KVPB__COMPARE__OP__GREATER)
+        return TK_EINVAL;
+    return c->value.len > sm->cfg.value_max ? TK_ETOOBIG : 0;
+}
+
+static int check_put(const struct kv_sm *sm, const Kvpb__Put *p, bool allow_cond)
+{
+    int rc = check_key(sm, &p->key);
+    if (rc != 0)
+        return rc;
+    if (p->value.len > sm->cfg.value_max)
+        return TK_ETOOBIG;
+    if (p->cond != NULL) {
+        if (!allow_cond)
+            return TK_EINVAL;
+        rc = check_compare(sm, p->cond);
+        if (rc == TK_EINVAL && p->cond->key.len == 0)
+            rc = 0; /* an empty cond key means the put's key */
+        if (rc != 0)
+            return rc;
+        if (p->cond->key.len != 0 &&
+            (p->cond->key.len != p->key.len ||
+             memcmp(p->cond->key.data, p->key.data, p->key.len) != 0))
+            return TK_EINVAL;
+    }
+    return 0;
+}
+
+static int check_op(const struct kv_sm *sm, const Kvpb__Op *op, bool allow_incr)
+{
+    if (op == NULL)
+        return TK_EINVAL;
+    switch (op->op_case) {
+    case KVPB__OP__OP_PUT:
+        return op->put != NULL ? check_put(sm, op->put, false) : TK_EINVAL;
+    case KVPB__OP__OP_DEL:
+        return op->del != NULL ? check_key(sm, &op->del->key) : TK_EINVAL;
+    case KVPB__OP__OP_INCR:
+        if (!allow_incr || op->incr == NULL)
+            return TK_EINVAL;
+        return check_key(sm, &op->incr->key);
+    default:
+        return TK_EINVAL;
+    }
+}
+
+/* The staged state of key, loading it on first use. NULL on TK_EIO. */
+static struct stage *stage_get(struct ctx *x, const uint8_t *key, size_t len)
+{
+    for (size_t i = 0; i < x->n; i++) {
+        struct stage *s = &x->st[i];
+        if (s->key_len == len && memcmp(s->key, key, len) == 0)
+            return s;
+    }
+    struct stage *s = &x->st[x->n];
+    s->key = key;
+    s->key_len = len;
+    s->hash = kv__hash(key, len);
+    s->dirty = false;
+    if (kv__sm_lookup(x->sm, key, len, s->hash, &s->st) != 0)
+        return NULL;
+    x->n++;
+    return s;
+}
+
+static bool cmp_num(uint64_t have, Kvpb__Compare__Op op, int64_t want)
+{
+    /* Revisions and versions are below 2^63; a negative `want` is below all. */
+    if (want < 0)
+        return op == KVPB__COMPARE__OP__NOT_EQUAL || op == KVPB__COMPARE__OP__GREATER;
+    uint64_t w = (uint64_t)want;
+    switch (op) {
+    case KVPB__COMPARE__OP__EQUAL:
+        return have == w;
+    case KVPB__COMPARE__OP__NOT_EQUAL:
+        return have != w;
+    case KVPB__COMPARE__OP__LESS:
+        return have < w;
+    default:
+        return have > w;
+    }
+}
+
+/* Evaluates a (checked) compare against the staged state. -1 on TK_EIO. */
+static int eval(struct ctx *x, const Kvpb__Compare *c, const ProtobufCBinaryData *key)
+{
+    struct stage *s = stage_get(x, key->data, key->len);
+    if (s == NULL)
+        return -1;
+    const struct kv_state *st = &s->st;
+    switch (c->target) {
+    case KVPB__COMPARE__TARGET__VERSION:
+        return cmp_num(st->live ? st->version : 0, c->op, c->number);
+    case KVPB__COMPARE__TARGET__MOD_REVISION:
+        return cmp_num(st->live ? st->mod_rev : 0, c->op, c->number);
+    case KVPB__COMPARE__TARGET__CREATE_REVISION:
+        return cmp_num(st->live ? st->create_rev : 0, c->op, c->number);
+    case KVPB__COMPARE__TARGET__VALUE: {
+        if (!st->live)
+            return 0;
+        int r = kv__keycmp(st->value, st->value_len, c->value.data, c->value.len);
+        switch (c->op) {
+        case KVPB__COMPARE__OP__EQUAL:
+            return r == 0;
+        case KVPB__COMPARE__OP__NOT_EQUAL:
+            return r != 0;
+        case KVPB__COMPARE__OP__LESS:
+            return r < 0;
+        default:
+            return r > 0;
+        }
+    }
+    case KVPB__COMPARE__TARGET__ABSENT:
+        return !st->live;
+    default:
+        return st->live;
+    }
+}
+
+static int op_put(struct ctx *x, const Kvpb__Put *p)
+{
+    struct stage *s = stage_get(x, p->key.data, p->key.len);
+    if (s == NULL)
+        return TK_EIO;
+    uint64_t now = x->sm->now_ms;
+    if (p->ttl_ms > UINT64_MAX - now)
+        return TK_ERANGE;
+    if (s->st.live) {
+        s->st.version++;
+    } else {
+        s->st.version = 1;
+        s->st.create_rev = x->index;
+    }
+    s->st.live = true;
+    s->st.mod_rev = x->index;
+    s->st.value = p->value.data;
+    s->st.value_len = p->value.len;
+    s->st.expire_ms = p->ttl_ms > 0 ? now + p->ttl_ms : 0;
+    s->dirty = true;
+    return 0;
+}
+
+static int op_del(struct ctx *x, const ProtobufCBinaryData *key, uint64_t *deleted)
+{
+    struct stage *s = stage_get(x, key->data, key->len);
+    if (s == NULL)
+        return TK_EIO;
+    *deleted = s->st.live ? 1 : 0;
+    if (s->st.live) {
+        s->st.live = false;
+        s->dirty = true;
+    }
+    return 0;
+}
+
+/* A strict decimal int64: optional '-', 1 to 19 digits, nothing else. */
+static bool parse_i64(const uint8_t *p, size_t len, int64_t *out)
+{
+    size_t i = 0;
+    bool neg = false;
+    if (len > 0 && p[0] == '-') {
+        neg = true;
+        i = 1;
+    }
+    if (i == len || len - i > 19)
+        return false;
+    uint64_t v = 0;
+    for (; i < len; i++) {
+        if (p[i] < '0' || p[i] > '9')
+            return false;
+        v = v * 10 + (uint64_t)(p[i] - '0');
+    }
+    if (neg) {
+        if (v > (uint64_t)INT64_MAX + 1)
+            return false;
+        *out = v == (uint64_t)INT64_MAX + 1 ? INT64_MIN : -(int64_t)v;
+    } else {
+        if (v > (uint64_t)INT64_MAX)
+            return false;
+        *out = (int64_t)v;
+    }
+    return true;
+}
+
+static int op_incr(struct ctx *x, const Kvpb__Increment *in, int64_t *value)
+{
+    struct stage *s = stage_get(x, in->key.data, in->key.len);
+    if (s == NULL)
+        return TK_EIO;
+    int64_t cur = 0;
+    if (s->st.live && !parse_i64(s->st.value, s->st.value_len, &cur))
+        return TK_ERANGE;
+    int64_t next;
+    if (__builtin_add_overflow(cur, in->delta, &next))
+        return TK_ERANGE;
+    int n = snprintf(s->num, sizeof(s->num), "%lld", (long long)next);
+    if (s->st.live) {
+        s->st.version++;
+    } else {
+        s->st.version = 1;
+        s->st.create_rev = x->index;
+        s->st.expire_ms = 0;
+    }
+    s->st.live = true;
+    s->st.mod_rev = x->index;
+    s->st.value = (const uint8_t *)s->num;
+    s->st.value_len = (size_t)n;
+    s->dirty = true;
+    *value = next;
+    return 0;
+}
+
+static void append_key(struct kv_sm *sm, uint64_t index, const uint8_t *key, size_t len,
+                       uint64_t hash, const struct kv_state *st)
+{
+    struct kv_rec h = {.key_len = (uint16_t)len, .mod_rev = index};
+    if (st->live) {
+        h.value_len = (uint32_t)st->value_len;
+        h.expire_ms = st->expire_ms;
+        h.create_rev = st->create_rev;
+        h.version = st->version;
+    } else {
+        h.flags = KV_REC_TOMB;
+    }
+    uint64_t addr = kv__ring_append(&sm->ring, &h, key, st->live ? st->value : NULL);
+    if (kv__index_put(&sm->index, hash, key, len, addr))
+        kv__view_insert(&sm->view, key, len);
+}
+
+/* Appends every staged change. Returns true if anything was written. */
+static bool commit(struct ctx *x)
+{
+    bool wrote = false;
+    for (size_t i = 0; i < x->n; i++) {
+        struct stage *s = &x->st[i];
+        if (!s->dirty)
+            continue;
+        append_key(x->sm, x->index, s->key, s->key_len, s->hash, &s->st);
+        wrote = true;
+    }
+    return wrote;
+}
+
+/* Runs one checked op of a batch or transaction. */
+static int run_op(struct ctx *x, const Kvpb__Op *op, struct kv_op_result *r)
+{
+    r->value = 0;
+    r->deleted = 0;
+    switch (op->op_case) {
+    case KVPB__OP__OP_PUT:
+        return op_put(x, op->put);
+    case KVPB__OP__OP_DEL:
+        return op_del(x, &op->del->key, &r->deleted);
+    default:
+        return op_incr(x, op->incr, &r->value);
+    }
+}
+
+struct range_keys {
+    struct kv_sm *sm;
+    size_t used;
+    size_t n;
+};
+
+static int collect_key(const struct kv_item *it, void *data)
+{
+    struct range_keys *rk = data;
+    struct kv_sm *sm = rk->sm;
+    size_t need = rk->used + 2 + it->key_len;
+    if (need > sm->scratch_cap) {
+        size_t cap = sm->scratch_cap ? sm->scratch_cap : 4096;
+        while (cap < need)
+            cap *= 2;
+        sm->scratch = tk_realloc(sm->scratch, cap);
+        sm->scratch_cap = cap;
+    }
+    sm->scratch[rk->used] = (uint8_t)(it->key_len >> 8);
+    sm->scratch[rk->used + 1] = (uint8_t)it->key_len;
+    memcpy(sm->scratch + rk->used + 2, it->key, it->key_len);
+    rk->used = need;
+    rk->n++;
+    return 0;
+}
+
+static int delete_range(struct kv_sm *sm, uint64_t index, const Kvpb__DeleteRange *d,
+                        struct kv_result *res)
+{
+    struct kv_range r = {0};
+    if (d->by_prefix) {
+        if (d->prefix.len > sm->cfg.key_max) {
+            res->code = TK_ETOOBIG;
+            return 0;
+        }
+        r.start = d->prefix.data;
+        r.start_len = d->prefix.len;
+        r.by_prefix = true;
+    } else {
+        if (d->start.len > sm->cfg.key_max || d->end.len > sm->cfg.key_max) {
+            res->code = TK_ETOOBIG;
+            return 0;
+        }
+        r.start = d->start.data;
+        r.start_len = d->start.len;
+        r.end = d->end.data;
+        r.end_len = d->end.len;
+    }
+    struct range_keys rk = {.sm = sm};
+    int rc = kv_sm_scan(sm, &r, 0, collect_key, &rk);
+    if (rc != 0)
+        return rc;
+    struct kv_state tomb = {.live = false};
+    for (size_t off = 0; off < rk.used;) {
+        size_t len = ((size_t)sm->scratch[off] << 8) | sm->scratch[off + 1];
+        const uint8_t *k = sm->scratch + off + 2;
+        append_key(sm, index, k, len, kv__hash(k, len), &tomb);
+        off += 2 + len;
+    }
+    res->deleted = rk.n;
+    res->succeeded = true;
+    res->revision = rk.n > 0 ? index : 0;
+    return 0;
+}
+
+int kv__sm_exec(struct kv_sm *sm, uint64_t index, const Kvpb__Command *c,
+                struct kv_result *res)
+{
+    struct ctx x;
+    x.sm = sm;
+    x.index = index;
+    x.n = 0;
+    int rc = 0;
+    switch (c->cmd_case) {
+    case KVPB__COMMAND__CMD_PUT: {
+        const Kvpb__Put *p = c->put;
+        rc = check_put(sm, p, true);
+        if (rc != 0)
+            break;
+        if (p->cond != NULL) {
+            int ok = eval(&x, p->cond, &p->key);
+            if (ok < 0)
+                return TK_EIO;
+            if (!ok) {
+                rc = TK_ECOMPARE;
+                break;
+            }
+        }
+        rc = op_put(&x, p);
+        break;
+    }
+    case KVPB__COMMAND__CMD_DEL:
+        rc = check_key(sm, &c->del->key);
+        if (rc == 0)
+            rc = op_del(&x, &c->del->key, &res->deleted);
+        break;
+    case KVPB__COMMAND__CMD_DELETE_RANGE:
+        return delete_range(sm, index, c->delete_range, res);
+    case KVPB__COMMAND__CMD_INCR:
+        rc = check_key(sm, &c->incr->key);
+        if (rc == 0)
+            rc = op_incr(&x, c->incr, &res->value);
+        break;
+    case KVPB__COMMAND__CMD_BATCH: {
+        const Kvpb__Batch *b = c->batch;
+        if (b->n_ops > KV_TXN_OPS_MAX) {
+            rc = TK_ETOOBIG;
+            break;
+        }
+        for (size_t i = 0; rc == 0 && i < b->n_ops; i++) {
+            rc = check_op(sm, b->ops[i], false);
+        }
+        for (size_t i = 0; rc == 0 && i < b->n_ops; i++)
+            rc = run_op(&x, b->ops[i], &res->ops[i]);
+        if (rc == 0)
+            res->n_ops = (uint32_t)b->n_ops;
+        break;
+    }
+    case KVPB__COMMAND__CMD_TXN: {
+        const Kvpb__Txn *t = c->txn;
+        if (t->n_then_ops + t->n_else_ops > KV_TXN_OPS_MAX ||
+            t->n_compares > KV_TXN_OPS_MAX) {
+            rc = TK_ETOOBIG;
+            break;
+        }
+        for (size_t i = 0; rc == 0 && i < t->n_compares; i++)
+            rc = check_compare(sm, t->compares[i]);
+        for (size_t i = 0; rc == 0 && i < t->n_then_ops; i++)
+            rc = check_op(sm, t->then_ops[i], true);
+        for (size_t i = 0; rc == 0 && i < t->n_else_ops; i++)
+            rc = check_op(sm, t->else_ops[i], true);
+        if (rc != 0)
+            break;
+        bool ok = true;
+        for (size_t i = 0; ok && i < t->n_compares; i++) {
+            int e = eval(&x, t->compares[i], &t->compares[i]->key);
+            if (e < 0)
+                return TK_EIO;
+            ok = e != 0;
+        }
+        /* The compares' lookups are not writes: start the ops from them. */
+        Kvpb__Op **ops = ok ? t->then_ops : t->else_ops;
+        size_t n = ok ? t->n_then_ops : t->n_else_ops;
+        for (size_t i = 0; rc == 0 && i < n; i++)
+            rc = run_op(&x, ops[i], &res->ops[i]);
+        if (rc == 0) {
+            res->n_ops = (uint32_t)n;
+            res->succeeded = ok;
+            if (commit(&x))
+                res->revision = index;
+            return 0;
+        }
+        break;
+    }
+    default:
+        rc = TK_EINVAL;
+        break;
+    }
+    if (rc == TK_EIO)
+        return TK_EIO;
+    if (rc != 0) {
+        res->code = rc;
+        res->n_ops = 0;
+        res->value = 0;
+        res->deleted = 0;
+        return 0;
+    }
+    res->succeeded = true;
+    if (commit(&x))
+        res->revision = index;
+    return 0;
+}

@@ -1,0 +1,261 @@
+/* The hash index: key -> ring address of the key's newest record.
+ *
+ * Open addressing over 64-byte buckets (one cache line): 7 entries of
+ * (16-bit tag << 48 | 48-bit ring address) and one overflow word counting the
+ * entries whose home is this bucket but which were placed further on (linear
+ * probing over buckets). A lookup hashes the key with XXH3, compares tags in
+ * the home bucket, checks the key bytes in the ring only on a tag match, and
+ * moves to the next bucket only while the overflow count says an entry may
+ * be there. Growth doubles the table and migrates two buckets per operation
+ * (no stop-the-world rehash): while migrating, a key lives in exactly one of
+ * the two tables. Owner thread only. */
+#include <string.h>
+#include <sys/mman.h>
+#include <xxhash.h>
+
+#include "base/alloc.h"
+#include "base/assert.h"
+#include "kv/kv_internal.h"
+
+#define SLOTS 7
+#define OVF 7
+#define ADDR_MASK ((UINT64_C(1) << KV_ADDR_BITS) - 1)
+#define INIT_BUCKETS 1024
+#define MIGRATE_PER_OP 2
+
+uint64_t kv__hash(const void *key, size_t len)
+{
+    return XXH3_64bits(key, len);
+}
+
+static inline uint64_t tag_of(uint64_t hash)
+{
+    uint64_t t = hash >> 48;
+    return t == 0 ? 1 : t;
+}
+
+#define HUGE_BYTES ((size_t)2 << 20)
+
+static void itab_alloc(struct kv_itab *t, size_t n_buckets)
+{
+    size_t bytes = n_buckets * 64;
+    if (bytes >= HUGE_BYTES) {
+        /* Big tables live on transparent huge pages: a lookup is a random
+         * access, and 4 KiB pages would add a TLB miss to most of them. */
+        t->raw = tk_malloc(bytes + HUGE_BYTES);
+        t->b = (uint64_t *)(((uintptr_t)t->raw + HUGE_BYTES - 1) &
+                            ~(uintptr_t)(HUGE_BYTES - 1));
+        madvise(t->b, bytes, MADV_HUGEPAGE);
+    } else {
+        t->raw = tk_malloc(bytes + 64);
+        t->b = (uint64_t *)(((uintptr_t)t->raw + 63) & ~(uintptr_t)63);
+    }
+    memset(t->b, 0, bytes);
+    t->mask = n_buckets - 1;
+    t->count = 0;
+}
+
+static void itab_free(struct kv_itab *t)
+{
+    tk_free(t->raw);
+    memset(t, 0, sizeof(*t));
+}
+
+void kv__index_init(struct kv_index *x, const struct kv_ring *ring)
+{
+    memset(x, 0, sizeof(*x));
+    x->ring = ring;
+    itab_alloc(&x->cur, INIT_BUCKETS);
+}
+
+void kv__index_free(struct kv_index *x)
+{
+    itab_free(&x->cur);
+    if (x->old.raw != NULL)
+        itab_free(&x->old);
+}
+
+/* Does the record at addr hold this key? Reads stay inside the page even if
+ * the record is damaged. */
+static inline bool key_eq(const struct kv_ring *r, uint64_t addr, const void *key,
+                          size_t len)
+{
+    const struct kv_page *p = r->slots[addr >> KV_ADDR_OFF_BITS];
+    size_t off = addr & ((1u << KV_ADDR_OFF_BITS) - 1);
+    const struct kv_rec *h = (const struct kv_rec *)(const void *)(p->data + off);
+    if (h->key_len != len || off + sizeof(*h) + len > p->used)
+        return false;
+    return memcmp(h + 1, key, len) == 0;
+}
+
+static uint64_t rec_hash(const struct kv_ring *r, uint64_t addr)
+{
+    const struct kv_page *p = r->slots[addr >> KV_ADDR_OFF_BITS];
+    size_t off = addr & ((1u << KV_ADDR_OFF_BITS) - 1);
+    const struct kv_rec *h = (const struct kv_rec *)(const void *)(p->data + off);
+    size_t len = h->key_len;
+    if (off + sizeof(*h) + len > p->used)
+        len = 0;
+    return kv__hash(h + 1, len);
+}
+
+/* Finds key in t: returns a pointer to its entry word, or NULL. */
+static uint64_t *itab_find(struct kv_itab *t, const struct kv_ring *r, uint64_t hash,
+                           const void *key, size_t len)
+{
+    uint64_t tag = tag_of(hash);
+    size_t bi = hash & t->mask;
+    for (size_t probe = 0; probe <= t->mask; probe++) {
+        uint64_t *bk = t->b + bi * 8;
+        for (int i = 0; i < SLOTS; i++) {
+            uint64_t e = bk[i];
+            if ((e >> KV_ADDR_BITS) == tag && key_eq(r, e & ADDR_MASK, key, len))
+                return &bk[i];
+        }
+        if (bk[OVF] == 0)
+            return NULL;
+        bi = (bi + 1) & t->mask;
+    }
+    return NULL;
+}
+
+static void itab_insert(struct kv_itab *t, uint64_t hash, uint64_t addr)
+{
+    size_t home = hash & t->mask;
+    size_t bi = home;
+    for (size_t probe = 0; probe <= t->mask; probe++) {
+        uint64_t *bk = t->b + bi * 8;
+        for (int i = 0; i < SLOTS; i++) {
+            if (bk[i] == 0) {
+                bk[i] = (tag_of(hash) << KV_ADDR_BITS) | addr;
+                for (size_t j = home; j != bi; j = (j + 1) & t->mask)
+                    t->b[j * 8 + OVF]++;
+                t->count++;
+                return;
+            }
+        }
+        bi = (bi + 1) & t->mask;
+    }
+    TK_UNREACHABLE(); /* the load factor keeps free slots */
+}
+
+static void itab_remove(struct kv_itab *t, uint64_t hash, uint64_t *entry)
+{
+    size_t bi = (size_t)(entry - t->b) / 8;
+    *entry = 0;
+    for (size_t j = hash & t->mask; j != bi; j = (j + 1) & t->mask) {
+        if (t->b[j * 8 + OVF] > 0) /* an old table may hold over-counts */
+            t->b[j * 8 + OVF]--;
+    }
+    t->count--;
+}
+
+static void migrate_step(struct kv_index *x)
+{
+    if (x->old.raw == NULL)
+        return;
+    for (int n = 0; n < MIGRATE_PER_OP && x->migrate_pos <= x->old.mask; n++) {
+        uint64_t *bk = x->old.b + x->migrate_pos * 8;
+        for (int i = 0; i < SLOTS; i++) {
+            if (bk[i] == 0)
+                continue;
+            uint64_t addr = bk[i] & ADDR_MASK;
+            itab_insert(&x->cur, rec_hash(x->ring, addr), addr);
+            bk[i] = 0;
+            x->old.count--;
+        }
+        x->migrate_pos++;
+    }
+    if (x->migrate_pos > x->old.mask) {
+        TK_ASSERT(x->old.count == 0);
+        itab_free(&x->old);
+    }
+}
+
+static void maybe_grow(struct kv_index *x)
+{
+    if (x->old.raw != NULL)
+        return;
+    size_t slots = (x->cur.mask + 1) * SLOTS;
+    if ((x->cur.count + 1) * 5 <= slots * 4)
+        return;
+    x->old = x->cur;
+    itab_alloc(&x->cur, (x->old.mask + 1) * 2);
+    x->migrate_pos = 0;
+}
+
+uint64_t kv__index_find(struct kv_index *x, uint64_t hash, const void *key, size_t len,
+                        bool *found)
+{
+    uint64_t *e = itab_find(&x->cur, x->ring, hash, key, len);
+    if (e == NULL && x->old.raw != NULL)
+        e = itab_find(&x->old, x->ring, hash, key, len);
+    *found = e != NULL;
+    return e != NULL ? (*e & ADDR_MASK) : 0;
+}
+
+bool kv__index_put(struct kv_index *x, uint64_t hash, const void *key, size_t len,
+                   uint64_t addr)
+{
+    TK_ASSERT(addr <= ADDR_MASK);
+    uint64_t *e = itab_find(&x->cur, x->ring, hash, key, len);
+    if (e == NULL && x->old.raw != NULL)
+        e = itab_find(&x->old, x->ring, hash, key, len);
+    bool is_new = e == NULL;
+    if (e != NULL) {
+        *e = (*e & ~ADDR_MASK) | addr;
+    } else {
+        maybe_grow(x);
+        itab_insert(&x->cur, hash, addr);
+    }
+    migrate_step(x);
+    return is_new;
+}
+
+bool kv__index_remove_if(struct kv_index *x, uint64_t hash, const void *key, size_t len,
+                         uint64_t addr)
+{
+    uint64_t *e = itab_find(&x->cur, x->ring, hash, key, len);
+    struct kv_itab *t = &x->cur;
+    if (e == NULL && x->old.raw != NULL) {
+        e = itab_find(&x->old, x->ring, hash, key, len);
+        t = &x->old;
+    }
+    if (e == NULL || (*e & ADDR_MASK) != addr)
+        return false;
+    itab_remove(t, hash, e);
+    migrate_step(x);
+    return true;
+}
+
+static void purge(struct kv_itab *t, uint32_t slot)
+{
+    if (t->raw == NULL)
+        return;
+    for (size_t bi = 0; bi <= t->mask; bi++) {
+        uint64_t *bk = t->b + bi * 8;
+        for (int i = 0; i < SLOTS; i++) {
+            if (bk[i] != 0 && ((bk[i] & ADDR_MASK) >> KV_ADDR_OFF_BITS) == slot) {
+                /* The overflow counts on its probe path stay over-counted:
+                 * lookups probe a little further, never miss. */
+                bk[i] = 0;
+                t->count--;
+            }
+        }
+    }
+}
+
+void kv__index_purge_slot(struct kv_index *x, uint32_t slot)
+{
+    purge(&x->cur, slot);
+    purge(&x->old, slot);
+}
+
+void kv__index_clear(struct kv_index *x)
+{
+    if (x->old.raw != NULL)
+        itab_free(&x->old);
+    memset(x->cur.b, 0, (x->cur.mask + 1) * 64);
+    x->cur.count = 0;
+    x->migrate_pos = 0;
+}

@@ -1,0 +1,190 @@
+/* The ring-log KV state machine: the public face of kv/.
+ *
+ * A tiered store. Applied writes append records to the ring (hot tier, a paged
+ * log in memory); a hash index maps each hot key to its newest record; an
+ * ordered view of the hot keys serves scans; LMDB is the cold tier. When the
+ * ring grows past its budget, a tier-down step writes the oldest sealed pages
+ * to LMDB in one transaction together with the raft index they cover, then
+ * releases the pages. The raft log is the write-ahead log: after a restart
+ * LMDB says which index it holds (kv_sm_durable_index) and the node replays the
+ * log after it.
+ *
+ * Threads: a struct kv_sm is owned by one thread (the apply worker); every
+ * kv_sm_* call comes from that thread. A struct kv_snap may be read from
+ * another thread while the owner keeps applying (it holds an LMDB MVCC view),
+ * but kv_snap_close must happen before kv_sm_close.
+ *
+ * Determinism: apply depends only on the sm's state and its arguments. TTL
+ * expiry uses the entries' time_ms (the sm's clock is the largest time_ms it
+ * has applied), never the local clock, so every replica decides alike.
+ * Malformed or oversized commands give an error result and are still consumed.
+ */
+#ifndef TK_KV_KV_H
+#define TK_KV_KV_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define KV_TXN_OPS_MAX 128 /* ops in a batch or in then+else of a txn */
+
+struct kv_config {
+    const char *dir;     /* directory for the cold tier (created if needed) */
+    size_t page_bytes;   /* ring page size, default 256 KiB */
+    size_t ring_bytes;   /* ring budget, default 64 MiB */
+    size_t key_max;      /* default 4 KiB, at most 65535 */
+    size_t value_max;    /* default 1 MiB, at most 64 MiB */
+    size_t sessions_max; /* remembered (client, seq) results, default 65536 */
+    size_t map_bytes;    /* LMDB map size, default 64 GiB (sparse) */
+    bool no_sync;        /* LMDB without fsync (tests, benchmarks only) */
+};
+
+/* Fills `c` with the defaults above and dir = NULL. */
+void kv_config_default(struct kv_config *c);
+
+/* The outcome of one op of a batch or transaction. */
+struct kv_op_result {
+    int64_t value;    /* increment: the new value */
+    uint64_t deleted; /* delete: 1 if the key existed */
+};
+
+/* The outcome of a command, returned to the client. */
+struct kv_result {
+    int code;          /* 0, or TK_EINVAL (malformed), TK_ETOOBIG (key/value too
+                          large), TK_ECOMPARE (put compare failed), TK_ERANGE
+                          (increment overflow or non-integer value) */
+    uint64_t revision; /* the entry index if the command changed state, else 0 */
+    bool succeeded;    /* txn: compares held; other writes: code == 0 */
+    bool duplicate;    /* answered from the exactly-once table (not encoded) */
+    int64_t value;     /* increment: the new value */
+    uint64_t deleted;  /* delete / delete range: number of keys deleted */
+    uint32_t n_ops;    /* batch / txn: per-op results */
+    struct kv_op_result ops[KV_TXN_OPS_MAX];
+};
+
+/* A key/value as a read returns it. The pointers are borrowed from the sm and
+ * stay valid until the next kv_sm_* call (or the callback's return). */
+struct kv_item {
+    const uint8_t *key;
+    size_t key_len;
+    const uint8_t *value;
+    size_t value_len;
+    uint64_t create_revision;
+    uint64_t mod_revision;
+    uint64_t version;
+    uint64_t expire_ms; /* 0: no TTL */
+};
+
+/* A scan: keys with `prefix` when by_prefix, else keys in [start, end) (end_len
+ * 0 = unbounded). In key byte order. */
+struct kv_range {
+    const void *start;
+    size_t start_len;
+    const void *end;
+    size_t end_len;
+    bool by_prefix; /* start/start_len is the prefix */
+};
+
+/* Called once per item, in order; return 0 to go on, nonzero to stop. */
+typedef int kv_item_cb(const struct kv_item *item, void *data);
+
+struct kv_sm;
+
+/* Opens (creating if needed) the state machine in c->dir and recovers: the
+ * cold tier's index, term and clock, and the exactly-once table. The ring is
+ * empty; the node replays log entries > kv_sm_applied_index().
+ * Returns 0, TK_EINVAL (bad config), TK_EIO, TK_ECORRUPT. */
+int kv_sm_open(const struct kv_config *c, struct kv_sm **out);
+
+/* Closes without tiering down: what is only in the ring is lost (it is in the
+ * raft log). NULL is allowed. */
+void kv_sm_close(struct kv_sm *sm);
+
+/* Applies the NORMAL entry `index` (must be applied index + 1, else TK_EINVAL
+ * and nothing happens). Fills `res` (an error result for a bad command, which
+ * is still consumed). Returns 0, or TK_EIO if a tier-down step failed: the sm
+ * is then failed and every later write returns TK_EIO. */
+int kv_sm_apply(struct kv_sm *sm, uint64_t index, uint64_t term, uint64_t time_ms,
+                const void *cmd, size_t cmd_len, struct kv_result *res);
+
+/* Advances the applied index over a NOOP or CONFIG entry (index must be
+ * applied + 1). The entry's time still advances the sm's clock. */
+int kv_sm_skip(struct kv_sm *sm, uint64_t index, uint64_t term, uint64_t time_ms);
+
+uint64_t kv_sm_applied_index(const struct kv_sm *sm);
+uint64_t kv_sm_applied_term(const struct kv_sm *sm);
+/* The index the cold tier holds durably: the raft log may be compacted up to
+ * it, and a restart resumes after it. */
+uint64_t kv_sm_durable_index(const struct kv_sm *sm);
+/* The sm's clock: the largest time_ms applied so far (reads expire by it). */
+uint64_t kv_sm_now_ms(const struct kv_sm *sm);
+
+/* Reads at the applied index. Returns 0 and fills `out`, TK_ENOTFOUND, or
+ * TK_EIO. A ring record that fails its magic/CRC check is never returned: the
+ * cold tier's copy is used instead (or not found). */
+int kv_sm_get(struct kv_sm *sm, const void *key, size_t key_len, struct kv_item *out);
+
+/* Calls `cb` for each of the n keys, in order, with found = 0 or TK_ENOTFOUND
+ * (item then has only the key). Stops early when cb returns nonzero. */
+typedef int kv_multi_cb(int found, const struct kv_item *item, void *data);
+int kv_sm_multi_get(struct kv_sm *sm, const struct kv_item *keys, size_t n,
+                    kv_multi_cb *cb, void *data);
+
+/* Scans live keys of `r` in byte order, at most `limit` (0 = no limit), merging
+ * the hot keys with the cold tier. Returns 0 or TK_EIO. */
+int kv_sm_scan(struct kv_sm *sm, const struct kv_range *r, size_t limit, kv_item_cb *cb,
+               void *data);
+
+/* Tier-down. kv_sm_flush seals the ring tail and moves every page to LMDB, so
+ * kv_sm_durable_index() == kv_sm_applied_index(). kv_sm_tier_down moves the
+ * oldest sealed pages until the ring is under 3/4 of its budget (apply calls it
+ * itself when the ring is over budget). Returns 0 or TK_EIO. */
+int kv_sm_flush(struct kv_sm *sm);
+int kv_sm_tier_down(struct kv_sm *sm);
+
+/* A digest of the live state (keys, values, revisions, versions, expiry, at the
+ * sm's clock): equal on replicas that applied the same entries. */
+int kv_sm_digest(struct kv_sm *sm, uint64_t *out);
+
+struct kv_sm_stats {
+    size_t ring_bytes; /* bytes of ring pages held */
+    size_t ring_pages;
+    size_t hot_keys;      /* keys in the index */
+    uint64_t cold_keys;   /* entries in the cold tier */
+    uint64_t tier_downs;  /* tier-down transactions committed */
+    uint64_t bad_records; /* ring records that failed their check on read */
+};
+void kv_sm_stats(const struct kv_sm *sm, struct kv_sm_stats *out);
+
+/* Snapshots (snapshot.c). kv_sm_snapshot flushes the ring, then opens a
+ * consistent view of the cold tier at the applied index; the stream is read in
+ * chunks with kv_snap_read (which may run on another thread; the sm keeps
+ * applying meanwhile). Returns 0, TK_EIO. */
+struct kv_snap;
+int kv_sm_snapshot(struct kv_sm *sm, struct kv_snap **out);
+uint64_t kv_snap_index(const struct kv_snap *s);
+uint64_t kv_snap_term(const struct kv_snap *s);
+/* Copies up to `cap` (> 0) bytes of the stream into buf; *len == 0 at the end.
+ * Returns 0 or TK_EIO. */
+int kv_snap_read(struct kv_snap *s, void *buf, size_t cap, size_t *len);
+void kv_snap_close(struct kv_snap *s);
+
+/* Installing a snapshot stream: begin, write the stream's bytes in any pieces,
+ * then commit (which checks the trailer, swaps the new cold tier in atomically,
+ * empties the ring and takes the snapshot's index, term and clock) or abort.
+ * Until commit the sm keeps its old state. Returns 0, TK_ECORRUPT (bad stream),
+ * TK_EIO; install_begin returns TK_EBUSY while a kv_snap of this sm is open.
+ * After a failed write or commit, only abort is allowed. */
+struct kv_install;
+int kv_sm_install_begin(struct kv_sm *sm, struct kv_install **out);
+int kv_install_write(struct kv_install *in, const void *buf, size_t len);
+int kv_install_commit(struct kv_install *in);
+void kv_install_abort(struct kv_install *in);
+
+/* Result encoding (proto kvpb.Result), for the node's forwarding path and the
+ * exactly-once table. encode writes at most KV_RESULT_ENCODED_MAX bytes. */
+#define KV_RESULT_ENCODED_MAX (64 + KV_TXN_OPS_MAX * 24)
+size_t kv_result_encode(const struct kv_result *r, uint8_t *buf);
+int kv_result_decode(const void *buf, size_t len, struct kv_result *r);
+
+#endif

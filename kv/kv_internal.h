@@ -1,0 +1,255 @@
+/* Internals of kv/ shared between its files: the ring (ring.c), the hash
+ * index (index.c), the ordered view of hot keys (view.c), the LMDB cold tier
+ * (cold.c) and the sm's private state (sm.c, snapshot.c). Nothing here is
+ * thread-safe: the sm's owner thread calls all of it. Only cold.c includes
+ * lmdb.h; the others see the cold tier through the kv__cold_* functions. */
+#ifndef TK_KV_INTERNAL_H
+#define TK_KV_INTERNAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kv/kv.h"
+
+/* ---- ring ---------------------------------------------------------------- */
+
+#define KV_REC_MAGIC 0x4b565231u /* "KVR1" */
+#define KV_REC_TOMB (1u << 0)    /* a delete */
+#define KV_REC_SESSION (1u << 1) /* an exactly-once result, key = client||seq */
+
+/* A ring record header; key then value follow, the whole record padded to 8.
+ * crc is CRC32C of everything after it (the rest of the header, key, value),
+ * so a read checks it with one contiguous CRC call. */
+#define KV_REC_CRC_FROM 8
+struct kv_rec {
+    uint32_t magic;
+    uint32_t crc;
+    uint8_t flags;
+    uint8_t pad;
+    uint16_t key_len;
+    uint32_t value_len;
+    uint64_t expire_ms;
+    uint64_t mod_rev; /* the revision: the raft index that wrote it */
+    uint64_t create_rev;
+    uint64_t version;
+};
+_Static_assert(sizeof(struct kv_rec) == 48, "ring record header is 48 bytes");
+
+#define KV_ADDR_OFF_BITS 28
+#define KV_ADDR_SLOT_BITS 20
+#define KV_ADDR_BITS (KV_ADDR_OFF_BITS + KV_ADDR_SLOT_BITS)
+
+struct kv_page {
+    uint32_t slot;
+    uint32_t used; /* bytes of records */
+    uint32_t cap;  /* bytes of data[] */
+    bool sealed;   /* no more appends */
+    bool from_slab;
+    bool damaged;       /* tier-down found a record failing its check */
+    uint64_t first_rev; /* revision of the first record, 0 when empty */
+    uint64_t last_rev;
+    uint64_t last_now; /* the sm's clock after applying last_rev */
+    uint64_t last_term;
+    struct kv_page *next; /* newer page */
+    uint8_t data[];
+};
+
+struct kv_ring {
+    size_t page_bytes;
+    size_t keep_free_bytes; /* released pages kept for reuse, at most this */
+    struct kv_page *free_pages;
+    size_t free_bytes;
+    /* Pages of page_bytes are carved from slabs on huge pages; slab pages are
+     * recycled, never freed, until kv__ring_free. */
+    void **slabs;
+    size_t n_slabs;
+    uint8_t *slab_next, *slab_end;
+    size_t bytes; /* sum of page caps */
+    size_t n_pages;
+    struct kv_page *head; /* oldest */
+    struct kv_page *tail; /* newest: appends go here */
+    struct kv_page **slots;
+    uint32_t n_slots;
+    uint32_t *free_slots;
+    uint32_t n_free;
+};
+
+void kv__ring_init(struct kv_ring *r, size_t page_bytes);
+void kv__ring_free(struct kv_ring *r);
+/* Appends a record; its crc is computed here. Returns its address. */
+uint64_t kv__ring_append(struct kv_ring *r, const struct kv_rec *h, const void *key,
+                         const void *value);
+/* The record at addr, unchecked (addr comes from the index). */
+static inline const struct kv_rec *kv__ring_at(const struct kv_ring *r, uint64_t addr)
+{
+    const struct kv_page *p = r->slots[addr >> KV_ADDR_OFF_BITS];
+    return (const struct kv_rec *)(const void *)(p->data +
+                                                 (addr & ((1u << KV_ADDR_OFF_BITS) - 1)));
+}
+static inline const uint8_t *kv__rec_key(const struct kv_rec *h)
+{
+    return (const uint8_t *)(h + 1);
+}
+static inline const uint8_t *kv__rec_value(const struct kv_rec *h)
+{
+    return (const uint8_t *)(h + 1) + h->key_len;
+}
+static inline size_t kv__rec_size(size_t key_len, size_t value_len)
+{
+    return (sizeof(struct kv_rec) + key_len + value_len + 7) & ~(size_t)7;
+}
+/* True if the record at addr lies inside its page, has the magic and its CRC
+ * matches. A record that fails is never to be returned. */
+bool kv__ring_check(const struct kv_ring *r, uint64_t addr);
+/* Seals the tail so the next append opens a new page. */
+void kv__ring_seal(struct kv_ring *r);
+/* Releases the oldest page (which must be sealed); pages of page_bytes are
+ * kept for reuse while ring bytes + kept bytes stay under keep_free_bytes, so
+ * a ring in steady state allocates nothing. */
+void kv__ring_release_head(struct kv_ring *r);
+static inline uint64_t kv__ring_addr(const struct kv_page *p, size_t off)
+{
+    return ((uint64_t)p->slot << KV_ADDR_OFF_BITS) | off;
+}
+
+/* ---- index --------------------------------------------------------------- */
+
+/* key -> ring address. Set-associative: 64-byte buckets of 7 entries (16-bit
+ * hash tag | 48-bit address) and an overflow count (entries whose home is
+ * this bucket but which live further on, linear probing over buckets). Grows
+ * by doubling, migrating a few buckets per operation. */
+struct kv_itab {
+    uint64_t *b;
+    void *raw; /* the allocation b is aligned in */ /* n_buckets * 8 words; word 7 of a
+                                                       bucket is the overflow count */
+    size_t mask;                                    /* n_buckets - 1 */
+    size_t count;
+};
+
+struct kv_index {
+    struct kv_itab cur;
+    struct kv_itab old; /* being migrated into cur when old.b != NULL */
+    size_t migrate_pos;
+    const struct kv_ring *ring;
+};
+
+void kv__index_init(struct kv_index *x, const struct kv_ring *ring);
+void kv__index_free(struct kv_index *x);
+uint64_t kv__hash(const void *key, size_t len);
+/* The address of key's record, or 0 with *found false. */
+uint64_t kv__index_find(struct kv_index *x, uint64_t hash, const void *key, size_t len,
+                        bool *found);
+/* Sets key -> addr. Returns true if the key was new. */
+bool kv__index_put(struct kv_index *x, uint64_t hash, const void *key, size_t len,
+                   uint64_t addr);
+/* Removes key's entry only if it points at addr. Returns true if removed. */
+bool kv__index_remove_if(struct kv_index *x, uint64_t hash, const void *key, size_t len,
+                         uint64_t addr);
+/* Empties the index, keeping its table for reuse. */
+void kv__index_clear(struct kv_index *x);
+/* Drops every entry into ring slot `slot` (a page with a damaged record is
+ * released: its keys cannot be rehashed). O(index size); rare. */
+void kv__index_purge_slot(struct kv_index *x, uint32_t slot);
+static inline size_t kv__index_count(const struct kv_index *x)
+{
+    return x->cur.count + x->old.count;
+}
+
+/* ---- view: the hot keys in byte order (a skip list of key copies) -------- */
+
+#define KV_VIEW_LEVELS 24
+struct kv_vnode {
+    uint32_t key_len;
+    uint32_t level;
+    uint8_t *key;
+    struct kv_vnode *next[];
+};
+struct kv_view {
+    struct kv_vnode *head;
+    uint32_t level;
+    uint64_t rng;
+    size_t count;
+};
+void kv__view_init(struct kv_view *v);
+void kv__view_free(struct kv_view *v);
+void kv__view_insert(struct kv_view *v, const void *key, size_t len);
+void kv__view_remove(struct kv_view *v, const void *key, size_t len);
+/* The first node with key >= (key, len), or NULL. */
+const struct kv_vnode *kv__view_seek(const struct kv_view *v, const void *key,
+                                     size_t len);
+int kv__keycmp(const void *a, size_t alen, const void *b, size_t blen);
+
+/* ---- cold tier (cold.c, the only user of LMDB) --------------------------- */
+
+/* LMDB keys stop at 511 bytes: a longer key is stored under its first
+ * KV_COLD_SHORT_MAX bytes + its hash, so such long keys that share that prefix
+ * come out of a cursor in hash order. Scans allow for it. */
+#define KV_COLD_SHORT_MAX 488
+
+struct kv_cold;
+struct kv_cold_meta {
+    uint64_t index; /* the raft index the cold tier reflects */
+    uint64_t term;
+    uint64_t now_ms;
+};
+/* A cold value: the borrowed bytes are valid until the next cold call. */
+struct kv_cold_val {
+    const uint8_t *value;
+    size_t value_len;
+    uint64_t expire_ms, create_rev, mod_rev, version;
+};
+int kv__cold_open(const char *dir, size_t map_bytes, bool no_sync, struct kv_cold **out);
+void kv__cold_close(struct kv_cold *c);
+int kv__cold_meta(struct kv_cold *c, struct kv_cold_meta *m);
+uint64_t kv__cold_count(struct kv_cold *c);
+/* Drops the read view so the next read sees the latest commit. */
+void kv__cold_read_reset(struct kv_cold *c);
+int kv__cold_get(struct kv_cold *c, const void *key, size_t len, struct kv_cold_val *out);
+
+/* A write transaction for one tier-down step. */
+int kv__cold_wbegin(struct kv_cold *c);
+int kv__cold_wput(struct kv_cold *c, const struct kv_rec *h);
+int kv__cold_wsession(struct kv_cold *c, const struct kv_rec *h);
+/* Drops sessions beyond sessions_max (oldest first) and expired keys at
+ * meta->now_ms, stores meta, commits durably. */
+int kv__cold_wcommit(struct kv_cold *c, const struct kv_cold_meta *m,
+                     size_t sessions_max);
+void kv__cold_wabort(struct kv_cold *c);
+
+/* Sessions in order, oldest first: cb(index, client, seq, bytes, len). */
+typedef int kv_cold_session_cb(uint64_t index, uint64_t client, uint64_t seq,
+                               const uint8_t *res, size_t len, void *data);
+int kv__cold_sessions(struct kv_cold *c, kv_cold_session_cb *cb, void *data);
+
+/* A cursor over the cold keys in order, in the current read view. */
+struct kv_cold_cur;
+int kv__cold_cur_open(struct kv_cold *c, struct kv_cold_cur **out);
+/* Positions at the first key >= (key, len); *valid false when past the end. */
+int kv__cold_cur_seek(struct kv_cold_cur *cur, const void *key, size_t len, bool *valid);
+int kv__cold_cur_next(struct kv_cold_cur *cur, bool *valid);
+void kv__cold_cur_get(struct kv_cold_cur *cur, const uint8_t **key, size_t *key_len,
+                      struct kv_cold_val *v);
+void kv__cold_cur_close(struct kv_cold_cur *cur);
+
+/* Snapshot stream support: a read-only MVCC view over every table. */
+struct kv_cold_snap;
+int kv__cold_snap_open(struct kv_cold *c, struct kv_cold_snap **out,
+                       struct kv_cold_meta *meta);
+/* The next raw record: table (1 data, 2 expiry, 3 sessions), key, value.
+ * *end true when done. */
+int kv__cold_snap_next(struct kv_cold_snap *s, uint8_t *table, const uint8_t **key,
+                       size_t *key_len, const uint8_t **val, size_t *val_len, bool *end);
+void kv__cold_snap_close(struct kv_cold_snap *s);
+
+/* Installing: a fresh environment next to the current one. */
+struct kv_cold_new;
+int kv__cold_new_begin(struct kv_cold *c, struct kv_cold_new **out);
+int kv__cold_new_put(struct kv_cold_new *n, uint8_t table, const uint8_t *key,
+                     size_t key_len, const uint8_t *val, size_t val_len);
+/* Commits the new environment with `meta`, switches the current one to it
+ * atomically (a symlink rename) and reopens `c` on it. */
+int kv__cold_new_commit(struct kv_cold_new *n, const struct kv_cold_meta *meta);
+void kv__cold_new_abort(struct kv_cold_new *n);
+
+#endif

@@ -1,0 +1,947 @@
+/* The state machine: commands, reads, tier-down, recovery, digest.
+ *
+ * apply() decodes a kvpb.Command (protobuf-c, into a reusable arena so steady
+ * state allocates nothing), evaluates it against the current state and appends
+ * the resulting records to the ring in one go: the writes of one command are
+ * staged first (at most KV_TXN_OPS_MAX keys), so a failing op leaves no trace
+ * and batches and transactions are atomic. Every record written by entry i has
+ * revision i. The current state of a key is: its index entry's ring record if
+ * that record passes its check (a tombstone means absent), else the cold tier;
+ * a key whose expire_ms <= the sm's clock is absent.
+ *
+ * Tier-down moves the oldest pages to LMDB. It cuts only between commands (a
+ * page whose last revision is also the next page's first revision is not a
+ * cut point), so the index stored with the data is exactly the state after
+ * that entry, and the clock stored is the clock after it. Owner thread only. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+#include "base/alloc.h"
+#include "base/assert.h"
+#include "base/err.h"
+#include "base/log.h"
+#include "kv.pb-c.h"
+#include "kv/kv_internal.h"
+#include "kv/sm_internal.h"
+
+#define ARENA_CHUNK (64 * 1024)
+#define ARENA_KEEP_MAX (16u << 20)
+
+void kv_config_default(struct kv_config *c)
+{
+    memset(c, 0, sizeof(*c));
+    c->page_bytes = 256 * 1024;
+    c->ring_bytes = 64u << 20;
+    c->key_max = 4096;
+    c->value_max = 1u << 20;
+    c->sessions_max = 65536;
+    c->map_bytes = (size_t)64 << 30;
+}
+
+/* ---- decode arena ---- */
+
+static void *arena_alloc(void *data, size_t size)
+{
+    struct kv_arena *a = data;
+    size = (size + 15) & ~(size_t)15;
+    struct kv_arena_chunk *ch = a->head;
+    if (ch == NULL || ch->cap - ch->used < size) {
+        size_t cap = size > ARENA_CHUNK ? size : ARENA_CHUNK;
+        ch = tk_malloc(sizeof(*ch) + cap);
+        ch->cap = cap;
+        ch->used = 0;
+        ch->next = a->head;
+        a->head = ch;
+        a->n_chunks++;
+    }
+    void *p = ch->data + ch->used;
+    ch->used += size;
+    a->total += size;
+    return p;
+}
+
+static void arena_free(void *data, void *ptr)
+{
+    (void)data;
+    (void)ptr;
+}
+
+static void arena_reset(struct kv_arena *a)
+{
+    if (a->n_chunks > 1) {
+        /* Keep one chunk large enough for what this command needed. */
+        size_t want = a->total < ARENA_KEEP_MAX ? a->total : ARENA_CHUNK;
+        while (a->head != NULL) {
+            struct kv_arena_chunk *next = a->head->next;
+            tk_free(a->head);
+            a->head = next;
+        }
+        a->n_chunks = 0;
+        if (want < ARENA_CHUNK)
+            want = ARENA_CHUNK;
+        struct kv_arena_chunk *ch = tk_malloc(sizeof(*ch) + want);
+        ch->cap = want;
+        ch->next = NULL;
+        a->head = ch;
+        a->n_chunks = 1;
+    }
+    if (a->head != NULL)
+        a->head->used = 0;
+    a->total = 0;
+}
+
+static void arena_destroy(struct kv_arena *a)
+{
+    while (a->head != NULL) {
+        struct kv_arena_chunk *next = a->head->next;
+        tk_free(a->head);
+        a->head = next;
+    }
+}
+
+/* ---- sessions: the exactly-once table ---- */
+
+static size_t sess_slot(const struct kv_sessions *t, uint64_t client, uint64_t seq)
+{
+    return (size_t)(XXH3_64bits_withSeed(&seq, sizeof(seq), client) & t->mask);
+}
+
+static struct kv_sess *sess_find(struct kv_sessions *t, uint64_t client, uint64_t seq)
+{
+    if (t->count == 0)
+        return NULL;
+    for (size_t i = sess_slot(t, client, seq);; i = (i + 1) & t->mask) {
+        struct kv_sess *s = &t->tab[i];
+        if (s->client == 0)
+            return NULL;
+        if (s->client == client && s->seq == seq)
+            return s;
+    }
+}
+
+static void sess_remove(struct kv_sessions *t, uint64_t client, uint64_t seq)
+{
+    struct kv_sess *s = sess_find(t, client, seq);
+    if (s == NULL)
+        return;
+    tk_free(s->res);
+    size_t i = (size_t)(s - t->tab);
+    s->client = 0;
+    t->count--;
+    /* Backward-shift deletion keeps linear probing chains intact. */
+    for (size_t j = (i + 1) & t->mask; t->tab[j].client != 0; j = (j + 1) & t->mask) {
+        size_t home = sess_slot(t, t->tab[j].client, t->tab[j].seq);
+        bool move = (i <= j) ? (home <= i || home > j) : (home <= i && home > j);
+        if (move) {
+            t->tab[i] = t->tab[j];
+            t->tab[j].client = 0;
+            i = j;
+        }
+    }
+}
+
+static void sess_add(struct kv_sessions *t, uint64_t index, uint64_t client, uint64_t seq,
+                     const uint8_t *res, size_t len)
+{
+    if (t->max == 0)
+        return;
+    if (t->count == t->max) {
+        struct kv_sess_id *old = &t->fifo[t->fifo_head];
+        sess_remove(t, old->client, old->seq);
+        t->fifo_head = (t->fifo_head + 1) % t->max;
+        t->fifo_len--;
+    }
+    size_t i = sess_slot(t, client, seq);
+    while (t->tab[i].client != 0)
+        i = (i + 1) & t->mask;
+    struct kv_sess *s = &t->tab[i];
+    s->client = client;
+    s->seq = seq;
+    s->index = index;
+    s->len = (uint32_t)len;
+    s->res = tk_malloc(len > 0 ? len : 1);
+    memcpy(s->res, res, len);
+    t->count++;
+    t->fifo[(t->fifo_head + t->fifo_len) % t->max] = (struct kv_sess_id){client, seq};
+    t->fifo_len++;
+}
+
+static void sess_init(struct kv_sessions *t, size_t max)
+{
+    memset(t, 0, sizeof(*t));
+    t->max = max;
+    size_t n = 16;
+    while (n < max * 2)
+        n *= 2;
+    t->mask = n - 1;
+    t->tab = tk_calloc(n, sizeof(*t->tab));
+    t->fifo = tk_calloc(max > 0 ? max : 1, sizeof(*t->fifo));
+}
+
+static void sess_destroy(struct kv_sessions *t)
+{
+    if (t->tab != NULL) {
+        for (size_t i = 0; i <= t->mask; i++)
+            if (t->tab[i].client != 0)
+                tk_free(t->tab[i].res);
+    }
+    tk_free(t->tab);
+    tk_free(t->fifo);
+    memset(t, 0, sizeof(*t));
+}
+
+int kv__sm_load_session(uint64_t index, uint64_t client, uint64_t seq, const uint8_t *res,
+                        size_t len, void *data)
+{
+    struct kv_sm *sm = data;
+    if (client == 0 || len > KV_RESULT_ENCODED_MAX)
+        return TK_ECORRUPT;
+    sess_add(&sm->sessions, index, client, seq, res, len);
+    return 0;
+}
+
+/* ---- open / close ---- */
+
+int kv_sm_open(const struct kv_config *c, struct kv_sm **out)
+{
+    if (c->dir == NULL || c->page_bytes < 4096 || c->page_bytes > (64u << 20) ||
+        c->ring_bytes < c->page_bytes || c->key_max == 0 || c->key_max > 65535 ||
+        c->value_max > (64u << 20) || c->map_bytes < (1u << 20))
+        return TK_EINVAL;
+    struct kv_sm *sm = tk_calloc(1, sizeof(*sm));
+    sm->cfg = *c;
+    sm->cfg.dir = NULL;
+    sm->dir = tk_strdup(c->dir);
+    int rc = kv__cold_open(sm->dir, c->map_bytes, c->no_sync, &sm->cold);
+    if (rc != 0)
+        goto err_free;
+    struct kv_cold_meta m;
+    rc = kv__cold_meta(sm->cold, &m);
+    if (rc != 0)
+        goto err_cold;
+    kv__ring_init(&sm->ring, c->page_bytes);
+    sm->ring.keep_free_bytes = c->ring_bytes;
+    kv__index_init(&sm->index, &sm->ring);
+    kv__index_init(&sm->tier_index, &sm->ring);
+    kv__view_init(&sm->view);
+    sess_init(&sm->sessions, c->sessions_max);
+    sm->applied = sm->durable = m.index;
+    sm->applied_term = m.term;
+    sm->now_ms = m.now_ms;
+    sm->pa.alloc = arena_alloc;
+    sm->pa.free = arena_free;
+    sm->pa.allocator_data = &sm->arena;
+    rc = kv__cold_sessions(sm->cold, kv__sm_load_session, sm);
+    if (rc != 0) {
+        kv_sm_close(sm);
+        return rc;
+    }
+    *out = sm;
+    return 0;
+err_cold:
+    kv__cold_close(sm->cold);
+err_free:
+    tk_free(sm->dir);
+    tk_free(sm);
+    return rc;
+}
+
+void kv_sm_close(struct kv_sm *sm)
+{
+    if (sm == NULL)
+        return;
+    kv__cold_close(sm->cold);
+    kv__view_free(&sm->view);
+    kv__index_free(&sm->index);
+    kv__index_free(&sm->tier_index);
+    kv__ring_free(&sm->ring);
+    sess_destroy(&sm->sessions);
+    arena_destroy(&sm->arena);
+    tk_free(sm->scratch);
+    tk_free(sm->tier_addrs);
+    tk_free(sm->dir);
+    tk_free(sm);
+}
+
+uint64_t kv_sm_applied_index(const struct kv_sm *sm)
+{
+    return sm->applied;
+}
+uint64_t kv_sm_applied_term(const struct kv_sm *sm)
+{
+    return sm->applied_term;
+}
+uint64_t kv_sm_durable_index(const struct kv_sm *sm)
+{
+    return sm->durable;
+}
+uint64_t kv_sm_now_ms(const struct kv_sm *sm)
+{
+    return sm->now_ms;
+}
+
+void kv_sm_stats(const struct kv_sm *sm, struct kv_sm_stats *out)
+{
+    out->ring_bytes = sm->ring.bytes;
+    out->ring_pages = sm->ring.n_pages;
+    out->hot_keys = kv__index_count(&sm->index);
+    out->cold_keys = kv__cold_count(sm->cold);
+    out->tier_downs = sm->tier_downs;
+    out->bad_records = sm->bad_records;
+}
+
+/* ---- key state ---- */
+
+static bool live(const struct kv_sm *sm, uint64_t expire_ms)
+{
+    return expire_ms == 0 || expire_ms > sm->now_ms;
+}
+
+/* The current state of a key (ignoring staged writes). Returns 0 or TK_EIO. */
+int kv__sm_lookup(struct kv_sm *sm, const void *key, size_t len, uint64_t hash,
+                  struct kv_state *st)
+{
+    st->live = false;
+    st->hot = false;
+    bool found;
+    uint64_t addr = kv__index_find(&sm->index, hash, key, len, &found);
+    if (found) {
+        if (kv__ring_check(&sm->ring, addr)) {
+            const struct kv_rec *h = kv__ring_at(&sm->ring, addr);
+            st->hot = true;
+            if ((h->flags & KV_REC_TOMB) || !live(sm, h->expire_ms))
+                return 0;
+            st->live = true;
+            st->value = kv__rec_value(h);
+            st->value_len = h->value_len;
+            st->expire_ms = h->expire_ms;
+            st->create_rev = h->create_rev;
+            st->mod_rev = h->mod_rev;
+            st->version = h->version;
+            return 0;
+        }
+        sm->bad_records++;
+    }
+    struct kv_cold_val cv;
+    int rc = kv__cold_get(sm->cold, key, len, &cv);
+    if (rc == TK_ENOTFOUND)
+        return 0;
+    if (rc != 0)
+        return TK_EIO;
+    if (!live(sm, cv.expire_ms))
+        return 0;
+    st->live = true;
+    st->value = cv.value;
+    st->value_len = cv.value_len;
+    st->expire_ms = cv.expire_ms;
+    st->create_rev = cv.create_rev;
+    st->mod_rev = cv.mod_rev;
+    st->version = cv.version;
+    return 0;
+}
+
+/* ---- reads ---- */
+
+int kv_sm_get(struct kv_sm *sm, const void *key, size_t len, struct kv_item *out)
+{
+    if (len == 0 || len > sm->cfg.key_max)
+        return TK_EINVAL;
+    struct kv_state st;
+    int rc = kv__sm_lookup(sm, key, len, kv__hash(key, len), &st);
+    if (rc != 0)
+        return rc;
+    if (!st.live)
+        return TK_ENOTFOUND;
+    out->key = key;
+    out->key_len = len;
+    out->value = st.value;
+    out->value_len = st.value_len;
+    out->create_revision = st.create_rev;
+    out->mod_revision = st.mod_rev;
+    out->version = st.version;
+    out->expire_ms = st.expire_ms;
+    return 0;
+}
+
+int kv_sm_multi_get(struct kv_sm *sm, const struct kv_item *keys, size_t n,
+                    kv_multi_cb *cb, void *data)
+{
+    for (size_t i = 0; i < n; i++) {
+        struct kv_item it = {.key = keys[i].key, .key_len = keys[i].key_len};
+        int rc = kv_sm_get(sm, keys[i].key, keys[i].key_len, &it);
+        if (rc == TK_EINVAL)
+            rc = TK_ENOTFOUND;
+        if (rc != 0 && rc != TK_ENOTFOUND)
+            return rc;
+        if (cb(rc, &it, data) != 0)
+            break;
+    }
+    return 0;
+}
+
+static bool in_range(const struct kv_range *r, const uint8_t *key, size_t len)
+{
+    if (r->by_prefix)
+        return len >= r->start_len &&
+               (r->start_len == 0 || memcmp(key, r->start, r->start_len) == 0);
+    if (r->end_len == 0)
+        return true;
+    return kv__keycmp(key, len, r->end, r->end_len) < 0;
+}
+
+static void item_from_cold(struct kv_item *it, const uint8_t *k, size_t klen,
+                           const struct kv_cold_val *cv)
+{
+    it->key = k;
+    it->key_len = klen;
+    it->value = cv->value;
+    it->value_len = cv->value_len;
+    it->create_revision = cv->create_rev;
+    it->mod_revision = cv->mod_rev;
+    it->version = cv->version;
+    it->expire_ms = cv->expire_ms;
+}
+
+int kv_sm_scan(struct kv_sm *sm, const struct kv_range *r, size_t limit, kv_item_cb *cb,
+               void *data)
+{
+    const struct kv_vnode *hot = kv__view_seek(&sm->view, r->start, r->start_len);
+    struct kv_cold_cur *cur = NULL;
+    bool cvalid = false;
+    int rc = 0;
+    if (kv__cold_count(sm->cold) > 0) {
+        rc = kv__cold_cur_open(sm->cold, &cur);
+        if (rc == 0)
+            rc = kv__cold_cur_seek(cur, r->start, r->start_len, &cvalid);
+        if (rc != 0)
+            goto out;
+    }
+    size_t emitted = 0;
+    while (limit == 0 || emitted < limit) {
+        const uint8_t *ck = NULL;
+        size_t cklen = 0;
+        struct kv_cold_val cv;
+        if (cvalid)
+            kv__cold_cur_get(cur, &ck, &cklen, &cv);
+        int cmp;
+        if (hot != NULL && cvalid)
+            cmp = kv__keycmp(hot->key, hot->key_len, ck, cklen);
+        else if (hot != NULL)
+            cmp = -1;
+        else if (cvalid)
+            cmp = 1;
+        else
+            break;
+        struct kv_item it;
+        bool emit = false;
+        if (cmp <= 0) {
+            if (!in_range(r, hot->key, hot->key_len))
+                break;
+            bool found;
+            uint64_t addr = kv__index_find(&sm->index, kv__hash(hot->key, hot->key_len),
+                                           hot->key, hot->key_len, &found);
+            if (found && kv__ring_check(&sm->ring, addr)) {
+                const struct kv_rec *h = kv__ring_at(&sm->ring, addr);
+                if (!(h->flags & KV_REC_TOMB) && live(sm, h->expire_ms)) {
+                    it.key = kv__rec_key(h);
+                    it.key_len = h->key_len;
+                    it.value = kv__rec_value(h);
+                    it.value_len = h->value_len;
+                    it.create_revision = h->create_rev;
+                    it.mod_revision = h->mod_rev;
+                    it.version = h->version;
+                    it.expire_ms = h->expire_ms;
+                    emit = true;
+                }
+            } else {
+                /* A damaged hot record: the cold copy, if any, stands. */
+                if (found)
+                    sm->bad_records++;
+                if (cmp == 0 && live(sm, cv.expire_ms)) {
+                    item_from_cold(&it, ck, cklen, &cv);
+                    emit = true;
+                }
+            }
+            hot = hot->next[0];
+            if (cmp == 0) {
+                rc = kv__cold_cur_next(cur, &cvalid);
+                if (rc != 0)
+                    goto out;
+            }
+        } else {
+            bool is_long = cklen > KV_COLD_SHORT_MAX;
+            if (!in_range(r, ck, cklen)) {
+                if (!is_long)
+                    break;
+                /* Long keys sharing a prefix are in hash order: skip, not stop. */
+                rc = kv__cold_cur_next(cur, &cvalid);
+                if (rc != 0)
+                    goto out;
+                continue;
+            }
+            bool below = kv__keycmp(ck, cklen, r->start, r->start_len) < 0;
+            if (!below && is_long) {
+                /* Out of byte order, the merge cannot see a hot copy of a long
+                 * key: ask the index, whose version is the newer. */
+                bool found;
+                kv__index_find(&sm->index, kv__hash(ck, cklen), ck, cklen, &found);
+                below = found;
+            }
+            if (!below && live(sm, cv.expire_ms)) {
+                item_from_cold(&it, ck, cklen, &cv);
+                emit = true;
+            }
+            /* The callback may not outlive the cursor position: call it first. */
+            if (emit) {
+                emitted++;
+                if (cb(&it, data) != 0)
+                    break;
+                emit = false;
+            }
+            rc = kv__cold_cur_next(cur, &cvalid);
+            if (rc != 0)
+                goto out;
+        }
+        if (emit) {
+            emitted++;
+            if (cb(&it, data) != 0)
+                break;
+        }
+    }
+out:
+    kv__cold_cur_close(cur);
+    return rc;
+}
+
+/* ---- digest ---- */
+
+static int digest_cb(const struct kv_item *it, void *data)
+{
+    XXH3_state_t *st = data;
+    uint64_t hdr[6] = {it->key_len,      it->value_len, it->create_revision,
+                       it->mod_revision, it->version,   it->expire_ms};
+    XXH3_64bits_update(st, hdr, sizeof(hdr));
+    XXH3_64bits_update(st, it->key, it->key_len);
+    XXH3_64bits_update(st, it->value, it->value_len);
+    return 0;
+}
+
+int kv_sm_digest(struct kv_sm *sm, uint64_t *out)
+{
+    XXH3_state_t *st = XXH3_createState();
+    TK_ASSERT(st != NULL);
+    XXH3_64bits_reset(st);
+    struct kv_range all = {0};
+    int rc = kv_sm_scan(sm, &all, 0, digest_cb, st);
+    *out = XXH3_64bits_digest(st);
+    XXH3_freeState(st);
+    return rc;
+}
+
+/* ---- tier-down ---- */
+
+static bool cut_ok(const struct kv_page *p, bool all)
+{
+    if (!p->sealed)
+        return false;
+    if (p->next == NULL)
+        return all;
+    return p->first_rev == 0 || p->next->first_rev == 0 ||
+           p->last_rev < p->next->first_rev;
+}
+
+/* Walks a page's records; stops at a record whose sizes leave the page. */
+static const struct kv_rec *page_rec(const struct kv_page *p, size_t off)
+{
+    if (off + sizeof(struct kv_rec) > p->used)
+        return NULL;
+    const struct kv_rec *h = (const struct kv_rec *)(const void *)(p->data + off);
+    if (off + kv__rec_size(h->key_len, h->value_len) > p->used)
+        return NULL;
+    return h;
+}
+
+#define TIER_WRITTEN (UINT64_C(1) << 63)
+
+static void tier_addrs_push(struct kv_sm *sm, uint64_t addr)
+{
+    if (sm->n_tier_addrs == sm->cap_tier_addrs) {
+        sm->cap_tier_addrs = sm->cap_tier_addrs ? sm->cap_tier_addrs * 2 : 4096;
+        sm->tier_addrs =
+            tk_realloc(sm->tier_addrs, sm->cap_tier_addrs * sizeof(*sm->tier_addrs));
+    }
+    sm->tier_addrs[sm->n_tier_addrs++] = addr;
+}
+
+static int tier(struct kv_sm *sm, bool all)
+{
+    if (all)
+        kv__ring_seal(&sm->ring);
+    /* Choose the pages: up to the last cut point before enough is freed. */
+    size_t target = all ? 0 : sm->cfg.ring_bytes / 4 * 3;
+    size_t freed = 0, n = 0, n_cut = 0;
+    struct kv_page *cut = NULL;
+    for (struct kv_page *p = sm->ring.head; p != NULL; p = p->next) {
+        n++;
+        freed += p->cap;
+        if (cut_ok(p, all)) {
+            cut = p;
+            n_cut = n;
+            if (!all && sm->ring.bytes - freed <= target)
+                break;
+        }
+    }
+    if (cut == NULL)
+        return 0;
+    struct kv_cold_meta m = {
+        .index = sm->durable, .term = sm->durable_term, .now_ms = sm->durable_now};
+    /* Collect the sound records, noting damaged pages (their keys cannot be
+     * trusted for index removal later). */
+    sm->n_tier_addrs = 0;
+    size_t i = 0;
+    for (struct kv_page *p = sm->ring.head; i < n_cut; p = p->next, i++) {
+        p->damaged = false;
+        size_t off = 0;
+        for (;;) {
+            const struct kv_rec *h = page_rec(p, off);
+            if (h == NULL)
+                break;
+            uint64_t addr = kv__ring_addr(p, off);
+            off += kv__rec_size(h->key_len, h->value_len);
+            if (kv__ring_check(&sm->ring, addr)) {
+                tier_addrs_push(sm, addr);
+            } else {
+                sm->bad_records++;
+                p->damaged = true;
+            }
+        }
+        if (off != p->used)
+            p->damaged = true;
+        if (p->first_rev != 0 && p->last_rev >= m.index) {
+            m.index = p->last_rev;
+            m.term = p->last_term;
+            m.now_ms = p->last_now;
+        }
+    }
+    if (all) {
+        m.index = sm->applied;
+        m.term = sm->applied_term;
+        m.now_ms = sm->now_ms;
+    }
+    /* Newest first: only the newest version of a key among these pages goes
+     * to LMDB - the key's state as of the cut. */
+    kv__index_clear(&sm->tier_index);
+    int rc = kv__cold_wbegin(sm->cold);
+    if (rc != 0)
+        return rc;
+    for (size_t j = sm->n_tier_addrs; j-- > 0;) {
+        uint64_t addr = sm->tier_addrs[j];
+        const struct kv_rec *h = kv__ring_at(&sm->ring, addr);
+        if (h->flags & KV_REC_SESSION) {
+            rc = kv__cold_wsession(sm->cold, h);
+        } else {
+            const uint8_t *k = kv__rec_key(h);
+            if (!kv__index_put(&sm->tier_index, kv__hash(k, h->key_len), k, h->key_len,
+                               addr))
+                continue; /* a newer version of this key is in the batch */
+            rc = kv__cold_wput(sm->cold, h);
+            sm->tier_addrs[j] = addr | TIER_WRITTEN;
+        }
+        if (rc != 0) {
+            kv__cold_wabort(sm->cold);
+            return rc;
+        }
+    }
+    rc = kv__cold_wcommit(sm->cold, &m, sm->cfg.sessions_max);
+    if (rc != 0)
+        return rc;
+    /* Now the index entries into these pages go (only a key's newest record in
+     * the batch can be what the index points at), then the pages. */
+    for (size_t j = 0; j < sm->n_tier_addrs; j++) {
+        if (!(sm->tier_addrs[j] & TIER_WRITTEN))
+            continue;
+        uint64_t addr = sm->tier_addrs[j] & ~TIER_WRITTEN;
+        const struct kv_rec *h = kv__ring_at(&sm->ring, addr);
+        const uint8_t *k = kv__rec_key(h);
+        if (kv__index_remove_if(&sm->index, kv__hash(k, h->key_len), k, h->key_len, addr))
+            kv__view_remove(&sm->view, k, h->key_len);
+    }
+    for (i = 0; i < n_cut; i++) {
+        struct kv_page *p = sm->ring.head;
+        if (p->damaged) {
+            tk_logf(TK_LOG_ERROR, 0, 0, NULL, "kv: damaged ring page released");
+            kv__index_purge_slot(&sm->index, p->slot);
+        }
+        kv__ring_release_head(&sm->ring);
+    }
+    sm->n_tier_addrs = 0;
+    sm->durable = m.index;
+    sm->durable_term = m.term;
+    sm->durable_now = m.now_ms;
+    sm->tier_downs++;
+    return 0;
+}
+
+int kv_sm_flush(struct kv_sm *sm)
+{
+    if (sm->failed)
+        return TK_EIO;
+    int rc = tier(sm, true);
+    if (rc != 0)
+        sm->failed = true;
+    return rc != 0 ? TK_EIO : 0;
+}
+
+int kv_sm_tier_down(struct kv_sm *sm)
+{
+    if (sm->failed)
+        return TK_EIO;
+    int rc = tier(sm, false);
+    if (rc != 0)
+        sm->failed = true;
+    return rc != 0 ? TK_EIO : 0;
+}
+
+/* ---- fast decoding of the common commands ---- */
+
+static bool rd_varint(const uint8_t **pp, const uint8_t *end, uint64_t *out)
+{
+    const uint8_t *p = *pp;
+    uint64_t v = 0;
+    for (int shift = 0; shift < 64 && p < end; shift += 7) {
+        uint8_t b = *p++;
+        v |= (uint64_t)(b & 0x7f) << shift;
+        if (!(b & 0x80)) {
+            if (shift == 63 && b > 1)
+                return false;
+            *pp = p;
+            *out = v;
+            return true;
+        }
+    }
+    return false;
+}
+
+static bool rd_bytes(const uint8_t **pp, const uint8_t *end, ProtobufCBinaryData *out)
+{
+    uint64_t len;
+    if (!rd_varint(pp, end, &len) || len > (uint64_t)(end - *pp))
+        return false;
+    out->data = (uint8_t *)(uintptr_t)*pp;
+    out->len = (size_t)len;
+    *pp += len;
+    return true;
+}
+
+/* Decodes a plain Put (key, value, ttl) or Delete command, with an optional
+ * client id and seq, pointing into buf. Anything else (a compare, a repeated or
+ * unknown field, another command) returns false and protobuf-c decodes it, so
+ * every accepted input means what protobuf-c would make of it. */
+bool kv__fast_decode(const uint8_t *buf, size_t len, Kvpb__Command *c, Kvpb__Put *put,
+                     Kvpb__Delete *del)
+{
+    const uint8_t *p = buf, *end = buf + len;
+    unsigned seen = 0;
+    kvpb__command__init(c);
+    while (p < end) {
+        uint64_t tag;
+        if (!rd_varint(&p, end, &tag) || tag > 63 || (seen & (1u << (tag >> 3))))
+            return false;
+        seen |= 1u << (tag >> 3);
+        switch (tag) {
+        case (1 << 3) | 0:
+            if (!rd_varint(&p, end, &c->client_id))
+                return false;
+            break;
+        case (2 << 3) | 0:
+            if (!rd_varint(&p, end, &c->seq))
+                return false;
+            break;
+        case (3 << 3) | 2:
+        case (4 << 3) | 2: {
+            ProtobufCBinaryData sub;
+            if (c->cmd_case != KVPB__COMMAND__CMD__NOT_SET || !rd_bytes(&p, end, &sub))
+                return false;
+            const uint8_t *q = sub.data, *qend = sub.data + sub.len;
+            unsigned sseen = 0;
+            bool is_put = (tag >> 3) == 3;
+            if (is_put)
+                kvpb__put__init(put);
+            else
+                kvpb__delete__init(del);
+            while (q < qend) {
+                uint64_t st;
+                if (!rd_varint(&q, qend, &st) || st > 63 || (sseen & (1u << (st >> 3))))
+                    return false;
+                sseen |= 1u << (st >> 3);
+                if (st == ((1 << 3) | 2)) {
+                    if (!rd_bytes(&q, qend, is_put ? &put->key : &del->key))
+                        return false;
+                } else if (is_put && st == ((2 << 3) | 2)) {
+                    if (!rd_bytes(&q, qend, &put->value))
+                        return false;
+                } else if (is_put && st == ((3 << 3) | 0)) {
+                    if (!rd_varint(&q, qend, &put->ttl_ms))
+                        return false;
+                } else {
+                    return false;
+                }
+            }
+            if (is_put) {
+                c->cmd_case = KVPB__COMMAND__CMD_PUT;
+                c->put = put;
+            } else {
+                c->cmd_case = KVPB__COMMAND__CMD_DEL;
+                c->del = del;
+            }
+            break;
+        }
+        default:
+            return false;
+        }
+    }
+    return c->cmd_case != KVPB__COMMAND__CMD__NOT_SET;
+}
+
+/* ---- apply ---- */
+
+static int advance(struct kv_sm *sm, uint64_t index, uint64_t time_ms)
+{
+    if (sm->failed)
+        return TK_EIO;
+    if (index != sm->applied + 1)
+        return TK_EINVAL;
+    if (time_ms > sm->now_ms)
+        sm->now_ms = time_ms;
+    return 0;
+}
+
+int kv_sm_skip(struct kv_sm *sm, uint64_t index, uint64_t term, uint64_t time_ms)
+{
+    int rc = advance(sm, index, time_ms);
+    if (rc != 0)
+        return rc;
+    sm->applied = index;
+    sm->applied_term = term;
+    return 0;
+}
+
+int kv_sm_apply(struct kv_sm *sm, uint64_t index, uint64_t term, uint64_t time_ms,
+                const void *cmd, size_t cmd_len, struct kv_result *res)
+{
+    int rc = advance(sm, index, time_ms);
+    if (rc != 0)
+        return rc;
+    res->code = 0;
+    res->revision = 0;
+    res->succeeded = false;
+    res->duplicate = false;
+    res->value = 0;
+    res->deleted = 0;
+    res->n_ops = 0;
+    struct kv_page *tail_before = sm->ring.tail;
+    uint32_t used_before = tail_before != NULL ? tail_before->used : 0;
+    Kvpb__Command fc;
+    Kvpb__Put fput;
+    Kvpb__Delete fdel;
+    Kvpb__Command *c = &fc;
+    if (!kv__fast_decode(cmd, cmd_len, &fc, &fput, &fdel)) {
+        arena_reset(&sm->arena);
+        c = kvpb__command__unpack(&sm->pa, cmd_len, cmd);
+    }
+    if (c == NULL) {
+        res->code = TK_EINVAL;
+    } else {
+        struct kv_sess *dup =
+            c->client_id != 0 ? sess_find(&sm->sessions, c->client_id, c->seq) : NULL;
+        if (dup != NULL) {
+            rc = kv_result_decode(dup->res, dup->len, res);
+            TK_ASSERT(rc == 0); /* we encoded it */
+            res->duplicate = true;
+        } else {
+            rc = kv__sm_exec(sm, index, c, res);
+            if (rc == 0 && c->client_id != 0) {
+                uint8_t enc[KV_RESULT_ENCODED_MAX];
+                size_t len = kv_result_encode(res, enc);
+                uint8_t key[16];
+                for (int i = 0; i < 8; i++) {
+                    key[i] = (uint8_t)(c->client_id >> (56 - 8 * i));
+                    key[8 + i] = (uint8_t)(c->seq >> (56 - 8 * i));
+                }
+                struct kv_rec h = {.flags = KV_REC_SESSION,
+                                   .key_len = 16,
+                                   .value_len = (uint32_t)len,
+                                   .mod_rev = index};
+                kv__ring_append(&sm->ring, &h, key, enc);
+                sess_add(&sm->sessions, index, c->client_id, c->seq, enc, len);
+            }
+        }
+    }
+    sm->applied = index;
+    sm->applied_term = term;
+    if (rc != 0) { /* the cold tier failed under a read */
+        sm->failed = true;
+        return TK_EIO;
+    }
+    struct kv_page *t = sm->ring.tail;
+    if (t != NULL && (t != tail_before || t->used != used_before)) {
+        t->last_now = sm->now_ms;
+        t->last_term = term;
+    }
+    if (sm->ring.bytes > sm->cfg.ring_bytes)
+        return kv_sm_tier_down(sm);
+    return 0;
+}
+
+/* ---- results ---- */
+
+size_t kv_result_encode(const struct kv_result *r, uint8_t *buf)
+{
+    Kvpb__Result m = KVPB__RESULT__INIT;
+    Kvpb__OpResult ops[KV_TXN_OPS_MAX];
+    Kvpb__OpResult *pops[KV_TXN_OPS_MAX];
+    m.code = r->code;
+    m.revision = r->revision;
+    m.succeeded = r->succeeded;
+    m.value = r->value;
+    m.deleted = r->deleted;
+    uint32_t n = r->n_ops <= KV_TXN_OPS_MAX ? r->n_ops : KV_TXN_OPS_MAX;
+    for (uint32_t i = 0; i < n; i++) {
+        kvpb__op_result__init(&ops[i]);
+        ops[i].value = r->ops[i].value;
+        ops[i].deleted = r->ops[i].deleted;
+        pops[i] = &ops[i];
+    }
+    m.n_ops = n;
+    m.ops = pops;
+    size_t len = kvpb__result__get_packed_size(&m);
+    TK_ASSERT(len <= KV_RESULT_ENCODED_MAX);
+    return kvpb__result__pack(&m, buf);
+}
+
+int kv_result_decode(const void *buf, size_t len, struct kv_result *r)
+{
+    Kvpb__Result *m = kvpb__result__unpack(NULL, len, buf);
+    if (m == NULL)
+        return TK_EPROTO;
+    int rc = 0;
+    if (m->n_ops > KV_TXN_OPS_MAX) {
+        rc = TK_EPROTO;
+    } else {
+        r->code = m->code;
+        r->revision = m->revision;
+        r->succeeded = m->succeeded;
+        r->duplicate = false;
+        r->value = m->value;
+        r->deleted = m->deleted;
+        r->n_ops = (uint32_t)m->n_ops;
+        for (size_t i = 0; i < m->n_ops; i++) {
+            r->ops[i].value = m->ops[i]->value;
+            r->ops[i].deleted = m->ops[i]->deleted;
+        }
+    }
+    kvpb__result__free_unpacked(m, NULL);
+    return rc;
+}

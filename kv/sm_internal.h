@@ -1,0 +1,100 @@
+/* The state machine's private state, shared by sm.c (apply, reads, tier-down),
+ * cmd.c (the commands) and snapshot.c. Owner thread only. */
+#ifndef TK_KV_SM_INTERNAL_H
+#define TK_KV_SM_INTERNAL_H
+
+#include <protobuf-c/protobuf-c.h>
+#include <stdatomic.h>
+
+#include "kv/kv_internal.h"
+
+struct Kvpb__Command;
+struct Kvpb__Put;
+struct Kvpb__Delete;
+
+struct kv_arena_chunk {
+    struct kv_arena_chunk *next;
+    size_t cap, used;
+    _Alignas(16) uint8_t data[];
+};
+
+/* protobuf-c decodes into this; reset before each command. */
+struct kv_arena {
+    struct kv_arena_chunk *head;
+    size_t n_chunks;
+    size_t total;
+};
+
+struct kv_sess {
+    uint64_t client; /* 0: empty slot */
+    uint64_t seq;
+    uint64_t index;
+    uint32_t len;
+    uint8_t *res; /* encoded kv_result */
+};
+
+struct kv_sess_id {
+    uint64_t client, seq;
+};
+
+/* (client, seq) -> result; at most `max`, the oldest forgotten first. */
+struct kv_sessions {
+    struct kv_sess *tab;
+    size_t mask;
+    size_t count, max;
+    struct kv_sess_id *fifo; /* circular, insertion (= index) order */
+    size_t fifo_head, fifo_len;
+};
+
+struct kv_sm {
+    struct kv_config cfg;
+    char *dir;
+    struct kv_ring ring;
+    struct kv_index index;
+    struct kv_index tier_index; /* tier-down: key -> its newest record among
+                                   the pages being tiered (reused) */
+    struct kv_view view;
+    struct kv_cold *cold;
+    struct kv_sessions sessions;
+    struct kv_arena arena;
+    ProtobufCAllocator pa;
+    uint64_t applied, applied_term, now_ms;
+    uint64_t durable, durable_term, durable_now;
+    bool failed;
+    atomic_int open_snaps; /* kv_snap views open on the cold tier */
+    uint64_t tier_downs, bad_records;
+    uint64_t *tier_addrs; /* tier-down: the records of the pages being tiered */
+    size_t n_tier_addrs, cap_tier_addrs;
+    uint8_t *scratch; /* delete-range key list */
+    size_t scratch_cap;
+};
+
+/* A key's current state, as kv__sm_lookup finds it. The value pointer stays
+ * valid until the next tier-down (ring pages and the cold read view live until
+ * then). */
+struct kv_state {
+    bool live; /* present and not expired */
+    bool hot;  /* the ring has its newest record */
+    const uint8_t *value;
+    size_t value_len;
+    uint64_t expire_ms, create_rev, mod_rev, version;
+};
+
+int kv__sm_lookup(struct kv_sm *sm, const void *key, size_t len, uint64_t hash,
+                  struct kv_state *st);
+/* Runs a decoded command at `index`, filling res. Returns 0 (res->code holds
+ * the command's outcome) or TK_EIO. */
+int kv__sm_exec(struct kv_sm *sm, uint64_t index, const struct Kvpb__Command *c,
+                struct kv_result *res);
+
+/* Decodes the common commands (a plain put or delete) without protobuf-c,
+ * pointing into buf; false means "let protobuf-c decode it". Whatever it
+ * accepts, protobuf-c decodes to the same fields (a unit test checks). */
+bool kv__fast_decode(const uint8_t *buf, size_t len, struct Kvpb__Command *c,
+                     struct Kvpb__Put *put, struct Kvpb__Delete *del);
+
+/* Adds one remembered result (recovery, snapshot install); data is the sm. */
+int kv__sm_load_session(uint64_t index, uint64_t client, uint64_t seq, const uint8_t *res,
+                        size_t len, void *data);
+
+#endif

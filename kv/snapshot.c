@@ -1,0 +1,348 @@
+/* Snapshots: a stream of the cold tier at one index, and its installation.
+ *
+ * Stream = header ("TKVSNAP1", index, term, clock: u64 big-endian each), then
+ * records [u8 table][u32 key len][u32 value len][key][value] in LMDB order per
+ * table (data, expiry, sessions), then a trailer [0xFF][u64 record count]
+ * [u32 CRC32C of every byte before it]. kv_sm_snapshot first flushes the ring,
+ * so the cold tier holds exactly the applied state, then opens an LMDB read
+ * transaction: the stream is that MVCC view, unaffected by later applies.
+ * Installation writes a fresh environment record by record (bounded memory:
+ * one record at a time), checks the trailer, then swaps it in atomically. */
+#include <string.h>
+
+#include "base/alloc.h"
+#include "base/crc32c.h"
+#include "base/err.h"
+#include "kv/sm_internal.h"
+
+#define SNAP_MAGIC "TKVSNAP1"
+#define HDR_BYTES 32
+#define REC_HDR 9
+#define TRAILER 13
+
+struct kv_snap {
+    struct kv_sm *sm;
+    struct kv_cold_snap *cs;
+    struct kv_cold_meta meta;
+    uint8_t *stage;
+    size_t stage_cap, stage_len, stage_off;
+    uint32_t crc;
+    uint64_t count;
+    int state; /* 0 header, 1 records, 2 trailer sent, 3 failed */
+};
+
+struct kv_install {
+    struct kv_sm *sm;
+    struct kv_cold_new *n;
+    struct kv_cold_meta meta;
+    uint8_t *pend;
+    size_t pend_len, pend_cap, pend_max;
+    uint32_t crc;
+    uint64_t count;
+    int state; /* 0 header, 1 records, 2 done, 3 failed */
+};
+
+static void be64(uint8_t *p, uint64_t v)
+{
+    for (int i = 7; i >= 0; i--, v >>= 8)
+        p[i] = (uint8_t)v;
+}
+static void be32(uint8_t *p, uint32_t v)
+{
+    for (int i = 3; i >= 0; i--, v >>= 8)
+        p[i] = (uint8_t)v;
+}
+static uint64_t rd64(const uint8_t *p)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++)
+        v = (v << 8) | p[i];
+    return v;
+}
+static uint32_t rd32(const uint8_t *p)
+{
+    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
+}
+
+static void stage_reserve(struct kv_snap *s, size_t n)
+{
+    if (n > s->stage_cap) {
+        s->stage = tk_realloc(s->stage, n);
+        s->stage_cap = n;
+    }
+}
+
+int kv_sm_snapshot(struct kv_sm *sm, struct kv_snap **out)
+{
+    int rc = kv_sm_flush(sm);
+    if (rc != 0)
+        return rc;
+    struct kv_snap *s = tk_calloc(1, sizeof(*s));
+    rc = kv__cold_snap_open(sm->cold, &s->cs, &s->meta);
+    if (rc != 0) {
+        tk_free(s);
+        return TK_EIO;
+    }
+    s->sm = sm;
+    atomic_fetch_add(&sm->open_snaps, 1);
+    *out = s;
+    return 0;
+}
+
+uint64_t kv_snap_index(const struct kv_snap *s)
+{
+    return s->meta.index;
+}
+
+uint64_t kv_snap_term(const struct kv_snap *s)
+{
+    return s->meta.term;
+}
+
+/* Stages the next piece of the stream. */
+static int fill(struct kv_snap *s)
+{
+    s->stage_off = 0;
+    if (s->state == 0) {
+        stage_reserve(s, HDR_BYTES);
+        memcpy(s->stage, SNAP_MAGIC, 8);
+        be64(s->stage + 8, s->meta.index);
+        be64(s->stage + 16, s->meta.term);
+        be64(s->stage + 24, s->meta.now_ms);
+        s->stage_len = HDR_BYTES;
+        s->state = 1;
+    } else {
+        uint8_t table;
+        const uint8_t *k, *v;
+        size_t klen, vlen;
+        bool end;
+        int rc = kv__cold_snap_next(s->cs, &table, &k, &klen, &v, &vlen, &end);
+        if (rc != 0) {
+            s->state = 3;
+            return TK_EIO;
+        }
+        if (end) {
+            stage_reserve(s, TRAILER);
+            s->stage[0] = 0xFF;
+            be64(s->stage + 1, s->count);
+            s->crc = tk_crc32c(s->crc, s->stage, 9);
+            be32(s->stage + 9, s->crc);
+            s->stage_len = TRAILER;
+            s->state = 2;
+            return 0;
+        }
+        stage_reserve(s, REC_HDR + klen + vlen);
+        s->stage[0] = table;
+        be32(s->stage + 1, (uint32_t)klen);
+        be32(s->stage + 5, (uint32_t)vlen);
+        memcpy(s->stage + REC_HDR, k, klen);
+        if (vlen > 0)
+            memcpy(s->stage + REC_HDR + klen, v, vlen);
+        s->stage_len = REC_HDR + klen + vlen;
+        s->count++;
+    }
+    s->crc = tk_crc32c(s->crc, s->stage, s->stage_len);
+    return 0;
+}
+
+int kv_snap_read(struct kv_snap *s, void *buf, size_t cap, size_t *len)
+{
+    size_t got = 0;
+    uint8_t *out = buf;
+    while (got < cap) {
+        if (s->stage_off == s->stage_len) {
+            if (s->state == 2)
+                break;
+            if (s->state == 3)
+                return TK_EIO;
+            int rc = fill(s);
+            if (rc != 0)
+                return rc;
+        }
+        size_t n = s->stage_len - s->stage_off;
+        if (n > cap - got)
+            n = cap - got;
+        memcpy(out + got, s->stage + s->stage_off, n);
+        s->stage_off += n;
+        got += n;
+    }
+    *len = got;
+    return 0;
+}
+
+void kv_snap_close(struct kv_snap *s)
+{
+    if (s == NULL)
+        return;
+    kv__cold_snap_close(s->cs);
+    atomic_fetch_sub(&s->sm->open_snaps, 1);
+    tk_free(s->stage);
+    tk_free(s);
+}
+
+/* ---- install ---- */
+
+int kv_sm_install_begin(struct kv_sm *sm, struct kv_install **out)
+{
+    if (sm->failed)
+        return TK_EIO;
+    if (atomic_load(&sm->open_snaps) > 0)
+        return TK_EBUSY; /* the swap would close the environment under them */
+    struct kv_install *in = tk_calloc(1, sizeof(*in));
+    in->sm = sm;
+    in->pend_max = REC_HDR + 8 + 65535 + 32 + sm->cfg.value_max + 64 * 1024;
+    int rc = kv__cold_new_begin(sm->cold, &in->n);
+    if (rc != 0) {
+        tk_free(in);
+        return TK_EIO;
+    }
+    *out = in;
+    return 0;
+}
+
+/* Parses what is complete in pend. Returns bytes consumed or a negative code. */
+static long parse(struct kv_install *in)
+{
+    size_t off = 0;
+    while (in->state < 2) {
+        const uint8_t *p = in->pend + off;
+        size_t avail = in->pend_len - off;
+        if (in->state == 0) {
+            if (avail < HDR_BYTES)
+                break;
+            if (memcmp(p, SNAP_MAGIC, 8) != 0)
+                return TK_ECORRUPT;
+            in->meta.index = rd64(p + 8);
+            in->meta.term = rd64(p + 16);
+            in->meta.now_ms = rd64(p + 24);
+            in->crc = tk_crc32c(in->crc, p, HDR_BYTES);
+            off += HDR_BYTES;
+            in->state = 1;
+            continue;
+        }
+        if (avail < 1)
+            break;
+        if (p[0] == 0xFF) {
+            if (avail < TRAILER)
+                break;
+            uint32_t crc = tk_crc32c(in->crc, p, 9);
+            if (rd64(p + 1) != in->count || rd32(p + 9) != crc)
+                return TK_ECORRUPT;
+            off += TRAILER;
+            in->state = 2;
+            break;
+        }
+        if (avail < REC_HDR)
+            break;
+        size_t klen = rd32(p + 1), vlen = rd32(p + 5);
+        if (REC_HDR + klen + vlen > in->pend_max)
+            return TK_ECORRUPT;
+        if (avail < REC_HDR + klen + vlen)
+            break;
+        int rc =
+            kv__cold_new_put(in->n, p[0], p + REC_HDR, klen, p + REC_HDR + klen, vlen);
+        if (rc != 0)
+            return rc == TK_ECORRUPT ? TK_ECORRUPT : TK_EIO;
+        in->crc = tk_crc32c(in->crc, p, REC_HDR + klen + vlen);
+        in->count++;
+        off += REC_HDR + klen + vlen;
+    }
+    return (long)off;
+}
+
+int kv_install_write(struct kv_install *in, const void *buf, size_t len)
+{
+    if (in->state == 3)
+        return TK_EINVAL;
+    const uint8_t *src = buf;
+    while (len > 0) {
+        if (in->state == 2) { /* bytes after the trailer */
+            in->state = 3;
+            return TK_ECORRUPT;
+        }
+        size_t room = in->pend_max - in->pend_len;
+        size_t n = len < room ? len : room;
+        if (in->pend_len + n > in->pend_cap) {
+            size_t cap = in->pend_cap ? in->pend_cap : 64 * 1024;
+            while (cap < in->pend_len + n)
+                cap *= 2;
+            in->pend = tk_realloc(in->pend, cap);
+            in->pend_cap = cap;
+        }
+        memcpy(in->pend + in->pend_len, src, n);
+        in->pend_len += n;
+        src += n;
+        len -= n;
+        long used = parse(in);
+        if (used < 0) {
+            in->state = 3;
+            return (int)used;
+        }
+        memmove(in->pend, in->pend + used, in->pend_len - (size_t)used);
+        in->pend_len -= (size_t)used;
+        if (n == room && used == 0) { /* a record larger than any valid one */
+            in->state = 3;
+            return TK_ECORRUPT;
+        }
+    }
+    if (in->state == 2 && in->pend_len > 0) {
+        in->state = 3;
+        return TK_ECORRUPT;
+    }
+    return 0;
+}
+
+int kv_install_commit(struct kv_install *in)
+{
+    if (in->state != 2) {
+        in->state = 3;
+        return TK_ECORRUPT;
+    }
+    struct kv_sm *sm = in->sm;
+    struct kv_cold_new *n = in->n;
+    in->n = NULL;
+    int rc = kv__cold_new_commit(n, &in->meta);
+    if (rc != 0) {
+        in->state = 3;
+        sm->failed = true; /* the old tier may be closed: stop */
+        return TK_EIO;
+    }
+    /* Drop every hot structure and take the snapshot's state. */
+    kv__view_free(&sm->view);
+    kv__index_free(&sm->index);
+    kv__ring_free(&sm->ring);
+    kv__ring_init(&sm->ring, sm->cfg.page_bytes);
+    sm->ring.keep_free_bytes = sm->cfg.ring_bytes;
+    kv__index_init(&sm->index, &sm->ring);
+    kv__index_clear(&sm->tier_index);
+    kv__view_init(&sm->view);
+    struct kv_sessions *t = &sm->sessions;
+    for (size_t i = 0; i <= t->mask; i++) {
+        if (t->tab[i].client != 0) {
+            tk_free(t->tab[i].res);
+            t->tab[i].client = 0;
+        }
+    }
+    t->count = 0;
+    t->fifo_head = t->fifo_len = 0;
+    sm->applied = sm->durable = in->meta.index;
+    sm->applied_term = sm->durable_term = in->meta.term;
+    sm->now_ms = sm->durable_now = in->meta.now_ms;
+    rc = kv__cold_sessions(sm->cold, kv__sm_load_session, sm);
+    tk_free(in->pend);
+    tk_free(in);
+    if (rc != 0) {
+        sm->failed = true;
+        return TK_EIO;
+    }
+    return 0;
+}
+
+void kv_install_abort(struct kv_install *in)
+{
+    if (in == NULL)
+        return;
+    kv__cold_new_abort(in->n);
+    tk_free(in->pend);
+    tk_free(in);
+}

@@ -1,0 +1,141 @@
+#!/usr/bin/env bash
+# Starts a three-node tierkv cluster on 127.0.0.1 (fs store under ./data/),
+# waits for a leader, prints the endpoints and example commands, and stops
+# all three cleanly (SIGTERM, then wait) on Ctrl-C or when one node dies.
+#
+# usage: scripts/run-cluster.sh [build-dir]        (make run does this)
+# env:   TIERKV_RUN_RAFT_BASE (7000), TIERKV_RUN_HTTP_BASE (8000): node i uses
+#        base+i; TIERKV_RUN_DATA (./data)
+set -uo pipefail
+
+build=${1:-build}
+bin="$build/cmd/tierkvd/tierkvd"
+cli="$build/cmd/tierkv/tierkv"
+raft_base=${TIERKV_RUN_RAFT_BASE:-7000}
+http_base=${TIERKV_RUN_HTTP_BASE:-8000}
+data=${TIERKV_RUN_DATA:-./data}
+
+if [ ! -x "$bin" ]; then
+    echo "run-cluster: $bin not found; build first (make build)" >&2
+    exit 1
+fi
+
+members="" ; mhttp="" ; ports=""
+for i in 1 2 3; do
+    members+="${members:+,}$i=127.0.0.1:$((raft_base + i))"
+    mhttp+="${mhttp:+,}$i=127.0.0.1:$((http_base + i))"
+    ports+=" $((raft_base + i)) $((http_base + i))"
+done
+# One python3 for all six ports (its start-up is slow on some machines).
+# shellcheck disable=SC2086
+if ! python3 - $ports <<'PY'
+import socket, sys
+for p in sys.argv[1:]:
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        s.bind(("127.0.0.1", int(p)))
+    except OSError:
+        print("run-cluster: port %s is in use; free it or set TIERKV_RUN_RAFT_BASE /"
+              " TIERKV_RUN_HTTP_BASE" % p, file=sys.stderr)
+        sys.exit(1)
+    finally:
+        s.close()
+PY
+then
+    exit 1
+fi
+
+mkdir -p "$data"
+pids=()
+stopping=0
+stop_all() {
+    [ "$stopping" = 1 ] && return
+    stopping=1
+    echo
+    echo "stopping the cluster..."
+    for pid in "${pids[@]}"; do
+        kill -TERM "$pid" 2>/dev/null
+    done
+    for pid in "${pids[@]}"; do
+        wait "$pid" 2>/dev/null
+    done
+    echo "stopped (data kept in $data; logs in $data/n*.log)"
+}
+trap 'stop_all; exit 0' INT TERM
+trap 'stop_all' EXIT
+
+for i in 1 2 3; do
+    "$bin" --id "$i" --members "$members" --members-http "$mhttp" \
+        --listen-http "127.0.0.1:$((http_base + i))" \
+        --data-dir "$data/n$i" --store fs >>"$data/n$i.log" 2>&1 &
+    pids+=($!)
+done
+
+# Wait (at most 20 s) until the three nodes agree on a leader.
+leader=$(python3 - "$http_base" <<'PY'
+import json, sys, time, urllib.request
+base = int(sys.argv[1])
+deadline = time.time() + 20
+while time.time() < deadline:
+    try:
+        sts = [json.load(urllib.request.urlopen(
+            "http://127.0.0.1:%d/v1/cluster" % (base + i), timeout=1)) for i in (1, 2, 3)]
+        leaders = {s["leader"] for s in sts}
+        if len(leaders) == 1 and 0 not in leaders:
+            print(leaders.pop())
+            sys.exit(0)
+    except Exception:
+        pass
+    time.sleep(0.05)
+sys.exit(1)
+PY
+)
+if [ -z "$leader" ]; then
+    echo "run-cluster: no leader after 20 s; see $data/n*.log" >&2
+    tail -n 5 "$data"/n*.log >&2
+    exit 1
+fi
+
+h1="127.0.0.1:$((http_base + 1))"
+cat <<EOF2
+tierkv cluster is up: node $leader leads.
+
+  node  http                     raft                     data
+  1     http://127.0.0.1:$((http_base + 1))    127.0.0.1:$((raft_base + 1))          $data/n1
+  2     http://127.0.0.1:$((http_base + 2))    127.0.0.1:$((raft_base + 2))          $data/n2
+  3     http://127.0.0.1:$((http_base + 3))    127.0.0.1:$((raft_base + 3))          $data/n3
+
+Try (writes go to the leader, http://127.0.0.1:$((http_base + leader)); a follower answers
+503 with X-Tierkv-Leader / X-Tierkv-Leader-Addr until it forwards them itself):
+  curl -X PUT --data-binary 'hello' http://127.0.0.1:$((http_base + leader))/v1/kv/greeting
+  curl http://$h1/v1/kv/greeting
+  curl 'http://$h1/v1/kv/greeting?raw'
+  curl -X POST 'http://127.0.0.1:$((http_base + leader))/v1/kv/visits/incr?delta=1'
+  curl 'http://$h1/v1/kv?prefix=gr&limit=10'
+  curl http://$h1/v1/cluster
+  curl http://$h1/metrics
+EOF2
+if [ -x "$cli" ]; then
+    eps="$h1,127.0.0.1:$((http_base + 2)),127.0.0.1:$((http_base + 3))"
+    cat <<EOF2
+  $cli --endpoints $eps put greeting hello
+  $cli --endpoints $eps get greeting
+  $cli --endpoints $eps status
+EOF2
+fi
+echo
+echo "Logs: $data/n1.log $data/n2.log $data/n3.log. Ctrl-C stops the cluster."
+
+# Stay until Ctrl-C, or until a node exits on its own.
+while :; do
+    for idx in 0 1 2; do
+        if ! kill -0 "${pids[$idx]}" 2>/dev/null; then
+            echo "run-cluster: node $((idx + 1)) exited; see $data/n$((idx + 1)).log" >&2
+            stop_all
+            exit 1
+        fi
+    done
+    sleep 1 &
+    wait $! 2>/dev/null
+done

@@ -1,0 +1,159 @@
+/* Internals shared by store.c (the generic layer: queue, storage thread, group
+ * commit, failed state), the backends fs.c and mem.c, and meta.c.
+ *
+ * Locking. s->write_mu serialises everything that changes the log: the storage
+ * thread holds it for a whole group (writes and the sync), the synchronous
+ * mutators for their call. Backends keep their own short lock for the index
+ * that readers (read, term_at, bounds) take; the writer takes it only to
+ * publish changes, never across an fdatasync. s->q_mu guards the request
+ * queue. s->meta_mu guards s->meta and serialises metadata commits. */
+#ifndef TK_STORE_INTERNAL_H
+#define TK_STORE_INTERNAL_H
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+
+#include "store/store.h"
+
+/* What the metadata holds; meta.c stores it in LMDB, mem.c in the volume. */
+struct store_meta_state {
+    struct raft_hard_state hard_state;
+    struct raft_snapshot_meta snapshot;
+    bool has_bootstrap;
+    struct raft_config bootstrap;
+    uint64_t cluster_id;
+    uint64_t node_id;
+    bool has_log_start;
+    uint64_t log_first; /* first index of the log (entries before: gone) */
+    uint64_t log_prev_term;
+};
+
+enum {
+    STORE_META_HARD_STATE = 1u << 0,
+    STORE_META_SNAPSHOT = 1u << 1,
+    STORE_META_BOOTSTRAP = 1u << 2,
+    STORE_META_IDS = 1u << 3,
+    STORE_META_LOG_START = 1u << 4,
+};
+
+/* A run of consecutive entries from one append request. */
+struct store__span {
+    const struct raft_entry *e;
+    size_t n;
+};
+
+struct store;
+
+struct store__ops {
+    /* Log mutators, called with s->write_mu held. `write` applies Raft's rule
+     * (discard >= spans[0].e[0].index; the store layer has checked it is in
+     * first..last+1) and appends the spans, which are consecutive; the result
+     * need not be durable until `sync`. Any error fails the store. */
+    int (*write)(struct store *s, const struct store__span *spans, size_t n);
+    int (*sync)(struct store *s);
+    int (*truncate)(struct store *s, uint64_t index);
+    int (*compact)(struct store *s, uint64_t index, uint64_t term);
+    int (*reset)(struct store *s, uint64_t index, uint64_t term);
+    /* Called by the writer between groups, off the latency path (fs prepares
+     * the next segment file here). May be NULL. */
+    void (*idle)(struct store *s);
+    /* Readers, any thread. */
+    void (*bounds)(struct store *s, uint64_t *first, uint64_t *last);
+    int (*term_at)(struct store *s, uint64_t index, uint64_t *term);
+    int (*read)(struct store *s, uint64_t lo, uint64_t hi, uint64_t max_bytes,
+                struct raft_entry **out, size_t *n);
+    /* Metadata: commit the fields named in `mask` of `st`, durably. */
+    int (*save_meta)(struct store *s, const struct store_meta_state *st, unsigned mask);
+    void (*close)(struct store *s);
+};
+
+struct store__req {
+    uint64_t seq;
+    void *data;
+    store_append_cb *cb;
+    size_t n;
+    uint64_t bytes;
+    int status;
+    struct raft_entry e[];
+};
+
+struct store {
+    const struct store__ops *ops;
+    void *be;
+    struct store_options opts;
+    uint64_t entry_bytes_max;
+
+    atomic_int failed;
+    pthread_mutex_t err_mu;
+    char errmsg[STORE_ERRMSG_MAX];
+
+    pthread_mutex_t meta_mu;
+    struct store_meta_state meta;
+
+    pthread_mutex_t write_mu;
+
+    pthread_mutex_t q_mu;
+    pthread_cond_t q_cv; /* the storage thread waits here for work */
+    struct store__req **q;
+    size_t q_cap, q_head, q_len;
+    bool stopping;
+    bool thread_started;
+    pthread_t thread;
+
+    struct store__req **group; /* storage thread only */
+    struct store__span *spans; /* storage thread only */
+    size_t spans_cap;
+
+    atomic_uint_fast64_t st_appends, st_entries, st_bytes, st_syncs, st_groups;
+};
+
+/* Records an error message for store_errmsg (printf-style). Returns rc. */
+int store__err(struct store *s, int rc, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Formats into a caller buffer (open-time errors). Returns rc. */
+int store__errbuf(char *buf, size_t len, int rc, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/* Allocates a store around backend `be` (ops, options and meta already
+ * filled by the caller), starts its storage thread. */
+int store__start(struct store *s);
+struct store *store__alloc(const struct store_options *o);
+void store__free(struct store *s);
+void store__fill_boot(struct store *s, struct store_boot *boot);
+
+/* meta.c: the LMDB environment. */
+struct store_meta;
+int store_meta_open(const char *path, struct store_meta **out,
+                    struct store_meta_state *st, char *err, size_t err_len);
+int store_meta_save(struct store_meta *m, const struct store_meta_state *st,
+                    unsigned mask, char *err, size_t err_len);
+void store_meta_close(struct store_meta *m);
+
+/* Little-endian helpers for on-disk encodings. */
+static inline void store__put64(uint8_t *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+static inline void store__put32(uint8_t *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+static inline uint64_t store__get64(const uint8_t *p)
+{
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--)
+        v = (v << 8) | p[i];
+    return v;
+}
+static inline uint32_t store__get32(const uint8_t *p)
+{
+    uint32_t v = 0;
+    for (int i = 3; i >= 0; i--)
+        v = (v << 8) | p[i];
+    return v;
+}
+
+#endif

@@ -1,0 +1,628 @@
+#!/usr/bin/env python3
+"""End-to-end test of the docker-compose deployment (deploy/).
+
+Builds the image with deploy/build-images.sh (offline: it debootstraps the
+base image when no registry answers), starts deploy/docker-compose.yml as its
+own compose project on free host ports and a free subnet, then:
+  1. waits until every node answers /readyz and Docker reports it healthy;
+     checks the container runs as a non-root user with its data in a volume;
+  2. writes 1,000 keys through every node (followers forward to the leader);
+  3. kills the leader's container (SIGKILL) and keeps writing through the
+     other two; starts it again; checks that all three converge: the same
+     full scan (stale reads, every key's value and revisions) on each node,
+     holding every acknowledged write;
+  4. disconnects the current leader from the compose network: the majority
+     elects a leader and keeps serving writes and linearizable reads, while
+     the isolated node refuses linearizable reads and writes (but still
+     answers stale reads, so it is up); reconnects it and checks convergence;
+  5. tears everything down (compose down -v), also on failure or SIGTERM, and
+     checks that no container, network or volume of the project is left.
+Every wait is bounded. Exits 77 (skip) with a message when no Docker engine
+or no compose answers.
+
+  compose_e2e.py --tierkvd PATH --tierkv PATH [--keep] [--keys N]
+
+Only the Python standard library.
+"""
+import argparse
+import http.client
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.parse
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+DEPLOY = os.path.join(ROOT, "deploy")
+COMPOSE_FILE = os.path.join(DEPLOY, "docker-compose.yml")
+SKIP = 77
+T0 = time.monotonic()
+
+
+class Fail(Exception):
+    pass
+
+
+def log(msg):
+    print("[%6.1fs] %s" % (time.monotonic() - T0, msg), flush=True)
+
+
+def check(cond, msg):
+    if not cond:
+        raise Fail(msg)
+
+
+def run(args, timeout, check_rc=True, env=None, capture=True):
+    """Runs a command with a hard timeout; returns (rc, stdout, stderr)."""
+    try:
+        p = subprocess.run(args, timeout=timeout, env=env, text=True,
+                           stdout=subprocess.PIPE if capture else None,
+                           stderr=subprocess.PIPE if capture else None)
+    except subprocess.TimeoutExpired:
+        raise Fail("timed out after %ds: %s" % (timeout, " ".join(args)))
+    if check_rc and p.returncode != 0:
+        raise Fail("%s exited %d: %s" % (" ".join(args), p.returncode,
+                                          (p.stderr or "").strip()[-2000:]))
+    return p.returncode, p.stdout or "", p.stderr or ""
+
+
+def wait_until(what, timeout_s, fn, interval_s=0.25):
+    """Calls fn() until it returns a true value; Fail after timeout_s."""
+    deadline = time.monotonic() + timeout_s
+    last = None
+    while True:
+        try:
+            v = fn()
+            if v:
+                return v
+        except (OSError, http.client.HTTPException, ValueError, Fail) as e:
+            last = e
+        if time.monotonic() > deadline:
+            raise Fail("%s: not within %ds%s" % (what, timeout_s,
+                                                  " (last error: %s)" % last if last else ""))
+        time.sleep(interval_s)
+
+
+# ---- environment ---------------------------------------------------------
+
+def docker_answers():
+    try:
+        p = subprocess.run(["docker", "info", "--format", "{{.ServerVersion}}"],
+                           timeout=30, text=True, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE)
+    except FileNotFoundError:
+        return None, "the docker command is not installed"
+    except subprocess.TimeoutExpired:
+        return None, "'docker info' did not answer within 30 s"
+    if p.returncode != 0:
+        lines = p.stderr.strip().splitlines()
+        return None, "'docker info' failed" + (": " + lines[-1] if lines else "")
+    return p.stdout.strip(), None
+
+
+def compose_command():
+    """`docker compose` (the v2 plugin) if present, else `docker-compose` (v1)."""
+    for cmd in (["docker", "compose"], ["docker-compose"]):
+        try:
+            p = subprocess.run(cmd + ["version"], timeout=30, text=True,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        except (FileNotFoundError, subprocess.TimeoutExpired):
+            continue
+        if p.returncode == 0:
+            return cmd, p.stdout.strip().splitlines()[0]
+    return None, None
+
+
+def free_ports(n):
+    socks, ports = [], []
+    for _ in range(n):
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        s.bind(("127.0.0.1", 0))
+        socks.append(s)
+        ports.append(s.getsockname()[1])
+    for s in socks:
+        s.close()
+    return ports
+
+
+def free_subnet():
+    """A /24 under 172.28-31.x not used by a docker network or a host route,
+    as its first three octets."""
+    _, out, _ = run(["docker", "network", "ls", "-q"], 30)
+    used = set()
+    if out.split():
+        _, nets, _ = run(["docker", "network", "inspect", "-f",
+                          "{{range .IPAM.Config}}{{.Subnet}} {{end}}"] + out.split(), 30)
+        used.update(nets.split())
+    rc, routes, _ = run(["ip", "-4", "route"], 10, check_rc=False)
+    text = " ".join(used) + " " + (routes if rc == 0 else "")
+    for second in (28, 29, 30, 31):
+        for third in range(57, 256):
+            prefix = "172.%d.%d" % (second, third)
+            if prefix + "." not in text and ("172.%d.0.0/16" % second) not in text:
+                return prefix
+    raise Fail("no free 172.28-31.x.0/24 subnet for the test network")
+
+
+# ---- HTTP ----------------------------------------------------------------
+
+class Client:
+    """One keep-alive HTTP connection to one published node port."""
+
+    def __init__(self, port, timeout_s=10):
+        self.port = port
+        self.timeout_s = timeout_s
+        self.conn = None
+
+    def request(self, method, path, body=None):
+        for attempt in (0, 1):
+            if self.conn is None:
+                self.conn = http.client.HTTPConnection("127.0.0.1", self.port,
+                                                       timeout=self.timeout_s)
+            try:
+                self.conn.request(method, path, body=body)
+                r = self.conn.getresponse()
+                data = r.read()
+                if r.getheader("Connection", "").lower() == "close":
+                    self.close()
+                return r.status, dict(r.getheaders()), data
+            except (http.client.RemoteDisconnected, BrokenPipeError,
+                    ConnectionResetError) as e:
+                # A kept-alive connection the server closed: once more, fresh.
+                self.close()
+                if attempt == 1:
+                    raise e
+            except Exception:
+                self.close()
+                raise
+        raise AssertionError("unreachable")
+
+    def json(self, method, path, body=None):
+        st, hdrs, data = self.request(method, path, body)
+        try:
+            return st, json.loads(data) if data else None
+        except ValueError:
+            raise Fail("%s %s on port %d: status %d, not JSON: %r" %
+                       (method, path, self.port, st, data[:200]))
+
+    def close(self):
+        if self.conn is not None:
+            self.conn.close()
+            self.conn = None
+
+
+def q(s):
+    return urllib.parse.quote(s, safe="")
+
+
+# Diagnostics only (--follow-leader): send a write refused with not_leader to
+# the leader named in X-Tierkv-Leader-Addr instead of insisting on this node.
+FOLLOW_LEADER = False
+# How long a node may keep answering not_leader (a follower that knows the
+# leader but does not forward) before that is a failure, not an election.
+NOT_LEADER_GRACE_S = 10
+
+
+def put_until_acked(cl, key, value, deadline_s, stats):
+    """PUT key=value through this node until it is acknowledged (200), retrying
+    503s and connection errors; Fail when deadline_s passes. Rewriting the same
+    value after an unknown outcome is harmless."""
+    deadline = time.monotonic() + deadline_s
+    last = None
+    not_leader_since = None
+    while True:
+        try:
+            st, hdrs, data = cl.request("PUT", "/v1/kv/" + q(key), value.encode())
+            if st == 200:
+                return
+            last = "HTTP %d %s" % (st, data[:160].decode(errors="replace"))
+            check(st in (503, 504), "PUT %s on port %d: %s" % (key, cl.port, last))
+            if b'"not_leader"' in data:
+                addr = hdrs.get("X-Tierkv-Leader-Addr", "")
+                if FOLLOW_LEADER and addr.startswith("127.0.0.1:"):
+                    other = Client(int(addr.split(":")[1]))
+                    try:
+                        st2, _, _ = other.request("PUT", "/v1/kv/" + q(key), value.encode())
+                    finally:
+                        other.close()
+                    if st2 == 200:
+                        return
+                now = time.monotonic()
+                not_leader_since = not_leader_since or now
+                check(now - not_leader_since < NOT_LEADER_GRACE_S,
+                      "the node on port %d keeps refusing writes with not_leader (leader "
+                      "%s) for %ds: a follower must forward writes to the leader "
+                      "(DESIGN.md, the path of a write)" %
+                      (cl.port, hdrs.get("X-Tierkv-Leader"), NOT_LEADER_GRACE_S))
+            else:
+                not_leader_since = None
+        except (OSError, http.client.HTTPException) as e:
+            last = repr(e)
+        stats["retries"] += 1
+        if time.monotonic() > deadline:
+            raise Fail("PUT %s through port %d not acknowledged within %ds (last: %s)" %
+                       (key, cl.port, deadline_s, last))
+        time.sleep(0.1)
+
+
+def write_keys(ports, prefix, n, model, deadline_s=60):
+    """Writes n keys through each port concurrently (one thread per node);
+    records acknowledged writes in model. Returns (seconds, retries)."""
+    errors, stats = [], {"retries": 0}
+    lock = threading.Lock()
+
+    def worker(port):
+        cl = Client(port)
+        try:
+            for i in range(n):
+                key = "%s/p%d/%05d" % (prefix, port, i)
+                value = "v-%s-%d-%d" % (prefix, port, i)
+                put_until_acked(cl, key, value, deadline_s, stats)
+                with lock:
+                    model[key] = value
+        except Exception as e:  # reported by the main thread
+            errors.append(e)
+        finally:
+            cl.close()
+
+    t = time.monotonic()
+    threads = [threading.Thread(target=worker, args=(p,)) for p in ports]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    if errors:
+        raise errors[0] if isinstance(errors[0], Fail) else Fail(repr(errors[0]))
+    return time.monotonic() - t, stats["retries"]
+
+
+def scan_all(port, prefix="k/"):
+    """The node's full view of keys under prefix, by a stale scan: a sorted
+    list of (key, value, version, create_revision, mod_revision)."""
+    cl = Client(port)
+    try:
+        st, js = cl.json("GET", "/v1/kv?prefix=%s&limit=10000&consistency=stale" % q(prefix))
+    finally:
+        cl.close()
+    check(st == 200, "scan on port %d: HTTP %d %s" % (port, st, js))
+    check(not js.get("more"), "scan on port %d: more than 10000 keys" % port)
+    return [(it["key"], it["value"], it.get("version"), it.get("create_revision"),
+             it.get("mod_revision")) for it in js["items"]]
+
+
+def cluster(port):
+    cl = Client(port, timeout_s=5)
+    try:
+        st, js = cl.json("GET", "/v1/cluster")
+    finally:
+        cl.close()
+    check(st == 200, "/v1/cluster on port %d: HTTP %d" % (port, st))
+    return js
+
+
+def ready(port):
+    cl = Client(port, timeout_s=5)
+    try:
+        st, _, _ = cl.request("GET", "/readyz")
+    finally:
+        cl.close()
+    return st == 200
+
+
+# ---- the test ------------------------------------------------------------
+
+class Deployment:
+    def __init__(self, compose, project, env):
+        self.compose = compose
+        self.project = project
+        self.env = env
+        self.ids = {}  # node id -> container id
+
+    def c(self, *args, timeout=180, check_rc=True):
+        return run(self.compose + ["-p", self.project, "-f", COMPOSE_FILE] + list(args),
+                   timeout, check_rc=check_rc, env=self.env)
+
+    def container(self, node):
+        if node not in self.ids:
+            _, out, _ = self.c("ps", "-q", "node%d" % node, timeout=60)
+            check(out.strip(), "no container for node%d" % node)
+            self.ids[node] = out.strip().splitlines()[0]
+        return self.ids[node]
+
+    def inspect(self, node, fmt):
+        _, out, _ = run(["docker", "inspect", "-f", fmt, self.container(node)], 30)
+        return out.strip()
+
+    def leftovers(self):
+        label = "label=com.docker.compose.project=" + self.project
+        found = []
+        for kind, cmd in (("containers", ["docker", "ps", "-aq", "--filter", label]),
+                          ("networks", ["docker", "network", "ls", "-q", "--filter", label]),
+                          ("volumes", ["docker", "volume", "ls", "-q", "--filter", label])):
+            rc, out, _ = run(cmd, 30, check_rc=False)
+            if out.split():
+                found.append("%s %s" % (kind, " ".join(out.split())))
+        return found
+
+    def down(self):
+        t = time.monotonic()
+        rc, _, err = self.c("down", "-v", "--remove-orphans", "-t", "10", timeout=240,
+                            check_rc=False)
+        if rc != 0:
+            log("compose down failed: %s" % err.strip()[-500:])
+        left = self.leftovers()
+        if left:
+            # Force the rest out, then report the failure to clean up.
+            for kind_ids in left:
+                kind, ids = kind_ids.split(" ", 1)
+                cmd = {"containers": ["docker", "rm", "-f", "-v"],
+                       "networks": ["docker", "network", "rm"],
+                       "volumes": ["docker", "volume", "rm", "-f"]}[kind]
+                run(cmd + ids.split(), 120, check_rc=False)
+        return time.monotonic() - t, left
+
+
+def leader_of(ports_by_node, nodes):
+    """The leader id all reachable `nodes` agree on (and that is one of them),
+    else None."""
+    seen = set()
+    for n in nodes:
+        js = cluster(ports_by_node[n])
+        seen.add(js.get("leader"))
+    if len(seen) == 1:
+        ld = seen.pop()
+        if ld in nodes:
+            return ld
+    return None
+
+
+def converge(what, ports, model, timeout_s=90):
+    """Waits until every port's full scan is identical and holds every
+    acknowledged write of model; returns the scan."""
+    state = {}
+
+    def same():
+        scans = [scan_all(p) for p in ports]
+        state["scans"] = scans
+        if any(s != scans[0] for s in scans[1:]):
+            return False
+        got = {k: v for (k, v, _, _, _) in scans[0]}
+        missing = [k for k in model if got.get(k) != model[k]]
+        state["missing"] = missing
+        return not missing
+
+    try:
+        wait_until(what, timeout_s, same, interval_s=0.5)
+    except Fail:
+        scans = state.get("scans")
+        detail = ""
+        if scans:
+            detail = "; keys per node %s" % [len(s) for s in scans]
+            if state.get("missing"):
+                detail += "; %d acknowledged writes missing, e.g. %s" % (
+                    len(state["missing"]), state["missing"][:3])
+        raise Fail("%s: the three nodes did not converge within %ds%s" %
+                   (what, timeout_s, detail))
+    return state["scans"][0]
+
+
+def exec_cli(dep, node, args, timeout_s=20):
+    """Runs the tierkv CLI inside node's container against its own HTTP port;
+    returns (exit code, output)."""
+    rc, out, err = run(["docker", "exec", dep.container(node), "timeout", str(timeout_s - 5),
+                        "tierkv", "--endpoints", "127.0.0.1:8080", "--timeout", "3s",
+                        "--retries", "0"] + args, timeout_s, check_rc=False)
+    return rc, (out + err).strip()
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--tierkvd", required=True)
+    ap.add_argument("--tierkv", required=True)
+    ap.add_argument("--keys", type=int, default=1000, help="keys written through each node")
+    ap.add_argument("--keep", action="store_true", help="leave the deployment up")
+    ap.add_argument("--project", default="tierkv-e2e")
+    ap.add_argument("--image", default="tierkv:e2e")
+    ap.add_argument("--follow-leader", action="store_true",
+                    help="diagnostics: let writes refused with not_leader go to the leader")
+    a = ap.parse_args()
+    global FOLLOW_LEADER
+    FOLLOW_LEADER = a.follow_leader
+
+    version, why = docker_answers()
+    if version is None:
+        print("SKIP: no Docker engine answers (%s); the docker end-to-end test needs one"
+              % why, flush=True)
+        return SKIP
+    compose, compose_version = compose_command()
+    if compose is None:
+        print("SKIP: Docker %s answers but neither `docker compose` nor `docker-compose` "
+              "is installed" % version, flush=True)
+        return SKIP
+    log("docker engine %s, compose: %s (%s)" % (version, " ".join(compose), compose_version))
+
+    # Tear down on SIGTERM/SIGINT too (meson's timeout sends SIGTERM): the
+    # handler raises, the finally below cleans up.
+    def on_signal(signum, frame):
+        raise Fail("interrupted by signal %d" % signum)
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+
+    results = {}
+    # 1. The image.
+    base = os.environ.get("TIERKV_BASE_IMAGE", "debian:12-slim")
+    rc, _, _ = run(["docker", "image", "inspect", base], 30, check_rc=False)
+    results["base_cached"] = rc == 0
+    t = time.monotonic()
+    run([os.path.join(DEPLOY, "build-images.sh"), "--tierkvd", a.tierkvd,
+         "--tierkv", a.tierkv, "--tag", a.image, "--base", base], 900, capture=False)
+    results["build_s"] = time.monotonic() - t
+    results["image_mib"] = int(run(["docker", "image", "inspect", "-f", "{{.Size}}", a.image],
+                                   30)[1].strip()) / 2**20
+    log("image %s built in %.1f s (base image %s), %.1f MiB" %
+        (a.image, results["build_s"], "cached" if results["base_cached"] else "made",
+         results["image_mib"]))
+
+    ports = free_ports(3)
+    net_prefix = free_subnet()
+    env = dict(os.environ, TIERKV_IMAGE=a.image, TIERKV_NET=net_prefix, TIERKV_BIND="127.0.0.1",
+               TIERKV_HTTP_PORT_1=str(ports[0]), TIERKV_HTTP_PORT_2=str(ports[1]),
+               TIERKV_HTTP_PORT_3=str(ports[2]), COMPOSE_HTTP_TIMEOUT="120")
+    env.pop("COMPOSE_PROJECT_NAME", None)
+    dep = Deployment(compose, a.project, env)
+    port_of = {1: ports[0], 2: ports[1], 3: ports[2]}
+    model = {}
+
+    failed = None
+    try:
+        stale = dep.leftovers()
+        if stale:
+            log("removing leftovers of an earlier run: %s" % stale)
+            dep.down()
+        t = time.monotonic()
+        dep.c("up", "-d", timeout=300)
+        log("compose up (ports %s, network %s.0/24) in %.1f s" %
+            (ports, net_prefix, time.monotonic() - t))
+
+        # 1. Readiness, health, user, volume.
+        t = time.monotonic()
+        for n in (1, 2, 3):
+            wait_until("node%d /readyz" % n, 90, lambda n=n: ready(port_of[n]))
+        log("all three answer /readyz after %.1f s" % (time.monotonic() - t))
+        for n in (1, 2, 3):
+            wait_until("node%d healthy in Docker" % n, 90,
+                       lambda n=n: dep.inspect(n, "{{.State.Health.Status}}") == "healthy",
+                       interval_s=1)
+        results["ready_s"] = time.monotonic() - t
+        log("all three ready and healthy in %.1f s" % results["ready_s"])
+        for n in (1, 2, 3):
+            rc, out, _ = run(["docker", "exec", dep.container(n), "id", "-u"], 30)
+            check(out.strip() not in ("", "0"), "node%d runs as root" % n)
+            mounts = json.loads(dep.inspect(n, "{{json .Mounts}}"))
+            check(any(m.get("Type") == "volume" and m.get("Destination") == "/var/lib/tierkv"
+                      for m in mounts), "node%d: /var/lib/tierkv is not a volume: %s" % (n, mounts))
+        log("containers run as uid %s, data in named volumes" % out.strip())
+
+        # 2. Writes through every node.
+        secs, retries = write_keys([port_of[n] for n in (1, 2, 3)], "k/a", a.keys, model)
+        log("wrote %d keys through each node (%d in all) in %.1f s, %d retries" %
+            (a.keys, 3 * a.keys, secs, retries))
+        results["write_ops_s"] = 3 * a.keys / secs
+
+        # 3. Kill the leader, keep writing, restart it, converge.
+        leader = wait_until("an agreed leader", 30, lambda: leader_of(port_of, (1, 2, 3)))
+        others = [n for n in (1, 2, 3) if n != leader]
+        run(["docker", "kill", dep.container(leader)], 60)
+        t = time.monotonic()
+        log("killed the leader, node%d (SIGKILL)" % leader)
+        secs, retries = write_keys([port_of[n] for n in others], "k/b", a.keys // 2, model,
+                                   deadline_s=60)
+        log("wrote %d keys through node%d and node%d meanwhile in %.1f s, %d retries "
+            "(elections included)" % (2 * (a.keys // 2), others[0], others[1], secs, retries))
+        new_leader = wait_until("a new leader among the survivors", 30,
+                                lambda: leader_of(port_of, others))
+        log("node%d leads now" % new_leader)
+        state = dep.inspect(leader, "{{.State.Status}}")
+        check(state != "running", "node%d was restarted behind the test's back" % leader)
+        run(["docker", "start", dep.container(leader)], 120)
+        wait_until("restarted node%d /readyz" % leader, 90, lambda: ready(port_of[leader]))
+        scan = converge("after restarting node%d" % leader, [port_of[n] for n in (1, 2, 3)],
+                        model)
+        results["failover_cycle_s"] = time.monotonic() - t
+        log("node%d restarted; all three hold the same %d keys (every acknowledged write)"
+            % (leader, len(scan)))
+
+        # 4. Partition the current leader away from the others.
+        iso = wait_until("an agreed leader", 30, lambda: leader_of(port_of, (1, 2, 3)))
+        majority = [n for n in (1, 2, 3) if n != iso]
+        nets = json.loads(dep.inspect(iso, "{{json .NetworkSettings.Networks}}"))
+        check(len(nets) == 1, "node%d is on %d networks" % (iso, len(nets)))
+        net_name, net_info = next(iter(nets.items()))
+        ip = net_info.get("IPAMConfig", {}).get("IPv4Address") or net_info["IPAddress"]
+        run(["docker", "network", "disconnect", net_name, dep.container(iso)], 60)
+        t = time.monotonic()
+        log("disconnected node%d (the leader, %s) from %s" % (iso, ip, net_name))
+        new_leader = wait_until("the majority electing a leader", 30,
+                                lambda: leader_of(port_of, majority))
+        results["partition_election_s"] = time.monotonic() - t
+        log("majority elected node%d in %.1f s" % (new_leader, results["partition_election_s"]))
+        secs, retries = write_keys([port_of[n] for n in majority], "k/c", a.keys // 5, model,
+                                   deadline_s=30)
+        log("majority took %d writes in %.1f s (%d retries)" %
+            (2 * (a.keys // 5), secs, retries))
+        # Linearizable reads on the majority see them.
+        cl = {n: Client(port_of[n]) for n in majority}
+        for key in sorted(k for k in model if k.startswith("k/c/"))[:50]:
+            for n in majority:
+                st, js = cl[n].json("GET", "/v1/kv/%s?consistency=linearizable" % q(key))
+                check(st == 200 and js["value"] == model[key],
+                      "linearizable read of %s on node%d: %d %s" % (key, n, st, js))
+        for c in cl.values():
+            c.close()
+        log("majority serves linearizable reads of them")
+        # The isolated node: alive (stale reads answer) but refuses
+        # linearizable reads and writes.
+        probe = sorted(model)[0]
+        rc, out = exec_cli(dep, iso, ["--consistency", "stale", "get", probe])
+        check(rc == 0 and model[probe] in out,
+              "stale read on the isolated node%d: exit %d: %s" % (iso, rc, out))
+        for i in range(3):
+            rc, out = exec_cli(dep, iso, ["--consistency", "linearizable", "get", probe])
+            check(rc in (5, 6), "linearizable read on the isolated node%d should be refused "
+                  "(exit 5 or 6), got exit %d: %s" % (iso, rc, out))
+        rc2, out2 = exec_cli(dep, iso, ["put", "k/isolated", "x"])
+        check(rc2 in (5, 6), "a write on the isolated node%d should be refused, got exit %d: %s"
+              % (iso, rc2, out2))
+        log("isolated node%d answers stale reads but refuses linearizable reads (%s) "
+            "and writes" % (iso, out.splitlines()[-1] if out else "exit %d" % rc))
+        run(["docker", "network", "connect", "--ip", ip, net_name, dep.container(iso)], 60)
+        log("reconnected node%d" % iso)
+        wait_until("reconnected node%d /readyz" % iso, 60, lambda: ready(port_of[iso]))
+        scan = converge("after reconnecting node%d" % iso, [port_of[n] for n in (1, 2, 3)],
+                        model)
+        check(not any(k == "k/isolated" for (k, _, _, _, _) in scan),
+              "the write refused by the isolated node was applied")
+        log("node%d caught up; all three hold the same %d keys" % (iso, len(scan)))
+    except Fail as e:
+        failed = e
+    except Exception as e:  # an unexpected error is a failure too, after cleanup
+        failed = Fail("%s: %s" % (type(e).__name__, e))
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        if failed is not None:
+            log("FAILED: %s" % failed)
+            rc, out, err = dep.c("logs", "--no-color", "--tail", "40", timeout=60,
+                                 check_rc=False)
+            print(out[-12000:], err[-2000:], flush=True)
+        if a.keep and failed is None:
+            log("--keep: left the deployment up (project %s)" % a.project)
+        else:
+            secs, left = dep.down()
+            log("compose down -v in %.1f s" % secs)
+            if left and failed is None:
+                failed = Fail("left behind after compose down: %s" % left)
+
+    total = time.monotonic() - T0
+    if failed is not None:
+        print("FAIL: %s" % failed, flush=True)
+        return 1
+    summary = {"test": "docker-compose-e2e", "base_cached": results["base_cached"],
+               "image_build_s": round(results["build_s"], 1),
+               "image_mib": round(results["image_mib"], 1),
+               "ready_s": round(results["ready_s"], 1),
+               "write_ops_s": round(results["write_ops_s"]),
+               "failover_cycle_s": round(results["failover_cycle_s"], 1),
+               "partition_election_s": round(results["partition_election_s"], 1),
+               "total_s": round(total, 1)}
+    print(json.dumps(summary), flush=True)
+    log("PASS")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,418 @@
+/* In-process tests of the gateway: json.c's helpers, and the HTTP server on a
+ * single in-process node (inproc hub, memory volume) driven by a blocking
+ * socket client: keep-alive, pipelining order, chunked bodies, 100-continue,
+ * malformed requests, and stopping with connections open (the sanitizer
+ * build checks that nothing leaks). Fast: suite 'unit'. */
+#include <arpa/inet.h>
+#include <check.h>
+#include <netinet/in.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include "base/err.h"
+#include "gateway/gateway.h"
+#include "gateway/gateway_internal.h"
+#include "node/node.h"
+#include "transport/transport.h"
+
+/* ---- json.c ------------------------------------------------------------ */
+
+START_TEST(test_utf8_validation_rejects_malformed_sequences)
+{
+    ck_assert(json_utf8_valid("", 0));
+    ck_assert(json_utf8_valid("plain ascii", 11));
+    ck_assert(json_utf8_valid("\xc3\xa9", 2));         /* é */
+    ck_assert(json_utf8_valid("\xe2\x82\xac", 3));     /* € */
+    ck_assert(json_utf8_valid("\xf0\x9f\x98\x80", 4)); /* U+1F600 */
+    ck_assert(!json_utf8_valid("\xff", 1));
+    ck_assert(!json_utf8_valid("\xc0\x80", 2));         /* overlong NUL */
+    ck_assert(!json_utf8_valid("\xe0\x80\xaf", 3));     /* overlong '/' */
+    ck_assert(!json_utf8_valid("\xed\xa0\x80", 3));     /* surrogate */
+    ck_assert(!json_utf8_valid("\xf4\x90\x80\x80", 4)); /* > U+10FFFF */
+    ck_assert(!json_utf8_valid("\xe2\x82", 2));         /* truncated */
+    ck_assert(!json_utf8_valid("\xc3\x28", 2));         /* bad continuation */
+}
+END_TEST
+
+START_TEST(test_base64_round_trips_and_rejects_garbage)
+{
+    uint8_t src[32], dec[64];
+    char enc[64];
+    for (size_t n = 0; n < sizeof(src); n++) {
+        for (size_t i = 0; i < n; i++)
+            src[i] = (uint8_t)(i * 37 + n);
+        size_t el = base64_encoded_len(n);
+        base64_encode(src, n, enc);
+        size_t dl = 0;
+        ck_assert_int_eq(base64_decode(enc, el, dec, &dl), 0);
+        ck_assert_uint_eq(dl, n);
+        ck_assert(memcmp(src, dec, n) == 0);
+    }
+    base64_encode("hello", 5, enc);
+    ck_assert(memcmp(enc, "aGVsbG8=", 8) == 0);
+    size_t dl;
+    ck_assert_int_eq(base64_decode("abc", 3, dec, &dl), TK_EINVAL);
+    ck_assert_int_eq(base64_decode("ab=c", 4, dec, &dl), TK_EINVAL);
+    ck_assert_int_eq(base64_decode("a@==", 4, dec, &dl), TK_EINVAL);
+    ck_assert_int_eq(base64_decode("====", 4, dec, &dl), TK_EINVAL);
+    ck_assert_int_eq(base64_decode("aa==aaaa", 8, dec, &dl), TK_EINVAL);
+}
+END_TEST
+
+START_TEST(test_percent_decoding_and_json_escaping)
+{
+    uint8_t out[32];
+    size_t n;
+    ck_assert_int_eq(pct_decode("a%2Fb%00c+d", 11, out, &n, false), 0);
+    ck_assert_uint_eq(n, 7);
+    ck_assert(memcmp(out, "a/b\0c+d", 7) == 0);
+    ck_assert_int_eq(pct_decode("a+b", 3, out, &n, true), 0);
+    ck_assert(memcmp(out, "a b", 3) == 0);
+    ck_assert_int_eq(pct_decode("%zz", 3, out, &n, false), TK_EINVAL);
+    ck_assert_int_eq(pct_decode("abc%", 4, out, &n, false), TK_EINVAL);
+    ck_assert_int_eq(pct_decode("abc%4", 5, out, &n, false), TK_EINVAL);
+    struct jbuf b;
+    jbuf_init(&b, 4);
+    jbuf_jstr(&b, "q\"\\\n\x01", 5);
+    ck_assert_uint_eq(b.len, 15);
+    ck_assert(memcmp(b.p, "\"q\\\"\\\\\\n\\u0001\"", 15) == 0);
+    jbuf_free(&b);
+}
+END_TEST
+
+/* ---- a node with its gateway ------------------------------------------- */
+
+struct fixture {
+    struct transport_inproc_hub *hub;
+    struct node *node;
+    struct gateway *gw;
+    uint16_t port;
+};
+
+static void fx_start(struct fixture *f, const struct gateway_config *gc_in)
+{
+    struct gateway_config gc;
+    if (gc_in)
+        gc = *gc_in;
+    else
+        gateway_config_default(&gc);
+    gc.host = "127.0.0.1";
+    gc.port = 0;
+    ck_assert_int_eq(gateway_new(&gc, &f->gw), 0);
+    struct node_options no;
+    node_options_default(&no);
+    no.id = 1;
+    no.members.n_voters = 1;
+    no.members.voters[0] = 1;
+    no.kv_no_sync = true;
+    f->hub = transport_inproc_hub_new(1);
+    no.hub = f->hub;
+    gateway_hook(f->gw, &no);
+    ck_assert_int_eq(node_start(&no, &f->node), 0);
+    ck_assert_int_eq(gateway_listen_status(f->gw), 0);
+    f->port = gateway_port(f->gw);
+    ck_assert_uint_ne(f->port, 0);
+    /* A single node elects itself; wait for it (a test helper's sleep). */
+    for (int i = 0; i < 500; i++) {
+        struct node_status st;
+        node_status(f->node, &st);
+        if (st.leader == 1 && st.applied >= 1)
+            break;
+        usleep(10000);
+    }
+}
+
+static void fx_stop(struct fixture *f)
+{
+    node_stop(f->node);
+    gateway_free(f->gw);
+    transport_inproc_hub_free(f->hub);
+}
+
+static int connect_to(uint16_t port)
+{
+    int s = socket(AF_INET, SOCK_STREAM, 0);
+    ck_assert_int_ge(s, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ck_assert_int_eq(connect(s, (struct sockaddr *)&a, sizeof(a)), 0);
+    struct timeval tv = {.tv_sec = 5};
+    setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    return s;
+}
+
+static void send_all(int s, const char *p, size_t len)
+{
+    while (len > 0) {
+        ssize_t n = send(s, p, len, MSG_NOSIGNAL);
+        ck_assert_int_gt(n, 0);
+        p += n;
+        len -= (size_t)n;
+    }
+}
+
+/* Reads until `n` whole responses (Content-Length framed) are in `buf`, or
+ * the peer closes. Returns the bytes read. */
+static size_t read_responses(int s, char *buf, size_t cap, int n)
+{
+    size_t len = 0;
+    for (;;) {
+        buf[len] = 0;
+        int have = 0;
+        const char *p = buf;
+        for (;;) {
+            const char *end = strstr(p, "\r\n\r\n");
+            if (end == NULL)
+                break;
+            const char *cl = strcasestr(p, "Content-Length: ");
+            size_t body = cl && cl < end ? strtoul(cl + 16, NULL, 10) : 0;
+            if ((size_t)(end + 4 - buf) + body > len)
+                break;
+            have++;
+            p = end + 4 + body;
+        }
+        if (have >= n)
+            return len;
+        ssize_t r = recv(s, buf + len, cap - 1 - len, 0);
+        if (r <= 0)
+            return len;
+        len += (size_t)r;
+    }
+}
+
+static int count_status(const char *buf, const char *status)
+{
+    int n = 0;
+    for (const char *p = buf; (p = strstr(p, status)) != NULL; p++)
+        n++;
+    return n;
+}
+
+START_TEST(test_put_then_get_on_one_keepalive_connection)
+{
+    struct fixture f;
+    fx_start(&f, NULL);
+    int s = connect_to(f.port);
+    static char buf[65536];
+    const char *put = "PUT /v1/kv/greeting HTTP/1.1\r\nContent-Length: 5\r\n\r\nhello";
+    send_all(s, put, strlen(put));
+    read_responses(s, buf, sizeof(buf), 1);
+    ck_assert_msg(strstr(buf, "HTTP/1.1 200 OK") == buf, "put: %s", buf);
+    ck_assert(strstr(buf, "X-Tierkv-Revision: ") != NULL);
+    ck_assert(strstr(buf, "X-Tierkv-Leader: 1\r\n") != NULL);
+    const char *get = "GET /v1/kv/greeting HTTP/1.1\r\n\r\n";
+    send_all(s, get, strlen(get));
+    read_responses(s, buf, sizeof(buf), 1);
+    ck_assert_msg(strstr(buf, "\"value\":\"hello\"") != NULL, "get: %s", buf);
+    const char *raw = "GET /v1/kv/greeting?raw HTTP/1.1\r\n\r\n";
+    send_all(s, raw, strlen(raw));
+    size_t n = read_responses(s, buf, sizeof(buf), 1);
+    ck_assert(n > 5 && memcmp(buf + n - 5, "hello", 5) == 0);
+    close(s);
+    fx_stop(&f);
+}
+END_TEST
+
+START_TEST(test_pipelined_requests_answer_in_order)
+{
+    struct fixture f;
+    fx_start(&f, NULL);
+    int s = connect_to(f.port);
+    static char req[8192], buf[65536];
+    size_t len = 0;
+    for (int i = 0; i < 10; i++) {
+        len += (size_t)snprintf(req + len, sizeof(req) - len,
+                                "PUT /v1/kv/p%d HTTP/1.1\r\nContent-Length: 2\r\n\r\nv%d"
+                                "GET /v1/kv/p%d HTTP/1.1\r\n\r\n"
+                                "GET /healthz HTTP/1.1\r\n\r\n",
+                                i, i, i);
+    }
+    send_all(s, req, len);
+    read_responses(s, buf, sizeof(buf), 30);
+    ck_assert_int_eq(count_status(buf, "HTTP/1.1 200 OK"), 30);
+    /* Each GET sees the PUT sent before it, and the answers keep their order. */
+    const char *p = buf;
+    for (int i = 0; i < 10; i++) {
+        char want[32];
+        snprintf(want, sizeof(want), "\"value\":\"v%d\"", i);
+        const char *q = strstr(p, want);
+        ck_assert_msg(q != NULL, "answer %d out of order", i);
+        p = q;
+    }
+    close(s);
+    fx_stop(&f);
+}
+END_TEST
+
+START_TEST(test_chunked_body_and_expect_continue)
+{
+    struct fixture f;
+    fx_start(&f, NULL);
+    int s = connect_to(f.port);
+    static char buf[65536];
+    const char *put = "PUT /v1/kv/chunky HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"
+                      "3\r\nabc\r\n4\r\ndefg\r\n0\r\n\r\n";
+    send_all(s, put, strlen(put));
+    read_responses(s, buf, sizeof(buf), 1);
+    ck_assert_msg(strstr(buf, "HTTP/1.1 200 OK") == buf, "%s", buf);
+    const char *exp = "PUT /v1/kv/cont HTTP/1.1\r\nExpect: 100-continue\r\n"
+                      "Content-Length: 3\r\n\r\n";
+    send_all(s, exp, strlen(exp));
+    size_t n = read_responses(s, buf, sizeof(buf), 1);
+    ck_assert_msg(n > 0 && strstr(buf, "HTTP/1.1 100 Continue\r\n\r\n") == buf, "%s",
+                  buf);
+    send_all(s, "xyz", 3);
+    read_responses(s, buf, sizeof(buf), 1);
+    ck_assert_msg(strstr(buf, "HTTP/1.1 200 OK") != NULL, "%s", buf);
+    const char *get = "GET /v1/kv/chunky HTTP/1.1\r\n\r\n";
+    send_all(s, get, strlen(get));
+    read_responses(s, buf, sizeof(buf), 1);
+    ck_assert_msg(strstr(buf, "\"value\":\"abcdefg\"") != NULL, "%s", buf);
+    close(s);
+    fx_stop(&f);
+}
+END_TEST
+
+START_TEST(test_malformed_request_gets_400_and_server_stays_up)
+{
+    struct fixture f;
+    fx_start(&f, NULL);
+    static char buf[65536];
+    const char *bad[] = {
+        "GARBAGE\r\n\r\n",
+        "PUT /v1/kv/x HTTP/1.1\r\nContent-Length: 1\r\nTransfer-Encoding: "
+        "chunked\r\n\r\n",
+        "PUT /v1/kv/x HTTP/1.1\r\nContent-Type: application/json\r\nContent-Length: "
+        "1\r\n\r\n{",
+        "GET /v1/kv/%zz HTTP/1.1\r\n\r\n",
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        int s = connect_to(f.port);
+        send_all(s, bad[i], strlen(bad[i]));
+        read_responses(s, buf, sizeof(buf), 1);
+        ck_assert_msg(strstr(buf, "HTTP/1.1 400 Bad Request") == buf, "case %zu: %s", i,
+                      buf);
+        ck_assert(strstr(buf, "{\"error\":{\"code\":") != NULL);
+        close(s);
+    }
+    int s = connect_to(f.port);
+    send_all(s, "GET /healthz HTTP/1.1\r\n\r\n", 25);
+    read_responses(s, buf, sizeof(buf), 1);
+    ck_assert(strstr(buf, "HTTP/1.1 200 OK") == buf);
+    close(s);
+    fx_stop(&f);
+}
+END_TEST
+
+START_TEST(test_oversized_requests_get_413_and_431)
+{
+    struct fixture f;
+    struct gateway_config gc;
+    gateway_config_default(&gc);
+    gc.body_max = 1024;
+    gc.value_max = 512;
+    gc.header_max = 2048;
+    fx_start(&f, &gc);
+    static char buf[65536], req[8192];
+    int s = connect_to(f.port);
+    const char *big = "PUT /v1/kv/x HTTP/1.1\r\nContent-Length: 2000\r\n\r\n";
+    send_all(s, big, strlen(big));
+    read_responses(s, buf, sizeof(buf), 1);
+    ck_assert_msg(strstr(buf, "HTTP/1.1 413 ") == buf, "%s", buf);
+    close(s);
+    s = connect_to(f.port);
+    int n = snprintf(req, sizeof(req),
+                     "PUT /v1/kv/x HTTP/1.1\r\nContent-Length: 600\r\n\r\n");
+    memset(req + n, 'v', 600);
+    send_all(s, req, (size_t)n + 600);
+    read_responses(s, buf, sizeof(buf), 1);
+    ck_assert_msg(strstr(buf, "HTTP/1.1 413 ") == buf, "value: %s", buf);
+    close(s);
+    s = connect_to(f.port);
+    n = snprintf(req, sizeof(req), "GET /healthz HTTP/1.1\r\nX-Big: ");
+    memset(req + n, 'h', 3000);
+    memcpy(req + n + 3000, "\r\n\r\n", 4);
+    send_all(s, req, (size_t)n + 3004);
+    read_responses(s, buf, sizeof(buf), 1);
+    ck_assert_msg(strstr(buf, "HTTP/1.1 431 ") == buf, "header: %s", buf);
+    close(s);
+    fx_stop(&f);
+}
+END_TEST
+
+START_TEST(test_stop_with_open_and_half_sent_connections)
+{
+    struct fixture f;
+    fx_start(&f, NULL);
+    static char buf[4096];
+    int idle = connect_to(f.port);
+    int half = connect_to(f.port);
+    send_all(half, "PUT /v1/kv/h HTTP/1.1\r\nContent-Length: 10\r\n\r\nabc", 49);
+    int used = connect_to(f.port);
+    send_all(used, "GET /healthz HTTP/1.1\r\n\r\n", 25);
+    read_responses(used, buf, sizeof(buf), 1);
+    fx_stop(&f); /* every connection closed, nothing leaked (sanitizer build) */
+    ck_assert_int_eq((int)recv(idle, buf, sizeof(buf), 0), 0);
+    close(idle);
+    close(half);
+    close(used);
+}
+END_TEST
+
+START_TEST(test_listen_failure_is_reported)
+{
+    struct fixture f;
+    fx_start(&f, NULL);
+    struct gateway_config gc;
+    gateway_config_default(&gc);
+    gc.port = f.port; /* taken */
+    struct gateway *gw;
+    ck_assert_int_eq(gateway_new(&gc, &gw), 0);
+    struct node_options no;
+    node_options_default(&no);
+    no.id = 1;
+    no.members.n_voters = 1;
+    no.members.voters[0] = 1;
+    struct transport_inproc_hub *hub = transport_inproc_hub_new(2);
+    no.hub = hub;
+    gateway_hook(gw, &no);
+    struct node *n;
+    ck_assert_int_eq(node_start(&no, &n), 0);
+    ck_assert_int_eq(gateway_listen_status(gw), TK_EIO);
+    ck_assert(strstr(gateway_listen_error(gw), "in use") != NULL);
+    node_stop(n);
+    gateway_free(gw);
+    transport_inproc_hub_free(hub);
+    fx_stop(&f);
+    gc.value_max = gc.body_max + 1;
+    ck_assert_int_eq(gateway_new(&gc, &gw), TK_EINVAL);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("gateway");
+    TCase *j = tcase_create("json");
+    tcase_add_test(j, test_utf8_validation_rejects_malformed_sequences);
+    tcase_add_test(j, test_base64_round_trips_and_rejects_garbage);
+    tcase_add_test(j, test_percent_decoding_and_json_escaping);
+    suite_add_tcase(s, j);
+    TCase *h = tcase_create("http");
+    tcase_set_timeout(h, 30);
+    tcase_add_test(h, test_put_then_get_on_one_keepalive_connection);
+    tcase_add_test(h, test_pipelined_requests_answer_in_order);
+    tcase_add_test(h, test_chunked_body_and_expect_continue);
+    tcase_add_test(h, test_malformed_request_gets_400_and_server_stays_up);
+    tcase_add_test(h, test_oversized_requests_get_413_and_431);
+    tcase_add_test(h, test_stop_with_open_and_half_sent_connections);
+    tcase_add_test(h, test_listen_failure_is_reported);
+    suite_add_tcase(s, h);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? 0 : 1;
+}

@@ -1,0 +1,272 @@
+"""Helpers for the tierkvd integration tests: start real tierkvd processes on
+loopback with free ports, talk HTTP to them, and always clean up.
+
+Only the Python standard library. Every process started here is killed when
+the script exits, however it exits (normal end, exception, SIGINT, SIGTERM).
+"""
+import atexit
+import http.client
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+_procs = []
+
+
+def _cleanup():
+    for p in _procs:
+        if p.poll() is None:
+            try:
+                p.kill()
+                p.wait(timeout=5)
+            except Exception:
+                pass
+
+
+def _on_signal(signum, frame):
+    _cleanup()
+    sys.exit(128 + signum)
+
+
+atexit.register(_cleanup)
+signal.signal(signal.SIGTERM, _on_signal)
+signal.signal(signal.SIGINT, _on_signal)
+
+
+def free_ports(n):
+    """n distinct free TCP ports on 127.0.0.1 (held open together while
+    choosing, so they differ)."""
+    socks, ports = [], []
+    for _ in range(n):
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        s.bind(("127.0.0.1", 0))
+        socks.append(s)
+        ports.append(s.getsockname()[1])
+    for s in socks:
+        s.close()
+    return ports
+
+
+class Fail(Exception):
+    pass
+
+
+def check(cond, msg):
+    if not cond:
+        raise Fail(msg)
+
+
+class Node:
+    def __init__(self, binary, node_id, args, logdir, env=None):
+        self.binary = binary
+        self.id = node_id
+        self.args = args
+        self.logdir = logdir
+        self.env = env
+        self.proc = None
+        self.http_port = None
+        self.starts = 0
+
+    def start(self):
+        self.starts += 1
+        log = open(os.path.join(self.logdir, "n%d.log" % self.id), "ab")
+        env = dict(os.environ)
+        if self.env:
+            env.update(self.env)
+        self.proc = subprocess.Popen([self.binary] + self.args, stdout=log,
+                                     stderr=subprocess.STDOUT, env=env)
+        _procs.append(self.proc)
+        log.close()
+
+    def kill(self):
+        self.proc.kill()
+        self.proc.wait(timeout=10)
+
+    def term(self, timeout=15):
+        """SIGTERM; returns the exit code."""
+        self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(timeout=timeout)
+
+    def alive(self):
+        return self.proc is not None and self.proc.poll() is None
+
+    def log(self):
+        try:
+            with open(os.path.join(self.logdir, "n%d.log" % self.id), "rb") as f:
+                return f.read().decode("utf-8", "replace")
+        except OSError:
+            return ""
+
+
+def request(port, method, path, body=None, headers=None, timeout=10):
+    """One request on a fresh connection: (status, headers dict lower-case, body bytes)."""
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        if isinstance(body, str):
+            body = body.encode()
+        c.request(method, path, body=body, headers=headers or {})
+        r = c.getresponse()
+        data = r.read()
+        return r.status, {k.lower(): v for k, v in r.getheaders()}, data
+    finally:
+        c.close()
+
+
+def jreq(port, method, path, obj=None, headers=None, timeout=10):
+    h = dict(headers or {})
+    body = None
+    if obj is not None:
+        body = json.dumps(obj).encode()
+        h["Content-Type"] = "application/json"
+    st, hd, data = request(port, method, path, body, h, timeout)
+    try:
+        js = json.loads(data) if data else None
+    except ValueError:
+        js = None
+    return st, hd, js
+
+
+def raw(port, data, timeout=5.0, until_close=False):
+    """Sends raw bytes; returns what was read when the first complete response
+    is in (or, with until_close, when the server closes), or when `timeout`
+    passes."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    try:
+        if data:
+            try:
+                s.sendall(data)
+            except OSError:
+                pass  # the server may answer and close before reading it all
+        out = b""
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            try:
+                chunk = s.recv(65536)
+            except (socket.timeout, OSError):
+                break
+            if not chunk:
+                break
+            out += chunk
+            if not until_close and complete(out):
+                break
+        return out
+    finally:
+        s.close()
+
+
+def complete(resp):
+    """True once resp holds at least one whole response."""
+    end = resp.find(b"\r\n\r\n")
+    if end < 0:
+        return False
+    n = 0
+    for ln in resp[:end].split(b"\r\n")[1:]:
+        k, _, v = ln.partition(b":")
+        if k.strip().lower() == b"content-length":
+            n = int(v.strip())
+    return len(resp) >= end + 4 + n
+
+
+def parse_responses(resp):
+    """[(status, headers dict lower-case, body)] of the HTTP responses in a raw
+    byte string (Content-Length framed, as tierkvd sends them)."""
+    out = []
+    i = 0
+    while i < len(resp):
+        end = resp.find(b"\r\n\r\n", i)
+        if end < 0 or not resp.startswith(b"HTTP/1.1 ", i):
+            break
+        lines = resp[i:end].split(b"\r\n")
+        status = int(lines[0][9:12])
+        hd = {}
+        for ln in lines[1:]:
+            k, _, v = ln.partition(b":")
+            hd[k.strip().lower().decode()] = v.strip().decode()
+        n = int(hd.get("content-length", "0"))
+        out.append((status, hd, resp[end + 4:end + 4 + n]))
+        i = end + 4 + n
+    return out
+
+
+def status_of(resp):
+    """Status codes of every HTTP response in a raw byte string."""
+    return [r[0] for r in parse_responses(resp)]
+
+
+class Cluster:
+    def __init__(self, binary, n=3, extra_args=None, tick_ms=10, election_ticks=20):
+        self.binary = binary
+        self.dir = tempfile.mkdtemp(prefix="tierkv-it-")
+        atexit.register(shutil.rmtree, self.dir, True)
+        ports = free_ports(2 * n)
+        self.raft_ports = ports[:n]
+        self.http_ports = ports[n:]
+        self.tick_ms = tick_ms
+        self.election_ticks = election_ticks
+        members = ",".join("%d=127.0.0.1:%d" % (i + 1, self.raft_ports[i]) for i in range(n))
+        mhttp = ",".join("%d=127.0.0.1:%d" % (i + 1, self.http_ports[i]) for i in range(n))
+        self.nodes = []
+        for i in range(n):
+            args = ["--id", str(i + 1), "--members", members, "--members-http", mhttp,
+                    "--listen-http", "127.0.0.1:%d" % self.http_ports[i],
+                    "--data-dir", os.path.join(self.dir, "n%d" % (i + 1)), "--store", "fs",
+                    "--tick-ms", str(tick_ms), "--election-ticks", str(election_ticks),
+                    "--kv-no-sync"] + list(extra_args or [])
+            node = Node(binary, i + 1, args, self.dir)
+            node.http_port = self.http_ports[i]
+            self.nodes.append(node)
+
+    def start(self):
+        for nd in self.nodes:
+            nd.start()
+
+    def node(self, node_id):
+        return self.nodes[node_id - 1]
+
+    def status(self, nd, timeout=2):
+        try:
+            st, _, js = jreq(nd.http_port, "GET", "/v1/cluster", timeout=timeout)
+            return js if st == 200 else None
+        except (OSError, http.client.HTTPException):
+            return None
+
+    def wait_leader(self, timeout=15, exclude=()):
+        """The id of a leader all live nodes agree on."""
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            live = [nd for nd in self.nodes if nd.alive() and nd.id not in exclude]
+            sts = [self.status(nd) for nd in live]
+            if all(sts):
+                leaders = {s["leader"] for s in sts}
+                lead = [s["id"] for s in sts if s["role"] == "leader"]
+                if len(leaders) == 1 and len(lead) == 1 and lead[0] in leaders:
+                    return lead[0]
+            time.sleep(0.02)
+        raise Fail("no leader within %ss; logs in %s" % (timeout, self.dir))
+
+    def stop(self):
+        codes = {}
+        for nd in self.nodes:
+            if nd.alive():
+                codes[nd.id] = nd.term()
+        return codes
+
+
+def run(tests, *args):
+    """Runs the test functions in order; prints one line each; exit 1 on failure."""
+    failed = 0
+    for t in tests:
+        t0 = time.time()
+        try:
+            t(*args)
+            print("ok   %-45s %.2fs" % (t.__name__, time.time() - t0), flush=True)
+        except Exception as e:  # report and keep going
+            failed += 1
+            print("FAIL %-45s %s: %s" % (t.__name__, type(e).__name__, e), flush=True)
+    return failed

@@ -1,0 +1,1112 @@
+/* Unit tests for kv/: the ring (append, self-checking reads), the hash index
+ * (through incremental growth), the ordered view, the cold tier (tier-down,
+ * reads, scans merging hot and cold) and every command of the state machine,
+ * with exactly-once retries, TTL by entry time, bad input, recovery after a
+ * restart and snapshot stream/install. */
+#include <check.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/alloc.h"
+#include "base/err.h"
+#include "base/prng.h"
+#include "kv/kv_internal.h"
+#include "kv/sm_internal.h"
+#include "kv_util.h"
+
+/* ---- ring ---- */
+
+static uint64_t ring_put(struct kv_ring *r, const char *k, const char *v, uint64_t rev)
+{
+    struct kv_rec h = {.key_len = (uint16_t)strlen(k),
+                       .value_len = (uint32_t)strlen(v),
+                       .mod_rev = rev,
+                       .create_rev = rev,
+                       .version = 1};
+    return kv__ring_append(r, &h, k, v);
+}
+
+START_TEST(test_ring_record_reads_back_and_checks)
+{
+    struct kv_ring r;
+    kv__ring_init(&r, 4096);
+    uint64_t a = ring_put(&r, "alpha", "one", 1);
+    uint64_t b = ring_put(&r, "beta", "two", 2);
+    ck_assert(kv__ring_check(&r, a));
+    ck_assert(kv__ring_check(&r, b));
+    const struct kv_rec *h = kv__ring_at(&r, b);
+    ck_assert_uint_eq(h->key_len, 4);
+    ck_assert_mem_eq(kv__rec_key(h), "beta", 4);
+    ck_assert_mem_eq(kv__rec_value(h), "two", 3);
+    ck_assert_uint_eq(h->mod_rev, 2);
+    kv__ring_free(&r);
+}
+END_TEST
+
+START_TEST(test_ring_flipped_byte_fails_check)
+{
+    /* Each byte of the record, flipped in turn, must fail the check. */
+    struct kv_ring r;
+    kv__ring_init(&r, 4096);
+    uint64_t a = ring_put(&r, "key", "value", 7);
+    struct kv_rec *h = (struct kv_rec *)(uintptr_t)kv__ring_at(&r, a);
+    size_t n = sizeof(*h) + 3 + 5;
+    for (size_t i = 0; i < n; i++) {
+        ((uint8_t *)h)[i] ^= 0x10;
+        ck_assert_msg(!kv__ring_check(&r, a), "flip at byte %zu passed", i);
+        ((uint8_t *)h)[i] ^= 0x10;
+        ck_assert(kv__ring_check(&r, a));
+    }
+    kv__ring_free(&r);
+}
+END_TEST
+
+START_TEST(test_ring_pages_roll_and_release)
+{
+    struct kv_ring r;
+    kv__ring_init(&r, 4096);
+    char v[3000];
+    memset(v, 'x', sizeof(v) - 1);
+    v[sizeof(v) - 1] = '\0';
+    uint64_t a1 = ring_put(&r, "a", v, 1);
+    uint64_t a2 = ring_put(&r, "b", v, 2); /* does not fit: a new page */
+    ck_assert_uint_eq(r.n_pages, 2);
+    ck_assert_uint_ne(a1 >> KV_ADDR_OFF_BITS, a2 >> KV_ADDR_OFF_BITS);
+    /* A record larger than a page gets a page of its own size. */
+    char *big = tk_malloc(10000);
+    memset(big, 'y', 9999);
+    big[9999] = '\0';
+    uint64_t a3 = ring_put(&r, "c", big, 3);
+    ck_assert(kv__ring_check(&r, a3));
+    ck_assert_uint_eq(r.n_pages, 3);
+    kv__ring_release_head(&r);
+    ck_assert_uint_eq(r.n_pages, 2);
+    ck_assert(!kv__ring_check(&r, a1)); /* released: never readable */
+    ck_assert(kv__ring_check(&r, a2));
+    tk_free(big);
+    kv__ring_free(&r);
+}
+END_TEST
+
+/* ---- index ---- */
+
+START_TEST(test_index_grows_incrementally_and_finds_every_key)
+{
+    struct kv_ring r;
+    kv__ring_init(&r, 1 << 20);
+    struct kv_index x;
+    kv__index_init(&x, &r);
+    enum { N = 40000 };
+    uint64_t *addr = tk_malloc(N * sizeof(*addr));
+    char k[32];
+    for (int i = 0; i < N; i++) {
+        snprintf(k, sizeof(k), "key-%d", i);
+        addr[i] = ring_put(&r, k, "v", (uint64_t)i + 1);
+        ck_assert(kv__index_put(&x, kv__hash(k, strlen(k)), k, strlen(k), addr[i]));
+        if (i % 997 == 0) { /* lookups work during migration too */
+            for (int j = 0; j <= i; j += 101) {
+                snprintf(k, sizeof(k), "key-%d", j);
+                bool found;
+                uint64_t got =
+                    kv__index_find(&x, kv__hash(k, strlen(k)), k, strlen(k), &found);
+                ck_assert(found);
+                ck_assert_uint_eq(got, addr[j]);
+            }
+        }
+    }
+    ck_assert_uint_eq(kv__index_count(&x), N);
+    bool found;
+    kv__index_find(&x, kv__hash("nope", 4), "nope", 4, &found);
+    ck_assert(!found);
+    /* Overwrite: not new, points at the new address. */
+    snprintf(k, sizeof(k), "key-%d", 5);
+    uint64_t a = ring_put(&r, k, "w", N + 1);
+    ck_assert(!kv__index_put(&x, kv__hash(k, strlen(k)), k, strlen(k), a));
+    ck_assert_uint_eq(kv__index_find(&x, kv__hash(k, strlen(k)), k, strlen(k), &found),
+                      a);
+    /* remove_if only removes an entry pointing at the given address. */
+    ck_assert(!kv__index_remove_if(&x, kv__hash(k, strlen(k)), k, strlen(k), addr[5]));
+    ck_assert(kv__index_remove_if(&x, kv__hash(k, strlen(k)), k, strlen(k), a));
+    kv__index_find(&x, kv__hash(k, strlen(k)), k, strlen(k), &found);
+    ck_assert(!found);
+    for (int i = 0; i < N; i += 2) {
+        snprintf(k, sizeof(k), "key-%d", i);
+        if (i != 5)
+            ck_assert(
+                kv__index_remove_if(&x, kv__hash(k, strlen(k)), k, strlen(k), addr[i]));
+    }
+    for (int i = 1; i < N; i += 2) {
+        snprintf(k, sizeof(k), "key-%d", i);
+        uint64_t got = kv__index_find(&x, kv__hash(k, strlen(k)), k, strlen(k), &found);
+        ck_assert(i == 5 ? !found : (found && got == addr[i]));
+    }
+    tk_free(addr);
+    kv__index_free(&x);
+    kv__ring_free(&r);
+}
+END_TEST
+
+/* ---- view ---- */
+
+START_TEST(test_view_keeps_byte_order)
+{
+    struct kv_view v;
+    kv__view_init(&v);
+    const char *keys[] = {"b", "a", "ab", "\xff", "", "abc", "b"};
+    for (size_t i = 0; i < 7; i++)
+        kv__view_insert(&v, keys[i], strlen(keys[i]));
+    ck_assert_uint_eq(v.count, 6);
+    const char *want[] = {"", "a", "ab", "abc", "b", "\xff"};
+    const struct kv_vnode *n = kv__view_seek(&v, "", 0);
+    for (int i = 0; i < 6; i++, n = n->next[0]) {
+        ck_assert_ptr_nonnull(n);
+        ck_assert_int_eq(kv__keycmp(n->key, n->key_len, want[i], strlen(want[i])), 0);
+    }
+    ck_assert_ptr_null(n);
+    n = kv__view_seek(&v, "aa", 2);
+    ck_assert_int_eq(kv__keycmp(n->key, n->key_len, "ab", 2), 0);
+    kv__view_remove(&v, "ab", 2);
+    n = kv__view_seek(&v, "aa", 2);
+    ck_assert_int_eq(kv__keycmp(n->key, n->key_len, "abc", 3), 0);
+    kv__view_free(&v);
+}
+END_TEST
+
+/* ---- commands ---- */
+
+START_TEST(test_put_get_revisions_and_versions)
+{
+    struct kvu u = {0};
+    kvu_open(&u, NULL);
+    char buf[64];
+    ck_assert_int_eq(kvu_put(&u, "k", "v1"), 0);
+    ck_assert_uint_eq(u.res.revision, 1);
+    ck_assert(u.res.succeeded);
+    ck_assert_int_eq(kvu_put(&u, "other", "x"), 0);
+    ck_assert_int_eq(kvu_put(&u, "k", "v2"), 0);
+    ck_assert_str_eq(kvu_get(&u, "k", buf, sizeof(buf)), "v2");
+    struct kv_item it;
+    ck_assert_int_eq(kv_sm_get(u.sm, "k", 1, &it), 0);
+    ck_assert_uint_eq(it.create_revision, 1);
+    ck_assert_uint_eq(it.mod_revision, 3);
+    ck_assert_uint_eq(it.version, 2);
+    ck_assert_int_eq(kv_sm_get(u.sm, "missing", 7, &it), TK_ENOTFOUND);
+    ck_assert_uint_eq(kv_sm_applied_index(u.sm), 3);
+    kvu_close(&u, true);
+}
+END_TEST
+
+static int put_cond(struct kvu *u, const char *k, const char *v, Kvpb__Compare__Target t,
+                    Kvpb__Compare__Op op, int64_t num, const char *val)
+{
+    Kvpb__Command c = KVPB__COMMAND__INIT;
+    Kvpb__Put p = KVPB__PUT__INIT;
+    Kvpb__Compare cmp = KVPB__COMPARE__INIT;
+    p.key = kvu_str(k);
+    p.value = kvu_str(v);
+    cmp.target = t;
+    cmp.op = op;
+    cmp.number = num;
+    if (val != NULL)
+        cmp.value = kvu_str(val);
+    p.cond = &cmp;
+    c.cmd_case = KVPB__COMMAND__CMD_PUT;
+    c.put = &p;
+    int rc = kvu_apply(u, &c);
+    return rc != 0 ? rc : u->res.code;
+}
+
+START_TEST(test_put_compare_version_revision_value_absence)
+{
+    struct kvu u = {0};
+    kvu_open(&u, NULL);
+    char buf[64];
+    /* Absence: succeeds once, then fails. */
+    ck_assert_int_eq(put_cond(&u, "k", "a", KVPB__COMPARE__TARGET__ABSENT, 0, 0, NULL),
+                     0);
+    ck_assert_int_eq(put_cond(&u, "k", "b", KVPB__COMPARE__TARGET__ABSENT, 0, 0, NULL),
+                     TK_ECOMPARE);
+    ck_assert(!u.res.succeeded);
+    ck_assert_uint_eq(u.res.revision, 0);
+    ck_assert_str_eq(kvu_get(&u, "k", buf, sizeof(buf)), "a");
+    /* Version. */
+    ck_assert_int_eq(put_cond(&u, "k", "c", KVPB__COMPARE__TARGET__VERSION,
+                              KVPB__COMPARE__OP__EQUAL, 2, NULL),
+                     TK_ECOMPARE);
+    ck_assert_int_eq(put_cond(&u, "k", "c", KVPB__COMPARE__TARGET__VERSION,
+                              KVPB__COMPARE__OP__EQUAL, 1, NULL),
+                     0);
+    /* Mod revision (the put above was entry 4). */
+    ck_assert_int_eq(put_cond(&u, "k", "d", KVPB__COMPARE__TARGET__MOD_REVISION,
+                              KVPB__COMPARE__OP__LESS, 4, NULL),
+                     TK_ECOMPARE);
+    ck_assert_int_eq(put_cond(&u, "k", "d", KVPB__COMPARE__TARGET__MOD_REVISION,
+                              KVPB__COMPARE__OP__EQUAL, 4, NULL),
+                     0);
+    /* Value. */
+    ck_assert_int_eq(put_cond(&u, "k", "e", KVPB__COMPARE__TARGET__VALUE,
+                              KVPB__COMPARE__OP__EQUAL, 0, "zzz"),
+                     TK_ECOMPARE);
+    ck_assert_int_eq(put_cond(&u, "k", "e", KVPB__COMPARE__TARGET__VALUE,
+                              KVPB__COMPARE__OP__EQUAL, 0, "d"),
+                     0);
+    ck_assert_str_eq(kvu_get(&u, "k", buf, sizeof(buf)), "e");
+    /* A compare on another key is malformed. */
+    Kvpb__Command c = KVPB__COMMAND__INIT;
+    Kvpb__Put p = KVPB__PUT__INIT;
+    Kvpb__Compare cmp = KVPB__COMPARE__INIT;
+    p.key = kvu_str("k");
+    cmp.key = kvu_str("j");
+    p.cond = &cmp;
+    c.cmd_case = KVPB__COMMAND__CMD_PUT;
+    c.put = &p;
+    ck_assert_int_eq(kvu_apply(&u, &c), 0);
+    ck_assert_int_eq(u.res.code, TK_EINVAL);
+    kvu_close(&u, true);
+}
+END_TEST
+
+START_TEST(test_delete_existing_and_absent)
+{
+    struct kvu u = {0};
+    kvu_open(&u, NULL);
+    char buf[8];
+    ck_assert_int_eq(kvu_put(&u, "k", "v"), 0);
+    ck_assert_int_eq(kvu_del(&u, "k"), 0);
+    ck_assert_uint_eq(u.res.deleted, 1);
+    ck_assert_uint_eq(u.res.revision, 2);
+    ck_assert_ptr_null(kvu_get(&u, "k", buf, sizeof(buf)));
+    ck_assert_int_eq(kvu_del(&u, "k"), 0);
+    ck_assert_uint_eq(u.res.deleted, 0);
+    ck_assert_uint_eq(u.res.revision, 0);
+    /* A new put after a delete starts a new life: version 1. */
+    ck_assert_int_eq(kvu_put(&u, "k", "w"), 0);
+    struct kv_item it;
+    ck_assert_int_eq(kv_sm_get(u.sm, "k", 1, &it), 0);
+    ck_assert_uint_eq(it.version, 1);
+    ck_assert_uint_eq(it.create_revision, 4);
+    kvu_close(&u, true);
+}
+END_TEST
+
+static int del_range(struct kvu *u, const char *start, const char *end,
+                     const char *prefix)
+{
+    Kvpb__Command c = KVPB__COMMAND__INIT;
+    Kvpb__DeleteRange d = KVPB__DELETE_RANGE__INIT;
+    if (prefix != NULL) {
+        d.by_prefix = true;
+        d.prefix = kvu_str(prefix);
+    } else {
+        d.start = kvu_str(start);
+        d.end = kvu_str(end);
+    }
+    c.cmd_case = KVPB__COMMAND__CMD_DELETE_RANGE;
+    c.delete_range = &d;
+    int rc = kvu_apply(u, &c);
+    return rc != 0 ? rc : u->res.code;
+}
+
+struct collect {
+    char keys[64][16];
+    int n;
+};
+
+static int collect_cb(const struct kv_item *it, void *data)
+{
+    struct collect *c = data;
+    snprintf(c->keys[c->n++], 16, "%.*s", (int)it->key_len, (const char *)it->key);
+    return 0;
+}
+
+START_TEST(test_delete_range_and_prefix_across_tiers)
+{
+    struct kvu u = {0};
+    kvu_open(&u, NULL);
+    const char *keys[] = {"a1", "a2", "a3", "b1", "b2", "c1"};
+    for (int i = 0; i < 3; i++)
+        ck_assert_int_eq(kvu_put(&u, keys[i], "cold"), 0);
+    ck_assert_int_eq(kv_sm_flush(u.sm), 0); /* a1..a3 now in LMDB */
+    for (int i = 3; i < 6; i++)
+        ck_assert_int_eq(kvu_put(&u, keys[i], "hot"), 0);
+    ck_assert_int_eq(del_range(&u, "a2", "b2", NULL), 0);
+    ck_assert_uint_eq(u.res.deleted, 3); /* a2 a3 b1 */
+    struct collect c = {0};
+    struct kv_range all = {0};
+    ck_assert_int_eq(kv_sm_scan(u.sm, &all, 0, collect_cb, &c), 0);
+    ck_assert_int_eq(c.n, 3);
+    ck_assert_str_eq(c.keys[0], "a1");
+    ck_assert_str_eq(c.keys[1], "b2");
+    ck_assert_str_eq(c.keys[2], "c1");
+    ck_assert_int_eq(del_range(&u, NULL, NULL, "b"), 0);
+    ck_assert_uint_eq(u.res.deleted, 1);
+    ck_assert_int_eq(kv_sm_flush(u.sm), 0);
+    memset(&c, 0, sizeof(c));
+    ck_assert_int_eq(kv_sm_scan(u.sm, &all, 0, collect_cb, &c), 0);
+    ck_assert_int_eq(c.n, 2);
+    ck_assert_str_eq(c.keys[0], "a1");
+    ck_assert_str_eq(c.keys[1], "c1");
+    kvu_close(&u, true);
+}
+END_TEST
+
+START_TEST(test_increment_counts_and_rejects_non_integers)
+{
+    struct kvu u = {0};
+    kvu_open(&u, NULL);
+    char buf[32];
+    ck_assert_int_eq(kvu_incr(&u, "n", 5), 0);
+    ck_assert_int_eq(u.res.value, 5);
+    ck_assert_int_eq(kvu_incr(&u, "n", -7), 0);
+    ck_assert_int_eq(u.res.value, -2);
+    ck_assert_str_eq(kvu_get(&u, "n", buf, sizeof(buf)), "-2");
+    ck_assert_int_eq(kvu_put(&u, "s", "12x"), 0);
+    ck_assert_int_eq(kvu_incr(&u, "s", 1), TK_ERANGE);
+    ck_assert_str_eq(kvu_get(&u, "s", buf, sizeof(buf)), "12x");
+    ck_assert_int_eq(kvu_put(&u, "m", "9223372036854775807"), 0);
+    ck_assert_int_eq(kvu_incr(&u, "m", 1), TK_ERANGE);
+    ck_assert_int_eq(kvu_incr(&u, "m", -1), 0);
+    ck_assert_int_eq(u.res.value, INT64_MAX - 1);
+    kvu_close(&u, true);
+}
+END_TEST
+
+static Kvpb__Op *mk_op(Kvpb__Op *op, Kvpb__Put *p, Kvpb__Delete *d, Kvpb__Increment *in)
+{
+    kvpb__op__init(op);
+    if (p != NULL) {
+        op->op_case = KVPB__OP__OP_PUT;
+        op->put = p;
+    } else if (d != NULL) {
+        op->op_case = KVPB__OP__OP_DEL;
+        op->del = d;
+    } else {
+        op->op_case = KVPB__OP__OP_INCR;
+        op->incr = in;
+    }
+    return op;
+}
+
+START_TEST(test_batch_is_atomic)
+{
+    struct kvu u = {0};
+    kvu_open(&u, NULL);
+    char buf[32];
+    ck_assert_int_eq(kvu_put(&u, "gone", "x"), 0);
+    Kvpb__Put p1 = KVPB__PUT__INIT, p2 = KVPB__PUT__INIT;
+    Kvpb__Delete d1 = KVPB__DELETE__INIT;
+    p1.key = kvu_str("a");
+    p1.value = kvu_str("1");
+    p2.key = kvu_str("b");
+    p2.value = kvu_str("2");
+    d1.key = kvu_str("gone");
+    Kvpb__Op ops[3];
+    Kvpb__Op *pops[3] = {mk_op(&ops[0], &p1, NULL, NULL), mk_op(&ops[1], &p2, NULL, NULL),
+                         mk_op(&ops[2], NULL, &d1, NULL)};
+    Kvpb__Batch b = KVPB__BATCH__INIT;
+    b.n_ops = 3;
+    b.ops = pops;
+    Kvpb__Command c = KVPB__COMMAND__INIT;
+    c.cmd_case = KVPB__COMMAND__CMD_BATCH;
+    c.batch = &b;
+    ck_assert_int_eq(kvu_apply(&u, &c), 0);
+    ck_assert_int_eq(u.res.code, 0);
+    ck_assert_uint_eq(u.res.n_ops, 3);
+    ck_assert_uint_eq(u.res.ops[2].deleted, 1);
+    ck_assert_str_eq(kvu_get(&u, "b", buf, sizeof(buf)), "2");
+    ck_assert_ptr_null(kvu_get(&u, "gone", buf, sizeof(buf)));
+    /* One bad op (an empty key): nothing of the batch happens. */
+    p1.value = kvu_str("changed");
+    p2.key = kvu_str("");
+    ck_assert_int_eq(kvu_apply(&u, &c), 0);
+    ck_assert_int_eq(u.res.code, TK_EINVAL);
+    ck_assert_str_eq(kvu_get(&u, "a", buf, sizeof(buf)), "1");
+    /* Increments are not batch ops. */
+    Kvpb__Increment in = KVPB__INCREMENT__INIT;
+    in.key = kvu_str("a");
+    p2.key = kvu_str("b");
+    mk_op(&ops[1], NULL, NULL, &in);
+    ck_assert_int_eq(kvu_apply(&u, &c), 0);
+    ck_assert_int_eq(u.res.code, TK_EINVAL);
+    kvu_close(&u, true);
+}
+END_TEST
+
+START_TEST(test_txn_then_else_and_atomic_failure)
+{
+    struct kvu u = {0};
+    kvu_open(&u, NULL);
+    char buf[32];
+    ck_assert_int_eq(kvu_put(&u, "flag", "on"), 0);
+    Kvpb__Compare cmp = KVPB__COMPARE__INIT;
+    cmp.key = kvu_str("flag");
+    cmp.target = KVPB__COMPARE__TARGET__VALUE;
+    cmp.value = kvu_str("on");
+    Kvpb__Compare *pc[1] = {&cmp};
+    Kvpb__Put pt = KVPB__PUT__INIT, pe = KVPB__PUT__INIT;
+    pt.key = kvu_str("then");
+    pt.value = kvu_str("yes");
+    pe.key = kvu_str("else");
+    pe.value = kvu_str("yes");
+    Kvpb__Increment in = KVPB__INCREMENT__INIT;
+    in.key = kvu_str("ctr");
+    in.delta = 3;
+    Kvpb__Op top[2], eop[1];
+    Kvpb__Op *ptop[2] = {mk_op(&top[0], &pt, NULL, NULL),
+                         mk_op(&top[1], NULL, NULL, &in)};
+    Kvpb__Op *peop[1] = {mk_op(&eop[0], &pe, NULL, NULL)};
+    Kvpb__Txn t = KVPB__TXN__INIT;
+    t.n_compares = 1;
+    t.compares = pc;
+    t.n_then_ops = 2;
+    t.then_ops = ptop;
+    t.n_else_ops = 1;
+    t.else_ops = peop;
+    Kvpb__Command c = KVPB__COMMAND__INIT;
+    c.cmd_case = KVPB__COMMAND__CMD_TXN;
+    c.txn = &t;
+    ck_assert_int_eq(kvu_apply(&u, &c), 0);
+    ck_assert_int_eq(u.res.code, 0);
+    ck_assert(u.res.succeeded);
+    ck_assert_uint_eq(u.res.n_ops, 2);
+    ck_assert_int_eq(u.res.ops[1].value, 3);
+    ck_assert_str_eq(kvu_get(&u, "then", buf, sizeof(buf)), "yes");
+    ck_assert_ptr_null(kvu_get(&u, "else", buf, sizeof(buf)));
+    ck_assert_int_eq(kvu_put(&u, "flag", "off"), 0);
+    ck_assert_int_eq(kvu_apply(&u, &c), 0);
+    ck_assert(!u.res.succeeded);
+    ck_assert_str_eq(kvu_get(&u, "else", buf, sizeof(buf)), "yes");
+    /* A failing increment in the branch undoes the whole txn. */
+    ck_assert_int_eq(kvu_put(&u, "flag", "on"), 0);
+    ck_assert_int_eq(kvu_put(&u, "ctr", "abc"), 0);
+    pt.value = kvu_str("second");
+    ck_assert_int_eq(kvu_apply(&u, &c), 0);
+    ck_assert_int_eq(u.res.code, TK_ERANGE);
+    ck_assert_str_eq(kvu_get(&u, "then", buf, sizeof(buf)), "yes");
+    /* More than 128 ops is refused. */
+    Kvpb__Op **many = tk_malloc(129 * sizeof(*many));
+    for (int i = 0; i < 129; i++)
+        many[i] = ptop[0];
+    t.n_then_ops = 129;
+    t.then_ops = many;
+    t.n_else_ops = 0;
+    ck_assert_int_eq(kvu_apply(&u, &c), 0);
+    ck_assert_int_eq(u.res.code, TK_ETOOBIG);
+    tk_free(many);
+    kvu_close(&u, true);
+}
+END_TEST
+
+START_TEST(test_ttl_expires_by_entry_time_in_both_tiers)
+{
+    struct kvu u = {0};
+    kvu_open(&u, NULL);
+    char buf[32];
+    u.time_ms = 10000;
+    ck_assert_int_eq(kvu_put_ttl(&u, "hot", "h", 500), 0);
+    ck_assert_int_eq(kvu_put_ttl(&u, "cold", "c", 500), 0);
+    ck_assert_int_eq(kvu_put(&u, "keep", "k"), 0);
+    struct kv_item it;
+    ck_assert_int_eq(kv_sm_get(u.sm, "hot", 3, &it), 0);
+    ck_assert_uint_eq(it.expire_ms, 10500);
+    ck_assert_int_eq(kv_sm_flush(u.sm), 0);
+    ck_assert_int_eq(kvu_put_ttl(&u, "hot", "h", 500), 0); /* hot again */
+    u.time_ms = 10499;
+    ck_assert_int_eq(kvu_put(&u, "tick", "1"), 0);
+    ck_assert_str_eq(kvu_get(&u, "cold", buf, sizeof(buf)), "c");
+    u.time_ms = 10500; /* the local clock never matters; the entry's does */
+    ck_assert_int_eq(kvu_put(&u, "tick", "2"), 0);
+    ck_assert_ptr_null(kvu_get(&u, "cold", buf, sizeof(buf)));
+    ck_assert_ptr_null(kvu_get(&u, "hot", buf, sizeof(buf)));
+    struct collect c = {0};
+    struct kv_range all = {0};
+    ck_assert_int_eq(kv_sm_scan(u.sm, &all, 0, collect_cb, &c), 0);
+    ck_assert_int_eq(c.n, 2);
+    ck_assert_str_eq(c.keys[0], "keep");
+    /* Compare-absent sees an expired key as absent; a new put starts fresh. */
+    ck_assert_int_eq(put_cond(&u, "cold", "n", KVPB__COMPARE__TARGET__ABSENT, 0, 0, NULL),
+                     0);
+    ck_assert_int_eq(kv_sm_get(u.sm, "cold", 4, &it), 0);
+    ck_assert_uint_eq(it.version, 1);
+    /* Tier-down reclaims the expired key's space in LMDB. */
+    struct kv_sm_stats st;
+    ck_assert_int_eq(kv_sm_flush(u.sm), 0);
+    kv_sm_stats(u.sm, &st);
+    ck_assert_uint_eq(st.cold_keys, 3); /* keep, tick, cold; hot is gone */
+    kvu_close(&u, true);
+}
+END_TEST
+
+START_TEST(test_duplicate_returns_first_result)
+{
+    struct kvu u = {0};
+    kv_config_default(&u.cfg);
+    u.cfg.no_sync = true;
+    u.cfg.map_bytes = (size_t)1 << 30;
+    u.cfg.sessions_max = 4;
+    u.dir = kvu_tmpdir();
+    struct kv_config cfg = u.cfg;
+    kvu_open(&u, &cfg);
+    Kvpb__Command c = KVPB__COMMAND__INIT;
+    Kvpb__Increment in = KVPB__INCREMENT__INIT;
+    in.key = kvu_str("ctr");
+    in.delta = 1;
+    c.cmd_case = KVPB__COMMAND__CMD_INCR;
+    c.incr = &in;
+    c.client_id = 42;
+    c.seq = 1;
+    ck_assert_int_eq(kvu_apply(&u, &c), 0);
+    ck_assert_int_eq(u.res.value, 1);
+    ck_assert_int_eq(kvu_apply(&u, &c), 0); /* retry */
+    ck_assert(u.res.duplicate);
+    ck_assert_int_eq(u.res.value, 1);
+    ck_assert_uint_eq(u.res.revision, 1);
+    char buf[16];
+    ck_assert_str_eq(kvu_get(&u, "ctr", buf, sizeof(buf)), "1");
+    /* The table survives a tier-down and a restart. */
+    ck_assert_int_eq(kv_sm_flush(u.sm), 0);
+    kvu_close(&u, false);
+    kvu_open(&u, &cfg);
+    ck_assert_int_eq(kvu_apply(&u, &c), 0);
+    ck_assert(u.res.duplicate);
+    ck_assert_int_eq(u.res.value, 1);
+    /* Bounded: after 4 newer ones, the oldest is forgotten and applies again. */
+    for (uint64_t s = 2; s <= 5; s++) {
+        c.seq = s;
+        ck_assert_int_eq(kvu_apply(&u, &c), 0);
+        ck_assert(!u.res.duplicate);
+    }
+    c.seq = 1;
+    ck_assert_int_eq(kvu_apply(&u, &c), 0);
+    ck_assert(!u.res.duplicate);
+    ck_assert_int_eq(u.res.value, 6);
+    c.seq = 5;
+    ck_assert_int_eq(kvu_apply(&u, &c), 0);
+    ck_assert(u.res.duplicate);
+    ck_assert_int_eq(u.res.value, 5);
+    kvu_close(&u, true);
+}
+END_TEST
+
+START_TEST(test_bad_input_is_an_error_result_and_consumed)
+{
+    struct kvu u = {0};
+    kvu_open(&u, NULL);
+    struct kv_result res;
+    const uint8_t junk[] = {0xff, 0xff, 0xff, 0x0f, 0x12};
+    ck_assert_int_eq(kv_sm_apply(u.sm, 1, 1, 5, junk, sizeof(junk), &res), 0);
+    ck_assert_int_eq(res.code, TK_EINVAL);
+    ck_assert_uint_eq(kv_sm_applied_index(u.sm), 1);
+    /* An empty command has no operation. */
+    ck_assert_int_eq(kv_sm_apply(u.sm, 2, 1, 5, "", 0, &res), 0);
+    ck_assert_int_eq(res.code, TK_EINVAL);
+    /* Sizes. */
+    char *big = tk_malloc((1u << 20) + 2);
+    memset(big, 'v', (1u << 20) + 1);
+    big[(1u << 20) + 1] = '\0';
+    ck_assert_int_eq(kvu_put(&u, "k", big), TK_ETOOBIG);
+    big[4097] = '\0';
+    ck_assert_int_eq(kvu_put(&u, big, "v"), TK_ETOOBIG);
+    ck_assert_int_eq(kvu_put(&u, "", "v"), TK_EINVAL);
+    tk_free(big);
+    /* Out-of-order index: refused, nothing consumed. */
+    ck_assert_int_eq(kv_sm_apply(u.sm, 99, 1, 5, junk, sizeof(junk), &res), TK_EINVAL);
+    ck_assert_uint_eq(kv_sm_applied_index(u.sm), 5);
+    /* NOOP/CONFIG entries advance the index. */
+    ck_assert_int_eq(kv_sm_skip(u.sm, 6, 2, 7), 0);
+    ck_assert_uint_eq(kv_sm_applied_index(u.sm), 6);
+    ck_assert_uint_eq(kv_sm_applied_term(u.sm), 2);
+    ck_assert_int_eq(kv_sm_skip(u.sm, 6, 2, 7), TK_EINVAL);
+    kvu_close(&u, true);
+}
+END_TEST
+
+START_TEST(test_scan_merges_hot_and_cold_with_limit)
+{
+    struct kvu u = {0};
+    kvu_open(&u, NULL);
+    char k[16];
+    for (int i = 0; i < 20; i += 2) { /* even keys cold */
+        snprintf(k, sizeof(k), "k%02d", i);
+        ck_assert_int_eq(kvu_put(&u, k, "cold"), 0);
+    }
+    ck_assert_int_eq(kvu_put(&u, "z", "z"), 0);
+    ck_assert_int_eq(kv_sm_flush(u.sm), 0);
+    for (int i = 1; i < 20; i += 2) { /* odd keys hot */
+        snprintf(k, sizeof(k), "k%02d", i);
+        ck_assert_int_eq(kvu_put(&u, k, "hot"), 0);
+    }
+    ck_assert_int_eq(kvu_put(&u, "k04", "newer"), 0); /* hot shadows cold */
+    ck_assert_int_eq(kvu_del(&u, "k06"), 0);          /* tombstone shadows cold */
+    struct collect c = {0};
+    struct kv_range pre = {.start = "k", .start_len = 1, .by_prefix = true};
+    ck_assert_int_eq(kv_sm_scan(u.sm, &pre, 0, collect_cb, &c), 0);
+    ck_assert_int_eq(c.n, 19);
+    for (int i = 0, j = 0; i < 20; i++) {
+        if (i == 6)
+            continue;
+        snprintf(k, sizeof(k), "k%02d", i);
+        ck_assert_str_eq(c.keys[j++], k);
+    }
+    memset(&c, 0, sizeof(c));
+    struct kv_range r = {.start = "k03", .start_len = 3, .end = "k09", .end_len = 3};
+    ck_assert_int_eq(kv_sm_scan(u.sm, &r, 4, collect_cb, &c), 0);
+    ck_assert_int_eq(c.n, 4);
+    ck_assert_str_eq(c.keys[0], "k03");
+    ck_assert_str_eq(c.keys[1], "k04");
+    ck_assert_str_eq(c.keys[2], "k05");
+    ck_assert_str_eq(c.keys[3], "k07");
+    struct kv_item it;
+    ck_assert_int_eq(kv_sm_get(u.sm, "k04", 3, &it), 0);
+    ck_assert_mem_eq(it.value, "newer", 5);
+    kvu_close(&u, true);
+}
+END_TEST
+
+static int multi_cb(int found, const struct kv_item *it, void *data)
+{
+    int *n = data;
+    if (found == 0)
+        *n += (int)it->value_len;
+    else
+        *n += 100;
+    return 0;
+}
+
+START_TEST(test_multi_get)
+{
+    struct kvu u = {0};
+    kvu_open(&u, NULL);
+    ck_assert_int_eq(kvu_put(&u, "a", "1"), 0);
+    ck_assert_int_eq(kvu_put(&u, "b", "22"), 0);
+    struct kv_item keys[3] = {{.key = (const uint8_t *)"a", .key_len = 1},
+                              {.key = (const uint8_t *)"x", .key_len = 1},
+                              {.key = (const uint8_t *)"b", .key_len = 1}};
+    int n = 0;
+    ck_assert_int_eq(kv_sm_multi_get(u.sm, keys, 3, multi_cb, &n), 0);
+    ck_assert_int_eq(n, 103);
+    kvu_close(&u, true);
+}
+END_TEST
+
+START_TEST(test_flipped_byte_in_ring_is_never_returned)
+{
+    struct kvu u = {0};
+    kvu_open(&u, NULL);
+    char buf[32];
+    ck_assert_int_eq(kvu_put(&u, "k", "old-value"), 0);
+    ck_assert_int_eq(kv_sm_flush(u.sm), 0);
+    ck_assert_int_eq(kvu_put(&u, "k", "new-value"), 0);
+    ck_assert_int_eq(kvu_put(&u, "h", "hot-only"), 0);
+    /* Flip a byte in each hot record's value: the cold copy or nothing. */
+    struct kv_page *p = u.sm->ring.head;
+    for (size_t off = 0; off < p->used;) {
+        struct kv_rec *h = (struct kv_rec *)(void *)(p->data + off);
+        ((uint8_t *)(h + 1))[h->key_len + 1] ^= 0x01;
+        off += kv__rec_size(h->key_len, h->value_len);
+    }
+    ck_assert_str_eq(kvu_get(&u, "k", buf, sizeof(buf)), "old-value");
+    ck_assert_ptr_null(kvu_get(&u, "h", buf, sizeof(buf)));
+    struct collect c = {0};
+    struct kv_range all = {0};
+    ck_assert_int_eq(kv_sm_scan(u.sm, &all, 0, collect_cb, &c), 0);
+    ck_assert_int_eq(c.n, 1);
+    struct kv_sm_stats st;
+    kv_sm_stats(u.sm, &st);
+    ck_assert_uint_ge(st.bad_records, 3);
+    /* Tier-down skips the damaged records and releases the page. */
+    ck_assert_int_eq(kv_sm_flush(u.sm), 0);
+    ck_assert_str_eq(kvu_get(&u, "k", buf, sizeof(buf)), "old-value");
+    kvu_close(&u, true);
+}
+END_TEST
+
+START_TEST(test_more_data_than_ring_budget)
+{
+    struct kvu u = {0};
+    kv_config_default(&u.cfg);
+    u.cfg.no_sync = true;
+    u.cfg.map_bytes = (size_t)1 << 30;
+    u.cfg.page_bytes = 4096;
+    u.cfg.ring_bytes = 64 * 1024;
+    u.dir = kvu_tmpdir();
+    struct kv_config cfg = u.cfg;
+    kvu_open(&u, &cfg);
+    char k[32], v[128], buf[128];
+    for (int i = 0; i < 5000; i++) {
+        snprintf(k, sizeof(k), "key%05d", i);
+        snprintf(v, sizeof(v), "value-%d-%0100d", i, i);
+        ck_assert_int_eq(kvu_put(&u, k, v), 0);
+    }
+    struct kv_sm_stats st;
+    kv_sm_stats(u.sm, &st);
+    ck_assert_uint_le(st.ring_bytes, cfg.ring_bytes);
+    ck_assert_uint_gt(st.tier_downs, 0);
+    ck_assert_uint_gt(st.cold_keys, 4000);
+    ck_assert_uint_gt(kv_sm_durable_index(u.sm), 4000);
+    for (int i = 0; i < 5000; i += 7) {
+        snprintf(k, sizeof(k), "key%05d", i);
+        snprintf(v, sizeof(v), "value-%d-%0100d", i, i);
+        ck_assert_str_eq(kvu_get(&u, k, buf, sizeof(buf)), v);
+    }
+    kvu_close(&u, true);
+}
+END_TEST
+
+START_TEST(test_restart_recovers_from_cold_and_replay)
+{
+    struct kvu u = {0};
+    kv_config_default(&u.cfg);
+    u.cfg.no_sync = true;
+    u.cfg.map_bytes = (size_t)1 << 30;
+    u.cfg.page_bytes = 4096;
+    u.cfg.ring_bytes = 32 * 1024;
+    u.dir = kvu_tmpdir();
+    struct kv_config cfg = u.cfg;
+    kvu_open(&u, &cfg);
+    /* Keep the commands: they are the raft log. */
+    enum { N = 3000 };
+    uint8_t **log = tk_malloc(N * sizeof(*log));
+    size_t *lens = tk_malloc(N * sizeof(*lens));
+    char k[32], v[64];
+    for (int i = 0; i < N; i++) {
+        Kvpb__Command c = KVPB__COMMAND__INIT;
+        Kvpb__Put p = KVPB__PUT__INIT;
+        Kvpb__Increment in = KVPB__INCREMENT__INIT;
+        snprintf(k, sizeof(k), "key%03d", i % 500);
+        snprintf(v, sizeof(v), "v%d", i);
+        if (i % 3 == 0) {
+            in.key = kvu_str("counter");
+            in.delta = i;
+            c.cmd_case = KVPB__COMMAND__CMD_INCR;
+            c.incr = &in;
+        } else {
+            p.key = kvu_str(k);
+            p.value = kvu_str(v);
+            c.cmd_case = KVPB__COMMAND__CMD_PUT;
+            c.put = &p;
+        }
+        log[i] = kvu_pack(&c, &lens[i]);
+        struct kv_result res;
+        ck_assert_int_eq(kv_sm_apply(u.sm, (uint64_t)i + 1, 1, 1000 + (uint64_t)i, log[i],
+                                     lens[i], &res),
+                         0);
+    }
+    uint64_t want;
+    ck_assert_int_eq(kv_sm_digest(u.sm, &want), 0);
+    uint64_t durable = kv_sm_durable_index(u.sm);
+    ck_assert_uint_gt(durable, 0);
+    ck_assert_uint_lt(durable, N);
+    kvu_close(&u, false);
+    kvu_open(&u, &cfg);
+    ck_assert_uint_eq(kv_sm_applied_index(u.sm), durable);
+    for (uint64_t i = durable; i < N; i++) {
+        struct kv_result res;
+        ck_assert_int_eq(kv_sm_apply(u.sm, i + 1, 1, 1000 + i, log[i], lens[i], &res), 0);
+    }
+    uint64_t got;
+    ck_assert_int_eq(kv_sm_digest(u.sm, &got), 0);
+    ck_assert_uint_eq(got, want);
+    for (int i = 0; i < N; i++)
+        tk_free(log[i]);
+    tk_free(log);
+    tk_free(lens);
+    kvu_close(&u, true);
+}
+END_TEST
+
+START_TEST(test_snapshot_stream_installs_identical_state)
+{
+    struct kvu a = {0}, b = {0};
+    kvu_open(&a, NULL);
+    kvu_open(&b, NULL);
+    char k[32];
+    for (int i = 0; i < 2000; i++) {
+        snprintf(k, sizeof(k), "key%04d", i);
+        ck_assert_int_eq(kvu_put_ttl(&a, k, k, i % 5 == 0 ? 100000 : 0), 0);
+    }
+    Kvpb__Command c = KVPB__COMMAND__INIT;
+    Kvpb__Increment in = KVPB__INCREMENT__INIT;
+    in.key = kvu_str("ctr");
+    in.delta = 9;
+    c.cmd_case = KVPB__COMMAND__CMD_INCR;
+    c.incr = &in;
+    c.client_id = 7;
+    c.seq = 1;
+    ck_assert_int_eq(kvu_apply(&a, &c), 0);
+    ck_assert_int_eq(kvu_put(&b, "junk", "to be replaced"), 0);
+    struct kv_snap *s;
+    ck_assert_int_eq(kv_sm_snapshot(a.sm, &s), 0);
+    ck_assert_uint_eq(kv_snap_index(s), 2001);
+    /* a keeps applying: the stream is the view at 2001. */
+    ck_assert_int_eq(kvu_put(&a, "later", "x"), 0);
+    uint8_t *stream = NULL;
+    size_t len = 0;
+    for (;;) {
+        uint8_t chunk[777];
+        size_t n;
+        ck_assert_int_eq(kv_snap_read(s, chunk, sizeof(chunk), &n), 0);
+        if (n == 0)
+            break;
+        stream = tk_realloc(stream, len + n);
+        memcpy(stream + len, chunk, n);
+        len += n;
+    }
+    /* While a's view is open, a cannot install over itself. */
+    struct kv_install *busy;
+    ck_assert_int_eq(kv_sm_install_begin(a.sm, &busy), TK_EBUSY);
+    kv_snap_close(s);
+    /* A damaged stream is refused and b keeps its state. */
+    struct kv_install *in1;
+    ck_assert_int_eq(kv_sm_install_begin(b.sm, &in1), 0);
+    stream[len / 2] ^= 0x40;
+    int rc = kv_install_write(in1, stream, len);
+    if (rc == 0)
+        rc = kv_install_commit(in1);
+    ck_assert_int_eq(rc, TK_ECORRUPT);
+    kv_install_abort(in1);
+    stream[len / 2] ^= 0x40;
+    char buf[32];
+    ck_assert_str_eq(kvu_get(&b, "junk", buf, sizeof(buf)), "to be replaced");
+    /* A truncated stream is refused too. */
+    ck_assert_int_eq(kv_sm_install_begin(b.sm, &in1), 0);
+    ck_assert_int_eq(kv_install_write(in1, stream, len - 1), 0);
+    ck_assert_int_eq(kv_install_commit(in1), TK_ECORRUPT);
+    kv_install_abort(in1);
+    /* The whole stream, in odd pieces. */
+    struct kv_install *in2;
+    ck_assert_int_eq(kv_sm_install_begin(b.sm, &in2), 0);
+    for (size_t off = 0; off < len; off += 1000) {
+        size_t n = len - off < 1000 ? len - off : 1000;
+        ck_assert_int_eq(kv_install_write(in2, stream + off, n), 0);
+    }
+    ck_assert_int_eq(kv_install_commit(in2), 0);
+    ck_assert_uint_eq(kv_sm_applied_index(b.sm), 2001);
+    ck_assert_ptr_null(kvu_get(&b, "junk", buf, sizeof(buf)));
+    ck_assert_ptr_null(kvu_get(&b, "later", buf, sizeof(buf)));
+    ck_assert_int_eq(kvu_put(&b, "later", "x"), 0);
+    uint64_t da, db;
+    ck_assert_int_eq(kv_sm_digest(a.sm, &da), 0);
+    ck_assert_int_eq(kv_sm_digest(b.sm, &db), 0);
+    ck_assert_uint_eq(da, db);
+    /* The exactly-once table came along. */
+    ck_assert_int_eq(kvu_apply(&b, &c), 0);
+    ck_assert(b.res.duplicate);
+    ck_assert_int_eq(b.res.value, 9);
+    /* And it survives b's restart. */
+    kvu_close(&b, false);
+    kvu_open(&b, &b.cfg);
+    ck_assert_uint_eq(kv_sm_applied_index(b.sm), 2001);
+    tk_free(stream);
+    kvu_close(&a, true);
+    kvu_close(&b, true);
+}
+END_TEST
+
+START_TEST(test_digest_differs_on_different_state)
+{
+    /* The digest is a checker: it must tell different states apart. */
+    struct kvu a = {0}, b = {0};
+    kvu_open(&a, NULL);
+    kvu_open(&b, NULL);
+    ck_assert_int_eq(kvu_put(&a, "k", "v"), 0);
+    ck_assert_int_eq(kvu_put(&b, "k", "w"), 0);
+    uint64_t da, db;
+    ck_assert_int_eq(kv_sm_digest(a.sm, &da), 0);
+    ck_assert_int_eq(kv_sm_digest(b.sm, &db), 0);
+    ck_assert_uint_ne(da, db);
+    kvu_close(&a, true);
+    kvu_close(&b, true);
+}
+END_TEST
+
+START_TEST(test_result_encoding_roundtrips)
+{
+    struct kv_result r = {.code = TK_ECOMPARE,
+                          .revision = 77,
+                          .succeeded = true,
+                          .value = -5,
+                          .deleted = 3,
+                          .n_ops = 2};
+    r.ops[0].value = INT64_MIN;
+    r.ops[1].deleted = 1;
+    uint8_t buf[KV_RESULT_ENCODED_MAX];
+    size_t n = kv_result_encode(&r, buf);
+    struct kv_result d;
+    ck_assert_int_eq(kv_result_decode(buf, n, &d), 0);
+    ck_assert_int_eq(d.code, TK_ECOMPARE);
+    ck_assert_uint_eq(d.revision, 77);
+    ck_assert(d.succeeded);
+    ck_assert_int_eq(d.value, -5);
+    ck_assert_uint_eq(d.deleted, 3);
+    ck_assert_uint_eq(d.n_ops, 2);
+    ck_assert_int_eq(d.ops[0].value, INT64_MIN);
+    ck_assert_uint_eq(d.ops[1].deleted, 1);
+    ck_assert_int_eq(kv_result_decode("\xff\xff", 2, &d), TK_EPROTO);
+}
+END_TEST
+
+START_TEST(test_long_keys_in_the_cold_tier)
+{
+    /* LMDB keys stop at 511 bytes; longer keys (up to key_max) still work. */
+    struct kvu u = {0};
+    kvu_open(&u, NULL);
+    char *k[4];
+    for (int i = 0; i < 4; i++) {
+        k[i] = tk_malloc(4097);
+        memset(k[i], 'p', 4096);
+        k[i][4096] = '\0';
+    }
+    k[0][600] = '\0'; /* 600 bytes */
+    k[1][4000] = 'b'; /* 4096 bytes, same 488-byte prefix */
+    k[2][4095] = 'a';
+    k[3][100] = '\0'; /* short */
+    for (int i = 0; i < 4; i++)
+        ck_assert_int_eq(kvu_put(&u, k[i], i % 2 ? "odd" : "even"), 0);
+    ck_assert_int_eq(kv_sm_flush(u.sm), 0);
+    char buf[16];
+    for (int i = 0; i < 4; i++)
+        ck_assert_str_eq(kvu_get(&u, k[i], buf, sizeof(buf)), i % 2 ? "odd" : "even");
+    k[2][4095] = 'z';
+    ck_assert_ptr_null(kvu_get(&u, k[2], buf, sizeof(buf)));
+    k[2][4095] = 'a';
+    struct kv_range pre = {.start = k[3], .start_len = 100, .by_prefix = true};
+    struct collect c = {0};
+    ck_assert_int_eq(kv_sm_scan(u.sm, &pre, 0, collect_cb, &c), 0);
+    ck_assert_int_eq(c.n, 4);
+    /* Scans starting inside the long keys skip those below the start. */
+    memset(&c, 0, sizeof(c));
+    struct kv_range from = {.start = k[1], .start_len = 4096};
+    ck_assert_int_eq(kv_sm_scan(u.sm, &from, 0, collect_cb, &c), 0);
+    ck_assert_int_eq(c.n, 2); /* k[1], k[2] */
+    /* A hot version of a long key shadows its cold one exactly once. */
+    ck_assert_int_eq(kvu_put(&u, k[2], "hot"), 0);
+    memset(&c, 0, sizeof(c));
+    ck_assert_int_eq(kv_sm_scan(u.sm, &pre, 0, collect_cb, &c), 0);
+    ck_assert_int_eq(c.n, 4);
+    struct kv_range below = {
+        .start = k[3], .start_len = 100, .end = k[1], .end_len = 4096};
+    memset(&c, 0, sizeof(c));
+    ck_assert_int_eq(kv_sm_scan(u.sm, &below, 0, collect_cb, &c), 0);
+    ck_assert_int_eq(c.n, 2); /* k[3], k[0] */
+    ck_assert_int_eq(kvu_del(&u, k[1]), 0);
+    ck_assert_int_eq(kv_sm_flush(u.sm), 0);
+    ck_assert_ptr_null(kvu_get(&u, k[1], buf, sizeof(buf)));
+    for (int i = 0; i < 4; i++)
+        tk_free(k[i]);
+    kvu_close(&u, true);
+}
+END_TEST
+
+START_TEST(test_fast_decoder_agrees_with_protobuf_c)
+{
+    /* Mutated encodings: whatever the fast path accepts, protobuf-c decodes
+     * to the same command. */
+    struct tk_prng r;
+    tk_prng_seed(&r, 99);
+    uint8_t base[3][64];
+    size_t blen[3];
+    Kvpb__Command c = KVPB__COMMAND__INIT;
+    Kvpb__Put p = KVPB__PUT__INIT;
+    Kvpb__Delete d = KVPB__DELETE__INIT;
+    p.key = kvu_str("key");
+    p.value = kvu_str("value");
+    p.ttl_ms = 300;
+    c.cmd_case = KVPB__COMMAND__CMD_PUT;
+    c.put = &p;
+    c.client_id = 5;
+    c.seq = 1234567;
+    blen[0] = kvpb__command__pack(&c, base[0]);
+    c.client_id = 0;
+    p.ttl_ms = 0;
+    blen[1] = kvpb__command__pack(&c, base[1]);
+    d.key = kvu_str("gone");
+    c.cmd_case = KVPB__COMMAND__CMD_DEL;
+    c.del = &d;
+    blen[2] = kvpb__command__pack(&c, base[2]);
+    int accepted = 0;
+    for (int i = 0; i < 30000; i++) {
+        uint8_t buf[80];
+        int b = (int)tk_prng_below(&r, 3);
+        size_t len = blen[b];
+        memcpy(buf, base[b], len);
+        int muts = (int)tk_prng_below(&r, 3);
+        for (int m = 0; m < muts; m++) {
+            uint64_t what = tk_prng_below(&r, 3);
+            if (what == 0 && len > 0)
+                buf[tk_prng_below(&r, len)] = (uint8_t)tk_prng_next(&r);
+            else if (what == 1 && len > 0)
+                len = tk_prng_below(&r, len);
+            else if (len < sizeof(buf))
+                buf[len++] = (uint8_t)tk_prng_next(&r);
+        }
+        Kvpb__Command fc;
+        Kvpb__Put fp;
+        Kvpb__Delete fd;
+        if (!kv__fast_decode(buf, len, &fc, &fp, &fd))
+            continue;
+        accepted++;
+        Kvpb__Command *pc = kvpb__command__unpack(NULL, len, buf);
+        ck_assert_ptr_nonnull(pc);
+        ck_assert_int_eq(pc->cmd_case, fc.cmd_case);
+        ck_assert_uint_eq(pc->client_id, fc.client_id);
+        ck_assert_uint_eq(pc->seq, fc.seq);
+        if (fc.cmd_case == KVPB__COMMAND__CMD_PUT) {
+            ck_assert_ptr_null(pc->put->cond);
+            ck_assert_uint_eq(pc->put->key.len, fp.key.len);
+            ck_assert(fp.key.len == 0 ||
+                      memcmp(pc->put->key.data, fp.key.data, fp.key.len) == 0);
+            ck_assert_uint_eq(pc->put->value.len, fp.value.len);
+            ck_assert(fp.value.len == 0 ||
+                      memcmp(pc->put->value.data, fp.value.data, fp.value.len) == 0);
+            ck_assert_uint_eq(pc->put->ttl_ms, fp.ttl_ms);
+        } else {
+            ck_assert_uint_eq(pc->del->key.len, fd.key.len);
+            ck_assert(fd.key.len == 0 ||
+                      memcmp(pc->del->key.data, fd.key.data, fd.key.len) == 0);
+        }
+        kvpb__command__free_unpacked(pc, NULL);
+    }
+    ck_assert_int_gt(accepted, 1000); /* the test exercises the fast path */
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("kv");
+    TCase *tc = tcase_create("kv");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_ring_record_reads_back_and_checks);
+    tcase_add_test(tc, test_ring_flipped_byte_fails_check);
+    tcase_add_test(tc, test_ring_pages_roll_and_release);
+    tcase_add_test(tc, test_index_grows_incrementally_and_finds_every_key);
+    tcase_add_test(tc, test_view_keeps_byte_order);
+    tcase_add_test(tc, test_put_get_revisions_and_versions);
+    tcase_add_test(tc, test_put_compare_version_revision_value_absence);
+    tcase_add_test(tc, test_delete_existing_and_absent);
+    tcase_add_test(tc, test_delete_range_and_prefix_across_tiers);
+    tcase_add_test(tc, test_increment_counts_and_rejects_non_integers);
+    tcase_add_test(tc, test_batch_is_atomic);
+    tcase_add_test(tc, test_txn_then_else_and_atomic_failure);
+    tcase_add_test(tc, test_ttl_expires_by_entry_time_in_both_tiers);
+    tcase_add_test(tc, test_duplicate_returns_first_result);
+    tcase_add_test(tc, test_bad_input_is_an_error_result_and_consumed);
+    tcase_add_test(tc, test_scan_merges_hot_and_cold_with_limit);
+    tcase_add_test(tc, test_multi_get);
+    tcase_add_test(tc, test_flipped_byte_in_ring_is_never_returned);
+    tcase_add_test(tc, test_more_data_than_ring_budget);
+    tcase_add_test(tc, test_restart_recovers_from_cold_and_replay);
+    tcase_add_test(tc, test_snapshot_stream_installs_identical_state);
+    tcase_add_test(tc, test_digest_differs_on_different_state);
+    tcase_add_test(tc, test_result_encoding_roundtrips);
+    tcase_add_test(tc, test_fast_decoder_agrees_with_protobuf_c);
+    tcase_add_test(tc, test_long_keys_in_the_cold_tier);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}

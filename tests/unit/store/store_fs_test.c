@@ -1,0 +1,671 @@
+/* The fs backend under damage and faults.
+ *
+ * Corruption: build a log over small segments, damage the files the way a
+ * crash or a bad disk would, reopen, and require either recovery to exactly
+ * the last valid record (a cut or zero-filled tail of the last segment) or a
+ * refusal that names the file (a flipped byte in synced data, a missing
+ * segment). The expected recovery point is computed from the on-disk layout
+ * (32-byte segment header, 48-byte record header, payload padded to 8), so
+ * these tests know the format on purpose.
+ *
+ * Faults: a replacement file-operations table makes fdatasync fail with EIO,
+ * pwritev fail with ENOSPC, or write only a few bytes at a time. */
+#include <check.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "base/err.h"
+#include "base/log.h"
+#include "base/prng.h"
+#include "store/store.h"
+#include "store_testlib.h"
+
+#define SEG_BYTES 8192
+#define SEG_HDR 32
+#define REC_HDR 48
+#define N_ENTRIES 700
+
+static uint64_t pad8(uint64_t n)
+{
+    return (n + 7) & ~(uint64_t)7;
+}
+
+struct layout {
+    size_t nsegs;
+    uint64_t first[256];
+    uint64_t used[256]; /* bytes used in each segment */
+    char path[256][4200];
+};
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Lists segments; computes how many bytes each uses (log of term 1 entries
+ * 1..last, as build() makes). */
+static void scan_layout(const char *dir, uint64_t last, struct layout *L)
+{
+    memset(L, 0, sizeof(*L));
+    DIR *d = opendir(dir);
+    ck_assert_ptr_nonnull(d);
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+        if (strlen(de->d_name) == 24 && strstr(de->d_name, ".seg") != NULL) {
+            ck_assert_uint_lt(L->nsegs, 256);
+            L->first[L->nsegs++] = strtoull(de->d_name, NULL, 10);
+        }
+    }
+    closedir(d);
+    qsort(L->first, L->nsegs, sizeof(uint64_t), cmp_u64);
+    for (size_t i = 0; i < L->nsegs; i++) {
+        snprintf(L->path[i], sizeof(L->path[i]), "%s/%020llu.seg", dir,
+                 (unsigned long long)L->first[i]);
+        uint64_t end = i + 1 < L->nsegs ? L->first[i + 1] - 1 : last;
+        uint64_t off = SEG_HDR;
+        for (uint64_t x = L->first[i]; x <= end; x++)
+            off += REC_HDR + pad8(tl_len(x, 1));
+        L->used[i] = off;
+    }
+}
+
+/* The last index that survives when segment `seg` keeps only its first
+ * `keep` bytes intact. */
+static uint64_t expected_last(const struct layout *L, size_t seg, uint64_t keep)
+{
+    if (keep < SEG_HDR)
+        return L->first[seg] - 1;
+    uint64_t off = SEG_HDR, x = L->first[seg];
+    for (;;) {
+        uint64_t rl = REC_HDR + pad8(tl_len(x, 1));
+        if (off + rl > keep || off + rl > L->used[seg])
+            return x - 1;
+        off += rl;
+        x++;
+    }
+}
+
+static struct store *open_ok(const char *dir, const struct store_options *o,
+                             struct store_boot *boot)
+{
+    struct store *s;
+    char err[STORE_ERRMSG_MAX];
+    int rc = store_open_fs(dir, o, &s, boot, err, sizeof(err));
+    ck_assert_msg(rc == 0, "open %s: %s: %s", dir, tk_errname(rc), err);
+    return s;
+}
+
+static void opts_small(struct store_options *o)
+{
+    store_options_default(o);
+    o->segment_bytes = SEG_BYTES;
+}
+
+/* Appends 1..n in term 1, `batch` entries per synced append. */
+static void build(const char *dir, uint64_t n, size_t batch)
+{
+    struct store_options o;
+    opts_small(&o);
+    struct store *s = open_ok(dir, &o, NULL);
+    for (uint64_t lo = 1; lo <= n; lo += batch) {
+        size_t k = lo + batch - 1 <= n ? batch : (size_t)(n - lo + 1);
+        struct raft_entry *v = tl_batch(lo, k, 1);
+        ck_assert_int_eq(store_append(s, v, k), 0);
+        tl_free(v, k);
+    }
+    store_close(s);
+}
+
+static void copy_file(const char *from, const char *to)
+{
+    int in = open(from, O_RDONLY);
+    ck_assert_int_ge(in, 0);
+    int out = open(to, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ck_assert_int_ge(out, 0);
+    static uint8_t buf[1 << 16];
+    ssize_t n;
+    while ((n = read(in, buf, sizeof(buf))) > 0)
+        ck_assert_int_eq(write(out, buf, (size_t)n), n);
+    ck_assert_int_eq(n, 0);
+    close(in);
+    close(out);
+}
+
+/* Copies a store directory (segments and meta/), one level of subdirectory. */
+static void copy_dir(const char *from, const char *to)
+{
+    DIR *d = opendir(from);
+    ck_assert_ptr_nonnull(d);
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+        if (de->d_name[0] == '.')
+            continue;
+        char a[4200], b[4200];
+        snprintf(a, sizeof(a), "%s/%s", from, de->d_name);
+        snprintf(b, sizeof(b), "%s/%s", to, de->d_name);
+        struct stat st;
+        ck_assert_int_eq(stat(a, &st), 0);
+        if (S_ISDIR(st.st_mode)) {
+            ck_assert_int_eq(mkdir(b, 0755), 0);
+            copy_dir(a, b);
+        } else {
+            copy_file(a, b);
+        }
+    }
+    closedir(d);
+}
+
+/* A fresh directory holding a copy of the log build(N_ENTRIES, 10) makes;
+ * the log is built once per test process. */
+static char *template_dir;
+
+static char *fresh_log(const char *tag)
+{
+    if (template_dir == NULL) {
+        template_dir = tl_tmpdir("template");
+        build(template_dir, N_ENTRIES, 10);
+    }
+    char *dir = tl_tmpdir(tag);
+    copy_dir(template_dir, dir);
+    return dir;
+}
+
+static void template_teardown(void)
+{
+    if (template_dir != NULL) {
+        tl_rmrf(template_dir);
+        free(template_dir);
+        template_dir = NULL;
+    }
+}
+
+static void verify(const char *dir, uint64_t want_last)
+{
+    struct store_options o;
+    opts_small(&o);
+    struct store_boot boot;
+    struct store *s = open_ok(dir, &o, &boot);
+    ck_assert_uint_eq(boot.first_index, 1);
+    ck_assert_msg(boot.last_index == want_last, "recovered to %llu, want %llu",
+                  (unsigned long long)boot.last_index, (unsigned long long)want_last);
+    struct raft_entry *e;
+    size_t n;
+    ck_assert_int_eq(store_read(s, 1, want_last + 1, 0, &e, &n), 0);
+    ck_assert_uint_eq(n, want_last);
+    for (size_t i = 0; i < n; i++)
+        ck_assert_msg(tl_check(&e[i], i + 1), "entry %zu damaged", i + 1);
+    store_entries_free(e, n);
+    /* The recovered log takes appends, and they survive another reopen. */
+    struct raft_entry *v = tl_batch(want_last + 1, 7, 1);
+    ck_assert_int_eq(store_append(s, v, 7), 0);
+    tl_free(v, 7);
+    store_close(s);
+    s = open_ok(dir, &o, &boot);
+    ck_assert_uint_eq(boot.last_index, want_last + 7);
+    ck_assert_int_eq(store_read(s, 1, want_last + 8, 0, &e, &n), 0);
+    for (size_t i = 0; i < n; i++)
+        ck_assert(tl_check(&e[i], i + 1));
+    store_entries_free(e, n);
+    store_close(s);
+}
+
+static void expect_refusal(const char *dir, const char *must_name)
+{
+    struct store_options o;
+    opts_small(&o);
+    struct store *s = NULL;
+    char err[STORE_ERRMSG_MAX] = "";
+    int rc = store_open_fs(dir, &o, &s, NULL, err, sizeof(err));
+    ck_assert_msg(rc == TK_ECORRUPT, "open gave %s (%s), want TK_ECORRUPT",
+                  tk_errname(rc), err);
+    printf("refused as expected: %s\n", err);
+    ck_assert_msg(strstr(err, must_name) != NULL, "error \"%s\" does not name %s", err,
+                  must_name);
+    ck_assert_msg(strstr(err, "offset") != NULL || strstr(err, "index") != NULL,
+                  "error \"%s\" names no offset or index", err);
+}
+
+static void write_at(const char *path, uint64_t off, const void *buf, size_t len)
+{
+    int fd = open(path, O_WRONLY);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(pwrite(fd, buf, len, (off_t)off), (ssize_t)len);
+    close(fd);
+}
+
+static const char *base_name(const char *path)
+{
+    const char *b = strrchr(path, '/');
+    return b ? b + 1 : path;
+}
+
+START_TEST(test_cut_last_segment_recovers_to_last_whole_record)
+{
+    struct tk_prng p;
+    tk_prng_seed(&p, 42);
+    for (int iter = 0; iter < 16; iter++) {
+        char *dir = fresh_log("cut");
+        struct layout L;
+        scan_layout(dir, N_ENTRIES, &L);
+        ck_assert_uint_ge(L.nsegs, 3);
+        size_t last = L.nsegs - 1;
+        uint64_t cut = iter == 0   ? L.used[last]
+                       : iter == 1 ? 0
+                                   : tk_prng_below(&p, L.used[last] + 1);
+        ck_assert_int_eq(truncate(L.path[last], (off_t)cut), 0);
+        verify(dir, expected_last(&L, last, cut));
+        tl_rmrf(dir);
+        free(dir);
+    }
+}
+END_TEST
+
+START_TEST(test_zero_filled_tail_recovers_to_last_whole_record)
+{
+    struct tk_prng p;
+    tk_prng_seed(&p, 7);
+    static uint8_t z[SEG_BYTES];
+    for (int iter = 0; iter < 16; iter++) {
+        char *dir = fresh_log("zero");
+        struct layout L;
+        scan_layout(dir, N_ENTRIES, &L);
+        size_t last = L.nsegs - 1;
+        uint64_t from = tk_prng_below(&p, L.used[last]);
+        write_at(L.path[last], from, z, L.used[last] - from);
+        verify(dir, expected_last(&L, last, from));
+        tl_rmrf(dir);
+        free(dir);
+    }
+}
+END_TEST
+
+START_TEST(test_garbage_after_tail_is_dropped)
+{
+    char *dir = fresh_log("garbage");
+    struct layout L;
+    scan_layout(dir, N_ENTRIES, &L);
+    size_t last = L.nsegs - 1;
+    uint8_t junk[300];
+    struct tk_prng p;
+    tk_prng_seed(&p, 3);
+    for (size_t i = 0; i < sizeof(junk); i++)
+        junk[i] = (uint8_t)tk_prng_next(&p);
+    write_at(L.path[last], L.used[last], junk, sizeof(junk));
+    verify(dir, N_ENTRIES);
+    tl_rmrf(dir);
+    free(dir);
+}
+END_TEST
+
+START_TEST(test_flipped_byte_in_sealed_segment_refuses_naming_it)
+{
+    struct tk_prng p;
+    tk_prng_seed(&p, 99);
+    for (int iter = 0; iter < 12; iter++) {
+        char *dir = fresh_log("flip");
+        struct layout L;
+        scan_layout(dir, N_ENTRIES, &L);
+        size_t seg = tk_prng_below(&p, L.nsegs - 1); /* not the last */
+        uint64_t off = tk_prng_below(&p, L.used[seg]);
+        int fd = open(L.path[seg], O_RDWR);
+        uint8_t b;
+        ck_assert_int_eq(pread(fd, &b, 1, (off_t)off), 1);
+        b ^= (uint8_t)(1u << tk_prng_below(&p, 8));
+        ck_assert_int_eq(pwrite(fd, &b, 1, (off_t)off), 1);
+        close(fd);
+        expect_refusal(dir, base_name(L.path[seg]));
+        tl_rmrf(dir);
+        free(dir);
+    }
+}
+END_TEST
+
+START_TEST(test_flipped_byte_before_synced_records_in_last_segment_refuses)
+{
+    char *dir = tl_tmpdir("flip-last");
+    /* One big segment: everything is in the last one. */
+    struct store_options o;
+    store_options_default(&o);
+    o.segment_bytes = 1 << 20;
+    struct store *s = open_ok(dir, &o, NULL);
+    for (uint64_t lo = 1; lo <= 200; lo += 10) {
+        struct raft_entry *v = tl_batch(lo, 10, 1);
+        ck_assert_int_eq(store_append(s, v, 10), 0);
+        tl_free(v, 10);
+    }
+    store_close(s);
+    struct layout L;
+    scan_layout(dir, 200, &L);
+    ck_assert_uint_eq(L.nsegs, 1);
+    size_t last = L.nsegs - 1;
+    /* A byte in the payload area of the first record of the last segment;
+     * later batches in that segment were written after it was synced. */
+    uint64_t off = SEG_HDR + 20;
+    uint8_t b = 0x5a;
+    write_at(L.path[last], off, &b, 1);
+    expect_refusal(dir, base_name(L.path[last]));
+    tl_rmrf(dir);
+    free(dir);
+}
+END_TEST
+
+START_TEST(test_missing_middle_segment_refuses)
+{
+    char *dir = fresh_log("missing");
+    struct layout L;
+    scan_layout(dir, N_ENTRIES, &L);
+    ck_assert_uint_ge(L.nsegs, 4);
+    size_t mid = L.nsegs / 2;
+    ck_assert_int_eq(unlink(L.path[mid]), 0);
+    expect_refusal(dir, base_name(L.path[mid - 1]));
+    tl_rmrf(dir);
+    free(dir);
+}
+END_TEST
+
+START_TEST(test_missing_first_segment_refuses)
+{
+    char *dir = fresh_log("missing-first");
+    struct layout L;
+    scan_layout(dir, N_ENTRIES, &L);
+    ck_assert_int_eq(unlink(L.path[0]), 0);
+    expect_refusal(dir, "missing segment");
+    tl_rmrf(dir);
+    free(dir);
+}
+END_TEST
+
+/* ---- fault injection ---------------------------------------------------- */
+
+static struct {
+    pthread_mutex_t mu;
+    int fail_fdatasync; /* errno to return, or 0 */
+    int fail_pwritev;
+    size_t short_write; /* if > 0: write at most this many bytes per call */
+    unsigned fdatasync_calls;
+    unsigned pwritev_calls;
+} F = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+static int f_fdatasync(int fd)
+{
+    pthread_mutex_lock(&F.mu);
+    F.fdatasync_calls++;
+    int e = F.fail_fdatasync;
+    pthread_mutex_unlock(&F.mu);
+    if (e != 0) {
+        errno = e;
+        return -1;
+    }
+    return store_fileops_default()->fdatasync(fd);
+}
+
+static ssize_t f_pwritev(int fd, const struct iovec *iov, int n, off_t off)
+{
+    pthread_mutex_lock(&F.mu);
+    F.pwritev_calls++;
+    int e = F.fail_pwritev;
+    size_t sw = F.short_write;
+    pthread_mutex_unlock(&F.mu);
+    if (e != 0) {
+        errno = e;
+        return -1;
+    }
+    if (sw > 0 && n > 0) {
+        size_t len = iov[0].iov_len < sw ? iov[0].iov_len : sw;
+        return pwrite(fd, iov[0].iov_base, len, off);
+    }
+    return store_fileops_default()->pwritev(fd, iov, n, off);
+}
+
+static struct store_fileops faulty;
+
+static void never_called(void *data, uint64_t seq, uint64_t last_index,
+                         uint64_t last_term, int status)
+{
+    (void)data;
+    (void)seq;
+    (void)last_index;
+    (void)last_term;
+    (void)status;
+    ck_abort_msg("a refused async append must not complete");
+}
+
+static void faults_reset(void)
+{
+    pthread_mutex_lock(&F.mu);
+    F.fail_fdatasync = 0;
+    F.fail_pwritev = 0;
+    F.short_write = 0;
+    F.fdatasync_calls = 0;
+    F.pwritev_calls = 0;
+    pthread_mutex_unlock(&F.mu);
+    faulty = *store_fileops_default();
+    faulty.fdatasync = f_fdatasync;
+    faulty.pwritev = f_pwritev;
+}
+
+static struct store *open_faulty(const char *dir)
+{
+    struct store_options o;
+    opts_small(&o);
+    o.fileops = &faulty;
+    return open_ok(dir, &o, NULL);
+}
+
+static void append_ok(struct store *s, uint64_t lo, size_t n)
+{
+    struct raft_entry *v = tl_batch(lo, n, 1);
+    int rc = store_append(s, v, n);
+    ck_assert_msg(rc == 0, "append: %s: %s", tk_errname(rc), store_errmsg(s));
+    tl_free(v, n);
+}
+
+START_TEST(test_eio_on_fdatasync_fails_the_store_without_retry)
+{
+    faults_reset();
+    char *dir = tl_tmpdir("eio");
+    struct store *s = open_faulty(dir);
+    append_ok(s, 1, 20);
+    pthread_mutex_lock(&F.mu);
+    F.fail_fdatasync = EIO;
+    pthread_mutex_unlock(&F.mu);
+    struct raft_entry *v = tl_batch(21, 5, 1);
+    ck_assert_int_eq(store_append(s, v, 5), TK_EIO);
+    ck_assert_int_eq(store_failed(s), TK_EIO);
+    ck_assert_ptr_nonnull(strstr(store_errmsg(s), "fdatasync"));
+    unsigned calls = F.fdatasync_calls;
+    /* Healing the disk changes nothing: the store stays failed. */
+    pthread_mutex_lock(&F.mu);
+    F.fail_fdatasync = 0;
+    pthread_mutex_unlock(&F.mu);
+    ck_assert_int_eq(store_append(s, v, 5), TK_EIO);
+    ck_assert_int_eq(store_append_async(s, v, 5, 1, NULL, never_called), TK_EIO);
+    struct raft_hard_state hs = {.term = 3, .vote = 1};
+    ck_assert_int_eq(store_save_hard_state(s, &hs), TK_EIO);
+    ck_assert_int_eq(store_truncate(s, 10), TK_EIO);
+    ck_assert_uint_eq(F.fdatasync_calls, calls); /* never retried */
+    tl_free(v, 5);
+    store_close(s);
+    /* What was acknowledged before the failure is intact. */
+    struct store_options o;
+    opts_small(&o);
+    struct store_boot boot;
+    s = open_ok(dir, &o, &boot);
+    ck_assert_uint_ge(boot.last_index, 20);
+    ck_assert_uint_eq(boot.hard_state.term, 0);
+    struct raft_entry *e;
+    size_t n;
+    ck_assert_int_eq(store_read(s, 1, 21, 0, &e, &n), 0);
+    for (size_t i = 0; i < n; i++)
+        ck_assert(tl_check(&e[i], i + 1));
+    store_entries_free(e, n);
+    store_close(s);
+    tl_rmrf(dir);
+    free(dir);
+}
+END_TEST
+
+struct async_result {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int done;
+    int status[64];
+};
+
+static void on_done(void *data, uint64_t seq, uint64_t last_index, uint64_t last_term,
+                    int status)
+{
+    struct async_result *r = data;
+    (void)last_index;
+    (void)last_term;
+    pthread_mutex_lock(&r->mu);
+    r->status[seq] = status;
+    r->done++;
+    pthread_cond_signal(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+}
+
+START_TEST(test_eio_in_async_group_fails_every_pending_append)
+{
+    faults_reset();
+    char *dir = tl_tmpdir("eio-async");
+    struct store *s = open_faulty(dir);
+    append_ok(s, 1, 3);
+    pthread_mutex_lock(&F.mu);
+    F.fail_fdatasync = EIO;
+    pthread_mutex_unlock(&F.mu);
+    struct async_result r = {.mu = PTHREAD_MUTEX_INITIALIZER,
+                             .cv = PTHREAD_COND_INITIALIZER};
+    int submitted = 0;
+    for (int i = 0; i < 10; i++) {
+        struct raft_entry *v = tl_batch(4 + (uint64_t)i * 2, 2, 1);
+        int rc = store_append_async(s, v, 2, (uint64_t)i, &r, on_done);
+        tl_free(v, 2);
+        if (rc != 0) {
+            ck_assert_int_eq(rc, TK_EIO); /* the store already failed */
+            break;
+        }
+        submitted++;
+    }
+    pthread_mutex_lock(&r.mu);
+    while (r.done < submitted)
+        pthread_cond_wait(&r.cv, &r.mu);
+    pthread_mutex_unlock(&r.mu);
+    for (int i = 0; i < submitted; i++)
+        ck_assert_int_eq(r.status[i], TK_EIO);
+    ck_assert_int_eq(store_failed(s), TK_EIO);
+    store_close(s);
+    tl_rmrf(dir);
+    free(dir);
+}
+END_TEST
+
+START_TEST(test_enospc_on_write_fails_the_store)
+{
+    faults_reset();
+    char *dir = tl_tmpdir("enospc");
+    struct store *s = open_faulty(dir);
+    append_ok(s, 1, 10);
+    pthread_mutex_lock(&F.mu);
+    F.fail_pwritev = ENOSPC;
+    pthread_mutex_unlock(&F.mu);
+    struct raft_entry *v = tl_batch(11, 5, 1);
+    ck_assert_int_eq(store_append(s, v, 5), TK_ENOSPC);
+    ck_assert_int_eq(store_failed(s), TK_ENOSPC);
+    pthread_mutex_lock(&F.mu);
+    F.fail_pwritev = 0;
+    pthread_mutex_unlock(&F.mu);
+    ck_assert_int_eq(store_append(s, v, 5), TK_ENOSPC);
+    tl_free(v, 5);
+    store_close(s);
+    struct store_options o;
+    opts_small(&o);
+    struct store_boot boot;
+    s = open_ok(dir, &o, &boot);
+    ck_assert_uint_eq(boot.last_index, 10);
+    store_close(s);
+    tl_rmrf(dir);
+    free(dir);
+}
+END_TEST
+
+START_TEST(test_short_writes_are_completed)
+{
+    faults_reset();
+    pthread_mutex_lock(&F.mu);
+    F.short_write = 5;
+    pthread_mutex_unlock(&F.mu);
+    char *dir = tl_tmpdir("short");
+    struct store *s = open_faulty(dir);
+    for (uint64_t lo = 1; lo <= 300; lo += 30)
+        append_ok(s, lo, 30);
+    ck_assert_uint_gt(F.pwritev_calls, 300); /* the writes really were cut */
+    append_ok(s, 250, 10); /* a truncation, zero-filled in short writes too */
+    store_close(s);
+    faults_reset();
+    verify(dir, 259);
+    tl_rmrf(dir);
+    free(dir);
+}
+END_TEST
+
+START_TEST(test_spare_segment_is_prepared_ahead)
+{
+    char *dir = tl_tmpdir("spare");
+    struct store_options o;
+    opts_small(&o);
+    struct store *s = open_ok(dir, &o, NULL);
+    char path[4200];
+    snprintf(path, sizeof(path), "%s/segment.prepare", dir);
+    struct stat st;
+    ck_assert_int_eq(stat(path, &st), 0);
+    ck_assert_int_eq(st.st_size, SEG_BYTES);
+    append_ok(s, 1, 1); /* takes the spare; the next is prepared after */
+    ck_assert_int_eq(stat(path, &st), 0);
+    store_close(s);
+    tl_rmrf(dir);
+    free(dir);
+}
+END_TEST
+
+static Suite *fs_suite(void)
+{
+    Suite *s = suite_create("store-fs");
+    TCase *tc = tcase_create("corruption");
+    tcase_set_timeout(tc, 120);
+    tcase_add_checked_fixture(tc, NULL, template_teardown);
+    tcase_add_test(tc, test_cut_last_segment_recovers_to_last_whole_record);
+    tcase_add_test(tc, test_zero_filled_tail_recovers_to_last_whole_record);
+    tcase_add_test(tc, test_garbage_after_tail_is_dropped);
+    tcase_add_test(tc, test_flipped_byte_in_sealed_segment_refuses_naming_it);
+    tcase_add_test(tc, test_flipped_byte_before_synced_records_in_last_segment_refuses);
+    tcase_add_test(tc, test_missing_middle_segment_refuses);
+    tcase_add_test(tc, test_missing_first_segment_refuses);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("faults");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_eio_on_fdatasync_fails_the_store_without_retry);
+    tcase_add_test(tc, test_eio_in_async_group_fails_every_pending_append);
+    tcase_add_test(tc, test_enospc_on_write_fails_the_store);
+    tcase_add_test(tc, test_short_writes_are_completed);
+    tcase_add_test(tc, test_spare_segment_is_prepared_ahead);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    tk_log_set_level(TK_LOG_ERROR); /* torn-tail warnings are expected */
+    SRunner *sr = srunner_create(fs_suite());
+    srunner_run_all(sr, CK_ENV);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}

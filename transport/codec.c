@@ -1,0 +1,495 @@
+/* The codec: struct raft_message <-> tierkv.RaftMessage (proto/tierkv.proto).
+ *
+ * The only code in tierkv that knows protobuf-c for Raft messages. Encoding
+ * builds the protobuf-c structs in reusable scratch memory, pointing at the
+ * caller's payload bytes, and packs them once. Decoding unpacks with an arena
+ * allocator: small allocations are bumped out of chunks kept between messages
+ * (no malloc per field), and allocations of CODEC_BLOB_MIN bytes or more, which
+ * are the bytes fields worth sharing, are made as tk_blobs so the decoded
+ * entries reference them instead of copying again. The arena is capped per
+ * message (CODEC_ARENA_RATIO x the input + CODEC_ARENA_SLACK) so a hostile frame
+ * cannot make the decoder allocate without bound.
+ *
+ * Every check on decoded input returns TK_EPROTO; nothing here asserts on bytes
+ * from the network. Encoder and decoder objects are owned by one thread. */
+#include <stddef.h>
+#include <string.h>
+
+#include "base/alloc.h"
+#include "base/assert.h"
+#include "base/blob.h"
+#include "base/err.h"
+#include "transport/transport_internal.h"
+
+#define CODEC_BLOB_MIN 256u
+#define CODEC_CHUNK_BYTES (64u << 10)
+#define CODEC_ARENA_RATIO 16u
+#define CODEC_ARENA_SLACK (64u << 10)
+
+_Static_assert((int)TIERKV__ENTRY__TYPE__CONFIG == (int)RAFT_ENTRY_CONFIG,
+               "entry types map one to one");
+_Static_assert(TIERKV__RAFT_MESSAGE__BODY_READ_INDEX_RESP == RAFT_MSG_READ_INDEX_RESP + 3,
+               "body case = raft_msg_type + 3");
+
+/* ---- Encoding ---- */
+
+/* Upper bounds of packed sizes, every varint at its 10-byte maximum:
+ * a scalar field is a 1-byte tag plus 10; a length-delimited one a 1-byte tag,
+ * a 10-byte length and its contents. Checked against protobuf-c's exact size
+ * with all-ones values in tests/unit/transport/codec_test.c. */
+#define BOUND_FIELD 11u
+#define BOUND_ENVELOPE (3u * BOUND_FIELD + BOUND_FIELD) /* from, to, term, body */
+#define BOUND_SMALL_BODY (5u * BOUND_FIELD)             /* at most 5 scalars */
+#define BOUND_ENTRY (BOUND_FIELD + 5u * BOUND_FIELD)    /* header, 4 scalars, data */
+#define BOUND_META                                                                       \
+    (BOUND_FIELD + 2u * BOUND_FIELD + 2u * BOUND_FIELD +                                 \
+     RAFT_VOTERS_MAX * 10u)                            /* index, term, voters */
+#define BOUND_SNAPSHOT (BOUND_META + 3u * BOUND_FIELD) /* offset, done, data */
+
+void codec__enc_init(struct codec_enc *e)
+{
+    memset(e, 0, sizeof(*e));
+}
+
+void codec__enc_destroy(struct codec_enc *e)
+{
+    tk_free(e->ents);
+    tk_free(e->ent_ptrs);
+    memset(e, 0, sizeof(*e));
+}
+
+static void enc_meta(struct codec_enc *e, const struct raft_snapshot_meta *meta)
+{
+    tierkv__snapshot_meta__init(&e->meta);
+    tierkv__configuration__init(&e->config);
+    e->meta.index = meta->index;
+    e->meta.term = meta->term;
+    memcpy(e->voters, meta->config.voters, sizeof(e->voters));
+    e->config.n_voters = meta->config.n_voters;
+    e->config.voters = e->voters;
+    e->meta.config = &e->config;
+}
+
+int codec__enc_prepare(struct codec_enc *e, const struct raft_message *m, uint64_t offset,
+                       size_t chunk_len, size_t *size)
+{
+    Tierkv__RaftMessage *pm = &e->msg;
+    size_t bound = BOUND_ENVELOPE + BOUND_SMALL_BODY;
+    tierkv__raft_message__init(pm);
+    pm->from = m->from;
+    pm->to = m->to;
+    pm->term = m->term;
+    switch (m->type) {
+    case RAFT_MSG_VOTE:
+        tierkv__request_vote__init(&e->body.vote);
+        e->body.vote.last_log_index = m->u.vote.last_log_index;
+        e->body.vote.last_log_term = m->u.vote.last_log_term;
+        e->body.vote.pre_vote = m->u.vote.pre_vote;
+        e->body.vote.transfer = m->u.vote.transfer;
+        pm->vote = &e->body.vote;
+        break;
+    case RAFT_MSG_VOTE_RESP:
+        tierkv__request_vote_response__init(&e->body.vote_resp);
+        e->body.vote_resp.pre_vote = m->u.vote_resp.pre_vote;
+        e->body.vote_resp.granted = m->u.vote_resp.granted;
+        pm->vote_resp = &e->body.vote_resp;
+        break;
+    case RAFT_MSG_APPEND: {
+        const struct raft_msg_append *a = &m->u.append;
+        Tierkv__AppendEntries *pa = &e->body.append;
+        tierkv__append_entries__init(pa);
+        pa->prev_index = a->prev_index;
+        pa->prev_term = a->prev_term;
+        pa->commit = a->commit;
+        pa->read_ctx = a->read_ctx;
+        if (a->n_entries > e->ents_cap) {
+            size_t cap = e->ents_cap ? e->ents_cap : 16;
+            while (cap < a->n_entries)
+                cap *= 2;
+            e->ents = tk_realloc(e->ents, cap * sizeof(*e->ents));
+            e->ent_ptrs = tk_realloc(e->ent_ptrs, cap * sizeof(*e->ent_ptrs));
+            e->ents_cap = cap;
+        }
+        for (uint32_t i = 0; i < a->n_entries; i++) {
+            const struct raft_entry *src = &a->entries[i];
+            Tierkv__Entry *pe = &e->ents[i];
+            tierkv__entry__init(pe);
+            pe->term = src->term;
+            pe->index = src->index;
+            pe->time_ms = src->time_ms;
+            pe->type = (Tierkv__Entry__Type)src->type;
+            if (src->data != NULL) {
+                pe->data.len = src->data->len;
+                pe->data.data = src->data->data;
+            }
+            e->ent_ptrs[i] = pe;
+        }
+        pa->n_entries = a->n_entries;
+        pa->entries = a->n_entries ? e->ent_ptrs : NULL;
+        pm->append = pa;
+        bound += (size_t)a->n_entries * BOUND_ENTRY;
+        for (uint32_t i = 0; i < a->n_entries; i++)
+            bound += a->entries[i].data ? a->entries[i].data->len : 0;
+        break;
+    }
+    case RAFT_MSG_APPEND_RESP:
+        tierkv__append_entries_response__init(&e->body.append_resp);
+        e->body.append_resp.reject = m->u.append_resp.reject;
+        e->body.append_resp.index = m->u.append_resp.index;
+        e->body.append_resp.conflict_index = m->u.append_resp.conflict_index;
+        e->body.append_resp.conflict_term = m->u.append_resp.conflict_term;
+        e->body.append_resp.read_ctx = m->u.append_resp.read_ctx;
+        pm->append_resp = &e->body.append_resp;
+        break;
+    case RAFT_MSG_SNAPSHOT: {
+        const struct raft_msg_snapshot *s = &m->u.snapshot;
+        size_t total = s->data ? s->data->len : 0;
+        if (s->meta.config.n_voters > RAFT_VOTERS_MAX)
+            return TK_EINVAL;
+        if (offset > total || chunk_len > total - offset)
+            return TK_EINVAL;
+        tierkv__install_snapshot__init(&e->body.snapshot);
+        enc_meta(e, &s->meta);
+        e->body.snapshot.meta = &e->meta;
+        e->body.snapshot.offset = offset;
+        e->body.snapshot.done = offset + chunk_len == total;
+        if (chunk_len != 0) {
+            e->body.snapshot.data.len = chunk_len;
+            e->body.snapshot.data.data = s->data->data + offset;
+        }
+        pm->snapshot = &e->body.snapshot;
+        bound += BOUND_SNAPSHOT + chunk_len;
+        break;
+    }
+    case RAFT_MSG_TIMEOUT_NOW:
+        tierkv__timeout_now__init(&e->body.timeout_now);
+        pm->timeout_now = &e->body.timeout_now;
+        break;
+    case RAFT_MSG_READ_INDEX:
+        tierkv__read_index__init(&e->body.read_index);
+        e->body.read_index.ctx = m->u.read_index.ctx;
+        pm->read_index = &e->body.read_index;
+        break;
+    case RAFT_MSG_READ_INDEX_RESP:
+        tierkv__read_index_response__init(&e->body.read_index_resp);
+        e->body.read_index_resp.ctx = m->u.read_index.ctx;
+        e->body.read_index_resp.index = m->u.read_index.index;
+        e->body.read_index_resp.reject = m->u.read_index.reject;
+        pm->read_index_resp = &e->body.read_index_resp;
+        break;
+    default:
+        return TK_EINVAL;
+    }
+    pm->body_case = (Tierkv__RaftMessage__BodyCase)(m->type + 3);
+    *size = bound;
+    return 0;
+}
+
+size_t codec__enc_size(struct codec_enc *e)
+{
+    return tierkv__raft_message__get_packed_size(&e->msg);
+}
+
+size_t codec__enc_pack(struct codec_enc *e, uint8_t *out)
+{
+    return tierkv__raft_message__pack(&e->msg, out);
+}
+
+/* ---- The decoding arena ---- */
+
+struct codec_arena_chunk {
+    struct codec_arena_chunk *next;
+    size_t size, used;
+    _Alignas(16) uint8_t mem[];
+};
+
+static void *arena_alloc(void *data, size_t size)
+{
+    struct codec_dec *d = data;
+    if (size > d->limit)
+        return NULL;
+    size = size == 0 ? 16 : (size + 15) & ~(size_t)15;
+    if (size > d->limit - d->used)
+        return NULL; /* protobuf-c turns this into a failed unpack */
+    d->used += size;
+    if (size >= CODEC_BLOB_MIN) {
+        if (d->n_blobs == d->blobs_cap) {
+            d->blobs_cap = d->blobs_cap ? 2 * d->blobs_cap : 16;
+            d->blobs = tk_realloc(d->blobs, d->blobs_cap * sizeof(*d->blobs));
+        }
+        struct tk_blob *b = tk_blob_new(size);
+        d->blobs[d->n_blobs++] = b;
+        return b->data;
+    }
+    struct codec_arena_chunk *c = d->cur;
+    while (c != NULL && c->size - c->used < size)
+        c = c->next;
+    if (c == NULL) {
+        c = tk_malloc(sizeof(*c) + CODEC_CHUNK_BYTES);
+        c->size = CODEC_CHUNK_BYTES;
+        c->used = 0;
+        c->next = d->chunks;
+        d->chunks = c;
+    }
+    d->cur = c;
+    void *p = c->mem + c->used;
+    c->used += size;
+    return p;
+}
+
+static void arena_free(void *data, void *ptr)
+{
+    (void)data;
+    (void)ptr; /* everything goes at once in codec__dec_release */
+}
+
+void codec__dec_init(struct codec_dec *d)
+{
+    memset(d, 0, sizeof(*d));
+}
+
+void codec__dec_release(struct codec_dec *d)
+{
+    for (size_t i = 0; i < d->n_blobs; i++)
+        tk_blob_unref(d->blobs[i]);
+    d->n_blobs = 0;
+    d->blob_cursor = 0;
+    for (size_t i = 0; i < d->n_ents; i++)
+        tk_blob_unref(d->ents[i].data);
+    d->n_ents = 0;
+    tk_blob_unref(d->snap_data);
+    d->snap_data = NULL;
+    for (struct codec_arena_chunk *c = d->chunks; c != NULL; c = c->next)
+        c->used = 0;
+    d->cur = d->chunks;
+    d->used = 0;
+    d->pb = NULL;
+}
+
+void codec__dec_destroy(struct codec_dec *d)
+{
+    codec__dec_release(d);
+    struct codec_arena_chunk *c = d->chunks;
+    while (c != NULL) {
+        struct codec_arena_chunk *next = c->next;
+        tk_free(c);
+        c = next;
+    }
+    tk_free(d->blobs);
+    tk_free(d->ents);
+    memset(d, 0, sizeof(*d));
+}
+
+/* A reference to bytes protobuf-c unpacked: the arena's blob when the bytes
+ * were allocated as one (allocations happen in field order, so a cursor finds
+ * it), else a copy. NULL for empty bytes. */
+static struct tk_blob *adopt_bytes(struct codec_dec *d, const ProtobufCBinaryData *bd)
+{
+    if (bd->len == 0)
+        return NULL;
+    for (size_t i = d->blob_cursor; i < d->n_blobs; i++) {
+        if (d->blobs[i]->data == bd->data) {
+            struct tk_blob *b = tk_blob_ref(d->blobs[i]);
+            b->len = bd->len; /* the allocation was rounded up */
+            d->blob_cursor = i + 1;
+            return b;
+        }
+    }
+    return tk_blob_copy(bd->data, bd->len);
+}
+
+static int dec_meta(const Tierkv__SnapshotMeta *pm, struct raft_snapshot_meta *out)
+{
+    if (pm == NULL || pm->config == NULL)
+        return TK_EPROTO;
+    const Tierkv__Configuration *c = pm->config;
+    if (c->n_voters == 0 || c->n_voters > RAFT_VOTERS_MAX)
+        return TK_EPROTO;
+    memset(out, 0, sizeof(*out));
+    out->index = pm->index;
+    out->term = pm->term;
+    out->config.n_voters = (uint32_t)c->n_voters;
+    for (size_t i = 0; i < c->n_voters; i++) {
+        if (c->voters[i] == RAFT_NONE)
+            return TK_EPROTO;
+        out->config.voters[i] = c->voters[i];
+    }
+    return 0;
+}
+
+int codec__decode(struct codec_dec *d, const uint8_t *buf, size_t len,
+                  struct raft_message *out)
+{
+    TK_ASSERT(d->pb == NULL); /* the previous message was released */
+    ProtobufCAllocator alloc = {
+        .alloc = arena_alloc, .free = arena_free, .allocator_data = d};
+    d->limit = len > (SIZE_MAX - CODEC_ARENA_SLACK) / CODEC_ARENA_RATIO
+                   ? SIZE_MAX
+                   : len * CODEC_ARENA_RATIO + CODEC_ARENA_SLACK;
+    Tierkv__RaftMessage *pm = tierkv__raft_message__unpack(&alloc, len, buf);
+    if (pm == NULL) {
+        codec__dec_release(d);
+        return TK_EPROTO;
+    }
+    d->pb = pm;
+    memset(out, 0, sizeof(*out));
+    out->from = pm->from;
+    out->to = pm->to;
+    out->term = pm->term;
+    if (pm->from == RAFT_NONE || pm->to == RAFT_NONE)
+        goto bad;
+    switch (pm->body_case) {
+    case TIERKV__RAFT_MESSAGE__BODY_VOTE:
+        out->u.vote.last_log_index = pm->vote->last_log_index;
+        out->u.vote.last_log_term = pm->vote->last_log_term;
+        out->u.vote.pre_vote = pm->vote->pre_vote;
+        out->u.vote.transfer = pm->vote->transfer;
+        break;
+    case TIERKV__RAFT_MESSAGE__BODY_VOTE_RESP:
+        out->u.vote_resp.pre_vote = pm->vote_resp->pre_vote;
+        out->u.vote_resp.granted = pm->vote_resp->granted;
+        break;
+    case TIERKV__RAFT_MESSAGE__BODY_APPEND: {
+        const Tierkv__AppendEntries *pa = pm->append;
+        struct raft_msg_append *a = &out->u.append;
+        a->prev_index = pa->prev_index;
+        a->prev_term = pa->prev_term;
+        a->commit = pa->commit;
+        a->read_ctx = pa->read_ctx;
+        if (pa->n_entries > UINT32_MAX)
+            goto bad;
+        if (pa->n_entries > d->ents_cap) {
+            size_t cap = d->ents_cap ? d->ents_cap : 16;
+            while (cap < pa->n_entries)
+                cap *= 2;
+            d->ents = tk_realloc(d->ents, cap * sizeof(*d->ents));
+            d->ents_cap = cap;
+        }
+        for (size_t i = 0; i < pa->n_entries; i++) {
+            const Tierkv__Entry *pe = pa->entries[i];
+            if (pa->prev_index > UINT64_MAX - 1 - i ||
+                pe->index != pa->prev_index + 1 + i)
+                goto bad;
+            if ((unsigned)pe->type > RAFT_ENTRY_CONFIG)
+                goto bad;
+            struct raft_entry *en = &d->ents[i];
+            en->term = pe->term;
+            en->index = pe->index;
+            en->time_ms = pe->time_ms;
+            en->type = (uint8_t)pe->type;
+            en->data = adopt_bytes(d, &pe->data);
+            d->n_ents = i + 1;
+        }
+        a->n_entries = (uint32_t)pa->n_entries;
+        a->entries = pa->n_entries ? d->ents : NULL;
+        break;
+    }
+    case TIERKV__RAFT_MESSAGE__BODY_APPEND_RESP:
+        out->u.append_resp.reject = pm->append_resp->reject;
+        out->u.append_resp.index = pm->append_resp->index;
+        out->u.append_resp.conflict_index = pm->append_resp->conflict_index;
+        out->u.append_resp.conflict_term = pm->append_resp->conflict_term;
+        out->u.append_resp.read_ctx = pm->append_resp->read_ctx;
+        break;
+    case TIERKV__RAFT_MESSAGE__BODY_SNAPSHOT: {
+        const Tierkv__InstallSnapshot *ps = pm->snapshot;
+        if (dec_meta(ps->meta, &out->u.snapshot.meta) != 0)
+            goto bad;
+        out->u.snapshot.offset = ps->offset;
+        out->u.snapshot.done = ps->done;
+        d->snap_data = adopt_bytes(d, &ps->data);
+        out->u.snapshot.data = d->snap_data;
+        break;
+    }
+    case TIERKV__RAFT_MESSAGE__BODY_TIMEOUT_NOW:
+        break;
+    case TIERKV__RAFT_MESSAGE__BODY_READ_INDEX:
+        out->u.read_index.ctx = pm->read_index->ctx;
+        break;
+    case TIERKV__RAFT_MESSAGE__BODY_READ_INDEX_RESP:
+        out->u.read_index.ctx = pm->read_index_resp->ctx;
+        out->u.read_index.index = pm->read_index_resp->index;
+        out->u.read_index.reject = pm->read_index_resp->reject;
+        break;
+    default:
+        goto bad; /* no body: an unknown message type from a newer sender */
+    }
+    out->type = (uint8_t)(pm->body_case - 3);
+    return 0;
+bad:
+    codec__dec_release(d);
+    return TK_EPROTO;
+}
+
+/* ---- Snapshot reassembly ---- */
+
+void codec__snap_init(struct codec_snap *s, uint64_t max_bytes)
+{
+    memset(s, 0, sizeof(*s));
+    s->max = max_bytes;
+}
+
+void codec__snap_destroy(struct codec_snap *s)
+{
+    tk_free(s->buf);
+    memset(s, 0, sizeof(*s));
+}
+
+static bool meta_equal(const struct raft_snapshot_meta *a,
+                       const struct raft_snapshot_meta *b)
+{
+    if (a->index != b->index || a->term != b->term ||
+        a->config.n_voters != b->config.n_voters)
+        return false;
+    return memcmp(a->config.voters, b->config.voters,
+                  a->config.n_voters * sizeof(a->config.voters[0])) == 0;
+}
+
+int codec__snap_feed(struct codec_snap *s, const struct raft_message *chunk,
+                     struct raft_message *whole)
+{
+    const struct raft_msg_snapshot *c = &chunk->u.snapshot;
+    size_t n = c->data ? c->data->len : 0;
+    if (c->offset == 0) {
+        s->active = true;
+        s->meta = c->meta;
+        s->len = 0;
+    } else if (!s->active || c->offset != s->len || !meta_equal(&s->meta, &c->meta)) {
+        s->active = false;
+        return TK_EPROTO;
+    }
+    if (n > s->max || s->len > s->max - n) {
+        s->active = false;
+        return TK_ETOOBIG;
+    }
+    if (c->done && c->offset == 0) {
+        /* One chunk: hand the decoded blob on without copying. */
+        s->active = false;
+        *whole = *chunk;
+        whole->u.snapshot.data = tk_blob_ref(c->data);
+        return 1;
+    }
+    if (s->len + n > s->cap) {
+        size_t cap = s->cap ? s->cap : 64u << 10;
+        while (cap < s->len + n)
+            cap *= 2;
+        s->buf = tk_realloc(s->buf, cap);
+        s->cap = cap;
+    }
+    if (n != 0)
+        memcpy(s->buf + s->len, c->data->data, n);
+    s->len += n;
+    if (!c->done)
+        return 0;
+    s->active = false;
+    *whole = *chunk;
+    whole->u.snapshot.offset = 0;
+    whole->u.snapshot.data = s->len ? tk_blob_copy(s->buf, s->len) : NULL;
+    s->len = 0;
+    if (s->cap > (4u << 20)) { /* do not keep a big buffer between snapshots */
+        tk_free(s->buf);
+        s->buf = NULL;
+        s->cap = 0;
+    }
+    return 1;
+}

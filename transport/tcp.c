@@ -1,0 +1,939 @@
+/* The TCP transport (libuv): one outgoing connection per peer, inbound
+ * connections from peers, frames of protobuf-c Raft messages.
+ *
+ * Sending: transport_send encodes the message straight into the peer's queue,
+ * a list of output buffers (64 KiB each, or one frame's size when larger) that
+ * frames are appended to back to back; nothing else is copied or allocated in
+ * steady state. Queued bytes per peer are bounded by send_queue_bytes: a send
+ * that does not fit is refused with TK_EBUSY, unless the queue is empty (so a
+ * single message larger than the bound, such as a big snapshot, can still go).
+ * A uv_prepare and a uv_check handle, started only while there is something to
+ * flush, write each peer's queue with one uv_write of up to WRITE_IOV_MAX
+ * buffers; one write per peer is in flight at a time and the next flush follows
+ * its completion, so everything sent during a loop turn leaves together.
+ *
+ * Connections: we dial each added peer, send HELLO and wait for the peer's
+ * HELLO before writing anything else, so a misdirected dial (wrong node or
+ * cluster behind the address) delivers nothing. Frames sent while the peer is
+ * not connected wait in the queue (bounded); a connection loss drops the queue
+ * and whatever was being written, and redials after a backoff that doubles from
+ * backoff_min_ms to backoff_max_ms, times a jitter factor in [0.5, 1].
+ *
+ * Receiving: each connection reads into a buffer that grows to the frame being
+ * read (at most frame_max) and shrinks back afterwards. Frames are parsed and
+ * checked in place; a decoded message lives in the connection's codec arena for
+ * the duration of recv_cb. Any bad input closes that connection only, logs the
+ * reason and counts it in conns_bad. A frame (or the handshake) must complete
+ * within io_timeout_ms of its first byte, which rids us of trickling peers.
+ *
+ * Everything runs on the loop thread that created the transport. */
+#include <arpa/inet.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <uv.h>
+
+#include "base/alloc.h"
+#include "base/assert.h"
+#include "base/err.h"
+#include "base/log.h"
+#include "base/prng.h"
+#include "transport/transport_internal.h"
+
+#define OBUF_BYTES (64u << 10)
+#define OBUF_FREE_MAX 8
+#define WRITE_IOV_MAX 64
+#define RBUF_BYTES (64u << 10)
+#define INBOUND_MAX 256
+#define TCP_KEEPALIVE_S 10
+#define HELLO_FRAME_BYTES (FRAME_HEADER_BYTES + 1 + FRAME_HELLO_BYTES)
+
+struct obuf {
+    struct obuf *next;
+    size_t cap, len;
+    uint8_t data[];
+};
+
+struct tcp;
+struct tcp_peer;
+
+enum conn_state { CONN_CONNECTING, CONN_HANDSHAKE, CONN_UP, CONN_CLOSING };
+
+struct tcp_conn {
+    struct tcp *t;
+    struct tcp_peer *peer; /* outgoing connection of this peer; NULL if inbound */
+    struct tcp_conn *next; /* inbound list */
+    uv_tcp_t handle;
+    uv_timer_t timer;
+    uv_connect_t connect_req;
+    int handles_open;
+    enum conn_state state;
+    uint64_t remote_id; /* after the handshake */
+    uint8_t *rbuf;
+    size_t rlen, rcap;
+    uint8_t hello[HELLO_FRAME_BYTES];
+    uv_write_t hello_req;
+    struct codec_dec dec;
+    struct codec_snap snap;
+};
+
+struct wreq {
+    uv_write_t req;
+    struct tcp_peer *peer;
+    struct obuf *bufs;
+    size_t bytes;
+    uint32_t msgs;
+    uv_buf_t iov[WRITE_IOV_MAX];
+};
+
+struct tcp_peer {
+    struct tcp *t;
+    uint64_t id;
+    struct sockaddr_storage addr;
+    struct tcp_conn *conn; /* current outgoing connection, or NULL */
+    uv_timer_t backoff_timer;
+    uint32_t backoff_ms;
+    bool up;
+    /* The queue: frames not yet handed to uv_write. */
+    struct obuf *head, *tail;
+    uint64_t queued_bytes; /* in the queue and in the write in flight */
+    uint32_t queued_msgs;  /* in the queue only */
+    struct wreq *inflight; /* &wreq while a write is in flight, else NULL */
+    struct wreq wreq;
+};
+
+struct tcp {
+    struct transport base;
+    uv_loop_t *loop;
+    struct transport_tcp_options o;
+    uv_tcp_t listener;
+    bool listening;
+    uv_prepare_t prepare;
+    uv_check_t check;
+    bool flush_armed;
+    struct tcp_peer **peers;
+    size_t n_peers;
+    struct tcp_conn *inbound;
+    size_t n_inbound;
+    struct obuf *free_obufs;
+    size_t n_free_obufs;
+    struct codec_enc enc;
+    struct tk_prng prng;
+    int handles_open;
+    bool closing;
+    transport_close_cb *close_cb;
+    void *close_data;
+};
+
+static void conn_close(struct tcp_conn *c);
+static void peer_dial(struct tcp_peer *p);
+static void peer_flush(struct tcp_peer *p);
+static void handle_closed(uv_handle_t *h);
+static void tcp_handle_gone(struct tcp *t);
+
+/* ---- Output buffers ---- */
+
+static struct obuf *obuf_get(struct tcp *t, size_t need)
+{
+    if (need <= OBUF_BYTES && t->free_obufs != NULL) {
+        struct obuf *b = t->free_obufs;
+        t->free_obufs = b->next;
+        t->n_free_obufs--;
+        b->next = NULL;
+        b->len = 0;
+        return b;
+    }
+    size_t cap = need > OBUF_BYTES ? need : OBUF_BYTES;
+    struct obuf *b = tk_malloc(sizeof(*b) + cap);
+    b->next = NULL;
+    b->cap = cap;
+    b->len = 0;
+    return b;
+}
+
+static void obuf_put(struct tcp *t, struct obuf *b)
+{
+    if (b->cap == OBUF_BYTES && t->n_free_obufs < OBUF_FREE_MAX && !t->closing) {
+        b->next = t->free_obufs;
+        t->free_obufs = b;
+        t->n_free_obufs++;
+    } else {
+        tk_free(b);
+    }
+}
+
+static void obuf_put_list(struct tcp *t, struct obuf *b)
+{
+    while (b != NULL) {
+        struct obuf *next = b->next;
+        obuf_put(t, b);
+        b = next;
+    }
+}
+
+/* Room for `need` contiguous bytes at the queue's tail. */
+static uint8_t *peer_reserve(struct tcp_peer *p, size_t need)
+{
+    struct obuf *b = p->tail;
+    if (b == NULL || b->cap - b->len < need) {
+        b = obuf_get(p->t, need);
+        if (p->tail != NULL)
+            p->tail->next = b;
+        else
+            p->head = b;
+        p->tail = b;
+    }
+    uint8_t *out = b->data + b->len;
+    b->len += need;
+    return out;
+}
+
+static void peer_drop_queue(struct tcp_peer *p)
+{
+    struct obuf *b = p->head;
+    size_t bytes = 0;
+    for (struct obuf *x = b; x != NULL; x = x->next)
+        bytes += x->len;
+    obuf_put_list(p->t, b);
+    p->head = p->tail = NULL;
+    p->queued_bytes -= bytes;
+    p->t->base.stats.send_dropped += p->queued_msgs;
+    p->queued_msgs = 0;
+}
+
+/* ---- Flushing ---- */
+
+static void flush_all(struct tcp *t)
+{
+    for (size_t i = 0; i < t->n_peers; i++)
+        peer_flush(t->peers[i]);
+    if (t->flush_armed) {
+        uv_prepare_stop(&t->prepare);
+        uv_check_stop(&t->check);
+        t->flush_armed = false;
+    }
+}
+
+static void on_prepare(uv_prepare_t *h)
+{
+    flush_all(h->data);
+}
+
+static void on_check(uv_check_t *h)
+{
+    flush_all(h->data);
+}
+
+static void arm_flush(struct tcp *t)
+{
+    if (!t->flush_armed) {
+        uv_prepare_start(&t->prepare, on_prepare);
+        uv_check_start(&t->check, on_check);
+        t->flush_armed = true;
+    }
+}
+
+static void peer_lost(struct tcp_peer *p, const char *why);
+
+static void on_write(uv_write_t *req, int status)
+{
+    struct wreq *w = req->data;
+    struct tcp_peer *p = w->peer;
+    struct tcp *t = p->t;
+    p->queued_bytes -= w->bytes;
+    obuf_put_list(t, w->bufs);
+    if (p->inflight == w)
+        p->inflight = NULL;
+    if (status == 0) {
+        t->base.stats.bytes_sent += w->bytes;
+    } else {
+        t->base.stats.send_dropped += w->msgs;
+        if (status != UV_ECANCELED && !t->closing && p->conn != NULL &&
+            (uv_stream_t *)&p->conn->handle == req->handle)
+            peer_lost(p, uv_strerror(status));
+    }
+    if (!t->closing && p->head != NULL)
+        peer_flush(p);
+}
+
+static void peer_flush(struct tcp_peer *p)
+{
+    if (!p->up || p->inflight != NULL || p->head == NULL)
+        return;
+    struct wreq *w = &p->wreq;
+    w->req.data = w;
+    w->peer = p;
+    w->bufs = p->head;
+    w->bytes = 0;
+    unsigned n = 0;
+    struct obuf *b = p->head, *last = NULL;
+    while (b != NULL && n < WRITE_IOV_MAX) {
+        w->iov[n++] = uv_buf_init((char *)b->data, (unsigned)b->len);
+        w->bytes += b->len;
+        last = b;
+        b = b->next;
+    }
+    last->next = NULL;
+    p->head = b;
+    if (b == NULL)
+        p->tail = NULL;
+    /* Messages are counted per queue, not per buffer: charge them all to this
+     * write if it takes the whole queue, else none (they go with the rest). */
+    w->msgs = b == NULL ? p->queued_msgs : 0;
+    if (b == NULL)
+        p->queued_msgs = 0;
+    p->inflight = w;
+    p->t->base.stats.writes++;
+    int rc = uv_write(&w->req, (uv_stream_t *)&p->conn->handle, w->iov, n, on_write);
+    if (rc != 0) {
+        p->inflight = NULL;
+        p->queued_bytes -= w->bytes;
+        obuf_put_list(p->t, w->bufs);
+        p->t->base.stats.send_dropped += w->msgs;
+        peer_lost(p, uv_strerror(rc));
+    }
+}
+
+/* ---- Sending ---- */
+
+static struct tcp_peer *peer_find(struct tcp *t, uint64_t id)
+{
+    for (size_t i = 0; i < t->n_peers; i++)
+        if (t->peers[i]->id == id)
+            return t->peers[i];
+    return NULL;
+}
+
+static bool queue_admits(const struct tcp_peer *p, uint64_t need)
+{
+    return p->queued_bytes == 0 || p->queued_bytes + need <= p->t->o.send_queue_bytes;
+}
+
+/* Frames the prepared message at the queue's tail: room for its size bound is
+ * reserved, and what packing does not use is given back (it is the tail). */
+static void put_frame(struct tcp_peer *p, size_t bound)
+{
+    struct tcp *t = p->t;
+    uint8_t *f = peer_reserve(p, FRAME_HEADER_BYTES + 1 + bound);
+    f[FRAME_HEADER_BYTES] = FRAME_KIND_RAFT;
+    size_t size = codec__enc_pack(&t->enc, f + FRAME_HEADER_BYTES + 1);
+    TK_ASSERT(size <= bound);
+    p->tail->len -= bound - size;
+    frame__seal(f, f + FRAME_HEADER_BYTES, (uint32_t)(1 + size));
+    p->queued_bytes += FRAME_HEADER_BYTES + 1 + size;
+}
+
+static int send_snapshot(struct tcp_peer *p, const struct raft_message *m)
+{
+    struct tcp *t = p->t;
+    size_t total = m->u.snapshot.data ? m->u.snapshot.data->len : 0;
+    size_t chunk = t->o.snapshot_chunk;
+    size_t n_chunks = total == 0 ? 1 : (total + chunk - 1) / chunk;
+    /* Overhead per frame: header, kind, envelope and meta (< 512 bytes). */
+    uint64_t need = (uint64_t)total + n_chunks * 512u;
+    if (total > t->o.snapshot_max)
+        return TK_ETOOBIG;
+    if (!queue_admits(p, need)) {
+        t->base.stats.send_busy++;
+        return TK_EBUSY;
+    }
+    size_t off = 0;
+    do {
+        size_t n = total - off < chunk ? total - off : chunk;
+        size_t size;
+        int rc = codec__enc_prepare(&t->enc, m, off, n, &size);
+        if (rc != 0)
+            return rc; /* only possible on the first chunk: nothing queued */
+        TK_ASSERT(1 + size <= t->o.frame_max);
+        put_frame(p, size);
+        off += n;
+    } while (off < total);
+    p->queued_msgs++;
+    return 0;
+}
+
+static int tcp_send(struct transport *base, const struct raft_message *m)
+{
+    struct tcp *t = (struct tcp *)base;
+    if (t->closing)
+        return TK_ECLOSED;
+    if (m->type == RAFT_MSG_NONE || m->type >= RAFT_MSG_TYPE_COUNT ||
+        m->to == RAFT_NONE || m->to == base->id || m->from != base->id)
+        return TK_EINVAL;
+    struct tcp_peer *p = peer_find(t, m->to);
+    if (p == NULL)
+        return TK_ENOTFOUND;
+    int rc;
+    if (m->type == RAFT_MSG_SNAPSHOT) {
+        rc = send_snapshot(p, m);
+    } else {
+        size_t size;
+        rc = codec__enc_prepare(&t->enc, m, 0, 0, &size);
+        if (rc != 0)
+            return rc;
+        if (size >= t->o.frame_max && codec__enc_size(&t->enc) >= t->o.frame_max)
+            return TK_ETOOBIG;
+        if (!queue_admits(p, FRAME_HEADER_BYTES + 1 + size)) {
+            base->stats.send_busy++;
+            return TK_EBUSY;
+        }
+        put_frame(p, size);
+        p->queued_msgs++;
+    }
+    if (rc != 0)
+        return rc;
+    base->stats.msgs_sent++;
+    if (p->up)
+        arm_flush(t);
+    return 0;
+}
+
+/* ---- Connections ---- */
+
+static void conn_bad(struct tcp_conn *c, const char *why)
+{
+    struct tcp *t = c->t;
+    t->base.stats.conns_bad++;
+    char kv[160];
+    snprintf(kv, sizeof(kv), "peer=%llu inbound=%d reason=\"%s\"",
+             (unsigned long long)c->remote_id, c->peer == NULL, why);
+    if (TK_LOG_WARN >= tk_log_get_level())
+        tk_logf(TK_LOG_WARN, t->base.id, 0, kv, "closing connection: bad input");
+    if (c->peer != NULL)
+        peer_lost(c->peer, why);
+    else
+        conn_close(c);
+}
+
+static void conn_closed(uv_handle_t *h)
+{
+    struct tcp_conn *c = h->data;
+    struct tcp *t = c->t;
+    if (--c->handles_open == 0) {
+        codec__dec_destroy(&c->dec);
+        codec__snap_destroy(&c->snap);
+        tk_free(c->rbuf);
+        tk_free(c);
+    }
+    tcp_handle_gone(t);
+}
+
+/* Closes `c` (idempotent). An inbound connection leaves the inbound list; an
+ * outgoing one is detached from its peer by the caller (peer_lost). */
+static void conn_close(struct tcp_conn *c)
+{
+    if (c->state == CONN_CLOSING)
+        return;
+    c->state = CONN_CLOSING;
+    struct tcp *t = c->t;
+    if (c->peer == NULL) {
+        struct tcp_conn **pp = &t->inbound;
+        while (*pp != c)
+            pp = &(*pp)->next;
+        *pp = c->next;
+        t->n_inbound--;
+    }
+    uv_close((uv_handle_t *)&c->handle, conn_closed);
+    uv_close((uv_handle_t *)&c->timer, conn_closed);
+}
+
+static void on_conn_timeout(uv_timer_t *timer)
+{
+    struct tcp_conn *c = timer->data;
+    if (c->state == CONN_CONNECTING) {
+        peer_lost(c->peer, "connect timed out"); /* not bad input */
+        return;
+    }
+    conn_bad(c, c->state == CONN_UP ? "frame not completed in time"
+                                    : "handshake not completed in time");
+}
+
+static struct tcp_conn *conn_new(struct tcp *t, struct tcp_peer *peer)
+{
+    struct tcp_conn *c = tk_calloc(1, sizeof(*c));
+    c->t = t;
+    c->peer = peer;
+    TK_ASSERT(uv_tcp_init(t->loop, &c->handle) == 0);
+    TK_ASSERT(uv_timer_init(t->loop, &c->timer) == 0);
+    c->handle.data = c;
+    c->timer.data = c;
+    c->handles_open = 2;
+    t->handles_open += 2;
+    codec__dec_init(&c->dec);
+    codec__snap_init(&c->snap, t->o.snapshot_max);
+    return c;
+}
+
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
+{
+    (void)suggested;
+    struct tcp_conn *c = h->data;
+    size_t want = RBUF_BYTES;
+    if (c->rlen >= FRAME_HEADER_BYTES && c->state == CONN_UP) {
+        /* Make room for the whole frame being read (its length was checked
+         * against frame_max when the header arrived). */
+        uint32_t n = (uint32_t)c->rbuf[0] | (uint32_t)c->rbuf[1] << 8 |
+                     (uint32_t)c->rbuf[2] << 16 | (uint32_t)c->rbuf[3] << 24;
+        size_t frame = FRAME_HEADER_BYTES + (size_t)n;
+        if (frame > c->rlen && frame - c->rlen > want)
+            want = frame - c->rlen;
+    }
+    if (c->rcap - c->rlen < want) {
+        c->rcap = c->rlen + want;
+        c->rbuf = tk_realloc(c->rbuf, c->rcap);
+    }
+    *buf = uv_buf_init((char *)c->rbuf + c->rlen, (unsigned)(c->rcap - c->rlen));
+}
+
+static void on_hello_written(uv_write_t *req, int status)
+{
+    (void)req;
+    (void)status; /* a failure shows up as a read error or the timeout */
+}
+
+static void send_hello(struct tcp_conn *c)
+{
+    struct tcp *t = c->t;
+    size_t n = frame__hello_write(c->hello, t->o.cluster_id, t->base.id);
+    uv_buf_t b = uv_buf_init((char *)c->hello, (unsigned)n);
+    int rc = uv_write(&c->hello_req, (uv_stream_t *)&c->handle, &b, 1, on_hello_written);
+    if (rc != 0)
+        TK_LOG(TK_LOG_WARN, t->base.id, 0, "hello write failed: %s", uv_strerror(rc));
+}
+
+/* Checks a HELLO; returns NULL or the reason it is refused. */
+static const char *hello_check(struct tcp_conn *c, const uint8_t *body, size_t len)
+{
+    struct tcp *t = c->t;
+    struct frame_hello h;
+    if (frame__hello_decode(body, len, &h) != 0)
+        return "hello of the wrong size";
+    if (h.magic != FRAME_HELLO_MAGIC)
+        return "hello with a wrong magic";
+    if (h.version != FRAME_HELLO_VERSION)
+        return "unsupported protocol version";
+    if (h.cluster_id != t->o.cluster_id)
+        return "cluster id mismatch";
+    if (h.node_id == RAFT_NONE || h.node_id == t->base.id)
+        return "bad node id";
+    if (c->peer != NULL && h.node_id != c->peer->id)
+        return "node id mismatch: a different node answers at this address";
+    c->remote_id = h.node_id;
+    return NULL;
+}
+
+static void peer_up(struct tcp_peer *p)
+{
+    struct tcp *t = p->t;
+    p->up = true;
+    p->backoff_ms = t->o.backoff_min_ms;
+    t->base.stats.conns_dialed++;
+    if (t->base.cbs.peer != NULL)
+        t->base.cbs.peer(&t->base, p->id, true, t->base.cbs.data);
+    if (!t->closing && p->head != NULL)
+        arm_flush(t);
+}
+
+/* One complete, CRC-checked frame. Returns 0, or the reason to close. */
+static const char *conn_frame(struct tcp_conn *c, const uint8_t *payload, uint32_t len)
+{
+    struct tcp *t = c->t;
+    uint8_t kind = payload[0];
+    if (c->state == CONN_HANDSHAKE) {
+        if (kind != FRAME_KIND_HELLO)
+            return "first frame is not a hello";
+        const char *why = hello_check(c, payload + 1, len - 1);
+        if (why != NULL)
+            return why;
+        c->state = CONN_UP;
+        uv_timer_stop(&c->timer);
+        if (c->peer != NULL) {
+            peer_up(c->peer);
+        } else {
+            t->base.stats.conns_accepted++;
+            send_hello(c);
+        }
+        return NULL;
+    }
+    if (c->peer != NULL)
+        return "unexpected frame on an outgoing connection";
+    if (kind != FRAME_KIND_RAFT)
+        return kind == FRAME_KIND_HELLO ? "second hello" : "unknown frame kind";
+    struct raft_message m;
+    if (codec__decode(&c->dec, payload + 1, len - 1, &m) != 0)
+        return "malformed raft message";
+    const char *why = NULL;
+    if (m.from != c->remote_id || m.to != t->base.id) {
+        why = "message ids do not match the connection";
+    } else if (m.type == RAFT_MSG_SNAPSHOT) {
+        struct raft_message whole;
+        int rc = codec__snap_feed(&c->snap, &m, &whole);
+        if (rc == 1) {
+            t->base.stats.msgs_received++;
+            t->base.cbs.recv(&t->base, &whole, t->base.cbs.data);
+            tk_blob_unref(whole.u.snapshot.data);
+        } else if (rc < 0) {
+            why = rc == TK_ETOOBIG ? "snapshot too large" : "snapshot chunk out of order";
+        }
+    } else {
+        t->base.stats.msgs_received++;
+        t->base.cbs.recv(&t->base, &m, t->base.cbs.data);
+    }
+    codec__dec_release(&c->dec);
+    return why;
+}
+
+static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
+{
+    (void)buf;
+    struct tcp_conn *c = s->data;
+    struct tcp *t = c->t;
+    if (c->state == CONN_CLOSING)
+        return;
+    if (nread < 0) {
+        if (c->rlen != 0) {
+            conn_bad(c, "connection ended inside a frame");
+        } else if (c->peer != NULL) {
+            peer_lost(c->peer, uv_strerror((int)nread));
+        } else {
+            conn_close(c);
+        }
+        return;
+    }
+    c->rlen += (size_t)nread;
+    t->base.stats.bytes_received += (uint64_t)nread;
+    size_t off = 0;
+    while (c->state != CONN_CLOSING && !t->closing) {
+        const uint8_t *payload;
+        uint32_t plen;
+        size_t consumed;
+        /* Before the handshake only a HELLO is acceptable: an unknown client
+         * cannot make us buffer a large frame. */
+        uint32_t limit = c->state == CONN_UP ? t->o.frame_max : 1 + FRAME_HELLO_BYTES;
+        int rc =
+            frame__parse(c->rbuf + off, c->rlen - off, limit, &payload, &plen, &consumed);
+        if (rc == 0)
+            break;
+        if (rc < 0) {
+            conn_bad(c, rc == TK_ETOOBIG ? "bad frame length" : "frame CRC mismatch");
+            return;
+        }
+        off += consumed;
+        const char *why = conn_frame(c, payload, plen);
+        if (why != NULL) {
+            if (c->state != CONN_CLOSING)
+                conn_bad(c, why);
+            return;
+        }
+    }
+    if (c->state == CONN_CLOSING || t->closing)
+        return;
+    c->rlen -= off;
+    if (off != 0 && c->rlen != 0)
+        memmove(c->rbuf, c->rbuf + off, c->rlen);
+    if (c->rlen == 0 && c->rcap > 4 * RBUF_BYTES) {
+        tk_free(c->rbuf);
+        c->rbuf = NULL;
+        c->rcap = 0;
+    }
+    /* The deadline runs from the first byte of the oldest incomplete frame. */
+    if (c->state == CONN_UP) {
+        if (c->rlen == 0)
+            uv_timer_stop(&c->timer);
+        else if (off != 0 || !uv_is_active((uv_handle_t *)&c->timer)) {
+            /* The loop's cached time may be old after a long turn. */
+            uv_update_time(t->loop);
+            uv_timer_start(&c->timer, on_conn_timeout, t->o.io_timeout_ms, 0);
+        }
+    }
+}
+
+/* ---- Inbound ---- */
+
+static void on_connection(uv_stream_t *server, int status)
+{
+    struct tcp *t = server->data;
+    if (status < 0 || t->closing)
+        return;
+    struct tcp_conn *c = conn_new(t, NULL);
+    if (uv_accept(server, (uv_stream_t *)&c->handle) != 0) {
+        c->next = t->inbound;
+        t->inbound = c;
+        t->n_inbound++;
+        conn_close(c);
+        return;
+    }
+    c->next = t->inbound;
+    t->inbound = c;
+    t->n_inbound++;
+    if (t->n_inbound > INBOUND_MAX) {
+        conn_bad(c, "too many inbound connections");
+        return;
+    }
+    uv_tcp_nodelay(&c->handle, 1);
+    uv_tcp_keepalive(&c->handle, 1, TCP_KEEPALIVE_S);
+    c->state = CONN_HANDSHAKE;
+    uv_timer_start(&c->timer, on_conn_timeout, t->o.io_timeout_ms, 0);
+    uv_read_start((uv_stream_t *)&c->handle, on_alloc, on_read);
+}
+
+/* ---- Outgoing ---- */
+
+static void on_backoff(uv_timer_t *timer)
+{
+    struct tcp_peer *p = timer->data;
+    if (!p->t->closing)
+        peer_dial(p);
+}
+
+/* The outgoing connection failed or was lost: drop what was queued, tell the
+ * node if it was up, and redial after a backoff with jitter. */
+static void peer_lost(struct tcp_peer *p, const char *why)
+{
+    struct tcp *t = p->t;
+    bool was_up = p->up;
+    if (p->conn != NULL) {
+        conn_close(p->conn);
+        p->conn = NULL;
+    }
+    p->up = false;
+    peer_drop_queue(p);
+    if (!was_up)
+        t->base.stats.conns_failed++;
+    TK_LOG(TK_LOG_DEBUG, t->base.id, 0, "connection to %llu lost: %s",
+           (unsigned long long)p->id, why);
+    if (was_up && t->base.cbs.peer != NULL)
+        t->base.cbs.peer(&t->base, p->id, false, t->base.cbs.data);
+    if (t->closing)
+        return;
+    double jitter = 0.5 + 0.5 * tk_prng_double(&t->prng);
+    uint64_t delay = (uint64_t)(p->backoff_ms * jitter);
+    uv_timer_start(&p->backoff_timer, on_backoff, delay, 0);
+    uint32_t next = p->backoff_ms * 2;
+    p->backoff_ms = next > t->o.backoff_max_ms ? t->o.backoff_max_ms : next;
+}
+
+static void on_connect(uv_connect_t *req, int status)
+{
+    struct tcp_conn *c = req->data;
+    struct tcp_peer *p = c->peer;
+    if (status == UV_ECANCELED || c->state == CONN_CLOSING)
+        return;
+    if (status < 0) {
+        peer_lost(p, uv_strerror(status));
+        return;
+    }
+    c->state = CONN_HANDSHAKE;
+    /* Notice a peer that vanished without a FIN on an idle connection. */
+    uv_tcp_keepalive(&c->handle, 1, TCP_KEEPALIVE_S);
+    send_hello(c);
+    uv_read_start((uv_stream_t *)&c->handle, on_alloc, on_read);
+}
+
+static void peer_dial(struct tcp_peer *p)
+{
+    struct tcp *t = p->t;
+    TK_ASSERT(p->conn == NULL);
+    struct tcp_conn *c = conn_new(t, p);
+    p->conn = c;
+    c->state = CONN_CONNECTING;
+    c->connect_req.data = c;
+    uv_tcp_nodelay(&c->handle, 1);
+    uv_timer_start(&c->timer, on_conn_timeout, t->o.io_timeout_ms, 0);
+    int rc = uv_tcp_connect(&c->connect_req, &c->handle,
+                            (const struct sockaddr *)&p->addr, on_connect);
+    if (rc != 0)
+        peer_lost(p, uv_strerror(rc));
+}
+
+static int parse_addr(const char *host, uint16_t port, struct sockaddr_storage *out)
+{
+    memset(out, 0, sizeof(*out));
+    if (host == NULL)
+        return TK_EINVAL;
+    if (uv_ip4_addr(host, port, (struct sockaddr_in *)out) == 0)
+        return 0;
+    if (uv_ip6_addr(host, port, (struct sockaddr_in6 *)out) == 0)
+        return 0;
+    return TK_EINVAL;
+}
+
+int transport_tcp_add_peer(struct transport *base, uint64_t id, const char *host,
+                           uint16_t port)
+{
+    struct tcp *t = (struct tcp *)base;
+    TK_ASSERT(base->ops->send == tcp_send);
+    if (t->closing)
+        return TK_ECLOSED;
+    if (id == RAFT_NONE || id == base->id || peer_find(t, id) != NULL)
+        return TK_EINVAL;
+    struct tcp_peer *p = tk_calloc(1, sizeof(*p));
+    if (parse_addr(host, port, &p->addr) != 0) {
+        tk_free(p);
+        return TK_EINVAL;
+    }
+    p->t = t;
+    p->id = id;
+    p->backoff_ms = t->o.backoff_min_ms;
+    TK_ASSERT(uv_timer_init(t->loop, &p->backoff_timer) == 0);
+    p->backoff_timer.data = p;
+    t->handles_open++;
+    t->peers = tk_realloc(t->peers, (t->n_peers + 1) * sizeof(*t->peers));
+    t->peers[t->n_peers++] = p;
+    peer_dial(p);
+    return 0;
+}
+
+/* ---- Lifecycle ---- */
+
+static void tcp_free(struct tcp *t)
+{
+    for (size_t i = 0; i < t->n_peers; i++) {
+        struct tcp_peer *p = t->peers[i];
+        TK_ASSERT(p->inflight == NULL);
+        obuf_put_list(t, p->head);
+        tk_free(p);
+    }
+    tk_free(t->peers);
+    struct obuf *b = t->free_obufs;
+    while (b != NULL) {
+        struct obuf *next = b->next;
+        tk_free(b);
+        b = next;
+    }
+    codec__enc_destroy(&t->enc);
+    tk_free(t);
+}
+
+/* One of the transport's handles (its own, a peer timer or a connection's) is
+ * closed; the last one, once closing, ends the close. */
+static void tcp_handle_gone(struct tcp *t)
+{
+    TK_ASSERT(t->handles_open > 0);
+    if (--t->handles_open == 0 && t->closing) {
+        if (t->close_cb != NULL)
+            t->close_cb(&t->base, t->close_data);
+        tcp_free(t);
+    }
+}
+
+static void handle_closed(uv_handle_t *h)
+{
+    tcp_handle_gone(h->data);
+}
+
+static void peer_timer_closed(uv_handle_t *h)
+{
+    struct tcp_peer *p = h->data;
+    tcp_handle_gone(p->t);
+}
+
+static void tcp_close(struct transport *base, transport_close_cb *cb, void *data)
+{
+    struct tcp *t = (struct tcp *)base;
+    TK_ASSERT(!t->closing);
+    t->closing = true;
+    t->close_cb = cb;
+    t->close_data = data;
+    uv_close((uv_handle_t *)&t->listener, handle_closed);
+    uv_close((uv_handle_t *)&t->prepare, handle_closed);
+    uv_close((uv_handle_t *)&t->check, handle_closed);
+    while (t->inbound != NULL)
+        conn_close(t->inbound);
+    for (size_t i = 0; i < t->n_peers; i++) {
+        struct tcp_peer *p = t->peers[i];
+        if (p->conn != NULL) {
+            conn_close(p->conn);
+            p->conn = NULL;
+        }
+        p->up = false;
+        peer_drop_queue(p);
+        uv_close((uv_handle_t *)&p->backoff_timer, peer_timer_closed);
+    }
+}
+
+static const struct transport_ops tcp_ops = {
+    .send = tcp_send,
+    .close = tcp_close,
+};
+
+void transport_tcp_options_default(struct transport_tcp_options *o)
+{
+    memset(o, 0, sizeof(*o));
+    o->listen_host = "127.0.0.1";
+}
+
+uint16_t transport_tcp_port(const struct transport *base)
+{
+    const struct tcp *t = (const struct tcp *)base;
+    if (!t->listening)
+        return 0;
+    struct sockaddr_storage ss;
+    int len = sizeof(ss);
+    if (uv_tcp_getsockname(&t->listener, (struct sockaddr *)&ss, &len) != 0)
+        return 0;
+    if (ss.ss_family == AF_INET)
+        return ntohs(((struct sockaddr_in *)&ss)->sin_port);
+    return ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+}
+
+int transport_tcp_new(uv_loop_t *loop, const struct transport_tcp_options *opts,
+                      const struct transport_callbacks *cbs, struct transport **out)
+{
+    if (opts->id == RAFT_NONE || cbs == NULL || cbs->recv == NULL)
+        return TK_EINVAL;
+    struct transport_tcp_options o = *opts;
+    if (o.frame_max == 0)
+        o.frame_max = FRAME_MAX_DEFAULT;
+    if (o.snapshot_chunk == 0)
+        o.snapshot_chunk = 1u << 20;
+    if (o.snapshot_max == 0)
+        o.snapshot_max = 1ull << 30;
+    if (o.send_queue_bytes == 0)
+        o.send_queue_bytes = 8u << 20;
+    if (o.backoff_min_ms == 0)
+        o.backoff_min_ms = 50;
+    if (o.backoff_max_ms == 0)
+        o.backoff_max_ms = 5000;
+    if (o.backoff_max_ms < o.backoff_min_ms)
+        o.backoff_max_ms = o.backoff_min_ms;
+    if (o.io_timeout_ms == 0)
+        o.io_timeout_ms = 10000;
+    if (o.frame_max < 4096 || o.snapshot_chunk + 1024 > o.frame_max)
+        return TK_EINVAL;
+    struct sockaddr_storage addr;
+    if (o.listen_host != NULL && parse_addr(o.listen_host, o.listen_port, &addr) != 0)
+        return TK_EINVAL;
+
+    struct tcp *t = tk_calloc(1, sizeof(*t));
+    t->base.ops = &tcp_ops;
+    t->base.id = o.id;
+    t->base.cbs = *cbs;
+    t->loop = loop;
+    t->o = o;
+    t->o.listen_host = NULL; /* not kept: the caller's string */
+    codec__enc_init(&t->enc);
+    tk_prng_seed(&t->prng, o.seed ^ o.id);
+    TK_ASSERT(uv_tcp_init(loop, &t->listener) == 0);
+    TK_ASSERT(uv_prepare_init(loop, &t->prepare) == 0);
+    TK_ASSERT(uv_check_init(loop, &t->check) == 0);
+    t->listener.data = t;
+    t->prepare.data = t;
+    t->check.data = t;
+    t->handles_open = 3;
+    if (o.listen_host != NULL) {
+        int rc = uv_tcp_bind(&t->listener, (const struct sockaddr *)&addr, 0);
+        if (rc == 0)
+            rc = uv_listen((uv_stream_t *)&t->listener, 128, on_connection);
+        if (rc != 0) {
+            TK_LOG(TK_LOG_ERROR, o.id, 0, "listen on %s:%u failed: %s", opts->listen_host,
+                   o.listen_port, uv_strerror(rc));
+            /* Close the handles; the struct goes when they are closed. */
+            tcp_close(&t->base, NULL, NULL);
+            return TK_EIO;
+        }
+        t->listening = true;
+    }
+    *out = &t->base;
+    return 0;
+}

@@ -1,0 +1,193 @@
+/* The Raft transport: moves struct raft_message between nodes.
+ *
+ * One interface, two implementations: an in-process hub (inproc.c), for tests,
+ * benchmarks and embedded clusters, and libuv TCP (tcp.c) for deployments. The
+ * node layer holds a `struct transport *` and does not care which it has.
+ *
+ * Threading: a transport belongs to the libuv loop it was created on. Every
+ * function here, and every callback, runs on that loop's thread. (The inproc
+ * hub itself is shared by many loops; see transport_inproc_*.)
+ *
+ * Ownership on send: transport_send() borrows `m`, including the AppendEntries
+ * entries array and every payload blob. Before it returns, the transport has
+ * copied or serialized whatever it needs (taking tk_blob references where it
+ * passes payloads on without copying), so the caller may raft_advance() at once.
+ *
+ * Ownership on receive: the message given to recv_cb, its entries array and its
+ * blobs are valid only during the callback. A receiver that keeps a payload
+ * takes its own tk_blob_ref (raft_step does exactly that). A snapshot arrives
+ * whole (offset 0, done), whatever chunking happened on the wire.
+ *
+ * Order: messages from one sender to one receiver arrive in the order they were
+ * sent, or not at all (a connection loss drops what was queued; inproc faults
+ * may drop, duplicate or, with a delay distribution, reorder on purpose).
+ * Nothing is retried: Raft retries. */
+#ifndef TK_TRANSPORT_H
+#define TK_TRANSPORT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "raft/raft.h"
+
+struct transport;
+
+/* A message for this node. `m` is valid only during the call (see above). */
+typedef void transport_recv_cb(struct transport *t, const struct raft_message *m,
+                               void *data);
+/* Peer `id` became reachable (up) or unreachable (down). For TCP: our outgoing
+ * connection to it completed its handshake, or was lost. Informational only:
+ * sends to a down peer are queued (TCP, bounded) or dropped (inproc). */
+typedef void transport_peer_cb(struct transport *t, uint64_t id, bool up, void *data);
+/* The transport is closed; called once, after which `t` is freed. */
+typedef void transport_close_cb(struct transport *t, void *data);
+
+struct transport_callbacks {
+    transport_recv_cb *recv;
+    transport_peer_cb *peer; /* may be NULL */
+    void *data;
+};
+
+/* Counters, cumulative since creation; read with transport_stats(). */
+struct transport_stats {
+    uint64_t msgs_sent;      /* accepted by transport_send */
+    uint64_t msgs_received;  /* delivered to recv_cb */
+    uint64_t bytes_sent;     /* TCP: bytes written to sockets */
+    uint64_t bytes_received; /* TCP: bytes read from sockets */
+    uint64_t send_busy;      /* sends refused with TK_EBUSY (queue full) */
+    uint64_t send_dropped;   /* accepted, then dropped (faults, lost conns) */
+    uint64_t conns_accepted; /* TCP: inbound connections accepted */
+    uint64_t conns_dialed;   /* TCP: outbound handshakes completed */
+    uint64_t conns_failed;   /* TCP: dials that failed or were refused */
+    uint64_t conns_bad;      /* TCP: closed for bad input or a bad handshake */
+    uint64_t writes;         /* TCP: uv_write calls (frames coalesce into one) */
+};
+
+/* Sends `m` to node m->to, never blocking. Borrows `m` (see above).
+ * Returns 0 (queued; delivery is not guaranteed), TK_EBUSY (the peer's bounded
+ * queue is full: retry later or let Raft retry), TK_ENOTFOUND (no such peer),
+ * TK_ETOOBIG (a message larger than the frame limit, snapshots excepted, which
+ * are chunked), TK_EINVAL (malformed message: unknown type, to == self) or
+ * TK_ECLOSED (closing). Loop thread only. */
+int transport_send(struct transport *t, const struct raft_message *m);
+
+/* Starts closing: stops receiving, drops queues, closes handles, then calls
+ * close_cb (which may be NULL) from the loop, never from inside this call.
+ * `t` is freed after close_cb returns. Loop thread only; call once. */
+void transport_close(struct transport *t, transport_close_cb *close_cb, void *data);
+
+void transport_stats(const struct transport *t, struct transport_stats *out);
+
+/* This node's id. */
+uint64_t transport_id(const struct transport *t);
+
+/* ---- In-process hub ------------------------------------------------------
+ *
+ * A hub connects up to TRANSPORT_INPROC_NODES_MAX endpoints, each on its own
+ * loop (nodes may share a loop, or each have a loop on its own thread). A send
+ * copies the message header and the entries array and takes references on the
+ * payload blobs (no serialization), pushes it onto the target's bounded MPSC
+ * queue and wakes the target loop with uv_async_send. The hub is thread-safe;
+ * each endpoint is owned by its loop thread.
+ *
+ * Faults, for tests, per directed link (from -> to), settable from any thread
+ * at any time: drop probability, duplicate probability, a uniform delay in
+ * [delay_min_ms, delay_max_ms] (which reorders), and a block (partition). The
+ * random choices use a PRNG per sending endpoint, seeded from the hub seed and
+ * the node id, so a single-threaded run replays. Faults make no peer events:
+ * like a real network, a partition is silent.
+ *
+ * Measured (docs/benchmarks-transport.md): nodes sharing one loop thread hand
+ * a message over with no syscall and no malloc (3 us round trip); a loop
+ * thread per node pays a cross-thread wake-up per hop (36 us on the 2-core VM).
+ * Prefer one loop for the nodes of one process. */
+#define TRANSPORT_INPROC_NODES_MAX 64
+
+struct uv_loop_s;
+struct transport_inproc_hub;
+
+/* Returns a new hub; `seed` drives fault randomness. Thread-safe to use. */
+struct transport_inproc_hub *transport_inproc_hub_new(uint64_t seed);
+/* Frees the hub. Every endpoint must have completed its close. */
+void transport_inproc_hub_free(struct transport_inproc_hub *hub);
+
+/* Attaches node `id` on `loop`. `queue_max` bounds the messages waiting for
+ * this node (0 = 4096, rounded up to a power of two; a full queue makes the
+ * sender's transport_send return TK_EBUSY). Other attached nodes get a peer-up event for
+ * it and it gets one for each of them. Returns 0, TK_EINVAL (id 0, or already attached)
+ * or TK_EBUSY (the hub is full). Call on `loop`'s thread. */
+int transport_inproc_new(struct transport_inproc_hub *hub, struct uv_loop_s *loop,
+                         uint64_t id, uint32_t queue_max,
+                         const struct transport_callbacks *cbs, struct transport **out);
+
+struct transport_link_faults {
+    double drop; /* probability a message is dropped */
+    double dup;  /* probability a message is delivered twice */
+    uint32_t delay_min_ms;
+    uint32_t delay_max_ms; /* 0: no delay */
+    bool blocked;          /* partitioned: everything is dropped */
+};
+
+/* Sets the faults of the directed link from -> to (ids need not be attached
+ * yet). Returns TK_EINVAL for a zero id or TK_EBUSY if the hub tracks
+ * TRANSPORT_INPROC_NODES_MAX ids already. Any thread. */
+int transport_inproc_set_faults(struct transport_inproc_hub *hub, uint64_t from,
+                                uint64_t to, const struct transport_link_faults *f);
+/* Blocks both directions between a and b (symmetric partition); `one_way`
+ * blocks only a -> b. */
+int transport_inproc_partition(struct transport_inproc_hub *hub, uint64_t a, uint64_t b,
+                               bool one_way);
+/* Clears every fault on every link. */
+void transport_inproc_heal(struct transport_inproc_hub *hub);
+
+/* ---- TCP -----------------------------------------------------------------
+ *
+ * One connection per peer direction: we dial each peer and send on that
+ * connection; peers dial us and we receive on the accepted ones. The dialer
+ * sends a HELLO frame (magic, protocol version, cluster id, node id); the
+ * acceptor checks it and answers with its own HELLO; the dialer checks that the
+ * answer names the cluster and the node it meant to reach. A mismatch closes the
+ * connection with a logged reason and counts it in conns_bad.
+ *
+ * Sends are framed into a per-peer buffer; everything queued during one loop
+ * turn leaves in one uv_write of iovecs. The queued bytes per peer are bounded
+ * (send_queue_bytes); a full queue refuses with TK_EBUSY. A lost or refused
+ * connection is redialed with exponential backoff (backoff_min_ms doubling up
+ * to backoff_max_ms) with jitter (a uniform factor in [0.5, 1]). Bad input on
+ * any connection (bad CRC, oversized length, garbage, a frame not completed
+ * within io_timeout_ms, an unknown frame kind or message type) closes that
+ * connection only. */
+struct transport_tcp_options {
+    uint64_t id;
+    uint64_t cluster_id;
+    const char *listen_host;   /* e.g. "127.0.0.1"; NULL: do not listen */
+    uint16_t listen_port;      /* 0: pick one (see transport_tcp_port) */
+    uint32_t frame_max;        /* largest frame payload; 0 = 4 MiB; the same on
+                                * every node (a larger frame closes the link) */
+    uint32_t snapshot_chunk;   /* snapshot bytes per frame; 0 = 1 MiB */
+    uint64_t snapshot_max;     /* largest snapshot accepted; 0 = 1 GiB */
+    uint64_t send_queue_bytes; /* per peer; 0 = 8 MiB */
+    uint32_t backoff_min_ms;   /* 0 = 50 */
+    uint32_t backoff_max_ms;   /* 0 = 5000 */
+    uint32_t io_timeout_ms;    /* handshake / partial frame deadline; 0 = 10000 */
+    uint64_t seed;             /* backoff jitter */
+};
+
+void transport_tcp_options_default(struct transport_tcp_options *o);
+
+/* Creates a TCP transport on `loop` and starts listening. Hosts are numeric
+ * IPv4 or IPv6 addresses (no name resolution). Returns 0, TK_EINVAL (id 0, bad
+ * address, frame_max below 4 KiB, snapshot_chunk + 1 KiB above frame_max) or
+ * TK_EIO (bind or listen failed; the reason is logged, and the half-made
+ * transport's handles are closing on `loop`: run it to release them). */
+int transport_tcp_new(struct uv_loop_s *loop, const struct transport_tcp_options *o,
+                      const struct transport_callbacks *cbs, struct transport **out);
+/* The port we listen on (useful with listen_port 0); 0 when not listening. */
+uint16_t transport_tcp_port(const struct transport *t);
+/* Adds peer `id` at host:port and starts dialing it. Returns 0, TK_EINVAL (id 0,
+ * self, duplicate, bad address). Loop thread. */
+int transport_tcp_add_peer(struct transport *t, uint64_t id, const char *host,
+                           uint16_t port);
+
+#endif
