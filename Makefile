@@ -5,7 +5,7 @@ BUILD ?= build
 SAN_BUILD ?= build-san
 MESON_FLAGS ?= --werror
 
-.PHONY: all deps build build-san run test test-fast clean
+.PHONY: all deps build build-san run sim test test-fast clean
 
 all: build
 
@@ -25,9 +25,12 @@ build: deps $(BUILD)/build.ninja
 build-san: deps $(SAN_BUILD)/build.ninja
 	ninja -C $(SAN_BUILD)
 
-# Until the server exists (issue 7), `make run` runs a simulated three-node
-# cluster in one process and prints its trace.
+# Three tierkvd processes on 127.0.0.1 (fs store under ./data/); Ctrl-C stops
+# them. `make sim` shows the simulated cluster's trace instead.
 run: build
+	@bash scripts/run-cluster.sh $(BUILD)
+
+sim: build
 	./$(BUILD)/tests/sim/raft-sim --demo
 
 test: build build-san

@@ -18,8 +18,9 @@
  * Threads: every function may be called from any thread except from inside a
  * tk callback (which runs on the node's own thread). Blocking calls wait on a
  * condition variable, never by polling. Errors are the negative TK_E* codes of
- * base/err.h (tk_strerror names them). Writes on a follower return
- * TK_ENOTLEADER: use tk_node_leader() to find the leader. */
+ * base/err.h (tk_strerror names them). A write submitted on a follower is
+ * forwarded to the leader over the Raft transport and completes on the
+ * follower; TK_ENOLEADER when no leader is known. */
 #ifndef TIERKV_H
 #define TIERKV_H
 
@@ -118,7 +119,8 @@ struct tk_write_result {
     uint64_t deleted;  /* delete: keys deleted */
 };
 
-/* A write finished: status is 0 or TK_ENOTLEADER, TK_EBUSY, TK_ELOST,
+/* A write finished: status is 0 or TK_ENOLEADER, TK_ENOTLEADER (the leader
+ * changed while forwarding), TK_EBUSY, TK_ELOST,
  * TK_ETIMEDOUT (outcome unknown), TK_ESHUTDOWN, TK_EIO. `res` is NULL unless
  * status is 0. Runs on the node's thread. */
 typedef void tk_write_cb(int status, const struct tk_write_result *res, void *data);

@@ -84,7 +84,9 @@ struct node {
     struct req_list committed_wait; /* writes, committed mode */
     struct req_list read_wait;      /* reads waiting for a read index */
     struct req_list read_ready;     /* reads with an index, waiting to apply */
+    struct req_list forward_wait;   /* writes forwarded to the leader */
     uint64_t read_ctx;
+    uint64_t forward_id;
 
     uint64_t snap_index;
     struct kv_result res; /* scratch for apply */
@@ -154,6 +156,11 @@ static void finish(struct node *n, struct node_req *r, int status)
         finish_read(n, r, status);
     else
         finish_write(n, r, status, NULL);
+}
+
+static void fail_write(struct node *n, struct node_req *r, int status)
+{
+    finish_write(n, r, status, NULL);
 }
 
 static void fail_list(struct node *n, struct req_list *l, int status)
@@ -246,6 +253,7 @@ static void node_fail(struct node *n, int rc, const char *what)
     fail_list(n, &n->committed_wait, TK_EIO);
     fail_list(n, &n->read_wait, TK_EIO);
     fail_list(n, &n->read_ready, TK_EIO);
+    fail_list(n, &n->forward_wait, TK_EIO);
 }
 
 /* ---- apply ------------------------------------------------------------- */
@@ -526,10 +534,6 @@ static void process_ready(struct node *n)
 
 /* ---- requests from other threads --------------------------------------- */
 
-static void fail_write(struct node *n, struct node_req *r, int status)
-{
-    finish_write(n, r, status, NULL);
-}
 
 static void start_read(struct node *n, struct node_req *r)
 {
@@ -545,6 +549,157 @@ static void start_read(struct node *n, struct node_req *r)
         return;
     }
     list_push(&n->read_wait, r);
+}
+
+/* ---- forwarding (follower -> leader, over the transport) ---------------
+ *
+ * A write submitted on a follower travels to the leader in a FORWARD frame
+ * and its result comes back in another, so a client never chases the leader:
+ *   request:  [u8 1][u8 mode][u64 id][command bytes]
+ *   response: [u8 2][u8 0][u64 id][i32 status][kv_result_encode() bytes]
+ * (integers little-endian). The leader proposes a forwarded command like its
+ * own; a leader that is no longer one answers TK_ENOTLEADER. */
+
+#define FWD_REQ 1
+#define FWD_RESP 2
+#define FWD_HDR 10
+
+struct fwd_req {
+    struct node_req req;
+    struct node *n;
+    uint64_t origin;
+    uint64_t id;
+};
+
+static void put_le(uint8_t *p, uint64_t v, int bytes)
+{
+    for (int i = 0; i < bytes; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint64_t get_le(const uint8_t *p, int bytes)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < bytes; i++)
+        v |= (uint64_t)p[i] << (8 * i);
+    return v;
+}
+
+static void forward_answer(struct node *n, uint64_t to, uint64_t id, int status,
+                           const struct kv_result *res)
+{
+    uint8_t buf[FWD_HDR + 4 + KV_RESULT_ENCODED_MAX];
+    buf[0] = FWD_RESP;
+    buf[1] = 0;
+    put_le(buf + 2, id, 8);
+    put_le(buf + FWD_HDR, (uint32_t)status, 4);
+    size_t len = FWD_HDR + 4;
+    if (status == 0 && res != NULL)
+        len += kv_result_encode(res, buf + len);
+    if (n->transport != NULL)
+        (void)transport_send_forward(n->transport, to, buf, len); /* origin times out */
+}
+
+static void forwarded_done(struct node_req *req, int status, const struct kv_result *res,
+                           void *data)
+{
+    struct fwd_req *f = data;
+    (void)req;
+    forward_answer(f->n, f->origin, f->id, status, res);
+    tk_free(f);
+}
+
+static void forward_request(struct node *n, uint64_t from, const uint8_t *buf, size_t len)
+{
+    uint64_t id = get_le(buf + 2, 8);
+    if (raft_role(n->raft) != RAFT_LEADER || n->failed || n->closing) {
+        forward_answer(n, from, id, n->failed ? TK_EIO : TK_ENOTLEADER, NULL);
+        return;
+    }
+    struct fwd_req *f = tk_calloc(1, sizeof(*f));
+    f->n = n;
+    f->origin = from;
+    f->id = id;
+    f->req.mode = buf[1] == NODE_MODE_COMMITTED ? NODE_MODE_COMMITTED : NODE_MODE_APPLIED;
+    f->req.cmd = tk_blob_copy(buf + FWD_HDR, len - FWD_HDR);
+    f->req.write_cb = forwarded_done;
+    f->req.data = f;
+    int rc = node_submit(n, &f->req);
+    if (rc != 0) {
+        tk_blob_unref(f->req.cmd);
+        forward_answer(n, from, id, rc, NULL);
+        tk_free(f);
+    }
+}
+
+static void forward_response(struct node *n, const uint8_t *buf, size_t len)
+{
+    if (len < FWD_HDR + 4)
+        return;
+    uint64_t id = get_le(buf + 2, 8);
+    int status = (int)(int32_t)(uint32_t)get_le(buf + FWD_HDR, 4);
+    struct req_list keep = { 0 };
+    struct node_req *r, *found = NULL;
+    while ((r = list_pop(&n->forward_wait)) != NULL) {
+        if (found == NULL && r->ctx == id)
+            found = r;
+        else
+            list_push(&keep, r);
+    }
+    n->forward_wait = keep;
+    if (found == NULL)
+        return; /* timed out already, or a duplicate */
+    if (status == 0) {
+        int rc = kv_result_decode(buf + FWD_HDR + 4, len - FWD_HDR - 4, &n->res);
+        if (rc != 0) {
+            finish_write(n, found, TK_EPROTO, NULL);
+            return;
+        }
+        finish_write(n, found, 0, &n->res);
+        return;
+    }
+    if (status > 0 || status < -100)
+        status = TK_EPROTO;
+    finish_write(n, found, status, NULL);
+}
+
+/* Transport callback: a FORWARD frame from a peer. Bad frames are dropped. */
+static void on_forward(struct transport *t, uint64_t from, const uint8_t *buf, size_t len,
+                       void *data)
+{
+    struct node *n = data;
+    (void)t;
+    if (n->closing || len < FWD_HDR)
+        return;
+    if (buf[0] == FWD_REQ)
+        forward_request(n, from, buf, len);
+    else if (buf[0] == FWD_RESP)
+        forward_response(n, buf, len);
+}
+
+/* Sends a write to the leader, or fails it here when no leader is known. */
+static void forward_write(struct node *n, struct node_req *r)
+{
+    uint64_t leader = raft_leader(n->raft);
+    if (leader == RAFT_NONE || leader == n->o.id) {
+        fail_write(n, r, TK_ENOLEADER);
+        return;
+    }
+    size_t len = FWD_HDR + r->cmd->len;
+    uint8_t *buf = tk_malloc(len);
+    buf[0] = FWD_REQ;
+    buf[1] = r->mode;
+    r->ctx = ++n->forward_id;
+    put_le(buf + 2, r->ctx, 8);
+    memcpy(buf + FWD_HDR, r->cmd->data, r->cmd->len);
+    int rc = transport_send_forward(n->transport, leader, buf, len);
+    tk_free(buf);
+    if (rc != 0) {
+        fail_write(n, r, rc == TK_ENOTFOUND ? TK_ENOLEADER : rc);
+        return;
+    }
+    n->metrics.forwarded++;
+    list_push(&n->forward_wait, r);
 }
 
 /* Drains one burst from the queue: writes become one raft_propose batch. */
@@ -564,6 +719,10 @@ static void drain_queue(struct node *n)
         }
         if (r->is_read) {
             start_read(n, r);
+            continue;
+        }
+        if (raft_role(n->raft) != RAFT_LEADER) {
+            forward_write(n, r);
             continue;
         }
         n->batch[nb++] = (struct raft_entry){ .type = RAFT_ENTRY_NORMAL,
@@ -643,6 +802,7 @@ static void on_tick(uv_timer_t *h)
     expire_list(n, &n->committed_wait, now);
     expire_list(n, &n->read_wait, now);
     expire_list(n, &n->read_ready, now);
+    expire_list(n, &n->forward_wait, now);
 }
 
 static void on_check(uv_check_t *h)
@@ -693,6 +853,7 @@ static void begin_close(struct node *n)
     fail_list(n, &n->committed_wait, TK_ESHUTDOWN);
     fail_list(n, &n->read_wait, TK_ESHUTDOWN);
     fail_list(n, &n->read_ready, TK_ESHUTDOWN);
+    fail_list(n, &n->forward_wait, TK_ESHUTDOWN);
     /* The storage thread wakes us from its callbacks: let those finish
      * before the wake handle goes away. */
     drain_appends(n);
@@ -800,7 +961,8 @@ static int open_storage(struct node *n, struct raft_boot *boot, struct raft_entr
 
 static int open_transport(struct node *n)
 {
-    struct transport_callbacks cbs = { .recv = on_recv, .peer = NULL, .data = n };
+    struct transport_callbacks cbs = { .recv = on_recv, .peer = NULL,
+                                       .forward = on_forward, .data = n };
     if (n->o.hub != NULL)
         return transport_inproc_new(n->o.hub, &n->loop, n->o.id, 0, &cbs,
                                     &n->transport);

@@ -11,6 +11,9 @@
  * node_read(), which push a request onto a bounded MPSC queue and wake the loop
  * with uv_async_send. Completions run on the loop thread.
  *
+ * A write submitted on a follower is forwarded to the leader over the
+ * transport (a FORWARD frame) and completes here with the leader's answer.
+ *
  * The path of a write: node_submit -> queue -> (loop turn) drain a burst into
  * one raft_propose batch -> ready: store_append_async + sends in parallel ->
  * store callback (storage thread) -> uv_async -> raft_persisted -> commit ->
@@ -57,7 +60,8 @@ enum node_consistency {
 struct node_req;
 
 /* A write finished. `status` is 0 (and `res` holds the sm's result in applied
- * mode; only res->revision in committed mode), TK_ENOTLEADER, TK_EBUSY,
+ * mode; only res->revision in committed mode), TK_ENOLEADER, TK_ENOTLEADER
+ * (forwarded to a node that is no longer leader), TK_EBUSY,
  * TK_ELOST (leadership changed and the entry was replaced), TK_ETIMEDOUT,
  * TK_ESHUTDOWN or TK_EIO. Runs on the node's loop thread; `res` is borrowed. */
 typedef void node_write_cb(struct node_req *req, int status,

@@ -118,18 +118,37 @@ START_TEST(test_three_nodes_elect_and_replicate)
 }
 END_TEST
 
-START_TEST(test_write_on_follower_is_refused_with_leader_hint)
+START_TEST(test_write_on_follower_is_forwarded_to_the_leader)
 {
     struct tk_cluster *c = start(3, 0);
     struct tk_node *l = leader_of(c);
     struct tk_node *f = tk_cluster_node(c, (uint32_t)(index_of(c, l) + 1) % 3);
     for (int t = 0; t < 200 && tk_node_leader(f) == 0; t++)
         usleep(5000);
-    int rc = tk_put(f, "x", 1, "y", 1, TK_MODE_APPLIED, NULL);
-    ck_assert_int_eq(rc, TK_ENOTLEADER);
-    struct tk_status st;
-    tk_node_status(l, &st);
-    ck_assert_uint_eq(tk_node_leader(f), st.id);
+    struct tk_write_result res;
+    int rc = tk_put(f, "x", 1, "y", 1, TK_MODE_APPLIED, &res);
+    ck_assert_msg(rc == 0, "forwarded put: %s", tk_strerror(rc));
+    ck_assert_uint_gt(res.revision, 0);
+    struct tk_write_result inc;
+    ck_assert_int_eq(tk_incr(f, "n", 1, 4, TK_MODE_COMMITTED, &inc), 0);
+    ck_assert_int_eq(tk_incr(f, "n", 1, 4, TK_MODE_APPLIED, &inc), 0);
+    ck_assert_int_eq(inc.value, 8); /* the leader's result came back */
+    assert_value(l, "x", "y", TK_READ_LINEARIZABLE);
+    assert_value(f, "x", "y", TK_READ_LINEARIZABLE);
+    tk_cluster_stop(c);
+}
+END_TEST
+
+START_TEST(test_write_without_leader_fails_explicitly)
+{
+    struct tk_cluster *c = start(3, 0);
+    struct tk_node *l = leader_of(c);
+    uint32_t fi = (uint32_t)(index_of(c, l) + 1) % 3;
+    ck_assert_int_eq(tk_cluster_isolate(c, fi, true), 0);
+    ck_assert_int_eq(tk_cluster_restart_node(c, fi), 0); /* knows no leader */
+    int rc = tk_put(tk_cluster_node(c, fi), "z", 1, "1", 1, TK_MODE_APPLIED, NULL);
+    ck_assert_msg(rc == TK_ENOLEADER || rc == TK_ETIMEDOUT, "%s", tk_strerror(rc));
+    ck_assert_int_eq(tk_cluster_isolate(c, fi, false), 0);
     tk_cluster_stop(c);
 }
 END_TEST
@@ -410,7 +429,8 @@ static Suite *node_suite(void)
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_single_node_commits_after_own_persist);
     tcase_add_test(tc, test_three_nodes_elect_and_replicate);
-    tcase_add_test(tc, test_write_on_follower_is_refused_with_leader_hint);
+    tcase_add_test(tc, test_write_on_follower_is_forwarded_to_the_leader);
+    tcase_add_test(tc, test_write_without_leader_fails_explicitly);
     tcase_add_test(tc, test_applied_result_visible_to_immediate_read);
     tcase_add_test(tc, test_committed_mode_completes_no_later_than_applied);
     tcase_add_test(tc, test_follower_restarts_and_catches_up);
