@@ -255,7 +255,9 @@ void http_respond(struct http_req *req, int status, const char *content_type,
                       req->close_after ? "Connection: close\r\n" : "");
     TK_ASSERT(hn > 0 && (size_t)hn < sizeof(head));
     size_t extra_len = extra ? strlen(extra) : 0;
-    req->resp_len = (size_t)hn + extra_len + 2 + body_len;
+    /* A HEAD answer announces the body's length but carries none. */
+    size_t send_len = req->method == HTTP_HEAD ? 0 : body_len;
+    req->resp_len = (size_t)hn + extra_len + 2 + send_len;
     req->resp = tk_malloc(req->resp_len);
     char *o = req->resp;
     memcpy(o, head, (size_t)hn);
@@ -266,8 +268,8 @@ void http_respond(struct http_req *req, int status, const char *content_type,
     }
     memcpy(o, "\r\n", 2);
     o += 2;
-    if (body_len)
-        memcpy(o, body, body_len);
+    if (send_len)
+        memcpy(o, body, send_len);
     tk_free(req->body); /* no longer needed; keep memory per queued response low */
     req->body = NULL;
     req->body_len = req->body_cap = 0;
