@@ -1,4 +1,6 @@
 /* The in-process transport: a hub of endpoints, one per node, each on a loop.
+ * Forwarded bytes (transport_send_forward) travel as copied items on the same
+ * queues, under the same faults.
  *
  * transport_send copies the message header and its entries array into one
  * allocation and takes a reference on each payload blob: ownership of that
@@ -33,7 +35,7 @@
 #include "base/queue.h"
 #include "transport/transport_internal.h"
 
-enum inproc_kind { ITEM_MSG = 0, ITEM_PEER_UP = 1, ITEM_PEER_DOWN = 2 };
+enum inproc_kind { ITEM_MSG = 0, ITEM_PEER_UP = 1, ITEM_PEER_DOWN = 2, ITEM_FORWARD = 3 };
 
 #define POOL_ENTS 4
 #define POOL_MAX 1024
@@ -44,6 +46,8 @@ struct inproc_item {
     uint8_t kind;
     bool pooled; /* has room for POOL_ENTS entries */
     uint64_t peer;
+    uint8_t *fwd; /* ITEM_FORWARD: a copy of the bytes */
+    size_t fwd_len;
     struct raft_message m;
     struct raft_entry ents[]; /* the copied entries array */
 };
@@ -229,6 +233,8 @@ static struct inproc_item *item_new(struct item_pool *pool, uint8_t kind, uint64
     it->due_ns = 0;
     it->kind = kind;
     it->peer = peer;
+    it->fwd = NULL;
+    it->fwd_len = 0;
     return it;
 }
 
@@ -252,6 +258,10 @@ static struct inproc_item *item_copy(struct item_pool *pool, const struct raft_m
 /* Frees on the thread of `pool`'s loop (or anywhere when pool is NULL). */
 static void item_free(struct item_pool *pool, struct inproc_item *it)
 {
+    if (it->kind == ITEM_FORWARD) {
+        tk_free(it->fwd);
+        it->fwd = NULL;
+    }
     if (it->kind == ITEM_MSG) {
         if (it->m.type == RAFT_MSG_APPEND) {
             for (uint32_t i = 0; i < it->m.u.append.n_entries; i++)
@@ -331,18 +341,13 @@ static bool chance(struct tk_prng *p, uint32_t threshold)
     return threshold != 0 && (uint32_t)(tk_prng_next(p) >> 32) <= threshold;
 }
 
-static int inproc_send(struct transport *t, const struct raft_message *m)
+/* Sends one item per copy to slot `to`, after the link's faults: `m` is a
+ * Raft message to copy, or NULL for the forwarded bytes `buf`. */
+static int inproc_post(struct inproc *ep, long to, const struct raft_message *m,
+                       const uint8_t *buf, size_t len)
 {
-    struct inproc *ep = (struct inproc *)t;
-    if (ep->closing)
-        return TK_ECLOSED;
-    if (m->type == RAFT_MSG_NONE || m->type >= RAFT_MSG_TYPE_COUNT ||
-        m->to == ep->base.id || m->to == RAFT_NONE || m->from != ep->base.id)
-        return TK_EINVAL;
     struct transport_inproc_hub *h = ep->hub;
-    long to = slot_find(h, m->to);
-    if (to < 0)
-        return TK_ENOTFOUND;
+    uint64_t *sent = m != NULL ? &ep->base.stats.msgs_sent : &ep->base.stats.fwd_sent;
     int copies = 1;
     uint64_t due_ns = 0;
     if (atomic_load_explicit(&h->faults_any, memory_order_relaxed)) {
@@ -350,7 +355,7 @@ static int inproc_send(struct transport *t, const struct raft_message *m)
         if (atomic_load_explicit(&l->blocked, memory_order_relaxed) ||
             chance(&ep->prng,
                    (uint32_t)atomic_load_explicit(&l->drop, memory_order_relaxed))) {
-            ep->base.stats.msgs_sent++;
+            (*sent)++;
             ep->base.stats.send_dropped++;
             return 0;
         }
@@ -368,7 +373,16 @@ static int inproc_send(struct transport *t, const struct raft_message *m)
         }
     }
     for (int c = 0; c < copies; c++) {
-        struct inproc_item *it = item_copy(ep->pool, m);
+        struct inproc_item *it;
+        if (m != NULL) {
+            it = item_copy(ep->pool, m);
+        } else {
+            it = item_new(ep->pool, ITEM_FORWARD, ep->base.id, 0);
+            it->fwd = tk_malloc(len ? len : 1);
+            if (len != 0)
+                memcpy(it->fwd, buf, len);
+            it->fwd_len = len;
+        }
         it->due_ns = due_ns;
         int rc = slot_push(h, (size_t)to, it, ep->loop);
         if (rc != 0) {
@@ -380,13 +394,41 @@ static int inproc_send(struct transport *t, const struct raft_message *m)
                 return TK_EBUSY;
             }
             /* Not attached: a down peer. The message is lost, as on a network. */
-            ep->base.stats.msgs_sent++;
+            (*sent)++;
             ep->base.stats.send_dropped++;
             return 0;
         }
     }
-    ep->base.stats.msgs_sent++;
+    (*sent)++;
     return 0;
+}
+
+static int inproc_send(struct transport *t, const struct raft_message *m)
+{
+    struct inproc *ep = (struct inproc *)t;
+    if (ep->closing)
+        return TK_ECLOSED;
+    if (m->type == RAFT_MSG_NONE || m->type >= RAFT_MSG_TYPE_COUNT ||
+        m->to == ep->base.id || m->to == RAFT_NONE || m->from != ep->base.id)
+        return TK_EINVAL;
+    long to = slot_find(ep->hub, m->to);
+    if (to < 0)
+        return TK_ENOTFOUND;
+    return inproc_post(ep, to, m, NULL, 0);
+}
+
+static int inproc_send_forward(struct transport *t, uint64_t to_id, const uint8_t *buf,
+                               size_t len)
+{
+    struct inproc *ep = (struct inproc *)t;
+    if (ep->closing)
+        return TK_ECLOSED;
+    if (to_id == ep->base.id || to_id == RAFT_NONE)
+        return TK_EINVAL;
+    long to = slot_find(ep->hub, to_id);
+    if (to < 0)
+        return TK_ENOTFOUND;
+    return inproc_post(ep, to, NULL, buf, len);
 }
 
 static void deliver(struct inproc *ep, struct inproc_item *it)
@@ -395,6 +437,11 @@ static void deliver(struct inproc *ep, struct inproc_item *it)
     if (it->kind == ITEM_MSG) {
         t->stats.msgs_received++;
         t->cbs.recv(t, &it->m, t->cbs.data);
+    } else if (it->kind == ITEM_FORWARD) {
+        if (t->cbs.forward != NULL) {
+            t->stats.fwd_received++;
+            t->cbs.forward(t, it->peer, it->fwd, it->fwd_len, t->cbs.data);
+        }
     } else if (t->cbs.peer != NULL) {
         t->cbs.peer(t, it->peer, it->kind == ITEM_PEER_UP, t->cbs.data);
     }
@@ -540,6 +587,7 @@ static void inproc_close(struct transport *t, transport_close_cb *cb, void *data
 
 static const struct transport_ops inproc_ops = {
     .send = inproc_send,
+    .send_forward = inproc_send_forward,
     .close = inproc_close,
 };
 

@@ -1,5 +1,6 @@
 /* The TCP transport (libuv): one outgoing connection per peer, inbound
- * connections from peers, frames of protobuf-c Raft messages.
+ * connections from peers, frames of protobuf-c Raft messages and of forwarded
+ * bytes (transport_send_forward: FRAME_KIND_FORWARD, the body as given).
  *
  * Sending: transport_send encodes the message straight into the peer's queue,
  * a list of output buffers (64 KiB each, or one frame's size when larger) that
@@ -388,6 +389,37 @@ static int tcp_send(struct transport *base, const struct raft_message *m)
     return 0;
 }
 
+static int tcp_send_forward(struct transport *base, uint64_t to, const uint8_t *buf,
+                            size_t len)
+{
+    struct tcp *t = (struct tcp *)base;
+    if (t->closing)
+        return TK_ECLOSED;
+    if (to == RAFT_NONE || to == base->id)
+        return TK_EINVAL;
+    struct tcp_peer *p = peer_find(t, to);
+    if (p == NULL)
+        return TK_ENOTFOUND;
+    if (len >= t->o.frame_max)
+        return TK_ETOOBIG;
+    size_t frame = FRAME_HEADER_BYTES + 1 + len;
+    if (!queue_admits(p, frame)) {
+        base->stats.send_busy++;
+        return TK_EBUSY;
+    }
+    uint8_t *f = peer_reserve(p, frame);
+    f[FRAME_HEADER_BYTES] = FRAME_KIND_FORWARD;
+    if (len != 0)
+        memcpy(f + FRAME_HEADER_BYTES + 1, buf, len);
+    frame__seal(f, f + FRAME_HEADER_BYTES, (uint32_t)(1 + len));
+    p->queued_bytes += frame;
+    p->queued_msgs++;
+    base->stats.fwd_sent++;
+    if (p->up)
+        arm_flush(t);
+    return 0;
+}
+
 /* ---- Connections ---- */
 
 static void conn_bad(struct tcp_conn *c, const char *why)
@@ -557,6 +589,14 @@ static const char *conn_frame(struct tcp_conn *c, const uint8_t *payload, uint32
     }
     if (c->peer != NULL)
         return "unexpected frame on an outgoing connection";
+    if (kind == FRAME_KIND_FORWARD) {
+        if (t->base.cbs.forward != NULL) {
+            t->base.stats.fwd_received++;
+            t->base.cbs.forward(&t->base, c->remote_id, payload + 1, len - 1,
+                                t->base.cbs.data);
+        }
+        return NULL;
+    }
     if (kind != FRAME_KIND_RAFT)
         return kind == FRAME_KIND_HELLO ? "second hello" : "unknown frame kind";
     struct raft_message m;
@@ -854,6 +894,7 @@ static void tcp_close(struct transport *base, transport_close_cb *cb, void *data
 
 static const struct transport_ops tcp_ops = {
     .send = tcp_send,
+    .send_forward = tcp_send_forward,
     .close = tcp_close,
 };
 

@@ -8,6 +8,12 @@ int transport_send(struct transport *t, const struct raft_message *m)
     return t->ops->send(t, m);
 }
 
+int transport_send_forward(struct transport *t, uint64_t to, const uint8_t *buf,
+                           size_t len)
+{
+    return t->ops->send_forward(t, to, buf, len);
+}
+
 void transport_close(struct transport *t, transport_close_cb *close_cb, void *data)
 {
     t->ops->close(t, close_cb, data);

@@ -40,12 +40,18 @@ typedef void transport_recv_cb(struct transport *t, const struct raft_message *m
  * connection to it completed its handshake, or was lost. Informational only:
  * sends to a down peer are queued (TCP, bounded) or dropped (inproc). */
 typedef void transport_peer_cb(struct transport *t, uint64_t id, bool up, void *data);
+/* Opaque bytes from node `from`, sent with transport_send_forward (the node
+ * layer's follower -> leader proposal forwarding and its answers). `buf` is
+ * valid only during the call. */
+typedef void transport_forward_cb(struct transport *t, uint64_t from, const uint8_t *buf,
+                                  size_t len, void *data);
 /* The transport is closed; called once, after which `t` is freed. */
 typedef void transport_close_cb(struct transport *t, void *data);
 
 struct transport_callbacks {
     transport_recv_cb *recv;
-    transport_peer_cb *peer; /* may be NULL */
+    transport_peer_cb *peer;       /* may be NULL */
+    transport_forward_cb *forward; /* may be NULL: forwarded bytes are dropped */
     void *data;
 };
 
@@ -62,6 +68,8 @@ struct transport_stats {
     uint64_t conns_failed;   /* TCP: dials that failed or were refused */
     uint64_t conns_bad;      /* TCP: closed for bad input or a bad handshake */
     uint64_t writes;         /* TCP: uv_write calls (frames coalesce into one) */
+    uint64_t fwd_sent;       /* transport_send_forward calls accepted */
+    uint64_t fwd_received;   /* forwarded byte strings delivered */
 };
 
 /* Sends `m` to node m->to, never blocking. Borrows `m` (see above).
@@ -71,6 +79,15 @@ struct transport_stats {
  * are chunked), TK_EINVAL (malformed message: unknown type, to == self) or
  * TK_ECLOSED (closing). Loop thread only. */
 int transport_send(struct transport *t, const struct raft_message *m);
+
+/* Sends `len` opaque bytes to node `to`, never blocking: the channel the node
+ * layer forwards proposals (and their answers) on, alongside the Raft messages
+ * and with the same order, queue bound and faults. Borrows `buf` (copied
+ * before returning). Returns 0, TK_EBUSY, TK_ENOTFOUND, TK_ETOOBIG (above the
+ * frame limit), TK_EINVAL (to == self) or TK_ECLOSED, as transport_send.
+ * Loop thread only. */
+int transport_send_forward(struct transport *t, uint64_t to, const uint8_t *buf,
+                           size_t len);
 
 /* Starts closing: stops receiving, drops queues, closes handles, then calls
  * close_cb (which may be NULL) from the loop, never from inside this call.

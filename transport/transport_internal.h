@@ -7,8 +7,9 @@
  * payload only. The payload's first byte is the frame kind:
  *   FRAME_KIND_HELLO   the handshake: a fixed 24-byte body (frame__hello_*),
  *   FRAME_KIND_RAFT    a tierkv.RaftMessage (codec.c),
- *   FRAME_KIND_FORWARD reserved for proposals forwarded follower -> leader
- *                      (a later issue); today it is an unknown kind.
+ *   FRAME_KIND_FORWARD opaque bytes of transport_send_forward (the node
+ *                      layer's proposal forwarding); the sender is the
+ *                      connection's handshaken node id.
  * Any other kind is a protocol error that closes the connection. */
 #ifndef TK_TRANSPORT_INTERNAL_H
 #define TK_TRANSPORT_INTERNAL_H
@@ -24,6 +25,7 @@
 /* ---- The implementation table ---- */
 struct transport_ops {
     int (*send)(struct transport *t, const struct raft_message *m);
+    int (*send_forward)(struct transport *t, uint64_t to, const uint8_t *buf, size_t len);
     void (*close)(struct transport *t, transport_close_cb *cb, void *data);
 };
 
@@ -42,7 +44,7 @@ struct transport {
 enum frame_kind {
     FRAME_KIND_HELLO = 1,
     FRAME_KIND_RAFT = 2,
-    FRAME_KIND_FORWARD = 3, /* reserved: node forwarding, not built yet */
+    FRAME_KIND_FORWARD = 3, /* opaque node-to-node bytes (forwarding) */
 };
 
 #define FRAME_HELLO_MAGIC 0x564b4b54u /* "TKKV" little-endian */

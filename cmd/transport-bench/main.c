@@ -414,13 +414,17 @@ static void floor_run(const struct seg *sg, struct result *r)
  *
  * No framing, no codec, one uv_write per message: what any libuv transport
  * pays for its event loop (epoll_wait + epoll_ctl + read + write per hop) on
- * top of the blocking-socket floor. */
+ * top of the blocking-socket floor. With `two`, requests go on one connection
+ * and replies come back on a second, as in the TCP transport (a connection per
+ * direction): the difference is the price of that design. */
 
 struct uvpp {
     uv_loop_t la, lb;
-    uv_tcp_t srv, sconn, cconn;
-    uv_connect_t creq;
+    uv_tcp_t srv, sconn[2], cconn[2];
+    uv_connect_t creq[2];
     struct sockaddr_in addr;
+    bool two;
+    int accepted, connected;
     size_t n, done, got_s, got_c;
     uint64_t t_send;
     struct tk_hist *hist;
@@ -432,7 +436,8 @@ static void uvpp_alloc(uv_handle_t *h, size_t sz, uv_buf_t *b)
 {
     (void)sz;
     struct uvpp *u = h->data;
-    *b = uv_buf_init(u->rbuf[h == (uv_handle_t *)&u->cconn], sizeof(u->rbuf[0]));
+    bool client = h == (uv_handle_t *)&u->cconn[0] || h == (uv_handle_t *)&u->cconn[1];
+    *b = uv_buf_init(u->rbuf[client], sizeof(u->rbuf[0]));
 }
 
 static void uvpp_written(uv_write_t *req, int status)
@@ -441,10 +446,10 @@ static void uvpp_written(uv_write_t *req, int status)
     free(req);
 }
 
-static void uvpp_write(struct uvpp *u, uv_stream_t *s)
+static void uvpp_write(uv_stream_t *s, char *msg)
 {
     uv_write_t *req = malloc(sizeof(*req));
-    uv_buf_t b = uv_buf_init(u->msg, sizeof(u->msg));
+    uv_buf_t b = uv_buf_init(msg, 64);
     TK_ASSERT(uv_write(req, s, &b, 1, uvpp_written) == 0);
 }
 
@@ -453,38 +458,43 @@ static void uvpp_srv_read(uv_stream_t *s, ssize_t n, const uv_buf_t *b)
     (void)b;
     struct uvpp *u = s->data;
     if (n < 0) {
-        uv_close((uv_handle_t *)s, NULL);
+        for (int i = 0; i <= (int)u->two; i++)
+            uv_close((uv_handle_t *)&u->sconn[i], NULL);
         uv_close((uv_handle_t *)&u->srv, NULL);
         return;
     }
     for (u->got_s += (size_t)n; u->got_s >= 64; u->got_s -= 64)
-        uvpp_write(u, s);
+        uvpp_write((uv_stream_t *)&u->sconn[u->two], u->msg);
 }
 
 static void uvpp_on_conn(uv_stream_t *srv, int status)
 {
     TK_ASSERT(status == 0);
     struct uvpp *u = srv->data;
-    uv_tcp_init(&u->lb, &u->sconn);
-    u->sconn.data = u;
-    TK_ASSERT(uv_accept(srv, (uv_stream_t *)&u->sconn) == 0);
-    uv_tcp_nodelay(&u->sconn, 1);
-    uv_read_start((uv_stream_t *)&u->sconn, uvpp_alloc, uvpp_srv_read);
+    int k = u->accepted++; /* the client connects one after the other */
+    uv_tcp_init(&u->lb, &u->sconn[k]);
+    u->sconn[k].data = u;
+    TK_ASSERT(uv_accept(srv, (uv_stream_t *)&u->sconn[k]) == 0);
+    uv_tcp_nodelay(&u->sconn[k], 1);
+    if (k == 0)
+        uv_read_start((uv_stream_t *)&u->sconn[0], uvpp_alloc, uvpp_srv_read);
 }
 
 static void uvpp_cli_read(uv_stream_t *s, ssize_t n, const uv_buf_t *b)
 {
     (void)b;
+    (void)s;
     struct uvpp *u = s->data;
     TK_ASSERT(n >= 0);
     for (u->got_c += (size_t)n; u->got_c >= 64; u->got_c -= 64) {
         tk_hist_record(u->hist, uv_hrtime() - u->t_send);
         if (++u->done == u->n) {
-            uv_close((uv_handle_t *)s, NULL);
+            for (int i = 0; i <= (int)u->two; i++)
+                uv_close((uv_handle_t *)&u->cconn[i], NULL);
             return;
         }
         u->t_send = uv_hrtime();
-        uvpp_write(u, s);
+        uvpp_write((uv_stream_t *)&u->cconn[0], u->msg);
     }
 }
 
@@ -492,10 +502,16 @@ static void uvpp_on_connect(uv_connect_t *req, int status)
 {
     TK_ASSERT(status == 0);
     struct uvpp *u = req->data;
-    uv_tcp_nodelay(&u->cconn, 1);
-    uv_read_start((uv_stream_t *)&u->cconn, uvpp_alloc, uvpp_cli_read);
+    int k = u->connected++;
+    uv_tcp_nodelay(&u->cconn[k], 1);
+    if (k == 0 && u->two) {
+        uv_tcp_connect(&u->creq[1], &u->cconn[1], (struct sockaddr *)&u->addr,
+                       uvpp_on_connect);
+        return;
+    }
+    uv_read_start((uv_stream_t *)&u->cconn[u->two], uvpp_alloc, uvpp_cli_read);
     u->t_send = uv_hrtime();
-    uvpp_write(u, (uv_stream_t *)&u->cconn);
+    uvpp_write((uv_stream_t *)&u->cconn[0], u->msg);
 }
 
 static void uvpp_server(void *arg)
@@ -504,10 +520,11 @@ static void uvpp_server(void *arg)
     uv_run(&u->lb, UV_RUN_DEFAULT);
 }
 
-static void floor_uv_rtt(const struct seg *sg, struct result *r)
+static void floor_uv_rtt(const struct seg *sg, bool two, struct result *r)
 {
     struct uvpp *u = calloc(1, sizeof(*u));
     u->n = sg->n;
+    u->two = two;
     tk_hist_init(&r->rtt);
     u->hist = &r->rtt;
     uv_loop_init(&u->la);
@@ -521,11 +538,16 @@ static void floor_uv_rtt(const struct seg *sg, struct result *r)
     uv_tcp_getsockname(&u->srv, (struct sockaddr *)&u->addr, &len);
     uv_thread_t th;
     uv_thread_create(&th, uvpp_server, u);
-    uv_tcp_init(&u->la, &u->cconn);
-    u->cconn.data = u;
-    u->creq.data = u;
+    for (int i = 0; i < 2; i++) {
+        uv_tcp_init(&u->la, &u->cconn[i]);
+        u->cconn[i].data = u;
+        u->creq[i].data = u;
+    }
+    if (!two)
+        uv_close((uv_handle_t *)&u->cconn[1], NULL);
     uint64_t t0 = uv_hrtime();
-    uv_tcp_connect(&u->creq, &u->cconn, (struct sockaddr *)&u->addr, uvpp_on_connect);
+    uv_tcp_connect(&u->creq[0], &u->cconn[0], (struct sockaddr *)&u->addr,
+                   uvpp_on_connect);
     uv_run(&u->la, UV_RUN_DEFAULT);
     r->secs = (double)(uv_hrtime() - t0) / 1e9;
     uv_thread_join(&th);
@@ -649,22 +671,24 @@ int main(int argc, char **argv)
     }
     transport_inproc_hub_free(hub);
 
-    /* The libuv floor for the round trip (see floor_uv_rtt). */
-    double uv_p50[RUNS_MAX], uv_p99[RUNS_MAX];
-    double uvfloor_p50 = 0, uvfloor_p99 = 0;
+    /* The libuv floors for the round trip (see floor_uv_rtt). */
+    double uvfloor_p50[2] = {0, 0}, uvfloor_p99[2] = {0, 0};
     if (only < 0 || only == 3) {
-        struct result ur;
-        struct seg rtt_seg = segs[3];
-        struct seg warm_rtt = rtt_seg;
-        warm_rtt.n = rtt_seg.n / 10 ? rtt_seg.n / 10 : 1;
-        floor_uv_rtt(&warm_rtt, &ur);
-        for (int k = 0; k < runs; k++) {
-            floor_uv_rtt(&rtt_seg, &ur);
-            uv_p50[k] = (double)tk_hist_quantile(&ur.rtt, 0.5) / 1e3;
-            uv_p99[k] = (double)tk_hist_quantile(&ur.rtt, 0.99) / 1e3;
+        for (int two = 0; two < 2; two++) {
+            double p50[RUNS_MAX], p99[RUNS_MAX];
+            struct result ur;
+            struct seg rtt_seg = segs[3];
+            struct seg warm_rtt = rtt_seg;
+            warm_rtt.n = rtt_seg.n / 10 ? rtt_seg.n / 10 : 1;
+            floor_uv_rtt(&warm_rtt, two, &ur);
+            for (int k = 0; k < runs; k++) {
+                floor_uv_rtt(&rtt_seg, two, &ur);
+                p50[k] = (double)tk_hist_quantile(&ur.rtt, 0.5) / 1e3;
+                p99[k] = (double)tk_hist_quantile(&ur.rtt, 0.99) / 1e3;
+            }
+            uvfloor_p50[two] = median(p50, runs);
+            uvfloor_p99[two] = median(p99, runs);
         }
-        uvfloor_p50 = median(uv_p50, runs);
-        uvfloor_p99 = median(uv_p99, runs);
     }
 
     printf("transport-bench%s: median of %d run(s), loopback, 127.0.0.1\n",
@@ -691,10 +715,12 @@ int main(int argc, char **argv)
         }
         printf("\n");
     }
-    printf("libuv floor (two loops, raw 64 B echo, no framing): round trip p50 %.1f "
-           "p99 %.1f us\n",
-           uvfloor_p50, uvfloor_p99);
-    printf("{\"bench\":\"transport\",\"uvfloor_rtt_p50_us\":%.1f,", uvfloor_p50);
+    printf("libuv floor, raw 64 B echo between two loops, round trip: one connection "
+           "p50 %.1f p99 %.1f us; a connection per direction p50 %.1f p99 %.1f us\n",
+           uvfloor_p50[0], uvfloor_p99[0], uvfloor_p50[1], uvfloor_p99[1]);
+    printf("{\"bench\":\"transport\",\"uvfloor_rtt_p50_us\":%.1f,"
+           "\"uvfloor2_rtt_p50_us\":%.1f,",
+           uvfloor_p50[0], uvfloor_p50[1]);
     printf("\"quick\":%s,\"runs\":%d,"
            "\"tcp_rtt_p50_us\":%.1f,\"tcp_rtt_p99_us\":%.1f,\"floor_rtt_p50_us\":%.1f,"
            "\"inproc1_rtt_p50_us\":%.2f,\"inproc2_rtt_p50_us\":%.2f,"

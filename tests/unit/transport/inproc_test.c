@@ -27,6 +27,9 @@ struct node {
     size_t close_after; /* close self after this many messages (0: never) */
     struct tk_blob *last_blob;
     bool closed;
+    size_t fwd_n;
+    uint64_t fwd_from;
+    char fwd_last[32];
 };
 
 static void on_recv(struct transport *t, const struct raft_message *m, void *data)
@@ -60,6 +63,18 @@ static void on_recv(struct transport *t, const struct raft_message *m, void *dat
     }
 }
 
+static void on_forward(struct transport *t, uint64_t from, const uint8_t *buf, size_t len,
+                       void *data)
+{
+    (void)t;
+    struct node *n = data;
+    n->fwd_n++;
+    n->fwd_from = from;
+    ck_assert_uint_lt(len, sizeof(n->fwd_last));
+    memcpy(n->fwd_last, buf, len);
+    n->fwd_last[len] = 0;
+}
+
 static void on_peer(struct transport *t, uint64_t id, bool up, void *data)
 {
     (void)t;
@@ -77,7 +92,8 @@ static struct node *node_new(struct transport_inproc_hub *hub, uv_loop_t *loop,
                              uint64_t id, uint32_t queue_max)
 {
     struct node *n = calloc(1, sizeof(*n));
-    struct transport_callbacks cbs = {.recv = on_recv, .peer = on_peer, .data = n};
+    struct transport_callbacks cbs = {
+        .recv = on_recv, .peer = on_peer, .forward = on_forward, .data = n};
     ck_assert_int_eq(transport_inproc_new(hub, loop, id, queue_max, &cbs, &n->t), 0);
     return n;
 }
@@ -151,9 +167,22 @@ START_TEST(test_delivers_in_order_with_payloads_by_reference)
     ck_assert_ptr_eq(b->last_blob, data);
     tk_blob_unref(data);
 
+    /* Forwarded bytes are copied: the sender's buffer may change at once. */
+    char fwd[] = "forwarded";
+    ck_assert_int_eq(transport_send_forward(a->t, 2, (const uint8_t *)fwd, 9), 0);
+    memset(fwd, 'x', 9);
+    ck_assert_int_eq(transport_send_forward(a->t, 1, (const uint8_t *)fwd, 9), TK_EINVAL);
+    ck_assert_int_eq(transport_send_forward(a->t, 7, (const uint8_t *)fwd, 9),
+                     TK_ENOTFOUND);
+    while (b->fwd_n < 1)
+        uv_run(&loop, UV_RUN_ONCE);
+    ck_assert_str_eq(b->fwd_last, "forwarded");
+    ck_assert_uint_eq(b->fwd_from, 1);
+
     struct transport_stats st;
     transport_stats(a->t, &st);
     ck_assert_uint_eq(st.msgs_sent, 3001);
+    ck_assert_uint_eq(st.fwd_sent, 1);
     transport_stats(b->t, &st);
     ck_assert_uint_eq(st.msgs_received, 3001);
     node_close(a);
@@ -273,14 +302,17 @@ START_TEST(test_faults_drop_dup_partition_heal)
     ck_assert_uint_eq(b->seen_ctx[0], 0);
     ck_assert_uint_eq(b->seen_ctx[1], 0);
 
-    /* Symmetric partition: nothing either way. */
+    /* Symmetric partition: nothing either way, forwarded bytes included. */
     transport_inproc_heal(hub);
     ck_assert_int_eq(transport_inproc_partition(hub, 1, 2, false), 0);
     b->n_seen = a->n_seen = 0;
     send_n_and_settle(&loop, a, 2, 0, 5);
     send_n_and_settle(&loop, b, 1, 0, 5);
+    ck_assert_int_eq(transport_send_forward(a->t, 2, (const uint8_t *)"f", 1), 0);
+    uv_run(&loop, UV_RUN_NOWAIT);
     ck_assert_uint_eq(b->n_seen, 0);
     ck_assert_uint_eq(a->n_seen, 0);
+    ck_assert_uint_eq(b->fwd_n, 0);
     /* One way: a -> b blocked, b -> a flows. */
     transport_inproc_heal(hub);
     ck_assert_int_eq(transport_inproc_partition(hub, 1, 2, true), 0);

@@ -26,6 +26,10 @@
 
 struct tnode {
     struct transport *t;
+    uint64_t fwd_from;
+    size_t fwd_n;
+    uint8_t fwd_last[64];
+    size_t fwd_last_len;
     uint64_t seen[MAX_SEEN];
     size_t n_seen;
     size_t bytes_seen;
@@ -61,6 +65,18 @@ static void on_recv(struct transport *t, const struct raft_message *m, void *dat
     }
 }
 
+static void on_forward(struct transport *t, uint64_t from, const uint8_t *buf, size_t len,
+                       void *data)
+{
+    (void)t;
+    struct tnode *n = data;
+    n->fwd_from = from;
+    n->fwd_n++;
+    ck_assert_uint_le(len, sizeof(n->fwd_last));
+    memcpy(n->fwd_last, buf, len);
+    n->fwd_last_len = len;
+}
+
 static void on_peer(struct transport *t, uint64_t id, bool up, void *data)
 {
     (void)t;
@@ -86,7 +102,8 @@ static void base_opts(struct transport_tcp_options *o, uint64_t id)
 static struct tnode *tnode_new(uv_loop_t *loop, const struct transport_tcp_options *o)
 {
     struct tnode *n = calloc(1, sizeof(*n));
-    struct transport_callbacks cbs = {.recv = on_recv, .peer = on_peer, .data = n};
+    struct transport_callbacks cbs = {
+        .recv = on_recv, .peer = on_peer, .forward = on_forward, .data = n};
     ck_assert_int_eq(transport_tcp_new(loop, o, &cbs, &n->t), 0);
     return n;
 }
@@ -230,6 +247,27 @@ START_TEST(test_delivers_in_order_both_ways_and_coalesces)
     ck_assert_uint_eq(b->snap->len, data->len);
     ck_assert_mem_eq(b->snap->data, data->data, data->len);
     tk_blob_unref(data);
+
+    /* Forwarded bytes, both ways, in order with the Raft messages. */
+    ck_assert_int_eq(send_seq(a->t, 2, 8000, 16), 0);
+    ck_assert_int_eq(transport_send_forward(a->t, 2, (const uint8_t *)"fwd-req", 7), 0);
+    ck_assert_int_eq(transport_send_forward(b->t, 1, (const uint8_t *)"fwd-resp!", 9), 0);
+    RUN_UNTIL(&loop, b->fwd_n == 1 && a->fwd_n == 1, 10000);
+    ck_assert_uint_eq(b->n_seen, 8001); /* the append sent before it arrived first */
+    ck_assert_uint_eq(b->fwd_from, 1);
+    ck_assert_uint_eq(b->fwd_last_len, 7);
+    ck_assert_mem_eq(b->fwd_last, "fwd-req", 7);
+    ck_assert_uint_eq(a->fwd_from, 2);
+    ck_assert_mem_eq(a->fwd_last, "fwd-resp!", 9);
+    ck_assert_int_eq(transport_send_forward(a->t, 1, (const uint8_t *)"x", 1), TK_EINVAL);
+    ck_assert_int_eq(transport_send_forward(a->t, 9, (const uint8_t *)"x", 1),
+                     TK_ENOTFOUND);
+    uint8_t *huge = calloc(1, 256u << 10);
+    ck_assert_int_eq(transport_send_forward(a->t, 2, huge, 256u << 10), TK_ETOOBIG);
+    free(huge);
+    transport_stats(a->t, &st);
+    ck_assert_uint_eq(st.fwd_sent, 1);
+    ck_assert_uint_eq(st.fwd_received, 1);
 
     /* Argument errors. */
     m.type = RAFT_MSG_TIMEOUT_NOW;
@@ -513,7 +551,7 @@ enum bad_case {
     BAD_OVERSIZED,
     BAD_TRUNCATED,
     BAD_TRICKLE,
-    BAD_KIND_FORWARD,
+    BAD_KIND_ZERO,
     BAD_KIND_UNKNOWN,
     BAD_MSG_TYPE,
     BAD_MSG_IDS,
@@ -576,8 +614,8 @@ START_TEST(test_bad_input_closes_only_that_connection)
         r.trickle_len = n;
         uv_timer_start(&r.trickle, on_trickle, 0, 100); /* io_timeout is 400 ms */
         break;
-    case BAD_KIND_FORWARD:
-        raw_write(&r, buf, frame_of(buf, FRAME_KIND_FORWARD, (const uint8_t *)"x", 1));
+    case BAD_KIND_ZERO:
+        raw_write(&r, buf, frame_of(buf, 0, (const uint8_t *)"x", 1));
         break;
     case BAD_KIND_UNKNOWN:
         raw_write(&r, buf, frame_of(buf, 99, (const uint8_t *)"x", 1));
