@@ -156,8 +156,8 @@ struct raft_msg_append_resp {
 };
 
 /* InstallSnapshot (thesis 5.2). The core sends and receives whole snapshots
- * (offset 0, done); the node layer cuts `data` into chunks on the wire and
- * reassembles them before raft_step (proto keeps offset and done). */
+ * (offset 0, done); the TCP transport cuts `data` into chunks on the wire and
+ * reassembles them before delivery (proto keeps offset and done). */
 struct raft_msg_snapshot {
     struct raft_snapshot_meta meta;
     uint64_t offset;
