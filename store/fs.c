@@ -14,7 +14,10 @@
  * The CRC covers bytes 4..48 of the header and the payload. `synced` is the
  * highest index that was durable when the record was written: recovery uses
  * it to tell a torn, never-acknowledged tail (truncated) from damage to data
- * that had been synced and maybe acknowledged (refused, loudly).
+ * that had been synced and maybe acknowledged (refused, loudly). The limit
+ * of that test: damage confined to the last group written before a crash
+ * looks exactly like a torn write of that group and is truncated (with a
+ * warning naming file, offset and index), as in every write-ahead log.
  *
  * In memory each segment has a dense array of record offsets, so index ->
  * (segment, offset) is a binary search over segments (few) plus an array
@@ -34,7 +37,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -188,10 +190,7 @@ struct rec {
 
 /* Decodes and checks the record at p (avail bytes readable). Returns 1 if
  * valid, 0 if the header is all zeros, -1 if invalid. */
-/* `trusted`: the record was already fully checked (by the recovery
- * prescan), so the CRC and padding checks are skipped. */
-static int rec_decode_t(const uint8_t *p, uint64_t avail, uint64_t max_len, struct rec *r,
-                        bool trusted)
+static int rec_decode(const uint8_t *p, uint64_t avail, uint64_t max_len, struct rec *r)
 {
     if (avail < REC_HDR)
         return -1;
@@ -218,8 +217,6 @@ static int rec_decode_t(const uint8_t *p, uint64_t avail, uint64_t max_len, stru
     for (int i = 41; i < 48; i++)
         if (p[i] != 0)
             return -1;
-    if (trusted)
-        return 1;
     uint32_t crc = tk_crc32c(0, p + 4, REC_HDR - 4);
     crc = tk_crc32c(crc, p + REC_HDR, r->len);
     if (crc != store__get32(p))
@@ -229,11 +226,6 @@ static int rec_decode_t(const uint8_t *p, uint64_t avail, uint64_t max_len, stru
         if (p[i] != 0)
             return -1;
     return 1;
-}
-
-static int rec_decode(const uint8_t *p, uint64_t avail, uint64_t max_len, struct rec *r)
-{
-    return rec_decode_t(p, avail, max_len, r, false);
 }
 
 static void seghdr_encode(uint8_t *h, uint64_t first)
@@ -903,7 +895,6 @@ struct recover {
     size_t err_len;
     const uint8_t *buf; /* the segment being scanned, mapped read-only */
     uint64_t size;
-    uint64_t trusted_end; /* records starting before this were prescanned */
 };
 
 static void unload_file(struct recover *r)
@@ -985,7 +976,8 @@ static int load_file(struct recover *r, struct seg *g)
     /* A private read-only mapping: no copy, and the zero tail of a
      * preallocated segment costs no I/O. Recovery has the directory to
      * itself, so the file cannot shrink under the mapping. */
-    void *m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE | MAP_POPULATE, g->fd, 0);
+    void *m =
+        mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE | MAP_POPULATE, g->fd, 0);
     if (m == MAP_FAILED)
         return store__errbuf(r->err, r->err_len, TK_EIO, "%s/%s: mmap: %s", f->dir,
                              g->name, strerror(errno));
@@ -1054,8 +1046,7 @@ static uint64_t scan_segment(struct recover *r, struct seg *g, uint64_t *expect,
             return off;
         }
         struct rec rh;
-        int v = rec_decode_t(r->buf + off, r->size - off, r->s->entry_bytes_max, &rh,
-                             off < r->trusted_end);
+        int v = rec_decode(r->buf + off, r->size - off, r->s->entry_bytes_max, &rh);
         if (v == 0) {
             *kind = 0;
             return off;
@@ -1070,64 +1061,6 @@ static uint64_t scan_segment(struct recover *r, struct seg *g, uint64_t *expect,
         (*expect)++;
         off += REC_HDR + pad8(rh.len);
     }
-}
-
-/* The recovery prescan: CRC checking is most of recovery's work, and the
- * segments can be checked independently, so two threads (the opener and one
- * helper) walk the record chains of all segments first, each recording how
- * far its segment's records are intact. The sequential scan that follows
- * then checks indexes, terms and continuity, and the CRCs only past that
- * point. A segment the prescan cannot read gets 0: the scan checks it all. */
-struct prescan {
-    const char *dir;
-    const uint64_t *names;
-    size_t n;
-    uint64_t max_len;
-    uint64_t *valid_end;
-    atomic_size_t next;
-};
-
-static void *prescan_worker(void *arg)
-{
-    struct prescan *p = arg;
-    for (;;) {
-        size_t i = atomic_fetch_add(&p->next, 1);
-        if (i >= p->n)
-            break;
-        p->valid_end[i] = 0;
-        char path[PATH_MAX];
-        snprintf(path, sizeof(path), "%s/%020llu.seg", p->dir, (unsigned long long)p->names[i]);
-        int fd = open(path, O_RDONLY | O_CLOEXEC);
-        if (fd < 0)
-            continue;
-        struct stat st;
-        if (fstat(fd, &st) != 0 || st.st_size < SEG_HDR || (uint64_t)st.st_size > UINT32_MAX) {
-            close(fd);
-            continue;
-        }
-        uint64_t size = (uint64_t)st.st_size;
-        const uint8_t *b = mmap(NULL, size, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
-        close(fd);
-        if (b == MAP_FAILED)
-            continue;
-        uint64_t off = SEG_HDR;
-        struct rec rh;
-        while (off + REC_HDR <= size && rec_decode(b + off, size - off, p->max_len, &rh) == 1)
-            off += REC_HDR + pad8(rh.len);
-        p->valid_end[i] = off;
-        munmap((void *)b, size);
-    }
-    return NULL;
-}
-
-static void prescan_run(struct prescan *p)
-{
-    atomic_init(&p->next, 0);
-    pthread_t th;
-    bool helper = p->n > 1 && pthread_create(&th, NULL, prescan_worker, p) == 0;
-    prescan_worker(p);
-    if (helper)
-        pthread_join(th, NULL);
 }
 
 static int open_seg_fd(struct recover *r, const char *name)
@@ -1159,12 +1092,6 @@ static int recover_log(struct recover *r, const struct store_meta_state *ms)
                            (unsigned long long)names[0], (unsigned long long)names[0]);
         goto out;
     }
-    struct prescan ps = {.dir = f->dir,
-                         .names = names,
-                         .n = nnames,
-                         .max_len = s->entry_bytes_max,
-                         .valid_end = tk_calloc(nnames ? nnames : 1, sizeof(uint64_t))};
-    prescan_run(&ps);
     uint64_t expect = nnames > 0 ? names[0] : log_first;
     uint64_t term = 0;
     /* The first anomaly: segment index, offset, and the index expected there. */
@@ -1193,7 +1120,6 @@ static int recover_log(struct recover *r, const struct store_meta_state *ms)
         }
         if ((rc = load_file(r, g)) != 0)
             goto out;
-        r->trusted_end = ps.valid_end[i];
         int kind;
         uint64_t off = scan_segment(r, g, &expect, &term, &kind);
         g->end = off;
@@ -1285,8 +1211,6 @@ static int recover_log(struct recover *r, const struct store_meta_state *ms)
     f->prev_term = ms->has_log_start ? ms->log_prev_term : 0;
     f->durable = f->last;
 out:
-    r->trusted_end = 0;
-    tk_free(ps.valid_end);
     tk_free(names);
     if (rc != 0 && r->err != NULL && r->err[0] == '\0')
         store__errbuf(r->err, r->err_len, rc, "%s", s->errmsg);

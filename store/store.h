@@ -8,7 +8,10 @@
  *
  * Two backends share this interface and its semantics:
  *   fs  (store_open_fs):  segment files named by first index, records
- *                         [crc32c][len][index][term][time][type][payload],
+ *                         [crc32c][len][index][term][time][synced][type]
+ *                         [payload] (`synced`: the highest index durable when
+ *                         the record was written, which lets recovery tell a
+ *                         torn tail from damaged acknowledged data),
  *                         metadata in an LMDB environment (dir/meta).
  *   mem (store_open_mem): the "memory volume": entries and metadata live in a
  *                         struct store_mem_volume that outlives the store, so a
