@@ -106,12 +106,11 @@ tierkv cluster is up: node $leader leads.
   2     http://127.0.0.1:$((http_base + 2))    127.0.0.1:$((raft_base + 2))          $data/n2
   3     http://127.0.0.1:$((http_base + 3))    127.0.0.1:$((raft_base + 3))          $data/n3
 
-Try (writes go to the leader, http://127.0.0.1:$((http_base + leader)); a follower answers
-503 with X-Tierkv-Leader / X-Tierkv-Leader-Addr until it forwards them itself):
-  curl -X PUT --data-binary 'hello' http://127.0.0.1:$((http_base + leader))/v1/kv/greeting
+Try (any node takes writes: a follower forwards them to the leader, node $leader):
+  curl -X PUT --data-binary 'hello' http://$h1/v1/kv/greeting
   curl http://$h1/v1/kv/greeting
   curl 'http://$h1/v1/kv/greeting?raw'
-  curl -X POST 'http://127.0.0.1:$((http_base + leader))/v1/kv/visits/incr?delta=1'
+  curl -X POST 'http://$h1/v1/kv/visits/incr?delta=1'
   curl 'http://$h1/v1/kv?prefix=gr&limit=10'
   curl http://$h1/v1/cluster
   curl http://$h1/metrics
