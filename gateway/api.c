@@ -1267,6 +1267,20 @@ static void metric(struct jbuf *b, const char *name, const char *type, const cha
                 (unsigned long long)v);
 }
 
+/* A histogram as a Prometheus summary: quantiles, _sum and _count, scaled
+ * (nanoseconds to seconds with scale 1e-9). */
+static void summary(struct jbuf *b, const char *name, const char *help,
+                    const struct tk_hist *h, double scale)
+{
+    static const double qs[] = { 0.5, 0.9, 0.99, 0.999 };
+    jbuf_printf(b, "# HELP %s %s\n# TYPE %s summary\n", name, help, name);
+    for (size_t i = 0; i < sizeof(qs) / sizeof(qs[0]); i++)
+        jbuf_printf(b, "%s{quantile=\"%g\"} %.9g\n", name, qs[i],
+                    (double)tk_hist_quantile(h, qs[i]) * scale);
+    jbuf_printf(b, "%s_sum %.9g\n%s_count %llu\n", name, (double)h->sum * scale, name,
+                (unsigned long long)h->count);
+}
+
 static void handle_metrics(struct http_req *req)
 {
     struct gateway *gw = req->gw;
@@ -1322,6 +1336,14 @@ static void handle_metrics(struct http_req *req)
            "HTTP connections cut for slow headers or body.", gw->conns_timed_out);
     metric(&b, "tierkv_http_bad_requests_total", "counter",
            "Requests answered 400, 408, 413, 414 or 431.", gw->bad_requests);
+    const struct node_latency *lat = node_latency(gw->node);
+    summary(&b, "tierkv_store_append_seconds",
+            "Log append latency, handed to storage to durable (fsync included).",
+            &lat->append, 1e-9);
+    summary(&b, "tierkv_apply_seconds", "Time to apply one batch of committed entries.",
+            &lat->apply, 1e-9);
+    summary(&b, "tierkv_proposal_batch_size", "Entries per proposal batch.",
+            &lat->batch_size, 1.0);
     jbuf_adds(&b, "# HELP tierkv_http_requests_total HTTP requests by route and status.\n"
                   "# TYPE tierkv_http_requests_total counter\n");
     for (int r = 0; r < ROUTE_COUNT; r++)

@@ -70,6 +70,7 @@ struct node {
     /* Durability: seqs handed to storage, oldest first. */
     uint64_t *persist_seq;
     bool *persist_async;
+    uint64_t *persist_ns; /* when each was handed to storage */
     size_t persist_head, persist_n, persist_cap;
     _Atomic uint64_t durable_seq; /* written by the storage thread */
     atomic_int store_status;
@@ -96,12 +97,20 @@ struct node {
     struct node_status status;
     struct node_metrics metrics; /* loop thread; copied under status_mu */
     struct node_metrics metrics_pub;
+    struct node_latency lat; /* loop thread */
 
     /* Cross-thread leadership transfer request. */
     _Atomic uint64_t transfer_to;
 };
 
 /* ---- small helpers ----------------------------------------------------- */
+
+static uint64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
 
 static uint64_t wall_ms(void)
 {
@@ -197,21 +206,26 @@ static void persist_push(struct node *n, uint64_t seq, bool async)
         TK_ASSERT(cap <= NODE_PERSIST_MAX);
         uint64_t *s = tk_malloc(cap * sizeof(*s));
         bool *a = tk_malloc(cap * sizeof(*a));
+        uint64_t *t = tk_malloc(cap * sizeof(*t));
         for (size_t i = 0; i < n->persist_n; i++) {
             size_t at = (n->persist_head + i) % n->persist_cap;
             s[i] = n->persist_seq[at];
             a[i] = n->persist_async[at];
+            t[i] = n->persist_ns[at];
         }
         tk_free(n->persist_seq);
         tk_free(n->persist_async);
+        tk_free(n->persist_ns);
         n->persist_seq = s;
         n->persist_async = a;
+        n->persist_ns = t;
         n->persist_head = 0;
         n->persist_cap = cap;
     }
     size_t at = (n->persist_head + n->persist_n) % n->persist_cap;
     n->persist_seq[at] = seq;
     n->persist_async[at] = async;
+    n->persist_ns[at] = async ? mono_ns() : 0;
     n->persist_n++;
 }
 
@@ -219,11 +233,16 @@ static void persist_push(struct node *n, uint64_t seq, bool async)
 static void persist_poll(struct node *n)
 {
     uint64_t durable = atomic_load_explicit(&n->durable_seq, memory_order_acquire);
-    uint64_t upto = 0;
+    uint64_t upto = 0, now = 0;
     while (n->persist_n > 0) {
         size_t at = n->persist_head;
         if (n->persist_async[at] && n->persist_seq[at] > durable)
             break;
+        if (n->persist_async[at]) {
+            if (now == 0)
+                now = mono_ns();
+            tk_hist_record(&n->lat.append, now - n->persist_ns[at]);
+        }
         upto = n->persist_seq[at];
         n->persist_head = (n->persist_head + 1) % n->persist_cap;
         n->persist_n--;
@@ -516,8 +535,11 @@ static void process_ready(struct node *n)
         }
         for (size_t i = 0; i < rd.n_messages; i++)
             (void)transport_send(n->transport, &rd.messages[i]); /* Raft retries */
-        if (rd.n_committed > 0)
+        if (rd.n_committed > 0) {
+            uint64_t t0 = mono_ns();
             apply_entries(n, rd.committed, rd.n_committed);
+            tk_hist_record(&n->lat.apply, mono_ns() - t0);
+        }
         if (rd.n_read_states > 0)
             handle_read_states(n, rd.read_states, rd.n_read_states);
         raft_advance(n->raft, &rd);
@@ -741,6 +763,7 @@ static void drain_queue(struct node *n)
     if (rc == 0) {
         n->metrics.proposals += nb;
         n->metrics.batches++;
+        tk_hist_record(&n->lat.batch_size, nb);
     }
     struct node_req *r = first;
     while (r != NULL) {
@@ -1085,6 +1108,7 @@ static void node_free(struct node *n)
     tk_mpsc_destroy(&n->queue);
     tk_free(n->persist_seq);
     tk_free(n->persist_async);
+    tk_free(n->persist_ns);
     tk_free(n->batch);
     tk_free(n->data_dir);
     uv_sem_destroy(&n->started);
@@ -1116,6 +1140,9 @@ int node_start(const struct node_options *o, struct node **out)
     }
     tk_mpsc_init(&n->queue, o->queue_max);
     n->batch = tk_malloc(o->batch_max * sizeof(*n->batch));
+    tk_hist_init(&n->lat.append);
+    tk_hist_init(&n->lat.apply);
+    tk_hist_init(&n->lat.batch_size);
     uv_sem_init(&n->started, 0);
     pthread_mutex_init(&n->drain_mu, NULL);
     pthread_cond_init(&n->drain_cv, NULL);
@@ -1161,6 +1188,11 @@ int node_submit(struct node *n, struct node_req *req)
     }
     uv_async_send(&n->wake);
     return 0;
+}
+
+const struct node_latency *node_latency(const struct node *n)
+{
+    return &n->lat;
 }
 
 void node_metrics(struct node *n, struct node_metrics *out)

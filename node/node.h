@@ -27,6 +27,7 @@
 #include <stdint.h>
 
 #include "base/blob.h"
+#include "base/hist.h"
 #include "kv/kv.h"
 #include "raft/raft.h"
 
@@ -181,6 +182,16 @@ struct node_metrics {
     uint64_t net_reconnects;
 };
 void node_metrics(struct node *n, struct node_metrics *out);
+
+/* Latency histograms in nanoseconds (base/hist.h), and the proposal batch
+ * sizes. Loop thread only: a gateway on the node's loop reads them in place;
+ * they stay valid until node_stop. */
+struct node_latency {
+    struct tk_hist append;     /* a batch handed to storage -> durable */
+    struct tk_hist apply;      /* applying one ready's committed entries */
+    struct tk_hist batch_size; /* entries per raft_propose */
+};
+const struct node_latency *node_latency(const struct node *n);
 
 /* The node's inproc transport faults, for tests: cut this node off from every
  * peer (both directions) or heal. Only for inproc nodes. Any thread. */
