@@ -283,6 +283,7 @@ int store_open_mem(struct store_mem_volume *v, const struct store_options *o,
     struct store *s = store__alloc(o);
     s->ops = &mem_ops;
     s->be = v;
+    s->inline_sync = s->opts.mem_sync_latency_us == 0;
     pthread_mutex_lock(&v->mu);
     s->meta = v->meta;
     pthread_mutex_unlock(&v->mu);

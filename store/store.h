@@ -143,7 +143,9 @@ int store_open_mem(struct store_mem_volume *v, const struct store_options *o,
  * from inside an append callback. */
 void store_close(struct store *s);
 
-/* Completion of an async append. Called on the storage thread, once per
+/* Completion of an async append. Called on the storage thread (or, for a
+ * memory volume without injected latency when nothing is queued ahead, on
+ * the caller's thread before store_append_async returns), once per
  * request, in submission order, after the batch is durable (status 0) or
  * failed (status < 0: nothing of it may be assumed durable). `last_index` and
  * `last_term` are the batch's last entry. The callback must not call back into

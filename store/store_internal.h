@@ -99,6 +99,11 @@ struct store {
     size_t q_cap, q_head, q_len;
     bool stopping;
     bool thread_started;
+    /* The memory volume without latency: an async append with nothing queued
+     * or being written completes on the caller's thread (no hand-off). */
+    bool inline_sync;
+    bool thread_busy; /* the storage thread holds a group (q_mu) */
+    bool inline_busy; /* a caller is writing inline (q_mu) */
     pthread_t thread;
 
     struct store__req **group; /* storage thread only */
