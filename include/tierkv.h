@@ -64,6 +64,10 @@ struct tk_options {
     uint64_t snapshot_entries; /* 100000 */
     uint64_t trailing_entries; /* 10000 */
     uint64_t seed;
+    /* tk_cluster_start: run every node on one loop thread instead of a
+     * thread each. Lower latency for one request at a time (no wake-ups
+     * between nodes), lower throughput (one core for the whole cluster). */
+    bool one_loop;
 };
 
 void tk_options_default(struct tk_options *o);

@@ -49,11 +49,16 @@ struct node {
 
     uv_thread_t thread;
     uv_sem_t started;
+    uv_sem_t closed;  /* posted when the node's last handle has closed */
     int start_rc;
-    uv_loop_t loop;
+    uv_loop_t own_loop;
+    uv_loop_t *loop;  /* &own_loop, or the caller's shared loop */
+    bool shared;      /* on o.loop, run by the caller; no thread of our own */
     uv_async_t wake;
     uv_timer_t ticker;
     uv_check_t check;
+    uv_idle_t idle;   /* active while the core has work for the next check */
+    bool kicked;
     atomic_bool stopping;
     bool closing;
     int handles_open;
@@ -311,6 +316,7 @@ static void complete_committed(struct node *n)
 }
 
 static void maybe_snapshot(struct node *n);
+static void kick(struct node *n);
 
 static void apply_entries(struct node *n, const struct raft_entry *e, size_t cnt)
 {
@@ -697,6 +703,7 @@ static void on_forward(struct transport *t, uint64_t from, const uint8_t *buf, s
         forward_request(n, from, buf, len);
     else if (buf[0] == FWD_RESP)
         forward_response(n, buf, len);
+    kick(n);
 }
 
 /* Sends a write to the leader, or fails it here when no leader is known. */
@@ -812,6 +819,7 @@ static void on_wake(uv_async_t *h)
     if (to != 0)
         (void)raft_transfer_leadership(n->raft, to);
     drain_queue(n);
+    kick(n);
 }
 
 static void on_tick(uv_timer_t *h)
@@ -820,6 +828,7 @@ static void on_tick(uv_timer_t *h)
     if (n->failed)
         return;
     raft_tick(n->raft);
+    kick(n);
     uint64_t now = wall_ms();
     expire_list(n, &n->applied_wait, now);
     expire_list(n, &n->committed_wait, now);
@@ -828,11 +837,32 @@ static void on_tick(uv_timer_t *h)
     expire_list(n, &n->forward_wait, now);
 }
 
+static void on_idle(uv_idle_t *h)
+{
+    (void)h; /* its being active keeps the loop from blocking in poll */
+}
+
+/* Something changed the core outside this node's check callback (a message,
+ * a tick, a wake-up): make sure the loop comes round to on_check without
+ * sleeping. With several nodes on one loop, a message from another node's
+ * check would otherwise wait for the next timer. */
+static void kick(struct node *n)
+{
+    if (!n->kicked && !n->closing) {
+        n->kicked = true;
+        uv_idle_start(&n->idle, on_idle);
+    }
+}
+
 static void on_check(uv_check_t *h)
 {
     struct node *n = h->data;
     if (n->closing)
         return;
+    if (n->kicked) {
+        n->kicked = false;
+        uv_idle_stop(&n->idle);
+    }
     persist_poll(n);
     process_ready(n);
     /* A burst bigger than one batch: come back next turn without sleeping. */
@@ -844,14 +874,21 @@ static void on_recv(struct transport *t, const struct raft_message *m, void *dat
 {
     struct node *n = data;
     (void)t;
-    if (!n->closing && !n->failed)
+    if (!n->closing && !n->failed) {
         (void)raft_step(n->raft, m);
+        kick(n);
+    }
+}
+
+static void handle_gone(struct node *n)
+{
+    if (--n->handles_open == 0)
+        uv_sem_post(&n->closed);
 }
 
 static void on_handle_closed(uv_handle_t *h)
 {
-    struct node *n = h->data;
-    n->handles_open--;
+    handle_gone(h->data);
 }
 
 static void on_transport_closed(struct transport *t, void *data)
@@ -859,7 +896,7 @@ static void on_transport_closed(struct transport *t, void *data)
     struct node *n = data;
     (void)t;
     n->transport = NULL;
-    n->handles_open--;
+    handle_gone(n);
 }
 
 static void begin_close(struct node *n)
@@ -868,7 +905,7 @@ static void begin_close(struct node *n)
         return;
     n->closing = true;
     if (n->o.on_loop_stop != NULL)
-        n->o.on_loop_stop(n, &n->loop, n->o.hook_data);
+        n->o.on_loop_stop(n, n->loop, n->o.hook_data);
     void *item;
     while ((item = tk_mpsc_pop(&n->queue)) != NULL)
         finish(n, item, TK_ESHUTDOWN);
@@ -883,6 +920,7 @@ static void begin_close(struct node *n)
     uv_close((uv_handle_t *)&n->wake, on_handle_closed);
     uv_close((uv_handle_t *)&n->ticker, on_handle_closed);
     uv_close((uv_handle_t *)&n->check, on_handle_closed);
+    uv_close((uv_handle_t *)&n->idle, on_handle_closed);
     transport_close(n->transport, on_transport_closed, n);
 }
 
@@ -987,7 +1025,7 @@ static int open_transport(struct node *n)
     struct transport_callbacks cbs = { .recv = on_recv, .peer = NULL,
                                        .forward = on_forward, .data = n };
     if (n->o.hub != NULL)
-        return transport_inproc_new(n->o.hub, &n->loop, n->o.id, 0, &cbs,
+        return transport_inproc_new(n->o.hub, n->loop, n->o.id, 0, &cbs,
                                     &n->transport);
     struct transport_tcp_options to;
     transport_tcp_options_default(&to);
@@ -996,7 +1034,7 @@ static int open_transport(struct node *n)
     to.listen_host = n->o.listen_host;
     to.listen_port = n->o.listen_port;
     to.seed = n->o.seed;
-    int rc = transport_tcp_new(&n->loop, &to, &cbs, &n->transport);
+    int rc = transport_tcp_new(n->loop, &to, &cbs, &n->transport);
     if (rc != 0)
         return rc;
     for (uint32_t i = 0; i < n->o.members.n_voters; i++) {
@@ -1013,15 +1051,14 @@ static int open_transport(struct node *n)
     return 0;
 }
 
-static void node_thread(void *arg)
+/* Recovers and starts the node on n->loop. On the loop's thread (or before
+ * the loop runs). Returns 0 or the error; on error nothing is left open. */
+static int node_init(struct node *n)
 {
-    struct node *n = arg;
     struct raft_boot boot;
     struct raft_entry *ents = NULL;
     size_t n_ents = 0;
-    int rc = uv_loop_init(&n->loop) == 0 ? 0 : TK_EIO;
-    if (rc == 0)
-        rc = open_storage(n, &boot, &ents, &n_ents);
+    int rc = open_storage(n, &boot, &ents, &n_ents);
     if (rc == 0) {
         struct raft_options ro;
         raft_options_default(&ro);
@@ -1032,30 +1069,29 @@ static void node_thread(void *arg)
         rc = raft_new(&ro, &boot, &n->raft);
     }
     store_entries_free(ents, n_ents);
-    if (rc == 0) {
-        uv_async_init(&n->loop, &n->wake, on_wake);
-        uv_timer_init(&n->loop, &n->ticker);
-        uv_check_init(&n->loop, &n->check);
-        n->wake.data = n->ticker.data = n->check.data = n;
-        n->handles_open = 4;
-        rc = open_transport(n);
-        if (rc != 0) {
-            n->handles_open = 3;
-            n->closing = true;
-            uv_close((uv_handle_t *)&n->wake, on_handle_closed);
-            uv_close((uv_handle_t *)&n->ticker, on_handle_closed);
-            uv_close((uv_handle_t *)&n->check, on_handle_closed);
-            if (n->transport != NULL)
-                transport_close(n->transport, NULL, NULL);
-            uv_run(&n->loop, UV_RUN_DEFAULT);
-        }
-    }
-    n->start_rc = rc;
+    if (rc != 0)
+        return rc;
+    /* The transport first: its callbacks run only once the loop turns, by
+     * which time the handles below exist. */
+    rc = open_transport(n);
     if (rc != 0) {
-        (void)uv_loop_close(&n->loop);
-        uv_sem_post(&n->started);
-        return;
+        if (n->transport != NULL) {
+            /* A TCP transport that listens but could not add a peer: close
+             * it on our own loop (a shared loop only carries inproc ones,
+             * whose creation fails whole). */
+            TK_ASSERT(!n->shared);
+            n->handles_open = 1;
+            transport_close(n->transport, on_transport_closed, n);
+            uv_run(n->loop, UV_RUN_DEFAULT);
+        }
+        return rc;
     }
+    uv_async_init(n->loop, &n->wake, on_wake);
+    uv_timer_init(n->loop, &n->ticker);
+    uv_check_init(n->loop, &n->check);
+    uv_idle_init(n->loop, &n->idle);
+    n->wake.data = n->ticker.data = n->check.data = n->idle.data = n;
+    n->handles_open = 5;
     if (raft_first_index(n->raft) > 1) {
         /* The log was compacted: followers that need what is gone get a
          * snapshot of the state machine, so one must exist now. */
@@ -1071,13 +1107,25 @@ static void node_thread(void *arg)
     TK_LOG(TK_LOG_INFO, n->o.id, raft_term(n->raft), "node started (applied %llu)",
            (unsigned long long)kv_sm_applied_index(n->sm));
     if (n->o.on_loop_start != NULL)
-        n->o.on_loop_start(n, &n->loop, n->o.hook_data);
+        n->o.on_loop_start(n, n->loop, n->o.hook_data);
+    return 0;
+}
+
+static void node_thread(void *arg)
+{
+    struct node *n = arg;
+    n->start_rc = uv_loop_init(n->loop) == 0 ? node_init(n) : TK_EIO;
+    if (n->start_rc != 0) {
+        (void)uv_loop_close(n->loop);
+        uv_sem_post(&n->started);
+        return;
+    }
     uv_sem_post(&n->started);
-    uv_run(&n->loop, UV_RUN_DEFAULT);
-    int rc2 = uv_loop_close(&n->loop);
-    if (rc2 != 0)
+    uv_run(n->loop, UV_RUN_DEFAULT);
+    int rc = uv_loop_close(n->loop);
+    if (rc != 0)
         TK_LOG(TK_LOG_WARN, n->o.id, 0, "loop closed with live handles: %s",
-               uv_strerror(rc2));
+               uv_strerror(rc));
 }
 
 void node_options_default(struct node_options *o)
@@ -1112,6 +1160,7 @@ static void node_free(struct node *n)
     tk_free(n->batch);
     tk_free(n->data_dir);
     uv_sem_destroy(&n->started);
+    uv_sem_destroy(&n->closed);
     pthread_mutex_destroy(&n->drain_mu);
     pthread_cond_destroy(&n->drain_cv);
     pthread_mutex_destroy(&n->status_mu);
@@ -1144,9 +1193,26 @@ int node_start(const struct node_options *o, struct node **out)
     tk_hist_init(&n->lat.apply);
     tk_hist_init(&n->lat.batch_size);
     uv_sem_init(&n->started, 0);
+    uv_sem_init(&n->closed, 0);
     pthread_mutex_init(&n->drain_mu, NULL);
     pthread_cond_init(&n->drain_cv, NULL);
     pthread_mutex_init(&n->status_mu, NULL);
+    if (o->loop != NULL && o->hub == NULL) {
+        node_free(n);
+        return TK_EINVAL;
+    }
+    if (o->loop != NULL) {
+        n->shared = true;
+        n->loop = o->loop;
+        int rc = node_init(n);
+        if (rc != 0) {
+            node_free(n);
+            return rc;
+        }
+        *out = n;
+        return 0;
+    }
+    n->loop = &n->own_loop;
     if (uv_thread_create(&n->thread, node_thread, n) != 0) {
         node_free(n);
         return TK_EIO;
@@ -1168,7 +1234,10 @@ void node_stop(struct node *n)
         return;
     atomic_store(&n->stopping, true);
     uv_async_send(&n->wake);
-    uv_thread_join(&n->thread);
+    if (n->shared)
+        uv_sem_wait(&n->closed); /* the caller's loop closes our handles */
+    else
+        uv_thread_join(&n->thread);
     node_free(n);
 }
 

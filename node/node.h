@@ -126,6 +126,13 @@ struct node_options {
     uint64_t trailing_entries; /* entries kept behind a snapshot: 10000 */
     uint64_t seed;
 
+    /* A loop shared with other nodes (an in-process cluster on one thread:
+     * no wake-ups between nodes), run by the caller on one thread. NULL: the
+     * node starts its own thread and loop. With a shared loop, node_start
+     * runs on that loop's thread or before the loop runs, and node_stop on
+     * any other thread while the loop runs. Inproc transport only. */
+    struct uv_loop_s *loop;
+
     node_hook_cb *on_loop_start;
     node_hook_cb *on_loop_stop;
     void *hook_data;

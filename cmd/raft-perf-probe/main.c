@@ -13,7 +13,8 @@
  * RAFT_PROBE_COMMITTED=1, RAFT_PROBE_ROUNDS (a cap on rounds), RAFT_PROBE_HOLD
  * (seconds to keep the cluster up afterwards, for profiling),
  * RAFT_PROBE_INFLIGHT (800), RAFT_PROBE_STORE=mem|fs, RAFT_PROBE_VALUE_BYTES
- * (16). `--all` runs inproc-applied, tcp-applied and tcp-committed alternately
+ * (16), RAFT_PROBE_ONE_LOOP=1 (in-process: all three nodes on one loop thread).
+ * `--all` runs inproc-applied, tcp-applied and tcp-committed alternately
  * three times and reports medians. Prints a table and one JSON line per shape. */
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -187,6 +188,7 @@ static int cluster_up(const struct shape *sh, struct probe_cluster *pc)
     o.snapshot_entries = 2000000;
     o.trailing_entries = 100000;
     o.queue_max = 1u << 17;
+    o.one_loop = env_long("RAFT_PROBE_ONE_LOOP", 0) == 1;
     if (strcmp(sh->store, "fs") == 0) {
         snprintf(pc->dir, sizeof(pc->dir), "/tmp/raft-probe-XXXXXX");
         if (mkdtemp(pc->dir) == NULL)
@@ -448,7 +450,8 @@ int main(int argc, char **argv)
                    "environment: RAFT_PROBE_SECONDS=5 RAFT_PROBE_NET=inproc|tcp "
                    "RAFT_PROBE_COMMITTED=0|1\n"
                    "  RAFT_PROBE_ROUNDS RAFT_PROBE_HOLD RAFT_PROBE_INFLIGHT=800 "
-                   "RAFT_PROBE_STORE=mem|fs RAFT_PROBE_VALUE_BYTES=16\n");
+                   "RAFT_PROBE_STORE=mem|fs RAFT_PROBE_VALUE_BYTES=16 "
+                   "RAFT_PROBE_ONE_LOOP=0|1\n");
             return 0;
         } else {
             fprintf(stderr, "raft-perf-probe: unknown argument '%s' (try --help)\n",

@@ -11,10 +11,13 @@
 #include "base/log.h"
 #include "include/tierkv.h"
 
+static bool one_loop; /* the tests below run again with every node on one loop */
+
 static struct tk_cluster *start(uint32_t n, uint64_t snapshot_entries)
 {
     struct tk_options o;
     tk_options_default(&o);
+    o.one_loop = one_loop;
     o.kv_no_sync = true;
     o.seed = 42;
     if (snapshot_entries) {
@@ -445,10 +448,34 @@ static Suite *node_suite(void)
     return s;
 }
 
+/* The same cluster behaviours with every node on one loop thread. */
+static void set_one_loop(void)
+{
+    one_loop = true;
+}
+
+static Suite *one_loop_suite(void)
+{
+    Suite *s = suite_create("node-one-loop");
+    TCase *tc = tcase_create("one-loop");
+    tcase_set_timeout(tc, 60);
+    tcase_add_checked_fixture(tc, set_one_loop, NULL);
+    tcase_add_test(tc, test_three_nodes_elect_and_replicate);
+    tcase_add_test(tc, test_write_on_follower_is_forwarded_to_the_leader);
+    tcase_add_test(tc, test_follower_restarts_and_catches_up);
+    tcase_add_test(tc, test_lagging_follower_catches_up_by_snapshot);
+    tcase_add_test(tc, test_leader_dies_with_proposals_in_flight);
+    tcase_add_test(tc, test_linearizable_read_after_leader_change_sees_acked_writes);
+    tcase_add_test(tc, test_stop_with_work_in_flight_completes_everything);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
 int main(void)
 {
     tk_log_set_level(TK_LOG_WARN);
     SRunner *sr = srunner_create(node_suite());
+    srunner_add_suite(sr, one_loop_suite());
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);
     srunner_free(sr);
