@@ -178,9 +178,14 @@ chmod 0755 "$ctx/tierkvd" "$ctx/tierkv" "$ctx/tierkv-healthcheck"
 if ! docker buildx version >/dev/null 2>&1; then
     export DOCKER_BUILDKIT=0
 fi
-version=$(git -C "$root" describe --always --dirty 2>/dev/null || echo unknown)
-docker build -q --build-arg "BASE_IMAGE=$base" --label "org.opencontainers.image.version=$version" -t "$tag" "$ctx" >/dev/null ||
+old_id=$(docker image inspect -f '{{.Id}}' "$tag" 2>/dev/null || true)
+docker build -q --build-arg "BASE_IMAGE=$base" -t "$tag" "$ctx" >/dev/null ||
     die "docker build failed (rerun: docker build --build-arg BASE_IMAGE=$base $ctx)"
+# The image this tag named before is garbage now, unless something uses it.
+new_id=$(docker image inspect -f '{{.Id}}' "$tag")
+if [ -n "$old_id" ] && [ "$old_id" != "$new_id" ]; then
+    docker rmi "$old_id" >/dev/null 2>&1 || true
+fi
 # Every shared library must resolve inside the image.
 unresolved=$(docker run --rm --entrypoint sh "$tag" -c \
     'ldd /usr/local/bin/tierkvd /usr/local/bin/tierkv | grep "not found" || true')

@@ -21,11 +21,13 @@ Every wait is bounded. Exits 77 (skip) with a message when no Docker engine
 or no compose answers.
 
   compose_e2e.py --tierkvd PATH --tierkv PATH [--keep] [--keys N]
+  compose_e2e.py --self-test     (the checkers reject known-bad cases; no Docker)
 
 Only the Python standard library.
 """
 import argparse
 import http.client
+import ipaddress
 import json
 import os
 import signal
@@ -45,6 +47,14 @@ T0 = time.monotonic()
 
 class Fail(Exception):
     pass
+
+
+class Interrupted(BaseException):
+    """SIGTERM/SIGINT: not a Fail, so no retry loop swallows it."""
+
+
+# Set on interruption: worker threads stop at their next request.
+STOP = threading.Event()
 
 
 def log(msg):
@@ -130,22 +140,29 @@ def free_ports(n):
 
 
 def free_subnet():
-    """A /24 under 172.28-31.x not used by a docker network or a host route,
-    as its first three octets."""
+    """A /24 in 172.28.0.0/14 that overlaps no docker network and no host
+    route, as its first three octets ("172.28.57")."""
     _, out, _ = run(["docker", "network", "ls", "-q"], 30)
-    used = set()
+    text = ""
     if out.split():
-        _, nets, _ = run(["docker", "network", "inspect", "-f",
+        _, text, _ = run(["docker", "network", "inspect", "-f",
                           "{{range .IPAM.Config}}{{.Subnet}} {{end}}"] + out.split(), 30)
-        used.update(nets.split())
     rc, routes, _ = run(["ip", "-4", "route"], 10, check_rc=False)
-    text = " ".join(used) + " " + (routes if rc == 0 else "")
+    if rc == 0:
+        text += " " + " ".join(line.split()[0] for line in routes.splitlines() if line.split())
+    used = []
+    for word in text.split():
+        try:
+            used.append(ipaddress.ip_network(word, strict=False))
+        except ValueError:
+            pass  # "default", IPv6...
+    used = [n for n in used if n.version == 4 and n.prefixlen > 0]
     for second in (28, 29, 30, 31):
         for third in range(57, 256):
-            prefix = "172.%d.%d" % (second, third)
-            if prefix + "." not in text and ("172.%d.0.0/16" % second) not in text:
-                return prefix
-    raise Fail("no free 172.28-31.x.0/24 subnet for the test network")
+            cand = ipaddress.ip_network("172.%d.%d.0/24" % (second, third))
+            if not any(cand.overlaps(n) for n in used):
+                return "172.%d.%d" % (second, third)
+    raise Fail("no free /24 in 172.28.0.0/14 for the test network")
 
 
 # ---- HTTP ----------------------------------------------------------------
@@ -243,6 +260,8 @@ def put_until_acked(cl, key, value, deadline_s, stats):
         except (OSError, http.client.HTTPException) as e:
             last = repr(e)
         stats["retries"] += 1
+        if STOP.is_set():
+            raise Fail("stopped")
         if time.monotonic() > deadline:
             raise Fail("PUT %s through port %d not acknowledged within %ds (last: %s)" %
                        (key, cl.port, deadline_s, last))
@@ -259,6 +278,8 @@ def write_keys(ports, prefix, n, model, deadline_s=60):
         cl = Client(port)
         try:
             for i in range(n):
+                if STOP.is_set():
+                    return
                 key = "%s/p%d/%05d" % (prefix, port, i)
                 value = "v-%s-%d-%d" % (prefix, port, i)
                 put_until_acked(cl, key, value, deadline_s, stats)
@@ -270,7 +291,7 @@ def write_keys(ports, prefix, n, model, deadline_s=60):
             cl.close()
 
     t = time.monotonic()
-    threads = [threading.Thread(target=worker, args=(p,)) for p in ports]
+    threads = [threading.Thread(target=worker, args=(p,), daemon=True) for p in ports]
     for th in threads:
         th.start()
     for th in threads:
@@ -348,6 +369,17 @@ class Deployment:
                 found.append("%s %s" % (kind, " ".join(out.split())))
         return found
 
+    def down_detached(self):
+        """Starts `down -v` in a session of its own, so that it survives the
+        SIGKILL meson sends to the test's process group 0.5 s after SIGTERM."""
+        cmd = " ".join("'%s'" % w for w in
+                       self.compose + ["-p", self.project, "-f", COMPOSE_FILE, "down", "-v",
+                                       "--remove-orphans", "-t", "5"])
+        subprocess.Popen(["timeout", "240", "sh", "-c", cmd + " >/dev/null 2>&1"],
+                         env=self.env, start_new_session=True,
+                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL)
+
     def down(self):
         t = time.monotonic()
         rc, _, err = self.c("down", "-v", "--remove-orphans", "-t", "10", timeout=240,
@@ -380,13 +412,13 @@ def leader_of(ports_by_node, nodes):
     return None
 
 
-def converge(what, ports, model, timeout_s=90):
+def converge(what, ports, model, timeout_s=90, scan=scan_all):
     """Waits until every port's full scan is identical and holds every
     acknowledged write of model; returns the scan."""
     state = {}
 
     def same():
-        scans = [scan_all(p) for p in ports]
+        scans = [scan(p) for p in ports]
         state["scans"] = scans
         if any(s != scans[0] for s in scans[1:]):
             return False
@@ -419,7 +451,74 @@ def exec_cli(dep, node, args, timeout_s=20):
     return rc, (out + err).strip()
 
 
+def self_test():
+    """The checkers must be able to fail: known-bad cases, no Docker needed."""
+    global NOT_LEADER_GRACE_S
+    good = [("k/a", "1", 1, 5, 5), ("k/b", "2", 1, 6, 6)]
+    views = {1: good, 2: list(good), 3: list(good)}
+    model = {"k/a": "1", "k/b": "2"}
+    converge("identical", [1, 2, 3], model, timeout_s=1, scan=lambda p: views[p])
+    bad_cases = [
+        ("a node lacks a key", {3: good[:1]}, model),
+        ("a node has another revision", {2: [good[0], ("k/b", "2", 1, 6, 7)]}, model),
+        ("a node has another value", {1: [good[0], ("k/b", "X", 1, 6, 6)]}, model),
+        ("an acknowledged write is lost everywhere", {}, dict(model, **{"k/c": "3"})),
+    ]
+    for name, change, m in bad_cases:
+        v = dict(views)
+        v.update(change)
+        try:
+            converge(name, [1, 2, 3], m, timeout_s=1, scan=lambda p, v=v: v[p])
+        except Fail as e:
+            print("ok: rejected (%s): %s" % (name, e))
+            continue
+        raise SystemExit("self-test: converge accepted a bad case: " + name)
+
+    # A follower that never forwards must fail the write phase, quickly.
+    import http.server
+
+    class NotLeader(http.server.BaseHTTPRequestHandler):
+        def do_PUT(self):
+            self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            body = b'{"error":{"code":"not_leader","message":"x"}}'
+            self.send_response(503)
+            self.send_header("X-Tierkv-Leader", "1")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    http.server.HTTPServer.protocol_version = "HTTP/1.1"
+    srv = http.server.HTTPServer(("127.0.0.1", 0), NotLeader)
+    th = threading.Thread(target=srv.serve_forever, daemon=True)
+    th.start()
+    NOT_LEADER_GRACE_S = 1
+    try:
+        write_keys([srv.server_address[1]], "k/x", 1, {}, deadline_s=20)
+    except Fail as e:
+        print("ok: rejected (a node that refuses writes with not_leader): %s" % e)
+    else:
+        raise SystemExit("self-test: a node answering not_leader was accepted")
+    finally:
+        srv.shutdown()
+
+    # No engine: a skip (77) with a message, not a failure.
+    env = dict(os.environ, DOCKER_HOST="unix:///nonexistent/tierkv-e2e.sock")
+    p = subprocess.run([sys.executable, os.path.abspath(__file__), "--tierkvd", "/bin/false",
+                        "--tierkv", "/bin/false"], env=env, timeout=60, text=True,
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    if p.returncode != SKIP or "SKIP: no Docker engine answers" not in p.stdout:
+        raise SystemExit("self-test: without an engine: exit %d, %r" % (p.returncode, p.stdout))
+    print("ok: without an engine: exit 77, %s" % p.stdout.strip())
+    print("self-test passed")
+    return 0
+
+
 def main():
+    if sys.argv[1:] == ["--self-test"]:
+        return self_test()
     ap = argparse.ArgumentParser()
     ap.add_argument("--tierkvd", required=True)
     ap.add_argument("--tierkv", required=True)
@@ -445,10 +544,17 @@ def main():
         return SKIP
     log("docker engine %s, compose: %s (%s)" % (version, " ".join(compose), compose_version))
 
-    # Tear down on SIGTERM/SIGINT too (meson's timeout sends SIGTERM): the
-    # handler raises, the finally below cleans up.
+    # Tear down on SIGTERM/SIGINT too (meson's timeout sends SIGTERM to the
+    # process group, then SIGKILL 0.5 s later): a detached `down -v` starts at
+    # once, and the handler raises so the finally below cleans up as well if
+    # it gets the time.
+    deployment = []
+
     def on_signal(signum, frame):
-        raise Fail("interrupted by signal %d" % signum)
+        STOP.set()
+        if deployment:
+            deployment[0].down_detached()
+        raise Interrupted("signal %d" % signum)
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
 
@@ -458,8 +564,12 @@ def main():
     rc, _, _ = run(["docker", "image", "inspect", base], 30, check_rc=False)
     results["base_cached"] = rc == 0
     t = time.monotonic()
-    run([os.path.join(DEPLOY, "build-images.sh"), "--tierkvd", a.tierkvd,
-         "--tierkv", a.tierkv, "--tag", a.image, "--base", base], 900, capture=False)
+    try:
+        run([os.path.join(DEPLOY, "build-images.sh"), "--tierkvd", a.tierkvd,
+             "--tierkv", a.tierkv, "--tag", a.image, "--base", base], 900, capture=False)
+    except Interrupted as e:
+        print("FAIL: interrupted by %s while building the image" % e, flush=True)
+        return 1
     results["build_s"] = time.monotonic() - t
     results["image_mib"] = int(run(["docker", "image", "inspect", "-f", "{{.Size}}", a.image],
                                    30)[1].strip()) / 2**20
@@ -474,6 +584,7 @@ def main():
                TIERKV_HTTP_PORT_3=str(ports[2]), COMPOSE_HTTP_TIMEOUT="120")
     env.pop("COMPOSE_PROJECT_NAME", None)
     dep = Deployment(compose, a.project, env)
+    deployment.append(dep)
     port_of = {1: ports[0], 2: ports[1], 3: ports[2]}
     model = {}
 
@@ -589,9 +700,12 @@ def main():
         log("node%d caught up; all three hold the same %d keys" % (iso, len(scan)))
     except Fail as e:
         failed = e
+    except Interrupted as e:
+        failed = Fail("interrupted by %s (a detached `down -v` is running)" % e)
     except Exception as e:  # an unexpected error is a failure too, after cleanup
         failed = Fail("%s: %s" % (type(e).__name__, e))
     finally:
+        STOP.set()
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         if failed is not None:
