@@ -440,8 +440,15 @@ int kv_sm_scan(struct kv_sm *sm, const struct kv_range *r, size_t limit, kv_item
             if (!in_range(r, hot->key, hot->key_len))
                 break;
             bool found;
-            uint64_t addr = kv__index_find(&sm->index, kv__hash(hot->key, hot->key_len),
-                                           hot->key, hot->key_len, &found);
+            uint64_t hash = kv__hash(hot->key, hot->key_len);
+            const struct kv_vnode *next = hot->next[0];
+            if (next != NULL) {
+                kv__index_prefetch(&sm->index, kv__hash(next->key, next->key_len));
+                if (next->next[0] != NULL)
+                    __builtin_prefetch(next->next[0]);
+            }
+            uint64_t addr =
+                kv__index_find(&sm->index, hash, hot->key, hot->key_len, &found);
             if (found && kv__ring_check(&sm->ring, addr)) {
                 const struct kv_rec *h = kv__ring_at(&sm->ring, addr);
                 if (!(h->flags & KV_REC_TOMB) && live(sm, h->expire_ms)) {
@@ -630,25 +637,29 @@ static int tier(struct kv_sm *sm, bool all)
         m.term = sm->applied_term;
         m.now_ms = sm->now_ms;
     }
-    /* Newest first: only the newest version of a key among these pages goes
-     * to LMDB - the key's state as of the cut. */
+    /* Newest first, mark the newest version of each key among these pages:
+     * only it goes to LMDB (the key's state as of the cut). Then write in
+     * log order, which is key order for sequential loads (LMDB fills its
+     * pages best that way). */
     kv__index_clear(&sm->tier_index);
-    int rc = kv__cold_wbegin(sm->cold);
-    if (rc != 0)
-        return rc;
     for (size_t j = sm->n_tier_addrs; j-- > 0;) {
         uint64_t addr = sm->tier_addrs[j];
         const struct kv_rec *h = kv__ring_at(&sm->ring, addr);
-        if (h->flags & KV_REC_SESSION) {
-            rc = kv__cold_wsession(sm->cold, h);
-        } else {
-            const uint8_t *k = kv__rec_key(h);
-            if (!kv__index_put(&sm->tier_index, kv__hash(k, h->key_len), k, h->key_len,
-                               addr))
-                continue; /* a newer version of this key is in the batch */
-            rc = kv__cold_wput(sm->cold, h);
+        const uint8_t *k = kv__rec_key(h);
+        if ((h->flags & KV_REC_SESSION) ||
+            kv__index_put(&sm->tier_index, kv__hash(k, h->key_len), k, h->key_len, addr))
             sm->tier_addrs[j] = addr | TIER_WRITTEN;
-        }
+    }
+    int rc = kv__cold_wbegin(sm->cold);
+    if (rc != 0)
+        return rc;
+    for (size_t j = 0; j < sm->n_tier_addrs; j++) {
+        if (!(sm->tier_addrs[j] & TIER_WRITTEN))
+            continue;
+        const struct kv_rec *h =
+            kv__ring_at(&sm->ring, sm->tier_addrs[j] & ~TIER_WRITTEN);
+        rc = (h->flags & KV_REC_SESSION) ? kv__cold_wsession(sm->cold, h)
+                                         : kv__cold_wput(sm->cold, h);
         if (rc != 0) {
             kv__cold_wabort(sm->cold);
             return rc;
@@ -664,6 +675,8 @@ static int tier(struct kv_sm *sm, bool all)
             continue;
         uint64_t addr = sm->tier_addrs[j] & ~TIER_WRITTEN;
         const struct kv_rec *h = kv__ring_at(&sm->ring, addr);
+        if (h->flags & KV_REC_SESSION)
+            continue;
         const uint8_t *k = kv__rec_key(h);
         if (kv__index_remove_if(&sm->index, kv__hash(k, h->key_len), k, h->key_len, addr))
             kv__view_remove(&sm->view, k, h->key_len);
