@@ -9,8 +9,8 @@
  * LMDB says which index it holds (kv_sm_durable_index) and the node replays the
  * log after it.
  *
- * Threads: a struct kv_sm is owned by one thread (the node's loop thread, which applies); every
- * kv_sm_* call comes from that thread. A struct kv_snap may be read from
+ * Threads: a struct kv_sm is owned by one thread (the node's loop thread,
+ * which applies); every kv_sm_* call comes from that thread. A struct kv_snap may be read from
  * another thread while the owner keeps applying (it holds an LMDB MVCC view),
  * but kv_snap_close must happen before kv_sm_close.
  *
