@@ -106,6 +106,8 @@ def load(lines):
         if t in ("run", "fault", "note"):
             if t == "run":
                 meta["run"] = ev
+            if t == "fault":
+                meta.setdefault("faults", []).append(ev)
             continue
         if t not in ("invoke", "ok", "fail", "info"):
             raise BadHistory("line %d: unknown type %r" % (n, t))
@@ -255,30 +257,32 @@ def _precheck(rops):
             problems.append("read returned before the write of its value began: %r / %r" %
                             (op, ws[0][5]))
             continue
-        if val in seen_at and seen_at[val] != ver:
+        if val in seen_at and seen_at[val] != ver and len(ws) == 1:
             problems.append("value %r read at versions %d and %d" % (val, seen_at[val], ver))
             continue
         seen_at[val] = ver
     # Values written more than once give no unique version.
     want = {v: ver for v, ver in seen_at.items() if len(writers.get(v, ())) == 1}
-    return problems, want
+    return problems, want, set(seen_at)
 
 
 def check_register(ops, budget=2_000_000):
     """Lowe's just-in-time linearization search with memoization over
     (linearized set, state). `budget` caps the number of steps.
 
-    Two sound reductions keep it fast when outcomes are unknown:
+    Sound reductions keep it fast when outcomes are unknown:
     - an op whose value a read saw at version v must make version v;
+    - a value nobody read is replaced by UNOBSERVED, so states that differ
+      only by it are one cache entry;
     - unknown-outcome writes whose value nobody read are interchangeable
-      (they only bump the version): they write UNOBSERVED and are linearized
-      in the order of their invocations.
+      (they only bump the version): they are linearized in the order of
+      their invocations, and tried after the other candidates.
     The search ends with success once only unknown ops are left (those never
     took effect)."""
     rops = _reg_ops(ops)
     if not rops:
         return SearchResult(True, 0)
-    problems, want = _precheck(rops)
+    problems, want, seen = _precheck(rops)
     if problems:
         return SearchResult(False, 0, {"reason": problems[0], "longest_prefix": 0,
                                        "stuck_op": None, "state_then": None,
@@ -288,10 +292,11 @@ def check_register(ops, budget=2_000_000):
     is_info = [r[4] == INF for r in rops]
     for i in sorted(range(len(rops)), key=lambda i: rops[i][3]):
         r = rops[i]
-        if r[0] == R_WRITE and is_info[i] and r[2] not in want:
+        if r[0] in (R_WRITE, R_CAS_OK, R_CAS_INFO) and r[2] not in seen:
             r[2] = UNOBSERVED
-            prereq[i] = prev_unobs
-            prev_unobs = i
+            if r[0] == R_WRITE and is_info[i]:
+                prereq[i] = prev_unobs
+                prev_unobs = i
     n_definite = sum(1 for x in is_info if not x)
     events = []
     for i, r in enumerate(rops):
@@ -334,6 +339,20 @@ def check_register(ops, budget=2_000_000):
         if e.next:
             e.next.prev = e
 
+    def candidates():
+        """The calls that may be linearized next: those before the first
+        return still in the list, in invocation order, except that unknown
+        writes nobody read come last (most of them never took effect).
+        (Deferring unknown CASes too made real histories slower: the order
+        changes only how fast a linearization is found, never which exist.)"""
+        d = []
+        u = []
+        e = head.next
+        while e is not None and e.is_call:
+            (u if e.op[5] and e.op[0] == R_WRITE and e.op[2] is UNOBSERVED else d).append(e)
+            e = e.next
+        return d + u, e
+
     state = (None, 0)
     linearized = 0
     left = n_definite
@@ -343,51 +362,55 @@ def check_register(ops, budget=2_000_000):
     best_depth = -1
     best_stuck = None
     best_state = None
-    entry = head.next
+    cands, first_ret = candidates()
+    i = 0
     while left > 0:
         steps += 1
         if steps > budget:
             return SearchResult(False, steps, {"reason": "search budget exhausted"},
                                 inconclusive=True)
-        if entry.is_call:
+        if i < len(cands):
+            entry = cands[i]
+            i += 1
             kind, a, b, w, pre, info = entry.op
-            ns = None
-            if pre < 0 or (linearized >> pre) & 1:
-                ns = _reg_step(state, kind, a, b, w)
-            if ns is not None:
-                nl = linearized | (1 << entry.id)
-                k = (nl, ns)
-                if k not in cache:
-                    cache.add(k)
-                    stack.append((entry, state))
-                    state = ns
-                    linearized = nl
-                    if not info:
-                        left -= 1
-                    lift(entry)
-                    entry = head.next
-                    continue
-            entry = entry.next
-        else:
-            # A return whose call cannot be linearized here: backtrack.
-            if len(stack) > best_depth:
-                best_depth = len(stack)
-                best_stuck = entry.id
-                best_state = state
-            if not stack:
-                op = rops[best_stuck][5] if best_stuck is not None else None
-                return SearchResult(False, steps, {
-                    "reason": "no linearization",
-                    "longest_prefix": best_depth,
-                    "stuck_op": repr(op) if op else None,
-                    "state_then": list(best_state) if best_state else None,
-                })
-            top, state = stack.pop()
-            linearized &= ~(1 << top.id)
-            if not top.op[5]:
-                left += 1
-            unlift(top)
-            entry = top.next
+            if pre >= 0 and not (linearized >> pre) & 1:
+                continue
+            ns = _reg_step(state, kind, a, b, w)
+            if ns is None:
+                continue
+            nl = linearized | (1 << entry.id)
+            k = (nl, ns)
+            if k in cache:
+                continue
+            cache.add(k)
+            stack.append((cands, i, first_ret, entry, state))
+            state = ns
+            linearized = nl
+            if not info:
+                left -= 1
+            lift(entry)
+            cands, first_ret = candidates()
+            i = 0
+            continue
+        # Every candidate failed before the return `first_ret`: backtrack.
+        if len(stack) > best_depth:
+            best_depth = len(stack)
+            best_stuck = first_ret.id if first_ret is not None else None
+            best_state = state
+        if not stack:
+            op = rops[best_stuck][5] if best_stuck is not None else None
+            return SearchResult(False, steps, {
+                "reason": "no linearization",
+                "longest_prefix": best_depth,
+                "stuck_op": repr(op) if op else None,
+                "state_then": ["<a value no read saw>" if best_state[0] is UNOBSERVED
+                               else best_state[0], best_state[1]] if best_state else None,
+            })
+        cands, i, first_ret, top, state = stack.pop()
+        linearized &= ~(1 << top.id)
+        if not top.op[5]:
+            left += 1
+        unlift(top)
     return SearchResult(True, steps)
 
 
@@ -563,6 +586,25 @@ def check(lines, budget=2_000_000, recovery_s=10.0):
             if dt > recovery_s:
                 res["violations"].append("recovery: first write after the heal took %.1f s "
                                          "(> %.0f s)" % (dt, recovery_s))
+    # recovery after each intermediate heal: a violation only when the next
+    # fault left at least `recovery_s` of healthy time
+    fl = sorted(meta.get("faults", []), key=lambda e: e["time"])
+    worst = None
+    for k, ev in enumerate(fl):
+        if ev.get("action") != "heal":
+            continue
+        t = ev["time"]
+        nxt = next((e["time"] for e in fl[k + 1:] if e.get("action") == "start"), INF)
+        firsts = [o.end for o in ops if o.status == "ok" and o.f in ("write", "cas", "incr")
+                  and o.call >= t]
+        dt = (min(firsts) - t) / 1e9 if firsts else INF
+        if dt != INF and (worst is None or dt > worst):
+            worst = dt
+        if dt > recovery_s and (nxt - t) / 1e9 > recovery_s:
+            res["violations"].append("recovery: no write succeeded within %.0f s of the heal "
+                                     "at %s (%s)" % (recovery_s, _t(t), ev.get("kind")))
+    if worst is not None:
+        res["worst_heal_recovery_s"] = round(worst, 3)
     if res["violations"]:
         res["verdict"] = "FAIL"
     elif res["inconclusive"]:
