@@ -5,7 +5,7 @@ BUILD ?= build
 SAN_BUILD ?= build-san
 MESON_FLAGS ?= --werror
 
-.PHONY: all deps build build-san run sim test test-fast clean
+.PHONY: all deps build build-san run sim test test-fast chaos clean
 
 all: build
 
@@ -39,6 +39,11 @@ test: build build-san
 # Only the normal build, for quick iteration.
 test-fast: build
 	meson test -C $(BUILD) --print-errorlogs
+
+# The longer fault matrix (about 35 minutes): every fault, 60 s, two seeds.
+chaos: build
+	python3 tests/chaos/matrix --binary $(BUILD)/cmd/tierkvd/tierkvd \
+	    --faultfs $(BUILD)/tests/chaos/libtkfaultfs.so --seconds 60 --seeds 1,2
 
 clean:
 	rm -rf $(BUILD) $(SAN_BUILD)
