@@ -197,6 +197,11 @@ static void respond_rc(struct http_req *req, int rc)
                            "the node is shutting down; a write in flight may or may not "
                            "have been applied");
         break;
+    case TK_EIO:
+        http_respond_error(req, 503, "storage_failed", retry,
+                           "this node's storage failed and it stopped serving; use "
+                           "another node (a write in flight may have been applied)");
+        break;
     case TK_ETIMEDOUT:
         http_respond_error(req, 504, "timeout", "",
                            "the request timed out; a write may or may not have been "
@@ -1239,6 +1244,33 @@ static void handle_cluster(struct http_req *req)
     jbuf_free(&b);
 }
 
+/* GET /v1/debug/digest: a digest of this node's applied state (kv_sm_digest)
+ * and the index it is at, read locally, for comparing replicas. */
+static void digest_read_cb(struct node_req *nreq, int status, struct kv_sm *sm,
+                           void *data)
+{
+    struct http_req *req = data;
+    (void)nreq;
+    req->submitted = false;
+    if (status != 0) {
+        respond_rc(req, status);
+        return;
+    }
+    uint64_t d = 0;
+    int rc = kv_sm_digest(sm, &d);
+    if (rc != 0) {
+        respond_rc(req, rc);
+        return;
+    }
+    uint64_t applied = kv_sm_applied_index(sm);
+    struct jbuf b;
+    jbuf_init(&b, 96);
+    jbuf_printf(&b, "{\"digest\":\"%016llx\",\"applied\":%llu}", (unsigned long long)d,
+                (unsigned long long)applied);
+    respond_json(req, &b, applied);
+    jbuf_free(&b);
+}
+
 static void handle_readyz(struct http_req *req)
 {
     struct gateway *gw = req->gw;
@@ -1248,6 +1280,9 @@ static void handle_readyz(struct http_req *req)
     snprintf(retry, sizeof(retry), "Retry-After: %u\r\n", gw->cfg.retry_after_s);
     if (gw->stopping) {
         http_respond_error(req, 503, "shutting_down", retry, "the node is shutting down");
+    } else if (st.failed) {
+        http_respond_error(req, 503, "storage_failed", retry,
+                           "the node's storage failed; it serves nothing until restarted");
     } else if (st.leader == 0) {
         http_respond_error(req, 503, "no_leader", retry, "no leader is known yet");
     } else if (st.applied < st.commit) {
@@ -1490,6 +1525,18 @@ void api_handle(struct gateway *gw, struct http_req *req)
         else
             handle_batch_or_txn(req, &q, txn);
         query_free(&q);
+        return;
+    } else if (path_is(url, plen, "/v1/debug/digest")) {
+        req->route = ROUTE_DIGEST;
+        if (m != HTTP_GET) {
+            allow_405(req, "GET");
+            return;
+        }
+        if (qlen > 0) {
+            BAD(req, "this route takes no query parameters");
+            return;
+        }
+        submit_read(req, NODE_READ_STALE, digest_read_cb);
         return;
     } else if (path_is(url, plen, "/v1/cluster") || path_is(url, plen, "/healthz") ||
                path_is(url, plen, "/readyz") || path_is(url, plen, "/metrics")) {

@@ -69,6 +69,7 @@ enum gw_route {
     ROUTE_HEALTHZ,
     ROUTE_READYZ,
     ROUTE_METRICS,
+    ROUTE_DIGEST,
     ROUTE_OTHER, /* unknown route or method, malformed HTTP */
     ROUTE_COUNT,
 };

@@ -266,11 +266,14 @@ static void drain_appends(struct node *n)
     pthread_mutex_unlock(&n->drain_mu);
 }
 
+static void publish_status(struct node *n);
+
 static void node_fail(struct node *n, int rc, const char *what)
 {
     if (n->failed)
         return;
     n->failed = true;
+    publish_status(n);
     TK_LOG(TK_LOG_ERROR, n->o.id, raft_term(n->raft),
            "storage failed, node stops serving: %s: %s", what, tk_strerror(rc));
     fail_list(n, &n->applied_wait, TK_EIO);
@@ -466,6 +469,7 @@ static void publish_status(struct node *n)
     n->status.applied = kv_sm_applied_index(n->sm);
     n->status.last_index = raft_last_index(n->raft);
     n->status.snapshot_index = n->snap_index;
+    n->status.failed = n->failed;
     struct store_stats ss;
     store_stats(n->store, &ss);
     n->metrics.store_syncs = ss.syncs;

@@ -165,6 +165,7 @@ struct node_status {
     uint64_t applied;
     uint64_t last_index;
     uint64_t snapshot_index;
+    bool failed; /* storage or apply failed: the node serves nothing */
 };
 void node_status(struct node *n, struct node_status *out);
 
