@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <uv.h>
 
@@ -949,6 +950,11 @@ static int open_storage(struct node *n, struct raft_boot *boot, struct raft_entr
     so.queue_max = NODE_PERSIST_MAX;
     int rc;
     if (n->o.data_dir != NULL) {
+        if (mkdir(n->data_dir, 0700) != 0 && errno != EEXIST) {
+            TK_LOG(TK_LOG_ERROR, n->o.id, 0, "cannot create the data directory %s: %s",
+                   n->data_dir, strerror(errno));
+            return TK_EIO;
+        }
         snprintf(path, sizeof(path), "%s/log", n->data_dir);
         rc = store_open_fs(path, &so, &n->store, &sb, err, sizeof(err));
     } else {
