@@ -408,6 +408,16 @@ out:
     return rc;
 }
 
+/* The log now starts after (index, term). write_mu held. */
+static void set_log_start(struct store *s, uint64_t index, uint64_t term)
+{
+    pthread_mutex_lock(&s->meta_mu);
+    s->meta.has_log_start = true;
+    s->meta.log_first = index + 1;
+    s->meta.log_prev_term = term;
+    pthread_mutex_unlock(&s->meta_mu);
+}
+
 int store_compact(struct store *s, uint64_t index)
 {
     pthread_mutex_lock(&s->write_mu);
@@ -430,11 +440,7 @@ int store_compact(struct store *s, uint64_t index)
         rc = fail(s, rc);
         goto out;
     }
-    pthread_mutex_lock(&s->meta_mu);
-    s->meta.has_log_start = true;
-    s->meta.log_first = index + 1;
-    s->meta.log_prev_term = term;
-    pthread_mutex_unlock(&s->meta_mu);
+    set_log_start(s, index, term);
 out:
     pthread_mutex_unlock(&s->write_mu);
     return rc;
@@ -451,11 +457,7 @@ int store_reset(struct store *s, uint64_t index, uint64_t term)
         rc = fail(s, rc);
         goto out;
     }
-    pthread_mutex_lock(&s->meta_mu);
-    s->meta.has_log_start = true;
-    s->meta.log_first = index + 1;
-    s->meta.log_prev_term = term;
-    pthread_mutex_unlock(&s->meta_mu);
+    set_log_start(s, index, term);
 out:
     pthread_mutex_unlock(&s->write_mu);
     return rc;
