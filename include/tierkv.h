@@ -56,6 +56,8 @@ struct tk_options {
     const char *listen_host; /* TCP: NULL = the member's own host */
     const char *data_dir;    /* fs store under this dir; NULL = memory volume */
     bool kv_no_sync;         /* tests and benchmarks only */
+    size_t kv_map_bytes;     /* LMDB map of the KV cold tier: 0 = 64 GiB (sparse);
+                                smaller under valgrind, which cannot map that much */
     uint32_t tick_ms;        /* 10 */
     uint32_t election_ticks; /* 20 */
     uint32_t heartbeat_ticks; /* 2 */

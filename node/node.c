@@ -988,6 +988,8 @@ static int open_storage(struct node *n, struct raft_boot *boot, struct raft_entr
     snprintf(path, sizeof(path), "%s/kv", n->data_dir);
     kc.dir = path;
     kc.no_sync = n->o.kv_no_sync;
+    if (n->o.kv_map_bytes != 0)
+        kc.map_bytes = n->o.kv_map_bytes;
     rc = kv_sm_open(&kc, &n->sm);
     if (rc != 0) {
         TK_LOG(TK_LOG_ERROR, n->o.id, 0, "cannot open the state machine in %s: %s",

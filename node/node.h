@@ -114,6 +114,7 @@ struct node_options {
     const char *data_dir;
     struct store_mem_volume *volume;
     bool kv_no_sync; /* the kv cold tier without fsync (tests, benchmarks) */
+    size_t kv_map_bytes; /* LMDB map size of the kv cold tier; 0: kv's default */
 
     uint32_t tick_ms;          /* 10 */
     uint32_t election_ticks;   /* 20: 200-400 ms */

@@ -70,6 +70,7 @@ static void to_node_options(const struct tk_options *o, struct node_options *no)
     no->id = o->id;
     no->cluster_id = o->cluster_id;
     no->kv_no_sync = o->kv_no_sync;
+    no->kv_map_bytes = o->kv_map_bytes;
     if (o->tick_ms)
         no->tick_ms = o->tick_ms;
     if (o->election_ticks)
