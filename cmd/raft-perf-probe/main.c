@@ -47,6 +47,8 @@ struct result {
     double alloc_per_entry;
     double floor_rtt_p50_us;
     uint64_t entries;
+    double early_ops_per_s; /* the first fifth of the pipelined run */
+    double late_ops_per_s;  /* the last fifth: flat when compaction works */
 };
 
 static double now_s(void)
@@ -316,6 +318,8 @@ static int run_shape(const struct shape *sh, struct result *out, bool tty)
     /* Pipelined rounds. */
     size_t cap_rounds = 1 << 16;
     double *rounds = malloc(sizeof(double) * cap_rounds);
+    double *round_end = malloc(sizeof(double) * cap_rounds);   /* seconds */
+    uint64_t *round_total = malloc(sizeof(uint64_t) * cap_rounds); /* entries */
     size_t n_rounds = 0;
     uint64_t entries = 0, failures = 0;
     struct tk_alloc_stats a0, a1;
@@ -349,7 +353,10 @@ static int run_shape(const struct shape *sh, struct result *out, bool tty)
         long good = submitted - atomic_load(&r.failed);
         failures += (uint64_t)(inflight - good);
         entries += (uint64_t)good;
-        rounds[n_rounds++] = (double)good / dt;
+        rounds[n_rounds] = (double)good / dt;
+        round_end[n_rounds] = now_s() - t_start;
+        round_total[n_rounds] = entries;
+        n_rounds++;
         if (tty && now_s() - last_print > 0.5) {
             last_print = now_s();
             fprintf(stderr, "\r  %s/%s/%s: %4.1fs  %llu entries  %.0f op/s   ", sh->net,
@@ -367,10 +374,25 @@ static int run_shape(const struct shape *sh, struct result *out, bool tty)
     out->round_p10 = quantile(rounds, n_rounds, 0.1);
     out->round_p90 = quantile(rounds, n_rounds, 0.9);
     out->alloc_per_entry = entries ? (double)(a1.bytes - a0.bytes) / (double)entries : 0;
+    /* Throughput over the first and the last fifth of the run. */
+    size_t e_end = 0, l_begin = 0;
+    for (size_t i = 0; i < n_rounds; i++) {
+        if (round_end[i] <= wall * 0.2)
+            e_end = i;
+        if (round_end[i] <= wall * 0.8)
+            l_begin = i;
+    }
+    if (n_rounds > 2 && round_end[e_end] > 0)
+        out->early_ops_per_s = (double)round_total[e_end] / round_end[e_end];
+    if (n_rounds > 2 && round_end[n_rounds - 1] > round_end[l_begin])
+        out->late_ops_per_s = (double)(round_total[n_rounds - 1] - round_total[l_begin]) /
+                              (round_end[n_rounds - 1] - round_end[l_begin]);
     if (failures > 0)
         fprintf(stderr, "probe: %llu proposals failed (busy or lost)\n",
                 (unsigned long long)failures);
     free(rounds);
+    free(round_end);
+    free(round_total);
     pthread_mutex_destroy(&r.mu);
     pthread_cond_destroy(&r.cv);
     long hold = env_long("RAFT_PROBE_HOLD", 0);
@@ -409,10 +431,12 @@ static void print_json(const struct shape *sh, const struct result *r, int runs)
            "\"runs\":%d,\"serial_p50_us\":%.1f,\"serial_p99_us\":%.1f,"
            "\"sustained_ops_per_s\":%.0f,\"round_median_ops_per_s\":%.0f,"
            "\"round_p10_ops_per_s\":%.0f,\"round_p90_ops_per_s\":%.0f,"
-           "\"alloc_bytes_per_entry\":%.0f",
+           "\"alloc_bytes_per_entry\":%.0f,\"entries\":%llu,"
+           "\"early_ops_per_s\":%.0f,\"late_ops_per_s\":%.0f",
            sh->net, sh->committed ? "committed" : "applied", sh->store, runs,
            r->serial_p50_us, r->serial_p99_us, r->sustained, r->round_median, r->round_p10,
-           r->round_p90, r->alloc_per_entry);
+           r->round_p90, r->alloc_per_entry, (unsigned long long)r->entries,
+           r->early_ops_per_s, r->late_ops_per_s);
     if (strcmp(sh->net, "tcp") == 0)
         printf(",\"floor_rtt_p50_us\":%.1f", r->floor_rtt_p50_us);
     printf("}\n");
@@ -436,6 +460,9 @@ static void median_result(struct result *runs, int n, struct result *out)
     MED(round_p90);
     MED(alloc_per_entry);
     MED(floor_rtt_p50_us);
+    MED(early_ops_per_s);
+    MED(late_ops_per_s);
+    MED(entries);
 #undef MED
 }
 
