@@ -562,6 +562,8 @@ static void process_ready(struct node *n)
     }
     if (!n->failed)
         maybe_snapshot(n);
+    if (!n->failed && raft_has_ready(n->raft))
+        kick(n); /* bounded work per turn: the rest on the next one */
     publish_status(n);
 }
 

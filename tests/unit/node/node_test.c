@@ -1,11 +1,14 @@
 /* Node runtime tests: in-process clusters (inproc transport, memory volumes)
  * and one TCP cluster, driven through the public API (include/tierkv.h). */
+#include <arpa/inet.h>
 #include <check.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "base/log.h"
@@ -389,6 +392,19 @@ static int count_items(const struct tk_item *it, void *data)
     return 0;
 }
 
+/* A port the kernel just handed out (bound to 0, then released). */
+static uint16_t free_port(void)
+{
+    int s = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = 0 };
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t al = sizeof(a);
+    ck_assert_int_eq(bind(s, (struct sockaddr *)&a, sizeof(a)), 0);
+    ck_assert_int_eq(getsockname(s, (struct sockaddr *)&a, &al), 0);
+    close(s);
+    return ntohs(a.sin_port);
+}
+
 START_TEST(test_tcp_cluster_replicates_and_scans)
 {
     struct tk_options o;
@@ -396,11 +412,10 @@ START_TEST(test_tcp_cluster_replicates_and_scans)
     o.kv_no_sync = true;
     o.cluster_id = 9;
     o.n_members = 3;
-    uint16_t base = (uint16_t)(20000 + (getpid() % 20000));
     for (int i = 0; i < 3; i++) {
         o.members[i].id = (uint64_t)i + 1;
         o.members[i].host = "127.0.0.1";
-        o.members[i].port = (uint16_t)(base + i);
+        o.members[i].port = free_port();
     }
     struct tk_node *n[3];
     for (int i = 0; i < 3; i++) {
