@@ -169,6 +169,21 @@ static int parse_i64(const char *s, size_t len, int64_t *out)
 
 /* ---- errors and statuses ----------------------------------------------- */
 
+static bool is_write(const struct http_req *req)
+{
+    switch (req->route) {
+    case ROUTE_KV_PUT:
+    case ROUTE_KV_DELETE:
+    case ROUTE_KV_DELETE_RANGE:
+    case ROUTE_KV_INCR:
+    case ROUTE_BATCH:
+    case ROUTE_TXN:
+        return true;
+    default:
+        return false;
+    }
+}
+
 static void respond_rc(struct http_req *req, int rc)
 {
     struct gateway *gw = req->gw;
@@ -193,12 +208,21 @@ static void respond_rc(struct http_req *req, int rc)
                            "applied, retry it");
         break;
     case TK_ESHUTDOWN:
-        http_respond_error(req, 503, "shutting_down", retry,
-                           "the node is shutting down; a write in flight may or may not "
-                           "have been applied");
+        /* A write the node had taken may have been applied: its outcome is
+         * unknown, which 503 must never mean (503 = not applied). */
+        if (is_write(req))
+            http_respond_error(req, 500, "shutting_down", NULL,
+                               "the node shut down with this write in flight; it may or "
+                               "may not have been applied (retry it with the same "
+                               "Idempotency-Key)");
+        else
+            http_respond_error(req, 503, "shutting_down", retry,
+                               "the node is shutting down");
         break;
     case TK_EIO:
-        http_respond_error(req, 503, "storage_failed", retry,
+        /* 500, not 503: a write in flight may have been committed by the other
+         * nodes even though this one's storage failed. */
+        http_respond_error(req, 500, "storage_failed", NULL,
                            "this node's storage failed and it stopped serving; use "
                            "another node (a write in flight may have been applied)");
         break;

@@ -5,8 +5,9 @@
  * when it is not usable, then starts the node with the gateway on the node's
  * loop. The main thread only waits for SIGINT/SIGTERM (sigwait; the signals
  * are blocked in every thread) and then stops the node: the gateway stops
- * accepting, in-flight requests are answered (503 shutting_down) and the store
- * and the state machine are closed. docs/tierkvd.md is the manual. */
+ * accepting, in-flight requests are answered (503 shutting_down, or 500 for a
+ * write whose outcome is unknown) and the store and the state machine are
+ * closed. docs/tierkvd.md is the manual. */
 #include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
