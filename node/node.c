@@ -673,15 +673,20 @@ static void forward_response(struct node *n, const uint8_t *buf, size_t len)
         return;
     uint64_t id = get_le(buf + 2, 8);
     int status = (int)(int32_t)(uint32_t)get_le(buf + FWD_HDR, 4);
-    struct req_list keep = { 0 };
     struct node_req *r, *found = NULL;
-    while ((r = list_pop(&n->forward_wait)) != NULL) {
-        if (found == NULL && r->ctx == id)
-            found = r;
-        else
-            list_push(&keep, r);
+    if (n->forward_wait.head != NULL && n->forward_wait.head->ctx == id) {
+        /* The usual case: answers come back in the order they were sent. */
+        found = list_pop(&n->forward_wait);
+    } else {
+        struct req_list keep = { 0 };
+        while ((r = list_pop(&n->forward_wait)) != NULL) {
+            if (found == NULL && r->ctx == id)
+                found = r;
+            else
+                list_push(&keep, r);
+        }
+        n->forward_wait = keep;
     }
-    n->forward_wait = keep;
     if (found == NULL)
         return; /* timed out already, or a duplicate */
     if (status == 0) {

@@ -265,8 +265,8 @@ static void on_done(int status, const struct tk_write_result *res, void *data)
 {
     struct round *r = data;
     (void)res;
-    if (status != 0)
-        atomic_fetch_add(&r->failed, 1);
+    if (status != 0 && atomic_fetch_add(&r->failed, 1) == 0)
+        fprintf(stderr, "probe: a proposal failed: %s\n", tk_strerror(status));
     if (atomic_fetch_sub(&r->left, 1) == 1) {
         pthread_mutex_lock(&r->mu);
         r->done = true;
@@ -486,7 +486,13 @@ int main(int argc, char **argv)
             return 2;
         }
     }
-    tk_log_set_level(TK_LOG_WARN);
+    enum tk_log_level lvl = TK_LOG_WARN;
+    const char *ll = getenv("RAFT_PROBE_LOG");
+    if (ll != NULL && tk_log_parse_level(ll, &lvl) != 0) {
+        fprintf(stderr, "raft-perf-probe: RAFT_PROBE_LOG=%s is not a log level\n", ll);
+        return 2;
+    }
+    tk_log_set_level(lvl);
     bool tty = isatty(2);
     const char *store = getenv("RAFT_PROBE_STORE");
     if (store == NULL || (strcmp(store, "fs") != 0 && strcmp(store, "mem") != 0))
