@@ -363,8 +363,10 @@ static void maybe_snapshot(struct node *n)
     uint64_t applied = kv_sm_applied_index(n->sm);
     if (n->o.snapshot_entries == 0 || applied < n->snap_index + n->o.snapshot_entries)
         return;
+    uint64_t t0 = mono_ns();
     struct kv_snap *ks;
     int rc = kv_sm_snapshot(n->sm, &ks);
+    uint64_t t_flush = mono_ns();
     if (rc != 0) {
         node_fail(n, rc, "snapshot");
         return;
@@ -421,9 +423,11 @@ static void maybe_snapshot(struct node *n)
                 node_fail(n, rc, "compact");
         }
     }
+    uint64_t t1 = mono_ns();
     TK_LOG(TK_LOG_INFO, n->o.id, raft_term(n->raft),
-           "snapshot at %llu (%zu bytes), log compacted",
-           (unsigned long long)meta.index, len);
+           "snapshot at %llu (%zu bytes), log compacted; %llu ms (flush %llu ms)",
+           (unsigned long long)meta.index, len, (unsigned long long)((t1 - t0) / 1000000),
+           (unsigned long long)((t_flush - t0) / 1000000));
 }
 
 /* A snapshot from the leader replaces the state machine and the log. */
