@@ -40,13 +40,23 @@ echo "== summary (normal build + sanitizer build) =="
 python3 - "$build" "$san" <<'PY'
 import glob, json, os, sys
 ok = bad = skip = 0
+failed = []
 for d in sys.argv[1:]:
-    for path in glob.glob(os.path.join(d, "meson-logs", "testlog-*.json")):
+    for path in sorted(glob.glob(os.path.join(d, "meson-logs", "testlog-*.json"))):
         for line in open(path):
-            r = json.loads(line)["result"]
+            t = json.loads(line)
+            r = t["result"]
             if r in ("OK", "EXPECTEDFAIL"): ok += 1
             elif r == "SKIP": skip += 1
-            else: bad += 1
+            else:
+                bad += 1
+                failed.append((d, t))
+# The failures again, last, so that the tail of a CI log names them.
+for d, t in failed:
+    print(f"FAILED {t['name']} ({t['result']}, {t.get('duration', 0):.1f}s, {d})")
+    out = (t.get("stdout") or "").splitlines()[-25:]
+    for l in out:
+        print(f"  | {l}")
 print(f"{ok} passed, {bad} failed, {skip} skipped")
 PY
 exit $rc
