@@ -9,11 +9,13 @@
  * be64 seq -> encoded result, the exactly-once table, oldest first) and "meta" (the raft
  * index, term and clock the tier reflects). A tier-down step is one write transaction
  * that carries its meta, so the index always matches the data (crash-safe: LMDB commits
- * are atomic). Reads use one long-lived read transaction, reset after every
- * commit. The environment lives in dir/cold.<gen>, reached through the symlink
+ * are atomic). Reads use one long-lived read transaction, reset when a commit
+ * is published. The environment lives in dir/cold.<gen>, reached through the symlink
  * dir/cold; installing a snapshot builds cold.<gen+1> and swaps the symlink
  * with rename(2). LMDB codes become TK_EIO / TK_ECORRUPT here. Owner thread,
- * except the snapshot view (MDB_NOTLS), which any one thread may read. */
+ * except two things any one other thread may do: read a snapshot view
+ * (MDB_NOTLS), and run a whole write transaction (wbegin .. wcommit) while the
+ * owner keeps reading its old view; the owner then calls wpublish. */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -54,7 +56,8 @@ struct kv_cold {
     MDB_txn *rtxn;
     bool rtxn_active;
     MDB_txn *wtxn;
-    uint64_t count;
+    uint64_t count;          /* entries of "data" in the published state */
+    uint64_t wcount;         /* ... as of the last commit (any thread) */
     uint64_t epoch;          /* bumped each time the read view is renewed */
     struct kv_cold_cur scur; /* the scan cursor, reused (scans do not nest) */
 };
@@ -386,7 +389,6 @@ int kv__cold_get(struct kv_cold *c, const void *key, size_t len, struct kv_cold_
 int kv__cold_wbegin(struct kv_cold *c)
 {
     TK_ASSERT(c->wtxn == NULL);
-    kv__cold_read_reset(c);
     int rc = mdb_txn_begin(c->env, NULL, 0, &c->wtxn);
     if (rc != 0) {
         c->wtxn = NULL;
@@ -529,7 +531,7 @@ int kv__cold_wcommit(struct kv_cold *c, const struct kv_cold_meta *m, size_t ses
         if (lrc == 0)
             lrc = mdb_stat(c->wtxn, c->data, &st);
         if (lrc == 0) {
-            c->count = st.ms_entries;
+            c->wcount = st.ms_entries;
             lrc = mdb_txn_commit(c->wtxn);
             c->wtxn = NULL;
         }
@@ -541,6 +543,12 @@ int kv__cold_wcommit(struct kv_cold *c, const struct kv_cold_meta *m, size_t ses
         c->wtxn = NULL;
     }
     return rc;
+}
+
+void kv__cold_wpublish(struct kv_cold *c)
+{
+    c->count = c->wcount;
+    kv__cold_read_reset(c);
 }
 
 void kv__cold_wabort(struct kv_cold *c)

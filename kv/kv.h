@@ -37,6 +37,9 @@ struct kv_config {
     size_t sessions_max; /* remembered (client, seq) results, default 65536 */
     size_t map_bytes;    /* LMDB map size, default 64 GiB (sparse) */
     bool no_sync;        /* LMDB without fsync (tests, benchmarks only) */
+    bool background_tier; /* the owner runs tier-down jobs (kv_sm_tier_start)
+                             when kv_sm_tier_wanted; apply itself tiers down
+                             only past twice the ring budget */
 };
 
 /* Fills `c` with the defaults above and dir = NULL. */
@@ -141,6 +144,36 @@ int kv_sm_scan(struct kv_sm *sm, const struct kv_range *r, size_t limit, kv_item
  * itself when the ring is over budget). Returns 0 or TK_EIO. */
 int kv_sm_flush(struct kv_sm *sm);
 int kv_sm_tier_down(struct kv_sm *sm);
+
+/* Tier-down in the background, so the LMDB work leaves the owner's thread:
+ *   kv_sm_tier_start (owner) picks the pages to move: every page with
+ *     snapshot = true (the ring is sealed at the applied index), else the
+ *     oldest until the ring would be under 3/4 of its budget. *out is NULL when
+ *     there is nothing to do. TK_EBUSY while a job is in flight, TK_EIO once
+ *     the sm has failed.
+ *   kv_tier_run (any one thread) writes them to LMDB in one transaction; with
+ *     snapshot = true it then reads the snapshot stream of that state into
+ *     memory. Meanwhile the owner keeps applying, reading and scanning (the
+ *     pages stay in the ring until finish).
+ *   kv_sm_tier_finish (owner) publishes the result, releases the pages, frees
+ *     the job and, for a snapshot, hands over the stream (free it with
+ *     tk_free). Returns 0 or TK_EIO (the sm has failed).
+ * While a job is in flight, kv_sm_flush, kv_sm_tier_down, kv_sm_snapshot and
+ * kv_sm_install_begin return TK_EBUSY, and kv_sm_close must not be called. */
+struct kv_tier_job;
+struct kv_tier_result {
+    uint64_t index, term; /* snapshot: the state the stream holds */
+    uint8_t *stream;
+    size_t stream_len;
+};
+int kv_sm_tier_start(struct kv_sm *sm, bool snapshot, struct kv_tier_job **out);
+void kv_tier_run(struct kv_tier_job *j);
+int kv_sm_tier_finish(struct kv_sm *sm, struct kv_tier_job *j, struct kv_tier_result *out);
+/* The ring is over its budget and no job is in flight. */
+bool kv_sm_tier_wanted(const struct kv_sm *sm);
+/* A job is in flight and the ring has grown past twice its budget: the owner
+ * should wait for the job before applying more. */
+bool kv_sm_tier_urgent(const struct kv_sm *sm);
 
 /* A digest of the live state (keys, values, revisions, versions, expiry, at the
  * sm's clock): equal on replicas that applied the same entries. */

@@ -102,6 +102,9 @@ static inline size_t kv__rec_size(size_t key_len, size_t value_len)
 /* True if the record at addr lies inside its page, has the magic and its CRC
  * matches. A record that fails is never to be returned. */
 bool kv__ring_check(const struct kv_ring *r, uint64_t addr);
+/* The same check of the record at `off` of page p (a sealed page may be checked
+ * from any thread while its owner appends elsewhere). */
+bool kv__page_check(const struct kv_page *p, size_t off);
 /* Seals the tail so the next append opens a new page. */
 void kv__ring_seal(struct kv_ring *r);
 /* Releases the oldest page (which must be sealed); pages of page_bytes are
@@ -213,7 +216,8 @@ uint64_t kv__cold_count(struct kv_cold *c);
 void kv__cold_read_reset(struct kv_cold *c);
 int kv__cold_get(struct kv_cold *c, const void *key, size_t len, struct kv_cold_val *out);
 
-/* A write transaction for one tier-down step. */
+/* A write transaction for one tier-down step; it may run on another thread
+ * (the owner's reads keep their view), and the owner then publishes it. */
 int kv__cold_wbegin(struct kv_cold *c);
 int kv__cold_wput(struct kv_cold *c, const struct kv_rec *h);
 int kv__cold_wsession(struct kv_cold *c, const struct kv_rec *h);
@@ -222,6 +226,8 @@ int kv__cold_wsession(struct kv_cold *c, const struct kv_rec *h);
 int kv__cold_wcommit(struct kv_cold *c, const struct kv_cold_meta *m,
                      size_t sessions_max);
 void kv__cold_wabort(struct kv_cold *c);
+/* Owner thread, after a commit: count and read view move to the new state. */
+void kv__cold_wpublish(struct kv_cold *c);
 
 /* Sessions in order, oldest first: cb(index, client, seq, bytes, len). */
 typedef int kv_cold_session_cb(uint64_t index, uint64_t client, uint64_t seq,

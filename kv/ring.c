@@ -158,7 +158,11 @@ bool kv__ring_check(const struct kv_ring *r, uint64_t addr)
     size_t off = addr & ((1u << KV_ADDR_OFF_BITS) - 1);
     if (slot >= r->n_slots || r->slots[slot] == NULL)
         return false;
-    const struct kv_page *p = r->slots[slot];
+    return kv__page_check(r->slots[slot], off);
+}
+
+bool kv__page_check(const struct kv_page *p, size_t off)
+{
     if (off + sizeof(struct kv_rec) > p->used)
         return false;
     const struct kv_rec *h = (const struct kv_rec *)(const void *)(p->data + off);

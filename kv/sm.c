@@ -260,7 +260,8 @@ void kv_sm_close(struct kv_sm *sm)
     sess_destroy(&sm->sessions);
     arena_destroy(&sm->arena);
     tk_free(sm->scratch);
-    tk_free(sm->tier_addrs);
+    TK_ASSERT(sm->job == NULL);
+    tk_free(sm->tier_ents);
     tk_free(sm->dir);
     tk_free(sm);
 }
@@ -572,135 +573,190 @@ static const struct kv_rec *page_rec(const struct kv_page *p, size_t off)
 
 #define TIER_WRITTEN (UINT64_C(1) << 63)
 
-static void tier_addrs_push(struct kv_sm *sm, uint64_t addr)
+/* A tier-down runs in three steps. pick (owner thread) chooses the pages;
+ * write (any thread) copies the newest version of each of their keys to LMDB
+ * in one transaction; finish (owner thread) publishes the commit, drops the
+ * index entries into the pages and releases them. Between pick and finish the
+ * pages are sealed and stay in memory, so reads keep finding their records in
+ * the ring while LMDB changes underneath the owner's old read view. At most one
+ * tier-down is in flight: it owns tier_index and tier_ents. */
+struct kv_tier_job {
+    struct kv_sm *sm;
+    struct kv_page **pages;
+    size_t n_pages;
+    bool snapshot;
+    struct kv_cold_meta meta;
+    uint64_t bad; /* records that failed their check */
+    int rc;
+    uint8_t *stream; /* snapshot: the stream of the committed state */
+    size_t stream_len;
+    struct kv_cold_meta stream_meta;
+};
+
+static void tier_push(struct kv_sm *sm, const struct kv_rec *h, uint64_t addr)
 {
-    if (sm->n_tier_addrs == sm->cap_tier_addrs) {
-        sm->cap_tier_addrs = sm->cap_tier_addrs ? sm->cap_tier_addrs * 2 : 4096;
-        sm->tier_addrs =
-            tk_realloc(sm->tier_addrs, sm->cap_tier_addrs * sizeof(*sm->tier_addrs));
+    if (sm->n_tier_ents == sm->cap_tier_ents) {
+        sm->cap_tier_ents = sm->cap_tier_ents ? sm->cap_tier_ents * 2 : 4096;
+        sm->tier_ents =
+            tk_realloc(sm->tier_ents, sm->cap_tier_ents * sizeof(*sm->tier_ents));
     }
-    sm->tier_addrs[sm->n_tier_addrs++] = addr;
+    sm->tier_ents[sm->n_tier_ents++] = (struct kv_tier_ent){h, addr};
 }
 
-static int tier(struct kv_sm *sm, bool all)
+/* Chooses the pages: all of them, or up to the last cut point before the ring
+ * would be under 3/4 of its budget. False when there is nothing to move. */
+static bool tier_pick(struct kv_sm *sm, bool all, struct kv_tier_job *j)
 {
     if (all)
         kv__ring_seal(&sm->ring);
-    /* Choose the pages: up to the last cut point before enough is freed. */
     size_t target = all ? 0 : sm->cfg.ring_bytes / 4 * 3;
     size_t freed = 0, n = 0, n_cut = 0;
-    struct kv_page *cut = NULL;
     for (struct kv_page *p = sm->ring.head; p != NULL; p = p->next) {
         n++;
         freed += p->cap;
         if (cut_ok(p, all)) {
-            cut = p;
             n_cut = n;
             if (!all && sm->ring.bytes - freed <= target)
                 break;
         }
     }
-    if (cut == NULL)
-        return 0;
-    struct kv_cold_meta m = {
+    if (n_cut == 0)
+        return false;
+    j->sm = sm;
+    j->pages = tk_malloc(n_cut * sizeof(*j->pages));
+    j->n_pages = n_cut;
+    j->meta = (struct kv_cold_meta){
         .index = sm->durable, .term = sm->durable_term, .now_ms = sm->durable_now};
+    struct kv_page *p = sm->ring.head;
+    for (size_t i = 0; i < n_cut; i++, p = p->next) {
+        j->pages[i] = p;
+        if (p->first_rev != 0 && p->last_rev >= j->meta.index) {
+            j->meta.index = p->last_rev;
+            j->meta.term = p->last_term;
+            j->meta.now_ms = p->last_now;
+        }
+    }
+    if (all) {
+        j->meta.index = sm->applied;
+        j->meta.term = sm->applied_term;
+        j->meta.now_ms = sm->now_ms;
+    }
+    return true;
+}
+
+/* Any thread: touches only the job's sealed pages, tier_index, tier_ents and
+ * the cold tier's write transaction. */
+static int tier_write(struct kv_tier_job *j)
+{
+    struct kv_sm *sm = j->sm;
     /* Collect the sound records, noting damaged pages (their keys cannot be
      * trusted for index removal later). */
-    sm->n_tier_addrs = 0;
-    size_t i = 0;
-    for (struct kv_page *p = sm->ring.head; i < n_cut; p = p->next, i++) {
+    sm->n_tier_ents = 0;
+    for (size_t i = 0; i < j->n_pages; i++) {
+        struct kv_page *p = j->pages[i];
         p->damaged = false;
         size_t off = 0;
         for (;;) {
             const struct kv_rec *h = page_rec(p, off);
             if (h == NULL)
                 break;
-            uint64_t addr = kv__ring_addr(p, off);
-            off += kv__rec_size(h->key_len, h->value_len);
-            if (kv__ring_check(&sm->ring, addr)) {
-                tier_addrs_push(sm, addr);
+            if (kv__page_check(p, off)) {
+                tier_push(sm, h, kv__ring_addr(p, off));
             } else {
-                sm->bad_records++;
+                j->bad++;
                 p->damaged = true;
             }
+            off += kv__rec_size(h->key_len, h->value_len);
         }
         if (off != p->used)
             p->damaged = true;
-        if (p->first_rev != 0 && p->last_rev >= m.index) {
-            m.index = p->last_rev;
-            m.term = p->last_term;
-            m.now_ms = p->last_now;
-        }
-    }
-    if (all) {
-        m.index = sm->applied;
-        m.term = sm->applied_term;
-        m.now_ms = sm->now_ms;
     }
     /* Newest first, mark the newest version of each key among these pages:
      * only it goes to LMDB (the key's state as of the cut). Then write in
      * log order, which is key order for sequential loads (LMDB fills its
      * pages best that way). */
     kv__index_clear(&sm->tier_index);
-    for (size_t j = sm->n_tier_addrs; j-- > 0;) {
-        uint64_t addr = sm->tier_addrs[j];
-        const struct kv_rec *h = kv__ring_at(&sm->ring, addr);
-        const uint8_t *k = kv__rec_key(h);
-        if ((h->flags & KV_REC_SESSION) ||
-            kv__index_put(&sm->tier_index, kv__hash(k, h->key_len), k, h->key_len, addr))
-            sm->tier_addrs[j] = addr | TIER_WRITTEN;
+    for (size_t k = sm->n_tier_ents; k-- > 0;) {
+        struct kv_tier_ent *e = &sm->tier_ents[k];
+        const uint8_t *key = kv__rec_key(e->h);
+        if ((e->h->flags & KV_REC_SESSION) ||
+            kv__index_put(&sm->tier_index, kv__hash(key, e->h->key_len), key,
+                          e->h->key_len, e->addr))
+            e->addr |= TIER_WRITTEN;
     }
     int rc = kv__cold_wbegin(sm->cold);
     if (rc != 0)
         return rc;
-    for (size_t j = 0; j < sm->n_tier_addrs; j++) {
-        if (!(sm->tier_addrs[j] & TIER_WRITTEN))
+    for (size_t k = 0; k < sm->n_tier_ents; k++) {
+        const struct kv_tier_ent *e = &sm->tier_ents[k];
+        if (!(e->addr & TIER_WRITTEN))
             continue;
-        const struct kv_rec *h =
-            kv__ring_at(&sm->ring, sm->tier_addrs[j] & ~TIER_WRITTEN);
-        rc = (h->flags & KV_REC_SESSION) ? kv__cold_wsession(sm->cold, h)
-                                         : kv__cold_wput(sm->cold, h);
+        rc = (e->h->flags & KV_REC_SESSION) ? kv__cold_wsession(sm->cold, e->h)
+                                            : kv__cold_wput(sm->cold, e->h);
         if (rc != 0) {
             kv__cold_wabort(sm->cold);
             return rc;
         }
     }
-    rc = kv__cold_wcommit(sm->cold, &m, sm->cfg.sessions_max);
-    if (rc != 0)
-        return rc;
-    /* Now the index entries into these pages go (only a key's newest record in
-     * the batch can be what the index points at), then the pages. */
-    for (size_t j = 0; j < sm->n_tier_addrs; j++) {
-        if (!(sm->tier_addrs[j] & TIER_WRITTEN))
-            continue;
-        uint64_t addr = sm->tier_addrs[j] & ~TIER_WRITTEN;
-        const struct kv_rec *h = kv__ring_at(&sm->ring, addr);
-        if (h->flags & KV_REC_SESSION)
-            continue;
-        const uint8_t *k = kv__rec_key(h);
-        if (kv__index_remove_if(&sm->index, kv__hash(k, h->key_len), k, h->key_len, addr))
-            kv__view_remove(&sm->view, k, h->key_len);
-    }
-    for (i = 0; i < n_cut; i++) {
-        struct kv_page *p = sm->ring.head;
-        if (p->damaged) {
-            tk_logf(TK_LOG_ERROR, 0, 0, NULL, "kv: damaged ring page released");
-            kv__index_purge_slot(&sm->index, p->slot);
+    return kv__cold_wcommit(sm->cold, &j->meta, sm->cfg.sessions_max);
+}
+
+/* Owner thread: publishes a committed write, then the index entries into the
+ * pages go (only a key's newest record in the batch can be what the index
+ * points at), then the pages. */
+static void tier_finish(struct kv_sm *sm, struct kv_tier_job *j)
+{
+    sm->bad_records += j->bad;
+    if (j->rc == 0) {
+        kv__cold_wpublish(sm->cold);
+        for (size_t k = 0; k < sm->n_tier_ents; k++) {
+            const struct kv_tier_ent *e = &sm->tier_ents[k];
+            if (!(e->addr & TIER_WRITTEN) || (e->h->flags & KV_REC_SESSION))
+                continue;
+            const uint8_t *key = kv__rec_key(e->h);
+            if (kv__index_remove_if(&sm->index, kv__hash(key, e->h->key_len), key,
+                                    e->h->key_len, e->addr & ~TIER_WRITTEN))
+                kv__view_remove(&sm->view, key, e->h->key_len);
         }
-        kv__ring_release_head(&sm->ring);
+        for (size_t i = 0; i < j->n_pages; i++) {
+            struct kv_page *p = sm->ring.head;
+            TK_ASSERT(p == j->pages[i]);
+            if (p->damaged) {
+                tk_logf(TK_LOG_ERROR, 0, 0, NULL, "kv: damaged ring page released");
+                kv__index_purge_slot(&sm->index, p->slot);
+            }
+            kv__ring_release_head(&sm->ring);
+        }
+        sm->durable = j->meta.index;
+        sm->durable_term = j->meta.term;
+        sm->durable_now = j->meta.now_ms;
+        sm->tier_downs++;
+    } else {
+        sm->failed = true;
     }
-    sm->n_tier_addrs = 0;
-    sm->durable = m.index;
-    sm->durable_term = m.term;
-    sm->durable_now = m.now_ms;
-    sm->tier_downs++;
-    return 0;
+    sm->n_tier_ents = 0;
+    tk_free(j->pages);
+    j->pages = NULL;
+}
+
+static int tier(struct kv_sm *sm, bool all)
+{
+    if (sm->job != NULL)
+        return TK_EBUSY;
+    struct kv_tier_job j = {0};
+    if (!tier_pick(sm, all, &j))
+        return 0;
+    j.rc = tier_write(&j);
+    tier_finish(sm, &j);
+    return j.rc;
 }
 
 int kv_sm_flush(struct kv_sm *sm)
 {
     if (sm->failed)
         return TK_EIO;
+    if (sm->job != NULL)
+        return TK_EBUSY;
     int rc = tier(sm, true);
     if (rc != 0)
         sm->failed = true;
@@ -711,10 +767,77 @@ int kv_sm_tier_down(struct kv_sm *sm)
 {
     if (sm->failed)
         return TK_EIO;
+    if (sm->job != NULL)
+        return TK_EBUSY;
     int rc = tier(sm, false);
     if (rc != 0)
         sm->failed = true;
     return rc != 0 ? TK_EIO : 0;
+}
+
+bool kv_sm_tier_wanted(const struct kv_sm *sm)
+{
+    return sm->job == NULL && !sm->failed && sm->ring.bytes > sm->cfg.ring_bytes;
+}
+
+bool kv_sm_tier_urgent(const struct kv_sm *sm)
+{
+    return sm->job != NULL && sm->ring.bytes > 2 * sm->cfg.ring_bytes;
+}
+
+int kv_sm_tier_start(struct kv_sm *sm, bool snapshot, struct kv_tier_job **out)
+{
+    *out = NULL;
+    if (sm->failed)
+        return TK_EIO;
+    if (sm->job != NULL)
+        return TK_EBUSY;
+    struct kv_tier_job *j = tk_calloc(1, sizeof(*j));
+    j->snapshot = snapshot;
+    if (!tier_pick(sm, snapshot, j)) {
+        if (!snapshot) {
+            tk_free(j);
+            return 0;
+        }
+        /* Nothing in the ring: the snapshot is the cold tier as it is. */
+        j->sm = sm;
+        j->meta = (struct kv_cold_meta){
+            .index = sm->durable, .term = sm->durable_term, .now_ms = sm->durable_now};
+    }
+    sm->job = j;
+    *out = j;
+    return 0;
+}
+
+void kv_tier_run(struct kv_tier_job *j)
+{
+    if (j->n_pages > 0)
+        j->rc = tier_write(j);
+    if (j->rc == 0 && j->snapshot)
+        j->rc = kv__snap_read_all(j->sm, &j->stream, &j->stream_len, &j->stream_meta);
+}
+
+int kv_sm_tier_finish(struct kv_sm *sm, struct kv_tier_job *j, struct kv_tier_result *out)
+{
+    TK_ASSERT(sm->job == j);
+    int wrc = j->rc;
+    if (j->n_pages > 0) {
+        tier_finish(sm, j);
+    } else if (wrc != 0) {
+        sm->failed = true;
+    }
+    sm->job = NULL;
+    memset(out, 0, sizeof(*out));
+    if (wrc == 0 && j->snapshot) {
+        out->index = j->stream_meta.index;
+        out->term = j->stream_meta.term;
+        out->stream = j->stream;
+        out->stream_len = j->stream_len;
+        j->stream = NULL;
+    }
+    tk_free(j->stream);
+    tk_free(j);
+    return wrc != 0 ? TK_EIO : 0;
 }
 
 /* ---- fast decoding of the common commands ---- */
@@ -903,7 +1026,10 @@ int kv_sm_apply(struct kv_sm *sm, uint64_t index, uint64_t term, uint64_t time_m
         t->last_now = sm->now_ms;
         t->last_term = term;
     }
-    if (sm->ring.bytes > sm->cfg.ring_bytes)
+    /* Over budget: tier down now, unless the owner does it in the background
+     * (then only past twice the budget, and never while a job is in flight). */
+    size_t limit = sm->cfg.background_tier ? 2 * sm->cfg.ring_bytes : sm->cfg.ring_bytes;
+    if (sm->ring.bytes > limit && sm->job == NULL)
         return kv_sm_tier_down(sm);
     return 0;
 }

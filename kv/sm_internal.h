@@ -46,6 +46,11 @@ struct kv_sessions {
     size_t fifo_head, fifo_len;
 };
 
+struct kv_tier_ent {
+    const struct kv_rec *h;
+    uint64_t addr; /* | TIER_WRITTEN once chosen for LMDB */
+};
+
 struct kv_sm {
     struct kv_config cfg;
     char *dir;
@@ -63,8 +68,9 @@ struct kv_sm {
     bool failed;
     atomic_int open_snaps; /* kv_snap views open on the cold tier */
     uint64_t tier_downs, bad_records;
-    uint64_t *tier_addrs; /* tier-down: the records of the pages being tiered */
-    size_t n_tier_addrs, cap_tier_addrs;
+    struct kv_tier_ent *tier_ents; /* tier-down: the records of its pages */
+    size_t n_tier_ents, cap_tier_ents;
+    struct kv_tier_job *job; /* the tier-down in flight, if any */
     uint8_t *scratch; /* delete-range key list */
     size_t scratch_cap;
 };
@@ -92,6 +98,12 @@ int kv__sm_exec(struct kv_sm *sm, uint64_t index, const struct Kvpb__Command *c,
  * accepts, protobuf-c decodes to the same fields (a unit test checks). */
 bool kv__fast_decode(const uint8_t *buf, size_t len, struct Kvpb__Command *c,
                      struct Kvpb__Put *put, struct Kvpb__Delete *del);
+
+/* Any thread, while the sm's tier job is in flight (so no other writer): reads
+ * the snapshot stream of the cold tier as committed into one buffer. Returns 0
+ * or TK_EIO. */
+int kv__snap_read_all(struct kv_sm *sm, uint8_t **buf, size_t *len,
+                      struct kv_cold_meta *meta);
 
 /* Adds one remembered result (recovery, snapshot install); data is the sm. */
 int kv__sm_load_session(uint64_t index, uint64_t client, uint64_t seq, const uint8_t *res,

@@ -72,13 +72,10 @@ static void stage_reserve(struct kv_snap *s, size_t n)
     }
 }
 
-int kv_sm_snapshot(struct kv_sm *sm, struct kv_snap **out)
+static int snap_open(struct kv_sm *sm, struct kv_snap **out)
 {
-    int rc = kv_sm_flush(sm);
-    if (rc != 0)
-        return rc;
     struct kv_snap *s = tk_calloc(1, sizeof(*s));
-    rc = kv__cold_snap_open(sm->cold, &s->cs, &s->meta);
+    int rc = kv__cold_snap_open(sm->cold, &s->cs, &s->meta);
     if (rc != 0) {
         tk_free(s);
         return TK_EIO;
@@ -86,6 +83,45 @@ int kv_sm_snapshot(struct kv_sm *sm, struct kv_snap **out)
     s->sm = sm;
     atomic_fetch_add(&sm->open_snaps, 1);
     *out = s;
+    return 0;
+}
+
+int kv_sm_snapshot(struct kv_sm *sm, struct kv_snap **out)
+{
+    int rc = kv_sm_flush(sm);
+    if (rc != 0)
+        return rc;
+    return snap_open(sm, out);
+}
+
+int kv__snap_read_all(struct kv_sm *sm, uint8_t **buf, size_t *len,
+                      struct kv_cold_meta *meta)
+{
+    struct kv_snap *s;
+    int rc = snap_open(sm, &s);
+    if (rc != 0)
+        return rc;
+    size_t cap = (size_t)1 << 16, n = 0;
+    uint8_t *b = tk_malloc(cap);
+    for (;;) {
+        if (cap - n < ((size_t)1 << 15)) {
+            cap *= 2;
+            b = tk_realloc(b, cap);
+        }
+        size_t got = 0;
+        rc = kv_snap_read(s, b + n, cap - n, &got);
+        if (rc != 0 || got == 0)
+            break;
+        n += got;
+    }
+    *meta = s->meta;
+    kv_snap_close(s);
+    if (rc != 0) {
+        tk_free(b);
+        return rc;
+    }
+    *buf = b;
+    *len = n;
     return 0;
 }
 
@@ -186,7 +222,7 @@ int kv_sm_install_begin(struct kv_sm *sm, struct kv_install **out)
 {
     if (sm->failed)
         return TK_EIO;
-    if (atomic_load(&sm->open_snaps) > 0)
+    if (atomic_load(&sm->open_snaps) > 0 || sm->job != NULL)
         return TK_EBUSY; /* the swap would close the environment under them */
     struct kv_install *in = tk_calloc(1, sizeof(*in));
     in->sm = sm;

@@ -96,6 +96,15 @@ struct node {
     uint64_t forward_id;
 
     uint64_t snap_index;
+    uint64_t compact_goal; /* compact the log up to here, a step per turn */
+    /* The KV's tier-down job in flight on the thread pool (see maybe_snapshot). */
+    uv_work_t tier_work;
+    struct kv_tier_job *tier_job; /* until completed */
+    bool tier_busy;               /* until the after-work callback */
+    bool tier_snapshot;
+    atomic_bool tier_ran;
+    struct raft_config tier_config;
+    uint64_t tier_t0, tier_t_done;
     struct kv_result res; /* scratch for apply */
     struct raft_entry *batch;
 
@@ -357,47 +366,31 @@ static void apply_entries(struct node *n, const struct raft_entry *e, size_t cnt
 /* Log compaction (DESIGN "Ring-log KV state machine"): once enough entries are
  * applied past the last snapshot, the KV tiers down to the applied index, its
  * cold tier becomes the snapshot, and the log is compacted behind it, keeping
- * a trailing window for followers that are only a little behind. */
-static void maybe_snapshot(struct node *n)
+ * a trailing window for followers that are only a little behind.
+ *
+ * None of the heavy work stalls the loop: the KV's tier-down job (the LMDB
+ * transaction and reading the snapshot stream) runs on libuv's thread pool
+ * while the loop goes on replicating and applying, and the log is then
+ * compacted a bounded step per loop turn. The same job moves the ring's
+ * oldest pages to LMDB when the ring is over its budget. A job in flight
+ * counts as an open handle, so the node is not freed under it. */
+#define COMPACT_STEP 32768
+
+static void tier_work(uv_work_t *w)
 {
-    uint64_t applied = kv_sm_applied_index(n->sm);
-    if (n->o.snapshot_entries == 0 || applied < n->snap_index + n->o.snapshot_entries)
-        return;
-    uint64_t t0 = mono_ns();
-    struct kv_snap *ks;
-    int rc = kv_sm_snapshot(n->sm, &ks);
-    uint64_t t_flush = mono_ns();
-    if (rc != 0) {
-        node_fail(n, rc, "snapshot");
-        return;
-    }
-    /* The stream, read whole into one blob the core can send (the transport
-     * cuts it into chunks). */
-    size_t cap = 1u << 16, len = 0;
-    uint8_t *buf = tk_malloc(cap);
-    for (;;) {
-        if (cap - len < (1u << 15)) {
-            cap *= 2;
-            buf = tk_realloc(buf, cap);
-        }
-        size_t got = 0;
-        rc = kv_snap_read(ks, buf + len, cap - len, &got);
-        if (rc != 0 || got == 0)
-            break;
-        len += got;
-    }
-    struct raft_snapshot_meta meta = { .index = kv_snap_index(ks),
-                                       .term = kv_snap_term(ks),
-                                       .config = *raft_config(n->raft) };
-    kv_snap_close(ks);
-    if (rc != 0) {
-        tk_free(buf);
-        node_fail(n, rc, "snapshot read");
-        return;
-    }
-    struct tk_blob *blob = tk_blob_copy(buf, len);
-    tk_free(buf);
-    rc = raft_snapshot_set(n->raft, &meta, blob);
+    struct node *n = w->data;
+    kv_tier_run(n->tier_job);
+    atomic_store_explicit(&n->tier_ran, true, memory_order_release);
+}
+
+static void snapshot_taken(struct node *n, struct kv_tier_result *res)
+{
+    struct raft_snapshot_meta meta = {
+        .index = res->index, .term = res->term, .config = n->tier_config};
+    struct tk_blob *blob = tk_blob_copy(res->stream, res->stream_len);
+    size_t len = res->stream_len;
+    tk_free(res->stream);
+    int rc = raft_snapshot_set(n->raft, &meta, blob);
     tk_blob_unref(blob);
     if (rc != 0) {
         TK_LOG(TK_LOG_WARN, n->o.id, raft_term(n->raft),
@@ -413,21 +406,131 @@ static void maybe_snapshot(struct node *n)
     }
     n->snap_index = meta.index;
     n->metrics.snapshots++;
-    if (meta.index > n->o.trailing_entries) {
-        uint64_t upto = meta.index - n->o.trailing_entries;
-        if (upto > raft_stable_index(n->raft))
-            upto = raft_stable_index(n->raft);
-        if (raft_compact(n->raft, upto) == 0) {
-            rc = store_compact(n->store, upto);
-            if (rc != 0)
-                node_fail(n, rc, "compact");
+    if (meta.index > n->o.trailing_entries)
+        n->compact_goal = meta.index - n->o.trailing_entries;
+    TK_LOG(TK_LOG_INFO, n->o.id, raft_term(n->raft),
+           "snapshot at %llu (%zu bytes): %llu ms in all, %llu us of it on the loop",
+           (unsigned long long)meta.index, len,
+           (unsigned long long)((mono_ns() - n->tier_t0) / 1000000),
+           (unsigned long long)((mono_ns() - n->tier_t_done) / 1000));
+}
+
+/* Loop thread, once the job has run: publish it in the KV, then take the
+ * snapshot (unless `discard`: an installed snapshot is replacing it). */
+static void tier_complete(struct node *n, bool discard)
+{
+    struct kv_tier_job *j = n->tier_job;
+    n->tier_job = NULL;
+    n->tier_t_done = mono_ns();
+    struct kv_tier_result res;
+    int rc = kv_sm_tier_finish(n->sm, j, &res);
+    if (rc != 0) {
+        node_fail(n, rc, "tier-down");
+        return;
+    }
+    if (res.stream == NULL)
+        return;
+    if (!n->tier_snapshot || discard || n->closing || n->failed) {
+        tk_free(res.stream);
+        return;
+    }
+    snapshot_taken(n, &res);
+}
+
+static void handle_gone(struct node *n);
+
+static void tier_after(uv_work_t *w, int status)
+{
+    struct node *n = w->data;
+    (void)status;
+    n->tier_busy = false;
+    if (n->tier_job != NULL)
+        tier_complete(n, false);
+    kick(n);
+    handle_gone(n);
+}
+
+/* Loop thread: blocks until the job in flight has run, then completes it.
+ * Only for what cannot go on beside it (installing a snapshot, a ring past
+ * twice its budget); its after-work callback later finds nothing to do. */
+static void tier_wait(struct node *n, bool discard)
+{
+    if (n->tier_job == NULL)
+        return;
+    while (!atomic_load_explicit(&n->tier_ran, memory_order_acquire)) {
+        struct timespec ts = {0, 50000};
+        nanosleep(&ts, NULL);
+    }
+    tier_complete(n, discard);
+}
+
+static void tier_start(struct node *n, bool snapshot, bool inline_run)
+{
+    struct kv_tier_job *j;
+    int rc = kv_sm_tier_start(n->sm, snapshot, &j);
+    if (rc != 0) {
+        node_fail(n, rc, "tier-down");
+        return;
+    }
+    if (j == NULL)
+        return;
+    n->tier_job = j;
+    n->tier_snapshot = snapshot;
+    n->tier_config = *raft_config(n->raft);
+    n->tier_t0 = mono_ns();
+    atomic_store(&n->tier_ran, false);
+    if (!inline_run) {
+        n->tier_work.data = n;
+        if (uv_queue_work(n->loop, &n->tier_work, tier_work, tier_after) == 0) {
+            n->tier_busy = true;
+            n->handles_open++;
+            return;
         }
     }
-    uint64_t t1 = mono_ns();
-    TK_LOG(TK_LOG_INFO, n->o.id, raft_term(n->raft),
-           "snapshot at %llu (%zu bytes), log compacted; %llu ms (flush %llu ms)",
-           (unsigned long long)meta.index, len, (unsigned long long)((t1 - t0) / 1000000),
-           (unsigned long long)((t_flush - t0) / 1000000));
+    kv_tier_run(j);
+    atomic_store(&n->tier_ran, true);
+    tier_complete(n, false);
+}
+
+/* One bounded step of compaction towards compact_goal: dropping millions of
+ * entries at once would hold the loop (and the memory volume's lock) for tens
+ * of milliseconds. */
+static void compact_step(struct node *n)
+{
+    uint64_t first = raft_first_index(n->raft);
+    uint64_t upto = n->compact_goal;
+    if (upto < first)
+        return;
+    if (upto - first >= COMPACT_STEP)
+        upto = first + COMPACT_STEP - 1;
+    if (upto > raft_stable_index(n->raft))
+        upto = raft_stable_index(n->raft);
+    if (upto < first || raft_compact(n->raft, upto) != 0)
+        return;
+    int rc = store_compact(n->store, upto);
+    if (rc != 0)
+        node_fail(n, rc, "compact");
+}
+
+static void maybe_snapshot(struct node *n)
+{
+    compact_step(n);
+    if (n->tier_busy) {
+        if (n->tier_job != NULL && kv_sm_tier_urgent(n->sm)) {
+            uint64_t t0 = mono_ns();
+            tier_wait(n, false);
+            TK_LOG(TK_LOG_WARN, n->o.id, raft_term(n->raft),
+                   "the KV ring passed twice its budget during a tier-down: the loop "
+                   "waited %llu ms for it",
+                   (unsigned long long)((mono_ns() - t0) / 1000000));
+        }
+        return;
+    }
+    uint64_t applied = kv_sm_applied_index(n->sm);
+    if (n->o.snapshot_entries != 0 && applied >= n->snap_index + n->o.snapshot_entries)
+        tier_start(n, true, false);
+    else if (kv_sm_tier_wanted(n->sm))
+        tier_start(n, false, false);
 }
 
 /* A snapshot from the leader replaces the state machine and the log. */
@@ -435,6 +538,8 @@ static int install_snapshot(struct node *n, const struct raft_snapshot_meta *met
                             struct tk_blob *data)
 {
     drain_appends(n);
+    tier_wait(n, true);
+    n->compact_goal = 0;
     struct kv_install *in;
     int rc = kv_sm_install_begin(n->sm, &in);
     if (rc != 0)
@@ -999,6 +1104,7 @@ static int open_storage(struct node *n, struct raft_boot *boot, struct raft_entr
     snprintf(path, sizeof(path), "%s/kv", n->data_dir);
     kc.dir = path;
     kc.no_sync = n->o.kv_no_sync;
+    kc.background_tier = true;
     if (n->o.kv_map_bytes != 0)
         kc.map_bytes = n->o.kv_map_bytes;
     rc = kv_sm_open(&kc, &n->sm);
@@ -1119,10 +1225,7 @@ static int node_init(struct node *n)
         /* The log was compacted: followers that need what is gone get a
          * snapshot of the state machine, so one must exist now. */
         n->snap_index = 0;
-        uint64_t saved = n->o.snapshot_entries;
-        n->o.snapshot_entries = 1;
-        maybe_snapshot(n);
-        n->o.snapshot_entries = saved;
+        tier_start(n, true, true);
     }
     uv_timer_start(&n->ticker, on_tick, n->o.tick_ms, n->o.tick_ms);
     uv_check_start(&n->check, on_check);

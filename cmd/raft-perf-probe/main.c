@@ -49,6 +49,8 @@ struct result {
     uint64_t entries;
     double early_ops_per_s; /* the first fifth of the pipelined run */
     double late_ops_per_s;  /* the last fifth: flat when compaction works */
+    double max_round_ms;    /* the slowest round: the longest stall */
+    uint64_t failed;        /* proposals that failed (busy or lost) */
 };
 
 static double now_s(void)
@@ -350,6 +352,8 @@ static int run_shape(const struct shape *sh, struct result *out, bool tty)
             pthread_cond_wait(&r.cv, &r.mu);
         pthread_mutex_unlock(&r.mu);
         double dt = now_s() - t0;
+        if (dt * 1000.0 > out->max_round_ms)
+            out->max_round_ms = dt * 1000.0;
         long good = submitted - atomic_load(&r.failed);
         failures += (uint64_t)(inflight - good);
         entries += (uint64_t)good;
@@ -387,6 +391,7 @@ static int run_shape(const struct shape *sh, struct result *out, bool tty)
     if (n_rounds > 2 && round_end[n_rounds - 1] > round_end[l_begin])
         out->late_ops_per_s = (double)(round_total[n_rounds - 1] - round_total[l_begin]) /
                               (round_end[n_rounds - 1] - round_end[l_begin]);
+    out->failed = failures;
     if (failures > 0)
         fprintf(stderr, "probe: %llu proposals failed (busy or lost)\n",
                 (unsigned long long)failures);
@@ -432,11 +437,13 @@ static void print_json(const struct shape *sh, const struct result *r, int runs)
            "\"sustained_ops_per_s\":%.0f,\"round_median_ops_per_s\":%.0f,"
            "\"round_p10_ops_per_s\":%.0f,\"round_p90_ops_per_s\":%.0f,"
            "\"alloc_bytes_per_entry\":%.0f,\"entries\":%llu,"
-           "\"early_ops_per_s\":%.0f,\"late_ops_per_s\":%.0f",
+           "\"early_ops_per_s\":%.0f,\"late_ops_per_s\":%.0f,\"max_round_ms\":%.1f,"
+           "\"failed\":%llu",
            sh->net, sh->committed ? "committed" : "applied", sh->store, runs,
            r->serial_p50_us, r->serial_p99_us, r->sustained, r->round_median, r->round_p10,
            r->round_p90, r->alloc_per_entry, (unsigned long long)r->entries,
-           r->early_ops_per_s, r->late_ops_per_s);
+           r->early_ops_per_s, r->late_ops_per_s, r->max_round_ms,
+           (unsigned long long)r->failed);
     if (strcmp(sh->net, "tcp") == 0)
         printf(",\"floor_rtt_p50_us\":%.1f", r->floor_rtt_p50_us);
     printf("}\n");
@@ -463,6 +470,8 @@ static void median_result(struct result *runs, int n, struct result *out)
     MED(early_ops_per_s);
     MED(late_ops_per_s);
     MED(entries);
+    MED(max_round_ms);
+    MED(failed);
 #undef MED
 }
 

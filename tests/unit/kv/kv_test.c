@@ -3,6 +3,7 @@
  * reads, scans merging hot and cold) and every command of the state machine,
  * with exactly-once retries, TTL by entry time, bad input, recovery after a
  * restart and snapshot stream/install. */
+#include <pthread.h>
 #include <check.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -755,6 +756,116 @@ START_TEST(test_more_data_than_ring_budget)
 }
 END_TEST
 
+static void *tier_thread(void *arg)
+{
+    kv_tier_run(arg);
+    return NULL;
+}
+
+/* A background tier-down job with a snapshot runs on another thread while the
+ * owner keeps applying and reading; the result equals a reference that never
+ * tiered, and the stream installs the state as of the job's start. */
+START_TEST(test_background_tier_job_runs_beside_applies)
+{
+    struct kvu a = {0}, r = {0}, b = {0};
+    kv_config_default(&a.cfg);
+    a.cfg.no_sync = true;
+    a.cfg.map_bytes = (size_t)1 << 30;
+    a.cfg.page_bytes = 4096;
+    a.cfg.ring_bytes = 64 * 1024;
+    a.cfg.background_tier = true;
+    a.dir = kvu_tmpdir();
+    struct kv_config cfg = a.cfg;
+    kvu_open(&a, &cfg);
+    kvu_open(&r, NULL);
+    kvu_open(&b, NULL);
+    char k[32], v[64], buf[64], bufr[64];
+    for (int i = 0; i < 3000; i++) {
+        snprintf(k, sizeof(k), "key%04d", i % 700);
+        snprintf(v, sizeof(v), "v%d", i);
+        ck_assert_int_eq(kvu_put_ttl(&a, k, v, i % 9 == 0 ? 50000 : 0), 0);
+        ck_assert_int_eq(kvu_put_ttl(&r, k, v, i % 9 == 0 ? 50000 : 0), 0);
+    }
+    uint64_t d3000;
+    ck_assert_int_eq(kv_sm_digest(r.sm, &d3000), 0);
+
+    struct kv_tier_job *j;
+    ck_assert_int_eq(kv_sm_tier_start(a.sm, true, &j), 0);
+    ck_assert_ptr_nonnull(j);
+    struct kv_tier_job *j2;
+    ck_assert_int_eq(kv_sm_tier_start(a.sm, false, &j2), TK_EBUSY);
+    ck_assert_int_eq(kv_sm_flush(a.sm), TK_EBUSY);
+    ck_assert_int_eq(kv_sm_tier_down(a.sm), TK_EBUSY);
+    struct kv_install *in;
+    ck_assert_int_eq(kv_sm_install_begin(a.sm, &in), TK_EBUSY);
+    ck_assert(!kv_sm_tier_wanted(a.sm));
+
+    pthread_t th;
+    ck_assert_int_eq(pthread_create(&th, NULL, tier_thread, j), 0);
+    for (int i = 3000; i < 6000; i++) {
+        snprintf(k, sizeof(k), "key%04d", (i * 7) % 900);
+        snprintf(v, sizeof(v), "w%d", i);
+        if (i % 11 == 0) {
+            ck_assert_int_eq(kvu_del(&a, k), 0);
+            ck_assert_int_eq(kvu_del(&r, k), 0);
+        } else {
+            ck_assert_int_eq(kvu_put(&a, k, v), 0);
+            ck_assert_int_eq(kvu_put(&r, k, v), 0);
+        }
+        snprintf(k, sizeof(k), "key%04d", (i * 13) % 900);
+        const char *ga = kvu_get(&a, k, buf, sizeof(buf));
+        const char *gr = kvu_get(&r, k, bufr, sizeof(bufr));
+        ck_assert(ga == NULL ? gr == NULL : gr != NULL && strcmp(ga, gr) == 0);
+    }
+    /* Past twice the budget with the job in flight: the owner must wait. */
+    ck_assert(kv_sm_tier_urgent(a.sm));
+    pthread_join(th, NULL);
+
+    struct kv_tier_result res;
+    ck_assert_int_eq(kv_sm_tier_finish(a.sm, j, &res), 0);
+    ck_assert_uint_eq(res.index, 3000);
+    ck_assert_ptr_nonnull(res.stream);
+    ck_assert_uint_eq(kv_sm_durable_index(a.sm), 3000);
+    ck_assert(kv_sm_tier_wanted(a.sm));
+    uint64_t da, dr;
+    ck_assert_int_eq(kv_sm_digest(a.sm, &da), 0);
+    ck_assert_int_eq(kv_sm_digest(r.sm, &dr), 0);
+    ck_assert_uint_eq(da, dr);
+
+    /* A plain job (no snapshot) moves the oldest pages under budget. */
+    ck_assert_int_eq(kv_sm_tier_start(a.sm, false, &j), 0);
+    ck_assert_ptr_nonnull(j);
+    kv_tier_run(j);
+    struct kv_tier_result plain;
+    ck_assert_int_eq(kv_sm_tier_finish(a.sm, j, &plain), 0);
+    ck_assert_ptr_null(plain.stream);
+    struct kv_sm_stats st;
+    kv_sm_stats(a.sm, &st);
+    ck_assert_uint_le(st.ring_bytes, cfg.ring_bytes);
+    ck_assert_int_eq(kv_sm_digest(a.sm, &da), 0);
+    ck_assert_uint_eq(da, dr);
+
+    /* The stream of the first job: the state at 3000. */
+    ck_assert_int_eq(kv_sm_tier_start(a.sm, true, &j), 0);
+    kv_tier_run(j);
+    struct kv_tier_result res2;
+    ck_assert_int_eq(kv_sm_tier_finish(a.sm, j, &res2), 0);
+    ck_assert_uint_eq(res2.index, 6000);
+    tk_free(res2.stream);
+    ck_assert_int_eq(kv_sm_install_begin(b.sm, &in), 0);
+    ck_assert_int_eq(kv_install_write(in, res.stream, res.stream_len), 0);
+    ck_assert_int_eq(kv_install_commit(in), 0);
+    ck_assert_uint_eq(kv_sm_applied_index(b.sm), 3000);
+    uint64_t dbb;
+    ck_assert_int_eq(kv_sm_digest(b.sm, &dbb), 0);
+    ck_assert_uint_eq(dbb, d3000);
+    tk_free(res.stream);
+    kvu_close(&a, true);
+    kvu_close(&r, true);
+    kvu_close(&b, true);
+}
+END_TEST
+
 START_TEST(test_restart_recovers_from_cold_and_replay)
 {
     struct kvu u = {0};
@@ -1097,6 +1208,7 @@ int main(void)
     tcase_add_test(tc, test_multi_get);
     tcase_add_test(tc, test_flipped_byte_in_ring_is_never_returned);
     tcase_add_test(tc, test_more_data_than_ring_budget);
+    tcase_add_test(tc, test_background_tier_job_runs_beside_applies);
     tcase_add_test(tc, test_restart_recovers_from_cold_and_replay);
     tcase_add_test(tc, test_snapshot_stream_installs_identical_state);
     tcase_add_test(tc, test_digest_differs_on_different_state);
