@@ -375,6 +375,7 @@ static void apply_entries(struct node *n, const struct raft_entry *e, size_t cnt
  * oldest pages to LMDB when the ring is over its budget. A job in flight
  * counts as an open handle, so the node is not freed under it. */
 #define COMPACT_STEP 32768
+#define SLOW_TURN_NS (100 * 1000000ull) /* warn about loop turns this long */
 
 static void tier_work(uv_work_t *w)
 {
@@ -985,7 +986,13 @@ static void on_check(uv_check_t *h)
         uv_idle_stop(&n->idle);
     }
     persist_poll(n);
+    uint64_t t0 = mono_ns();
     process_ready(n);
+    uint64_t dt = mono_ns() - t0;
+    if (dt > SLOW_TURN_NS)
+        TK_LOG(TK_LOG_WARN, n->o.id, raft_term(n->raft),
+               "a loop turn took %llu ms (election timeout %u ms): heartbeats were late",
+               (unsigned long long)(dt / 1000000), n->o.tick_ms * n->o.election_ticks);
     /* A burst bigger than one batch: come back next turn without sleeping. */
     if (atomic_load_explicit(&n->queued, memory_order_relaxed) > 0)
         uv_async_send(&n->wake);
