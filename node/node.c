@@ -60,6 +60,10 @@ struct node {
     uv_check_t check;
     uv_idle_t idle;   /* active while the core has work for the next check */
     bool kicked;
+    bool spinning;         /* idle kept active by spin_us */
+    uint64_t activity;     /* bumped by messages, requests and readies */
+    uint64_t activity_seen;
+    uint64_t active_ns;    /* when activity last changed, seen from on_check */
     atomic_bool stopping;
     bool closing;
     int handles_open;
@@ -861,6 +865,7 @@ static void drain_queue(struct node *n)
     uint64_t now = wall_ms();
     void *item;
     while (nb < n->o.batch_max && (item = tk_mpsc_pop(&n->queue)) != NULL) {
+        n->activity++;
         atomic_fetch_sub_explicit(&n->queued, 1, memory_order_relaxed);
         struct node_req *r = item;
         r->deadline_ms = now + (r->timeout_ms ? r->timeout_ms : n->o.timeout_ms);
@@ -981,12 +986,26 @@ static void on_check(uv_check_t *h)
     struct node *n = h->data;
     if (n->closing)
         return;
-    if (n->kicked) {
+    uint64_t t0 = mono_ns();
+    if (raft_has_ready(n->raft))
+        n->activity++;
+    if (n->activity != n->activity_seen) {
+        n->activity_seen = n->activity;
+        n->active_ns = t0;
+    }
+    /* Spin: the idle handle keeps the loop polling without blocking for
+     * spin_us after the last activity. */
+    bool spin = n->o.spin_us != 0 && t0 - n->active_ns < (uint64_t)n->o.spin_us * 1000;
+    if (n->kicked || (n->spinning && !spin)) {
         n->kicked = false;
+        n->spinning = false;
         uv_idle_stop(&n->idle);
     }
+    if (spin && !n->spinning) {
+        n->spinning = true;
+        uv_idle_start(&n->idle, on_idle);
+    }
     persist_poll(n);
-    uint64_t t0 = mono_ns();
     process_ready(n);
     uint64_t dt = mono_ns() - t0;
     if (dt > SLOW_TURN_NS)
@@ -1004,6 +1023,7 @@ static void on_recv(struct transport *t, const struct raft_message *m, void *dat
     (void)t;
     if (!n->closing && !n->failed) {
         (void)raft_step(n->raft, m);
+        n->activity++;
         kick(n);
     }
 }

@@ -5,9 +5,11 @@
  * and sleep on a condition variable until the node's thread completes them;
  * async calls allocate the request with the blob. */
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <uv.h>
 
 #include "base/alloc.h"
@@ -86,6 +88,7 @@ static void to_node_options(const struct tk_options *o, struct node_options *no)
     if (o->trailing_entries)
         no->trailing_entries = o->trailing_entries;
     no->seed = o->seed;
+    no->spin_us = o->spin_us;
 }
 
 /* ---- nodes and clusters ------------------------------------------------ */
@@ -354,7 +357,8 @@ int tk_node_transfer_leadership(struct tk_node *n, uint64_t to)
 struct waiter {
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    bool done;
+    atomic_bool done;
+    uint32_t spin_us; /* poll `done` this long before sleeping */
     int status;
     struct tk_write_result res;
     /* reads */
@@ -368,17 +372,41 @@ struct waiter {
     void *item_data;
 };
 
-static void waiter_init(struct waiter *w)
+#if defined(__x86_64__) || defined(__i386__)
+#define TK_CPU_RELAX() __builtin_ia32_pause()
+#else
+#define TK_CPU_RELAX() ((void)0)
+#endif
+
+static void waiter_init(struct waiter *w, const struct tk_node *n)
 {
     memset(w, 0, sizeof(*w));
+    w->spin_us = n->opts.spin_us;
     pthread_mutex_init(&w->mu, NULL);
     pthread_cond_init(&w->cv, NULL);
 }
 
+static uint64_t waiter_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
 static int waiter_wait(struct waiter *w)
 {
+    if (w->spin_us != 0) {
+        uint64_t end = waiter_now_ns() + (uint64_t)w->spin_us * 1000;
+        while (!atomic_load_explicit(&w->done, memory_order_acquire) &&
+               waiter_now_ns() < end) {
+            for (int i = 0; i < 64; i++)
+                TK_CPU_RELAX();
+        }
+    }
+    /* Even when the spin saw `done`: the lock waits for waiter_done to let go
+     * of the mutex before it is destroyed. */
     pthread_mutex_lock(&w->mu);
-    while (!w->done)
+    while (!atomic_load_explicit(&w->done, memory_order_acquire))
         pthread_cond_wait(&w->cv, &w->mu);
     pthread_mutex_unlock(&w->mu);
     pthread_mutex_destroy(&w->mu);
@@ -390,7 +418,7 @@ static void waiter_done(struct waiter *w, int status)
 {
     pthread_mutex_lock(&w->mu);
     w->status = status;
-    w->done = true;
+    atomic_store_explicit(&w->done, true, memory_order_release);
     pthread_cond_signal(&w->cv);
     pthread_mutex_unlock(&w->mu);
 }
@@ -449,7 +477,7 @@ static int submit_blob(struct tk_node *n, struct tk_blob *cmd, enum tk_mode mode
                        struct tk_write_result *out)
 {
     struct waiter w;
-    waiter_init(&w);
+    waiter_init(&w, n);
     struct node_req req;
     memset(&req, 0, sizeof(req));
     req.mode = mode == TK_MODE_COMMITTED ? NODE_MODE_COMMITTED : NODE_MODE_APPLIED;
@@ -693,7 +721,7 @@ int tk_get(struct tk_node *n, const void *key, size_t key_len, enum tk_consisten
            struct tk_value *out)
 {
     struct waiter w;
-    waiter_init(&w);
+    waiter_init(&w, n);
     memset(out, 0, sizeof(*out));
     w.key = key;
     w.key_len = key_len;
@@ -728,7 +756,7 @@ int tk_scan(struct tk_node *n, const void *prefix, size_t prefix_len, size_t lim
     if (cb == NULL)
         return TK_EINVAL;
     struct waiter w;
-    waiter_init(&w);
+    waiter_init(&w, n);
     w.prefix = prefix;
     w.prefix_len = prefix_len;
     w.limit = limit;

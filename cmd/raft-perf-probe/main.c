@@ -193,6 +193,10 @@ static int cluster_up(const struct shape *sh, struct probe_cluster *pc)
     o.trailing_entries = 100000;
     o.queue_max = 1u << 17;
     o.one_loop = env_long("RAFT_PROBE_ONE_LOOP", 0) == 1;
+    o.spin_us = (uint32_t)env_long("RAFT_PROBE_SPIN_US", 0);
+    /* A smaller LMDB map (MiB) for tools that cannot map the default 64 GiB,
+     * such as valgrind. */
+    o.kv_map_bytes = (size_t)env_long("RAFT_PROBE_KV_MAP_MB", 0) << 20;
     if (strcmp(sh->store, "fs") == 0) {
         snprintf(pc->dir, sizeof(pc->dir), "/tmp/raft-probe-XXXXXX");
         if (mkdtemp(pc->dir) == NULL)
@@ -487,7 +491,7 @@ int main(int argc, char **argv)
                    "RAFT_PROBE_COMMITTED=0|1\n"
                    "  RAFT_PROBE_ROUNDS RAFT_PROBE_HOLD RAFT_PROBE_INFLIGHT=800 "
                    "RAFT_PROBE_STORE=mem|fs RAFT_PROBE_VALUE_BYTES=16 "
-                   "RAFT_PROBE_ONE_LOOP=0|1\n");
+                   "RAFT_PROBE_ONE_LOOP=0|1 RAFT_PROBE_KV_MAP_MB=0 (default map)\n");
             return 0;
         } else {
             fprintf(stderr, "raft-perf-probe: unknown argument '%s' (try --help)\n",

@@ -15,12 +15,14 @@
 #include "include/tierkv.h"
 
 static bool one_loop; /* the tests below run again with every node on one loop */
+static uint32_t spin_us; /* ... and with loops and callers that spin before sleeping */
 
 static struct tk_cluster *start(uint32_t n, uint64_t snapshot_entries)
 {
     struct tk_options o;
     tk_options_default(&o);
     o.one_loop = one_loop;
+    o.spin_us = spin_us;
     o.kv_no_sync = true;
     o.seed = 42;
     if (snapshot_entries) {
@@ -493,11 +495,44 @@ static Suite *one_loop_suite(void)
     return s;
 }
 
+/* And with spinning loops and callers (tk_options.spin_us), on one loop and on
+ * a thread per node. */
+static void set_spin_one_loop(void)
+{
+    one_loop = true;
+    spin_us = 50;
+}
+
+static void set_spin(void)
+{
+    one_loop = false;
+    spin_us = 50;
+}
+
+static Suite *spin_suite(void)
+{
+    Suite *s = suite_create("node-spin");
+    TCase *tcs[2] = {tcase_create("spin-one-loop"), tcase_create("spin")};
+    tcase_add_checked_fixture(tcs[0], set_spin_one_loop, NULL);
+    tcase_add_checked_fixture(tcs[1], set_spin, NULL);
+    for (int i = 0; i < 2; i++) {
+        TCase *tc = tcs[i];
+        tcase_set_timeout(tc, 60);
+        tcase_add_test(tc, test_three_nodes_elect_and_replicate);
+        tcase_add_test(tc, test_write_on_follower_is_forwarded_to_the_leader);
+        tcase_add_test(tc, test_lagging_follower_catches_up_by_snapshot);
+        tcase_add_test(tc, test_stop_with_work_in_flight_completes_everything);
+        suite_add_tcase(s, tc);
+    }
+    return s;
+}
+
 int main(void)
 {
     tk_log_set_level(TK_LOG_WARN);
     SRunner *sr = srunner_create(node_suite());
     srunner_add_suite(sr, one_loop_suite());
+    srunner_add_suite(sr, spin_suite());
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);
     srunner_free(sr);
