@@ -75,7 +75,9 @@ struct store__req {
     size_t n;
     uint64_t bytes;
     int status;
-    struct raft_entry e[];
+    const struct raft_entry *e; /* own[] when queued (referenced copies);
+                                   the caller's entries when written inline */
+    struct raft_entry own[];
 };
 
 struct store {

@@ -18,10 +18,13 @@
  * Delayed messages wait on the receiver in a list sorted by due time (bounded
  * by queue_max; beyond it they are dropped) with one uv_timer.
  *
- * Items come from a pool per loop (shared by the endpoints of that loop, used
- * only on its thread, at most POOL_MAX items of up to POOL_ENTS entries): when
- * nodes share a loop, a message costs no malloc in steady state. Across loops
- * the sender allocates and the receiver's pool absorbs up to POOL_MAX. */
+ * Items come from a pool per loop (shared by the endpoints of that loop) in two
+ * sizes: up to POOL_SMALL entries (responses, heartbeats) and up to POOL_BIG
+ * (appends). An item goes back to the pool it came from: onto its free list
+ * when freed on that pool's loop, else onto its return stack (lock-free:
+ * any thread pushes, the owner takes the whole stack at once, so there is no
+ * ABA). Each list is bounded; beyond that, and for larger items, malloc/free.
+ * A message therefore costs no malloc in steady state, across loops too. */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -37,14 +40,17 @@
 
 enum inproc_kind { ITEM_MSG = 0, ITEM_PEER_UP = 1, ITEM_PEER_DOWN = 2, ITEM_FORWARD = 3 };
 
-#define POOL_ENTS 4
-#define POOL_MAX 1024
+#define POOL_SMALL 4
+#define POOL_BIG 256
+static const uint32_t pool_cap[2] = {POOL_SMALL, POOL_BIG};
+static const uint32_t pool_max[2] = {1024, 128}; /* items per free list */
 
 struct inproc_item {
     struct inproc_item *next; /* delayed list, or pool free list */
     uint64_t due_ns;          /* uv_hrtime() at which to deliver; 0 = now */
     uint8_t kind;
-    bool pooled; /* has room for POOL_ENTS entries */
+    uint8_t cls;             /* 0 small, 1 big: room for pool_cap[cls]; 2 sized */
+    struct item_pool *home;  /* the pool it came from, or NULL */
     uint64_t peer;
     uint8_t *fwd; /* ITEM_FORWARD: a copy of the bytes */
     size_t fwd_len;
@@ -65,8 +71,10 @@ struct inproc;
 struct item_pool {
     uv_loop_t *loop;
     int refs; /* endpoints on `loop`; hub mutex */
-    struct inproc_item *free;
-    uint32_t n;
+    struct inproc_item *free[2]; /* the loop's thread only */
+    uint32_t n[2];
+    _Atomic(struct inproc_item *) back[2]; /* returned from other threads */
+    atomic_uint back_n[2];                 /* about how many (a soft bound) */
 };
 
 struct inproc_slot {
@@ -119,6 +127,8 @@ struct transport_inproc_hub *transport_inproc_hub_new(uint64_t seed)
     return h;
 }
 
+static void pool_drain(struct item_pool *pool);
+
 void transport_inproc_hub_free(struct transport_inproc_hub *h)
 {
     if (h == NULL)
@@ -126,6 +136,7 @@ void transport_inproc_hub_free(struct transport_inproc_hub *h)
     for (size_t i = 0; i < TRANSPORT_INPROC_NODES_MAX; i++) {
         TK_ASSERT(h->slots[i].ep == NULL);
         TK_ASSERT(h->pools[i].refs == 0);
+        pool_drain(&h->pools[i]);
         pthread_mutex_destroy(&h->slots[i].mu);
     }
     pthread_mutex_destroy(&h->mu);
@@ -218,16 +229,27 @@ void transport_inproc_heal(struct transport_inproc_hub *h)
 static struct inproc_item *item_new(struct item_pool *pool, uint8_t kind, uint64_t peer,
                                     uint32_t n_entries)
 {
-    struct inproc_item *it;
-    if (n_entries <= POOL_ENTS && pool != NULL && pool->free != NULL) {
-        it = pool->free;
-        pool->free = it->next;
-        pool->n--;
-    } else {
-        bool pooled = n_entries <= POOL_ENTS;
-        it = tk_malloc(sizeof(*it) + (size_t)(pooled ? POOL_ENTS : n_entries) *
+    struct inproc_item *it = NULL;
+    uint8_t cls = n_entries <= POOL_SMALL ? 0 : n_entries <= POOL_BIG ? 1 : 2;
+    if (cls < 2 && pool != NULL) {
+        if (pool->free[cls] == NULL &&
+            atomic_load_explicit(&pool->back[cls], memory_order_relaxed) != NULL) {
+            pool->free[cls] =
+                atomic_exchange_explicit(&pool->back[cls], NULL, memory_order_acquire);
+            pool->n[cls] = atomic_exchange(&pool->back_n[cls], 0);
+        }
+        it = pool->free[cls];
+        if (it != NULL) {
+            pool->free[cls] = it->next;
+            if (pool->n[cls] > 0)
+                pool->n[cls]--;
+        }
+    }
+    if (it == NULL) {
+        it = tk_malloc(sizeof(*it) + (size_t)(cls < 2 ? pool_cap[cls] : n_entries) *
                                          sizeof(struct raft_entry));
-        it->pooled = pooled;
+        it->cls = cls;
+        it->home = cls < 2 ? pool : NULL;
     }
     it->next = NULL;
     it->due_ns = 0;
@@ -270,23 +292,47 @@ static void item_free(struct item_pool *pool, struct inproc_item *it)
             tk_blob_unref(it->m.u.snapshot.data);
         }
     }
-    if (it->pooled && pool != NULL && pool->n < POOL_MAX) {
-        it->next = pool->free;
-        pool->free = it;
-        pool->n++;
+    struct item_pool *home = it->home;
+    if (home != NULL && home == pool) {
+        if (pool->n[it->cls] < pool_max[it->cls]) {
+            it->next = pool->free[it->cls];
+            pool->free[it->cls] = it;
+            pool->n[it->cls]++;
+            return;
+        }
+    } else if (home != NULL &&
+               atomic_fetch_add(&home->back_n[it->cls], 1) < pool_max[it->cls]) {
+        struct inproc_item *head =
+            atomic_load_explicit(&home->back[it->cls], memory_order_relaxed);
+        do {
+            it->next = head;
+        } while (!atomic_compare_exchange_weak_explicit(
+            &home->back[it->cls], &head, it, memory_order_release, memory_order_relaxed));
         return;
     }
     tk_free(it);
 }
 
+static void free_list(struct inproc_item *it)
+{
+    while (it != NULL) {
+        struct inproc_item *next = it->next;
+        tk_free(it);
+        it = next;
+    }
+}
+
+/* Frees what the pool holds. Items still in flight come back to its return
+ * stacks later; the next owner of the pool, or the hub's end, frees them. */
 static void pool_drain(struct item_pool *pool)
 {
-    while (pool->free != NULL) {
-        struct inproc_item *it = pool->free;
-        pool->free = it->next;
-        tk_free(it);
+    for (int c = 0; c < 2; c++) {
+        free_list(pool->free[c]);
+        pool->free[c] = NULL;
+        pool->n[c] = 0;
+        free_list(atomic_exchange(&pool->back[c], NULL));
+        atomic_store(&pool->back_n[c], 0);
     }
-    pool->n = 0;
 }
 
 /* The pool of `loop`, shared by its endpoints; NULL when all are taken. */

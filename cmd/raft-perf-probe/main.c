@@ -51,6 +51,9 @@ struct result {
     double late_ops_per_s;  /* the last fifth: flat when compaction works */
     double max_round_ms;    /* the slowest round: the longest stall */
     uint64_t failed;        /* proposals that failed (busy or lost) */
+    double late_alloc_per_entry; /* bytes allocated per entry over the last
+                                    fifth: the steady state, without the
+                                    one-time growth of rings and arrays */
 };
 
 static double now_s(void)
@@ -335,6 +338,9 @@ static int run_shape(const struct shape *sh, struct result *out, bool tty)
     pthread_mutex_init(&r.mu, NULL);
     pthread_cond_init(&r.cv, NULL);
     uint64_t k = 0;
+    struct tk_alloc_stats a_late = {0};
+    uint64_t entries_late = 0;
+    bool late = false;
     while (now_s() - t_start < seconds && n_rounds < cap_rounds &&
            (max_rounds == 0 || (long)n_rounds < max_rounds)) {
         atomic_store(&r.left, inflight);
@@ -355,6 +361,11 @@ static int run_shape(const struct shape *sh, struct result *out, bool tty)
         while (!r.done)
             pthread_cond_wait(&r.cv, &r.mu);
         pthread_mutex_unlock(&r.mu);
+        if (!late && now_s() - t_start >= seconds * 0.8) {
+            late = true;
+            tk_alloc_stats(&a_late);
+            entries_late = entries;
+        }
         double dt = now_s() - t0;
         if (dt * 1000.0 > out->max_round_ms)
             out->max_round_ms = dt * 1000.0;
@@ -382,6 +393,9 @@ static int run_shape(const struct shape *sh, struct result *out, bool tty)
     out->round_p10 = quantile(rounds, n_rounds, 0.1);
     out->round_p90 = quantile(rounds, n_rounds, 0.9);
     out->alloc_per_entry = entries ? (double)(a1.bytes - a0.bytes) / (double)entries : 0;
+    if (late && entries > entries_late)
+        out->late_alloc_per_entry =
+            (double)(a1.bytes - a_late.bytes) / (double)(entries - entries_late);
     /* Throughput over the first and the last fifth of the run. */
     size_t e_end = 0, l_begin = 0;
     for (size_t i = 0; i < n_rounds; i++) {
@@ -442,12 +456,12 @@ static void print_json(const struct shape *sh, const struct result *r, int runs)
            "\"round_p10_ops_per_s\":%.0f,\"round_p90_ops_per_s\":%.0f,"
            "\"alloc_bytes_per_entry\":%.0f,\"entries\":%llu,"
            "\"early_ops_per_s\":%.0f,\"late_ops_per_s\":%.0f,\"max_round_ms\":%.1f,"
-           "\"failed\":%llu",
+           "\"failed\":%llu,\"late_alloc_bytes_per_entry\":%.0f",
            sh->net, sh->committed ? "committed" : "applied", sh->store, runs,
            r->serial_p50_us, r->serial_p99_us, r->sustained, r->round_median, r->round_p10,
            r->round_p90, r->alloc_per_entry, (unsigned long long)r->entries,
            r->early_ops_per_s, r->late_ops_per_s, r->max_round_ms,
-           (unsigned long long)r->failed);
+           (unsigned long long)r->failed, r->late_alloc_per_entry);
     if (strcmp(sh->net, "tcp") == 0)
         printf(",\"floor_rtt_p50_us\":%.1f", r->floor_rtt_p50_us);
     printf("}\n");
@@ -475,6 +489,7 @@ static void median_result(struct result *runs, int n, struct result *out)
     MED(late_ops_per_s);
     MED(entries);
     MED(max_round_ms);
+    MED(late_alloc_per_entry);
     MED(failed);
 #undef MED
 }
