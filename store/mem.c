@@ -22,7 +22,9 @@
 struct store_mem_volume {
     pthread_mutex_t mu;
     bool open;
-    struct raft_entry *e; /* e[0] has index `first` */
+    struct raft_entry *mem; /* the allocation: cap entries */
+    size_t head;            /* compacted slots at its front */
+    struct raft_entry *e;   /* mem + head: e[0] has index `first` */
     size_t n, cap;
     size_t synced;  /* e[0..synced) survive a crash */
     uint64_t first; /* index of e[0] (the log's first index) */
@@ -54,7 +56,7 @@ void store_mem_volume_free(struct store_mem_volume *v)
         return;
     TK_ASSERT(!v->open);
     drop_from(v, 0);
-    tk_free(v->e);
+    tk_free(v->mem);
     pthread_mutex_destroy(&v->mu);
     tk_free(v);
 }
@@ -83,12 +85,24 @@ static int mem_write(struct store *s, const struct store__span *spans, size_t ns
     size_t total = 0;
     for (size_t i = 0; i < nspans; i++)
         total += spans[i].n;
-    if (v->n + total > v->cap) {
-        size_t cap = v->cap ? v->cap : 64;
-        while (cap < v->n + total)
-            cap *= 2;
-        v->e = tk_realloc(v->e, cap * sizeof(*v->e));
-        v->cap = cap;
+    if (v->head + v->n + total > v->cap) {
+        /* Move the live entries to the front or grow, either way leaving
+         * half the array free: amortized O(1) per entry. */
+        if (v->n + total <= v->cap / 2) {
+            memmove(v->mem, v->e, v->n * sizeof(*v->e));
+        } else {
+            size_t cap = v->cap ? v->cap : 64;
+            while (cap < 2 * (v->n + total))
+                cap *= 2;
+            struct raft_entry *mem = tk_malloc(cap * sizeof(*mem));
+            if (v->n > 0)
+                memcpy(mem, v->e, v->n * sizeof(*v->e));
+            tk_free(v->mem);
+            v->mem = mem;
+            v->cap = cap;
+        }
+        v->head = 0;
+        v->e = v->mem;
     }
     for (size_t i = 0; i < nspans; i++) {
         for (size_t j = 0; j < spans[i].n; j++) {
@@ -134,7 +148,9 @@ static int mem_compact(struct store *s, uint64_t index, uint64_t term)
     TK_ASSERT(k <= v->n);
     for (size_t i = 0; i < k; i++)
         tk_blob_unref(v->e[i].data);
-    memmove(v->e, v->e + k, (v->n - k) * sizeof(*v->e));
+    /* O(k): the survivors stay where they are. */
+    v->head += k;
+    v->e += k;
     v->n -= k;
     v->synced = v->synced > k ? v->synced - k : 0;
     v->first = index + 1;

@@ -605,6 +605,35 @@ START_TEST(test_fs_compaction_deletes_whole_segments)
 }
 END_TEST
 
+/* A log that keeps growing at the end while a snapshot compacts its front in
+ * small steps (as the node does): every entry still readable stays intact, the
+ * memory volume's array moves and grows underneath, and a truncation inside
+ * it still works. */
+START_TEST(test_rolling_compaction_in_steps)
+{
+    ctx_start(_i);
+    uint64_t first = 1, next = 1;
+    for (int round = 0; round < 40; round++) {
+        append_range(next, 97, 1);
+        next += 97;
+        uint64_t upto = first + 60;
+        ck_assert_int_eq(store_compact(C.s, upto), 0);
+        first = upto + 1;
+        ck_assert_uint_eq(store_first_index(C.s), first);
+        expect_range(first, next, term1);
+    }
+    ck_assert_int_eq(store_truncate(C.s, next - 10), 0);
+    next -= 10;
+    append_range(next, 5, 2);
+    expect_range(first, next, term1);
+    ctx_reopen();
+    ck_assert_uint_eq(C.boot.first_index, first);
+    ck_assert_uint_eq(C.boot.last_index, next + 4);
+    expect_range(first, next, term1);
+    ctx_end();
+}
+END_TEST
+
 static Suite *contract_suite(void)
 {
     Suite *s = suite_create("store-contract");
@@ -618,6 +647,7 @@ static Suite *contract_suite(void)
     tcase_add_loop_test(tc, test_truncate_drops_suffix_durably, 0, 2);
     tcase_add_loop_test(tc, test_compact_forgets_prefix_and_keeps_prev_term, 0, 2);
     tcase_add_loop_test(tc, test_compact_everything_then_append, 0, 2);
+    tcase_add_loop_test(tc, test_rolling_compaction_in_steps, 0, 2);
     tcase_add_loop_test(tc, test_reset_starts_log_after_snapshot, 0, 2);
     tcase_add_loop_test(tc, test_metadata_survives_reopen, 0, 2);
     tcase_add_loop_test(tc, test_raft_boot_holds_entries_after_snapshot, 0, 2);
