@@ -91,6 +91,12 @@ struct tcp_peer {
     struct tcp *t;
     uint64_t id;
     struct sockaddr_storage addr;
+    /* A peer named by a host name is resolved again before every dial (a
+     * restarted container may come back with a new address). */
+    char *host;           /* NULL for an IP literal */
+    uint16_t port;
+    uv_getaddrinfo_t gai; /* in flight while `resolving` */
+    bool resolving;
     struct tcp_conn *conn; /* current outgoing connection, or NULL */
     uv_timer_t backoff_timer;
     uint32_t backoff_ms;
@@ -770,7 +776,7 @@ static void on_connect(uv_connect_t *req, int status)
     uv_read_start((uv_stream_t *)&c->handle, on_alloc, on_read);
 }
 
-static void peer_dial(struct tcp_peer *p)
+static void peer_connect(struct tcp_peer *p)
 {
     struct tcp *t = p->t;
     TK_ASSERT(p->conn == NULL);
@@ -786,6 +792,65 @@ static void peer_dial(struct tcp_peer *p)
         peer_lost(p, uv_strerror(rc));
 }
 
+static void tcp_handle_gone(struct tcp *t);
+
+static void on_resolved(uv_getaddrinfo_t *req, int status, struct addrinfo *res)
+{
+    struct tcp_peer *p = req->data;
+    struct tcp *t = p->t;
+    p->resolving = false;
+    /* IPv4 first (what container networks hand out), else IPv6. */
+    const struct addrinfo *a = res;
+    while (a != NULL && a->ai_family != AF_INET)
+        a = a->ai_next;
+    if (a == NULL)
+        for (a = res; a != NULL && a->ai_family != AF_INET6;)
+            a = a->ai_next;
+    if (status == 0 && a != NULL && a->ai_addrlen <= sizeof(p->addr)) {
+        memset(&p->addr, 0, sizeof(p->addr));
+        memcpy(&p->addr, a->ai_addr, a->ai_addrlen);
+    }
+    uv_freeaddrinfo(res);
+    if (t->closing) {
+        tcp_handle_gone(t);
+        return;
+    }
+    t->handles_open--; /* not the last: the peer's timer is open */
+    if (status != 0 || a == NULL) {
+        char why[160];
+        snprintf(why, sizeof(why), "cannot resolve %s: %s", p->host,
+                 status != 0 ? uv_strerror(status) : "no IPv4 or IPv6 address");
+        peer_lost(p, why);
+        return;
+    }
+    peer_connect(p);
+}
+
+static void peer_dial(struct tcp_peer *p)
+{
+    struct tcp *t = p->t;
+    if (p->host == NULL) {
+        peer_connect(p);
+        return;
+    }
+    char port[8];
+    snprintf(port, sizeof(port), "%u", (unsigned)p->port);
+    struct addrinfo hints;
+    memset(&hints, 0, sizeof(hints));
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    p->gai.data = p;
+    int rc = uv_getaddrinfo(t->loop, &p->gai, on_resolved, p->host, port, &hints);
+    if (rc != 0) {
+        char why[160];
+        snprintf(why, sizeof(why), "cannot resolve %s: %s", p->host, uv_strerror(rc));
+        peer_lost(p, why);
+        return;
+    }
+    p->resolving = true;
+    t->handles_open++; /* the close waits for the lookup */
+}
+
 static int parse_addr(const char *host, uint16_t port, struct sockaddr_storage *out)
 {
     memset(out, 0, sizeof(*out));
@@ -796,6 +861,22 @@ static int parse_addr(const char *host, uint16_t port, struct sockaddr_storage *
     if (uv_ip6_addr(host, port, (struct sockaddr_in6 *)out) == 0)
         return 0;
     return TK_EINVAL;
+}
+
+/* A DNS name as RFC 1123 allows it: letters, digits, '-', '.', '_' (which
+ * docker and Kubernetes service names use), at most 253 bytes. */
+static bool host_name_ok(const char *host)
+{
+    size_t n = strlen(host);
+    if (n == 0 || n > 253)
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        char c = host[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '-' || c == '.' || c == '_'))
+            return false;
+    }
+    return true;
 }
 
 int transport_tcp_add_peer(struct transport *base, uint64_t id, const char *host,
@@ -809,9 +890,13 @@ int transport_tcp_add_peer(struct transport *base, uint64_t id, const char *host
         return TK_EINVAL;
     struct tcp_peer *p = tk_calloc(1, sizeof(*p));
     if (parse_addr(host, port, &p->addr) != 0) {
-        tk_free(p);
-        return TK_EINVAL;
+        if (host == NULL || !host_name_ok(host) || port == 0) {
+            tk_free(p);
+            return TK_EINVAL;
+        }
+        p->host = tk_strdup(host);
     }
+    p->port = port;
     p->t = t;
     p->id = id;
     p->backoff_ms = t->o.backoff_min_ms;
@@ -832,6 +917,7 @@ static void tcp_free(struct tcp *t)
         struct tcp_peer *p = t->peers[i];
         TK_ASSERT(p->inflight == NULL);
         obuf_put_list(t, p->head);
+        tk_free(p->host);
         tk_free(p);
     }
     tk_free(t->peers);
@@ -888,6 +974,8 @@ static void tcp_close(struct transport *base, transport_close_cb *cb, void *data
         }
         p->up = false;
         peer_drop_queue(p);
+        if (p->resolving)
+            (void)uv_cancel((uv_req_t *)&p->gai); /* on_resolved ends it */
         uv_close((uv_handle_t *)&p->backoff_timer, peer_timer_closed);
     }
 }

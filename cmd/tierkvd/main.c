@@ -8,6 +8,7 @@
  * accepting, in-flight requests are answered (503 shutting_down, or 500 for a
  * write whose outcome is unknown) and the store and the state machine are
  * closed. docs/tierkvd.md is the manual. */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
@@ -173,6 +174,12 @@ static uint64_t get_size(const char *flag, uint64_t min, uint64_t max)
         die("--%s: %s is out of range (%" PRIu64 " to %" PRIu64 " bytes)", flag, s, min,
             max);
     return v * mul;
+}
+
+static bool is_ip_literal(const char *host)
+{
+    unsigned char buf[sizeof(struct in6_addr)];
+    return inet_pton(AF_INET, host, buf) == 1 || inet_pton(AF_INET6, host, buf) == 1;
 }
 
 /* host:port or [v6]:port into host (without brackets) and port. */
@@ -450,7 +457,9 @@ int main(int argc, char **argv)
             no.peer_ports[i] = members[i].port;
             if (members[i].id == no.id) {
                 found = true;
-                no.listen_host = members[i].host;
+                /* A host name cannot be bound: listen on every interface
+                 * (what a container named in --members needs). */
+                no.listen_host = is_ip_literal(members[i].host) ? members[i].host : "0.0.0.0";
                 no.listen_port = members[i].port;
             }
         }

@@ -280,7 +280,9 @@ START_TEST(test_delivers_in_order_both_ways_and_coalesces)
     ck_assert_int_eq(transport_send(a->t, &m), TK_EINVAL);
     ck_assert_int_eq(transport_tcp_add_peer(a->t, 2, "127.0.0.1", 1), TK_EINVAL);
     ck_assert_int_eq(transport_tcp_add_peer(a->t, 1, "127.0.0.1", 1), TK_EINVAL);
-    ck_assert_int_eq(transport_tcp_add_peer(a->t, 3, "not-an-ip", 1), TK_EINVAL);
+    ck_assert_int_eq(transport_tcp_add_peer(a->t, 3, "not a host!", 1), TK_EINVAL);
+    ck_assert_int_eq(transport_tcp_add_peer(a->t, 3, "", 1), TK_EINVAL);
+    ck_assert_int_eq(transport_tcp_add_peer(a->t, 3, "localhost", 0), TK_EINVAL);
     /* An append larger than the frame limit. */
     ck_assert_int_eq(send_seq(a->t, 2, 1, 300u << 10), TK_ETOOBIG);
 
@@ -387,6 +389,39 @@ START_TEST(test_redials_with_exponential_backoff)
     finish(&loop);
     tnode_free(a);
     tnode_free(gone);
+}
+END_TEST
+
+/* A peer named by a host name is resolved before each dial; a name that does
+ * not resolve counts as a failed dial and is retried; closing while a lookup
+ * is in flight completes. */
+START_TEST(test_peer_by_host_name)
+{
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    tk_log_set_level(TK_LOG_ERROR);
+    struct tnode *a = tnode(&loop, 1), *b = tnode(&loop, 2);
+    ck_assert_int_eq(transport_tcp_add_peer(a->t, 2, "localhost", transport_tcp_port(b->t)),
+                     0);
+    ck_assert_int_eq(transport_tcp_add_peer(b->t, 1, "localhost", transport_tcp_port(a->t)),
+                     0);
+    RUN_UNTIL(&loop, a->ups == 1 && b->ups == 1, 5000);
+    for (uint64_t i = 1; i <= 3; i++)
+        ck_assert_int_eq(send_seq(a->t, 2, i, 64), 0);
+    RUN_UNTIL(&loop, b->n_seen == 3, 5000);
+    struct tnode *c = tnode(&loop, 3);
+    ck_assert_int_eq(transport_tcp_add_peer(c->t, 9, "no-such-host.invalid", 7000), 0);
+    struct transport_stats st;
+    transport_stats(c->t, &st);
+    RUN_UNTIL(&loop, (transport_stats(c->t, &st), st.conns_failed >= 2), 10000);
+    ck_assert_uint_eq(c->ups, 0);
+    tnode_close(a);
+    tnode_close(b);
+    tnode_close(c); /* a lookup may be in flight */
+    finish(&loop);
+    tnode_free(a);
+    tnode_free(b);
+    tnode_free(c);
 }
 END_TEST
 
@@ -769,6 +804,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_reconnects_after_peer_restart);
     tcase_add_test(tc, test_close_from_inside_receive_callback);
     tcase_add_test(tc, test_redials_with_exponential_backoff);
+    tcase_add_test(tc, test_peer_by_host_name);
     tcase_add_test(tc, test_handshake_mismatch_closes_and_counts);
     tcase_add_test(tc, test_backpressure_when_peer_stops_reading);
     tcase_add_test(tc, test_listen_failure_is_reported);
