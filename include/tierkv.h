@@ -64,6 +64,7 @@ struct tk_options {
     uint32_t queue_max;      /* pending requests per node: 65536 */
     uint64_t timeout_ms;     /* per request: 10000 */
     uint64_t snapshot_entries; /* 100000 */
+    uint64_t snapshot_bytes;   /* or payload bytes: 64 MiB */
     uint64_t trailing_entries; /* 10000 */
     uint64_t seed;
     /* After work, a node's loop keeps polling for this long before it sleeps,

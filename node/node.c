@@ -100,6 +100,7 @@ struct node {
     uint64_t forward_id;
 
     uint64_t snap_index;
+    uint64_t snap_bytes;   /* payload bytes applied since the last snapshot began */
     uint64_t compact_goal; /* compact the log up to here, a step per turn */
     /* The KV's tier-down job in flight on the thread pool (see maybe_snapshot). */
     uv_work_t tier_work;
@@ -343,6 +344,7 @@ static void apply_entries(struct node *n, const struct raft_entry *e, size_t cnt
         if (x->type == RAFT_ENTRY_NORMAL) {
             const void *p = x->data ? x->data->data : NULL;
             size_t len = x->data ? x->data->len : 0;
+            n->snap_bytes += len;
             rc = kv_sm_apply(n->sm, x->index, x->term, x->time_ms, p, len, &n->res);
         } else {
             memset(&n->res, 0, sizeof(n->res));
@@ -481,6 +483,8 @@ static void tier_start(struct node *n, bool snapshot, bool inline_run)
         return;
     n->tier_job = j;
     n->tier_snapshot = snapshot;
+    if (snapshot)
+        n->snap_bytes = 0; /* what was applied so far is in this snapshot */
     n->tier_config = *raft_config(n->raft);
     n->tier_t0 = mono_ns();
     atomic_store(&n->tier_ran, false);
@@ -532,7 +536,8 @@ static void maybe_snapshot(struct node *n)
         return;
     }
     uint64_t applied = kv_sm_applied_index(n->sm);
-    if (n->o.snapshot_entries != 0 && applied >= n->snap_index + n->o.snapshot_entries)
+    if ((n->o.snapshot_entries != 0 && applied >= n->snap_index + n->o.snapshot_entries) ||
+        (n->o.snapshot_bytes != 0 && n->snap_bytes >= n->o.snapshot_bytes))
         tier_start(n, true, false);
     else if (kv_sm_tier_wanted(n->sm))
         tier_start(n, false, false);
@@ -1292,6 +1297,7 @@ void node_options_default(struct node_options *o)
     o->timeout_ms = 10000;
     o->snapshot_entries = 100000;
     o->trailing_entries = 10000;
+    o->snapshot_bytes = (uint64_t)64 << 20;
 }
 
 static void node_free(struct node *n)

@@ -124,6 +124,8 @@ struct node_options {
     uint64_t timeout_ms;       /* default request deadline: 10000 */
     uint64_t snapshot_entries; /* compact once this many entries are applied
                                   past the last snapshot: 100000 */
+    uint64_t snapshot_bytes;   /* ... or once this many payload bytes are:
+                                  64 MiB (0: no byte threshold) */
     uint64_t trailing_entries; /* entries kept behind a snapshot: 10000 */
     uint64_t seed;
     /* After a loop turn that did work, keep polling (without sleeping) for this

@@ -64,6 +64,7 @@ void tk_options_default(struct tk_options *o)
     o->timeout_ms = no.timeout_ms;
     o->snapshot_entries = no.snapshot_entries;
     o->trailing_entries = no.trailing_entries;
+    o->snapshot_bytes = no.snapshot_bytes;
 }
 
 static void to_node_options(const struct tk_options *o, struct node_options *no)
@@ -87,6 +88,8 @@ static void to_node_options(const struct tk_options *o, struct node_options *no)
         no->snapshot_entries = o->snapshot_entries;
     if (o->trailing_entries)
         no->trailing_entries = o->trailing_entries;
+    if (o->snapshot_bytes)
+        no->snapshot_bytes = o->snapshot_bytes;
     no->seed = o->seed;
     no->spin_us = o->spin_us;
 }

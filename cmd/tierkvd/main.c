@@ -87,6 +87,14 @@ static struct opt opts[] = {
      "requests in flight per connection before reading pauses", 0, 0},
     {"scan-limit-max", "TIERKV_SCAN_LIMIT_MAX", "10000", "largest ?limit of a scan", 0,
      0},
+    {"snapshot-entries", "TIERKV_SNAPSHOT_ENTRIES", "100000",
+     "take a snapshot (and compact the log) once this many entries are applied since the "
+     "last one",
+     0, 0},
+    {"snapshot-bytes", "TIERKV_SNAPSHOT_BYTES", "64M",
+     "... or once this many bytes of commands are (0: no byte threshold)", 0, 0},
+    {"trailing-entries", "TIERKV_TRAILING_ENTRIES", "10000",
+     "entries kept behind a snapshot for followers a little behind", 0, 0},
     {"kv-no-sync", "TIERKV_KV_NO_SYNC", NULL,
      "cold tier without fsync (benchmarks only; the raft log is still synced)", 1, 0},
     {"log-level", "TIERKV_LOG_LEVEL", "info", "debug, info, warn, error or off", 0, 0},
@@ -416,6 +424,9 @@ int main(int argc, char **argv)
         die("--heartbeat-ticks (%u) must be smaller than --election-ticks (%u)",
             no.heartbeat_ticks, no.election_ticks);
     no.timeout_ms = get_u64("request-timeout-ms", 1, 3600000);
+    no.snapshot_entries = get_u64("snapshot-entries", 1, UINT64_MAX);
+    no.snapshot_bytes = get_size("snapshot-bytes", 0, UINT64_MAX);
+    no.trailing_entries = get_u64("trailing-entries", 0, UINT64_MAX);
     no.kv_no_sync = get("kv-no-sync") != NULL && strcmp(get("kv-no-sync"), "0") != 0;
     no.seed = no.id * 0x9e3779b97f4a7c15ull ^ (uint64_t)getpid();
 

@@ -449,6 +449,40 @@ START_TEST(test_tcp_cluster_replicates_and_scans)
 }
 END_TEST
 
+/* The byte threshold takes a snapshot long before the entry threshold. */
+START_TEST(test_snapshot_by_bytes)
+{
+    struct tk_options o;
+    tk_options_default(&o);
+    o.kv_no_sync = true;
+    o.seed = 42;
+    o.snapshot_entries = 1000000;
+    o.snapshot_bytes = 8192;
+    o.trailing_entries = 10;
+    struct tk_cluster *c = NULL;
+    ck_assert_int_eq(tk_cluster_start(3, &o, &c), 0);
+    struct tk_node *l = leader_of(c);
+    char k[16], v[200];
+    memset(v, 'x', sizeof(v) - 1);
+    v[sizeof(v) - 1] = 0;
+    for (int i = 0; i < 200; i++) {
+        snprintf(k, sizeof(k), "b%d", i);
+        put_str(l, k, v, TK_MODE_APPLIED, NULL);
+    }
+    struct tk_status st;
+    for (int t = 0; t < 400; t++) {
+        tk_node_status(l, &st);
+        if (st.snapshot_index > 0)
+            break;
+        usleep(5000);
+    }
+    ck_assert_uint_gt(st.snapshot_index, 0);
+    ck_assert_uint_lt(st.snapshot_index, 1000000);
+    assert_value(l, "b0", v, TK_READ_LINEARIZABLE);
+    tk_cluster_stop(c);
+}
+END_TEST
+
 static Suite *node_suite(void)
 {
     Suite *s = suite_create("node");
@@ -462,6 +496,7 @@ static Suite *node_suite(void)
     tcase_add_test(tc, test_committed_mode_completes_no_later_than_applied);
     tcase_add_test(tc, test_follower_restarts_and_catches_up);
     tcase_add_test(tc, test_lagging_follower_catches_up_by_snapshot);
+    tcase_add_test(tc, test_snapshot_by_bytes);
     tcase_add_test(tc, test_leader_dies_with_proposals_in_flight);
     tcase_add_test(tc, test_linearizable_read_after_leader_change_sees_acked_writes);
     tcase_add_test(tc, test_backpressure_returns_busy);
