@@ -11,6 +11,9 @@
  * the two tables. Owner thread only. */
 #include <string.h>
 #include <sys/mman.h>
+/* XXH3 inlined: a short key hashes in a few ns, with no call into the
+ * shared library. */
+#define XXH_INLINE_ALL
 #include <xxhash.h>
 
 #include "base/alloc.h"
@@ -85,7 +88,16 @@ static inline bool key_eq(const struct kv_ring *r, uint64_t addr, const void *ke
     const struct kv_rec *h = (const struct kv_rec *)(const void *)(p->data + off);
     if (h->key_len != len || off + sizeof(*h) + len > p->used)
         return false;
-    return memcmp(h + 1, key, len) == 0;
+    const uint8_t *a = (const uint8_t *)(h + 1), *b = key;
+    if (len >= 8 && len <= 16) { /* two overlapping words, no call */
+        uint64_t a0, a1, b0, b1;
+        memcpy(&a0, a, 8);
+        memcpy(&b0, b, 8);
+        memcpy(&a1, a + len - 8, 8);
+        memcpy(&b1, b + len - 8, 8);
+        return ((a0 ^ b0) | (a1 ^ b1)) == 0;
+    }
+    return memcmp(a, b, len) == 0;
 }
 
 static uint64_t rec_hash(const struct kv_ring *r, uint64_t addr)
@@ -99,6 +111,19 @@ static uint64_t rec_hash(const struct kv_ring *r, uint64_t addr)
     return kv__hash(h + 1, len);
 }
 
+/* Bit i set when slot i of the bucket has this tag (no branches). */
+static inline unsigned tag_mask(const uint64_t *bk, uint64_t tag)
+{
+    return (unsigned)((bk[0] >> KV_ADDR_BITS) == tag) |
+           (unsigned)((bk[1] >> KV_ADDR_BITS) == tag) << 1 |
+           (unsigned)((bk[2] >> KV_ADDR_BITS) == tag) << 2 |
+           (unsigned)((bk[3] >> KV_ADDR_BITS) == tag) << 3 |
+           (unsigned)((bk[4] >> KV_ADDR_BITS) == tag) << 4 |
+           (unsigned)((bk[5] >> KV_ADDR_BITS) == tag) << 5 |
+           (unsigned)((bk[6] >> KV_ADDR_BITS) == tag) << 6;
+}
+_Static_assert(SLOTS == 7, "tag_mask reads 7 slots");
+
 /* Finds key in t: returns a pointer to its entry word, or NULL. */
 static uint64_t *itab_find(struct kv_itab *t, const struct kv_ring *r, uint64_t hash,
                            const void *key, size_t len)
@@ -107,9 +132,14 @@ static uint64_t *itab_find(struct kv_itab *t, const struct kv_ring *r, uint64_t 
     size_t bi = hash & t->mask;
     for (size_t probe = 0; probe <= t->mask; probe++) {
         uint64_t *bk = t->b + bi * 8;
-        for (int i = 0; i < SLOTS; i++) {
-            uint64_t e = bk[i];
-            if ((e >> KV_ADDR_BITS) == tag && key_eq(r, e & ADDR_MASK, key, len))
+        /* The slots whose tag matches, as a mask computed without branches:
+         * which slot holds a key is random, and a mispredicted branch on it
+         * would also stall the loads of whatever the caller does next. */
+        unsigned m = tag_mask(bk, tag);
+        while (m != 0) {
+            int i = __builtin_ctz(m);
+            m &= m - 1;
+            if (key_eq(r, bk[i] & ADDR_MASK, key, len))
                 return &bk[i];
         }
         if (bk[OVF] == 0)
@@ -192,6 +222,25 @@ uint64_t kv__index_find(struct kv_index *x, uint64_t hash, const void *key, size
         e = itab_find(&x->old, x->ring, hash, key, len);
     *found = e != NULL;
     return e != NULL ? (*e & ADDR_MASK) : 0;
+}
+
+uint64_t kv__index_peek(const struct kv_index *x, uint64_t hash)
+{
+    const uint64_t *bk = x->cur.b + (hash & x->cur.mask) * 8;
+    unsigned m = tag_mask(bk, tag_of(hash));
+    if (m == 0)
+        return KV_ADDR_NONE;
+    /* The first match: a second one is a 1-in-65536 tag collision. */
+    uint64_t addr = bk[__builtin_ctz(m)] & ADDR_MASK;
+    const struct kv_page *p = x->ring->slots[addr >> KV_ADDR_OFF_BITS];
+    __builtin_prefetch(p->data + (addr & ((1u << KV_ADDR_OFF_BITS) - 1)));
+    return addr;
+}
+
+bool kv__index_key_is(const struct kv_index *x, uint64_t addr, const void *key,
+                      size_t len)
+{
+    return key_eq(x->ring, addr, key, len);
 }
 
 bool kv__index_put(struct kv_index *x, uint64_t hash, const void *key, size_t len,

@@ -134,7 +134,8 @@ int kv_sm_multi_get(struct kv_sm *sm, const struct kv_item *keys, size_t n,
                     kv_multi_cb *cb, void *data);
 
 /* Scans live keys of `r` in byte order, at most `limit` (0 = no limit), merging
- * the hot keys with the cold tier. Returns 0 or TK_EIO. */
+ * the hot keys with the cold tier. `cb` must not change the sm (no apply, no
+ * tier-down) while the scan runs. Returns 0 or TK_EIO. */
 int kv_sm_scan(struct kv_sm *sm, const struct kv_range *r, size_t limit, kv_item_cb *cb,
                void *data);
 

@@ -40,6 +40,9 @@ _Static_assert(sizeof(struct kv_rec) == 48, "ring record header is 48 bytes");
 #define KV_ADDR_SLOT_BITS 20
 #define KV_ADDR_BITS (KV_ADDR_OFF_BITS + KV_ADDR_SLOT_BITS)
 
+/* The header is one cache line and data[] starts on the next, so a record
+ * whose size is a multiple of 64 (8 B keys with 8 B values are 64 bytes) never
+ * straddles two lines: a read of it is one cache miss, not two. */
 struct kv_page {
     uint32_t slot;
     uint32_t used; /* bytes of records */
@@ -52,8 +55,10 @@ struct kv_page {
     uint64_t last_now; /* the sm's clock after applying last_rev */
     uint64_t last_term;
     struct kv_page *next; /* newer page */
-    uint8_t data[];
+    void *raw;            /* the allocation of a page not from a slab */
+    _Alignas(64) uint8_t data[];
 };
+_Static_assert(sizeof(struct kv_page) == 64, "a ring page header is one cache line");
 
 struct kv_ring {
     size_t page_bytes;
@@ -105,6 +110,9 @@ bool kv__ring_check(const struct kv_ring *r, uint64_t addr);
 /* The same check of the record at `off` of page p (a sealed page may be checked
  * from any thread while its owner appends elsewhere). */
 bool kv__page_check(const struct kv_page *p, size_t off);
+/* The record CRC, tk_crc32c(0, p, n) (short buffers inline; exposed so a test
+ * can compare the two). Any thread. */
+uint32_t kv__rec_crc(const void *p, size_t n);
 /* Seals the tail so the next append opens a new page. */
 void kv__ring_seal(struct kv_ring *r);
 /* Releases the oldest page (which must be sealed); pages of page_bytes are
@@ -155,6 +163,16 @@ static inline void kv__index_prefetch(const struct kv_index *x, uint64_t hash)
 {
     __builtin_prefetch(x->cur.b + (hash & x->cur.mask) * 8);
 }
+#define KV_ADDR_NONE UINT64_MAX
+/* A guess at key's entry for a scan reading ahead: the address in the first
+ * entry of hash's home bucket whose tag matches (its record starts loading),
+ * or KV_ADDR_NONE. Call it once the bucket is likely cached. The guess is
+ * key's entry exactly when kv__index_key_is(addr, key) holds (each key has one
+ * entry) and the index has not changed since; otherwise use kv__index_find. */
+uint64_t kv__index_peek(const struct kv_index *x, uint64_t hash);
+/* The record at addr (an address from the index) holds this key. */
+bool kv__index_key_is(const struct kv_index *x, uint64_t addr, const void *key,
+                      size_t len);
 /* Empties the index, keeping its table for reuse. */
 void kv__index_clear(struct kv_index *x);
 /* Drops every entry into ring slot `slot` (a page with a damaged record is
@@ -165,28 +183,77 @@ static inline size_t kv__index_count(const struct kv_index *x)
     return x->cur.count + x->old.count;
 }
 
-/* ---- view: the hot keys in byte order (a skip list of key copies) -------- */
+/* ---- view: the hot keys in byte order (a B+tree of key copies) ---------- */
 
-#define KV_VIEW_LEVELS 24
-struct kv_vnode {
-    uint32_t key_len;
-    uint32_t level;
-    uint8_t *key;
-    struct kv_vnode *next[];
+/* A key in the view: its first 16 bytes inline (zero-padded), so most
+ * comparisons and all of a scan's reads of an 8-16 byte key stay inside the
+ * node, and a private copy of the whole key when it is longer. */
+struct kv_vent {
+    uint8_t inl[16];
+    uint8_t *ext; /* len > 16: the whole key (owned), else NULL */
+    uint32_t len;
 };
+
+#define KV_VLEAF_MAX 30  /* keys per leaf */
+#define KV_VINNER_MAX 24 /* children per inner node */
+#define KV_VIEW_DEPTH_MAX 16
+
+struct kv_vleaf {
+    uint32_t n;
+    struct kv_vleaf *prev, *next; /* the leaves in key order */
+    struct kv_vent e[KV_VLEAF_MAX];
+};
+struct kv_vinner {
+    uint32_t n;                        /* children */
+    struct kv_vent sep[KV_VINNER_MAX]; /* sep[i] <= every key under child[i]
+                                          < sep[i + 1]; sep[0] unused */
+    void *child[KV_VINNER_MAX];
+};
+
 struct kv_view {
-    struct kv_vnode *head;
-    uint32_t level;
-    uint64_t rng;
+    void *root;
+    uint32_t height; /* inner levels above the leaves; 0: root is a leaf */
     size_t count;
+    /* Nodes come from chunks and go back to a free list, so a view whose size
+     * is steady allocates nothing. Owner thread only. */
+    void *free_nodes;
+    void **chunks;
+    size_t n_chunks;
 };
+
+/* A position in the view; valid while the view is not changed. */
+struct kv_view_it {
+    const struct kv_vleaf *leaf; /* NULL: past the end */
+    uint32_t i;
+};
+
 void kv__view_init(struct kv_view *v);
 void kv__view_free(struct kv_view *v);
+/* Adds a copy of the key (nothing if present). */
 void kv__view_insert(struct kv_view *v, const void *key, size_t len);
+/* Removes the key if present. */
 void kv__view_remove(struct kv_view *v, const void *key, size_t len);
-/* The first node with key >= (key, len), or NULL. */
-const struct kv_vnode *kv__view_seek(const struct kv_view *v, const void *key,
-                                     size_t len);
+/* Positions `it` at the first key >= (key, len), or past the end. */
+void kv__view_seek(const struct kv_view *v, const void *key, size_t len,
+                   struct kv_view_it *it);
+static inline bool kv__view_it_valid(const struct kv_view_it *it)
+{
+    return it->leaf != NULL;
+}
+/* The key at it (valid): borrowed from the view until it changes. */
+static inline const uint8_t *kv__view_it_key(const struct kv_view_it *it, size_t *len)
+{
+    const struct kv_vent *e = &it->leaf->e[it->i];
+    *len = e->len;
+    return e->len > sizeof(e->inl) ? e->ext : e->inl;
+}
+static inline void kv__view_it_next(struct kv_view_it *it)
+{
+    if (++it->i == it->leaf->n) { /* only the root leaf is ever empty */
+        it->leaf = it->leaf->next;
+        it->i = 0;
+    }
+}
 int kv__keycmp(const void *a, size_t alen, const void *b, size_t blen);
 
 /* ---- cold tier (cold.c, the only user of LMDB) --------------------------- */

@@ -345,12 +345,11 @@ int kv__sm_lookup(struct kv_sm *sm, const void *key, size_t len, uint64_t hash,
 
 /* ---- reads ---- */
 
-int kv_sm_get(struct kv_sm *sm, const void *key, size_t len, struct kv_item *out)
+static int get_hashed(struct kv_sm *sm, const void *key, size_t len, uint64_t hash,
+                      struct kv_item *out)
 {
-    if (len == 0 || len > sm->cfg.key_max)
-        return TK_EINVAL;
     struct kv_state st;
-    int rc = kv__sm_lookup(sm, key, len, kv__hash(key, len), &st);
+    int rc = kv__sm_lookup(sm, key, len, hash, &st);
     if (rc != 0)
         return rc;
     if (!st.live)
@@ -366,14 +365,42 @@ int kv_sm_get(struct kv_sm *sm, const void *key, size_t len, struct kv_item *out
     return 0;
 }
 
+int kv_sm_get(struct kv_sm *sm, const void *key, size_t len, struct kv_item *out)
+{
+    if (len == 0 || len > sm->cfg.key_max)
+        return TK_EINVAL;
+    return get_hashed(sm, key, len, kv__hash(key, len), out);
+}
+
+/* A multi-get reads ahead as a scan does: the index bucket of the key
+ * MULTI_AHEAD on and the ring record of the key MULTI_PEEK on start loading
+ * before this key is looked up, so a batch's cache misses overlap. */
+#define MULTI_AHEAD 8
+#define MULTI_PEEK 2
+#define MULTI_RING 16 /* > MULTI_AHEAD */
+
 int kv_sm_multi_get(struct kv_sm *sm, const struct kv_item *keys, size_t n,
                     kv_multi_cb *cb, void *data)
 {
+    uint64_t hash[MULTI_RING];
+    for (size_t j = 0; j < n && j < MULTI_AHEAD; j++) {
+        hash[j % MULTI_RING] = kv__hash(keys[j].key, keys[j].key_len);
+        kv__index_prefetch(&sm->index, hash[j % MULTI_RING]);
+    }
+    for (size_t j = 0; j < n && j < MULTI_PEEK; j++)
+        kv__index_peek(&sm->index, hash[j % MULTI_RING]);
     for (size_t i = 0; i < n; i++) {
+        size_t j = i + MULTI_AHEAD;
+        if (j < n) {
+            hash[j % MULTI_RING] = kv__hash(keys[j].key, keys[j].key_len);
+            kv__index_prefetch(&sm->index, hash[j % MULTI_RING]);
+        }
+        if (i + MULTI_PEEK < n)
+            kv__index_peek(&sm->index, hash[(i + MULTI_PEEK) % MULTI_RING]);
         struct kv_item it = {.key = keys[i].key, .key_len = keys[i].key_len};
-        int rc = kv_sm_get(sm, keys[i].key, keys[i].key_len, &it);
-        if (rc == TK_EINVAL)
-            rc = TK_ENOTFOUND;
+        int rc = TK_ENOTFOUND; /* an invalid key is simply not found */
+        if (keys[i].key_len > 0 && keys[i].key_len <= sm->cfg.key_max)
+            rc = get_hashed(sm, keys[i].key, keys[i].key_len, hash[i % MULTI_RING], &it);
         if (rc != 0 && rc != TK_ENOTFOUND)
             return rc;
         if (cb(rc, &it, data) != 0)
@@ -405,10 +432,95 @@ static void item_from_cold(struct kv_item *it, const uint8_t *k, size_t klen,
     it->expire_ms = cv->expire_ms;
 }
 
+/* The hot side of a scan: the view's keys in order, read ahead. The index
+ * bucket of the key SCAN_AHEAD positions on and the ring record of the key
+ * SCAN_AHEAD_REC positions on are loaded while this key is merged, so the
+ * scan's cache misses overlap instead of following one another. The look-ahead
+ * stops at the scan's limit, so short scans load nothing they do not use. */
+#define SCAN_AHEAD 16
+#define SCAN_AHEAD_REC 8
+#define SCAN_RING 32 /* > SCAN_AHEAD */
+
+struct hot_cur {
+    struct kv_view_it it;    /* the current key, at position pos */
+    struct kv_view_it ahead; /* the key at position ahead_pos */
+    size_t pos, ahead_pos;
+    uint64_t hash[SCAN_RING]; /* of the key at position p: hash[p % SCAN_RING] */
+    uint64_t cand[SCAN_RING]; /* kv__index_peek's guess at its entry */
+};
+
+/* Moves the look-ahead up to position `want` (or the end). */
+static void hot_fill(struct kv_sm *sm, struct hot_cur *h, size_t want)
+{
+    while (h->ahead_pos < want && kv__view_it_valid(&h->ahead)) {
+        size_t len;
+        const uint8_t *k = kv__view_it_key(&h->ahead, &len);
+        uint64_t hash = kv__hash(k, len);
+        h->hash[h->ahead_pos % SCAN_RING] = hash;
+        h->cand[h->ahead_pos % SCAN_RING] = KV_ADDR_NONE;
+        kv__index_prefetch(&sm->index, hash);
+        kv__view_it_next(&h->ahead);
+        h->ahead_pos++;
+    }
+}
+
+static size_t hot_want(const struct hot_cur *h, size_t limit, size_t emitted)
+{
+    size_t ahead = SCAN_AHEAD;
+    if (limit != 0 && limit - emitted < ahead)
+        ahead = limit - emitted;
+    return h->pos + (ahead > 0 ? ahead : 1);
+}
+
+static void hot_start(struct kv_sm *sm, struct hot_cur *h, const struct kv_range *r,
+                      size_t limit)
+{
+    kv__view_seek(&sm->view, r->start, r->start_len, &h->it);
+    h->ahead = h->it;
+    h->pos = h->ahead_pos = 0;
+    hot_fill(sm, h, hot_want(h, limit, 0));
+}
+
+/* The first few keys have had no time to load: their buckets' misses are
+ * taken together (after the cold seek, which overlaps them) rather than one
+ * after another. */
+static void hot_peek_first(struct kv_sm *sm, struct hot_cur *h)
+{
+    for (size_t p = 0; p <= SCAN_AHEAD_REC && p < h->ahead_pos; p++)
+        h->cand[p % SCAN_RING] = kv__index_peek(&sm->index, h->hash[p % SCAN_RING]);
+}
+
+static void hot_next(struct kv_sm *sm, struct hot_cur *h, size_t limit, size_t emitted)
+{
+    kv__view_it_next(&h->it);
+    h->pos++;
+    hot_fill(sm, h, hot_want(h, limit, emitted));
+    size_t p = h->pos + SCAN_AHEAD_REC;
+    if (p < h->ahead_pos)
+        h->cand[p % SCAN_RING] = kv__index_peek(&sm->index, h->hash[p % SCAN_RING]);
+}
+
+/* The index entry of the key at the current position (see kv__index_peek:
+ * the scan's callbacks do not change the index). */
+static uint64_t hot_find(struct kv_sm *sm, const struct hot_cur *h, const uint8_t *key,
+                         size_t len, bool *found)
+{
+    TK_ASSERT(h->pos < h->ahead_pos);
+    uint64_t cand = h->cand[h->pos % SCAN_RING];
+    if (cand != KV_ADDR_NONE && kv__index_key_is(&sm->index, cand, key, len)) {
+        *found = true;
+        return cand;
+    }
+    return kv__index_find(&sm->index, h->hash[h->pos % SCAN_RING], key, len, found);
+}
+
+/* The callback must not change the sm (no apply, no tier-down): the scan holds
+ * a position in the view and guesses at index entries ahead of it. */
 int kv_sm_scan(struct kv_sm *sm, const struct kv_range *r, size_t limit, kv_item_cb *cb,
                void *data)
 {
-    const struct kv_vnode *hot = kv__view_seek(&sm->view, r->start, r->start_len);
+    struct hot_cur hot;
+    hot_start(sm, &hot, r, limit);
     struct kv_cold_cur *cur = NULL;
     bool cvalid = false;
     int rc = 0;
@@ -419,6 +531,7 @@ int kv_sm_scan(struct kv_sm *sm, const struct kv_range *r, size_t limit, kv_item
         if (rc != 0)
             goto out;
     }
+    hot_peek_first(sm, &hot);
     size_t emitted = 0;
     while (limit == 0 || emitted < limit) {
         const uint8_t *ck = NULL;
@@ -426,10 +539,13 @@ int kv_sm_scan(struct kv_sm *sm, const struct kv_range *r, size_t limit, kv_item
         struct kv_cold_val cv;
         if (cvalid)
             kv__cold_cur_get(cur, &ck, &cklen, &cv);
+        bool hvalid = kv__view_it_valid(&hot.it);
+        size_t hklen = 0;
+        const uint8_t *hk = hvalid ? kv__view_it_key(&hot.it, &hklen) : NULL;
         int cmp;
-        if (hot != NULL && cvalid)
-            cmp = kv__keycmp(hot->key, hot->key_len, ck, cklen);
-        else if (hot != NULL)
+        if (hvalid && cvalid)
+            cmp = kv__keycmp(hk, hklen, ck, cklen);
+        else if (hvalid)
             cmp = -1;
         else if (cvalid)
             cmp = 1;
@@ -438,18 +554,10 @@ int kv_sm_scan(struct kv_sm *sm, const struct kv_range *r, size_t limit, kv_item
         struct kv_item it;
         bool emit = false;
         if (cmp <= 0) {
-            if (!in_range(r, hot->key, hot->key_len))
+            if (!in_range(r, hk, hklen))
                 break;
             bool found;
-            uint64_t hash = kv__hash(hot->key, hot->key_len);
-            const struct kv_vnode *next = hot->next[0];
-            if (next != NULL) {
-                kv__index_prefetch(&sm->index, kv__hash(next->key, next->key_len));
-                if (next->next[0] != NULL)
-                    __builtin_prefetch(next->next[0]);
-            }
-            uint64_t addr =
-                kv__index_find(&sm->index, hash, hot->key, hot->key_len, &found);
+            uint64_t addr = hot_find(sm, &hot, hk, hklen, &found);
             if (found && kv__ring_check(&sm->ring, addr)) {
                 const struct kv_rec *h = kv__ring_at(&sm->ring, addr);
                 if (!(h->flags & KV_REC_TOMB) && live(sm, h->expire_ms)) {
@@ -472,7 +580,7 @@ int kv_sm_scan(struct kv_sm *sm, const struct kv_range *r, size_t limit, kv_item
                     emit = true;
                 }
             }
-            hot = hot->next[0];
+            hot_next(sm, &hot, limit, emitted + (emit ? 1 : 0));
             if (cmp == 0) {
                 rc = kv__cold_cur_next(cur, &cvalid);
                 if (rc != 0)
@@ -584,6 +692,9 @@ struct kv_tier_job {
     struct kv_sm *sm;
     struct kv_page **pages;
     size_t n_pages;
+    /* The ring's slot table as it was at pick: tier_index resolves addresses
+     * through it, since the owner may grow (move) the real one meanwhile. */
+    struct kv_ring view;
     bool snapshot;
     struct kv_cold_meta meta;
     uint64_t bad; /* records that failed their check */
@@ -625,6 +736,10 @@ static bool tier_pick(struct kv_sm *sm, bool all, struct kv_tier_job *j)
     j->sm = sm;
     j->pages = tk_malloc(n_cut * sizeof(*j->pages));
     j->n_pages = n_cut;
+    memset(&j->view, 0, sizeof(j->view));
+    j->view.n_slots = sm->ring.n_slots;
+    j->view.slots = tk_malloc(sm->ring.n_slots * sizeof(*j->view.slots));
+    memcpy(j->view.slots, sm->ring.slots, sm->ring.n_slots * sizeof(*j->view.slots));
     j->meta = (struct kv_cold_meta){
         .index = sm->durable, .term = sm->durable_term, .now_ms = sm->durable_now};
     struct kv_page *p = sm->ring.head;
@@ -676,6 +791,7 @@ static int tier_write(struct kv_tier_job *j)
      * log order, which is key order for sequential loads (LMDB fills its
      * pages best that way). */
     kv__index_clear(&sm->tier_index);
+    sm->tier_index.ring = &j->view;
     for (size_t k = sm->n_tier_ents; k-- > 0;) {
         struct kv_tier_ent *e = &sm->tier_ents[k];
         const uint8_t *key = kv__rec_key(e->h);
@@ -735,6 +851,9 @@ static void tier_finish(struct kv_sm *sm, struct kv_tier_job *j)
         sm->failed = true;
     }
     sm->n_tier_ents = 0;
+    sm->tier_index.ring = &sm->ring;
+    tk_free(j->view.slots);
+    j->view.slots = NULL;
     tk_free(j->pages);
     j->pages = NULL;
 }

@@ -4,7 +4,8 @@
  * For 1k, 100k and 10M prefilled 8-byte keys with 8-byte values (10M goes past
  * the 64 MiB ring into the cold tier; --quick skips it), random access:
  * get hit, get miss, put overwrite, put new key, delete, scans of 10/100/1000
- * keys. tierkv's writes go through kv_sm_apply with pre-encoded commands (the
+ * keys, and multi-gets of 16 random keys (reported per key; LMDB does as many
+ * plain gets). tierkv's writes go through kv_sm_apply with pre-encoded commands (the
  * protobuf decode is part of the cost; encoding is the client's). The LMDB
  * column does the same operations on its own environment: gets in one read
  * transaction per timed batch, writes in one write transaction per 1,000 ops
@@ -15,7 +16,8 @@
  * base/alloc.h (tierkv's own allocations; LMDB's are not counted). Overwrites
  * are measured in steady state: first the ring fills its budget and is tiered
  * down once (before that, each record's 64 bytes are new ring memory).
- * Prints a table, then one JSON line. */
+ * Prints a table, then one JSON line. --only '<op name>' (as the table names
+ * it) times that op alone, after the same setup, for a profiler. */
 #include <inttypes.h>
 #include <lmdb.h>
 #include <stdio.h>
@@ -41,17 +43,20 @@ enum {
     OP_SCAN10,
     OP_SCAN100,
     OP_SCAN1000,
+    OP_MGET16,
     N_OPS
 };
-static const char *op_names[N_OPS] = {"get hit",     "get miss", "put overwrite",
-                                      "put new key", "delete",   "scan 10",
-                                      "scan 100",    "scan 1000"};
+static const char *op_names[N_OPS] = {"get hit",     "get miss",  "put overwrite",
+                                      "put new key", "delete",    "scan 10",
+                                      "scan 100",    "scan 1000", "multi-get 16"};
+#define MGET_KEYS 16 /* multi-get: keys per call; reported per key */
 
 struct row {
     double kv_ns, lmdb_ns, kv_alloc;
 };
 
 static bool quick;
+static int only = -1; /* --only: time this op alone (for profiling) */
 static int runs = 5;
 static struct tk_prng rng;
 
@@ -166,11 +171,21 @@ static int scan_cb(const struct kv_item *it, void *data)
 }
 
 /* Runs `ops` operations of kind op on the sm; returns ns/op, sets *alloc. */
+static int mget_cb(int found, const struct kv_item *it, void *data)
+{
+    (void)data;
+    sink += found == 0 ? it->value_len : 1;
+    return 0;
+}
+
 static double kv_run(struct kvside *s, int op, uint64_t n_keys, uint64_t *next_new,
                      size_t ops, double *alloc)
 {
-    uint64_t *ids = tk_malloc(ops * sizeof(*ids));
-    for (size_t i = 0; i < ops; i++)
+    size_t n_ids = op == OP_MGET16 ? ops * MGET_KEYS : ops;
+    uint64_t *ids = tk_malloc(n_ids * sizeof(*ids));
+    uint8_t(*mkeys)[8] = NULL;
+    struct kv_item *mitems = NULL;
+    for (size_t i = 0; i < n_ids; i++)
         ids[i] = op == OP_GET_MISS  ? n_keys * 4 + tk_prng_below(&rng, n_keys)
                  : op == OP_PUT_NEW ? *next_new + i
                                     : tk_prng_below(&rng, n_keys);
@@ -179,6 +194,15 @@ static double kv_run(struct kvside *s, int op, uint64_t n_keys, uint64_t *next_n
         pool_fill(&pool, ops, 0, ids);
     else if (op == OP_DEL)
         pool_fill(&pool, ops, 1, ids);
+    if (op == OP_MGET16) { /* the keys are the client's: encoded beforehand */
+        mkeys = tk_malloc(n_ids * sizeof(*mkeys));
+        mitems = tk_calloc(n_ids, sizeof(*mitems));
+        for (size_t i = 0; i < n_ids; i++) {
+            key_of(ids[i], mkeys[i]);
+            mitems[i].key = mkeys[i];
+            mitems[i].key_len = 8;
+        }
+    }
     struct tk_alloc_stats a0, a1;
     tk_alloc_stats(&a0);
     uint64_t t0 = cpu_ns();
@@ -198,6 +222,10 @@ static double kv_run(struct kvside *s, int op, uint64_t n_keys, uint64_t *next_n
     case OP_DEL:
         for (size_t i = 0; i < ops; i++)
             kv_apply(s, &pool, i);
+        break;
+    case OP_MGET16:
+        for (size_t i = 0; i < ops; i++)
+            kv_sm_multi_get(s->sm, mitems + i * MGET_KEYS, MGET_KEYS, mget_cb, NULL);
         break;
     default: {
         size_t limit = op == OP_SCAN10 ? 10 : op == OP_SCAN100 ? 100 : 1000;
@@ -222,7 +250,11 @@ static double kv_run(struct kvside *s, int op, uint64_t n_keys, uint64_t *next_n
     }
     pool_free(&pool);
     tk_free(ids);
-    return (double)(t1 - t0) / (double)ops;
+    tk_free(mkeys);
+    tk_free(mitems);
+    if (op == OP_MGET16)
+        *alloc /= MGET_KEYS;
+    return (double)(t1 - t0) / (double)n_ids;
 }
 
 /* ---- LMDB side ---- */
@@ -265,6 +297,8 @@ static void l_open(struct lside *l, const char *dir, uint64_t n_keys)
 static double l_run(struct lside *l, int op, uint64_t n_keys, uint64_t *next_new,
                     size_t ops)
 {
+    if (op == OP_MGET16) /* LMDB has no batch get: as many plain gets */
+        ops *= MGET_KEYS;
     uint64_t *ids = tk_malloc(ops * sizeof(*ids));
     for (size_t i = 0; i < ops; i++)
         ids[i] = op == OP_GET_MISS  ? n_keys * 4 + tk_prng_below(&rng, n_keys)
@@ -297,7 +331,7 @@ static double l_run(struct lside *l, int op, uint64_t n_keys, uint64_t *next_new
             uint8_t k[8];
             key_of(ids[i], k);
             MDB_val kv = {8, k}, vv;
-            if (op == OP_GET_HIT || op == OP_GET_MISS) {
+            if (op == OP_GET_HIT || op == OP_GET_MISS || op == OP_MGET16) {
                 int rc = mdb_get(txn, l->dbi, &kv, &vv);
                 sink += rc == 0 ? vv.mv_size : 1;
             } else {
@@ -341,6 +375,8 @@ static size_t ops_for(int op, uint64_t n_keys)
         base /= 10;
     if (op == OP_SCAN1000)
         base /= 100;
+    if (op == OP_MGET16)
+        base /= MGET_KEYS;
     if ((op == OP_DEL) && base > n_keys)
         base = n_keys;
     return base;
@@ -390,13 +426,18 @@ static void run_scale(uint64_t n_keys, struct row rows[N_OPS], double *cold_p50,
     l_open(&l, ldir, n_keys);
     uint64_t kv_new = n_keys * 16, l_new = n_keys * 16;
     /* Put-new runs last: it grows the key set, which would skew the rest. */
-    static const int order[N_OPS] = {OP_GET_HIT, OP_GET_MISS, OP_PUT_OVER, OP_DEL,
-                                     OP_SCAN10,  OP_SCAN100,  OP_SCAN1000, OP_PUT_NEW};
+    static const int order[N_OPS] = {OP_GET_HIT,  OP_GET_MISS, OP_PUT_OVER,
+                                     OP_DEL,      OP_SCAN10,   OP_SCAN100,
+                                     OP_SCAN1000, OP_MGET16,   OP_PUT_NEW};
     for (int oi = 0; oi < N_OPS; oi++) {
         int op = order[oi];
         double kv_ns[9], l_ns[9], al[9];
         size_t ops = ops_for(op, n_keys);
         double warm;
+        if (only >= 0 && op != only && op != OP_PUT_OVER) {
+            memset(&rows[op], 0, sizeof(rows[op]));
+            continue;
+        }
         if (op == OP_PUT_OVER) {
             /* Steady state: overwrite until the ring has filled its budget and
              * been tiered down once, so its pages are being recycled. */
@@ -406,6 +447,10 @@ static void run_scale(uint64_t n_keys, struct row rows[N_OPS], double *cold_p50,
                 kv_run(&s, op, n_keys, &kv_new, 100000, &warm);
                 kv_sm_stats(s.sm, &st1);
             } while (st1.tier_downs == st0.tier_downs);
+            if (only >= 0 && only != OP_PUT_OVER) { /* the state the others see */
+                memset(&rows[op], 0, sizeof(rows[op]));
+                continue;
+            }
         }
         kv_run(&s, op, n_keys, &kv_new, ops / 4 + 1, &warm); /* warm-up */
         l_run(&l, op, n_keys, &l_new, ops / 4 + 1);
@@ -461,10 +506,18 @@ int main(int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--quick") == 0) {
             quick = true;
-        } else {
-            fprintf(stderr, "usage: kv-bench [--quick]\n");
-            return 2;
+            continue;
         }
+        if (strcmp(argv[i], "--only") == 0 && i + 1 < argc) {
+            i++;
+            for (int op = 0; op < N_OPS; op++)
+                if (strcmp(argv[i], op_names[op]) == 0)
+                    only = op;
+            if (only >= 0)
+                continue;
+        }
+        fprintf(stderr, "usage: kv-bench [--quick] [--only '<op name>']\n");
+        return 2;
     }
     if (quick)
         runs = 3;
@@ -495,8 +548,9 @@ int main(int argc, char **argv)
                    cold_frac[sc] * 100);
     }
     printf("{\"bench\":\"kv\",\"quick\":%s", quick ? "true" : "false");
-    static const char *keys[N_OPS] = {"get",    "get_miss", "put",     "put_new",
-                                      "delete", "scan10",   "scan100", "scan1000"};
+    static const char *keys[N_OPS] = {"get",     "get_miss", "put",
+                                      "put_new", "delete",   "scan10",
+                                      "scan100", "scan1000", "mget16"};
     for (int sc = 0; sc < n_scales; sc++)
         for (int op = 0; op < N_OPS; op++)
             printf(",\"%s_ns_%s\":%.1f,\"lmdb_%s_ns_%s\":%.1f", keys[op], names[sc],

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "base/alloc.h"
+#include "base/crc32c.h"
 #include "base/err.h"
 #include "base/prng.h"
 #include "kv/kv_internal.h"
@@ -42,6 +43,29 @@ START_TEST(test_ring_record_reads_back_and_checks)
     ck_assert_mem_eq(kv__rec_key(h), "beta", 4);
     ck_assert_mem_eq(kv__rec_value(h), "two", 3);
     ck_assert_uint_eq(h->mod_rev, 2);
+    kv__ring_free(&r);
+}
+END_TEST
+
+/* The record CRC's inline path agrees with tk_crc32c at every short length
+ * and past it; 8 B keys with 8 B values fill exactly one cache line. */
+START_TEST(test_ring_crc_matches_crc32c)
+{
+    uint8_t buf[600];
+    struct tk_prng g;
+    tk_prng_seed(&g, 3);
+    for (size_t i = 0; i < sizeof(buf); i++)
+        buf[i] = (uint8_t)tk_prng_below(&g, 256);
+    for (size_t off = 0; off < 8; off++)
+        for (size_t n = 0; n + off <= sizeof(buf); n++)
+            ck_assert_uint_eq(kv__rec_crc(buf + off, n), tk_crc32c(0, buf + off, n));
+    struct kv_ring r;
+    kv__ring_init(&r, 4096);
+    for (int i = 0; i < 200; i++) {
+        uint64_t a = ring_put(&r, "8bytekey", "8bytval", (uint64_t)i + 1);
+        ck_assert_uint_eq((uintptr_t)kv__ring_at(&r, a) % 64, 0);
+        ck_assert(kv__ring_check(&r, a));
+    }
     kv__ring_free(&r);
 }
 END_TEST
@@ -160,17 +184,171 @@ START_TEST(test_view_keeps_byte_order)
         kv__view_insert(&v, keys[i], strlen(keys[i]));
     ck_assert_uint_eq(v.count, 6);
     const char *want[] = {"", "a", "ab", "abc", "b", "\xff"};
-    const struct kv_vnode *n = kv__view_seek(&v, "", 0);
-    for (int i = 0; i < 6; i++, n = n->next[0]) {
-        ck_assert_ptr_nonnull(n);
-        ck_assert_int_eq(kv__keycmp(n->key, n->key_len, want[i], strlen(want[i])), 0);
+    struct kv_view_it it;
+    kv__view_seek(&v, "", 0, &it);
+    for (int i = 0; i < 6; i++, kv__view_it_next(&it)) {
+        ck_assert(kv__view_it_valid(&it));
+        size_t len = 0;
+        const uint8_t *k = kv__view_it_key(&it, &len);
+        ck_assert_int_eq(kv__keycmp(k, len, want[i], strlen(want[i])), 0);
     }
-    ck_assert_ptr_null(n);
-    n = kv__view_seek(&v, "aa", 2);
-    ck_assert_int_eq(kv__keycmp(n->key, n->key_len, "ab", 2), 0);
+    ck_assert(!kv__view_it_valid(&it));
+    size_t len = 0;
+    kv__view_seek(&v, "aa", 2, &it);
+    const uint8_t *k = kv__view_it_key(&it, &len);
+    ck_assert_int_eq(kv__keycmp(k, len, "ab", 2), 0);
     kv__view_remove(&v, "ab", 2);
-    n = kv__view_seek(&v, "aa", 2);
-    ck_assert_int_eq(kv__keycmp(n->key, n->key_len, "abc", 3), 0);
+    kv__view_seek(&v, "aa", 2, &it);
+    k = kv__view_it_key(&it, &len);
+    ck_assert_int_eq(kv__keycmp(k, len, "abc", 3), 0);
+    kv__view_free(&v);
+}
+END_TEST
+
+/* Keys of 0-40 bytes over a small alphabet, so many share long prefixes and
+ * many differ only past the 16 bytes the view keeps inline. */
+static size_t view_key(struct tk_prng *g, uint8_t *k)
+{
+    size_t len = (size_t)tk_prng_below(g, 41);
+    for (size_t i = 0; i < len; i++)
+        k[i] = (uint8_t)("\0a\xff"[tk_prng_below(g, 3)]);
+    return len;
+}
+
+struct vkey {
+    uint8_t k[40];
+    size_t len;
+};
+
+static int vkey_cmp(const void *a, const void *b)
+{
+    const struct vkey *x = a, *y = b;
+    return kv__keycmp(x->k, x->len, y->k, y->len);
+}
+
+/* The first i with ref[i] >= k. */
+static size_t ref_lower(const struct vkey *ref, size_t n, const struct vkey *k)
+{
+    size_t lo = 0, hi = n;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (vkey_cmp(&ref[mid], k) < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/* The view against a sorted array: random inserts and removes (enough for a
+ * tree of several levels, then down to empty and up again), full walks and
+ * seeks to keys present and absent. */
+START_TEST(test_view_matches_a_sorted_reference)
+{
+    struct tk_prng g;
+    tk_prng_seed(&g, 7);
+    struct kv_view v;
+    kv__view_init(&v);
+    enum { MAXK = 30000 };
+    struct vkey *ref = tk_calloc(MAXK, sizeof(*ref));
+    size_t n = 0;
+    for (int round = 0; round < 3; round++) {
+        /* Grow, shrink to a few keys (or none), check after each phase. */
+        for (int phase = 0; phase < 2; phase++) {
+            size_t steps = phase == 0 ? 40000 : 60000;
+            for (size_t s = 0; s < steps; s++) {
+                struct vkey k;
+                k.len = view_key(&g, k.k);
+                bool add =
+                    phase == 0 ? tk_prng_below(&g, 4) != 0 : tk_prng_below(&g, 8) == 0;
+                if (add && n == MAXK)
+                    add = false;
+                if (!add && n > 0 && tk_prng_below(&g, 2) == 0)
+                    k = ref[tk_prng_below(&g, n)]; /* remove a present key */
+                size_t at = ref_lower(ref, n, &k);
+                bool hit = at < n && vkey_cmp(&ref[at], &k) == 0;
+                if (add) {
+                    kv__view_insert(&v, k.k, k.len);
+                    if (!hit) {
+                        memmove(&ref[at + 1], &ref[at], (n - at) * sizeof(k));
+                        ref[at] = k;
+                        n++;
+                    }
+                } else {
+                    kv__view_remove(&v, k.k, k.len);
+                    if (hit) {
+                        memmove(&ref[at], &ref[at + 1], (n - at - 1) * sizeof(k));
+                        n--;
+                    }
+                }
+            }
+            if (round == 2 && phase == 1) { /* empty it completely */
+                while (n > 0) {
+                    n--;
+                    kv__view_remove(&v, ref[n].k, ref[n].len);
+                }
+            }
+            ck_assert_uint_eq(v.count, n);
+            struct kv_view_it it;
+            kv__view_seek(&v, "", 0, &it);
+            for (size_t i = 0; i < n; i++, kv__view_it_next(&it)) {
+                ck_assert(kv__view_it_valid(&it));
+                size_t len = 0;
+                const uint8_t *k = kv__view_it_key(&it, &len);
+                ck_assert_int_eq(kv__keycmp(k, len, ref[i].k, ref[i].len), 0);
+            }
+            ck_assert(!kv__view_it_valid(&it));
+            for (int q = 0; q < 2000; q++) {
+                struct vkey k;
+                k.len = view_key(&g, k.k);
+                size_t lo = ref_lower(ref, n, &k);
+                kv__view_seek(&v, k.k, k.len, &it);
+                if (lo == n) {
+                    ck_assert(!kv__view_it_valid(&it));
+                } else {
+                    ck_assert(kv__view_it_valid(&it));
+                    size_t len = 0;
+                    const uint8_t *got = kv__view_it_key(&it, &len);
+                    ck_assert_int_eq(kv__keycmp(got, len, ref[lo].k, ref[lo].len), 0);
+                }
+            }
+        }
+    }
+    ck_assert_uint_eq(v.height, 0);
+    kv__view_free(&v);
+    tk_free(ref);
+}
+END_TEST
+
+/* A view that loses as many keys as it gains reuses its nodes. */
+START_TEST(test_view_of_steady_size_allocates_nothing)
+{
+    struct kv_view v;
+    kv__view_init(&v);
+    uint8_t k[8];
+    for (uint64_t i = 0; i < 20000; i++) {
+        memcpy(k, &i, 8);
+        kv__view_insert(&v, k, 8);
+    }
+    for (uint64_t i = 20000; i < 60000; i++) { /* warm: churn once */
+        uint64_t old = i - 20000;
+        memcpy(k, &old, 8);
+        kv__view_remove(&v, k, 8);
+        memcpy(k, &i, 8);
+        kv__view_insert(&v, k, 8);
+    }
+    struct tk_alloc_stats a0, a1;
+    tk_alloc_stats(&a0);
+    for (uint64_t i = 60000; i < 100000; i++) {
+        uint64_t old = i - 20000;
+        memcpy(k, &old, 8);
+        kv__view_remove(&v, k, 8);
+        memcpy(k, &i, 8);
+        kv__view_insert(&v, k, 8);
+    }
+    tk_alloc_stats(&a1);
+    ck_assert_uint_eq(v.count, 20000);
+    ck_assert_uint_eq(a1.bytes - a0.bytes, 0);
     kv__view_free(&v);
 }
 END_TEST
@@ -676,6 +854,98 @@ static int multi_cb(int found, const struct kv_item *it, void *data)
     return 0;
 }
 
+struct scan_keys {
+    int ids[1000];
+    int n;
+    int damaged; /* this key's value must be its cold copy, "old" */
+    bool bad_value;
+};
+
+static int scan_keys_cb(const struct kv_item *it, void *data)
+{
+    struct scan_keys *c = data;
+    char want[16];
+    int id = atoi((const char *)it->key + 1);
+    snprintf(want, sizeof(want), id == c->damaged ? "old" : "v%d", id);
+    if (it->value_len != strlen(want) || memcmp(it->value, want, it->value_len) != 0)
+        c->bad_value = true; /* a cold value where the hot one is newer, or damage */
+    c->ids[c->n++] = id;
+    return 0;
+}
+
+/* Scans read ahead in the view and the index (16 keys on) and guess each
+ * key's index entry: over many hot keys spread across B+tree leaves, with
+ * cold copies shadowed by newer values and by tombstones, expired keys, a
+ * damaged hot record (its cold copy stands) and every start and limit, a scan
+ * returns exactly the live keys in order with their newest values. */
+START_TEST(test_scan_reads_ahead_over_many_hot_keys)
+{
+    struct kvu u = {0};
+    kvu_open(&u, NULL);
+    enum { N = 600 };
+    char k[16], v[16];
+    for (int i = 0; i < N; i += 2) { /* even keys: an old value, cold */
+        snprintf(k, sizeof(k), "k%03d", i);
+        ck_assert_int_eq(kvu_put(&u, k, "old"), 0);
+    }
+    ck_assert_int_eq(kv_sm_flush(u.sm), 0);
+    bool live[N];
+    for (int i = 0; i < N; i++) {
+        snprintf(k, sizeof(k), "k%03d", i);
+        snprintf(v, sizeof(v), "v%d", i);
+        live[i] = true;
+        if (i % 7 == 0) { /* a tombstone over the cold copy (or nothing) */
+            ck_assert_int_eq(kvu_del(&u, k), 0);
+            live[i] = false;
+        } else if (i % 11 == 0) { /* expires below */
+            ck_assert_int_eq(kvu_put_ttl(&u, k, v, 500), 0);
+            live[i] = false;
+        } else {
+            ck_assert_int_eq(kvu_put(&u, k, v), 0);
+        }
+    }
+    /* Damage the hot record of k100, whose cold copy says "old". */
+    int damaged = 100;
+    for (struct kv_page *p = u.sm->ring.head; p != NULL; p = p->next) {
+        for (size_t off = 0; off < p->used;) {
+            struct kv_rec *h = (struct kv_rec *)(void *)(p->data + off);
+            if (h->key_len == 4 && memcmp(h + 1, "k100", 4) == 0 && h->mod_rev > 300)
+                ((uint8_t *)(h + 1))[h->key_len] ^= 0x01;
+            off += kv__rec_size(h->key_len, h->value_len);
+        }
+    }
+    u.time_ms += 1000; /* the TTL keys expire */
+    ck_assert_int_eq(kv_sm_skip(u.sm, kv_sm_applied_index(u.sm) + 1, 1, u.time_ms), 0);
+    int want[N], n_want = 0;
+    for (int i = 0; i < N; i++)
+        if (live[i])
+            want[n_want++] = i;
+    static const size_t limits[] = {0, 1, 3, 9, 16, 17, 40, 1000};
+    for (int start = 0; start < N; start += 37) {
+        snprintf(k, sizeof(k), "k%03d", start);
+        for (size_t li = 0; li < sizeof(limits) / sizeof(limits[0]); li++) {
+            struct scan_keys c = {.damaged = damaged};
+            struct kv_range r = {.start = k, .start_len = 4};
+            ck_assert_int_eq(kv_sm_scan(u.sm, &r, limits[li], scan_keys_cb, &c), 0);
+            int from = 0;
+            while (from < n_want && want[from] < start)
+                from++;
+            int expect = n_want - from;
+            if (limits[li] != 0 && (size_t)expect > limits[li])
+                expect = (int)limits[li];
+            ck_assert_int_eq(c.n, expect);
+            for (int i = 0; i < c.n; i++)
+                ck_assert_int_eq(c.ids[i], want[from + i]);
+            ck_assert(!c.bad_value);
+        }
+    }
+    /* The damaged key: its cold copy, never the damaged record. */
+    char buf[16];
+    ck_assert_str_eq(kvu_get(&u, "k100", buf, sizeof(buf)), "old");
+    kvu_close(&u, true);
+}
+END_TEST
+
 START_TEST(test_multi_get)
 {
     struct kvu u = {0};
@@ -688,6 +958,81 @@ START_TEST(test_multi_get)
     int n = 0;
     ck_assert_int_eq(kv_sm_multi_get(u.sm, keys, 3, multi_cb, &n), 0);
     ck_assert_int_eq(n, 103);
+    kvu_close(&u, true);
+}
+END_TEST
+
+struct multi_check {
+    struct kv_sm *sm;
+    const struct kv_item *keys;
+    size_t next;
+    size_t stop_after; /* return nonzero after this many calls (0: never) */
+};
+
+/* Each answer must be kv_sm_get's, in order. */
+static int multi_check_cb(int found, const struct kv_item *it, void *data)
+{
+    struct multi_check *m = data;
+    const struct kv_item *k = &m->keys[m->next++];
+    ck_assert_ptr_eq(it->key, k->key);
+    struct kv_item want;
+    int rc = kv_sm_get(m->sm, k->key, k->key_len, &want);
+    ck_assert_int_eq(found, rc == TK_EINVAL ? TK_ENOTFOUND : rc);
+    if (found == 0) {
+        ck_assert_uint_eq(it->value_len, want.value_len);
+        ck_assert_mem_eq(it->value, want.value, want.value_len);
+        ck_assert_uint_eq(it->mod_revision, want.mod_revision);
+        ck_assert_uint_eq(it->version, want.version);
+    }
+    return m->stop_after != 0 && m->next == m->stop_after;
+}
+
+/* A multi-get reads ahead over the batch; whatever the batch holds (hits in
+ * either tier, misses, empty and over-long keys, duplicates, a damaged hot
+ * record) each answer is what kv_sm_get says, in order, and a callback's stop
+ * is obeyed. */
+START_TEST(test_multi_get_agrees_with_get_over_long_batches)
+{
+    struct kvu u = {0};
+    kvu_open(&u, NULL);
+    enum { N = 200, B = 150 };
+    static char names[N][8];
+    for (int i = 0; i < N; i++) {
+        snprintf(names[i], sizeof(names[i]), "m%03d", i);
+        if (i % 3 != 0)
+            ck_assert_int_eq(kvu_put(&u, names[i], names[i] + 1), 0);
+        if (i == N / 2)
+            ck_assert_int_eq(kv_sm_flush(u.sm), 0);
+    }
+    ck_assert_int_eq(kvu_put(&u, "m005", "hot over cold"), 0);
+    /* Damage one hot record: its cold copy, or nothing, must come back. */
+    struct kv_page *p = u.sm->ring.tail;
+    struct kv_rec *h = (struct kv_rec *)(void *)(p->data);
+    ((uint8_t *)(h + 1))[0] ^= 0x01;
+    static char longkey[5000];
+    memset(longkey, 'x', sizeof(longkey));
+    struct kv_item keys[B];
+    struct tk_prng g;
+    tk_prng_seed(&g, 11);
+    for (int i = 0; i < B; i++) {
+        int id = (int)tk_prng_below(&g, N + 20); /* some never written */
+        char *k = names[id % N];
+        keys[i] = (struct kv_item){.key = (const uint8_t *)k, .key_len = 4};
+        if (id >= N)
+            keys[i].key_len = 3; /* "mNN": absent */
+    }
+    keys[7] = (struct kv_item){.key = (const uint8_t *)"", .key_len = 0};
+    keys[8] =
+        (struct kv_item){.key = (const uint8_t *)longkey, .key_len = sizeof(longkey)};
+    keys[9] = keys[10];
+    for (size_t n = 0; n <= B; n += n < 20 ? 1 : 13) {
+        struct multi_check m = {.sm = u.sm, .keys = keys};
+        ck_assert_int_eq(kv_sm_multi_get(u.sm, keys, n, multi_check_cb, &m), 0);
+        ck_assert_uint_eq(m.next, n);
+    }
+    struct multi_check m = {.sm = u.sm, .keys = keys, .stop_after = 17};
+    ck_assert_int_eq(kv_sm_multi_get(u.sm, keys, B, multi_check_cb, &m), 0);
+    ck_assert_uint_eq(m.next, 17);
     kvu_close(&u, true);
 }
 END_TEST
@@ -1194,6 +1539,9 @@ int main(void)
     tcase_add_test(tc, test_ring_pages_roll_and_release);
     tcase_add_test(tc, test_index_grows_incrementally_and_finds_every_key);
     tcase_add_test(tc, test_view_keeps_byte_order);
+    tcase_add_test(tc, test_view_matches_a_sorted_reference);
+    tcase_add_test(tc, test_view_of_steady_size_allocates_nothing);
+    tcase_add_test(tc, test_ring_crc_matches_crc32c);
     tcase_add_test(tc, test_put_get_revisions_and_versions);
     tcase_add_test(tc, test_put_compare_version_revision_value_absence);
     tcase_add_test(tc, test_delete_existing_and_absent);
@@ -1205,7 +1553,9 @@ int main(void)
     tcase_add_test(tc, test_duplicate_returns_first_result);
     tcase_add_test(tc, test_bad_input_is_an_error_result_and_consumed);
     tcase_add_test(tc, test_scan_merges_hot_and_cold_with_limit);
+    tcase_add_test(tc, test_scan_reads_ahead_over_many_hot_keys);
     tcase_add_test(tc, test_multi_get);
+    tcase_add_test(tc, test_multi_get_agrees_with_get_over_long_batches);
     tcase_add_test(tc, test_flipped_byte_in_ring_is_never_returned);
     tcase_add_test(tc, test_more_data_than_ring_budget);
     tcase_add_test(tc, test_background_tier_job_runs_beside_applies);
