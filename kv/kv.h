@@ -133,6 +133,13 @@ typedef int kv_multi_cb(int found, const struct kv_item *item, void *data);
 int kv_sm_multi_get(struct kv_sm *sm, const struct kv_item *keys, size_t n,
                     kv_multi_cb *cb, void *data);
 
+/* A hint before applying a batch: starts loading what applying `cmd` (a plain
+ * put or delete) will touch, stage 0 its index bucket, stage 1 (a few commands
+ * later, once the bucket is likely cached) its current record. Applying
+ * commands i while hinting i + 4 and i + 8 overlaps their cache misses. No
+ * effect on state; anything else is ignored. */
+void kv_sm_prefetch(const struct kv_sm *sm, const void *cmd, size_t cmd_len, int stage);
+
 /* Scans live keys of `r` in byte order, at most `limit` (0 = no limit), merging
  * the hot keys with the cold tier. `cb` must not change the sm (no apply, no
  * tier-down) while the scan runs. Returns 0 or TK_EIO. */

@@ -1211,6 +1211,38 @@ START_TEST(test_background_tier_job_runs_beside_applies)
 }
 END_TEST
 
+/* kv_sm_prefetch is only a hint: any input, no change of state. */
+START_TEST(test_prefetch_is_a_harmless_hint)
+{
+    struct kvu u = {0};
+    kvu_open(&u, NULL);
+    ck_assert_int_eq(kvu_put(&u, "a", "1"), 0);
+    uint64_t d0, d1;
+    ck_assert_int_eq(kv_sm_digest(u.sm, &d0), 0);
+    Kvpb__Command c = KVPB__COMMAND__INIT;
+    Kvpb__Put p = KVPB__PUT__INIT;
+    p.key = kvu_str("a");
+    p.value = kvu_str("2");
+    c.cmd_case = KVPB__COMMAND__CMD_PUT;
+    c.put = &p;
+    size_t len;
+    uint8_t *buf = kvu_pack(&c, &len);
+    uint8_t junk[64];
+    for (size_t i = 0; i < sizeof(junk); i++)
+        junk[i] = (uint8_t)(i * 37 + 11);
+    for (int stage = 0; stage < 2; stage++) {
+        kv_sm_prefetch(u.sm, buf, len, stage);
+        kv_sm_prefetch(u.sm, buf, len / 2, stage);
+        kv_sm_prefetch(u.sm, junk, sizeof(junk), stage);
+        kv_sm_prefetch(u.sm, NULL, 0, stage);
+    }
+    tk_free(buf);
+    ck_assert_int_eq(kv_sm_digest(u.sm, &d1), 0);
+    ck_assert_uint_eq(d0, d1);
+    kvu_close(&u, true);
+}
+END_TEST
+
 START_TEST(test_restart_recovers_from_cold_and_replay)
 {
     struct kvu u = {0};
@@ -1559,6 +1591,7 @@ int main(void)
     tcase_add_test(tc, test_flipped_byte_in_ring_is_never_returned);
     tcase_add_test(tc, test_more_data_than_ring_budget);
     tcase_add_test(tc, test_background_tier_job_runs_beside_applies);
+    tcase_add_test(tc, test_prefetch_is_a_harmless_hint);
     tcase_add_test(tc, test_restart_recovers_from_cold_and_replay);
     tcase_add_test(tc, test_snapshot_stream_installs_identical_state);
     tcase_add_test(tc, test_digest_differs_on_different_state);
