@@ -133,12 +133,14 @@ typedef int kv_multi_cb(int found, const struct kv_item *item, void *data);
 int kv_sm_multi_get(struct kv_sm *sm, const struct kv_item *keys, size_t n,
                     kv_multi_cb *cb, void *data);
 
-/* A hint before applying a batch: starts loading what applying `cmd` (a plain
- * put or delete) will touch, stage 0 its index bucket, stage 1 (a few commands
- * later, once the bucket is likely cached) its current record. Applying
- * commands i while hinting i + 4 and i + 8 overlaps their cache misses. No
- * effect on state; anything else is ignored. */
-void kv_sm_prefetch(const struct kv_sm *sm, const void *cmd, size_t cmd_len, int stage);
+/* Hints before applying a batch. kv_sm_prefetch starts loading the index
+ * bucket of the key of `cmd` (a plain put or delete; anything else: false) and
+ * gives the key's hash; kv_sm_prefetch_record, a few commands later (once the
+ * bucket is likely cached), starts loading the key's current record. Applying
+ * command i while hinting i + 4 and i + 8 overlaps their cache misses. Neither
+ * changes any state. */
+bool kv_sm_prefetch(const struct kv_sm *sm, const void *cmd, size_t cmd_len, uint64_t *hash);
+void kv_sm_prefetch_record(const struct kv_sm *sm, uint64_t hash);
 
 /* Scans live keys of `r` in byte order, at most `limit` (0 = no limit), merging
  * the hot keys with the cold tier. `cb` must not change the sm (no apply, no

@@ -1083,23 +1083,26 @@ int kv_sm_skip(struct kv_sm *sm, uint64_t index, uint64_t term, uint64_t time_ms
     return 0;
 }
 
-void kv_sm_prefetch(const struct kv_sm *sm, const void *cmd, size_t cmd_len, int stage)
+bool kv_sm_prefetch(const struct kv_sm *sm, const void *cmd, size_t cmd_len, uint64_t *hash)
 {
     Kvpb__Command fc;
     Kvpb__Put fput;
     Kvpb__Delete fdel;
     if (cmd == NULL || !kv__fast_decode(cmd, cmd_len, &fc, &fput, &fdel))
-        return;
+        return false;
     const ProtobufCBinaryData *k = fc.cmd_case == KVPB__COMMAND__CMD_PUT   ? &fc.put->key
                                    : fc.cmd_case == KVPB__COMMAND__CMD_DEL ? &fc.del->key
                                                                           : NULL;
     if (k == NULL || k->len == 0)
-        return;
-    uint64_t hash = kv__hash(k->data, k->len);
-    if (stage == 0)
-        kv__index_prefetch(&sm->index, hash);
-    else
-        (void)kv__index_peek(&sm->index, hash); /* starts loading the record */
+        return false;
+    *hash = kv__hash(k->data, k->len);
+    kv__index_prefetch(&sm->index, *hash);
+    return true;
+}
+
+void kv_sm_prefetch_record(const struct kv_sm *sm, uint64_t hash)
+{
+    (void)kv__index_peek(&sm->index, hash); /* starts loading the record */
 }
 
 int kv_sm_apply(struct kv_sm *sm, uint64_t index, uint64_t term, uint64_t time_ms,

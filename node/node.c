@@ -341,24 +341,32 @@ static void kick(struct node *n);
 #define PREFETCH_BUCKET 8
 #define PREFETCH_RECORD 4
 
-static void prefetch_entry(struct node *n, const struct raft_entry *x, int stage)
+/* Stage one for an entry: its bucket; remembers the key's hash (and whether
+ * it has one) for stage two. */
+static void prefetch_bucket(struct node *n, const struct raft_entry *x, uint64_t *hash,
+                            bool *have)
 {
-    if (x->type == RAFT_ENTRY_NORMAL && x->data != NULL)
-        kv_sm_prefetch(n->sm, x->data->data, x->data->len, stage);
+    *have = x->type == RAFT_ENTRY_NORMAL && x->data != NULL &&
+            kv_sm_prefetch(n->sm, x->data->data, x->data->len, hash);
 }
 
 static void apply_entries(struct node *n, const struct raft_entry *e, size_t cnt)
 {
+    uint64_t hash[PREFETCH_BUCKET];
+    bool have[PREFETCH_BUCKET];
     for (size_t i = 0; i < cnt && i < PREFETCH_BUCKET; i++)
-        prefetch_entry(n, &e[i], 0);
+        prefetch_bucket(n, &e[i], &hash[i], &have[i]);
     for (size_t i = 0; i < cnt && i < PREFETCH_RECORD; i++)
-        prefetch_entry(n, &e[i], 1);
+        if (have[i])
+            kv_sm_prefetch_record(n->sm, hash[i]);
     for (size_t i = 0; i < cnt; i++) {
         const struct raft_entry *x = &e[i];
-        if (i + PREFETCH_BUCKET < cnt)
-            prefetch_entry(n, &e[i + PREFETCH_BUCKET], 0);
-        if (i + PREFETCH_RECORD < cnt)
-            prefetch_entry(n, &e[i + PREFETCH_RECORD], 1);
+        size_t ahead_r = i + PREFETCH_RECORD, ahead_b = i + PREFETCH_BUCKET;
+        if (ahead_r < cnt && have[ahead_r % PREFETCH_BUCKET])
+            kv_sm_prefetch_record(n->sm, hash[ahead_r % PREFETCH_BUCKET]);
+        if (ahead_b < cnt) /* takes entry i's slot, which is done */
+            prefetch_bucket(n, &e[ahead_b], &hash[ahead_b % PREFETCH_BUCKET],
+                            &have[ahead_b % PREFETCH_BUCKET]);
         int rc;
         if (x->type == RAFT_ENTRY_NORMAL) {
             const void *p = x->data ? x->data->data : NULL;

@@ -1230,12 +1230,13 @@ START_TEST(test_prefetch_is_a_harmless_hint)
     uint8_t junk[64];
     for (size_t i = 0; i < sizeof(junk); i++)
         junk[i] = (uint8_t)(i * 37 + 11);
-    for (int stage = 0; stage < 2; stage++) {
-        kv_sm_prefetch(u.sm, buf, len, stage);
-        kv_sm_prefetch(u.sm, buf, len / 2, stage);
-        kv_sm_prefetch(u.sm, junk, sizeof(junk), stage);
-        kv_sm_prefetch(u.sm, NULL, 0, stage);
-    }
+    uint64_t h = 0;
+    ck_assert(kv_sm_prefetch(u.sm, buf, len, &h));
+    kv_sm_prefetch_record(u.sm, h);
+    kv_sm_prefetch_record(u.sm, h ^ 0x5555);
+    ck_assert(!kv_sm_prefetch(u.sm, buf, len / 2, &h));
+    (void)kv_sm_prefetch(u.sm, junk, sizeof(junk), &h);
+    ck_assert(!kv_sm_prefetch(u.sm, NULL, 0, &h));
     tk_free(buf);
     ck_assert_int_eq(kv_sm_digest(u.sm, &d1), 0);
     ck_assert_uint_eq(d0, d1);
