@@ -413,6 +413,8 @@ static void apply_entries(struct node *n, const struct raft_entry *e, size_t cnt
 static void tier_work(uv_work_t *w)
 {
     struct node *n = w->data;
+    /* libuv's pool threads inherit the name of the loop that started them. */
+    pthread_setname_np(pthread_self(), "tk-tier");
     kv_tier_run(n->tier_job);
     atomic_store_explicit(&n->tier_ran, true, memory_order_release);
 }
@@ -1299,6 +1301,9 @@ static int node_init(struct node *n)
 static void node_thread(void *arg)
 {
     struct node *n = arg;
+    char name[16]; /* what top -H and perf show */
+    snprintf(name, sizeof(name), "tk-node-%llu", (unsigned long long)(n->o.id % 100000));
+    pthread_setname_np(pthread_self(), name);
     n->start_rc = uv_loop_init(n->loop) == 0 ? node_init(n) : TK_EIO;
     if (n->start_rc != 0) {
         (void)uv_loop_close(n->loop);

@@ -203,6 +203,7 @@ static void write_group(struct store *s, struct store__req **group, size_t n)
 static void *storage_thread(void *arg)
 {
     struct store *s = arg;
+    pthread_setname_np(pthread_self(), "tk-store");
     pthread_mutex_lock(&s->q_mu);
     for (;;) {
         while ((s->q_len == 0 || s->inline_busy) && !s->stopping)
