@@ -20,8 +20,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 #include <uv.h>
 
 #include "base/alloc.h"
@@ -110,6 +113,7 @@ struct node {
     atomic_bool tier_ran;
     struct raft_config tier_config;
     uint64_t tier_t0, tier_t_done;
+    uint64_t turn_ns[6], turn_applied; /* this loop turn's, by phase */
     struct kv_result res; /* scratch for apply */
     struct raft_entry *batch;
 
@@ -314,12 +318,23 @@ static void serve_reads(struct node *n)
     n->read_ready = keep;
 }
 
+/* A proposal of term T at an index above a committed entry of a later term
+ * can never commit: logs are ordered by term, and every later leader holds
+ * that entry. Such proposals end with TK_ELOST at once instead of waiting for
+ * the log to grow past them (which, with no new writes, is never). */
 static void complete_committed(struct node *n)
 {
     uint64_t commit = raft_commit(n->raft);
+    uint64_t commit_term = 0;
+    bool known = raft_term_at(n->raft, commit, &commit_term) == 0;
     struct node_req *r;
-    while ((r = n->committed_wait.head) != NULL && r->index <= commit) {
+    while ((r = n->committed_wait.head) != NULL &&
+           (r->index <= commit || (known && r->term < commit_term))) {
         list_pop(&n->committed_wait);
+        if (r->index > commit) {
+            finish_write(n, r, TK_ELOST, NULL);
+            continue;
+        }
         uint64_t t = 0;
         int rc = raft_term_at(n->raft, r->index, &t);
         memset(&n->res, 0, sizeof(n->res));
@@ -383,12 +398,15 @@ static void apply_entries(struct node *n, const struct raft_entry *e, size_t cnt
         }
         n->metrics.applied_entries++;
         /* Writes proposed here complete in index order. */
+        /* ... and those above it from an older term can never commit (see
+         * complete_committed). */
         struct node_req *r;
-        while ((r = n->applied_wait.head) != NULL && r->index <= x->index) {
+        while ((r = n->applied_wait.head) != NULL &&
+               (r->index <= x->index || r->term < x->term)) {
             list_pop(&n->applied_wait);
             if (r->index == x->index && r->term == x->term)
                 finish_write(n, r, 0, &n->res);
-            else if (r->index == x->index)
+            else if (r->index >= x->index)
                 finish_write(n, r, TK_ELOST, NULL);
             else
                 finish_write(n, r, TK_ETIMEDOUT, NULL); /* skipped by a snapshot */
@@ -408,13 +426,18 @@ static void apply_entries(struct node *n, const struct raft_entry *e, size_t cnt
  * oldest pages to LMDB when the ring is over its budget. A job in flight
  * counts as an open handle, so the node is not freed under it. */
 #define COMPACT_STEP 32768
+#define TIER_NICE 5
 #define SLOW_TURN_NS (100 * 1000000ull) /* warn about loop turns this long */
 
 static void tier_work(uv_work_t *w)
 {
     struct node *n = w->data;
-    /* libuv's pool threads inherit the name of the loop that started them. */
+    /* libuv's pool threads inherit the name of the loop that started them. A
+     * job yields the CPU to the loops (nice 5: about a quarter of a core
+     * against a busy loop) so that it cannot delay heartbeats on a machine
+     * with fewer cores than busy threads. */
     pthread_setname_np(pthread_self(), "tk-tier");
+    (void)setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), TIER_NICE);
     kv_tier_run(n->tier_job);
     atomic_store_explicit(&n->tier_ran, true, memory_order_release);
 }
@@ -656,12 +679,28 @@ static void handle_read_states(struct node *n, const struct raft_read_state *rs,
     }
 }
 
+/* Where a loop turn's time went, for the slow-turn warning. */
+enum turn_phase { PH_READY, PH_STORE, PH_SEND, PH_APPLY, PH_ADVANCE, PH_SNAP, PH_N };
+_Static_assert(PH_N == sizeof(((struct node *)0)->turn_ns) / sizeof(uint64_t),
+               "struct node's turn_ns has a slot per phase");
+static const char *const phase_name[PH_N] = {"ready",   "store",   "send",
+                                             "apply",   "advance", "snapshot"};
+
+static void phase_end(struct node *n, enum turn_phase ph, uint64_t *t)
+{
+    uint64_t now = mono_ns();
+    n->turn_ns[ph] += now - *t;
+    *t = now;
+}
+
 static void process_ready(struct node *n)
 {
     int guard = 0;
+    uint64_t t = mono_ns();
     while (!n->failed && raft_has_ready(n->raft) && guard++ < 8) {
         struct raft_ready rd;
         raft_ready(n->raft, &rd);
+        phase_end(n, PH_READY, &t);
         int rc = 0;
         if (rd.snapshot != NULL) {
             rc = install_snapshot(n, rd.snapshot, rd.snapshot_data);
@@ -692,12 +731,16 @@ static void process_ready(struct node *n)
         } else if (rd.seq != 0) {
             persist_push(n, rd.seq, false); /* durable already (sync saves) */
         }
+        phase_end(n, PH_STORE, &t);
         for (size_t i = 0; i < rd.n_messages; i++)
             (void)transport_send(n->transport, &rd.messages[i]); /* Raft retries */
+        phase_end(n, PH_SEND, &t);
         if (rd.n_committed > 0) {
-            uint64_t t0 = mono_ns();
+            uint64_t t0 = t;
             apply_entries(n, rd.committed, rd.n_committed);
-            tk_hist_record(&n->lat.apply, mono_ns() - t0);
+            phase_end(n, PH_APPLY, &t);
+            tk_hist_record(&n->lat.apply, t - t0);
+            n->turn_applied += rd.n_committed;
         }
         if (rd.n_read_states > 0)
             handle_read_states(n, rd.read_states, rd.n_read_states);
@@ -707,9 +750,12 @@ static void process_ready(struct node *n)
         persist_poll(n);
         complete_committed(n);
         serve_reads(n);
+        phase_end(n, PH_ADVANCE, &t);
     }
-    if (!n->failed)
+    if (!n->failed) {
         maybe_snapshot(n);
+        phase_end(n, PH_SNAP, &t);
+    }
     if (!n->failed && raft_has_ready(n->raft))
         kick(n); /* bounded work per turn: the rest on the next one */
     publish_status(n);
@@ -1040,12 +1086,22 @@ static void on_check(uv_check_t *h)
         uv_idle_start(&n->idle, on_idle);
     }
     persist_poll(n);
+    memset(n->turn_ns, 0, sizeof(n->turn_ns));
+    n->turn_applied = 0;
     process_ready(n);
     uint64_t dt = mono_ns() - t0;
-    if (dt > SLOW_TURN_NS)
+    if (dt > SLOW_TURN_NS) {
+        int worst = 0;
+        for (int i = 1; i < PH_N; i++)
+            if (n->turn_ns[i] > n->turn_ns[worst])
+                worst = i;
         TK_LOG(TK_LOG_WARN, n->o.id, raft_term(n->raft),
-               "a loop turn took %llu ms (election timeout %u ms): heartbeats were late",
-               (unsigned long long)(dt / 1000000), n->o.tick_ms * n->o.election_ticks);
+               "a loop turn took %llu ms (election timeout %u ms): heartbeats were late; "
+               "most of it (%llu ms) in %s; %llu entries applied",
+               (unsigned long long)(dt / 1000000), n->o.tick_ms * n->o.election_ticks,
+               (unsigned long long)(n->turn_ns[worst] / 1000000), phase_name[worst],
+               (unsigned long long)n->turn_applied);
+    }
     /* A burst bigger than one batch: come back next turn without sleeping. */
     if (atomic_load_explicit(&n->queued, memory_order_relaxed) > 0)
         uv_async_send(&n->wake);
@@ -1116,6 +1172,22 @@ static int rm_entry(const char *path, const struct stat *sb, int flag, struct FT
     return remove(path);
 }
 
+/* Room, in entries, for the in-memory logs (the core's and a memory volume's)
+ * from the start: twice what they hold at most between snapshots (the
+ * interval, the trailing window, what a snapshot job lets pass meanwhile), so
+ * they never grow (copying millions of entries) in the middle of a write, and
+ * moving the live entries to the front of the array happens rarely. Pages are
+ * only touched as they fill. Without an entry threshold: 1M entries. */
+static size_t log_reserve(const struct node *n)
+{
+    uint64_t hold = n->o.snapshot_entries ? n->o.snapshot_entries + n->o.snapshot_entries / 4
+                                          : (uint64_t)1 << 20;
+    hold += n->o.trailing_entries + 65536;
+    if (hold > ((uint64_t)1 << 26))
+        hold = (uint64_t)1 << 26; /* 64M entries: beyond, grow as needed */
+    return (size_t)(2 * hold);
+}
+
 static int open_storage(struct node *n, struct raft_boot *boot, struct raft_entry **ents,
                         size_t *n_ents)
 {
@@ -1140,6 +1212,7 @@ static int open_storage(struct node *n, struct raft_boot *boot, struct raft_entr
             n->volume = store_mem_volume_new();
             n->own_volume = true;
         }
+        store_mem_volume_reserve(n->volume, log_reserve(n));
         rc = store_open_mem(n->volume, &so, &n->store, &sb, err, sizeof(err));
     }
     if (rc != 0) {
@@ -1256,6 +1329,7 @@ static int node_init(struct node *n)
         ro.seed = n->o.seed;
         ro.election_ticks = n->o.election_ticks;
         ro.heartbeat_ticks = n->o.heartbeat_ticks;
+        ro.log_reserve = log_reserve(n);
         rc = raft_new(&ro, &boot, &n->raft);
     }
     store_entries_free(ents, n_ents);

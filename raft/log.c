@@ -69,11 +69,14 @@ void raft__log_append(struct raft__log *l, const struct raft_entry *e, size_t n)
         return;
     TK_ASSERT(e[0].index == raft__log_last_index(l) + 1);
     if (l->head + l->n + n > l->cap) {
-        if (l->head > 0 && l->n + n <= l->cap) {
+        /* Move the live entries to the front or grow, either way leaving half
+         * the array free: amortized O(1), and no memmove per append when the
+         * log stays near the array's size. */
+        if (l->n + n <= l->cap / 2) {
             memmove(l->ents, l->ents + l->head, l->n * sizeof(*l->ents));
         } else {
             size_t cap = l->cap ? l->cap : 64;
-            while (cap < l->n + n)
+            while (cap < 2 * (l->n + n))
                 cap *= 2;
             struct raft_entry *ents = tk_malloc(cap * sizeof(*ents));
             if (l->n > 0)
@@ -90,6 +93,19 @@ void raft__log_append(struct raft__log *l, const struct raft_entry *e, size_t n)
         d->data = tk_blob_ref(e[i].data);
     }
     l->n += n;
+}
+
+void raft__log_reserve(struct raft__log *l, size_t cap)
+{
+    if (cap <= l->cap)
+        return;
+    struct raft_entry *ents = tk_malloc(cap * sizeof(*ents));
+    if (l->n > 0)
+        memcpy(ents, l->ents + l->head, l->n * sizeof(*ents));
+    tk_free(l->ents);
+    l->ents = ents;
+    l->cap = cap;
+    l->head = 0;
 }
 
 void raft__log_truncate(struct raft__log *l, uint64_t index)

@@ -1276,6 +1276,8 @@ int raft_new(const struct raft_options *o, const struct raft_boot *boot,
     r->vote = boot->hard_state.vote;
     raft__log_init(&r->log);
     raft__log_reset(&r->log, boot->snapshot.index, boot->snapshot.term);
+    if (o->log_reserve > 0)
+        raft__log_reserve(&r->log, (size_t)o->log_reserve);
     r->bootstrap = boot->bootstrap;
     r->snap = boot->snapshot;
     r->snap_data = tk_blob_ref(boot->snapshot_data);

@@ -280,6 +280,10 @@ struct raft_options {
     uint32_t max_inflight_msgs;   /* unacked AppendEntries per follower */
     uint64_t max_inflight_bytes;  /* unacked payload bytes per follower */
     uint32_t max_uncommitted;     /* proposals refused with TK_EBUSY beyond this */
+    uint64_t log_reserve;         /* room for this many entries from the start
+                                     (0: grow as needed); growing a large log
+                                     copies it, which a host may not want to
+                                     do in the middle of a write */
 };
 
 /* Sensible defaults: election 10, heartbeat 1, pre-vote and check-quorum on,

@@ -29,6 +29,9 @@ uint64_t raft__log_term_or0(const struct raft__log *l, uint64_t index);
 struct raft_entry *raft__log_at(const struct raft__log *l, uint64_t index);
 /* Appends copies of `e` (which must continue the log), taking references. */
 void raft__log_append(struct raft__log *l, const struct raft_entry *e, size_t n);
+/* Makes room for `cap` entries at once (no copying while the log stays under
+ * about half of that). */
+void raft__log_reserve(struct raft__log *l, size_t cap);
 /* Drops entries with index >= `index`. */
 void raft__log_truncate(struct raft__log *l, uint64_t index);
 /* Drops entries with index <= `index` (which must be in the log or base). */

@@ -40,6 +40,22 @@ struct store_mem_volume *store_mem_volume_new(void)
     return v;
 }
 
+void store_mem_volume_reserve(struct store_mem_volume *v, size_t cap)
+{
+    pthread_mutex_lock(&v->mu);
+    if (cap > v->cap) {
+        struct raft_entry *mem = tk_malloc(cap * sizeof(*mem));
+        if (v->n > 0)
+            memcpy(mem, v->e, v->n * sizeof(*v->e));
+        tk_free(v->mem);
+        v->mem = mem;
+        v->e = mem;
+        v->head = 0;
+        v->cap = cap;
+    }
+    pthread_mutex_unlock(&v->mu);
+}
+
 static void drop_from(struct store_mem_volume *v, size_t k)
 {
     for (size_t i = k; i < v->n; i++)

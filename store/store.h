@@ -129,6 +129,9 @@ int store_open_fs(const char *dir, const struct store_options *o, struct store *
  * can reopen. Any thread; at most one store open on a volume at a time. */
 struct store_mem_volume *store_mem_volume_new(void);
 void store_mem_volume_free(struct store_mem_volume *v);
+/* Makes room for `cap` entries at once, so that a long log is not copied into
+ * a larger array in the middle of an append. Any thread. */
+void store_mem_volume_reserve(struct store_mem_volume *v, size_t cap);
 /* Simulates power loss: drops log writes that were not synced yet. Only
  * while no store is open on `v`. */
 void store_mem_volume_crash(struct store_mem_volume *v);

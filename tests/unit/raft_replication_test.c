@@ -7,7 +7,9 @@
 #include <string.h>
 
 #include "base/err.h"
+#include "base/blob.h"
 #include "raft/raft.h"
+#include "raft/raft_internal.h"
 #include "tests/unit/raft_fixture.h"
 
 static struct raft_message append_msg(uint64_t from, uint64_t to, uint64_t term,
@@ -50,6 +52,50 @@ static void assert_log_terms(struct rf_cluster *c, uint64_t id, const uint64_t *
         ck_assert_uint_eq(rf_store_term_at(c, id, i + 1), terms[i]);
     }
 }
+
+/* The in-memory log under a rolling window (append at the end, compact the
+ * front, as the node does between snapshots): every entry stays addressable by
+ * index across the array's moves and growth, reserved or not. */
+START_TEST(test_log_rolling_window_moves_and_grows)
+{
+    for (int reserved = 0; reserved < 2; reserved++) {
+        struct raft__log l;
+        raft__log_init(&l);
+        raft__log_reset(&l, 0, 0);
+        if (reserved)
+            raft__log_reserve(&l, 256);
+        uint64_t next = 1;
+        for (int round = 0; round < 300; round++) {
+            struct raft_entry e[7];
+            for (int i = 0; i < 7; i++) {
+                e[i] = (struct raft_entry){.index = next + (uint64_t)i, .term = 1};
+                e[i].data = tk_blob_new(8);
+                memcpy(e[i].data->data, &e[i].index, 8);
+            }
+            raft__log_append(&l, e, 7);
+            for (int i = 0; i < 7; i++)
+                tk_blob_unref(e[i].data);
+            next += 7;
+            if (round % 3 == 2 && next > 60)
+                raft__log_compact(&l, next - 50); /* a window of about 50 */
+            uint64_t first = l.base_index + 1;
+            for (uint64_t i = first; i < next; i++) {
+                const struct raft_entry *x = raft__log_at(&l, i);
+                ck_assert_ptr_nonnull(x);
+                ck_assert_uint_eq(x->index, i);
+                uint64_t v;
+                memcpy(&v, x->data->data, 8);
+                ck_assert_uint_eq(v, i);
+            }
+            /* Ranges stay contiguous: the core hands them out by pointer. */
+            ck_assert_ptr_eq(raft__log_at(&l, next - 1), raft__log_at(&l, first) + (next - 1 - first));
+        }
+        raft__log_truncate(&l, next - 3);
+        ck_assert_uint_eq(raft__log_last_index(&l), next - 4);
+        raft__log_free(&l);
+    }
+}
+END_TEST
 
 START_TEST(test_follower_truncates_conflicting_suffix)
 {
@@ -587,6 +633,7 @@ static Suite *replication_suite(void)
     tcase_add_test(tc, test_fast_backtracking_skips_conflicting_term);
     tcase_add_test(tc, test_fast_backtracking_jumps_to_short_follower_end);
     tcase_add_test(tc, test_inflight_limit_caps_unacked_appends);
+    tcase_add_test(tc, test_log_rolling_window_moves_and_grows);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -284,6 +284,49 @@ START_TEST(test_leader_dies_with_proposals_in_flight)
 }
 END_TEST
 
+/* Proposals left on a deposed leader end with TK_ELOST as soon as it learns
+ * of the new term's entries, not at their timeout, even when no write follows
+ * (entries past the new leader's log can never commit). Both modes. */
+START_TEST(test_deposed_leader_fails_its_proposals_promptly)
+{
+    struct tk_cluster *c = start(3, 0);
+    struct tk_node *l = leader_of(c);
+    uint32_t li = (uint32_t)index_of(c, l);
+    ck_assert_int_eq(tk_cluster_isolate(c, li, true), 0);
+    struct tally ta = {0}, tc = {0};
+    int sent = 0;
+    for (int i = 0; i < 40; i++) {
+        enum tk_mode m = i % 2 ? TK_MODE_COMMITTED : TK_MODE_APPLIED;
+        if (tk_put_async(l, "d", 1, "x", 1, m, count_cb, i % 2 ? &tc : &ta) == 0)
+            sent++;
+    }
+    ck_assert_int_gt(sent, 0);
+    /* A new leader among the other two (the old one steps down by check-quorum). */
+    struct tk_node *nl = NULL;
+    for (int w = 0; w < 2000 && nl == NULL; w++) {
+        for (uint32_t i = 0; i < 3; i++) {
+            struct tk_status st;
+            tk_node_status(tk_cluster_node(c, i), &st);
+            if (i != li && st.is_leader)
+                nl = tk_cluster_node(c, i);
+        }
+        usleep(5000);
+    }
+    ck_assert_ptr_nonnull(nl);
+    ck_assert_int_eq(tk_cluster_isolate(c, li, false), 0);
+    /* Well inside the 10 s request timeout. */
+    int done = 0;
+    for (int w = 0; w < 600 && done < sent; w++) {
+        usleep(5000);
+        done = atomic_load(&ta.done) + atomic_load(&tc.done);
+    }
+    ck_assert_msg(done == sent, "%d of %d proposals ended within 3 s", done, sent);
+    int ok = atomic_load(&ta.ok) + atomic_load(&tc.ok);
+    ck_assert_int_eq(ok, 0);
+    tk_cluster_stop(c);
+}
+END_TEST
+
 START_TEST(test_linearizable_read_after_leader_change_sees_acked_writes)
 {
     struct tk_cluster *c = start(3, 0);
@@ -498,6 +541,7 @@ static Suite *node_suite(void)
     tcase_add_test(tc, test_lagging_follower_catches_up_by_snapshot);
     tcase_add_test(tc, test_snapshot_by_bytes);
     tcase_add_test(tc, test_leader_dies_with_proposals_in_flight);
+    tcase_add_test(tc, test_deposed_leader_fails_its_proposals_promptly);
     tcase_add_test(tc, test_linearizable_read_after_leader_change_sees_acked_writes);
     tcase_add_test(tc, test_backpressure_returns_busy);
     tcase_add_test(tc, test_stop_with_work_in_flight_completes_everything);
