@@ -231,8 +231,14 @@ START_TEST(test_lagging_follower_catches_up_by_snapshot)
         snprintf(k, sizeof(k), "k%d", i);
         put_str(l, k, "v", TK_MODE_APPLIED, &res);
     }
+    /* Snapshots are taken in the background: wait for one past 100. */
     struct tk_status st;
-    tk_node_status(l, &st);
+    for (int w = 0; w < 1000; w++) {
+        tk_node_status(l, &st);
+        if (st.snapshot_index > 100)
+            break;
+        usleep(5000);
+    }
     ck_assert_uint_gt(st.snapshot_index, 100);
     ck_assert_int_eq(tk_cluster_isolate(c, f, false), 0);
     wait_applied(c, f, res.revision);
