@@ -4,8 +4,10 @@
  * For 1k, 100k and 10M prefilled 8-byte keys with 8-byte values (10M goes past
  * the 64 MiB ring into the cold tier; --quick skips it), random access:
  * get hit, get miss, put overwrite, put new key, delete, scans of 10/100/1000
- * keys, and multi-gets of 16 random keys (reported per key; LMDB does as many
- * plain gets). tierkv's writes go through kv_sm_apply with pre-encoded commands (the
+ * keys, multi-gets of 16 random keys (reported per key; LMDB does as many
+ * plain gets), and overwrites applied as the node applies a batch of committed
+ * entries, with kv_sm_prefetch hints a few entries ahead ("put batched"; LMDB
+ * does plain puts). tierkv's writes go through kv_sm_apply with pre-encoded commands (the
  * protobuf decode is part of the cost; encoding is the client's). The LMDB
  * column does the same operations on its own environment: gets in one read
  * transaction per timed batch, writes in one write transaction per 1,000 ops
@@ -44,11 +46,13 @@ enum {
     OP_SCAN100,
     OP_SCAN1000,
     OP_MGET16,
+    OP_PUT_BATCH,
     N_OPS
 };
 static const char *op_names[N_OPS] = {"get hit",     "get miss",  "put overwrite",
                                       "put new key", "delete",    "scan 10",
-                                      "scan 100",    "scan 1000", "multi-get 16"};
+                                      "scan 100",    "scan 1000", "multi-get 16",
+                                      "put batched"};
 #define MGET_KEYS 16 /* multi-get: keys per call; reported per key */
 
 struct row {
@@ -190,7 +194,7 @@ static double kv_run(struct kvside *s, int op, uint64_t n_keys, uint64_t *next_n
                  : op == OP_PUT_NEW ? *next_new + i
                                     : tk_prng_below(&rng, n_keys);
     struct cmdpool pool = {0};
-    if (op == OP_PUT_OVER || op == OP_PUT_NEW)
+    if (op == OP_PUT_OVER || op == OP_PUT_NEW || op == OP_PUT_BATCH)
         pool_fill(&pool, ops, 0, ids);
     else if (op == OP_DEL)
         pool_fill(&pool, ops, 1, ids);
@@ -227,6 +231,26 @@ static double kv_run(struct kvside *s, int op, uint64_t n_keys, uint64_t *next_n
         for (size_t i = 0; i < ops; i++)
             kv_sm_multi_get(s->sm, mitems + i * MGET_KEYS, MGET_KEYS, mget_cb, NULL);
         break;
+    case OP_PUT_BATCH: {
+        /* Overwrites applied as the node applies a batch of committed
+         * entries: hinting the bucket 8 ahead and the record 4 ahead. */
+        uint64_t h[8];
+        bool have[8] = {false};
+        for (size_t i = 0; i < ops && i < 8; i++)
+            have[i] = kv_sm_prefetch(s->sm, pool.buf + i * SLOT, pool.len[i], &h[i]);
+        for (size_t i = 0; i < ops && i < 4; i++)
+            if (have[i])
+                kv_sm_prefetch_record(s->sm, h[i]);
+        for (size_t i = 0; i < ops; i++) {
+            if (i + 4 < ops && have[(i + 4) % 8])
+                kv_sm_prefetch_record(s->sm, h[(i + 4) % 8]);
+            if (i + 8 < ops)
+                have[i % 8] = kv_sm_prefetch(s->sm, pool.buf + (i + 8) * SLOT,
+                                             pool.len[i + 8], &h[i % 8]);
+            kv_apply(s, &pool, i);
+        }
+        break;
+    }
     default: {
         size_t limit = op == OP_SCAN10 ? 10 : op == OP_SCAN100 ? 100 : 1000;
         for (size_t i = 0; i < ops; i++) {
@@ -306,7 +330,7 @@ static double l_run(struct lside *l, int op, uint64_t n_keys, uint64_t *next_new
                                     : tk_prng_below(&rng, n_keys);
     MDB_txn *txn;
     uint64_t t0 = cpu_ns();
-    if (op == OP_PUT_OVER || op == OP_PUT_NEW || op == OP_DEL) {
+    if (op == OP_PUT_OVER || op == OP_PUT_NEW || op == OP_DEL || op == OP_PUT_BATCH) {
         l_check(mdb_txn_begin(l->env, NULL, 0, &txn), "txn");
         for (size_t i = 0; i < ops; i++) {
             uint8_t k[8];
@@ -426,7 +450,7 @@ static void run_scale(uint64_t n_keys, struct row rows[N_OPS], double *cold_p50,
     l_open(&l, ldir, n_keys);
     uint64_t kv_new = n_keys * 16, l_new = n_keys * 16;
     /* Put-new runs last: it grows the key set, which would skew the rest. */
-    static const int order[N_OPS] = {OP_GET_HIT,  OP_GET_MISS, OP_PUT_OVER,
+    static const int order[N_OPS] = {OP_GET_HIT,  OP_GET_MISS, OP_PUT_OVER, OP_PUT_BATCH,
                                      OP_DEL,      OP_SCAN10,   OP_SCAN100,
                                      OP_SCAN1000, OP_MGET16,   OP_PUT_NEW};
     for (int oi = 0; oi < N_OPS; oi++) {
@@ -550,7 +574,7 @@ int main(int argc, char **argv)
     printf("{\"bench\":\"kv\",\"quick\":%s", quick ? "true" : "false");
     static const char *keys[N_OPS] = {"get",     "get_miss", "put",
                                       "put_new", "delete",   "scan10",
-                                      "scan100", "scan1000", "mget16"};
+                                      "scan100", "scan1000", "mget16", "put_batch"};
     for (int sc = 0; sc < n_scales; sc++)
         for (int op = 0; op < N_OPS; op++)
             printf(",\"%s_ns_%s\":%.1f,\"lmdb_%s_ns_%s\":%.1f", keys[op], names[sc],
