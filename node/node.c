@@ -437,8 +437,16 @@ static void tier_work(uv_work_t *w)
      * against a busy loop) so that it cannot delay heartbeats on a machine
      * with fewer cores than busy threads. */
     pthread_setname_np(pthread_self(), "tk-tier");
-    (void)setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), TIER_NICE);
+    id_t tid = (id_t)syscall(SYS_gettid);
+    errno = 0;
+    int was = getpriority(PRIO_PROCESS, tid);
+    bool niced = errno == 0 && was < TIER_NICE &&
+                 setpriority(PRIO_PROCESS, tid, TIER_NICE) == 0;
     kv_tier_run(n->tier_job);
+    /* The pool is the process's: give the thread back as it was, where the
+     * process may raise a priority again (CAP_SYS_NICE or RLIMIT_NICE). */
+    if (niced)
+        (void)setpriority(PRIO_PROCESS, tid, was);
     atomic_store_explicit(&n->tier_ran, true, memory_order_release);
 }
 
