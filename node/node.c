@@ -524,6 +524,12 @@ static void tier_wait(struct node *n, bool discard)
 {
     if (n->tier_job == NULL)
         return;
+    /* Not started yet (the pool may be busy with other work, such as DNS
+     * lookups): take it back and run it here rather than wait for a thread. */
+    if (n->tier_busy && uv_cancel((uv_req_t *)&n->tier_work) == 0) {
+        kv_tier_run(n->tier_job);
+        atomic_store_explicit(&n->tier_ran, true, memory_order_release);
+    }
     while (!atomic_load_explicit(&n->tier_ran, memory_order_acquire)) {
         struct timespec ts = {0, 50000};
         nanosleep(&ts, NULL);
@@ -1185,14 +1191,18 @@ static int rm_entry(const char *path, const struct stat *sb, int flag, struct FT
  * interval, the trailing window, what a snapshot job lets pass meanwhile), so
  * they never grow (copying millions of entries) in the middle of a write, and
  * moving the live entries to the front of the array happens rarely. Pages are
- * only touched as they fill. Without an entry threshold: 1M entries. */
+ * only touched as they fill. At most 8M entries (about 320 MiB of address
+ * space): past that, or without an entry threshold, the logs grow as needed. */
+#define RESERVE_HOLD_MAX ((uint64_t)4 << 20) /* beyond: grow as needed */
+
 static size_t log_reserve(const struct node *n)
 {
-    uint64_t hold = n->o.snapshot_entries ? n->o.snapshot_entries + n->o.snapshot_entries / 4
-                                          : (uint64_t)1 << 20;
-    hold += n->o.trailing_entries + 65536;
-    if (hold > ((uint64_t)1 << 26))
-        hold = (uint64_t)1 << 26; /* 64M entries: beyond, grow as needed */
+    uint64_t se = n->o.snapshot_entries, te = n->o.trailing_entries;
+    if (se == 0 || se > RESERVE_HOLD_MAX || te > RESERVE_HOLD_MAX)
+        return (size_t)(2 * RESERVE_HOLD_MAX);
+    uint64_t hold = se + se / 4 + te + 65536; /* no overflow: each <= 4M */
+    if (hold > RESERVE_HOLD_MAX)
+        hold = RESERVE_HOLD_MAX;
     return (size_t)(2 * hold);
 }
 

@@ -309,6 +309,8 @@ static void item_free(struct item_pool *pool, struct inproc_item *it)
         } while (!atomic_compare_exchange_weak_explicit(
             &home->back[it->cls], &head, it, memory_order_release, memory_order_relaxed));
         return;
+    } else if (home != NULL) {
+        atomic_fetch_sub(&home->back_n[it->cls], 1); /* counted, but not kept */
     }
     tk_free(it);
 }
