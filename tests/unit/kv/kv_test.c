@@ -1072,14 +1072,8 @@ END_TEST
 START_TEST(test_more_data_than_ring_budget)
 {
     struct kvu u = {0};
-    kv_config_default(&u.cfg);
-    u.cfg.no_sync = true;
-    u.cfg.map_bytes = (size_t)1 << 30;
-    u.cfg.page_bytes = 4096;
-    u.cfg.ring_bytes = 64 * 1024;
-    u.dir = kvu_tmpdir();
+    kvu_open_small(&u, 64 * 1024, false);
     struct kv_config cfg = u.cfg;
-    kvu_open(&u, &cfg);
     char k[32], v[128], buf[128];
     for (int i = 0; i < 5000; i++) {
         snprintf(k, sizeof(k), "key%05d", i);
@@ -1113,15 +1107,8 @@ static void *tier_thread(void *arg)
 START_TEST(test_background_tier_job_runs_beside_applies)
 {
     struct kvu a = {0}, r = {0}, b = {0};
-    kv_config_default(&a.cfg);
-    a.cfg.no_sync = true;
-    a.cfg.map_bytes = (size_t)1 << 30;
-    a.cfg.page_bytes = 4096;
-    a.cfg.ring_bytes = 64 * 1024;
-    a.cfg.background_tier = true;
-    a.dir = kvu_tmpdir();
+    kvu_open_small(&a, 64 * 1024, true);
     struct kv_config cfg = a.cfg;
-    kvu_open(&a, &cfg);
     kvu_open(&r, NULL);
     kvu_open(&b, NULL);
     char k[32], v[64], buf[64], bufr[64];
@@ -1247,14 +1234,8 @@ END_TEST
 START_TEST(test_restart_recovers_from_cold_and_replay)
 {
     struct kvu u = {0};
-    kv_config_default(&u.cfg);
-    u.cfg.no_sync = true;
-    u.cfg.map_bytes = (size_t)1 << 30;
-    u.cfg.page_bytes = 4096;
-    u.cfg.ring_bytes = 32 * 1024;
-    u.dir = kvu_tmpdir();
+    kvu_open_small(&u, 32 * 1024, false);
     struct kv_config cfg = u.cfg;
-    kvu_open(&u, &cfg);
     /* Keep the commands: they are the raft log. */
     enum { N = 3000 };
     uint8_t **log = tk_malloc(N * sizeof(*log));

@@ -90,6 +90,21 @@ static inline void kvu_open(struct kvu *u, struct kv_config *cfg)
         u->time_ms = 1000;
 }
 
+/* Opens u with 4 KiB ring pages and a ring of ring_bytes (tests that push data
+ * past the ring's budget into the cold tier). */
+static inline void kvu_open_small(struct kvu *u, size_t ring_bytes, bool background_tier)
+{
+    kv_config_default(&u->cfg);
+    u->cfg.no_sync = true;
+    u->cfg.map_bytes = (size_t)1 << 30;
+    u->cfg.page_bytes = 4096;
+    u->cfg.ring_bytes = ring_bytes;
+    u->cfg.background_tier = background_tier;
+    u->dir = kvu_tmpdir();
+    struct kv_config cfg = u->cfg;
+    kvu_open(u, &cfg);
+}
+
 static inline void kvu_close(struct kvu *u, bool remove_dir)
 {
     kv_sm_close(u->sm);
