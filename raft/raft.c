@@ -573,6 +573,7 @@ static void reads_start_round(struct raft *r)
         return;
     r->read_hb_needed = false;
     r->read_round++;
+    r->read_rounds++;
     for (size_t i = 0; i < r->n_reads; i++)
         if (r->reads[i].index != 0 && r->reads[i].round == 0)
             r->reads[i].round = r->read_round;
@@ -901,9 +902,11 @@ int raft_step(struct raft *r, const struct raft_message *m)
             struct raft__out *o = out_push(r, RAFT_MSG_READ_INDEX_RESP, m->from);
             o->m.u.read_index.ctx = m->u.read_index.ctx;
             o->m.u.read_index.reject = true;
-        } else if (is_vote && m->u.vote.pre_vote) {
+        } else if (is_vote) {
+            /* Refuse at our term (Figure 2): a stale candidate learns the
+             * newer term and steps down instead of waiting out its timeout. */
             struct raft__out *o = out_push(r, RAFT_MSG_VOTE_RESP, m->from);
-            o->m.u.vote_resp.pre_vote = true;
+            o->m.u.vote_resp.pre_vote = m->u.vote.pre_vote;
             o->m.u.vote_resp.granted = false;
         }
         return 0;
@@ -1212,6 +1215,16 @@ void raft_ready(struct raft *r, struct raft_ready *rd)
 void raft_advance(struct raft *r, const struct raft_ready *rd)
 {
     if (rd->seq != 0) {
+        /* The records still waiting for raft_persisted sit at
+         * prec[prec_head..]. While storage lags, prec_head only rises: slide
+         * them to the front once at least half the array lies before them, so
+         * the array stays as large as the most records ever waiting at once
+         * (each record moves O(1) times on average; no growth per ready). */
+        if (r->prec_head > 0 && r->prec_head + r->n_prec == r->cap_prec &&
+            r->prec_head >= r->n_prec) {
+            memmove(r->prec, r->prec + r->prec_head, r->n_prec * sizeof(*r->prec));
+            r->prec_head = 0;
+        }
         raft__grow((void **)&r->prec, &r->cap_prec, r->prec_head + r->n_prec + 1,
                    sizeof(*r->prec));
         struct raft__persist_rec *p = &r->prec[r->prec_head + r->n_prec++];
@@ -1329,6 +1342,7 @@ uint64_t raft_applied_index(const struct raft *r) { return r->applied; }
 uint64_t raft_first_index(const struct raft *r) { return r->log.base_index + 1; }
 uint64_t raft_last_index(const struct raft *r) { return last_index(r); }
 uint64_t raft_stable_index(const struct raft *r) { return r->stable; }
+uint64_t raft_read_rounds(const struct raft *r) { return r->read_rounds; }
 const struct raft_config *raft_config(const struct raft *r) { return &r->config; }
 
 int raft_term_at(const struct raft *r, uint64_t index, uint64_t *term)

@@ -361,6 +361,10 @@ uint64_t raft_applied_index(const struct raft *r);
 uint64_t raft_first_index(const struct raft *r); /* first entry in memory */
 uint64_t raft_last_index(const struct raft *r);
 uint64_t raft_stable_index(const struct raft *r); /* durable, matching prefix */
+/* ReadIndex heartbeat rounds this core started as leader since raft_new
+ * (thesis 6.4). One round confirms every read waiting when it starts, its own
+ * and those followers asked for, so it only grows on a leader. */
+uint64_t raft_read_rounds(const struct raft *r);
 /* Term of the entry at `index`: 0 and TK_ECOMPACTED/TK_EUNAVAIL if unknown.
  * The snapshot index has the snapshot's term. */
 int raft_term_at(const struct raft *r, uint64_t index, uint64_t *term);

@@ -162,6 +162,7 @@ struct raft {
     size_t n_reads, cap_reads;
     uint64_t read_round;
     bool read_hb_needed;
+    uint64_t read_rounds; /* rounds started, a counter for metrics */
 
     /* Snapshot received, to hand out in the next ready. */
     bool snap_install;

@@ -106,6 +106,61 @@ START_TEST(test_vote_refused_when_already_voted_for_another)
 }
 END_TEST
 
+/* Node 2 of three, booted at term 5 without a vote, with log terms [1, 1, 2],
+ * is asked by node 1 for a vote (or a pre-vote) in term 4 with a log more up
+ * to date than its own: only the stale term can refuse it.
+ * Figure 2, RequestVote receiver rule 1: "Reply false if term < currentTerm".
+ * Checks that nothing was granted and the voter's term, vote and persisted
+ * hard state are untouched; returns the response, or NULL if none was sent.
+ *
+ * Either way the refusal carries the voter's term, so a stale candidate or
+ * pre-candidate learns of it and steps down instead of waiting out its
+ * election timeout. */
+static const struct raft_message *stale_vote(struct rf_cluster *c, bool pre_vote)
+{
+    static const uint64_t terms[] = {1, 1, 2};
+    rf_boot_log(c, 2, 5, RAFT_NONE, terms, 3);
+    struct raft *r = rf_raft(c, 2);
+
+    struct raft_message m = vote_msg(1, 2, 4, 10, 4);
+    m.u.vote.pre_vote = pre_vote;
+    ck_assert_int_eq(rf_step(c, &m), 0);
+
+    ck_assert_uint_eq(raft_term(r), 5);
+    ck_assert_uint_eq(raft_vote(r), RAFT_NONE);
+    ck_assert_int_eq(raft_role(r), RAFT_FOLLOWER);
+    ck_assert_uint_eq(rf_node(c, 2)->store_hs.term, 5);
+    ck_assert_uint_eq(rf_node(c, 2)->store_hs.vote, RAFT_NONE);
+    ck_assert_uint_eq(rf_store_last_index(c, 2), 3);
+    /* A refusal may be sent at once: nobody relies on it (thesis 3.8). */
+    ck_assert_uint_le(rf_queued_count(c, 2, 1, RAFT_MSG_VOTE_RESP), 1);
+    const struct raft_message *resp = rf_queued_find(c, 2, 1, RAFT_MSG_VOTE_RESP);
+    if (resp != NULL) {
+        ck_assert(!resp->u.vote_resp.granted);
+        ck_assert_uint_eq(resp->term, 5);
+        ck_assert(resp->u.vote_resp.pre_vote == pre_vote);
+    }
+    /* Nothing else leaves node 2 either. */
+    ck_assert_uint_eq(rf_queued_count(c, 2, 0, RAFT_MSG_NONE), resp != NULL ? 1 : 0);
+    return resp;
+}
+
+START_TEST(test_vote_refused_for_lower_term)
+{
+    struct rf_cluster *c = rf_new(3, NULL);
+    ck_assert_ptr_nonnull(stale_vote(c, false));
+    rf_free(c);
+}
+END_TEST
+
+START_TEST(test_prevote_refused_for_lower_term_with_voters_term)
+{
+    struct rf_cluster *c = rf_new(3, NULL);
+    ck_assert_ptr_nonnull(stale_vote(c, true));
+    rf_free(c);
+}
+END_TEST
+
 static void assert_follower_of(struct rf_cluster *c, uint64_t id, uint64_t term)
 {
     struct raft *r = rf_raft(c, id);
@@ -417,6 +472,8 @@ static Suite *election_suite(void)
     tcase_add_test(tc, test_vote_refused_for_lower_last_term);
     tcase_add_test(tc, test_vote_refused_for_same_term_shorter_log);
     tcase_add_test(tc, test_vote_refused_when_already_voted_for_another);
+    tcase_add_test(tc, test_vote_refused_for_lower_term);
+    tcase_add_test(tc, test_prevote_refused_for_lower_term_with_voters_term);
     tcase_add_test(tc, test_higher_term_in_response_makes_leader_follower);
     tcase_add_test(tc, test_higher_term_in_vote_response_makes_candidate_follower);
     tcase_add_test(tc, test_higher_term_in_append_clears_vote_and_sets_leader);

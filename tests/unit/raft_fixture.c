@@ -314,6 +314,8 @@ void rf_drain(struct rf_cluster *c, uint64_t id)
         raft_advance(nd->r, &rd);
         if (rd.n_committed > 0 || rd.snapshot != NULL)
             raft_applied(nd->r, applied);
+        if (seq == 0)
+            continue; /* nothing to persist: keep the newest held seq */
         if (nd->hold)
             nd->held_seq = seq;
         else

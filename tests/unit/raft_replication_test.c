@@ -6,8 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/err.h"
+#include "base/alloc.h"
 #include "base/blob.h"
+#include "base/err.h"
 #include "raft/raft.h"
 #include "raft/raft_internal.h"
 #include "tests/unit/raft_fixture.h"
@@ -615,6 +616,158 @@ START_TEST(test_inflight_limit_caps_unacked_appends)
 }
 END_TEST
 
+/* ---- no allocation per step in steady state ----------------------------- */
+
+/* raft.h promises that a step allocates nothing once the core's arrays have
+ * reached their working size. The test replicates a warm-up's worth of
+ * entries, then counts tk_malloc/tk_calloc/tk_realloc calls (tk_alloc_stats)
+ * across many more rounds of propose, replicate, ack and commit on a cluster
+ * of three. The fixture copies messages and mirrors logs with plain malloc,
+ * and the payload blobs (tk_blob_new is tk_malloc) are made before the
+ * measured window, so every counted call is the core's.
+ *
+ * The log must not grow during the window, which the node arranges in one of
+ * two ways, one per loop iteration: a log_reserve that covers the whole run,
+ * or (no reservation) a snapshot and a compaction every STEADY_WINDOW
+ * entries, so the live entries move to the front of the array instead.
+ *
+ * The third iteration keeps storage always one round behind (with a
+ * reservation): the core's queue of persist records (r->prec) then never
+ * empties, and must still not grow. */
+enum steady_mode {
+    STEADY_RESERVED = 0,
+    STEADY_ROLLING = 1,
+    STEADY_LAGGING = 2,
+};
+#define STEADY_MODES 3 /* the modes the test loops over */
+
+#define STEADY_BATCH 4
+#define STEADY_WARM_ROUNDS 200 /* 800 entries */
+#define STEADY_ROUNDS 400      /* 1,600 entries measured */
+#define STEADY_WINDOW 64
+#define STEADY_PAYLOAD_BYTES 64
+
+/* Every node snapshots at its applied index once STEADY_WINDOW entries have
+ * gathered, and compacts all but the last STEADY_WINDOW / 2 of them. */
+static void steady_compact(struct rf_cluster *c, struct tk_blob *snap_data)
+{
+    for (uint64_t id = 1; id <= c->n; id++) {
+        struct raft *r = rf_raft(c, id);
+        uint64_t applied = raft_applied_index(r);
+        if (applied < raft_first_index(r) + STEADY_WINDOW)
+            continue;
+        struct raft_snapshot_meta meta;
+        memset(&meta, 0, sizeof(meta));
+        meta.index = applied;
+        meta.term = rf_term_at(c, id, applied);
+        meta.config = *raft_config(r);
+        ck_assert_int_eq(raft_snapshot_set(r, &meta, snap_data), 0);
+        ck_assert_int_eq(raft_compact(r, applied - STEADY_WINDOW / 2), 0);
+    }
+}
+
+struct steady {
+    int mode;
+    struct tk_blob *snap_data;
+    uint64_t lag_seq[RAFT_VOTERS_MAX + 1]; /* STEADY_LAGGING: by node id */
+};
+
+/* One round: the leader (node 1) proposes STEADY_BATCH entries whose
+ * payloads the caller made, every node ticks once, and the network runs
+ * until it is quiet. STEADY_LAGGING reports each node's writes durable one
+ * round late, as a node whose storage thread is always one group behind. */
+static void steady_round(struct rf_cluster *c, struct steady *st,
+                         struct tk_blob **payloads)
+{
+    if (st->mode == STEADY_LAGGING) {
+        for (uint64_t id = 1; id <= c->n; id++) {
+            if (st->lag_seq[id] != 0)
+                raft_persisted(rf_raft(c, id), st->lag_seq[id]);
+            rf_drain(c, id);
+            st->lag_seq[id] = rf_node(c, id)->held_seq;
+        }
+    }
+    struct raft_entry e[STEADY_BATCH];
+    memset(e, 0, sizeof(e));
+    for (size_t i = 0; i < STEADY_BATCH; i++) {
+        e[i].type = RAFT_ENTRY_NORMAL;
+        e[i].time_ms = 7000 + i;
+        e[i].data = payloads[i];
+    }
+    uint64_t first = 0, term = 0;
+    ck_assert_int_eq(raft_propose(rf_raft(c, 1), e, STEADY_BATCH, &first, &term), 0);
+    for (uint64_t id = 1; id <= c->n; id++)
+        rf_tick(c, id);
+    rf_run(c);
+    if (st->mode == STEADY_ROLLING)
+        steady_compact(c, st->snap_data);
+}
+
+START_TEST(test_steady_state_replication_allocates_nothing)
+{
+    const int mode = _i;
+    struct raft_options o;
+    rf_options(&o);
+    if (mode != STEADY_ROLLING)
+        o.log_reserve = 4096; /* more than the whole run */
+    struct rf_cluster *c = rf_new(3, &o);
+    rf_elect(c, 1);
+    rf_heartbeat_rounds(c, 1, 2);
+
+    const size_t n_payloads = (STEADY_WARM_ROUNDS + STEADY_ROUNDS) * STEADY_BATCH;
+    struct tk_blob **payloads = malloc(n_payloads * sizeof(*payloads));
+    ck_assert_ptr_nonnull(payloads);
+    for (size_t i = 0; i < n_payloads; i++) {
+        payloads[i] = tk_blob_new(STEADY_PAYLOAD_BYTES);
+        memset(payloads[i]->data, 'a' + (int)(i % 26), STEADY_PAYLOAD_BYTES);
+    }
+    struct steady st;
+    memset(&st, 0, sizeof(st));
+    st.mode = mode;
+    st.snap_data = tk_blob_copy("state", 5);
+    if (mode == STEADY_LAGGING)
+        for (uint64_t id = 1; id <= 3; id++)
+            rf_hold(c, id);
+
+    struct tk_blob **next = payloads;
+    for (int i = 0; i < STEADY_WARM_ROUNDS; i++, next += STEADY_BATCH)
+        steady_round(c, &st, next);
+    uint64_t start = raft_commit(rf_raft(c, 1));
+
+    struct tk_alloc_stats before, after;
+    tk_alloc_stats(&before);
+    for (int i = 0; i < STEADY_ROUNDS; i++, next += STEADY_BATCH)
+        steady_round(c, &st, next);
+    tk_alloc_stats(&after);
+
+    /* The window did the work: every entry committed and applied everywhere. */
+    if (mode == STEADY_LAGGING)
+        for (uint64_t id = 1; id <= 3; id++)
+            rf_release(c, id);
+    rf_heartbeat_rounds(c, 1, 2);
+    uint64_t last = raft_last_index(rf_raft(c, 1));
+    ck_assert_uint_ge(last - start, STEADY_ROUNDS * STEADY_BATCH);
+    for (uint64_t id = 1; id <= 3; id++) {
+        ck_assert_uint_eq(raft_commit(rf_raft(c, id)), last);
+        ck_assert_uint_eq(rf_node(c, id)->applied_index, last);
+    }
+    if (mode == STEADY_ROLLING)
+        ck_assert_uint_gt(raft_first_index(rf_raft(c, 1)), start);
+    ck_assert_msg(after.calls == before.calls,
+                  "mode %d: the core allocated %llu times (%llu bytes) while "
+                  "replicating %d entries",
+                  mode, (unsigned long long)(after.calls - before.calls),
+                  (unsigned long long)(after.bytes - before.bytes),
+                  STEADY_ROUNDS * STEADY_BATCH);
+
+    for (size_t i = 0; i < n_payloads; i++)
+        tk_blob_unref(payloads[i]);
+    free(payloads);
+    tk_blob_unref(st.snap_data);
+    rf_free(c);
+}
+END_TEST
+
 static Suite *replication_suite(void)
 {
     Suite *s = suite_create("raft_replication");
@@ -634,6 +787,8 @@ static Suite *replication_suite(void)
     tcase_add_test(tc, test_fast_backtracking_jumps_to_short_follower_end);
     tcase_add_test(tc, test_inflight_limit_caps_unacked_appends);
     tcase_add_test(tc, test_log_rolling_window_moves_and_grows);
+    tcase_add_loop_test(tc, test_steady_state_replication_allocates_nothing, 0,
+                        STEADY_MODES);
     suite_add_tcase(s, tc);
     return s;
 }
