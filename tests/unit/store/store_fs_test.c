@@ -3,10 +3,12 @@
  * Corruption: build a log over small segments, damage the files the way a
  * crash or a bad disk would, reopen, and require either recovery to exactly
  * the last valid record (a cut or zero-filled tail of the last segment) or a
- * refusal that names the file (a flipped byte in synced data, a missing
- * segment). The expected recovery point is computed from the on-disk layout
- * (32-byte segment header, 48-byte record header, payload padded to 8), so
- * these tests know the format on purpose.
+ * refusal (a flipped byte in synced data, a gap in the indexes, a missing
+ * segment) whose message names the file, the offset and the index where the
+ * damage starts, each checked against the value the layout predicts. The
+ * expected recovery point and refusal point are computed from the on-disk
+ * layout (32-byte segment header, 48-byte record header, payload padded to
+ * 8), so these tests know the format on purpose.
  *
  * Faults: a replacement file-operations table makes fdatasync fail with EIO,
  * pwritev fail with ENOSPC, or write only a few bytes at a time. */
@@ -20,6 +22,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/crc32c.h"
 #include "base/err.h"
 #include "base/log.h"
 #include "base/prng.h"
@@ -216,20 +219,70 @@ static void verify(const char *dir, uint64_t want_last)
     store_close(s);
 }
 
-static void expect_refusal(const char *dir, const char *must_name)
+/* Where recovery must say the damage starts: the record holding byte `off`
+ * of segment `seg` (offset 0 and the segment's first index for a byte of the
+ * segment header), in a log of term 1 entries as build() makes. */
+static void damage_at(const struct layout *L, size_t seg, uint64_t off,
+                      uint64_t *rec_off, uint64_t *rec_index)
+{
+    ck_assert_uint_lt(off, L->used[seg]);
+    *rec_off = 0;
+    *rec_index = L->first[seg];
+    if (off < SEG_HDR)
+        return;
+    uint64_t at = SEG_HDR;
+    for (uint64_t x = L->first[seg];; x++) {
+        uint64_t rl = REC_HDR + pad8(tl_len(x, 1));
+        if (off < at + rl) {
+            *rec_off = at;
+            *rec_index = x;
+            return;
+        }
+        at += rl;
+    }
+}
+
+/* True if `err` holds `word` directly followed by the number `v`. */
+static bool names_number(const char *err, const char *word, uint64_t v)
+{
+    size_t wl = strlen(word);
+    for (const char *p = strstr(err, word); p != NULL; p = strstr(p + 1, word)) {
+        const char *d = p + wl;
+        if (*d < '0' || *d > '9')
+            continue;
+        char *end;
+        if (strtoull(d, &end, 10) == v)
+            return true;
+    }
+    return false;
+}
+
+#define NO_OFFSET UINT64_MAX
+
+/* Opening `dir` must fail with TK_ECORRUPT and a message naming `file` (a
+ * path or a segment name), the byte offset `off` in it (unless NO_OFFSET:
+ * see the missing-first-segment case) and the log index `index` at which the
+ * damage starts (issue 3: "an error naming the file, the offset and the
+ * index"). The message is kept for the caller's own checks. */
+static void expect_refusal(const char *dir, const char *file, uint64_t off,
+                           uint64_t index, char *err, size_t err_len)
 {
     struct store_options o;
     opts_small(&o);
     struct store *s = NULL;
-    char err[STORE_ERRMSG_MAX] = "";
-    int rc = store_open_fs(dir, &o, &s, NULL, err, sizeof(err));
+    err[0] = '\0';
+    int rc = store_open_fs(dir, &o, &s, NULL, err, err_len);
     ck_assert_msg(rc == TK_ECORRUPT, "open gave %s (%s), want TK_ECORRUPT",
                   tk_errname(rc), err);
     printf("refused as expected: %s\n", err);
-    ck_assert_msg(strstr(err, must_name) != NULL, "error \"%s\" does not name %s", err,
-                  must_name);
-    ck_assert_msg(strstr(err, "offset") != NULL || strstr(err, "index") != NULL,
-                  "error \"%s\" names no offset or index", err);
+    ck_assert_msg(strstr(err, file) != NULL, "error \"%s\" does not name %s", err, file);
+    if (off != NO_OFFSET)
+        ck_assert_msg(names_number(err, "offset ", off),
+                      "error \"%s\" does not name offset %llu", err,
+                      (unsigned long long)off);
+    ck_assert_msg(names_number(err, "index ", index),
+                  "error \"%s\" does not name index %llu", err,
+                  (unsigned long long)index);
 }
 
 static void write_at(const char *path, uint64_t off, const void *buf, size_t len)
@@ -320,7 +373,10 @@ START_TEST(test_flipped_byte_in_sealed_segment_refuses_naming_it)
         b ^= (uint8_t)(1u << tk_prng_below(&p, 8));
         ck_assert_int_eq(pwrite(fd, &b, 1, (off_t)off), 1);
         close(fd);
-        expect_refusal(dir, base_name(L.path[seg]));
+        uint64_t rec_off, rec_index;
+        damage_at(&L, seg, off, &rec_off, &rec_index);
+        char err[STORE_ERRMSG_MAX];
+        expect_refusal(dir, L.path[seg], rec_off, rec_index, err, sizeof(err));
         tl_rmrf(dir);
         free(dir);
     }
@@ -350,7 +406,52 @@ START_TEST(test_flipped_byte_before_synced_records_in_last_segment_refuses)
     uint64_t off = SEG_HDR + 20;
     uint8_t b = 0x5a;
     write_at(L.path[last], off, &b, 1);
-    expect_refusal(dir, base_name(L.path[last]));
+    char err[STORE_ERRMSG_MAX];
+    expect_refusal(dir, L.path[last], SEG_HDR, 1, err, sizeof(err));
+    tl_rmrf(dir);
+    free(dir);
+}
+END_TEST
+
+/* A gap in the indexes: a record in a sealed segment that is whole (its CRC
+ * holds) but carries the index after the one due there. */
+START_TEST(test_index_gap_in_sealed_segment_refuses_naming_it)
+{
+    char *dir = fresh_log("gap");
+    struct layout L;
+    scan_layout(dir, N_ENTRIES, &L);
+    ck_assert_uint_ge(L.nsegs, 3);
+    size_t seg = L.nsegs / 2;
+    /* The third record of the segment. */
+    uint64_t x = L.first[seg], off = SEG_HDR;
+    for (int i = 0; i < 2; i++, x++)
+        off += REC_HDR + pad8(tl_len(x, 1));
+    ck_assert_uint_lt(off, L.used[seg]);
+
+    uint8_t rec[REC_HDR + 1024];
+    uint64_t rl = REC_HDR + pad8(tl_len(x, 1));
+    ck_assert_uint_le(rl, sizeof(rec));
+    int fd = open(L.path[seg], O_RDWR);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(pread(fd, rec, rl, (off_t)off), (ssize_t)rl);
+    uint64_t idx = 0;
+    for (int i = 7; i >= 0; i--)
+        idx = (idx << 8) | rec[8 + i];
+    ck_assert_uint_eq(idx, x);
+    for (int i = 0; i < 8; i++)
+        rec[8 + i] = (uint8_t)((x + 1) >> (8 * i)); /* little-endian */
+    uint32_t len = (uint32_t)rec[4] | (uint32_t)rec[5] << 8 | (uint32_t)rec[6] << 16 |
+                   (uint32_t)rec[7] << 24;
+    ck_assert_uint_eq(len, tl_len(x, 1));
+    uint32_t crc = tk_crc32c(0, rec + 4, REC_HDR - 4);
+    crc = tk_crc32c(crc, rec + REC_HDR, len);
+    for (int i = 0; i < 4; i++)
+        rec[i] = (uint8_t)(crc >> (8 * i));
+    ck_assert_int_eq(pwrite(fd, rec, rl, (off_t)off), (ssize_t)rl);
+    close(fd);
+
+    char err[STORE_ERRMSG_MAX];
+    expect_refusal(dir, L.path[seg], off, x, err, sizeof(err));
     tl_rmrf(dir);
     free(dir);
 }
@@ -364,7 +465,14 @@ START_TEST(test_missing_middle_segment_refuses)
     ck_assert_uint_ge(L.nsegs, 4);
     size_t mid = L.nsegs / 2;
     ck_assert_int_eq(unlink(L.path[mid]), 0);
-    expect_refusal(dir, base_name(L.path[mid - 1]));
+    /* The log breaks off at the end of the segment before the hole, where
+     * the missing segment's first index was due; the message also names the
+     * segment after the hole, whose records prove the lost ones were synced.
+     * The missing file's own name is not in it (its index is). */
+    char err[STORE_ERRMSG_MAX];
+    expect_refusal(dir, L.path[mid - 1], L.used[mid - 1], L.first[mid], err,
+                   sizeof(err));
+    ck_assert_ptr_nonnull(strstr(err, base_name(L.path[mid + 1])));
     tl_rmrf(dir);
     free(dir);
 }
@@ -376,7 +484,13 @@ START_TEST(test_missing_first_segment_refuses)
     struct layout L;
     scan_layout(dir, N_ENTRIES, &L);
     ck_assert_int_eq(unlink(L.path[0]), 0);
-    expect_refusal(dir, "missing segment");
+    /* The message names the directory, the index the log should start at and
+     * the first segment present; it has no offset (nor the missing file's
+     * name). */
+    char err[STORE_ERRMSG_MAX];
+    expect_refusal(dir, dir, NO_OFFSET, L.first[0], err, sizeof(err));
+    ck_assert_ptr_nonnull(strstr(err, "missing segment"));
+    ck_assert_ptr_nonnull(strstr(err, base_name(L.path[1])));
     tl_rmrf(dir);
     free(dir);
 }
@@ -646,6 +760,7 @@ static Suite *fs_suite(void)
     tcase_add_test(tc, test_garbage_after_tail_is_dropped);
     tcase_add_test(tc, test_flipped_byte_in_sealed_segment_refuses_naming_it);
     tcase_add_test(tc, test_flipped_byte_before_synced_records_in_last_segment_refuses);
+    tcase_add_test(tc, test_index_gap_in_sealed_segment_refuses_naming_it);
     tcase_add_test(tc, test_missing_middle_segment_refuses);
     tcase_add_test(tc, test_missing_first_segment_refuses);
     suite_add_tcase(s, tc);
