@@ -1326,18 +1326,74 @@ static void metric(struct jbuf *b, const char *name, const char *type, const cha
                 (unsigned long long)v);
 }
 
-/* A histogram as a Prometheus summary: quantiles, _sum and _count, scaled
- * (nanoseconds to seconds with scale 1e-9). */
-static void summary(struct jbuf *b, const char *name, const char *help,
-                    const struct tk_hist *h, double scale)
+/* Prometheus histograms from the node's base/hist.h histograms.
+ *
+ * A base histogram has 64 log-linear buckets per power of two; /metrics shows
+ * it with the fixed `le` bounds below. The count at `le` = x is the number of
+ * samples in the base buckets up to and including the one that holds x: a
+ * sample is taken at its base bucket's lower bound, at most 1/64 (1.6 %) below
+ * its value, so one just above x may be counted at x. Bounds under 128 are
+ * exact (the base buckets there hold one value each). */
+static const double lat_le_s[] = {10e-6, 25e-6, 50e-6, 100e-6, 250e-6, 500e-6,
+                                  1e-3,  2.5e-3, 5e-3, 10e-3,  25e-3,  50e-3,
+                                  0.1,   0.25,  0.5,  1.0};
+static const double batch_le[] = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096};
+#define LAT_LE_N (sizeof(lat_le_s) / sizeof(lat_le_s[0]))
+#define BATCH_LE_N (sizeof(batch_le) / sizeof(batch_le[0]))
+
+/* The base bucket holding each bound, found once by recording the bound into
+ * a scratch histogram: hist.c keeps its layout to itself. */
+static unsigned lat_le_bucket[LAT_LE_N];
+static unsigned batch_le_bucket[BATCH_LE_N];
+static uv_once_t le_once = UV_ONCE_INIT;
+
+static unsigned base_bucket_of(struct tk_hist *scratch, uint64_t v)
 {
-    static const double qs[] = { 0.5, 0.9, 0.99, 0.999 };
-    jbuf_printf(b, "# HELP %s %s\n# TYPE %s summary\n", name, help, name);
-    for (size_t i = 0; i < sizeof(qs) / sizeof(qs[0]); i++)
-        jbuf_printf(b, "%s{quantile=\"%g\"} %.9g\n", name, qs[i],
-                    (double)tk_hist_quantile(h, qs[i]) * scale);
-    jbuf_printf(b, "%s_sum %.9g\n%s_count %llu\n", name, (double)h->sum * scale, name,
+    tk_hist_init(scratch);
+    tk_hist_record(scratch, v);
+    for (unsigned i = 0; i < TK_HIST_BUCKETS; i++)
+        if (scratch->buckets[i] != 0)
+            return i;
+    TK_UNREACHABLE();
+}
+
+static void le_buckets_init(void)
+{
+    struct tk_hist *scratch = tk_malloc(sizeof(*scratch));
+    for (size_t i = 0; i < LAT_LE_N; i++) {
+        lat_le_bucket[i] = base_bucket_of(scratch, (uint64_t)(lat_le_s[i] * 1e9 + 0.5));
+        TK_ASSERT(i == 0 || lat_le_bucket[i] > lat_le_bucket[i - 1]);
+    }
+    for (size_t i = 0; i < BATCH_LE_N; i++) {
+        batch_le_bucket[i] = base_bucket_of(scratch, (uint64_t)batch_le[i]);
+        TK_ASSERT(i == 0 || batch_le_bucket[i] > batch_le_bucket[i - 1]);
+    }
+    tk_free(scratch);
+}
+
+/* `h` as a Prometheus histogram: cumulative _bucket{le} counts, +Inf, _sum and
+ * _count; `scale` converts the base unit (1e-9: nanoseconds to seconds). */
+static void histogram(struct jbuf *b, const char *name, const char *help,
+                      const struct tk_hist *h, const double *le, const unsigned *le_bucket,
+                      size_t n_le, double scale)
+{
+    jbuf_printf(b, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
+    uint64_t cum = 0;
+    unsigned next = 0;
+    for (size_t i = 0; i < n_le; i++) {
+        for (; next <= le_bucket[i]; next++)
+            cum += h->buckets[next];
+        jbuf_printf(b, "%s_bucket{le=\"%g\"} %llu\n", name, le[i], (unsigned long long)cum);
+    }
+    jbuf_printf(b, "%s_bucket{le=\"+Inf\"} %llu\n%s_sum %.9g\n%s_count %llu\n", name,
+                (unsigned long long)h->count, name, (double)h->sum * scale, name,
                 (unsigned long long)h->count);
+}
+
+static void latency_histogram(struct jbuf *b, const char *name, const char *help,
+                              const struct tk_hist *h)
+{
+    histogram(b, name, help, h, lat_le_s, lat_le_bucket, LAT_LE_N, 1e-9);
 }
 
 static void handle_metrics(struct http_req *req)
@@ -1371,15 +1427,31 @@ static void handle_metrics(struct http_req *req)
            m.forwarded);
     metric(&b, "tierkv_reads_total", "counter", "Reads served.", m.reads);
     metric(&b, "tierkv_read_index_total", "counter",
-           "Linearizable reads that asked for a read index (ReadIndex rounds).",
-           m.read_index);
+           "Linearizable reads that asked for a read index.", m.read_index);
+    metric(&b, "tierkv_read_index_rounds_total", "counter",
+           "ReadIndex heartbeat rounds this node started as leader; one round "
+           "confirms every read waiting for it.",
+           m.read_index_rounds);
     metric(&b, "tierkv_applied_entries_total", "counter", "Entries applied.",
            m.applied_entries);
     metric(&b, "tierkv_snapshots_total", "counter", "Snapshots taken.", m.snapshots);
     metric(&b, "tierkv_snapshot_installs_total", "counter", "Snapshots installed.",
            m.installs);
     metric(&b, "tierkv_store_syncs_total", "counter", "Log store fsyncs.", m.store_syncs);
-    metric(&b, "tierkv_store_bytes", "gauge", "Bytes in the log store.", m.store_bytes);
+    metric(&b, "tierkv_store_appended_bytes_total", "counter",
+           "Payload bytes appended to the Raft log since the node started.", m.store_bytes);
+    metric(&b, "tierkv_kv_ring_bytes", "gauge",
+           "Bytes of ring pages the state machine's hot tier holds in memory.",
+           m.kv_ring_bytes);
+    metric(&b, "tierkv_kv_hot_keys", "gauge", "Keys in the state machine's hot index.",
+           m.kv_hot_keys);
+    metric(&b, "tierkv_kv_cold_keys", "gauge",
+           "Keys in the state machine's cold tier (LMDB).", m.kv_cold_keys);
+    metric(&b, "tierkv_kv_tier_downs_total", "counter",
+           "Tier-down transactions (ring pages moved to the cold tier).", m.kv_tier_downs);
+    metric(&b, "tierkv_kv_bad_records_total", "counter",
+           "Ring records that failed their check on read (served from the cold tier).",
+           m.kv_bad_records);
     metric(&b, "tierkv_transport_sent_bytes_total", "counter",
            "Raft transport bytes sent.", m.net_bytes_sent);
     metric(&b, "tierkv_transport_received_bytes_total", "counter",
@@ -1396,13 +1468,17 @@ static void handle_metrics(struct http_req *req)
     metric(&b, "tierkv_http_bad_requests_total", "counter",
            "Requests answered 400, 408, 413, 414 or 431.", gw->bad_requests);
     const struct node_latency *lat = node_latency(gw->node);
-    summary(&b, "tierkv_store_append_seconds",
-            "Log append latency, handed to storage to durable (fsync included).",
-            &lat->append, 1e-9);
-    summary(&b, "tierkv_apply_seconds", "Time to apply one batch of committed entries.",
-            &lat->apply, 1e-9);
-    summary(&b, "tierkv_proposal_batch_size", "Entries per proposal batch.",
-            &lat->batch_size, 1.0);
+    uv_once(&le_once, le_buckets_init);
+    latency_histogram(&b, "tierkv_store_append_seconds",
+                      "Log append latency, handed to storage to durable (fsync included).",
+                      &lat->append);
+    latency_histogram(&b, "tierkv_store_fsync_seconds",
+                      "Duration of one log sync (fdatasync of the segments written).",
+                      &lat->fsync);
+    latency_histogram(&b, "tierkv_apply_seconds",
+                      "Time to apply one batch of committed entries.", &lat->apply);
+    histogram(&b, "tierkv_proposal_batch_size", "Entries per proposal batch.",
+              &lat->batch_size, batch_le, batch_le_bucket, BATCH_LE_N, 1.0);
     jbuf_adds(&b, "# HELP tierkv_http_requests_total HTTP requests by route and status.\n"
                   "# TYPE tierkv_http_requests_total counter\n");
     for (int r = 0; r < ROUTE_COUNT; r++)

@@ -100,6 +100,7 @@ struct node {
     struct req_list read_ready;     /* reads with an index, waiting to apply */
     struct req_list forward_wait;   /* writes forwarded to the leader */
     uint64_t read_ctx;
+    uint64_t read_leader; /* the leader known when read_wait was last checked */
     uint64_t forward_id;
 
     uint64_t snap_index;
@@ -118,7 +119,8 @@ struct node {
     struct raft_entry *batch;
 
     pthread_mutex_t status_mu;
-    struct node_status status;
+    struct node_status status; /* written by the loop under status_mu (which
+                                  the loop itself may read it without) */
     struct node_metrics metrics; /* loop thread; copied under status_mu */
     struct node_metrics metrics_pub;
     struct node_latency lat; /* loop thread */
@@ -660,6 +662,14 @@ static void publish_status(struct node *n)
     store_stats(n->store, &ss);
     n->metrics.store_syncs = ss.syncs;
     n->metrics.store_bytes = ss.bytes;
+    n->metrics.read_index_rounds = raft_read_rounds(n->raft);
+    struct kv_sm_stats ks;
+    kv_sm_stats(n->sm, &ks);
+    n->metrics.kv_ring_bytes = ks.ring_bytes;
+    n->metrics.kv_hot_keys = ks.hot_keys;
+    n->metrics.kv_cold_keys = ks.cold_keys;
+    n->metrics.kv_tier_downs = ks.tier_downs;
+    n->metrics.kv_bad_records = ks.bad_records;
     if (n->transport != NULL) {
         struct transport_stats ts;
         transport_stats(n->transport, &ts);
@@ -693,6 +703,29 @@ static void handle_read_states(struct node *n, const struct raft_read_state *rs,
     }
 }
 
+/* A follower's read waits for the leader it asked (thesis 6.4). Once this
+ * node knows another leader, or none, that answer may never come: the read
+ * fails now with TK_ENOLEADER (a 503 the client retries) rather than at its
+ * deadline (a 504 ten seconds later). The reads a leader confirms itself are
+ * failed by the core when it steps down. Walks read_wait only when the known
+ * leader changed. */
+static void fail_orphan_reads(struct node *n)
+{
+    uint64_t leader = raft_leader(n->raft);
+    if (leader == n->read_leader)
+        return;
+    n->read_leader = leader;
+    struct req_list keep = { 0 };
+    struct node_req *r;
+    while ((r = list_pop(&n->read_wait)) != NULL) {
+        if (r->asked != 0 && r->asked != leader)
+            finish_read(n, r, TK_ENOLEADER);
+        else
+            list_push(&keep, r);
+    }
+    n->read_wait = keep;
+}
+
 /* Where a loop turn's time went, for the slow-turn warning. */
 enum turn_phase { PH_READY, PH_STORE, PH_SEND, PH_APPLY, PH_ADVANCE, PH_SNAP, PH_N };
 _Static_assert(PH_N == sizeof(((struct node *)0)->turn_ns) / sizeof(uint64_t),
@@ -714,6 +747,10 @@ static void process_ready(struct node *n)
     while (!n->failed && raft_has_ready(n->raft) && guard++ < 8) {
         struct raft_ready rd;
         raft_ready(n->raft, &rd);
+        /* Answers completed below name the leader (X-Tierkv-Leader): let
+         * them see a change of leader that this ready carries. */
+        if (raft_leader(n->raft) != n->status.leader)
+            publish_status(n);
         phase_end(n, PH_READY, &t);
         int rc = 0;
         if (rd.snapshot != NULL) {
@@ -773,6 +810,8 @@ static void process_ready(struct node *n)
     if (!n->failed && raft_has_ready(n->raft))
         kick(n); /* bounded work per turn: the rest on the next one */
     publish_status(n);
+    if (!n->failed)
+        fail_orphan_reads(n); /* after publishing: its answers name no old leader */
 }
 
 /* ---- requests from other threads --------------------------------------- */
@@ -786,6 +825,7 @@ static void start_read(struct node *n, struct node_req *r)
     }
     n->metrics.read_index++;
     r->ctx = ++n->read_ctx;
+    r->asked = raft_role(n->raft) == RAFT_LEADER ? 0 : raft_leader(n->raft);
     int rc = raft_read_index(n->raft, r->ctx);
     if (rc != 0) {
         finish_read(n, r, rc);
@@ -1473,6 +1513,7 @@ int node_start(const struct node_options *o, struct node **out)
     tk_mpsc_init(&n->queue, o->queue_max);
     n->batch = tk_malloc(o->batch_max * sizeof(*n->batch));
     tk_hist_init(&n->lat.append);
+    tk_hist_init(&n->lat.fsync);
     tk_hist_init(&n->lat.apply);
     tk_hist_init(&n->lat.batch_size);
     uv_sem_init(&n->started, 0);
@@ -1542,8 +1583,10 @@ int node_submit(struct node *n, struct node_req *req)
     return 0;
 }
 
-const struct node_latency *node_latency(const struct node *n)
+const struct node_latency *node_latency(struct node *n)
 {
+    if (n->store != NULL)
+        store_sync_latency(n->store, &n->lat.fsync);
     return &n->lat;
 }
 

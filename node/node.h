@@ -71,7 +71,11 @@ typedef void node_write_cb(struct node_req *req, int status,
 /* A read may run. Called on the loop thread when the state is at least as new
  * as the consistency asks (status 0), or with an error (TK_ENOLEADER,
  * TK_ETIMEDOUT, TK_ESHUTDOWN). With status 0 the callback reads the state
- * machine itself through `sm` (kv_sm_get / kv_sm_scan), only during the call. */
+ * machine itself through `sm` (kv_sm_get / kv_sm_scan), only during the call.
+ * A linearizable read fails with TK_ENOLEADER as soon as the leader it asked
+ * is no longer the one this node knows (this node was deposed, or, on a
+ * follower, it gave up on that leader): no answer can be counted on, and a
+ * failed read changes nothing. */
 typedef void node_read_cb(struct node_req *req, int status, struct kv_sm *sm,
                           void *data);
 
@@ -93,6 +97,7 @@ struct node_req {
     uint64_t index;
     uint64_t term;
     uint64_t ctx;
+    uint64_t asked;      /* reads: the leader asked for the index (0: self) */
     uint64_t deadline_ms;
     struct node_req *next;
 };
@@ -188,11 +193,21 @@ struct node_metrics {
     uint64_t forwarded;      /* writes forwarded to the leader */
     uint64_t reads;          /* reads served */
     uint64_t read_index;     /* linearizable reads that asked for a read index */
+    uint64_t read_index_rounds; /* leader: heartbeat rounds confirming them
+                                   (raft_read_rounds) */
     uint64_t applied_entries;
     uint64_t snapshots;      /* snapshots taken */
     uint64_t installs;       /* snapshots installed from a leader */
-    uint64_t store_syncs;
-    uint64_t store_bytes;
+    uint64_t store_syncs;    /* log syncs (store_stats.syncs) */
+    uint64_t store_bytes;    /* payload bytes appended to the log since start
+                                (store_stats.bytes; a counter, not a size) */
+    /* The state machine's size (kv_sm_stats). The cold tier's bytes are not
+     * known: kv/ reports only its key count. */
+    uint64_t kv_ring_bytes;  /* ring pages held: the hot tier's memory */
+    uint64_t kv_hot_keys;    /* keys in the hot index */
+    uint64_t kv_cold_keys;   /* keys in the cold tier (LMDB) */
+    uint64_t kv_tier_downs;  /* tier-down transactions committed */
+    uint64_t kv_bad_records; /* ring records that failed their check */
     uint64_t net_bytes_sent;
     uint64_t net_bytes_received;
     uint64_t net_reconnects;
@@ -201,13 +216,16 @@ void node_metrics(struct node *n, struct node_metrics *out);
 
 /* Latency histograms in nanoseconds (base/hist.h), and the proposal batch
  * sizes. Loop thread only: a gateway on the node's loop reads them in place;
- * they stay valid until node_stop. */
+ * they stay valid until node_stop. node_latency first refreshes `fsync` from
+ * the store (store_sync_latency: a 30 KiB copy), so call it per scrape, not
+ * per request. */
 struct node_latency {
     struct tk_hist append;     /* a batch handed to storage -> durable */
+    struct tk_hist fsync;      /* one log sync on the storage thread */
     struct tk_hist apply;      /* applying one ready's committed entries */
     struct tk_hist batch_size; /* entries per raft_propose */
 };
-const struct node_latency *node_latency(const struct node *n);
+const struct node_latency *node_latency(struct node *n);
 
 /* The node's inproc transport faults, for tests: cut this node off from every
  * peer (both directions) or heal. Only for inproc nodes. Any thread. */

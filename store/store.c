@@ -14,6 +14,7 @@
  * later call returns it without touching the disk. */
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "base/alloc.h"
 #include "base/assert.h"
@@ -86,6 +87,8 @@ struct store *store__alloc(const struct store_options *o)
     pthread_mutex_init(&s->write_mu, NULL);
     pthread_mutex_init(&s->q_mu, NULL);
     pthread_cond_init(&s->q_cv, NULL);
+    pthread_mutex_init(&s->stats_mu, NULL);
+    tk_hist_init(&s->sync_ns);
     s->q_cap = s->opts.queue_max;
     s->q = tk_calloc(s->q_cap, sizeof(*s->q));
     s->group = tk_calloc(s->q_cap, sizeof(*s->group));
@@ -94,6 +97,7 @@ struct store *store__alloc(const struct store_options *o)
 
 void store__free(struct store *s)
 {
+    pthread_mutex_destroy(&s->stats_mu);
     pthread_cond_destroy(&s->q_cv);
     pthread_mutex_destroy(&s->q_mu);
     pthread_mutex_destroy(&s->write_mu);
@@ -123,6 +127,27 @@ void store__fill_boot(struct store *s, struct store_boot *boot)
 }
 
 /* ---- the storage thread ------------------------------------------------ */
+
+static uint64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* The backend's sync, timed and counted (store_stats.syncs and
+ * store_sync_latency). write_mu held. */
+static int sync_timed(struct store *s)
+{
+    uint64_t t0 = mono_ns();
+    int rc = s->ops->sync(s);
+    uint64_t ns = mono_ns() - t0;
+    atomic_fetch_add(&s->st_syncs, 1);
+    pthread_mutex_lock(&s->stats_mu);
+    tk_hist_record(&s->sync_ns, ns);
+    pthread_mutex_unlock(&s->stats_mu);
+    return rc;
+}
 
 static void req_free(struct store__req *r)
 {
@@ -182,10 +207,8 @@ static void write_group(struct store *s, struct store__req **group, size_t n)
     }
     if (rc == 0 && nspans > 0)
         rc = s->ops->write(s, s->spans, nspans);
-    if (rc == 0 && written > 0) {
-        rc = s->ops->sync(s);
-        atomic_fetch_add(&s->st_syncs, 1);
-    }
+    if (rc == 0 && written > 0)
+        rc = sync_timed(s);
     if (rc != 0)
         rc = fail(s, rc);
     for (size_t i = 0; i < n; i++) {
@@ -376,10 +399,8 @@ int store_append(struct store *s, const struct raft_entry *entries, size_t n)
     }
     struct store__span sp = {.e = entries, .n = n};
     rc = s->ops->write(s, &sp, 1);
-    if (rc == 0) {
-        rc = s->ops->sync(s);
-        atomic_fetch_add(&s->st_syncs, 1);
-    }
+    if (rc == 0)
+        rc = sync_timed(s);
     if (rc != 0) {
         rc = fail(s, rc);
         goto out;
@@ -620,4 +641,11 @@ void store_stats(struct store *s, struct store_stats *out)
     out->bytes = atomic_load(&s->st_bytes);
     out->syncs = atomic_load(&s->st_syncs);
     out->groups = atomic_load(&s->st_groups);
+}
+
+void store_sync_latency(struct store *s, struct tk_hist *out)
+{
+    pthread_mutex_lock(&s->stats_mu);
+    *out = s->sync_ns;
+    pthread_mutex_unlock(&s->stats_mu);
 }

@@ -60,6 +60,7 @@
 #include <sys/types.h>
 #include <sys/uio.h>
 
+#include "base/hist.h"
 #include "raft/raft.h"
 
 #define STORE_SEGMENT_BYTES_DEFAULT (64u << 20)
@@ -229,6 +230,14 @@ struct store_stats {
     uint64_t groups;  /* group commits */
 };
 void store_stats(struct store *s, struct store_stats *out);
+
+/* Copies into *out the latency histogram (nanoseconds, base/hist.h) of the
+ * log syncs counted in store_stats.syncs: one sample per sync step, that is
+ * the fdatasync of every segment the group wrote (usually one) plus the
+ * directory's fsync when a segment was created, renamed or deleted; on a
+ * memory volume, the injected sync latency. Any thread; copies about 30 KiB
+ * under a lock the storage thread holds only to record a sample. */
+void store_sync_latency(struct store *s, struct tk_hist *out);
 
 /* The last error's description (a static-lifetime buffer in the store, valid
  * until the next failing call). Any thread. */

@@ -6,7 +6,8 @@
  * mutators for their call. Backends keep their own short lock for the index
  * that readers (read, term_at, bounds) take; the writer takes it only to
  * publish changes, never across an fdatasync. s->q_mu guards the request
- * queue. s->meta_mu guards s->meta and serialises metadata commits. */
+ * queue. s->meta_mu guards s->meta and serialises metadata commits.
+ * s->stats_mu guards only the sync latency histogram (O(1) under it). */
 #ifndef TK_STORE_INTERNAL_H
 #define TK_STORE_INTERNAL_H
 
@@ -14,6 +15,7 @@
 #include <stdarg.h>
 #include <stdatomic.h>
 
+#include "base/hist.h"
 #include "store/store.h"
 
 /* What the metadata holds; meta.c stores it in LMDB, mem.c in the volume. */
@@ -113,6 +115,10 @@ struct store {
     size_t spans_cap;
 
     atomic_uint_fast64_t st_appends, st_entries, st_bytes, st_syncs, st_groups;
+    /* How long each counted sync took (ns). The writer records under
+     * stats_mu, store_sync_latency copies under it; never held across I/O. */
+    pthread_mutex_t stats_mu;
+    struct tk_hist sync_ns;
 };
 
 /* Records an error message for store_errmsg (printf-style). Returns rc. */

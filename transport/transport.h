@@ -193,8 +193,9 @@ struct transport_tcp_options {
 
 void transport_tcp_options_default(struct transport_tcp_options *o);
 
-/* Creates a TCP transport on `loop` and starts listening. Hosts are numeric
- * IPv4 or IPv6 addresses (no name resolution). Returns 0, TK_EINVAL (id 0, bad
+/* Creates a TCP transport on `loop` and starts listening. The listen host is
+ * a numeric IPv4 or IPv6 address (a name cannot be bound; peers may be names,
+ * see transport_tcp_add_peer). Returns 0, TK_EINVAL (id 0, bad
  * address, frame_max below 4 KiB, snapshot_chunk + 1 KiB above frame_max) or
  * TK_EIO (bind or listen failed; the reason is logged, and the half-made
  * transport's handles are closing on `loop`: run it to release them). */
@@ -202,8 +203,13 @@ int transport_tcp_new(struct uv_loop_s *loop, const struct transport_tcp_options
                       const struct transport_callbacks *cbs, struct transport **out);
 /* The port we listen on (useful with listen_port 0); 0 when not listening. */
 uint16_t transport_tcp_port(const struct transport *t);
-/* Adds peer `id` at host:port and starts dialing it. Returns 0, TK_EINVAL (id 0,
- * self, duplicate, bad address). Loop thread. */
+/* Adds peer `id` at host:port and starts dialing it. `host` is an IPv4 or IPv6
+ * literal or a DNS name; a name is resolved (uv_getaddrinfo, on libuv's thread
+ * pool, IPv4 preferred) again before every dial, so a peer that comes back on
+ * another address is found; a failed lookup counts as a failed dial and is
+ * retried with backoff. `host` is copied. Returns 0, TK_ECLOSED (closing),
+ * TK_EINVAL (id 0, self, duplicate, a host that is neither a literal nor a
+ * valid name, a name with port 0). Loop thread. */
 int transport_tcp_add_peer(struct transport *t, uint64_t id, const char *host,
                            uint16_t port);
 

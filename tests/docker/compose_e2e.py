@@ -10,11 +10,13 @@ own compose project on free host ports and a free subnet, then:
   3. kills the leader's container (SIGKILL) and keeps writing through the
      other two; starts it again; checks that all three converge: the same
      full scan (stale reads, every key's value and revisions) on each node,
-     holding every acknowledged write;
+     holding every acknowledged write, and the same state digest
+     (/v1/debug/digest) at the same applied index;
   4. disconnects the current leader from the compose network: the majority
      elects a leader and keeps serving writes and linearizable reads, while
      the isolated node refuses linearizable reads and writes (but still
-     answers stale reads, so it is up); reconnects it and checks convergence;
+     answers stale reads, so it is up); reconnects it and checks convergence
+     (scans and digests) again;
   5. tears everything down (compose down -v), also on failure or SIGTERM, and
      checks that no container, network or volume of the project is left.
 Every wait is bounded. Exits 77 (skip) with a message when no Docker engine
@@ -442,6 +444,49 @@ def converge(what, ports, model, timeout_s=90, scan=scan_all):
     return state["scans"][0]
 
 
+class Diverged(Exception):
+    """Two replicas at the same applied index hold different states: no
+    amount of waiting fixes that (not a Fail, so wait_until does not retry)."""
+
+
+def digest_of(port):
+    """(applied index, digest) of the node's applied state, read locally."""
+    cl = Client(port, timeout_s=5)
+    try:
+        st, js = cl.json("GET", "/v1/debug/digest")
+    finally:
+        cl.close()
+    check(st == 200, "/v1/debug/digest on port %d: HTTP %d %s" % (port, st, js))
+    check(isinstance(js.get("applied"), int) and isinstance(js.get("digest"), str),
+          "/v1/debug/digest on port %d: %s" % (port, js))
+    return js["applied"], js["digest"]
+
+
+def same_digest(what, ports, timeout_s=60, digest=digest_of):
+    """Waits (at most timeout_s) until every port reports the same applied
+    index, then requires the same digest: replicas that applied the same
+    entries must hold the same state. Returns (applied, digest)."""
+    state = {}
+
+    def level():
+        got = [digest(p) for p in ports]
+        state["got"] = got
+        if len({a for a, _ in got}) != 1:
+            return None
+        if len({d for _, d in got}) != 1:
+            raise Diverged("%s: the nodes differ at applied index %d: digests %s" %
+                           (what, got[0][0], dict(zip(ports, (d for _, d in got)))))
+        return got[0]
+
+    try:
+        return wait_until(what, timeout_s, level, interval_s=0.25)
+    except Diverged as e:
+        raise Fail(str(e))
+    except Fail:
+        raise Fail("%s: the applied indexes did not meet within %ds (last: %s)" %
+                   (what, timeout_s, dict(zip(ports, state.get("got", [])))))
+
+
 def exec_cli(dep, node, args, timeout_s=20):
     """Runs the tierkv CLI inside node's container against its own HTTP port;
     returns (exit code, output)."""
@@ -473,6 +518,33 @@ def self_test():
             print("ok: rejected (%s): %s" % (name, e))
             continue
         raise SystemExit("self-test: converge accepted a bad case: " + name)
+
+    # Digests: equal at one applied index passes; a difference at the same
+    # index fails at once; indexes that never meet fail at the deadline.
+    def digests(table):
+        return lambda p: table[p]
+    ok = {1: (40, "aa"), 2: (40, "aa"), 3: (40, "aa")}
+    if same_digest("identical", [1, 2, 3], timeout_s=1, digest=digests(ok)) != (40, "aa"):
+        raise SystemExit("self-test: same_digest returned the wrong level")
+    # A lagging node catches up on the second poll: accepted.
+    polls = {"n": 0}
+
+    def catching_up(p):
+        polls["n"] += 1
+        return (39, "ab") if p == 3 and polls["n"] <= 3 else ok[p]
+    same_digest("catching up", [1, 2, 3], timeout_s=5, digest=catching_up)
+    for name, table, timeout_s in (
+            ("same index, another digest", {1: (40, "aa"), 2: (40, "bb"), 3: (40, "aa")}, 30),
+            ("indexes never meet", {1: (40, "aa"), 2: (40, "aa"), 3: (41, "aa")}, 1)):
+        t = time.monotonic()
+        try:
+            same_digest(name, [1, 2, 3], timeout_s=timeout_s, digest=digests(table))
+        except Fail as e:
+            print("ok: rejected (%s) in %.1f s: %s" % (name, time.monotonic() - t, e))
+            if timeout_s > 1 and time.monotonic() - t > 5:
+                raise SystemExit("self-test: a divergence waited for the deadline")
+            continue
+        raise SystemExit("self-test: same_digest accepted a bad case: " + name)
 
     # A follower that never forwards must fail the write phase, quickly.
     import http.server
@@ -643,9 +715,11 @@ def main():
         wait_until("restarted node%d /readyz" % leader, 90, lambda: ready(port_of[leader]))
         scan = converge("after restarting node%d" % leader, [port_of[n] for n in (1, 2, 3)],
                         model)
+        applied, digest = same_digest("digests after restarting node%d" % leader,
+                                      [port_of[n] for n in (1, 2, 3)])
         results["failover_cycle_s"] = time.monotonic() - t
-        log("node%d restarted; all three hold the same %d keys (every acknowledged write)"
-            % (leader, len(scan)))
+        log("node%d restarted; all three hold the same %d keys (every acknowledged write) "
+            "and digest %s at applied index %d" % (leader, len(scan), digest, applied))
 
         # 4. Partition the current leader away from the others.
         iso = wait_until("an agreed leader", 30, lambda: leader_of(port_of, (1, 2, 3)))
@@ -697,7 +771,10 @@ def main():
                         model)
         check(not any(k == "k/isolated" for (k, _, _, _, _) in scan),
               "the write refused by the isolated node was applied")
-        log("node%d caught up; all three hold the same %d keys" % (iso, len(scan)))
+        applied, digest = same_digest("digests after reconnecting node%d" % iso,
+                                      [port_of[n] for n in (1, 2, 3)])
+        log("node%d caught up; all three hold the same %d keys and digest %s at applied "
+            "index %d" % (iso, len(scan), digest, applied))
     except Fail as e:
         failed = e
     except Interrupted as e:

@@ -29,6 +29,30 @@ REQUIRE_FORWARDING = os.environ.get("TIERKV_IT_REQUIRE_FORWARDING", "1") != "0"
 C = None
 LEADER = None
 
+OPERATIONS_MD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "docs",
+                             "operations.md")
+
+
+def documented_metrics():
+    """The metric families the table of docs/operations.md ("Metrics") lists."""
+    names = set()
+    with open(OPERATIONS_MD, encoding="utf-8") as f:
+        for line in f:
+            if not line.startswith("| `tierkv_"):
+                continue
+            first = line.split("|")[1]
+            for word in first.split("`")[1::2]:
+                names.add(word.split("{")[0])
+    return names
+
+
+DOCUMENTED_METRICS = documented_metrics()
+
+
+def families(text):
+    """The metric families a /metrics body declares (# TYPE lines)."""
+    return {ln.split()[2] for ln in text.splitlines() if ln.startswith("# TYPE ")}
+
 
 def write(nd, method, path, obj=None, body=None, headers=None):
     """A write through node `nd`; follows a not_leader answer to the hinted
@@ -146,8 +170,24 @@ def test_every_endpoint_through_every_node():
         for m in ("tierkv_raft_term ", "tierkv_raft_commit_index ", "tierkv_raft_applied_index ",
                   "tierkv_http_requests_total{route=\"kv_get\",code=\"200\"}",
                   "tierkv_http_request_duration_seconds_count", "tierkv_transport_sent_bytes_total",
-                  "tierkv_read_index_total"):
+                  "tierkv_read_index_total", "tierkv_read_index_rounds_total ",
+                  "tierkv_store_appended_bytes_total ", "tierkv_kv_ring_bytes ",
+                  "tierkv_kv_hot_keys ", "tierkv_kv_cold_keys ",
+                  "# TYPE tierkv_store_append_seconds histogram",
+                  "# TYPE tierkv_store_fsync_seconds histogram",
+                  "# TYPE tierkv_apply_seconds histogram",
+                  "tierkv_store_fsync_seconds_bucket{le=\"+Inf\"} ",
+                  "tierkv_apply_seconds_bucket{le=\"0.001\"} "):
             check(m in text, "metric %s missing" % m)
+        check(DOCUMENTED_METRICS <= families(text), "documented but not exported: %s"
+              % sorted(DOCUMENTED_METRICS - families(text)))
+        check(families(text) <= DOCUMENTED_METRICS, "exported but not documented: %s"
+              % sorted(families(text) - DOCUMENTED_METRICS))
+    # The leader confirms linearizable reads in ReadIndex rounds, from every node.
+    st, _, data = request(C.node(LEADER).http_port, "GET", "/metrics")
+    rounds = [ln for ln in data.decode().splitlines()
+              if ln.startswith("tierkv_read_index_rounds_total ")]
+    check(rounds and int(rounds[0].split()[1]) >= 1, "leader's rounds: %r" % rounds)
 
 
 def test_idempotency_key_applies_once():

@@ -392,6 +392,112 @@ START_TEST(test_listen_failure_is_reported)
 }
 END_TEST
 
+/* The value of the sample `series` (name and labels, as printed) in a
+ * /metrics body; -1 when absent. */
+static double sample(const char *text, const char *series)
+{
+    size_t n = strlen(series);
+    for (const char *p = text; p != NULL && *p != 0;) {
+        if (strncmp(p, series, n) == 0 && p[n] == ' ')
+            return strtod(p + n + 1, NULL);
+        p = strchr(p, '\n');
+        if (p != NULL)
+            p++;
+    }
+    return -1;
+}
+
+/* Checks that histogram `name` is well formed: TYPE histogram, cumulative
+ * _bucket counts that never fall, a +Inf bucket equal to _count, a _sum.
+ * Returns _count. */
+static double check_histogram(const char *text, const char *name)
+{
+    char want[160];
+    snprintf(want, sizeof(want), "# TYPE %s histogram\n", name);
+    ck_assert_msg(strstr(text, want) != NULL, "%s is not a histogram", name);
+    snprintf(want, sizeof(want), "%s{quantile=", name);
+    ck_assert_msg(strstr(text, want) == NULL, "%s still has quantiles", name);
+    snprintf(want, sizeof(want), "%s_bucket{le=\"", name);
+    size_t wl = strlen(want);
+    double prev = 0, inf = -1;
+    int buckets = 0;
+    for (const char *p = strstr(text, want); p != NULL; p = strstr(p + 1, want)) {
+        const char *sp = strchr(p, ' ');
+        ck_assert(sp != NULL);
+        double v = strtod(sp + 1, NULL);
+        ck_assert_msg(v >= prev, "%s: bucket %.*s falls below the one before", name,
+                      (int)(sp - p), p);
+        prev = v;
+        buckets++;
+        if (strncmp(p + wl, "+Inf\"}", 6) == 0)
+            inf = v;
+    }
+    ck_assert_msg(buckets >= 2, "%s: %d buckets", name, buckets);
+    snprintf(want, sizeof(want), "%s_count", name);
+    double count = sample(text, want);
+    ck_assert_msg(inf == count, "%s: +Inf bucket %g, _count %g", name, inf, count);
+    snprintf(want, sizeof(want), "%s_sum", name);
+    ck_assert_msg(sample(text, want) >= 0, "%s_sum missing", name);
+    return count;
+}
+
+START_TEST(test_metrics_export_latency_histograms_read_rounds_and_kv_size)
+{
+    struct fixture f;
+    fx_start(&f, NULL);
+    int s = connect_to(f.port);
+    static char buf[262144];
+    for (int i = 0; i < 3; i++) {
+        char req[128];
+        int len = snprintf(req, sizeof(req),
+                           "PUT /v1/kv/m%d HTTP/1.1\r\nContent-Length: 5\r\n\r\nvalue", i);
+        send_all(s, req, (size_t)len);
+        read_responses(s, buf, sizeof(buf), 1);
+        ck_assert_msg(strstr(buf, "HTTP/1.1 200 OK") == buf, "put: %s", buf);
+    }
+    const char *get = "GET /v1/kv/m0?consistency=linearizable HTTP/1.1\r\n\r\n";
+    send_all(s, get, strlen(get));
+    read_responses(s, buf, sizeof(buf), 1);
+    ck_assert_msg(strstr(buf, "HTTP/1.1 200 OK") == buf, "get: %s", buf);
+    const char *metrics = "GET /metrics HTTP/1.1\r\n\r\n";
+    send_all(s, metrics, strlen(metrics));
+    read_responses(s, buf, sizeof(buf), 1);
+    ck_assert_msg(strstr(buf, "HTTP/1.1 200 OK") == buf, "metrics: %.200s", buf);
+    const char *text = strstr(buf, "\r\n\r\n") + 4;
+
+    /* Append, fsync and apply latencies, and batch sizes, as histograms. */
+    double appends = check_histogram(text, "tierkv_store_append_seconds");
+    double fsyncs = check_histogram(text, "tierkv_store_fsync_seconds");
+    double applies = check_histogram(text, "tierkv_apply_seconds");
+    double batches = check_histogram(text, "tierkv_proposal_batch_size");
+    ck_assert_msg(appends >= 3 && applies >= 3, "appends %g, applies %g", appends, applies);
+    /* Every counted sync is timed: nothing writes after the last answer. */
+    ck_assert_msg(fsyncs >= 3 && fsyncs == sample(text, "tierkv_store_syncs_total"),
+                  "fsync samples %g, syncs %g", fsyncs,
+                  sample(text, "tierkv_store_syncs_total"));
+    /* Three writes sent one at a time: three batches of one entry. */
+    ck_assert_int_eq((int)batches, 3);
+    ck_assert_int_eq((int)sample(text, "tierkv_proposal_batch_size_bucket{le=\"1\"}"), 3);
+    ck_assert(sample(text, "tierkv_store_fsync_seconds_bucket{le=\"1\"}") == fsyncs);
+
+    /* ReadIndex: the read and the round that confirmed it. */
+    ck_assert(sample(text, "tierkv_read_index_total") >= 1);
+    ck_assert(sample(text, "tierkv_read_index_rounds_total") >= 1);
+    ck_assert(strstr(text, "# TYPE tierkv_read_index_rounds_total counter\n") != NULL);
+
+    /* Sizes: the log's appended bytes and the state machine's. */
+    ck_assert(sample(text, "tierkv_store_appended_bytes_total") > 0);
+    ck_assert(sample(text, "tierkv_store_bytes") < 0); /* renamed: it never was a size */
+    ck_assert(sample(text, "tierkv_kv_ring_bytes") > 0);
+    ck_assert(sample(text, "tierkv_kv_hot_keys") >= 3);
+    ck_assert(sample(text, "tierkv_kv_cold_keys") >= 0);
+    ck_assert(sample(text, "tierkv_kv_tier_downs_total") >= 0);
+    ck_assert(sample(text, "tierkv_kv_bad_records_total") == 0);
+    close(s);
+    fx_stop(&f);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("gateway");
@@ -409,6 +515,7 @@ int main(void)
     tcase_add_test(h, test_oversized_requests_get_413_and_431);
     tcase_add_test(h, test_stop_with_open_and_half_sent_connections);
     tcase_add_test(h, test_listen_failure_is_reported);
+    tcase_add_test(h, test_metrics_export_latency_histograms_read_rounds_and_kv_size);
     suite_add_tcase(s, h);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
