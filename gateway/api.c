@@ -1305,8 +1305,9 @@ static void handle_readyz(struct http_req *req)
     if (gw->stopping) {
         http_respond_error(req, 503, "shutting_down", retry, "the node is shutting down");
     } else if (st.failed) {
-        http_respond_error(req, 503, "storage_failed", retry,
-                           "the node's storage failed; it serves nothing until restarted");
+        http_respond_error(
+            req, 503, "storage_failed", retry,
+            "the node's storage failed; it serves nothing until restarted");
     } else if (st.leader == 0) {
         http_respond_error(req, 503, "no_leader", retry, "no leader is known yet");
     } else if (st.applied < st.commit) {
@@ -1334,10 +1335,11 @@ static void metric(struct jbuf *b, const char *name, const char *type, const cha
  * sample is taken at its base bucket's lower bound, at most 1/64 (1.6 %) below
  * its value, so one just above x may be counted at x. Bounds under 128 are
  * exact (the base buckets there hold one value each). */
-static const double lat_le_s[] = {10e-6, 25e-6, 50e-6, 100e-6, 250e-6, 500e-6,
-                                  1e-3,  2.5e-3, 5e-3, 10e-3,  25e-3,  50e-3,
-                                  0.1,   0.25,  0.5,  1.0};
-static const double batch_le[] = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096};
+static const double lat_le_s[] = {10e-6, 25e-6,  50e-6, 100e-6, 250e-6, 500e-6,
+                                  1e-3,  2.5e-3, 5e-3,  10e-3,  25e-3,  50e-3,
+                                  0.1,   0.25,   0.5,   1.0};
+static const double batch_le[] = {1,   2,   4,   8,    16,   32,  64,
+                                  128, 256, 512, 1024, 2048, 4096};
 #define LAT_LE_N (sizeof(lat_le_s) / sizeof(lat_le_s[0]))
 #define BATCH_LE_N (sizeof(batch_le) / sizeof(batch_le[0]))
 
@@ -1374,8 +1376,8 @@ static void le_buckets_init(void)
 /* `h` as a Prometheus histogram: cumulative _bucket{le} counts, +Inf, _sum and
  * _count; `scale` converts the base unit (1e-9: nanoseconds to seconds). */
 static void histogram(struct jbuf *b, const char *name, const char *help,
-                      const struct tk_hist *h, const double *le, const unsigned *le_bucket,
-                      size_t n_le, double scale)
+                      const struct tk_hist *h, const double *le,
+                      const unsigned *le_bucket, size_t n_le, double scale)
 {
     jbuf_printf(b, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
     uint64_t cum = 0;
@@ -1383,7 +1385,8 @@ static void histogram(struct jbuf *b, const char *name, const char *help,
     for (size_t i = 0; i < n_le; i++) {
         for (; next <= le_bucket[i]; next++)
             cum += h->buckets[next];
-        jbuf_printf(b, "%s_bucket{le=\"%g\"} %llu\n", name, le[i], (unsigned long long)cum);
+        jbuf_printf(b, "%s_bucket{le=\"%g\"} %llu\n", name, le[i],
+                    (unsigned long long)cum);
     }
     jbuf_printf(b, "%s_bucket{le=\"+Inf\"} %llu\n%s_sum %.9g\n%s_count %llu\n", name,
                 (unsigned long long)h->count, name, (double)h->sum * scale, name,
@@ -1439,7 +1442,8 @@ static void handle_metrics(struct http_req *req)
            m.installs);
     metric(&b, "tierkv_store_syncs_total", "counter", "Log store fsyncs.", m.store_syncs);
     metric(&b, "tierkv_store_appended_bytes_total", "counter",
-           "Payload bytes appended to the Raft log since the node started.", m.store_bytes);
+           "Payload bytes appended to the Raft log since the node started.",
+           m.store_bytes);
     metric(&b, "tierkv_kv_ring_bytes", "gauge",
            "Bytes of ring pages the state machine's hot tier holds in memory.",
            m.kv_ring_bytes);
@@ -1448,7 +1452,8 @@ static void handle_metrics(struct http_req *req)
     metric(&b, "tierkv_kv_cold_keys", "gauge",
            "Keys in the state machine's cold tier (LMDB).", m.kv_cold_keys);
     metric(&b, "tierkv_kv_tier_downs_total", "counter",
-           "Tier-down transactions (ring pages moved to the cold tier).", m.kv_tier_downs);
+           "Tier-down transactions (ring pages moved to the cold tier).",
+           m.kv_tier_downs);
     metric(&b, "tierkv_kv_bad_records_total", "counter",
            "Ring records that failed their check on read (served from the cold tier).",
            m.kv_bad_records);
@@ -1469,9 +1474,10 @@ static void handle_metrics(struct http_req *req)
            "Requests answered 400, 408, 413, 414 or 431.", gw->bad_requests);
     const struct node_latency *lat = node_latency(gw->node);
     uv_once(&le_once, le_buckets_init);
-    latency_histogram(&b, "tierkv_store_append_seconds",
-                      "Log append latency, handed to storage to durable (fsync included).",
-                      &lat->append);
+    latency_histogram(
+        &b, "tierkv_store_append_seconds",
+        "Log append latency, handed to storage to durable (fsync included).",
+        &lat->append);
     latency_histogram(&b, "tierkv_store_fsync_seconds",
                       "Duration of one log sync (fdatasync of the segments written).",
                       &lat->fsync);

@@ -90,7 +90,7 @@ const int gw_status_codes[GW_STATUS_SLOTS] = {100, 200, 400, 404, 405, 408, 409,
                                               503, 504, 505, 0,   0,   0};
 const char *const gw_route_names[ROUTE_COUNT] = {
     "kv_get", "kv_put",  "kv_delete", "kv_scan", "kv_delete_range", "kv_incr", "batch",
-    "txn",    "cluster", "healthz",   "readyz",  "metrics",         "digest", "other",
+    "txn",    "cluster", "healthz",   "readyz",  "metrics",         "digest",  "other",
 };
 
 int http_status_slot(int status)

@@ -53,16 +53,16 @@ struct tk_options {
     uint64_t cluster_id; /* TCP handshake */
     uint32_t n_members;
     struct tk_member members[TK_MEMBERS_MAX];
-    const char *listen_host; /* TCP: NULL = the member's own host */
-    const char *data_dir;    /* fs store under this dir; NULL = memory volume */
-    bool kv_no_sync;         /* tests and benchmarks only */
-    size_t kv_map_bytes;     /* LMDB map of the KV cold tier: 0 = 64 GiB (sparse);
-                                smaller under valgrind, which cannot map that much */
-    uint32_t tick_ms;        /* 10 */
-    uint32_t election_ticks; /* 20 */
-    uint32_t heartbeat_ticks; /* 2 */
-    uint32_t queue_max;      /* pending requests per node: 65536 */
-    uint64_t timeout_ms;     /* per request: 10000 */
+    const char *listen_host;   /* TCP: NULL = the member's own host */
+    const char *data_dir;      /* fs store under this dir; NULL = memory volume */
+    bool kv_no_sync;           /* tests and benchmarks only */
+    size_t kv_map_bytes;       /* LMDB map of the KV cold tier: 0 = 64 GiB (sparse);
+                                  smaller under valgrind, which cannot map that much */
+    uint32_t tick_ms;          /* 10 */
+    uint32_t election_ticks;   /* 20 */
+    uint32_t heartbeat_ticks;  /* 2 */
+    uint32_t queue_max;        /* pending requests per node: 65536 */
+    uint64_t timeout_ms;       /* per request: 10000 */
     uint64_t snapshot_entries; /* 100000 */
     uint64_t snapshot_bytes;   /* or payload bytes: 64 MiB */
     uint64_t trailing_entries; /* 10000 */

@@ -10,9 +10,9 @@
  * log after it.
  *
  * Threads: a struct kv_sm is owned by one thread (the node's loop thread,
- * which applies); every kv_sm_* call comes from that thread. A struct kv_snap may be read from
- * another thread while the owner keeps applying (it holds an LMDB MVCC view),
- * but kv_snap_close must happen before kv_sm_close.
+ * which applies); every kv_sm_* call comes from that thread. A struct kv_snap may be read
+ * from another thread while the owner keeps applying (it holds an LMDB MVCC view), but
+ * kv_snap_close must happen before kv_sm_close.
  *
  * Determinism: apply depends only on the sm's state and its arguments. TTL
  * expiry uses the entries' time_ms (the sm's clock is the largest time_ms it
@@ -29,14 +29,14 @@
 #define KV_TXN_OPS_MAX 128 /* ops in a batch or in then+else of a txn */
 
 struct kv_config {
-    const char *dir;     /* directory for the cold tier (created if needed) */
-    size_t page_bytes;   /* ring page size, default 256 KiB */
-    size_t ring_bytes;   /* ring budget, default 64 MiB */
-    size_t key_max;      /* default 4 KiB, at most 65535 */
-    size_t value_max;    /* default 1 MiB, at most 64 MiB */
-    size_t sessions_max; /* remembered (client, seq) results, default 65536 */
-    size_t map_bytes;    /* LMDB map size, default 64 GiB (sparse) */
-    bool no_sync;        /* LMDB without fsync (tests, benchmarks only) */
+    const char *dir;      /* directory for the cold tier (created if needed) */
+    size_t page_bytes;    /* ring page size, default 256 KiB */
+    size_t ring_bytes;    /* ring budget, default 64 MiB */
+    size_t key_max;       /* default 4 KiB, at most 65535 */
+    size_t value_max;     /* default 1 MiB, at most 64 MiB */
+    size_t sessions_max;  /* remembered (client, seq) results, default 65536 */
+    size_t map_bytes;     /* LMDB map size, default 64 GiB (sparse) */
+    bool no_sync;         /* LMDB without fsync (tests, benchmarks only) */
     bool background_tier; /* the owner runs tier-down jobs (kv_sm_tier_start)
                              when kv_sm_tier_wanted; apply itself tiers down
                              only past twice the ring budget */
@@ -139,7 +139,8 @@ int kv_sm_multi_get(struct kv_sm *sm, const struct kv_item *keys, size_t n,
  * bucket is likely cached), starts loading the key's current record. Applying
  * command i while hinting i + 4 and i + 8 overlaps their cache misses. Neither
  * changes any state. */
-bool kv_sm_prefetch(const struct kv_sm *sm, const void *cmd, size_t cmd_len, uint64_t *hash);
+bool kv_sm_prefetch(const struct kv_sm *sm, const void *cmd, size_t cmd_len,
+                    uint64_t *hash);
 void kv_sm_prefetch_record(const struct kv_sm *sm, uint64_t hash);
 
 /* Scans live keys of `r` in byte order, at most `limit` (0 = no limit), merging
@@ -178,7 +179,8 @@ struct kv_tier_result {
 };
 int kv_sm_tier_start(struct kv_sm *sm, bool snapshot, struct kv_tier_job **out);
 void kv_tier_run(struct kv_tier_job *j);
-int kv_sm_tier_finish(struct kv_sm *sm, struct kv_tier_job *j, struct kv_tier_result *out);
+int kv_sm_tier_finish(struct kv_sm *sm, struct kv_tier_job *j,
+                      struct kv_tier_result *out);
 /* The ring is over its budget and no job is in flight. */
 bool kv_sm_tier_wanted(const struct kv_sm *sm);
 /* A job is in flight and the ring has grown past twice its budget: the owner

@@ -1083,7 +1083,8 @@ int kv_sm_skip(struct kv_sm *sm, uint64_t index, uint64_t term, uint64_t time_ms
     return 0;
 }
 
-bool kv_sm_prefetch(const struct kv_sm *sm, const void *cmd, size_t cmd_len, uint64_t *hash)
+bool kv_sm_prefetch(const struct kv_sm *sm, const void *cmd, size_t cmd_len,
+                    uint64_t *hash)
 {
     Kvpb__Command fc;
     Kvpb__Put fput;
@@ -1092,7 +1093,7 @@ bool kv_sm_prefetch(const struct kv_sm *sm, const void *cmd, size_t cmd_len, uin
         return false;
     const ProtobufCBinaryData *k = fc.cmd_case == KVPB__COMMAND__CMD_PUT   ? &fc.put->key
                                    : fc.cmd_case == KVPB__COMMAND__CMD_DEL ? &fc.del->key
-                                                                          : NULL;
+                                                                           : NULL;
     if (k == NULL || k->len == 0)
         return false;
     *hash = kv__hash(k->data, k->len);

@@ -71,7 +71,7 @@ struct kv_sm {
     struct kv_tier_ent *tier_ents; /* tier-down: the records of its pages */
     size_t n_tier_ents, cap_tier_ents;
     struct kv_tier_job *job; /* the tier-down in flight, if any */
-    uint8_t *scratch; /* delete-range key list */
+    uint8_t *scratch;        /* delete-range key list */
     size_t scratch_cap;
 };
 

@@ -53,20 +53,20 @@ struct node {
 
     uv_thread_t thread;
     uv_sem_t started;
-    uv_sem_t closed;  /* posted when the node's last handle has closed */
+    uv_sem_t closed; /* posted when the node's last handle has closed */
     int start_rc;
     uv_loop_t own_loop;
-    uv_loop_t *loop;  /* &own_loop, or the caller's shared loop */
-    bool shared;      /* on o.loop, run by the caller; no thread of our own */
+    uv_loop_t *loop; /* &own_loop, or the caller's shared loop */
+    bool shared;     /* on o.loop, run by the caller; no thread of our own */
     uv_async_t wake;
     uv_timer_t ticker;
     uv_check_t check;
-    uv_idle_t idle;   /* active while the core has work for the next check */
+    uv_idle_t idle; /* active while the core has work for the next check */
     bool kicked;
-    bool spinning;         /* idle kept active by spin_us */
-    uint64_t activity;     /* bumped by messages, requests and readies */
+    bool spinning;     /* idle kept active by spin_us */
+    uint64_t activity; /* bumped by messages, requests and readies */
     uint64_t activity_seen;
-    uint64_t active_ns;    /* when activity last changed, seen from on_check */
+    uint64_t active_ns; /* when activity last changed, seen from on_check */
     atomic_bool stopping;
     bool closing;
     int handles_open;
@@ -115,12 +115,12 @@ struct node {
     struct raft_config tier_config;
     uint64_t tier_t0, tier_t_done;
     uint64_t turn_ns[6], turn_applied; /* this loop turn's, by phase */
-    struct kv_result res; /* scratch for apply */
+    struct kv_result res;              /* scratch for apply */
     struct raft_entry *batch;
 
     pthread_mutex_t status_mu;
-    struct node_status status; /* written by the loop under status_mu (which
-                                  the loop itself may read it without) */
+    struct node_status status;   /* written by the loop under status_mu (which
+                                    the loop itself may read it without) */
     struct node_metrics metrics; /* loop thread; copied under status_mu */
     struct node_metrics metrics_pub;
     struct node_latency lat; /* loop thread */
@@ -208,8 +208,8 @@ static void fail_list(struct node *n, struct req_list *l, int status)
 /* ---- storage ----------------------------------------------------------- */
 
 /* Storage thread: a batch is durable (or failed). Runs in submission order. */
-static void on_appended(void *data, uint64_t seq, uint64_t last_index,
-                        uint64_t last_term, int status)
+static void on_appended(void *data, uint64_t seq, uint64_t last_index, uint64_t last_term,
+                        int status)
 {
     struct node *n = data;
     (void)last_index;
@@ -309,7 +309,7 @@ static void node_fail(struct node *n, int rc, const char *what)
 static void serve_reads(struct node *n)
 {
     uint64_t applied = kv_sm_applied_index(n->sm);
-    struct req_list keep = { 0 };
+    struct req_list keep = {0};
     struct node_req *r;
     while ((r = list_pop(&n->read_ready)) != NULL) {
         if (r->index <= applied)
@@ -442,8 +442,8 @@ static void tier_work(uv_work_t *w)
     id_t tid = (id_t)syscall(SYS_gettid);
     errno = 0;
     int was = getpriority(PRIO_PROCESS, tid);
-    bool niced = errno == 0 && was < TIER_NICE &&
-                 setpriority(PRIO_PROCESS, tid, TIER_NICE) == 0;
+    bool niced =
+        errno == 0 && was < TIER_NICE && setpriority(PRIO_PROCESS, tid, TIER_NICE) == 0;
     kv_tier_run(n->tier_job);
     /* The pool is the process's: give the thread back as it was, where the
      * process may raise a priority again (CAP_SYS_NICE or RLIMIT_NICE). */
@@ -463,8 +463,8 @@ static void snapshot_taken(struct node *n, struct kv_tier_result *res)
     tk_blob_unref(blob);
     if (rc != 0) {
         TK_LOG(TK_LOG_WARN, n->o.id, raft_term(n->raft),
-               "snapshot at %llu refused by the core: %s",
-               (unsigned long long)meta.index, tk_strerror(rc));
+               "snapshot at %llu refused by the core: %s", (unsigned long long)meta.index,
+               tk_strerror(rc));
         n->snap_index = meta.index; /* try again a full interval later */
         return;
     }
@@ -604,7 +604,8 @@ static void maybe_snapshot(struct node *n)
         return;
     }
     uint64_t applied = kv_sm_applied_index(n->sm);
-    if ((n->o.snapshot_entries != 0 && applied >= n->snap_index + n->o.snapshot_entries) ||
+    if ((n->o.snapshot_entries != 0 &&
+         applied >= n->snap_index + n->o.snapshot_entries) ||
         (n->o.snapshot_bytes != 0 && n->snap_bytes >= n->o.snapshot_bytes))
         tier_start(n, true, false);
     else if (kv_sm_tier_wanted(n->sm))
@@ -685,7 +686,7 @@ static void handle_read_states(struct node *n, const struct raft_read_state *rs,
                                size_t cnt)
 {
     for (size_t i = 0; i < cnt; i++) {
-        struct req_list keep = { 0 };
+        struct req_list keep = {0};
         struct node_req *r;
         while ((r = list_pop(&n->read_wait)) != NULL) {
             if (r->ctx != rs[i].ctx) {
@@ -715,7 +716,7 @@ static void fail_orphan_reads(struct node *n)
     if (leader == n->read_leader)
         return;
     n->read_leader = leader;
-    struct req_list keep = { 0 };
+    struct req_list keep = {0};
     struct node_req *r;
     while ((r = list_pop(&n->read_wait)) != NULL) {
         if (r->asked != 0 && r->asked != leader)
@@ -730,8 +731,8 @@ static void fail_orphan_reads(struct node *n)
 enum turn_phase { PH_READY, PH_STORE, PH_SEND, PH_APPLY, PH_ADVANCE, PH_SNAP, PH_N };
 _Static_assert(PH_N == sizeof(((struct node *)0)->turn_ns) / sizeof(uint64_t),
                "struct node's turn_ns has a slot per phase");
-static const char *const phase_name[PH_N] = {"ready",   "store",   "send",
-                                             "apply",   "advance", "snapshot"};
+static const char *const phase_name[PH_N] = {"ready", "store",   "send",
+                                             "apply", "advance", "snapshot"};
 
 static void phase_end(struct node *n, enum turn_phase ph, uint64_t *t)
 {
@@ -815,7 +816,6 @@ static void process_ready(struct node *n)
 }
 
 /* ---- requests from other threads --------------------------------------- */
-
 
 static void start_read(struct node *n, struct node_req *r)
 {
@@ -926,7 +926,7 @@ static void forward_response(struct node *n, const uint8_t *buf, size_t len)
         /* The usual case: answers come back in the order they were sent. */
         found = list_pop(&n->forward_wait);
     } else {
-        struct req_list keep = { 0 };
+        struct req_list keep = {0};
         while ((r = list_pop(&n->forward_wait)) != NULL) {
             if (found == NULL && r->ctx == id)
                 found = r;
@@ -1015,8 +1015,8 @@ static void drain_queue(struct node *n)
             forward_write(n, r);
             continue;
         }
-        n->batch[nb++] = (struct raft_entry){ .type = RAFT_ENTRY_NORMAL,
-                                              .time_ms = now, .data = r->cmd };
+        n->batch[nb++] = (struct raft_entry){
+            .type = RAFT_ENTRY_NORMAL, .time_ms = now, .data = r->cmd};
         r->next = NULL;
         if (last)
             last->next = r;
@@ -1301,8 +1301,8 @@ static int open_storage(struct node *n, struct raft_boot *boot, struct raft_entr
         kc.map_bytes = n->o.kv_map_bytes;
     rc = kv_sm_open(&kc, &n->sm);
     if (rc != 0) {
-        TK_LOG(TK_LOG_ERROR, n->o.id, 0, "cannot open the state machine in %s: %s",
-               path, tk_strerror(rc));
+        TK_LOG(TK_LOG_ERROR, n->o.id, 0, "cannot open the state machine in %s: %s", path,
+               tk_strerror(rc));
         return rc;
     }
     uint64_t applied = kv_sm_applied_index(n->sm);
@@ -1343,11 +1343,10 @@ static int open_storage(struct node *n, struct raft_boot *boot, struct raft_entr
 
 static int open_transport(struct node *n)
 {
-    struct transport_callbacks cbs = { .recv = on_recv, .peer = NULL,
-                                       .forward = on_forward, .data = n };
+    struct transport_callbacks cbs = {
+        .recv = on_recv, .peer = NULL, .forward = on_forward, .data = n};
     if (n->o.hub != NULL)
-        return transport_inproc_new(n->o.hub, n->loop, n->o.id, 0, &cbs,
-                                    &n->transport);
+        return transport_inproc_new(n->o.hub, n->loop, n->o.id, 0, &cbs, &n->transport);
     struct transport_tcp_options to;
     transport_tcp_options_default(&to);
     to.id = n->o.id;
@@ -1492,10 +1491,9 @@ static void node_free(struct node *n)
 
 int node_start(const struct node_options *o, struct node **out)
 {
-    if (o->id == RAFT_NONE || !raft_config_has(&o->members, o->id) ||
-        o->tick_ms == 0 || o->heartbeat_ticks == 0 ||
-        o->heartbeat_ticks >= o->election_ticks || o->queue_max == 0 ||
-        o->batch_max == 0)
+    if (o->id == RAFT_NONE || !raft_config_has(&o->members, o->id) || o->tick_ms == 0 ||
+        o->heartbeat_ticks == 0 || o->heartbeat_ticks >= o->election_ticks ||
+        o->queue_max == 0 || o->batch_max == 0)
         return TK_EINVAL;
     struct node *n = tk_calloc(1, sizeof(*n));
     n->o = *o;
@@ -1621,7 +1619,7 @@ int node_isolate(struct node *n, bool isolated)
         uint64_t peer = n->o.members.voters[i];
         if (peer == n->o.id)
             continue;
-        struct transport_link_faults f = { .blocked = isolated };
+        struct transport_link_faults f = {.blocked = isolated};
         int rc = transport_inproc_set_faults(n->o.hub, n->o.id, peer, &f);
         if (rc == 0)
             rc = transport_inproc_set_faults(n->o.hub, peer, n->o.id, &f);

@@ -65,8 +65,8 @@ struct node_req;
  * (forwarded to a node that is no longer leader), TK_EBUSY,
  * TK_ELOST (leadership changed and the entry was replaced), TK_ETIMEDOUT,
  * TK_ESHUTDOWN or TK_EIO. Runs on the node's loop thread; `res` is borrowed. */
-typedef void node_write_cb(struct node_req *req, int status,
-                           const struct kv_result *res, void *data);
+typedef void node_write_cb(struct node_req *req, int status, const struct kv_result *res,
+                           void *data);
 
 /* A read may run. Called on the loop thread when the state is at least as new
  * as the consistency asks (status 0), or with an error (TK_ENOLEADER,
@@ -76,8 +76,7 @@ typedef void node_write_cb(struct node_req *req, int status,
  * is no longer the one this node knows (this node was deposed, or, on a
  * follower, it gave up on that leader): no answer can be counted on, and a
  * failed read changes nothing. */
-typedef void node_read_cb(struct node_req *req, int status, struct kv_sm *sm,
-                          void *data);
+typedef void node_read_cb(struct node_req *req, int status, struct kv_sm *sm, void *data);
 
 /* A request, allocated and owned by the caller, untouched by the caller from
  * node_submit/node_read until its callback has run. */
@@ -97,7 +96,7 @@ struct node_req {
     uint64_t index;
     uint64_t term;
     uint64_t ctx;
-    uint64_t asked;      /* reads: the leader asked for the index (0: self) */
+    uint64_t asked; /* reads: the leader asked for the index (0: self) */
     uint64_t deadline_ms;
     struct node_req *next;
 };
@@ -118,7 +117,7 @@ struct node_options {
      * else a memory volume (taken, may be NULL: a fresh one). */
     const char *data_dir;
     struct store_mem_volume *volume;
-    bool kv_no_sync; /* the kv cold tier without fsync (tests, benchmarks) */
+    bool kv_no_sync;     /* the kv cold tier without fsync (tests, benchmarks) */
     size_t kv_map_bytes; /* LMDB map size of the kv cold tier; 0: kv's default */
 
     uint32_t tick_ms;          /* 10 */
@@ -188,19 +187,19 @@ int node_transfer_leadership(struct node *n, uint64_t to);
 
 /* Counters for /metrics; any thread (published by the loop each turn). */
 struct node_metrics {
-    uint64_t proposals;      /* writes proposed by this node */
-    uint64_t batches;        /* raft_propose calls */
-    uint64_t forwarded;      /* writes forwarded to the leader */
-    uint64_t reads;          /* reads served */
-    uint64_t read_index;     /* linearizable reads that asked for a read index */
+    uint64_t proposals;         /* writes proposed by this node */
+    uint64_t batches;           /* raft_propose calls */
+    uint64_t forwarded;         /* writes forwarded to the leader */
+    uint64_t reads;             /* reads served */
+    uint64_t read_index;        /* linearizable reads that asked for a read index */
     uint64_t read_index_rounds; /* leader: heartbeat rounds confirming them
                                    (raft_read_rounds) */
     uint64_t applied_entries;
-    uint64_t snapshots;      /* snapshots taken */
-    uint64_t installs;       /* snapshots installed from a leader */
-    uint64_t store_syncs;    /* log syncs (store_stats.syncs) */
-    uint64_t store_bytes;    /* payload bytes appended to the log since start
-                                (store_stats.bytes; a counter, not a size) */
+    uint64_t snapshots;   /* snapshots taken */
+    uint64_t installs;    /* snapshots installed from a leader */
+    uint64_t store_syncs; /* log syncs (store_stats.syncs) */
+    uint64_t store_bytes; /* payload bytes appended to the log since start
+                             (store_stats.bytes; a counter, not a size) */
     /* The state machine's size (kv_sm_stats). The cold tier's bytes are not
      * known: kv/ reports only its key count. */
     uint64_t kv_ring_bytes;  /* ring pages held: the hot tier's memory */

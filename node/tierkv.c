@@ -540,7 +540,7 @@ int tk_submit(struct tk_node *n, const void *cmd, size_t len, enum tk_mode mode,
 
 static ProtobufCBinaryData bin(const void *p, size_t len)
 {
-    ProtobufCBinaryData b = { .len = len, .data = (uint8_t *)(uintptr_t)p };
+    ProtobufCBinaryData b = {.len = len, .data = (uint8_t *)(uintptr_t)p};
     return b;
 }
 
@@ -735,9 +735,12 @@ int tk_get(struct tk_node *n, const void *key, size_t key_len, enum tk_consisten
 static int scan_item(const struct kv_item *it, void *data)
 {
     struct waiter *w = data;
-    struct tk_item ti = { .key = it->key, .key_len = it->key_len, .value = it->value,
-                          .value_len = it->value_len, .mod_revision = it->mod_revision,
-                          .version = it->version };
+    struct tk_item ti = {.key = it->key,
+                         .key_len = it->key_len,
+                         .value = it->value,
+                         .value_len = it->value_len,
+                         .mod_revision = it->mod_revision,
+                         .version = it->version};
     return w->item_cb(&ti, w->item_data);
 }
 
@@ -746,8 +749,8 @@ static void scan_cb(struct node_req *req, int status, struct kv_sm *sm, void *da
     (void)req;
     struct waiter *w = data;
     if (status == 0) {
-        struct kv_range r = { .start = w->prefix, .start_len = w->prefix_len,
-                              .by_prefix = true };
+        struct kv_range r = {
+            .start = w->prefix, .start_len = w->prefix_len, .by_prefix = true};
         status = kv_sm_scan(sm, &r, w->limit, scan_item, w);
     }
     waiter_done(w, status);

@@ -75,8 +75,8 @@ static void set_role(struct raft *r, uint8_t role, uint64_t leader)
 static void reset_election_timeout(struct raft *r)
 {
     r->election_elapsed = 0;
-    r->election_timeout = r->o.election_ticks +
-        (uint32_t)tk_prng_below(&r->prng, r->o.election_ticks);
+    r->election_timeout =
+        r->o.election_ticks + (uint32_t)tk_prng_below(&r->prng, r->o.election_ticks);
 }
 
 /* True when there is state changed since the last ready that the next ready
@@ -181,8 +181,7 @@ static void config_refresh(struct raft *r)
         if (e->type != RAFT_ENTRY_CONFIG)
             continue;
         struct raft_config c;
-        if (e->data != NULL &&
-            raft_config_decode(e->data->data, e->data->len, &c) == 0) {
+        if (e->data != NULL && raft_config_decode(e->data->data, e->data->len, &c) == 0) {
             r->config = c;
             r->config_index = i;
             return;
@@ -284,13 +283,13 @@ static void become_leader(struct raft *r)
     struct raft_entry e[2];
     size_t n = 0;
     uint64_t idx = last_index(r);
-    e[n++] = (struct raft_entry){ .term = r->term, .index = ++idx,
-                                  .type = RAFT_ENTRY_NOOP };
+    e[n++] =
+        (struct raft_entry){.term = r->term, .index = ++idx, .type = RAFT_ENTRY_NOOP};
     struct tk_blob *cfg = NULL;
     if (r->config_index == 0 && r->snap.index == 0) {
         cfg = raft_config_encode(&r->config);
-        e[n++] = (struct raft_entry){ .term = r->term, .index = ++idx,
-                                      .type = RAFT_ENTRY_CONFIG, .data = cfg };
+        e[n++] = (struct raft_entry){
+            .term = r->term, .index = ++idx, .type = RAFT_ENTRY_CONFIG, .data = cfg};
     }
     log_append(r, e, n);
     tk_blob_unref(cfg);
@@ -472,7 +471,7 @@ static void maybe_commit(struct raft *r)
     if (idx <= r->commit)
         return;
 #if RAFT_PLANTED_BUG == 2
-    /* Planted bug: commit whatever a quorum stores, whatever its term. */
+        /* Planted bug: commit whatever a quorum stores, whatever its term. */
 #else
     if (term_at(r, idx) != r->term)
         return;
@@ -496,8 +495,8 @@ static void maybe_commit(struct raft *r)
 static void read_state_push(struct raft *r, uint64_t ctx, uint64_t index, bool failed)
 {
     raft__grow((void **)&r->rs, &r->cap_rs, r->n_rs + 1, sizeof(*r->rs));
-    r->rs[r->n_rs++] = (struct raft_read_state){ .ctx = ctx, .index = index,
-                                                 .failed = failed };
+    r->rs[r->n_rs++] =
+        (struct raft_read_state){.ctx = ctx, .index = index, .failed = failed};
 }
 
 static void read_answer(struct raft *r, const struct raft__read *rd, bool failed)
@@ -552,7 +551,7 @@ static void reads_release(struct raft *r)
 
 static void read_add(struct raft *r, uint64_t ctx, uint64_t from)
 {
-    struct raft__read rd = { .ctx = ctx, .from = from };
+    struct raft__read rd = {.ctx = ctx, .from = from};
     if (r->n_reads >= RAFT__READS_MAX) {
         read_answer(r, &rd, true);
         return;
@@ -586,11 +585,12 @@ static void reads_start_round(struct raft *r)
 static void handle_vote(struct raft *r, const struct raft_message *m)
 {
     const struct raft_msg_vote *v = &m->u.vote;
-    bool up_to_date = v->last_log_term > last_term(r) ||
+    bool up_to_date =
+        v->last_log_term > last_term(r) ||
         (v->last_log_term == last_term(r) && v->last_log_index >= last_index(r));
     bool can_vote = r->vote == m->from ||
-        (r->vote == RAFT_NONE && r->leader == RAFT_NONE) ||
-        (v->pre_vote && m->term > r->term);
+                    (r->vote == RAFT_NONE && r->leader == RAFT_NONE) ||
+                    (v->pre_vote && m->term > r->term);
     struct raft_message resp;
     memset(&resp, 0, sizeof(resp));
     resp.type = RAFT_MSG_VOTE_RESP;
@@ -794,7 +794,7 @@ static void handle_append_resp(struct raft *r, const struct raft_message *m)
          * a later ack) are ignored: the follower holds everything up to
          * match, so a refusal at or below it is old news. */
         bool stale = ar->index <= pr->match ||
-            (pr->state == RAFT__PR_PROBE && ar->index != pr->next - 1);
+                     (pr->state == RAFT__PR_PROBE && ar->index != pr->next - 1);
         if (!stale) {
             uint64_t next = ar->conflict_index;
             if (next > last_index(r))
@@ -847,8 +847,7 @@ static void handle_append_resp(struct raft *r, const struct raft_message *m)
     if (r->role != RAFT_LEADER)
         return;
     fill_pipeline(r, pr);
-    if (r->transfer_to == pr->id && !r->transfer_sent &&
-        pr->match == last_index(r)) {
+    if (r->transfer_to == pr->id && !r->transfer_sent && pr->match == last_index(r)) {
         out_push(r, RAFT_MSG_TIMEOUT_NOW, pr->id);
         r->transfer_sent = true;
     }
@@ -878,8 +877,7 @@ int raft_step(struct raft *r, const struct raft_message *m)
 
     bool is_vote = m->type == RAFT_MSG_VOTE;
     if (m->term > r->term) {
-        if (is_vote && (r->o.check_quorum || m->u.vote.pre_vote) &&
-            !m->u.vote.transfer &&
+        if (is_vote && (r->o.check_quorum || m->u.vote.pre_vote) && !m->u.vote.transfer &&
             r->leader != RAFT_NONE && r->election_elapsed < r->o.election_ticks)
             return 0; /* leader stickiness (thesis 4.2.3): we have a live leader */
         if (is_vote && m->u.vote.pre_vote) {
@@ -889,7 +887,8 @@ int raft_step(struct raft *r, const struct raft_message *m)
             /* A granted pre-vote carries the term we would campaign in. */
         } else {
             bool from_leader = m->type == RAFT_MSG_APPEND ||
-                m->type == RAFT_MSG_SNAPSHOT || m->type == RAFT_MSG_TIMEOUT_NOW;
+                               m->type == RAFT_MSG_SNAPSHOT ||
+                               m->type == RAFT_MSG_TIMEOUT_NOW;
             become_follower(r, m->term, from_leader ? m->from : RAFT_NONE);
         }
     } else if (m->term < r->term) {
@@ -951,7 +950,8 @@ int raft_step(struct raft *r, const struct raft_message *m)
         }
         return 0;
     case RAFT_MSG_READ_INDEX_RESP:
-        read_state_push(r, m->u.read_index.ctx, m->u.read_index.reject ? 0 : m->u.read_index.index,
+        read_state_push(r, m->u.read_index.ctx,
+                        m->u.read_index.reject ? 0 : m->u.read_index.index,
                         m->u.read_index.reject);
         return 0;
     default:
@@ -977,8 +977,7 @@ void raft_tick(struct raft *r)
 {
     if (r->role != RAFT_LEADER) {
         r->election_elapsed++;
-        if (r->election_elapsed >= r->election_timeout &&
-            voter_slot(r, r->o.id) >= 0)
+        if (r->election_elapsed >= r->election_timeout && voter_slot(r, r->o.id) >= 0)
             campaign(r, r->o.pre_vote, false);
         return;
     }
@@ -988,8 +987,7 @@ void raft_tick(struct raft *r)
         struct raft__progress *pr = &r->prs[i];
         if (pr->id == r->o.id)
             continue;
-        if (pr->state == RAFT__PR_SNAPSHOT &&
-            ++pr->snapshot_ticks >= r->o.election_ticks)
+        if (pr->state == RAFT__PR_SNAPSHOT && ++pr->snapshot_ticks >= r->o.election_ticks)
             raft__pr_become_probe(pr); /* the snapshot was lost: retry */
         /* Appends in flight with no progress for an election timeout were
          * lost (or their follower restarted): probe again from match. */
@@ -1060,8 +1058,7 @@ void raft_persisted(struct raft *r, uint64_t seq)
     }
     if (r->n_prec == 0)
         r->prec_head = 0;
-    if ((r->role == RAFT_CANDIDATE) && !r->self_vote_durable &&
-        seq >= r->self_vote_seq) {
+    if ((r->role == RAFT_CANDIDATE) && !r->self_vote_durable && seq >= r->self_vote_seq) {
         r->self_vote_durable = true;
         tally(r);
     }
@@ -1149,8 +1146,7 @@ static uint64_t apply_limit(const struct raft *r)
 bool raft_has_ready(const struct raft *r)
 {
     return dirty(r) || r->soft_dirty || r->n_out > 0 || r->n_rs > 0 ||
-        r->read_hb_needed ||
-        apply_limit(r) > r->applying;
+           r->read_hb_needed || apply_limit(r) > r->applying;
 }
 
 /* Resolves an outbox entry to a sendable message; false drops it (its
@@ -1181,7 +1177,7 @@ void raft_ready(struct raft *r, struct raft_ready *rd)
     bool work = dirty(r);
     rd->seq = work ? r->next_seq : 0;
     rd->hard_state_changed = r->hs_dirty;
-    rd->hard_state = (struct raft_hard_state){ .term = r->term, .vote = r->vote };
+    rd->hard_state = (struct raft_hard_state){.term = r->term, .vote = r->vote};
     if (r->snap_install) {
         rd->snapshot = &r->snap;
         rd->snapshot_data = r->snap_install_data;
@@ -1332,18 +1328,54 @@ void raft_free(struct raft *r)
 
 /* ---- introspection ----------------------------------------------------- */
 
-uint64_t raft_id(const struct raft *r) { return r->o.id; }
-uint64_t raft_term(const struct raft *r) { return r->term; }
-uint64_t raft_vote(const struct raft *r) { return r->vote; }
-uint64_t raft_leader(const struct raft *r) { return r->leader; }
-int raft_role(const struct raft *r) { return r->role; }
-uint64_t raft_commit(const struct raft *r) { return r->commit; }
-uint64_t raft_applied_index(const struct raft *r) { return r->applied; }
-uint64_t raft_first_index(const struct raft *r) { return r->log.base_index + 1; }
-uint64_t raft_last_index(const struct raft *r) { return last_index(r); }
-uint64_t raft_stable_index(const struct raft *r) { return r->stable; }
-uint64_t raft_read_rounds(const struct raft *r) { return r->read_rounds; }
-const struct raft_config *raft_config(const struct raft *r) { return &r->config; }
+uint64_t raft_id(const struct raft *r)
+{
+    return r->o.id;
+}
+uint64_t raft_term(const struct raft *r)
+{
+    return r->term;
+}
+uint64_t raft_vote(const struct raft *r)
+{
+    return r->vote;
+}
+uint64_t raft_leader(const struct raft *r)
+{
+    return r->leader;
+}
+int raft_role(const struct raft *r)
+{
+    return r->role;
+}
+uint64_t raft_commit(const struct raft *r)
+{
+    return r->commit;
+}
+uint64_t raft_applied_index(const struct raft *r)
+{
+    return r->applied;
+}
+uint64_t raft_first_index(const struct raft *r)
+{
+    return r->log.base_index + 1;
+}
+uint64_t raft_last_index(const struct raft *r)
+{
+    return last_index(r);
+}
+uint64_t raft_stable_index(const struct raft *r)
+{
+    return r->stable;
+}
+uint64_t raft_read_rounds(const struct raft *r)
+{
+    return r->read_rounds;
+}
+const struct raft_config *raft_config(const struct raft *r)
+{
+    return &r->config;
+}
 
 int raft_term_at(const struct raft *r, uint64_t index, uint64_t *term)
 {
@@ -1355,8 +1387,7 @@ const struct raft_entry *raft_entry_at(const struct raft *r, uint64_t index)
     return raft__log_at(&r->log, index);
 }
 
-int raft_progress(const struct raft *r, uint64_t peer, uint64_t *match,
-                  uint64_t *next)
+int raft_progress(const struct raft *r, uint64_t peer, uint64_t *match, uint64_t *next)
 {
     if (r->role != RAFT_LEADER)
         return TK_ENOTLEADER;
@@ -1371,8 +1402,8 @@ int raft_progress(const struct raft *r, uint64_t peer, uint64_t *match,
 const char *raft_msg_type_name(int type)
 {
     static const char *const names[] = {
-        "none", "vote", "vote_resp", "append", "append_resp", "snapshot",
-        "timeout_now", "read_index", "read_index_resp",
+        "none",     "vote",        "vote_resp",  "append",          "append_resp",
+        "snapshot", "timeout_now", "read_index", "read_index_resp",
     };
     if (type < 0 || type >= RAFT_MSG_TYPE_COUNT)
         return "unknown";
@@ -1381,8 +1412,8 @@ const char *raft_msg_type_name(int type)
 
 const char *raft_role_name(int role)
 {
-    static const char *const names[] = { "follower", "pre_candidate", "candidate",
-                                         "leader" };
+    static const char *const names[] = {"follower", "pre_candidate", "candidate",
+                                        "leader"};
     if (role < 0 || role > RAFT_LEADER)
         return "unknown";
     return names[role];

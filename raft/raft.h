@@ -104,14 +104,14 @@ struct raft_hard_state {
 
 enum raft_msg_type {
     RAFT_MSG_NONE = 0,
-    RAFT_MSG_VOTE,             /* RequestVote (pre-vote when .vote.pre_vote) */
-    RAFT_MSG_VOTE_RESP,        /* its response */
-    RAFT_MSG_APPEND,           /* AppendEntries; a heartbeat has no entries */
-    RAFT_MSG_APPEND_RESP,      /* its response (also answers a snapshot) */
-    RAFT_MSG_SNAPSHOT,         /* InstallSnapshot */
-    RAFT_MSG_TIMEOUT_NOW,      /* leadership transfer: start an election now */
-    RAFT_MSG_READ_INDEX,       /* follower -> leader: give me a read index */
-    RAFT_MSG_READ_INDEX_RESP,  /* leader -> follower */
+    RAFT_MSG_VOTE,            /* RequestVote (pre-vote when .vote.pre_vote) */
+    RAFT_MSG_VOTE_RESP,       /* its response */
+    RAFT_MSG_APPEND,          /* AppendEntries; a heartbeat has no entries */
+    RAFT_MSG_APPEND_RESP,     /* its response (also answers a snapshot) */
+    RAFT_MSG_SNAPSHOT,        /* InstallSnapshot */
+    RAFT_MSG_TIMEOUT_NOW,     /* leadership transfer: start an election now */
+    RAFT_MSG_READ_INDEX,      /* follower -> leader: give me a read index */
+    RAFT_MSG_READ_INDEX_RESP, /* leader -> follower */
     RAFT_MSG_TYPE_COUNT,
 };
 
@@ -263,27 +263,27 @@ struct raft_boot {
  * simulator per bug (raft-sim-bug1..3) and requires each sweep to fail. */
 enum raft_bug {
     RAFT_BUG_NONE = 0,
-    RAFT_BUG_VOTE_BEFORE_PERSIST = 1,   /* grant a vote before it is durable */
-    RAFT_BUG_COMMIT_OLD_TERM = 2,       /* commit a previous-term entry by count */
-    RAFT_BUG_ACK_BEFORE_PERSIST = 3,    /* ack an append before it is durable */
+    RAFT_BUG_VOTE_BEFORE_PERSIST = 1, /* grant a vote before it is durable */
+    RAFT_BUG_COMMIT_OLD_TERM = 2,     /* commit a previous-term entry by count */
+    RAFT_BUG_ACK_BEFORE_PERSIST = 3,  /* ack an append before it is durable */
 };
 
 struct raft_options {
-    uint64_t id;                  /* this node; not RAFT_NONE */
-    uint64_t seed;                /* randomness for election timeouts */
-    uint32_t election_ticks;      /* timeout is uniform in [e, 2e) ticks; e > heartbeat */
-    uint32_t heartbeat_ticks;     /* leader heartbeat period */
-    bool pre_vote;                /* thesis 9.6 */
-    bool check_quorum;            /* leader steps down without majority contact */
-    uint32_t max_append_entries;  /* entries per AppendEntries message */
-    uint64_t max_append_bytes;    /* payload bytes per AppendEntries message */
-    uint32_t max_inflight_msgs;   /* unacked AppendEntries per follower */
-    uint64_t max_inflight_bytes;  /* unacked payload bytes per follower */
-    uint32_t max_uncommitted;     /* proposals refused with TK_EBUSY beyond this */
-    uint64_t log_reserve;         /* room for this many entries from the start
-                                     (0: grow as needed); growing a large log
-                                     copies it, which a host may not want to
-                                     do in the middle of a write */
+    uint64_t id;                 /* this node; not RAFT_NONE */
+    uint64_t seed;               /* randomness for election timeouts */
+    uint32_t election_ticks;     /* timeout is uniform in [e, 2e) ticks; e > heartbeat */
+    uint32_t heartbeat_ticks;    /* leader heartbeat period */
+    bool pre_vote;               /* thesis 9.6 */
+    bool check_quorum;           /* leader steps down without majority contact */
+    uint32_t max_append_entries; /* entries per AppendEntries message */
+    uint64_t max_append_bytes;   /* payload bytes per AppendEntries message */
+    uint32_t max_inflight_msgs;  /* unacked AppendEntries per follower */
+    uint64_t max_inflight_bytes; /* unacked payload bytes per follower */
+    uint32_t max_uncommitted;    /* proposals refused with TK_EBUSY beyond this */
+    uint64_t log_reserve;        /* room for this many entries from the start
+                                    (0: grow as needed); growing a large log
+                                    copies it, which a host may not want to
+                                    do in the middle of a write */
 };
 
 /* Sensible defaults: election 10, heartbeat 1, pre-vote and check-quorum on,
@@ -372,7 +372,6 @@ int raft_term_at(const struct raft *r, uint64_t index, uint64_t *term);
 const struct raft_entry *raft_entry_at(const struct raft *r, uint64_t index);
 const struct raft_config *raft_config(const struct raft *r);
 /* The leader's view of a follower's log; returns TK_ENOTLEADER or TK_EINVAL. */
-int raft_progress(const struct raft *r, uint64_t peer, uint64_t *match,
-                  uint64_t *next);
+int raft_progress(const struct raft *r, uint64_t peer, uint64_t *match, uint64_t *next);
 
 #endif

@@ -3,8 +3,8 @@
 #ifndef TK_RAFT_INTERNAL_H
 #define TK_RAFT_INTERNAL_H
 
-#include "raft/raft.h"
 #include "base/prng.h"
+#include "raft/raft.h"
 
 /* The log after the snapshot: entries [base_index + 1, base_index + n], kept
  * contiguous in `ents[head .. head + n)` so a range can be handed out as one
@@ -59,7 +59,7 @@ struct raft__progress {
     uint64_t pending_snapshot;
     uint32_t snapshot_ticks;
     uint32_t stall_ticks; /* replicate: ticks since match last advanced */
-    uint64_t read_round; /* highest heartbeat round acknowledged */
+    uint64_t read_round;  /* highest heartbeat round acknowledged */
     /* Inflight window: a ring of (last index, bytes) per unacked append. */
     uint64_t *infl_index;
     uint64_t *infl_bytes;

@@ -49,8 +49,8 @@ struct inproc_item {
     struct inproc_item *next; /* delayed list, or pool free list */
     uint64_t due_ns;          /* uv_hrtime() at which to deliver; 0 = now */
     uint8_t kind;
-    uint8_t cls;             /* 0 small, 1 big: room for pool_cap[cls]; 2 sized */
-    struct item_pool *home;  /* the pool it came from, or NULL */
+    uint8_t cls;            /* 0 small, 1 big: room for pool_cap[cls]; 2 sized */
+    struct item_pool *home; /* the pool it came from, or NULL */
     uint64_t peer;
     uint8_t *fwd; /* ITEM_FORWARD: a copy of the bytes */
     size_t fwd_len;
@@ -70,7 +70,7 @@ struct inproc;
 
 struct item_pool {
     uv_loop_t *loop;
-    int refs; /* endpoints on `loop`; hub mutex */
+    int refs;                    /* endpoints on `loop`; hub mutex */
     struct inproc_item *free[2]; /* the loop's thread only */
     uint32_t n[2];
     _Atomic(struct inproc_item *) back[2]; /* returned from other threads */

@@ -93,7 +93,7 @@ struct tcp_peer {
     struct sockaddr_storage addr;
     /* A peer named by a host name is resolved again before every dial (a
      * restarted container may come back with a new address). */
-    char *host;           /* NULL for an IP literal */
+    char *host; /* NULL for an IP literal */
     uint16_t port;
     uv_getaddrinfo_t gai; /* in flight while `resolving` */
     bool resolving;
@@ -872,8 +872,8 @@ static bool host_name_ok(const char *host)
         return false;
     for (size_t i = 0; i < n; i++) {
         char c = host[i];
-        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-              c == '-' || c == '.' || c == '_'))
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+              (c >= '0' && c <= '9') || c == '-' || c == '.' || c == '_'))
             return false;
     }
     return true;

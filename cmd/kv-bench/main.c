@@ -49,10 +49,9 @@ enum {
     OP_PUT_BATCH,
     N_OPS
 };
-static const char *op_names[N_OPS] = {"get hit",     "get miss",  "put overwrite",
-                                      "put new key", "delete",    "scan 10",
-                                      "scan 100",    "scan 1000", "multi-get 16",
-                                      "put batched"};
+static const char *op_names[N_OPS] = {
+    "get hit", "get miss", "put overwrite", "put new key",  "delete",
+    "scan 10", "scan 100", "scan 1000",     "multi-get 16", "put batched"};
 #define MGET_KEYS 16 /* multi-get: keys per call; reported per key */
 
 struct row {
@@ -450,9 +449,9 @@ static void run_scale(uint64_t n_keys, struct row rows[N_OPS], double *cold_p50,
     l_open(&l, ldir, n_keys);
     uint64_t kv_new = n_keys * 16, l_new = n_keys * 16;
     /* Put-new runs last: it grows the key set, which would skew the rest. */
-    static const int order[N_OPS] = {OP_GET_HIT,  OP_GET_MISS, OP_PUT_OVER, OP_PUT_BATCH,
-                                     OP_DEL,      OP_SCAN10,   OP_SCAN100,
-                                     OP_SCAN1000, OP_MGET16,   OP_PUT_NEW};
+    static const int order[N_OPS] = {OP_GET_HIT, OP_GET_MISS, OP_PUT_OVER, OP_PUT_BATCH,
+                                     OP_DEL,     OP_SCAN10,   OP_SCAN100,  OP_SCAN1000,
+                                     OP_MGET16,  OP_PUT_NEW};
     for (int oi = 0; oi < N_OPS; oi++) {
         int op = order[oi];
         double kv_ns[9], l_ns[9], al[9];
@@ -572,9 +571,9 @@ int main(int argc, char **argv)
                    cold_frac[sc] * 100);
     }
     printf("{\"bench\":\"kv\",\"quick\":%s", quick ? "true" : "false");
-    static const char *keys[N_OPS] = {"get",     "get_miss", "put",
-                                      "put_new", "delete",   "scan10",
-                                      "scan100", "scan1000", "mget16", "put_batch"};
+    static const char *keys[N_OPS] = {"get",    "get_miss", "put",     "put_new",
+                                      "delete", "scan10",   "scan100", "scan1000",
+                                      "mget16", "put_batch"};
     for (int sc = 0; sc < n_scales; sc++)
         for (int op = 0; op < N_OPS; op++)
             printf(",\"%s_ns_%s\":%.1f,\"lmdb_%s_ns_%s\":%.1f", keys[op], names[sc],

@@ -35,7 +35,7 @@
 #include "include/tierkv.h"
 
 struct shape {
-    const char *net;  /* "inproc" or "tcp" */
+    const char *net; /* "inproc" or "tcp" */
     bool committed;
     const char *store; /* "mem" or "fs" */
 };
@@ -47,10 +47,10 @@ struct result {
     double alloc_per_entry;
     double floor_rtt_p50_us;
     uint64_t entries;
-    double early_ops_per_s; /* the first fifth of the pipelined run */
-    double late_ops_per_s;  /* the last fifth: flat when compaction works */
-    double max_round_ms;    /* the slowest round: the longest stall */
-    uint64_t failed;        /* proposals that failed (busy or lost) */
+    double early_ops_per_s;      /* the first fifth of the pipelined run */
+    double late_ops_per_s;       /* the last fifth: flat when compaction works */
+    double max_round_ms;         /* the slowest round: the longest stall */
+    uint64_t failed;             /* proposals that failed (busy or lost) */
     double late_alloc_per_entry; /* bytes allocated per entry over the last
                                     fifth: the steady state, without the
                                     one-time growth of rings and arrays */
@@ -121,7 +121,7 @@ out:
 static double floor_rtt_p50_us(int iters)
 {
     int ls = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = 0 };
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = 0};
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     socklen_t al = sizeof(a);
     if (bind(ls, (struct sockaddr *)&a, sizeof(a)) != 0 || listen(ls, 1) != 0 ||
@@ -140,7 +140,7 @@ static double floor_rtt_p50_us(int iters)
         pthread_join(t, NULL);
         return 0;
     }
-    char buf[64] = { 0 };
+    char buf[64] = {0};
     double *lat = malloc(sizeof(double) * (size_t)iters);
     for (int i = 0; i < iters; i++) {
         uint64_t t0 = now_ns();
@@ -175,7 +175,7 @@ struct probe_cluster {
 static uint16_t free_port(void)
 {
     int s = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = 0 };
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = 0};
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     socklen_t al = sizeof(a);
     uint16_t port = 0;
@@ -317,7 +317,8 @@ static int run_shape(const struct shape *sh, struct result *out, bool tty)
     for (int i = 0; i < serial; i++) {
         int kl = snprintf(key, sizeof(key), "s%d", i % 1000);
         uint64_t t0 = now_ns();
-        if (tk_put(pc.leader, key, (size_t)kl, value, (size_t)value_bytes, mode, NULL) == 0)
+        if (tk_put(pc.leader, key, (size_t)kl, value, (size_t)value_bytes, mode, NULL) ==
+            0)
             lat[ok++] = (double)(now_ns() - t0) / 1000.0;
     }
     out->serial_p50_us = quantile(lat, (size_t)ok, 0.5);
@@ -327,7 +328,7 @@ static int run_shape(const struct shape *sh, struct result *out, bool tty)
     /* Pipelined rounds. */
     size_t cap_rounds = 1 << 16;
     double *rounds = malloc(sizeof(double) * cap_rounds);
-    double *round_end = malloc(sizeof(double) * cap_rounds);   /* seconds */
+    double *round_end = malloc(sizeof(double) * cap_rounds);       /* seconds */
     uint64_t *round_total = malloc(sizeof(uint64_t) * cap_rounds); /* entries */
     size_t n_rounds = 0;
     uint64_t entries = 0, failures = 0;
@@ -349,7 +350,8 @@ static int run_shape(const struct shape *sh, struct result *out, bool tty)
         double t0 = now_s();
         long submitted = 0;
         for (long i = 0; i < inflight; i++) {
-            int kl = snprintf(key, sizeof(key), "p%llu", (unsigned long long)(k++ % 100000));
+            int kl =
+                snprintf(key, sizeof(key), "p%llu", (unsigned long long)(k++ % 100000));
             if (tk_put_async(pc.leader, key, (size_t)kl, value, (size_t)value_bytes, mode,
                              on_done, &r) == 0)
                 submitted++;
@@ -379,8 +381,9 @@ static int run_shape(const struct shape *sh, struct result *out, bool tty)
         if (tty && now_s() - last_print > 0.5) {
             last_print = now_s();
             fprintf(stderr, "\r  %s/%s/%s: %4.1fs  %llu entries  %.0f op/s   ", sh->net,
-                    sh->committed ? "committed" : "applied", sh->store, last_print - t_start,
-                    (unsigned long long)entries, (double)entries / (last_print - t_start));
+                    sh->committed ? "committed" : "applied", sh->store,
+                    last_print - t_start, (unsigned long long)entries,
+                    (double)entries / (last_print - t_start));
         }
     }
     double wall = now_s() - t_start;
@@ -458,8 +461,8 @@ static void print_json(const struct shape *sh, const struct result *r, int runs)
            "\"early_ops_per_s\":%.0f,\"late_ops_per_s\":%.0f,\"max_round_ms\":%.1f,"
            "\"failed\":%llu,\"late_alloc_bytes_per_entry\":%.0f",
            sh->net, sh->committed ? "committed" : "applied", sh->store, runs,
-           r->serial_p50_us, r->serial_p99_us, r->sustained, r->round_median, r->round_p10,
-           r->round_p90, r->alloc_per_entry, (unsigned long long)r->entries,
+           r->serial_p50_us, r->serial_p99_us, r->sustained, r->round_median,
+           r->round_p10, r->round_p90, r->alloc_per_entry, (unsigned long long)r->entries,
            r->early_ops_per_s, r->late_ops_per_s, r->max_round_ms,
            (unsigned long long)r->failed, r->late_alloc_per_entry);
     if (strcmp(sh->net, "tcp") == 0)
@@ -471,11 +474,11 @@ static void print_json(const struct shape *sh, const struct result *r, int runs)
 static void median_result(struct result *runs, int n, struct result *out)
 {
     double v[16];
-#define MED(f)                                                                         \
-    do {                                                                               \
-        for (int i = 0; i < n; i++)                                                    \
-            v[i] = runs[i].f;                                                          \
-        out->f = quantile(v, (size_t)n, 0.5);                                          \
+#define MED(f)                                                                           \
+    do {                                                                                 \
+        for (int i = 0; i < n; i++)                                                      \
+            v[i] = runs[i].f;                                                            \
+        out->f = quantile(v, (size_t)n, 0.5);                                            \
     } while (0)
     MED(serial_p50_us);
     MED(serial_p99_us);
@@ -527,9 +530,9 @@ int main(int argc, char **argv)
         store = "mem";
     if (!all) {
         const char *net = getenv("RAFT_PROBE_NET");
-        struct shape sh = { .net = net && strcmp(net, "tcp") == 0 ? "tcp" : "inproc",
-                            .committed = env_long("RAFT_PROBE_COMMITTED", 0) == 1,
-                            .store = store };
+        struct shape sh = {.net = net && strcmp(net, "tcp") == 0 ? "tcp" : "inproc",
+                           .committed = env_long("RAFT_PROBE_COMMITTED", 0) == 1,
+                           .store = store};
         struct result r;
         if (run_shape(&sh, &r, tty) != 0)
             return 1;
@@ -539,8 +542,7 @@ int main(int argc, char **argv)
         return 0;
     }
     const struct shape shapes[3] = {
-        { "inproc", false, store }, { "tcp", false, store }, { "tcp", true, store }
-    };
+        {"inproc", false, store}, {"tcp", false, store}, {"tcp", true, store}};
     struct result runs[3][3];
     for (int rep = 0; rep < 3; rep++)
         for (int s = 0; s < 3; s++)

@@ -470,7 +470,8 @@ int main(int argc, char **argv)
                 found = true;
                 /* A host name cannot be bound: listen on every interface
                  * (what a container named in --members needs). */
-                no.listen_host = is_ip_literal(members[i].host) ? members[i].host : "0.0.0.0";
+                no.listen_host =
+                    is_ip_literal(members[i].host) ? members[i].host : "0.0.0.0";
                 no.listen_port = members[i].port;
             }
         }

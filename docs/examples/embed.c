@@ -27,7 +27,7 @@ int main(void)
 {
     struct tk_options o;
     tk_options_default(&o);
-    o.kv_no_sync = true;          /* a throwaway cluster: no fsync for the KV tier */
+    o.kv_no_sync = true;         /* a throwaway cluster: no fsync for the KV tier */
     o.kv_map_bytes = 256u << 20; /* small enough to run under valgrind */
 
     struct tk_cluster *c;

@@ -68,14 +68,14 @@ static struct {
     const char *undo_dir;
     int undo_fd[FD_MAX]; /* per watched fd: its undo file, or 0 */
     bool watched[FD_MAX];
-} g = { .once = PTHREAD_ONCE_INIT, .mu = PTHREAD_MUTEX_INITIALIZER };
+} g = {.once = PTHREAD_ONCE_INIT, .mu = PTHREAD_MUTEX_INITIALIZER};
 
 /* dlsym returns an object pointer; copying it into a function pointer's
  * bytes is the POSIX-sanctioned way around ISO C's objection. */
-#define RESOLVE(field, name) \
-    do { \
-        void *p_ = dlsym(RTLD_NEXT, (name)); \
-        memcpy(&g.field, &p_, sizeof(p_)); \
+#define RESOLVE(field, name)                                                             \
+    do {                                                                                 \
+        void *p_ = dlsym(RTLD_NEXT, (name));                                             \
+        memcpy(&g.field, &p_, sizeof(p_));                                               \
     } while (0)
 
 static void init(void)
@@ -195,7 +195,7 @@ static void record_undo(int fd, off_t off, size_t len)
     ssize_t got = g.pread64(fd, buf + 16, len, off);
     if (got < 0)
         got = 0;
-    uint64_t hdr[2] = { (uint64_t)off, (uint64_t)got };
+    uint64_t hdr[2] = {(uint64_t)off, (uint64_t)got};
     memcpy(buf, hdr, 16);
     size_t total = 16 + (size_t)got;
     size_t done = 0;
@@ -212,7 +212,8 @@ static void record_undo(int fd, off_t off, size_t len)
     free(buf);
 }
 
-static ssize_t do_pwritev(pwritev_fn *real, int fd, const struct iovec *iov, int n, off_t off)
+static ssize_t do_pwritev(pwritev_fn *real, int fd, const struct iovec *iov, int n,
+                          off_t off)
 {
     ensure_init();
     if (!watched_fd(fd) || g.undo_dir == NULL)

@@ -449,8 +449,9 @@ START_TEST(test_metrics_export_latency_histograms_read_rounds_and_kv_size)
     static char buf[262144];
     for (int i = 0; i < 3; i++) {
         char req[128];
-        int len = snprintf(req, sizeof(req),
-                           "PUT /v1/kv/m%d HTTP/1.1\r\nContent-Length: 5\r\n\r\nvalue", i);
+        int len =
+            snprintf(req, sizeof(req),
+                     "PUT /v1/kv/m%d HTTP/1.1\r\nContent-Length: 5\r\n\r\nvalue", i);
         send_all(s, req, (size_t)len);
         read_responses(s, buf, sizeof(buf), 1);
         ck_assert_msg(strstr(buf, "HTTP/1.1 200 OK") == buf, "put: %s", buf);
@@ -470,7 +471,8 @@ START_TEST(test_metrics_export_latency_histograms_read_rounds_and_kv_size)
     double fsyncs = check_histogram(text, "tierkv_store_fsync_seconds");
     double applies = check_histogram(text, "tierkv_apply_seconds");
     double batches = check_histogram(text, "tierkv_proposal_batch_size");
-    ck_assert_msg(appends >= 3 && applies >= 3, "appends %g, applies %g", appends, applies);
+    ck_assert_msg(appends >= 3 && applies >= 3, "appends %g, applies %g", appends,
+                  applies);
     /* Every counted sync is timed: nothing writes after the last answer. */
     ck_assert_msg(fsyncs >= 3 && fsyncs == sample(text, "tierkv_store_syncs_total"),
                   "fsync samples %g, syncs %g", fsyncs,

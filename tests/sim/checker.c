@@ -20,8 +20,8 @@
 struct ck_centry {
     uint64_t term;
     uint64_t digest;
-    uint64_t commit_term; /* the term of the node that first saw it committed */
-    uint64_t state_hash;  /* state machine after applying it, once applied */
+    uint64_t commit_term;  /* the term of the node that first saw it committed */
+    uint64_t state_hash;   /* state machine after applying it, once applied */
     uint32_t durable_mask; /* bit (node - 1): durable on that node */
     bool applied;
 };
@@ -116,8 +116,8 @@ static int fail(struct ck *ck, const char *inv, uint64_t node, uint64_t index,
         return -1;
     ck->failed = true;
     int off = snprintf(ck->msg, sizeof(ck->msg),
-                       "VIOLATION %s: t=%" PRIu64 "ms node n%" PRIu64
-                       " index %" PRIu64 " term %" PRIu64 ": ",
+                       "VIOLATION %s: t=%" PRIu64 "ms node n%" PRIu64 " index %" PRIu64
+                       " term %" PRIu64 ": ",
                        inv, ck->now_ms, node, index, term);
     if (off < 0 || (size_t)off >= sizeof(ck->msg))
         return -1;
@@ -192,8 +192,7 @@ static struct ck_node *node_of(struct ck *ck, uint64_t node)
     return &ck->nodes[node - 1];
 }
 
-static bool durable_covers(const struct ck_node *nd, uint64_t index,
-                           uint64_t term)
+static bool durable_covers(const struct ck_node *nd, uint64_t index, uint64_t term)
 {
     if (index <= nd->snap_index)
         return true;
@@ -211,8 +210,7 @@ static uint32_t popcount32(uint32_t x)
 
 /* Recomputes `node`'s durable bit for committed indexes in [lo, hi] and checks
  * that each still has a durable majority. */
-static int recheck_durable(struct ck *ck, uint64_t node, uint64_t lo,
-                           uint64_t hi)
+static int recheck_durable(struct ck *ck, uint64_t node, uint64_t lo, uint64_t hi)
 {
     struct ck_node *nd = node_of(ck, node);
     if (lo < 1)
@@ -250,9 +248,8 @@ int ck_leader(struct ck *ck, uint64_t node, uint64_t term)
         ck->leader_of[term] = node;
     else if (ck->leader_of[term] != node)
         return fail(ck, "election-safety", node, 0, term,
-                    "two leaders in term %" PRIu64 ": n%" PRIu64
-                    " and n%" PRIu64,
-                    term, ck->leader_of[term], node);
+                    "two leaders in term %" PRIu64 ": n%" PRIu64 " and n%" PRIu64, term,
+                    ck->leader_of[term], node);
     if (nd->led_term == term)
         return 0;
     nd->led_term = term;
@@ -279,8 +276,7 @@ int ck_leader(struct ck *ck, uint64_t node, uint64_t term)
     return 0;
 }
 
-int ck_commit(struct ck *ck, uint64_t node, uint64_t term, bool leader,
-              uint64_t commit)
+int ck_commit(struct ck *ck, uint64_t node, uint64_t term, bool leader, uint64_t commit)
 {
     if (ck->failed)
         return -1;
@@ -288,16 +284,15 @@ int ck_commit(struct ck *ck, uint64_t node, uint64_t term, bool leader,
     ck->checks++;
     if (commit < nd->commit)
         return fail(ck, "commit-monotonic", node, commit, term,
-                    "commit index went down from %" PRIu64 " to %" PRIu64,
-                    nd->commit, commit);
+                    "commit index went down from %" PRIu64 " to %" PRIu64, nd->commit,
+                    commit);
     if (commit == nd->commit)
         return 0;
     nd->commit = commit;
     if (leader && ck->rule_checks) {
         uint64_t t = 0, d = 0;
         ck->checks++;
-        if (ck->ops.entry_at(ck->ops.data, node, commit, &t, &d) != 0 ||
-            t != term)
+        if (ck->ops.entry_at(ck->ops.data, node, commit, &t, &d) != 0 || t != term)
             return fail(ck, "commit-rule", node, commit, t,
                         "leader of term %" PRIu64 " advanced its commit index "
                         "to an entry of term %" PRIu64 " (figure 8)",
@@ -343,12 +338,11 @@ int ck_commit(struct ck *ck, uint64_t node, uint64_t term, bool leader,
                     continue;
                 uint64_t mt = 0, md = 0;
                 ck->checks++;
-                if (ck->ops.entry_at(ck->ops.data, m, i, &mt, &md) != 0 ||
-                    mt != t || md != d)
+                if (ck->ops.entry_at(ck->ops.data, m, i, &mt, &md) != 0 || mt != t ||
+                    md != d)
                     return fail(ck, "leader-completeness", m, i, t,
                                 "leader of term %" PRIu64 " lacks an entry "
-                                "committed in term %" PRIu64 " (seen by n%"
-                                PRIu64 ")",
+                                "committed in term %" PRIu64 " (seen by n%" PRIu64 ")",
                                 lt, term, node);
             }
         }
@@ -360,8 +354,8 @@ int ck_commit(struct ck *ck, uint64_t node, uint64_t term, bool leader,
         ck->checks++;
         if (t != ck->c[commit].term || d != ck->c[commit].digest)
             return fail(ck, "state-machine-safety", node, commit, t,
-                        "node commits an entry of term %" PRIu64
-                        " where term %" PRIu64 " was committed",
+                        "node commits an entry of term %" PRIu64 " where term %" PRIu64
+                        " was committed",
                         t, ck->c[commit].term);
     }
     return 0;
@@ -369,8 +363,7 @@ int ck_commit(struct ck *ck, uint64_t node, uint64_t term, bool leader,
 
 static size_t lm_slot(const struct ck *ck, uint64_t index, uint64_t term)
 {
-    return (size_t)(mix64(index * 0x9e3779b97f4a7c15ULL ^ term) &
-                    (ck->lm_cap - 1));
+    return (size_t)(mix64(index * 0x9e3779b97f4a7c15ULL ^ term) & (ck->lm_cap - 1));
 }
 
 static void lm_grow(struct ck *ck)
@@ -402,8 +395,7 @@ int ck_append(struct ck *ck, uint64_t node, uint64_t index, uint64_t term,
     ck->checks++;
     if (prev_term != CK_TERM_UNKNOWN && prev_term > term)
         return fail(ck, "log-matching", node, index, term,
-                    "entry follows an entry of the higher term %" PRIu64,
-                    prev_term);
+                    "entry follows an entry of the higher term %" PRIu64, prev_term);
     size_t s = lm_slot(ck, index, term);
     while (ck->lm[s].index != 0) {
         struct ck_lm *e = &ck->lm[s];
@@ -418,8 +410,7 @@ int ck_append(struct ck *ck, uint64_t node, uint64_t index, uint64_t term,
                 else if (e->prev_term != prev_term)
                     return fail(ck, "log-matching", node, index, term,
                                 "same (index, term) but the entry before "
-                                "has term %" PRIu64 " here and %" PRIu64
-                                " elsewhere",
+                                "has term %" PRIu64 " here and %" PRIu64 " elsewhere",
                                 prev_term, e->prev_term);
             }
             return 0;
@@ -441,8 +432,7 @@ int ck_applied(struct ck *ck, uint64_t node, uint64_t index, uint64_t term,
     ck->checks++;
     if (index != nd->applied + 1)
         return fail(ck, "state-machine-safety", node, index, term,
-                    "applied out of order (previous applied %" PRIu64 ")",
-                    nd->applied);
+                    "applied out of order (previous applied %" PRIu64 ")", nd->applied);
     if (index > ck->c_n)
         return fail(ck, "state-machine-safety", node, index, term,
                     "applied an entry that is not committed (committed "
@@ -475,8 +465,8 @@ int ck_applied(struct ck *ck, uint64_t node, uint64_t index, uint64_t term,
     return 0;
 }
 
-int ck_sm_restored(struct ck *ck, uint64_t node, uint64_t index,
-                   uint64_t term, uint64_t state_hash)
+int ck_sm_restored(struct ck *ck, uint64_t node, uint64_t index, uint64_t term,
+                   uint64_t state_hash)
 {
     if (ck->failed)
         return -1;
@@ -503,8 +493,7 @@ int ck_sm_restored(struct ck *ck, uint64_t node, uint64_t index,
     return 0;
 }
 
-void ck_durable_hard_state(struct ck *ck, uint64_t node, uint64_t term,
-                           uint64_t vote)
+void ck_durable_hard_state(struct ck *ck, uint64_t node, uint64_t term, uint64_t vote)
 {
     struct ck_node *nd = node_of(ck, node);
     nd->hs_term = term;
@@ -530,20 +519,17 @@ int ck_durable_entries(struct ck *ck, uint64_t node, uint64_t first, size_t n,
         nd->n_terms = (size_t)(first - nd->snap_index - 1);
     } else if (first != old_last + 1 && n > skip) {
         return fail(ck, "log-matching", node, first, terms[skip],
-                    "durable write leaves a gap after index %" PRIu64,
-                    old_last);
+                    "durable write leaves a gap after index %" PRIu64, old_last);
     }
     grow_u64(&nd->terms, &nd->cap_terms, nd->n_terms + (n - skip));
-    memcpy(nd->terms + nd->n_terms, terms + skip,
-           (n - skip) * sizeof(*terms));
+    memcpy(nd->terms + nd->n_terms, terms + skip, (n - skip) * sizeof(*terms));
     nd->n_terms += n - skip;
     uint64_t new_last = nd->snap_index + nd->n_terms;
-    return recheck_durable(ck, node, first,
-                           old_last > new_last ? old_last : new_last);
+    return recheck_durable(ck, node, first, old_last > new_last ? old_last : new_last);
 }
 
-int ck_durable_snapshot(struct ck *ck, uint64_t node, uint64_t index,
-                        uint64_t term, bool keep_suffix)
+int ck_durable_snapshot(struct ck *ck, uint64_t node, uint64_t index, uint64_t term,
+                        bool keep_suffix)
 {
     if (ck->failed)
         return -1;
@@ -554,8 +540,7 @@ int ck_durable_snapshot(struct ck *ck, uint64_t node, uint64_t index,
         return 0;
     if (keep_suffix && index < old_last) {
         size_t drop = (size_t)(index - old_snap);
-        memmove(nd->terms, nd->terms + drop,
-                (nd->n_terms - drop) * sizeof(*nd->terms));
+        memmove(nd->terms, nd->terms + drop, (nd->n_terms - drop) * sizeof(*nd->terms));
         nd->n_terms -= drop;
     } else {
         nd->n_terms = 0;
@@ -567,8 +552,8 @@ int ck_durable_snapshot(struct ck *ck, uint64_t node, uint64_t index,
                            old_last > new_last ? old_last : new_last);
 }
 
-int ck_sent(struct ck *ck, uint64_t node, int type, uint64_t to, uint64_t term,
-            bool flag, bool flag2, uint64_t index)
+int ck_sent(struct ck *ck, uint64_t node, int type, uint64_t to, uint64_t term, bool flag,
+            bool flag2, uint64_t index)
 {
     if (ck->failed)
         return -1;
@@ -589,22 +574,19 @@ int ck_sent(struct ck *ck, uint64_t node, int type, uint64_t to, uint64_t term,
     bool from_leader = type == RAFT_MSG_APPEND || type == RAFT_MSG_SNAPSHOT ||
                        type == RAFT_MSG_TIMEOUT_NOW ||
                        (type == RAFT_MSG_READ_INDEX_RESP && flag);
-    if (from_leader && (term > nd->hs_term ||
-                        (term == nd->hs_term && nd->hs_vote != node)))
+    if (from_leader &&
+        (term > nd->hs_term || (term == nd->hs_term && nd->hs_vote != node)))
         return fail(ck, "durable-before-send", node, 0, term,
                     "sent %s as leader of term %" PRIu64 " to n%" PRIu64
-                    " but the durable term is %" PRIu64 " with vote n%"
-                    PRIu64,
-                    raft_msg_type_name(type), term, to, nd->hs_term,
-                    nd->hs_vote);
+                    " but the durable term is %" PRIu64 " with vote n%" PRIu64,
+                    raft_msg_type_name(type), term, to, nd->hs_term, nd->hs_vote);
     if (type == RAFT_MSG_VOTE_RESP && flag && !pre &&
         (nd->hs_term != term || nd->hs_vote != to))
         return fail(ck, "durable-before-send", node, 0, term,
                     "granted a vote to n%" PRIu64 " but the durable vote "
                     "is n%" PRIu64 " in term %" PRIu64,
                     to, nd->hs_vote, nd->hs_term);
-    if (type == RAFT_MSG_APPEND_RESP && flag &&
-        index > nd->snap_index + nd->n_terms)
+    if (type == RAFT_MSG_APPEND_RESP && flag && index > nd->snap_index + nd->n_terms)
         return fail(ck, "durable-before-send", node, index, term,
                     "acknowledged index %" PRIu64 " to n%" PRIu64
                     " but only up to %" PRIu64 " is durable",
@@ -617,8 +599,7 @@ uint64_t ck_read_begin(const struct ck *ck)
     return ck->c_n;
 }
 
-int ck_read_done(struct ck *ck, uint64_t node, uint64_t token,
-                 uint64_t read_index)
+int ck_read_done(struct ck *ck, uint64_t node, uint64_t token, uint64_t read_index)
 {
     if (ck->failed)
         return -1;

@@ -80,8 +80,7 @@ int ck_leader(struct ck *ck, uint64_t node, uint64_t term);
 /* `node` (currently in `term`, `leader` if it leads) has commit index
  * `commit`. Entries committed for the first time are read through
  * ops.entry_at. */
-int ck_commit(struct ck *ck, uint64_t node, uint64_t term, bool leader,
-              uint64_t commit);
+int ck_commit(struct ck *ck, uint64_t node, uint64_t term, bool leader, uint64_t commit);
 
 /* An entry entered `node`'s log at `index`; `prev_term` is the term of the
  * entry before it (0 for index 1, CK_TERM_UNKNOWN if unknown). */
@@ -94,12 +93,11 @@ int ck_applied(struct ck *ck, uint64_t node, uint64_t index, uint64_t term,
                uint64_t digest, uint64_t payload, uint64_t state_hash);
 /* `node`'s state machine was replaced by a snapshot at (index, term) with
  * state `state_hash` (install, or restart from a durable snapshot). */
-int ck_sm_restored(struct ck *ck, uint64_t node, uint64_t index,
-                   uint64_t term, uint64_t state_hash);
+int ck_sm_restored(struct ck *ck, uint64_t node, uint64_t index, uint64_t term,
+                   uint64_t state_hash);
 
 /* Durable storage of `node` changed. */
-void ck_durable_hard_state(struct ck *ck, uint64_t node, uint64_t term,
-                           uint64_t vote);
+void ck_durable_hard_state(struct ck *ck, uint64_t node, uint64_t term, uint64_t vote);
 /* Entries [first, first + n) with `terms` are durable, after every durable
  * entry at or beyond `first` was discarded. */
 int ck_durable_entries(struct ck *ck, uint64_t node, uint64_t first, size_t n,
@@ -107,19 +105,18 @@ int ck_durable_entries(struct ck *ck, uint64_t node, uint64_t first, size_t n,
 /* A snapshot at (index, term) is durable; `keep_suffix` tells whether the
  * durable entries after it were kept (else discarded). Earlier entries are
  * dropped. */
-int ck_durable_snapshot(struct ck *ck, uint64_t node, uint64_t index,
-                        uint64_t term, bool keep_suffix);
+int ck_durable_snapshot(struct ck *ck, uint64_t node, uint64_t index, uint64_t term,
+                        bool keep_suffix);
 
 /* `node` sent a message. `type` is enum raft_msg_type; `flag` is pre_vote for
  * RAFT_MSG_VOTE, granted for VOTE_RESP (with pre_vote in `flag2`), !reject for
  * APPEND_RESP and READ_INDEX_RESP; `index` is the APPEND_RESP index. */
-int ck_sent(struct ck *ck, uint64_t node, int type, uint64_t to, uint64_t term,
-            bool flag, bool flag2, uint64_t index);
+int ck_sent(struct ck *ck, uint64_t node, int type, uint64_t to, uint64_t term, bool flag,
+            bool flag2, uint64_t index);
 
 /* A read is asked for now: returns the token to give to ck_read_done. */
 uint64_t ck_read_begin(const struct ck *ck);
-int ck_read_done(struct ck *ck, uint64_t node, uint64_t token,
-                 uint64_t read_index);
+int ck_read_done(struct ck *ck, uint64_t node, uint64_t token, uint64_t read_index);
 
 /* `node` restarted (new incarnation): its commit may start lower again. */
 void ck_restart(struct ck *ck, uint64_t node);

@@ -21,8 +21,8 @@ struct fake {
 
 static struct fake F;
 
-static int fake_entry_at(void *data, uint64_t node, uint64_t index,
-                         uint64_t *term, uint64_t *digest)
+static int fake_entry_at(void *data, uint64_t node, uint64_t index, uint64_t *term,
+                         uint64_t *digest)
 {
     struct fake *f = data;
     if (index >= FAKE_MAX || f->term[node][index] == 0)
@@ -45,8 +45,7 @@ static uint64_t fake_leader_term(void *data, uint64_t node)
 static struct ck *new_ck(void)
 {
     memset(&F, 0, sizeof(F));
-    struct ck_ops ops = {fake_entry_at, fake_snapshot_index, fake_leader_term,
-                         &F};
+    struct ck_ops ops = {fake_entry_at, fake_snapshot_index, fake_leader_term, &F};
     return ck_new(3, &ops);
 }
 
@@ -58,8 +57,7 @@ static void put(uint64_t node, uint64_t index, uint64_t term)
 }
 
 /* Makes entries 1..n of term `term` durable and present on `nodes`. */
-static void replicate(struct ck *ck, uint64_t nodes_mask, uint64_t n,
-                      uint64_t term)
+static void replicate(struct ck *ck, uint64_t nodes_mask, uint64_t n, uint64_t term)
 {
     uint64_t terms[FAKE_MAX];
     for (uint64_t i = 0; i < n; i++)
@@ -77,8 +75,8 @@ static void replicate(struct ck *ck, uint64_t nodes_mask, uint64_t n,
 static void assert_violation(struct ck *ck, const char *invariant)
 {
     ck_assert(ck_failed(ck));
-    ck_assert_msg(strstr(ck_violation(ck), invariant) != NULL,
-                  "expected %s, got: %s", invariant, ck_violation(ck));
+    ck_assert_msg(strstr(ck_violation(ck), invariant) != NULL, "expected %s, got: %s",
+                  invariant, ck_violation(ck));
 }
 
 START_TEST(test_good_history_passes)
@@ -95,11 +93,8 @@ START_TEST(test_good_history_passes)
         ck_assert_int_eq(ck_applied(ck, 1, i, 1, 100 + i, i, h), 0);
         ck_assert_int_eq(ck_applied(ck, 2, i, 1, 100 + i, i, h), 0);
     }
-    ck_assert_int_eq(ck_sent(ck, 2, RAFT_MSG_APPEND_RESP, 1, 1, true, false,
-                             3),
-                     0);
-    ck_assert_int_eq(ck_sent(ck, 2, RAFT_MSG_VOTE_RESP, 1, 1, true, false, 0),
-                     0);
+    ck_assert_int_eq(ck_sent(ck, 2, RAFT_MSG_APPEND_RESP, 1, 1, true, false, 3), 0);
+    ck_assert_int_eq(ck_sent(ck, 2, RAFT_MSG_VOTE_RESP, 1, 1, true, false, 0), 0);
     ck_assert_int_eq(ck_read_done(ck, 2, ck_read_begin(ck), 3), 0);
     /* A new leader of term 2 holding everything committed. */
     ck_assert_int_eq(ck_leader(ck, 2, 2), 0);
@@ -286,8 +281,7 @@ START_TEST(test_vote_sent_before_durable)
 {
     struct ck *ck = new_ck();
     ck_durable_hard_state(ck, 2, 3, 0); /* term 3, no vote on disk */
-    ck_assert_int_eq(ck_sent(ck, 2, RAFT_MSG_VOTE_RESP, 1, 3, true, false, 0),
-                     -1);
+    ck_assert_int_eq(ck_sent(ck, 2, RAFT_MSG_VOTE_RESP, 1, 3, true, false, 0), -1);
     assert_violation(ck, "durable-before-send");
     ck_free(ck);
 }
@@ -298,10 +292,8 @@ START_TEST(test_vote_for_other_node_detected)
     struct ck *ck = new_ck();
     ck_durable_hard_state(ck, 2, 3, 3); /* durable: voted for n3 in term 3 */
     /* A pre-vote grant promises nothing. */
-    ck_assert_int_eq(ck_sent(ck, 2, RAFT_MSG_VOTE_RESP, 1, 4, true, true, 0),
-                     0);
-    ck_assert_int_eq(ck_sent(ck, 2, RAFT_MSG_VOTE_RESP, 1, 3, true, false, 0),
-                     -1);
+    ck_assert_int_eq(ck_sent(ck, 2, RAFT_MSG_VOTE_RESP, 1, 4, true, true, 0), 0);
+    ck_assert_int_eq(ck_sent(ck, 2, RAFT_MSG_VOTE_RESP, 1, 3, true, false, 0), -1);
     assert_violation(ck, "durable-before-send");
     ck_free(ck);
 }
@@ -314,8 +306,7 @@ START_TEST(test_leader_term_sent_before_durable)
     /* A candidate's own request may leave while its term is persisted; a
      * leader's append may not. */
     ck_assert_int_eq(ck_sent(ck, 2, RAFT_MSG_VOTE, 1, 4, false, false, 0), 0);
-    ck_assert_int_eq(ck_sent(ck, 2, RAFT_MSG_APPEND, 1, 4, false, false, 0),
-                     -1);
+    ck_assert_int_eq(ck_sent(ck, 2, RAFT_MSG_APPEND, 1, 4, false, false, 0), -1);
     assert_violation(ck, "durable-before-send");
     ck_free(ck);
 }
@@ -325,8 +316,7 @@ START_TEST(test_leader_self_vote_not_durable)
 {
     struct ck *ck = new_ck();
     ck_durable_hard_state(ck, 2, 4, 0); /* term 4 durable, vote not yet */
-    ck_assert_int_eq(ck_sent(ck, 2, RAFT_MSG_APPEND, 1, 4, false, false, 0),
-                     -1);
+    ck_assert_int_eq(ck_sent(ck, 2, RAFT_MSG_APPEND, 1, 4, false, false, 0), -1);
     assert_violation(ck, "durable-before-send");
     ck_free(ck);
 }
@@ -336,12 +326,8 @@ START_TEST(test_ack_sent_before_durable)
 {
     struct ck *ck = new_ck();
     replicate(ck, 0x4, 2, 1); /* node 2 has 2 entries durable */
-    ck_assert_int_eq(ck_sent(ck, 2, RAFT_MSG_APPEND_RESP, 1, 1, true, false,
-                             2),
-                     0);
-    ck_assert_int_eq(ck_sent(ck, 2, RAFT_MSG_APPEND_RESP, 1, 1, true, false,
-                             3),
-                     -1);
+    ck_assert_int_eq(ck_sent(ck, 2, RAFT_MSG_APPEND_RESP, 1, 1, true, false, 2), 0);
+    ck_assert_int_eq(ck_sent(ck, 2, RAFT_MSG_APPEND_RESP, 1, 1, true, false, 3), -1);
     assert_violation(ck, "durable-before-send");
     ck_free(ck);
 }
@@ -351,9 +337,7 @@ START_TEST(test_rule_checks_can_be_turned_off)
 {
     struct ck *ck = new_ck();
     ck_set_rule_checks(ck, false);
-    ck_assert_int_eq(ck_sent(ck, 2, RAFT_MSG_APPEND_RESP, 1, 1, true, false,
-                             3),
-                     0);
+    ck_assert_int_eq(ck_sent(ck, 2, RAFT_MSG_APPEND_RESP, 1, 1, true, false, 3), 0);
     ck_free(ck);
 }
 END_TEST

@@ -48,14 +48,13 @@ struct opts {
 
 static void usage(void)
 {
-    fprintf(stderr,
-            "usage: raft-sim --seed N [--nodes 3|5] [--time MS] [--trace] "
-            "[--hash]\n"
-            "       raft-sim --seeds A-B [--nodes 3|5] [--expect-violation]\n"
-            "       raft-sim --seeds A-B [--nodes 3|5] --expect INVARIANT\n"
-            "       raft-sim --seeds A-B [--nodes 3|5] --expect-safety\n"
-            "       raft-sim --demo\n"
-            "       (any mode: --no-rule-checks, --no-heal)\n");
+    fprintf(stderr, "usage: raft-sim --seed N [--nodes 3|5] [--time MS] [--trace] "
+                    "[--hash]\n"
+                    "       raft-sim --seeds A-B [--nodes 3|5] [--expect-violation]\n"
+                    "       raft-sim --seeds A-B [--nodes 3|5] --expect INVARIANT\n"
+                    "       raft-sim --seeds A-B [--nodes 3|5] --expect-safety\n"
+                    "       raft-sim --demo\n"
+                    "       (any mode: --no-rule-checks, --no-heal)\n");
 }
 
 static bool parse_u64(const char *s, uint64_t *out)
@@ -89,8 +88,8 @@ static int parse_args(int argc, char **argv, struct opts *o)
             if (dash == NULL)
                 return -1;
             *dash = '\0';
-            if (!parse_u64(buf, &o->seed_lo) ||
-                !parse_u64(dash + 1, &o->seed_hi) || o->seed_lo > o->seed_hi)
+            if (!parse_u64(buf, &o->seed_lo) || !parse_u64(dash + 1, &o->seed_hi) ||
+                o->seed_lo > o->seed_hi)
                 return -1;
             o->sweep = true;
             i++;
@@ -160,19 +159,17 @@ static int run_one(const struct opts *o)
         printf("seed %" PRIu64 " nodes %u: %s\n", o->seed, o->nodes,
                rc == 0 ? "pass" : sim_violation(s));
         printf("  %" PRIu64 " steps, %" PRIu64 " ms virtual, %" PRIu64
-               " messages (%" PRIu64 " dropped, %" PRIu64 " duplicated), %"
-               PRIu64 " crashes, %" PRIu64 " partitions, %" PRIu64
-               " one-way cuts\n",
+               " messages (%" PRIu64 " dropped, %" PRIu64 " duplicated), %" PRIu64
+               " crashes, %" PRIu64 " partitions, %" PRIu64 " one-way cuts\n",
                st->steps, st->end_ms, st->msgs_sent, st->msgs_dropped,
                st->msgs_duplicated, st->crashes, st->partitions, st->cuts);
         printf("  %" PRIu64 " leaderships, %" PRIu64 " proposals: %" PRIu64
                " committed, %" PRIu64 " failed; %" PRIu64 " reads (%" PRIu64
-               " refused), %" PRIu64 " transfers, %" PRIu64
-               " snapshots taken, %" PRIu64 " installed; %" PRIu64
-               " checks\n",
-               st->leaders, st->proposals, st->committed, st->failed,
-               st->reads, st->reads_failed, st->transfers,
-               st->snapshots_taken, st->snapshots_installed, st->checks);
+               " refused), %" PRIu64 " transfers, %" PRIu64 " snapshots taken, %" PRIu64
+               " installed; %" PRIu64 " checks\n",
+               st->leaders, st->proposals, st->committed, st->failed, st->reads,
+               st->reads_failed, st->transfers, st->snapshots_taken,
+               st->snapshots_installed, st->checks);
     }
     sim_free(s);
     return rc == 0 ? 0 : 1;
@@ -194,17 +191,15 @@ static int run_sweep(const struct opts *o)
             failed++;
             printf("seed %" PRIu64 " nodes %u FAILED: %s\n", seed, o->nodes,
                    sim_violation(s));
-            printf("  replay: raft-sim --seed %" PRIu64 " --nodes %u%s",
-                   seed, o->nodes, o->rule_checks ? "" : " --no-rule-checks");
+            printf("  replay: raft-sim --seed %" PRIu64 " --nodes %u%s", seed, o->nodes,
+                   o->rule_checks ? "" : " --no-rule-checks");
             if (o->time_ms != 0)
                 printf(" --time %" PRIu64, o->time_ms);
             printf(" --trace\n");
         }
-        if (rc != 0 && ((o->expect != NULL &&
-                         strstr(sim_violation(s), o->expect) == NULL) ||
-                        (o->expect_safety &&
-                         strstr(sim_violation(s), "VIOLATION liveness"))))
-        {
+        if (rc != 0 &&
+            ((o->expect != NULL && strstr(sim_violation(s), o->expect) == NULL) ||
+             (o->expect_safety && strstr(sim_violation(s), "VIOLATION liveness")))) {
             printf("expected a violation of %s, got another one\n",
                    o->expect ? o->expect : "a safety invariant");
             sim_free(s);
@@ -212,8 +207,7 @@ static int run_sweep(const struct opts *o)
         }
         sim_free(s);
         if (rc != 0 && o->expect_violation) {
-            printf("violation caught after %" PRIu64 " seed(s), at seed %"
-                   PRIu64 "\n",
+            printf("violation caught after %" PRIu64 " seed(s), at seed %" PRIu64 "\n",
                    seed - o->seed_lo + 1, seed);
             break;
         }
@@ -223,8 +217,8 @@ static int run_sweep(const struct opts *o)
     double dt = wall_s() - t0;
     printf("swept %" PRIu64 " seeds, %u nodes, in %.2f s wall: %" PRIu64
            " steps, %.0f steps/s, %.1f s virtual\n",
-           passed + failed, o->nodes, dt, steps,
-           dt > 0 ? (double)steps / dt : 0.0, (double)virt_ms / 1000.0);
+           passed + failed, o->nodes, dt, steps, dt > 0 ? (double)steps / dt : 0.0,
+           (double)virt_ms / 1000.0);
     printf("%" PRIu64 " passed, %" PRIu64 " failed\n", passed, failed);
     if (o->expect_violation) {
         if (failed == 0)
@@ -274,8 +268,7 @@ static int demo_propose(struct sim *s, struct demo *d, uint32_t count)
 {
     uint64_t l = sim_leader(s);
     uint64_t before = sim_commit(s, l);
-    sim_note(s, "client: propose %u commands to the leader n%" PRIu64, count,
-             l);
+    sim_note(s, "client: propose %u commands to the leader n%" PRIu64, count, l);
     for (uint32_t i = 0; i < count; i++) {
         sim_propose(s, l, 1);
         if (sim_run_for(s, 3) != 0)
@@ -284,8 +277,9 @@ static int demo_propose(struct sim *s, struct demo *d, uint32_t count)
     if (sim_run_until(s, all_applied, d, 3000) != 1)
         return -1;
     l = sim_leader(s);
-    sim_note(s, "commit index %" PRIu64 " on leader n%" PRIu64 " (%" PRIu64
-                " new entries); every live node applied them",
+    sim_note(s,
+             "commit index %" PRIu64 " on leader n%" PRIu64 " (%" PRIu64
+             " new entries); every live node applied them",
              sim_commit(s, l), l, sim_commit(s, l) - before);
     return 0;
 }
@@ -325,8 +319,9 @@ static int run_demo(const struct opts *o)
     if (sim_run_until(s, caught_up, &d, 5000) != 1)
         goto out;
     uint64_t l = sim_leader(s);
-    sim_note(s, "n%" PRIu64 " caught up: applied index %" PRIu64
-                ", the same as the leader n%" PRIu64,
+    sim_note(s,
+             "n%" PRIu64 " caught up: applied index %" PRIu64
+             ", the same as the leader n%" PRIu64,
              d.node, sim_applied(s, d.node), l);
     if (sim_run_for(s, 100) != 0)
         goto out;
@@ -338,20 +333,18 @@ out:;
         printf("  n%" PRIu64 ": %-8s term %" PRIu64 ", commit %" PRIu64
                ", applied %" PRIu64 "\n",
                i,
-               !sim_up(s, i)          ? "down"
+               !sim_up(s, i)        ? "down"
                : sim_leader(s) == i ? "leader"
-                                      : "follower",
+                                    : "follower",
                sim_term(s, i), sim_commit(s, i), sim_applied(s, i));
-    printf("  %" PRIu64 " proposals: %" PRIu64 " committed, %" PRIu64
-           " failed; %" PRIu64 " messages; %" PRIu64 " steps\n",
-           st->proposals, st->committed, st->failed, st->msgs_sent,
-           st->steps);
+    printf("  %" PRIu64 " proposals: %" PRIu64 " committed, %" PRIu64 " failed; %" PRIu64
+           " messages; %" PRIu64 " steps\n",
+           st->proposals, st->committed, st->failed, st->msgs_sent, st->steps);
     if (rc == 0)
-        printf("  all safety invariants held (%" PRIu64 " checks)\n",
-               st->checks);
+        printf("  all safety invariants held (%" PRIu64 " checks)\n", st->checks);
     else
-        printf("  FAILED: %s\n", sim_violation(s)[0] ? sim_violation(s)
-                                                     : "a step timed out");
+        printf("  FAILED: %s\n",
+               sim_violation(s)[0] ? sim_violation(s) : "a step timed out");
     sim_free(s);
     return rc == 0 ? 0 : 1;
 }

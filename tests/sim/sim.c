@@ -30,8 +30,8 @@
 #include "tests/sim/checker.h"
 
 #define US_PER_MS 1000u
-#define TICK_US 10000u      /* one raft tick is 10 ms of virtual time */
-#define CLIENT_TAIL_MS 1000 /* clients keep proposing this long after heal */
+#define TICK_US 10000u            /* one raft tick is 10 ms of virtual time */
+#define CLIENT_TAIL_MS 1000       /* clients keep proposing this long after heal */
 #define CLIENT_OUTSTANDING_MAX 48 /* commands in flight across all clients */
 #define SNAP_MAGIC 0x534e4150u
 
@@ -246,8 +246,7 @@ static bool failed(struct sim *s)
 {
     if (!s->failed && ck_failed(s->ck)) {
         s->failed = true;
-        snprintf(s->violation, sizeof(s->violation), "%s",
-                 ck_violation(s->ck));
+        snprintf(s->violation, sizeof(s->violation), "%s", ck_violation(s->ck));
     }
     return s->failed;
 }
@@ -336,19 +335,17 @@ static uint64_t payload_id(const struct raft_entry *e)
 
 static uint64_t entry_digest(const struct raft_entry *e)
 {
-    return ck_digest(e->type, e->data ? e->data->data : NULL,
-                     e->data ? e->data->len : 0);
+    return ck_digest(e->type, e->data ? e->data->data : NULL, e->data ? e->data->len : 0);
 }
 
-static struct tk_blob *snap_encode(uint64_t index, uint64_t term,
-                                   uint64_t hash)
+static struct tk_blob *snap_encode(uint64_t index, uint64_t term, uint64_t hash)
 {
     uint64_t w[4] = {SNAP_MAGIC, index, term, hash};
     return tk_blob_copy(w, sizeof(w));
 }
 
-static bool snap_decode(const struct tk_blob *b, uint64_t *index,
-                        uint64_t *term, uint64_t *hash)
+static bool snap_decode(const struct tk_blob *b, uint64_t *index, uint64_t *term,
+                        uint64_t *hash)
 {
     uint64_t w[4];
     if (b == NULL || b->len != sizeof(w))
@@ -364,8 +361,8 @@ static bool snap_decode(const struct tk_blob *b, uint64_t *index,
 
 /* ---- checker callbacks ------------------------------------------------- */
 
-static int op_entry_at(void *data, uint64_t node, uint64_t index,
-                       uint64_t *term, uint64_t *digest)
+static int op_entry_at(void *data, uint64_t node, uint64_t index, uint64_t *term,
+                       uint64_t *digest)
 {
     struct sim_node *nd = node_of(data, node);
     if (!nd->up)
@@ -435,8 +432,7 @@ static void props_abandon(struct sim *s, uint64_t node, uint32_t inc)
 }
 
 /* The first application of `index` anywhere decides the proposals there. */
-static void props_decide(struct sim *s, uint64_t index, uint64_t term,
-                         uint64_t payload)
+static void props_decide(struct sim *s, uint64_t index, uint64_t term, uint64_t payload)
 {
     if (payload != 0 && payload <= s->n_props &&
         s->props[payload].state != PROP_COMMITTED)
@@ -502,8 +498,9 @@ static void net_send(struct sim *s, const struct raft_message *m)
     hmix(s, from << 8 | to);
     hmix(s, m->term);
     if (from < 1 || from > s->n || to < 1 || to > s->n || from == to) {
-        sim_fail(s, "VIOLATION message-address: t=%" PRIu64 "ms node n%" PRIu64
-                    ": %s addressed from n%" PRIu64 " to n%" PRIu64,
+        sim_fail(s,
+                 "VIOLATION message-address: t=%" PRIu64 "ms node n%" PRIu64
+                 ": %s addressed from n%" PRIu64 " to n%" PRIu64,
                  now_ms(s), from, raft_msg_type_name(m->type), from, to);
         return;
     }
@@ -560,8 +557,7 @@ static uint64_t durable_term_at(const struct sim_node *nd, uint64_t index)
 /* Makes a snapshot durable, keeping the log after it only if the log holds
  * the snapshot's last entry (then everything up to it is the same log). */
 static int durable_snapshot(struct sim *s, struct sim_node *nd,
-                            const struct raft_snapshot_meta *meta,
-                            struct tk_blob *data)
+                            const struct raft_snapshot_meta *meta, struct tk_blob *data)
 {
     if (meta->index <= nd->snap.index)
         return 0;
@@ -576,8 +572,8 @@ static int durable_snapshot(struct sim *s, struct sim_node *nd,
     return ck_durable_snapshot(s->ck, nd->id, meta->index, meta->term, keep);
 }
 
-static int durable_entries(struct sim *s, struct sim_node *nd,
-                           const struct raft_entry *e, size_t n)
+static int durable_entries(struct sim *s, struct sim_node *nd, const struct raft_entry *e,
+                           size_t n)
 {
     if (n == 0)
         return 0;
@@ -590,11 +586,11 @@ static int durable_entries(struct sim *s, struct sim_node *nd,
         if (e[i].index <= nd->snap.index)
             continue;
         if (e[i].index != nd->snap.index + nd->n_log + 1) {
-            sim_fail(s, "VIOLATION storage-gap: t=%" PRIu64 "ms node n%" PRIu64
-                        " index %" PRIu64 ": write does not continue the "
-                        "durable log (last %" PRIu64 ")",
-                     now_ms(s), nd->id, e[i].index,
-                     nd->snap.index + nd->n_log);
+            sim_fail(s,
+                     "VIOLATION storage-gap: t=%" PRIu64 "ms node n%" PRIu64
+                     " index %" PRIu64 ": write does not continue the "
+                     "durable log (last %" PRIu64 ")",
+                     now_ms(s), nd->id, e[i].index, nd->snap.index + nd->n_log);
             break;
         }
         nd->log[nd->n_log] = e[i];
@@ -624,8 +620,7 @@ static uint64_t sync_latency(struct sim *s, struct sim_node *nd)
     return d;
 }
 
-static void write_submit(struct sim *s, struct sim_node *nd,
-                         const struct raft_ready *rd)
+static void write_submit(struct sim *s, struct sim_node *nd, const struct raft_ready *rd)
 {
     struct sim_write *w = tk_calloc(1, sizeof(*w));
     w->seq = rd->seq;
@@ -645,8 +640,7 @@ static void write_submit(struct sim *s, struct sim_node *nd,
         }
     }
     /* One disk per node: writes complete in order. */
-    uint64_t start = nd->disk_free_us > s->now_us ? nd->disk_free_us
-                                                  : s->now_us;
+    uint64_t start = nd->disk_free_us > s->now_us ? nd->disk_free_us : s->now_us;
     w->done_us = start + sync_latency(s, nd);
     nd->disk_free_us = w->done_us;
     if (nd->wq_tail)
@@ -672,23 +666,21 @@ static void node_observe(struct sim *s, struct sim_node *nd)
             s->st.leaders++;
             /* Leader churn: a leader that dies right after its election,
              * before its own entries spread (figure 8 needs this). */
-            if (s->cfg.faults && !s->healed &&
-                tk_prng_chance(&s->prng, s->leader_kill_p))
-                ev_push(s, s->now_us + tk_prng_range(&s->prng, 0,
-                                                     3 * s->delay_max_us),
+            if (s->cfg.faults && !s->healed && tk_prng_chance(&s->prng, s->leader_kill_p))
+                ev_push(s, s->now_us + tk_prng_range(&s->prng, 0, 3 * s->delay_max_us),
                         EV_CRASH, (uint32_t)nd->id, nd->inc, NULL);
-            sim_note(s, "n%" PRIu64 " became leader in term %" PRIu64
-                        " (log up to index %" PRIu64 ")",
+            sim_note(s,
+                     "n%" PRIu64 " became leader in term %" PRIu64
+                     " (log up to index %" PRIu64 ")",
                      nd->id, term, raft_last_index(r));
         } else if (role == RAFT_CANDIDATE && nd->role != RAFT_CANDIDATE) {
-            sim_note(s, "n%" PRIu64 " starts an election for term %" PRIu64,
-                     nd->id, term);
-        } else if (nd->role == RAFT_LEADER) {
-            sim_note(s, "n%" PRIu64 " steps down (term %" PRIu64 ")", nd->id,
+            sim_note(s, "n%" PRIu64 " starts an election for term %" PRIu64, nd->id,
                      term);
+        } else if (nd->role == RAFT_LEADER) {
+            sim_note(s, "n%" PRIu64 " steps down (term %" PRIu64 ")", nd->id, term);
         }
-        trace(s, "n%" PRIu64 " role %s term %" PRIu64, nd->id,
-              raft_role_name(role), term);
+        trace(s, "n%" PRIu64 " role %s term %" PRIu64, nd->id, raft_role_name(role),
+              term);
         nd->role = role;
         nd->term = term;
         hmix(s, nd->id << 8 | role);
@@ -703,17 +695,14 @@ static void node_observe(struct sim *s, struct sim_node *nd)
     ck_commit(s->ck, nd->id, term, role == RAFT_LEADER, commit);
 }
 
-static void sm_apply(struct sim *s, struct sim_node *nd,
-                     const struct raft_entry *e)
+static void sm_apply(struct sim *s, struct sim_node *nd, const struct raft_entry *e)
 {
     uint64_t digest = entry_digest(e);
     uint64_t payload = payload_id(e);
-    nd->sm_hash = mix64(nd->sm_hash ^ mix64(e->index ^ (e->term << 40)) ^
-                        digest);
+    nd->sm_hash = mix64(nd->sm_hash ^ mix64(e->index ^ (e->term << 40)) ^ digest);
     nd->sm_index = e->index;
     nd->sm_term = e->term;
-    if (ck_applied(s->ck, nd->id, e->index, e->term, digest, payload,
-                   nd->sm_hash) != 0)
+    if (ck_applied(s->ck, nd->id, e->index, e->term, digest, payload, nd->sm_hash) != 0)
         return;
     if (e->index > s->applied_max) {
         s->applied_max = e->index;
@@ -733,9 +722,10 @@ static void node_snapshot(struct sim *s, struct sim_node *nd)
     struct tk_blob *data = snap_encode(meta.index, meta.term, nd->sm_hash);
     int rc = raft_snapshot_set(nd->r, &meta, data);
     if (rc != 0) {
-        sim_fail(s, "VIOLATION driver: t=%" PRIu64 "ms node n%" PRIu64
-                    " index %" PRIu64 ": raft_snapshot_set refused an "
-                    "applied index: %s",
+        sim_fail(s,
+                 "VIOLATION driver: t=%" PRIu64 "ms node n%" PRIu64 " index %" PRIu64
+                 ": raft_snapshot_set refused an "
+                 "applied index: %s",
                  now_ms(s), nd->id, meta.index, tk_strerror(rc));
         tk_blob_unref(data);
         return;
@@ -746,11 +736,12 @@ static void node_snapshot(struct sim *s, struct sim_node *nd)
     tk_blob_unref(data);
     uint64_t upto = meta.index > s->snap_keep ? meta.index - s->snap_keep : 0;
     if (upto > 0 && (rc = raft_compact(nd->r, upto)) != 0)
-        sim_fail(s, "VIOLATION driver: t=%" PRIu64 "ms node n%" PRIu64
-                    " index %" PRIu64 ": raft_compact refused: %s",
+        sim_fail(s,
+                 "VIOLATION driver: t=%" PRIu64 "ms node n%" PRIu64 " index %" PRIu64
+                 ": raft_compact refused: %s",
                  now_ms(s), nd->id, upto, tk_strerror(rc));
-    trace(s, "n%" PRIu64 " snapshot at %" PRIu64 ", compact to %" PRIu64,
-          nd->id, meta.index, upto);
+    trace(s, "n%" PRIu64 " snapshot at %" PRIu64 ", compact to %" PRIu64, nd->id,
+          meta.index, upto);
 }
 
 struct appended {
@@ -769,9 +760,10 @@ static void node_ready(struct sim *s, struct sim_node *nd)
         uint64_t idx = 0, term = 0, hash = 0;
         if (!snap_decode(rd.snapshot_data, &idx, &term, &hash) ||
             idx != rd.snapshot->index || term != rd.snapshot->term) {
-            sim_fail(s, "VIOLATION snapshot-data: t=%" PRIu64 "ms node n%"
-                        PRIu64 " index %" PRIu64 ": the snapshot handed to "
-                        "install does not match its metadata",
+            sim_fail(s,
+                     "VIOLATION snapshot-data: t=%" PRIu64 "ms node n%" PRIu64
+                     " index %" PRIu64 ": the snapshot handed to "
+                     "install does not match its metadata",
                      now_ms(s), nd->id, rd.snapshot->index);
         } else {
             s->st.snapshots_installed++;
@@ -780,8 +772,8 @@ static void node_ready(struct sim *s, struct sim_node *nd)
             nd->sm_hash = hash;
             nd->sm_snap_index = idx;
             ck_sm_restored(s->ck, nd->id, idx, term, hash);
-            sim_note(s, "n%" PRIu64 " installs a snapshot up to index %" PRIu64,
-                     nd->id, idx);
+            sim_note(s, "n%" PRIu64 " installs a snapshot up to index %" PRIu64, nd->id,
+                     idx);
         }
     }
     if (rd.seq != 0)
@@ -807,13 +799,13 @@ static void node_ready(struct sim *s, struct sim_node *nd)
             flag = !m->u.read_index.reject;
         }
         if (m->from != nd->id) {
-            sim_fail(s, "VIOLATION message-address: t=%" PRIu64 "ms node n%"
-                        PRIu64 ": sent a message from n%" PRIu64,
+            sim_fail(s,
+                     "VIOLATION message-address: t=%" PRIu64 "ms node n%" PRIu64
+                     ": sent a message from n%" PRIu64,
                      now_ms(s), nd->id, m->from);
             break;
         }
-        if (ck_sent(s->ck, nd->id, m->type, m->to, m->term, flag, flag2,
-                    index) != 0)
+        if (ck_sent(s->ck, nd->id, m->type, m->to, m->term, flag, flag2, index) != 0)
             break;
         net_send(s, m);
     }
@@ -826,9 +818,10 @@ static void node_ready(struct sim *s, struct sim_node *nd)
             if (q->ctx != rs->ctx)
                 continue;
             if (q->node != nd->id || q->inc != nd->inc) {
-                sim_fail(s, "VIOLATION read-linearizable: t=%" PRIu64
-                            "ms node n%" PRIu64 ": read state for ctx %" PRIu64
-                            " that this node did not ask for",
+                sim_fail(s,
+                         "VIOLATION read-linearizable: t=%" PRIu64 "ms node n%" PRIu64
+                         ": read state for ctx %" PRIu64
+                         " that this node did not ask for",
                          now_ms(s), nd->id, rs->ctx);
                 break;
             }
@@ -870,8 +863,9 @@ static void node_sync(struct sim *s, struct sim_node *nd)
         if (failed(s) || !raft_has_ready(nd->r))
             return;
         if (rounds > 1000) {
-            sim_fail(s, "VIOLATION driver: t=%" PRIu64 "ms node n%" PRIu64
-                        ": raft_has_ready stays true after 1000 readies",
+            sim_fail(s,
+                     "VIOLATION driver: t=%" PRIu64 "ms node n%" PRIu64
+                     ": raft_has_ready stays true after 1000 readies",
                      now_ms(s), nd->id);
             return;
         }
@@ -879,8 +873,7 @@ static void node_sync(struct sim *s, struct sim_node *nd)
     }
 }
 
-static void node_options(struct sim *s, struct sim_node *nd,
-                         struct raft_options *o)
+static void node_options(struct sim *s, struct sim_node *nd, struct raft_options *o)
 {
     *o = s->opts;
     o->id = nd->id;
@@ -903,8 +896,9 @@ static void node_boot(struct sim *s, struct sim_node *nd)
     int rc = raft_new(&o, &boot, &nd->r);
     if (rc != 0) {
         nd->r = NULL;
-        sim_fail(s, "VIOLATION restart: t=%" PRIu64 "ms node n%" PRIu64
-                    ": raft_new refused the durable state: %s",
+        sim_fail(s,
+                 "VIOLATION restart: t=%" PRIu64 "ms node n%" PRIu64
+                 ": raft_new refused the durable state: %s",
                  now_ms(s), nd->id, tk_strerror(rc));
         return;
     }
@@ -916,10 +910,10 @@ static void node_boot(struct sim *s, struct sim_node *nd)
     nd->sm_term = 0;
     nd->sm_hash = 0;
     if (nd->snap.index > 0 &&
-        !snap_decode(nd->snap_data, &nd->sm_index, &nd->sm_term,
-                     &nd->sm_hash))
-        sim_fail(s, "VIOLATION snapshot-data: node n%" PRIu64
-                    ": durable snapshot does not decode",
+        !snap_decode(nd->snap_data, &nd->sm_index, &nd->sm_term, &nd->sm_hash))
+        sim_fail(s,
+                 "VIOLATION snapshot-data: node n%" PRIu64
+                 ": durable snapshot does not decode",
                  nd->id);
     nd->sm_snap_index = nd->sm_index;
     ck_restart(s->ck, nd->id);
@@ -967,8 +961,9 @@ void sim_restart(struct sim *s, uint64_t node)
     struct sim_node *nd = node_of(s, node);
     if (nd->up)
         return;
-    sim_note(s, "restart n%" PRIu64 " from its disk (term %" PRIu64
-                ", snapshot %" PRIu64 ", log to %" PRIu64 ")",
+    sim_note(s,
+             "restart n%" PRIu64 " from its disk (term %" PRIu64 ", snapshot %" PRIu64
+             ", log to %" PRIu64 ")",
              node, nd->hs.term, nd->snap.index, nd->snap.index + nd->n_log);
     trace(s, "restart n%" PRIu64, node);
     hmix(s, 0xbeef ^ node);
@@ -1008,8 +1003,7 @@ static void trace_msg(struct sim *s, const struct raft_message *m)
     case RAFT_MSG_VOTE:
         snprintf(what, sizeof(what), " last %" PRIu64 "/%" PRIu64 "%s%s",
                  m->u.vote.last_log_index, m->u.vote.last_log_term,
-                 m->u.vote.pre_vote ? " pre" : "",
-                 m->u.vote.transfer ? " transfer" : "");
+                 m->u.vote.pre_vote ? " pre" : "", m->u.vote.transfer ? " transfer" : "");
         break;
     case RAFT_MSG_VOTE_RESP:
         snprintf(what, sizeof(what), "%s%s",
@@ -1018,23 +1012,20 @@ static void trace_msg(struct sim *s, const struct raft_message *m)
         break;
     case RAFT_MSG_APPEND:
         snprintf(what, sizeof(what),
-                 " prev %" PRIu64 "/%" PRIu64 " n %u commit %" PRIu64
-                 " ctx %" PRIu64,
-                 m->u.append.prev_index, m->u.append.prev_term,
-                 m->u.append.n_entries, m->u.append.commit,
-                 m->u.append.read_ctx);
+                 " prev %" PRIu64 "/%" PRIu64 " n %u commit %" PRIu64 " ctx %" PRIu64,
+                 m->u.append.prev_index, m->u.append.prev_term, m->u.append.n_entries,
+                 m->u.append.commit, m->u.append.read_ctx);
         break;
     case RAFT_MSG_APPEND_RESP:
         snprintf(what, sizeof(what),
-                 "%s index %" PRIu64 " hint %" PRIu64 "/%" PRIu64
-                 " ctx %" PRIu64,
-                 m->u.append_resp.reject ? " reject" : " ok",
-                 m->u.append_resp.index, m->u.append_resp.conflict_index,
-                 m->u.append_resp.conflict_term, m->u.append_resp.read_ctx);
+                 "%s index %" PRIu64 " hint %" PRIu64 "/%" PRIu64 " ctx %" PRIu64,
+                 m->u.append_resp.reject ? " reject" : " ok", m->u.append_resp.index,
+                 m->u.append_resp.conflict_index, m->u.append_resp.conflict_term,
+                 m->u.append_resp.read_ctx);
         break;
     case RAFT_MSG_SNAPSHOT:
-        snprintf(what, sizeof(what), " at %" PRIu64 "/%" PRIu64,
-                 m->u.snapshot.meta.index, m->u.snapshot.meta.term);
+        snprintf(what, sizeof(what), " at %" PRIu64 "/%" PRIu64, m->u.snapshot.meta.index,
+                 m->u.snapshot.meta.term);
         break;
     case RAFT_MSG_READ_INDEX:
     case RAFT_MSG_READ_INDEX_RESP:
@@ -1045,8 +1036,8 @@ static void trace_msg(struct sim *s, const struct raft_message *m)
     default:
         break;
     }
-    trace(s, "n%" PRIu64 "->n%" PRIu64 " %s term %" PRIu64 "%s", m->from,
-          m->to, raft_msg_type_name(m->type), m->term, what);
+    trace(s, "n%" PRIu64 "->n%" PRIu64 " %s term %" PRIu64 "%s", m->from, m->to,
+          raft_msg_type_name(m->type), m->term, what);
 }
 
 static void ev_deliver(struct sim *s, struct sim_msg *c)
@@ -1072,8 +1063,7 @@ static struct sim_node *pick_up(struct sim *s, bool leader_only)
     uint64_t cand[SIM_NODES_MAX];
     uint32_t k = 0;
     for (uint32_t i = 0; i < s->n; i++)
-        if (s->nodes[i].up &&
-            (!leader_only || s->nodes[i].role == RAFT_LEADER))
+        if (s->nodes[i].up && (!leader_only || s->nodes[i].role == RAFT_LEADER))
             cand[k++] = s->nodes[i].id;
     if (k == 0)
         return NULL;
@@ -1113,12 +1103,11 @@ int sim_propose(struct sim *s, uint64_t node, uint32_t n)
         tk_blob_unref(ents[i].data);
     hmix(s, (uint64_t)(-rc) << 32 | index);
     if (rc == 0) {
-        grow((void **)&s->props, &s->cap_props, s->n_props + n + 1,
-             sizeof(*s->props));
+        grow((void **)&s->props, &s->cap_props, s->n_props + n + 1, sizeof(*s->props));
         for (uint32_t i = 0; i < n; i++) {
             uint64_t id = first_id + i;
-            s->props[id] = (struct sim_prop){nd->id, nd->inc, index + i, term,
-                                             PROP_PENDING};
+            s->props[id] =
+                (struct sim_prop){nd->id, nd->inc, index + i, term, PROP_PENDING};
             grow((void **)&s->pending, &s->cap_pending, s->n_pending_ids + 1,
                  sizeof(*s->pending));
             s->pending[s->n_pending_ids++] = id;
@@ -1126,8 +1115,8 @@ int sim_propose(struct sim *s, uint64_t node, uint32_t n)
         }
         s->n_props += n;
         s->st.proposals += n;
-        trace(s, "n%" PRIu64 " propose %u at %" PRIu64 " term %" PRIu64,
-              nd->id, n, index, term);
+        trace(s, "n%" PRIu64 " propose %u at %" PRIu64 " term %" PRIu64, nd->id, n, index,
+              term);
     }
     node_sync(s, nd);
     return rc;
@@ -1141,10 +1130,8 @@ static void client_read(struct sim *s, struct sim_node *nd)
     hmix(s, ctx ^ (uint64_t)(-rc));
     if (rc == 0) {
         s->st.reads++;
-        grow((void **)&s->reads, &s->cap_reads, s->n_reads + 1,
-             sizeof(*s->reads));
-        s->reads[s->n_reads++] = (struct sim_read){ctx, nd->id, nd->inc,
-                                                   token};
+        grow((void **)&s->reads, &s->cap_reads, s->n_reads + 1, sizeof(*s->reads));
+        s->reads[s->n_reads++] = (struct sim_read){ctx, nd->id, nd->inc, token};
     }
     node_sync(s, nd);
 }
@@ -1162,9 +1149,7 @@ static void ev_client(struct sim *s)
         if (nd != NULL)
             sim_propose(s, nd->id,
                         (uint32_t)tk_prng_range(&s->prng, 1,
-                                                tk_prng_chance(&s->prng, 0.1)
-                                                    ? 8
-                                                    : 3));
+                                                tk_prng_chance(&s->prng, 0.1) ? 8 : 3));
     } else if (dice < 90) {
         nd = pick_up(s, false);
         if (nd != NULL)
@@ -1177,8 +1162,7 @@ static void ev_client(struct sim *s)
             hmix(s, to ^ (uint64_t)(-rc));
             if (rc == 0) {
                 s->st.transfers++;
-                trace(s, "n%" PRIu64 " transfers leadership to n%" PRIu64,
-                      nd->id, to);
+                trace(s, "n%" PRIu64 " transfers leadership to n%" PRIu64, nd->id, to);
             }
             node_sync(s, nd);
         }
@@ -1208,8 +1192,7 @@ static void ev_fault(struct sim *s)
         n_up += s->nodes[i].up;
     if (dice < 30) {
         /* Crash: the leader half the time, else anyone; then restart. */
-        struct sim_node *nd = tk_prng_chance(&s->prng, 0.5) ? pick_up(s, true)
-                                                            : NULL;
+        struct sim_node *nd = tk_prng_chance(&s->prng, 0.5) ? pick_up(s, true) : NULL;
         if (nd == NULL)
             nd = pick_up(s, false);
         if (nd != NULL && n_up > 1) {
@@ -1217,13 +1200,11 @@ static void ev_fault(struct sim *s)
             uint64_t down = tk_prng_chance(&s->prng, 0.3)
                                 ? tk_prng_range(&s->prng, 0, 30000)
                                 : tk_prng_range(&s->prng, 30000, 1500000);
-            ev_push(s, s->now_us + down, EV_RESTART, (uint32_t)nd->id, 0,
-                    NULL);
+            ev_push(s, s->now_us + down, EV_RESTART, (uint32_t)nd->id, 0, NULL);
         }
     } else if (dice < 45) {
         /* Symmetric partition: a random side, or the leader alone. */
-        uint32_t side = (uint32_t)tk_prng_range(&s->prng, 1,
-                                                (1u << s->n) - 2);
+        uint32_t side = (uint32_t)tk_prng_range(&s->prng, 1, (1u << s->n) - 2);
         struct sim_node *l = pick_up(s, true);
         if (l != NULL && tk_prng_chance(&s->prng, 0.5))
             side = 1u << (l->id - 1);
@@ -1249,12 +1230,8 @@ static void ev_fault(struct sim *s)
         trace(s, "heal partitions");
         hmix(s, 0x4ea1);
     } else if (dice < 80) {
-        s->drop_p = tk_prng_chance(&s->prng, 0.5)
-                        ? 0
-                        : tk_prng_double(&s->prng) * 0.3;
-        s->dup_p = tk_prng_chance(&s->prng, 0.5)
-                       ? 0
-                       : tk_prng_double(&s->prng) * 0.1;
+        s->drop_p = tk_prng_chance(&s->prng, 0.5) ? 0 : tk_prng_double(&s->prng) * 0.3;
+        s->dup_p = tk_prng_chance(&s->prng, 0.5) ? 0 : tk_prng_double(&s->prng) * 0.1;
         trace(s, "drop %.3f dup %.3f", s->drop_p, s->dup_p);
     } else if (dice < 90) {
         s->spike_until_us = s->now_us + tk_prng_range(&s->prng, 50000, 600000);
@@ -1263,8 +1240,7 @@ static void ev_fault(struct sim *s)
     } else {
         struct sim_node *nd = pick_up(s, false);
         if (nd != NULL)
-            nd->disk_slow_until_us = s->now_us +
-                                     tk_prng_range(&s->prng, 50000, 800000);
+            nd->disk_slow_until_us = s->now_us + tk_prng_range(&s->prng, 50000, 800000);
         trace(s, "slow disk");
     }
     uint64_t next = s->now_us + tk_prng_range(&s->prng, 10000, s->fault_gap_us);
@@ -1349,8 +1325,8 @@ static void step(struct sim *s)
         if (!nd->up || nd->inc != e.inc || s->healed)
             break;
         sim_crash(s, e.node);
-        ev_push(s, s->now_us + tk_prng_range(&s->prng, 0, 400000), EV_RESTART,
-                e.node, 0, NULL);
+        ev_push(s, s->now_us + tk_prng_range(&s->prng, 0, 400000), EV_RESTART, e.node, 0,
+                NULL);
         break;
     }
     default:
@@ -1400,19 +1376,15 @@ struct sim *sim_new(const struct sim_config *c)
     }
 
     s->delay_min_us = c->faults ? tk_prng_range(p, 200, 2000) : 1000;
-    s->delay_max_us = s->delay_min_us + (c->faults ? tk_prng_range(p, 500, 15000)
-                                                   : 2000);
+    s->delay_max_us = s->delay_min_us + (c->faults ? tk_prng_range(p, 500, 15000) : 2000);
     s->reorder_p = c->faults ? tk_prng_double(p) * 0.1 : 0;
     s->sync_min_us = c->faults ? tk_prng_range(p, 100, 3000) : 500;
-    s->sync_max_us = s->sync_min_us + (c->faults ? tk_prng_range(p, 0, 10000)
-                                                 : 1500);
+    s->sync_max_us = s->sync_min_us + (c->faults ? tk_prng_range(p, 0, 10000) : 1500);
     s->snap_every = c->faults ? tk_prng_range(p, 8, 120) : 1000;
     s->snap_keep = c->faults ? tk_prng_range(p, 0, 20) : 10;
     s->client_gap_us = c->faults ? tk_prng_range(p, 3000, 40000) : 10000;
     s->fault_gap_us = tk_prng_range(p, 50000, 600000);
-    s->leader_kill_p = c->faults && tk_prng_chance(p, 0.3)
-                           ? tk_prng_double(p) * 0.6
-                           : 0;
+    s->leader_kill_p = c->faults && tk_prng_chance(p, 0.3) ? tk_prng_double(p) * 0.6 : 0;
     uint64_t fault_ms = c->fault_ms ? c->fault_ms : tk_prng_range(p, 2000, 5000);
     s->heal_us = fault_ms * US_PER_MS;
     s->clients_stop_us = s->heal_us + CLIENT_TAIL_MS * US_PER_MS;
@@ -1422,21 +1394,22 @@ struct sim *sim_new(const struct sim_config *c)
         struct sim_node *nd = &s->nodes[i];
         nd->id = i + 1;
         /* Each node's clock runs a little fast or slow. */
-        nd->tick_us = c->faults ? tk_prng_range(p, TICK_US - TICK_US / 50,
-                                                TICK_US + TICK_US / 50)
-                                : TICK_US;
+        nd->tick_us =
+            c->faults ? tk_prng_range(p, TICK_US - TICK_US / 50, TICK_US + TICK_US / 50)
+                      : TICK_US;
     }
-    trace(s, "seed %" PRIu64 " nodes %u: heartbeat %u election %u "
-             "pre_vote %d check_quorum %d append %u/%" PRIu64 "B inflight %u/%"
-             PRIu64 "B uncommitted %u; delay %" PRIu64 "-%" PRIu64
-             "us reorder %.3f sync %" PRIu64 "-%" PRIu64 "us snapshot every %"
-             PRIu64 " keep %" PRIu64 "; heal at %" PRIu64 "ms",
+    trace(s,
+          "seed %" PRIu64 " nodes %u: heartbeat %u election %u "
+          "pre_vote %d check_quorum %d append %u/%" PRIu64 "B inflight %u/%" PRIu64
+          "B uncommitted %u; delay %" PRIu64 "-%" PRIu64 "us reorder %.3f sync %" PRIu64
+          "-%" PRIu64 "us snapshot every %" PRIu64 " keep %" PRIu64 "; heal at %" PRIu64
+          "ms",
           c->seed, s->n, s->opts.heartbeat_ticks, s->opts.election_ticks,
           s->opts.pre_vote, s->opts.check_quorum, s->opts.max_append_entries,
-          s->opts.max_append_bytes, s->opts.max_inflight_msgs,
-          s->opts.max_inflight_bytes, s->opts.max_uncommitted, s->delay_min_us,
-          s->delay_max_us, s->reorder_p, s->sync_min_us, s->sync_max_us,
-          s->snap_every, s->snap_keep, s->heal_us / US_PER_MS);
+          s->opts.max_append_bytes, s->opts.max_inflight_msgs, s->opts.max_inflight_bytes,
+          s->opts.max_uncommitted, s->delay_min_us, s->delay_max_us, s->reorder_p,
+          s->sync_min_us, s->sync_max_us, s->snap_every, s->snap_keep,
+          s->heal_us / US_PER_MS);
     for (uint32_t i = 0; i < s->n && !failed(s); i++)
         node_boot(s, &s->nodes[i]);
     return s;
@@ -1473,12 +1446,10 @@ void sim_free(struct sim *s)
 int sim_run(struct sim *s)
 {
     if (s->cfg.faults) {
-        ev_push(s, tk_prng_range(&s->prng, 1, s->fault_gap_us), EV_FAULT,
-                0, 0, NULL);
+        ev_push(s, tk_prng_range(&s->prng, 1, s->fault_gap_us), EV_FAULT, 0, 0, NULL);
         ev_push(s, s->heal_us, EV_HEAL, 0, 0, NULL);
     }
-    ev_push(s, tk_prng_range(&s->prng, 1, s->client_gap_us), EV_CLIENT, 0, 0,
-            NULL);
+    ev_push(s, tk_prng_range(&s->prng, 1, s->client_gap_us), EV_CLIENT, 0, 0, NULL);
     while (!failed(s)) {
         if (s->n_heap == 0 || s->heap[0].at_us > s->deadline_us) {
             uint64_t l = sim_leader(s);
@@ -1487,29 +1458,24 @@ int sim_run(struct sim *s)
             for (uint32_t i = 0; i < s->n && off < 400; i++) {
                 const struct sim_node *nd = &s->nodes[i];
                 if (!nd->up) {
-                    off += snprintf(applied + off,
-                                    sizeof(applied) - (size_t)off,
+                    off += snprintf(applied + off, sizeof(applied) - (size_t)off,
                                     " n%u down", i + 1);
                     continue;
                 }
                 off += snprintf(applied + off, sizeof(applied) - (size_t)off,
-                                " n%u=%" PRIu64 " (%s term %" PRIu64
-                                " commit %" PRIu64 " stable %" PRIu64
-                                " last %" PRIu64 ")",
-                                i + 1, nd->sm_index,
-                                raft_role_name(raft_role(nd->r)),
+                                " n%u=%" PRIu64 " (%s term %" PRIu64 " commit %" PRIu64
+                                " stable %" PRIu64 " last %" PRIu64 ")",
+                                i + 1, nd->sm_index, raft_role_name(raft_role(nd->r)),
                                 raft_term(nd->r), raft_commit(nd->r),
-                                raft_stable_index(nd->r),
-                                raft_last_index(nd->r));
+                                raft_stable_index(nd->r), raft_last_index(nd->r));
             }
             s->now_us = s->deadline_us;
-            sim_fail(s, "VIOLATION liveness: t=%" PRIu64 "ms: %" PRIu64
-                        " ms after the heal: leader %s%" PRIu64 ", %" PRIu64
-                        " proposals outstanding, commit %" PRIu64
-                        ", applied%s",
-                     now_ms(s), s->cfg.liveness_ms, l ? "n" : "none ", l,
-                     s->n_pending, l ? raft_commit(node_of(s, l)->r) : 0,
-                     applied);
+            sim_fail(s,
+                     "VIOLATION liveness: t=%" PRIu64 "ms: %" PRIu64
+                     " ms after the heal: leader %s%" PRIu64 ", %" PRIu64
+                     " proposals outstanding, commit %" PRIu64 ", applied%s",
+                     now_ms(s), s->cfg.liveness_ms, l ? "n" : "none ", l, s->n_pending,
+                     l ? raft_commit(node_of(s, l)->r) : 0, applied);
             break;
         }
         step(s);
@@ -1546,8 +1512,8 @@ uint64_t sim_now_ms(const struct sim *s)
     return now_ms(s);
 }
 
-int sim_run_until(struct sim *s, bool (*pred)(struct sim *s, void *data),
-                  void *data, uint64_t max_ms)
+int sim_run_until(struct sim *s, bool (*pred)(struct sim *s, void *data), void *data,
+                  uint64_t max_ms)
 {
     uint64_t end = s->now_us + max_ms * US_PER_MS;
     while (!failed(s)) {
@@ -1574,8 +1540,7 @@ uint64_t sim_leader(const struct sim *s)
     uint64_t best = 0, best_term = 0;
     for (uint32_t i = 0; i < s->n; i++) {
         const struct sim_node *nd = &s->nodes[i];
-        if (nd->up && raft_role(nd->r) == RAFT_LEADER &&
-            raft_term(nd->r) > best_term) {
+        if (nd->up && raft_role(nd->r) == RAFT_LEADER && raft_term(nd->r) > best_term) {
             best = nd->id;
             best_term = raft_term(nd->r);
         }

@@ -89,8 +89,8 @@ uint64_t sim_now_ms(const struct sim *s);
 int sim_run_for(struct sim *s, uint64_t ms);
 /* Runs until pred(s, data) holds (checked after every step). Returns 1 when
  * it does, 0 after `max_ms` without, -1 on a violation. */
-int sim_run_until(struct sim *s, bool (*pred)(struct sim *s, void *data),
-                  void *data, uint64_t max_ms);
+int sim_run_until(struct sim *s, bool (*pred)(struct sim *s, void *data), void *data,
+                  uint64_t max_ms);
 /* The up node that leads in the highest term, or 0. */
 uint64_t sim_leader(const struct sim *s);
 bool sim_up(const struct sim *s, uint64_t node);
@@ -104,7 +104,6 @@ int sim_propose(struct sim *s, uint64_t node, uint32_t n);
 void sim_crash(struct sim *s, uint64_t node);
 void sim_restart(struct sim *s, uint64_t node);
 /* Prints a note "t=  123ms  <text>" to the notes stream. */
-void sim_note(struct sim *s, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
+void sim_note(struct sim *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 #endif

@@ -89,7 +89,8 @@ START_TEST(test_log_rolling_window_moves_and_grows)
                 ck_assert_uint_eq(v, i);
             }
             /* Ranges stay contiguous: the core hands them out by pointer. */
-            ck_assert_ptr_eq(raft__log_at(&l, next - 1), raft__log_at(&l, first) + (next - 1 - first));
+            ck_assert_ptr_eq(raft__log_at(&l, next - 1),
+                             raft__log_at(&l, first) + (next - 1 - first));
         }
         raft__log_truncate(&l, next - 3);
         ck_assert_uint_eq(raft__log_last_index(&l), next - 4);

@@ -3,8 +3,8 @@
  * reads, scans merging hot and cold) and every command of the state machine,
  * with exactly-once retries, TTL by entry time, bad input, recovery after a
  * restart and snapshot stream/install. */
-#include <pthread.h>
 #include <check.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>

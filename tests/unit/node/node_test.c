@@ -14,7 +14,7 @@
 #include "base/log.h"
 #include "include/tierkv.h"
 
-static bool one_loop; /* the tests below run again with every node on one loop */
+static bool one_loop;    /* the tests below run again with every node on one loop */
 static uint32_t spin_us; /* ... and with loops and callers that spin before sleeping */
 
 static struct tk_cluster *start(uint32_t n, uint64_t snapshot_entries)
@@ -273,7 +273,7 @@ START_TEST(test_leader_dies_with_proposals_in_flight)
     struct tk_cluster *c = start(3, 0);
     struct tk_node *l = leader_of(c);
     uint32_t li = (uint32_t)index_of(c, l);
-    struct tally t = { 0 };
+    struct tally t = {0};
     int sent = 0;
     for (int i = 0; i < 500; i++)
         if (tk_put_async(l, "f", 1, "x", 1, TK_MODE_APPLIED, count_cb, &t) == 0)
@@ -382,7 +382,7 @@ START_TEST(test_backpressure_returns_busy)
     struct tk_cluster *c = NULL;
     ck_assert_int_eq(tk_cluster_start(3, &o, &c), 0);
     struct tk_node *l = leader_of(c);
-    struct tally t = { 0 };
+    struct tally t = {0};
     int busy = 0, sent = 0;
     for (int i = 0; i < 20000 && busy == 0; i++) {
         int rc = tk_put_async(l, "b", 1, "x", 1, TK_MODE_APPLIED, count_cb, &t);
@@ -403,7 +403,7 @@ START_TEST(test_stop_with_work_in_flight_completes_everything)
 {
     struct tk_cluster *c = start(3, 0);
     struct tk_node *l = leader_of(c);
-    struct tally t = { 0 };
+    struct tally t = {0};
     int sent = 0;
     for (int i = 0; i < 2000; i++)
         if (tk_put_async(l, "s", 1, "x", 1, TK_MODE_APPLIED, count_cb, &t) == 0)
@@ -417,19 +417,21 @@ START_TEST(test_batch_and_txn)
 {
     struct tk_cluster *c = start(3, 0);
     struct tk_node *l = leader_of(c);
-    struct tk_op ops[2] = { { "b1", 2, "x", 1 }, { "b2", 2, "y", 1 } };
+    struct tk_op ops[2] = {{"b1", 2, "x", 1}, {"b2", 2, "y", 1}};
     struct tk_write_result res;
     ck_assert_int_eq(tk_batch(l, ops, 2, TK_MODE_APPLIED, &res), 0);
     ck_assert_int_eq(res.code, 0);
     assert_value(l, "b2", "y", TK_READ_LINEARIZABLE);
-    struct tk_version_cmp cmp = { "b1", 2, 1 };
-    struct tk_op then_op = { "t", 1, "then", 4 };
-    struct tk_op else_op = { "t", 1, "else", 4 };
-    ck_assert_int_eq(tk_txn(l, &cmp, 1, &then_op, 1, &else_op, 1, TK_MODE_APPLIED, &res), 0);
+    struct tk_version_cmp cmp = {"b1", 2, 1};
+    struct tk_op then_op = {"t", 1, "then", 4};
+    struct tk_op else_op = {"t", 1, "else", 4};
+    ck_assert_int_eq(tk_txn(l, &cmp, 1, &then_op, 1, &else_op, 1, TK_MODE_APPLIED, &res),
+                     0);
     ck_assert(res.succeeded);
     assert_value(l, "t", "then", TK_READ_LINEARIZABLE);
     cmp.version = 7;
-    ck_assert_int_eq(tk_txn(l, &cmp, 1, &then_op, 1, &else_op, 1, TK_MODE_APPLIED, &res), 0);
+    ck_assert_int_eq(tk_txn(l, &cmp, 1, &then_op, 1, &else_op, 1, TK_MODE_APPLIED, &res),
+                     0);
     ck_assert(!res.succeeded);
     assert_value(l, "t", "else", TK_READ_LINEARIZABLE);
     tk_cluster_stop(c);
@@ -447,7 +449,7 @@ static int count_items(const struct tk_item *it, void *data)
 static uint16_t free_port(void)
 {
     int s = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = 0 };
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = 0};
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     socklen_t al = sizeof(a);
     ck_assert_int_eq(bind(s, (struct sockaddr *)&a, sizeof(a)), 0);

@@ -222,8 +222,8 @@ static void verify(const char *dir, uint64_t want_last)
 /* Where recovery must say the damage starts: the record holding byte `off`
  * of segment `seg` (offset 0 and the segment's first index for a byte of the
  * segment header), in a log of term 1 entries as build() makes. */
-static void damage_at(const struct layout *L, size_t seg, uint64_t off,
-                      uint64_t *rec_off, uint64_t *rec_index)
+static void damage_at(const struct layout *L, size_t seg, uint64_t off, uint64_t *rec_off,
+                      uint64_t *rec_index)
 {
     ck_assert_uint_lt(off, L->used[seg]);
     *rec_off = 0;
@@ -470,8 +470,7 @@ START_TEST(test_missing_middle_segment_refuses)
      * segment after the hole, whose records prove the lost ones were synced.
      * The missing file's own name is not in it (its index is). */
     char err[STORE_ERRMSG_MAX];
-    expect_refusal(dir, L.path[mid - 1], L.used[mid - 1], L.first[mid], err,
-                   sizeof(err));
+    expect_refusal(dir, L.path[mid - 1], L.used[mid - 1], L.first[mid], err, sizeof(err));
     ck_assert_ptr_nonnull(strstr(err, base_name(L.path[mid + 1])));
     tl_rmrf(dir);
     free(dir);

@@ -401,10 +401,10 @@ START_TEST(test_peer_by_host_name)
     uv_loop_init(&loop);
     tk_log_set_level(TK_LOG_ERROR);
     struct tnode *a = tnode(&loop, 1), *b = tnode(&loop, 2);
-    ck_assert_int_eq(transport_tcp_add_peer(a->t, 2, "localhost", transport_tcp_port(b->t)),
-                     0);
-    ck_assert_int_eq(transport_tcp_add_peer(b->t, 1, "localhost", transport_tcp_port(a->t)),
-                     0);
+    ck_assert_int_eq(
+        transport_tcp_add_peer(a->t, 2, "localhost", transport_tcp_port(b->t)), 0);
+    ck_assert_int_eq(
+        transport_tcp_add_peer(b->t, 1, "localhost", transport_tcp_port(a->t)), 0);
     RUN_UNTIL(&loop, a->ups == 1 && b->ups == 1, 5000);
     for (uint64_t i = 1; i <= 3; i++)
         ck_assert_int_eq(send_seq(a->t, 2, i, 64), 0);
