@@ -97,7 +97,10 @@ int tk_cluster_start(uint32_t n, const struct tk_options *o, struct tk_cluster *
 void tk_cluster_stop(struct tk_cluster *c);
 /* Node i (0-based). */
 struct tk_node *tk_cluster_node(struct tk_cluster *c, uint32_t i);
-/* Waits up to timeout_ms for a node that leads; TK_ETIMEDOUT otherwise. */
+/* Waits up to timeout_ms until a node leads and every running node that
+ * tk_cluster_isolate has not cut off knows it (so a request through any of
+ * them reaches it); TK_ETIMEDOUT otherwise. An isolated node is never the
+ * answer. */
 int tk_cluster_wait_leader(struct tk_cluster *c, uint32_t timeout_ms,
                            struct tk_node **out);
 /* Stops node i (as a crash of the process would, minus unsynced loss for the

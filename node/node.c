@@ -749,8 +749,11 @@ static void process_ready(struct node *n)
         struct raft_ready rd;
         raft_ready(n->raft, &rd);
         /* Answers completed below name the leader (X-Tierkv-Leader): let
-         * them see a change of leader that this ready carries. */
-        if (raft_leader(n->raft) != n->status.leader)
+         * them see a change of leader that this ready carries. Becoming
+         * leader is published at the end of the turn instead, once this
+         * ready's messages (the term's first appends) have left. */
+        uint64_t leader = raft_leader(n->raft);
+        if (leader != n->status.leader && leader != n->o.id)
             publish_status(n);
         phase_end(n, PH_READY, &t);
         int rc = 0;

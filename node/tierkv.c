@@ -29,6 +29,7 @@ struct tk_node {
     char *data_dir;
     struct store_mem_volume *volume;
     struct tk_cluster *cluster;
+    bool isolated; /* by tk_cluster_isolate */
 };
 
 /* An in-process cluster gives each node its own loop thread, or, with
@@ -291,15 +292,26 @@ int tk_cluster_wait_leader(struct tk_cluster *c, uint32_t timeout_ms,
 {
     uint64_t waited = 0;
     for (;;) {
+        /* A leader, and every running node not cut off knows it: a request
+         * through any of them then reaches it (a follower that has not heard
+         * from the new leader yet would answer TK_ENOLEADER). */
+        struct tk_status st[TK_MEMBERS_MAX];
+        struct tk_node *leader = NULL;
         for (uint32_t i = 0; i < c->n; i++) {
-            struct tk_status st;
-            if (c->nodes[i].node == NULL)
+            if (c->nodes[i].node == NULL || c->nodes[i].isolated)
                 continue;
-            tk_node_status(&c->nodes[i], &st);
-            if (st.is_leader) {
-                *out = &c->nodes[i];
-                return 0;
-            }
+            tk_node_status(&c->nodes[i], &st[i]);
+            if (st[i].is_leader)
+                leader = &c->nodes[i];
+        }
+        bool known = leader != NULL;
+        for (uint32_t i = 0; known && i < c->n; i++)
+            if (c->nodes[i].node != NULL && !c->nodes[i].isolated &&
+                st[i].leader != leader->id)
+                known = false;
+        if (known) {
+            *out = leader;
+            return 0;
         }
         if (waited >= timeout_ms)
             return TK_ETIMEDOUT;
@@ -325,7 +337,10 @@ int tk_cluster_isolate(struct tk_cluster *c, uint32_t i, bool isolated)
 {
     if (i >= c->n || c->nodes[i].node == NULL)
         return TK_EINVAL;
-    return node_isolate(c->nodes[i].node, isolated);
+    int rc = node_isolate(c->nodes[i].node, isolated);
+    if (rc == 0)
+        c->nodes[i].isolated = isolated;
+    return rc;
 }
 
 void tk_node_status(struct tk_node *n, struct tk_status *out)
