@@ -109,6 +109,16 @@ struct inproc {
     struct tk_prng prng;
     bool closing;
     int handles_open;
+    /* near[slot]: the endpoint in that slot when it runs on this loop too: a
+     * send to it goes to its local list, with no lock (both ends live on one
+     * thread, and inproc_close clears the entries that name it). NULL: not
+     * known yet, or on another loop. Loop thread only. */
+    struct inproc *near[TRANSPORT_INPROC_NODES_MAX];
+    /* Items from the endpoints on this loop (their near[] names this one): a
+     * plain list, no lock and no atomics, at most queue_max long; q holds
+     * those from other loops (at most queue_max too). */
+    struct inproc_item *local_head, **local_tail;
+    uint32_t n_local;
     transport_close_cb *close_cb;
     void *close_data;
 };
@@ -363,6 +373,8 @@ static void on_idle(uv_idle_t *idle);
 /* Pushes onto the endpoint attached at `slot`, from a thread running `from`
  * (NULL: unknown). Returns 0, TK_EBUSY (full) or TK_ECLOSED (nobody attached);
  * on error the item is still the caller's. */
+/* Queues `it` for the endpoint in `slot`. `from` is the calling thread's loop
+ * (NULL: not a loop thread). */
 static int slot_push(struct transport_inproc_hub *h, size_t slot, struct inproc_item *it,
                      uv_loop_t *from)
 {
@@ -380,6 +392,19 @@ static int slot_push(struct transport_inproc_hub *h, size_t slot, struct inproc_
     }
     pthread_mutex_unlock(&s->mu);
     return rc;
+}
+
+/* Queues `it` for r, an endpoint on the calling thread's loop. */
+static int local_push(struct inproc *r, struct inproc_item *it)
+{
+    if (r->n_local >= r->queue_max)
+        return TK_EBUSY;
+    it->next = NULL;
+    *r->local_tail = it;
+    r->local_tail = &it->next;
+    r->n_local++;
+    uv_idle_start(&r->idle, on_idle);
+    return 0;
 }
 
 /* ---- Endpoint ---- */
@@ -432,7 +457,17 @@ static int inproc_post(struct inproc *ep, long to, const struct raft_message *m,
             it->fwd_len = len;
         }
         it->due_ns = due_ns;
-        int rc = slot_push(h, (size_t)to, it, ep->loop);
+        struct inproc *near = ep->near[to];
+        if (near == NULL) {
+            /* Learn whether the peer shares this loop (once per peer). */
+            struct inproc_slot *ps = &h->slots[to];
+            pthread_mutex_lock(&ps->mu);
+            if (ps->ep != NULL && ps->ep->loop == ep->loop)
+                near = ep->near[to] = ps->ep;
+            pthread_mutex_unlock(&ps->mu);
+        }
+        int rc =
+            near != NULL ? local_push(near, it) : slot_push(h, (size_t)to, it, ep->loop);
         if (rc != 0) {
             item_free(ep->pool, it);
             if (rc == TK_EBUSY) {
@@ -558,6 +593,12 @@ static void drain(struct inproc *ep)
     uint32_t budget = ep->queue_max;
     while (!ep->closing && budget-- > 0) {
         struct inproc_item *it = tk_mpsc_pop(&ep->q);
+        if (it == NULL && (it = ep->local_head) != NULL) {
+            ep->local_head = it->next;
+            if (ep->local_head == NULL)
+                ep->local_tail = &ep->local_head;
+            ep->n_local--;
+        }
         if (it == NULL)
             break;
         if (it->due_ns != 0 && it->due_ns > uv_hrtime()) {
@@ -609,11 +650,23 @@ static void inproc_close(struct transport *t, transport_close_cb *cb, void *data
     s->ep = NULL;
     pthread_mutex_unlock(&s->mu);
     size_t n = atomic_load(&h->n_slots);
+    /* The endpoints of this loop that cached this one forget it (they run on
+     * this thread, so none is sending now). */
+    for (size_t i = 0; i < n; i++) {
+        struct inproc_slot *o = &h->slots[i];
+        pthread_mutex_lock(&o->mu);
+        if (o->ep != NULL && o->ep->loop == ep->loop)
+            o->ep->near[ep->slot] = NULL;
+        pthread_mutex_unlock(&o->mu);
+    }
     for (size_t i = 0; i < n; i++) {
         if (i == ep->slot)
             continue;
         struct inproc_item *it = item_new(ep->pool, ITEM_PEER_DOWN, ep->base.id, 0);
-        if (slot_push(h, i, it, NULL) != 0)
+        /* Behind this endpoint's messages, on whichever queue they took. */
+        int rc =
+            ep->near[i] != NULL ? local_push(ep->near[i], it) : slot_push(h, i, it, NULL);
+        if (rc != 0)
             item_free(ep->pool, it);
     }
     pthread_mutex_unlock(&h->mu);
@@ -622,6 +675,12 @@ static void inproc_close(struct transport *t, transport_close_cb *cb, void *data
     struct inproc_item *it;
     while ((it = tk_mpsc_pop(&ep->q)) != NULL)
         item_free(ep->pool, it);
+    while ((it = ep->local_head) != NULL) {
+        ep->local_head = it->next;
+        item_free(ep->pool, it);
+    }
+    ep->local_tail = &ep->local_head;
+    ep->n_local = 0;
     while ((it = ep->delayed) != NULL) {
         ep->delayed = it->next;
         item_free(ep->pool, it);
@@ -658,6 +717,7 @@ int transport_inproc_new(struct transport_inproc_hub *h, uv_loop_t *loop, uint64
     ep->hub = h;
     ep->loop = loop;
     ep->queue_max = queue_max;
+    ep->local_tail = &ep->local_head;
     tk_prng_seed(&ep->prng, h->seed ^ (id * 0x9E3779B97F4A7C15ull));
     int rc = tk_mpsc_init(&ep->q, queue_max < 2 ? 2 : queue_max);
     TK_ASSERT(rc == 0);

@@ -24,7 +24,8 @@ struct node {
     size_t n_seen;
     uint64_t ups, downs;
     uint64_t last_up, last_down;
-    size_t close_after; /* close self after this many messages (0: never) */
+    size_t seen_at_down; /* n_seen when the last peer-down event came */
+    size_t close_after;  /* close self after this many messages (0: never) */
     struct tk_blob *last_blob;
     bool closed;
     size_t fwd_n;
@@ -85,6 +86,7 @@ static void on_peer(struct transport *t, uint64_t id, bool up, void *data)
     } else {
         n->downs++;
         n->last_down = id;
+        n->seen_at_down = n->n_seen;
     }
 }
 
@@ -231,6 +233,37 @@ START_TEST(test_peer_events_and_argument_errors)
     transport_stats(a->t, &st);
     ck_assert_uint_eq(st.send_dropped, 1);
     node_close(a);
+    finish(&loop, hub);
+    node_free(a);
+    node_free(b);
+}
+END_TEST
+
+/* Endpoints on one loop hand items over without the hub's lock (a local
+ * list): still in order, and a peer's down event comes after every message it
+ * sent before it closed, as on a connection. */
+START_TEST(test_same_loop_keeps_order_and_down_comes_last)
+{
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    struct transport_inproc_hub *hub = transport_inproc_hub_new(1);
+    struct node *a = node_new(hub, &loop, 1, 64), *b = node_new(hub, &loop, 2, 64);
+    uv_run(&loop, UV_RUN_NOWAIT); /* deliver the peer-up events */
+    for (uint64_t i = 0; i < 40; i++)
+        ck_assert_int_eq(send_seq(a->t, 2, i), 0);
+    node_close(a); /* before b has drained any of them */
+    while (b->downs == 0)
+        ck_assert_int_ne(uv_run(&loop, UV_RUN_ONCE), 0);
+    ck_assert_uint_eq(b->n_seen, 40);
+    ck_assert_uint_eq(b->seen_at_down, 40);
+    for (size_t i = 0; i < 40; i++)
+        ck_assert_uint_eq(b->seen_ctx[i], i);
+    /* The closed peer is gone for b: a send to it is dropped, counted. */
+    ck_assert_int_eq(send_seq(b->t, 1, 0), 0);
+    struct transport_stats st;
+    transport_stats(b->t, &st);
+    ck_assert_uint_eq(st.send_dropped, 1);
+    node_close(b);
     finish(&loop, hub);
     node_free(a);
     node_free(b);
@@ -436,6 +469,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_delivers_in_order_with_payloads_by_reference);
     tcase_add_test(tc, test_peer_events_and_argument_errors);
     tcase_add_test(tc, test_full_queue_refuses_with_busy);
+    tcase_add_test(tc, test_same_loop_keeps_order_and_down_comes_last);
     tcase_add_test(tc, test_faults_drop_dup_partition_heal);
     tcase_add_test(tc, test_delay_holds_back_and_reorders);
     tcase_add_test(tc, test_delivers_across_loop_threads);
