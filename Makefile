@@ -3,9 +3,14 @@
 #   make test  - install what is missing, build, run every suite (+ sanitizers)
 BUILD ?= build
 SAN_BUILD ?= build-san
+TSAN_BUILD ?= build-tsan
+# The runtime's multi-threaded tests, run under ThreadSanitizer by make test.
+TSAN_TARGETS = tests/unit/transport/transport_inproc_test \
+    tests/unit/transport/transport_tcp_test tests/unit/store/store_contract_test \
+    tests/unit/node/node_test tests/integration/gateway_test
 MESON_FLAGS ?= --werror
 
-.PHONY: all deps build build-san run sim test test-fast chaos clean
+.PHONY: all deps build build-san build-tsan run sim test test-fast chaos clean
 
 all: build
 
@@ -25,6 +30,13 @@ build: deps $(BUILD)/build.ninja
 build-san: deps $(SAN_BUILD)/build.ninja
 	ninja -C $(SAN_BUILD)
 
+$(TSAN_BUILD)/build.ninja:
+	meson setup $(TSAN_BUILD) $(MESON_FLAGS) -Db_sanitize=thread -Db_lundef=false \
+	    -Dbuildtype=debugoptimized
+
+build-tsan: deps $(TSAN_BUILD)/build.ninja
+	ninja -C $(TSAN_BUILD) $(TSAN_TARGETS)
+
 # Three tierkvd processes on 127.0.0.1 (fs store under ./data/); Ctrl-C stops
 # them. `make sim` shows the simulated cluster's trace instead.
 run: build
@@ -33,8 +45,8 @@ run: build
 sim: build
 	./$(BUILD)/tests/sim/raft-sim --demo
 
-test: build build-san
-	@bash scripts/test.sh $(BUILD) $(SAN_BUILD)
+test: build build-san build-tsan
+	@bash scripts/test.sh $(BUILD) $(SAN_BUILD) $(TSAN_BUILD)
 
 # Only the normal build, for quick iteration.
 test-fast: build
@@ -46,4 +58,4 @@ chaos: build
 	    --faultfs $(BUILD)/tests/chaos/libtkfaultfs.so --seconds 60 --seeds 1,2
 
 clean:
-	rm -rf $(BUILD) $(SAN_BUILD)
+	rm -rf $(BUILD) $(SAN_BUILD) $(TSAN_BUILD)

@@ -2,16 +2,21 @@
 # Runs every suite and ends with one summary line "N passed, N failed".
 #   1. the normal build: every suite but the heavyweight ones, two at a time;
 #   2. the sanitizer build (address + undefined): the unit and simulator suites;
+#      the thread-sanitizer build (optional third argument): the runtime's
+#      multi-threaded tests (transports, store, node, gateway);
 #   3. the normal build: the chaos matrix and the docker end-to-end test, one at
 #      a time (they start real processes and containers and measure timing).
 set -uo pipefail
 build=$1
 san=$2
+tsan=${3:-}
 export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 export ASAN_OPTIONS=detect_leaks=1
+export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
 
 rc=0
 rm -f "$build"/meson-logs/testlog-*.json "$san"/meson-logs/testlog-*.json
+[ -n "$tsan" ] && rm -f "$tsan"/meson-logs/testlog-*.json
 run() { # logbase, build dir, meson test arguments...
     local base=$1 dir=$2
     shift 2
@@ -41,13 +46,18 @@ esac
 
 run testlog-main "$build" --num-processes 2 "${skip[@]}"
 run testlog-san "$san" --num-processes 2 --suite unit --suite sim-san
+if [ -n "$tsan" ]; then
+    # Only these tests' targets are built there (Makefile, build-tsan).
+    run testlog-tsan "$tsan" --no-rebuild --num-processes 1 transport_inproc \
+        transport_tcp store_contract node gateway
+fi
 for s in "${heavy[@]}"; do
     run "testlog-$s" "$build" --num-processes 1 --suite "$s"
 done
 
 echo
-echo "== summary (normal build + sanitizer build) =="
-python3 - "$build" "$san" <<'PY'
+echo "== summary (normal build + sanitizer builds) =="
+python3 - "$build" "$san" $tsan <<'PY'
 import glob, json, os, sys
 ok = bad = skip = 0
 failed = []
