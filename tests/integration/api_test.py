@@ -17,8 +17,8 @@ import time
 import urllib.parse
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from tkcluster import (Cluster, Fail, Node, check, free_ports, jreq, parse_responses,  # noqa: E402
-                       raw, request, run, status_of)
+from tkcluster import (Cluster, Fail, Node, check, check_graceful_stop, finish,  # noqa: E402
+                       free_ports, jreq, parse_responses, raw, request, run, status_of)
 
 # Writes through a follower: the node forwards them to the leader over the
 # Raft transport, so a follower answers 200 like the leader. A 503 not_leader
@@ -516,8 +516,7 @@ def test_connection_limit_and_sigterm():
 
 
 def test_graceful_stop_of_cluster():
-    codes = C.stop()
-    check(all(c == 0 for c in codes.values()), "exit codes %r" % codes)
+    check_graceful_stop(C)
 
 
 def main():
@@ -538,11 +537,7 @@ def main():
                   test_no_connection_leak,
                   test_connection_limit_and_sigterm,
                   test_graceful_stop_of_cluster])
-    for nd in C.nodes:
-        if failed and nd.log():
-            sys.stdout.write("--- log of node %d (last 30 lines)\n" % nd.id)
-            sys.stdout.write("\n".join(nd.log().splitlines()[-30:]) + "\n")
-    sys.exit(1 if failed else 0)
+    finish(C, failed)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,8 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from tkcluster import Cluster, Fail, check, jreq, request, run  # noqa: E402
+from tkcluster import (Cluster, Fail, check, check_graceful_stop, finish, jreq,  # noqa: E402
+                       request, run)
 
 C = None
 
@@ -103,8 +104,7 @@ def test_follower_restarted_with_sigterm_catches_up():
 
 
 def test_graceful_stop():
-    codes = C.stop()
-    check(all(c == 0 for c in codes.values()), "exit codes %r" % codes)
+    check_graceful_stop(C)
 
 
 def main():
@@ -117,11 +117,7 @@ def main():
                   test_killed_node_rejoins_and_catches_up,
                   test_follower_restarted_with_sigterm_catches_up,
                   test_graceful_stop])
-    if failed:
-        for nd in C.nodes:
-            sys.stdout.write("--- log of node %d (last 30 lines)\n" % nd.id)
-            sys.stdout.write("\n".join(nd.log().splitlines()[-30:]) + "\n")
-    sys.exit(1 if failed else 0)
+    finish(C, failed)
 
 
 if __name__ == "__main__":

@@ -26,7 +26,8 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from tkcluster import Cluster, Fail, check, jreq, request, run  # noqa: E402
+from tkcluster import (Cluster, Fail, check, check_graceful_stop, finish, jreq,  # noqa: E402
+                       request, run)
 
 C = None
 REQUEST_TIMEOUT_MS = 3000
@@ -168,8 +169,7 @@ def test_follower_left_alone_answers_503_no_leader():
 
 
 def test_graceful_stop():
-    codes = C.stop()
-    check(all(c == 0 for c in codes.values()), "exit codes %r" % codes)
+    check_graceful_stop(C)
 
 
 def main():
@@ -180,11 +180,7 @@ def main():
     failed = run([test_leader_left_alone_answers_503_no_leader,
                   test_follower_left_alone_answers_503_no_leader,
                   test_graceful_stop])
-    if failed:
-        for nd in C.nodes:
-            sys.stdout.write("--- log of node %d (last 30 lines)\n" % nd.id)
-            sys.stdout.write("\n".join(nd.log().splitlines()[-30:]) + "\n")
-    sys.exit(1 if failed else 0)
+    finish(C, failed)
 
 
 if __name__ == "__main__":

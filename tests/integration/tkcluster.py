@@ -258,6 +258,21 @@ class Cluster:
         return codes
 
 
+def check_graceful_stop(cluster):
+    """SIGTERM to every node: each must exit 0."""
+    codes = cluster.stop()
+    check(all(c == 0 for c in codes.values()), "exit codes %r" % codes)
+
+
+def finish(cluster, failed):
+    """After a failure, the tail of every node's log; then exit 1 if anything failed."""
+    for nd in cluster.nodes:
+        if failed and nd.log():
+            sys.stdout.write("--- log of node %d (last 30 lines)\n" % nd.id)
+            sys.stdout.write("\n".join(nd.log().splitlines()[-30:]) + "\n")
+    sys.exit(1 if failed else 0)
+
+
 def run(tests, *args):
     """Runs the test functions in order; prints one line each; exit 1 on failure."""
     failed = 0
