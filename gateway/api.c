@@ -1451,6 +1451,12 @@ static void handle_metrics(struct http_req *req)
            m.kv_hot_keys);
     metric(&b, "tierkv_kv_cold_keys", "gauge",
            "Keys in the state machine's cold tier (LMDB).", m.kv_cold_keys);
+    metric(&b, "tierkv_kv_cold_bytes", "gauge",
+           "Bytes of the cold tier's LMDB data file in use.", m.kv_cold_bytes);
+    metric(&b, "tierkv_store_log_bytes", "gauge",
+           "Bytes of records in the Raft log (segment files are preallocated, so "
+           "the disk holds up to one segment more).",
+           m.store_log_bytes);
     metric(&b, "tierkv_kv_tier_downs_total", "counter",
            "Tier-down transactions (ring pages moved to the cold tier).",
            m.kv_tier_downs);

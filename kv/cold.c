@@ -286,6 +286,15 @@ uint64_t kv__cold_count(struct kv_cold *c)
     return c->count;
 }
 
+uint64_t kv__cold_bytes(struct kv_cold *c)
+{
+    MDB_envinfo info;
+    MDB_stat st;
+    if (mdb_env_info(c->env, &info) != 0 || mdb_env_stat(c->env, &st) != 0)
+        return 0;
+    return ((uint64_t)info.me_last_pgno + 1) * st.ms_psize;
+}
+
 void kv__cold_read_reset(struct kv_cold *c)
 {
     if (c->rtxn_active) {

@@ -196,6 +196,7 @@ struct kv_sm_stats {
     size_t ring_pages;
     size_t hot_keys;      /* keys in the index */
     uint64_t cold_keys;   /* entries in the cold tier */
+    uint64_t cold_bytes;  /* bytes of the cold tier's LMDB file in use */
     uint64_t tier_downs;  /* tier-down transactions committed */
     uint64_t bad_records; /* ring records that failed their check on read */
 };

@@ -279,6 +279,8 @@ int kv__cold_open(const char *dir, size_t map_bytes, bool no_sync, struct kv_col
 void kv__cold_close(struct kv_cold *c);
 int kv__cold_meta(struct kv_cold *c, struct kv_cold_meta *m);
 uint64_t kv__cold_count(struct kv_cold *c);
+/* Bytes of the LMDB data file in use (its pages up to the last one written). */
+uint64_t kv__cold_bytes(struct kv_cold *c);
 /* Drops the read view so the next read sees the latest commit. */
 void kv__cold_read_reset(struct kv_cold *c);
 int kv__cold_get(struct kv_cold *c, const void *key, size_t len, struct kv_cold_val *out);

@@ -289,6 +289,7 @@ void kv_sm_stats(const struct kv_sm *sm, struct kv_sm_stats *out)
     out->ring_pages = sm->ring.n_pages;
     out->hot_keys = kv__index_count(&sm->index);
     out->cold_keys = kv__cold_count(sm->cold);
+    out->cold_bytes = kv__cold_bytes(sm->cold);
     out->tier_downs = sm->tier_downs;
     out->bad_records = sm->bad_records;
 }

@@ -669,6 +669,7 @@ static void publish_status(struct node *n)
     n->metrics.kv_ring_bytes = ks.ring_bytes;
     n->metrics.kv_hot_keys = ks.hot_keys;
     n->metrics.kv_cold_keys = ks.cold_keys;
+    n->metrics.kv_cold_bytes = ks.cold_bytes;
     n->metrics.kv_tier_downs = ks.tier_downs;
     n->metrics.kv_bad_records = ks.bad_records;
     if (n->transport != NULL) {
@@ -1596,6 +1597,8 @@ void node_metrics(struct node *n, struct node_metrics *out)
     pthread_mutex_lock(&n->status_mu);
     *out = n->metrics_pub;
     pthread_mutex_unlock(&n->status_mu);
+    /* Asked of the store here, per call, not on every loop turn. */
+    out->store_log_bytes = n->store != NULL ? store_log_bytes(n->store) : 0;
 }
 
 void node_status(struct node *n, struct node_status *out)

@@ -200,13 +200,14 @@ struct node_metrics {
     uint64_t store_syncs; /* log syncs (store_stats.syncs) */
     uint64_t store_bytes; /* payload bytes appended to the log since start
                              (store_stats.bytes; a counter, not a size) */
-    /* The state machine's size (kv_sm_stats). The cold tier's bytes are not
-     * known: kv/ reports only its key count. */
-    uint64_t kv_ring_bytes;  /* ring pages held: the hot tier's memory */
-    uint64_t kv_hot_keys;    /* keys in the hot index */
-    uint64_t kv_cold_keys;   /* keys in the cold tier (LMDB) */
-    uint64_t kv_tier_downs;  /* tier-down transactions committed */
-    uint64_t kv_bad_records; /* ring records that failed their check */
+    /* The state machine's size (kv_sm_stats). */
+    uint64_t kv_ring_bytes;   /* ring pages held: the hot tier's memory */
+    uint64_t kv_hot_keys;     /* keys in the hot index */
+    uint64_t kv_cold_keys;    /* keys in the cold tier (LMDB) */
+    uint64_t kv_cold_bytes;   /* the cold tier's LMDB file in use */
+    uint64_t store_log_bytes; /* the Raft log's bytes (store_log_bytes) */
+    uint64_t kv_tier_downs;   /* tier-down transactions committed */
+    uint64_t kv_bad_records;  /* ring records that failed their check */
     uint64_t net_bytes_sent;
     uint64_t net_bytes_received;
     uint64_t net_reconnects;

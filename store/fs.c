@@ -722,6 +722,17 @@ static void fs_bounds(struct store *s, uint64_t *first, uint64_t *last)
     pthread_mutex_unlock(&f->mu);
 }
 
+static uint64_t fs_log_bytes(struct store *s)
+{
+    struct fs *f = fsb(s);
+    uint64_t b = 0;
+    pthread_mutex_lock(&f->mu);
+    for (size_t i = 0; i < f->nsegs; i++)
+        b += f->segs[i].end;
+    pthread_mutex_unlock(&f->mu);
+    return b;
+}
+
 static int fs_term_at(struct store *s, uint64_t index, uint64_t *term)
 {
     struct fs *f = fsb(s);
@@ -880,6 +891,7 @@ static const struct store__ops fs_ops = {
     .reset = fs_reset,
     .idle = fs_idle,
     .bounds = fs_bounds,
+    .log_bytes = fs_log_bytes,
     .term_at = fs_term_at,
     .read = fs_read,
     .save_meta = fs_save_meta,

@@ -28,6 +28,7 @@ struct store_mem_volume {
     size_t n, cap;
     size_t synced;  /* e[0..synced) survive a crash */
     uint64_t first; /* index of e[0] (the log's first index) */
+    uint64_t bytes; /* payload bytes of e[0..n) */
     uint64_t prev_term;
     struct store_meta_state meta;
 };
@@ -58,8 +59,10 @@ void store_mem_volume_reserve(struct store_mem_volume *v, size_t cap)
 
 static void drop_from(struct store_mem_volume *v, size_t k)
 {
-    for (size_t i = k; i < v->n; i++)
+    for (size_t i = k; i < v->n; i++) {
+        v->bytes -= v->e[i].data != NULL ? v->e[i].data->len : 0;
         tk_blob_unref(v->e[i].data);
+    }
     if (k < v->n)
         v->n = k;
     if (v->synced > v->n)
@@ -126,6 +129,7 @@ static int mem_write(struct store *s, const struct store__span *spans, size_t ns
             *d = spans[i].e[j];
             TK_ASSERT(d->index == v->first + v->n - 1);
             d->data = tk_blob_ref(spans[i].e[j].data);
+            v->bytes += d->data != NULL ? d->data->len : 0;
         }
     }
     pthread_mutex_unlock(&v->mu);
@@ -162,8 +166,10 @@ static int mem_compact(struct store *s, uint64_t index, uint64_t term)
     pthread_mutex_lock(&v->mu);
     size_t k = (size_t)(index + 1 - v->first);
     TK_ASSERT(k <= v->n);
-    for (size_t i = 0; i < k; i++)
+    for (size_t i = 0; i < k; i++) {
+        v->bytes -= v->e[i].data != NULL ? v->e[i].data->len : 0;
         tk_blob_unref(v->e[i].data);
+    }
     /* O(k): the survivors stay where they are. */
     v->head += k;
     v->e += k;
@@ -199,6 +205,15 @@ static void mem_bounds(struct store *s, uint64_t *first, uint64_t *last)
     *first = v->first;
     *last = v->first + v->n - 1;
     pthread_mutex_unlock(&v->mu);
+}
+
+static uint64_t mem_log_bytes(struct store *s)
+{
+    struct store_mem_volume *v = vol(s);
+    pthread_mutex_lock(&v->mu);
+    uint64_t b = v->bytes + v->n * sizeof(*v->e);
+    pthread_mutex_unlock(&v->mu);
+    return b;
 }
 
 static int mem_term_at(struct store *s, uint64_t index, uint64_t *term)
@@ -294,6 +309,7 @@ static const struct store__ops mem_ops = {
     .reset = mem_reset,
     .idle = NULL,
     .bounds = mem_bounds,
+    .log_bytes = mem_log_bytes,
     .term_at = mem_term_at,
     .read = mem_read,
     .save_meta = mem_save_meta,

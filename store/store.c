@@ -643,6 +643,11 @@ void store_stats(struct store *s, struct store_stats *out)
     out->groups = atomic_load(&s->st_groups);
 }
 
+uint64_t store_log_bytes(struct store *s)
+{
+    return s->ops->log_bytes(s);
+}
+
 void store_sync_latency(struct store *s, struct tk_hist *out)
 {
     pthread_mutex_lock(&s->stats_mu);

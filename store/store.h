@@ -231,6 +231,12 @@ struct store_stats {
 };
 void store_stats(struct store *s, struct store_stats *out);
 
+/* The bytes the log holds: fs, the records in its segment files (headers and
+ * padding included; each file is preallocated to the segment size, so the
+ * disk holds up to one segment more); mem, the entries and their payloads.
+ * Any thread; O(segments) under the backend's index lock. */
+uint64_t store_log_bytes(struct store *s);
+
 /* Copies into *out the latency histogram (nanoseconds, base/hist.h) of the
  * log syncs counted in store_stats.syncs: one sample per sync step, that is
  * the fdatasync of every segment the group wrote (usually one) plus the

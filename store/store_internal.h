@@ -62,6 +62,7 @@ struct store__ops {
     void (*idle)(struct store *s);
     /* Readers, any thread. */
     void (*bounds)(struct store *s, uint64_t *first, uint64_t *last);
+    uint64_t (*log_bytes)(struct store *s); /* see store_log_bytes */
     int (*term_at)(struct store *s, uint64_t index, uint64_t *term);
     int (*read)(struct store *s, uint64_t lo, uint64_t hi, uint64_t max_bytes,
                 struct raft_entry **out, size_t *n);

@@ -493,6 +493,8 @@ START_TEST(test_metrics_export_latency_histograms_read_rounds_and_kv_size)
     ck_assert(sample(text, "tierkv_kv_ring_bytes") > 0);
     ck_assert(sample(text, "tierkv_kv_hot_keys") >= 3);
     ck_assert(sample(text, "tierkv_kv_cold_keys") >= 0);
+    ck_assert(sample(text, "tierkv_kv_cold_bytes") > 0); /* LMDB's meta pages at least */
+    ck_assert(sample(text, "tierkv_store_log_bytes") > 0);
     ck_assert(sample(text, "tierkv_kv_tier_downs_total") >= 0);
     ck_assert(sample(text, "tierkv_kv_bad_records_total") == 0);
     close(s);

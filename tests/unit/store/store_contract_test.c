@@ -709,16 +709,48 @@ static int count_segments(const char *dir)
     return n;
 }
 
+/* store_log_bytes (the /metrics log size) grows by at least the payloads
+ * appended, shrinks with a truncation, survives a reopen, and never grows
+ * with a compaction (fs drops whole segments only; mem drops the entries). */
+START_TEST(test_log_bytes_follow_appends_truncation_and_compaction)
+{
+    ctx_start(_i);
+    uint64_t b0 = store_log_bytes(C.s);
+    struct raft_entry *v = tl_batch(1, 200, 1);
+    uint64_t payload = 0;
+    for (size_t i = 0; i < 200; i++)
+        payload += v[i].data != NULL ? v[i].data->len : 0;
+    ck_assert_int_eq(store_append(C.s, v, 200), 0);
+    tl_free(v, 200);
+    uint64_t b1 = store_log_bytes(C.s);
+    ck_assert_uint_ge(b1, b0 + payload);
+    ck_assert_int_eq(store_truncate(C.s, 101), 0);
+    uint64_t b2 = store_log_bytes(C.s);
+    ck_assert_uint_lt(b2, b1);
+    ck_assert_uint_gt(b2, b0);
+    ctx_reopen();
+    ck_assert_uint_eq(store_log_bytes(C.s), b2);
+    ck_assert_int_eq(store_compact(C.s, 80), 0);
+    uint64_t b3 = store_log_bytes(C.s);
+    ck_assert_uint_le(b3, b2);
+    if (_i == 0) /* mem: the compacted entries are gone at once */
+        ck_assert_uint_lt(b3, b2);
+    ctx_end();
+}
+END_TEST
+
 START_TEST(test_fs_compaction_deletes_whole_segments)
 {
     ctx_start(1);
     for (uint64_t lo = 1; lo <= 2000; lo += 100)
         append_range(lo, 100, 1);
     int before = count_segments(C.dir);
+    uint64_t bytes_before = store_log_bytes(C.s);
     ck_assert_int_gt(before, 10);
     ck_assert_int_eq(store_compact(C.s, 1500), 0);
     int after = count_segments(C.dir);
     ck_assert_int_lt(after, before);
+    ck_assert_uint_lt(store_log_bytes(C.s), bytes_before);
     ck_assert_int_gt(after, 0);
     ctx_reopen();
     ck_assert_int_eq(count_segments(C.dir), after);
@@ -771,6 +803,8 @@ static Suite *contract_suite(void)
     tcase_add_loop_test(tc, test_compact_forgets_prefix_and_keeps_prev_term, 0, 2);
     tcase_add_loop_test(tc, test_compact_everything_then_append, 0, 2);
     tcase_add_loop_test(tc, test_rolling_compaction_in_steps, 0, 2);
+    tcase_add_loop_test(tc, test_log_bytes_follow_appends_truncation_and_compaction, 0,
+                        2);
     tcase_add_loop_test(tc, test_reset_starts_log_after_snapshot, 0, 2);
     tcase_add_loop_test(tc, test_metadata_survives_reopen, 0, 2);
     tcase_add_loop_test(tc, test_raft_boot_holds_entries_after_snapshot, 0, 2);
