@@ -78,12 +78,7 @@ void raft__log_append(struct raft__log *l, const struct raft_entry *e, size_t n)
             size_t cap = l->cap ? l->cap : 64;
             while (cap < 2 * (l->n + n))
                 cap *= 2;
-            struct raft_entry *ents = tk_malloc(cap * sizeof(*ents));
-            if (l->n > 0)
-                memcpy(ents, l->ents + l->head, l->n * sizeof(*ents));
-            tk_free(l->ents);
-            l->ents = ents;
-            l->cap = cap;
+            raft__log_reserve(l, cap); /* cap > l->cap here: it moves */
         }
         l->head = 0;
     }
