@@ -8,7 +8,7 @@
 # usage: scripts/bench-http.sh [build-dir]   (default: build)
 # env:   BENCH_DURATION (5s), BENCH_RUNS (3: medians), BENCH_ROWS (the rows,
 #        "op:conns ..."; default "put:1 put:16 put:64 put:256 get:64"),
-#        BENCH_DIR (a scratch directory; default a new one under /tmp),
+#        BENCH_DIR (a scratch directory; default $TMPDIR or /tmp, named by the pid),
 #        BENCH_SYSTEMS ("tierkv etcd"; "tierkv" alone skips etcd)
 # Prints one table (markdown) and keeps every JSON line in $BENCH_DIR/results.jsonl.
 set -uo pipefail
@@ -19,7 +19,8 @@ cli="$build/cmd/tierkv/tierkv"
 dur=${BENCH_DURATION:-5s}
 runs=${BENCH_RUNS:-3}
 rows=${BENCH_ROWS:-"put:1 put:16 put:64 put:256 get:64"}
-dir=${BENCH_DIR:-$(mktemp -d /tmp/tierkv-bench-http.XXXXXX)}
+dir=${BENCH_DIR:-${TMPDIR:-/tmp}/tierkv-bench-http.$$}
+mkdir -p "$dir" || exit 1
 systems=${BENCH_SYSTEMS:-tierkv etcd}
 with_etcd=0
 case " $systems " in *" etcd "*) with_etcd=1 ;; esac
