@@ -77,6 +77,17 @@ def lose_quorum(survivor):
     k = "nl/%d" % survivor.id
     st, _, _ = request(survivor.http_port, "PUT", "/v1/kv/" + k, b"before")
     check(st == 200, "write before the kill: %d" % st)
+    # A follower's 200 means the leader applied it; the follower itself learns
+    # the commit with the next heartbeat. Wait (bounded) until it holds it, so
+    # the stale read at the end has something to find.
+    deadline = time.time() + 5
+    while True:
+        st, _, js = jreq(survivor.http_port, "GET", "/v1/kv/%s?consistency=stale" % k)
+        if st == 200:
+            break
+        check(time.time() < deadline, "node %d never applied the write: %d %r"
+              % (survivor.id, st, js))
+        time.sleep(0.02)
     for nd in C.nodes:
         if nd is not survivor:
             nd.kill()
