@@ -56,11 +56,19 @@ struct kv_cold {
     MDB_txn *rtxn;
     bool rtxn_active;
     MDB_txn *wtxn;
+    MDB_cursor *wcur;        /* on "data" in wtxn, opened by the first wput */
     uint64_t count;          /* entries of "data" in the published state */
     uint64_t wcount;         /* ... as of the last commit (any thread) */
     uint64_t epoch;          /* bumped each time the read view is renewed */
     struct kv_cold_cur scur; /* the scan cursor, reused (scans do not nest) */
 };
+
+static void wcur_close(struct kv_cold *c)
+{
+    if (c->wcur != NULL)
+        mdb_cursor_close(c->wcur);
+    c->wcur = NULL;
+}
 
 static int xlate(int rc)
 {
@@ -184,6 +192,7 @@ static void detach(struct kv_cold *c)
         mdb_txn_abort(c->rtxn);
     c->rtxn = NULL;
     c->rtxn_active = false;
+    wcur_close(c);
     if (c->wtxn != NULL)
         mdb_txn_abort(c->wtxn);
     c->wtxn = NULL;
@@ -411,14 +420,26 @@ int kv__cold_wput(struct kv_cold *c, const struct kv_rec *h)
     MDB_val k = {stored_key(kv__rec_key(h), h->key_len, sk), sk};
     size_t extra = k.mv_size == LONG_STORED ? 2 + (size_t)h->key_len : 0;
     int rc;
+    /* Through one cursor: when keys come in order, LMDB finds most of them
+     * on the leaf the cursor is already on instead of descending again. */
+    if (c->wcur == NULL) {
+        rc = mdb_cursor_open(c->wtxn, c->data, &c->wcur);
+        if (rc != 0) {
+            c->wcur = NULL;
+            return lmdb_fail("cursor", rc);
+        }
+    }
     if (h->flags & KV_REC_TOMB) {
-        rc = mdb_del(c->wtxn, c->data, &k, NULL);
+        MDB_val cv;
+        rc = mdb_cursor_get(c->wcur, &k, &cv, MDB_SET);
+        if (rc == 0)
+            rc = mdb_cursor_del(c->wcur, 0);
         if (rc == MDB_NOTFOUND)
             rc = 0;
         return rc == 0 ? 0 : lmdb_fail("del", rc);
     }
     MDB_val v = {VHDR + extra + h->value_len, NULL};
-    rc = mdb_put(c->wtxn, c->data, &k, &v, MDB_RESERVE);
+    rc = mdb_cursor_put(c->wcur, &k, &v, MDB_RESERVE);
     if (rc != 0)
         return lmdb_fail("put", rc);
     uint8_t *p = v.mv_data;
@@ -530,6 +551,7 @@ static int put_meta(MDB_txn *txn, MDB_dbi dbi, const struct kv_cold_meta *m)
 
 int kv__cold_wcommit(struct kv_cold *c, const struct kv_cold_meta *m, size_t sessions_max)
 {
+    wcur_close(c);
     int rc = sweep(c, m->now_ms);
     if (rc == 0)
         rc = trim_sessions(c, sessions_max);
@@ -561,6 +583,7 @@ void kv__cold_wpublish(struct kv_cold *c)
 
 void kv__cold_wabort(struct kv_cold *c)
 {
+    wcur_close(c);
     if (c->wtxn != NULL)
         mdb_txn_abort(c->wtxn);
     c->wtxn = NULL;

@@ -51,13 +51,20 @@ struct kv_tier_ent {
     uint64_t addr; /* | TIER_WRITTEN once chosen for LMDB */
 };
 
+/* A record of the pages being tiered down, to sort by key: the key's first
+ * 8 bytes big-endian (zero-padded), its length and the record's place in
+ * tier_ents (which is log order). */
+struct kv_tier_key {
+    uint64_t prefix;
+    uint32_t ent;
+    uint32_t key_len;
+};
+
 struct kv_sm {
     struct kv_config cfg;
     char *dir;
     struct kv_ring ring;
     struct kv_index index;
-    struct kv_index tier_index; /* tier-down: key -> its newest record among
-                                   the pages being tiered (reused) */
     struct kv_view view;
     struct kv_cold *cold;
     struct kv_sessions sessions;
@@ -70,6 +77,9 @@ struct kv_sm {
     uint64_t tier_downs, bad_records;
     struct kv_tier_ent *tier_ents; /* tier-down: the records of its pages */
     size_t n_tier_ents, cap_tier_ents;
+    struct kv_tier_key *tier_keys; /* tier-down: its records by key; 2 *
+                                      cap_tier_keys (the sort's spare half) */
+    size_t cap_tier_keys;
     struct kv_tier_job *job; /* the tier-down in flight, if any */
     uint8_t *scratch;        /* delete-range key list */
     size_t scratch_cap;

@@ -350,7 +350,6 @@ int kv_install_commit(struct kv_install *in)
     kv__ring_init(&sm->ring, sm->cfg.page_bytes);
     sm->ring.keep_free_bytes = sm->cfg.ring_bytes;
     kv__index_init(&sm->index, &sm->ring);
-    kv__index_clear(&sm->tier_index);
     kv__view_init(&sm->view);
     struct kv_sessions *t = &sm->sessions;
     for (size_t i = 0; i <= t->mask; i++) {

@@ -1543,6 +1543,53 @@ START_TEST(test_fast_decoder_agrees_with_protobuf_c)
 }
 END_TEST
 
+START_TEST(test_tier_down_writes_each_keys_newest_version)
+{
+    /* Tier-down sorts its pages' records by key and writes the last of each
+     * key's run. Keys here share their first 8 bytes (or are a prefix of
+     * each other), and several versions of each lie in the tiered pages, in
+     * an order that differs from key order every round. After each
+     * tier-down and after a restart (the cold tier alone), every key holds
+     * its newest value and version. */
+    static const char *keys[] = {"prefix0",    "prefix00", "prefix00a", "prefix00b",
+                                 "prefix00ab", "prefix01", "p",         "prefix00\x01"};
+    enum { NK = sizeof(keys) / sizeof(keys[0]), ROUNDS = 300 };
+    struct kvu u = {0};
+    kvu_open_small(&u, 64 * 1024, false);
+    char v[64], buf[64];
+    for (int round = 0; round < ROUNDS; round++) {
+        for (int j = 0; j < NK; j++) {
+            int i = (j * 3 + round) % NK;
+            snprintf(v, sizeof(v), "%s@%d", keys[i], round);
+            ck_assert_int_eq(kvu_put(&u, keys[i], v), 0);
+        }
+        if (round % 50 == 49)
+            ck_assert_int_eq(kv_sm_tier_down(u.sm), 0);
+    }
+    struct kv_sm_stats st;
+    kv_sm_stats(u.sm, &st);
+    ck_assert_uint_gt(st.tier_downs, 5);
+    for (int pass = 0; pass < 2; pass++) {
+        for (int i = 0; i < NK; i++) {
+            struct kv_item it;
+            ck_assert_int_eq(kv_sm_get(u.sm, keys[i], strlen(keys[i]), &it), 0);
+            snprintf(v, sizeof(v), "%s@%d", keys[i], ROUNDS - 1);
+            ck_assert_uint_eq(it.value_len, strlen(v));
+            ck_assert_mem_eq(it.value, v, it.value_len);
+            ck_assert_uint_eq(it.version, ROUNDS);
+        }
+        ck_assert_ptr_null(kvu_get(&u, "prefix00a\x01", buf, sizeof(buf)));
+        /* Restart from the cold tier alone (what the ring held is lost, as
+         * after a crash; the flush put it all in LMDB first). */
+        ck_assert_int_eq(kv_sm_flush(u.sm), 0);
+        kvu_close(&u, false);
+        struct kv_config cfg = u.cfg;
+        kvu_open(&u, &cfg);
+    }
+    kvu_close(&u, true);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("kv");
@@ -1580,6 +1627,7 @@ int main(void)
     tcase_add_test(tc, test_result_encoding_roundtrips);
     tcase_add_test(tc, test_fast_decoder_agrees_with_protobuf_c);
     tcase_add_test(tc, test_long_keys_in_the_cold_tier);
+    tcase_add_test(tc, test_tier_down_writes_each_keys_newest_version);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
