@@ -261,16 +261,32 @@ bool kv__index_put(struct kv_index *x, uint64_t hash, const void *key, size_t le
     return is_new;
 }
 
-bool kv__index_remove_if(struct kv_index *x, uint64_t hash, const void *key, size_t len,
-                         uint64_t addr)
+/* The entry word `want` in t, probing as itab_find does. */
+static uint64_t *itab_find_word(struct kv_itab *t, uint64_t hash, uint64_t want)
 {
-    uint64_t *e = itab_find(&x->cur, x->ring, hash, key, len);
-    struct kv_itab *t = &x->cur;
-    if (e == NULL && x->old.raw != NULL) {
-        e = itab_find(&x->old, x->ring, hash, key, len);
-        t = &x->old;
+    size_t bi = hash & t->mask;
+    for (size_t probe = 0; probe <= t->mask; probe++) {
+        uint64_t *bk = t->b + bi * 8;
+        for (int i = 0; i < SLOTS; i++)
+            if (bk[i] == want)
+                return &bk[i];
+        if (bk[OVF] == 0)
+            return NULL;
+        bi = (bi + 1) & t->mask;
     }
-    if (e == NULL || (*e & ADDR_MASK) != addr)
+    return NULL;
+}
+
+bool kv__index_remove_if(struct kv_index *x, uint64_t hash, uint64_t addr)
+{
+    uint64_t want = (tag_of(hash) << KV_ADDR_BITS) | addr;
+    struct kv_itab *t = &x->cur;
+    uint64_t *e = itab_find_word(t, hash, want);
+    if (e == NULL && x->old.raw != NULL) {
+        t = &x->old;
+        e = itab_find_word(t, hash, want);
+    }
+    if (e == NULL)
         return false;
     itab_remove(t, hash, e);
     migrate_step(x);

@@ -154,9 +154,11 @@ uint64_t kv__index_find(struct kv_index *x, uint64_t hash, const void *key, size
 /* Sets key -> addr. Returns true if the key was new. */
 bool kv__index_put(struct kv_index *x, uint64_t hash, const void *key, size_t len,
                    uint64_t addr);
-/* Removes key's entry only if it points at addr. Returns true if removed. */
-bool kv__index_remove_if(struct kv_index *x, uint64_t hash, const void *key, size_t len,
-                         uint64_t addr);
+/* Removes the entry of the record at addr (whose key hashes to `hash`) if the
+ * index holds it, i.e. if it is its key's newest record. Returns true if
+ * removed. An address names one record, so the entry is found by tag and
+ * address, without reading any record. */
+bool kv__index_remove_if(struct kv_index *x, uint64_t hash, uint64_t addr);
 /* Starts loading the bucket a lookup of `hash` will read first (scans call
  * it one key ahead, so the next key's cache miss overlaps this key's work). */
 static inline void kv__index_prefetch(const struct kv_index *x, uint64_t hash)

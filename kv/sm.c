@@ -693,6 +693,7 @@ struct kv_tier_job {
     struct kv_sm *sm;
     struct kv_page **pages;
     size_t n_pages;
+    size_t n_keys; /* tier_keys[0, n_keys): the records written */
     bool snapshot;
     struct kv_cold_meta meta;
     uint64_t bad; /* records that failed their check */
@@ -807,7 +808,8 @@ static size_t tier_sort(struct kv_sm *sm)
         memcpy(p8, kv__rec_key(e->h), e->h->key_len < 8 ? e->h->key_len : 8);
         uint64_t be;
         memcpy(&be, p8, 8);
-        a[n++] = (struct kv_tier_key){__builtin_bswap64(be), (uint32_t)k, e->h->key_len};
+        a[n++] = (struct kv_tier_key){__builtin_bswap64(be), (uint32_t)k, e->h->key_len,
+                                      kv__hash(kv__rec_key(e->h), e->h->key_len)};
     }
     for (int shift = 0; shift < 64 && n > 0; shift += 8) {
         size_t count[256] = {0};
@@ -875,6 +877,7 @@ static int tier_write(struct kv_tier_job *j)
             p->damaged = true;
     }
     size_t n_keys = tier_sort(sm);
+    j->n_keys = n_keys;
     int rc = kv__cold_wbegin(sm->cold);
     if (rc != 0)
         return rc;
@@ -903,14 +906,16 @@ static void tier_finish(struct kv_sm *sm, struct kv_tier_job *j)
     sm->bad_records += j->bad;
     if (j->rc == 0) {
         kv__cold_wpublish(sm->cold);
-        for (size_t k = 0; k < sm->n_tier_ents; k++) {
-            const struct kv_tier_ent *e = &sm->tier_ents[k];
-            if (!(e->addr & TIER_WRITTEN) || (e->h->flags & KV_REC_SESSION))
-                continue;
-            const uint8_t *key = kv__rec_key(e->h);
-            if (kv__index_remove_if(&sm->index, kv__hash(key, e->h->key_len), key,
-                                    e->h->key_len, e->addr & ~TIER_WRITTEN))
-                kv__view_remove(&sm->view, key, e->h->key_len);
+        /* The written keys' entries go if they still point into these pages:
+         * matched by hash and address alone (no record read), with each
+         * bucket prefetched a few keys ahead, since the owner's loop waits. */
+        const struct kv_tier_key *tk = sm->tier_keys;
+        for (size_t k = 0; k < j->n_keys; k++) {
+            if (k + TIER_AHEAD < j->n_keys)
+                kv__index_prefetch(&sm->index, tk[k + TIER_AHEAD].hash);
+            const struct kv_tier_ent *e = &sm->tier_ents[tk[k].ent];
+            if (kv__index_remove_if(&sm->index, tk[k].hash, e->addr & ~TIER_WRITTEN))
+                kv__view_remove(&sm->view, kv__rec_key(e->h), e->h->key_len);
         }
         for (size_t i = 0; i < j->n_pages; i++) {
             struct kv_page *p = sm->ring.head;

@@ -52,12 +52,13 @@ struct kv_tier_ent {
 };
 
 /* A record of the pages being tiered down, to sort by key: the key's first
- * 8 bytes big-endian (zero-padded), its length and the record's place in
- * tier_ents (which is log order). */
+ * 8 bytes big-endian (zero-padded), its length, the record's place in
+ * tier_ents (which is log order) and the key's hash (for finish). */
 struct kv_tier_key {
     uint64_t prefix;
     uint32_t ent;
     uint32_t key_len;
+    uint64_t hash;
 };
 
 struct kv_sm {

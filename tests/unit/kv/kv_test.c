@@ -152,15 +152,14 @@ START_TEST(test_index_grows_incrementally_and_finds_every_key)
     ck_assert_uint_eq(kv__index_find(&x, kv__hash(k, strlen(k)), k, strlen(k), &found),
                       a);
     /* remove_if only removes an entry pointing at the given address. */
-    ck_assert(!kv__index_remove_if(&x, kv__hash(k, strlen(k)), k, strlen(k), addr[5]));
-    ck_assert(kv__index_remove_if(&x, kv__hash(k, strlen(k)), k, strlen(k), a));
+    ck_assert(!kv__index_remove_if(&x, kv__hash(k, strlen(k)), addr[5]));
+    ck_assert(kv__index_remove_if(&x, kv__hash(k, strlen(k)), a));
     kv__index_find(&x, kv__hash(k, strlen(k)), k, strlen(k), &found);
     ck_assert(!found);
     for (int i = 0; i < N; i += 2) {
         snprintf(k, sizeof(k), "key-%d", i);
         if (i != 5)
-            ck_assert(
-                kv__index_remove_if(&x, kv__hash(k, strlen(k)), k, strlen(k), addr[i]));
+            ck_assert(kv__index_remove_if(&x, kv__hash(k, strlen(k)), addr[i]));
     }
     for (int i = 1; i < N; i += 2) {
         snprintf(k, sizeof(k), "key-%d", i);
