@@ -217,6 +217,23 @@ static void maybe_grow(struct kv_index *x)
 uint64_t kv__index_find(struct kv_index *x, uint64_t hash, const void *key, size_t len,
                         bool *found)
 {
+    if (x->old.raw == NULL) {
+        /* The common case, without itab_find's loops: the key's entry is the
+         * first tag match in its home bucket, or no slot matches and nothing
+         * overflowed from the bucket. */
+        const uint64_t *bk = x->cur.b + (hash & x->cur.mask) * 8;
+        unsigned m = tag_mask(bk, tag_of(hash));
+        if (m != 0) {
+            uint64_t addr = bk[__builtin_ctz(m)] & ADDR_MASK;
+            if (key_eq(x->ring, addr, key, len)) {
+                *found = true;
+                return addr;
+            }
+        } else if (bk[OVF] == 0) {
+            *found = false;
+            return 0;
+        }
+    }
     uint64_t *e = itab_find(&x->cur, x->ring, hash, key, len);
     if (e == NULL && x->old.raw != NULL)
         e = itab_find(&x->old, x->ring, hash, key, len);
