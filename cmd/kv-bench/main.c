@@ -426,6 +426,7 @@ struct mem_floor {
     double two_dep; /* ns per op of independent ops that each make two
                        dependent random reads: a get's memory shape (bucket,
                        then record) without its work */
+    double ghz;     /* the core's clock (x86-64 only, else 0) */
 };
 
 /* Over `bytes` of huge pages (as the ring and index use), median of runs.
@@ -480,6 +481,19 @@ static void mem_floor(struct mem_floor *f)
     }
     f->chase = median(ch, runs);
     f->two_dep = median(td, runs);
+#if defined(__x86_64__)
+    /* The core's clock at this moment (the host varies it): one dependent
+     * add per cycle. */
+    double gh[9];
+    for (int r = 0; r < runs; r++) {
+        uint64_t x = 0, t0 = cpu_ns();
+        for (int i = 0; i < 50000000; i++)
+            __asm__ volatile("add $1, %0" : "+r"(x));
+        gh[r] = 5e7 / (double)(cpu_ns() - t0);
+        sink += x;
+    }
+    f->ghz = median(gh, runs);
+#endif
     free(a);
     free(perm);
     free(pick);
@@ -663,6 +677,9 @@ int main(int argc, char **argv)
                "reads, a get's shape; get hit / this: %.1fx)\n",
                names[sc], "floor: 2 reads", floors[sc].two_dep, "-", "-",
                rows[sc][OP_GET_HIT].kv_ns / floors[sc].two_dep);
+        printf("%-6s %-14s %12.2f %12s %9s   (the core's clock then, one dependent add a "
+               "cycle)\n",
+               names[sc], "cpu GHz", floors[sc].ghz, "-", "-");
     }
     printf("{\"bench\":\"kv\",\"quick\":%s", quick ? "true" : "false");
     static const char *keys[N_OPS] = {"get",    "get_miss", "put",     "put_new",
@@ -674,9 +691,9 @@ int main(int argc, char **argv)
                    rows[sc][op].kv_ns, keys[op], names[sc], rows[sc][op].lmdb_ns);
     for (int sc = 0; sc < n_scales; sc++)
         printf(",\"mem_chase_ns_%s\":%.1f,\"mem_2reads_ns_%s\":%.1f,\"mem_floor_mib_%s\":"
-               "%zu",
+               "%.1f,\"cpu_ghz_%s\":%.2f",
                names[sc], floors[sc].chase, names[sc], floors[sc].two_dep, names[sc],
-               floors[sc].bytes >> 20);
+               (double)floors[sc].bytes / (1 << 20), names[sc], floors[sc].ghz);
     printf(",\"alloc_bytes_per_get\":%.1f,\"alloc_bytes_per_put\":%.1f",
            rows[1][OP_GET_HIT].kv_alloc, rows[1][OP_PUT_OVER].kv_alloc);
     if (n_scales == 3)
