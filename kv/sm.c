@@ -680,7 +680,9 @@ static const struct kv_rec *page_rec(const struct kv_page *p, size_t off)
 }
 
 #define TIER_WRITTEN (UINT64_C(1) << 63)
-#define TIER_AHEAD 8 /* records prefetched ahead of the LMDB writes */
+/* Key order is random ring order: the LMDB writes prefetch the tier_ents slot
+ * of the key 2 * TIER_AHEAD on, then the record of the key TIER_AHEAD on. */
+#define TIER_AHEAD 8
 
 /* A tier-down runs in three steps. pick (owner thread) chooses the pages;
  * write (any thread) copies the newest version of each of their keys to LMDB
@@ -887,7 +889,9 @@ static int tier_write(struct kv_tier_job *j)
             rc = kv__cold_wsession(sm->cold, e->h);
     }
     for (size_t k = 0; k < n_keys && rc == 0; k++) {
-        if (k + TIER_AHEAD < n_keys) /* key order is random ring order */
+        if (k + 2 * TIER_AHEAD < n_keys)
+            __builtin_prefetch(&sm->tier_ents[sm->tier_keys[k + 2 * TIER_AHEAD].ent]);
+        if (k + TIER_AHEAD < n_keys)
             __builtin_prefetch(sm->tier_ents[sm->tier_keys[k + TIER_AHEAD].ent].h);
         rc = kv__cold_wput(sm->cold, sm->tier_ents[sm->tier_keys[k].ent].h);
     }
@@ -911,8 +915,10 @@ static void tier_finish(struct kv_sm *sm, struct kv_tier_job *j)
          * bucket prefetched a few keys ahead, since the owner's loop waits. */
         const struct kv_tier_key *tk = sm->tier_keys;
         for (size_t k = 0; k < j->n_keys; k++) {
-            if (k + TIER_AHEAD < j->n_keys)
+            if (k + TIER_AHEAD < j->n_keys) {
                 kv__index_prefetch(&sm->index, tk[k + TIER_AHEAD].hash);
+                __builtin_prefetch(&sm->tier_ents[tk[k + TIER_AHEAD].ent]);
+            }
             const struct kv_tier_ent *e = &sm->tier_ents[tk[k].ent];
             if (kv__index_remove_if(&sm->index, tk[k].hash, e->addr & ~TIER_WRITTEN))
                 kv__view_remove(&sm->view, kv__rec_key(e->h), e->h->key_len);
