@@ -793,6 +793,8 @@ static int tier_key_cmp(const void *a, const void *b, void *data)
 static size_t tier_sort(struct kv_sm *sm)
 {
     const struct kv_tier_ent *ents = sm->tier_ents;
+    if (sm->n_tier_ents == 0)
+        return 0;
     if (sm->cap_tier_keys < sm->n_tier_ents) {
         tk_free(sm->tier_keys);
         sm->cap_tier_keys = sm->cap_tier_ents;
