@@ -261,8 +261,12 @@ static int op_incr(struct ctx *x, const Kvpb__Increment *in, int64_t *value)
     return 0;
 }
 
-static void append_key(struct kv_sm *sm, uint64_t index, const uint8_t *key, size_t len,
-                       uint64_t hash, const struct kv_state *st)
+/* Writes a staged key's new version: in place over its newest record when
+ * that is hot and the value keeps its length (kv__sm_rewrite_ok), else as a
+ * record appended to the ring (st->hot and st->addr: where the key's newest
+ * record was before the command). */
+static void write_key(struct kv_sm *sm, uint64_t index, const uint8_t *key, size_t len,
+                      uint64_t hash, const struct kv_state *st)
 {
     struct kv_rec h = {.key_len = (uint16_t)len, .mod_rev = index};
     if (st->live) {
@@ -270,6 +274,10 @@ static void append_key(struct kv_sm *sm, uint64_t index, const uint8_t *key, siz
         h.expire_ms = st->expire_ms;
         h.create_rev = st->create_rev;
         h.version = st->version;
+        if (st->hot && kv__sm_rewrite_ok(sm, st->addr, st->value_len)) {
+            kv__ring_rewrite(&sm->ring, st->addr, &h, st->value);
+            return;
+        }
     } else {
         h.flags = KV_REC_TOMB;
     }
@@ -286,7 +294,7 @@ static bool commit(struct ctx *x)
         struct stage *s = &x->st[i];
         if (!s->dirty)
             continue;
-        append_key(x->sm, x->index, s->key, s->key_len, s->hash, &s->st);
+        write_key(x->sm, x->index, s->key, s->key_len, s->hash, &s->st);
         wrote = true;
     }
     return wrote;
@@ -363,7 +371,7 @@ static int delete_range(struct kv_sm *sm, uint64_t index, const Kvpb__DeleteRang
     for (size_t off = 0; off < rk.used;) {
         size_t len = ((size_t)sm->scratch[off] << 8) | sm->scratch[off + 1];
         const uint8_t *k = sm->scratch + off + 2;
-        append_key(sm, index, k, len, kv__hash(k, len), &tomb);
+        write_key(sm, index, k, len, kv__hash(k, len), &tomb);
         off += 2 + len;
     }
     res->deleted = rk.n;

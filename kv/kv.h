@@ -1,13 +1,15 @@
 /* The ring-log KV state machine: the public face of kv/.
  *
  * A tiered store. Applied writes append records to the ring (hot tier, a paged
- * log in memory); a hash index maps each hot key to its newest record; an
- * ordered view of the hot keys serves scans; LMDB is the cold tier. When the
- * ring grows past its budget, a tier-down step writes the oldest sealed pages
- * to LMDB in one transaction together with the raft index they cover, then
- * releases the pages. The raft log is the write-ahead log: after a restart
- * LMDB says which index it holds (kv_sm_durable_index) and the node replays the
- * log after it.
+ * log in memory), or rewrite the key's record in place when it lies in the
+ * newer half of the ring and the value keeps its length; a hash index maps
+ * each hot key to its newest record; an ordered view of the hot keys serves
+ * scans; LMDB is the cold tier. When the ring grows past its budget, a
+ * tier-down step writes every key changed since the last one to LMDB in one
+ * transaction together with the applied index (so LMDB holds exactly the state
+ * at that index), then releases the oldest pages. The raft log is the
+ * write-ahead log: after a restart LMDB says which index it holds
+ * (kv_sm_durable_index) and the node replays the log after it.
  *
  * Threads: a struct kv_sm is owned by one thread (the node's loop thread,
  * which applies); every kv_sm_* call comes from that thread. A struct kv_snap may be read
@@ -76,6 +78,7 @@ struct kv_item {
     uint64_t mod_revision;
     uint64_t version;
     uint64_t expire_ms; /* 0: no TTL */
+    bool hot;           /* read from the ring (false: from the cold tier) */
 };
 
 /* A scan: keys with `prefix` when by_prefix, else keys in [start, end) (end_len
@@ -149,23 +152,27 @@ void kv_sm_prefetch_record(const struct kv_sm *sm, uint64_t hash);
 int kv_sm_scan(struct kv_sm *sm, const struct kv_range *r, size_t limit, kv_item_cb *cb,
                void *data);
 
-/* Tier-down. kv_sm_flush seals the ring tail and moves every page to LMDB, so
- * kv_sm_durable_index() == kv_sm_applied_index(). kv_sm_tier_down moves the
- * oldest sealed pages until the ring is under 3/4 of its budget (apply calls it
- * itself when the ring is over budget). Returns 0 or TK_EIO. */
+/* Tier-down. Both write every key changed since the last tier-down to LMDB
+ * with the applied index, so kv_sm_durable_index() == kv_sm_applied_index().
+ * kv_sm_flush then releases every page; kv_sm_tier_down releases the oldest
+ * until the ring is under 3/4 of its budget (apply calls it itself when the
+ * ring is over budget, or when it tracks as many in-place rewrites as it
+ * may: ring budget / 256). Returns 0 or TK_EIO. */
 int kv_sm_flush(struct kv_sm *sm);
 int kv_sm_tier_down(struct kv_sm *sm);
 
 /* Tier-down in the background, so the LMDB work leaves the owner's thread:
- *   kv_sm_tier_start (owner) picks the pages to move: every page with
- *     snapshot = true (the ring is sealed at the applied index), else the
- *     oldest until the ring would be under 3/4 of its budget. *out is NULL when
- *     there is nothing to do. TK_EBUSY while a job is in flight, TK_EIO once
- *     the sm has failed.
- *   kv_tier_run (any one thread) writes them to LMDB in one transaction; with
- *     snapshot = true it then reads the snapshot stream of that state into
- *     memory. Meanwhile the owner keeps applying, reading and scanning (the
- *     pages stay in the ring until finish).
+ *   kv_sm_tier_start (owner) seals the ring at the applied index and picks
+ *     the pages to release: every page with snapshot = true, else the oldest
+ *     until the ring would be under 3/4 of its budget. *out is NULL when there
+ *     is nothing to do. TK_EBUSY while a job is in flight, TK_EIO once the sm
+ *     has failed.
+ *   kv_tier_run (any one thread) writes the keys changed since the last
+ *     tier-down to LMDB in one transaction with that index; with snapshot =
+ *     true it then reads the snapshot stream of that state into memory.
+ *     Meanwhile the owner keeps applying, reading and scanning (the pages stay
+ *     in the ring until finish; apply appends rather than rewrite a record
+ *     the job reads).
  *   kv_sm_tier_finish (owner) publishes the result, releases the pages, frees
  *     the job and, for a snapshot, hands over the stream (free it with
  *     tk_free). Returns 0 or TK_EIO (the sm has failed).
@@ -181,7 +188,8 @@ int kv_sm_tier_start(struct kv_sm *sm, bool snapshot, struct kv_tier_job **out);
 void kv_tier_run(struct kv_tier_job *j);
 int kv_sm_tier_finish(struct kv_sm *sm, struct kv_tier_job *j,
                       struct kv_tier_result *out);
-/* The ring is over its budget and no job is in flight. */
+/* The ring is over its budget (or tracks as many in-place rewrites as it
+ * may) and no job is in flight. */
 bool kv_sm_tier_wanted(const struct kv_sm *sm);
 /* A job is in flight and the ring has grown past twice its budget: the owner
  * should wait for the job before applying more. */
@@ -198,6 +206,7 @@ struct kv_sm_stats {
     uint64_t cold_keys;   /* entries in the cold tier */
     uint64_t cold_bytes;  /* bytes of the cold tier's LMDB file in use */
     uint64_t tier_downs;  /* tier-down transactions committed */
+    uint64_t rewrites;    /* versions written over their key's record in place */
     uint64_t bad_records; /* ring records that failed their check on read */
 };
 void kv_sm_stats(const struct kv_sm *sm, struct kv_sm_stats *out);

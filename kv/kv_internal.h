@@ -49,11 +49,9 @@ struct kv_page {
     uint32_t cap;  /* bytes of data[] */
     bool sealed;   /* no more appends */
     bool from_slab;
-    bool damaged;       /* tier-down found a record failing its check */
-    uint64_t first_rev; /* revision of the first record, 0 when empty */
-    uint64_t last_rev;
-    uint64_t last_now; /* the sm's clock after applying last_rev */
-    uint64_t last_term;
+    bool damaged;         /* tier-down found a record failing its check */
+    uint64_t pos;         /* the ring's position of data[0]: the caps of all the
+                             pages opened before this one */
     struct kv_page *next; /* newer page */
     void *raw;            /* the allocation of a page not from a slab */
     _Alignas(64) uint8_t data[];
@@ -70,7 +68,8 @@ struct kv_ring {
     void **slabs;
     size_t n_slabs;
     uint8_t *slab_next, *slab_end;
-    size_t bytes; /* sum of page caps */
+    size_t bytes;      /* sum of page caps */
+    uint64_t next_pos; /* the pos the next page opened gets */
     size_t n_pages;
     struct kv_page *head; /* oldest */
     struct kv_page *tail; /* newest: appends go here */
@@ -103,6 +102,17 @@ static inline const uint8_t *kv__rec_value(const struct kv_rec *h)
 static inline size_t kv__rec_size(size_t key_len, size_t value_len)
 {
     return (sizeof(struct kv_rec) + key_len + value_len + 7) & ~(size_t)7;
+}
+/* Rewrites the live record at addr in place for a new version of its key
+ * with a value of the same length: takes h's expire_ms, mod_rev, create_rev
+ * and version, copies value and recomputes the CRC. The caller makes sure no
+ * other thread reads the record meanwhile. */
+void kv__ring_rewrite(struct kv_ring *r, uint64_t addr, const struct kv_rec *h,
+                      const void *value);
+/* The page holding addr (which must be in the ring). */
+static inline struct kv_page *kv__ring_page(const struct kv_ring *r, uint64_t addr)
+{
+    return r->slots[addr >> KV_ADDR_OFF_BITS];
 }
 /* True if the record at addr lies inside its page, has the magic and its CRC
  * matches. A record that fails is never to be returned. */

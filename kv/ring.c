@@ -2,8 +2,10 @@
  *
  * Records are appended at the tail page; when a record does not fit, the tail
  * is sealed and a new page is opened (a record larger than a page gets a page
- * of its own size, so large values need no special path). Pages leave from the
- * head, oldest first, after tier-down has copied them to the cold tier.
+ * of its own size, so large values need no special path). The sm may rewrite a
+ * key's newest record in place with a value of the same length
+ * (kv__ring_rewrite). Pages leave from the head, oldest first, after
+ * tier-down has copied what changed to the cold tier.
  * An address is (slot << 28 | offset): slots are reused once their page is
  * released, and the index drops every entry into a page before it goes.
  * Every read path calls kv__ring_check: bounds, magic, CRC32C; a damaged record
@@ -161,6 +163,8 @@ static struct kv_page *page_new(struct kv_ring *r, size_t need)
         r->head = p;
     }
     r->tail = p;
+    p->pos = r->next_pos;
+    r->next_pos += cap;
     r->bytes += cap;
     r->n_pages++;
     return p;
@@ -188,10 +192,23 @@ uint64_t kv__ring_append(struct kv_ring *r, const struct kv_rec *h, const void *
         memset(p->data + off + body, 0, size - body);
     rec->crc = rec_crc((const uint8_t *)rec + KV_REC_CRC_FROM, body - KV_REC_CRC_FROM);
     p->used += (uint32_t)size;
-    if (p->first_rev == 0)
-        p->first_rev = h->mod_rev;
-    p->last_rev = h->mod_rev;
     return kv__ring_addr(p, off);
+}
+
+void kv__ring_rewrite(struct kv_ring *r, uint64_t addr, const struct kv_rec *h,
+                      const void *value)
+{
+    struct kv_page *p = kv__ring_page(r, addr);
+    struct kv_rec *rec =
+        (struct kv_rec *)(void *)(p->data + (addr & ((1u << KV_ADDR_OFF_BITS) - 1)));
+    rec->expire_ms = h->expire_ms;
+    rec->mod_rev = h->mod_rev;
+    rec->create_rev = h->create_rev;
+    rec->version = h->version;
+    if (rec->value_len > 0)
+        memcpy((uint8_t *)(rec + 1) + rec->key_len, value, rec->value_len);
+    size_t body = sizeof(*rec) + rec->key_len + rec->value_len;
+    rec->crc = rec_crc((const uint8_t *)rec + KV_REC_CRC_FROM, body - KV_REC_CRC_FROM);
 }
 
 bool kv__ring_check(const struct kv_ring *r, uint64_t addr)

@@ -226,6 +226,7 @@ int kv_sm_open(const struct kv_config *c, struct kv_sm **out)
     kv__index_init(&sm->index, &sm->ring);
     kv__view_init(&sm->view);
     sess_init(&sm->sessions, c->sessions_max);
+    sm->max_inplace = c->ring_bytes / 256 > 1024 ? c->ring_bytes / 256 : 1024;
     sm->applied = sm->durable = m.index;
     sm->applied_term = m.term;
     sm->now_ms = m.now_ms;
@@ -261,6 +262,8 @@ void kv_sm_close(struct kv_sm *sm)
     TK_ASSERT(sm->job == NULL);
     tk_free(sm->tier_ents);
     tk_free(sm->tier_keys);
+    tk_free(sm->tier_rel);
+    tk_free(sm->inplace);
     tk_free(sm->dir);
     tk_free(sm);
 }
@@ -290,6 +293,7 @@ void kv_sm_stats(const struct kv_sm *sm, struct kv_sm_stats *out)
     out->cold_keys = kv__cold_count(sm->cold);
     out->cold_bytes = kv__cold_bytes(sm->cold);
     out->tier_downs = sm->tier_downs;
+    out->rewrites = sm->rewrites;
     out->bad_records = sm->bad_records;
 }
 
@@ -312,6 +316,7 @@ int kv__sm_lookup(struct kv_sm *sm, const void *key, size_t len, uint64_t hash,
         if (kv__ring_check(&sm->ring, addr)) {
             const struct kv_rec *h = kv__ring_at(&sm->ring, addr);
             st->hot = true;
+            st->addr = addr;
             if ((h->flags & KV_REC_TOMB) || !live(sm, h->expire_ms))
                 return 0;
             st->live = true;
@@ -362,6 +367,7 @@ static int get_hashed(struct kv_sm *sm, const void *key, size_t len, uint64_t ha
     out->mod_revision = st.mod_rev;
     out->version = st.version;
     out->expire_ms = st.expire_ms;
+    out->hot = st.hot;
     return 0;
 }
 
@@ -430,6 +436,7 @@ static void item_from_cold(struct kv_item *it, const uint8_t *k, size_t klen,
     it->mod_revision = cv->mod_rev;
     it->version = cv->version;
     it->expire_ms = cv->expire_ms;
+    it->hot = false;
 }
 
 /* The hot side of a scan: the view's keys in order, read ahead. The index
@@ -569,6 +576,7 @@ int kv_sm_scan(struct kv_sm *sm, const struct kv_range *r, size_t limit, kv_item
                     it.mod_revision = h->mod_rev;
                     it.version = h->version;
                     it.expire_ms = h->expire_ms;
+                    it.hot = true;
                     emit = true;
                 }
             } else {
@@ -658,16 +666,6 @@ int kv_sm_digest(struct kv_sm *sm, uint64_t *out)
 
 /* ---- tier-down ---- */
 
-static bool cut_ok(const struct kv_page *p, bool all)
-{
-    if (!p->sealed)
-        return false;
-    if (p->next == NULL)
-        return all;
-    return p->first_rev == 0 || p->next->first_rev == 0 ||
-           p->last_rev < p->next->first_rev;
-}
-
 /* Walks a page's records; stops at a record whose sizes leave the page. */
 static const struct kv_rec *page_rec(const struct kv_page *p, size_t off)
 {
@@ -684,18 +682,27 @@ static const struct kv_rec *page_rec(const struct kv_page *p, size_t off)
  * of the key 2 * TIER_AHEAD on, then the record of the key TIER_AHEAD on. */
 #define TIER_AHEAD 8
 
-/* A tier-down runs in three steps. pick (owner thread) chooses the pages;
- * write (any thread) copies the newest version of each of their keys to LMDB
- * in one transaction; finish (owner thread) publishes the commit, drops the
- * index entries into the pages and releases them. Between pick and finish the
- * pages are sealed and stay in memory, so reads keep finding their records in
- * the ring while LMDB changes underneath the owner's old read view. At most one
- * tier-down is in flight: it owns tier_ents and tier_keys. */
+/* A tier-down is a checkpoint of the ring into the cold tier at the applied
+ * index, then the release of the oldest pages. It runs in three steps. pick
+ * (owner thread) seals the tail, takes the records rewritten in place since
+ * the last tier-down and chooses the pages to release; write (any thread)
+ * copies the newest version of each key changed since the last tier-down
+ * (the in-place records and the pages past dirty_pos) to LMDB in one
+ * transaction with the applied index, and notes the records of the pages to
+ * release; finish (owner thread) publishes the commit, drops the index
+ * entries into those pages and releases them. Between pick and finish the
+ * job's pages are sealed and stay in memory, and apply rewrites none of the
+ * records the job reads (kv__sm_rewrite_ok), so reads keep finding them in
+ * the ring while LMDB changes underneath the owner's old read view. At most
+ * one tier-down is in flight: it owns tier_ents, tier_keys and tier_rel. */
 struct kv_tier_job {
     struct kv_sm *sm;
-    struct kv_page **pages;
+    struct kv_page **pages; /* the ring at pick, oldest first */
     size_t n_pages;
-    size_t n_keys; /* tier_keys[0, n_keys): the records written */
+    size_t n_rel;     /* pages[0, n_rel) are released */
+    uint64_t rel_end; /* the pos after them */
+    uint64_t w_from;  /* pages at or past this pos hold changed records */
+    size_t n_keys;    /* tier_keys[0, n_keys): the records written */
     bool snapshot;
     struct kv_cold_meta meta;
     uint64_t bad; /* records that failed their check */
@@ -715,44 +722,59 @@ static void tier_push(struct kv_sm *sm, const struct kv_rec *h, uint64_t addr)
     sm->tier_ents[sm->n_tier_ents++] = (struct kv_tier_ent){h, addr};
 }
 
-/* Chooses the pages: all of them, or up to the last cut point before the ring
- * would be under 3/4 of its budget. False when there is nothing to move. */
+static void tier_push_rel(struct kv_sm *sm, const struct kv_rec *h, uint64_t addr)
+{
+    if (sm->n_tier_rel == sm->cap_tier_rel) {
+        sm->cap_tier_rel = sm->cap_tier_rel ? sm->cap_tier_rel * 2 : 4096;
+        sm->tier_rel = tk_realloc(sm->tier_rel, sm->cap_tier_rel * sizeof(*sm->tier_rel));
+    }
+    sm->tier_rel[sm->n_tier_rel++] =
+        (struct kv_tier_rel){h, addr, kv__hash(kv__rec_key(h), h->key_len)};
+}
+
+/* Takes the ring as it is: seals the tail, moves the in-place records into
+ * tier_ents (checked here, where the ring's slot table may be read) and
+ * chooses the pages to release (all of them, or the oldest until the ring
+ * would be under 3/4 of its budget). False when there is nothing to do. */
 static bool tier_pick(struct kv_sm *sm, bool all, struct kv_tier_job *j)
 {
-    if (all)
-        kv__ring_seal(&sm->ring);
+    kv__ring_seal(&sm->ring);
     size_t target = all ? 0 : sm->cfg.ring_bytes / 4 * 3;
-    size_t freed = 0, n = 0, n_cut = 0;
-    for (struct kv_page *p = sm->ring.head; p != NULL; p = p->next) {
-        n++;
+    size_t freed = 0, n_rel = 0;
+    for (struct kv_page *p = sm->ring.head; p != NULL && sm->ring.bytes - freed > target;
+         p = p->next) {
         freed += p->cap;
-        if (cut_ok(p, all)) {
-            n_cut = n;
-            if (!all && sm->ring.bytes - freed <= target)
-                break;
-        }
+        n_rel++;
     }
-    if (n_cut == 0)
+    bool changed =
+        sm->n_inplace > 0 || (sm->ring.tail != NULL && sm->ring.next_pos > sm->dirty_pos);
+    if (n_rel == 0 && !changed)
         return false;
     j->sm = sm;
-    j->pages = tk_malloc(n_cut * sizeof(*j->pages));
-    j->n_pages = n_cut;
-    j->meta = (struct kv_cold_meta){
-        .index = sm->durable, .term = sm->durable_term, .now_ms = sm->durable_now};
-    struct kv_page *p = sm->ring.head;
-    for (size_t i = 0; i < n_cut; i++, p = p->next) {
+    j->n_pages = sm->ring.n_pages;
+    j->pages = tk_malloc((j->n_pages + 1) * sizeof(*j->pages));
+    j->n_rel = n_rel;
+    j->rel_end = 0;
+    size_t i = 0;
+    for (struct kv_page *p = sm->ring.head; p != NULL; p = p->next, i++) {
         j->pages[i] = p;
-        if (p->first_rev != 0 && p->last_rev >= j->meta.index) {
-            j->meta.index = p->last_rev;
-            j->meta.term = p->last_term;
-            j->meta.now_ms = p->last_now;
-        }
+        if (i < n_rel)
+            j->rel_end = p->pos + p->cap;
     }
-    if (all) {
-        j->meta.index = sm->applied;
-        j->meta.term = sm->applied_term;
-        j->meta.now_ms = sm->now_ms;
+    j->w_from = sm->dirty_pos;
+    sm->dirty_pos = sm->ring.next_pos;
+    sm->n_tier_ents = 0;
+    sm->n_tier_rel = 0;
+    for (size_t k = 0; k < sm->n_inplace; k++) {
+        uint64_t addr = sm->inplace[k];
+        if (kv__ring_check(&sm->ring, addr))
+            tier_push(sm, kv__ring_at(&sm->ring, addr), addr);
+        else
+            j->bad++;
     }
+    sm->n_inplace = 0;
+    j->meta = (struct kv_cold_meta){
+        .index = sm->applied, .term = sm->applied_term, .now_ms = sm->now_ms};
     return true;
 }
 
@@ -765,7 +787,7 @@ static bool tier_key_eq(const struct kv_tier_ent *ents, const struct kv_tier_key
                                      kv__rec_key(ents[y->ent].h), x->key_len) == 0;
 }
 
-/* Key byte order, then log order. */
+/* Key byte order, then the order of tier_ents. */
 static int tier_key_cmp(const void *a, const void *b, void *data)
 {
     const struct kv_tier_key *x = a, *y = b;
@@ -779,15 +801,18 @@ static int tier_key_cmp(const void *a, const void *b, void *data)
     return x->ent < y->ent ? -1 : x->ent > y->ent;
 }
 
-/* Chooses what tier-down writes: the newest record of each key among the
- * pages (the key's state as of the cut). Sorts the records by key, then log
- * order, keeps the last of each key's run in tier_keys, marks it
+/* Chooses what tier-down writes: the newest record of each key in tier_ents
+ * (which holds the in-place records first, then the changed pages' records in
+ * log order, so a key's newest record comes last: a record is rewritten in
+ * place only while it is its key's newest, and a later version of the key
+ * appended after it is later in the log). Sorts the records by key, then
+ * tier_ents order, keeps the last of each key's run in tier_keys, marks it
  * TIER_WRITTEN and returns how many. Session records are all marked and left
  * out (they are written in log order). Sorting finds each key's newest record
  * without a hash table over the pages, and LMDB takes keys in order about 6x
  * faster than in the random order random writes leave in the log (its cursor
  * stays on the leaf the next key belongs to). The sort: an LSD radix sort on
- * the first 8 bytes (stable, so equal keys stay in log order; bytes all keys
+ * the first 8 bytes (stable, so equal keys keep their order; bytes all keys
  * share are skipped), then a comparison sort of each run of equal first bytes
  * unless its keys are equal and at most 8 bytes long. */
 static size_t tier_sort(struct kv_sm *sm)
@@ -812,8 +837,7 @@ static size_t tier_sort(struct kv_sm *sm)
         memcpy(p8, kv__rec_key(e->h), e->h->key_len < 8 ? e->h->key_len : 8);
         uint64_t be;
         memcpy(&be, p8, 8);
-        a[n++] = (struct kv_tier_key){__builtin_bswap64(be), (uint32_t)k, e->h->key_len,
-                                      kv__hash(kv__rec_key(e->h), e->h->key_len)};
+        a[n++] = (struct kv_tier_key){__builtin_bswap64(be), (uint32_t)k, e->h->key_len};
     }
     for (int shift = 0; shift < 64 && n > 0; shift += 8) {
         size_t count[256] = {0};
@@ -853,32 +877,40 @@ static size_t tier_sort(struct kv_sm *sm)
     return kept;
 }
 
-/* Any thread: touches only the job's sealed pages, tier_ents, tier_keys and
- * the cold tier's write transaction. */
+/* Any thread: touches only the job's sealed pages, tier_ents, tier_keys,
+ * tier_rel and the cold tier's write transaction. */
 static int tier_write(struct kv_tier_job *j)
 {
     struct kv_sm *sm = j->sm;
-    /* Collect the sound records, noting damaged pages (their keys cannot be
-     * trusted for index removal later). */
-    sm->n_tier_ents = 0;
+    /* Collect the sound records: the changed pages' for writing, the released
+     * pages' for index removal, noting damaged released pages (their keys
+     * cannot be trusted for index removal later). */
     for (size_t i = 0; i < j->n_pages; i++) {
         struct kv_page *p = j->pages[i];
-        p->damaged = false;
+        bool rel = i < j->n_rel, w = p->pos >= j->w_from;
+        if (!rel && !w)
+            continue;
+        if (rel)
+            p->damaged = false;
         size_t off = 0;
         for (;;) {
             const struct kv_rec *h = page_rec(p, off);
             if (h == NULL)
                 break;
             if (kv__page_check(p, off)) {
-                tier_push(sm, h, kv__ring_addr(p, off));
+                uint64_t addr = kv__ring_addr(p, off);
+                if (w)
+                    tier_push(sm, h, addr);
+                if (rel && !(h->flags & KV_REC_SESSION))
+                    tier_push_rel(sm, h, addr);
             } else {
                 j->bad++;
-                p->damaged = true;
+                p->damaged = p->damaged || rel;
             }
             off += kv__rec_size(h->key_len, h->value_len);
         }
         if (off != p->used)
-            p->damaged = true;
+            p->damaged = p->damaged || rel;
     }
     size_t n_keys = tier_sort(sm);
     j->n_keys = n_keys;
@@ -905,27 +937,24 @@ static int tier_write(struct kv_tier_job *j)
 }
 
 /* Owner thread: publishes a committed write, then the index entries into the
- * pages go (only a key's newest record in the batch can be what the index
- * points at), then the pages. */
+ * released pages go, then the pages. */
 static void tier_finish(struct kv_sm *sm, struct kv_tier_job *j)
 {
     sm->bad_records += j->bad;
     if (j->rc == 0) {
         kv__cold_wpublish(sm->cold);
-        /* The written keys' entries go if they still point into these pages:
+        /* A released record's entry goes if the index still points at it:
          * matched by hash and address alone (no record read), with each
-         * bucket prefetched a few keys ahead, since the owner's loop waits. */
-        const struct kv_tier_key *tk = sm->tier_keys;
-        for (size_t k = 0; k < j->n_keys; k++) {
-            if (k + TIER_AHEAD < j->n_keys) {
-                kv__index_prefetch(&sm->index, tk[k + TIER_AHEAD].hash);
-                __builtin_prefetch(&sm->tier_ents[tk[k + TIER_AHEAD].ent]);
-            }
-            const struct kv_tier_ent *e = &sm->tier_ents[tk[k].ent];
-            if (kv__index_remove_if(&sm->index, tk[k].hash, e->addr & ~TIER_WRITTEN))
-                kv__view_remove(&sm->view, kv__rec_key(e->h), e->h->key_len);
+         * bucket prefetched a few records ahead, since the owner's loop
+         * waits. */
+        const struct kv_tier_rel *r = sm->tier_rel;
+        for (size_t k = 0; k < sm->n_tier_rel; k++) {
+            if (k + TIER_AHEAD < sm->n_tier_rel)
+                kv__index_prefetch(&sm->index, r[k + TIER_AHEAD].hash);
+            if (kv__index_remove_if(&sm->index, r[k].hash, r[k].addr))
+                kv__view_remove(&sm->view, kv__rec_key(r[k].h), r[k].h->key_len);
         }
-        for (size_t i = 0; i < j->n_pages; i++) {
+        for (size_t i = 0; i < j->n_rel; i++) {
             struct kv_page *p = sm->ring.head;
             TK_ASSERT(p == j->pages[i]);
             if (p->damaged) {
@@ -942,8 +971,46 @@ static void tier_finish(struct kv_sm *sm, struct kv_tier_job *j)
         sm->failed = true;
     }
     sm->n_tier_ents = 0;
+    sm->n_tier_rel = 0;
     tk_free(j->pages);
     j->pages = NULL;
+}
+
+/* May apply rewrite the record at addr (hot, its key's newest) in place for
+ * a new version with value_len bytes of value, instead of appending one?
+ * Only a record in the newest half of the ring budget (so a key that stays
+ * hot moves to the tail before its page is released) and with room to track
+ * it, and never one a tier-down in flight reads: its changed records and its
+ * released pages. Tracks it when it becomes changed. */
+bool kv__sm_rewrite_ok(struct kv_sm *sm, uint64_t addr, size_t value_len)
+{
+    const struct kv_rec *h = kv__ring_at(&sm->ring, addr);
+    if (h->value_len != value_len || (h->flags & (KV_REC_TOMB | KV_REC_SESSION)))
+        return false;
+    const struct kv_page *p = kv__ring_page(&sm->ring, addr);
+    if (sm->ring.next_pos - p->pos > sm->cfg.ring_bytes / 2)
+        return false;
+    uint64_t base = sm->durable;
+    if (sm->job != NULL) {
+        if (p->pos < sm->job->rel_end)
+            return false;
+        if (h->mod_rev > sm->durable && h->mod_rev <= sm->job->meta.index)
+            return false;
+        base = sm->job->meta.index;
+    }
+    if (h->mod_rev > base || p->pos >= sm->dirty_pos) {
+        sm->rewrites++;
+        return true; /* changed already: tracked */
+    }
+    if (sm->n_inplace == sm->max_inplace)
+        return false; /* full: kv_sm_tier_wanted says so */
+    if (sm->n_inplace == sm->cap_inplace) {
+        sm->cap_inplace = sm->cap_inplace ? 2 * sm->cap_inplace : 1024;
+        sm->inplace = tk_realloc(sm->inplace, sm->cap_inplace * sizeof(*sm->inplace));
+    }
+    sm->inplace[sm->n_inplace++] = addr;
+    sm->rewrites++;
+    return true;
 }
 
 static int tier(struct kv_sm *sm, bool all)
@@ -984,7 +1051,8 @@ int kv_sm_tier_down(struct kv_sm *sm)
 
 bool kv_sm_tier_wanted(const struct kv_sm *sm)
 {
-    return sm->job == NULL && !sm->failed && sm->ring.bytes > sm->cfg.ring_bytes;
+    return sm->job == NULL && !sm->failed &&
+           (sm->ring.bytes > sm->cfg.ring_bytes || sm->n_inplace == sm->max_inplace);
 }
 
 bool kv_sm_tier_urgent(const struct kv_sm *sm)
@@ -1207,8 +1275,6 @@ int kv_sm_apply(struct kv_sm *sm, uint64_t index, uint64_t term, uint64_t time_m
     res->value = 0;
     res->deleted = 0;
     res->n_ops = 0;
-    struct kv_page *tail_before = sm->ring.tail;
-    uint32_t used_before = tail_before != NULL ? tail_before->used : 0;
     Kvpb__Command fc;
     Kvpb__Put fput;
     Kvpb__Delete fdel;
@@ -1251,15 +1317,13 @@ int kv_sm_apply(struct kv_sm *sm, uint64_t index, uint64_t term, uint64_t time_m
         sm->failed = true;
         return TK_EIO;
     }
-    struct kv_page *t = sm->ring.tail;
-    if (t != NULL && (t != tail_before || t->used != used_before)) {
-        t->last_now = sm->now_ms;
-        t->last_term = term;
-    }
-    /* Over budget: tier down now, unless the owner does it in the background
-     * (then only past twice the budget, and never while a job is in flight). */
+    /* Over budget (or no room to track one more record rewritten in place):
+     * tier down now, unless the owner does it in the background (then only
+     * past twice the budget, and never while a job is in flight). */
     size_t limit = sm->cfg.background_tier ? 2 * sm->cfg.ring_bytes : sm->cfg.ring_bytes;
-    if (sm->ring.bytes > limit && sm->job == NULL)
+    if ((sm->ring.bytes > limit ||
+         (!sm->cfg.background_tier && sm->n_inplace == sm->max_inplace)) &&
+        sm->job == NULL)
         return kv_sm_tier_down(sm);
     return 0;
 }

@@ -51,13 +51,20 @@ struct kv_tier_ent {
     uint64_t addr; /* | TIER_WRITTEN once chosen for LMDB */
 };
 
-/* A record of the pages being tiered down, to sort by key: the key's first
- * 8 bytes big-endian (zero-padded), its length, the record's place in
- * tier_ents (which is log order) and the key's hash (for finish). */
+/* A record tier-down writes, to sort by key: the key's first 8 bytes
+ * big-endian (zero-padded), its length and the record's place in tier_ents
+ * (which is the order its versions were written in). */
 struct kv_tier_key {
     uint64_t prefix;
     uint32_t ent;
     uint32_t key_len;
+};
+
+/* A record of a page tier-down releases: its index entry goes if it still
+ * points here. */
+struct kv_tier_rel {
+    const struct kv_rec *h;
+    uint64_t addr;
     uint64_t hash;
 };
 
@@ -75,12 +82,22 @@ struct kv_sm {
     uint64_t durable, durable_term, durable_now;
     bool failed;
     atomic_int open_snaps; /* kv_snap views open on the cold tier */
-    uint64_t tier_downs, bad_records;
-    struct kv_tier_ent *tier_ents; /* tier-down: the records of its pages */
+    uint64_t tier_downs, bad_records, rewrites;
+    /* What the next tier-down writes: the records in pages at or past
+     * dirty_pos (appended since the last one began) and the records
+     * rewritten in place before that (inplace, their addresses). Every record
+     * in either has mod_rev > durable (or > the job's index while a job is in
+     * flight); every other record is in the cold tier already. */
+    uint64_t dirty_pos;
+    uint64_t *inplace;
+    size_t n_inplace, cap_inplace, max_inplace;
+    struct kv_tier_ent *tier_ents; /* tier-down: the records it writes */
     size_t n_tier_ents, cap_tier_ents;
     struct kv_tier_key *tier_keys; /* tier-down: its records by key; 2 *
                                       cap_tier_keys (the sort's spare half) */
     size_t cap_tier_keys;
+    struct kv_tier_rel *tier_rel; /* tier-down: the records it releases */
+    size_t n_tier_rel, cap_tier_rel;
     struct kv_tier_job *job; /* the tier-down in flight, if any */
     uint8_t *scratch;        /* delete-range key list */
     size_t scratch_cap;
@@ -90,8 +107,9 @@ struct kv_sm {
  * valid until the next tier-down (ring pages and the cold read view live until
  * then). */
 struct kv_state {
-    bool live; /* present and not expired */
-    bool hot;  /* the ring has its newest record */
+    bool live;     /* present and not expired */
+    bool hot;      /* the ring has its newest record */
+    uint64_t addr; /* hot: that record's address */
     const uint8_t *value;
     size_t value_len;
     uint64_t expire_ms, create_rev, mod_rev, version;
@@ -99,6 +117,10 @@ struct kv_state {
 
 int kv__sm_lookup(struct kv_sm *sm, const void *key, size_t len, uint64_t hash,
                   struct kv_state *st);
+/* May the key's newest record, hot at addr, be rewritten in place by a new
+ * version with a value of value_len bytes? If true, the caller does so now
+ * (kv__ring_rewrite); the next tier-down writes it. */
+bool kv__sm_rewrite_ok(struct kv_sm *sm, uint64_t addr, size_t value_len);
 /* Runs a decoded command at `index`, filling res. Returns 0 (res->code holds
  * the command's outcome) or TK_EIO. */
 int kv__sm_exec(struct kv_sm *sm, uint64_t index, const struct Kvpb__Command *c,

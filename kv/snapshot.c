@@ -351,6 +351,8 @@ int kv_install_commit(struct kv_install *in)
     sm->ring.keep_free_bytes = sm->cfg.ring_bytes;
     kv__index_init(&sm->index, &sm->ring);
     kv__view_init(&sm->view);
+    sm->dirty_pos = 0;
+    sm->n_inplace = 0;
     struct kv_sessions *t = &sm->sessions;
     for (size_t i = 0; i <= t->mask; i++) {
         if (t->tab[i].client != 0) {

@@ -49,7 +49,7 @@ run testlog-san "$san" --num-processes 2 --suite unit --suite sim-san
 if [ -n "$tsan" ]; then
     # Only these tests' targets are built there (Makefile, build-tsan).
     run testlog-tsan "$tsan" --no-rebuild --num-processes 1 transport_inproc \
-        transport_tcp store_contract node gateway
+        transport_tcp store_contract node gateway kv
 fi
 for s in "${heavy[@]}"; do
     run "testlog-$s" "$build" --num-processes 1 --suite "$s"

@@ -118,7 +118,8 @@ static void mput(struct model *m, uint64_t idx, const ProtobufCBinaryData *k,
     e->create = create;
     e->version = version;
     e->mod = idx;
-    memcpy(e->value, v->data, v->len);
+    if (v->len > 0)
+        memcpy(e->value, v->data, v->len);
     e->value_len = v->len;
     e->expire = ttl ? m->now + ttl : 0;
 }
@@ -674,7 +675,7 @@ int main(int argc, char **argv)
     struct gen *g = tk_calloc(1, sizeof(*g));
     uint64_t time_ms = 1000000;
     uint64_t client_seq[6] = {0};
-    uint64_t restarts = 0, dups = 0, dup_hits = 0, tier_downs = 0;
+    uint64_t restarts = 0, dups = 0, dup_hits = 0, tier_downs = 0, rewrites = 0;
     for (uint64_t idx = 1; idx <= n_ops; idx++) {
         time_ms += tk_prng_below(&rng, 40);
         if (tk_prng_chance(&rng, 0.001))
@@ -749,6 +750,7 @@ int main(int argc, char **argv)
             struct kv_sm_stats st0;
             kv_sm_stats(u.sm, &st0);
             tier_downs += st0.tier_downs;
+            rewrites += st0.rewrites;
             kvu_close(&u, false);
             kvu_open(&u, &cfg);
             uint64_t from = kv_sm_durable_index(u.sm);
@@ -782,9 +784,12 @@ int main(int argc, char **argv)
     }
     struct kv_sm_stats st;
     kv_sm_stats(u.sm, &st);
+    rewrites += st.rewrites;
     printf("ops=%" PRIu64 " seed=%" PRIu64 " restarts=%" PRIu64 " tier_downs=%" PRIu64
-           " retries=%" PRIu64 " (answered from table %" PRIu64 ") keys=%zu fails=%d\n",
-           n_ops, seed, restarts, tier_downs + st.tier_downs, dups, dup_hits, m.n, fails);
+           " rewrites=%" PRIu64 " retries=%" PRIu64 " (answered from table %" PRIu64
+           ") keys=%zu fails=%d\n",
+           n_ops, seed, restarts, tier_downs + st.tier_downs, rewrites, dups, dup_hits,
+           m.n, fails);
     for (uint64_t i = 0; i <= n_ops; i++)
         tk_free(log[i].cmd);
     tk_free(log);

@@ -1197,6 +1197,134 @@ START_TEST(test_background_tier_job_runs_beside_applies)
 }
 END_TEST
 
+/* The op the rewrite test applies at index i: mostly puts of same-length
+ * values (rewritten in place), some of another length (appended), some
+ * deletes. */
+static int rewrite_op(struct kvu *u, uint64_t i)
+{
+    char k[16], v[32];
+    snprintf(k, sizeof(k), "k%03u", (unsigned)((i * 7919) % 400));
+    if (i % 13 == 0)
+        return kvu_del(u, k);
+    if (i % 17 == 0)
+        snprintf(v, sizeof(v), "x%u", (unsigned)i);
+    else
+        snprintf(v, sizeof(v), "v%08u", (unsigned)i);
+    return kvu_put(u, k, v);
+}
+
+/* Closes u (no flush), reopens it and replays the rewrite ops from its
+ * durable index to `upto`; returns the digest. */
+static uint64_t rewrite_restart(struct kvu *u, uint64_t upto)
+{
+    struct kv_config cfg = u->cfg;
+    kvu_close(u, false);
+    kvu_open(u, &cfg);
+    uint64_t durable = kv_sm_durable_index(u->sm);
+    ck_assert_uint_eq(kv_sm_applied_index(u->sm), durable);
+    for (uint64_t i = durable + 1; i <= upto; i++)
+        ck_assert_int_eq(rewrite_op(u, i), 0);
+    uint64_t d;
+    ck_assert_int_eq(kv_sm_digest(u->sm, &d), 0);
+    return d;
+}
+
+/* Records rewritten in place while background tier-downs run, half of them
+ * on another thread and half only after 150 more applies: reads match a
+ * reference that never tiers, every third job's snapshot holds the
+ * reference's state at its start, and after the late-run plain jobs and at
+ * the end, a restart without a flush and a replay from the durable index give
+ * the reference's state (so the tier-downs wrote the exact state at their
+ * index). */
+START_TEST(test_rewrites_beside_background_tier_downs_recover)
+{
+    struct kvu a = {0}, r = {0};
+    kvu_open_small(&a, 64 * 1024, true);
+    kvu_open(&r, NULL);
+    struct kv_tier_job *j = NULL;
+    pthread_t th;
+    bool threaded = false;
+    uint64_t jobs = 0, snaps = 0, restarts = 0, rewrites = 0, d_start = 0;
+    char k[16], buf[64], bufr[64];
+    const uint64_t n = 30111;
+    for (uint64_t i = 1; i <= n; i++) {
+        ck_assert_int_eq(rewrite_op(&a, i), 0);
+        ck_assert_int_eq(rewrite_op(&r, i), 0);
+        if (j == NULL && i % 400 == 0) {
+            ck_assert_int_eq(kv_sm_tier_start(a.sm, i % 1200 == 0, &j), 0);
+            ck_assert_int_eq(kv_sm_digest(r.sm, &d_start), 0);
+            threaded = jobs % 2 == 0;
+            if (j != NULL && threaded)
+                ck_assert_int_eq(pthread_create(&th, NULL, tier_thread, j), 0);
+        } else if (j != NULL && (i % 400 == 150 || kv_sm_tier_urgent(a.sm))) {
+            /* Every other job runs only now, after 150 more applies: the
+             * latest a thread could read what the applies may have changed. */
+            if (threaded)
+                pthread_join(th, NULL);
+            else
+                kv_tier_run(j);
+            struct kv_tier_result res;
+            ck_assert_int_eq(kv_sm_tier_finish(a.sm, j, &res), 0);
+            if (res.stream != NULL) { /* the state as of the job's start */
+                struct kvu b = {0};
+                kvu_open(&b, NULL);
+                struct kv_install *in;
+                ck_assert_int_eq(kv_sm_install_begin(b.sm, &in), 0);
+                ck_assert_int_eq(kv_install_write(in, res.stream, res.stream_len), 0);
+                ck_assert_int_eq(kv_install_commit(in), 0);
+                uint64_t db;
+                ck_assert_int_eq(kv_sm_digest(b.sm, &db), 0);
+                ck_assert_uint_eq(db, d_start);
+                kvu_close(&b, true);
+                snaps++;
+            }
+            tk_free(res.stream);
+            j = NULL;
+            jobs++;
+            if (!threaded && i % 1200 != 0) { /* the cold tier alone, replayed */
+                struct kv_sm_stats st;
+                kv_sm_stats(a.sm, &st);
+                rewrites += st.rewrites;
+                uint64_t dr;
+                ck_assert_int_eq(kv_sm_digest(r.sm, &dr), 0);
+                ck_assert_uint_eq(rewrite_restart(&a, i), dr);
+                restarts++;
+            }
+        }
+        snprintf(k, sizeof(k), "k%03u", (unsigned)((i * 31) % 400));
+        const char *ga = kvu_get(&a, k, buf, sizeof(buf));
+        const char *gr = kvu_get(&r, k, bufr, sizeof(bufr));
+        ck_assert(ga == NULL ? gr == NULL : gr != NULL && strcmp(ga, gr) == 0);
+    }
+    if (j != NULL) {
+        if (threaded)
+            pthread_join(th, NULL);
+        else
+            kv_tier_run(j);
+        struct kv_tier_result res;
+        ck_assert_int_eq(kv_sm_tier_finish(a.sm, j, &res), 0);
+        tk_free(res.stream);
+        jobs++;
+    }
+    struct kv_sm_stats st;
+    kv_sm_stats(a.sm, &st);
+    ck_assert_uint_gt(rewrites + st.rewrites, n / 10);
+    ck_assert_uint_gt(jobs, 50);
+    ck_assert_uint_gt(snaps, 20);
+    ck_assert_uint_gt(restarts, 20);
+    uint64_t da, dr;
+    ck_assert_int_eq(kv_sm_digest(r.sm, &dr), 0);
+    ck_assert_int_eq(kv_sm_digest(a.sm, &da), 0);
+    ck_assert_uint_eq(da, dr);
+    uint64_t durable = kv_sm_durable_index(a.sm);
+    ck_assert_uint_gt(durable, 0);
+    ck_assert_uint_lt(durable, n);
+    ck_assert_uint_eq(rewrite_restart(&a, n), dr);
+    kvu_close(&a, true);
+    kvu_close(&r, true);
+}
+END_TEST
+
 /* kv_sm_prefetch is only a hint: any input, no change of state. */
 START_TEST(test_prefetch_is_a_harmless_hint)
 {
@@ -1619,6 +1747,7 @@ int main(void)
     tcase_add_test(tc, test_flipped_byte_in_ring_is_never_returned);
     tcase_add_test(tc, test_more_data_than_ring_budget);
     tcase_add_test(tc, test_background_tier_job_runs_beside_applies);
+    tcase_add_test(tc, test_rewrites_beside_background_tier_downs_recover);
     tcase_add_test(tc, test_prefetch_is_a_harmless_hint);
     tcase_add_test(tc, test_restart_recovers_from_cold_and_replay);
     tcase_add_test(tc, test_snapshot_stream_installs_identical_state);
