@@ -552,14 +552,18 @@ static void run_scale(uint64_t n_keys, struct row rows[N_OPS], double *cold_p50,
             continue;
         }
         if (op == OP_PUT_OVER) {
-            /* Steady state: overwrite until the ring has filled its budget and
-             * been tiered down once, so its pages are being recycled. */
+            /* Steady state: overwrite until the ring has been tiered down
+             * once (its pages are being recycled) or stops growing (the
+             * overwrites land in place). */
             struct kv_sm_stats st0, st1;
             kv_sm_stats(s.sm, &st0);
+            st1 = st0;
+            size_t grown_from;
             do {
+                grown_from = st1.ring_bytes;
                 kv_run(&s, op, n_keys, &kv_new, 100000, &warm);
                 kv_sm_stats(s.sm, &st1);
-            } while (st1.tier_downs == st0.tier_downs);
+            } while (st1.tier_downs == st0.tier_downs && st1.ring_bytes > grown_from);
             if (only >= 0 && only != OP_PUT_OVER) { /* the state the others see */
                 memset(&rows[op], 0, sizeof(rows[op]));
                 continue;
@@ -600,9 +604,7 @@ static void run_scale(uint64_t n_keys, struct row rows[N_OPS], double *cold_p50,
             uint64_t t0 = now_ns();
             rc = kv_sm_get(s.sm, k, 8, &it);
             uint64_t t1 = now_ns();
-            /* A cold answer has a value not in the ring: mod revision at or
-             * below the cold tier's index. */
-            if (rc == 0 && it.mod_revision <= kv_sm_durable_index(s.sm)) {
+            if (rc == 0 && !it.hot) {
                 tk_hist_record(&h, t1 - t0);
                 cold++;
             }
