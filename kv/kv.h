@@ -163,9 +163,10 @@ int kv_sm_tier_down(struct kv_sm *sm);
 
 /* Tier-down in the background, so the LMDB work leaves the owner's thread:
  *   kv_sm_tier_start (owner) seals the ring at the applied index and picks
- *     the pages to release: every page with snapshot = true, else the oldest
- *     until the ring would be under 3/4 of its budget. *out is NULL when there
- *     is nothing to do. TK_EBUSY while a job is in flight, TK_EIO once the sm
+ *     the pages to release: the oldest until the ring would be under 3/4 of
+ *     its budget (with snapshot = true too: the snapshot needs the cold tier
+ *     at the applied index, not an empty ring). *out is NULL when there is
+ *     nothing to do. TK_EBUSY while a job is in flight, TK_EIO once the sm
  *     has failed.
  *   kv_tier_run (any one thread) writes the keys changed since the last
  *     tier-down to LMDB in one transaction with that index; with snapshot =

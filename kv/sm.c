@@ -735,7 +735,8 @@ static void tier_push_rel(struct kv_sm *sm, const struct kv_rec *h, uint64_t add
 /* Takes the ring as it is: seals the tail, moves the in-place records into
  * tier_ents (checked here, where the ring's slot table may be read) and
  * chooses the pages to release (all of them, or the oldest until the ring
- * would be under 3/4 of its budget). False when there is nothing to do. */
+ * would be under 3/4 of its budget). False when there is nothing to do: no
+ * page to release and the cold tier at the applied index already. */
 static bool tier_pick(struct kv_sm *sm, bool all, struct kv_tier_job *j)
 {
     kv__ring_seal(&sm->ring);
@@ -748,8 +749,8 @@ static bool tier_pick(struct kv_sm *sm, bool all, struct kv_tier_job *j)
     }
     bool changed =
         sm->n_inplace > 0 || (sm->ring.tail != NULL && sm->ring.next_pos > sm->dirty_pos);
-    if (n_rel == 0 && !changed)
-        return false;
+    if (n_rel == 0 && !changed && sm->applied == sm->durable)
+        return false; /* the cold tier is the state already */
     j->sm = sm;
     j->n_pages = sm->ring.n_pages;
     j->pages = tk_malloc((j->n_pages + 1) * sizeof(*j->pages));
@@ -1069,7 +1070,10 @@ int kv_sm_tier_start(struct kv_sm *sm, bool snapshot, struct kv_tier_job **out)
         return TK_EBUSY;
     struct kv_tier_job *j = tk_calloc(1, sizeof(*j));
     j->snapshot = snapshot;
-    if (!tier_pick(sm, snapshot, j)) {
+    /* A snapshot needs the cold tier at the applied index, which every job
+     * gives; the ring keeps its pages as for a plain job, so the hot keys stay
+     * hot. */
+    if (!tier_pick(sm, false, j)) {
         if (!snapshot) {
             tk_free(j);
             return 0;

@@ -1197,6 +1197,43 @@ START_TEST(test_background_tier_job_runs_beside_applies)
 }
 END_TEST
 
+/* A snapshot job under the ring budget puts the cold tier at the applied
+ * index but releases no page: the keys stay hot, and the next overwrite of one
+ * still lands in place. */
+START_TEST(test_snapshot_job_keeps_hot_keys_hot)
+{
+    struct kvu a = {0};
+    kvu_open_small(&a, 256 * 1024, true);
+    char k[16], v[16];
+    for (int i = 0; i < 100; i++) {
+        snprintf(k, sizeof(k), "key%03d", i);
+        snprintf(v, sizeof(v), "v%05d", i);
+        ck_assert_int_eq(kvu_put(&a, k, v), 0);
+    }
+    struct kv_tier_job *j;
+    ck_assert_int_eq(kv_sm_tier_start(a.sm, true, &j), 0);
+    ck_assert_ptr_nonnull(j);
+    kv_tier_run(j);
+    struct kv_tier_result res;
+    ck_assert_int_eq(kv_sm_tier_finish(a.sm, j, &res), 0);
+    ck_assert_uint_eq(res.index, 100);
+    ck_assert_ptr_nonnull(res.stream);
+    tk_free(res.stream);
+    ck_assert_uint_eq(kv_sm_durable_index(a.sm), 100);
+    struct kv_sm_stats st;
+    kv_sm_stats(a.sm, &st);
+    ck_assert_uint_eq(st.hot_keys, 100);
+    ck_assert_uint_eq(st.cold_keys, 100);
+    struct kv_item it;
+    ck_assert_int_eq(kv_sm_get(a.sm, "key042", 6, &it), 0);
+    ck_assert(it.hot);
+    ck_assert_int_eq(kvu_put(&a, "key042", "w00042"), 0);
+    kv_sm_stats(a.sm, &st);
+    ck_assert_uint_eq(st.rewrites, 1);
+    kvu_close(&a, true);
+}
+END_TEST
+
 /* The op the rewrite test applies at index i: mostly puts of same-length
  * values (rewritten in place), some of another length (appended), some
  * deletes. */
@@ -1748,6 +1785,7 @@ int main(void)
     tcase_add_test(tc, test_more_data_than_ring_budget);
     tcase_add_test(tc, test_background_tier_job_runs_beside_applies);
     tcase_add_test(tc, test_rewrites_beside_background_tier_downs_recover);
+    tcase_add_test(tc, test_snapshot_job_keeps_hot_keys_hot);
     tcase_add_test(tc, test_prefetch_is_a_harmless_hint);
     tcase_add_test(tc, test_restart_recovers_from_cold_and_replay);
     tcase_add_test(tc, test_snapshot_stream_installs_identical_state);
