@@ -1266,6 +1266,19 @@ static uint64_t rewrite_restart(struct kvu *u, uint64_t upto)
     return d;
 }
 
+/* Ends a job of the rewrite test: joins its thread, or runs it only now (after
+ * 150 more applies: the latest a thread could read what they may have
+ * changed), then finishes it. */
+static void rewrite_job_end(struct kv_sm *sm, struct kv_tier_job *j, bool threaded,
+                            pthread_t th, struct kv_tier_result *res)
+{
+    if (threaded)
+        pthread_join(th, NULL);
+    else
+        kv_tier_run(j);
+    ck_assert_int_eq(kv_sm_tier_finish(sm, j, res), 0);
+}
+
 /* Records rewritten in place while background tier-downs run, half of them
  * on another thread and half only after 150 more applies: reads match a
  * reference that never tiers, every third job's snapshot holds the
@@ -1279,7 +1292,7 @@ START_TEST(test_rewrites_beside_background_tier_downs_recover)
     kvu_open_small(&a, 64 * 1024, true);
     kvu_open(&r, NULL);
     struct kv_tier_job *j = NULL;
-    pthread_t th;
+    pthread_t th = {0};
     bool threaded = false;
     uint64_t jobs = 0, snaps = 0, restarts = 0, rewrites = 0, d_start = 0;
     char k[16], buf[64], bufr[64];
@@ -1294,15 +1307,10 @@ START_TEST(test_rewrites_beside_background_tier_downs_recover)
             if (j != NULL && threaded)
                 ck_assert_int_eq(pthread_create(&th, NULL, tier_thread, j), 0);
         } else if (j != NULL && (i % 400 == 150 || kv_sm_tier_urgent(a.sm))) {
-            /* Every other job runs only now, after 150 more applies: the
-             * latest a thread could read what the applies may have changed. */
-            if (threaded)
-                pthread_join(th, NULL);
-            else
-                kv_tier_run(j);
             struct kv_tier_result res;
-            ck_assert_int_eq(kv_sm_tier_finish(a.sm, j, &res), 0);
-            if (res.stream != NULL) { /* the state as of the job's start */
+            rewrite_job_end(a.sm, j, threaded, th, &res);
+            bool snap = res.stream != NULL;
+            if (snap) { /* the state as of the job's start */
                 struct kvu b = {0};
                 kvu_open(&b, NULL);
                 struct kv_install *in;
@@ -1318,7 +1326,7 @@ START_TEST(test_rewrites_beside_background_tier_downs_recover)
             tk_free(res.stream);
             j = NULL;
             jobs++;
-            if (!threaded && i % 1200 != 0) { /* the cold tier alone, replayed */
+            if (!threaded && !snap) { /* the cold tier alone, replayed */
                 struct kv_sm_stats st;
                 kv_sm_stats(a.sm, &st);
                 rewrites += st.rewrites;
@@ -1334,12 +1342,8 @@ START_TEST(test_rewrites_beside_background_tier_downs_recover)
         ck_assert(ga == NULL ? gr == NULL : gr != NULL && strcmp(ga, gr) == 0);
     }
     if (j != NULL) {
-        if (threaded)
-            pthread_join(th, NULL);
-        else
-            kv_tier_run(j);
         struct kv_tier_result res;
-        ck_assert_int_eq(kv_sm_tier_finish(a.sm, j, &res), 0);
+        rewrite_job_end(a.sm, j, threaded, th, &res);
         tk_free(res.stream);
         jobs++;
     }
