@@ -42,6 +42,8 @@ struct kv_config {
     bool background_tier; /* the owner runs tier-down jobs (kv_sm_tier_start)
                              when kv_sm_tier_wanted; apply itself tiers down
                              only past twice the ring budget */
+    bool append_only;     /* every write appends a record, none is rewritten
+                             in place: the ring is a log of every version */
 };
 
 /* Fills `c` with the defaults above and dir = NULL. */

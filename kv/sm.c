@@ -985,6 +985,8 @@ static void tier_finish(struct kv_sm *sm, struct kv_tier_job *j)
  * released pages. Tracks it when it becomes changed. */
 bool kv__sm_rewrite_ok(struct kv_sm *sm, uint64_t addr, size_t value_len)
 {
+    if (sm->cfg.append_only)
+        return false;
     const struct kv_rec *h = kv__ring_at(&sm->ring, addr);
     if (h->value_len != value_len || (h->flags & (KV_REC_TOMB | KV_REC_SESSION)))
         return false;
