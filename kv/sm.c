@@ -712,22 +712,27 @@ struct kv_tier_job {
     struct kv_cold_meta stream_meta;
 };
 
+/* Makes room for one more element in *arr (n held, *cap allocated, elem
+ * bytes each): doubles the capacity, starting at `first`. */
+static void *room_for_one(void *arr, size_t n, size_t *cap, size_t first, size_t elem)
+{
+    if (n < *cap)
+        return arr;
+    *cap = *cap ? *cap * 2 : first;
+    return tk_realloc(arr, *cap * elem);
+}
+
 static void tier_push(struct kv_sm *sm, const struct kv_rec *h, uint64_t addr)
 {
-    if (sm->n_tier_ents == sm->cap_tier_ents) {
-        sm->cap_tier_ents = sm->cap_tier_ents ? sm->cap_tier_ents * 2 : 4096;
-        sm->tier_ents =
-            tk_realloc(sm->tier_ents, sm->cap_tier_ents * sizeof(*sm->tier_ents));
-    }
+    sm->tier_ents = room_for_one(sm->tier_ents, sm->n_tier_ents, &sm->cap_tier_ents, 4096,
+                                 sizeof(*sm->tier_ents));
     sm->tier_ents[sm->n_tier_ents++] = (struct kv_tier_ent){h, addr};
 }
 
 static void tier_push_rel(struct kv_sm *sm, const struct kv_rec *h, uint64_t addr)
 {
-    if (sm->n_tier_rel == sm->cap_tier_rel) {
-        sm->cap_tier_rel = sm->cap_tier_rel ? sm->cap_tier_rel * 2 : 4096;
-        sm->tier_rel = tk_realloc(sm->tier_rel, sm->cap_tier_rel * sizeof(*sm->tier_rel));
-    }
+    sm->tier_rel = room_for_one(sm->tier_rel, sm->n_tier_rel, &sm->cap_tier_rel, 4096,
+                                sizeof(*sm->tier_rel));
     sm->tier_rel[sm->n_tier_rel++] =
         (struct kv_tier_rel){h, addr, kv__hash(kv__rec_key(h), h->key_len)};
 }
@@ -747,8 +752,7 @@ static bool tier_pick(struct kv_sm *sm, bool all, struct kv_tier_job *j)
         freed += p->cap;
         n_rel++;
     }
-    bool changed =
-        sm->n_inplace > 0 || (sm->ring.tail != NULL && sm->ring.next_pos > sm->dirty_pos);
+    bool changed = sm->n_inplace > 0 || sm->ring.next_pos > sm->dirty_pos;
     if (n_rel == 0 && !changed && sm->applied == sm->durable)
         return false; /* the cold tier is the state already */
     j->sm = sm;
@@ -1001,16 +1005,14 @@ bool kv__sm_rewrite_ok(struct kv_sm *sm, uint64_t addr, size_t value_len)
             return false;
         base = sm->job->meta.index;
     }
-    if (h->mod_rev > base || p->pos >= sm->dirty_pos) {
+    if (h->mod_rev > base) { /* changed already: past dirty_pos or in inplace */
         sm->rewrites++;
-        return true; /* changed already: tracked */
+        return true;
     }
     if (sm->n_inplace == sm->max_inplace)
         return false; /* full: kv_sm_tier_wanted says so */
-    if (sm->n_inplace == sm->cap_inplace) {
-        sm->cap_inplace = sm->cap_inplace ? 2 * sm->cap_inplace : 1024;
-        sm->inplace = tk_realloc(sm->inplace, sm->cap_inplace * sizeof(*sm->inplace));
-    }
+    sm->inplace = room_for_one(sm->inplace, sm->n_inplace, &sm->cap_inplace, 1024,
+                               sizeof(*sm->inplace));
     sm->inplace[sm->n_inplace++] = addr;
     sm->rewrites++;
     return true;
