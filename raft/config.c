@@ -3,43 +3,16 @@
  * Decoding checks everything: the bytes may come from a peer. */
 #include <string.h>
 
+#include "base/endian.h"
 #include "base/err.h"
 #include "raft/raft.h"
-
-static void put_u32(uint8_t *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static void put_u64(uint8_t *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint32_t get_u32(const uint8_t *p)
-{
-    uint32_t v = 0;
-    for (int i = 0; i < 4; i++)
-        v |= (uint32_t)p[i] << (8 * i);
-    return v;
-}
-
-static uint64_t get_u64(const uint8_t *p)
-{
-    uint64_t v = 0;
-    for (int i = 0; i < 8; i++)
-        v |= (uint64_t)p[i] << (8 * i);
-    return v;
-}
 
 struct tk_blob *raft_config_encode(const struct raft_config *c)
 {
     struct tk_blob *b = tk_blob_new(4 + 8 * (size_t)c->n_voters);
-    put_u32(b->data, c->n_voters);
+    tk_put_le32(b->data, c->n_voters);
     for (uint32_t i = 0; i < c->n_voters; i++)
-        put_u64(b->data + 4 + 8 * i, c->voters[i]);
+        tk_put_le64(b->data + 4 + 8 * i, c->voters[i]);
     return b;
 }
 
@@ -47,13 +20,13 @@ int raft_config_decode(const uint8_t *buf, size_t len, struct raft_config *out)
 {
     if (buf == NULL || len < 4)
         return TK_ECORRUPT;
-    uint32_t n = get_u32(buf);
+    uint32_t n = tk_get_le32(buf);
     if (n == 0 || n > RAFT_VOTERS_MAX || len != 4 + 8 * (size_t)n)
         return TK_ECORRUPT;
     struct raft_config c;
     memset(&c, 0, sizeof(c));
     for (uint32_t i = 0; i < n; i++) {
-        uint64_t id = get_u64(buf + 4 + 8 * i);
+        uint64_t id = tk_get_le64(buf + 4 + 8 * i);
         if (id == RAFT_NONE || raft_config_has(&c, id))
             return TK_ECORRUPT;
         c.voters[c.n_voters++] = id;

@@ -1,5 +1,6 @@
 /* Unit tests for base/: errors, assertions, allocation counting, blobs,
- * logfmt logging, CRC32C, the histogram, the PRNG and both queues.
+ * logfmt logging, little-endian helpers, CRC32C, the histogram, the PRNG and
+ * both queues.
  *
  * One Check suite per module, all run by one SRunner; the process exits
  * non-zero if any test fails. The queue suites include real multi-threaded
@@ -24,6 +25,7 @@
 #include "base/assert.h"
 #include "base/blob.h"
 #include "base/crc32c.h"
+#include "base/endian.h"
 #include "base/err.h"
 #include "base/hist.h"
 #include "base/log.h"
@@ -576,6 +578,41 @@ START_TEST(test_log_without_sink_writes_to_stderr)
     buf[n] = '\0';
     ck_assert_ptr_nonnull(
         strstr(buf, " level=error node=4 term=2 msg=\"to stderr\" x=1\n"));
+}
+END_TEST
+
+/* ---- endian ------------------------------------------------------------- */
+
+START_TEST(test_endian_stores_least_significant_byte_first)
+{
+    uint8_t b[8];
+    tk_put_le16(b, 0x0102);
+    ck_assert_uint_eq(b[0], 0x02);
+    ck_assert_uint_eq(b[1], 0x01);
+    tk_put_le32(b, 0x01020304u);
+    ck_assert_mem_eq(b, "\x04\x03\x02\x01", 4);
+    tk_put_le64(b, 0x0102030405060708ull);
+    ck_assert_mem_eq(b, "\x08\x07\x06\x05\x04\x03\x02\x01", 8);
+}
+END_TEST
+
+START_TEST(test_endian_loads_what_it_stores_at_any_offset)
+{
+    static const uint64_t vals[] = {
+        0, 1, 0x80, 0xFF, 0x8000, 0xFFFFFFFFull, 0x0123456789ABCDEFull, UINT64_MAX};
+    uint8_t buf[16];
+    for (size_t i = 0; i < sizeof(vals) / sizeof(vals[0]); i++) {
+        for (size_t off = 0; off < 8; off++) {
+            memset(buf, 0xAA, sizeof(buf));
+            tk_put_le16(buf + off, (uint16_t)vals[i]);
+            ck_assert_uint_eq(tk_get_le16(buf + off), (uint16_t)vals[i]);
+            tk_put_le32(buf + off, (uint32_t)vals[i]);
+            ck_assert_uint_eq(tk_get_le32(buf + off), (uint32_t)vals[i]);
+            tk_put_le64(buf + off, vals[i]);
+            ck_assert_uint_eq(tk_get_le64(buf + off), vals[i]);
+            ck_assert_uint_eq(buf[off + 8], 0xAA); /* nothing written past it */
+        }
+    }
 }
 END_TEST
 
@@ -1229,6 +1266,11 @@ static Suite *base_suite(void)
     tcase_add_test(tc, test_log_parse_level_accepts_names_and_rejects_others);
     tcase_add_test(tc, test_log_cuts_long_lines_but_keeps_them_well_formed);
     tcase_add_test(tc, test_log_without_sink_writes_to_stderr);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("endian");
+    tcase_add_test(tc, test_endian_stores_least_significant_byte_first);
+    tcase_add_test(tc, test_endian_loads_what_it_stores_at_any_offset);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("crc32c");
