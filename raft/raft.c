@@ -41,6 +41,27 @@ static uint32_t quorum(const struct raft *r)
     return r->config.n_voters / 2 + 1;
 }
 
+/* The largest value that a quorum of voters has reached, given one value per
+ * voter in `v[0 .. n_voters)` (etcd's MajorityConfig.CommittedIndex): the
+ * quorum-th largest. Sorts `v` in place, descending; an insertion sort, as
+ * n_voters <= RAFT_VOTERS_MAX. */
+static uint64_t quorum_index(const struct raft *r, uint64_t *v)
+{
+    uint32_t n = r->config.n_voters;
+    TK_ASSERT(n >= 1);
+    TK_ASSERT(n <= RAFT_VOTERS_MAX);
+    for (uint32_t i = 1; i < n; i++) {
+        uint64_t x = v[i];
+        uint32_t j = i;
+        while (j > 0 && v[j - 1] < x) {
+            v[j] = v[j - 1];
+            j--;
+        }
+        v[j] = x;
+    }
+    return v[quorum(r) - 1];
+}
+
 static int voter_slot(const struct raft *r, uint64_t id)
 {
     for (uint32_t i = 0; i < r->config.n_voters; i++)
@@ -457,17 +478,7 @@ static void maybe_commit(struct raft *r)
     uint32_t n = r->config.n_voters;
     for (uint32_t i = 0; i < n; i++)
         m[i] = r->prs[i].id == r->o.id ? r->stable : r->prs[i].match;
-    /* Insertion sort, descending: n <= RAFT_VOTERS_MAX. */
-    for (uint32_t i = 1; i < n; i++) {
-        uint64_t v = m[i];
-        uint32_t j = i;
-        while (j > 0 && m[j - 1] < v) {
-            m[j] = m[j - 1];
-            j--;
-        }
-        m[j] = v;
-    }
-    uint64_t idx = m[quorum(r) - 1];
+    uint64_t idx = quorum_index(r, m);
     if (idx <= r->commit)
         return;
 #if RAFT_PLANTED_BUG == 2
@@ -528,16 +539,7 @@ static void reads_release(struct raft *r)
     uint32_t n = r->config.n_voters;
     for (uint32_t i = 0; i < n; i++)
         m[i] = r->prs[i].id == r->o.id ? r->read_round : r->prs[i].read_round;
-    for (uint32_t i = 1; i < n; i++) {
-        uint64_t v = m[i];
-        uint32_t j = i;
-        while (j > 0 && m[j - 1] < v) {
-            m[j] = m[j - 1];
-            j--;
-        }
-        m[j] = v;
-    }
-    uint64_t acked = m[quorum(r) - 1];
+    uint64_t acked = quorum_index(r, m);
     size_t keep = 0;
     for (size_t i = 0; i < r->n_reads; i++) {
         struct raft__read *rd = &r->reads[i];
