@@ -868,6 +868,57 @@ static void handle_vote_resp(struct raft *r, const struct raft_message *m)
     tally(r);
 }
 
+static void reject_read_index(struct raft *r, const struct raft_message *m)
+{
+    struct raft__out *o = out_push(r, RAFT_MSG_READ_INDEX_RESP, m->from);
+    o->m.u.read_index.ctx = m->u.read_index.ctx;
+    o->m.u.read_index.reject = true;
+}
+
+/* A message of a higher term (thesis 3.3): we move to that term, except for
+ * pre-votes (9.6) and while we have a live leader (leader stickiness, 4.2.3).
+ * Returns false when the message is to be dropped. */
+static bool step_higher_term(struct raft *r, const struct raft_message *m)
+{
+    TK_ASSERT(m->term > r->term);
+    bool is_vote = m->type == RAFT_MSG_VOTE;
+    if (is_vote && (r->o.check_quorum || m->u.vote.pre_vote) && !m->u.vote.transfer &&
+        r->leader != RAFT_NONE && r->election_elapsed < r->o.election_ticks)
+        return false; /* leader stickiness (thesis 4.2.3): we have a live leader */
+    if (is_vote && m->u.vote.pre_vote) {
+        /* A pre-vote never changes our term. */
+    } else if (m->type == RAFT_MSG_VOTE_RESP && m->u.vote_resp.pre_vote &&
+               m->u.vote_resp.granted) {
+        /* A granted pre-vote carries the term we would campaign in. */
+    } else {
+        bool from_leader = m->type == RAFT_MSG_APPEND || m->type == RAFT_MSG_SNAPSHOT ||
+                           m->type == RAFT_MSG_TIMEOUT_NOW;
+        become_follower(r, m->term, from_leader ? m->from : RAFT_NONE);
+    }
+    return true;
+}
+
+/* A message of a lower term is dropped, after telling its sender of the newer
+ * term where that helps it step down. */
+static void step_lower_term(struct raft *r, const struct raft_message *m)
+{
+    TK_ASSERT(m->term < r->term);
+    if (m->type == RAFT_MSG_APPEND || m->type == RAFT_MSG_SNAPSHOT) {
+        /* Tell a stale leader about the newer term so it steps down;
+         * with pre-vote it would otherwise never learn of it. */
+        struct raft__out *o = out_push(r, RAFT_MSG_APPEND_RESP, m->from);
+        o->m.u.append_resp.reject = true;
+    } else if (m->type == RAFT_MSG_READ_INDEX) {
+        reject_read_index(r, m);
+    } else if (m->type == RAFT_MSG_VOTE) {
+        /* Refuse at our term (Figure 2): a stale candidate learns the
+         * newer term and steps down instead of waiting out its timeout. */
+        struct raft__out *o = out_push(r, RAFT_MSG_VOTE_RESP, m->from);
+        o->m.u.vote_resp.pre_vote = m->u.vote.pre_vote;
+        o->m.u.vote_resp.granted = false;
+    }
+}
+
 int raft_step(struct raft *r, const struct raft_message *m)
 {
     if (m == NULL || m->to != r->o.id || m->type == RAFT_MSG_NONE ||
@@ -876,40 +927,10 @@ int raft_step(struct raft *r, const struct raft_message *m)
     bool known = voter_slot(r, m->from) >= 0;
     if (!known && m->type != RAFT_MSG_APPEND && m->type != RAFT_MSG_SNAPSHOT)
         return 0; /* a non-member may not vote or ask; a leader may be new to us */
-
-    bool is_vote = m->type == RAFT_MSG_VOTE;
-    if (m->term > r->term) {
-        if (is_vote && (r->o.check_quorum || m->u.vote.pre_vote) && !m->u.vote.transfer &&
-            r->leader != RAFT_NONE && r->election_elapsed < r->o.election_ticks)
-            return 0; /* leader stickiness (thesis 4.2.3): we have a live leader */
-        if (is_vote && m->u.vote.pre_vote) {
-            /* A pre-vote never changes our term. */
-        } else if (m->type == RAFT_MSG_VOTE_RESP && m->u.vote_resp.pre_vote &&
-                   m->u.vote_resp.granted) {
-            /* A granted pre-vote carries the term we would campaign in. */
-        } else {
-            bool from_leader = m->type == RAFT_MSG_APPEND ||
-                               m->type == RAFT_MSG_SNAPSHOT ||
-                               m->type == RAFT_MSG_TIMEOUT_NOW;
-            become_follower(r, m->term, from_leader ? m->from : RAFT_NONE);
-        }
-    } else if (m->term < r->term) {
-        if (m->type == RAFT_MSG_APPEND || m->type == RAFT_MSG_SNAPSHOT) {
-            /* Tell a stale leader about the newer term so it steps down;
-             * with pre-vote it would otherwise never learn of it. */
-            struct raft__out *o = out_push(r, RAFT_MSG_APPEND_RESP, m->from);
-            o->m.u.append_resp.reject = true;
-        } else if (m->type == RAFT_MSG_READ_INDEX) {
-            struct raft__out *o = out_push(r, RAFT_MSG_READ_INDEX_RESP, m->from);
-            o->m.u.read_index.ctx = m->u.read_index.ctx;
-            o->m.u.read_index.reject = true;
-        } else if (is_vote) {
-            /* Refuse at our term (Figure 2): a stale candidate learns the
-             * newer term and steps down instead of waiting out its timeout. */
-            struct raft__out *o = out_push(r, RAFT_MSG_VOTE_RESP, m->from);
-            o->m.u.vote_resp.pre_vote = m->u.vote.pre_vote;
-            o->m.u.vote_resp.granted = false;
-        }
+    if (m->term > r->term && !step_higher_term(r, m))
+        return 0;
+    if (m->term < r->term) {
+        step_lower_term(r, m);
         return 0;
     }
 
@@ -943,13 +964,10 @@ int raft_step(struct raft *r, const struct raft_message *m)
             campaign(r, false, true); /* thesis 3.10: skip pre-vote */
         return 0;
     case RAFT_MSG_READ_INDEX:
-        if (r->role == RAFT_LEADER) {
+        if (r->role == RAFT_LEADER)
             read_add(r, m->u.read_index.ctx, m->from);
-        } else {
-            struct raft__out *o = out_push(r, RAFT_MSG_READ_INDEX_RESP, m->from);
-            o->m.u.read_index.ctx = m->u.read_index.ctx;
-            o->m.u.read_index.reject = true;
-        }
+        else
+            reject_read_index(r, m);
         return 0;
     case RAFT_MSG_READ_INDEX_RESP:
         read_state_push(r, m->u.read_index.ctx,
