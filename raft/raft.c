@@ -6,12 +6,19 @@
  *  - `stable` <= last index, and every entry up to `stable` is durable and is
  *    the same entry as in the log (a truncation lowers it).
  *  - `applying` <= min(commit, stable): committed entries are handed out to be
- *    applied only once they are durable locally.
+ *    applied only once they are durable locally (an installed snapshot is the
+ *    one exception: it is handed out whole, and `applying` is its index).
  *  - a vote, a term change and an append ack never leave before the ready that
  *    carried them is reported durable (raft_persisted); see hold().
  *  - the leader counts itself toward a quorum only up to `stable`, and
  *    commits only an index whose entry has the current term (figure 3.7 / the
- *    "figure 8" rule of the paper). */
+ *    "figure 8" rule of the paper).
+ * raft__check_invariants() (check.c) checks the first two, and more, at the
+ * end of every public mutator; internal functions assert their preconditions
+ * (the role they need) on entry, and entries are checked (index, term) on
+ * their way into the log and again when the ready that carried them is
+ * recorded for storage. Bad input from a peer is never asserted on: it is
+ * ignored or answered. */
 #include <string.h>
 
 #include "base/alloc.h"
@@ -87,6 +94,8 @@ static uint64_t term_at(const struct raft *r, uint64_t index)
 
 static void set_role(struct raft *r, uint8_t role, uint64_t leader)
 {
+    TK_ASSERT(r != NULL);
+    TK_ASSERT(role <= RAFT_LEADER);
     if (r->role != role || r->leader != leader)
         r->soft_dirty = true;
     r->role = role;
@@ -95,6 +104,7 @@ static void set_role(struct raft *r, uint8_t role, uint64_t leader)
 
 static void reset_election_timeout(struct raft *r)
 {
+    TK_ASSERT(r != NULL);
     r->election_elapsed = 0;
     r->election_timeout =
         r->o.election_ticks + (uint32_t)tk_prng_below(&r->prng, r->o.election_ticks);
@@ -122,6 +132,10 @@ static uint64_t needed_seq(const struct raft *r)
 
 static struct raft__out *out_push(struct raft *r, uint8_t type, uint64_t to)
 {
+    TK_ASSERT(r != NULL);
+    TK_ASSERT(type != RAFT_MSG_NONE);
+    TK_ASSERT(type < RAFT_MSG_TYPE_COUNT);
+    TK_ASSERT(to != r->o.id);
     raft__grow((void **)&r->out, &r->cap_out, r->n_out + 1, sizeof(*r->out));
     struct raft__out *o = &r->out[r->n_out++];
     memset(o, 0, sizeof(*o));
@@ -145,6 +159,8 @@ static void out_drop_snapshot_ref(struct raft__out *o)
  * append ack, is the term the acked index must still hold at release. */
 static void hold(struct raft *r, const struct raft_message *m, uint64_t check_term)
 {
+    TK_ASSERT(r != NULL);
+    TK_ASSERT(m->from == r->o.id);
     uint64_t seq = needed_seq(r);
     if (seq == 0) {
         struct raft__out *o = out_push(r, m->type, m->to);
@@ -160,6 +176,7 @@ static void hold(struct raft *r, const struct raft_message *m, uint64_t check_te
 
 static void release_held(struct raft *r)
 {
+    TK_ASSERT(r != NULL);
     size_t keep = 0;
     for (size_t i = 0; i < r->n_held; i++) {
         struct raft__held *h = &r->held[i];
@@ -179,6 +196,7 @@ static void release_held(struct raft *r)
 /* A truncation at `index` invalidates acks held for entries at or beyond it. */
 static void drop_held_acks_from(struct raft *r, uint64_t index)
 {
+    TK_ASSERT(r != NULL);
     size_t keep = 0;
     for (size_t i = 0; i < r->n_held; i++) {
         struct raft__held *h = &r->held[i];
@@ -197,6 +215,7 @@ static void drop_held_acks_from(struct raft *r, uint64_t index)
  * configuration in its log, committed or not). */
 static void config_refresh(struct raft *r)
 {
+    TK_ASSERT(r != NULL);
     for (uint64_t i = last_index(r); i > r->log.base_index; i--) {
         const struct raft_entry *e = raft__log_at(&r->log, i);
         if (e->type != RAFT_ENTRY_CONFIG)
@@ -212,8 +231,20 @@ static void config_refresh(struct raft *r)
     r->config_index = 0;
 }
 
+/* Appends entries that continue the log: from a leader (validated by
+ * append_well_formed and matched against our log) or our own (proposals, a
+ * new leader's no-op). Their indexes and terms are checked here on the way in,
+ * and again (the last one) when storage reports them durable. */
 static void log_append(struct raft *r, const struct raft_entry *e, size_t n)
 {
+    TK_ASSERT(r != NULL);
+    uint64_t prev_term = last_term(r);
+    for (size_t i = 0; i < n; i++) {
+        TK_ASSERT(e[i].index == last_index(r) + 1 + i);
+        TK_ASSERT(e[i].term >= prev_term);
+        TK_ASSERT(e[i].term <= r->term);
+        prev_term = e[i].term;
+    }
     raft__log_append(&r->log, e, n);
     for (size_t i = 0; i < n; i++) {
         struct raft_config c;
@@ -227,6 +258,7 @@ static void log_append(struct raft *r, const struct raft_entry *e, size_t n)
 
 static void log_truncate(struct raft *r, uint64_t index)
 {
+    TK_ASSERT(r != NULL);
     TK_ASSERT(index > r->commit);
     raft__log_truncate(&r->log, index);
     if (r->stable >= index)
@@ -244,6 +276,8 @@ static void fail_pending_reads(struct raft *r);
 
 static void become_follower(struct raft *r, uint64_t term, uint64_t leader)
 {
+    TK_ASSERT(r != NULL);
+    TK_ASSERT(term >= r->term);
     if (term != r->term) {
         r->term = term;
         r->vote = RAFT_NONE;
@@ -263,6 +297,9 @@ static void send_append(struct raft *r, struct raft__progress *pr, bool heartbea
  * replicate state the pipeline is kept full (thesis 10.2.2). */
 static void fill_pipeline(struct raft *r, struct raft__progress *pr)
 {
+    TK_ASSERT(r != NULL);
+    TK_ASSERT(r->role == RAFT_LEADER);
+    TK_ASSERT(pr->id != r->o.id);
     uint64_t before;
     do {
         before = pr->next;
@@ -273,6 +310,8 @@ static void fill_pipeline(struct raft *r, struct raft__progress *pr)
 
 static void bcast_append(struct raft *r)
 {
+    TK_ASSERT(r != NULL);
+    TK_ASSERT(r->role == RAFT_LEADER);
     for (uint32_t i = 0; i < r->config.n_voters; i++)
         if (r->prs[i].id != r->o.id)
             fill_pipeline(r, &r->prs[i]);
@@ -280,6 +319,8 @@ static void bcast_append(struct raft *r)
 
 static void bcast_heartbeat(struct raft *r)
 {
+    TK_ASSERT(r != NULL);
+    TK_ASSERT(r->role == RAFT_LEADER);
     for (uint32_t i = 0; i < r->config.n_voters; i++)
         if (r->prs[i].id != r->o.id)
             send_append(r, &r->prs[i], true);
@@ -290,6 +331,10 @@ static void maybe_commit(struct raft *r);
 
 static void become_leader(struct raft *r)
 {
+    TK_ASSERT(r != NULL);
+    TK_ASSERT(r->role == RAFT_CANDIDATE);
+    TK_ASSERT(r->vote == r->o.id);
+    TK_ASSERT(r->self_vote_durable);
     set_role(r, RAFT_LEADER, r->o.id);
     r->transfer_to = RAFT_NONE;
     r->committed_in_term = false;
@@ -320,6 +365,8 @@ static void become_leader(struct raft *r)
 
 static void send_vote_requests(struct raft *r, bool pre, bool transfer)
 {
+    TK_ASSERT(r != NULL);
+    TK_ASSERT(r->role == (pre ? RAFT_PRE_CANDIDATE : RAFT_CANDIDATE));
     uint64_t term = pre ? r->term + 1 : r->term;
     for (uint32_t i = 0; i < r->config.n_voters; i++) {
         uint64_t id = r->config.voters[i];
@@ -339,6 +386,7 @@ static void tally(struct raft *r);
 /* Thesis 3.4 (election) and 9.6 (pre-vote). */
 static void campaign(struct raft *r, bool pre, bool transfer)
 {
+    TK_ASSERT(r != NULL);
     if (voter_slot(r, r->o.id) < 0)
         return;
     for (uint32_t i = 0; i < RAFT_VOTERS_MAX; i++)
@@ -365,6 +413,8 @@ static void campaign(struct raft *r, bool pre, bool transfer)
 /* Counts votes; our own counts once durable. */
 static void tally(struct raft *r)
 {
+    TK_ASSERT(r != NULL);
+    TK_ASSERT(r->role == RAFT_PRE_CANDIDATE || r->role == RAFT_CANDIDATE);
     uint32_t yes = 0, no = 0;
     for (uint32_t i = 0; i < r->config.n_voters; i++) {
         if (r->config.voters[i] == r->o.id) {
@@ -397,6 +447,9 @@ static struct raft__progress *progress_of(struct raft *r, uint64_t id)
 
 static void send_snapshot(struct raft *r, struct raft__progress *pr)
 {
+    TK_ASSERT(r != NULL);
+    TK_ASSERT(r->role == RAFT_LEADER);
+    TK_ASSERT(pr->id != r->o.id);
     if (r->snap_data == NULL)
         return; /* the driver has not given a snapshot (raft_snapshot_set) */
     struct raft__out *o = out_push(r, RAFT_MSG_SNAPSHOT, pr->id);
@@ -411,6 +464,9 @@ static void send_snapshot(struct raft *r, struct raft__progress *pr)
  * carries only the commit index and a read round. */
 static void send_append(struct raft *r, struct raft__progress *pr, bool heartbeat)
 {
+    TK_ASSERT(r != NULL);
+    TK_ASSERT(r->role == RAFT_LEADER);
+    TK_ASSERT(pr->id != r->o.id);
     if (heartbeat) {
         /* prev = match is known to be in the follower's log, so a heartbeat
          * never fails because appends are still in flight. */
@@ -472,6 +528,7 @@ static void send_append(struct raft *r, struct raft__progress *pr, bool heartbea
  * to its durable index (10.2.1). */
 static void maybe_commit(struct raft *r)
 {
+    TK_ASSERT(r != NULL);
     if (r->role != RAFT_LEADER)
         return;
     uint64_t m[RAFT_VOTERS_MAX];
@@ -505,6 +562,7 @@ static void maybe_commit(struct raft *r)
 
 static void read_state_push(struct raft *r, uint64_t ctx, uint64_t index, bool failed)
 {
+    TK_ASSERT(r != NULL);
     raft__grow((void **)&r->rs, &r->cap_rs, r->n_rs + 1, sizeof(*r->rs));
     r->rs[r->n_rs++] =
         (struct raft_read_state){.ctx = ctx, .index = index, .failed = failed};
@@ -524,6 +582,8 @@ static void read_answer(struct raft *r, const struct raft__read *rd, bool failed
 
 static void fail_pending_reads(struct raft *r)
 {
+    TK_ASSERT(r != NULL);
+    TK_ASSERT(r->role == RAFT_LEADER);
     for (size_t i = 0; i < r->n_reads; i++)
         read_answer(r, &r->reads[i], true);
     r->n_reads = 0;
@@ -533,6 +593,8 @@ static void fail_pending_reads(struct raft *r)
 /* Releases the reads whose heartbeat round a quorum has acknowledged. */
 static void reads_release(struct raft *r)
 {
+    TK_ASSERT(r != NULL);
+    TK_ASSERT(r->role == RAFT_LEADER);
     if (r->n_reads == 0)
         return;
     uint64_t m[RAFT_VOTERS_MAX];
@@ -553,6 +615,8 @@ static void reads_release(struct raft *r)
 
 static void read_add(struct raft *r, uint64_t ctx, uint64_t from)
 {
+    TK_ASSERT(r != NULL);
+    TK_ASSERT(r->role == RAFT_LEADER);
     struct raft__read rd = {.ctx = ctx, .from = from};
     if (r->n_reads >= RAFT__READS_MAX) {
         read_answer(r, &rd, true);
@@ -570,6 +634,7 @@ static void read_add(struct raft *r, uint64_t ctx, uint64_t from)
  * a whole batch of reads. */
 static void reads_start_round(struct raft *r)
 {
+    TK_ASSERT(r != NULL);
     if (!r->read_hb_needed || r->role != RAFT_LEADER)
         return;
     r->read_hb_needed = false;
@@ -586,6 +651,8 @@ static void reads_start_round(struct raft *r)
 
 static void handle_vote(struct raft *r, const struct raft_message *m)
 {
+    TK_ASSERT(r != NULL);
+    TK_ASSERT(m->term >= r->term);
     const struct raft_msg_vote *v = &m->u.vote;
     bool up_to_date =
         v->last_log_term > last_term(r) ||
@@ -624,6 +691,8 @@ static void handle_vote(struct raft *r, const struct raft_message *m)
 static void send_append_resp(struct raft *r, const struct raft_message *m,
                              const struct raft_msg_append_resp *ar)
 {
+    TK_ASSERT(r != NULL);
+    TK_ASSERT(r->role == RAFT_FOLLOWER);
     struct raft_message resp;
     memset(&resp, 0, sizeof(resp));
     resp.type = RAFT_MSG_APPEND_RESP;
@@ -677,6 +746,10 @@ static void commit_to(struct raft *r, uint64_t index)
 /* Thesis 3.5, figure 3.1 "AppendEntries RPC: receiver implementation". */
 static void handle_append(struct raft *r, const struct raft_message *m)
 {
+    TK_ASSERT(r != NULL);
+    TK_ASSERT(r->role == RAFT_FOLLOWER);
+    TK_ASSERT(r->leader == m->from);
+    TK_ASSERT(m->term == r->term);
     const struct raft_msg_append *a = &m->u.append;
     struct raft_msg_append_resp ar;
     memset(&ar, 0, sizeof(ar));
@@ -743,6 +816,10 @@ static void handle_append(struct raft *r, const struct raft_message *m)
 /* Thesis 5.2: install a snapshot that is ahead of our log. */
 static void handle_snapshot(struct raft *r, const struct raft_message *m)
 {
+    TK_ASSERT(r != NULL);
+    TK_ASSERT(r->role == RAFT_FOLLOWER);
+    TK_ASSERT(r->leader == m->from);
+    TK_ASSERT(m->term == r->term);
     const struct raft_snapshot_meta *meta = &m->u.snapshot.meta;
     struct raft_msg_append_resp ar;
     memset(&ar, 0, sizeof(ar));
@@ -784,6 +861,9 @@ static void handle_snapshot(struct raft *r, const struct raft_message *m)
 /* The leader's side of an append or snapshot response. */
 static void handle_append_resp(struct raft *r, const struct raft_message *m)
 {
+    TK_ASSERT(r != NULL);
+    TK_ASSERT(r->role == RAFT_LEADER);
+    TK_ASSERT(m->term == r->term);
     struct raft__progress *pr = progress_of(r, m->from);
     if (pr == NULL || pr->id == r->o.id)
         return;
@@ -858,6 +938,8 @@ static void handle_append_resp(struct raft *r, const struct raft_message *m)
 
 static void handle_vote_resp(struct raft *r, const struct raft_message *m)
 {
+    TK_ASSERT(r != NULL);
+    TK_ASSERT(m->term >= r->term);
     bool pre = m->u.vote_resp.pre_vote;
     if ((pre && r->role != RAFT_PRE_CANDIDATE) || (!pre && r->role != RAFT_CANDIDATE))
         return;
@@ -919,7 +1001,7 @@ static void step_lower_term(struct raft *r, const struct raft_message *m)
     }
 }
 
-int raft_step(struct raft *r, const struct raft_message *m)
+static int step(struct raft *r, const struct raft_message *m)
 {
     if (m == NULL || m->to != r->o.id || m->type == RAFT_MSG_NONE ||
         m->type >= RAFT_MSG_TYPE_COUNT || m->from == RAFT_NONE || m->from == r->o.id)
@@ -979,10 +1061,20 @@ int raft_step(struct raft *r, const struct raft_message *m)
     }
 }
 
+int raft_step(struct raft *r, const struct raft_message *m)
+{
+    TK_ASSERT(r != NULL);
+    int rc = step(r, m);
+    raft__check_invariants(r);
+    return rc;
+}
+
 /* ---- time -------------------------------------------------------------- */
 
 static bool quorum_active(struct raft *r)
 {
+    TK_ASSERT(r != NULL);
+    TK_ASSERT(r->role == RAFT_LEADER);
     uint32_t active = 0;
     for (uint32_t i = 0; i < r->config.n_voters; i++) {
         struct raft__progress *pr = &r->prs[i];
@@ -993,14 +1085,17 @@ static bool quorum_active(struct raft *r)
     return active >= quorum(r);
 }
 
-void raft_tick(struct raft *r)
+static void tick_election(struct raft *r)
 {
-    if (r->role != RAFT_LEADER) {
-        r->election_elapsed++;
-        if (r->election_elapsed >= r->election_timeout && voter_slot(r, r->o.id) >= 0)
-            campaign(r, r->o.pre_vote, false);
-        return;
-    }
+    TK_ASSERT(r->role != RAFT_LEADER);
+    r->election_elapsed++;
+    if (r->election_elapsed >= r->election_timeout && voter_slot(r, r->o.id) >= 0)
+        campaign(r, r->o.pre_vote, false);
+}
+
+static void tick_heartbeat(struct raft *r)
+{
+    TK_ASSERT(r->role == RAFT_LEADER);
     r->election_elapsed++;
     r->heartbeat_elapsed++;
     for (uint32_t i = 0; i < r->config.n_voters; i++) {
@@ -1032,13 +1127,25 @@ void raft_tick(struct raft *r)
         bcast_heartbeat(r);
 }
 
+void raft_tick(struct raft *r)
+{
+    TK_ASSERT(r != NULL);
+    if (r->role == RAFT_LEADER)
+        tick_heartbeat(r);
+    else
+        tick_election(r);
+    raft__check_invariants(r);
+}
+
 /* ---- driver inputs ----------------------------------------------------- */
 
 int raft_propose(struct raft *r, const struct raft_entry *entries, size_t n,
                  uint64_t *first_index, uint64_t *term)
 {
+    TK_ASSERT(r != NULL);
     if (n == 0)
         return TK_EINVAL;
+    TK_ASSERT(entries != NULL);
     if (r->role != RAFT_LEADER)
         return TK_ENOTLEADER;
     if (r->transfer_to != RAFT_NONE)
@@ -1053,7 +1160,7 @@ int raft_propose(struct raft *r, const struct raft_entry *entries, size_t n,
         struct raft_entry e = entries[i];
         e.term = r->term;
         e.index = last + 1 + i;
-        raft__log_append(&r->log, &e, 1);
+        log_append(r, &e, 1);
     }
     if (first_index)
         *first_index = last + 1;
@@ -1061,18 +1168,25 @@ int raft_propose(struct raft *r, const struct raft_entry *entries, size_t n,
         *term = r->term;
     bcast_append(r);
     maybe_commit(r); /* a single voter commits once it is durable */
+    raft__check_invariants(r);
     return 0;
 }
 
 void raft_persisted(struct raft *r, uint64_t seq)
 {
+    TK_ASSERT(r != NULL);
     if (seq <= r->persisted_seq || seq > r->handed_seq)
         return;
     r->persisted_seq = seq;
     while (r->n_prec > 0 && r->prec[r->prec_head].seq <= seq) {
         struct raft__persist_rec *p = &r->prec[r->prec_head];
-        if (p->index > r->stable && term_at(r, p->index) == p->term)
+        /* Paired with raft_advance: the record names the last entry (index
+         * and term) of a ready handed to storage. */
+        TK_ASSERT(p->seq <= r->handed_seq);
+        if (p->index > r->stable && term_at(r, p->index) == p->term) {
+            TK_ASSERT(p->index <= last_index(r));
             r->stable = p->index;
+        }
         r->prec_head++;
         r->n_prec--;
     }
@@ -1084,29 +1198,36 @@ void raft_persisted(struct raft *r, uint64_t seq)
     }
     release_held(r);
     maybe_commit(r);
+    raft__check_invariants(r);
 }
 
 void raft_applied(struct raft *r, uint64_t index)
 {
+    TK_ASSERT(r != NULL);
     if (index > r->applied && index <= r->applying)
         r->applied = index;
+    raft__check_invariants(r);
 }
 
 int raft_read_index(struct raft *r, uint64_t ctx)
 {
+    TK_ASSERT(r != NULL);
     if (r->role == RAFT_LEADER) {
         read_add(r, ctx, r->o.id); /* the round starts in raft_ready */
+        raft__check_invariants(r);
         return 0;
     }
     if (r->leader == RAFT_NONE)
         return TK_ENOLEADER;
     struct raft__out *o = out_push(r, RAFT_MSG_READ_INDEX, r->leader);
     o->m.u.read_index.ctx = ctx;
+    raft__check_invariants(r);
     return 0;
 }
 
 int raft_transfer_leadership(struct raft *r, uint64_t to)
 {
+    TK_ASSERT(r != NULL);
     if (r->role != RAFT_LEADER)
         return TK_ENOTLEADER;
     struct raft__progress *pr = progress_of(r, to);
@@ -1126,12 +1247,15 @@ int raft_transfer_leadership(struct raft *r, uint64_t to)
         raft__pr_become_probe(pr);
         fill_pipeline(r, pr);
     }
+    raft__check_invariants(r);
     return 0;
 }
 
 int raft_snapshot_set(struct raft *r, const struct raft_snapshot_meta *meta,
                       struct tk_blob *data)
 {
+    TK_ASSERT(r != NULL);
+    TK_ASSERT(meta != NULL);
     if (meta->index > r->applied || meta->index < r->snap.index ||
         meta->config.n_voters == 0)
         return TK_EINVAL;
@@ -1141,11 +1265,13 @@ int raft_snapshot_set(struct raft *r, const struct raft_snapshot_meta *meta,
     r->snap = *meta;
     tk_blob_unref(r->snap_data);
     r->snap_data = tk_blob_ref(data);
+    raft__check_invariants(r);
     return 0;
 }
 
 int raft_compact(struct raft *r, uint64_t index)
 {
+    TK_ASSERT(r != NULL);
     if (index > r->snap.index || index > r->stable)
         return TK_EINVAL;
     if (index <= r->log.base_index)
@@ -1153,6 +1279,7 @@ int raft_compact(struct raft *r, uint64_t index)
     raft__log_compact(&r->log, index);
     /* An append waiting in the outbox for entries now gone is dropped in
      * raft_ready; its follower goes back to probing and gets the snapshot. */
+    raft__check_invariants(r);
     return 0;
 }
 
@@ -1165,6 +1292,7 @@ static uint64_t apply_limit(const struct raft *r)
 
 bool raft_has_ready(const struct raft *r)
 {
+    TK_ASSERT(r != NULL);
     return dirty(r) || r->soft_dirty || r->n_out > 0 || r->n_rs > 0 ||
            r->read_hb_needed || apply_limit(r) > r->applying;
 }
@@ -1173,6 +1301,7 @@ bool raft_has_ready(const struct raft *r)
  * entries were compacted or replaced since it was queued). */
 static bool resolve(struct raft *r, struct raft__out *o, struct raft_message *dst)
 {
+    TK_ASSERT(r != NULL);
     *dst = o->m;
     if (o->m.type != RAFT_MSG_APPEND || o->m.u.append.n_entries == 0)
         return true;
@@ -1192,6 +1321,8 @@ static bool resolve(struct raft *r, struct raft__out *o, struct raft_message *ds
 
 void raft_ready(struct raft *r, struct raft_ready *rd)
 {
+    TK_ASSERT(r != NULL);
+    TK_ASSERT(rd != NULL);
     reads_start_round(r);
     memset(rd, 0, sizeof(*rd));
     bool work = dirty(r);
@@ -1226,44 +1357,68 @@ void raft_ready(struct raft *r, struct raft_ready *rd)
     rd->leader = r->leader;
     rd->role = r->role;
     rd->commit = r->commit;
+    raft__check_invariants(r);
+}
+
+/* Records that storage now holds everything up to the log's last entry once
+ * `rd->seq` is durable (raft_persisted turns the record into `stable`). */
+static void persist_record(struct raft *r, const struct raft_ready *rd)
+{
+    TK_ASSERT(rd->seq == r->next_seq);
+    /* The records still waiting for raft_persisted sit at prec[prec_head..].
+     * While storage lags, prec_head only rises: slide them to the front once
+     * at least half the array lies before them, so the array stays as large as
+     * the most records ever waiting at once (each record moves O(1) times on
+     * average; no growth per ready). */
+    if (r->prec_head > 0 && r->prec_head + r->n_prec == r->cap_prec &&
+        r->prec_head >= r->n_prec) {
+        memmove(r->prec, r->prec + r->prec_head, r->n_prec * sizeof(*r->prec));
+        r->prec_head = 0;
+    }
+    raft__grow((void **)&r->prec, &r->cap_prec, r->prec_head + r->n_prec + 1,
+               sizeof(*r->prec));
+    struct raft__persist_rec *p = &r->prec[r->prec_head + r->n_prec++];
+    p->seq = rd->seq;
+    p->index = last_index(r);
+    p->term = last_term(r);
+    if (rd->n_entries > 0) {
+        /* Paired with raft_persisted: the entries handed to storage are
+         * exactly unstable .. last, and the record names the last one. */
+        const struct raft_entry *e = &rd->entries[rd->n_entries - 1];
+        TK_ASSERT(rd->entries[0].index == r->unstable);
+        TK_ASSERT(e->index == p->index);
+        TK_ASSERT(e->term == p->term);
+    }
+    r->handed_seq = rd->seq;
+    r->next_seq++;
+    r->hs_dirty = false;
+    r->unstable = last_index(r) + 1;
+    if (r->snap_install) {
+        r->snap_install = false;
+        tk_blob_unref(r->snap_install_data);
+        r->snap_install_data = NULL;
+    }
 }
 
 void raft_advance(struct raft *r, const struct raft_ready *rd)
 {
-    if (rd->seq != 0) {
-        /* The records still waiting for raft_persisted sit at
-         * prec[prec_head..]. While storage lags, prec_head only rises: slide
-         * them to the front once at least half the array lies before them, so
-         * the array stays as large as the most records ever waiting at once
-         * (each record moves O(1) times on average; no growth per ready). */
-        if (r->prec_head > 0 && r->prec_head + r->n_prec == r->cap_prec &&
-            r->prec_head >= r->n_prec) {
-            memmove(r->prec, r->prec + r->prec_head, r->n_prec * sizeof(*r->prec));
-            r->prec_head = 0;
-        }
-        raft__grow((void **)&r->prec, &r->cap_prec, r->prec_head + r->n_prec + 1,
-                   sizeof(*r->prec));
-        struct raft__persist_rec *p = &r->prec[r->prec_head + r->n_prec++];
-        p->seq = rd->seq;
-        p->index = last_index(r);
-        p->term = last_term(r);
-        r->handed_seq = rd->seq;
-        r->next_seq++;
-        r->hs_dirty = false;
-        r->unstable = last_index(r) + 1;
-        if (r->snap_install) {
-            r->snap_install = false;
-            tk_blob_unref(r->snap_install_data);
-            r->snap_install_data = NULL;
-        }
-    }
+    TK_ASSERT(r != NULL);
+    TK_ASSERT(rd != NULL);
+    TK_ASSERT(rd->seq != 0 || rd->n_entries == 0);
+    if (rd->seq != 0)
+        persist_record(r, rd);
     for (size_t i = 0; i < r->n_out; i++)
         out_drop_snapshot_ref(&r->out[i]);
     r->n_out = 0;
-    if (rd->n_committed > 0)
+    if (rd->n_committed > 0) {
+        /* What raft_ready handed out to apply: applying + 1 .. apply_limit. */
+        TK_ASSERT(rd->committed[0].index == r->applying + 1);
         r->applying = rd->committed[rd->n_committed - 1].index;
+        TK_ASSERT(r->applying <= apply_limit(r));
+    }
     r->n_rs = 0;
     r->soft_dirty = false;
+    raft__check_invariants(r);
 }
 
 /* ---- construction ------------------------------------------------------ */
@@ -1285,6 +1440,9 @@ void raft_options_default(struct raft_options *o)
 int raft_new(const struct raft_options *o, const struct raft_boot *boot,
              struct raft **out)
 {
+    TK_ASSERT(o != NULL);
+    TK_ASSERT(boot != NULL);
+    TK_ASSERT(out != NULL);
     if (o->id == RAFT_NONE || o->heartbeat_ticks == 0 ||
         o->heartbeat_ticks >= o->election_ticks || o->max_append_entries == 0 ||
         o->max_inflight_msgs == 0 || o->max_uncommitted == 0)
@@ -1409,6 +1567,7 @@ const struct raft_entry *raft_entry_at(const struct raft *r, uint64_t index)
 
 int raft_progress(const struct raft *r, uint64_t peer, uint64_t *match, uint64_t *next)
 {
+    TK_ASSERT(r != NULL);
     if (r->role != RAFT_LEADER)
         return TK_ENOTLEADER;
     int s = voter_slot(r, peer);

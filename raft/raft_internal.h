@@ -189,4 +189,8 @@ struct raft {
 /* Grows `*arr` (of `elem` bytes each) to hold at least `need` elements. */
 void raft__grow(void **arr, size_t *cap, size_t need, size_t elem);
 
+/* Aborts (TK_ASSERT) if `r` breaks one of the invariants listed in check.c.
+ * O(voters). raft.c runs it at the end of every public mutator. */
+void raft__check_invariants(const struct raft *r);
+
 #endif

@@ -1,14 +1,20 @@
 /* The raft core's features beyond basic election and replication, against the
  * Raft thesis: check-quorum (6.2), leadership transfer (3.10), ReadIndex
  * (6.4), snapshots and log compaction (5.1, 5.2), and the configuration as
- * data in the log (4.1). */
+ * data in the log (4.1). Also: the core's own invariant check
+ * (raft__check_invariants) aborts on a corrupted state, so it can fail. */
 #include <check.h>
+#include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "base/blob.h"
 #include "base/err.h"
 #include "raft/raft.h"
+#include "raft/raft_internal.h"
 #include "tests/unit/raft_fixture.h"
 
 static uint64_t elect_settled(struct rf_cluster *c)
@@ -502,6 +508,123 @@ START_TEST(test_propose_refusals)
 }
 END_TEST
 
+/* ---- the invariant check can fail ------------------------------------- */
+
+/* Each case corrupts one field of a settled leader (node 1 of three) and then
+ * makes one ordinary call; the check at the end of that call must abort and
+ * name the broken invariant. Case 0 corrupts nothing: the child must exit. */
+struct corruption {
+    const char *what; /* the failed expression, as TK_ASSERT prints it */
+    int call;         /* 0: raft_tick, 1: raft_step, 2: raft_ready/advance */
+};
+
+static const struct corruption corruptions[] = {
+    {NULL, 1},
+    {"r->stable <= last", 0},
+    {"r->applying <= r->commit", 1},
+    {"r->applied <= r->applying", 2},
+    {"r->vote == r->o.id", 1},
+    {"pr->match < pr->next", 0},
+    {"l->ents[l->head + l->n - 1].index == l->base_index + l->n", 2},
+};
+
+static void corrupt(struct raft *r, int k)
+{
+    switch (k) {
+    case 1:
+        r->stable = raft__log_last_index(&r->log) + 1;
+        break;
+    case 2:
+        r->applying = r->commit + 1;
+        break;
+    case 3:
+        r->applied = r->applying + 1;
+        break;
+    case 4:
+        r->vote = 3;
+        break;
+    case 5:
+        r->prs[1].match = r->prs[1].next;
+        break;
+    case 6:
+        r->log.ents[r->log.head + r->log.n - 1].index++;
+        break;
+    default:
+        break;
+    }
+}
+
+static void corrupt_and_call(struct rf_cluster *c, int k)
+{
+    struct raft *r = rf_raft(c, 1);
+    corrupt(r, k);
+    if (corruptions[k].call == 0) {
+        raft_tick(r);
+    } else if (corruptions[k].call == 1) {
+        struct raft_message m;
+        memset(&m, 0, sizeof(m));
+        m.type = RAFT_MSG_READ_INDEX_RESP;
+        m.from = 2;
+        m.to = 1;
+        m.term = raft_term(r);
+        raft_step(r, &m);
+    } else {
+        struct raft_ready rd;
+        raft_ready(r, &rd);
+        raft_advance(r, &rd);
+    }
+}
+
+/* Runs case `k` in a child with stderr captured; returns the wait status. */
+static int run_corrupted(struct rf_cluster *c, int k, char *err, size_t cap)
+{
+    int fds[2];
+    ck_assert_int_eq(pipe(fds), 0);
+    fflush(NULL);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        close(fds[0]);
+        dup2(fds[1], STDERR_FILENO);
+        corrupt_and_call(c, k);
+        _exit(0);
+    }
+    close(fds[1]);
+    size_t len = 0;
+    ssize_t n;
+    while (len < cap - 1 && (n = read(fds[0], err + len, cap - 1 - len)) > 0)
+        len += (size_t)n;
+    err[len] = '\0';
+    close(fds[0]);
+    int status = 0;
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    return status;
+}
+
+START_TEST(test_invariant_check_aborts_on_a_corrupted_state)
+{
+    struct rf_cluster *c = rf_new(3, NULL);
+    elect_settled(c);
+    ck_assert_uint_eq(raft_role(rf_raft(c, 1)), RAFT_LEADER);
+    for (int k = 0; k < (int)(sizeof(corruptions) / sizeof(corruptions[0])); k++) {
+        char err[1024];
+        int st = run_corrupted(c, k, err, sizeof(err));
+        if (corruptions[k].what == NULL) {
+            ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+                          "an intact state failed the check: %s", err);
+            continue;
+        }
+        ck_assert_msg(WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT,
+                      "case %d (%s): the check did not abort", k, corruptions[k].what);
+        ck_assert_msg(strstr(err, corruptions[k].what) != NULL,
+                      "case %d: expected \"%s\" in: %s", k, corruptions[k].what, err);
+        ck_assert_msg(strstr(err, "check.c") != NULL, "case %d: not from check.c: %s", k,
+                      err);
+    }
+    rf_free(c);
+}
+END_TEST
+
 static Suite *features_suite(void)
 {
     Suite *s = suite_create("raft_features");
@@ -519,6 +642,7 @@ static Suite *features_suite(void)
     tcase_add_test(tc, test_snapshot_install_replaces_log_prefix);
     tcase_add_test(tc, test_config_decode_rejects_malformed_bytes);
     tcase_add_test(tc, test_propose_refusals);
+    tcase_add_test(tc, test_invariant_check_aborts_on_a_corrupted_state);
     suite_add_tcase(s, tc);
     return s;
 }

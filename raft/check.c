@@ -1,0 +1,102 @@
+/* The invariants of a struct raft, checked after every input that changes it.
+ *
+ * raft.c calls raft__check_invariants() at the end of each public mutator
+ * (raft_step, raft_tick, raft_propose, raft_persisted, raft_applied,
+ * raft_read_index, raft_transfer_leadership, raft_snapshot_set, raft_compact,
+ * raft_advance); the unit tests call it on a corrupted state to prove it can
+ * fail. It is always on, like TK_ASSERT: the simulator finds a broken invariant
+ * in a trace, this finds it in production. Each check is O(1) or O(voters),
+ * never O(log), and one condition per TK_ASSERT so a failure names the broken
+ * part.
+ *
+ * Only what the core's own code guarantees is checked, whatever peers send or
+ * storage recovered: the boot state (from files) is validated by raft_new only
+ * as far as indexes go, so entry terms against the current term are not
+ * checked here. The invariants (raft.c's header states the first three):
+ *  - stable <= last, and unstable (the first index not handed to storage)
+ *    <= last + 1;
+ *  - applied <= applying <= commit <= last, and the snapshot base <= applied;
+ *  - applying <= stable, except that an installed snapshot is handed out whole
+ *    before it is durable (applying is then the snapshot's index);
+ *  - the log's array holds exactly the indexes base + 1 .. base + n;
+ *  - persisted seq <= handed seq < next seq;
+ *  - a leader leads itself and voted for itself in a term that is durable; a
+ *    candidate voted for itself; neither knows another leader;
+ *  - only a leader transfers leadership, waits on reads, or has committed in
+ *    its term;
+ *  - a leader's progress entries follow the voters, and for each:
+ *    match < next <= last + 1, and its read round <= the leader's. */
+#include "base/assert.h"
+#include "raft/raft_internal.h"
+
+static void check_log(const struct raft *r)
+{
+    const struct raft__log *l = &r->log;
+    TK_ASSERT(l->head + l->n <= l->cap);
+    if (l->n == 0)
+        return;
+    TK_ASSERT(l->ents[l->head].index == l->base_index + 1);
+    TK_ASSERT(l->ents[l->head + l->n - 1].index == l->base_index + l->n);
+}
+
+static void check_indexes(const struct raft *r)
+{
+    uint64_t last = raft__log_last_index(&r->log);
+    TK_ASSERT(r->stable <= last);
+    TK_ASSERT(r->unstable <= last + 1);
+    TK_ASSERT(r->commit <= last);
+    TK_ASSERT(r->applying <= r->commit);
+    TK_ASSERT(r->applied <= r->applying);
+    TK_ASSERT(r->log.base_index <= r->applied);
+    TK_ASSERT(r->applying <= r->stable || r->applying == r->log.base_index);
+    TK_ASSERT(r->persisted_seq <= r->handed_seq);
+    TK_ASSERT(r->handed_seq < r->next_seq);
+    TK_ASSERT(r->config.n_voters <= RAFT_VOTERS_MAX);
+    TK_ASSERT(r->n_reads <= RAFT__READS_MAX);
+}
+
+static void check_role(const struct raft *r)
+{
+    TK_ASSERT(r->role <= RAFT_LEADER);
+    if (r->role == RAFT_LEADER) {
+        TK_ASSERT(r->leader == r->o.id);
+        TK_ASSERT(r->vote == r->o.id);
+        TK_ASSERT(r->self_vote_durable);
+        TK_ASSERT(r->self_vote_seq <= r->persisted_seq);
+        return;
+    }
+    if (r->role == RAFT_CANDIDATE) {
+        TK_ASSERT(r->vote == r->o.id);
+        TK_ASSERT(r->self_vote_durable || r->self_vote_seq > r->persisted_seq);
+    }
+    if (r->role != RAFT_FOLLOWER)
+        TK_ASSERT(r->leader == RAFT_NONE);
+    TK_ASSERT(r->transfer_to == RAFT_NONE);
+    TK_ASSERT(r->n_reads == 0);
+    TK_ASSERT(!r->committed_in_term);
+}
+
+static void check_progress(const struct raft *r)
+{
+    uint64_t last = raft__log_last_index(&r->log);
+    TK_ASSERT(r->config.n_voters >= 1);
+    for (uint32_t i = 0; i < r->config.n_voters; i++) {
+        const struct raft__progress *pr = &r->prs[i];
+        TK_ASSERT(pr->id == r->config.voters[i]);
+        TK_ASSERT(pr->match < pr->next);
+        TK_ASSERT(pr->next <= last + 1);
+        TK_ASSERT(pr->state <= RAFT__PR_SNAPSHOT);
+        TK_ASSERT(pr->infl_count <= pr->infl_cap);
+        TK_ASSERT(pr->read_round <= r->read_round);
+    }
+}
+
+void raft__check_invariants(const struct raft *r)
+{
+    TK_ASSERT(r != NULL);
+    check_log(r);
+    check_indexes(r);
+    check_role(r);
+    if (r->role == RAFT_LEADER)
+        check_progress(r);
+}
