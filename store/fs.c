@@ -513,19 +513,49 @@ static int unlink_seg(struct store *s, struct seg *g)
     return 0;
 }
 
+/* Takes segment i out of the array (under mu, for readers) and deletes its
+ * file. The caller syncs the directory (sync_dir) once it is done. Writer or
+ * recovery only. */
+static int remove_seg(struct store *s, size_t i)
+{
+    struct fs *f = fsb(s);
+    struct seg g;
+    pthread_mutex_lock(&f->mu);
+    seg_remove_at(f, i, &g);
+    pthread_mutex_unlock(&f->mu);
+    return unlink_seg(s, &g);
+}
+
+/* Removes segments from the end until `keep` remain. */
+static int remove_last_segs(struct store *s, size_t keep)
+{
+    struct fs *f = fsb(s);
+    int rc = 0;
+    while (rc == 0 && f->nsegs > keep)
+        rc = remove_seg(s, f->nsegs - 1);
+    return rc;
+}
+
+/* Removes leading segments whose records all have index < `first`, always
+ * keeping the last segment (the one being written). */
+static int remove_first_segs(struct store *s, uint64_t first)
+{
+    struct fs *f = fsb(s);
+    int rc = 0;
+    while (rc == 0 && f->nsegs >= 2 && f->segs[0].first + f->segs[0].n <= first)
+        rc = remove_seg(s, 0);
+    return rc;
+}
+
 /* Discards every record with index >= `index` durably. Writer only. */
 static int fs_truncate(struct store *s, uint64_t index)
 {
     struct fs *f = fsb(s);
-    int rc = 0;
     TK_ASSERT(f->niov == 0);
-    while (rc == 0 && f->nsegs > 0 && f->segs[f->nsegs - 1].first >= index) {
-        struct seg g;
-        pthread_mutex_lock(&f->mu);
-        seg_remove_at(f, f->nsegs - 1, &g);
-        pthread_mutex_unlock(&f->mu);
-        rc = unlink_seg(s, &g);
-    }
+    size_t keep = f->nsegs;
+    while (keep > 0 && f->segs[keep - 1].first >= index)
+        keep--;
+    int rc = remove_last_segs(s, keep);
     if (rc == 0)
         rc = sync_dir(s);
     if (rc != 0)
@@ -670,13 +700,7 @@ static int fs_compact(struct store *s, uint64_t index, uint64_t term)
     while (f->nruns >= 2 && f->runs[1].first <= f->first)
         memmove(&f->runs[0], &f->runs[1], --f->nruns * sizeof(*f->runs));
     pthread_mutex_unlock(&f->mu);
-    while (rc == 0 && f->nsegs >= 2 && f->segs[0].first + f->segs[0].n - 1 <= index) {
-        struct seg g;
-        pthread_mutex_lock(&f->mu);
-        seg_remove_at(f, 0, &g);
-        pthread_mutex_unlock(&f->mu);
-        rc = unlink_seg(s, &g);
-    }
+    rc = remove_first_segs(s, index + 1);
     if (rc == 0)
         rc = sync_dir(s);
     return rc;
@@ -685,16 +709,9 @@ static int fs_compact(struct store *s, uint64_t index, uint64_t term)
 static int fs_reset(struct store *s, uint64_t index, uint64_t term)
 {
     struct fs *f = fsb(s);
-    int rc = 0;
     /* Segments go first, then the new start: a crash in between leaves an
      * empty log, never old entries after the new start. */
-    while (rc == 0 && f->nsegs > 0) {
-        struct seg g;
-        pthread_mutex_lock(&f->mu);
-        seg_remove_at(f, f->nsegs - 1, &g);
-        pthread_mutex_unlock(&f->mu);
-        rc = unlink_seg(s, &g);
-    }
+    int rc = remove_last_segs(s, 0);
     if (rc == 0)
         rc = sync_dir(s);
     if (rc == 0)
@@ -1085,16 +1102,138 @@ static int open_seg_fd(struct recover *r, const char *name)
     return fd;
 }
 
-static int recover_log(struct recover *r, const struct store_meta_state *ms)
+/* Where the valid log stops: the first anomaly recovery met. */
+struct cut {
+    bool found;
+    size_t seg;     /* the segment it is in (index into f->segs) */
+    uint64_t off;   /* its offset there; 0: the segment header is bad */
+    uint64_t index; /* the index expected at that offset */
+    const char *why;
+};
+
+static void cut_set(struct cut *c, size_t seg, uint64_t off, uint64_t index,
+                    const char *why)
+{
+    *c = (struct cut){.found = true, .seg = seg, .off = off, .index = index, .why = why};
+}
+
+/* Opens every segment in `names` (those past a cut too: they are searched and
+ * removed later) and scans them in order for records *expect, *expect + 1, ...
+ * up to the first anomaly, which it records in *cut. On return *expect is the
+ * index after the last valid record. Returns 0 or TK_EIO. */
+static int scan_segments(struct recover *r, const uint64_t *names, size_t nnames,
+                         uint64_t *expect, struct cut *cut)
+{
+    struct fs *f = r->f;
+    uint64_t term = 0;
+    for (size_t i = 0; i < nnames; i++) {
+        char name[32];
+        snprintf(name, sizeof(name), "%020llu.seg", (unsigned long long)names[i]);
+        int fd = open_seg_fd(r, name);
+        if (fd < 0)
+            return TK_EIO;
+        struct seg *g = seg_add(f, names[i], fd);
+        if (cut->found)
+            continue;
+        if (names[i] != *expect) {
+            /* i > 0: names[0] == expect */
+            cut_set(cut, i - 1, f->segs[i - 1].end, *expect,
+                    "entries are missing before the next segment");
+            continue;
+        }
+        int rc = load_file(r, g);
+        if (rc != 0)
+            return rc;
+        int kind;
+        uint64_t off = scan_segment(r, g, expect, &term, &kind);
+        g->end = off;
+        bool last = i + 1 == nnames;
+        if (kind < 0 || (last && nonzero_end(r->buf, off, r->size) > off))
+            cut_set(cut, i, off, *expect, off == 0 ? "bad segment header" : "bad record");
+    }
+    return 0;
+}
+
+/* Tells a torn tail (never acknowledged: safe to cut off) from damage to
+ * synced data: was anything at or after the cut written after the cut's
+ * index had been synced? Returns 0 for a torn tail, TK_ECORRUPT (naming both
+ * places) when acknowledged entries would be dropped, or TK_EIO. */
+static int cut_is_torn(struct recover *r, const struct cut *c)
+{
+    struct fs *f = r->f;
+    for (size_t i = c->seg; i < f->nsegs; i++) {
+        struct seg *g = &f->segs[i];
+        int rc = load_file(r, g);
+        if (rc != 0)
+            return rc;
+        struct rec rh;
+        uint64_t from = i == c->seg ? c->off + 8 : SEG_HDR;
+        uint64_t p = find_synced_after(r, from, c->index, &rh);
+        if (p != UINT64_MAX)
+            return store__errbuf(
+                r->err, r->err_len, TK_ECORRUPT,
+                "%s/%s: %s at offset %llu (index %llu), but the record "
+                "at offset %llu of %s (index %llu) was written after "
+                "index %llu was synced: refusing to drop acknowledged "
+                "entries",
+                f->dir, f->segs[c->seg].name, c->why, (unsigned long long)c->off,
+                (unsigned long long)c->index, (unsigned long long)p, g->name,
+                (unsigned long long)rh.index, (unsigned long long)rh.synced);
+    }
+    return 0;
+}
+
+/* Cuts a torn tail off durably: the segments after the cut go, and the cut's
+ * own segment goes too (bad header) or is zero-filled from the cut on. */
+static int truncate_at(struct recover *r, const struct cut *c)
 {
     struct fs *f = r->f;
     struct store *s = r->s;
+    TK_LOG(TK_LOG_WARN, 0, 0,
+           "store: torn tail in %s/%s at offset %llu (index %llu, %s): "
+           "truncating",
+           f->dir, f->segs[c->seg].name, (unsigned long long)c->off,
+           (unsigned long long)c->index, c->why);
+    int rc = remove_last_segs(s, c->seg + 1);
+    if (rc == 0 && c->off == 0) {
+        rc = remove_last_segs(s, c->seg);
+    } else if (rc == 0) {
+        struct seg *g = &f->segs[c->seg];
+        if ((rc = load_file(r, g)) != 0)
+            return rc;
+        uint64_t e = nonzero_end(r->buf, c->off, r->size);
+        if (e > c->off && (rc = zero_range(s, g, c->off, e - c->off)) == 0)
+            rc = sync_fd(s, g->fd, g->name, false);
+    }
+    if (rc == 0)
+        rc = sync_dir(s);
+    if (rc == 0)
+        runs_cut(f, c->index);
+    return rc;
+}
+
+/* Segments wholly behind the log's start are leftovers of a compaction that a
+ * crash cut short (the start is saved before segments go). */
+static int drop_compacted(struct recover *r, uint64_t log_first)
+{
+    int rc = remove_first_segs(r->s, log_first);
+    return rc == 0 ? sync_dir(r->s) : rc;
+}
+
+/* Recovers the log from the segments and the saved log start: scan, tell a
+ * torn tail from corruption at the first anomaly, cut a torn tail off, drop
+ * leftovers of a compaction, and set the bounds. */
+static int recover_log(struct recover *r, const struct store_meta_state *ms)
+{
+    struct fs *f = r->f;
     uint64_t *names = NULL;
     size_t nnames = 0;
     int rc = list_segments(r, &names, &nnames);
     if (rc != 0)
         return rc;
     uint64_t log_first = ms->has_log_start ? ms->log_first : 1;
+    uint64_t expect = nnames > 0 ? names[0] : log_first;
+    struct cut cut = {.found = false};
     if (nnames > 0 && names[0] > log_first) {
         rc = store__errbuf(r->err, r->err_len, TK_ECORRUPT,
                            "%s: missing segment: the log starts at index "
@@ -1104,100 +1243,12 @@ static int recover_log(struct recover *r, const struct store_meta_state *ms)
                            (unsigned long long)names[0], (unsigned long long)names[0]);
         goto out;
     }
-    uint64_t expect = nnames > 0 ? names[0] : log_first;
-    uint64_t term = 0;
-    /* The first anomaly: segment index, offset, and the index expected there. */
-    bool cut = false;
-    size_t cut_seg = 0;
-    uint64_t cut_off = 0, cut_index = 0;
-    const char *why = "";
-    for (size_t i = 0; i < nnames; i++) {
-        char name[32];
-        snprintf(name, sizeof(name), "%020llu.seg", (unsigned long long)names[i]);
-        int fd = open_seg_fd(r, name);
-        if (fd < 0) {
-            rc = TK_EIO;
+    if ((rc = scan_segments(r, names, nnames, &expect, &cut)) != 0)
+        goto out;
+    if (cut.found) {
+        if ((rc = cut_is_torn(r, &cut)) != 0 || (rc = truncate_at(r, &cut)) != 0)
             goto out;
-        }
-        struct seg *g = seg_add(f, names[i], fd);
-        if (cut)
-            continue; /* opened only to be searched and removed below */
-        if (names[i] != expect) {
-            cut = true;
-            cut_seg = i - 1; /* i > 0: names[0] == expect */
-            cut_off = f->segs[i - 1].end;
-            cut_index = expect;
-            why = "entries are missing before the next segment";
-            continue;
-        }
-        if ((rc = load_file(r, g)) != 0)
-            goto out;
-        int kind;
-        uint64_t off = scan_segment(r, g, &expect, &term, &kind);
-        g->end = off;
-        bool last = i + 1 == nnames;
-        if (kind < 0 || (last && nonzero_end(r->buf, off, r->size) > off)) {
-            cut = true;
-            cut_seg = i;
-            cut_off = off;
-            cut_index = expect;
-            why = off == 0 ? "bad segment header" : "bad record";
-        }
-    }
-    if (cut) {
-        /* Was anything at or after the cut synced? Then acknowledged data is
-         * damaged: refuse. Otherwise it is a torn tail: cut it off. */
-        for (size_t i = cut_seg; i < f->nsegs; i++) {
-            struct seg *g = &f->segs[i];
-            if ((rc = load_file(r, g)) != 0)
-                goto out;
-            struct rec rh;
-            uint64_t from = i == cut_seg ? cut_off + 8 : SEG_HDR;
-            uint64_t p = find_synced_after(r, from, cut_index, &rh);
-            if (p != UINT64_MAX) {
-                rc = store__errbuf(
-                    r->err, r->err_len, TK_ECORRUPT,
-                    "%s/%s: %s at offset %llu (index %llu), but the record "
-                    "at offset %llu of %s (index %llu) was written after "
-                    "index %llu was synced: refusing to drop acknowledged "
-                    "entries",
-                    f->dir, f->segs[cut_seg].name, why, (unsigned long long)cut_off,
-                    (unsigned long long)cut_index, (unsigned long long)p, g->name,
-                    (unsigned long long)rh.index, (unsigned long long)rh.synced);
-                goto out;
-            }
-        }
-        TK_LOG(TK_LOG_WARN, 0, 0,
-               "store: torn tail in %s/%s at offset %llu (index %llu, %s): "
-               "truncating",
-               f->dir, f->segs[cut_seg].name, (unsigned long long)cut_off,
-               (unsigned long long)cut_index, why);
-        while (f->nsegs > cut_seg + 1) {
-            struct seg g;
-            seg_remove_at(f, f->nsegs - 1, &g);
-            if ((rc = unlink_seg(s, &g)) != 0)
-                goto out;
-        }
-        struct seg *g = &f->segs[cut_seg];
-        if (cut_off == 0) {
-            struct seg gg;
-            seg_remove_at(f, cut_seg, &gg);
-            if ((rc = unlink_seg(s, &gg)) != 0)
-                goto out;
-        } else {
-            if ((rc = load_file(r, g)) != 0)
-                goto out;
-            uint64_t e = nonzero_end(r->buf, cut_off, r->size);
-            if (e > cut_off) {
-                if ((rc = zero_range(s, g, cut_off, e - cut_off)) != 0 ||
-                    (rc = sync_fd(s, g->fd, g->name, false)) != 0)
-                    goto out;
-            }
-        }
-        if ((rc = sync_dir(s)) != 0)
-            goto out;
-        expect = cut_index;
-        runs_cut(f, cut_index);
+        expect = cut.index;
     }
     if (f->nsegs > 0 && ms->has_log_start && log_first > expect) {
         rc = store__errbuf(r->err, r->err_len, TK_ECORRUPT,
@@ -1207,14 +1258,7 @@ static int recover_log(struct recover *r, const struct store_meta_state *ms)
                            (unsigned long long)(expect - 1));
         goto out;
     }
-    /* Segments wholly behind the start are leftovers of a compaction. */
-    while (f->nsegs >= 2 && f->segs[0].first + f->segs[0].n <= log_first) {
-        struct seg g;
-        seg_remove_at(f, 0, &g);
-        if ((rc = unlink_seg(s, &g)) != 0)
-            goto out;
-    }
-    if ((rc = sync_dir(s)) != 0)
+    if ((rc = drop_compacted(r, log_first)) != 0)
         goto out;
     f->first = log_first;
     f->last = f->nsegs > 0 ? expect - 1 : log_first - 1;
@@ -1225,7 +1269,7 @@ static int recover_log(struct recover *r, const struct store_meta_state *ms)
 out:
     tk_free(names);
     if (rc != 0 && r->err != NULL && r->err[0] == '\0')
-        store__errbuf(r->err, r->err_len, rc, "%s", s->errmsg);
+        store__errbuf(r->err, r->err_len, rc, "%s", r->s->errmsg);
     return rc;
 }
 
