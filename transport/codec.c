@@ -70,6 +70,69 @@ static void enc_meta(struct codec_enc *e, const struct raft_snapshot_meta *meta)
     e->meta.config = &e->config;
 }
 
+/* Fills e->body.append from `a`, pointing at the entries' payloads (no copy).
+ * The entry arrays grow only when a message has more entries than any before.
+ * Returns what the entries add to the packed size bound. */
+static size_t enc_append(struct codec_enc *e, const struct raft_msg_append *a)
+{
+    Tierkv__AppendEntries *pa = &e->body.append;
+    tierkv__append_entries__init(pa);
+    pa->prev_index = a->prev_index;
+    pa->prev_term = a->prev_term;
+    pa->commit = a->commit;
+    pa->read_ctx = a->read_ctx;
+    if (a->n_entries > e->ents_cap) {
+        size_t cap = e->ents_cap ? e->ents_cap : 16;
+        while (cap < a->n_entries)
+            cap *= 2;
+        e->ents = tk_realloc(e->ents, cap * sizeof(*e->ents));
+        e->ent_ptrs = tk_realloc(e->ent_ptrs, cap * sizeof(*e->ent_ptrs));
+        e->ents_cap = cap;
+    }
+    size_t bound = (size_t)a->n_entries * BOUND_ENTRY;
+    for (uint32_t i = 0; i < a->n_entries; i++) {
+        const struct raft_entry *src = &a->entries[i];
+        Tierkv__Entry *pe = &e->ents[i];
+        tierkv__entry__init(pe);
+        pe->term = src->term;
+        pe->index = src->index;
+        pe->time_ms = src->time_ms;
+        pe->type = (Tierkv__Entry__Type)src->type;
+        if (src->data != NULL) {
+            pe->data.len = src->data->len;
+            pe->data.data = src->data->data;
+            bound += src->data->len;
+        }
+        e->ent_ptrs[i] = pe;
+    }
+    pa->n_entries = a->n_entries;
+    pa->entries = a->n_entries ? e->ent_ptrs : NULL;
+    return bound;
+}
+
+/* Fills e->body.snapshot with the chunk [offset, offset + chunk_len) of the
+ * snapshot's data. Returns TK_EINVAL for a chunk outside the data or a
+ * configuration that does not fit. */
+static int enc_snapshot(struct codec_enc *e, const struct raft_msg_snapshot *s,
+                        uint64_t offset, size_t chunk_len)
+{
+    size_t total = s->data ? s->data->len : 0;
+    if (s->meta.config.n_voters > RAFT_VOTERS_MAX)
+        return TK_EINVAL;
+    if (offset > total || chunk_len > total - offset)
+        return TK_EINVAL;
+    tierkv__install_snapshot__init(&e->body.snapshot);
+    enc_meta(e, &s->meta);
+    e->body.snapshot.meta = &e->meta;
+    e->body.snapshot.offset = offset;
+    e->body.snapshot.done = offset + chunk_len == total;
+    if (chunk_len != 0) {
+        e->body.snapshot.data.len = chunk_len;
+        e->body.snapshot.data.data = s->data->data + offset;
+    }
+    return 0;
+}
+
 int codec__enc_prepare(struct codec_enc *e, const struct raft_message *m, uint64_t offset,
                        size_t chunk_len, size_t *size)
 {
@@ -94,44 +157,10 @@ int codec__enc_prepare(struct codec_enc *e, const struct raft_message *m, uint64
         e->body.vote_resp.granted = m->u.vote_resp.granted;
         pm->vote_resp = &e->body.vote_resp;
         break;
-    case RAFT_MSG_APPEND: {
-        const struct raft_msg_append *a = &m->u.append;
-        Tierkv__AppendEntries *pa = &e->body.append;
-        tierkv__append_entries__init(pa);
-        pa->prev_index = a->prev_index;
-        pa->prev_term = a->prev_term;
-        pa->commit = a->commit;
-        pa->read_ctx = a->read_ctx;
-        if (a->n_entries > e->ents_cap) {
-            size_t cap = e->ents_cap ? e->ents_cap : 16;
-            while (cap < a->n_entries)
-                cap *= 2;
-            e->ents = tk_realloc(e->ents, cap * sizeof(*e->ents));
-            e->ent_ptrs = tk_realloc(e->ent_ptrs, cap * sizeof(*e->ent_ptrs));
-            e->ents_cap = cap;
-        }
-        for (uint32_t i = 0; i < a->n_entries; i++) {
-            const struct raft_entry *src = &a->entries[i];
-            Tierkv__Entry *pe = &e->ents[i];
-            tierkv__entry__init(pe);
-            pe->term = src->term;
-            pe->index = src->index;
-            pe->time_ms = src->time_ms;
-            pe->type = (Tierkv__Entry__Type)src->type;
-            if (src->data != NULL) {
-                pe->data.len = src->data->len;
-                pe->data.data = src->data->data;
-            }
-            e->ent_ptrs[i] = pe;
-        }
-        pa->n_entries = a->n_entries;
-        pa->entries = a->n_entries ? e->ent_ptrs : NULL;
-        pm->append = pa;
-        bound += (size_t)a->n_entries * BOUND_ENTRY;
-        for (uint32_t i = 0; i < a->n_entries; i++)
-            bound += a->entries[i].data ? a->entries[i].data->len : 0;
+    case RAFT_MSG_APPEND:
+        bound += enc_append(e, &m->u.append);
+        pm->append = &e->body.append;
         break;
-    }
     case RAFT_MSG_APPEND_RESP:
         tierkv__append_entries_response__init(&e->body.append_resp);
         e->body.append_resp.reject = m->u.append_resp.reject;
@@ -141,26 +170,12 @@ int codec__enc_prepare(struct codec_enc *e, const struct raft_message *m, uint64
         e->body.append_resp.read_ctx = m->u.append_resp.read_ctx;
         pm->append_resp = &e->body.append_resp;
         break;
-    case RAFT_MSG_SNAPSHOT: {
-        const struct raft_msg_snapshot *s = &m->u.snapshot;
-        size_t total = s->data ? s->data->len : 0;
-        if (s->meta.config.n_voters > RAFT_VOTERS_MAX)
+    case RAFT_MSG_SNAPSHOT:
+        if (enc_snapshot(e, &m->u.snapshot, offset, chunk_len) != 0)
             return TK_EINVAL;
-        if (offset > total || chunk_len > total - offset)
-            return TK_EINVAL;
-        tierkv__install_snapshot__init(&e->body.snapshot);
-        enc_meta(e, &s->meta);
-        e->body.snapshot.meta = &e->meta;
-        e->body.snapshot.offset = offset;
-        e->body.snapshot.done = offset + chunk_len == total;
-        if (chunk_len != 0) {
-            e->body.snapshot.data.len = chunk_len;
-            e->body.snapshot.data.data = s->data->data + offset;
-        }
         pm->snapshot = &e->body.snapshot;
         bound += BOUND_SNAPSHOT + chunk_len;
         break;
-    }
     case RAFT_MSG_TIMEOUT_NOW:
         tierkv__timeout_now__init(&e->body.timeout_now);
         pm->timeout_now = &e->body.timeout_now;
@@ -317,6 +332,58 @@ static int dec_meta(const Tierkv__SnapshotMeta *pm, struct raft_snapshot_meta *o
     return 0;
 }
 
+/* Fills `a` from an unpacked AppendEntries. The entries are d->ents (grown
+ * only for a message with more entries than any before) and reference the
+ * arena's blobs. Returns TK_EPROTO if the entries do not follow prev_index
+ * one by one or have an unknown type; the caller then releases `d`, which
+ * drops the references taken so far (d->n_ents counts them). */
+static int dec_append(struct codec_dec *d, const Tierkv__AppendEntries *pa,
+                      struct raft_msg_append *a)
+{
+    a->prev_index = pa->prev_index;
+    a->prev_term = pa->prev_term;
+    a->commit = pa->commit;
+    a->read_ctx = pa->read_ctx;
+    if (pa->n_entries > UINT32_MAX)
+        return TK_EPROTO;
+    if (pa->n_entries > d->ents_cap) {
+        size_t cap = d->ents_cap ? d->ents_cap : 16;
+        while (cap < pa->n_entries)
+            cap *= 2;
+        d->ents = tk_realloc(d->ents, cap * sizeof(*d->ents));
+        d->ents_cap = cap;
+    }
+    for (size_t i = 0; i < pa->n_entries; i++) {
+        const Tierkv__Entry *pe = pa->entries[i];
+        if (pa->prev_index > UINT64_MAX - 1 - i || pe->index != pa->prev_index + 1 + i)
+            return TK_EPROTO;
+        if ((unsigned)pe->type > RAFT_ENTRY_CONFIG)
+            return TK_EPROTO;
+        struct raft_entry *en = &d->ents[i];
+        en->term = pe->term;
+        en->index = pe->index;
+        en->time_ms = pe->time_ms;
+        en->type = (uint8_t)pe->type;
+        en->data = adopt_bytes(d, &pe->data);
+        d->n_ents = i + 1;
+    }
+    a->n_entries = (uint32_t)pa->n_entries;
+    a->entries = pa->n_entries ? d->ents : NULL;
+    return 0;
+}
+
+static int dec_snapshot(struct codec_dec *d, const Tierkv__InstallSnapshot *ps,
+                        struct raft_msg_snapshot *out)
+{
+    if (dec_meta(ps->meta, &out->meta) != 0)
+        return TK_EPROTO;
+    out->offset = ps->offset;
+    out->done = ps->done;
+    d->snap_data = adopt_bytes(d, &ps->data);
+    out->data = d->snap_data;
+    return 0;
+}
+
 int codec__decode(struct codec_dec *d, const uint8_t *buf, size_t len,
                   struct raft_message *out)
 {
@@ -349,41 +416,10 @@ int codec__decode(struct codec_dec *d, const uint8_t *buf, size_t len,
         out->u.vote_resp.pre_vote = pm->vote_resp->pre_vote;
         out->u.vote_resp.granted = pm->vote_resp->granted;
         break;
-    case TIERKV__RAFT_MESSAGE__BODY_APPEND: {
-        const Tierkv__AppendEntries *pa = pm->append;
-        struct raft_msg_append *a = &out->u.append;
-        a->prev_index = pa->prev_index;
-        a->prev_term = pa->prev_term;
-        a->commit = pa->commit;
-        a->read_ctx = pa->read_ctx;
-        if (pa->n_entries > UINT32_MAX)
+    case TIERKV__RAFT_MESSAGE__BODY_APPEND:
+        if (dec_append(d, pm->append, &out->u.append) != 0)
             goto bad;
-        if (pa->n_entries > d->ents_cap) {
-            size_t cap = d->ents_cap ? d->ents_cap : 16;
-            while (cap < pa->n_entries)
-                cap *= 2;
-            d->ents = tk_realloc(d->ents, cap * sizeof(*d->ents));
-            d->ents_cap = cap;
-        }
-        for (size_t i = 0; i < pa->n_entries; i++) {
-            const Tierkv__Entry *pe = pa->entries[i];
-            if (pa->prev_index > UINT64_MAX - 1 - i ||
-                pe->index != pa->prev_index + 1 + i)
-                goto bad;
-            if ((unsigned)pe->type > RAFT_ENTRY_CONFIG)
-                goto bad;
-            struct raft_entry *en = &d->ents[i];
-            en->term = pe->term;
-            en->index = pe->index;
-            en->time_ms = pe->time_ms;
-            en->type = (uint8_t)pe->type;
-            en->data = adopt_bytes(d, &pe->data);
-            d->n_ents = i + 1;
-        }
-        a->n_entries = (uint32_t)pa->n_entries;
-        a->entries = pa->n_entries ? d->ents : NULL;
         break;
-    }
     case TIERKV__RAFT_MESSAGE__BODY_APPEND_RESP:
         out->u.append_resp.reject = pm->append_resp->reject;
         out->u.append_resp.index = pm->append_resp->index;
@@ -391,16 +427,10 @@ int codec__decode(struct codec_dec *d, const uint8_t *buf, size_t len,
         out->u.append_resp.conflict_term = pm->append_resp->conflict_term;
         out->u.append_resp.read_ctx = pm->append_resp->read_ctx;
         break;
-    case TIERKV__RAFT_MESSAGE__BODY_SNAPSHOT: {
-        const Tierkv__InstallSnapshot *ps = pm->snapshot;
-        if (dec_meta(ps->meta, &out->u.snapshot.meta) != 0)
+    case TIERKV__RAFT_MESSAGE__BODY_SNAPSHOT:
+        if (dec_snapshot(d, pm->snapshot, &out->u.snapshot) != 0)
             goto bad;
-        out->u.snapshot.offset = ps->offset;
-        out->u.snapshot.done = ps->done;
-        d->snap_data = adopt_bytes(d, &ps->data);
-        out->u.snapshot.data = d->snap_data;
         break;
-    }
     case TIERKV__RAFT_MESSAGE__BODY_TIMEOUT_NOW:
         break;
     case TIERKV__RAFT_MESSAGE__BODY_READ_INDEX:
