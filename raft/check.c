@@ -3,11 +3,13 @@
  * raft.c calls raft__check_invariants() at the end of each public mutator
  * (raft_step, raft_tick, raft_propose, raft_persisted, raft_applied,
  * raft_read_index, raft_transfer_leadership, raft_snapshot_set, raft_compact,
- * raft_advance); the unit tests call it on a corrupted state to prove it can
- * fail. It is always on, like TK_ASSERT: the simulator finds a broken invariant
- * in a trace, this finds it in production. Each check is O(1) or O(voters),
- * never O(log), and one condition per TK_ASSERT so a failure names the broken
- * part.
+ * raft_advance; not raft_ready, which raft_advance always follows); a unit
+ * test (raft_features_test.c) corrupts a state to prove it can fail. It is always on,
+ * like TK_ASSERT: the simulator finds a broken invariant in a trace, this finds it in
+ * production. Each check is O(1) or O(voters), never O(log), and one condition per
+ * TK_ASSERT so a failure names the broken part. Its cost, measured with callgrind on
+ * raft-perf-probe (in-process, pipelined): about 100 instructions a call, 1.2% of the
+ * process's instructions, below the 2% that would justify a build option to turn it off.
  *
  * Only what the core's own code guarantees is checked, whatever peers send or
  * storage recovered: the boot state (from files) is validated by raft_new only

@@ -1357,7 +1357,6 @@ void raft_ready(struct raft *r, struct raft_ready *rd)
     rd->leader = r->leader;
     rd->role = r->role;
     rd->commit = r->commit;
-    raft__check_invariants(r);
 }
 
 /* Records that storage now holds everything up to the log's last entry once
