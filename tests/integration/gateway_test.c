@@ -6,6 +6,7 @@
 #include <arpa/inet.h>
 #include <check.h>
 #include <netinet/in.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -14,7 +15,7 @@
 
 #include "base/err.h"
 #include "gateway/gateway.h"
-#include "gateway/gateway_internal.h"
+#include "gateway/json.h"
 #include "node/node.h"
 #include "transport/transport.h"
 
