@@ -15,9 +15,10 @@
  * conns_max (503 and close beyond it). Timers cut slow clients: from a
  * request's first byte to the end of its headers (header_timeout_ms), then to
  * the end of its body (body_timeout_ms), and between requests (idle_timeout_ms).
- * Everything per connection lives in struct http_conn and its read path
- * (on_read -> http_parser_execute): later per-connection limits and a TLS
- * layer go there.
+ * Per-connection state is struct http_conn. Bytes come in through on_read ->
+ * conn_feed and go out through conn_write (and the one uv_try_write of
+ * "100 Continue"): a TLS layer goes at those seams. Per-connection limits go
+ * at accept (on_connection, conn_reject) and in conn_feed.
  *
  * Lifetime: a connection is freed when its two handles are closed and no
  * request of it is still unanswered (refs == 0). At http_server_stop every
@@ -402,6 +403,13 @@ static void on_written(uv_write_t *wr, int status)
         conn_timer_update(c);
 }
 
+/* Sends w's buffers; on_written runs when they are out. The plaintext seam
+ * on the way out: a TLS layer would encrypt here. */
+static int conn_write(struct http_conn *c, struct write_req *w)
+{
+    return uv_write(&w->wr, (uv_stream_t *)&c->tcp, w->bufs, w->n, on_written);
+}
+
 static void conn_flush(struct http_conn *c)
 {
     while (!c->closing && c->head && c->head->done) {
@@ -421,8 +429,7 @@ static void conn_flush(struct http_conn *c)
                 break;
             }
         }
-        int rc = uv_write(&w->wr, (uv_stream_t *)&c->tcp, w->bufs, w->n, on_written);
-        if (rc != 0) {
+        if (conn_write(c, w) != 0) {
             for (uint32_t i = 0; i < w->n; i++)
                 req_free(w->reqs[i]);
             c->inflight -= w->n;
@@ -697,6 +704,7 @@ static int on_headers_complete(http_parser *p)
         r->body = tk_malloc(r->body_cap);
     }
     if (c->expect_continue && c->head == NULL) {
+        /* Best effort, beside conn_write (a TLS layer must wrap it too). */
         static char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
         uv_buf_t b = uv_buf_init(cont, sizeof(cont) - 1);
         (void)uv_try_write((uv_stream_t *)&c->tcp, &b, 1);
@@ -812,30 +820,17 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
     *buf = uv_buf_init(c->rbuf, sizeof(c->rbuf));
 }
 
-static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
+/* Parses `len` bytes the client sent: every complete request goes to
+ * on_request; a parse error answers and closes. The plaintext seam: a TLS
+ * layer would decrypt between on_read and here. */
+static void conn_feed(struct http_conn *c, const char *data, size_t len)
 {
-    struct http_conn *c = s->data;
-    if (nread < 0) {
-        /* The peer is gone, or half-closed after its requests: answer what
-         * is in flight, then close (on_written). A request cut short has
-         * nobody to answer to. */
-        if (c->inflight == 0 || nread != UV_EOF) {
-            conn_close(c);
-        } else {
-            c->read_done = true;
-            uv_read_stop(s);
-        }
-        return;
-    }
-    if (nread == 0 || c->read_done || c->rejecting)
-        return;
     uint32_t changes_before = c->phase_changes;
-    size_t done =
-        http_parser_execute(&c->parser, &parser_settings, buf->base, (size_t)nread);
+    size_t done = http_parser_execute(&c->parser, &parser_settings, data, len);
     if (c->closing)
         return;
     enum http_errno e = HTTP_PARSER_ERRNO(&c->parser);
-    if (!c->read_done && (e != HPE_OK || done != (size_t)nread)) {
+    if (!c->read_done && (e != HPE_OK || done != len)) {
         if (c->err_status != 0) {
             conn_fail(c, c->err_status, c->err_code, c->err_msg);
         } else if (e == HPE_HEADER_OVERFLOW) {
@@ -856,8 +851,28 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
         conn_timer_update(c);
     if (!c->read_done && c->inflight >= c->srv->cfg.pipeline_max) {
         c->read_paused = true;
-        uv_read_stop(s);
+        uv_read_stop((uv_stream_t *)&c->tcp);
     }
+}
+
+static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
+{
+    struct http_conn *c = s->data;
+    if (nread < 0) {
+        /* The peer is gone, or half-closed after its requests: answer what
+         * is in flight, then close (on_written). A request cut short has
+         * nobody to answer to. */
+        if (c->inflight == 0 || nread != UV_EOF) {
+            conn_close(c);
+        } else {
+            c->read_done = true;
+            uv_read_stop(s);
+        }
+        return;
+    }
+    if (nread == 0 || c->read_done || c->rejecting)
+        return;
+    conn_feed(c, buf->base, (size_t)nread);
 }
 
 /* ---- accepting --------------------------------------------------------- */
