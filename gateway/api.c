@@ -282,6 +282,7 @@ int gateway_new(const struct gateway_config *c, struct gateway **out)
         .body_timeout_ms = c->body_timeout_ms,
         .idle_timeout_ms = c->idle_timeout_ms,
         .retry_after_s = c->retry_after_s,
+        .digest_header = "Idempotency-Key", /* client id of a write: api_kv.c */
     };
     static const struct http_callbacks cb = {
         .on_request = on_request,

@@ -142,8 +142,8 @@ static void on_write_done(struct node_req *nreq, int status, const struct kv_res
 /* Packs `cmd` (with the Idempotency-Key's client id) and submits it. */
 static void submit_write(struct api_req *req, Kvpb__Command *cmd, int mode)
 {
-    if (req->http->has_idem) {
-        cmd->client_id = req->http->idem_hash;
+    if (req->http->has_digest) {
+        cmd->client_id = req->http->digest;
         cmd->seq = 1;
     }
     size_t len = kvpb__command__get_packed_size(cmd);

@@ -48,7 +48,7 @@ enum hdr {
     HDR_CONTENT_TYPE,
     HDR_CONTENT_LENGTH,
     HDR_TRANSFER_ENCODING,
-    HDR_IDEMPOTENCY_KEY,
+    HDR_DIGEST, /* http_config.digest_header */
     HDR_EXPECT,
 };
 
@@ -616,7 +616,7 @@ static int on_header_field(http_parser *p, const char *at, size_t len)
     return 0;
 }
 
-static enum hdr classify(const char *name, size_t len)
+static enum hdr classify(const struct http_server *srv, const char *name, size_t len)
 {
     static const struct {
         const char *name;
@@ -625,12 +625,14 @@ static enum hdr classify(const char *name, size_t len)
         {"content-type", HDR_CONTENT_TYPE},
         {"content-length", HDR_CONTENT_LENGTH},
         {"transfer-encoding", HDR_TRANSFER_ENCODING},
-        {"idempotency-key", HDR_IDEMPOTENCY_KEY},
         {"expect", HDR_EXPECT},
     };
     for (size_t i = 0; i < sizeof(known) / sizeof(known[0]); i++)
         if (strlen(known[i].name) == len && strncasecmp(known[i].name, name, len) == 0)
             return known[i].h;
+    const char *d = srv->cfg.digest_header;
+    if (d != NULL && strlen(d) == len && strncasecmp(d, name, len) == 0)
+        return HDR_DIGEST;
     return HDR_OTHER;
 }
 
@@ -641,8 +643,8 @@ static int on_header_value(http_parser *p, const char *at, size_t len)
     if (count_header(c, len) != 0)
         return -1;
     if (!c->in_value) {
-        c->hdr =
-            c->hval_len < sizeof(c->hval) ? classify(c->hval, c->hval_len) : HDR_OTHER;
+        c->hdr = c->hval_len < sizeof(c->hval) ? classify(c->srv, c->hval, c->hval_len)
+                                               : HDR_OTHER;
         c->in_value = true;
         c->hval_len = 0;
         switch (c->hdr) {
@@ -652,21 +654,22 @@ static int on_header_value(http_parser *p, const char *at, size_t len)
         case HDR_TRANSFER_ENCODING:
             c->has_te = true;
             break;
-        case HDR_IDEMPOTENCY_KEY:
-            if (r->has_idem)
-                return parse_fail(c, 400, "bad_header", "more than one Idempotency-Key");
-            r->has_idem = true;
-            r->idem_hash = 0xcbf29ce484222325ull;
+        case HDR_DIGEST:
+            if (r->has_digest)
+                return parse_fail(c, 400, "bad_header", "more than one %s",
+                                  c->srv->cfg.digest_header);
+            r->has_digest = true;
+            r->digest = 0xcbf29ce484222325ull; /* FNV-1a, as fnv1a64 */
             break;
         default:
             break;
         }
     }
-    if (c->hdr == HDR_IDEMPOTENCY_KEY) {
+    if (c->hdr == HDR_DIGEST) {
         const uint8_t *s = (const uint8_t *)at;
         for (size_t i = 0; i < len; i++) {
-            r->idem_hash ^= s[i];
-            r->idem_hash *= 0x100000001b3ull;
+            r->digest ^= s[i];
+            r->digest *= 0x100000001b3ull;
         }
     }
     size_t room = sizeof(c->hval) - 1 - c->hval_len;
@@ -693,8 +696,8 @@ static int on_headers_complete(http_parser *p)
     if (c->has_te && !(p->flags & F_CHUNKED))
         return parse_fail(c, 400, "bad_framing",
                           "only Transfer-Encoding: chunked is supported");
-    if (r->has_idem && r->idem_hash == 0)
-        r->idem_hash = 1;
+    if (r->has_digest && r->digest == 0)
+        r->digest = 1;
     r->method = p->method;
     if ((p->flags & F_CONTENTLENGTH) && p->content_length > srv->cfg.body_max)
         return parse_fail(c, 413, "body_too_large", "body of %llu bytes exceeds %zu",

@@ -52,6 +52,10 @@ struct http_config {
     uint64_t body_timeout_ms;   /* end of headers to end of body */
     uint64_t idle_timeout_ms;   /* keep-alive without a request */
     uint32_t retry_after_s;     /* Retry-After on the 503 past conns_max */
+    /* A request header whose value the server digests as it arrives (any
+     * length) into http_request.digest. A request with two is refused (400
+     * bad_header, and the connection closes). NULL: none. A static string. */
+    const char *digest_header;
 };
 
 /* A complete request has arrived: answer it exactly once (http_respond). */
@@ -81,10 +85,10 @@ struct http_request {
     size_t url_len;
     uint8_t *body; /* NULL when empty */
     size_t body_len;
-    bool json_body;     /* Content-Type: application/json */
-    bool has_idem;      /* Idempotency-Key (the gateway's only header of its own) */
-    uint64_t idem_hash; /* its 64-bit FNV-1a, never 0 */
-    uint64_t start_ns;  /* uv_hrtime() when the request began */
+    bool json_body;    /* Content-Type: application/json */
+    bool has_digest;   /* the request has http_config.digest_header */
+    uint64_t digest;   /* its value's 64-bit FNV-1a (fnv1a64), never 0 */
+    uint64_t start_ns; /* uv_hrtime() when the request began */
 
     /* Private: http.c's. */
     struct http_conn *conn;
