@@ -1,13 +1,14 @@
 /* Shared between the gateway's API files, which sit on http.h's server:
  *   api.c         the gateway object (gateway.h), the server's callbacks and
  *                 routing: the route table below, 404/405, query checks;
- *   api_kv.c      the /v1/kv, /v1/batch and /v1/txn handlers;
+ *   api_kv.c      the /v1/kv, /v1/batch and /v1/txn handlers, with
+ *   api_body.c    their JSON request bodies into kvpb (api_body.h);
  *   api_cluster.c /v1/cluster, /healthz, /readyz, /v1/debug/digest;
  *   metrics.c     /metrics (a descriptor table) and the per-route counters;
  *   api_reply.c   what the handlers share: answers, query values, submitting
  *                 to the node.
  * Calls run one way: api.c -> the handler files -> api_reply.c -> http.c,
- * json.c and the node; metrics.c is called by api.c only. Everything here
+ * json.c and the node (api_kv.c -> api_body.c -> json.c). Everything here
  * runs on the node's loop thread. */
 #ifndef TK_GATEWAY_INTERNAL_H
 #define TK_GATEWAY_INTERNAL_H
