@@ -194,7 +194,7 @@ static void on_request(struct http_request *hreq, void *data)
 }
 
 /* Counts the response, and names the leader (and its HTTP address, if
- * configured) on every response. */
+ * configured) on every response that will be sent. */
 static size_t on_response(struct http_request *hreq, int status, char *hdr, size_t cap,
                           void *data)
 {
@@ -202,6 +202,8 @@ static size_t on_response(struct http_request *hreq, int status, char *hdr, size
     const struct api_req *req = hreq->data;
     api__metrics_count(gw, req ? req->route : ROUTE_OTHER, status,
                        uv_hrtime() - hreq->start_ns);
+    if (hdr == NULL)
+        return 0;
     struct node_status st;
     node_status(gw->node, &st);
     hdr[0] = 0;

@@ -270,14 +270,15 @@ void http_respond(struct http_request *req, int status, const char *content_type
         req->counted_write = false;
         c->pending_writes--;
     }
+    if (c->closing) {
+        (void)srv->cb.on_response(req, status, NULL, 0, srv->data);
+        req_drop_answered(c, req);
+        return;
+    }
     char common[HTTP_EXTRA_HEADERS_MAX];
     size_t cn = srv->cb.on_response(req, status, common, sizeof(common), srv->data);
     TK_ASSERT(cn < sizeof(common));
     common[cn] = 0;
-    if (c->closing) {
-        req_drop_answered(c, req);
-        return;
-    }
     c->refs--;
     if (!req->keep_alive || srv->stopping)
         req->close_after = true;

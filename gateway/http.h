@@ -60,9 +60,10 @@ struct http_config {
 
 /* A complete request has arrived: answer it exactly once (http_respond). */
 typedef void http_request_cb(struct http_request *req, void *data);
-/* A response with `status` is being queued for `req` (data NULL when the
- * server answers by itself). Writes header lines, each ending in "\r\n",
- * into hdr[0..cap) and returns their length (0: none). */
+/* A response with `status` is being queued for `req` (req->data NULL when
+ * the server answers by itself). Writes header lines, each ending in "\r\n",
+ * into hdr[0..cap) and returns their length (0: none). hdr is NULL (cap 0)
+ * when the connection is gone and the response will not be sent. */
 typedef size_t http_response_cb(struct http_request *req, int status, char *hdr,
                                 size_t cap, void *data);
 /* `req` is being freed: release req->data. */
