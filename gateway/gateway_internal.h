@@ -1,112 +1,151 @@
-/* Shared between the gateway's files: http.c (connections, parsing, ordered
- * responses), api.c (routes -> node requests) and json.c (a JSON writer,
- * UTF-8, base64 and percent-decoding helpers). Everything here runs on the
- * node's loop thread. */
+/* Shared between the gateway's API files, which sit on http.h's server:
+ *   api.c         the gateway object (gateway.h), the server's callbacks and
+ *                 routing: the route table below, 404/405, query checks;
+ *   api_kv.c      the /v1/kv, /v1/batch and /v1/txn handlers, with
+ *   api_body.c    their JSON request bodies into kvpb (api_body.h);
+ *   api_cluster.c /v1/cluster, /healthz, /readyz, /v1/debug/digest;
+ *   metrics.c     /metrics (a descriptor table) and the per-route counters;
+ *   api_reply.c   what the handlers share: answers, query values, submitting
+ *                 to the node.
+ * Calls run one way: api.c -> the handler files -> api_reply.c -> http.c,
+ * json.c and the node (api_kv.c -> api_body.c -> json.c). Everything here
+ * runs on the node's loop thread. */
 #ifndef TK_GATEWAY_INTERNAL_H
 #define TK_GATEWAY_INTERNAL_H
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <uv.h>
 
+#include "base/blob.h"
 #include "base/hist.h"
 #include "gateway/gateway.h"
+#include "gateway/http.h"
+#include "gateway/json.h"
 #include "node/node.h"
 
-/* ---- json.c ------------------------------------------------------------ */
+/* ---- query parameters --------------------------------------------------- */
 
-/* A growable byte buffer; aborts on out of memory (tk_realloc). */
-struct jbuf {
-    char *p;
-    size_t len;
-    size_t cap;
+/* X(ID, name): every query parameter any route takes. */
+#define GW_QPARAMS(X)                                                                    \
+    X(MODE, "mode")                                                                      \
+    X(CONSISTENCY, "consistency")                                                        \
+    X(ENCODING, "encoding")                                                              \
+    X(RAW, "raw")                                                                        \
+    X(PREFIX, "prefix")                                                                  \
+    X(START, "start")                                                                    \
+    X(END, "end")                                                                        \
+    X(LIMIT, "limit")                                                                    \
+    X(TTL, "ttl_ms")                                                                     \
+    X(IF_VERSION, "if_version")                                                          \
+    X(IF_MOD, "if_mod_revision")                                                         \
+    X(DELTA, "delta")                                                                    \
+    X(IF_ABSENT, "if_absent")
+
+enum gw_qindex {
+#define X(id, name) QI_##id,
+    GW_QPARAMS(X)
+#undef X
+        QI_COUNT,
 };
 
-void jbuf_init(struct jbuf *b, size_t cap);
-void jbuf_free(struct jbuf *b);
-void jbuf_reserve(struct jbuf *b, size_t extra);
-void jbuf_add(struct jbuf *b, const void *p, size_t len);
-void jbuf_adds(struct jbuf *b, const char *s);
-void jbuf_printf(struct jbuf *b, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-/* A JSON string literal (quotes included) of valid UTF-8 bytes `s`. */
-void jbuf_jstr(struct jbuf *b, const void *s, size_t len);
-/* A JSON string literal holding the base64 of `s`. */
-void jbuf_jb64(struct jbuf *b, const void *s, size_t len);
+enum gw_qbit {
+#define X(id, name) Q_##id = 1u << QI_##id,
+    GW_QPARAMS(X)
+#undef X
+};
 
-/* True if `s` is well-formed UTF-8 (no overlongs, surrogates, > U+10FFFF). */
-bool json_utf8_valid(const void *s, size_t len);
+/* A request's parsed query: val[i] (NUL-terminated, percent-decoded) when
+ * bit i of `present` is set. */
+struct query {
+    unsigned present;
+    uint8_t *val[QI_COUNT];
+    size_t len[QI_COUNT];
+};
 
-/* Standard base64 (RFC 4648, with padding). encode_len is exact; decode
- * writes at most base64_decoded_max(len) bytes and returns TK_EINVAL on a bad
- * character, bad padding or a bad length. */
-size_t base64_encoded_len(size_t len);
-void base64_encode(const void *src, size_t len, char *dst);
-size_t base64_decoded_max(size_t len);
-int base64_decode(const char *src, size_t len, uint8_t *dst, size_t *out_len);
+/* ---- routes ------------------------------------------------------------- */
 
-/* Percent-decodes `len` bytes into dst (at least len bytes); '+' stays '+'
- * unless plus_space. Returns TK_EINVAL on a bad escape. */
-int pct_decode(const char *src, size_t len, uint8_t *dst, size_t *out_len,
-               bool plus_space);
+struct api_req;
+typedef void api_handler_fn(struct api_req *req, const struct query *q);
 
-/* 64-bit FNV-1a, for Idempotency-Key -> client id. */
-uint64_t fnv1a64(const void *p, size_t len);
+/* Route flags. */
+#define RF_WRITE (1u << 0) /* submits a write (ordering; a 500 on shutdown) */
+/* A body is allowed (else 400 "this request takes no body"). The GET routes
+ * without query parameters have it: they always ignored a body. */
+#define RF_BODY (1u << 1)
+/* A 405 on this path counts under this route in /metrics (else "other"), as
+ * the GET-only routes without query parameters always did. */
+#define RF_OWN_405 (1u << 2)
 
-/* ---- http.c ------------------------------------------------------------ */
+/* X(ID, metric name, method, path pattern, handler, query params, flags).
+ * Patterns: a literal path; "{key}" matches a non-empty rest of the path,
+ * or, when the pattern goes on after it, whatever lies before that literal
+ * suffix; a trailing "/" is optional. Order is the /metrics order. The
+ * 404/405 answers (with Allow) derive from the table (api.c). */
+#define GW_ROUTES(X)                                                                     \
+    X(KV_GET, "kv_get", HTTP_GET, "/v1/kv/{key}", api__kv_get,                           \
+      Q_CONSISTENCY | Q_ENCODING | Q_RAW, 0)                                             \
+    X(KV_PUT, "kv_put", HTTP_PUT, "/v1/kv/{key}", api__kv_put,                           \
+      Q_MODE | Q_ENCODING | Q_TTL | Q_IF_VERSION | Q_IF_MOD | Q_IF_ABSENT,               \
+      RF_WRITE | RF_BODY)                                                                \
+    X(KV_DELETE, "kv_delete", HTTP_DELETE, "/v1/kv/{key}", api__kv_delete, Q_MODE,       \
+      RF_WRITE)                                                                          \
+    X(KV_SCAN, "kv_scan", HTTP_GET, "/v1/kv/", api__kv_scan,                             \
+      Q_PREFIX | Q_START | Q_END | Q_LIMIT | Q_CONSISTENCY | Q_ENCODING, 0)              \
+    X(KV_DELETE_RANGE, "kv_delete_range", HTTP_DELETE, "/v1/kv/", api__kv_delete_range,  \
+      Q_PREFIX | Q_START | Q_END | Q_MODE, RF_WRITE)                                     \
+    X(KV_INCR, "kv_incr", HTTP_POST, "/v1/kv/{key}/incr", api__kv_incr,                  \
+      Q_MODE | Q_DELTA, RF_WRITE | RF_BODY)                                              \
+    X(BATCH, "batch", HTTP_POST, "/v1/batch", api__batch, Q_MODE | Q_ENCODING,           \
+      RF_WRITE | RF_BODY)                                                                \
+    X(TXN, "txn", HTTP_POST, "/v1/txn", api__txn, Q_MODE | Q_ENCODING,                   \
+      RF_WRITE | RF_BODY)                                                                \
+    X(CLUSTER, "cluster", HTTP_GET, "/v1/cluster", api__cluster, 0,                      \
+      RF_BODY | RF_OWN_405)                                                              \
+    X(HEALTHZ, "healthz", HTTP_GET, "/healthz", api__healthz, 0, RF_BODY | RF_OWN_405)   \
+    X(READYZ, "readyz", HTTP_GET, "/readyz", api__readyz, 0, RF_BODY | RF_OWN_405)       \
+    X(METRICS, "metrics", HTTP_GET, "/metrics", api__metrics, 0, RF_BODY | RF_OWN_405)   \
+    X(DIGEST, "digest", HTTP_GET, "/v1/debug/digest", api__digest, 0,                    \
+      RF_BODY | RF_OWN_405)
 
 enum gw_route {
-    ROUTE_KV_GET,
-    ROUTE_KV_PUT,
-    ROUTE_KV_DELETE,
-    ROUTE_KV_SCAN,
-    ROUTE_KV_DELETE_RANGE,
-    ROUTE_KV_INCR,
-    ROUTE_BATCH,
-    ROUTE_TXN,
-    ROUTE_CLUSTER,
-    ROUTE_HEALTHZ,
-    ROUTE_READYZ,
-    ROUTE_METRICS,
-    ROUTE_DIGEST,
-    ROUTE_OTHER, /* unknown route or method, malformed HTTP */
+#define X(id, name, method, pattern, handler, query, flags) ROUTE_##id,
+    GW_ROUTES(X)
+#undef X
+        ROUTE_OTHER, /* unknown route or method, malformed HTTP */
     ROUTE_COUNT,
 };
 
+#define X(id, name, method, pattern, handler, query, flags) api_handler_fn handler;
+GW_ROUTES(X)
+#undef X
+
+/* ---- the gateway and its requests --------------------------------------- */
+
+/* Statuses /metrics counts one by one (metrics.c); the last slot is "other". */
 #define GW_STATUS_SLOTS 20
-#define GATEWAY_STOP_GRACE_MS 2000
 
-struct http_conn;
+struct gateway {
+    struct gateway_config cfg;
+    struct node *node;
+    struct http_server *http;
+    bool stopping;
+    int listen_rc;
+    char listen_err[256];
+    /* Metrics (metrics.c), on the loop thread. */
+    uint64_t requests[ROUTE_COUNT][GW_STATUS_SLOTS];
+    struct tk_hist *latency; /* [ROUTE_COUNT], nanoseconds */
+};
 
-/* One parsed request, owned by its connection's queue until its response
- * has been written (or the connection is gone). */
-struct http_req {
-    struct http_conn *conn;
-    struct http_req *next;
+/* The API's state of one request (http_request.data), from on_request to
+ * on_close. */
+struct api_req {
+    struct http_request *http;
     struct gateway *gw;
-    int method; /* enum http_method */
-    char *url;
-    size_t url_len;
-    bool keep_alive;
-    bool json_body; /* Content-Type: application/json */
-    bool has_idem;  /* Idempotency-Key */
-    uint64_t idem_hash;
-    uint8_t *body;
-    size_t body_len;
-    size_t body_cap;
-    uint64_t start_ns;
     int route;      /* enum gw_route */
+    bool is_write;  /* the route has RF_WRITE */
     bool submitted; /* the node holds nreq: wait for its callback */
-    bool is_write;
-    bool deferred;      /* held back to keep the connection's order (http_dispatch) */
-    bool counted_write; /* counted in the connection's pending writes */
-    bool done;
-    bool close_after; /* Connection: close after this response */
-    char *resp;
-    size_t resp_len;
     struct node_req nreq;
-    /* api.c's per-request state */
     uint8_t *key;
     size_t key_len;
     uint8_t *key2; /* scan: end bound */
@@ -120,57 +159,47 @@ struct http_req {
     uint32_t n_then;
 };
 
-struct gateway {
-    struct gateway_config cfg;
-    struct node *node;
-    uv_loop_t *loop;
-    uv_tcp_t listener;
-    bool listening;
-    bool stopping;
-    uv_timer_t stop_timer; /* grace period for answers at loop stop */
-    bool stop_timer_open;
-    int listen_rc;
-    char listen_err[256];
-    uint16_t port;
-    struct http_conn *conns; /* doubly linked */
-    uint32_t n_conns;
-    uint32_t n_rejecting;
-    /* Metrics, on the loop thread. */
-    uint64_t requests[ROUTE_COUNT][GW_STATUS_SLOTS];
-    struct tk_hist *latency; /* [ROUTE_COUNT], nanoseconds */
-    uint64_t conns_accepted;
-    uint64_t conns_rejected;
-    uint64_t conns_timed_out;
-    uint64_t bad_requests;
-};
+/* ---- api_reply.c -------------------------------------------------------- */
 
-/* Queues the response of `req`: status, optional content type (NULL: JSON),
- * `extra` header lines (each ending in \r\n, may be NULL) and a body. Writes
- * it once every earlier request of the connection has answered. Exactly once
- * per request. */
-void http_respond(struct http_req *req, int status, const char *content_type,
-                  const char *extra, const void *body, size_t body_len);
-/* Submits req->nreq (prepared by api.c) to the node, or holds it back while
- * ordering requires: a read waits for the connection's earlier writes to
- * complete, and nothing overtakes a request held back. So pipelined requests
- * on one connection take effect in the order they were sent. */
-void http_dispatch(struct http_req *req);
-/* A JSON error {"error":{"code","message"}}. */
-void http_respond_error(struct http_req *req, int status, const char *code,
-                        const char *extra, const char *fmt, ...)
-    __attribute__((format(printf, 5, 6)));
-const char *http_reason(int status);
-int http_status_slot(int status);
-extern const int gw_status_codes[GW_STATUS_SLOTS];
-extern const char *const gw_route_names[ROUTE_COUNT];
+/* Parses `s` (the query string without '?'); only params in `allowed`.
+ * Returns TK_EINVAL with a message in msg on error; query_free either way. */
+int api__query_parse(const char *s, size_t len, unsigned allowed, struct query *q,
+                     char *msg, size_t msg_cap);
+void api__query_free(struct query *q);
+/* The value of ?mode (enum node_mode), ?consistency (enum
+ * node_consistency) or ?encoding (req->b64): the default when absent; on a
+ * bad value answers 400 and returns TK_EINVAL. */
+int api__parse_mode(struct api_req *req, const struct query *q, int *mode);
+int api__parse_consistency(struct api_req *req, const struct query *q, int *cons);
+int api__parse_encoding(struct api_req *req, const struct query *q);
+/* ?name, ?name=1|true (true) or ?name=0|false; else 400 and TK_EINVAL. */
+int api__parse_flag(struct api_req *req, const struct query *q, int qi, bool *out);
+/* A non-negative decimal; else 400 and TK_EINVAL. */
+int api__query_u64(struct api_req *req, const struct query *q, int qi, bool *has,
+                   uint64_t *out);
+int api__parse_i64(const char *s, size_t len, int64_t *out);
 
-/* ---- api.c ------------------------------------------------------------- */
+/* 400 bad_request with a message. */
+void api__bad(struct api_req *req, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* The answer for a project error code (503 not_leader, 504 timeout...). */
+void api__respond_rc(struct api_req *req, int rc);
+/* 200 with the JSON in b (a newline added), X-Tierkv-Revision if nonzero. */
+void api__respond_json(struct api_req *req, struct jbuf *b, uint64_t revision);
+/* Retry-After: retry_after_s, as a header line. */
+void api__retry_after(const struct gateway *gw, char *out, size_t cap);
+/* "leader", "candidate", "pre_candidate" or "follower". */
+const char *api__role_name(int role);
+/* Submits a write (`cmd`, a packed kvpb.Command, taken; its answer comes to
+ * cb) or a read, in the connection's order (http_dispatch). A submission the
+ * node refuses is answered with api__respond_rc. */
+void api__submit_write(struct api_req *req, struct tk_blob *cmd, int mode,
+                       node_write_cb *cb);
+void api__submit_read(struct api_req *req, int consistency, node_read_cb *cb);
 
-/* Routes a complete request; answers it now or later with http_respond. */
-void api_handle(struct gateway *gw, struct http_req *req);
-/* Hands req->nreq to the node now; answers the request on failure. */
-void api_submit(struct http_req *req);
-/* Frees api.c's state of a request. */
-void api_req_free(struct http_req *req);
+/* ---- metrics.c ---------------------------------------------------------- */
+
+/* Counts one response of `route` with `status`, `ns` after its start. */
+void api__metrics_count(struct gateway *gw, int route, int status, uint64_t ns);
 
 #endif

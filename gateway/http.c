@@ -1,11 +1,13 @@
-/* The HTTP/1.1 server of the gateway: libuv TCP + http-parser, on the node's
- * loop thread.
+/* The gateway's HTTP/1.1 server (contract in http.h): libuv TCP +
+ * http-parser, on one loop thread. It knows nothing of nodes or routes: each
+ * complete request goes to the user's on_request callback (api.c), which
+ * answers at once or later through http_respond.
  *
- * A connection parses whatever arrives; each complete request is queued in
- * arrival order and handed to api.c, which answers at once or when the node
- * calls back. Responses are written strictly in request order (pipelining):
- * an answered request waits until every earlier one has answered, then the
- * run of answered requests at the head goes out in one vectored write.
+ * A connection parses whatever arrives; complete requests are queued in
+ * arrival order. Responses are written strictly in request order
+ * (pipelining): an answered request waits until every earlier one has
+ * answered, then the run of answered requests at the head goes out in one
+ * vectored write.
  *
  * Bounds: request line + headers <= header_max (431), body <= body_max (413),
  * requests in flight per connection <= pipeline_max (reading pauses above it,
@@ -13,11 +15,15 @@
  * conns_max (503 and close beyond it). Timers cut slow clients: from a
  * request's first byte to the end of its headers (header_timeout_ms), then to
  * the end of its body (body_timeout_ms), and between requests (idle_timeout_ms).
+ * Per-connection state is struct http_conn. Bytes come in through on_read ->
+ * conn_feed and go out through conn_write (and the one uv_try_write of
+ * "100 Continue"): a TLS layer goes at those seams. Per-connection limits go
+ * at accept (on_connection, conn_reject) and in conn_feed.
  *
  * Lifetime: a connection is freed when its two handles are closed and no
- * request of it is still held by the node (refs == 0). On loop stop every
- * connection is closed; requests the node still holds complete afterwards
- * with TK_ESHUTDOWN and are then dropped. */
+ * request of it is still unanswered (refs == 0). At http_server_stop every
+ * connection is closed or drained; requests its user still holds are freed
+ * when they are answered. */
 #include <http_parser.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -28,7 +34,8 @@
 #include "base/assert.h"
 #include "base/err.h"
 #include "base/log.h"
-#include "gateway/gateway_internal.h"
+#include "gateway/http.h"
+#include "gateway/json.h"
 
 #define RBUF_BYTES 16384
 #define WRITE_BUFS 16
@@ -41,14 +48,14 @@ enum hdr {
     HDR_CONTENT_TYPE,
     HDR_CONTENT_LENGTH,
     HDR_TRANSFER_ENCODING,
-    HDR_IDEMPOTENCY_KEY,
+    HDR_DIGEST, /* http_config.digest_header */
     HDR_EXPECT,
 };
 
 struct http_conn {
     uv_tcp_t tcp;
     uv_timer_t timer;
-    struct gateway *gw;
+    struct http_server *srv;
     struct http_conn *prev, *next;
     http_parser parser;
     int refs; /* open handles + requests not yet answered */
@@ -60,10 +67,10 @@ struct http_conn {
     uint32_t phase_changes;  /* re-arm the timer when this moves */
     uint32_t inflight;       /* requests parsed whose response is not yet written */
     uint32_t n_deferred;     /* requests held back by http_dispatch */
-    uint32_t pending_writes; /* writes at the node, not yet answered */
+    uint32_t pending_writes; /* dispatched writes not yet answered */
     bool resuming, resume_again;
-    struct http_req *head, *tail;
-    struct http_req *cur;
+    struct http_request *head, *tail;
+    struct http_request *cur;
     size_t header_bytes;
     enum hdr hdr;
     bool in_value;
@@ -81,27 +88,28 @@ struct write_req {
     struct http_conn *c;
     uint32_t n;
     bool close;
-    struct http_req *reqs[WRITE_BUFS];
+    struct http_request *reqs[WRITE_BUFS];
     uv_buf_t bufs[WRITE_BUFS];
 };
 
-const int gw_status_codes[GW_STATUS_SLOTS] = {100, 200, 400, 404, 405, 408, 409,
-                                              411, 413, 414, 415, 431, 500, 501,
-                                              503, 504, 505, 0,   0,   0};
-const char *const gw_route_names[ROUTE_COUNT] = {
-    "kv_get", "kv_put",  "kv_delete", "kv_scan", "kv_delete_range", "kv_incr", "batch",
-    "txn",    "cluster", "healthz",   "readyz",  "metrics",         "digest",  "other",
+struct http_server {
+    struct http_config cfg;
+    struct http_callbacks cb;
+    void *data;
+    uv_loop_t *loop;
+    uv_tcp_t listener;
+    bool listening;
+    bool stopping;
+    uv_timer_t stop_timer; /* grace period for answers at stop */
+    bool stop_timer_open;
+    uint16_t port;
+    struct http_conn *conns; /* doubly linked */
+    uint32_t n_conns;
+    uint32_t n_rejecting;
+    struct http_stats stats; /* conns_open is n_conns, filled on read */
 };
 
-int http_status_slot(int status)
-{
-    for (int i = 0; i < GW_STATUS_SLOTS; i++)
-        if (gw_status_codes[i] == status)
-            return i;
-    return GW_STATUS_SLOTS - 1; /* "other" */
-}
-
-const char *http_reason(int status)
+static const char *http_reason(int status)
 {
     switch (status) {
     case 100:
@@ -154,27 +162,26 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf);
 
 /* ---- requests ---------------------------------------------------------- */
 
-static struct http_req *req_new(struct http_conn *c)
+static struct http_request *req_new(struct http_conn *c)
 {
-    struct http_req *r = tk_calloc(1, sizeof(*r));
+    struct http_request *r = tk_calloc(1, sizeof(*r));
     r->conn = c;
-    r->gw = c->gw;
-    r->route = ROUTE_OTHER;
     r->keep_alive = true;
     r->start_ns = uv_hrtime();
     return r;
 }
 
-static void req_free(struct http_req *r)
+static void req_free(struct http_request *r)
 {
-    api_req_free(r);
+    struct http_server *srv = r->conn->srv;
+    srv->cb.on_close(r, srv->data);
     tk_free(r->url);
     tk_free(r->body);
     tk_free(r->resp);
     tk_free(r);
 }
 
-static void conn_enqueue(struct http_conn *c, struct http_req *r)
+static void conn_enqueue(struct http_conn *c, struct http_request *r)
 {
     r->next = NULL;
     if (c->tail)
@@ -191,9 +198,9 @@ static void conn_maybe_free(struct http_conn *c)
     if (c->refs > 0)
         return;
     TK_ASSERT(c->closing);
-    struct http_req *r = c->head;
+    struct http_request *r = c->head;
     while (r) {
-        struct http_req *next = r->next;
+        struct http_request *next = r->next;
         req_free(r);
         r = next;
     }
@@ -202,58 +209,37 @@ static void conn_maybe_free(struct http_conn *c)
     tk_free(c);
 }
 
-void http_respond(struct http_req *req, int status, const char *content_type,
-                  const char *extra, const void *body, size_t body_len)
+/* An answer for a request of a closed connection: nobody will read it. */
+static void req_drop_answered(struct http_conn *c, struct http_request *req)
 {
-    struct http_conn *c = req->conn;
-    struct gateway *gw = req->gw;
-    TK_ASSERT(!req->done);
-    TK_ASSERT(!req->deferred);
-    req->done = true;
-    if (req->counted_write) {
-        req->counted_write = false;
-        c->pending_writes--;
+    struct http_request **pp = &c->head, *prev = NULL;
+    while (*pp != NULL && *pp != req) {
+        prev = *pp;
+        pp = &(*pp)->next;
     }
-    gw->requests[req->route][http_status_slot(status)]++;
-    tk_hist_record(&gw->latency[req->route], uv_hrtime() - req->start_ns);
-    if (c->closing) {
-        /* The connection is gone: nobody will read this. */
-        struct http_req **pp = &c->head, *prev = NULL;
-        while (*pp != NULL && *pp != req) {
-            prev = *pp;
-            pp = &(*pp)->next;
-        }
-        TK_ASSERT(*pp == req);
-        *pp = req->next;
-        if (c->tail == req)
-            c->tail = prev;
-        req_free(req);
-        c->refs--;
-        conn_maybe_free(c);
-        return;
-    }
+    TK_ASSERT(*pp == req);
+    *pp = req->next;
+    if (c->tail == req)
+        c->tail = prev;
+    req_free(req);
     c->refs--;
-    if (!req->keep_alive || gw->stopping)
-        req->close_after = true;
-    struct node_status st;
-    node_status(gw->node, &st);
-    char lead[GATEWAY_ADDR_MAX + 64] = "";
-    if (st.leader != 0) {
-        int n = snprintf(lead, sizeof(lead), "X-Tierkv-Leader: %llu\r\n",
-                         (unsigned long long)st.leader);
-        for (uint32_t i = 0; i < gw->cfg.n_members; i++) {
-            if (gw->cfg.members[i].id == st.leader && gw->cfg.members[i].http_addr[0])
-                snprintf(lead + n, sizeof(lead) - (size_t)n,
-                         "X-Tierkv-Leader-Addr: %s\r\n", gw->cfg.members[i].http_addr);
-        }
-    }
-    char head[512 + GATEWAY_ADDR_MAX];
+    conn_maybe_free(c);
+}
+
+/* Status line, fixed headers, the user's common and `extra` headers, the
+ * blank line and the body, into req->resp. */
+static void req_build_response(struct http_request *req, int status,
+                               const char *content_type, const char *common,
+                               const char *extra, const void *body, size_t body_len)
+{
+    char head[512 + HTTP_EXTRA_HEADERS_MAX];
     int hn = snprintf(head, sizeof(head),
                       "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n%s%s",
                       status, http_reason(status),
-                      content_type ? content_type : "application/json", body_len, lead,
+                      content_type ? content_type : "application/json", body_len, common,
                       req->close_after ? "Connection: close\r\n" : "");
-    TK_ASSERT(hn > 0 && (size_t)hn < sizeof(head));
+    TK_ASSERT(hn > 0);
+    TK_ASSERT((size_t)hn < sizeof(head));
     size_t extra_len = extra ? strlen(extra) : 0;
     /* A HEAD answer announces the body's length but carries none. */
     size_t send_len = req->method == HTTP_HEAD ? 0 : body_len;
@@ -270,6 +256,33 @@ void http_respond(struct http_req *req, int status, const char *content_type,
     o += 2;
     if (send_len)
         memcpy(o, body, send_len);
+}
+
+void http_respond(struct http_request *req, int status, const char *content_type,
+                  const char *extra, const void *body, size_t body_len)
+{
+    struct http_conn *c = req->conn;
+    struct http_server *srv = c->srv;
+    TK_ASSERT(!req->done);
+    TK_ASSERT(!req->deferred);
+    req->done = true;
+    if (req->counted_write) {
+        req->counted_write = false;
+        c->pending_writes--;
+    }
+    if (c->closing) {
+        (void)srv->cb.on_response(req, status, NULL, 0, srv->data);
+        req_drop_answered(c, req);
+        return;
+    }
+    char common[HTTP_EXTRA_HEADERS_MAX];
+    size_t cn = srv->cb.on_response(req, status, common, sizeof(common), srv->data);
+    TK_ASSERT(cn < sizeof(common));
+    common[cn] = 0;
+    c->refs--;
+    if (!req->keep_alive || srv->stopping)
+        req->close_after = true;
+    req_build_response(req, status, content_type, common, extra, body, body_len);
     tk_free(req->body); /* no longer needed; keep memory per queued response low */
     req->body = NULL;
     req->body_len = req->body_cap = 0;
@@ -278,18 +291,20 @@ void http_respond(struct http_req *req, int status, const char *content_type,
         conn_resume(c);
 }
 
-static void http_submit(struct http_req *req)
+static void http_submit(struct http_request *req)
 {
     if (req->is_write) {
         req->counted_write = true;
         req->conn->pending_writes++;
     }
-    api_submit(req);
+    req->run_cb(req);
 }
 
-void http_dispatch(struct http_req *req)
+void http_dispatch(struct http_request *req, bool is_write, http_run_cb *cb)
 {
     struct http_conn *c = req->conn;
+    req->is_write = is_write;
+    req->run_cb = cb;
     if (c->n_deferred > 0 || (!req->is_write && c->pending_writes > 0)) {
         req->deferred = true;
         c->n_deferred++;
@@ -310,7 +325,7 @@ static void conn_resume(struct http_conn *c)
     do {
         c->resume_again = false;
         bool blocked = false, write_pending = false;
-        for (struct http_req *r = c->head; r != NULL && !c->closing; r = r->next) {
+        for (struct http_request *r = c->head; r != NULL && !c->closing; r = r->next) {
             if (r->deferred) {
                 if (blocked || (!r->is_write && write_pending)) {
                     blocked = true;
@@ -329,7 +344,7 @@ static void conn_resume(struct http_conn *c)
     c->resuming = false;
 }
 
-void http_respond_error(struct http_req *req, int status, const char *code,
+void http_respond_error(struct http_request *req, int status, const char *code,
                         const char *extra, const char *fmt, ...)
 {
     char msg[512];
@@ -349,7 +364,7 @@ void http_respond_error(struct http_req *req, int status, const char *code,
         jbuf_jstr(&b, "(message not valid UTF-8)", 25);
     jbuf_adds(&b, "}}\n");
     if (status == 400 || status == 413 || status == 431 || status == 414 || status == 408)
-        req->gw->bad_requests++;
+        req->conn->srv->stats.bad_requests++;
     http_respond(req, status, NULL, extra, b.p, b.len);
     jbuf_free(&b);
 }
@@ -378,7 +393,7 @@ static void on_written(uv_write_t *wr, int status)
         return;
     }
     if (c->read_paused && !c->read_done &&
-        c->inflight < c->gw->cfg.pipeline_max / 2 + 1) {
+        c->inflight < c->srv->cfg.pipeline_max / 2 + 1) {
         c->read_paused = false;
         if (uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) != 0) {
             conn_close(c);
@@ -389,13 +404,20 @@ static void on_written(uv_write_t *wr, int status)
         conn_timer_update(c);
 }
 
+/* Sends w's buffers; on_written runs when they are out. The plaintext seam
+ * on the way out: a TLS layer would encrypt here. */
+static int conn_write(struct http_conn *c, struct write_req *w)
+{
+    return uv_write(&w->wr, (uv_stream_t *)&c->tcp, w->bufs, w->n, on_written);
+}
+
 static void conn_flush(struct http_conn *c)
 {
     while (!c->closing && c->head && c->head->done) {
         struct write_req *w = tk_calloc(1, sizeof(*w));
         w->c = c;
         while (c->head && c->head->done && w->n < WRITE_BUFS) {
-            struct http_req *r = c->head;
+            struct http_request *r = c->head;
             c->head = r->next;
             if (c->head == NULL)
                 c->tail = NULL;
@@ -408,8 +430,7 @@ static void conn_flush(struct http_conn *c)
                 break;
             }
         }
-        int rc = uv_write(&w->wr, (uv_stream_t *)&c->tcp, w->bufs, w->n, on_written);
-        if (rc != 0) {
+        if (conn_write(c, w) != 0) {
             for (uint32_t i = 0; i < w->n; i++)
                 req_free(w->reqs[i]);
             c->inflight -= w->n;
@@ -439,28 +460,28 @@ static void conn_close(struct http_conn *c)
     if (c->closing)
         return;
     c->closing = true;
-    struct gateway *gw = c->gw;
+    struct http_server *srv = c->srv;
     if (c->prev)
         c->prev->next = c->next;
-    else if (gw->conns == c)
-        gw->conns = c->next;
+    else if (srv->conns == c)
+        srv->conns = c->next;
     if (c->next)
         c->next->prev = c->prev;
     c->prev = c->next = NULL;
     if (c->rejecting)
-        gw->n_rejecting--;
+        srv->n_rejecting--;
     else
-        gw->n_conns--;
-    if (gw->stopping && gw->conns == NULL && gw->stop_timer_open) {
-        gw->stop_timer_open = false;
-        uv_close((uv_handle_t *)&gw->stop_timer, on_stop_timer_closed);
+        srv->n_conns--;
+    if (srv->stopping && srv->conns == NULL && srv->stop_timer_open) {
+        srv->stop_timer_open = false;
+        uv_close((uv_handle_t *)&srv->stop_timer, on_stop_timer_closed);
     }
-    /* Answered but unwritten requests go now; the others are held by the node
+    /* Answered but unwritten requests go now; the others are held by the user
      * and are freed from http_respond. */
-    struct http_req **pp = &c->head;
+    struct http_request **pp = &c->head;
     c->tail = NULL;
     while (*pp) {
-        struct http_req *r = *pp;
+        struct http_request *r = *pp;
         if (r->done || r->deferred) {
             *pp = r->next;
             c->inflight--;
@@ -487,7 +508,7 @@ static void conn_fail(struct http_conn *c, int status, const char *code, const c
 {
     c->read_done = true;
     uv_read_stop((uv_stream_t *)&c->tcp);
-    struct http_req *r = c->cur ? c->cur : req_new(c);
+    struct http_request *r = c->cur ? c->cur : req_new(c);
     c->cur = NULL;
     r->keep_alive = false;
     r->close_after = true;
@@ -512,10 +533,10 @@ static int parse_fail(struct http_conn *c, int status, const char *code, const c
 static int count_header(struct http_conn *c, size_t len)
 {
     c->header_bytes += len;
-    if (c->header_bytes > c->gw->cfg.header_max)
+    if (c->header_bytes > c->srv->cfg.header_max)
         return parse_fail(c, 431, "header_too_large",
                           "request line and headers exceed %zu bytes",
-                          c->gw->cfg.header_max);
+                          c->srv->cfg.header_max);
     return 0;
 }
 
@@ -538,11 +559,11 @@ static int on_message_begin(http_parser *p)
 static int on_url(http_parser *p, const char *at, size_t len)
 {
     struct http_conn *c = p->data;
-    if (c->header_bytes + len > c->gw->cfg.header_max)
+    if (c->header_bytes + len > c->srv->cfg.header_max)
         return parse_fail(c, 414, "uri_too_long", "request URI exceeds %zu bytes",
-                          c->gw->cfg.header_max);
+                          c->srv->cfg.header_max);
     count_header(c, len);
-    struct http_req *r = c->cur;
+    struct http_request *r = c->cur;
     r->url = tk_realloc(r->url, r->url_len + len + 1);
     memcpy(r->url + r->url_len, at, len);
     r->url_len += len;
@@ -552,7 +573,7 @@ static int on_url(http_parser *p, const char *at, size_t len)
 
 static void header_done(struct http_conn *c)
 {
-    struct http_req *r = c->cur;
+    struct http_request *r = c->cur;
     if (!c->in_value)
         return;
     c->in_value = false;
@@ -596,7 +617,7 @@ static int on_header_field(http_parser *p, const char *at, size_t len)
     return 0;
 }
 
-static enum hdr classify(const char *name, size_t len)
+static enum hdr classify(const struct http_server *srv, const char *name, size_t len)
 {
     static const struct {
         const char *name;
@@ -605,24 +626,26 @@ static enum hdr classify(const char *name, size_t len)
         {"content-type", HDR_CONTENT_TYPE},
         {"content-length", HDR_CONTENT_LENGTH},
         {"transfer-encoding", HDR_TRANSFER_ENCODING},
-        {"idempotency-key", HDR_IDEMPOTENCY_KEY},
         {"expect", HDR_EXPECT},
     };
     for (size_t i = 0; i < sizeof(known) / sizeof(known[0]); i++)
         if (strlen(known[i].name) == len && strncasecmp(known[i].name, name, len) == 0)
             return known[i].h;
+    const char *d = srv->cfg.digest_header;
+    if (d != NULL && strlen(d) == len && strncasecmp(d, name, len) == 0)
+        return HDR_DIGEST;
     return HDR_OTHER;
 }
 
 static int on_header_value(http_parser *p, const char *at, size_t len)
 {
     struct http_conn *c = p->data;
-    struct http_req *r = c->cur;
+    struct http_request *r = c->cur;
     if (count_header(c, len) != 0)
         return -1;
     if (!c->in_value) {
-        c->hdr =
-            c->hval_len < sizeof(c->hval) ? classify(c->hval, c->hval_len) : HDR_OTHER;
+        c->hdr = c->hval_len < sizeof(c->hval) ? classify(c->srv, c->hval, c->hval_len)
+                                               : HDR_OTHER;
         c->in_value = true;
         c->hval_len = 0;
         switch (c->hdr) {
@@ -632,21 +655,22 @@ static int on_header_value(http_parser *p, const char *at, size_t len)
         case HDR_TRANSFER_ENCODING:
             c->has_te = true;
             break;
-        case HDR_IDEMPOTENCY_KEY:
-            if (r->has_idem)
-                return parse_fail(c, 400, "bad_header", "more than one Idempotency-Key");
-            r->has_idem = true;
-            r->idem_hash = 0xcbf29ce484222325ull;
+        case HDR_DIGEST:
+            if (r->has_digest)
+                return parse_fail(c, 400, "bad_header", "more than one %s",
+                                  c->srv->cfg.digest_header);
+            r->has_digest = true;
+            r->digest = 0xcbf29ce484222325ull; /* FNV-1a, as fnv1a64 */
             break;
         default:
             break;
         }
     }
-    if (c->hdr == HDR_IDEMPOTENCY_KEY) {
+    if (c->hdr == HDR_DIGEST) {
         const uint8_t *s = (const uint8_t *)at;
         for (size_t i = 0; i < len; i++) {
-            r->idem_hash ^= s[i];
-            r->idem_hash *= 0x100000001b3ull;
+            r->digest ^= s[i];
+            r->digest *= 0x100000001b3ull;
         }
     }
     size_t room = sizeof(c->hval) - 1 - c->hval_len;
@@ -660,8 +684,8 @@ static int on_header_value(http_parser *p, const char *at, size_t len)
 static int on_headers_complete(http_parser *p)
 {
     struct http_conn *c = p->data;
-    struct http_req *r = c->cur;
-    struct gateway *gw = c->gw;
+    struct http_request *r = c->cur;
+    struct http_server *srv = c->srv;
     header_done(c);
     c->hval_len = 0;
     if (p->http_major != 1)
@@ -673,17 +697,18 @@ static int on_headers_complete(http_parser *p)
     if (c->has_te && !(p->flags & F_CHUNKED))
         return parse_fail(c, 400, "bad_framing",
                           "only Transfer-Encoding: chunked is supported");
-    if (r->has_idem && r->idem_hash == 0)
-        r->idem_hash = 1;
+    if (r->has_digest && r->digest == 0)
+        r->digest = 1;
     r->method = p->method;
-    if ((p->flags & F_CONTENTLENGTH) && p->content_length > gw->cfg.body_max)
+    if ((p->flags & F_CONTENTLENGTH) && p->content_length > srv->cfg.body_max)
         return parse_fail(c, 413, "body_too_large", "body of %llu bytes exceeds %zu",
-                          (unsigned long long)p->content_length, gw->cfg.body_max);
+                          (unsigned long long)p->content_length, srv->cfg.body_max);
     if ((p->flags & F_CONTENTLENGTH) && p->content_length > 0) {
         r->body_cap = (size_t)p->content_length;
         r->body = tk_malloc(r->body_cap);
     }
     if (c->expect_continue && c->head == NULL) {
+        /* Best effort, beside conn_write (a TLS layer must wrap it too). */
         static char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
         uv_buf_t b = uv_buf_init(cont, sizeof(cont) - 1);
         (void)uv_try_write((uv_stream_t *)&c->tcp, &b, 1);
@@ -696,8 +721,8 @@ static int on_headers_complete(http_parser *p)
 static int on_body(http_parser *p, const char *at, size_t len)
 {
     struct http_conn *c = p->data;
-    struct http_req *r = c->cur;
-    size_t max = c->gw->cfg.body_max;
+    struct http_request *r = c->cur;
+    size_t max = c->srv->cfg.body_max;
     if (r->body_len + len > max)
         return parse_fail(c, 413, "body_too_large", "body exceeds %zu bytes", max);
     if (r->body_len + len > r->body_cap) {
@@ -718,7 +743,7 @@ static int on_body(http_parser *p, const char *at, size_t len)
 static int on_chunk_header(http_parser *p)
 {
     struct http_conn *c = p->data;
-    size_t max = c->gw->cfg.body_max;
+    size_t max = c->srv->cfg.body_max;
     if (p->content_length > max - c->cur->body_len)
         return parse_fail(c, 413, "body_too_large", "chunked body exceeds %zu bytes",
                           max);
@@ -728,14 +753,14 @@ static int on_chunk_header(http_parser *p)
 static int on_message_complete(http_parser *p)
 {
     struct http_conn *c = p->data;
-    struct http_req *r = c->cur;
+    struct http_request *r = c->cur;
     c->cur = NULL;
     r->keep_alive = http_should_keep_alive(p) != 0;
     c->phase = PH_IDLE;
     conn_enqueue(c, r);
     if (!r->keep_alive)
         c->read_done = true;
-    api_handle(c->gw, r);
+    c->srv->cb.on_request(r, c->srv->data);
     return 0;
 }
 
@@ -762,7 +787,7 @@ static void on_timer(uv_timer_t *t)
             conn_close(c);
         return;
     }
-    c->gw->conns_timed_out++;
+    c->srv->stats.conns_timed_out++;
     conn_fail(c, 408, "timeout",
               c->phase == PH_HEADERS ? "request headers not received in time"
                                      : "request body not received in time");
@@ -770,7 +795,7 @@ static void on_timer(uv_timer_t *t)
 
 static void conn_timer_update(struct http_conn *c)
 {
-    const struct gateway_config *cfg = &c->gw->cfg;
+    const struct http_config *cfg = &c->srv->cfg;
     if (c->closing)
         return;
     switch (c->phase) {
@@ -799,30 +824,17 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
     *buf = uv_buf_init(c->rbuf, sizeof(c->rbuf));
 }
 
-static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
+/* Parses `len` bytes the client sent: every complete request goes to
+ * on_request; a parse error answers and closes. The plaintext seam: a TLS
+ * layer would decrypt between on_read and here. */
+static void conn_feed(struct http_conn *c, const char *data, size_t len)
 {
-    struct http_conn *c = s->data;
-    if (nread < 0) {
-        /* The peer is gone, or half-closed after its requests: answer what
-         * is in flight, then close (on_written). A request cut short has
-         * nobody to answer to. */
-        if (c->inflight == 0 || nread != UV_EOF) {
-            conn_close(c);
-        } else {
-            c->read_done = true;
-            uv_read_stop(s);
-        }
-        return;
-    }
-    if (nread == 0 || c->read_done || c->rejecting)
-        return;
     uint32_t changes_before = c->phase_changes;
-    size_t done =
-        http_parser_execute(&c->parser, &parser_settings, buf->base, (size_t)nread);
+    size_t done = http_parser_execute(&c->parser, &parser_settings, data, len);
     if (c->closing)
         return;
     enum http_errno e = HTTP_PARSER_ERRNO(&c->parser);
-    if (!c->read_done && (e != HPE_OK || done != (size_t)nread)) {
+    if (!c->read_done && (e != HPE_OK || done != len)) {
         if (c->err_status != 0) {
             conn_fail(c, c->err_status, c->err_code, c->err_msg);
         } else if (e == HPE_HEADER_OVERFLOW) {
@@ -841,34 +853,78 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
         return;
     if (c->phase_changes != changes_before || c->phase == PH_IDLE)
         conn_timer_update(c);
-    if (!c->read_done && c->inflight >= c->gw->cfg.pipeline_max) {
+    if (!c->read_done && c->inflight >= c->srv->cfg.pipeline_max) {
         c->read_paused = true;
-        uv_read_stop(s);
+        uv_read_stop((uv_stream_t *)&c->tcp);
     }
+}
+
+static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
+{
+    struct http_conn *c = s->data;
+    if (nread < 0) {
+        /* The peer is gone, or half-closed after its requests: answer what
+         * is in flight, then close (on_written). A request cut short has
+         * nobody to answer to. */
+        if (c->inflight == 0 || nread != UV_EOF) {
+            conn_close(c);
+        } else {
+            c->read_done = true;
+            uv_read_stop(s);
+        }
+        return;
+    }
+    if (nread == 0 || c->read_done || c->rejecting)
+        return;
+    conn_feed(c, buf->base, (size_t)nread);
 }
 
 /* ---- accepting --------------------------------------------------------- */
 
+/* Past conns_max: answer 503 and close (REJECT_EXTRA such connections at
+ * most; beyond them, close at once). */
+static void conn_reject(struct http_conn *c)
+{
+    struct http_server *srv = c->srv;
+    srv->stats.conns_rejected++;
+    if (srv->n_rejecting > REJECT_EXTRA) {
+        conn_close(c);
+        return;
+    }
+    char extra[64];
+    snprintf(extra, sizeof(extra), "Retry-After: %u\r\n", srv->cfg.retry_after_s);
+    struct http_request *r = req_new(c);
+    r->keep_alive = false;
+    conn_enqueue(c, r);
+    /* Read (and discard) what the client sends, so closing does not
+     * reset the connection before it reads the answer. */
+    uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
+    uv_timer_start(&c->timer, on_timer, 1000, 0);
+    http_respond_error(r, 503, "too_many_connections", extra,
+                       "the server has %u connections open (its limit)",
+                       srv->cfg.conns_max);
+}
+
 static void on_connection(uv_stream_t *server, int status)
 {
-    struct gateway *gw = server->data;
-    if (status < 0 || gw->stopping)
+    struct http_server *srv = server->data;
+    if (status < 0 || srv->stopping)
         return;
     struct http_conn *c = tk_calloc(1, sizeof(*c));
-    c->gw = gw;
-    uv_tcp_init(gw->loop, &c->tcp);
-    uv_timer_init(gw->loop, &c->timer);
+    c->srv = srv;
+    uv_tcp_init(srv->loop, &c->tcp);
+    uv_timer_init(srv->loop, &c->timer);
     c->tcp.data = c->timer.data = c;
     c->refs = 2;
-    c->next = gw->conns;
-    if (gw->conns)
-        gw->conns->prev = c;
-    gw->conns = c;
-    c->rejecting = gw->n_conns >= gw->cfg.conns_max;
+    c->next = srv->conns;
+    if (srv->conns)
+        srv->conns->prev = c;
+    srv->conns = c;
+    c->rejecting = srv->n_conns >= srv->cfg.conns_max;
     if (c->rejecting)
-        gw->n_rejecting++;
+        srv->n_rejecting++;
     else
-        gw->n_conns++;
+        srv->n_conns++;
     if (uv_accept(server, (uv_stream_t *)&c->tcp) != 0) {
         conn_close(c);
         return;
@@ -877,115 +933,72 @@ static void on_connection(uv_stream_t *server, int status)
     http_parser_init(&c->parser, HTTP_REQUEST);
     c->parser.data = c;
     if (c->rejecting) {
-        gw->conns_rejected++;
-        if (gw->n_rejecting > REJECT_EXTRA) {
-            conn_close(c);
-            return;
-        }
-        char extra[64];
-        snprintf(extra, sizeof(extra), "Retry-After: %u\r\n", gw->cfg.retry_after_s);
-        struct http_req *r = req_new(c);
-        r->keep_alive = false;
-        conn_enqueue(c, r);
-        /* Read (and discard) what the client sends, so closing does not
-         * reset the connection before it reads the answer. */
-        uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
-        uv_timer_start(&c->timer, on_timer, 1000, 0);
-        http_respond_error(r, 503, "too_many_connections", extra,
-                           "the server has %u connections open (its limit)",
-                           gw->cfg.conns_max);
+        conn_reject(c);
         return;
     }
-    gw->conns_accepted++;
+    srv->stats.conns_accepted++;
     c->phase = PH_IDLE;
-    uv_timer_start(&c->timer, on_timer, gw->cfg.idle_timeout_ms, gw->cfg.idle_timeout_ms);
+    uv_timer_start(&c->timer, on_timer, srv->cfg.idle_timeout_ms,
+                   srv->cfg.idle_timeout_ms);
     if (uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) != 0)
         conn_close(c);
 }
 
 /* ---- lifecycle --------------------------------------------------------- */
 
-void gateway_config_default(struct gateway_config *c)
+struct http_server *http_server_new(const struct http_config *cfg,
+                                    const struct http_callbacks *cb, void *data)
 {
-    memset(c, 0, sizeof(*c));
-    c->host = "127.0.0.1";
-    c->port = 8080;
-    c->key_max = 4096;
-    c->value_max = 1 << 20;
-    c->body_max = 4 << 20;
-    c->header_max = 16384;
-    c->conns_max = 1024;
-    c->pipeline_max = 64;
-    c->header_timeout_ms = 10000;
-    c->body_timeout_ms = 30000;
-    c->idle_timeout_ms = 60000;
-    c->request_timeout_ms = 0;
-    c->scan_limit_default = 1000;
-    c->scan_limit_max = 10000;
-    c->retry_after_s = 1;
+    TK_ASSERT(cb->on_request != NULL);
+    TK_ASSERT(cb->on_response != NULL);
+    TK_ASSERT(cb->on_close != NULL);
+    struct http_server *srv = tk_calloc(1, sizeof(*srv));
+    srv->cfg = *cfg;
+    srv->cb = *cb;
+    srv->data = data;
+    return srv;
 }
 
-int gateway_new(const struct gateway_config *c, struct gateway **out)
+int http_server_listen(struct http_server *srv, uv_loop_t *loop, const char *host,
+                       uint16_t port, char *err, size_t err_cap)
 {
-    if (c->host == NULL || c->key_max == 0 || c->key_max > 65535 || c->value_max == 0 ||
-        c->body_max == 0 || c->value_max > c->body_max || c->header_max < 1024 ||
-        c->conns_max == 0 || c->pipeline_max == 0 || c->header_timeout_ms == 0 ||
-        c->body_timeout_ms == 0 || c->idle_timeout_ms == 0 || c->scan_limit_max == 0 ||
-        c->scan_limit_default == 0 || c->scan_limit_default > c->scan_limit_max ||
-        c->n_members > GATEWAY_MEMBERS_MAX)
-        return TK_EINVAL;
-    struct gateway *gw = tk_calloc(1, sizeof(*gw));
-    gw->cfg = *c;
-    gw->cfg.host = tk_strdup(c->host);
-    gw->latency = tk_calloc(ROUTE_COUNT, sizeof(*gw->latency));
-    for (int i = 0; i < ROUTE_COUNT; i++)
-        tk_hist_init(&gw->latency[i]);
-    gw->listen_rc = TK_EINVAL;
-    snprintf(gw->listen_err, sizeof(gw->listen_err),
-             "the node never started the gateway");
-    *out = gw;
-    return 0;
-}
-
-static void on_loop_start(struct node *n, struct uv_loop_s *loop, void *data)
-{
-    struct gateway *gw = data;
-    gw->node = n;
-    gw->loop = loop;
+    srv->loop = loop;
     union {
         struct sockaddr_in v4;
         struct sockaddr_in6 v6;
     } addr;
-    const char *host = gw->cfg.host;
-    if (uv_ip4_addr(host, gw->cfg.port, &addr.v4) != 0 &&
-        uv_ip6_addr(host, gw->cfg.port, &addr.v6) != 0) {
-        gw->listen_rc = TK_EINVAL;
-        snprintf(gw->listen_err, sizeof(gw->listen_err),
+    if (uv_ip4_addr(host, port, &addr.v4) != 0 &&
+        uv_ip6_addr(host, port, &addr.v6) != 0) {
+        snprintf(err, err_cap,
                  "HTTP listen address \"%s\" is not an IPv4 or IPv6 literal", host);
-        return;
+        return TK_EINVAL;
     }
-    uv_tcp_init(loop, &gw->listener);
-    gw->listener.data = gw;
-    gw->listening = true;
-    int rc = uv_tcp_bind(&gw->listener, (const struct sockaddr *)&addr, 0);
+    uv_tcp_init(loop, &srv->listener);
+    srv->listener.data = srv;
+    srv->listening = true;
+    int rc = uv_tcp_bind(&srv->listener, (const struct sockaddr *)&addr, 0);
     if (rc == 0)
-        rc = uv_listen((uv_stream_t *)&gw->listener, 511, on_connection);
+        rc = uv_listen((uv_stream_t *)&srv->listener, 511, on_connection);
     if (rc != 0) {
-        gw->listen_rc = TK_EIO;
-        snprintf(gw->listen_err, sizeof(gw->listen_err), "cannot listen on %s:%u: %s",
-                 host, gw->cfg.port, uv_strerror(rc));
-        return;
+        snprintf(err, err_cap, "cannot listen on %s:%u: %s", host, port, uv_strerror(rc));
+        return TK_EIO;
     }
     struct sockaddr_storage ss;
     int len = sizeof(ss);
-    if (uv_tcp_getsockname(&gw->listener, (struct sockaddr *)&ss, &len) == 0) {
+    if (uv_tcp_getsockname(&srv->listener, (struct sockaddr *)&ss, &len) == 0) {
         if (ss.ss_family == AF_INET)
-            gw->port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
+            srv->port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
         else
-            gw->port = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+            srv->port = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
     }
-    gw->listen_rc = 0;
-    gw->listen_err[0] = 0;
+    if (err_cap > 0)
+        err[0] = 0;
+    return 0;
+}
+
+uint16_t http_server_port(const struct http_server *srv)
+{
+    return srv->port;
 }
 
 static void on_stop_timer_closed(uv_handle_t *h)
@@ -996,25 +1009,19 @@ static void on_stop_timer_closed(uv_handle_t *h)
 /* The grace period is over: cut whatever is left. */
 static void on_stop_timer(uv_timer_t *t)
 {
-    struct gateway *gw = t->data;
-    while (gw->conns)
-        conn_close(gw->conns);
+    struct http_server *srv = t->data;
+    while (srv->conns)
+        conn_close(srv->conns);
 }
 
-/* Stops accepting and closes idle connections at once. A connection with
- * requests in flight stops reading and stays open so that their answers
- * (the node fails them with TK_ESHUTDOWN right after this hook: 503) reach the
- * client; it closes after its last response, or when the grace timer fires. */
-static void on_loop_stop(struct node *n, struct uv_loop_s *loop, void *data)
+void http_server_stop(struct http_server *srv)
 {
-    struct gateway *gw = data;
-    (void)n;
-    gw->stopping = true;
-    if (gw->listening) {
-        gw->listening = false;
-        uv_close((uv_handle_t *)&gw->listener, NULL);
+    srv->stopping = true;
+    if (srv->listening) {
+        srv->listening = false;
+        uv_close((uv_handle_t *)&srv->listener, NULL);
     }
-    struct http_conn *c = gw->conns;
+    struct http_conn *c = srv->conns;
     while (c) {
         struct http_conn *next = c->next;
         if (c->inflight == 0 || c->rejecting) {
@@ -1026,43 +1033,25 @@ static void on_loop_stop(struct node *n, struct uv_loop_s *loop, void *data)
         }
         c = next;
     }
-    if (gw->conns) {
-        uv_timer_init(loop, &gw->stop_timer);
-        gw->stop_timer.data = gw;
-        gw->stop_timer_open = true;
-        uv_timer_start(&gw->stop_timer, on_stop_timer, GATEWAY_STOP_GRACE_MS, 0);
+    if (srv->conns) {
+        uv_timer_init(srv->loop, &srv->stop_timer);
+        srv->stop_timer.data = srv;
+        srv->stop_timer_open = true;
+        uv_timer_start(&srv->stop_timer, on_stop_timer, HTTP_STOP_GRACE_MS, 0);
     }
 }
 
-void gateway_hook(struct gateway *gw, struct node_options *o)
+void http_server_stats(const struct http_server *srv, struct http_stats *out)
 {
-    o->on_loop_start = on_loop_start;
-    o->on_loop_stop = on_loop_stop;
-    o->hook_data = gw;
+    *out = srv->stats;
+    out->conns_open = srv->n_conns;
 }
 
-int gateway_listen_status(const struct gateway *gw)
+void http_server_free(struct http_server *srv)
 {
-    return gw->listen_rc;
-}
-
-const char *gateway_listen_error(const struct gateway *gw)
-{
-    return gw->listen_err;
-}
-
-uint16_t gateway_port(const struct gateway *gw)
-{
-    return gw->port;
-}
-
-void gateway_free(struct gateway *gw)
-{
-    if (gw == NULL)
+    if (srv == NULL)
         return;
     /* The loop is gone; every connection was closed on it. */
-    TK_ASSERT(gw->conns == NULL);
-    tk_free((char *)(uintptr_t)gw->cfg.host);
-    tk_free(gw->latency);
-    tk_free(gw);
+    TK_ASSERT(srv->conns == NULL);
+    tk_free(srv);
 }

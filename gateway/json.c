@@ -11,7 +11,7 @@
 
 #include "base/alloc.h"
 #include "base/err.h"
-#include "gateway/gateway_internal.h"
+#include "gateway/json.h"
 
 void jbuf_init(struct jbuf *b, size_t cap)
 {

@@ -6,6 +6,7 @@
 #include <arpa/inet.h>
 #include <check.h>
 #include <netinet/in.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -14,7 +15,7 @@
 
 #include "base/err.h"
 #include "gateway/gateway.h"
-#include "gateway/gateway_internal.h"
+#include "gateway/json.h"
 #include "node/node.h"
 #include "transport/transport.h"
 
@@ -307,6 +308,68 @@ START_TEST(test_malformed_request_gets_400_and_server_stays_up)
 }
 END_TEST
 
+/* The route table's derived answers: each request's status line and, for a
+ * 405, the Allow list of the path's routes; then the route each counted
+ * under in /metrics. */
+START_TEST(test_route_table_answers_404_405_with_allow_and_counts_routes)
+{
+    struct fixture f;
+    fx_start(&f, NULL);
+    static char buf[65536];
+    static const struct {
+        const char *req;
+        const char *status;
+        const char *allow; /* NULL: no Allow header */
+    } cases[] = {
+        {"GET /nope HTTP/1.1\r\n\r\n", "HTTP/1.1 404 Not Found", NULL},
+        {"GET /healthz/ HTTP/1.1\r\n\r\n", "HTTP/1.1 404 Not Found", NULL},
+        {"PATCH /v1/kv/a HTTP/1.1\r\n\r\n", "HTTP/1.1 405 ",
+         "Allow: GET, PUT, DELETE\r\n"},
+        {"POST /v1/kv/a HTTP/1.1\r\n\r\n", "HTTP/1.1 405 ",
+         "Allow: GET, PUT, DELETE (POST only on /v1/kv/{key}/incr)\r\n"},
+        {"PUT /v1/kv/ HTTP/1.1\r\nContent-Length: 0\r\n\r\n", "HTTP/1.1 405 ",
+         "Allow: GET, DELETE\r\n"},
+        {"GET /v1/batch HTTP/1.1\r\n\r\n", "HTTP/1.1 405 ", "Allow: POST\r\n"},
+        {"POST /healthz HTTP/1.1\r\n\r\n", "HTTP/1.1 405 ", "Allow: GET\r\n"},
+        {"GET /healthz?x HTTP/1.1\r\n\r\n", "HTTP/1.1 400 ", NULL},
+        {"GET /v1/kv?x HTTP/1.1\r\n\r\n", "HTTP/1.1 400 ", NULL},
+        {"GET /v1/kv/a HTTP/1.1\r\nContent-Length: 1\r\n\r\nx", "HTTP/1.1 400 ", NULL},
+        {"POST /v1/kv//incr HTTP/1.1\r\n\r\n", "HTTP/1.1 400 ", NULL}, /* empty key */
+        {"POST /v1/kv/n/incr HTTP/1.1\r\n\r\n", "HTTP/1.1 200 OK", NULL},
+        {"GET /v1/kv/n/incr HTTP/1.1\r\n\r\n", "HTTP/1.1 404 ", NULL}, /* key "n/incr" */
+        {"GET /v1/kv/ HTTP/1.1\r\n\r\n", "HTTP/1.1 200 OK", NULL},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        int s = connect_to(f.port);
+        send_all(s, cases[i].req, strlen(cases[i].req));
+        read_responses(s, buf, sizeof(buf), 1);
+        ck_assert_msg(strstr(buf, cases[i].status) == buf, "case %zu: %s", i, buf);
+        const char *allow = strstr(buf, "Allow: ");
+        if (cases[i].allow)
+            ck_assert_msg(allow &&
+                              strncmp(allow, cases[i].allow, strlen(cases[i].allow)) == 0,
+                          "case %zu: %s", i, buf);
+        else
+            ck_assert_msg(allow == NULL, "case %zu: %s", i, buf);
+        close(s);
+    }
+    int s = connect_to(f.port);
+    send_all(s, "GET /metrics HTTP/1.1\r\n\r\n", 25);
+    read_responses(s, buf, sizeof(buf), 1);
+    static const char *const counted[] = {
+        "{route=\"other\",code=\"404\"} 2\n",   "{route=\"other\",code=\"405\"} 4\n",
+        "{route=\"healthz\",code=\"405\"} 1\n", "{route=\"healthz\",code=\"400\"} 1\n",
+        "{route=\"kv_scan\",code=\"400\"} 1\n", "{route=\"kv_get\",code=\"400\"} 1\n",
+        "{route=\"kv_incr\",code=\"400\"} 1\n", "{route=\"kv_incr\",code=\"200\"} 1\n",
+        "{route=\"kv_get\",code=\"404\"} 1\n",  "{route=\"kv_scan\",code=\"200\"} 1\n",
+    };
+    for (size_t i = 0; i < sizeof(counted) / sizeof(counted[0]); i++)
+        ck_assert_msg(strstr(buf, counted[i]) != NULL, "missing %s", counted[i]);
+    close(s);
+    fx_stop(&f);
+}
+END_TEST
+
 START_TEST(test_oversized_requests_get_413_and_431)
 {
     struct fixture f;
@@ -516,6 +579,7 @@ int main(void)
     tcase_add_test(h, test_pipelined_requests_answer_in_order);
     tcase_add_test(h, test_chunked_body_and_expect_continue);
     tcase_add_test(h, test_malformed_request_gets_400_and_server_stays_up);
+    tcase_add_test(h, test_route_table_answers_404_405_with_allow_and_counts_routes);
     tcase_add_test(h, test_oversized_requests_get_413_and_431);
     tcase_add_test(h, test_stop_with_open_and_half_sent_connections);
     tcase_add_test(h, test_listen_failure_is_reported);

@@ -1,0 +1,419 @@
+/* JSON request bodies into kvpb messages (contract in api_body.h): the PUT
+ * body, a batch's ops, a txn's compares and ops. Strict: unknown fields,
+ * wrong types and values past the limits are errors, recorded in the
+ * struct bctx for the caller to answer (400, or 413 over a limit). Called by
+ * api_kv.c only; calls jansson, json.c (base64) and nothing else of the
+ * gateway. On the node's loop thread. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "base/alloc.h"
+#include "base/err.h"
+#include "gateway/api_body.h"
+#include "kv/kv.h"
+
+static void *scratch_alloc(struct scratch *s, size_t size)
+{
+    void *p = tk_calloc(1, size ? size : 1);
+    if (s->n < 8) {
+        s->p[s->n++] = p;
+        return p;
+    }
+    if (s->n_more == s->cap_more) {
+        s->cap_more = s->cap_more ? s->cap_more * 2 : 32;
+        s->more = tk_realloc(s->more, s->cap_more * sizeof(void *));
+    }
+    s->more[s->n_more++] = p;
+    return p;
+}
+
+static void scratch_free(struct scratch *s)
+{
+    for (size_t i = 0; i < s->n; i++)
+        tk_free(s->p[i]);
+    for (size_t i = 0; i < s->n_more; i++)
+        tk_free(s->more[i]);
+    tk_free(s->more);
+}
+
+int api__body_fail(struct bctx *c, int status, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(c->err, sizeof(c->err), fmt, ap);
+    va_end(ap);
+    c->status = status;
+    return TK_EINVAL;
+}
+
+json_t *api__body_parse(struct api_req *req, struct bctx *c)
+{
+    json_error_t e;
+    json_t *j = json_loadb((const char *)req->http->body, req->http->body_len,
+                           JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &e);
+    if (j == NULL) {
+        api__body_fail(c, 400, "invalid JSON at line %d column %d: %s", e.line, e.column,
+                       e.text);
+        return NULL;
+    }
+    if (!json_is_object(j)) {
+        json_decref(j);
+        api__body_fail(c, 400, "the body must be a JSON object");
+        return NULL;
+    }
+    return j;
+}
+
+/* Only the listed members may appear in `o`. */
+int api__body_check_members(struct bctx *c, json_t *o, const char *what,
+                            const char *const *names)
+{
+    const char *k;
+    json_t *v;
+    json_object_foreach(o, k, v)
+    {
+        bool ok = false;
+        for (size_t i = 0; names[i]; i++)
+            if (strcmp(names[i], k) == 0)
+                ok = true;
+        if (!ok)
+            return api__body_fail(c, 400, "unknown field \"%.64s\" in %s", k, what);
+    }
+    return 0;
+}
+
+static int get_string_bytes(struct bctx *c, json_t *s, const char *what, size_t max,
+                            ProtobufCBinaryData *out)
+{
+    if (!json_is_string(s))
+        return api__body_fail(c, 400, "%s must be a string", what);
+    const char *p = json_string_value(s);
+    size_t len = json_string_length(s);
+    if (c->req->b64) {
+        uint8_t *d = scratch_alloc(&c->sc, base64_decoded_max(len));
+        size_t dlen;
+        if (base64_decode(p, len, d, &dlen) != 0)
+            return api__body_fail(c, 400, "%s is not valid base64 (encoding=base64)",
+                                  what);
+        out->data = d;
+        out->len = dlen;
+    } else {
+        out->data = (uint8_t *)(uintptr_t)p;
+        out->len = len;
+    }
+    if (out->len > max)
+        return api__body_fail(c, 413, "%s of %zu bytes exceeds the limit of %zu", what,
+                              out->len, max);
+    return 0;
+}
+
+static int get_key(struct bctx *c, json_t *o, ProtobufCBinaryData *out)
+{
+    json_t *k = json_object_get(o, "key");
+    if (k == NULL)
+        return api__body_fail(c, 400, "missing \"key\"");
+    int rc = get_string_bytes(c, k, "key", c->req->gw->cfg.key_max, out);
+    if (rc == 0 && out->len == 0)
+        return api__body_fail(c, 400, "empty key");
+    return rc;
+}
+
+static int get_u64(struct bctx *c, json_t *o, const char *name, bool *present,
+                   uint64_t *out)
+{
+    json_t *v = json_object_get(o, name);
+    *present = v != NULL;
+    if (v == NULL)
+        return 0;
+    if (!json_is_integer(v) || json_integer_value(v) < 0)
+        return api__body_fail(c, 400, "\"%s\" must be a non-negative integer", name);
+    *out = (uint64_t)json_integer_value(v);
+    return 0;
+}
+
+int api__body_get_i64(struct bctx *c, json_t *o, const char *name, bool *present,
+                      int64_t *out)
+{
+    json_t *v = json_object_get(o, name);
+    *present = v != NULL;
+    if (v == NULL)
+        return 0;
+    if (!json_is_integer(v))
+        return api__body_fail(c, 400, "\"%s\" must be an integer", name);
+    *out = (int64_t)json_integer_value(v);
+    return 0;
+}
+
+/* One op of a batch or txn. */
+static int build_op(struct bctx *c, json_t *o, size_t idx, bool allow_incr, Kvpb__Op *op,
+                    uint8_t *kind)
+{
+    static const char *const names[] = {"op", "key", "value", "ttl_ms", "delta", NULL};
+    char what[64];
+    if (!json_is_object(o))
+        return api__body_fail(c, 400, "op %zu must be an object", idx);
+    if (api__body_check_members(c, o, "an op", names) != 0)
+        return TK_EINVAL;
+    const char *type = json_string_value(json_object_get(o, "op"));
+    if (type == NULL)
+        return api__body_fail(
+            c, 400, "op %zu needs \"op\": \"put\", \"delete\" or \"incr\"", idx);
+    kvpb__op__init(op);
+    ProtobufCBinaryData key;
+    if (get_key(c, o, &key) != 0)
+        return TK_EINVAL;
+    bool has;
+    if (strcmp(type, "put") == 0) {
+        Kvpb__Put *p = scratch_alloc(&c->sc, sizeof(*p));
+        kvpb__put__init(p);
+        p->key = key;
+        snprintf(what, sizeof(what), "op %zu value", idx);
+        json_t *v = json_object_get(o, "value");
+        if (v == NULL)
+            return api__body_fail(c, 400, "op %zu (put) needs \"value\"", idx);
+        if (get_string_bytes(c, v, what, c->req->gw->cfg.value_max, &p->value) != 0 ||
+            get_u64(c, o, "ttl_ms", &has, &p->ttl_ms) != 0)
+            return TK_EINVAL;
+        if (json_object_get(o, "delta"))
+            return api__body_fail(c, 400, "op %zu: \"delta\" is for incr", idx);
+        op->op_case = KVPB__OP__OP_PUT;
+        op->put = p;
+        *kind = OPK_PUT;
+    } else if (strcmp(type, "delete") == 0) {
+        if (json_object_size(o) != 2)
+            return api__body_fail(c, 400, "op %zu (delete) takes only \"key\"", idx);
+        Kvpb__Delete *d = scratch_alloc(&c->sc, sizeof(*d));
+        kvpb__delete__init(d);
+        d->key = key;
+        op->op_case = KVPB__OP__OP_DEL;
+        op->del = d;
+        *kind = OPK_DEL;
+    } else if (strcmp(type, "incr") == 0) {
+        if (!allow_incr)
+            return api__body_fail(
+                c, 400,
+                "op %zu: a batch holds puts and deletes only (use /v1/txn "
+                "for incr)",
+                idx);
+        Kvpb__Increment *in = scratch_alloc(&c->sc, sizeof(*in));
+        kvpb__increment__init(in);
+        in->key = key;
+        in->delta = 1;
+        if (api__body_get_i64(c, o, "delta", &has, &in->delta) != 0)
+            return TK_EINVAL;
+        if (json_object_get(o, "value") || json_object_get(o, "ttl_ms"))
+            return api__body_fail(c, 400,
+                                  "op %zu (incr) takes only \"key\" and \"delta\"", idx);
+        op->op_case = KVPB__OP__OP_INCR;
+        op->incr = in;
+        *kind = OPK_INCR;
+    } else {
+        return api__body_fail(c, 400, "op %zu: unknown op \"%.32s\" (put, delete, incr)",
+                              idx, type);
+    }
+    return 0;
+}
+
+static int build_ops(struct bctx *c, json_t *arr, const char *what, bool allow_incr,
+                     size_t *n_out, Kvpb__Op ***out, uint8_t *kinds)
+{
+    if (arr == NULL) {
+        *n_out = 0;
+        *out = NULL;
+        return 0;
+    }
+    if (!json_is_array(arr))
+        return api__body_fail(c, 400, "\"%s\" must be an array of ops", what);
+    size_t n = json_array_size(arr);
+    Kvpb__Op *ops = scratch_alloc(&c->sc, n * sizeof(*ops));
+    Kvpb__Op **pp = scratch_alloc(&c->sc, n * sizeof(*pp));
+    for (size_t i = 0; i < n; i++) {
+        if (build_op(c, json_array_get(arr, i), i, allow_incr, &ops[i], &kinds[i]) != 0)
+            return TK_EINVAL;
+        pp[i] = &ops[i];
+    }
+    *n_out = n;
+    *out = pp;
+    return 0;
+}
+
+static int build_compare(struct bctx *c, json_t *o, size_t idx, Kvpb__Compare *cmp)
+{
+    static const char *const names[] = {"key", "target", "op", "value", NULL};
+    static const struct {
+        const char *name;
+        Kvpb__Compare__Target t;
+    } targets[] = {
+        {"version", KVPB__COMPARE__TARGET__VERSION},
+        {"mod_revision", KVPB__COMPARE__TARGET__MOD_REVISION},
+        {"create_revision", KVPB__COMPARE__TARGET__CREATE_REVISION},
+        {"value", KVPB__COMPARE__TARGET__VALUE},
+        {"absent", KVPB__COMPARE__TARGET__ABSENT},
+        {"exists", KVPB__COMPARE__TARGET__EXISTS},
+    };
+    static const struct {
+        const char *name;
+        Kvpb__Compare__Op op;
+    } ops[] = {
+        {"==", KVPB__COMPARE__OP__EQUAL},
+        {"!=", KVPB__COMPARE__OP__NOT_EQUAL},
+        {"<", KVPB__COMPARE__OP__LESS},
+        {">", KVPB__COMPARE__OP__GREATER},
+    };
+    if (!json_is_object(o))
+        return api__body_fail(c, 400, "compare %zu must be an object", idx);
+    if (api__body_check_members(c, o, "a compare", names) != 0)
+        return TK_EINVAL;
+    kvpb__compare__init(cmp);
+    if (get_key(c, o, &cmp->key) != 0)
+        return TK_EINVAL;
+    const char *t = json_string_value(json_object_get(o, "target"));
+    int ti = -1;
+    for (size_t i = 0; t && i < sizeof(targets) / sizeof(targets[0]); i++)
+        if (strcmp(targets[i].name, t) == 0)
+            ti = (int)i;
+    if (ti < 0)
+        return api__body_fail(c, 400,
+                              "compare %zu: \"target\" must be version, mod_revision, "
+                              "create_revision, value, absent or exists",
+                              idx);
+    cmp->target = targets[ti].t;
+    const char *op = json_string_value(json_object_get(o, "op"));
+    if (json_object_get(o, "op") != NULL) {
+        int oi = -1;
+        for (size_t i = 0; op && i < sizeof(ops) / sizeof(ops[0]); i++)
+            if (strcmp(ops[i].name, op) == 0)
+                oi = (int)i;
+        if (oi < 0)
+            return api__body_fail(c, 400, "compare %zu: \"op\" must be ==, !=, < or >",
+                                  idx);
+        cmp->op = ops[oi].op;
+    }
+    json_t *v = json_object_get(o, "value");
+    switch (cmp->target) {
+    case KVPB__COMPARE__TARGET__VALUE:
+        if (v == NULL)
+            return api__body_fail(c, 400, "compare %zu: target value needs \"value\"",
+                                  idx);
+        return get_string_bytes(c, v, "compare value", c->req->gw->cfg.value_max,
+                                &cmp->value);
+    case KVPB__COMPARE__TARGET__ABSENT:
+    case KVPB__COMPARE__TARGET__EXISTS:
+        if (v != NULL)
+            return api__body_fail(c, 400, "compare %zu: target %s takes no \"value\"",
+                                  idx, t);
+        return 0;
+    default:
+        if (v == NULL || !json_is_integer(v))
+            return api__body_fail(c, 400, "compare %zu: \"value\" must be an integer",
+                                  idx);
+        cmp->number = (int64_t)json_integer_value(v);
+        return 0;
+    }
+}
+
+void api__body_free(struct bctx *c, json_t *j)
+{
+    json_decref(j);
+    scratch_free(&c->sc);
+}
+
+/* Answers the failure recorded in `c`. */
+void api__body_respond(struct bctx *c)
+{
+    http_respond_error(c->req->http, c->status,
+                       c->status == 413 ? "too_large" : "bad_request", NULL, "%s",
+                       c->err);
+}
+
+/* {"value", "ttl_ms", "if_version", "if_mod_revision", "if_absent"}. */
+int api__body_put(struct bctx *c, json_t *j, struct put_args *a,
+                  ProtobufCBinaryData *value)
+{
+    static const char *const names[] = {"value",           "ttl_ms",    "if_version",
+                                        "if_mod_revision", "if_absent", NULL};
+    if (api__body_check_members(c, j, "the body", names) != 0)
+        return TK_EINVAL;
+    json_t *v = json_object_get(j, "value");
+    if (v == NULL)
+        return api__body_fail(c, 400, "missing \"value\"");
+    bool h;
+    if (get_string_bytes(c, v, "value", c->req->gw->cfg.value_max, value) != 0 ||
+        get_u64(c, j, "ttl_ms", &h, &a->ttl) != 0)
+        return TK_EINVAL;
+    a->has_ttl |= h;
+    if (get_u64(c, j, "if_version", &h, &a->ifv) != 0)
+        return TK_EINVAL;
+    a->has_ifv |= h;
+    if (get_u64(c, j, "if_mod_revision", &h, &a->ifm) != 0)
+        return TK_EINVAL;
+    a->has_ifm |= h;
+    json_t *ia = json_object_get(j, "if_absent");
+    if (ia != NULL && !json_is_boolean(ia))
+        return api__body_fail(c, 400, "\"if_absent\" must be a boolean");
+    if (ia != NULL)
+        a->if_absent |= json_is_true(ia);
+    return 0;
+}
+
+/* {"ops": [...]}: puts and deletes. */
+int api__body_batch(struct bctx *c, json_t *j, Kvpb__Batch *batch)
+{
+    struct api_req *req = c->req;
+    static const char *const names[] = {"ops", NULL};
+    if (api__body_check_members(c, j, "the body", names) != 0)
+        return TK_EINVAL;
+    json_t *ops = json_object_get(j, "ops");
+    if (ops == NULL)
+        return api__body_fail(c, 400, "missing \"ops\"");
+    size_t n = json_is_array(ops) ? json_array_size(ops) : 0;
+    if (n > KV_TXN_OPS_MAX)
+        return api__body_fail(c, 413, "%zu ops exceed the limit of %d", n,
+                              KV_TXN_OPS_MAX);
+    req->op_kinds = tk_calloc(n + 1, 1);
+    if (build_ops(c, ops, "ops", false, &batch->n_ops, &batch->ops, req->op_kinds) != 0)
+        return TK_EINVAL;
+    if (batch->n_ops == 0)
+        return api__body_fail(c, 400, "\"ops\" is empty");
+    req->n_ops = (uint32_t)batch->n_ops;
+    return 0;
+}
+
+/* {"compare": [...], "then": [...], "else": [...]}. */
+int api__body_txn(struct bctx *c, json_t *j, Kvpb__Txn *t)
+{
+    struct api_req *req = c->req;
+    static const char *const names[] = {"compare", "then", "else", NULL};
+    if (api__body_check_members(c, j, "the body", names) != 0)
+        return TK_EINVAL;
+    json_t *cmps = json_object_get(j, "compare");
+    json_t *th = json_object_get(j, "then");
+    json_t *el = json_object_get(j, "else");
+    if (cmps != NULL && !json_is_array(cmps))
+        return api__body_fail(c, 400, "\"compare\" must be an array");
+    size_t nc = json_array_size(cmps);
+    size_t nt = json_is_array(th) ? json_array_size(th) : 0;
+    size_t ne = json_is_array(el) ? json_array_size(el) : 0;
+    if (nc > KV_TXN_OPS_MAX || nt + ne > KV_TXN_OPS_MAX)
+        return api__body_fail(c, 413, "a txn takes at most %d compares and %d ops",
+                              KV_TXN_OPS_MAX, KV_TXN_OPS_MAX);
+    Kvpb__Compare *cs = scratch_alloc(&c->sc, nc * sizeof(*cs));
+    Kvpb__Compare **cp = scratch_alloc(&c->sc, nc * sizeof(*cp));
+    for (size_t i = 0; i < nc; i++) {
+        if (build_compare(c, json_array_get(cmps, i), i, &cs[i]) != 0)
+            return TK_EINVAL;
+        cp[i] = &cs[i];
+    }
+    t->n_compares = nc;
+    t->compares = cp;
+    req->op_kinds = tk_calloc(nt + ne + 1, 1);
+    if (build_ops(c, th, "then", true, &t->n_then_ops, &t->then_ops, req->op_kinds) !=
+            0 ||
+        build_ops(c, el, "else", true, &t->n_else_ops, &t->else_ops,
+                  req->op_kinds + nt) != 0)
+        return TK_EINVAL;
+    req->n_then = (uint32_t)nt;
+    req->n_ops = (uint32_t)(nt + ne);
+    return 0;
+}

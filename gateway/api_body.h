@@ -1,0 +1,69 @@
+/* api_body.c's contract with api_kv.c: JSON request bodies into kvpb
+ * messages. Internal to the gateway; on the node's loop thread.
+ *
+ * A struct bctx carries one request's parse: its scratch allocations (the
+ * kvpb messages point into them and into the parsed JSON, so both live
+ * until the command is packed: api__body_free) and, on failure, the status
+ * (400 or 413) and message that api__body_respond answers with. Functions
+ * return 0 or TK_EINVAL (the failure recorded in the bctx). */
+#ifndef TK_GATEWAY_API_BODY_H
+#define TK_GATEWAY_API_BODY_H
+
+#include <jansson.h>
+
+#include "gateway/gateway_internal.h"
+#include "kv.pb-c.h"
+
+/* The kind of each op of a batch or txn, for its result (api_req.op_kinds). */
+enum op_kind { OPK_PUT, OPK_DEL, OPK_INCR };
+
+/* Temporary allocations of one request's command, freed after packing. */
+struct scratch {
+    void *p[8];
+    size_t n;
+    void **more;
+    size_t n_more, cap_more;
+};
+
+struct bctx {
+    struct api_req *req;
+    struct scratch sc;
+    char err[256];
+    int status; /* 400 or 413 on error */
+};
+
+/* A PUT's options: the query's, then the JSON body's added to them. */
+struct put_args {
+    uint64_t ttl, ifv, ifm;
+    bool has_ttl, has_ifv, has_ifm, if_absent;
+};
+
+/* Records a failure in c; returns TK_EINVAL. */
+int api__body_fail(struct bctx *c, int status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Answers the failure recorded in c (400 bad_request or 413 too_large). */
+void api__body_respond(struct bctx *c);
+/* Frees c's scratch and the JSON `j` (NULL allowed). */
+void api__body_free(struct bctx *c, json_t *j);
+
+/* The request's body as a JSON object, or NULL (failure recorded). */
+json_t *api__body_parse(struct api_req *req, struct bctx *c);
+/* Only the NULL-terminated `names` may appear in `o`. */
+int api__body_check_members(struct bctx *c, json_t *o, const char *what,
+                            const char *const *names);
+/* An optional integer member. */
+int api__body_get_i64(struct bctx *c, json_t *o, const char *name, bool *present,
+                      int64_t *out);
+
+/* A PUT body {"value", "ttl_ms", "if_version", "if_mod_revision",
+ * "if_absent"}: the value (pointing into j or c's scratch) and the options,
+ * added to a's. */
+int api__body_put(struct bctx *c, json_t *j, struct put_args *a,
+                  ProtobufCBinaryData *value);
+/* {"ops": [...]}: puts and deletes; sets req->op_kinds and n_ops. */
+int api__body_batch(struct bctx *c, json_t *j, Kvpb__Batch *batch);
+/* {"compare": [...], "then": [...], "else": [...]}; sets req->op_kinds,
+ * n_ops and n_then. */
+int api__body_txn(struct bctx *c, json_t *j, Kvpb__Txn *t);
+
+#endif

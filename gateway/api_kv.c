@@ -1,0 +1,489 @@
+/* The key-value routes: /v1/kv/{key} (get, put, delete, incr), /v1/kv (scan,
+ * delete range), /v1/batch and /v1/txn. Called by api.c's route table; JSON
+ * request bodies are read by api_body.c.
+ *
+ * Writes encode a kvpb.Command (proto/kv.proto) and submit it; the write
+ * callback turns the state machine's result into JSON. Reads submit a read
+ * request; its callback runs when the node's state is fresh enough and reads
+ * the state machine directly (kv_sm_get / kv_sm_scan) to build the answer.
+ * Everything runs on the node's loop thread, so a callback finds its request
+ * alive: http.c keeps it until http_respond.
+ *
+ * Bytes: keys are URL-decoded path bytes; query values are URL-decoded too.
+ * JSON strings are UTF-8; a stored key or value that is not valid UTF-8 is
+ * returned base64-encoded with "key_encoding"/"encoding": "base64" beside it
+ * (never as broken JSON). ?encoding=base64 makes every key and value in JSON
+ * bodies (requests and responses) base64.
+ *
+ * Idempotency-Key: its 64-bit FNV-1a hash (never 0) becomes the command's
+ * client_id with seq 1; the state machine answers a repeat with the first
+ * result (marked "replayed": true) without applying it again. */
+#include <jansson.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "base/alloc.h"
+#include "base/err.h"
+#include "gateway/api_body.h"
+#include "kv.pb-c.h"
+#include "kv/kv.h"
+
+/* "name":"bytes" (UTF-8) or base64 with "<enc_name>":"base64". */
+static void put_bytes(struct jbuf *b, const char *name, const char *enc_name,
+                      const uint8_t *p, size_t len, bool b64)
+{
+    jbuf_printf(b, "\"%s\":", name);
+    if (!b64 && json_utf8_valid(p, len)) {
+        jbuf_jstr(b, p, len);
+    } else {
+        jbuf_jb64(b, p, len);
+        jbuf_printf(b, ",\"%s\":\"base64\"", enc_name);
+    }
+}
+
+static void put_item(struct jbuf *b, const struct kv_item *it, bool b64)
+{
+    jbuf_adds(b, "{");
+    put_bytes(b, "key", "key_encoding", it->key, it->key_len, b64);
+    jbuf_adds(b, ",");
+    put_bytes(b, "value", "encoding", it->value, it->value_len, b64);
+    jbuf_printf(b, ",\"version\":%llu,\"create_revision\":%llu,\"mod_revision\":%llu",
+                (unsigned long long)it->version, (unsigned long long)it->create_revision,
+                (unsigned long long)it->mod_revision);
+    if (it->expire_ms)
+        jbuf_printf(b, ",\"expire_ms\":%llu", (unsigned long long)it->expire_ms);
+    jbuf_adds(b, "}");
+}
+
+/* ---- writes ------------------------------------------------------------ */
+
+static void put_op_results(struct jbuf *b, const struct kv_result *res,
+                           const uint8_t *kinds, uint32_t n)
+{
+    jbuf_adds(b, ",\"results\":[");
+    for (uint32_t i = 0; i < n; i++) {
+        const struct kv_op_result *o = i < res->n_ops ? &res->ops[i] : NULL;
+        if (i)
+            jbuf_adds(b, ",");
+        switch (kinds[i]) {
+        case OPK_DEL:
+            jbuf_printf(b, "{\"op\":\"delete\",\"deleted\":%llu}",
+                        (unsigned long long)(o ? o->deleted : 0));
+            break;
+        case OPK_INCR:
+            jbuf_printf(b, "{\"op\":\"incr\",\"value\":%lld}",
+                        (long long)(o ? o->value : 0));
+            break;
+        default:
+            jbuf_adds(b, "{\"op\":\"put\"}");
+            break;
+        }
+    }
+    jbuf_adds(b, "]");
+}
+
+static void on_write_done(struct node_req *nreq, int status, const struct kv_result *res,
+                          void *data)
+{
+    struct api_req *req = data;
+    (void)nreq;
+    req->submitted = false;
+    if (status != 0) {
+        api__respond_rc(req, status);
+        return;
+    }
+    if (req->nreq.mode == NODE_MODE_COMMITTED) {
+        struct jbuf b;
+        jbuf_init(&b, 64);
+        jbuf_printf(&b, "{\"revision\":%llu,\"mode\":\"committed\"}",
+                    (unsigned long long)res->revision);
+        api__respond_json(req, &b, res->revision);
+        jbuf_free(&b);
+        return;
+    }
+    if (res->code != 0 && !(req->route == ROUTE_TXN && res->code == TK_ECOMPARE)) {
+        api__respond_rc(req, res->code);
+        return;
+    }
+    struct jbuf b;
+    jbuf_init(&b, 128);
+    jbuf_printf(&b, "{\"revision\":%llu", (unsigned long long)res->revision);
+    switch (req->route) {
+    case ROUTE_KV_DELETE:
+    case ROUTE_KV_DELETE_RANGE:
+        jbuf_printf(&b, ",\"deleted\":%llu", (unsigned long long)res->deleted);
+        break;
+    case ROUTE_KV_INCR:
+        jbuf_printf(&b, ",\"value\":%lld", (long long)res->value);
+        break;
+    case ROUTE_BATCH:
+        put_op_results(&b, res, req->op_kinds, req->n_ops);
+        break;
+    case ROUTE_TXN:
+        jbuf_printf(&b, ",\"succeeded\":%s", res->succeeded ? "true" : "false");
+        if (res->succeeded)
+            put_op_results(&b, res, req->op_kinds, req->n_then);
+        else
+            put_op_results(&b, res, req->op_kinds + req->n_then,
+                           req->n_ops - req->n_then);
+        break;
+    default:
+        break;
+    }
+    if (res->duplicate)
+        jbuf_adds(&b, ",\"replayed\":true");
+    jbuf_adds(&b, "}");
+    api__respond_json(req, &b, res->revision);
+    jbuf_free(&b);
+}
+
+/* Packs `cmd` (with the Idempotency-Key's client id) and submits it. */
+static void submit_write(struct api_req *req, Kvpb__Command *cmd, int mode)
+{
+    if (req->http->has_digest) {
+        cmd->client_id = req->http->digest;
+        cmd->seq = 1;
+    }
+    size_t len = kvpb__command__get_packed_size(cmd);
+    struct tk_blob *blob = tk_blob_new(len);
+    kvpb__command__pack(cmd, blob->data);
+    api__submit_write(req, blob, mode, on_write_done);
+}
+
+/* ---- handlers ---------------------------------------------------------- */
+
+static void get_read_cb(struct node_req *nreq, int status, struct kv_sm *sm, void *data)
+{
+    struct api_req *req = data;
+    (void)nreq;
+    req->submitted = false;
+    if (status != 0) {
+        api__respond_rc(req, status);
+        return;
+    }
+    struct kv_item it;
+    int rc = kv_sm_get(sm, req->key, req->key_len, &it);
+    if (rc != 0) {
+        api__respond_rc(req, rc);
+        return;
+    }
+    uint64_t rev = kv_sm_applied_index(sm);
+    if (req->raw) {
+        char extra[256];
+        snprintf(extra, sizeof(extra),
+                 "X-Tierkv-Revision: %llu\r\nX-Tierkv-Version: %llu\r\n"
+                 "X-Tierkv-Create-Revision: %llu\r\nX-Tierkv-Mod-Revision: %llu\r\n",
+                 (unsigned long long)rev, (unsigned long long)it.version,
+                 (unsigned long long)it.create_revision,
+                 (unsigned long long)it.mod_revision);
+        http_respond(req->http, 200, "application/octet-stream", extra, it.value,
+                     it.value_len);
+        return;
+    }
+    struct jbuf b;
+    jbuf_init(&b, 128 + it.key_len + it.value_len * 2);
+    put_item(&b, &it, req->b64);
+    api__respond_json(req, &b, rev);
+    jbuf_free(&b);
+}
+
+struct scan_state {
+    struct jbuf b;
+    uint32_t count;
+    uint32_t limit;
+    bool more;
+    bool b64;
+    size_t bytes_max;
+};
+
+static int scan_item(const struct kv_item *it, void *data)
+{
+    struct scan_state *s = data;
+    if (s->count == s->limit || s->b.len > s->bytes_max) {
+        s->more = true;
+        return 1;
+    }
+    if (s->count)
+        jbuf_adds(&s->b, ",");
+    put_item(&s->b, it, s->b64);
+    s->count++;
+    return 0;
+}
+
+static void scan_read_cb(struct node_req *nreq, int status, struct kv_sm *sm, void *data)
+{
+    struct api_req *req = data;
+    (void)nreq;
+    req->submitted = false;
+    if (status != 0) {
+        api__respond_rc(req, status);
+        return;
+    }
+    struct scan_state s = {
+        .limit = req->limit, .b64 = req->b64, .bytes_max = req->gw->cfg.body_max * 4};
+    jbuf_init(&s.b, 256);
+    jbuf_adds(&s.b, "{\"items\":[");
+    struct kv_range r = {.start = req->key,
+                         .start_len = req->key_len,
+                         .end = req->key2,
+                         .end_len = req->key2_len,
+                         .by_prefix = req->by_prefix};
+    int rc = kv_sm_scan(sm, &r, (size_t)req->limit + 1, scan_item, &s);
+    if (rc != 0) {
+        jbuf_free(&s.b);
+        api__respond_rc(req, rc);
+        return;
+    }
+    jbuf_printf(&s.b, "],\"count\":%u,\"more\":%s}", s.count, s.more ? "true" : "false");
+    api__respond_json(req, &s.b, kv_sm_applied_index(sm));
+    jbuf_free(&s.b);
+}
+
+void api__kv_get(struct api_req *req, const struct query *q)
+{
+    int cons;
+    if (api__parse_consistency(req, q, &cons) != 0 || api__parse_encoding(req, q) != 0 ||
+        api__parse_flag(req, q, QI_RAW, &req->raw) != 0)
+        return;
+    api__submit_read(req, cons, get_read_cb);
+}
+
+static int put_args_from_query(struct api_req *req, const struct query *q,
+                               struct put_args *a)
+{
+    return api__query_u64(req, q, QI_TTL, &a->has_ttl, &a->ttl) != 0 ||
+                   api__query_u64(req, q, QI_IF_VERSION, &a->has_ifv, &a->ifv) != 0 ||
+                   api__query_u64(req, q, QI_IF_MOD, &a->has_ifm, &a->ifm) != 0 ||
+                   api__parse_flag(req, q, QI_IF_ABSENT, &a->if_absent) != 0
+               ? TK_EINVAL
+               : 0;
+}
+
+/* The put's TTL and its condition: at most one of the three. */
+static int put_finish(struct bctx *c, const struct put_args *a, Kvpb__Put *put,
+                      Kvpb__Compare *cond)
+{
+    if ((int)a->has_ifv + (int)a->has_ifm + (int)a->if_absent > 1)
+        return api__body_fail(
+            c, 400, "give at most one of if_version, if_mod_revision, if_absent");
+    put->ttl_ms = a->ttl;
+    if (a->has_ifv || a->has_ifm || a->if_absent) {
+        cond->target = a->has_ifv   ? KVPB__COMPARE__TARGET__VERSION
+                       : a->has_ifm ? KVPB__COMPARE__TARGET__MOD_REVISION
+                                    : KVPB__COMPARE__TARGET__ABSENT;
+        cond->op = KVPB__COMPARE__OP__EQUAL;
+        cond->number = (int64_t)(a->has_ifv ? a->ifv : a->ifm);
+        put->cond = cond;
+    }
+    return 0;
+}
+
+void api__kv_put(struct api_req *req, const struct query *q)
+{
+    struct gateway *gw = req->gw;
+    int mode;
+    if (api__parse_mode(req, q, &mode) != 0 || api__parse_encoding(req, q) != 0)
+        return;
+    Kvpb__Command cmd = KVPB__COMMAND__INIT;
+    Kvpb__Put put = KVPB__PUT__INIT;
+    Kvpb__Compare cond = KVPB__COMPARE__INIT;
+    put.key.data = req->key;
+    put.key.len = req->key_len;
+    struct put_args a = {0};
+    if (put_args_from_query(req, q, &a) != 0)
+        return;
+    struct bctx c = {.req = req};
+    json_t *j = NULL;
+    int rc = 0;
+    if (req->http->json_body) {
+        j = api__body_parse(req, &c);
+        rc = j == NULL ? TK_EINVAL : api__body_put(&c, j, &a, &put.value);
+    } else if (req->http->body_len > gw->cfg.value_max) {
+        rc = api__body_fail(&c, 413, "value of %zu bytes exceeds the limit of %zu",
+                            req->http->body_len, gw->cfg.value_max);
+    } else {
+        put.value.data = req->http->body;
+        put.value.len = req->http->body_len;
+    }
+    if (rc == 0)
+        rc = put_finish(&c, &a, &put, &cond);
+    if (rc == 0) {
+        cmd.cmd_case = KVPB__COMMAND__CMD_PUT;
+        cmd.put = &put;
+        submit_write(req, &cmd, mode);
+    }
+    api__body_free(&c, j);
+    if (rc != 0)
+        api__body_respond(&c);
+}
+
+void api__kv_delete(struct api_req *req, const struct query *q)
+{
+    int mode;
+    if (api__parse_mode(req, q, &mode) != 0)
+        return;
+    Kvpb__Command cmd = KVPB__COMMAND__INIT;
+    Kvpb__Delete del = KVPB__DELETE__INIT;
+    del.key.data = req->key;
+    del.key.len = req->key_len;
+    cmd.cmd_case = KVPB__COMMAND__CMD_DEL;
+    cmd.del = &del;
+    submit_write(req, &cmd, mode);
+}
+
+void api__kv_incr(struct api_req *req, const struct query *q)
+{
+    int mode;
+    if (api__parse_mode(req, q, &mode) != 0)
+        return;
+    Kvpb__Command cmd = KVPB__COMMAND__INIT;
+    Kvpb__Increment inc = KVPB__INCREMENT__INIT;
+    inc.key.data = req->key;
+    inc.key.len = req->key_len;
+    inc.delta = 1;
+    if (q->present & Q_DELTA) {
+        if (api__parse_i64((const char *)q->val[QI_DELTA], q->len[QI_DELTA],
+                           &inc.delta) != 0) {
+            api__bad(req, "delta must be a decimal int64");
+            return;
+        }
+    }
+    if (req->http->body_len > 0) {
+        struct bctx c = {.req = req};
+        static const char *const names[] = {"delta", NULL};
+        json_t *j = api__body_parse(req, &c);
+        bool has;
+        if (j == NULL || api__body_check_members(&c, j, "the body", names) != 0 ||
+            api__body_get_i64(&c, j, "delta", &has, &inc.delta) != 0) {
+            json_decref(j);
+            http_respond_error(req->http, 400, "bad_request", NULL, "%s", c.err);
+            return;
+        }
+        json_decref(j);
+    }
+    cmd.cmd_case = KVPB__COMMAND__CMD_INCR;
+    cmd.incr = &inc;
+    submit_write(req, &cmd, mode);
+}
+
+/* Scan bounds from the query: prefix, or start/end. */
+static int scan_bounds(struct api_req *req, const struct query *q)
+{
+    if ((q->present & Q_PREFIX) && (q->present & (Q_START | Q_END))) {
+        api__bad(req, "give either prefix or start/end, not both");
+        return TK_EINVAL;
+    }
+    int pi = QI_PREFIX, si = QI_START, ei = QI_END;
+    if (q->present & Q_PREFIX) {
+        req->by_prefix = true;
+        req->key = tk_malloc(q->len[pi] + 1);
+        memcpy(req->key, q->val[pi], q->len[pi]);
+        req->key_len = q->len[pi];
+    } else {
+        if (q->present & Q_START) {
+            req->key = tk_malloc(q->len[si] + 1);
+            memcpy(req->key, q->val[si], q->len[si]);
+            req->key_len = q->len[si];
+        }
+        if (q->present & Q_END) {
+            req->key2 = tk_malloc(q->len[ei] + 1);
+            memcpy(req->key2, q->val[ei], q->len[ei]);
+            req->key2_len = q->len[ei];
+        }
+    }
+    if (req->key_len > req->gw->cfg.key_max || req->key2_len > req->gw->cfg.key_max) {
+        http_respond_error(req->http, 413, "too_large", NULL,
+                           "a bound exceeds the key limit");
+        return TK_EINVAL;
+    }
+    return 0;
+}
+
+void api__kv_scan(struct api_req *req, const struct query *q)
+{
+    struct gateway *gw = req->gw;
+    int cons;
+    if (api__parse_consistency(req, q, &cons) != 0 || api__parse_encoding(req, q) != 0)
+        return;
+    uint64_t limit = gw->cfg.scan_limit_default;
+    bool has;
+    if (api__query_u64(req, q, QI_LIMIT, &has, &limit) != 0)
+        return;
+    if (limit == 0 || limit > gw->cfg.scan_limit_max) {
+        api__bad(req, "limit must be between 1 and %u", gw->cfg.scan_limit_max);
+        return;
+    }
+    req->limit = (uint32_t)limit;
+    if (scan_bounds(req, q) != 0)
+        return;
+    api__submit_read(req, cons, scan_read_cb);
+}
+
+void api__kv_delete_range(struct api_req *req, const struct query *q)
+{
+    int mode;
+    if (api__parse_mode(req, q, &mode) != 0)
+        return;
+    if (!(q->present & (Q_PREFIX | Q_START))) {
+        api__bad(req,
+                 "DELETE /v1/kv needs prefix= or start= (prefix= with an empty value "
+                 "deletes every key)");
+        return;
+    }
+    if (scan_bounds(req, q) != 0)
+        return;
+    Kvpb__Command cmd = KVPB__COMMAND__INIT;
+    Kvpb__DeleteRange dr = KVPB__DELETE_RANGE__INIT;
+    if (req->by_prefix) {
+        dr.by_prefix = true;
+        dr.prefix.data = req->key;
+        dr.prefix.len = req->key_len;
+    } else {
+        dr.start.data = req->key;
+        dr.start.len = req->key_len;
+        dr.end.data = req->key2;
+        dr.end.len = req->key2_len;
+    }
+    cmd.cmd_case = KVPB__COMMAND__CMD_DELETE_RANGE;
+    cmd.delete_range = &dr;
+    submit_write(req, &cmd, mode);
+}
+
+static void handle_batch_or_txn(struct api_req *req, const struct query *q, bool txn)
+{
+    int mode;
+    if (api__parse_mode(req, q, &mode) != 0 || api__parse_encoding(req, q) != 0)
+        return;
+    struct bctx c = {.req = req};
+    Kvpb__Command cmd = KVPB__COMMAND__INIT;
+    Kvpb__Batch batch = KVPB__BATCH__INIT;
+    Kvpb__Txn t = KVPB__TXN__INIT;
+    json_t *j = api__body_parse(req, &c);
+    int rc = j == NULL ? TK_EINVAL
+             : txn     ? api__body_txn(&c, j, &t)
+                       : api__body_batch(&c, j, &batch);
+    if (rc == 0) {
+        if (txn) {
+            cmd.cmd_case = KVPB__COMMAND__CMD_TXN;
+            cmd.txn = &t;
+        } else {
+            cmd.cmd_case = KVPB__COMMAND__CMD_BATCH;
+            cmd.batch = &batch;
+        }
+        submit_write(req, &cmd, mode);
+    }
+    api__body_free(&c, j);
+    if (rc != 0)
+        api__body_respond(&c);
+}
+
+void api__batch(struct api_req *req, const struct query *q)
+{
+    handle_batch_or_txn(req, q, false);
+}
+
+void api__txn(struct api_req *req, const struct query *q)
+{
+    handle_batch_or_txn(req, q, true);
+}

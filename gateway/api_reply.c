@@ -1,0 +1,352 @@
+/* What the gateway's handlers share (contract in gateway_internal.h): the
+ * query string's parser and value checks, the answers for project error
+ * codes and JSON bodies, and submitting a request to the node in its
+ * connection's order. Called by api.c, api_kv.c and api_cluster.c; calls
+ * only http.c, json.c and the node. On the node's loop thread. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "base/alloc.h"
+#include "base/assert.h"
+#include "base/blob.h"
+#include "base/err.h"
+#include "gateway/gateway_internal.h"
+#include "raft/raft.h"
+
+/* ---- query strings ------------------------------------------------------ */
+
+static const char *const qnames[QI_COUNT] = {
+#define X(id, name) [QI_##id] = name,
+    GW_QPARAMS(X)
+#undef X
+};
+
+void api__query_free(struct query *q)
+{
+    for (size_t i = 0; i < QI_COUNT; i++)
+        tk_free(q->val[i]);
+}
+
+/* Parses `s` (without '?'); only params in `allowed`. On error fills msg. */
+int api__query_parse(const char *s, size_t len, unsigned allowed, struct query *q,
+                     char *msg, size_t msg_cap)
+{
+    memset(q, 0, sizeof(*q));
+    size_t i = 0;
+    while (i < len) {
+        size_t j = i;
+        while (j < len && s[j] != '&')
+            j++;
+        if (j > i) {
+            const char *eq = memchr(s + i, '=', j - i);
+            size_t nlen = eq ? (size_t)(eq - (s + i)) : j - i;
+            int found = -1;
+            for (size_t k = 0; k < QI_COUNT; k++)
+                if (strlen(qnames[k]) == nlen && memcmp(qnames[k], s + i, nlen) == 0)
+                    found = (int)k;
+            if (found < 0 || !(allowed & (1u << found))) {
+                snprintf(msg, msg_cap, "unknown query parameter \"%.*s\" for this route",
+                         (int)(nlen > 64 ? 64 : nlen), s + i);
+                return TK_EINVAL;
+            }
+            if (q->present & (1u << found)) {
+                snprintf(msg, msg_cap, "query parameter \"%s\" given twice",
+                         qnames[found]);
+                return TK_EINVAL;
+            }
+            const char *v = eq ? eq + 1 : s + j;
+            size_t vlen = (size_t)(s + j - v);
+            q->val[found] = tk_malloc(vlen + 1);
+            if (pct_decode(v, vlen, q->val[found], &q->len[found], true) != 0) {
+                snprintf(msg, msg_cap, "bad percent-escape in query parameter \"%s\"",
+                         qnames[found]);
+                return TK_EINVAL;
+            }
+            q->val[found][q->len[found]] = 0;
+            q->present |= 1u << found;
+        }
+        i = j + 1;
+    }
+    return 0;
+}
+
+static int parse_u64(const char *s, size_t len, uint64_t *out)
+{
+    if (len == 0 || len > 20)
+        return TK_EINVAL;
+    uint64_t v = 0;
+    for (size_t i = 0; i < len; i++) {
+        if (s[i] < '0' || s[i] > '9')
+            return TK_EINVAL;
+        uint64_t d = (uint64_t)(s[i] - '0');
+        if (v > (UINT64_MAX - d) / 10)
+            return TK_EINVAL;
+        v = v * 10 + d;
+    }
+    *out = v;
+    return 0;
+}
+
+int api__parse_i64(const char *s, size_t len, int64_t *out)
+{
+    bool neg = len > 0 && s[0] == '-';
+    uint64_t v;
+    if (parse_u64(s + neg, len - neg, &v) != 0)
+        return TK_EINVAL;
+    if (neg ? v > (uint64_t)INT64_MAX + 1 : v > (uint64_t)INT64_MAX)
+        return TK_EINVAL;
+    *out = neg ? (int64_t)(0 - v) : (int64_t)v;
+    return 0;
+}
+
+/* ---- query values -------------------------------------------------------- */
+
+/* One value of a query parameter that picks among words. */
+struct choice {
+    const char *word;
+    int value;
+    bool alias; /* accepted, not named in the error message */
+};
+
+/* ?<qi>=<word>: out = the word's value, or choices[0].value when absent. On
+ * an unknown word answers 400 naming the (non-alias) words. */
+static int parse_choice(struct api_req *req, const struct query *q, int qi,
+                        const struct choice *choices, size_t n, int *out)
+{
+    *out = choices[0].value;
+    if (!(q->present & (1u << qi)))
+        return 0;
+    const char *v = (const char *)q->val[qi];
+    for (size_t i = 0; i < n; i++) {
+        if (strcmp(v, choices[i].word) == 0) {
+            *out = choices[i].value;
+            return 0;
+        }
+    }
+    char words[128] = "";
+    size_t len = 0;
+    for (size_t i = 0, named = 0; i < n; i++) {
+        if (choices[i].alias)
+            continue;
+        len += (size_t)snprintf(words + len, sizeof(words) - len, "%s\"%s\"",
+                                named++ ? " or " : "", choices[i].word);
+        TK_ASSERT(len < sizeof(words));
+    }
+    api__bad(req, "%s must be %s", qnames[qi], words);
+    return TK_EINVAL;
+}
+
+int api__parse_mode(struct api_req *req, const struct query *q, int *mode)
+{
+    static const struct choice modes[] = {
+        {"applied", NODE_MODE_APPLIED, false},
+        {"committed", NODE_MODE_COMMITTED, false},
+    };
+    return parse_choice(req, q, QI_MODE, modes, 2, mode);
+}
+
+int api__parse_consistency(struct api_req *req, const struct query *q, int *cons)
+{
+    static const struct choice levels[] = {
+        {"linearizable", NODE_READ_LINEARIZABLE, false},
+        {"stale", NODE_READ_STALE, false},
+    };
+    return parse_choice(req, q, QI_CONSISTENCY, levels, 2, cons);
+}
+
+int api__parse_encoding(struct api_req *req, const struct query *q)
+{
+    static const struct choice encodings[] = {
+        {"utf8", 0, false},
+        {"base64", 1, false},
+        {"utf-8", 0, true},
+    };
+    int b64;
+    int rc = parse_choice(req, q, QI_ENCODING, encodings, 3, &b64);
+    req->b64 = b64 != 0;
+    return rc;
+}
+
+int api__parse_flag(struct api_req *req, const struct query *q, int qi, bool *out)
+{
+    *out = false;
+    if (!(q->present & (1u << qi)))
+        return 0;
+    const char *v = (const char *)q->val[qi];
+    if (v[0] == 0 || strcmp(v, "1") == 0 || strcmp(v, "true") == 0) {
+        *out = true;
+        return 0;
+    }
+    if (strcmp(v, "0") == 0 || strcmp(v, "false") == 0)
+        return 0;
+    api__bad(req, "%s must be empty, true/1 or false/0", qnames[qi]);
+    return TK_EINVAL;
+}
+
+int api__query_u64(struct api_req *req, const struct query *q, int qi, bool *has,
+                   uint64_t *out)
+{
+    *has = (q->present & (1u << qi)) != 0;
+    if (!*has)
+        return 0;
+    if (parse_u64((const char *)q->val[qi], q->len[qi], out) != 0) {
+        api__bad(req, "%s must be a non-negative decimal integer", qnames[qi]);
+        return TK_EINVAL;
+    }
+    return 0;
+}
+
+/* ---- answers ------------------------------------------------------------ */
+
+void api__bad(struct api_req *req, const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    http_respond_error(req->http, 400, "bad_request", NULL, "%s", msg);
+}
+
+void api__retry_after(const struct gateway *gw, char *out, size_t cap)
+{
+    snprintf(out, cap, "Retry-After: %u\r\n", gw->cfg.retry_after_s);
+}
+
+void api__respond_rc(struct api_req *req, int rc)
+{
+    struct gateway *gw = req->gw;
+    char retry[64];
+    api__retry_after(gw, retry, sizeof(retry));
+    switch (rc) {
+    case TK_ENOTLEADER:
+        http_respond_error(req->http, 503, "not_leader", retry,
+                           "this node is not the leader; send writes to the node in "
+                           "X-Tierkv-Leader");
+        break;
+    case TK_ENOLEADER:
+        http_respond_error(req->http, 503, "no_leader", retry,
+                           "no leader is known (an election is in progress)");
+        break;
+    case TK_EBUSY:
+        http_respond_error(req->http, 503, "busy", retry,
+                           "the node's request queue is full");
+        break;
+    case TK_ELOST:
+        http_respond_error(req->http, 503, "lost", retry,
+                           "leadership changed before the write committed; it was not "
+                           "applied, retry it");
+        break;
+    case TK_ESHUTDOWN:
+        /* A write the node had taken may have been applied: its outcome is
+         * unknown, which 503 must never mean (503 = not applied). */
+        if (req->is_write)
+            http_respond_error(req->http, 500, "shutting_down", NULL,
+                               "the node shut down with this write in flight; it may or "
+                               "may not have been applied (retry it with the same "
+                               "Idempotency-Key)");
+        else
+            http_respond_error(req->http, 503, "shutting_down", retry,
+                               "the node is shutting down");
+        break;
+    case TK_EIO:
+        /* 500, not 503: a write in flight may have been committed by the other
+         * nodes even though this one's storage failed. */
+        http_respond_error(req->http, 500, "storage_failed", NULL,
+                           "this node's storage failed and it stopped serving; use "
+                           "another node (a write in flight may have been applied)");
+        break;
+    case TK_ETIMEDOUT:
+        http_respond_error(req->http, 504, "timeout", "",
+                           "the request timed out; a write may or may not have been "
+                           "applied (retry it with the same Idempotency-Key)");
+        break;
+    case TK_ECOMPARE:
+        http_respond_error(req->http, 409, "compare_failed", NULL,
+                           "the condition did not hold");
+        break;
+    case TK_ETOOBIG:
+        http_respond_error(req->http, 413, "too_large", NULL,
+                           "a key, value or batch is too large");
+        break;
+    case TK_EINVAL:
+        http_respond_error(req->http, 400, "invalid", NULL,
+                           "the command was rejected as invalid");
+        break;
+    case TK_ENOTFOUND:
+        http_respond_error(req->http, 404, "not_found", NULL, "key not found");
+        break;
+    case TK_ERANGE:
+        http_respond_error(req->http, 409, "not_a_number", NULL,
+                           "the stored value is not a decimal int64, or the increment "
+                           "overflows");
+        break;
+    default:
+        http_respond_error(req->http, 500, "internal", NULL, "%s", tk_strerror(rc));
+        break;
+    }
+}
+
+void api__respond_json(struct api_req *req, struct jbuf *b, uint64_t revision)
+{
+    char extra[64] = "";
+    if (revision)
+        snprintf(extra, sizeof(extra), "X-Tierkv-Revision: %llu\r\n",
+                 (unsigned long long)revision);
+    jbuf_adds(b, "\n");
+    http_respond(req->http, 200, NULL, extra, b->p, b->len);
+}
+
+const char *api__role_name(int role)
+{
+    switch (role) {
+    case RAFT_LEADER:
+        return "leader";
+    case RAFT_CANDIDATE:
+        return "candidate";
+    case RAFT_PRE_CANDIDATE:
+        return "pre_candidate";
+    default:
+        return "follower";
+    }
+}
+
+/* ---- submitting -------------------------------------------------------- */
+
+/* http_dispatch's go-ahead: hand req->nreq to the node; answer on failure. */
+static void submit_now(struct http_request *hreq)
+{
+    struct api_req *req = hreq->data;
+    int rc = node_submit(req->gw->node, &req->nreq);
+    if (rc != 0) {
+        tk_blob_unref(req->nreq.cmd);
+        req->nreq.cmd = NULL;
+        api__respond_rc(req, rc);
+        return;
+    }
+    req->submitted = true;
+}
+
+void api__submit_write(struct api_req *req, struct tk_blob *cmd, int mode,
+                       node_write_cb *cb)
+{
+    memset(&req->nreq, 0, sizeof(req->nreq));
+    req->nreq.mode = (uint8_t)mode;
+    req->nreq.cmd = cmd;
+    req->nreq.write_cb = cb;
+    req->nreq.data = req;
+    req->nreq.timeout_ms = req->gw->cfg.request_timeout_ms;
+    http_dispatch(req->http, true, submit_now);
+}
+
+void api__submit_read(struct api_req *req, int consistency, node_read_cb *cb)
+{
+    memset(&req->nreq, 0, sizeof(req->nreq));
+    req->nreq.is_read = 1;
+    req->nreq.consistency = (uint8_t)consistency;
+    req->nreq.read_cb = cb;
+    req->nreq.data = req;
+    req->nreq.timeout_ms = req->gw->cfg.request_timeout_ms;
+    http_dispatch(req->http, false, submit_now);
+}

@@ -1,0 +1,160 @@
+/* A plain HTTP/1.1 server (http.c): libuv TCP + http-parser on one loop. It
+ * knows nothing of nodes, routes or the API: its user (api.c) hands it a
+ * callbacks struct and gets each complete request, with a `void *data` the
+ * user owns, as libuv's requests carry theirs.
+ *
+ * The contract:
+ * - on_request runs once per complete request; the user answers it exactly
+ *   once with http_respond (or http_respond_error), at once or later.
+ * - on_response runs for every response, also for those the server makes
+ *   itself (malformed HTTP, limits, timeouts, too many connections), where
+ *   on_request never ran and req->data is NULL. It may add header lines.
+ * - on_close runs once for every request the server frees (its response
+ *   written, or its connection gone), req->data NULL if on_request never ran:
+ *   the user frees req->data there. Never while the user still holds the
+ *   request: one not yet answered is kept until http_respond.
+ * - http_dispatch keeps a connection's pipelined requests in order: a read
+ *   waits for the connection's earlier writes to be answered, and nothing
+ *   overtakes a request held back.
+ *
+ * Responses go out strictly in request order, in vectored writes.
+ *
+ * Threads: every function, and every callback, runs on the loop thread
+ * (except http_server_new and http_server_free, which run on the owner's
+ * thread while the loop is not running the server).
+ * Limits: request line + headers <= header_max (431; 414 for the URI alone),
+ * body <= body_max (413), requests in flight per connection <= pipeline_max
+ * (reading pauses), connections <= conns_max (503 and close). Each limit and
+ * each timeout is per connection, in http.c: the place for later
+ * per-connection limits and a TLS layer under the parser. */
+#ifndef TK_GATEWAY_HTTP_H
+#define TK_GATEWAY_HTTP_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <uv.h>
+
+#define HTTP_STOP_GRACE_MS 2000
+/* Room on_response has for its header lines. */
+#define HTTP_EXTRA_HEADERS_MAX 256
+
+struct http_server;
+struct http_conn;
+struct http_request;
+
+struct http_config {
+    size_t body_max;
+    size_t header_max;          /* request line + headers */
+    uint32_t conns_max;         /* open connections */
+    uint32_t pipeline_max;      /* requests in flight per connection */
+    uint64_t header_timeout_ms; /* first byte to end of headers */
+    uint64_t body_timeout_ms;   /* end of headers to end of body */
+    uint64_t idle_timeout_ms;   /* keep-alive without a request */
+    uint32_t retry_after_s;     /* Retry-After on the 503 past conns_max */
+    /* A request header whose value the server digests as it arrives (any
+     * length) into http_request.digest. A request with two is refused (400
+     * bad_header, and the connection closes). NULL: none. A static string. */
+    const char *digest_header;
+};
+
+/* A complete request has arrived: answer it exactly once (http_respond). */
+typedef void http_request_cb(struct http_request *req, void *data);
+/* A response with `status` is being queued for `req` (req->data NULL when
+ * the server answers by itself). Writes header lines, each ending in "\r\n",
+ * into hdr[0..cap) and returns their length (0: none). hdr is NULL (cap 0)
+ * when the connection is gone and the response will not be sent. */
+typedef size_t http_response_cb(struct http_request *req, int status, char *hdr,
+                                size_t cap, void *data);
+/* `req` is being freed: release req->data. */
+typedef void http_close_cb(struct http_request *req, void *data);
+/* http_dispatch: the request may run now. */
+typedef void http_run_cb(struct http_request *req);
+
+struct http_callbacks {
+    http_request_cb *on_request;
+    http_response_cb *on_response;
+    http_close_cb *on_close;
+};
+
+/* One parsed request. Public fields are read-only for the user, except
+ * `data`; they stay valid until on_close (body: until http_respond). */
+struct http_request {
+    void *data; /* the user's; NULL until on_request sets it */
+    int method; /* enum http_method (http_parser.h) */
+    char *url;  /* NUL-terminated; NULL if the request had none */
+    size_t url_len;
+    uint8_t *body; /* NULL when empty */
+    size_t body_len;
+    bool json_body;    /* Content-Type: application/json */
+    bool has_digest;   /* the request has http_config.digest_header */
+    uint64_t digest;   /* its value's 64-bit FNV-1a (fnv1a64), never 0 */
+    uint64_t start_ns; /* uv_hrtime() when the request began */
+
+    /* Private: http.c's. */
+    struct http_conn *conn;
+    struct http_request *next;
+    size_t body_cap;
+    http_run_cb *run_cb;
+    bool keep_alive;
+    bool is_write;      /* http_dispatch: a write the connection's reads wait for */
+    bool deferred;      /* held back to keep the connection's order */
+    bool counted_write; /* counted in the connection's pending writes */
+    bool done;
+    bool close_after; /* Connection: close after this response */
+    char *resp;
+    size_t resp_len;
+};
+
+/* Copies the config; keeps `cb` and `data`. Never fails (aborts on OOM). */
+struct http_server *http_server_new(const struct http_config *cfg,
+                                    const struct http_callbacks *cb, void *data);
+
+/* Binds host:port (an IPv4 or IPv6 literal; port 0: ephemeral) and listens
+ * on `loop`. Returns 0, TK_EINVAL (not an address literal) or TK_EIO (bind or
+ * listen failed), with a message in err[0..err_cap). */
+int http_server_listen(struct http_server *s, uv_loop_t *loop, const char *host,
+                       uint16_t port, char *err, size_t err_cap);
+
+/* The bound port (after http_server_listen). */
+uint16_t http_server_port(const struct http_server *s);
+
+/* Stops accepting and closes idle connections at once. A connection with
+ * requests in flight stops reading and stays open so their answers reach the
+ * client; it closes after its last response or after HTTP_STOP_GRACE_MS.
+ * Responses queued from now on carry Connection: close. */
+void http_server_stop(struct http_server *s);
+
+/* After the loop has closed every connection (or if it never listened).
+ * NULL is allowed. */
+void http_server_free(struct http_server *s);
+
+struct http_stats {
+    uint64_t conns_open;
+    uint64_t conns_accepted;
+    uint64_t conns_rejected;  /* over conns_max */
+    uint64_t conns_timed_out; /* slow headers or body */
+    uint64_t bad_requests;    /* errors answered 400, 408, 413, 414 or 431 */
+};
+
+void http_server_stats(const struct http_server *s, struct http_stats *out);
+
+/* Queues the response of `req`: status, content type (NULL: JSON), `extra`
+ * header lines (each ending in \r\n, may be NULL) and a body (copied). Sent
+ * once every earlier request of the connection has answered. Exactly once
+ * per request; `req` may be freed before this returns (its connection is
+ * gone): do not touch it afterwards. */
+void http_respond(struct http_request *req, int status, const char *content_type,
+                  const char *extra, const void *body, size_t body_len);
+
+/* A JSON error {"error":{"code","message"}} through http_respond. */
+void http_respond_error(struct http_request *req, int status, const char *code,
+                        const char *extra, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+
+/* Runs cb(req) now, or later when the connection's order allows it (see
+ * above); `is_write` says whether later reads must wait for this one's
+ * answer. If the connection goes first, cb never runs (on_close does). */
+void http_dispatch(struct http_request *req, bool is_write, http_run_cb *cb);
+
+#endif

@@ -1,0 +1,50 @@
+/* The gateway's byte helpers (json.c): a growable buffer that writes JSON,
+ * the UTF-8 check, base64, percent-decoding and FNV-1a. Pure functions over
+ * caller memory; callable from any thread. Used by http.c (error bodies) and
+ * the api*.c files; json.c itself calls nothing in the gateway. */
+#ifndef TK_GATEWAY_JSON_H
+#define TK_GATEWAY_JSON_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* A growable byte buffer; aborts on out of memory (tk_realloc). */
+struct jbuf {
+    char *p;
+    size_t len;
+    size_t cap;
+};
+
+void jbuf_init(struct jbuf *b, size_t cap);
+void jbuf_free(struct jbuf *b);
+void jbuf_reserve(struct jbuf *b, size_t extra);
+void jbuf_add(struct jbuf *b, const void *p, size_t len);
+void jbuf_adds(struct jbuf *b, const char *s);
+void jbuf_printf(struct jbuf *b, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* A JSON string literal (quotes included) of valid UTF-8 bytes `s`. */
+void jbuf_jstr(struct jbuf *b, const void *s, size_t len);
+/* A JSON string literal holding the base64 of `s`. */
+void jbuf_jb64(struct jbuf *b, const void *s, size_t len);
+
+/* True if `s` is well-formed UTF-8 (no overlongs, surrogates, > U+10FFFF). */
+bool json_utf8_valid(const void *s, size_t len);
+
+/* Standard base64 (RFC 4648, with padding). encode_len is exact; decode
+ * writes at most base64_decoded_max(len) bytes and returns TK_EINVAL on a bad
+ * character, bad padding or a bad length. */
+size_t base64_encoded_len(size_t len);
+void base64_encode(const void *src, size_t len, char *dst);
+size_t base64_decoded_max(size_t len);
+int base64_decode(const char *src, size_t len, uint8_t *dst, size_t *out_len);
+
+/* Percent-decodes `len` bytes into dst (at least len bytes); '+' stays '+'
+ * unless plus_space. Returns TK_EINVAL on a bad escape. */
+int pct_decode(const char *src, size_t len, uint8_t *dst, size_t *out_len,
+               bool plus_space);
+
+/* 64-bit FNV-1a, for Idempotency-Key -> client id. */
+uint64_t fnv1a64(const void *p, size_t len);
+
+#endif

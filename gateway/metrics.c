@@ -1,0 +1,326 @@
+/* GET /metrics: Prometheus text format (version 0.0.4), and the per-route
+ * request counters behind it. Called by api.c (the route table and every
+ * response's accounting); reads the node (node_status, node_metrics,
+ * node_latency) and the HTTP server's stats. On the node's loop thread.
+ *
+ * Every metric is one row of `metric_table` below, in output order: its
+ * name, type, help and how to read its value. Names are a public interface
+ * (docs/operations.md, dashboards): never rename one. */
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "base/alloc.h"
+#include "base/assert.h"
+#include "gateway/gateway_internal.h"
+#include "raft/raft.h"
+
+/* ---- per-route counters ------------------------------------------------- */
+
+/* 0: unused; the last slot counts every other status. */
+static const int status_codes[GW_STATUS_SLOTS] = {100, 200, 400, 404, 405, 408, 409,
+                                                  411, 413, 414, 415, 431, 500, 501,
+                                                  503, 504, 505, 0,   0,   0};
+
+static const char *const route_names[ROUTE_COUNT] = {
+#define X(id, name, method, pattern, handler, query, flags) [ROUTE_##id] = name,
+    GW_ROUTES(X)
+#undef X
+        [ROUTE_OTHER] = "other",
+};
+
+static int status_slot(int status)
+{
+    for (int i = 0; i < GW_STATUS_SLOTS; i++)
+        if (status_codes[i] == status)
+            return i;
+    return GW_STATUS_SLOTS - 1; /* "other" */
+}
+
+void api__metrics_count(struct gateway *gw, int route, int status, uint64_t ns)
+{
+    TK_ASSERT(route >= 0);
+    TK_ASSERT(route < ROUTE_COUNT);
+    gw->requests[route][status_slot(status)]++;
+    tk_hist_record(&gw->latency[route], ns);
+}
+
+/* ---- histograms --------------------------------------------------------- */
+
+/* Prometheus histograms from the node's base/hist.h histograms.
+ *
+ * A base histogram has 64 log-linear buckets per power of two; /metrics shows
+ * it with the fixed `le` bounds below. The count at `le` = x is the number of
+ * samples in the base buckets up to and including the one that holds x: a
+ * sample is taken at its base bucket's lower bound, at most 1/64 (1.6 %) below
+ * its value, so one just above x may be counted at x. Bounds under 128 are
+ * exact (the base buckets there hold one value each). */
+static const double lat_le_s[] = {10e-6, 25e-6,  50e-6, 100e-6, 250e-6, 500e-6,
+                                  1e-3,  2.5e-3, 5e-3,  10e-3,  25e-3,  50e-3,
+                                  0.1,   0.25,   0.5,   1.0};
+static const double batch_le[] = {1,   2,   4,   8,    16,   32,  64,
+                                  128, 256, 512, 1024, 2048, 4096};
+#define LAT_LE_N (sizeof(lat_le_s) / sizeof(lat_le_s[0]))
+#define BATCH_LE_N (sizeof(batch_le) / sizeof(batch_le[0]))
+
+/* The base bucket holding each bound, found once by recording the bound into
+ * a scratch histogram: hist.c keeps its layout to itself. */
+static unsigned lat_le_bucket[LAT_LE_N];
+static unsigned batch_le_bucket[BATCH_LE_N];
+static uv_once_t le_once = UV_ONCE_INIT;
+
+static unsigned base_bucket_of(struct tk_hist *scratch, uint64_t v)
+{
+    tk_hist_init(scratch);
+    tk_hist_record(scratch, v);
+    for (unsigned i = 0; i < TK_HIST_BUCKETS; i++)
+        if (scratch->buckets[i] != 0)
+            return i;
+    TK_UNREACHABLE();
+}
+
+static void le_buckets_init(void)
+{
+    struct tk_hist *scratch = tk_malloc(sizeof(*scratch));
+    for (size_t i = 0; i < LAT_LE_N; i++) {
+        lat_le_bucket[i] = base_bucket_of(scratch, (uint64_t)(lat_le_s[i] * 1e9 + 0.5));
+        TK_ASSERT(i == 0 || lat_le_bucket[i] > lat_le_bucket[i - 1]);
+    }
+    for (size_t i = 0; i < BATCH_LE_N; i++) {
+        batch_le_bucket[i] = base_bucket_of(scratch, (uint64_t)batch_le[i]);
+        TK_ASSERT(i == 0 || batch_le_bucket[i] > batch_le_bucket[i - 1]);
+    }
+    tk_free(scratch);
+}
+
+/* `h` as a Prometheus histogram (after its HELP and TYPE): cumulative _bucket{le} counts,
+ * +Inf, _sum and _count; `scale` converts the base unit (1e-9: nanoseconds to seconds).
+ */
+static void histogram(struct jbuf *b, const char *name, const struct tk_hist *h,
+                      const double *le, const unsigned *le_bucket, size_t n_le,
+                      double scale)
+{
+    uint64_t cum = 0;
+    unsigned next = 0;
+    for (size_t i = 0; i < n_le; i++) {
+        for (; next <= le_bucket[i]; next++)
+            cum += h->buckets[next];
+        jbuf_printf(b, "%s_bucket{le=\"%g\"} %llu\n", name, le[i],
+                    (unsigned long long)cum);
+    }
+    jbuf_printf(b, "%s_bucket{le=\"+Inf\"} %llu\n%s_sum %.9g\n%s_count %llu\n", name,
+                (unsigned long long)h->count, name, (double)h->sum * scale, name,
+                (unsigned long long)h->count);
+}
+
+/* ---- the table ---------------------------------------------------------- */
+
+/* What one /metrics answer reads, taken once. */
+struct snapshot {
+    struct node_status st;
+    struct node_metrics m;
+    struct http_stats http;
+    const struct node_latency *lat;
+    const struct gateway *gw;
+};
+
+enum metric_kind {
+    MK_VALUE,    /* one uint64_t of struct snapshot, at `off` */
+    MK_ROLE,     /* one line per Raft role, 1 for the current one */
+    MK_LATENCY,  /* a struct node_latency histogram at `off`, in seconds */
+    MK_SIZE,     /* the same, a count (batch_le bounds) */
+    MK_REQUESTS, /* requests by route and status */
+    MK_DURATION, /* request latency quantiles by route */
+};
+
+struct metric_desc {
+    const char *name;
+    const char *type;
+    const char *help;
+    enum metric_kind kind;
+    size_t off;
+};
+
+#define SNAP(field) offsetof(struct snapshot, field)
+#define LAT(field) offsetof(struct node_latency, field)
+
+static const struct metric_desc metric_table[] = {
+    {"tierkv_raft_term", "gauge", "Current Raft term.", MK_VALUE, SNAP(st.term)},
+    {"tierkv_raft_leader_id", "gauge", "Id of the known leader (0: none).", MK_VALUE,
+     SNAP(st.leader)},
+    {"tierkv_raft_role", "gauge", "1 for this node's current role.", MK_ROLE, 0},
+    {"tierkv_raft_commit_index", "gauge", "Highest committed log index.", MK_VALUE,
+     SNAP(st.commit)},
+    {"tierkv_raft_applied_index", "gauge", "Highest applied log index.", MK_VALUE,
+     SNAP(st.applied)},
+    {"tierkv_raft_last_index", "gauge", "Last log index.", MK_VALUE, SNAP(st.last_index)},
+    {"tierkv_raft_snapshot_index", "gauge", "Index of the latest snapshot.", MK_VALUE,
+     SNAP(st.snapshot_index)},
+    {"tierkv_proposals_total", "counter", "Writes proposed by this node.", MK_VALUE,
+     SNAP(m.proposals)},
+    {"tierkv_proposal_batches_total", "counter",
+     "Proposal batches (proposals/batches = mean batch size).", MK_VALUE,
+     SNAP(m.batches)},
+    {"tierkv_forwarded_total", "counter", "Writes forwarded to the leader.", MK_VALUE,
+     SNAP(m.forwarded)},
+    {"tierkv_reads_total", "counter", "Reads served.", MK_VALUE, SNAP(m.reads)},
+    {"tierkv_read_index_total", "counter",
+     "Linearizable reads that asked for a read index.", MK_VALUE, SNAP(m.read_index)},
+    {"tierkv_read_index_rounds_total", "counter",
+     "ReadIndex heartbeat rounds this node started as leader; one round "
+     "confirms every read waiting for it.",
+     MK_VALUE, SNAP(m.read_index_rounds)},
+    {"tierkv_applied_entries_total", "counter", "Entries applied.", MK_VALUE,
+     SNAP(m.applied_entries)},
+    {"tierkv_snapshots_total", "counter", "Snapshots taken.", MK_VALUE,
+     SNAP(m.snapshots)},
+    {"tierkv_snapshot_installs_total", "counter", "Snapshots installed.", MK_VALUE,
+     SNAP(m.installs)},
+    {"tierkv_store_syncs_total", "counter", "Log store fsyncs.", MK_VALUE,
+     SNAP(m.store_syncs)},
+    {"tierkv_store_appended_bytes_total", "counter",
+     "Payload bytes appended to the Raft log since the node started.", MK_VALUE,
+     SNAP(m.store_bytes)},
+    {"tierkv_kv_ring_bytes", "gauge",
+     "Bytes of ring pages the state machine's hot tier holds in memory.", MK_VALUE,
+     SNAP(m.kv_ring_bytes)},
+    {"tierkv_kv_hot_keys", "gauge", "Keys in the state machine's hot index.", MK_VALUE,
+     SNAP(m.kv_hot_keys)},
+    {"tierkv_kv_cold_keys", "gauge", "Keys in the state machine's cold tier (LMDB).",
+     MK_VALUE, SNAP(m.kv_cold_keys)},
+    {"tierkv_kv_cold_bytes", "gauge", "Bytes of the cold tier's LMDB data file in use.",
+     MK_VALUE, SNAP(m.kv_cold_bytes)},
+    {"tierkv_store_log_bytes", "gauge",
+     "Bytes of records in the Raft log (segment files are preallocated, so "
+     "the disk holds up to one segment more).",
+     MK_VALUE, SNAP(m.store_log_bytes)},
+    {"tierkv_kv_tier_downs_total", "counter",
+     "Tier-down transactions (ring pages moved to the cold tier).", MK_VALUE,
+     SNAP(m.kv_tier_downs)},
+    {"tierkv_kv_bad_records_total", "counter",
+     "Ring records that failed their check on read (served from the cold tier).",
+     MK_VALUE, SNAP(m.kv_bad_records)},
+    {"tierkv_transport_sent_bytes_total", "counter", "Raft transport bytes sent.",
+     MK_VALUE, SNAP(m.net_bytes_sent)},
+    {"tierkv_transport_received_bytes_total", "counter", "Raft transport bytes received.",
+     MK_VALUE, SNAP(m.net_bytes_received)},
+    {"tierkv_transport_reconnects_total", "counter", "Raft transport reconnects.",
+     MK_VALUE, SNAP(m.net_reconnects)},
+    {"tierkv_http_connections", "gauge", "Open HTTP connections.", MK_VALUE,
+     SNAP(http.conns_open)},
+    {"tierkv_http_connections_accepted_total", "counter", "HTTP connections accepted.",
+     MK_VALUE, SNAP(http.conns_accepted)},
+    {"tierkv_http_connections_rejected_total", "counter",
+     "HTTP connections refused over the connection limit.", MK_VALUE,
+     SNAP(http.conns_rejected)},
+    {"tierkv_http_timeouts_total", "counter",
+     "HTTP connections cut for slow headers or body.", MK_VALUE,
+     SNAP(http.conns_timed_out)},
+    {"tierkv_http_bad_requests_total", "counter",
+     "Requests answered 400, 408, 413, 414 or 431.", MK_VALUE, SNAP(http.bad_requests)},
+    {"tierkv_store_append_seconds", "histogram",
+     "Log append latency, handed to storage to durable (fsync included).", MK_LATENCY,
+     LAT(append)},
+    {"tierkv_store_fsync_seconds", "histogram",
+     "Duration of one log sync (fdatasync of the segments written).", MK_LATENCY,
+     LAT(fsync)},
+    {"tierkv_apply_seconds", "histogram", "Time to apply one batch of committed entries.",
+     MK_LATENCY, LAT(apply)},
+    {"tierkv_proposal_batch_size", "histogram", "Entries per proposal batch.", MK_SIZE,
+     LAT(batch_size)},
+    {"tierkv_http_requests_total", "counter", "HTTP requests by route and status.",
+     MK_REQUESTS, 0},
+    {"tierkv_http_request_duration_seconds", "summary",
+     "HTTP request latency, receipt of the full request to response queued.", MK_DURATION,
+     0},
+};
+
+static void put_requests(struct jbuf *b, const struct gateway *gw)
+{
+    for (int r = 0; r < ROUTE_COUNT; r++)
+        for (int s = 0; s < GW_STATUS_SLOTS; s++)
+            if (gw->requests[r][s]) {
+                char code[16];
+                if (status_codes[s])
+                    snprintf(code, sizeof(code), "%d", status_codes[s]);
+                else
+                    snprintf(code, sizeof(code), "other");
+                jbuf_printf(b,
+                            "tierkv_http_requests_total{route=\"%s\",code=\"%s\"} %llu\n",
+                            route_names[r], code, (unsigned long long)gw->requests[r][s]);
+            }
+}
+
+static void put_durations(struct jbuf *b, const struct gateway *gw)
+{
+    static const double qs[] = {0.5, 0.9, 0.99, 0.999};
+    for (int r = 0; r < ROUTE_COUNT; r++) {
+        const struct tk_hist *h = &gw->latency[r];
+        if (h->count == 0)
+            continue;
+        for (size_t i = 0; i < sizeof(qs) / sizeof(qs[0]); i++)
+            jbuf_printf(
+                b,
+                "tierkv_http_request_duration_seconds{route=\"%s\",quantile=\"%g\"} "
+                "%.6f\n",
+                route_names[r], qs[i], (double)tk_hist_quantile(h, qs[i]) / 1e9);
+        jbuf_printf(b, "tierkv_http_request_duration_seconds_sum{route=\"%s\"} %.6f\n",
+                    route_names[r], (double)h->sum / 1e9);
+        jbuf_printf(b, "tierkv_http_request_duration_seconds_count{route=\"%s\"} %llu\n",
+                    route_names[r], (unsigned long long)h->count);
+    }
+}
+
+/* One metric's lines after its HELP and TYPE. */
+static void put_metric(struct jbuf *b, const struct metric_desc *d,
+                       const struct snapshot *s)
+{
+    const struct tk_hist *h = (const struct tk_hist *)((const char *)s->lat + d->off);
+    switch (d->kind) {
+    case MK_VALUE: {
+        uint64_t v;
+        memcpy(&v, (const char *)s + d->off, sizeof(v));
+        jbuf_printf(b, "%s %llu\n", d->name, (unsigned long long)v);
+        break;
+    }
+    case MK_ROLE:
+        for (int r = RAFT_FOLLOWER; r <= RAFT_LEADER; r++)
+            jbuf_printf(b, "tierkv_raft_role{role=\"%s\"} %d\n", api__role_name(r),
+                        s->st.role == r);
+        break;
+    case MK_LATENCY:
+        histogram(b, d->name, h, lat_le_s, lat_le_bucket, LAT_LE_N, 1e-9);
+        break;
+    case MK_SIZE:
+        histogram(b, d->name, h, batch_le, batch_le_bucket, BATCH_LE_N, 1.0);
+        break;
+    case MK_REQUESTS:
+        put_requests(b, s->gw);
+        break;
+    case MK_DURATION:
+        put_durations(b, s->gw);
+        break;
+    }
+}
+
+void api__metrics(struct api_req *req, const struct query *q)
+{
+    struct gateway *gw = req->gw;
+    (void)q;
+    struct snapshot s = {.gw = gw};
+    node_status(gw->node, &s.st);
+    node_metrics(gw->node, &s.m);
+    http_server_stats(gw->http, &s.http);
+    s.lat = node_latency(gw->node);
+    uv_once(&le_once, le_buckets_init);
+    struct jbuf b;
+    jbuf_init(&b, 8192);
+    for (size_t i = 0; i < sizeof(metric_table) / sizeof(metric_table[0]); i++) {
+        const struct metric_desc *d = &metric_table[i];
+        jbuf_printf(&b, "# HELP %s %s\n# TYPE %s %s\n", d->name, d->help, d->name,
+                    d->type);
+        put_metric(&b, d, &s);
+    }
+    http_respond(req->http, 200, "text/plain; version=0.0.4", NULL, b.p, b.len);
+    jbuf_free(&b);
+}
