@@ -108,7 +108,7 @@ static struct stage *stage_get(struct ctx *x, const uint8_t *key, size_t len)
     s->key_len = len;
     s->hash = kv__hash(key, len);
     s->dirty = false;
-    if (kv__sm_lookup(x->sm, key, len, s->hash, &s->st) != 0)
+    if (kv__state_lookup(x->sm, key, len, s->hash, &s->st) != 0)
         return NULL;
     x->n++;
     return s;
@@ -262,7 +262,7 @@ static int op_incr(struct ctx *x, const Kvpb__Increment *in, int64_t *value)
 }
 
 /* Writes a staged key's new version: in place over its newest record when
- * that is hot and the value keeps its length (kv__sm_rewrite_ok), else as a
+ * that is hot and the value keeps its length (kv__state_rewrite_ok), else as a
  * record appended to the ring (st->hot and st->addr: where the key's newest
  * record was before the command). */
 static void write_key(struct kv_sm *sm, uint64_t index, const uint8_t *key, size_t len,
@@ -274,7 +274,7 @@ static void write_key(struct kv_sm *sm, uint64_t index, const uint8_t *key, size
         h.expire_ms = st->expire_ms;
         h.create_rev = st->create_rev;
         h.version = st->version;
-        if (st->hot && kv__sm_rewrite_ok(sm, st->addr, st->value_len)) {
+        if (st->hot && kv__state_rewrite_ok(sm, st->addr, st->value_len)) {
             kv__ring_rewrite(&sm->ring, st->addr, &h, st->value);
             return;
         }

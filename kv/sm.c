@@ -101,107 +101,6 @@ static void arena_destroy(struct kv_arena *a)
     }
 }
 
-/* ---- sessions: the exactly-once table ---- */
-
-static size_t sess_slot(const struct kv_sessions *t, uint64_t client, uint64_t seq)
-{
-    return (size_t)(XXH3_64bits_withSeed(&seq, sizeof(seq), client) & t->mask);
-}
-
-static struct kv_sess *sess_find(struct kv_sessions *t, uint64_t client, uint64_t seq)
-{
-    if (t->count == 0)
-        return NULL;
-    for (size_t i = sess_slot(t, client, seq);; i = (i + 1) & t->mask) {
-        struct kv_sess *s = &t->tab[i];
-        if (s->client == 0)
-            return NULL;
-        if (s->client == client && s->seq == seq)
-            return s;
-    }
-}
-
-static void sess_remove(struct kv_sessions *t, uint64_t client, uint64_t seq)
-{
-    struct kv_sess *s = sess_find(t, client, seq);
-    if (s == NULL)
-        return;
-    tk_free(s->res);
-    size_t i = (size_t)(s - t->tab);
-    s->client = 0;
-    t->count--;
-    /* Backward-shift deletion keeps linear probing chains intact. */
-    for (size_t j = (i + 1) & t->mask; t->tab[j].client != 0; j = (j + 1) & t->mask) {
-        size_t home = sess_slot(t, t->tab[j].client, t->tab[j].seq);
-        bool move = (i <= j) ? (home <= i || home > j) : (home <= i && home > j);
-        if (move) {
-            t->tab[i] = t->tab[j];
-            t->tab[j].client = 0;
-            i = j;
-        }
-    }
-}
-
-static void sess_add(struct kv_sessions *t, uint64_t index, uint64_t client, uint64_t seq,
-                     const uint8_t *res, size_t len)
-{
-    if (t->max == 0)
-        return;
-    if (t->count == t->max) {
-        struct kv_sess_id *old = &t->fifo[t->fifo_head];
-        sess_remove(t, old->client, old->seq);
-        t->fifo_head = (t->fifo_head + 1) % t->max;
-        t->fifo_len--;
-    }
-    size_t i = sess_slot(t, client, seq);
-    while (t->tab[i].client != 0)
-        i = (i + 1) & t->mask;
-    struct kv_sess *s = &t->tab[i];
-    s->client = client;
-    s->seq = seq;
-    s->index = index;
-    s->len = (uint32_t)len;
-    s->res = tk_malloc(len > 0 ? len : 1);
-    memcpy(s->res, res, len);
-    t->count++;
-    t->fifo[(t->fifo_head + t->fifo_len) % t->max] = (struct kv_sess_id){client, seq};
-    t->fifo_len++;
-}
-
-static void sess_init(struct kv_sessions *t, size_t max)
-{
-    memset(t, 0, sizeof(*t));
-    t->max = max;
-    size_t n = 16;
-    while (n < max * 2)
-        n *= 2;
-    t->mask = n - 1;
-    t->tab = tk_calloc(n, sizeof(*t->tab));
-    t->fifo = tk_calloc(max > 0 ? max : 1, sizeof(*t->fifo));
-}
-
-static void sess_destroy(struct kv_sessions *t)
-{
-    if (t->tab != NULL) {
-        for (size_t i = 0; i <= t->mask; i++)
-            if (t->tab[i].client != 0)
-                tk_free(t->tab[i].res);
-    }
-    tk_free(t->tab);
-    tk_free(t->fifo);
-    memset(t, 0, sizeof(*t));
-}
-
-int kv__sm_load_session(uint64_t index, uint64_t client, uint64_t seq, const uint8_t *res,
-                        size_t len, void *data)
-{
-    struct kv_sm *sm = data;
-    if (client == 0 || len > KV_RESULT_ENCODED_MAX)
-        return TK_ECORRUPT;
-    sess_add(&sm->sessions, index, client, seq, res, len);
-    return 0;
-}
-
 /* ---- open / close ---- */
 
 int kv_sm_open(const struct kv_config *c, struct kv_sm **out)
@@ -225,7 +124,7 @@ int kv_sm_open(const struct kv_config *c, struct kv_sm **out)
     sm->ring.keep_free_bytes = c->ring_bytes;
     kv__index_init(&sm->index, &sm->ring);
     kv__view_init(&sm->view);
-    sess_init(&sm->sessions, c->sessions_max);
+    kv__sess_init(&sm->sessions, c->sessions_max);
     sm->max_inplace = c->ring_bytes / 256 > 1024 ? c->ring_bytes / 256 : 1024;
     sm->applied = sm->durable = m.index;
     sm->applied_term = m.term;
@@ -233,7 +132,7 @@ int kv_sm_open(const struct kv_config *c, struct kv_sm **out)
     sm->pa.alloc = arena_alloc;
     sm->pa.free = arena_free;
     sm->pa.allocator_data = &sm->arena;
-    rc = kv__cold_sessions(sm->cold, kv__sm_load_session, sm);
+    rc = kv__cold_sessions(sm->cold, kv__sess_load, sm);
     if (rc != 0) {
         kv_sm_close(sm);
         return rc;
@@ -256,7 +155,7 @@ void kv_sm_close(struct kv_sm *sm)
     kv__view_free(&sm->view);
     kv__index_free(&sm->index);
     kv__ring_free(&sm->ring);
-    sess_destroy(&sm->sessions);
+    kv__sess_destroy(&sm->sessions);
     arena_destroy(&sm->arena);
     tk_free(sm->scratch);
     TK_ASSERT(sm->job == NULL);
@@ -295,124 +194,6 @@ void kv_sm_stats(const struct kv_sm *sm, struct kv_sm_stats *out)
     out->tier_downs = sm->tier_downs;
     out->rewrites = sm->rewrites;
     out->bad_records = sm->bad_records;
-}
-
-/* ---- key state ---- */
-
-static bool live(const struct kv_sm *sm, uint64_t expire_ms)
-{
-    return expire_ms == 0 || expire_ms > sm->now_ms;
-}
-
-/* The current state of a key (ignoring staged writes). Returns 0 or TK_EIO. */
-int kv__sm_lookup(struct kv_sm *sm, const void *key, size_t len, uint64_t hash,
-                  struct kv_state *st)
-{
-    st->live = false;
-    st->hot = false;
-    bool found;
-    uint64_t addr = kv__index_find(&sm->index, hash, key, len, &found);
-    if (found) {
-        if (kv__ring_check(&sm->ring, addr)) {
-            const struct kv_rec *h = kv__ring_at(&sm->ring, addr);
-            st->hot = true;
-            st->addr = addr;
-            if ((h->flags & KV_REC_TOMB) || !live(sm, h->expire_ms))
-                return 0;
-            st->live = true;
-            st->value = kv__rec_value(h);
-            st->value_len = h->value_len;
-            st->expire_ms = h->expire_ms;
-            st->create_rev = h->create_rev;
-            st->mod_rev = h->mod_rev;
-            st->version = h->version;
-            return 0;
-        }
-        sm->bad_records++;
-    }
-    struct kv_cold_val cv;
-    int rc = kv__cold_get(sm->cold, key, len, &cv);
-    if (rc == TK_ENOTFOUND)
-        return 0;
-    if (rc != 0)
-        return TK_EIO;
-    if (!live(sm, cv.expire_ms))
-        return 0;
-    st->live = true;
-    st->value = cv.value;
-    st->value_len = cv.value_len;
-    st->expire_ms = cv.expire_ms;
-    st->create_rev = cv.create_rev;
-    st->mod_rev = cv.mod_rev;
-    st->version = cv.version;
-    return 0;
-}
-
-/* ---- reads ---- */
-
-static int get_hashed(struct kv_sm *sm, const void *key, size_t len, uint64_t hash,
-                      struct kv_item *out)
-{
-    struct kv_state st;
-    int rc = kv__sm_lookup(sm, key, len, hash, &st);
-    if (rc != 0)
-        return rc;
-    if (!st.live)
-        return TK_ENOTFOUND;
-    out->key = key;
-    out->key_len = len;
-    out->value = st.value;
-    out->value_len = st.value_len;
-    out->create_revision = st.create_rev;
-    out->mod_revision = st.mod_rev;
-    out->version = st.version;
-    out->expire_ms = st.expire_ms;
-    out->hot = st.hot;
-    return 0;
-}
-
-int kv_sm_get(struct kv_sm *sm, const void *key, size_t len, struct kv_item *out)
-{
-    if (len == 0 || len > sm->cfg.key_max)
-        return TK_EINVAL;
-    return get_hashed(sm, key, len, kv__hash(key, len), out);
-}
-
-/* A multi-get reads ahead as a scan does: the index bucket of the key
- * MULTI_AHEAD on and the ring record of the key MULTI_PEEK on start loading
- * before this key is looked up, so a batch's cache misses overlap. */
-#define MULTI_AHEAD 8
-#define MULTI_PEEK 2
-#define MULTI_RING 16 /* > MULTI_AHEAD */
-
-int kv_sm_multi_get(struct kv_sm *sm, const struct kv_item *keys, size_t n,
-                    kv_multi_cb *cb, void *data)
-{
-    uint64_t hash[MULTI_RING];
-    for (size_t j = 0; j < n && j < MULTI_AHEAD; j++) {
-        hash[j % MULTI_RING] = kv__hash(keys[j].key, keys[j].key_len);
-        kv__index_prefetch(&sm->index, hash[j % MULTI_RING]);
-    }
-    for (size_t j = 0; j < n && j < MULTI_PEEK; j++)
-        kv__index_peek(&sm->index, hash[j % MULTI_RING]);
-    for (size_t i = 0; i < n; i++) {
-        size_t j = i + MULTI_AHEAD;
-        if (j < n) {
-            hash[j % MULTI_RING] = kv__hash(keys[j].key, keys[j].key_len);
-            kv__index_prefetch(&sm->index, hash[j % MULTI_RING]);
-        }
-        if (i + MULTI_PEEK < n)
-            kv__index_peek(&sm->index, hash[(i + MULTI_PEEK) % MULTI_RING]);
-        struct kv_item it = {.key = keys[i].key, .key_len = keys[i].key_len};
-        int rc = TK_ENOTFOUND; /* an invalid key is simply not found */
-        if (keys[i].key_len > 0 && keys[i].key_len <= sm->cfg.key_max)
-            rc = get_hashed(sm, keys[i].key, keys[i].key_len, hash[i % MULTI_RING], &it);
-        if (rc != 0 && rc != TK_ENOTFOUND)
-            return rc;
-        if (cb(rc, &it, data) != 0)
-            break;
-    }
-    return 0;
 }
 
 static bool in_range(const struct kv_range *r, const uint8_t *key, size_t len)
@@ -567,7 +348,7 @@ int kv_sm_scan(struct kv_sm *sm, const struct kv_range *r, size_t limit, kv_item
             uint64_t addr = hot_find(sm, &hot, hk, hklen, &found);
             if (found && kv__ring_check(&sm->ring, addr)) {
                 const struct kv_rec *h = kv__ring_at(&sm->ring, addr);
-                if (!(h->flags & KV_REC_TOMB) && live(sm, h->expire_ms)) {
+                if (!(h->flags & KV_REC_TOMB) && kv__live(sm, h->expire_ms)) {
                     it.key = kv__rec_key(h);
                     it.key_len = h->key_len;
                     it.value = kv__rec_value(h);
@@ -583,7 +364,7 @@ int kv_sm_scan(struct kv_sm *sm, const struct kv_range *r, size_t limit, kv_item
                 /* A damaged hot record: the cold copy, if any, stands. */
                 if (found)
                     sm->bad_records++;
-                if (cmp == 0 && live(sm, cv.expire_ms)) {
+                if (cmp == 0 && kv__live(sm, cv.expire_ms)) {
                     item_from_cold(&it, ck, cklen, &cv);
                     emit = true;
                 }
@@ -613,7 +394,7 @@ int kv_sm_scan(struct kv_sm *sm, const struct kv_range *r, size_t limit, kv_item
                 kv__index_find(&sm->index, kv__hash(ck, cklen), ck, cklen, &found);
                 below = found;
             }
-            if (!below && live(sm, cv.expire_ms)) {
+            if (!below && kv__live(sm, cv.expire_ms)) {
                 item_from_cold(&it, ck, cklen, &cv);
                 emit = true;
             }
@@ -682,57 +463,17 @@ static const struct kv_rec *page_rec(const struct kv_page *p, size_t off)
  * of the key 2 * TIER_AHEAD on, then the record of the key TIER_AHEAD on. */
 #define TIER_AHEAD 8
 
-/* A tier-down is a checkpoint of the ring into the cold tier at the applied
- * index, then the release of the oldest pages. It runs in three steps. pick
- * (owner thread) seals the tail, takes the records rewritten in place since
- * the last tier-down and chooses the pages to release; write (any thread)
- * copies the newest version of each key changed since the last tier-down
- * (the in-place records and the pages past dirty_pos) to LMDB in one
- * transaction with the applied index, and notes the records of the pages to
- * release; finish (owner thread) publishes the commit, drops the index
- * entries into those pages and releases them. Between pick and finish the
- * job's pages are sealed and stay in memory, and apply rewrites none of the
- * records the job reads (kv__sm_rewrite_ok), so reads keep finding them in
- * the ring while LMDB changes underneath the owner's old read view. At most
- * one tier-down is in flight: it owns tier_ents, tier_keys and tier_rel. */
-struct kv_tier_job {
-    struct kv_sm *sm;
-    struct kv_page **pages; /* the ring at pick, oldest first */
-    size_t n_pages;
-    size_t n_rel;     /* pages[0, n_rel) are released */
-    uint64_t rel_end; /* the pos after them */
-    uint64_t w_from;  /* pages at or past this pos hold changed records */
-    size_t n_keys;    /* tier_keys[0, n_keys): the records written */
-    bool snapshot;
-    struct kv_cold_meta meta;
-    uint64_t bad; /* records that failed their check */
-    int rc;
-    uint8_t *stream; /* snapshot: the stream of the committed state */
-    size_t stream_len;
-    struct kv_cold_meta stream_meta;
-};
-
-/* Makes room for one more element in *arr (n held, *cap allocated, elem
- * bytes each): doubles the capacity, starting at `first`. */
-static void *room_for_one(void *arr, size_t n, size_t *cap, size_t first, size_t elem)
-{
-    if (n < *cap)
-        return arr;
-    *cap = *cap ? *cap * 2 : first;
-    return tk_realloc(arr, *cap * elem);
-}
-
 static void tier_push(struct kv_sm *sm, const struct kv_rec *h, uint64_t addr)
 {
-    sm->tier_ents = room_for_one(sm->tier_ents, sm->n_tier_ents, &sm->cap_tier_ents, 4096,
-                                 sizeof(*sm->tier_ents));
+    sm->tier_ents = kv__grow(sm->tier_ents, sm->n_tier_ents, &sm->cap_tier_ents, 4096,
+                             sizeof(*sm->tier_ents));
     sm->tier_ents[sm->n_tier_ents++] = (struct kv_tier_ent){h, addr};
 }
 
 static void tier_push_rel(struct kv_sm *sm, const struct kv_rec *h, uint64_t addr)
 {
-    sm->tier_rel = room_for_one(sm->tier_rel, sm->n_tier_rel, &sm->cap_tier_rel, 4096,
-                                sizeof(*sm->tier_rel));
+    sm->tier_rel = kv__grow(sm->tier_rel, sm->n_tier_rel, &sm->cap_tier_rel, 4096,
+                            sizeof(*sm->tier_rel));
     sm->tier_rel[sm->n_tier_rel++] =
         (struct kv_tier_rel){h, addr, kv__hash(kv__rec_key(h), h->key_len)};
 }
@@ -981,43 +722,6 @@ static void tier_finish(struct kv_sm *sm, struct kv_tier_job *j)
     j->pages = NULL;
 }
 
-/* May apply rewrite the record at addr (hot, its key's newest) in place for
- * a new version with value_len bytes of value, instead of appending one?
- * Only a record in the newest half of the ring budget (so a key that stays
- * hot moves to the tail before its page is released) and with room to track
- * it, and never one a tier-down in flight reads: its changed records and its
- * released pages. Tracks it when it becomes changed. */
-bool kv__sm_rewrite_ok(struct kv_sm *sm, uint64_t addr, size_t value_len)
-{
-    if (sm->cfg.append_only)
-        return false;
-    const struct kv_rec *h = kv__ring_at(&sm->ring, addr);
-    if (h->value_len != value_len || (h->flags & (KV_REC_TOMB | KV_REC_SESSION)))
-        return false;
-    const struct kv_page *p = kv__ring_page(&sm->ring, addr);
-    if (sm->ring.next_pos - p->pos > sm->cfg.ring_bytes / 2)
-        return false;
-    uint64_t base = sm->durable;
-    if (sm->job != NULL) {
-        if (p->pos < sm->job->rel_end)
-            return false;
-        if (h->mod_rev > sm->durable && h->mod_rev <= sm->job->meta.index)
-            return false;
-        base = sm->job->meta.index;
-    }
-    if (h->mod_rev > base) { /* changed already: past dirty_pos or in inplace */
-        sm->rewrites++;
-        return true;
-    }
-    if (sm->n_inplace == sm->max_inplace)
-        return false; /* full: kv_sm_tier_wanted says so */
-    sm->inplace = room_for_one(sm->inplace, sm->n_inplace, &sm->cap_inplace, 1024,
-                               sizeof(*sm->inplace));
-    sm->inplace[sm->n_inplace++] = addr;
-    sm->rewrites++;
-    return true;
-}
-
 static int tier(struct kv_sm *sm, bool all)
 {
     if (sm->job != NULL)
@@ -1123,107 +827,6 @@ int kv_sm_tier_finish(struct kv_sm *sm, struct kv_tier_job *j, struct kv_tier_re
     return wrc != 0 ? TK_EIO : 0;
 }
 
-/* ---- fast decoding of the common commands ---- */
-
-static bool rd_varint(const uint8_t **pp, const uint8_t *end, uint64_t *out)
-{
-    const uint8_t *p = *pp;
-    uint64_t v = 0;
-    for (int shift = 0; shift < 64 && p < end; shift += 7) {
-        uint8_t b = *p++;
-        v |= (uint64_t)(b & 0x7f) << shift;
-        if (!(b & 0x80)) {
-            if (shift == 63 && b > 1)
-                return false;
-            *pp = p;
-            *out = v;
-            return true;
-        }
-    }
-    return false;
-}
-
-static bool rd_bytes(const uint8_t **pp, const uint8_t *end, ProtobufCBinaryData *out)
-{
-    uint64_t len;
-    if (!rd_varint(pp, end, &len) || len > (uint64_t)(end - *pp))
-        return false;
-    out->data = (uint8_t *)(uintptr_t)*pp;
-    out->len = (size_t)len;
-    *pp += len;
-    return true;
-}
-
-/* Decodes a plain Put (key, value, ttl) or Delete command, with an optional
- * client id and seq, pointing into buf. Anything else (a compare, a repeated or
- * unknown field, another command) returns false and protobuf-c decodes it, so
- * every accepted input means what protobuf-c would make of it. */
-bool kv__fast_decode(const uint8_t *buf, size_t len, Kvpb__Command *c, Kvpb__Put *put,
-                     Kvpb__Delete *del)
-{
-    const uint8_t *p = buf, *end = buf + len;
-    unsigned seen = 0;
-    kvpb__command__init(c);
-    while (p < end) {
-        uint64_t tag;
-        if (!rd_varint(&p, end, &tag) || tag > 63 || (seen & (1u << (tag >> 3))))
-            return false;
-        seen |= 1u << (tag >> 3);
-        switch (tag) {
-        case (1 << 3) | 0:
-            if (!rd_varint(&p, end, &c->client_id))
-                return false;
-            break;
-        case (2 << 3) | 0:
-            if (!rd_varint(&p, end, &c->seq))
-                return false;
-            break;
-        case (3 << 3) | 2:
-        case (4 << 3) | 2: {
-            ProtobufCBinaryData sub;
-            if (c->cmd_case != KVPB__COMMAND__CMD__NOT_SET || !rd_bytes(&p, end, &sub))
-                return false;
-            const uint8_t *q = sub.data, *qend = sub.data + sub.len;
-            unsigned sseen = 0;
-            bool is_put = (tag >> 3) == 3;
-            if (is_put)
-                kvpb__put__init(put);
-            else
-                kvpb__delete__init(del);
-            while (q < qend) {
-                uint64_t st;
-                if (!rd_varint(&q, qend, &st) || st > 63 || (sseen & (1u << (st >> 3))))
-                    return false;
-                sseen |= 1u << (st >> 3);
-                if (st == ((1 << 3) | 2)) {
-                    if (!rd_bytes(&q, qend, is_put ? &put->key : &del->key))
-                        return false;
-                } else if (is_put && st == ((2 << 3) | 2)) {
-                    if (!rd_bytes(&q, qend, &put->value))
-                        return false;
-                } else if (is_put && st == ((3 << 3) | 0)) {
-                    if (!rd_varint(&q, qend, &put->ttl_ms))
-                        return false;
-                } else {
-                    return false;
-                }
-            }
-            if (is_put) {
-                c->cmd_case = KVPB__COMMAND__CMD_PUT;
-                c->put = put;
-            } else {
-                c->cmd_case = KVPB__COMMAND__CMD_DEL;
-                c->del = del;
-            }
-            break;
-        }
-        default:
-            return false;
-        }
-    }
-    return c->cmd_case != KVPB__COMMAND__CMD__NOT_SET;
-}
-
 /* ---- apply ---- */
 
 static int advance(struct kv_sm *sm, uint64_t index, uint64_t time_ms)
@@ -1294,29 +897,10 @@ int kv_sm_apply(struct kv_sm *sm, uint64_t index, uint64_t term, uint64_t time_m
     if (c == NULL) {
         res->code = TK_EINVAL;
     } else {
-        struct kv_sess *dup =
-            c->client_id != 0 ? sess_find(&sm->sessions, c->client_id, c->seq) : NULL;
-        if (dup != NULL) {
-            rc = kv_result_decode(dup->res, dup->len, res);
-            TK_ASSERT(rc == 0); /* we encoded it */
-            res->duplicate = true;
-        } else {
+        if (c->client_id == 0 || !kv__sess_answer(sm, c->client_id, c->seq, res)) {
             rc = kv__sm_exec(sm, index, c, res);
-            if (rc == 0 && c->client_id != 0) {
-                uint8_t enc[KV_RESULT_ENCODED_MAX];
-                size_t len = kv_result_encode(res, enc);
-                uint8_t key[16];
-                for (int i = 0; i < 8; i++) {
-                    key[i] = (uint8_t)(c->client_id >> (56 - 8 * i));
-                    key[8 + i] = (uint8_t)(c->seq >> (56 - 8 * i));
-                }
-                struct kv_rec h = {.flags = KV_REC_SESSION,
-                                   .key_len = 16,
-                                   .value_len = (uint32_t)len,
-                                   .mod_rev = index};
-                kv__ring_append(&sm->ring, &h, key, enc);
-                sess_add(&sm->sessions, index, c->client_id, c->seq, enc, len);
-            }
+            if (rc == 0 && c->client_id != 0)
+                kv__sess_record(sm, index, c->client_id, c->seq, res);
         }
     }
     sm->applied = index;
@@ -1334,55 +918,4 @@ int kv_sm_apply(struct kv_sm *sm, uint64_t index, uint64_t term, uint64_t time_m
         sm->job == NULL)
         return kv_sm_tier_down(sm);
     return 0;
-}
-
-/* ---- results ---- */
-
-size_t kv_result_encode(const struct kv_result *r, uint8_t *buf)
-{
-    Kvpb__Result m = KVPB__RESULT__INIT;
-    Kvpb__OpResult ops[KV_TXN_OPS_MAX];
-    Kvpb__OpResult *pops[KV_TXN_OPS_MAX];
-    m.code = r->code;
-    m.revision = r->revision;
-    m.succeeded = r->succeeded;
-    m.value = r->value;
-    m.deleted = r->deleted;
-    uint32_t n = r->n_ops <= KV_TXN_OPS_MAX ? r->n_ops : KV_TXN_OPS_MAX;
-    for (uint32_t i = 0; i < n; i++) {
-        kvpb__op_result__init(&ops[i]);
-        ops[i].value = r->ops[i].value;
-        ops[i].deleted = r->ops[i].deleted;
-        pops[i] = &ops[i];
-    }
-    m.n_ops = n;
-    m.ops = pops;
-    size_t len = kvpb__result__get_packed_size(&m);
-    TK_ASSERT(len <= KV_RESULT_ENCODED_MAX);
-    return kvpb__result__pack(&m, buf);
-}
-
-int kv_result_decode(const void *buf, size_t len, struct kv_result *r)
-{
-    Kvpb__Result *m = kvpb__result__unpack(NULL, len, buf);
-    if (m == NULL)
-        return TK_EPROTO;
-    int rc = 0;
-    if (m->n_ops > KV_TXN_OPS_MAX) {
-        rc = TK_EPROTO;
-    } else {
-        r->code = m->code;
-        r->revision = m->revision;
-        r->succeeded = m->succeeded;
-        r->duplicate = false;
-        r->value = m->value;
-        r->deleted = m->deleted;
-        r->n_ops = (uint32_t)m->n_ops;
-        for (size_t i = 0; i < m->n_ops; i++) {
-            r->ops[i].value = m->ops[i]->value;
-            r->ops[i].deleted = m->ops[i]->deleted;
-        }
-    }
-    kvpb__result__free_unpacked(m, NULL);
-    return rc;
 }

@@ -353,19 +353,11 @@ int kv_install_commit(struct kv_install *in)
     kv__view_init(&sm->view);
     sm->dirty_pos = 0;
     sm->n_inplace = 0;
-    struct kv_sessions *t = &sm->sessions;
-    for (size_t i = 0; i <= t->mask; i++) {
-        if (t->tab[i].client != 0) {
-            tk_free(t->tab[i].res);
-            t->tab[i].client = 0;
-        }
-    }
-    t->count = 0;
-    t->fifo_head = t->fifo_len = 0;
+    kv__sess_clear(&sm->sessions);
     sm->applied = sm->durable = in->meta.index;
     sm->applied_term = sm->durable_term = in->meta.term;
     sm->now_ms = sm->durable_now = in->meta.now_ms;
-    rc = kv__cold_sessions(sm->cold, kv__sm_load_session, sm);
+    rc = kv__cold_sessions(sm->cold, kv__sess_load, sm);
     tk_free(in->pend);
     tk_free(in);
     if (rc != 0) {
