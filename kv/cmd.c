@@ -15,7 +15,7 @@
 #include "base/alloc.h"
 #include "base/err.h"
 #include "kv.pb-c.h"
-#include "kv/sm_internal.h"
+#include "kv/iter.h"
 
 struct stage {
     const uint8_t *key;
@@ -315,17 +315,10 @@ static int run_op(struct ctx *x, const Kvpb__Op *op, struct kv_op_result *r)
     }
 }
 
-struct range_keys {
-    struct kv_sm *sm;
-    size_t used;
-    size_t n;
-};
-
-static int collect_key(const struct kv_item *it, void *data)
+/* Appends a key, length-prefixed, to the scratch list. */
+static void scratch_push(struct kv_sm *sm, size_t *used, const uint8_t *key, size_t len)
 {
-    struct range_keys *rk = data;
-    struct kv_sm *sm = rk->sm;
-    size_t need = rk->used + 2 + it->key_len;
+    size_t need = *used + 2 + len;
     if (need > sm->scratch_cap) {
         size_t cap = sm->scratch_cap ? sm->scratch_cap : 4096;
         while (cap < need)
@@ -333,12 +326,28 @@ static int collect_key(const struct kv_item *it, void *data)
         sm->scratch = tk_realloc(sm->scratch, cap);
         sm->scratch_cap = cap;
     }
-    sm->scratch[rk->used] = (uint8_t)(it->key_len >> 8);
-    sm->scratch[rk->used + 1] = (uint8_t)it->key_len;
-    memcpy(sm->scratch + rk->used + 2, it->key, it->key_len);
-    rk->used = need;
-    rk->n++;
-    return 0;
+    sm->scratch[*used] = (uint8_t)(len >> 8);
+    sm->scratch[*used + 1] = (uint8_t)len;
+    memcpy(sm->scratch + *used + 2, key, len);
+    *used = need;
+}
+
+/* Lists the live keys of r in scratch (they are written only once the
+ * iterator is closed: writes change the view it walks). */
+static int collect_keys(struct kv_sm *sm, const struct kv_range *r, size_t *used,
+                        size_t *n)
+{
+    struct kv_iter it;
+    struct kv_item item;
+    int rc;
+    *used = *n = 0;
+    for (rc = kv__iter_first(&it, sm, r, 0, &item); rc == 0;
+         rc = kv__iter_next(&it, &item)) {
+        scratch_push(sm, used, item.key, item.key_len);
+        (*n)++;
+    }
+    kv__iter_close(&it);
+    return rc == TK_ENOTFOUND ? 0 : rc;
 }
 
 static int delete_range(struct kv_sm *sm, uint64_t index, const Kvpb__DeleteRange *d,
@@ -363,20 +372,20 @@ static int delete_range(struct kv_sm *sm, uint64_t index, const Kvpb__DeleteRang
         r.end = d->end.data;
         r.end_len = d->end.len;
     }
-    struct range_keys rk = {.sm = sm};
-    int rc = kv_sm_scan(sm, &r, 0, collect_key, &rk);
+    size_t used, n;
+    int rc = collect_keys(sm, &r, &used, &n);
     if (rc != 0)
         return rc;
     struct kv_state tomb = {.live = false};
-    for (size_t off = 0; off < rk.used;) {
+    for (size_t off = 0; off < used;) {
         size_t len = ((size_t)sm->scratch[off] << 8) | sm->scratch[off + 1];
         const uint8_t *k = sm->scratch + off + 2;
         write_key(sm, index, k, len, kv__hash(k, len), &tomb);
         off += 2 + len;
     }
-    res->deleted = rk.n;
+    res->deleted = n;
     res->succeeded = true;
-    res->revision = rk.n > 0 ? index : 0;
+    res->revision = n > 0 ? index : 0;
     return 0;
 }
 
