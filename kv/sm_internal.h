@@ -126,6 +126,7 @@ struct kv_tier_job {
     uint64_t w_from;  /* pages at or past this pos hold changed records */
     size_t n_keys;    /* tier_keys[0, n_keys): the records written */
     bool snapshot;
+    bool write; /* pick found something to write or release */
     struct kv_cold_meta meta;
     uint64_t bad; /* records that failed their check */
     int rc;
@@ -183,6 +184,11 @@ int kv__sm_exec(struct kv_sm *sm, uint64_t index, const struct Kvpb__Command *c,
 bool kv__fast_decode(const uint8_t *buf, size_t len, struct Kvpb__Command *c,
                      struct Kvpb__Put *put, struct Kvpb__Delete *del);
 
+/* ---- snapshot.c ---- */
+
+/* Opens a snapshot view of the cold tier as committed (kv_sm_snapshot flushes
+ * first). Returns 0 or TK_EIO. */
+int kv__snap_open(struct kv_sm *sm, struct kv_snap **out);
 /* Any thread, while the sm's tier job is in flight (so no other writer): reads
  * the snapshot stream of the cold tier as committed into one buffer. Returns 0
  * or TK_EIO. */

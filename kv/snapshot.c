@@ -72,7 +72,7 @@ static void stage_reserve(struct kv_snap *s, size_t n)
     }
 }
 
-static int snap_open(struct kv_sm *sm, struct kv_snap **out)
+int kv__snap_open(struct kv_sm *sm, struct kv_snap **out)
 {
     struct kv_snap *s = tk_calloc(1, sizeof(*s));
     int rc = kv__cold_snap_open(sm->cold, &s->cs, &s->meta);
@@ -86,19 +86,11 @@ static int snap_open(struct kv_sm *sm, struct kv_snap **out)
     return 0;
 }
 
-int kv_sm_snapshot(struct kv_sm *sm, struct kv_snap **out)
-{
-    int rc = kv_sm_flush(sm);
-    if (rc != 0)
-        return rc;
-    return snap_open(sm, out);
-}
-
 int kv__snap_read_all(struct kv_sm *sm, uint8_t **buf, size_t *len,
                       struct kv_cold_meta *meta)
 {
     struct kv_snap *s;
-    int rc = snap_open(sm, &s);
+    int rc = kv__snap_open(sm, &s);
     if (rc != 0)
         return rc;
     size_t cap = (size_t)1 << 16, n = 0;
