@@ -389,95 +389,97 @@ static int delete_range(struct kv_sm *sm, uint64_t index, const Kvpb__DeleteRang
     return 0;
 }
 
-int kv__sm_exec(struct kv_sm *sm, uint64_t index, const Kvpb__Command *c,
-                struct kv_result *res)
+/* A put, with its compare if it has one. */
+static int exec_put(struct ctx *x, const Kvpb__Put *p)
 {
-    struct ctx x;
-    x.sm = sm;
-    x.index = index;
-    x.n = 0;
-    int rc = 0;
-    switch (c->cmd_case) {
-    case KVPB__COMMAND__CMD_PUT: {
-        const Kvpb__Put *p = c->put;
-        rc = check_put(sm, p, true);
-        if (rc != 0)
-            break;
-        if (p->cond != NULL) {
-            int ok = eval(&x, p->cond, &p->key);
-            if (ok < 0)
-                return TK_EIO;
-            if (!ok) {
-                rc = TK_ECOMPARE;
-                break;
-            }
-        }
-        rc = op_put(&x, p);
-        break;
+    int rc = check_put(x->sm, p, true);
+    if (rc != 0)
+        return rc;
+    if (p->cond != NULL) {
+        int ok = eval(x, p->cond, &p->key);
+        if (ok < 0)
+            return TK_EIO;
+        if (!ok)
+            return TK_ECOMPARE;
     }
+    return op_put(x, p);
+}
+
+static int exec_batch(struct ctx *x, const Kvpb__Batch *b, struct kv_result *res)
+{
+    if (b->n_ops > KV_TXN_OPS_MAX)
+        return TK_ETOOBIG;
+    int rc = 0;
+    for (size_t i = 0; rc == 0 && i < b->n_ops; i++)
+        rc = check_op(x->sm, b->ops[i], false);
+    for (size_t i = 0; rc == 0 && i < b->n_ops; i++)
+        rc = run_op(x, b->ops[i], &res->ops[i]);
+    if (rc == 0)
+        res->n_ops = (uint32_t)b->n_ops;
+    return rc;
+}
+
+/* A transaction: its compares choose the then or the else ops. On success,
+ * res->succeeded says which ran. */
+static int exec_txn(struct ctx *x, const Kvpb__Txn *t, struct kv_result *res)
+{
+    if (t->n_then_ops + t->n_else_ops > KV_TXN_OPS_MAX || t->n_compares > KV_TXN_OPS_MAX)
+        return TK_ETOOBIG;
+    int rc = 0;
+    for (size_t i = 0; rc == 0 && i < t->n_compares; i++)
+        rc = check_compare(x->sm, t->compares[i]);
+    for (size_t i = 0; rc == 0 && i < t->n_then_ops; i++)
+        rc = check_op(x->sm, t->then_ops[i], true);
+    for (size_t i = 0; rc == 0 && i < t->n_else_ops; i++)
+        rc = check_op(x->sm, t->else_ops[i], true);
+    if (rc != 0)
+        return rc;
+    bool ok = true;
+    for (size_t i = 0; ok && i < t->n_compares; i++) {
+        int e = eval(x, t->compares[i], &t->compares[i]->key);
+        if (e < 0)
+            return TK_EIO;
+        ok = e != 0;
+    }
+    /* The compares' lookups are not writes: start the ops from them. */
+    Kvpb__Op **ops = ok ? t->then_ops : t->else_ops;
+    size_t n = ok ? t->n_then_ops : t->n_else_ops;
+    for (size_t i = 0; rc == 0 && i < n; i++)
+        rc = run_op(x, ops[i], &res->ops[i]);
+    if (rc == 0) {
+        res->n_ops = (uint32_t)n;
+        res->succeeded = ok;
+    }
+    return rc;
+}
+
+/* Runs a decoded command, filling res: an error result changes nothing, a
+ * success appends the staged keys. Returns 0 or TK_EIO. */
+static int exec(struct ctx *x, const Kvpb__Command *c, struct kv_result *res)
+{
+    int rc;
+    switch (c->cmd_case) {
+    case KVPB__COMMAND__CMD_PUT:
+        rc = exec_put(x, c->put);
+        break;
     case KVPB__COMMAND__CMD_DEL:
-        rc = check_key(sm, &c->del->key);
+        rc = check_key(x->sm, &c->del->key);
         if (rc == 0)
-            rc = op_del(&x, &c->del->key, &res->deleted);
+            rc = op_del(x, &c->del->key, &res->deleted);
         break;
     case KVPB__COMMAND__CMD_DELETE_RANGE:
-        return delete_range(sm, index, c->delete_range, res);
+        return delete_range(x->sm, x->index, c->delete_range, res);
     case KVPB__COMMAND__CMD_INCR:
-        rc = check_key(sm, &c->incr->key);
+        rc = check_key(x->sm, &c->incr->key);
         if (rc == 0)
-            rc = op_incr(&x, c->incr, &res->value);
+            rc = op_incr(x, c->incr, &res->value);
         break;
-    case KVPB__COMMAND__CMD_BATCH: {
-        const Kvpb__Batch *b = c->batch;
-        if (b->n_ops > KV_TXN_OPS_MAX) {
-            rc = TK_ETOOBIG;
-            break;
-        }
-        for (size_t i = 0; rc == 0 && i < b->n_ops; i++) {
-            rc = check_op(sm, b->ops[i], false);
-        }
-        for (size_t i = 0; rc == 0 && i < b->n_ops; i++)
-            rc = run_op(&x, b->ops[i], &res->ops[i]);
-        if (rc == 0)
-            res->n_ops = (uint32_t)b->n_ops;
+    case KVPB__COMMAND__CMD_BATCH:
+        rc = exec_batch(x, c->batch, res);
         break;
-    }
-    case KVPB__COMMAND__CMD_TXN: {
-        const Kvpb__Txn *t = c->txn;
-        if (t->n_then_ops + t->n_else_ops > KV_TXN_OPS_MAX ||
-            t->n_compares > KV_TXN_OPS_MAX) {
-            rc = TK_ETOOBIG;
-            break;
-        }
-        for (size_t i = 0; rc == 0 && i < t->n_compares; i++)
-            rc = check_compare(sm, t->compares[i]);
-        for (size_t i = 0; rc == 0 && i < t->n_then_ops; i++)
-            rc = check_op(sm, t->then_ops[i], true);
-        for (size_t i = 0; rc == 0 && i < t->n_else_ops; i++)
-            rc = check_op(sm, t->else_ops[i], true);
-        if (rc != 0)
-            break;
-        bool ok = true;
-        for (size_t i = 0; ok && i < t->n_compares; i++) {
-            int e = eval(&x, t->compares[i], &t->compares[i]->key);
-            if (e < 0)
-                return TK_EIO;
-            ok = e != 0;
-        }
-        /* The compares' lookups are not writes: start the ops from them. */
-        Kvpb__Op **ops = ok ? t->then_ops : t->else_ops;
-        size_t n = ok ? t->n_then_ops : t->n_else_ops;
-        for (size_t i = 0; rc == 0 && i < n; i++)
-            rc = run_op(&x, ops[i], &res->ops[i]);
-        if (rc == 0) {
-            res->n_ops = (uint32_t)n;
-            res->succeeded = ok;
-            if (commit(&x))
-                res->revision = index;
-            return 0;
-        }
+    case KVPB__COMMAND__CMD_TXN:
+        rc = exec_txn(x, c->txn, res);
         break;
-    }
     default:
         rc = TK_EINVAL;
         break;
@@ -491,8 +493,24 @@ int kv__sm_exec(struct kv_sm *sm, uint64_t index, const Kvpb__Command *c,
         res->deleted = 0;
         return 0;
     }
-    res->succeeded = true;
-    if (commit(&x))
-        res->revision = index;
+    if (c->cmd_case != KVPB__COMMAND__CMD_TXN)
+        res->succeeded = true;
+    if (commit(x))
+        res->revision = x->index;
     return 0;
+}
+
+int kv__cmd_apply(struct kv_sm *sm, uint64_t index, const Kvpb__Command *c,
+                  struct kv_result *res)
+{
+    if (c->client_id != 0 && kv__sess_answer(sm, c->client_id, c->seq, res))
+        return 0;
+    struct ctx x;
+    x.sm = sm;
+    x.index = index;
+    x.n = 0;
+    int rc = exec(&x, c, res);
+    if (rc == 0 && c->client_id != 0)
+        kv__sess_record(sm, index, c->client_id, c->seq, res);
+    return rc;
 }

@@ -266,11 +266,7 @@ int kv_sm_apply(struct kv_sm *sm, uint64_t index, uint64_t term, uint64_t time_m
     if (c == NULL) {
         res->code = TK_EINVAL;
     } else {
-        if (c->client_id == 0 || !kv__sess_answer(sm, c->client_id, c->seq, res)) {
-            rc = kv__sm_exec(sm, index, c, res);
-            if (rc == 0 && c->client_id != 0)
-                kv__sess_record(sm, index, c->client_id, c->seq, res);
-        }
+        rc = kv__cmd_apply(sm, index, c, res);
     }
     sm->applied = index;
     sm->applied_term = term;

@@ -173,10 +173,14 @@ int kv__state_lookup(struct kv_sm *sm, const void *key, size_t len, uint64_t has
  * version with a value of value_len bytes? If true, the caller does so now
  * (kv__ring_rewrite); the next tier-down writes it. */
 bool kv__state_rewrite_ok(struct kv_sm *sm, uint64_t addr, size_t value_len);
-/* Runs a decoded command at `index`, filling res. Returns 0 (res->code holds
- * the command's outcome) or TK_EIO. */
-int kv__sm_exec(struct kv_sm *sm, uint64_t index, const struct Kvpb__Command *c,
-                struct kv_result *res);
+/* ---- cmd.c: the commands ---- */
+
+/* Applies a decoded command at `index`, filling res: a retried (client, seq)
+ * is answered from the exactly-once table, anything else runs and, with a
+ * client id, has its result remembered. Returns 0 (res->code holds the
+ * command's outcome) or TK_EIO. */
+int kv__cmd_apply(struct kv_sm *sm, uint64_t index, const struct Kvpb__Command *c,
+                  struct kv_result *res);
 
 /* Decodes the common commands (a plain put or delete) without protobuf-c,
  * pointing into buf; false means "let protobuf-c decode it". Whatever it
