@@ -6,8 +6,11 @@
  * runs its ops against a stage, one entry per key holding that key's state as
  * the command has made it so far, and only if every op succeeded are the
  * staged keys appended to the ring (a tombstone for a deleted key). Versions
- * count ops: each put or increment adds one, a delete resets the key. Owner
- * thread only. */
+ * count ops: each put or increment adds one, a delete resets the key. A
+ * command with a client id is first looked up in the exactly-once table and,
+ * once run, remembered there. Owner thread only. Called by sm.c (apply);
+ * calls state.c (lookups, the rewrite check), sessions.c, iter.c (delete
+ * range), the ring, index and view. */
 #include <limits.h>
 #include <stdio.h>
 #include <string.h>

@@ -1,29 +1,22 @@
-/* The state machine: commands, reads, tier-down, recovery, digest.
+/* The state machine's face: config, open/close, the counters, and apply,
+ * which decodes each entry's command and dispatches it.
  *
- * apply() decodes a kvpb.Command (protobuf-c, into a reusable arena so steady
- * state allocates nothing), evaluates it against the current state and appends
- * the resulting records to the ring in one go: the writes of one command are
- * staged first (at most KV_TXN_OPS_MAX keys), so a failing op leaves no trace
- * and batches and transactions are atomic. Every record written by entry i has
- * revision i. The current state of a key is: its index entry's ring record if
- * that record passes its check (a tombstone means absent), else the cold tier;
- * a key whose expire_ms <= the sm's clock is absent.
+ * apply() decodes a kvpb.Command (the fast decoder for a plain put or delete,
+ * else protobuf-c into a reusable arena, so steady state allocates nothing),
+ * hands it to cmd.c, which evaluates it against the current state and appends
+ * the resulting records to the ring in one go, then advances the applied index
+ * and, over budget, triggers a tier-down (tier.c). Every record written by
+ * entry i has revision i. Owner thread only.
  *
- * Tier-down moves the oldest pages to LMDB. It cuts only between commands (a
- * page whose last revision is also the next page's first revision is not a
- * cut point), so the index stored with the data is exactly the state after
- * that entry, and the clock stored is the clock after it. Owner thread only. */
-#include <stdio.h>
-#include <stdlib.h>
+ * Calls run one way: sm.c -> cmd.c -> state.c, sessions.c, iter.c; sm.c ->
+ * tier.c -> snapshot.c -> sessions.c; all of them -> the ring, index, view and
+ * cold tier (cold.c, the only file that sees LMDB). */
 #include <string.h>
-#include <xxhash.h>
 
 #include "base/alloc.h"
 #include "base/assert.h"
 #include "base/err.h"
-#include "base/log.h"
 #include "kv.pb-c.h"
-#include "kv/kv_internal.h"
 #include "kv/sm_internal.h"
 
 #define ARENA_CHUNK (64 * 1024)

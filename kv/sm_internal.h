@@ -1,5 +1,8 @@
-/* The state machine's private state, shared by sm.c (apply, reads, tier-down),
- * cmd.c (the commands) and snapshot.c. Owner thread only. */
+/* The state machine's private state and the functions its files share: sm.c
+ * (open, apply dispatch), cmd.c (the commands), state.c (a key's state),
+ * sessions.c (the exactly-once table), iter.c (the read iterator, declared in
+ * iter.h), tier.c (tier-down), snapshot.c and codec.c. Owner thread only,
+ * except where a function says otherwise. */
 #ifndef TK_KV_SM_INTERNAL_H
 #define TK_KV_SM_INTERNAL_H
 

@@ -3,11 +3,14 @@
  * Stream = header ("TKVSNAP1", index, term, clock: u64 big-endian each), then
  * records [u8 table][u32 key len][u32 value len][key][value] in LMDB order per
  * table (data, expiry, sessions), then a trailer [0xFF][u64 record count]
- * [u32 CRC32C of every byte before it]. kv_sm_snapshot first flushes the ring,
+ * [u32 CRC32C of every byte before it]. kv_sm_snapshot (tier.c) first flushes the ring,
  * so the cold tier holds exactly the applied state, then opens an LMDB read
  * transaction: the stream is that MVCC view, unaffected by later applies.
  * Installation writes a fresh environment record by record (bounded memory:
- * one record at a time), checks the trailer, then swaps it in atomically. */
+ * one record at a time), checks the trailer, then swaps it in atomically.
+ * Called by tier.c (kv_sm_snapshot, a background job's stream) and the node;
+ * calls sessions.c (reloading the table after an install), the ring, index,
+ * view and cold tier. */
 #include <string.h>
 
 #include "base/alloc.h"
