@@ -17,7 +17,7 @@
 #include "base/err.h"
 #include "kv/iter.h"
 
-static bool in_range(const struct kv_range *r, const uint8_t *key, size_t len)
+static inline bool in_range(const struct kv_range *r, const uint8_t *key, size_t len)
 {
     if (r->by_prefix)
         return len >= r->start_len &&
@@ -118,9 +118,9 @@ static uint64_t hot_find(const struct kv_iter *it, const uint8_t *key, size_t le
 /* ---- the merge ---- */
 
 /* The hot key (hk) is the smaller, or equal to the cold key (cv != NULL). */
-static int step_hot(struct kv_iter *it, const uint8_t *hk, size_t hklen,
-                    const uint8_t *ck, size_t cklen, const struct kv_cold_val *cv,
-                    struct kv_item *out)
+static inline int step_hot(struct kv_iter *it, const uint8_t *hk, size_t hklen,
+                           const uint8_t *ck, size_t cklen, const struct kv_cold_val *cv,
+                           struct kv_item *out)
 {
     struct kv_sm *sm = it->sm;
     if (!in_range(it->r, hk, hklen))
@@ -173,7 +173,7 @@ static int step_cold(struct kv_iter *it, const uint8_t *ck, size_t cklen,
 
 /* One merge step: 0 with *out filled, 1 when the keys read gave no item (go
  * on), or TK_ENOTFOUND at the end. It owes the moves past what it read. */
-static int iter_step(struct kv_iter *it, struct kv_item *out)
+static inline int iter_step(struct kv_iter *it, struct kv_item *out)
 {
     const uint8_t *ck = NULL;
     size_t cklen = 0;
@@ -183,20 +183,23 @@ static int iter_step(struct kv_iter *it, struct kv_item *out)
     bool hvalid = kv__view_it_valid(&it->hot);
     size_t hklen = 0;
     const uint8_t *hk = hvalid ? kv__view_it_key(&it->hot, &hklen) : NULL;
-    if (hvalid && it->cvalid) {
-        int cmp = kv__keycmp(hk, hklen, ck, cklen);
-        if (cmp <= 0)
-            return step_hot(it, hk, hklen, ck, cklen, cmp == 0 ? &cv : NULL, out);
-        return step_cold(it, ck, cklen, &cv, out);
-    }
-    if (hvalid)
-        return step_hot(it, hk, hklen, NULL, 0, NULL, out);
-    if (it->cvalid)
-        return step_cold(it, ck, cklen, &cv, out);
-    return TK_ENOTFOUND;
+    int cmp;
+    if (hvalid && it->cvalid)
+        cmp = kv__keycmp(hk, hklen, ck, cklen);
+    else if (hvalid)
+        cmp = -1;
+    else if (it->cvalid)
+        cmp = 1;
+    else
+        return TK_ENOTFOUND;
+    if (cmp <= 0)
+        return step_hot(it, hk, hklen, ck, cklen, cmp == 0 ? &cv : NULL, out);
+    return step_cold(it, ck, cklen, &cv, out);
 }
 
-int kv__iter_next(struct kv_iter *it, struct kv_item *out)
+/* kv__iter_next, inlined into the scan's loop: per item, the scan pays no
+ * call but its callback. */
+static inline int iter_next(struct kv_iter *it, struct kv_item *out)
 {
     for (;;) {
         /* Move past the keys last read only now, so the item returned last
@@ -219,6 +222,11 @@ int kv__iter_next(struct kv_iter *it, struct kv_item *out)
         if (rc != 1)
             return rc;
     }
+}
+
+int kv__iter_next(struct kv_iter *it, struct kv_item *out)
+{
+    return iter_next(it, out);
 }
 
 int kv__iter_first(struct kv_iter *it, struct kv_sm *sm, const struct kv_range *r,
@@ -261,7 +269,7 @@ int kv_sm_scan(struct kv_sm *sm, const struct kv_range *r, size_t limit, kv_item
     struct kv_item item;
     int rc;
     for (rc = kv__iter_first(&it, sm, r, limit, &item); rc == 0;
-         rc = kv__iter_next(&it, &item))
+         rc = iter_next(&it, &item))
         if (cb(&item, data) != 0)
             break;
     kv__iter_close(&it);
