@@ -108,18 +108,19 @@ struct kv_sm {
 };
 
 /* A tier-down is a checkpoint of the ring into the cold tier at the applied
- * index, then the release of the oldest pages. It runs in three steps. pick
- * (owner thread) seals the tail, takes the records rewritten in place since
- * the last tier-down and chooses the pages to release; write (any thread)
- * copies the newest version of each key changed since the last tier-down
- * (the in-place records and the pages past dirty_pos) to LMDB in one
- * transaction with the applied index, and notes the records of the pages to
- * release; finish (owner thread) publishes the commit, drops the index
- * entries into those pages and releases them. Between pick and finish the
- * job's pages are sealed and stay in memory, and apply rewrites none of the
- * records the job reads (kv__state_rewrite_ok), so reads keep finding them in
- * the ring while LMDB changes underneath the owner's old read view. At most
- * one tier-down is in flight: it owns tier_ents, tier_keys and tier_rel. */
+ * index, then the release of the oldest pages (tier.c). It runs in three
+ * steps, whatever triggered it. pick (owner thread) seals the tail, takes the
+ * records rewritten in place since the last tier-down and chooses the pages
+ * to release; write (any thread) copies the newest version of each key
+ * changed since the last tier-down (the in-place records and the pages past
+ * dirty_pos) to LMDB in one transaction with the applied index, and notes the
+ * records of the pages to release; finish (owner thread) publishes the
+ * commit, drops the index entries into those pages and releases them.
+ * Between pick and finish the job's pages are sealed and stay in memory, and
+ * apply rewrites none of the records the job reads (kv__state_rewrite_ok), so
+ * reads keep finding them in the ring while LMDB changes underneath the
+ * owner's old read view. At most one tier-down is in flight: it owns
+ * tier_ents, tier_keys and tier_rel. */
 struct kv_tier_job {
     struct kv_sm *sm;
     struct kv_page **pages; /* the ring at pick, oldest first */
@@ -176,6 +177,7 @@ int kv__state_lookup(struct kv_sm *sm, const void *key, size_t len, uint64_t has
  * version with a value of value_len bytes? If true, the caller does so now
  * (kv__ring_rewrite); the next tier-down writes it. */
 bool kv__state_rewrite_ok(struct kv_sm *sm, uint64_t addr, size_t value_len);
+
 /* ---- cmd.c: the commands ---- */
 
 /* Applies a decoded command at `index`, filling res: a retried (client, seq)
@@ -184,6 +186,8 @@ bool kv__state_rewrite_ok(struct kv_sm *sm, uint64_t addr, size_t value_len);
  * command's outcome) or TK_EIO. */
 int kv__cmd_apply(struct kv_sm *sm, uint64_t index, const struct Kvpb__Command *c,
                   struct kv_result *res);
+
+/* ---- codec.c ---- */
 
 /* Decodes the common commands (a plain put or delete) without protobuf-c,
  * pointing into buf; false means "let protobuf-c decode it". Whatever it
