@@ -6,8 +6,11 @@
  * runs its ops against a stage, one entry per key holding that key's state as
  * the command has made it so far, and only if every op succeeded are the
  * staged keys appended to the ring (a tombstone for a deleted key). Versions
- * count ops: each put or increment adds one, a delete resets the key. Owner
- * thread only. */
+ * count ops: each put or increment adds one, a delete resets the key. A
+ * command with a client id is first looked up in the exactly-once table and,
+ * once run, remembered there. Owner thread only. Called by sm.c (apply);
+ * calls state.c (lookups, the rewrite check), sessions.c, iter.c (delete
+ * range), the ring, index and view. */
 #include <limits.h>
 #include <stdio.h>
 #include <string.h>
@@ -15,7 +18,7 @@
 #include "base/alloc.h"
 #include "base/err.h"
 #include "kv.pb-c.h"
-#include "kv/sm_internal.h"
+#include "kv/iter.h"
 
 struct stage {
     const uint8_t *key;
@@ -108,7 +111,7 @@ static struct stage *stage_get(struct ctx *x, const uint8_t *key, size_t len)
     s->key_len = len;
     s->hash = kv__hash(key, len);
     s->dirty = false;
-    if (kv__sm_lookup(x->sm, key, len, s->hash, &s->st) != 0)
+    if (kv__state_lookup(x->sm, key, len, s->hash, &s->st) != 0)
         return NULL;
     x->n++;
     return s;
@@ -262,7 +265,7 @@ static int op_incr(struct ctx *x, const Kvpb__Increment *in, int64_t *value)
 }
 
 /* Writes a staged key's new version: in place over its newest record when
- * that is hot and the value keeps its length (kv__sm_rewrite_ok), else as a
+ * that is hot and the value keeps its length (kv__state_rewrite_ok), else as a
  * record appended to the ring (st->hot and st->addr: where the key's newest
  * record was before the command). */
 static void write_key(struct kv_sm *sm, uint64_t index, const uint8_t *key, size_t len,
@@ -274,7 +277,7 @@ static void write_key(struct kv_sm *sm, uint64_t index, const uint8_t *key, size
         h.expire_ms = st->expire_ms;
         h.create_rev = st->create_rev;
         h.version = st->version;
-        if (st->hot && kv__sm_rewrite_ok(sm, st->addr, st->value_len)) {
+        if (st->hot && kv__state_rewrite_ok(sm, st->addr, st->value_len)) {
             kv__ring_rewrite(&sm->ring, st->addr, &h, st->value);
             return;
         }
@@ -315,17 +318,10 @@ static int run_op(struct ctx *x, const Kvpb__Op *op, struct kv_op_result *r)
     }
 }
 
-struct range_keys {
-    struct kv_sm *sm;
-    size_t used;
-    size_t n;
-};
-
-static int collect_key(const struct kv_item *it, void *data)
+/* Appends a key, length-prefixed, to the scratch list. */
+static void scratch_push(struct kv_sm *sm, size_t *used, const uint8_t *key, size_t len)
 {
-    struct range_keys *rk = data;
-    struct kv_sm *sm = rk->sm;
-    size_t need = rk->used + 2 + it->key_len;
+    size_t need = *used + 2 + len;
     if (need > sm->scratch_cap) {
         size_t cap = sm->scratch_cap ? sm->scratch_cap : 4096;
         while (cap < need)
@@ -333,12 +329,28 @@ static int collect_key(const struct kv_item *it, void *data)
         sm->scratch = tk_realloc(sm->scratch, cap);
         sm->scratch_cap = cap;
     }
-    sm->scratch[rk->used] = (uint8_t)(it->key_len >> 8);
-    sm->scratch[rk->used + 1] = (uint8_t)it->key_len;
-    memcpy(sm->scratch + rk->used + 2, it->key, it->key_len);
-    rk->used = need;
-    rk->n++;
-    return 0;
+    sm->scratch[*used] = (uint8_t)(len >> 8);
+    sm->scratch[*used + 1] = (uint8_t)len;
+    memcpy(sm->scratch + *used + 2, key, len);
+    *used = need;
+}
+
+/* Lists the live keys of r in scratch (they are written only once the
+ * iterator is closed: writes change the view it walks). */
+static int collect_keys(struct kv_sm *sm, const struct kv_range *r, size_t *used,
+                        size_t *n)
+{
+    struct kv_iter it;
+    struct kv_item item;
+    int rc;
+    *used = *n = 0;
+    for (rc = kv__iter_first(&it, sm, r, 0, &item); rc == 0;
+         rc = kv__iter_next(&it, &item)) {
+        scratch_push(sm, used, item.key, item.key_len);
+        (*n)++;
+    }
+    kv__iter_close(&it);
+    return rc == TK_ENOTFOUND ? 0 : rc;
 }
 
 static int delete_range(struct kv_sm *sm, uint64_t index, const Kvpb__DeleteRange *d,
@@ -363,112 +375,114 @@ static int delete_range(struct kv_sm *sm, uint64_t index, const Kvpb__DeleteRang
         r.end = d->end.data;
         r.end_len = d->end.len;
     }
-    struct range_keys rk = {.sm = sm};
-    int rc = kv_sm_scan(sm, &r, 0, collect_key, &rk);
+    size_t used, n;
+    int rc = collect_keys(sm, &r, &used, &n);
     if (rc != 0)
         return rc;
     struct kv_state tomb = {.live = false};
-    for (size_t off = 0; off < rk.used;) {
+    for (size_t off = 0; off < used;) {
         size_t len = ((size_t)sm->scratch[off] << 8) | sm->scratch[off + 1];
         const uint8_t *k = sm->scratch + off + 2;
         write_key(sm, index, k, len, kv__hash(k, len), &tomb);
         off += 2 + len;
     }
-    res->deleted = rk.n;
+    res->deleted = n;
     res->succeeded = true;
-    res->revision = rk.n > 0 ? index : 0;
+    res->revision = n > 0 ? index : 0;
     return 0;
 }
 
-int kv__sm_exec(struct kv_sm *sm, uint64_t index, const Kvpb__Command *c,
-                struct kv_result *res)
+/* A put, with its compare if it has one. */
+static int exec_put(struct ctx *x, const Kvpb__Put *p)
 {
-    struct ctx x;
-    x.sm = sm;
-    x.index = index;
-    x.n = 0;
-    int rc = 0;
-    switch (c->cmd_case) {
-    case KVPB__COMMAND__CMD_PUT: {
-        const Kvpb__Put *p = c->put;
-        rc = check_put(sm, p, true);
-        if (rc != 0)
-            break;
-        if (p->cond != NULL) {
-            int ok = eval(&x, p->cond, &p->key);
-            if (ok < 0)
-                return TK_EIO;
-            if (!ok) {
-                rc = TK_ECOMPARE;
-                break;
-            }
-        }
-        rc = op_put(&x, p);
-        break;
+    int rc = check_put(x->sm, p, true);
+    if (rc != 0)
+        return rc;
+    if (p->cond != NULL) {
+        int ok = eval(x, p->cond, &p->key);
+        if (ok < 0)
+            return TK_EIO;
+        if (!ok)
+            return TK_ECOMPARE;
     }
+    return op_put(x, p);
+}
+
+static int exec_batch(struct ctx *x, const Kvpb__Batch *b, struct kv_result *res)
+{
+    if (b->n_ops > KV_TXN_OPS_MAX)
+        return TK_ETOOBIG;
+    int rc = 0;
+    for (size_t i = 0; rc == 0 && i < b->n_ops; i++)
+        rc = check_op(x->sm, b->ops[i], false);
+    for (size_t i = 0; rc == 0 && i < b->n_ops; i++)
+        rc = run_op(x, b->ops[i], &res->ops[i]);
+    if (rc == 0)
+        res->n_ops = (uint32_t)b->n_ops;
+    return rc;
+}
+
+/* A transaction: its compares choose the then or the else ops. On success,
+ * res->succeeded says which ran. */
+static int exec_txn(struct ctx *x, const Kvpb__Txn *t, struct kv_result *res)
+{
+    if (t->n_then_ops + t->n_else_ops > KV_TXN_OPS_MAX || t->n_compares > KV_TXN_OPS_MAX)
+        return TK_ETOOBIG;
+    int rc = 0;
+    for (size_t i = 0; rc == 0 && i < t->n_compares; i++)
+        rc = check_compare(x->sm, t->compares[i]);
+    for (size_t i = 0; rc == 0 && i < t->n_then_ops; i++)
+        rc = check_op(x->sm, t->then_ops[i], true);
+    for (size_t i = 0; rc == 0 && i < t->n_else_ops; i++)
+        rc = check_op(x->sm, t->else_ops[i], true);
+    if (rc != 0)
+        return rc;
+    bool ok = true;
+    for (size_t i = 0; ok && i < t->n_compares; i++) {
+        int e = eval(x, t->compares[i], &t->compares[i]->key);
+        if (e < 0)
+            return TK_EIO;
+        ok = e != 0;
+    }
+    /* The compares' lookups are not writes: start the ops from them. */
+    Kvpb__Op **ops = ok ? t->then_ops : t->else_ops;
+    size_t n = ok ? t->n_then_ops : t->n_else_ops;
+    for (size_t i = 0; rc == 0 && i < n; i++)
+        rc = run_op(x, ops[i], &res->ops[i]);
+    if (rc == 0) {
+        res->n_ops = (uint32_t)n;
+        res->succeeded = ok;
+    }
+    return rc;
+}
+
+/* Runs a decoded command, filling res: an error result changes nothing, a
+ * success appends the staged keys. Returns 0 or TK_EIO. */
+static int exec(struct ctx *x, const Kvpb__Command *c, struct kv_result *res)
+{
+    int rc;
+    switch (c->cmd_case) {
+    case KVPB__COMMAND__CMD_PUT:
+        rc = exec_put(x, c->put);
+        break;
     case KVPB__COMMAND__CMD_DEL:
-        rc = check_key(sm, &c->del->key);
+        rc = check_key(x->sm, &c->del->key);
         if (rc == 0)
-            rc = op_del(&x, &c->del->key, &res->deleted);
+            rc = op_del(x, &c->del->key, &res->deleted);
         break;
     case KVPB__COMMAND__CMD_DELETE_RANGE:
-        return delete_range(sm, index, c->delete_range, res);
+        return delete_range(x->sm, x->index, c->delete_range, res);
     case KVPB__COMMAND__CMD_INCR:
-        rc = check_key(sm, &c->incr->key);
+        rc = check_key(x->sm, &c->incr->key);
         if (rc == 0)
-            rc = op_incr(&x, c->incr, &res->value);
+            rc = op_incr(x, c->incr, &res->value);
         break;
-    case KVPB__COMMAND__CMD_BATCH: {
-        const Kvpb__Batch *b = c->batch;
-        if (b->n_ops > KV_TXN_OPS_MAX) {
-            rc = TK_ETOOBIG;
-            break;
-        }
-        for (size_t i = 0; rc == 0 && i < b->n_ops; i++) {
-            rc = check_op(sm, b->ops[i], false);
-        }
-        for (size_t i = 0; rc == 0 && i < b->n_ops; i++)
-            rc = run_op(&x, b->ops[i], &res->ops[i]);
-        if (rc == 0)
-            res->n_ops = (uint32_t)b->n_ops;
+    case KVPB__COMMAND__CMD_BATCH:
+        rc = exec_batch(x, c->batch, res);
         break;
-    }
-    case KVPB__COMMAND__CMD_TXN: {
-        const Kvpb__Txn *t = c->txn;
-        if (t->n_then_ops + t->n_else_ops > KV_TXN_OPS_MAX ||
-            t->n_compares > KV_TXN_OPS_MAX) {
-            rc = TK_ETOOBIG;
-            break;
-        }
-        for (size_t i = 0; rc == 0 && i < t->n_compares; i++)
-            rc = check_compare(sm, t->compares[i]);
-        for (size_t i = 0; rc == 0 && i < t->n_then_ops; i++)
-            rc = check_op(sm, t->then_ops[i], true);
-        for (size_t i = 0; rc == 0 && i < t->n_else_ops; i++)
-            rc = check_op(sm, t->else_ops[i], true);
-        if (rc != 0)
-            break;
-        bool ok = true;
-        for (size_t i = 0; ok && i < t->n_compares; i++) {
-            int e = eval(&x, t->compares[i], &t->compares[i]->key);
-            if (e < 0)
-                return TK_EIO;
-            ok = e != 0;
-        }
-        /* The compares' lookups are not writes: start the ops from them. */
-        Kvpb__Op **ops = ok ? t->then_ops : t->else_ops;
-        size_t n = ok ? t->n_then_ops : t->n_else_ops;
-        for (size_t i = 0; rc == 0 && i < n; i++)
-            rc = run_op(&x, ops[i], &res->ops[i]);
-        if (rc == 0) {
-            res->n_ops = (uint32_t)n;
-            res->succeeded = ok;
-            if (commit(&x))
-                res->revision = index;
-            return 0;
-        }
+    case KVPB__COMMAND__CMD_TXN:
+        rc = exec_txn(x, c->txn, res);
         break;
-    }
     default:
         rc = TK_EINVAL;
         break;
@@ -482,8 +496,24 @@ int kv__sm_exec(struct kv_sm *sm, uint64_t index, const Kvpb__Command *c,
         res->deleted = 0;
         return 0;
     }
-    res->succeeded = true;
-    if (commit(&x))
-        res->revision = index;
+    if (c->cmd_case != KVPB__COMMAND__CMD_TXN)
+        res->succeeded = true;
+    if (commit(x))
+        res->revision = x->index;
     return 0;
+}
+
+int kv__cmd_apply(struct kv_sm *sm, uint64_t index, const Kvpb__Command *c,
+                  struct kv_result *res)
+{
+    if (c->client_id != 0 && kv__sess_answer(sm, c->client_id, c->seq, res))
+        return 0;
+    struct ctx x;
+    x.sm = sm;
+    x.index = index;
+    x.n = 0;
+    int rc = exec(&x, c, res);
+    if (rc == 0 && c->client_id != 0)
+        kv__sess_record(sm, index, c->client_id, c->seq, res);
+    return rc;
 }

@@ -214,8 +214,8 @@ struct kv_sm_stats {
 };
 void kv_sm_stats(const struct kv_sm *sm, struct kv_sm_stats *out);
 
-/* Snapshots (snapshot.c). kv_sm_snapshot flushes the ring, then opens a
- * consistent view of the cold tier at the applied index; the stream is read in
+/* Snapshots (snapshot.c; kv_sm_snapshot in tier.c). kv_sm_snapshot flushes the ring, then
+ * opens a consistent view of the cold tier at the applied index; the stream is read in
  * chunks with kv_snap_read (which may run on another thread; the sm keeps
  * applying meanwhile). Returns 0, TK_EIO. */
 struct kv_snap;

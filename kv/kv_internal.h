@@ -1,6 +1,6 @@
 /* Internals of kv/ shared between its files: the ring (ring.c), the hash
  * index (index.c), the ordered view of hot keys (view.c), the LMDB cold tier
- * (cold.c) and the sm's private state (sm.c, snapshot.c). Nothing here is
+ * (cold.c); the sm's private state is in sm_internal.h. Nothing here is
  * thread-safe: the sm's owner thread calls all of it. Only cold.c includes
  * lmdb.h; the others see the cold tier through the kv__cold_* functions. */
 #ifndef TK_KV_INTERNAL_H

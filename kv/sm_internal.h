@@ -1,11 +1,15 @@
-/* The state machine's private state, shared by sm.c (apply, reads, tier-down),
- * cmd.c (the commands) and snapshot.c. Owner thread only. */
+/* The state machine's private state and the functions its files share: sm.c
+ * (open, apply dispatch), cmd.c (the commands), state.c (a key's state),
+ * sessions.c (the exactly-once table), iter.c (the read iterator, declared in
+ * iter.h), tier.c (tier-down), snapshot.c and codec.c. Owner thread only,
+ * except where a function says otherwise. */
 #ifndef TK_KV_SM_INTERNAL_H
 #define TK_KV_SM_INTERNAL_H
 
 #include <protobuf-c/protobuf-c.h>
 #include <stdatomic.h>
 
+#include "base/alloc.h"
 #include "kv/kv_internal.h"
 
 struct Kvpb__Command;
@@ -103,7 +107,57 @@ struct kv_sm {
     size_t scratch_cap;
 };
 
-/* A key's current state, as kv__sm_lookup finds it. The value pointer stays
+/* A tier-down is a checkpoint of the ring into the cold tier at the applied
+ * index, then the release of the oldest pages (tier.c). It runs in three
+ * steps, whatever triggered it. pick (owner thread) seals the tail, takes the
+ * records rewritten in place since the last tier-down and chooses the pages
+ * to release; write (any thread) copies the newest version of each key
+ * changed since the last tier-down (the in-place records and the pages past
+ * dirty_pos) to LMDB in one transaction with the applied index, and notes the
+ * records of the pages to release; finish (owner thread) publishes the
+ * commit, drops the index entries into those pages and releases them.
+ * Between pick and finish the job's pages are sealed and stay in memory, and
+ * apply rewrites none of the records the job reads (kv__state_rewrite_ok), so
+ * reads keep finding them in the ring while LMDB changes underneath the
+ * owner's old read view. At most one tier-down is in flight: it owns
+ * tier_ents, tier_keys and tier_rel. */
+struct kv_tier_job {
+    struct kv_sm *sm;
+    struct kv_page **pages; /* the ring at pick, oldest first */
+    size_t n_pages;
+    size_t n_rel;     /* pages[0, n_rel) are released */
+    uint64_t rel_end; /* the pos after them */
+    uint64_t w_from;  /* pages at or past this pos hold changed records */
+    size_t n_keys;    /* tier_keys[0, n_keys): the records written */
+    bool snapshot;
+    bool write; /* pick found something to write or release */
+    struct kv_cold_meta meta;
+    uint64_t bad; /* records that failed their check */
+    int rc;
+    uint8_t *stream; /* snapshot: the stream of the committed state */
+    size_t stream_len;
+    struct kv_cold_meta stream_meta;
+};
+
+/* Makes room for one more element in *arr (n held, *cap allocated, elem
+ * bytes each): doubles the capacity, starting at `first`. */
+static inline void *kv__grow(void *arr, size_t n, size_t *cap, size_t first, size_t elem)
+{
+    if (n < *cap)
+        return arr;
+    *cap = *cap ? *cap * 2 : first;
+    return tk_realloc(arr, *cap * elem);
+}
+
+/* A record expiring at expire_ms (0: never) is live at the sm's clock. */
+static inline bool kv__live(const struct kv_sm *sm, uint64_t expire_ms)
+{
+    return expire_ms == 0 || expire_ms > sm->now_ms;
+}
+
+/* ---- state.c: a key's state ---- */
+
+/* A key's current state, as kv__state_lookup finds it. The value pointer stays
  * valid until the next tier-down (ring pages and the cold read view live until
  * then). */
 struct kv_state {
@@ -115,16 +169,25 @@ struct kv_state {
     uint64_t expire_ms, create_rev, mod_rev, version;
 };
 
-int kv__sm_lookup(struct kv_sm *sm, const void *key, size_t len, uint64_t hash,
-                  struct kv_state *st);
+/* The current state of a key (ignoring a command's staged writes). Returns 0
+ * or TK_EIO. */
+int kv__state_lookup(struct kv_sm *sm, const void *key, size_t len, uint64_t hash,
+                     struct kv_state *st);
 /* May the key's newest record, hot at addr, be rewritten in place by a new
  * version with a value of value_len bytes? If true, the caller does so now
  * (kv__ring_rewrite); the next tier-down writes it. */
-bool kv__sm_rewrite_ok(struct kv_sm *sm, uint64_t addr, size_t value_len);
-/* Runs a decoded command at `index`, filling res. Returns 0 (res->code holds
- * the command's outcome) or TK_EIO. */
-int kv__sm_exec(struct kv_sm *sm, uint64_t index, const struct Kvpb__Command *c,
-                struct kv_result *res);
+bool kv__state_rewrite_ok(struct kv_sm *sm, uint64_t addr, size_t value_len);
+
+/* ---- cmd.c: the commands ---- */
+
+/* Applies a decoded command at `index`, filling res: a retried (client, seq)
+ * is answered from the exactly-once table, anything else runs and, with a
+ * client id, has its result remembered. Returns 0 (res->code holds the
+ * command's outcome) or TK_EIO. */
+int kv__cmd_apply(struct kv_sm *sm, uint64_t index, const struct Kvpb__Command *c,
+                  struct kv_result *res);
+
+/* ---- codec.c ---- */
 
 /* Decodes the common commands (a plain put or delete) without protobuf-c,
  * pointing into buf; false means "let protobuf-c decode it". Whatever it
@@ -132,14 +195,34 @@ int kv__sm_exec(struct kv_sm *sm, uint64_t index, const struct Kvpb__Command *c,
 bool kv__fast_decode(const uint8_t *buf, size_t len, struct Kvpb__Command *c,
                      struct Kvpb__Put *put, struct Kvpb__Delete *del);
 
+/* ---- snapshot.c ---- */
+
+/* Opens a snapshot view of the cold tier as committed (kv_sm_snapshot flushes
+ * first). Returns 0 or TK_EIO. */
+int kv__snap_open(struct kv_sm *sm, struct kv_snap **out);
 /* Any thread, while the sm's tier job is in flight (so no other writer): reads
  * the snapshot stream of the cold tier as committed into one buffer. Returns 0
  * or TK_EIO. */
 int kv__snap_read_all(struct kv_sm *sm, uint8_t **buf, size_t *len,
                       struct kv_cold_meta *meta);
 
-/* Adds one remembered result (recovery, snapshot install); data is the sm. */
-int kv__sm_load_session(uint64_t index, uint64_t client, uint64_t seq, const uint8_t *res,
-                        size_t len, void *data);
+/* ---- sessions.c: the exactly-once table ---- */
+
+void kv__sess_init(struct kv_sessions *t, size_t max);
+void kv__sess_destroy(struct kv_sessions *t);
+/* Forgets every remembered result (before a snapshot's are loaded). */
+void kv__sess_clear(struct kv_sessions *t);
+/* Adds one remembered result (recovery, snapshot install); data is the sm.
+ * A kv_cold_session_cb: returns 0, or TK_ECORRUPT for a bad record. */
+int kv__sess_load(uint64_t index, uint64_t client, uint64_t seq, const uint8_t *res,
+                  size_t len, void *data);
+/* If (client, seq) has a remembered result, fills res with it (duplicate =
+ * true) and returns true. client != 0. */
+bool kv__sess_answer(struct kv_sm *sm, uint64_t client, uint64_t seq,
+                     struct kv_result *res);
+/* Remembers res for (client, seq) applied at index: in the table, and as a
+ * session record appended to the ring (so tier-down makes it durable). */
+void kv__sess_record(struct kv_sm *sm, uint64_t index, uint64_t client, uint64_t seq,
+                     const struct kv_result *res);
 
 #endif

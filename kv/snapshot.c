@@ -3,11 +3,14 @@
  * Stream = header ("TKVSNAP1", index, term, clock: u64 big-endian each), then
  * records [u8 table][u32 key len][u32 value len][key][value] in LMDB order per
  * table (data, expiry, sessions), then a trailer [0xFF][u64 record count]
- * [u32 CRC32C of every byte before it]. kv_sm_snapshot first flushes the ring,
+ * [u32 CRC32C of every byte before it]. kv_sm_snapshot (tier.c) first flushes the ring,
  * so the cold tier holds exactly the applied state, then opens an LMDB read
  * transaction: the stream is that MVCC view, unaffected by later applies.
  * Installation writes a fresh environment record by record (bounded memory:
- * one record at a time), checks the trailer, then swaps it in atomically. */
+ * one record at a time), checks the trailer, then swaps it in atomically.
+ * Called by tier.c (kv_sm_snapshot, a background job's stream) and the node;
+ * calls sessions.c (reloading the table after an install), the ring, index,
+ * view and cold tier. */
 #include <string.h>
 
 #include "base/alloc.h"
@@ -72,7 +75,7 @@ static void stage_reserve(struct kv_snap *s, size_t n)
     }
 }
 
-static int snap_open(struct kv_sm *sm, struct kv_snap **out)
+int kv__snap_open(struct kv_sm *sm, struct kv_snap **out)
 {
     struct kv_snap *s = tk_calloc(1, sizeof(*s));
     int rc = kv__cold_snap_open(sm->cold, &s->cs, &s->meta);
@@ -86,19 +89,11 @@ static int snap_open(struct kv_sm *sm, struct kv_snap **out)
     return 0;
 }
 
-int kv_sm_snapshot(struct kv_sm *sm, struct kv_snap **out)
-{
-    int rc = kv_sm_flush(sm);
-    if (rc != 0)
-        return rc;
-    return snap_open(sm, out);
-}
-
 int kv__snap_read_all(struct kv_sm *sm, uint8_t **buf, size_t *len,
                       struct kv_cold_meta *meta)
 {
     struct kv_snap *s;
-    int rc = snap_open(sm, &s);
+    int rc = kv__snap_open(sm, &s);
     if (rc != 0)
         return rc;
     size_t cap = (size_t)1 << 16, n = 0;
@@ -353,19 +348,11 @@ int kv_install_commit(struct kv_install *in)
     kv__view_init(&sm->view);
     sm->dirty_pos = 0;
     sm->n_inplace = 0;
-    struct kv_sessions *t = &sm->sessions;
-    for (size_t i = 0; i <= t->mask; i++) {
-        if (t->tab[i].client != 0) {
-            tk_free(t->tab[i].res);
-            t->tab[i].client = 0;
-        }
-    }
-    t->count = 0;
-    t->fifo_head = t->fifo_len = 0;
+    kv__sess_clear(&sm->sessions);
     sm->applied = sm->durable = in->meta.index;
     sm->applied_term = sm->durable_term = in->meta.term;
     sm->now_ms = sm->durable_now = in->meta.now_ms;
-    rc = kv__cold_sessions(sm->cold, kv__sm_load_session, sm);
+    rc = kv__cold_sessions(sm->cold, kv__sess_load, sm);
     tk_free(in->pend);
     tk_free(in);
     if (rc != 0) {

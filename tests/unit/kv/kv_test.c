@@ -1234,6 +1234,37 @@ START_TEST(test_snapshot_job_keeps_hot_keys_hot)
 }
 END_TEST
 
+/* Every tier-down trigger runs the same path: with an empty ring and the
+ * applied index past the durable one (a NOOP entry after a flush), a
+ * background job records the applied index in the cold tier as a flush does. */
+START_TEST(test_tier_triggers_record_the_applied_index_alike)
+{
+    struct kvu a = {0};
+    kvu_open_small(&a, 256 * 1024, true);
+    ck_assert_int_eq(kvu_put(&a, "k", "v"), 0);
+    ck_assert_int_eq(kv_sm_flush(a.sm), 0);
+    ck_assert_uint_eq(kv_sm_durable_index(a.sm), 1);
+    ck_assert_int_eq(kv_sm_skip(a.sm, 2, 1, a.time_ms), 0);
+    struct kv_tier_job *j;
+    ck_assert_int_eq(kv_sm_tier_start(a.sm, false, &j), 0);
+    ck_assert_ptr_nonnull(j);
+    kv_tier_run(j);
+    struct kv_tier_result res;
+    ck_assert_int_eq(kv_sm_tier_finish(a.sm, j, &res), 0);
+    ck_assert_ptr_null(res.stream);
+    ck_assert_uint_eq(kv_sm_durable_index(a.sm), 2);
+    ck_assert_int_eq(kv_sm_skip(a.sm, 3, 1, a.time_ms), 0);
+    ck_assert_int_eq(kv_sm_tier_down(a.sm), 0);
+    ck_assert_uint_eq(kv_sm_durable_index(a.sm), 3);
+    /* Nothing changed since: no job. */
+    ck_assert_int_eq(kv_sm_tier_start(a.sm, false, &j), 0);
+    ck_assert_ptr_null(j);
+    struct kv_item it;
+    ck_assert_int_eq(kv_sm_get(a.sm, "k", 1, &it), 0);
+    kvu_close(&a, true);
+}
+END_TEST
+
 /* The op the rewrite test applies at index i: mostly puts of same-length
  * values (rewritten in place), some of another length (appended), some
  * deletes. */
@@ -1788,6 +1819,7 @@ int main(void)
     tcase_add_test(tc, test_flipped_byte_in_ring_is_never_returned);
     tcase_add_test(tc, test_more_data_than_ring_budget);
     tcase_add_test(tc, test_background_tier_job_runs_beside_applies);
+    tcase_add_test(tc, test_tier_triggers_record_the_applied_index_alike);
     tcase_add_test(tc, test_rewrites_beside_background_tier_downs_recover);
     tcase_add_test(tc, test_snapshot_job_keeps_hot_keys_hot);
     tcase_add_test(tc, test_prefetch_is_a_harmless_hint);

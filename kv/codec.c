@@ -1,0 +1,167 @@
+/* The codecs: a fast decoder of the common commands (a plain put or delete)
+ * and the result codec (proto kvpb.Result).
+ *
+ * kv__fast_decode reads a kvpb.Command without protobuf-c, pointing into the
+ * buffer; whatever it accepts, protobuf-c decodes to the same fields (a unit
+ * test checks), and anything else it leaves to protobuf-c. The result codec
+ * serves the exactly-once table (sessions.c) and the node's forwarding path.
+ * Pure functions: any thread. Called by sm.c (apply, prefetch), sessions.c
+ * and the node; calls nothing else in kv/. */
+#include <string.h>
+
+#include "base/assert.h"
+#include "base/err.h"
+#include "kv.pb-c.h"
+#include "kv/sm_internal.h"
+
+/* ---- fast decoding of the common commands ---- */
+
+static bool rd_varint(const uint8_t **pp, const uint8_t *end, uint64_t *out)
+{
+    const uint8_t *p = *pp;
+    uint64_t v = 0;
+    for (int shift = 0; shift < 64 && p < end; shift += 7) {
+        uint8_t b = *p++;
+        v |= (uint64_t)(b & 0x7f) << shift;
+        if (!(b & 0x80)) {
+            if (shift == 63 && b > 1)
+                return false;
+            *pp = p;
+            *out = v;
+            return true;
+        }
+    }
+    return false;
+}
+
+static bool rd_bytes(const uint8_t **pp, const uint8_t *end, ProtobufCBinaryData *out)
+{
+    uint64_t len;
+    if (!rd_varint(pp, end, &len) || len > (uint64_t)(end - *pp))
+        return false;
+    out->data = (uint8_t *)(uintptr_t)*pp;
+    out->len = (size_t)len;
+    *pp += len;
+    return true;
+}
+
+/* Decodes a plain Put (key, value, ttl) or Delete command, with an optional
+ * client id and seq, pointing into buf. Anything else (a compare, a repeated or
+ * unknown field, another command) returns false and protobuf-c decodes it, so
+ * every accepted input means what protobuf-c would make of it. */
+bool kv__fast_decode(const uint8_t *buf, size_t len, Kvpb__Command *c, Kvpb__Put *put,
+                     Kvpb__Delete *del)
+{
+    const uint8_t *p = buf, *end = buf + len;
+    unsigned seen = 0;
+    kvpb__command__init(c);
+    while (p < end) {
+        uint64_t tag;
+        if (!rd_varint(&p, end, &tag) || tag > 63 || (seen & (1u << (tag >> 3))))
+            return false;
+        seen |= 1u << (tag >> 3);
+        switch (tag) {
+        case (1 << 3) | 0:
+            if (!rd_varint(&p, end, &c->client_id))
+                return false;
+            break;
+        case (2 << 3) | 0:
+            if (!rd_varint(&p, end, &c->seq))
+                return false;
+            break;
+        case (3 << 3) | 2:
+        case (4 << 3) | 2: {
+            ProtobufCBinaryData sub;
+            if (c->cmd_case != KVPB__COMMAND__CMD__NOT_SET || !rd_bytes(&p, end, &sub))
+                return false;
+            const uint8_t *q = sub.data, *qend = sub.data + sub.len;
+            unsigned sseen = 0;
+            bool is_put = (tag >> 3) == 3;
+            if (is_put)
+                kvpb__put__init(put);
+            else
+                kvpb__delete__init(del);
+            while (q < qend) {
+                uint64_t st;
+                if (!rd_varint(&q, qend, &st) || st > 63 || (sseen & (1u << (st >> 3))))
+                    return false;
+                sseen |= 1u << (st >> 3);
+                if (st == ((1 << 3) | 2)) {
+                    if (!rd_bytes(&q, qend, is_put ? &put->key : &del->key))
+                        return false;
+                } else if (is_put && st == ((2 << 3) | 2)) {
+                    if (!rd_bytes(&q, qend, &put->value))
+                        return false;
+                } else if (is_put && st == ((3 << 3) | 0)) {
+                    if (!rd_varint(&q, qend, &put->ttl_ms))
+                        return false;
+                } else {
+                    return false;
+                }
+            }
+            if (is_put) {
+                c->cmd_case = KVPB__COMMAND__CMD_PUT;
+                c->put = put;
+            } else {
+                c->cmd_case = KVPB__COMMAND__CMD_DEL;
+                c->del = del;
+            }
+            break;
+        }
+        default:
+            return false;
+        }
+    }
+    return c->cmd_case != KVPB__COMMAND__CMD__NOT_SET;
+}
+
+/* ---- results ---- */
+
+size_t kv_result_encode(const struct kv_result *r, uint8_t *buf)
+{
+    Kvpb__Result m = KVPB__RESULT__INIT;
+    Kvpb__OpResult ops[KV_TXN_OPS_MAX];
+    Kvpb__OpResult *pops[KV_TXN_OPS_MAX];
+    m.code = r->code;
+    m.revision = r->revision;
+    m.succeeded = r->succeeded;
+    m.value = r->value;
+    m.deleted = r->deleted;
+    uint32_t n = r->n_ops <= KV_TXN_OPS_MAX ? r->n_ops : KV_TXN_OPS_MAX;
+    for (uint32_t i = 0; i < n; i++) {
+        kvpb__op_result__init(&ops[i]);
+        ops[i].value = r->ops[i].value;
+        ops[i].deleted = r->ops[i].deleted;
+        pops[i] = &ops[i];
+    }
+    m.n_ops = n;
+    m.ops = pops;
+    size_t len = kvpb__result__get_packed_size(&m);
+    TK_ASSERT(len <= KV_RESULT_ENCODED_MAX);
+    return kvpb__result__pack(&m, buf);
+}
+
+int kv_result_decode(const void *buf, size_t len, struct kv_result *r)
+{
+    Kvpb__Result *m = kvpb__result__unpack(NULL, len, buf);
+    if (m == NULL)
+        return TK_EPROTO;
+    int rc = 0;
+    if (m->n_ops > KV_TXN_OPS_MAX) {
+        rc = TK_EPROTO;
+    } else {
+        r->code = m->code;
+        r->revision = m->revision;
+        r->succeeded = m->succeeded;
+        r->duplicate = false;
+        r->value = m->value;
+        r->deleted = m->deleted;
+        r->n_ops = (uint32_t)m->n_ops;
+        for (size_t i = 0; i < m->n_ops; i++) {
+            r->ops[i].value = m->ops[i]->value;
+            r->ops[i].deleted = m->ops[i]->deleted;
+        }
+    }
+    kvpb__result__free_unpacked(m, NULL);
+    return rc;
+}
