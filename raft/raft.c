@@ -463,11 +463,32 @@ static void send_vote_requests(struct raft *r, bool pre, bool transfer)
 
 static void tally(struct raft *r);
 
+/* Whether this node may stand for election: it is a voter of the
+ * configuration in force, or of the committed one while a change that removed
+ * or demoted it is still uncommitted. Without the latter a cluster can wedge:
+ * if the leader that removed itself is lost before the change commits, the
+ * remaining voter of the new configuration may lack the entry, and need this
+ * node's vote in the old one, which it cannot get with a shorter log (thesis
+ * 4.2.2: a server not in its newest configuration may still lead until that
+ * configuration commits). The votes are counted in the newest configuration
+ * either way. Learners and removed nodes never campaign. */
+static bool may_campaign(const struct raft *r)
+{
+    if (voter_slot(r, r->o.id) >= 0)
+        return true;
+    if (r->config_index <= r->commit)
+        return false;
+    struct raft_config c;
+    uint64_t at;
+    config_scan(r, r->commit, &c, &at); /* rare: a timeout of such a node */
+    return raft_config_has(&c, r->o.id);
+}
+
 /* Thesis 3.4 (election) and 9.6 (pre-vote). */
 static void campaign(struct raft *r, bool pre, bool transfer)
 {
     TK_ASSERT(r != NULL);
-    if (voter_slot(r, r->o.id) < 0)
+    if (!may_campaign(r))
         return;
     for (uint32_t i = 0; i < RAFT_VOTERS_MAX; i++)
         r->votes[i] = -1;
@@ -1216,7 +1237,7 @@ static void tick_election(struct raft *r)
 {
     TK_ASSERT(r->role != RAFT_LEADER);
     r->election_elapsed++;
-    if (r->election_elapsed >= r->election_timeout && voter_slot(r, r->o.id) >= 0)
+    if (r->election_elapsed >= r->election_timeout && may_campaign(r))
         campaign(r, r->o.pre_vote, false);
 }
 
