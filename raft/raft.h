@@ -51,7 +51,13 @@
  * configuration; waiting for commit would need the leader to know the commit
  * before it counts the new voter, and a follower could elect with a stale one.
  * Learners receive the log and count for nothing: no vote, no quorum, never
- * campaign. Changes go through raft_change_membership, one at a time. Up to
+ * campaign. A node campaigns only as a voter of the configuration in force,
+ * or, while a change that removed or demoted it is uncommitted, of the
+ * committed one (else losing the leader mid-change can wedge a cluster); votes
+ * are always counted in the configuration in force. Vote requests from
+ * non-voters are ignored while a leader is live (thesis 4.2.3), so removed or
+ * not-yet-added nodes cannot disrupt the cluster. Changes go through
+ * raft_change_membership, one at a time. Up to
  * RAFT_VOTERS_MAX voters and RAFT_LEARNERS_MAX learners; nothing assumes three. */
 #ifndef TK_RAFT_H
 #define TK_RAFT_H

@@ -294,6 +294,53 @@ int ck_leader(struct ck *ck, uint64_t node, uint64_t term)
     return 0;
 }
 
+/* Index `i` is committed for the first time, seen by `node` in `term` with
+ * commit index `commit`: records
+ * it and checks its durability and that later leaders hold it. */
+static int commit_first(struct ck *ck, uint64_t node, uint64_t term, uint64_t commit,
+                        uint64_t i)
+{
+    uint64_t t = 0, d = 0;
+    if (ck->ops.entry_at(ck->ops.data, node, i, &t, &d) != 0)
+        return fail(ck, "commit-known", node, i, term,
+                    "commit index %" PRIu64 " covers an entry the "
+                    "node's log does not hold",
+                    commit);
+    struct ck_centry *e = &ck->c[i];
+    e->term = t;
+    e->digest = d;
+    e->commit_term = term;
+    e->durable_mask = 0;
+    e->voters_mask = node_of(ck, node)->voters;
+    for (uint32_t k = 0; k < ck->n; k++)
+        if (durable_covers(&ck->nodes[k], i, t))
+            e->durable_mask |= 1u << k;
+    ck->c_n = i;
+    ck->checks++;
+    if (!durable_quorum(e))
+        return fail(ck, "commit-durability", node, i, t,
+                    "entry committed while durable on only %u of "
+                    "its %u voters",
+                    popcount32(e->durable_mask & e->voters_mask),
+                    popcount32(e->voters_mask));
+    /* Leaders of later terms that already exist must hold it too. */
+    for (uint64_t m = 1; m <= ck->n; m++) {
+        uint64_t lt = ck->ops.leader_term(ck->ops.data, m);
+        if (lt <= term)
+            continue;
+        if (i <= ck->ops.snapshot_index(ck->ops.data, m))
+            continue;
+        uint64_t mt = 0, md = 0;
+        ck->checks++;
+        if (ck->ops.entry_at(ck->ops.data, m, i, &mt, &md) != 0 || mt != t || md != d)
+            return fail(ck, "leader-completeness", m, i, t,
+                        "leader of term %" PRIu64 " lacks an entry "
+                        "committed in term %" PRIu64 " (seen by n%" PRIu64 ")",
+                        lt, term, node);
+    }
+    return 0;
+}
+
 int ck_commit(struct ck *ck, uint64_t node, uint64_t term, bool leader, uint64_t commit)
 {
     if (ck->failed)
@@ -325,47 +372,9 @@ int ck_commit(struct ck *ck, uint64_t node, uint64_t term, bool leader, uint64_t
             memset(ck->c + ck->c_cap, 0, (cap - ck->c_cap) * sizeof(*ck->c));
             ck->c_cap = cap;
         }
-        for (uint64_t i = ck->c_n + 1; i <= commit; i++) {
-            uint64_t t = 0, d = 0;
-            if (ck->ops.entry_at(ck->ops.data, node, i, &t, &d) != 0)
-                return fail(ck, "commit-known", node, i, term,
-                            "commit index %" PRIu64 " covers an entry the "
-                            "node's log does not hold",
-                            commit);
-            struct ck_centry *e = &ck->c[i];
-            e->term = t;
-            e->digest = d;
-            e->commit_term = term;
-            e->durable_mask = 0;
-            e->voters_mask = nd->voters;
-            for (uint32_t k = 0; k < ck->n; k++)
-                if (durable_covers(&ck->nodes[k], i, t))
-                    e->durable_mask |= 1u << k;
-            ck->c_n = i;
-            ck->checks++;
-            if (!durable_quorum(e))
-                return fail(ck, "commit-durability", node, i, t,
-                            "entry committed while durable on only %u of "
-                            "its %u voters",
-                            popcount32(e->durable_mask & e->voters_mask),
-                            popcount32(e->voters_mask));
-            /* Leaders of later terms that already exist must hold it too. */
-            for (uint64_t m = 1; m <= ck->n; m++) {
-                uint64_t lt = ck->ops.leader_term(ck->ops.data, m);
-                if (lt <= term)
-                    continue;
-                if (i <= ck->ops.snapshot_index(ck->ops.data, m))
-                    continue;
-                uint64_t mt = 0, md = 0;
-                ck->checks++;
-                if (ck->ops.entry_at(ck->ops.data, m, i, &mt, &md) != 0 || mt != t ||
-                    md != d)
-                    return fail(ck, "leader-completeness", m, i, t,
-                                "leader of term %" PRIu64 " lacks an entry "
-                                "committed in term %" PRIu64 " (seen by n%" PRIu64 ")",
-                                lt, term, node);
-            }
-        }
+        for (uint64_t i = ck->c_n + 1; i <= commit; i++)
+            if (commit_first(ck, node, term, commit, i) != 0)
+                return -1;
         return 0;
     }
     /* A spot check of the node's log at its new commit index. */

@@ -1402,6 +1402,22 @@ static void step(struct sim *s)
 
 /* ---- setup ------------------------------------------------------------- */
 
+/* Node slots: the bootstrap voters 1..n_nodes, then (with membership) the
+ * spares, which start as non-members. */
+static void sim_slots(struct sim *s, const struct sim_config *c)
+{
+    s->n = c->n_nodes;
+    s->n_voters0 = c->n_nodes;
+    if (c->membership) {
+        TK_ASSERT(c->n_nodes + SIM_SPARES <= SIM_NODES_MAX);
+        s->n += SIM_SPARES;
+        s->next_spare = c->n_nodes + 1;
+    }
+    s->config.n_voters = s->n_voters0;
+    for (uint32_t i = 0; i < s->n_voters0; i++)
+        s->config.voters[i] = i + 1;
+}
+
 struct sim *sim_new(const struct sim_config *c)
 {
     TK_ASSERT(c->n_nodes >= 1);
@@ -1410,22 +1426,12 @@ struct sim *sim_new(const struct sim_config *c)
     s->cfg = *c;
     if (s->cfg.liveness_ms == 0)
         s->cfg.liveness_ms = 10000;
-    s->n = c->n_nodes;
-    s->n_voters0 = c->n_nodes;
-    if (c->membership) {
-        TK_ASSERT(c->n_nodes + SIM_SPARES <= SIM_NODES_MAX);
-        s->n += SIM_SPARES;
-        s->next_spare = c->n_nodes + 1;
-    }
+    sim_slots(s, c);
     tk_prng_seed(&s->prng, c->seed);
     s->hash = mix64(c->seed ^ c->n_nodes);
     struct ck_ops ops = {op_entry_at, op_snapshot_index, op_leader_term, s};
     s->ck = ck_new(s->n, &ops);
     ck_set_rule_checks(s->ck, c->rule_checks);
-
-    s->config.n_voters = s->n_voters0;
-    for (uint32_t i = 0; i < s->n_voters0; i++)
-        s->config.voters[i] = i + 1;
 
     /* Raft options: defaults, varied by seed when faults are on. */
     struct tk_prng *p = &s->prng;

@@ -258,6 +258,41 @@ START_TEST(test_removed_leader_steps_down_after_commit)
 }
 END_TEST
 
+START_TEST(test_leader_lost_before_its_removal_commits)
+{
+    /* {1, 2}: leader 1 removes itself, and loses its leadership before node 2
+     * has the entry. Node 2 (config {1, 2}) needs node 1's vote, which its
+     * shorter log cannot get; node 1 (config {2}) must still campaign, since
+     * the committed configuration has it as a voter: it wins with node 2's
+     * vote, commits its removal, steps down, and node 2 leads alone. */
+    struct rf_cluster *c = rf_new(2, NULL);
+    elect_settled(c, 1);
+    struct raft *r1 = rf_raft(c, 1);
+    struct raft *r2 = rf_raft(c, 2);
+    uint64_t idx = 0;
+    ck_assert_int_eq(change(c, 1, RAFT_CHANGE_REMOVE, 1, &idx), 0);
+    rf_net_clear(c);
+    c->isolated[1] = true;
+    for (uint32_t i = 0; i < 2 * c->tmpl.election_ticks; i++)
+        rf_tick(c, 1); /* check-quorum: no contact with voter 2 */
+    ck_assert_int_ne(raft_role(r1), RAFT_LEADER);
+    rf_net_clear(c);
+    c->isolated[1] = false;
+    for (int i = 0; i < 40 * (int)c->tmpl.election_ticks; i++) {
+        rf_tick(c, 1);
+        rf_tick(c, 2);
+        rf_run(c);
+        if (raft_role(r2) == RAFT_LEADER)
+            break;
+    }
+    ck_assert_int_eq(raft_role(r2), RAFT_LEADER);
+    ck_assert_uint_ge(raft_commit(r2), idx);
+    ck_assert_uint_eq(raft_config(r2)->n_voters, 1);
+    ck_assert_int_eq(raft_role(r1), RAFT_FOLLOWER);
+    rf_free(c);
+}
+END_TEST
+
 START_TEST(test_learner_never_campaigns_and_does_not_count)
 {
     struct rf_cluster *c = rf_new_spare(4, 3, NULL);
@@ -433,6 +468,7 @@ static Suite *membership_suite(void)
     tcase_add_test(tc, test_promote_demote_and_learner_from_append);
     tcase_add_test(tc, test_truncated_config_falls_back);
     tcase_add_test(tc, test_removed_leader_steps_down_after_commit);
+    tcase_add_test(tc, test_leader_lost_before_its_removal_commits);
     tcase_add_test(tc, test_learner_never_campaigns_and_does_not_count);
     tcase_add_test(tc, test_non_member_vote_does_not_disrupt);
     tcase_add_test(tc, test_snapshot_carries_config_at_its_index);
