@@ -26,8 +26,14 @@
  *    candidate voted for itself; neither knows another leader;
  *  - only a leader transfers leadership, waits on reads, or has committed in
  *    its term;
- *  - a leader's progress entries follow the voters, and for each:
- *    match < next <= last + 1, and its read round <= the leader's. */
+ *  - the configuration has 1 .. RAFT_VOTERS_MAX voters, at most
+ *    RAFT_LEARNERS_MAX learners, no id twice and no id 0; the index of the
+ *    entry that set it is in the log (or 0);
+ *  - a leader's progress entries follow the members (voters, then learners),
+ *    and for each: match < next <= last + 1, and its read round <= the
+ *    leader's;
+ *  - a leader that is not a voter (it removed or demoted itself) still has
+ *    that change uncommitted: it steps down when it commits. */
 #include "base/assert.h"
 #include "raft/raft_internal.h"
 
@@ -53,8 +59,25 @@ static void check_indexes(const struct raft *r)
     TK_ASSERT(r->applying <= r->stable || r->applying == r->log.base_index);
     TK_ASSERT(r->persisted_seq <= r->handed_seq);
     TK_ASSERT(r->handed_seq < r->next_seq);
-    TK_ASSERT(r->config.n_voters <= RAFT_VOTERS_MAX);
     TK_ASSERT(r->n_reads <= RAFT__READS_MAX);
+}
+
+static void check_config(const struct raft *r)
+{
+    const struct raft_config *c = &r->config;
+    TK_ASSERT(c->n_voters >= 1);
+    TK_ASSERT(c->n_voters <= RAFT_VOTERS_MAX);
+    TK_ASSERT(c->n_learners <= RAFT_LEARNERS_MAX);
+    TK_ASSERT(r->config_index <= raft__log_last_index(&r->log));
+    TK_ASSERT(r->config_index == 0 || r->config_index > r->log.base_index);
+    for (uint32_t i = 0; i < c->n_voters + c->n_learners; i++) {
+        uint64_t id = i < c->n_voters ? c->voters[i] : c->learners[i - c->n_voters];
+        TK_ASSERT(id != RAFT_NONE);
+        for (uint32_t j = 0; j < i; j++) {
+            uint64_t o = j < c->n_voters ? c->voters[j] : c->learners[j - c->n_voters];
+            TK_ASSERT(o != id);
+        }
+    }
 }
 
 static void check_role(const struct raft *r)
@@ -81,10 +104,13 @@ static void check_role(const struct raft *r)
 static void check_progress(const struct raft *r)
 {
     uint64_t last = raft__log_last_index(&r->log);
-    TK_ASSERT(r->config.n_voters >= 1);
-    for (uint32_t i = 0; i < r->config.n_voters; i++) {
+    const struct raft_config *c = &r->config;
+    if (!raft_config_has(c, r->o.id))
+        TK_ASSERT(r->config_index > r->commit);
+    for (uint32_t i = 0; i < c->n_voters + c->n_learners; i++) {
         const struct raft__progress *pr = &r->prs[i];
-        TK_ASSERT(pr->id == r->config.voters[i]);
+        TK_ASSERT(pr->id ==
+                  (i < c->n_voters ? c->voters[i] : c->learners[i - c->n_voters]));
         TK_ASSERT(pr->match < pr->next);
         TK_ASSERT(pr->next <= last + 1);
         TK_ASSERT(pr->state <= RAFT__PR_SNAPSHOT);
@@ -98,6 +124,7 @@ void raft__check_invariants(const struct raft *r)
     TK_ASSERT(r != NULL);
     check_log(r);
     check_indexes(r);
+    check_config(r);
     check_role(r);
     if (r->role == RAFT_LEADER)
         check_progress(r);

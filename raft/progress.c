@@ -46,6 +46,10 @@ void raft__pr_reset(struct raft__progress *p, uint64_t id, uint64_t next)
     p->snapshot_ticks = 0;
     p->stall_ticks = 0;
     p->read_round = 0;
+    p->round_target = 0;
+    p->round_start = 0;
+    p->round_ticks = 0;
+    p->rounds = 0;
     raft__pr_infl_reset(p);
 }
 

@@ -77,6 +77,25 @@ static int voter_slot(const struct raft *r, uint64_t id)
     return -1;
 }
 
+/* Members are the voters, then the learners: a leader's prs[] in order. */
+static uint32_t n_members(const struct raft *r)
+{
+    return r->config.n_voters + r->config.n_learners;
+}
+
+static uint64_t member_id(const struct raft_config *c, uint32_t i)
+{
+    return i < c->n_voters ? c->voters[i] : c->learners[i - c->n_voters];
+}
+
+static int member_slot(const struct raft *r, uint64_t id)
+{
+    for (uint32_t i = 0; i < n_members(r); i++)
+        if (member_id(&r->config, i) == id)
+            return (int)i;
+    return -1;
+}
+
 static uint64_t last_index(const struct raft *r)
 {
     return raft__log_last_index(&r->log);
@@ -210,25 +229,85 @@ static void drop_held_acks_from(struct raft *r, uint64_t index)
 
 /* ---- the log and the configuration ------------------------------------- */
 
+/* The configuration in force at `index` (which must be in the log or its
+ * base): the newest config entry at or below it, else the one in force at the
+ * log's base (the snapshot's or the bootstrap one). *at is the entry's index,
+ * 0 for the latter. */
+static void config_scan(const struct raft *r, uint64_t index, struct raft_config *out,
+                        uint64_t *at)
+{
+    TK_ASSERT(index >= r->log.base_index);
+    TK_ASSERT(index <= last_index(r));
+    for (uint64_t i = index; i > r->log.base_index; i--) {
+        const struct raft_entry *e = raft__log_at(&r->log, i);
+        if (e->type != RAFT_ENTRY_CONFIG)
+            continue;
+        if (e->data != NULL &&
+            raft_config_decode(e->data->data, e->data->len, out) == 0) {
+            *at = i;
+            return;
+        }
+    }
+    *out = r->base_config;
+    *at = 0;
+}
+
+/* Makes a leader's prs[] follow the configuration now in force, which
+ * replaced `old`: a member of both keeps its progress, a new member starts
+ * probing from the log's end and begins its first catch-up round. The
+ * progress structs (and their inflight rings) are permuted, never copied. */
+static void progress_follow(struct raft *r, const struct raft_config *old)
+{
+    struct raft__progress prev[RAFT_MEMBERS_MAX];
+    bool used[RAFT_MEMBERS_MAX] = {false};
+    uint32_t n_old = old->n_voters + old->n_learners;
+    memcpy(prev, r->prs, sizeof(prev));
+    bool placed[RAFT_MEMBERS_MAX] = {false};
+    for (uint32_t i = 0; i < n_members(r); i++) {
+        uint64_t id = member_id(&r->config, i);
+        for (uint32_t j = 0; j < n_old; j++) {
+            if (!used[j] && prev[j].id == id && member_id(old, j) == id) {
+                r->prs[i] = prev[j];
+                used[j] = placed[i] = true;
+                break;
+            }
+        }
+    }
+    uint32_t k = 0;
+    for (uint32_t i = 0; i < RAFT_MEMBERS_MAX; i++) {
+        if (placed[i])
+            continue;
+        while (used[k])
+            k++;
+        r->prs[i] = prev[k];
+        used[k] = true;
+        if (i < n_members(r)) {
+            raft__pr_reset(&r->prs[i], member_id(&r->config, i), last_index(r) + 1);
+            r->prs[i].round_target = last_index(r);
+            r->prs[i].round_start = r->leader_ticks;
+        }
+    }
+}
+
+static void config_set(struct raft *r, const struct raft_config *c, uint64_t index)
+{
+    struct raft_config old = r->config;
+    r->config = *c;
+    r->config_index = index;
+    if (r->role == RAFT_LEADER)
+        progress_follow(r, &old);
+}
+
 /* The configuration in force: the newest config entry in the log, else the
  * snapshot's, else the bootstrap one (thesis 4.1: a server uses the latest
  * configuration in its log, committed or not). */
 static void config_refresh(struct raft *r)
 {
     TK_ASSERT(r != NULL);
-    for (uint64_t i = last_index(r); i > r->log.base_index; i--) {
-        const struct raft_entry *e = raft__log_at(&r->log, i);
-        if (e->type != RAFT_ENTRY_CONFIG)
-            continue;
-        struct raft_config c;
-        if (e->data != NULL && raft_config_decode(e->data->data, e->data->len, &c) == 0) {
-            r->config = c;
-            r->config_index = i;
-            return;
-        }
-    }
-    r->config = r->snap.index > 0 ? r->snap.config : r->bootstrap;
-    r->config_index = 0;
+    struct raft_config c;
+    uint64_t at;
+    config_scan(r, last_index(r), &c, &at);
+    config_set(r, &c, at);
 }
 
 /* Appends entries that continue the log: from a leader (validated by
@@ -249,10 +328,8 @@ static void log_append(struct raft *r, const struct raft_entry *e, size_t n)
     for (size_t i = 0; i < n; i++) {
         struct raft_config c;
         if (e[i].type == RAFT_ENTRY_CONFIG && e[i].data != NULL &&
-            raft_config_decode(e[i].data->data, e[i].data->len, &c) == 0) {
-            r->config = c;
-            r->config_index = e[i].index;
-        }
+            raft_config_decode(e[i].data->data, e[i].data->len, &c) == 0)
+            config_set(r, &c, e[i].index);
     }
 }
 
@@ -312,7 +389,7 @@ static void bcast_append(struct raft *r)
 {
     TK_ASSERT(r != NULL);
     TK_ASSERT(r->role == RAFT_LEADER);
-    for (uint32_t i = 0; i < r->config.n_voters; i++)
+    for (uint32_t i = 0; i < n_members(r); i++)
         if (r->prs[i].id != r->o.id)
             fill_pipeline(r, &r->prs[i]);
 }
@@ -321,7 +398,7 @@ static void bcast_heartbeat(struct raft *r)
 {
     TK_ASSERT(r != NULL);
     TK_ASSERT(r->role == RAFT_LEADER);
-    for (uint32_t i = 0; i < r->config.n_voters; i++)
+    for (uint32_t i = 0; i < n_members(r); i++)
         if (r->prs[i].id != r->o.id)
             send_append(r, &r->prs[i], true);
     r->heartbeat_elapsed = 0;
@@ -340,8 +417,11 @@ static void become_leader(struct raft *r)
     r->committed_in_term = false;
     r->heartbeat_elapsed = 0;
     r->election_elapsed = 0;
-    for (uint32_t i = 0; i < r->config.n_voters; i++)
-        raft__pr_reset(&r->prs[i], r->config.voters[i], last_index(r) + 1);
+    for (uint32_t i = 0; i < n_members(r); i++) {
+        raft__pr_reset(&r->prs[i], member_id(&r->config, i), last_index(r) + 1);
+        r->prs[i].round_target = last_index(r);
+        r->prs[i].round_start = r->leader_ticks;
+    }
 
     /* Thesis 6.4: a no-op entry of the new term lets the leader learn which
      * entries are committed. On a new cluster, the bootstrap configuration
@@ -383,11 +463,32 @@ static void send_vote_requests(struct raft *r, bool pre, bool transfer)
 
 static void tally(struct raft *r);
 
+/* Whether this node may stand for election: it is a voter of the
+ * configuration in force, or of the committed one while a change that removed
+ * or demoted it is still uncommitted. Without the latter a cluster can wedge:
+ * if the leader that removed itself is lost before the change commits, the
+ * remaining voter of the new configuration may lack the entry, and need this
+ * node's vote in the old one, which it cannot get with a shorter log (thesis
+ * 4.2.2: a server not in its newest configuration may still lead until that
+ * configuration commits). The votes are counted in the newest configuration
+ * either way. Learners and removed nodes never campaign. */
+static bool may_campaign(const struct raft *r)
+{
+    if (voter_slot(r, r->o.id) >= 0)
+        return true;
+    if (r->config_index <= r->commit)
+        return false;
+    struct raft_config c;
+    uint64_t at;
+    config_scan(r, r->commit, &c, &at); /* rare: a timeout of such a node */
+    return raft_config_has(&c, r->o.id);
+}
+
 /* Thesis 3.4 (election) and 9.6 (pre-vote). */
 static void campaign(struct raft *r, bool pre, bool transfer)
 {
     TK_ASSERT(r != NULL);
-    if (voter_slot(r, r->o.id) < 0)
+    if (!may_campaign(r))
         return;
     for (uint32_t i = 0; i < RAFT_VOTERS_MAX; i++)
         r->votes[i] = -1;
@@ -441,7 +542,7 @@ static void tally(struct raft *r)
 
 static struct raft__progress *progress_of(struct raft *r, uint64_t id)
 {
-    int s = voter_slot(r, id);
+    int s = member_slot(r, id);
     return s < 0 ? NULL : &r->prs[s];
 }
 
@@ -556,6 +657,13 @@ static void maybe_commit(struct raft *r)
         }
     }
     bcast_append(r);
+    if (r->config_index <= r->commit && voter_slot(r, r->o.id) < 0) {
+        /* Thesis 4.2.2: a leader that removed (or demoted) itself steps down
+         * once that configuration commits; the heartbeat tells the others
+         * the commit first. */
+        bcast_heartbeat(r);
+        become_follower(r, r->term, RAFT_NONE);
+    }
 }
 
 /* ---- reads (thesis 6.4) ------------------------------------------------ */
@@ -825,7 +933,8 @@ static void handle_snapshot(struct raft *r, const struct raft_message *m)
     memset(&ar, 0, sizeof(ar));
     if (!m->u.snapshot.done || m->u.snapshot.offset != 0 || meta->index == 0 ||
         meta->term == 0 || meta->term > m->term || meta->config.n_voters == 0 ||
-        meta->config.n_voters > RAFT_VOTERS_MAX)
+        meta->config.n_voters > RAFT_VOTERS_MAX ||
+        meta->config.n_learners > RAFT_LEARNERS_MAX)
         return; /* the node layer reassembles chunks; a partial one is bad input */
     if (meta->index <= r->commit) {
         ar.index = r->commit;
@@ -845,6 +954,7 @@ static void handle_snapshot(struct raft *r, const struct raft_message *m)
     r->unstable = meta->index + 1;
     drop_held_acks_from(r, 1); /* every held ack was for the replaced log */
     r->snap = *meta;
+    r->base_config = meta->config;
     tk_blob_unref(r->snap_data);
     r->snap_data = tk_blob_ref(m->u.snapshot.data);
     tk_blob_unref(r->snap_install_data);
@@ -856,6 +966,29 @@ static void handle_snapshot(struct raft *r, const struct raft_message *m)
     config_refresh(r);
     ar.index = meta->index;
     send_append_resp(r, m, &ar);
+}
+
+/* cowsql's rule: the member's last catch-up round took less than an election
+ * timeout, and so far does the one under way; or it holds the whole log. */
+static bool caught_up(const struct raft *r, const struct raft__progress *pr)
+{
+    if (pr->match >= last_index(r))
+        return true;
+    return pr->rounds > 0 && pr->round_ticks < r->o.election_ticks &&
+           r->leader_ticks - pr->round_start < r->o.election_ticks;
+}
+
+/* Ends the member's catch-up round if its match reached the round's target,
+ * and begins the next one (cowsql's rule, see raft_catch_up). */
+static void catch_up_note(struct raft *r, struct raft__progress *pr)
+{
+    if (pr->match < pr->round_target)
+        return;
+    uint64_t took = r->leader_ticks - pr->round_start;
+    pr->round_ticks = took > UINT32_MAX ? UINT32_MAX : (uint32_t)took;
+    pr->rounds++;
+    pr->round_target = last_index(r);
+    pr->round_start = r->leader_ticks;
 }
 
 /* The leader's side of an append or snapshot response. */
@@ -907,6 +1040,7 @@ static void handle_append_resp(struct raft *r, const struct raft_message *m)
     }
     if (pr->next < pr->match + 1)
         pr->next = pr->match + 1;
+    catch_up_note(r, pr);
     switch (pr->state) {
     case RAFT__PR_PROBE:
         if (progressed || ar->index == pr->match)
@@ -1001,14 +1135,28 @@ static void step_lower_term(struct raft *r, const struct raft_message *m)
     }
 }
 
+/* Who may talk to us (thesis 4.2.3): a leader may be new to us, so appends
+ * and snapshots come from anyone; a vote request from a non-voter is heard
+ * only while we have no live leader (a removed or not-yet-added server cannot
+ * disrupt a working cluster, and a voter we do not know of yet can still be
+ * elected); everything else only from members. */
+static bool from_accepted(const struct raft *r, const struct raft_message *m)
+{
+    if (m->type == RAFT_MSG_APPEND || m->type == RAFT_MSG_SNAPSHOT)
+        return true;
+    if (m->type == RAFT_MSG_VOTE && voter_slot(r, m->from) < 0)
+        return r->role != RAFT_LEADER &&
+               (r->leader == RAFT_NONE || r->election_elapsed >= r->o.election_ticks);
+    return member_slot(r, m->from) >= 0;
+}
+
 static int step(struct raft *r, const struct raft_message *m)
 {
     if (m == NULL || m->to != r->o.id || m->type == RAFT_MSG_NONE ||
         m->type >= RAFT_MSG_TYPE_COUNT || m->from == RAFT_NONE || m->from == r->o.id)
         return TK_EINVAL;
-    bool known = voter_slot(r, m->from) >= 0;
-    if (!known && m->type != RAFT_MSG_APPEND && m->type != RAFT_MSG_SNAPSHOT)
-        return 0; /* a non-member may not vote or ask; a leader may be new to us */
+    if (!from_accepted(r, m))
+        return 0;
     if (m->term > r->term && !step_higher_term(r, m))
         return 0;
     if (m->term < r->term) {
@@ -1076,9 +1224,9 @@ static bool quorum_active(struct raft *r)
     TK_ASSERT(r != NULL);
     TK_ASSERT(r->role == RAFT_LEADER);
     uint32_t active = 0;
-    for (uint32_t i = 0; i < r->config.n_voters; i++) {
+    for (uint32_t i = 0; i < n_members(r); i++) {
         struct raft__progress *pr = &r->prs[i];
-        if (pr->id == r->o.id || pr->recent_active)
+        if (i < r->config.n_voters && (pr->id == r->o.id || pr->recent_active))
             active++;
         pr->recent_active = false;
     }
@@ -1089,7 +1237,7 @@ static void tick_election(struct raft *r)
 {
     TK_ASSERT(r->role != RAFT_LEADER);
     r->election_elapsed++;
-    if (r->election_elapsed >= r->election_timeout && voter_slot(r, r->o.id) >= 0)
+    if (r->election_elapsed >= r->election_timeout && may_campaign(r))
         campaign(r, r->o.pre_vote, false);
 }
 
@@ -1098,7 +1246,8 @@ static void tick_heartbeat(struct raft *r)
     TK_ASSERT(r->role == RAFT_LEADER);
     r->election_elapsed++;
     r->heartbeat_elapsed++;
-    for (uint32_t i = 0; i < r->config.n_voters; i++) {
+    r->leader_ticks++;
+    for (uint32_t i = 0; i < n_members(r); i++) {
         struct raft__progress *pr = &r->prs[i];
         if (pr->id == r->o.id)
             continue;
@@ -1172,6 +1321,109 @@ int raft_propose(struct raft *r, const struct raft_entry *entries, size_t n,
     return 0;
 }
 
+/* The configuration `c` makes of the one in force, or an error; *noop when
+ * it is already so (an idempotent retry). */
+static int change_apply(const struct raft *r, const struct raft_change *c,
+                        struct raft_config *nc, bool *noop)
+{
+    *nc = r->config;
+    *noop = false;
+    bool voter = raft_config_has(nc, c->id);
+    bool learner = raft_config_has_learner(nc, c->id);
+    switch (c->type) {
+    case RAFT_CHANGE_ADD_LEARNER:
+        if (voter || learner)
+            return RAFT_EMEMBER;
+        if (nc->n_learners >= RAFT_LEARNERS_MAX)
+            return TK_ENOSPC;
+        nc->learners[nc->n_learners++] = c->id;
+        return 0;
+    case RAFT_CHANGE_PROMOTE:
+        if (voter)
+            *noop = true;
+        else if (!learner)
+            return TK_EINVAL;
+        else if (nc->n_voters >= RAFT_VOTERS_MAX)
+            return TK_ENOSPC;
+        else if (!caught_up(r, &r->prs[member_slot(r, c->id)]))
+            return RAFT_ENOT_CAUGHT_UP;
+        break;
+    case RAFT_CHANGE_DEMOTE:
+        if (learner)
+            *noop = true;
+        else if (!voter)
+            return TK_EINVAL;
+        else if (nc->n_learners >= RAFT_LEARNERS_MAX)
+            return TK_ENOSPC;
+        break;
+    case RAFT_CHANGE_REMOVE:
+        if (!voter && !learner)
+            return TK_EINVAL;
+        break;
+    default:
+        return TK_EINVAL;
+    }
+    if (*noop)
+        return 0;
+    struct raft_config out = {.n_voters = 0};
+    for (uint32_t i = 0; i < nc->n_voters; i++)
+        if (nc->voters[i] != c->id)
+            out.voters[out.n_voters++] = nc->voters[i];
+    for (uint32_t i = 0; i < nc->n_learners; i++)
+        if (nc->learners[i] != c->id)
+            out.learners[out.n_learners++] = nc->learners[i];
+    if (c->type == RAFT_CHANGE_PROMOTE)
+        out.voters[out.n_voters++] = c->id;
+    else if (c->type == RAFT_CHANGE_DEMOTE)
+        out.learners[out.n_learners++] = c->id;
+    if (out.n_voters == 0)
+        return TK_EINVAL;
+    *nc = out;
+    return 0;
+}
+
+int raft_change_membership(struct raft *r, const struct raft_change *c, uint64_t *index)
+{
+    TK_ASSERT(r != NULL);
+    TK_ASSERT(c != NULL);
+    if (r->role != RAFT_LEADER)
+        return TK_ENOTLEADER;
+    if (c->id == RAFT_NONE)
+        return TK_EINVAL;
+    if (r->transfer_to != RAFT_NONE)
+        return RAFT_ECHANGE_PENDING;
+#if RAFT_PLANTED_BUG != 4
+    /* One change at a time, and only once this term has committed an entry
+     * (Ongaro, raft-dev, July 2015): then no change of an earlier term can
+     * still be pending, so the new one differs by one server from every
+     * configuration that may yet decide. */
+    if (r->config_index > r->commit || !r->committed_in_term)
+        return RAFT_ECHANGE_PENDING;
+#endif
+    struct raft_config nc;
+    bool noop;
+    int rc = change_apply(r, c, &nc, &noop);
+    if (rc != 0)
+        return rc;
+    if (noop) {
+        if (index)
+            *index = r->config_index;
+        return 0;
+    }
+    struct raft_entry e = {.term = r->term,
+                           .index = last_index(r) + 1,
+                           .type = RAFT_ENTRY_CONFIG,
+                           .data = raft_config_encode(&nc)};
+    log_append(r, &e, 1); /* in force from here on (thesis 4.1) */
+    tk_blob_unref(e.data);
+    if (index)
+        *index = e.index;
+    bcast_append(r);
+    maybe_commit(r); /* a single voter commits once it is durable */
+    raft__check_invariants(r);
+    return 0;
+}
+
 void raft_persisted(struct raft *r, uint64_t seq)
 {
     TK_ASSERT(r != NULL);
@@ -1231,8 +1483,8 @@ int raft_transfer_leadership(struct raft *r, uint64_t to)
     if (r->role != RAFT_LEADER)
         return TK_ENOTLEADER;
     struct raft__progress *pr = progress_of(r, to);
-    if (pr == NULL || to == r->o.id)
-        return TK_EINVAL;
+    if (pr == NULL || voter_slot(r, to) < 0 || to == r->o.id)
+        return TK_EINVAL; /* a learner cannot lead */
     if (r->transfer_to == to)
         return 0;
     r->transfer_to = to;
@@ -1263,6 +1515,10 @@ int raft_snapshot_set(struct raft *r, const struct raft_snapshot_meta *meta,
     if (raft__log_term(&r->log, meta->index, &t) != 0 || t != meta->term)
         return TK_EINVAL;
     r->snap = *meta;
+    /* The configuration in force at the snapshot's index, not the newest one
+     * the caller may have read (a later, possibly uncommitted, entry). */
+    uint64_t at;
+    config_scan(r, meta->index, &r->snap.config, &at);
     tk_blob_unref(r->snap_data);
     r->snap_data = tk_blob_ref(data);
     raft__check_invariants(r);
@@ -1276,7 +1532,11 @@ int raft_compact(struct raft *r, uint64_t index)
         return TK_EINVAL;
     if (index <= r->log.base_index)
         return 0;
+    uint64_t at;
+    config_scan(r, index, &r->base_config, &at);
     raft__log_compact(&r->log, index);
+    if (r->config_index <= index)
+        r->config_index = 0; /* its entry is gone: it is the base's now */
     /* An append waiting in the outbox for entries now gone is dropped in
      * raft_ready; its follower goes back to probing and gets the snapshot. */
     raft__check_invariants(r);
@@ -1464,12 +1724,12 @@ int raft_new(const struct raft_options *o, const struct raft_boot *boot,
     raft__log_reset(&r->log, boot->snapshot.index, boot->snapshot.term);
     if (o->log_reserve > 0)
         raft__log_reserve(&r->log, (size_t)o->log_reserve);
-    r->bootstrap = boot->bootstrap;
+    r->base_config = boot->snapshot.index > 0 ? boot->snapshot.config : boot->bootstrap;
     r->snap = boot->snapshot;
     r->snap_data = tk_blob_ref(boot->snapshot_data);
     raft__log_append(&r->log, boot->entries, boot->n_entries);
     config_refresh(r);
-    for (uint32_t i = 0; i < RAFT_VOTERS_MAX; i++)
+    for (uint32_t i = 0; i < RAFT_MEMBERS_MAX; i++)
         raft__pr_init(&r->prs[i], o->max_inflight_msgs);
     r->commit = boot->applied;
     r->applied = boot->applied;
@@ -1490,7 +1750,7 @@ void raft_free(struct raft *r)
     for (size_t i = 0; i < r->n_out; i++)
         out_drop_snapshot_ref(&r->out[i]);
     raft__log_free(&r->log);
-    for (uint32_t i = 0; i < RAFT_VOTERS_MAX; i++)
+    for (uint32_t i = 0; i < RAFT_MEMBERS_MAX; i++)
         raft__pr_free(&r->prs[i]);
     tk_blob_unref(r->snap_data);
     tk_blob_unref(r->snap_install_data);
@@ -1553,6 +1813,41 @@ const struct raft_config *raft_config(const struct raft *r)
 {
     return &r->config;
 }
+uint64_t raft_config_index(const struct raft *r)
+{
+    return r->config_index;
+}
+
+int raft_config_at(const struct raft *r, uint64_t index, struct raft_config *out)
+{
+    TK_ASSERT(r != NULL);
+    if (index < r->log.base_index)
+        return TK_ECOMPACTED;
+    if (index > last_index(r))
+        return TK_EUNAVAIL;
+    uint64_t at;
+    config_scan(r, index, out, &at);
+    return 0;
+}
+
+int raft_catch_up(const struct raft *r, uint64_t id, struct raft_catch_up *out)
+{
+    TK_ASSERT(r != NULL);
+    TK_ASSERT(out != NULL);
+    if (r->role != RAFT_LEADER)
+        return TK_ENOTLEADER;
+    int s = member_slot(r, id);
+    if (s < 0)
+        return TK_EINVAL;
+    const struct raft__progress *pr = &r->prs[s];
+    memset(out, 0, sizeof(*out));
+    out->match = id == r->o.id ? last_index(r) : pr->match;
+    out->behind = last_index(r) - out->match;
+    out->caught_up = id == r->o.id || caught_up(r, pr);
+    out->rounds = pr->rounds;
+    out->round_ticks = pr->round_ticks;
+    return 0;
+}
 
 int raft_term_at(const struct raft *r, uint64_t index, uint64_t *term)
 {
@@ -1569,7 +1864,7 @@ int raft_progress(const struct raft *r, uint64_t peer, uint64_t *match, uint64_t
     TK_ASSERT(r != NULL);
     if (r->role != RAFT_LEADER)
         return TK_ENOTLEADER;
-    int s = voter_slot(r, peer);
+    int s = member_slot(r, peer);
     if (s < 0)
         return TK_EINVAL;
     *match = r->prs[s].match;

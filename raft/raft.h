@@ -40,11 +40,25 @@
  * progress windows); in steady state a step allocates nothing. Entry payloads
  * are reference-counted tk_blobs shared with the caller, never copied.
  *
- * Membership: the configuration (voters) is data in the log: the newest
- * RAFT_ENTRY_CONFIG entry in the log (or the snapshot's configuration) is the
- * one in force, as in the thesis (4.1). Up to RAFT_VOTERS_MAX voters; nothing
- * assumes three. Changing membership is not implemented yet: raft_propose
- * refuses RAFT_ENTRY_CONFIG entries with TK_EINVAL. */
+ * Membership (thesis ch. 4, single-server changes): the configuration (voters
+ * and learners) is data in the log. The newest RAFT_ENTRY_CONFIG entry in the
+ * log (else the snapshot's configuration, else the bootstrap one) is the one
+ * in force, from the moment it is appended, committed or not, on the leader
+ * and on followers alike; if that entry is truncated away the previous one is
+ * in force again. Why from append and not from commit: a change of one voter
+ * keeps every majority of the old configuration overlapping every majority of
+ * the new one, so the only rule needed is that a server acts on its newest
+ * configuration; waiting for commit would need the leader to know the commit
+ * before it counts the new voter, and a follower could elect with a stale one.
+ * Learners receive the log and count for nothing: no vote, no quorum, never
+ * campaign. A node campaigns only as a voter of the configuration in force,
+ * or, while a change that removed or demoted it is uncommitted, of the
+ * committed one (else losing the leader mid-change can wedge a cluster); votes
+ * are always counted in the configuration in force. Vote requests from
+ * non-voters are ignored while a leader is live (thesis 4.2.3), so removed or
+ * not-yet-added nodes cannot disrupt the cluster. Changes go through
+ * raft_change_membership, one at a time. Up to
+ * RAFT_VOTERS_MAX voters and RAFT_LEARNERS_MAX learners; nothing assumes three. */
 #ifndef TK_RAFT_H
 #define TK_RAFT_H
 
@@ -53,8 +67,11 @@
 #include <stdint.h>
 
 #include "base/blob.h"
+#include "base/err.h"
 
 #define RAFT_VOTERS_MAX 16
+#define RAFT_LEARNERS_MAX 8
+#define RAFT_MEMBERS_MAX (RAFT_VOTERS_MAX + RAFT_LEARNERS_MAX)
 #define RAFT_NONE 0 /* no node; node ids are 1..UINT64_MAX */
 
 enum raft_entry_type {
@@ -74,20 +91,56 @@ struct raft_entry {
     struct tk_blob *data;
 };
 
-/* The cluster membership. */
+/* The cluster membership. Fields after n_voters/voters were added with
+ * learners; a zeroed struct is a valid empty learner set. */
 struct raft_config {
     uint32_t n_voters;
     uint64_t voters[RAFT_VOTERS_MAX];
+    uint32_t n_learners;
+    uint64_t learners[RAFT_LEARNERS_MAX];
 };
 
-/* Encodes a configuration as an entry payload: u32 count, then count u64 ids,
- * all little-endian. Returns a new blob with one reference. */
+/* Encodes a configuration as an entry payload. Without learners: the original
+ * format, u32 count then count u64 voter ids (so logs stay readable by older
+ * builds); with learners: u32 RAFT_CONFIG_V2_TAG, u32 n_voters, u32
+ * n_learners, then the voter ids and the learner ids; all little-endian.
+ * Returns a new blob with one reference. */
+#define RAFT_CONFIG_V2_TAG 0xC0F10002u
 struct tk_blob *raft_config_encode(const struct raft_config *c);
-/* Decodes a payload made by raft_config_encode. Returns 0 or TK_ECORRUPT if the
- * bytes are malformed (wrong length, count 0 or above RAFT_VOTERS_MAX, a zero
- * or duplicate id). Never asserts on the bytes. */
+/* Decodes either format. Returns 0 or TK_ECORRUPT if the bytes are malformed
+ * (wrong length, no voter, more than RAFT_VOTERS_MAX voters or
+ * RAFT_LEARNERS_MAX learners, a zero id, an id twice in either list). Never
+ * asserts on the bytes. */
 int raft_config_decode(const uint8_t *buf, size_t len, struct raft_config *out);
+/* True if `id` is a voter of `c` (learners are not). */
 bool raft_config_has(const struct raft_config *c, uint64_t id);
+/* True if `id` is a learner of `c`. */
+bool raft_config_has_learner(const struct raft_config *c, uint64_t id);
+/* True if `id` is a voter or a learner of `c`. */
+bool raft_config_is_member(const struct raft_config *c, uint64_t id);
+/* True if both hold the same voters and learners, in any order. */
+bool raft_config_equal(const struct raft_config *a, const struct raft_config *b);
+
+/* Distinct answers of raft_change_membership (aliases of base/err.h codes
+ * until that list gets its own names for them). */
+#define RAFT_ECHANGE_PENDING                                                             \
+    TK_EBUSY                          /* a change is uncommitted, or the leader          \
+                                         has not committed in its term yet */
+#define RAFT_ENOT_CAUGHT_UP TK_ERANGE /* promotion of a lagging learner */
+#define RAFT_EMEMBER TK_ECOMPARE      /* add of an id already a member */
+
+enum raft_change_type {
+    RAFT_CHANGE_ADD_LEARNER = 1, /* a new id joins as a learner */
+    RAFT_CHANGE_PROMOTE = 2,     /* a caught-up learner becomes a voter */
+    RAFT_CHANGE_DEMOTE = 3,      /* a voter becomes a learner */
+    RAFT_CHANGE_REMOVE = 4,      /* a voter or learner leaves */
+};
+
+/* One single-server membership change. */
+struct raft_change {
+    uint8_t type; /* enum raft_change_type */
+    uint64_t id;
+};
 
 /* What a snapshot covers: the log up to and including (index, term), and the
  * configuration in force at that index. */
@@ -260,12 +313,15 @@ struct raft_boot {
 /* Planted bugs, for proving that the simulator's checks can fail. A raft library
  * compiled with -DRAFT_PLANTED_BUG=n carries bug n; the production library is
  * compiled without it and contains none of this code. tests/sim builds one
- * simulator per bug (raft-sim-bug1..3) and requires each sweep to fail. */
+ * simulator per bug (raft-sim-bug1..4) and requires each sweep to fail. */
 enum raft_bug {
     RAFT_BUG_NONE = 0,
     RAFT_BUG_VOTE_BEFORE_PERSIST = 1, /* grant a vote before it is durable */
     RAFT_BUG_COMMIT_OLD_TERM = 2,     /* commit a previous-term entry by count */
     RAFT_BUG_ACK_BEFORE_PERSIST = 3,  /* ack an append before it is durable */
+    RAFT_BUG_CONFIG_UNCOMMITTED = 4,  /* append a config change without the
+                                         own-term commit, or with another one
+                                         still uncommitted */
 };
 
 struct raft_options {
@@ -316,7 +372,7 @@ int raft_step(struct raft *r, const struct raft_message *m);
  * driver learns their fate from rd.committed (same index and term: committed;
  * a different term at that index: lost). Returns TK_ENOTLEADER, TK_EBUSY
  * (leadership transfer in progress or too many uncommitted entries) or
- * TK_EINVAL (a config entry, or n == 0). */
+ * TK_EINVAL (a config entry: use raft_change_membership; or n == 0). */
 int raft_propose(struct raft *r, const struct raft_entry *entries, size_t n,
                  uint64_t *first_index, uint64_t *term);
 
@@ -332,14 +388,67 @@ int raft_read_index(struct raft *r, uint64_t ctx);
 
 /* Leader only: hands leadership to `to` (thesis 3.10). Proposals are refused
  * with TK_EBUSY until it succeeds or an election timeout passes. Returns
- * TK_ENOTLEADER, or TK_EINVAL if `to` is not a voter or is this node. */
+ * TK_ENOTLEADER, or TK_EINVAL if `to` is not a voter (a learner included) or is
+ * this node. */
 int raft_transfer_leadership(struct raft *r, uint64_t to);
 
 /* The state machine has a snapshot covering up to `meta->index` (which must be
  * applied); the leader sends `data` to followers that need a snapshot. The core
- * takes a reference on `data`. Returns TK_EINVAL if index > applied. */
+ * takes a reference on `data`. The snapshot records the configuration in force
+ * at meta->index, which the core knows (raft_config_at), not meta->config: the
+ * newest configuration may be a later, uncommitted one. Returns TK_EINVAL if
+ * index > applied. */
 int raft_snapshot_set(struct raft *r, const struct raft_snapshot_meta *meta,
                       struct tk_blob *data);
+
+/* The configuration in force at `index` (the newest config entry at or below
+ * it, else the snapshot's or the bootstrap one): what a snapshot taken at
+ * `index` must record. Returns 0, or TK_ECOMPACTED below the snapshot index and
+ * TK_EUNAVAIL beyond the last index. */
+int raft_config_at(const struct raft *r, uint64_t index, struct raft_config *out);
+
+/* Leader only: appends a configuration entry making one change (thesis 4.1,
+ * single-server). On success *index is the entry's index; the change is in
+ * force at once and done when that index commits. Refused, with nothing
+ * appended:
+ *  - TK_ENOTLEADER;
+ *  - RAFT_ECHANGE_PENDING (TK_EBUSY) while a configuration entry is
+ *    uncommitted, while the leader has not committed an entry of its own term
+ *    (the fix Ongaro posted to raft-dev in July 2015: without it, a new
+ *    leader's change can be decided against a configuration that a
+ *    concurrent, lost change of the previous term overlapped with), or during
+ *    a leadership transfer;
+ *  - RAFT_EMEMBER (TK_ECOMPARE): ADD_LEARNER of an id already a member;
+ *  - RAFT_ENOT_CAUGHT_UP (TK_ERANGE): PROMOTE of a learner that raft_catch_up
+ *    does not report caught up;
+ *  - TK_ENOSPC: no room (RAFT_VOTERS_MAX / RAFT_LEARNERS_MAX);
+ *  - TK_EINVAL: id 0, unknown type, PROMOTE/DEMOTE/REMOVE of a non-member, or
+ *    a change leaving no voter.
+ * Idempotent retries: PROMOTE of a voter and DEMOTE of a learner return 0 and
+ * append nothing (*index is then the index of the configuration in force, 0 if
+ * it is the bootstrap one).
+ * Ids are never reused: the core refuses ids that are members, but it keeps no
+ * record of removed ids; the node layer must (and refuse them before asking).
+ * A leader that removes or demotes itself keeps leading (not counting itself
+ * toward the new configuration's quorum) until the entry commits, then steps
+ * down. */
+int raft_change_membership(struct raft *r, const struct raft_change *c, uint64_t *index);
+
+/* Catch-up of a member as the leader sees it (cowsql's rule): rounds of
+ * replication, each ending when the member's match reaches the leader's last
+ * index at the round's start. A learner is caught up when its latest round
+ * took fewer than election_ticks ticks, or when it holds the whole log. */
+struct raft_catch_up {
+    bool caught_up;
+    uint64_t behind;      /* leader's last index minus the member's match */
+    uint64_t match;       /* the member's match index */
+    uint32_t rounds;      /* rounds completed since the member's progress began */
+    uint32_t round_ticks; /* length of the last completed round, in ticks */
+};
+
+/* Leader only: fills *out for member `id`. Returns TK_ENOTLEADER, or TK_EINVAL
+ * if `id` is not a member. */
+int raft_catch_up(const struct raft *r, uint64_t id, struct raft_catch_up *out);
 
 /* Drops log entries up to `index` (which must be <= the snapshot index set with
  * raft_snapshot_set). The driver compacts its store likewise. Returns TK_EINVAL
@@ -370,8 +479,13 @@ uint64_t raft_read_rounds(const struct raft *r);
 int raft_term_at(const struct raft *r, uint64_t index, uint64_t *term);
 /* The entry at `index`, borrowed until the next raft call; NULL if absent. */
 const struct raft_entry *raft_entry_at(const struct raft *r, uint64_t index);
+/* The configuration in force (voters and learners): the newest in the log,
+ * committed or not. */
 const struct raft_config *raft_config(const struct raft *r);
-/* The leader's view of a follower's log; returns TK_ENOTLEADER or TK_EINVAL. */
+/* The index of the entry that set it (0: the snapshot's or bootstrap one). */
+uint64_t raft_config_index(const struct raft *r);
+/* The leader's view of a member's log (voter or learner); returns
+ * TK_ENOTLEADER or TK_EINVAL. */
 int raft_progress(const struct raft *r, uint64_t peer, uint64_t *match, uint64_t *next);
 
 #endif

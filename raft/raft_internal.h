@@ -45,7 +45,8 @@ enum raft__pr_state {
     RAFT__PR_SNAPSHOT = 2,
 };
 
-/* The leader's view of one voter (thesis 3.5; etcd's Progress). In probe state
+/* The leader's view of one member, voter or learner (thesis 3.5; etcd's
+ * Progress). In probe state
  * one append is in flight at a time; in replicate state appends are pipelined
  * up to the inflight window (count and bytes); in snapshot state nothing is
  * sent until the snapshot is acknowledged or times out. */
@@ -60,6 +61,14 @@ struct raft__progress {
     uint32_t snapshot_ticks;
     uint32_t stall_ticks; /* replicate: ticks since match last advanced */
     uint64_t read_round;  /* highest heartbeat round acknowledged */
+    /* Catch-up rounds (cowsql's rule; raft_catch_up): the round under way ends
+     * when match reaches round_target (the leader's last index when it began,
+     * at leader tick round_start); round_ticks is the last completed one's
+     * length. */
+    uint64_t round_target;
+    uint64_t round_start;
+    uint32_t round_ticks;
+    uint32_t rounds;
     /* Inflight window: a ring of (last index, bytes) per unacked append. */
     uint64_t *infl_index;
     uint64_t *infl_bytes;
@@ -122,10 +131,11 @@ struct raft {
     struct raft__log log;
 
     /* Membership in force and the index of the entry that set it (0: it
-     * came from the snapshot or the bootstrap configuration). */
+     * came from the snapshot or the bootstrap configuration). A leader's
+     * prs[] follow it: the voters in order, then the learners. */
     struct raft_config config;
     uint64_t config_index;
-    struct raft_config bootstrap;
+    struct raft_config base_config; /* in force at log.base_index */
 
     /* The newest local snapshot (what a lagging follower is sent). */
     struct raft_snapshot_meta snap;
@@ -151,7 +161,8 @@ struct raft {
     bool self_vote_durable;
 
     /* Leader. */
-    struct raft__progress prs[RAFT_VOTERS_MAX];
+    struct raft__progress prs[RAFT_MEMBERS_MAX];
+    uint64_t leader_ticks; /* ticks as leader, the clock of catch-up rounds */
     uint64_t transfer_to;
     uint32_t transfer_elapsed;
     bool transfer_sent;

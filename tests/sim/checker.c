@@ -23,6 +23,7 @@ struct ck_centry {
     uint64_t commit_term;  /* the term of the node that first saw it committed */
     uint64_t state_hash;   /* state machine after applying it, once applied */
     uint32_t durable_mask; /* bit (node - 1): durable on that node */
+    uint32_t voters_mask;  /* the committing node's voters when it committed */
     bool applied;
 };
 
@@ -47,11 +48,11 @@ struct ck_node {
     uint64_t commit;
     uint64_t applied;
     uint64_t led_term; /* last term in which completeness was checked */
+    uint32_t voters;   /* its configuration's voters, bit (id - 1) */
 };
 
 struct ck {
     uint32_t n;
-    uint32_t majority;
     struct ck_ops ops;
     uint64_t now_ms;
     bool rule_checks;
@@ -132,10 +133,11 @@ struct ck *ck_new(uint32_t n_nodes, const struct ck_ops *ops)
 {
     struct ck *ck = tk_calloc(1, sizeof(*ck));
     ck->n = n_nodes;
-    ck->majority = n_nodes / 2 + 1;
     ck->ops = *ops;
     ck->rule_checks = true;
     ck->nodes = tk_calloc(n_nodes, sizeof(*ck->nodes));
+    for (uint32_t i = 0; i < n_nodes; i++)
+        ck->nodes[i].voters = n_nodes >= 32 ? UINT32_MAX : (1u << n_nodes) - 1;
     ck->lm_cap = 1024;
     ck->lm = tk_calloc(ck->lm_cap, sizeof(*ck->lm));
     return ck;
@@ -208,6 +210,21 @@ static uint32_t popcount32(uint32_t x)
     return c;
 }
 
+/* A committed entry is durable on a majority of the voters of the
+ * configuration it was committed under. */
+static bool durable_quorum(const struct ck_centry *e)
+{
+    return popcount32(e->durable_mask & e->voters_mask) >=
+           popcount32(e->voters_mask) / 2 + 1;
+}
+
+void ck_voters(struct ck *ck, uint64_t node, uint32_t mask)
+{
+    struct ck_node *nd = node_of(ck, node);
+    if (nd != NULL && mask != 0)
+        nd->voters = mask;
+}
+
 /* Recomputes `node`'s durable bit for committed indexes in [lo, hi] and checks
  * that each still has a durable majority. */
 static int recheck_durable(struct ck *ck, uint64_t node, uint64_t lo, uint64_t hi)
@@ -225,11 +242,12 @@ static int recheck_durable(struct ck *ck, uint64_t node, uint64_t lo, uint64_t h
         else
             e->durable_mask &= ~bit;
         ck->checks++;
-        if (popcount32(e->durable_mask) < ck->majority)
+        if (!durable_quorum(e))
             return fail(ck, "commit-durability", node, i, e->term,
-                        "committed entry is now durable on only %u of %u "
-                        "nodes (lost from n%" PRIu64 "'s storage)",
-                        popcount32(e->durable_mask), ck->n, node);
+                        "committed entry is now durable on only %u of its %u "
+                        "voters (lost from n%" PRIu64 "'s storage)",
+                        popcount32(e->durable_mask & e->voters_mask),
+                        popcount32(e->voters_mask), node);
     }
     return 0;
 }
@@ -276,6 +294,53 @@ int ck_leader(struct ck *ck, uint64_t node, uint64_t term)
     return 0;
 }
 
+/* Index `i` is committed for the first time, seen by `node` in `term` with
+ * commit index `commit`: records
+ * it and checks its durability and that later leaders hold it. */
+static int commit_first(struct ck *ck, uint64_t node, uint64_t term, uint64_t commit,
+                        uint64_t i)
+{
+    uint64_t t = 0, d = 0;
+    if (ck->ops.entry_at(ck->ops.data, node, i, &t, &d) != 0)
+        return fail(ck, "commit-known", node, i, term,
+                    "commit index %" PRIu64 " covers an entry the "
+                    "node's log does not hold",
+                    commit);
+    struct ck_centry *e = &ck->c[i];
+    e->term = t;
+    e->digest = d;
+    e->commit_term = term;
+    e->durable_mask = 0;
+    e->voters_mask = node_of(ck, node)->voters;
+    for (uint32_t k = 0; k < ck->n; k++)
+        if (durable_covers(&ck->nodes[k], i, t))
+            e->durable_mask |= 1u << k;
+    ck->c_n = i;
+    ck->checks++;
+    if (!durable_quorum(e))
+        return fail(ck, "commit-durability", node, i, t,
+                    "entry committed while durable on only %u of "
+                    "its %u voters",
+                    popcount32(e->durable_mask & e->voters_mask),
+                    popcount32(e->voters_mask));
+    /* Leaders of later terms that already exist must hold it too. */
+    for (uint64_t m = 1; m <= ck->n; m++) {
+        uint64_t lt = ck->ops.leader_term(ck->ops.data, m);
+        if (lt <= term)
+            continue;
+        if (i <= ck->ops.snapshot_index(ck->ops.data, m))
+            continue;
+        uint64_t mt = 0, md = 0;
+        ck->checks++;
+        if (ck->ops.entry_at(ck->ops.data, m, i, &mt, &md) != 0 || mt != t || md != d)
+            return fail(ck, "leader-completeness", m, i, t,
+                        "leader of term %" PRIu64 " lacks an entry "
+                        "committed in term %" PRIu64 " (seen by n%" PRIu64 ")",
+                        lt, term, node);
+    }
+    return 0;
+}
+
 int ck_commit(struct ck *ck, uint64_t node, uint64_t term, bool leader, uint64_t commit)
 {
     if (ck->failed)
@@ -307,45 +372,9 @@ int ck_commit(struct ck *ck, uint64_t node, uint64_t term, bool leader, uint64_t
             memset(ck->c + ck->c_cap, 0, (cap - ck->c_cap) * sizeof(*ck->c));
             ck->c_cap = cap;
         }
-        for (uint64_t i = ck->c_n + 1; i <= commit; i++) {
-            uint64_t t = 0, d = 0;
-            if (ck->ops.entry_at(ck->ops.data, node, i, &t, &d) != 0)
-                return fail(ck, "commit-known", node, i, term,
-                            "commit index %" PRIu64 " covers an entry the "
-                            "node's log does not hold",
-                            commit);
-            struct ck_centry *e = &ck->c[i];
-            e->term = t;
-            e->digest = d;
-            e->commit_term = term;
-            e->durable_mask = 0;
-            for (uint32_t k = 0; k < ck->n; k++)
-                if (durable_covers(&ck->nodes[k], i, t))
-                    e->durable_mask |= 1u << k;
-            ck->c_n = i;
-            ck->checks++;
-            if (popcount32(e->durable_mask) < ck->majority)
-                return fail(ck, "commit-durability", node, i, t,
-                            "entry committed while durable on only %u of "
-                            "%u nodes",
-                            popcount32(e->durable_mask), ck->n);
-            /* Leaders of later terms that already exist must hold it too. */
-            for (uint64_t m = 1; m <= ck->n; m++) {
-                uint64_t lt = ck->ops.leader_term(ck->ops.data, m);
-                if (lt <= term)
-                    continue;
-                if (i <= ck->ops.snapshot_index(ck->ops.data, m))
-                    continue;
-                uint64_t mt = 0, md = 0;
-                ck->checks++;
-                if (ck->ops.entry_at(ck->ops.data, m, i, &mt, &md) != 0 || mt != t ||
-                    md != d)
-                    return fail(ck, "leader-completeness", m, i, t,
-                                "leader of term %" PRIu64 " lacks an entry "
-                                "committed in term %" PRIu64 " (seen by n%" PRIu64 ")",
-                                lt, term, node);
-            }
-        }
+        for (uint64_t i = ck->c_n + 1; i <= commit; i++)
+            if (commit_first(ck, node, term, commit, i) != 0)
+                return -1;
         return 0;
     }
     /* A spot check of the node's log at its new commit index. */

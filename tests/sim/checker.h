@@ -17,8 +17,10 @@
  *                         index on every node; only committed entries applied;
  *                         no command applied at two indexes
  *   commit-monotonic      a node's commit index never decreases while it is up
- *   commit-durability     a committed entry is durable on a majority when it is
- *                         committed and stays so across crashes
+ *   commit-durability     a committed entry is durable on a majority of the
+ *                         voters it was committed under (the committing node's
+ *                         configuration, ck_voters) when it is committed, and
+ *                         stays so across crashes
  *   commit-rule           a leader advances its commit index only to an
  *                         entry of its own term (figure 8, thesis 3.6.2)
  *   durable-before-send   a granted vote, the entries an append ack covers
@@ -27,6 +29,9 @@
  *   read-linearizable     a read index covers every entry committed before the
  *                         read was asked for
  *
+ * Election safety, log matching, leader completeness and state-machine safety
+ * do not depend on the configuration, so they hold under every one: a
+ * membership change (simulated with spare node ids) must keep them.
  * Node ids are 1..n. Single-threaded, like the simulator. The first violation is
  * kept (ck_violation) and every later call is a no-op returning -1. */
 #ifndef TK_SIM_CHECK_H
@@ -117,6 +122,10 @@ int ck_sent(struct ck *ck, uint64_t node, int type, uint64_t to, uint64_t term, 
 /* A read is asked for now: returns the token to give to ck_read_done. */
 uint64_t ck_read_begin(const struct ck *ck);
 int ck_read_done(struct ck *ck, uint64_t node, uint64_t token, uint64_t read_index);
+
+/* `node`'s configuration in force now has the voters in `mask` (bit id - 1);
+ * by default every node is a voter. */
+void ck_voters(struct ck *ck, uint64_t node, uint32_t mask);
 
 /* `node` restarted (new incarnation): its commit may start lower again. */
 void ck_restart(struct ck *ck, uint64_t node);

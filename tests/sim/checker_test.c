@@ -221,6 +221,25 @@ START_TEST(test_commit_without_durable_majority)
 }
 END_TEST
 
+START_TEST(test_commit_without_majority_of_its_voters)
+{
+    /* Node 1 removed itself: its configuration's voters are {2, 3}. Durable
+     * on nodes 1 and 2 is a majority of all three, not of those voters. */
+    struct ck *ck = new_ck();
+    replicate(ck, 0x6, 2, 1);
+    ck_voters(ck, 1, 0x6);
+    ck_assert_int_eq(ck_commit(ck, 1, 1, false, 2), -1);
+    assert_violation(ck, "commit-durability");
+    ck_free(ck);
+    /* With voters {1, 2} the same commit is fine. */
+    ck = new_ck();
+    replicate(ck, 0x6, 2, 1);
+    ck_voters(ck, 1, 0x3);
+    ck_assert_int_eq(ck_commit(ck, 1, 1, false, 2), 0);
+    ck_free(ck);
+}
+END_TEST
+
 START_TEST(test_committed_entry_lost_from_disk)
 {
     struct ck *ck = new_ck();
@@ -407,6 +426,7 @@ int main(void)
     tcase_add_test(tc, test_commit_index_goes_down);
     tcase_add_test(tc, test_commit_index_may_restart_lower);
     tcase_add_test(tc, test_commit_without_durable_majority);
+    tcase_add_test(tc, test_commit_without_majority_of_its_voters);
     tcase_add_test(tc, test_committed_entry_lost_from_disk);
     tcase_add_test(tc, test_snapshot_covers_durability);
     tcase_add_test(tc, test_new_leader_lacks_committed_entry);

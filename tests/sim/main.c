@@ -17,6 +17,8 @@
  *       catch a bug.
  *   --no-heal (sabotage, for the liveness checker's own test): the heal cuts
  *       every link instead of repairing the network.
+ *   --membership: two spare node slots and membership changes among the
+ *       faults (add learner, promote, remove a voter or the leader; replace).
  *
  * Exit status: 0 on success, 1 on a violation (or none found under
  * --expect-violation), 2 on a usage error. */
@@ -41,6 +43,7 @@ struct opts {
     bool rule_checks;
     bool no_heal;
     bool expect_safety;
+    bool membership;
     const char *expect;
     uint32_t nodes;
     uint64_t time_ms;
@@ -54,7 +57,7 @@ static void usage(void)
                     "       raft-sim --seeds A-B [--nodes 3|5] --expect INVARIANT\n"
                     "       raft-sim --seeds A-B [--nodes 3|5] --expect-safety\n"
                     "       raft-sim --demo\n"
-                    "       (any mode: --no-rule-checks, --no-heal)\n");
+                    "       (any mode: --no-rule-checks, --no-heal, --membership)\n");
 }
 
 static bool parse_u64(const char *s, uint64_t *out)
@@ -117,6 +120,8 @@ static int parse_args(int argc, char **argv, struct opts *o)
             o->expect_safety = true;
         } else if (strcmp(a, "--no-heal") == 0) {
             o->no_heal = true;
+        } else if (strcmp(a, "--membership") == 0) {
+            o->membership = true;
         } else if (strcmp(a, "--no-rule-checks") == 0) {
             o->rule_checks = false;
         } else {
@@ -143,6 +148,7 @@ static struct sim_config config_for(const struct opts *o, uint64_t seed)
     c.fault_ms = o->time_ms;
     c.rule_checks = o->rule_checks;
     c.no_heal = o->no_heal;
+    c.membership = o->membership;
     return c;
 }
 
@@ -170,6 +176,8 @@ static int run_one(const struct opts *o)
                st->leaders, st->proposals, st->committed, st->failed, st->reads,
                st->reads_failed, st->transfers, st->snapshots_taken,
                st->snapshots_installed, st->checks);
+        if (o->membership)
+            printf("  %" PRIu64 " membership changes appended\n", st->changes);
     }
     sim_free(s);
     return rc == 0 ? 0 : 1;
@@ -193,6 +201,8 @@ static int run_sweep(const struct opts *o)
                    sim_violation(s));
             printf("  replay: raft-sim --seed %" PRIu64 " --nodes %u%s", seed, o->nodes,
                    o->rule_checks ? "" : " --no-rule-checks");
+            if (o->membership)
+                printf(" --membership");
             if (o->time_ms != 0)
                 printf(" --time %" PRIu64, o->time_ms);
             printf(" --trace\n");

@@ -4,12 +4,14 @@
 # different hash (so the hash is not a constant and this test can fail).
 # A run that reports a violation (exit 1) still has a trace to compare; a
 # crash or a usage error fails the test.
-# usage: replay.sh RAFT_SIM SEED NODES
+# usage: replay.sh RAFT_SIM SEED NODES [RAFT_SIM OPTIONS...]
 set -u
 sim=$1 seed=$2 nodes=$3
+shift 3
+extra=("$@")
 run() {
     local out rc
-    out=$("$sim" --seed "$1" --nodes "$nodes" --hash)
+    out=$("$sim" --seed "$1" --nodes "$nodes" "${extra[@]}" --hash)
     rc=$?
     if [ $rc -gt 1 ]; then
         echo "replay: raft-sim --seed $1 exited with status $rc" >&2

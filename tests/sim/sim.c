@@ -44,6 +44,7 @@ enum ev_type {
     EV_RESTART,
     EV_HEAL,
     EV_CRASH,
+    EV_MEMBER,
 };
 
 /* A message in flight: a deep copy of what raft_ready handed out. */
@@ -141,7 +142,10 @@ struct sim {
     size_t n_heap;
     size_t cap_heap;
 
-    uint32_t n;
+    uint32_t n; /* node slots: the first voters, then spares */
+    uint32_t n_voters0;
+    uint64_t next_spare; /* the next spare id to add; ids are never reused */
+    uint64_t member_gap_us;
     struct sim_node nodes[SIM_NODES_MAX];
     struct raft_options opts;
     struct raft_config config;
@@ -688,6 +692,14 @@ static void node_observe(struct sim *s, struct sim_node *nd)
     }
     if (role == RAFT_LEADER)
         ck_leader(s->ck, nd->id, term);
+    if (s->cfg.membership) {
+        const struct raft_config *c = raft_config(r);
+        uint32_t mask = 0;
+        for (uint32_t i = 0; i < c->n_voters; i++)
+            if (c->voters[i] >= 1 && c->voters[i] <= s->n)
+                mask |= 1u << (c->voters[i] - 1);
+        ck_voters(s->ck, nd->id, mask);
+    }
     if (commit != nd->commit) {
         hmix(s, commit);
         nd->commit = commit;
@@ -718,7 +730,12 @@ static void node_snapshot(struct sim *s, struct sim_node *nd)
     memset(&meta, 0, sizeof(meta));
     meta.index = nd->sm_index;
     meta.term = nd->sm_term;
-    meta.config = *raft_config(nd->r);
+    /* The configuration in force at the snapshot's index, not the newest. */
+    if (raft_config_at(nd->r, meta.index, &meta.config) != 0) {
+        sim_fail(s, "VIOLATION driver: node n%" PRIu64 ": no configuration at %" PRIu64,
+                 nd->id, meta.index);
+        return;
+    }
     struct tk_blob *data = snap_encode(meta.index, meta.term, nd->sm_hash);
     int rc = raft_snapshot_set(nd->r, &meta, data);
     if (rc != 0) {
@@ -1176,6 +1193,49 @@ static void ev_client(struct sim *s)
         ev_push(s, next, EV_CLIENT, 0, 0, NULL);
 }
 
+static const char *const change_names[] = {"", "add learner", "promote", "demote",
+                                           "remove"};
+
+/* One membership change on the leader, if there is one: promote a learner,
+ * add the next spare as a learner, or remove a voter (the leader included)
+ * while at least two would remain. Refusals (a change pending, a learner not
+ * caught up) are part of the test: they are counted in the trace hash. */
+static void ev_member(struct sim *s)
+{
+    struct sim_node *nd = pick_up(s, true);
+    uint64_t dice = tk_prng_below(&s->prng, 100);
+    if (nd != NULL) {
+        const struct raft_config *c = raft_config(nd->r);
+        struct raft_change ch = {0};
+        if (c->n_learners > 0 && dice < 50) {
+            ch = (struct raft_change){RAFT_CHANGE_PROMOTE, c->learners[0]};
+        } else if (s->next_spare <= s->n && dice < 75) {
+            ch = (struct raft_change){RAFT_CHANGE_ADD_LEARNER, s->next_spare};
+        } else if (c->n_voters >= 3) {
+            uint64_t v = c->voters[tk_prng_below(&s->prng, c->n_voters)];
+            ch = (struct raft_change){RAFT_CHANGE_REMOVE, v};
+        }
+        if (ch.type != 0) {
+            uint64_t index = 0;
+            int rc = raft_change_membership(nd->r, &ch, &index);
+            hmix(s, (uint64_t)ch.type << 56 ^ ch.id << 8 ^ (uint64_t)(-rc));
+            if (rc == 0 && ch.type == RAFT_CHANGE_ADD_LEARNER)
+                s->next_spare++;
+            if (rc == 0 && index > 0) {
+                s->st.changes++;
+                sim_note(s, "n%" PRIu64 " appends a change at %" PRIu64 ": %s n%" PRIu64,
+                         nd->id, index, change_names[ch.type], ch.id);
+                trace(s, "n%" PRIu64 " change %s n%" PRIu64 " at %" PRIu64, nd->id,
+                      change_names[ch.type], ch.id, index);
+            }
+            node_sync(s, nd);
+        }
+    }
+    uint64_t next = s->now_us + tk_prng_range(&s->prng, 1, 2 * s->member_gap_us);
+    if (next < s->heal_us)
+        ev_push(s, next, EV_MEMBER, 0, 0, NULL);
+}
+
 static void heal_network(struct sim *s)
 {
     memset(s->cut, 0, sizeof(s->cut));
@@ -1272,6 +1332,8 @@ static bool converged(struct sim *s)
         return false;
     for (uint32_t i = 0; i < s->n; i++) {
         const struct sim_node *nd = &s->nodes[i];
+        if (!raft_config_is_member(raft_config(ln->r), nd->id))
+            continue; /* a spare never added, or a removed node */
         if (!nd->up || raft_leader(nd->r) != l || nd->sm_index != commit)
             return false;
     }
@@ -1313,6 +1375,9 @@ static void step(struct sim *s)
     case EV_FAULT:
         ev_fault(s);
         break;
+    case EV_MEMBER:
+        ev_member(s);
+        break;
     case EV_RESTART:
         if (!s->healed)
             sim_restart(s, e.node);
@@ -1337,6 +1402,22 @@ static void step(struct sim *s)
 
 /* ---- setup ------------------------------------------------------------- */
 
+/* Node slots: the bootstrap voters 1..n_nodes, then (with membership) the
+ * spares, which start as non-members. */
+static void sim_slots(struct sim *s, const struct sim_config *c)
+{
+    s->n = c->n_nodes;
+    s->n_voters0 = c->n_nodes;
+    if (c->membership) {
+        TK_ASSERT(c->n_nodes + SIM_SPARES <= SIM_NODES_MAX);
+        s->n += SIM_SPARES;
+        s->next_spare = c->n_nodes + 1;
+    }
+    s->config.n_voters = s->n_voters0;
+    for (uint32_t i = 0; i < s->n_voters0; i++)
+        s->config.voters[i] = i + 1;
+}
+
 struct sim *sim_new(const struct sim_config *c)
 {
     TK_ASSERT(c->n_nodes >= 1);
@@ -1345,16 +1426,12 @@ struct sim *sim_new(const struct sim_config *c)
     s->cfg = *c;
     if (s->cfg.liveness_ms == 0)
         s->cfg.liveness_ms = 10000;
-    s->n = c->n_nodes;
+    sim_slots(s, c);
     tk_prng_seed(&s->prng, c->seed);
     s->hash = mix64(c->seed ^ c->n_nodes);
     struct ck_ops ops = {op_entry_at, op_snapshot_index, op_leader_term, s};
     s->ck = ck_new(s->n, &ops);
     ck_set_rule_checks(s->ck, c->rule_checks);
-
-    s->config.n_voters = s->n;
-    for (uint32_t i = 0; i < s->n; i++)
-        s->config.voters[i] = i + 1;
 
     /* Raft options: defaults, varied by seed when faults are on. */
     struct tk_prng *p = &s->prng;
@@ -1386,6 +1463,8 @@ struct sim *sim_new(const struct sim_config *c)
     s->fault_gap_us = tk_prng_range(p, 50000, 600000);
     s->leader_kill_p = c->faults && tk_prng_chance(p, 0.3) ? tk_prng_double(p) * 0.6 : 0;
     uint64_t fault_ms = c->fault_ms ? c->fault_ms : tk_prng_range(p, 2000, 5000);
+    if (c->membership)
+        s->member_gap_us = tk_prng_range(p, 100000, 800000);
     s->heal_us = fault_ms * US_PER_MS;
     s->clients_stop_us = s->heal_us + CLIENT_TAIL_MS * US_PER_MS;
     s->deadline_us = s->heal_us + s->cfg.liveness_ms * US_PER_MS;
@@ -1448,6 +1527,9 @@ int sim_run(struct sim *s)
     if (s->cfg.faults) {
         ev_push(s, tk_prng_range(&s->prng, 1, s->fault_gap_us), EV_FAULT, 0, 0, NULL);
         ev_push(s, s->heal_us, EV_HEAL, 0, 0, NULL);
+        if (s->cfg.membership)
+            ev_push(s, tk_prng_range(&s->prng, 1, s->member_gap_us), EV_MEMBER, 0, 0,
+                    NULL);
     }
     ev_push(s, tk_prng_range(&s->prng, 1, s->client_gap_us), EV_CLIENT, 0, 0, NULL);
     while (!failed(s)) {

@@ -14,9 +14,14 @@
  * nodes get InstallSnapshot. Clients propose commands, ask for read indexes
  * and transfer leadership.
  *
+ * Membership (with sim_config.membership): spare node slots start as
+ * non-members; the fault phase also adds learners, promotes them, removes
+ * voters (the leader included) and so replaces nodes, and the checker judges
+ * commits by the voters of the configuration they were committed under.
+ *
  * sim_run plays the randomized scenario: a fault phase (crashes, restarts,
- * partitions, cuts, drops, duplicates, spikes), then the heal (network
- * repaired, every node restarted), then a liveness bound: a leader must exist,
+ * partitions, cuts, drops, duplicates, spikes, membership changes), then the heal
+ * (network repaired, every node restarted), then a liveness bound: a leader must exist,
  * every outstanding proposal must be committed or reported failed and every
  * node caught up. The invariants of checker.h are checked after every step; the
  * first violation stops the run.
@@ -32,6 +37,7 @@
 #include <stdio.h>
 
 #define SIM_NODES_MAX 7
+#define SIM_SPARES 2 /* extra node slots with --membership */
 
 struct sim_config {
     uint64_t seed;
@@ -40,6 +46,11 @@ struct sim_config {
     uint64_t fault_ms;    /* length of the fault phase; 0: chosen by seed */
     uint64_t liveness_ms; /* bound after the heal; 0: 10000 */
     bool rule_checks;     /* commit-rule and durable-before-send checks */
+    bool membership;      /* SIM_SPARES more node slots (not members at first)
+                           * and membership changes among the faults: add a
+                           * spare as a learner, promote it once caught up,
+                           * remove a voter (the leader too): with an add,
+                           * a replacement. An id is never added twice. */
     bool no_heal;         /* sabotage: the heal cuts every link instead (to
                            * prove that the liveness check can fail) */
     FILE *trace;          /* every event, or NULL */
@@ -62,6 +73,7 @@ struct sim_stats {
     uint64_t reads;
     uint64_t reads_failed;
     uint64_t transfers;
+    uint64_t changes; /* membership changes appended */
     uint64_t snapshots_taken;
     uint64_t snapshots_installed;
     uint64_t checks;

@@ -163,8 +163,9 @@ static void rf_node_start(struct rf_cluster *c, uint64_t id, uint64_t term, uint
     boot.hard_state.vote = vote;
     boot.entries = entries;
     boot.n_entries = n_terms;
-    boot.bootstrap.n_voters = (uint32_t)c->n;
-    for (size_t i = 0; i < c->n; i++)
+    size_t nv = c->n_voters ? c->n_voters : c->n;
+    boot.bootstrap.n_voters = (uint32_t)nv;
+    for (size_t i = 0; i < nv; i++)
         boot.bootstrap.voters[i] = i + 1;
 
     struct raft_options o = c->tmpl;
@@ -180,6 +181,25 @@ static void rf_node_start(struct rf_cluster *c, uint64_t id, uint64_t term, uint
         tk_blob_unref(entries[i].data); /* the core and the mirror hold theirs */
     }
     free(entries);
+}
+
+struct rf_cluster *rf_new_spare(size_t n, size_t voters, const struct raft_options *tmpl)
+{
+    ck_assert_uint_ge(voters, 1);
+    ck_assert_uint_le(voters, n);
+    ck_assert_uint_ge(n, 1);
+    ck_assert_uint_le(n, RAFT_VOTERS_MAX);
+    struct rf_cluster *c = calloc(1, sizeof(*c));
+    ck_assert_ptr_nonnull(c);
+    c->n = n;
+    c->n_voters = voters;
+    if (tmpl != NULL)
+        c->tmpl = *tmpl;
+    else
+        rf_options(&c->tmpl);
+    for (uint64_t id = 1; id <= n; id++)
+        rf_node_start(c, id, 0, RAFT_NONE, NULL, 0);
+    return c;
 }
 
 struct rf_cluster *rf_new(size_t n, const struct raft_options *tmpl)

@@ -89,6 +89,7 @@ typedef bool rf_drop_fn(const struct raft_message *m, void *data);
 
 struct rf_cluster {
     size_t n;
+    size_t n_voters; /* bootstrap configuration {1..n_voters}; 0: all n */
     struct raft_options tmpl;
     struct rf_node nodes[RAFT_VOTERS_MAX];
     bool isolated[RAFT_VOTERS_MAX + 1]; /* by node id */
@@ -109,6 +110,9 @@ void rf_options(struct raft_options *o);
  * bootstrap configuration {1..n}. `tmpl` (may be NULL for rf_options()) gives
  * every option but id; the seed of node i is tmpl->seed + i. */
 struct rf_cluster *rf_new(size_t n, const struct raft_options *tmpl);
+/* Like rf_new, but only nodes 1..voters are in the bootstrap configuration:
+ * the others are spare cores, not members, to be added by a test. */
+struct rf_cluster *rf_new_spare(size_t n, size_t voters, const struct raft_options *tmpl);
 void rf_free(struct rf_cluster *c);
 
 /* Replaces node `id` with a fresh core booted from hard state (term, vote)
