@@ -335,72 +335,96 @@ static void phase_end(struct node *n, enum turn_phase ph, uint64_t *t)
     *t = now;
 }
 
+/* Step: hand the ready to storage. A snapshot to install and the hard state
+ * are saved synchronously; entries go to the storage thread. Returns 0, or
+ * the error with *what naming the failed step. */
+static int ready_persist(struct node *n, const struct raft_ready *rd, const char **what)
+{
+    int rc;
+    if (rd->snapshot != NULL) {
+        *what = "install snapshot";
+        rc = install_snapshot(n, rd->snapshot, rd->snapshot_data);
+        if (rc != 0)
+            return rc;
+    }
+    if (rd->hard_state_changed) {
+        *what = "save hard state";
+        rc = store_save_hard_state(n->store, &rd->hard_state);
+        if (rc != 0)
+            return rc;
+    }
+    if (rd->n_entries > 0) {
+        *what = "append";
+        rc = store_append_async(n->store, rd->entries, rd->n_entries, rd->seq, n,
+                                on_appended);
+        if (rc != 0)
+            return rc;
+        n->persist.async_submitted++;
+        persist_push(n, rd->seq, true);
+    } else if (rd->seq != 0) {
+        persist_push(n, rd->seq, false); /* durable already (sync saves) */
+    }
+    return 0;
+}
+
+/* Step: apply the committed entries and serve what they release. */
+static void ready_apply(struct node *n, const struct raft_ready *rd, uint64_t *t)
+{
+    if (rd->n_committed > 0) {
+        uint64_t t0 = *t;
+        apply_entries(n, rd->committed, rd->n_committed);
+        phase_end(n, PH_APPLY, t);
+        tk_hist_record(&n->m.lat.apply, *t - t0);
+        n->loop.turn_applied += rd->n_committed;
+    }
+    if (rd->n_read_states > 0)
+        handle_read_states(n, rd->read_states, rd->n_read_states);
+}
+
+/* One ready, step by step: persist, send, apply, advance and complete.
+ * Returns false when a step failed the node (the ready is advanced first). */
+static bool handle_ready(struct node *n, uint64_t *t)
+{
+    struct raft_ready rd;
+    raft_ready(n->raft, &rd);
+    /* Answers completed below name the leader (X-Tierkv-Leader): let them see
+     * a change of leader that this ready carries. Becoming leader is
+     * published at the end of the turn instead, once this ready's messages
+     * (the term's first appends) have left. */
+    uint64_t leader = raft_leader(n->raft);
+    if (leader != n->m.status.leader && leader != n->o.id)
+        node__publish_status(n);
+    phase_end(n, PH_READY, t);
+    const char *what = NULL;
+    int rc = ready_persist(n, &rd, &what);
+    if (rc != 0)
+        goto fail;
+    phase_end(n, PH_STORE, t);
+    for (size_t i = 0; i < rd.n_messages; i++)
+        (void)transport_send(n->transport, &rd.messages[i]); /* Raft retries */
+    phase_end(n, PH_SEND, t);
+    ready_apply(n, &rd, t);
+    raft_advance(n->raft, &rd);
+    if (rd.n_committed > 0)
+        raft_applied(n->raft, kv_sm_applied_index(n->sm));
+    persist_poll(n);
+    complete_committed(n);
+    serve_reads(n);
+    phase_end(n, PH_ADVANCE, t);
+    return true;
+fail:
+    raft_advance(n->raft, &rd);
+    node__fail(n, rc, what);
+    return false;
+}
+
 static void process_ready(struct node *n)
 {
     int guard = 0;
     uint64_t t = node__mono_ns();
-    while (!n->persist.failed && raft_has_ready(n->raft) && guard++ < 8) {
-        struct raft_ready rd;
-        raft_ready(n->raft, &rd);
-        /* Answers completed below name the leader (X-Tierkv-Leader): let
-         * them see a change of leader that this ready carries. Becoming
-         * leader is published at the end of the turn instead, once this
-         * ready's messages (the term's first appends) have left. */
-        uint64_t leader = raft_leader(n->raft);
-        if (leader != n->m.status.leader && leader != n->o.id)
-            node__publish_status(n);
-        phase_end(n, PH_READY, &t);
-        int rc = 0;
-        if (rd.snapshot != NULL) {
-            rc = install_snapshot(n, rd.snapshot, rd.snapshot_data);
-            if (rc != 0) {
-                raft_advance(n->raft, &rd);
-                node__fail(n, rc, "install snapshot");
-                return;
-            }
-        }
-        if (rd.hard_state_changed) {
-            rc = store_save_hard_state(n->store, &rd.hard_state);
-            if (rc != 0) {
-                raft_advance(n->raft, &rd);
-                node__fail(n, rc, "save hard state");
-                return;
-            }
-        }
-        if (rd.n_entries > 0) {
-            rc = store_append_async(n->store, rd.entries, rd.n_entries, rd.seq, n,
-                                    on_appended);
-            if (rc != 0) {
-                raft_advance(n->raft, &rd);
-                node__fail(n, rc, "append");
-                return;
-            }
-            n->persist.async_submitted++;
-            persist_push(n, rd.seq, true);
-        } else if (rd.seq != 0) {
-            persist_push(n, rd.seq, false); /* durable already (sync saves) */
-        }
-        phase_end(n, PH_STORE, &t);
-        for (size_t i = 0; i < rd.n_messages; i++)
-            (void)transport_send(n->transport, &rd.messages[i]); /* Raft retries */
-        phase_end(n, PH_SEND, &t);
-        if (rd.n_committed > 0) {
-            uint64_t t0 = t;
-            apply_entries(n, rd.committed, rd.n_committed);
-            phase_end(n, PH_APPLY, &t);
-            tk_hist_record(&n->m.lat.apply, t - t0);
-            n->loop.turn_applied += rd.n_committed;
-        }
-        if (rd.n_read_states > 0)
-            handle_read_states(n, rd.read_states, rd.n_read_states);
-        raft_advance(n->raft, &rd);
-        if (rd.n_committed > 0)
-            raft_applied(n->raft, kv_sm_applied_index(n->sm));
-        persist_poll(n);
-        complete_committed(n);
-        serve_reads(n);
-        phase_end(n, PH_ADVANCE, &t);
-    }
+    while (!n->persist.failed && raft_has_ready(n->raft) && guard++ < 8)
+        if (!handle_ready(n, &t))
+            return;
     if (!n->persist.failed) {
         node__tier_turn(n);
         phase_end(n, PH_SNAP, &t);
