@@ -2,7 +2,7 @@
  * a write): the loop's callbacks, drain -> propose -> ready -> persist ->
  * apply -> complete, reads, and the public API of node.h. It drives the other
  * files of node/ (node_internal.h lists them): recovery at start, the tier
- * jobs each turn. Forwarding (follower -> leader) is here too.
+ * jobs each turn, forwarding on a follower's writes and on FORWARD frames.
  *
  * Invariants:
  *  - Only the loop thread touches `raft`, `sm`, the pending lists and the
@@ -455,161 +455,23 @@ static void start_read(struct node *n, struct node_req *r)
     node__list_push(&n->req.read_wait, r);
 }
 
-/* ---- forwarding (follower -> leader, over the transport) ---------------
- *
- * A write submitted on a follower travels to the leader in a FORWARD frame
- * and its result comes back in another, so a client never chases the leader:
- *   request:  [u8 1][u8 mode][u64 id][command bytes]
- *   response: [u8 2][u8 0][u64 id][i32 status][kv_result_encode() bytes]
- * (integers little-endian). The leader proposes a forwarded command like its
- * own; a leader that is no longer one answers TK_ENOTLEADER. */
-
-#define FWD_REQ 1
-#define FWD_RESP 2
-#define FWD_HDR 10
-
-struct fwd_req {
-    struct node_req req;
-    struct node *n;
-    uint64_t origin;
-    uint64_t id;
-};
-
-static void put_le(uint8_t *p, uint64_t v, int bytes)
-{
-    for (int i = 0; i < bytes; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint64_t get_le(const uint8_t *p, int bytes)
-{
-    uint64_t v = 0;
-    for (int i = 0; i < bytes; i++)
-        v |= (uint64_t)p[i] << (8 * i);
-    return v;
-}
-
-static void forward_answer(struct node *n, uint64_t to, uint64_t id, int status,
-                           const struct kv_result *res)
-{
-    uint8_t buf[FWD_HDR + 4 + KV_RESULT_ENCODED_MAX];
-    buf[0] = FWD_RESP;
-    buf[1] = 0;
-    put_le(buf + 2, id, 8);
-    put_le(buf + FWD_HDR, (uint32_t)status, 4);
-    size_t len = FWD_HDR + 4;
-    if (status == 0 && res != NULL)
-        len += kv_result_encode(res, buf + len);
-    if (n->transport != NULL)
-        (void)transport_send_forward(n->transport, to, buf, len); /* origin times out */
-}
-
-static void forwarded_done(struct node_req *req, int status, const struct kv_result *res,
-                           void *data)
-{
-    struct fwd_req *f = data;
-    (void)req;
-    forward_answer(f->n, f->origin, f->id, status, res);
-    tk_free(f);
-}
-
-static void forward_request(struct node *n, uint64_t from, const uint8_t *buf, size_t len)
-{
-    uint64_t id = get_le(buf + 2, 8);
-    if (raft_role(n->raft) != RAFT_LEADER || n->persist.failed || n->loop.closing) {
-        forward_answer(n, from, id, n->persist.failed ? TK_EIO : TK_ENOTLEADER, NULL);
-        return;
-    }
-    struct fwd_req *f = tk_calloc(1, sizeof(*f));
-    f->n = n;
-    f->origin = from;
-    f->id = id;
-    f->req.mode = buf[1] == NODE_MODE_COMMITTED ? NODE_MODE_COMMITTED : NODE_MODE_APPLIED;
-    f->req.cmd = tk_blob_copy(buf + FWD_HDR, len - FWD_HDR);
-    f->req.write_cb = forwarded_done;
-    f->req.data = f;
-    int rc = node_submit(n, &f->req);
-    if (rc != 0) {
-        tk_blob_unref(f->req.cmd);
-        forward_answer(n, from, id, rc, NULL);
-        tk_free(f);
-    }
-}
-
-static void forward_response(struct node *n, const uint8_t *buf, size_t len)
-{
-    if (len < FWD_HDR + 4)
-        return;
-    uint64_t id = get_le(buf + 2, 8);
-    int status = (int)(int32_t)(uint32_t)get_le(buf + FWD_HDR, 4);
-    struct node_req *r, *found = NULL;
-    if (n->fwd.wait.head != NULL && n->fwd.wait.head->ctx == id) {
-        /* The usual case: answers come back in the order they were sent. */
-        found = node__list_pop(&n->fwd.wait);
-    } else {
-        struct req_list keep = {0};
-        while ((r = node__list_pop(&n->fwd.wait)) != NULL) {
-            if (found == NULL && r->ctx == id)
-                found = r;
-            else
-                node__list_push(&keep, r);
-        }
-        n->fwd.wait = keep;
-    }
-    if (found == NULL)
-        return; /* timed out already, or a duplicate */
-    if (status == 0) {
-        int rc = kv_result_decode(buf + FWD_HDR + 4, len - FWD_HDR - 4, &n->res);
-        if (rc != 0) {
-            node__finish_write(found, TK_EPROTO, NULL);
-            return;
-        }
-        node__finish_write(found, 0, &n->res);
-        return;
-    }
-    if (status > 0 || status < -100)
-        status = TK_EPROTO;
-    node__finish_write(found, status, NULL);
-}
-
-/* Transport callback: a FORWARD frame from a peer. Bad frames are dropped. */
+/* Transport callback: a FORWARD frame from a peer (node_forward.c decodes it).
+ * A request for this node as leader comes back to be submitted like a local
+ * write, through the queue, so it joins the next proposal batch. */
 static void on_forward(struct transport *t, uint64_t from, const uint8_t *buf, size_t len,
                        void *data)
 {
     struct node *n = data;
     (void)t;
-    if (n->loop.closing || len < FWD_HDR)
+    if (n->loop.closing)
         return;
-    if (buf[0] == FWD_REQ)
-        forward_request(n, from, buf, len);
-    else if (buf[0] == FWD_RESP)
-        forward_response(n, buf, len);
+    struct node_req *r = node__forward_recv(n, from, buf, len);
+    if (r != NULL) {
+        int rc = node_submit(n, r);
+        if (rc != 0)
+            node__forward_refuse(r, rc);
+    }
     node__kick(n);
-}
-
-/* Sends a write to the leader, or fails it here when no leader is known. */
-static void forward_write(struct node *n, struct node_req *r)
-{
-    uint64_t leader = raft_leader(n->raft);
-    if (leader == RAFT_NONE || leader == n->o.id) {
-        node__finish_write(r, TK_ENOLEADER, NULL);
-        return;
-    }
-    size_t len = FWD_HDR + r->cmd->len;
-    uint8_t *buf = tk_malloc(len);
-    buf[0] = FWD_REQ;
-    buf[1] = r->mode;
-    r->ctx = ++n->fwd.next_id;
-    put_le(buf + 2, r->ctx, 8);
-    memcpy(buf + FWD_HDR, r->cmd->data, r->cmd->len);
-    int rc = transport_send_forward(n->transport, leader, buf, len);
-    tk_free(buf);
-    if (rc != 0) {
-        node__finish_write(r, rc == TK_ENOTFOUND ? TK_ENOLEADER : rc, NULL);
-        return;
-    }
-    n->m.metrics.forwarded++;
-    node__list_push(&n->fwd.wait, r);
 }
 
 /* Drains one burst from the queue: writes become one raft_propose batch. */
@@ -633,7 +495,7 @@ static void drain_queue(struct node *n)
             continue;
         }
         if (raft_role(n->raft) != RAFT_LEADER) {
-            forward_write(n, r);
+            node__forward_write(n, r);
             continue;
         }
         n->loop.batch[nb++] = (struct raft_entry){

@@ -96,9 +96,11 @@ struct node_req {
     uint64_t index;
     uint64_t term;
     uint64_t ctx;
-    uint64_t asked; /* reads: the leader asked for the index (0: self) */
+    uint64_t asked; /* reads: the leader asked for the index (0: self);
+                       forwarded writes: the leader they went to */
     uint64_t deadline_ms;
     struct node_req *next;
+    uint8_t token[16]; /* forwarded writes: the request's random token */
 };
 
 struct node_options {

@@ -3,11 +3,13 @@
  *                   apply -> complete, the public API (node.h), start and stop;
  *   node_recover.c  open the store and the state machine, build the core's boot;
  *   node_tier.c     the KV's tier-down and snapshot jobs, log compaction;
+ *   node_forward.c  follower -> leader write forwarding (proto/tierkv.proto);
  *   node_status.c   publishing status and metrics, failing the node.
  * Calls run one way: node.c calls the others; node_tier.c calls only
- * node_status.c; node_recover.c and node_status.c call none of them. What several files
- * need on the hot path (the request lists, completing a write, kick) is inline here, so
- * that the split costs no call per request.
+ * node_status.c; node_recover.c, node_forward.c and node_status.c call none
+ * of them. What several files need
+ * on the hot path (the request lists, completing a write, kick) is inline
+ * here, so that the split costs no call per request.
  *
  * Everything here runs on the node's loop thread unless a field says
  * otherwise (see node.c for the invariants). */
@@ -34,6 +36,10 @@ struct transport;
 /* The most readies handed to storage and not yet durable (the store's queue
  * bound as well). */
 #define NODE_PERSIST_MAX (1u << 17)
+/* Bytes of a forwarding request token (see node_forward.c). */
+#define NODE_TOKEN_BYTES 16
+/* Tokens drawn from getrandom() at once. */
+#define NODE_TOKEN_POOL 16
 
 struct req_list {
     struct node_req *head;
@@ -97,10 +103,12 @@ struct node_requests {
     uint64_t read_leader; /* the leader known when read_wait was last checked */
 };
 
-/* Writes forwarded to the leader. */
+/* Writes forwarded to the leader (node_forward.c). */
 struct node_forward {
-    struct req_list wait; /* in the order sent */
+    struct req_list wait; /* in the order sent; each with its token */
     uint64_t next_id;
+    uint8_t pool[NODE_TOKEN_POOL * NODE_TOKEN_BYTES]; /* random, unused */
+    uint32_t pool_left;                               /* tokens left in pool */
 };
 
 /* Snapshots, tier-down jobs and compaction (node_tier.c). */
@@ -260,5 +268,20 @@ void node__tier_wait(struct node *n, bool discard);
  * core from what they hold. On the loop's thread before its handles exist.
  * Returns 0 or the error (logged); on error the caller frees what is open. */
 int node__recover(struct node *n);
+
+/* ---- node_forward.c ---- */
+
+/* Follower: sends write `r` to the leader and parks it, or fails it at once
+ * when no leader is known or the send fails. */
+void node__forward_write(struct node *n, struct node_req *r);
+/* A forwarding frame from peer `from`. An answer completes its parked
+ * request; a request for this node, as leader, is returned for the caller to
+ * submit (NULL otherwise; a refused one is answered here). Malformed or
+ * unmatched frames are dropped with a log line. */
+struct node_req *node__forward_recv(struct node *n, uint64_t from, const uint8_t *buf,
+                                    size_t len);
+/* Answers a request node__forward_recv returned that could not be submitted,
+ * with `status`, and frees it. */
+void node__forward_refuse(struct node_req *r, int status);
 
 #endif
