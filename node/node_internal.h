@@ -7,9 +7,9 @@
  *   node_status.c   publishing status and metrics, failing the node.
  * Calls run one way: node.c calls the others; node_tier.c calls only
  * node_status.c; node_recover.c, node_forward.c and node_status.c call none
- * of them. What several files need
- * on the hot path (the request lists, completing a write, kick) is inline
- * here, so that the split costs no call per request.
+ * of them. What several files need on the hot path (the request lists,
+ * completing a write, kick) is inline here, so that the split costs no call
+ * per request.
  *
  * Everything here runs on the node's loop thread unless a field says
  * otherwise (see node.c for the invariants). */
