@@ -560,6 +560,7 @@ struct fwd_env {
     struct node *n;
     struct fake leader, other;
     struct node_req req;
+    atomic_bool stopped; /* node_stop has returned */
     int status;
     uint64_t revision;
     int done;
@@ -657,7 +658,7 @@ static void *stop_thread(void *arg)
 {
     struct fwd_env *e = arg;
     node_stop(e->n);
-    e->n = NULL;
+    atomic_store(&e->stopped, true);
     return NULL;
 }
 
@@ -665,7 +666,7 @@ static void fwd_env_stop(struct fwd_env *e)
 {
     pthread_t th; /* node_stop waits for the loop, which this thread runs */
     ck_assert_int_eq(pthread_create(&th, NULL, stop_thread, e), 0);
-    while (__atomic_load_n(&e->n, __ATOMIC_ACQUIRE) != NULL)
+    while (!atomic_load(&e->stopped))
         turn(e, 1);
     pthread_join(th, NULL);
     transport_close(e->leader.t, fake_closed, &e->leader);
