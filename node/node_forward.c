@@ -167,11 +167,20 @@ void node__forward_write(struct node *n, struct node_req *r)
     node__list_push(&n->fwd.wait, r);
 }
 
+/* In time independent of where the tokens differ, so that a peer cannot
+ * learn a token byte by byte from how fast its guesses are refused. */
+static bool same_token(const uint8_t *a, const uint8_t *b)
+{
+    uint8_t diff = 0;
+    for (size_t i = 0; i < NODE_TOKEN_BYTES; i++)
+        diff |= (uint8_t)(a[i] ^ b[i]);
+    return diff == 0;
+}
+
 static bool answers(const struct node_req *r, uint64_t from,
                     const Tierkv__ForwardResponse *p)
 {
-    return r->ctx == p->id && r->asked == from &&
-           memcmp(r->token, p->token.data, NODE_TOKEN_BYTES) == 0;
+    return r->ctx == p->id && r->asked == from && same_token(r->token, p->token.data);
 }
 
 /* The parked request an answer is for, taken off the list, or NULL; *id_seen
