@@ -69,13 +69,16 @@ struct node_loop {
     bool closing;
     int handles_open;
 
-    struct tk_mpsc queue;
-    atomic_size_t queued;
-    struct raft_entry *batch; /* batch_max entries: one drain's proposal */
-    /* Cross-thread leadership transfer request. */
-    _Atomic uint64_t transfer_to;
-
     uint64_t turn_ns[6], turn_applied; /* this loop turn's, by phase */
+    struct raft_entry *batch;          /* batch_max entries: one drain's proposal */
+
+    struct tk_mpsc queue;
+    /* Written by other threads (node_submit, node_transfer_leadership): a
+     * cache line apart from what the loop writes on every turn. */
+    _Alignas(64) atomic_size_t queued;
+    _Atomic uint64_t transfer_to; /* a leadership transfer request */
+    /* (struct node_loop's size rounds up to the alignment: the next field
+     * of struct node starts a line of its own.) */
 };
 
 /* Durability: seqs handed to storage, oldest first. */
