@@ -92,11 +92,19 @@ struct node_req {
     void *data;
     uint64_t timeout_ms; /* 0: the node's default */
 
-    /* Owned by the node. */
-    uint64_t index;
-    uint64_t term;
+    /* Owned by the node. A read and a write this node proposes have an index
+     * (and the write a term); a write it forwards to the leader has a token
+     * instead. */
+    union {
+        struct {
+            uint64_t index;
+            uint64_t term;
+        };
+        uint8_t token[16]; /* forwarded writes: the request's random token */
+    };
     uint64_t ctx;
-    uint64_t asked; /* reads: the leader asked for the index (0: self) */
+    uint64_t asked; /* reads: the leader asked for the index (0: self);
+                       forwarded writes: the leader they went to */
     uint64_t deadline_ms;
     struct node_req *next;
 };

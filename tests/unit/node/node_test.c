@@ -10,9 +10,14 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
+#include <uv.h>
 
 #include "base/log.h"
 #include "include/tierkv.h"
+#include "kv/kv.h"
+#include "node/node.h"
+#include "tierkv.pb-c.h"
+#include "transport/transport.h"
 
 static bool one_loop;    /* the tests below run again with every node on one loop */
 static uint32_t spin_us; /* ... and with loops and callers that spin before sleeping */
@@ -534,6 +539,262 @@ START_TEST(test_snapshot_by_bytes)
 }
 END_TEST
 
+/* ---- forwarding frames, against a fake leader ----
+ *
+ * Node 1 runs on the test's loop; node 2 is a bare inproc transport the test
+ * drives: it claims leadership with a heartbeat, receives what node 1
+ * forwards, and answers (or forges, or sends garbage) by hand. Node 3 is a
+ * bystander transport, not a member. */
+
+struct fake {
+    struct transport *t;
+    uint8_t frame[4096]; /* the last forward frame received */
+    size_t len;
+    int frames;
+    bool closed;
+};
+
+struct fwd_env {
+    uv_loop_t loop;
+    struct transport_inproc_hub *hub;
+    struct node *n;
+    struct fake leader, other;
+    struct node_req req;
+    atomic_bool stopped; /* node_stop has returned */
+    int status;
+    uint64_t revision;
+    int done;
+};
+
+static void fake_recv(struct transport *t, const struct raft_message *m, void *data)
+{
+    (void)t;
+    (void)m;
+    (void)data; /* node 1's answers to the heartbeat and its votes: ignored */
+}
+
+static void fake_forward(struct transport *t, uint64_t from, const uint8_t *buf,
+                         size_t len, void *data)
+{
+    struct fake *f = data;
+    (void)t;
+    (void)from;
+    ck_assert_uint_le(len, sizeof(f->frame));
+    memcpy(f->frame, buf, len);
+    f->len = len;
+    f->frames++;
+}
+
+static void fake_closed(struct transport *t, void *data)
+{
+    struct fake *f = data;
+    (void)t;
+    f->closed = true;
+}
+
+static void fake_open(struct fwd_env *e, struct fake *f, uint64_t id)
+{
+    struct transport_callbacks cbs = {
+        .recv = fake_recv, .forward = fake_forward, .data = f};
+    ck_assert_int_eq(transport_inproc_new(e->hub, &e->loop, id, 0, &cbs, &f->t), 0);
+}
+
+static void turn(struct fwd_env *e, int times)
+{
+    for (int i = 0; i < times; i++) {
+        uv_run(&e->loop, UV_RUN_NOWAIT);
+        usleep(1000);
+    }
+}
+
+static void fwd_write_done(struct node_req *req, int status, const struct kv_result *res,
+                           void *data)
+{
+    struct fwd_env *e = data;
+    (void)req;
+    e->status = status;
+    e->revision = res != NULL ? res->revision : 0;
+    e->done++;
+}
+
+/* Node 1 follows fake node 2 and has forwarded one write to it. */
+static void fwd_env_start(struct fwd_env *e)
+{
+    memset(e, 0, sizeof(*e));
+    ck_assert_int_eq(uv_loop_init(&e->loop), 0);
+    e->hub = transport_inproc_hub_new(7);
+    struct node_options o;
+    node_options_default(&o);
+    o.id = 1;
+    o.members.n_voters = 2;
+    o.members.voters[0] = 1;
+    o.members.voters[1] = 2;
+    o.hub = e->hub;
+    o.loop = &e->loop;
+    o.election_ticks = 3000; /* 30 s: node 1 never campaigns during a test */
+    o.kv_no_sync = true;
+    ck_assert_int_eq(node_start(&o, &e->n), 0);
+    fake_open(e, &e->leader, 2);
+    fake_open(e, &e->other, 3);
+    struct raft_message hb = {.type = RAFT_MSG_APPEND, .from = 2, .to = 1, .term = 1};
+    ck_assert_int_eq(transport_send(e->leader.t, &hb), 0);
+    struct node_status st = {0};
+    for (int i = 0; i < 2000 && st.leader != 2; i++) {
+        turn(e, 1);
+        node_status(e->n, &st);
+    }
+    ck_assert_uint_eq(st.leader, 2);
+    e->req.mode = NODE_MODE_APPLIED;
+    e->req.cmd = tk_blob_copy("a command", 9);
+    e->req.write_cb = fwd_write_done;
+    e->req.data = e;
+    ck_assert_int_eq(node_submit(e->n, &e->req), 0);
+    for (int i = 0; i < 2000 && e->leader.frames == 0; i++)
+        turn(e, 1);
+    ck_assert_int_eq(e->leader.frames, 1);
+}
+
+static void *stop_thread(void *arg)
+{
+    struct fwd_env *e = arg;
+    node_stop(e->n);
+    atomic_store(&e->stopped, true);
+    return NULL;
+}
+
+static void fwd_env_stop(struct fwd_env *e)
+{
+    pthread_t th; /* node_stop waits for the loop, which this thread runs */
+    ck_assert_int_eq(pthread_create(&th, NULL, stop_thread, e), 0);
+    while (!atomic_load(&e->stopped))
+        turn(e, 1);
+    pthread_join(th, NULL);
+    transport_close(e->leader.t, fake_closed, &e->leader);
+    transport_close(e->other.t, fake_closed, &e->other);
+    while (!e->leader.closed || !e->other.closed)
+        uv_run(&e->loop, UV_RUN_ONCE);
+    ck_assert_int_eq(uv_loop_close(&e->loop), 0);
+    transport_inproc_hub_free(e->hub);
+}
+
+/* Sends a ForwardResponse for request `id` with `token` from fake `f`. */
+static void send_answer(struct fake *f, uint64_t id, const uint8_t *token,
+                        size_t token_len, int status, uint64_t revision)
+{
+    struct kv_result res = {.revision = revision};
+    uint8_t enc[KV_RESULT_ENCODED_MAX], buf[KV_RESULT_ENCODED_MAX + 128];
+    Tierkv__ForwardResponse p = TIERKV__FORWARD_RESPONSE__INIT;
+    p.id = id;
+    p.token.data = (uint8_t *)token;
+    p.token.len = token_len;
+    p.status = status;
+    p.result.data = enc;
+    p.result.len = kv_result_encode(&res, enc);
+    Tierkv__Forward fw = TIERKV__FORWARD__INIT;
+    fw.body_case = TIERKV__FORWARD__BODY_RESPONSE;
+    fw.response = &p;
+    size_t len = tierkv__forward__pack(&fw, buf);
+    ck_assert_int_eq(transport_send_forward(f->t, 1, buf, len), 0);
+}
+
+/* The forwarded request node 1 sent: its id and token. */
+static void sent_request(struct fake *f, uint64_t *id, uint8_t *token)
+{
+    Tierkv__Forward *fw = tierkv__forward__unpack(NULL, f->len, f->frame);
+    ck_assert_ptr_nonnull(fw);
+    ck_assert_int_eq(fw->body_case, TIERKV__FORWARD__BODY_REQUEST);
+    ck_assert_uint_eq(fw->request->token.len, 16);
+    ck_assert_uint_eq(fw->request->command.len, 9);
+    ck_assert(memcmp(fw->request->command.data, "a command", 9) == 0);
+    *id = fw->request->id;
+    memcpy(token, fw->request->token.data, 16);
+    tierkv__forward__free_unpacked(fw, NULL);
+}
+
+START_TEST(test_forged_forward_answers_are_ignored)
+{
+    struct fwd_env e;
+    fwd_env_start(&e);
+    uint64_t id;
+    uint8_t token[16], forged[16];
+    sent_request(&e.leader, &id, token);
+    memcpy(forged, token, 16);
+    forged[5] ^= 1;
+    send_answer(&e.leader, id, forged, 16, 0, 99);    /* wrong token */
+    send_answer(&e.other, id, token, 16, 0, 98);      /* the right one, wrong peer */
+    send_answer(&e.leader, id + 1, token, 16, 0, 97); /* another id */
+    send_answer(&e.leader, id, token, 15, 0, 96);     /* a short token */
+    turn(&e, 50);
+    ck_assert_int_eq(e.done, 0);
+    send_answer(&e.leader, id, token, 16, 0, 7); /* the leader's answer */
+    for (int i = 0; i < 2000 && e.done == 0; i++)
+        turn(&e, 1);
+    ck_assert_int_eq(e.done, 1);
+    ck_assert_int_eq(e.status, 0);
+    ck_assert_uint_eq(e.revision, 7);
+    send_answer(&e.leader, id, token, 16, 0, 7); /* a duplicate: dropped */
+    turn(&e, 20);
+    ck_assert_int_eq(e.done, 1);
+    fwd_env_stop(&e);
+}
+END_TEST
+
+START_TEST(test_garbage_forward_frames_are_dropped)
+{
+    struct fwd_env e;
+    fwd_env_start(&e);
+    uint64_t id;
+    uint8_t token[16];
+    sent_request(&e.leader, &id, token);
+    uint8_t junk[64];
+    for (size_t i = 0; i < sizeof(junk); i++)
+        junk[i] = (uint8_t)(i * 37 + 11);
+    const uint8_t no_body[] = {0x18, 0x01};   /* a field the frame lacks */
+    const uint8_t cut[] = {0x12, 0x20, 0x08}; /* a response cut short */
+    const uint8_t old_format[] = {2, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+    ck_assert_int_eq(transport_send_forward(e.leader.t, 1, junk, sizeof(junk)), 0);
+    ck_assert_int_eq(transport_send_forward(e.leader.t, 1, no_body, sizeof(no_body)), 0);
+    ck_assert_int_eq(transport_send_forward(e.leader.t, 1, cut, sizeof(cut)), 0);
+    ck_assert_int_eq(
+        transport_send_forward(e.leader.t, 1, old_format, sizeof(old_format)), 0);
+    ck_assert_int_eq(transport_send_forward(e.other.t, 1, junk, 1), 0);
+    turn(&e, 50);
+    ck_assert_int_eq(e.done, 0);
+    /* A request to node 1, which is no leader: answered TK_ENOTLEADER, with
+     * the id and token echoed. */
+    Tierkv__ForwardRequest q = TIERKV__FORWARD_REQUEST__INIT;
+    uint8_t qtoken[16] = {1, 2, 3};
+    q.id = 42;
+    q.token.data = qtoken;
+    q.token.len = 16;
+    q.command.data = (uint8_t *)"cmd";
+    q.command.len = 3;
+    Tierkv__Forward fw = TIERKV__FORWARD__INIT;
+    fw.body_case = TIERKV__FORWARD__BODY_REQUEST;
+    fw.request = &q;
+    uint8_t buf[128];
+    size_t len = tierkv__forward__pack(&fw, buf);
+    ck_assert_int_eq(transport_send_forward(e.other.t, 1, buf, len), 0);
+    for (int i = 0; i < 2000 && e.other.frames == 0; i++)
+        turn(&e, 1);
+    Tierkv__Forward *a = tierkv__forward__unpack(NULL, e.other.len, e.other.frame);
+    ck_assert_ptr_nonnull(a);
+    ck_assert_int_eq(a->body_case, TIERKV__FORWARD__BODY_RESPONSE);
+    ck_assert_uint_eq(a->response->id, 42);
+    ck_assert_int_eq(a->response->status, TK_ENOTLEADER);
+    ck_assert_uint_eq(a->response->token.len, 16);
+    ck_assert(memcmp(a->response->token.data, qtoken, 16) == 0);
+    tierkv__forward__free_unpacked(a, NULL);
+    /* The node still serves: the real answer completes the write. */
+    send_answer(&e.leader, id, token, 16, TK_ECOMPARE - 1000, 0); /* unknown code */
+    for (int i = 0; i < 2000 && e.done == 0; i++)
+        turn(&e, 1);
+    ck_assert_int_eq(e.done, 1);
+    ck_assert_int_eq(e.status, TK_EPROTO);
+    fwd_env_stop(&e);
+}
+END_TEST
+
 static Suite *node_suite(void)
 {
     Suite *s = suite_create("node");
@@ -555,6 +816,18 @@ static Suite *node_suite(void)
     tcase_add_test(tc, test_stop_with_work_in_flight_completes_everything);
     tcase_add_test(tc, test_batch_and_txn);
     tcase_add_test(tc, test_tcp_cluster_replicates_and_scans);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+/* Forwarding frames from a fake leader: forged answers and garbage. */
+static Suite *forward_suite(void)
+{
+    Suite *s = suite_create("node-forward");
+    TCase *tc = tcase_create("forward");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_forged_forward_answers_are_ignored);
+    tcase_add_test(tc, test_garbage_forward_frames_are_dropped);
     suite_add_tcase(s, tc);
     return s;
 }
@@ -618,6 +891,7 @@ int main(void)
 {
     tk_log_set_level(TK_LOG_WARN);
     SRunner *sr = srunner_create(node_suite());
+    srunner_add_suite(sr, forward_suite());
     srunner_add_suite(sr, one_loop_suite());
     srunner_add_suite(sr, spin_suite());
     srunner_run_all(sr, CK_NORMAL);

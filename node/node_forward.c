@@ -1,0 +1,327 @@
+/* Write forwarding, follower -> leader, over the transport: a write
+ * submitted on a follower travels to the leader and its result comes back,
+ * so a client never chases the leader. The frames are the Forward message of
+ * proto/tierkv.proto; the transport carries them as opaque bytes
+ * (transport_send_forward).
+ *
+ * Follower: node__forward_write gives the request an id, a random token
+ * (NODE_TOKEN_BYTES from getrandom) and the leader it goes to, and parks it in
+ * n->fwd.wait. An answer completes it only if its id, its token and its sender
+ * all match; anything else (a late answer, a duplicate, a forgery, garbage) is
+ * dropped with a log line, and the request still ends exactly once: with the
+ * right answer, at its deadline, or when the node fails or stops.
+ * Leader: a request becomes a local write (node.c submits it) whose
+ * completion sends the answer, echoing the id and the token; a node that is
+ * not the leader answers TK_ENOTLEADER, a failed one TK_EIO.
+ *
+ * Loop thread only. Called by node.c (drain_queue, on_forward); calls no other
+ * file of node/. Frames are decoded from a stack arena, and a command of any
+ * size costs the leader the one blob it proposes, as before the protobuf
+ * format. */
+#include <errno.h>
+#include <string.h>
+#include <sys/random.h>
+
+#include "base/alloc.h"
+#include "base/assert.h"
+#include "base/err.h"
+#include "base/log.h"
+#include "kv/kv.h"
+#include "node/node_internal.h"
+#include "tierkv.pb-c.h"
+#include "transport/transport.h"
+
+_Static_assert(NODE_TOKEN_BYTES == sizeof(((struct node_req *)0)->token),
+               "a node_req holds one token");
+_Static_assert((int)NODE_MODE_APPLIED == (int)TIERKV__FORWARD_REQUEST__MODE__APPLIED &&
+                   (int)NODE_MODE_COMMITTED ==
+                       (int)TIERKV__FORWARD_REQUEST__MODE__COMMITTED,
+               "ForwardRequest.Mode is enum node_mode");
+
+/* Frames up to this size are packed on the stack: every answer fits. */
+#define FWD_STACK_BYTES (KV_RESULT_ENCODED_MAX + 128)
+/* The decoding arena: the messages and small bytes; a larger one (the
+ * command) becomes a blob. */
+#define FWD_ARENA_BYTES 512
+
+/* A forwarded write on the leader, until its completion is answered. */
+struct fwd_req {
+    struct node_req req;
+    struct node *n;
+    uint64_t origin;
+    uint64_t id;
+    uint8_t token[NODE_TOKEN_BYTES];
+};
+
+/* ---- frames ---- */
+
+struct fwd_arena {
+    _Alignas(16) uint8_t mem[FWD_ARENA_BYTES];
+    size_t used;
+    struct tk_blob *blob; /* the one allocation too big for mem */
+};
+
+static void *arena_alloc(void *data, size_t size)
+{
+    struct fwd_arena *a = data;
+    size_t rounded = (size + 15) & ~(size_t)15;
+    if (size <= rounded && rounded <= sizeof(a->mem) - a->used) {
+        void *p = a->mem + a->used;
+        a->used += rounded;
+        return p;
+    }
+    if (a->blob != NULL)
+        return NULL; /* protobuf-c turns this into a failed unpack */
+    a->blob = tk_blob_new(size);
+    return a->blob->data;
+}
+
+static void arena_free(void *data, void *ptr)
+{
+    (void)data;
+    (void)ptr; /* everything goes at once with the arena */
+}
+
+static int send_frame(struct node *n, uint64_t to, const Tierkv__Forward *f)
+{
+    uint8_t stack[FWD_STACK_BYTES];
+    size_t len = tierkv__forward__get_packed_size(f);
+    uint8_t *buf = len <= sizeof(stack) ? stack : tk_malloc(len);
+    size_t packed = tierkv__forward__pack(f, buf);
+    TK_ASSERT(packed == len);
+    int rc = n->transport != NULL ? transport_send_forward(n->transport, to, buf, len)
+                                  : TK_ECLOSED;
+    if (buf != stack)
+        tk_free(buf);
+    return rc;
+}
+
+/* Answers a forwarded request; a lost answer ends in the origin's deadline. */
+static void answer(struct node *n, uint64_t to, uint64_t id, const uint8_t *token,
+                   int status, const struct kv_result *res)
+{
+    uint8_t enc[KV_RESULT_ENCODED_MAX];
+    Tierkv__ForwardResponse p = TIERKV__FORWARD_RESPONSE__INIT;
+    p.id = id;
+    p.token.data = (uint8_t *)token;
+    p.token.len = NODE_TOKEN_BYTES;
+    p.status = status;
+    if (status == 0 && res != NULL) {
+        p.result.data = enc;
+        p.result.len = kv_result_encode(res, enc);
+    }
+    Tierkv__Forward f = TIERKV__FORWARD__INIT;
+    f.body_case = TIERKV__FORWARD__BODY_RESPONSE;
+    f.response = &p;
+    (void)send_frame(n, to, &f);
+}
+
+/* A fresh random token. getrandom draws NODE_TOKEN_POOL at once (256 bytes
+ * or fewer never come back short once the kernel's pool is initialised). */
+static void new_token(struct node *n, uint8_t *token)
+{
+    _Static_assert(sizeof(n->fwd.pool) <= 256, "getrandom returns up to 256 bytes whole");
+    if (n->fwd.pool_left == 0) {
+        ssize_t got;
+        do
+            got = getrandom(n->fwd.pool, sizeof(n->fwd.pool), 0);
+        while (got < 0 && errno == EINTR);
+        TK_ASSERT(got == (ssize_t)sizeof(n->fwd.pool));
+        n->fwd.pool_left = NODE_TOKEN_POOL;
+    }
+    n->fwd.pool_left--;
+    uint8_t *t = n->fwd.pool + (size_t)n->fwd.pool_left * NODE_TOKEN_BYTES;
+    memcpy(token, t, NODE_TOKEN_BYTES);
+    memset(t, 0, NODE_TOKEN_BYTES); /* used once */
+}
+
+/* ---- follower ---- */
+
+void node__forward_write(struct node *n, struct node_req *r)
+{
+    uint64_t leader = raft_leader(n->raft);
+    if (leader == RAFT_NONE || leader == n->o.id) {
+        node__finish_write(r, TK_ENOLEADER, NULL);
+        return;
+    }
+    r->ctx = ++n->fwd.next_id;
+    r->asked = leader;
+    new_token(n, r->token);
+    Tierkv__ForwardRequest q = TIERKV__FORWARD_REQUEST__INIT;
+    q.id = r->ctx;
+    q.token.data = r->token;
+    q.token.len = NODE_TOKEN_BYTES;
+    q.mode = r->mode == NODE_MODE_COMMITTED ? TIERKV__FORWARD_REQUEST__MODE__COMMITTED
+                                            : TIERKV__FORWARD_REQUEST__MODE__APPLIED;
+    q.command.data = r->cmd->data;
+    q.command.len = r->cmd->len;
+    Tierkv__Forward f = TIERKV__FORWARD__INIT;
+    f.body_case = TIERKV__FORWARD__BODY_REQUEST;
+    f.request = &q;
+    int rc = send_frame(n, leader, &f);
+    if (rc != 0) {
+        node__finish_write(r, rc == TK_ENOTFOUND ? TK_ENOLEADER : rc, NULL);
+        return;
+    }
+    n->m.metrics.forwarded++;
+    node__list_push(&n->fwd.wait, r);
+}
+
+/* In time independent of where the tokens differ, so that a peer cannot
+ * learn a token byte by byte from how fast its guesses are refused. */
+static bool same_token(const uint8_t *a, const uint8_t *b)
+{
+    uint8_t diff = 0;
+    for (size_t i = 0; i < NODE_TOKEN_BYTES; i++)
+        diff |= (uint8_t)(a[i] ^ b[i]);
+    return diff == 0;
+}
+
+static bool answers(const struct node_req *r, uint64_t from,
+                    const Tierkv__ForwardResponse *p)
+{
+    return r->ctx == p->id && r->asked == from && same_token(r->token, p->token.data);
+}
+
+/* The parked request an answer is for, taken off the list, or NULL; *id_seen
+ * tells whether a request with the answer's id waits (for another token or
+ * another leader: a forgery, or a misrouted answer). */
+static struct node_req *take_parked(struct node *n, uint64_t from,
+                                    const Tierkv__ForwardResponse *p, bool *id_seen)
+{
+    struct req_list *l = &n->fwd.wait;
+    *id_seen = false;
+    if (l->head != NULL && answers(l->head, from, p))
+        return node__list_pop(l); /* the usual case: answers come in order */
+    struct req_list keep = {0};
+    struct node_req *r, *found = NULL;
+    while ((r = node__list_pop(l)) != NULL) {
+        if (found == NULL && answers(r, from, p))
+            found = r;
+        else
+            node__list_push(&keep, r);
+        *id_seen = *id_seen || r->ctx == p->id;
+    }
+    *l = keep;
+    return found;
+}
+
+static bool known_error(int32_t status)
+{
+    switch (status) {
+#define FWD_CASE(name, value, msg) case value:
+        TK_ERRORS(FWD_CASE)
+#undef FWD_CASE
+        return true;
+    default:
+        return false;
+    }
+}
+
+static void take_answer(struct node *n, uint64_t from, const Tierkv__ForwardResponse *p)
+{
+    if (p->token.len != NODE_TOKEN_BYTES) {
+        TK_LOG(TK_LOG_WARN, n->o.id, raft_term(n->raft),
+               "forward answer %llu from %llu dropped: a token of %zu bytes",
+               (unsigned long long)p->id, (unsigned long long)from, p->token.len);
+        return;
+    }
+    bool id_seen;
+    struct node_req *r = take_parked(n, from, p, &id_seen);
+    if (r == NULL && id_seen) {
+        TK_LOG(TK_LOG_WARN, n->o.id, raft_term(n->raft),
+               "forward answer %llu from %llu dropped: its token or its sender is not "
+               "the request's",
+               (unsigned long long)p->id, (unsigned long long)from);
+        return;
+    }
+    if (r == NULL) {
+        /* Timed out already, or a duplicate. */
+        TK_LOG(TK_LOG_INFO, n->o.id, raft_term(n->raft),
+               "forward answer %llu from %llu dropped: no request waits for it",
+               (unsigned long long)p->id, (unsigned long long)from);
+        return;
+    }
+    if (p->status == 0) {
+        int rc = kv_result_decode(p->result.data, p->result.len, &n->res);
+        node__finish_write(r, rc, rc == 0 ? &n->res : NULL);
+        return;
+    }
+    node__finish_write(r, known_error(p->status) ? p->status : TK_EPROTO, NULL);
+}
+
+/* ---- leader ---- */
+
+static void forwarded_done(struct node_req *req, int status, const struct kv_result *res,
+                           void *data)
+{
+    struct fwd_req *f = data;
+    (void)req;
+    answer(f->n, f->origin, f->id, f->token, status, res);
+    tk_free(f);
+}
+
+/* The write to submit for a request, or NULL when it was answered here. */
+static struct node_req *take_request(struct node *n, uint64_t from,
+                                     const Tierkv__ForwardRequest *q, struct fwd_arena *a)
+{
+    if (q->token.len != NODE_TOKEN_BYTES) {
+        TK_LOG(TK_LOG_WARN, n->o.id, raft_term(n->raft),
+               "forward request %llu from %llu dropped: a token of %zu bytes",
+               (unsigned long long)q->id, (unsigned long long)from, q->token.len);
+        return NULL;
+    }
+    if (raft_role(n->raft) != RAFT_LEADER || n->persist.failed || n->loop.closing) {
+        answer(n, from, q->id, q->token.data, n->persist.failed ? TK_EIO : TK_ENOTLEADER,
+               NULL);
+        return NULL;
+    }
+    struct fwd_req *f = tk_calloc(1, sizeof(*f));
+    f->n = n;
+    f->origin = from;
+    f->id = q->id;
+    memcpy(f->token, q->token.data, NODE_TOKEN_BYTES);
+    f->req.mode = q->mode == TIERKV__FORWARD_REQUEST__MODE__COMMITTED
+                      ? NODE_MODE_COMMITTED
+                      : NODE_MODE_APPLIED;
+    if (a->blob != NULL && a->blob->data == q->command.data) {
+        f->req.cmd = a->blob; /* the arena's reference becomes the request's */
+        f->req.cmd->len = q->command.len;
+        a->blob = NULL;
+    } else {
+        f->req.cmd = tk_blob_copy(q->command.data, q->command.len);
+    }
+    f->req.write_cb = forwarded_done;
+    f->req.data = f;
+    return &f->req;
+}
+
+void node__forward_refuse(struct node_req *r, int status)
+{
+    struct fwd_req *f = r->data;
+    tk_blob_unref(r->cmd);
+    answer(f->n, f->origin, f->id, f->token, status, NULL);
+    tk_free(f);
+}
+
+struct node_req *node__forward_recv(struct node *n, uint64_t from, const uint8_t *buf,
+                                    size_t len)
+{
+    struct fwd_arena a;
+    a.used = 0;
+    a.blob = NULL;
+    ProtobufCAllocator alloc = {
+        .alloc = arena_alloc, .free = arena_free, .allocator_data = &a};
+    Tierkv__Forward *f = tierkv__forward__unpack(&alloc, len, buf);
+    struct node_req *r = NULL;
+    if (f != NULL && f->body_case == TIERKV__FORWARD__BODY_REQUEST)
+        r = take_request(n, from, f->request, &a);
+    else if (f != NULL && f->body_case == TIERKV__FORWARD__BODY_RESPONSE)
+        take_answer(n, from, f->response);
+    else
+        TK_LOG(TK_LOG_WARN, n->o.id, raft_term(n->raft),
+               "a malformed forward frame (%zu bytes) from %llu dropped", len,
+               (unsigned long long)from);
+    tk_blob_unref(a.blob);
+    return r;
+}

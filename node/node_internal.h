@@ -1,0 +1,290 @@
+/* The node runtime's internals, shared by its files:
+ *   node.c          the loop: callbacks, drain -> propose -> ready -> persist ->
+ *                   apply -> complete, the public API (node.h), start and stop;
+ *   node_recover.c  open the store and the state machine, build the core's boot;
+ *   node_tier.c     the KV's tier-down and snapshot jobs, log compaction;
+ *   node_forward.c  follower -> leader write forwarding (proto/tierkv.proto);
+ *   node_status.c   publishing status and metrics, failing the node.
+ * Calls run one way: node.c calls the others; node_tier.c calls only
+ * node_status.c; node_recover.c, node_forward.c and node_status.c call none
+ * of them. What several files need on the hot path (the request lists,
+ * completing a write, kick) is inline here, so that the split costs no call
+ * per request.
+ *
+ * Everything here runs on the node's loop thread unless a field says
+ * otherwise (see node.c for the invariants). */
+#ifndef TK_NODE_NODE_INTERNAL_H
+#define TK_NODE_NODE_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <time.h>
+#include <uv.h>
+
+#include "base/blob.h"
+#include "base/queue.h"
+#include "kv/kv.h"
+#include "node/node.h"
+#include "raft/raft.h"
+
+struct store;
+struct store_mem_volume;
+struct transport;
+
+/* The most readies handed to storage and not yet durable (the store's queue
+ * bound as well). */
+#define NODE_PERSIST_MAX (1u << 17)
+/* Bytes of a forwarding request token (see node_forward.c). */
+#define NODE_TOKEN_BYTES 16
+/* Tokens drawn from getrandom() at once. */
+#define NODE_TOKEN_POOL 16
+
+struct req_list {
+    struct node_req *head;
+    struct node_req *tail;
+    size_t n;
+};
+
+/* The loop and its scheduling. */
+struct node_loop {
+    uv_thread_t thread;
+    uv_sem_t started;
+    uv_sem_t closed; /* posted when the node's last handle has closed */
+    int start_rc;
+    uv_loop_t own;
+    uv_loop_t *uv; /* &own, or the caller's shared loop */
+    bool shared;   /* on o.loop, run by the caller; no thread of our own */
+    uv_async_t wake;
+    uv_timer_t ticker;
+    uv_check_t check;
+    uv_idle_t idle; /* active while the core has work for the next check */
+    bool kicked;
+    bool spinning;     /* idle kept active by spin_us */
+    uint64_t activity; /* bumped by messages, requests and readies */
+    uint64_t activity_seen;
+    uint64_t active_ns; /* when activity last changed, seen from on_check */
+    atomic_bool stopping;
+    bool closing;
+    int handles_open;
+
+    uint64_t turn_ns[6], turn_applied; /* this loop turn's, by phase */
+    struct raft_entry *batch;          /* batch_max entries: one drain's proposal */
+
+    struct tk_mpsc queue;
+    /* Written by other threads (node_submit, node_transfer_leadership): a
+     * cache line apart from what the loop writes on every turn. */
+    _Alignas(64) atomic_size_t queued;
+    _Atomic uint64_t transfer_to; /* a leadership transfer request */
+    /* (struct node_loop's size rounds up to the alignment: the next field
+     * of struct node starts a line of its own.) */
+};
+
+/* Durability: seqs handed to storage, oldest first. */
+struct node_persist {
+    uint64_t *seq;
+    bool *async;
+    uint64_t *ns; /* when each was handed to storage */
+    size_t head, n, cap;
+    _Atomic uint64_t durable_seq; /* written by the storage thread */
+    atomic_int store_status;      /* written by the storage thread */
+    pthread_mutex_t drain_mu;
+    pthread_cond_t drain_cv;
+    uint64_t async_submitted; /* loop thread */
+    uint64_t async_done;      /* under drain_mu */
+    bool failed;              /* storage or apply failed: the node serves nothing */
+};
+
+/* Requests waiting, each list in index (or arrival) order. */
+struct node_requests {
+    struct req_list applied_wait;   /* writes, applied mode */
+    struct req_list committed_wait; /* writes, committed mode */
+    struct req_list read_wait;      /* reads waiting for a read index */
+    struct req_list read_ready;     /* reads with an index, waiting to apply */
+    uint64_t read_ctx;
+    uint64_t read_leader; /* the leader known when read_wait was last checked */
+};
+
+/* Writes forwarded to the leader (node_forward.c). */
+struct node_forward {
+    struct req_list wait; /* in the order sent; each with its token */
+    uint64_t next_id;
+    uint8_t pool[NODE_TOKEN_POOL * NODE_TOKEN_BYTES]; /* random, unused */
+    uint32_t pool_left;                               /* tokens left in pool */
+};
+
+/* Snapshots, tier-down jobs and compaction (node_tier.c). */
+struct node_tier {
+    uint64_t snap_index;
+    uint64_t snap_bytes;   /* payload bytes applied since the last snapshot began */
+    uint64_t compact_goal; /* compact the log up to here, a step per turn */
+    /* The KV's tier-down job in flight on the thread pool. */
+    uv_work_t work;
+    struct kv_tier_job *job; /* until completed */
+    bool busy;               /* until the after-work callback */
+    bool snapshot;
+    atomic_bool ran;
+    struct raft_config config;
+    uint64_t t0, t_done;
+};
+
+/* What other threads read: status and metrics (node_status.c). */
+struct node_metrics_state {
+    pthread_mutex_t mu;
+    struct node_status status;   /* written by the loop under mu (which
+                                    the loop itself may read it without) */
+    struct node_metrics metrics; /* loop thread; copied under mu */
+    struct node_metrics pub;
+    struct node_latency lat; /* loop thread */
+};
+
+struct node {
+    struct node_options o;
+    char *data_dir;  /* owned copy, or the temporary kv dir */
+    bool tmp_dir;    /* data_dir is ours to delete at stop */
+    bool own_volume; /* we created the memory volume */
+
+    struct node_loop loop;
+
+    struct raft *raft;
+    struct store *store;
+    struct store_mem_volume *volume;
+    struct kv_sm *sm;
+    struct transport *transport;
+
+    struct node_persist persist;
+    struct node_requests req;
+    struct node_forward fwd;
+    struct node_tier tier;
+    struct kv_result res; /* scratch for apply and forwarded answers */
+    struct node_metrics_state m;
+};
+
+/* ---- inline helpers: used on the hot path by several files ---- */
+
+static inline uint64_t node__mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static inline void node__list_push(struct req_list *l, struct node_req *r)
+{
+    r->next = NULL;
+    if (l->tail)
+        l->tail->next = r;
+    else
+        l->head = r;
+    l->tail = r;
+    l->n++;
+}
+
+static inline struct node_req *node__list_pop(struct req_list *l)
+{
+    struct node_req *r = l->head;
+    if (r == NULL)
+        return NULL;
+    l->head = r->next;
+    if (l->head == NULL)
+        l->tail = NULL;
+    l->n--;
+    r->next = NULL;
+    return r;
+}
+
+static inline void node__finish_write(struct node_req *r, int status,
+                                      const struct kv_result *res)
+{
+    tk_blob_unref(r->cmd);
+    r->cmd = NULL;
+    r->write_cb(r, status, res, r->data);
+}
+
+static inline void node__finish_read(struct node *n, struct node_req *r, int status)
+{
+    if (status == 0)
+        n->m.metrics.reads++;
+    r->read_cb(r, status, status == 0 ? n->sm : NULL, r->data);
+}
+
+/* Ends a request of either kind with an error (or a read with 0). */
+static inline void node__finish(struct node *n, struct node_req *r, int status)
+{
+    if (r->is_read)
+        node__finish_read(n, r, status);
+    else
+        node__finish_write(r, status, NULL);
+}
+
+static inline void node__on_idle(uv_idle_t *h)
+{
+    (void)h; /* its being active keeps the loop from blocking in poll */
+}
+
+/* Something changed the core outside this node's check callback (a message,
+ * a tick, a wake-up): make sure the loop comes round to on_check without
+ * sleeping. With several nodes on one loop, a message from another node's
+ * check would otherwise wait for the next timer. */
+static inline void node__kick(struct node *n)
+{
+    if (!n->loop.kicked && !n->loop.closing) {
+        n->loop.kicked = true;
+        uv_idle_start(&n->loop.idle, node__on_idle);
+    }
+}
+
+/* One of the node's handles (or its tier job, or its transport) is gone. */
+static inline void node__handle_gone(struct node *n)
+{
+    if (--n->loop.handles_open == 0)
+        uv_sem_post(&n->loop.closed);
+}
+
+/* ---- node_status.c ---- */
+
+/* Publishes the status and the metrics for other threads. */
+void node__publish_status(struct node *n);
+/* The store or the state machine failed: the node stops serving and every
+ * waiting request ends with TK_EIO. Once only. */
+void node__fail(struct node *n, int rc, const char *what);
+/* Completes every request of `l` with `status`. */
+void node__fail_list(struct node *n, struct req_list *l, int status);
+
+/* ---- node_tier.c ---- */
+
+/* Once per loop turn: a compaction step, then a snapshot or tier-down job
+ * when one is due (or waits for the one in flight if the ring is past twice
+ * its budget). Fails the node on a storage error. */
+void node__tier_turn(struct node *n);
+/* Starts a tier-down job (a snapshot when `snapshot`), on the thread pool or,
+ * with `inline_run`, at once on this thread. */
+void node__tier_start(struct node *n, bool snapshot, bool inline_run);
+/* Blocks until the job in flight (if any) has run, then completes it; with
+ * `discard` its snapshot is dropped (an installed one replaces it). */
+void node__tier_wait(struct node *n, bool discard);
+
+/* ---- node_recover.c ---- */
+
+/* Opens the store and the state machine, checks they agree, and creates the
+ * core from what they hold. On the loop's thread before its handles exist.
+ * Returns 0 or the error (logged); on error the caller frees what is open. */
+int node__recover(struct node *n);
+
+/* ---- node_forward.c ---- */
+
+/* Follower: sends write `r` to the leader and parks it, or fails it at once
+ * when no leader is known or the send fails. */
+void node__forward_write(struct node *n, struct node_req *r);
+/* A forwarding frame from peer `from`. An answer completes its parked
+ * request; a request for this node, as leader, is returned for the caller to
+ * submit (NULL otherwise; a refused one is answered here). Malformed or
+ * unmatched frames are dropped with a log line. */
+struct node_req *node__forward_recv(struct node *n, uint64_t from, const uint8_t *buf,
+                                    size_t len);
+/* Answers a request node__forward_recv returned that could not be submitted,
+ * with `status`, and frees it. */
+void node__forward_refuse(struct node_req *r, int status);
+
+#endif

@@ -1,0 +1,179 @@
+/* Recovery: opens the node's log (a directory, or a memory volume) and its
+ * state machine, checks that they belong to this node and continue each
+ * other, and creates the Raft core from what they hold.
+ *
+ * Invariants on success: the state machine is at or past the last snapshot,
+ * and the stored log covers every index after the state machine's (the core
+ * gets the whole log, so it can serve lagging followers from it, and starts
+ * applying after the state machine's index).
+ *
+ * Called once by node.c (node_init), on the loop's thread before the loop
+ * runs; calls no other file of node/. Errors are logged with what failed. */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "base/err.h"
+#include "base/log.h"
+#include "kv/kv.h"
+#include "node/node_internal.h"
+#include "store/store.h"
+
+/* Room, in entries, for the in-memory logs (the core's and a memory volume's)
+ * from the start: twice what they hold at most between snapshots (the
+ * interval, the trailing window, what a snapshot job lets pass meanwhile), so
+ * they never grow (copying millions of entries) in the middle of a write, and
+ * moving the live entries to the front of the array happens rarely. Pages are
+ * only touched as they fill. At most 8M entries (about 320 MiB of address
+ * space): past that, or without an entry threshold, the logs grow as needed. */
+#define RESERVE_HOLD_MAX ((uint64_t)4 << 20) /* beyond: grow as needed */
+
+static size_t log_reserve(const struct node *n)
+{
+    uint64_t se = n->o.snapshot_entries, te = n->o.trailing_entries;
+    if (se == 0 || se > RESERVE_HOLD_MAX || te > RESERVE_HOLD_MAX)
+        return (size_t)(2 * RESERVE_HOLD_MAX);
+    uint64_t hold = se + se / 4 + te + 65536; /* no overflow: each <= 4M */
+    if (hold > RESERVE_HOLD_MAX)
+        hold = RESERVE_HOLD_MAX;
+    return (size_t)(2 * hold);
+}
+
+/* Opens the log under data_dir/log, or on the memory volume. */
+static int open_log(struct node *n, struct store_boot *sb)
+{
+    char path[4096];
+    char err[STORE_ERRMSG_MAX] = "";
+    struct store_options so;
+    store_options_default(&so);
+    so.queue_max = NODE_PERSIST_MAX;
+    int rc;
+    if (n->o.data_dir != NULL) {
+        if (mkdir(n->data_dir, 0700) != 0 && errno != EEXIST) {
+            TK_LOG(TK_LOG_ERROR, n->o.id, 0, "cannot create the data directory %s: %s",
+                   n->data_dir, strerror(errno));
+            return TK_EIO;
+        }
+        snprintf(path, sizeof(path), "%s/log", n->data_dir);
+        rc = store_open_fs(path, &so, &n->store, sb, err, sizeof(err));
+    } else {
+        n->volume = n->o.volume;
+        if (n->volume == NULL) {
+            n->volume = store_mem_volume_new();
+            n->own_volume = true;
+        }
+        store_mem_volume_reserve(n->volume, log_reserve(n));
+        rc = store_open_mem(n->volume, &so, &n->store, sb, err, sizeof(err));
+    }
+    if (rc != 0)
+        TK_LOG(TK_LOG_ERROR, n->o.id, 0, "cannot open the log: %s", err);
+    return rc;
+}
+
+/* A new log records the bootstrap membership and this node's ids; an old one
+ * must be this node's. */
+static int claim_log(struct node *n, struct store_boot *sb)
+{
+    if (!sb->has_bootstrap) {
+        int rc = store_save_bootstrap(n->store, &n->o.members);
+        if (rc == 0)
+            rc = store_save_ids(n->store, n->o.cluster_id, n->o.id);
+        if (rc != 0)
+            return rc;
+        sb->bootstrap = n->o.members;
+    } else if (sb->node_id != 0 && sb->node_id != n->o.id) {
+        TK_LOG(TK_LOG_ERROR, n->o.id, 0,
+               "the data directory belongs to node %llu, not %llu",
+               (unsigned long long)sb->node_id, (unsigned long long)n->o.id);
+        return TK_EINVAL;
+    }
+    return 0;
+}
+
+/* Opens the state machine under data_dir/kv and checks that the log continues
+ * it. */
+static int open_sm(struct node *n, const struct store_boot *sb)
+{
+    char path[4096];
+    struct kv_config kc;
+    kv_config_default(&kc);
+    snprintf(path, sizeof(path), "%s/kv", n->data_dir);
+    kc.dir = path;
+    kc.no_sync = n->o.kv_no_sync;
+    kc.background_tier = true;
+    if (n->o.kv_map_bytes != 0)
+        kc.map_bytes = n->o.kv_map_bytes;
+    int rc = kv_sm_open(&kc, &n->sm);
+    if (rc != 0) {
+        TK_LOG(TK_LOG_ERROR, n->o.id, 0, "cannot open the state machine in %s: %s", path,
+               tk_strerror(rc));
+        return rc;
+    }
+    uint64_t applied = kv_sm_applied_index(n->sm);
+    if (applied < sb->snapshot.index) {
+        TK_LOG(TK_LOG_ERROR, n->o.id, 0,
+               "state machine at %llu is behind the snapshot at %llu",
+               (unsigned long long)applied, (unsigned long long)sb->snapshot.index);
+        return TK_ECORRUPT;
+    }
+    if (applied + 1 < sb->first_index || applied > sb->last_index) {
+        TK_LOG(TK_LOG_ERROR, n->o.id, 0,
+               "log %llu..%llu does not continue the state machine at %llu",
+               (unsigned long long)sb->first_index, (unsigned long long)sb->last_index,
+               (unsigned long long)applied);
+        return TK_ECORRUPT;
+    }
+    return 0;
+}
+
+/* Reads the whole stored log into `boot`; *ents is the caller's to free with
+ * store_entries_free, even on error. */
+static int read_boot(struct node *n, const struct store_boot *sb, struct raft_boot *boot,
+                     struct raft_entry **ents, size_t *n_ents)
+{
+    if (sb->first_index <= sb->last_index) {
+        int rc =
+            store_read(n->store, sb->first_index, sb->last_index + 1, 0, ents, n_ents);
+        if (rc != 0)
+            return rc;
+    }
+    memset(boot, 0, sizeof(*boot));
+    boot->hard_state = sb->hard_state;
+    boot->snapshot.index = sb->first_index - 1;
+    boot->snapshot.term = sb->prev_term;
+    boot->snapshot.config = sb->snapshot.index > 0 ? sb->snapshot.config : sb->bootstrap;
+    boot->entries = *ents;
+    boot->n_entries = *n_ents;
+    boot->bootstrap = sb->bootstrap;
+    boot->applied = kv_sm_applied_index(n->sm);
+    n->tier.snap_index = sb->snapshot.index;
+    return 0;
+}
+
+int node__recover(struct node *n)
+{
+    struct store_boot sb;
+    int rc = open_log(n, &sb);
+    if (rc == 0)
+        rc = claim_log(n, &sb);
+    if (rc == 0)
+        rc = open_sm(n, &sb);
+    struct raft_boot boot;
+    struct raft_entry *ents = NULL;
+    size_t n_ents = 0;
+    if (rc == 0)
+        rc = read_boot(n, &sb, &boot, &ents, &n_ents);
+    if (rc == 0) {
+        struct raft_options ro;
+        raft_options_default(&ro);
+        ro.id = n->o.id;
+        ro.seed = n->o.seed;
+        ro.election_ticks = n->o.election_ticks;
+        ro.heartbeat_ticks = n->o.heartbeat_ticks;
+        ro.log_reserve = log_reserve(n);
+        rc = raft_new(&ro, &boot, &n->raft);
+    }
+    store_entries_free(ents, n_ents);
+    return rc;
+}

@@ -1,0 +1,76 @@
+/* The node as other threads see it: the published status and metrics, and
+ * failing the node when its storage or its state machine fails.
+ *
+ * Loop thread only; other threads read the published copies under
+ * n->m.mu (node_status, node_metrics in node.c). A failed node stays failed:
+ * node__fail runs once and every waiting request ends with TK_EIO.
+ *
+ * Called by node.c (each loop turn and on failures) and node_tier.c (a failed
+ * tier-down, snapshot save or compaction); calls no other file of node/. */
+#include <pthread.h>
+
+#include "base/err.h"
+#include "base/log.h"
+#include "kv/kv.h"
+#include "node/node_internal.h"
+#include "store/store.h"
+#include "transport/transport.h"
+
+void node__publish_status(struct node *n)
+{
+    struct node_metrics *mt = &n->m.metrics;
+    pthread_mutex_lock(&n->m.mu);
+    n->m.status.id = n->o.id;
+    n->m.status.term = raft_term(n->raft);
+    n->m.status.leader = raft_leader(n->raft);
+    n->m.status.role = raft_role(n->raft);
+    n->m.status.commit = raft_commit(n->raft);
+    n->m.status.applied = kv_sm_applied_index(n->sm);
+    n->m.status.last_index = raft_last_index(n->raft);
+    n->m.status.snapshot_index = n->tier.snap_index;
+    n->m.status.failed = n->persist.failed;
+    struct store_stats ss;
+    store_stats(n->store, &ss);
+    mt->store_syncs = ss.syncs;
+    mt->store_bytes = ss.bytes;
+    mt->read_index_rounds = raft_read_rounds(n->raft);
+    struct kv_sm_stats ks;
+    kv_sm_stats(n->sm, &ks);
+    mt->kv_ring_bytes = ks.ring_bytes;
+    mt->kv_hot_keys = ks.hot_keys;
+    mt->kv_cold_keys = ks.cold_keys;
+    mt->kv_cold_bytes = ks.cold_bytes;
+    mt->kv_tier_downs = ks.tier_downs;
+    mt->kv_bad_records = ks.bad_records;
+    if (n->transport != NULL) {
+        struct transport_stats ts;
+        transport_stats(n->transport, &ts);
+        mt->net_bytes_sent = ts.bytes_sent;
+        mt->net_bytes_received = ts.bytes_received;
+        mt->net_reconnects = ts.conns_dialed;
+    }
+    n->m.pub = *mt;
+    pthread_mutex_unlock(&n->m.mu);
+}
+
+void node__fail_list(struct node *n, struct req_list *l, int status)
+{
+    struct node_req *r;
+    while ((r = node__list_pop(l)) != NULL)
+        node__finish(n, r, status);
+}
+
+void node__fail(struct node *n, int rc, const char *what)
+{
+    if (n->persist.failed)
+        return;
+    n->persist.failed = true;
+    node__publish_status(n);
+    TK_LOG(TK_LOG_ERROR, n->o.id, raft_term(n->raft),
+           "storage failed, node stops serving: %s: %s", what, tk_strerror(rc));
+    node__fail_list(n, &n->req.applied_wait, TK_EIO);
+    node__fail_list(n, &n->req.committed_wait, TK_EIO);
+    node__fail_list(n, &n->req.read_wait, TK_EIO);
+    node__fail_list(n, &n->req.read_ready, TK_EIO);
+    node__fail_list(n, &n->fwd.wait, TK_EIO);
+}

@@ -1,0 +1,213 @@
+/* Log compaction and the KV's tier-down jobs (DESIGN "Ring-log KV state
+ * machine"): once enough entries are applied past the last snapshot, the KV
+ * tiers down to the applied index, its cold tier becomes the snapshot, and
+ * the log is compacted behind it, keeping a trailing window for followers
+ * that are only a little behind.
+ *
+ * None of the heavy work stalls the loop: the KV's tier-down job (the LMDB
+ * transaction and reading the snapshot stream) runs on libuv's thread pool
+ * while the loop goes on replicating and applying, and the log is then
+ * compacted a bounded step per loop turn. The same job moves the ring's
+ * oldest pages to LMDB when the ring is over its budget.
+ *
+ * Invariants: at most one job in flight (n->tier.job until completed); a job
+ * on the pool counts as an open handle (n->loop.handles_open), so the node is
+ * not freed under it.
+ *
+ * Loop thread, except tier_work (a pool thread). Called by node.c (each turn,
+ * at boot, before installing a snapshot); calls node_status.c on failures. */
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "base/alloc.h"
+#include "base/err.h"
+#include "base/log.h"
+#include "kv/kv.h"
+#include "node/node_internal.h"
+#include "store/store.h"
+
+#define COMPACT_STEP 32768
+#define TIER_NICE 5
+
+static void tier_work(uv_work_t *w)
+{
+    struct node *n = w->data;
+    /* libuv's pool threads inherit the name of the loop that started them. A
+     * job yields the CPU to the loops (nice 5: about a quarter of a core
+     * against a busy loop) so that it cannot delay heartbeats on a machine
+     * with fewer cores than busy threads. */
+    pthread_setname_np(pthread_self(), "tk-tier");
+    id_t tid = (id_t)syscall(SYS_gettid);
+    errno = 0;
+    int was = getpriority(PRIO_PROCESS, tid);
+    bool niced =
+        errno == 0 && was < TIER_NICE && setpriority(PRIO_PROCESS, tid, TIER_NICE) == 0;
+    kv_tier_run(n->tier.job);
+    /* The pool is the process's: give the thread back as it was, where the
+     * process may raise a priority again (CAP_SYS_NICE or RLIMIT_NICE). */
+    if (niced)
+        (void)setpriority(PRIO_PROCESS, tid, was);
+    atomic_store_explicit(&n->tier.ran, true, memory_order_release);
+}
+
+static void snapshot_taken(struct node *n, struct kv_tier_result *res)
+{
+    struct raft_snapshot_meta meta = {
+        .index = res->index, .term = res->term, .config = n->tier.config};
+    struct tk_blob *blob = tk_blob_copy(res->stream, res->stream_len);
+    size_t len = res->stream_len;
+    tk_free(res->stream);
+    int rc = raft_snapshot_set(n->raft, &meta, blob);
+    tk_blob_unref(blob);
+    if (rc != 0) {
+        TK_LOG(TK_LOG_WARN, n->o.id, raft_term(n->raft),
+               "snapshot at %llu refused by the core: %s", (unsigned long long)meta.index,
+               tk_strerror(rc));
+        n->tier.snap_index = meta.index; /* try again a full interval later */
+        return;
+    }
+    rc = store_save_snapshot(n->store, &meta);
+    if (rc != 0) {
+        node__fail(n, rc, "save snapshot");
+        return;
+    }
+    n->tier.snap_index = meta.index;
+    n->m.metrics.snapshots++;
+    if (meta.index > n->o.trailing_entries)
+        n->tier.compact_goal = meta.index - n->o.trailing_entries;
+    TK_LOG(TK_LOG_INFO, n->o.id, raft_term(n->raft),
+           "snapshot at %llu (%zu bytes): %llu ms in all, %llu us of it on the loop",
+           (unsigned long long)meta.index, len,
+           (unsigned long long)((node__mono_ns() - n->tier.t0) / 1000000),
+           (unsigned long long)((node__mono_ns() - n->tier.t_done) / 1000));
+}
+
+/* Loop thread, once the job has run: publish it in the KV, then take the
+ * snapshot (unless `discard`: an installed snapshot is replacing it). */
+static void tier_complete(struct node *n, bool discard)
+{
+    struct kv_tier_job *j = n->tier.job;
+    n->tier.job = NULL;
+    n->tier.t_done = node__mono_ns();
+    struct kv_tier_result res;
+    int rc = kv_sm_tier_finish(n->sm, j, &res);
+    if (rc != 0) {
+        node__fail(n, rc, "tier-down");
+        return;
+    }
+    if (res.stream == NULL)
+        return;
+    if (!n->tier.snapshot || discard || n->loop.closing || n->persist.failed) {
+        tk_free(res.stream);
+        return;
+    }
+    snapshot_taken(n, &res);
+}
+
+static void tier_after(uv_work_t *w, int status)
+{
+    struct node *n = w->data;
+    (void)status;
+    n->tier.busy = false;
+    if (n->tier.job != NULL)
+        tier_complete(n, false);
+    node__kick(n);
+    node__handle_gone(n);
+}
+
+/* Only for what cannot go on beside the job (installing a snapshot, a ring
+ * past twice its budget); its after-work callback later finds nothing to do. */
+void node__tier_wait(struct node *n, bool discard)
+{
+    if (n->tier.job == NULL)
+        return;
+    /* Not started yet (the pool may be busy with other work, such as DNS
+     * lookups): take it back and run it here rather than wait for a thread. */
+    if (n->tier.busy && uv_cancel((uv_req_t *)&n->tier.work) == 0) {
+        kv_tier_run(n->tier.job);
+        atomic_store_explicit(&n->tier.ran, true, memory_order_release);
+    }
+    while (!atomic_load_explicit(&n->tier.ran, memory_order_acquire)) {
+        struct timespec ts = {0, 50000};
+        nanosleep(&ts, NULL);
+    }
+    tier_complete(n, discard);
+}
+
+void node__tier_start(struct node *n, bool snapshot, bool inline_run)
+{
+    struct kv_tier_job *j;
+    int rc = kv_sm_tier_start(n->sm, snapshot, &j);
+    if (rc != 0) {
+        node__fail(n, rc, "tier-down");
+        return;
+    }
+    if (j == NULL)
+        return;
+    n->tier.job = j;
+    n->tier.snapshot = snapshot;
+    if (snapshot)
+        n->tier.snap_bytes = 0; /* what was applied so far is in this snapshot */
+    n->tier.config = *raft_config(n->raft);
+    n->tier.t0 = node__mono_ns();
+    atomic_store(&n->tier.ran, false);
+    if (!inline_run) {
+        n->tier.work.data = n;
+        if (uv_queue_work(n->loop.uv, &n->tier.work, tier_work, tier_after) == 0) {
+            n->tier.busy = true;
+            n->loop.handles_open++;
+            return;
+        }
+    }
+    kv_tier_run(j);
+    atomic_store(&n->tier.ran, true);
+    tier_complete(n, false);
+}
+
+/* One bounded step of compaction towards compact_goal: dropping millions of
+ * entries at once would hold the loop (and the memory volume's lock) for tens
+ * of milliseconds. */
+static void compact_step(struct node *n)
+{
+    uint64_t first = raft_first_index(n->raft);
+    uint64_t upto = n->tier.compact_goal;
+    if (upto < first)
+        return;
+    if (upto - first >= COMPACT_STEP)
+        upto = first + COMPACT_STEP - 1;
+    if (upto > raft_stable_index(n->raft))
+        upto = raft_stable_index(n->raft);
+    if (upto < first || raft_compact(n->raft, upto) != 0)
+        return;
+    int rc = store_compact(n->store, upto);
+    if (rc != 0)
+        node__fail(n, rc, "compact");
+}
+
+void node__tier_turn(struct node *n)
+{
+    compact_step(n);
+    if (n->tier.busy) {
+        if (n->tier.job != NULL && kv_sm_tier_urgent(n->sm)) {
+            uint64_t t0 = node__mono_ns();
+            node__tier_wait(n, false);
+            TK_LOG(TK_LOG_WARN, n->o.id, raft_term(n->raft),
+                   "the KV ring passed twice its budget during a tier-down: the loop "
+                   "waited %llu ms for it",
+                   (unsigned long long)((node__mono_ns() - t0) / 1000000));
+        }
+        return;
+    }
+    uint64_t applied = kv_sm_applied_index(n->sm);
+    if ((n->o.snapshot_entries != 0 &&
+         applied >= n->tier.snap_index + n->o.snapshot_entries) ||
+        (n->o.snapshot_bytes != 0 && n->tier.snap_bytes >= n->o.snapshot_bytes))
+        node__tier_start(n, true, false);
+    else if (kv_sm_tier_wanted(n->sm))
+        node__tier_start(n, false, false);
+}
