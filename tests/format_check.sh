@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The C sources follow .clang-format (STYLE.md, "Formatting and build"): every
+# The C sources follow .clang-format (docs/contributing.md): every
 # .c and .h file under the given directory (default: the source root; the
 # known-bad fixtures under tests/fixtures are left out) must come out of
 # clang-format unchanged. Without clang-format the check skips (exit 77),
