@@ -27,8 +27,8 @@
  *  - only a leader transfers leadership, waits on reads, or has committed in
  *    its term;
  *  - the configuration has 1 .. RAFT_VOTERS_MAX voters, at most
- *    RAFT_LEARNERS_MAX learners, no id twice and no id 0; the index of the
- *    entry that set it is in the log (or 0);
+ *    RAFT_LEARNERS_MAX learners, no id twice and no id 0 (raft__check_config,
+ *    when it is set); the index of the entry that set it is in the log (or 0);
  *  - a leader's progress entries follow the members (voters, then learners),
  *    and for each: match < next <= last + 1, and its read round <= the
  *    leader's;
@@ -62,14 +62,14 @@ static void check_indexes(const struct raft *r)
     TK_ASSERT(r->n_reads <= RAFT__READS_MAX);
 }
 
-static void check_config(const struct raft *r)
+/* The configuration's own shape: checked when it is set (config_set in raft.c), not
+ * after every call, since the pairwise id check is O(members^2) and a configuration
+ * changes only with a config entry. */
+void raft__check_config(const struct raft_config *c)
 {
-    const struct raft_config *c = &r->config;
     TK_ASSERT(c->n_voters >= 1);
     TK_ASSERT(c->n_voters <= RAFT_VOTERS_MAX);
     TK_ASSERT(c->n_learners <= RAFT_LEARNERS_MAX);
-    TK_ASSERT(r->config_index <= raft__log_last_index(&r->log));
-    TK_ASSERT(r->config_index == 0 || r->config_index > r->log.base_index);
     for (uint32_t i = 0; i < c->n_voters + c->n_learners; i++) {
         uint64_t id = i < c->n_voters ? c->voters[i] : c->learners[i - c->n_voters];
         TK_ASSERT(id != RAFT_NONE);
@@ -78,6 +78,13 @@ static void check_config(const struct raft *r)
             TK_ASSERT(o != id);
         }
     }
+}
+
+static void check_config_index(const struct raft *r)
+{
+    TK_ASSERT(r->config.n_voters >= 1);
+    TK_ASSERT(r->config_index <= raft__log_last_index(&r->log));
+    TK_ASSERT(r->config_index == 0 || r->config_index > r->log.base_index);
 }
 
 static void check_role(const struct raft *r)
@@ -124,7 +131,7 @@ void raft__check_invariants(const struct raft *r)
     TK_ASSERT(r != NULL);
     check_log(r);
     check_indexes(r);
-    check_config(r);
+    check_config_index(r);
     check_role(r);
     if (r->role == RAFT_LEADER)
         check_progress(r);

@@ -11,7 +11,7 @@
 
 #include "base/endian.h"
 #include "base/err.h"
-#include "raft/raft.h"
+#include "raft/raft_internal.h"
 
 struct tk_blob *raft_config_encode(const struct raft_config *c)
 {
@@ -105,5 +105,21 @@ bool raft_config_equal(const struct raft_config *a, const struct raft_config *b)
     for (uint32_t i = 0; i < a->n_learners; i++)
         if (!raft_config_has_learner(b, a->learners[i]))
             return false;
+    return true;
+}
+
+bool raft__config_valid(const struct raft_config *c)
+{
+    if (c->n_voters == 0 || c->n_voters > RAFT_VOTERS_MAX ||
+        c->n_learners > RAFT_LEARNERS_MAX)
+        return false;
+    struct raft_config seen;
+    memset(&seen, 0, sizeof(seen));
+    for (uint32_t i = 0; i < c->n_voters + c->n_learners; i++) {
+        uint64_t id = i < c->n_voters ? c->voters[i] : c->learners[i - c->n_voters];
+        if (id == RAFT_NONE || raft_config_is_member(&seen, id))
+            return false;
+        seen.voters[seen.n_voters++] = id; /* membership is all that is asked */
+    }
     return true;
 }

@@ -291,6 +291,7 @@ static void progress_follow(struct raft *r, const struct raft_config *old)
 
 static void config_set(struct raft *r, const struct raft_config *c, uint64_t index)
 {
+    raft__check_config(c);
     struct raft_config old = r->config;
     r->config = *c;
     r->config_index = index;
@@ -932,9 +933,7 @@ static void handle_snapshot(struct raft *r, const struct raft_message *m)
     struct raft_msg_append_resp ar;
     memset(&ar, 0, sizeof(ar));
     if (!m->u.snapshot.done || m->u.snapshot.offset != 0 || meta->index == 0 ||
-        meta->term == 0 || meta->term > m->term || meta->config.n_voters == 0 ||
-        meta->config.n_voters > RAFT_VOTERS_MAX ||
-        meta->config.n_learners > RAFT_LEARNERS_MAX)
+        meta->term == 0 || meta->term > m->term || !raft__config_valid(&meta->config))
         return; /* the node layer reassembles chunks; a partial one is bad input */
     if (meta->index <= r->commit) {
         ar.index = r->commit;
@@ -1712,7 +1711,8 @@ int raft_new(const struct raft_options *o, const struct raft_boot *boot,
             return TK_EINVAL;
     if (boot->applied < base || boot->applied > base + boot->n_entries)
         return TK_EINVAL;
-    if (boot->snapshot.index == 0 && boot->bootstrap.n_voters == 0)
+    if (!raft__config_valid(boot->snapshot.index > 0 ? &boot->snapshot.config
+                                                     : &boot->bootstrap))
         return TK_EINVAL;
 
     struct raft *r = tk_calloc(1, sizeof(*r));

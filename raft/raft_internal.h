@@ -203,5 +203,13 @@ void raft__grow(void **arr, size_t *cap, size_t need, size_t elem);
 /* Aborts (TK_ASSERT) if `r` breaks one of the invariants listed in check.c.
  * O(voters). raft.c runs it at the end of every public mutator. */
 void raft__check_invariants(const struct raft *r);
+/* The shape of a configuration (voter and learner counts, no id 0 or twice); run
+ * when one is set. */
+void raft__check_config(const struct raft_config *c);
+/* True if `c` can be put in force: 1 .. RAFT_VOTERS_MAX voters, at most
+ * RAFT_LEARNERS_MAX learners, no id 0 and none twice. For configurations that
+ * come from outside the core (a peer's snapshot, the boot state), which are
+ * input and refused, never asserted on (config.c). */
+bool raft__config_valid(const struct raft_config *c);
 
 #endif
