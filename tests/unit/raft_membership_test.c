@@ -418,6 +418,37 @@ START_TEST(test_snapshot_carries_config_at_its_index)
 }
 END_TEST
 
+/* A snapshot whose configuration names an id twice, or id 0, is input from a peer:
+ * the follower refuses it (nothing installed) and never aborts on it. */
+START_TEST(test_snapshot_with_malformed_config_is_refused)
+{
+    struct rf_cluster *c = rf_new(3, NULL);
+    elect_settled(c, 1);
+    struct raft *r2 = rf_raft(c, 2);
+    uint64_t commit = raft_commit(r2);
+    static const uint64_t bad[][3] = {{1, 1, 2}, {1, 0, 2}};
+    for (size_t k = 0; k < 2; k++) {
+        struct raft_message m;
+        memset(&m, 0, sizeof(m));
+        m.type = RAFT_MSG_SNAPSHOT;
+        m.from = 1;
+        m.to = 2;
+        m.term = raft_term(r2);
+        m.u.snapshot.meta.index = commit + 100;
+        m.u.snapshot.meta.term = raft_term(r2);
+        m.u.snapshot.meta.config.n_voters = 3;
+        memcpy(m.u.snapshot.meta.config.voters, bad[k], sizeof(bad[k]));
+        m.u.snapshot.done = true;
+        m.u.snapshot.data = tk_blob_copy("sm", 2);
+        raft_step(r2, &m);
+        tk_blob_unref(m.u.snapshot.data);
+        ck_assert_uint_eq(raft_commit(r2), commit);
+        ck_assert_uint_eq(raft_last_index(r2), raft_last_index(rf_raft(c, 1)));
+    }
+    rf_free(c);
+}
+END_TEST
+
 START_TEST(test_config_encoding_both_formats)
 {
     struct raft_config cfg;
@@ -473,6 +504,7 @@ static Suite *membership_suite(void)
     tcase_add_test(tc, test_non_member_vote_does_not_disrupt);
     tcase_add_test(tc, test_snapshot_carries_config_at_its_index);
     tcase_add_test(tc, test_config_encoding_both_formats);
+    tcase_add_test(tc, test_snapshot_with_malformed_config_is_refused);
     suite_add_tcase(s, tc);
     return s;
 }
