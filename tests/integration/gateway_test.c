@@ -17,6 +17,7 @@
 #include "gateway/gateway.h"
 #include "gateway/json.h"
 #include "node/node.h"
+#include "tests/check_run.h"
 #include "transport/transport.h"
 
 /* ---- json.c ------------------------------------------------------------ */
@@ -585,9 +586,5 @@ int main(void)
     tcase_add_test(h, test_listen_failure_is_reported);
     tcase_add_test(h, test_metrics_export_latency_histograms_read_rounds_and_kv_size);
     suite_add_tcase(s, h);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? 0 : 1;
+    return tk_check_run(srunner_create(s));
 }

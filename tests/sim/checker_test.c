@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "raft/raft.h"
+#include "tests/check_run.h"
 #include "tests/sim/checker.h"
 
 #define FAKE_MAX 32
@@ -442,9 +443,5 @@ int main(void)
     tcase_add_test(tc, test_snapshot_with_other_state);
     tcase_add_test(tc, test_first_violation_is_kept);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_ENV);
-    int nf = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return nf == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return tk_check_run(srunner_create(s));
 }

@@ -31,6 +31,7 @@
 #include "base/log.h"
 #include "base/prng.h"
 #include "base/queue.h"
+#include "tests/check_run.h"
 
 /* Under a sanitizer, the sanitizer's allocator owns the heap and mallinfo2()
  * reports nothing; ask the allocator instead. */
@@ -1324,9 +1325,5 @@ static Suite *base_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(base_suite());
-    srunner_run_all(sr, CK_ENV);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return tk_check_run(srunner_create(base_suite()));
 }

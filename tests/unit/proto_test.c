@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "raft/raft.h"
+#include "tests/check_run.h"
 #include "tierkv.pb-c.h"
 
 /* The codec maps these one to one; a renumbering on either side breaks it. */
@@ -662,9 +663,5 @@ static Suite *proto_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(proto_suite());
-    srunner_run_all(sr, CK_ENV);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return tk_check_run(srunner_create(proto_suite()));
 }

@@ -10,6 +10,7 @@
 
 #include "base/err.h"
 #include "raft/raft.h"
+#include "tests/check_run.h"
 #include "tests/unit/raft_fixture.h"
 
 static struct raft_message vote_msg(uint64_t from, uint64_t to, uint64_t term,
@@ -491,9 +492,5 @@ static Suite *election_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(election_suite());
-    srunner_run_all(sr, CK_ENV);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return tk_check_run(srunner_create(election_suite()));
 }

@@ -15,6 +15,7 @@
 #include "base/err.h"
 #include "raft/raft.h"
 #include "raft/raft_internal.h"
+#include "tests/check_run.h"
 #include "tests/unit/raft_fixture.h"
 
 static uint64_t elect_settled(struct rf_cluster *c)
@@ -649,9 +650,5 @@ static Suite *features_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(features_suite());
-    srunner_run_all(sr, CK_ENV);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return tk_check_run(srunner_create(features_suite()));
 }

@@ -16,6 +16,7 @@
 #include "base/blob.h"
 #include "base/err.h"
 #include "raft/raft.h"
+#include "tests/check_run.h"
 #include "tests/unit/raft_fixture.h"
 
 static void elect_settled(struct rf_cluster *c, uint64_t id)
@@ -511,9 +512,5 @@ static Suite *membership_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(membership_suite());
-    srunner_run_all(sr, CK_ENV);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return tk_check_run(srunner_create(membership_suite()));
 }

@@ -10,6 +10,7 @@
 #include "base/err.h"
 #include "base/prng.h"
 #include "cmd/tierkv/cli.h"
+#include "tests/check_run.h"
 
 START_TEST(test_endpoints_parse_list_with_spaces_scheme_and_ipv6)
 {
@@ -397,9 +398,5 @@ static Suite *cli_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(cli_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return tk_check_run(srunner_create(cli_suite()));
 }

@@ -17,6 +17,7 @@
 #include "kv/kv_internal.h"
 #include "kv/sm_internal.h"
 #include "kv_util.h"
+#include "tests/check_run.h"
 
 /* ---- ring ---- */
 
@@ -1831,9 +1832,5 @@ int main(void)
     tcase_add_test(tc, test_long_keys_in_the_cold_tier);
     tcase_add_test(tc, test_tier_down_writes_each_keys_newest_version);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return tk_check_run(srunner_create(s));
 }

@@ -16,6 +16,7 @@
 #include "include/tierkv.h"
 #include "kv/kv.h"
 #include "node/node.h"
+#include "tests/check_run.h"
 #include "tierkv.pb-c.h"
 #include "transport/transport.h"
 
@@ -894,8 +895,5 @@ int main(void)
     srunner_add_suite(sr, forward_suite());
     srunner_add_suite(sr, one_loop_suite());
     srunner_add_suite(sr, spin_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? 0 : 1;
+    return tk_check_run(sr);
 }

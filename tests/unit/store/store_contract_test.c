@@ -14,6 +14,7 @@
 #include "base/err.h"
 #include "store/store.h"
 #include "store_testlib.h"
+#include "tests/check_run.h"
 
 static const char *const backend_name[] = {"mem", "fs"};
 
@@ -825,9 +826,5 @@ static Suite *contract_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(contract_suite());
-    srunner_run_all(sr, CK_ENV);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return tk_check_run(srunner_create(contract_suite()));
 }

@@ -28,6 +28,7 @@
 #include "base/prng.h"
 #include "store/store.h"
 #include "store_testlib.h"
+#include "tests/check_run.h"
 
 #define SEG_BYTES 8192
 #define SEG_HDR 32
@@ -777,9 +778,5 @@ static Suite *fs_suite(void)
 int main(void)
 {
     tk_log_set_level(TK_LOG_ERROR); /* torn-tail warnings are expected */
-    SRunner *sr = srunner_create(fs_suite());
-    srunner_run_all(sr, CK_ENV);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return tk_check_run(srunner_create(fs_suite()));
 }

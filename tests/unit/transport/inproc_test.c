@@ -14,6 +14,7 @@
 
 #include "base/blob.h"
 #include "base/err.h"
+#include "tests/check_run.h"
 #include "transport/transport.h"
 
 #define MAX_SEEN 20000
@@ -479,9 +480,5 @@ static Suite *suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(suite());
-    srunner_run_all(sr, CK_ENV);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return tk_check_run(srunner_create(suite()));
 }

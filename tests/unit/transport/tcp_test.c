@@ -18,6 +18,7 @@
 #include "base/blob.h"
 #include "base/err.h"
 #include "base/log.h"
+#include "tests/check_run.h"
 #include "transport/transport.h"
 #include "transport/transport_internal.h"
 
@@ -815,9 +816,5 @@ static Suite *suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(suite());
-    srunner_run_all(sr, CK_ENV);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return tk_check_run(srunner_create(suite()));
 }
