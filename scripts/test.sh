@@ -49,7 +49,7 @@ run testlog-san "$san" --num-processes 2 --suite unit --suite sim-san
 if [ -n "$tsan" ]; then
     # Only these tests' targets are built there (Makefile, build-tsan).
     # ThreadSanitizer slows them 5-15x, more on a busy machine (kv_test took
-    # 36 s on a quiet one and passed meson's 120 s on a loaded one): meson's
+    # 36 s on a quiet machine and ran past meson's 120 s on a loaded one): meson's
     # and Check's per-test timeouts are tripled here.
     CK_TIMEOUT_MULTIPLIER=3 run testlog-tsan "$tsan" --no-rebuild --num-processes 1 \
         --timeout-multiplier 3 transport_inproc transport_tcp store_contract node \
