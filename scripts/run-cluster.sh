@@ -120,6 +120,7 @@ Try (any node takes writes: a follower forwards them to the leader, node $leader
   curl 'http://$h1/v1/kv?prefix=gr&limit=10'
   curl http://$h1/v1/cluster
   curl http://$h1/metrics
+  open http://$h1/ui            (the status page, in a browser)
 EOF2
 if [ -x "$cli" ]; then
     eps="$h1,127.0.0.1:$((http_base + 2)),127.0.0.1:$((http_base + 3))"
