@@ -4,6 +4,7 @@
  *   api_kv.c      the /v1/kv, /v1/batch and /v1/txn handlers, with
  *   api_body.c    their JSON request bodies into kvpb (api_body.h);
  *   api_cluster.c /v1/cluster, /healthz, /readyz, /v1/debug/digest;
+ *   api_status.c  /ui, the status page (gateway/ui.html, embedded);
  *   metrics.c     /metrics (a descriptor table) and the per-route counters;
  *   api_reply.c   what the handlers share: answers, query values, submitting
  *                 to the node.
@@ -105,6 +106,7 @@ typedef void api_handler_fn(struct api_req *req, const struct query *q);
     X(HEALTHZ, "healthz", HTTP_GET, "/healthz", api__healthz, 0, RF_BODY | RF_OWN_405)   \
     X(READYZ, "readyz", HTTP_GET, "/readyz", api__readyz, 0, RF_BODY | RF_OWN_405)       \
     X(METRICS, "metrics", HTTP_GET, "/metrics", api__metrics, 0, RF_BODY | RF_OWN_405)   \
+    X(UI, "ui", HTTP_GET, "/ui", api__ui, 0, RF_BODY | RF_OWN_405)                       \
     X(DIGEST, "digest", HTTP_GET, "/v1/debug/digest", api__digest, 0,                    \
       RF_BODY | RF_OWN_405)
 

@@ -17,10 +17,15 @@
  *
  * Threads: every function may be called from any thread except from inside a
  * tk callback (which runs on the node's own thread). Blocking calls wait on a
- * condition variable, never by polling. Errors are the negative TK_E* codes of
- * base/err.h (tk_strerror names them). A write submitted on a follower is
+ * condition variable, never by polling. Errors are the negative TK_E* codes
+ * below (tk_strerror names them). A write submitted on a follower is
  * forwarded to the leader over the Raft transport and completes on the
- * follower; TK_ENOLEADER when no leader is known. */
+ * follower; TK_ENOLEADER when no leader is known.
+ *
+ * This header is self-contained: it is what `meson install` puts in
+ * $prefix/include, next to libtierkv.so.0, libtierkv.a and tierkv.pc
+ * (docs/embedding.md). Only the functions marked TK_API are exported from the
+ * shared library (node/tierkv.map lists them; tests/consumer checks it). */
 #ifndef TIERKV_H
 #define TIERKV_H
 
@@ -28,7 +33,60 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "base/err.h"
+/* Marks the exported functions: visible even when the library (or an embedder
+ * compiling its sources) builds with -fvisibility=hidden. */
+#if defined(__GNUC__) || defined(__clang__)
+#define TK_API __attribute__((visibility("default")))
+#else
+#define TK_API
+#endif
+
+#define TK_VERSION_MAJOR 0
+#define TK_VERSION_MINOR 1
+#define TK_VERSION_PATCH 0
+
+/* The error codes. Inside the tree, base/err.h defines the very same list
+ * (same names, values and messages; the two must stay identical, which
+ * tests/consumer/errors.c checks against the library's tk_errname and
+ * tk_strerror): whichever of the two is included first defines it, under the
+ * one include guard. X(name, value, message). */
+#ifndef TK_BASE_ERR_H
+#define TK_BASE_ERR_H
+#define TK_ERRORS(X)                                                                     \
+    X(TK_OK, 0, "success")                                                               \
+    X(TK_ENOMEM, -1, "out of memory")                                                    \
+    X(TK_EINVAL, -2, "invalid argument")                                                 \
+    X(TK_EBUSY, -3, "busy: a queue or window is full, try again")                        \
+    X(TK_ENOLEADER, -4, "no leader is known")                                            \
+    X(TK_ENOTLEADER, -5, "this node is not the leader")                                  \
+    X(TK_EIO, -6, "input/output error")                                                  \
+    X(TK_ENOSPC, -7, "no space left on the volume")                                      \
+    X(TK_ECORRUPT, -8, "data is corrupt")                                                \
+    X(TK_ETIMEDOUT, -9, "timed out")                                                     \
+    X(TK_ECLOSED, -10, "closed")                                                         \
+    X(TK_ETOOBIG, -11, "too large")                                                      \
+    X(TK_ENOTFOUND, -12, "not found")                                                    \
+    X(TK_ECOMPARE, -13, "compare failed")                                                \
+    X(TK_EPROTO, -14, "protocol error")                                                  \
+    X(TK_ESHUTDOWN, -15, "shutting down")                                                \
+    X(TK_ECOMPACTED, -16, "log index is compacted")                                      \
+    X(TK_EUNAVAIL, -17, "log index is not available")                                    \
+    X(TK_ELOST, -18, "proposal lost: leadership changed before commit")                  \
+    X(TK_ERANGE, -19, "value out of range")
+
+enum tk_err {
+#define TK__ERR_ENUM(name, value, msg) name = (value),
+    TK_ERRORS(TK__ERR_ENUM)
+#undef TK__ERR_ENUM
+};
+
+/* A static, human-readable message for `rc`; "unknown error" for codes that are
+ * not in TK_ERRORS. Thread-safe. */
+TK_API const char *tk_strerror(int rc);
+
+/* The symbolic name ("TK_EBUSY") of `rc`, or "TK_E?" if unknown. Thread-safe. */
+TK_API const char *tk_errname(int rc);
+#endif
 
 #define TK_MEMBERS_MAX 16
 
@@ -78,36 +136,37 @@ struct tk_options {
     bool one_loop;
 };
 
-void tk_options_default(struct tk_options *o);
+TK_API void tk_options_default(struct tk_options *o);
 
 struct tk_node;
 struct tk_cluster;
 
 /* Starts one node of a TCP cluster (or a single node when n_members is 1 or
  * 0). Returns 0, TK_EINVAL, TK_EIO, TK_ECORRUPT. */
-int tk_node_start(const struct tk_options *o, struct tk_node **out);
+TK_API int tk_node_start(const struct tk_options *o, struct tk_node **out);
 /* Stops a node started with tk_node_start; in-flight requests complete with
  * TK_ESHUTDOWN first. */
-void tk_node_stop(struct tk_node *n);
+TK_API void tk_node_stop(struct tk_node *n);
 
 /* An in-process cluster of n (1..TK_MEMBERS_MAX) nodes with ids 1..n over the
  * inproc hub. `o` may be NULL; its data_dir, if set, gets one subdirectory per
  * node (n1, n2, ...). */
-int tk_cluster_start(uint32_t n, const struct tk_options *o, struct tk_cluster **out);
-void tk_cluster_stop(struct tk_cluster *c);
+TK_API int tk_cluster_start(uint32_t n, const struct tk_options *o,
+                            struct tk_cluster **out);
+TK_API void tk_cluster_stop(struct tk_cluster *c);
 /* Node i (0-based). */
-struct tk_node *tk_cluster_node(struct tk_cluster *c, uint32_t i);
+TK_API struct tk_node *tk_cluster_node(struct tk_cluster *c, uint32_t i);
 /* Waits up to timeout_ms until a node leads and every running node that
  * tk_cluster_isolate has not cut off knows it (so a request through any of
  * them reaches it); TK_ETIMEDOUT otherwise. An isolated node is never the
  * answer. */
-int tk_cluster_wait_leader(struct tk_cluster *c, uint32_t timeout_ms,
-                           struct tk_node **out);
+TK_API int tk_cluster_wait_leader(struct tk_cluster *c, uint32_t timeout_ms,
+                                  struct tk_node **out);
 /* Stops node i (as a crash of the process would, minus unsynced loss for the
  * fs store) and restarts it from its storage. */
-int tk_cluster_restart_node(struct tk_cluster *c, uint32_t i);
+TK_API int tk_cluster_restart_node(struct tk_cluster *c, uint32_t i);
 /* Cuts node i off from every peer, or heals it. */
-int tk_cluster_isolate(struct tk_cluster *c, uint32_t i, bool isolated);
+TK_API int tk_cluster_isolate(struct tk_cluster *c, uint32_t i, bool isolated);
 
 struct tk_status {
     uint64_t id;
@@ -119,9 +178,9 @@ struct tk_status {
     uint64_t last_index;
     uint64_t snapshot_index;
 };
-void tk_node_status(struct tk_node *n, struct tk_status *out);
-uint64_t tk_node_leader(struct tk_node *n);
-int tk_node_transfer_leadership(struct tk_node *n, uint64_t to);
+TK_API void tk_node_status(struct tk_node *n, struct tk_status *out);
+TK_API uint64_t tk_node_leader(struct tk_node *n);
+TK_API int tk_node_transfer_leadership(struct tk_node *n, uint64_t to);
 
 /* ---- writes ------------------------------------------------------------ */
 
@@ -142,19 +201,20 @@ typedef void tk_write_cb(int status, const struct tk_write_result *res, void *da
 
 /* Submits an encoded kvpb.Command (proto/kv.proto). Returns 0 (cb runs once),
  * TK_EBUSY (queue full), TK_EINVAL, TK_ESHUTDOWN (cb does not run). */
-int tk_submit_async(struct tk_node *n, const void *cmd, size_t len, enum tk_mode mode,
-                    tk_write_cb *cb, void *data);
+TK_API int tk_submit_async(struct tk_node *n, const void *cmd, size_t len,
+                           enum tk_mode mode, tk_write_cb *cb, void *data);
 /* Blocking forms: return the status; `out` (may be NULL) gets the result. */
-int tk_submit(struct tk_node *n, const void *cmd, size_t len, enum tk_mode mode,
-              struct tk_write_result *out);
-int tk_put(struct tk_node *n, const void *key, size_t key_len, const void *value,
-           size_t value_len, enum tk_mode mode, struct tk_write_result *out);
-int tk_put_async(struct tk_node *n, const void *key, size_t key_len, const void *value,
-                 size_t value_len, enum tk_mode mode, tk_write_cb *cb, void *data);
-int tk_delete(struct tk_node *n, const void *key, size_t key_len, enum tk_mode mode,
-              struct tk_write_result *out);
-int tk_incr(struct tk_node *n, const void *key, size_t key_len, int64_t delta,
-            enum tk_mode mode, struct tk_write_result *out);
+TK_API int tk_submit(struct tk_node *n, const void *cmd, size_t len, enum tk_mode mode,
+                     struct tk_write_result *out);
+TK_API int tk_put(struct tk_node *n, const void *key, size_t key_len, const void *value,
+                  size_t value_len, enum tk_mode mode, struct tk_write_result *out);
+TK_API int tk_put_async(struct tk_node *n, const void *key, size_t key_len,
+                        const void *value, size_t value_len, enum tk_mode mode,
+                        tk_write_cb *cb, void *data);
+TK_API int tk_delete(struct tk_node *n, const void *key, size_t key_len,
+                     enum tk_mode mode, struct tk_write_result *out);
+TK_API int tk_incr(struct tk_node *n, const void *key, size_t key_len, int64_t delta,
+                   enum tk_mode mode, struct tk_write_result *out);
 
 /* An atomic batch, or a transaction: puts and deletes (value NULL = delete). */
 struct tk_op {
@@ -163,8 +223,8 @@ struct tk_op {
     const void *value; /* NULL: delete */
     size_t value_len;
 };
-int tk_batch(struct tk_node *n, const struct tk_op *ops, size_t n_ops, enum tk_mode mode,
-             struct tk_write_result *out);
+TK_API int tk_batch(struct tk_node *n, const struct tk_op *ops, size_t n_ops,
+                    enum tk_mode mode, struct tk_write_result *out);
 /* If every key in `if_versions` has that version (0: absent), apply then_ops,
  * else else_ops; out->succeeded says which. */
 struct tk_version_cmp {
@@ -172,9 +232,10 @@ struct tk_version_cmp {
     size_t key_len;
     uint64_t version;
 };
-int tk_txn(struct tk_node *n, const struct tk_version_cmp *cmps, size_t n_cmps,
-           const struct tk_op *then_ops, size_t n_then, const struct tk_op *else_ops,
-           size_t n_else, enum tk_mode mode, struct tk_write_result *out);
+TK_API int tk_txn(struct tk_node *n, const struct tk_version_cmp *cmps, size_t n_cmps,
+                  const struct tk_op *then_ops, size_t n_then,
+                  const struct tk_op *else_ops, size_t n_else, enum tk_mode mode,
+                  struct tk_write_result *out);
 
 /* ---- reads ------------------------------------------------------------- */
 
@@ -185,11 +246,11 @@ struct tk_value {
     uint64_t mod_revision;
     uint64_t version;
 };
-void tk_value_free(struct tk_value *v);
+TK_API void tk_value_free(struct tk_value *v);
 
 /* Returns 0, TK_ENOTFOUND, TK_ENOLEADER, TK_ETIMEDOUT, TK_ESHUTDOWN. */
-int tk_get(struct tk_node *n, const void *key, size_t key_len, enum tk_consistency c,
-           struct tk_value *out);
+TK_API int tk_get(struct tk_node *n, const void *key, size_t key_len,
+                  enum tk_consistency c, struct tk_value *out);
 
 struct tk_item {
     const uint8_t *key;
@@ -203,7 +264,7 @@ struct tk_item {
  * the item is valid during the call. Return nonzero to stop. */
 typedef int tk_item_cb(const struct tk_item *item, void *data);
 /* Keys with `prefix` (prefix_len 0: all keys), at most `limit` (0: no limit). */
-int tk_scan(struct tk_node *n, const void *prefix, size_t prefix_len, size_t limit,
-            enum tk_consistency c, tk_item_cb *cb, void *data);
+TK_API int tk_scan(struct tk_node *n, const void *prefix, size_t prefix_len, size_t limit,
+                   enum tk_consistency c, tk_item_cb *cb, void *data);
 
 #endif

@@ -8,6 +8,7 @@ PKGS=(
     libuv1-dev libprotobuf-c-dev protobuf-c-compiler liblmdb-dev check
     libhttp-parser-dev libjansson-dev libisal-dev libxxhash-dev
     libclang-rt-14-dev debootstrap iproute2 faketime
+    chromium gnuplot-nox
 )
 
 missing=()

@@ -3,6 +3,11 @@
 # waits for a leader, prints the endpoints and example commands, and stops
 # all three cleanly (SIGTERM, then wait) on Ctrl-C or when one node dies.
 #
+# Ctrl-C: the terminal sends SIGINT to its whole foreground process group.
+# The nodes run in their own sessions (setsid), so it reaches only this script
+# (and make), whose trap stops them with SIGTERM, says so in one line and
+# exits 0 (tests/integration/ctrl_c_test.py types Ctrl-C into a pty).
+#
 # usage: scripts/run-cluster.sh [build-dir]        (make run does this)
 # env:   TIERKV_RUN_RAFT_BASE (7000), TIERKV_RUN_HTTP_BASE (8000): node i uses
 #        base+i; TIERKV_RUN_DATA (./data)
@@ -52,21 +57,22 @@ stopping=0
 stop_all() {
     [ "$stopping" = 1 ] && return
     stopping=1
-    echo
-    echo "stopping the cluster..."
     for pid in "${pids[@]}"; do
         kill -TERM "$pid" 2>/dev/null
     done
     for pid in "${pids[@]}"; do
         wait "$pid" 2>/dev/null
     done
-    echo "stopped (data kept in $data; logs in $data/n*.log)"
+    # One line, on a line of its own after the terminal's ^C.
+    echo
+    echo "run-cluster: stopped the cluster (data kept in $data; logs in $data/n*.log)"
 }
 trap 'stop_all; exit 0' INT TERM
 trap 'stop_all' EXIT
 
 for i in 1 2 3; do
-    "$bin" --id "$i" --members "$members" --members-http "$mhttp" \
+    # setsid: a session of its own, out of the terminal's foreground group.
+    setsid "$bin" --id "$i" --members "$members" --members-http "$mhttp" \
         --listen-http "127.0.0.1:$((http_base + i))" \
         --data-dir "$data/n$i" --store fs >>"$data/n$i.log" 2>&1 &
     pids+=($!)
@@ -114,6 +120,7 @@ Try (any node takes writes: a follower forwards them to the leader, node $leader
   curl 'http://$h1/v1/kv?prefix=gr&limit=10'
   curl http://$h1/v1/cluster
   curl http://$h1/metrics
+  open http://$h1/ui            (the status page, in a browser)
 EOF2
 if [ -x "$cli" ]; then
     eps="$h1,127.0.0.1:$((http_base + 2)),127.0.0.1:$((http_base + 3))"

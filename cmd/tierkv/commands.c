@@ -877,57 +877,126 @@ int cli_cmd_batch(struct cli_global *g, int argc, char **argv)
 
 /* ---- status and members ---- */
 
+/* One row of `status`: GET /v1/cluster and /readyz on `ep`. Returns the row;
+ * *cl gets the /v1/cluster answer (an object, or NULL), *up whether the node
+ * answered. */
+static json_t *status_row(struct cli_global *g, const struct cli_endpoint *ep,
+                          json_t **cl, bool *up)
+{
+    char name[CLI_HOST_MAX + 16], err[512];
+    snprintf(name, sizeof(name), strchr(ep->host, ':') ? "[%s]:%s" : "%s:%s", ep->host,
+             ep->port);
+    json_t *row = json_object();
+    json_object_set_new(row, "endpoint", json_string(name));
+    *cl = NULL;
+    struct cli_response r;
+    int rc = cli_request_one(ep, g->client.timeout_ms, "GET", "/v1/cluster", NULL, NULL,
+                             0, &r, err, sizeof(err));
+    *up = rc == 0;
+    if (rc != 0) {
+        json_object_set_new(row, "reachable", json_false());
+        json_object_set_new(row, "error", json_string(err));
+        return row;
+    }
+    json_object_set_new(row, "reachable", json_true());
+    json_t *j = r.status == 200 ? json_loads(r.body ? r.body : "", 0, NULL) : NULL;
+    cli_response_free(&r);
+    struct cli_response rr;
+    rc = cli_request_one(ep, g->client.timeout_ms, "GET", "/readyz", NULL, NULL, 0, &rr,
+                         err, sizeof(err));
+    json_object_set_new(row, "ready", json_boolean(rc == 0 && rr.status == 200));
+    if (rc == 0)
+        cli_response_free(&rr);
+    if (!json_is_object(j)) {
+        json_decref(j);
+        return row;
+    }
+    if (g->json) {
+        json_object_set(row, "cluster", j);
+    } else {
+        /* Scalars only in the table; members are `tierkv members`. */
+        const char *k;
+        json_t *v;
+        json_object_foreach(j, k, v) if (!json_is_object(v) && !json_is_array(v))
+            json_object_set(row, k, v);
+    }
+    *cl = j;
+    return row;
+}
+
+/* Whether `rows` already has a row for member `id` (a node that answered
+ * with that id) or for the endpoint `name`. */
+static bool status_seen(json_t *rows, json_int_t id, const char *name)
+{
+    size_t i;
+    json_t *row;
+    json_array_foreach(rows, i, row)
+    {
+        json_t *cl = json_object_get(row, "cluster");
+        json_t *rid = json_object_get(cl ? cl : row, "id");
+        if (json_is_integer(rid) && json_integer_value(rid) == id)
+            return true;
+        if (strcmp(json_string_value(json_object_get(row, "endpoint")), name) == 0)
+            return true;
+    }
+    return false;
+}
+
+/* Adds a row for every member that the answers in `clusters` list (by its
+ * "http" address) and that has none yet. A member that does not answer shows
+ * as unreachable; it does not change the exit status. */
+static void status_members(struct cli_global *g, json_t *rows, json_t *clusters)
+{
+    size_t i, k;
+    json_t *cl, *m;
+    json_array_foreach(clusters, i, cl)
+    {
+        json_array_foreach(json_object_get(cl, "members"), k, m)
+        {
+            const char *http = json_string_value(json_object_get(m, "http"));
+            json_int_t id = json_integer_value(json_object_get(m, "id"));
+            struct cli_endpoint ep;
+            if (!http || !http[0] || cli_parse_hostport(http, &ep) != 0)
+                continue;
+            char name[CLI_HOST_MAX + 16];
+            snprintf(name, sizeof(name), strchr(ep.host, ':') ? "[%s]:%s" : "%s:%s",
+                     ep.host, ep.port);
+            if (status_seen(rows, id, name))
+                continue;
+            json_t *mcl;
+            bool up;
+            json_t *row = status_row(g, &ep, &mcl, &up);
+            json_object_set_new(row, "member", json_integer(id));
+            json_decref(mcl);
+            json_array_append_new(rows, row);
+        }
+    }
+}
+
 int cli_cmd_status(struct cli_global *g, int argc, char **argv)
 {
     (void)argv;
     if (argc > 1) {
         printf("usage: tierkv status\n"
-               "  Asks every endpoint for /v1/cluster and /readyz; exits 5 if any is\n"
-               "  unreachable.\n");
+               "  Asks every endpoint for /v1/cluster and /readyz, then every member\n"
+               "  those answers list (by its http address) that is not an endpoint;\n"
+               "  one row per node. Exits 5 if an endpoint is unreachable.\n");
         return strcmp(argv[1], "--help") == 0 ? 0 : CLI_EXIT_USAGE;
     }
     json_t *rows = json_array();
+    json_t *clusters = json_array();
     int code = 0;
     for (size_t i = 0; i < g->client.n_eps; i++) {
-        const struct cli_endpoint *ep = &g->client.eps[i];
-        char name[CLI_HOST_MAX + 16], err[512];
-        snprintf(name, sizeof(name), strchr(ep->host, ':') ? "[%s]:%s" : "%s:%s",
-                 ep->host, ep->port);
-        json_t *row = json_object();
-        json_object_set_new(row, "endpoint", json_string(name));
-        struct cli_response r;
-        int rc = cli_request_one(ep, g->client.timeout_ms, "GET", "/v1/cluster", NULL,
-                                 NULL, 0, &r, err, sizeof(err));
-        if (rc != 0) {
-            json_object_set_new(row, "reachable", json_false());
-            json_object_set_new(row, "error", json_string(err));
+        json_t *cl;
+        bool up;
+        json_array_append_new(rows, status_row(g, &g->client.eps[i], &cl, &up));
+        if (!up)
             code = CLI_EXIT_UNAVAILABLE;
-            json_array_append_new(rows, row);
-            continue;
-        }
-        json_object_set_new(row, "reachable", json_true());
-        json_t *cl = r.status == 200 ? json_loads(r.body ? r.body : "", 0, NULL) : NULL;
-        cli_response_free(&r);
-        struct cli_response rr;
-        rc = cli_request_one(ep, g->client.timeout_ms, "GET", "/readyz", NULL, NULL, 0,
-                             &rr, err, sizeof(err));
-        json_object_set_new(row, "ready", json_boolean(rc == 0 && rr.status == 200));
-        if (rc == 0)
-            cli_response_free(&rr);
-        if (json_is_object(cl)) {
-            if (g->json) {
-                json_object_set(row, "cluster", cl);
-            } else {
-                /* Scalars only in the table; members are `tierkv members`. */
-                const char *k;
-                json_t *v;
-                json_object_foreach(cl, k, v) if (!json_is_object(v) && !json_is_array(v))
-                    json_object_set(row, k, v);
-            }
-        }
-        json_decref(cl);
-        json_array_append_new(rows, row);
+        if (cl)
+            json_array_append_new(clusters, cl);
     }
+    status_members(g, rows, clusters);
+    json_decref(clusters);
     if (g->json) {
         char *s = json_dumps(rows, JSON_COMPACT);
         printf("%s\n", s);

@@ -1,7 +1,12 @@
 /* Embedding tierkv: a three-node cluster inside one process.
  *
- * Build against the tree's static libraries (tests/unit/node/meson.build
- * builds this file as `embed_example` and runs it, also under valgrind):
+ * Build it against an installed tierkv (docs/embedding.md):
+ *
+ *     cc embed.c $(pkg-config --cflags --libs tierkv) -o embed
+ *
+ * tests/consumer does exactly that against a copy installed in a temporary
+ * prefix; tests/unit/node/meson.build also builds it in the tree as
+ * `embed_example` and runs it, also under valgrind.
  *
  *     struct tk_cluster *c;
  *     tk_cluster_start(3, &o, &c);          -- three nodes, in-process transport
@@ -13,7 +18,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "include/tierkv.h"
+#include <tierkv.h>
 
 static int print_item(const struct tk_item *it, void *data)
 {

@@ -96,6 +96,15 @@ check members-json 0 '"members":\[' -- $E --json members
 check status-all-up 0 "leader" -- --endpoints "$LEADER,$FOLLOWER" status
 check status-one-down 5 "false" -- --endpoints "$LEADER,$DEAD" --timeout 1s status
 check status-json 0 '"ready":true' -- --endpoints "$LEADER" --json status
+# Every member, not only the endpoints: asked through the follower alone,
+# status also shows the leader (member 1, found in the follower's /v1/cluster);
+# member 2 is not shown twice (the follower answered as id 2).
+check status-shows-members 0 "$LEADER" -- --endpoints "$FOLLOWER" status
+check status-members-json 0 '"member":1' -- --endpoints "$FOLLOWER" --json status
+"$TIERKV" --endpoints "$FOLLOWER" --json status >"$DIR/out" 2>&1
+if python3 -c 'import json,sys; rows=json.load(open(sys.argv[1])); sys.exit(0 if sorted(r["cluster"]["id"] for r in rows)==[1,2] else 1)' "$DIR/out"; then
+    echo "ok   status-one-row-per-member"; PASS=$((PASS + 1))
+else echo "FAIL status-one-row-per-member"; sed 's/^/  out: /' "$DIR/out"; FAIL=$((FAIL + 1)); fi
 # The leader chase.
 check follower-redirects 0 "hello\|third" -- --endpoints "$FOLLOWER" get greeting
 check dead-then-follower 0 "" -- --endpoints "$DEAD,$FOLLOWER" put chased yes
