@@ -443,6 +443,16 @@ int main(int argc, char **argv)
     if (gc.body_max < gc.value_max)
         die("--max-body-bytes (%zu) must be at least --max-value-bytes (%zu)",
             gc.body_max, gc.value_max);
+    /* A write's command is about its body (or its key and value): one over the
+     * raft frame limit could never be replicated (node_submit refuses it). */
+    if (gc.body_max > NODE_FRAME_MAX)
+        die("--max-body-bytes (%zu) exceeds the raft frame limit (%u bytes; the "
+            "largest entry is %u bytes): such a write could never be replicated",
+            gc.body_max, NODE_FRAME_MAX, NODE_ENTRY_MAX);
+    if (gc.key_max + gc.value_max + 1024 > NODE_ENTRY_MAX)
+        die("--max-key-bytes + --max-value-bytes (%zu) exceed the largest raft entry "
+            "(%u bytes)",
+            gc.key_max + gc.value_max, NODE_ENTRY_MAX);
     gc.header_max = get_size("max-header-bytes", 1024, 1 << 20);
     gc.conns_max = (uint32_t)get_u64("max-connections", 1, 1000000);
     gc.pipeline_max = (uint32_t)get_u64("max-pipeline", 1, 65536);

@@ -42,6 +42,9 @@ def main():
         ([], {"TIERKV_MEMBERS": "nonsense"}, "--members"),
         (["--members-http", "9=127.0.0.1:1"], {}, "--members-http"),
         (["--data-dir", "/proc/forbidden/dir"], {}, "--data-dir"),
+        # Issue 19: a body over the raft frame limit could never be replicated.
+        (["--max-body-bytes", "8M"], {},
+         "--max-body-bytes (8388608) exceeds the raft frame limit (4194304 bytes"),
     ]
     failed = 0
     for args, env, want in bad:

@@ -406,6 +406,51 @@ START_TEST(test_oversized_requests_get_413_and_431)
 }
 END_TEST
 
+/* Issue 19: a command over the largest raft entry is refused (413), never
+ * proposed (where it would be resent forever and stall every later write). */
+START_TEST(test_command_over_the_entry_limit_is_refused_and_writes_go_on)
+{
+    struct fixture f;
+    struct gateway_config gc;
+    gateway_config_default(&gc);
+    gc.body_max = 8u << 20; /* tierkvd refuses this; an embedder may not */
+    fx_start(&f, &gc);
+    size_t vlen = 1000000, n_ops = 5, cap = n_ops * (vlen + 64) + 64;
+    char *body = malloc(cap), *req = malloc(cap + 256);
+    static char buf[65536];
+    size_t len = (size_t)snprintf(body, cap, "{\"ops\":[");
+    for (size_t i = 0; i < n_ops; i++) {
+        len += (size_t)snprintf(body + len, cap - len,
+                                "%s{\"op\":\"put\",\"key\":\"k%zu\","
+                                "\"value\":\"",
+                                i ? "," : "", i);
+        memset(body + len, 'v', vlen);
+        len += vlen;
+        len += (size_t)snprintf(body + len, cap - len, "\"}");
+    }
+    len += (size_t)snprintf(body + len, cap - len, "]}");
+    size_t n =
+        (size_t)snprintf(req, 256,
+                         "POST /v1/batch HTTP/1.1\r\nContent-Type: application/json"
+                         "\r\nContent-Length: %zu\r\n\r\n",
+                         len);
+    memcpy(req + n, body, len);
+    int s = connect_to(f.port);
+    send_all(s, req, n + len);
+    read_responses(s, buf, sizeof(buf), 1);
+    ck_assert_msg(strstr(buf, "HTTP/1.1 413 ") == buf, "5 MB batch: %.300s", buf);
+    ck_assert_msg(strstr(buf, "largest raft entry") != NULL, "%.300s", buf);
+    const char *put = "PUT /v1/kv/after HTTP/1.1\r\nContent-Length: 1\r\n\r\nx";
+    send_all(s, put, strlen(put));
+    read_responses(s, buf, sizeof(buf), 1);
+    ck_assert_msg(strstr(buf, "HTTP/1.1 200 ") == buf, "a PUT after it: %.300s", buf);
+    close(s);
+    free(body);
+    free(req);
+    fx_stop(&f);
+}
+END_TEST
+
 START_TEST(test_stop_with_open_and_half_sent_connections)
 {
     struct fixture f;
@@ -581,6 +626,7 @@ int main(void)
     tcase_add_test(h, test_malformed_request_gets_400_and_server_stays_up);
     tcase_add_test(h, test_route_table_answers_404_405_with_allow_and_counts_routes);
     tcase_add_test(h, test_oversized_requests_get_413_and_431);
+    tcase_add_test(h, test_command_over_the_entry_limit_is_refused_and_writes_go_on);
     tcase_add_test(h, test_stop_with_open_and_half_sent_connections);
     tcase_add_test(h, test_listen_failure_is_reported);
     tcase_add_test(h, test_metrics_export_latency_histograms_read_rounds_and_kv_size);
