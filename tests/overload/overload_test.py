@@ -15,6 +15,7 @@ It prints (never asserts) the normal client's p99 without and with the
 hostile client. Everything is bounded in time (well under two minutes).
 """
 import os
+import resource
 import socket
 import sys
 import threading
@@ -145,6 +146,66 @@ def test_big_batch_is_refused_without_holding_the_loop(cluster):
           ", ".join("%.1f" % (1000 * t) for t in times), flush=True)
 
 
+def test_descriptors_are_raised_and_reserved(binary):
+    # A soft limit of 128 under a hard one of 1024: raised at start, and
+    # --max-connections sized from it with a reserve (1024 - 256 = 768).
+    port = tk.free_ports(1)[0]
+    d = tk.tempfile.mkdtemp(prefix="tierkv-ov-")
+    tk.atexit.register(tk.shutil.rmtree, d, True)
+    log = open(os.path.join(d, "n.log"), "wb")
+    p = tk.subprocess.Popen(
+        [binary, "--store", "fs", "--data-dir", os.path.join(d, "data"),
+         "--listen-http", "127.0.0.1:%d" % port, "--kv-no-sync"],
+        stdout=log, stderr=tk.subprocess.STDOUT,
+        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (128, 1024)))
+    tk._procs.append(p)
+    log.close()
+    try:
+        deadline = time.time() + 15
+        while time.time() < deadline:
+            try:
+                if tk.request(port, "GET", "/readyz", timeout=2)[0] == 200:
+                    break
+            except OSError:
+                pass
+            time.sleep(0.05)
+        text = open(os.path.join(d, "n.log")).read()
+        check("nofile=1024 max_connections=768 reserve=256" in text,
+              "descriptors not raised and sized: %s" % text[-600:])
+        # More idle connections than the limit: the extra are refused (503),
+        # storage keeps its descriptors; once they close, writes go on.
+        socks = []
+        for _ in range(900):
+            try:
+                socks.append(socket.create_connection(("127.0.0.1", port), timeout=5))
+            except OSError:
+                break
+        time.sleep(0.5)
+        for i in range(0, 200, 10):
+            try:  # 503 too_many_connections, maybe closed before the body is sent
+                st, _, data = tk.request(port, "PUT", "/v1/kv/fd-%d" % i, "x" * 1000)
+            except (OSError, tk.http.client.HTTPException):
+                continue
+            check(st in (200, 503), "a write with every slot taken: %d %r" % (st, data))
+        for s in socks:
+            s.close()
+        deadline = time.time() + 10
+        while time.time() < deadline:
+            try:
+                if tk.request(port, "PUT", "/v1/kv/after", "v", timeout=5)[0] == 200:
+                    break
+            except OSError:
+                pass
+            time.sleep(0.1)
+        check(tk.request(port, "PUT", "/v1/kv/after", "v")[0] == 200,
+              "a write after the connections closed failed")
+        check(tk.request(port, "GET", "/readyz")[0] == 200, "/readyz not 200")
+        check(p.poll() is None, "tierkvd exited")
+    finally:
+        p.kill()
+        p.wait(timeout=10)
+
+
 def main():
     binary = sys.argv[1]
     cluster = tk.Cluster(binary, 3)
@@ -153,6 +214,7 @@ def main():
     try:
         cluster.wait_leader()
         failed = tk.run([test_big_batch_is_refused_without_holding_the_loop], cluster)
+        failed += tk.run([test_descriptors_are_raised_and_reserved], binary)
     finally:
         tk.finish(cluster, failed)
 
