@@ -64,10 +64,13 @@ struct http_conn {
     bool read_done; /* parse nothing more (error, Connection: close) */
     bool rejecting;
     int phase;
-    uint32_t phase_changes;  /* re-arm the timer when this moves */
-    uint32_t inflight;       /* requests parsed whose response is not yet written */
-    uint32_t n_deferred;     /* requests held back by http_dispatch */
-    uint32_t pending_writes; /* dispatched writes not yet answered */
+    uint32_t phase_changes;      /* re-arm the timer when this moves */
+    uint32_t inflight;           /* requests parsed whose response is not yet written */
+    uint32_t n_deferred;         /* requests held back by http_dispatch */
+    uint32_t pending_writes;     /* dispatched writes not yet answered */
+    size_t out_bytes;            /* response bytes handed to uv_write, not yet out */
+    bool write_timing;           /* the timer is the write deadline */
+    uint32_t rbuf_off, rbuf_len; /* bytes of rbuf not parsed yet (parser paused) */
     bool resuming, resume_again;
     struct http_request *head, *tail;
     struct http_request *cur;
@@ -88,6 +91,7 @@ struct write_req {
     struct http_conn *c;
     uint32_t n;
     bool close;
+    size_t bytes;
     struct http_request *reqs[WRITE_BUFS];
     uv_buf_t bufs[WRITE_BUFS];
 };
@@ -106,6 +110,7 @@ struct http_server {
     struct http_conn *conns; /* doubly linked */
     uint32_t n_conns;
     uint32_t n_rejecting;
+    size_t mem_bytes;        /* every request's body_cap + resp_len */
     struct http_stats stats; /* conns_open is n_conns, filled on read */
 };
 
@@ -159,6 +164,7 @@ static void conn_resume(struct http_conn *c);
 static void conn_timer_update(struct http_conn *c);
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf);
 static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf);
+static void conn_feed(struct http_conn *c, const char *data, size_t len);
 
 /* ---- requests ---------------------------------------------------------- */
 
@@ -174,11 +180,32 @@ static struct http_request *req_new(struct http_conn *c)
 static void req_free(struct http_request *r)
 {
     struct http_server *srv = r->conn->srv;
+    srv->mem_bytes -= r->mem_bytes;
     srv->cb.on_close(r, srv->data);
     tk_free(r->url);
     tk_free(r->body);
     tk_free(r->resp);
     tk_free(r);
+}
+
+/* Brings the server's count of held bytes up to date with r's. */
+static void req_count_mem(struct http_request *r)
+{
+    struct http_server *srv = r->conn->srv;
+    size_t now = r->body_cap + r->resp_len;
+    srv->mem_bytes = srv->mem_bytes - r->mem_bytes + now;
+    r->mem_bytes = now;
+}
+
+/* Would `more` bytes pass the server's memory budget? */
+static bool over_budget(const struct http_server *srv, size_t more)
+{
+    return srv->cfg.mem_max != 0 && srv->mem_bytes + more > srv->cfg.mem_max;
+}
+
+static size_t conn_out_max(const struct http_server *srv)
+{
+    return srv->cfg.conn_out_max ? srv->cfg.conn_out_max : 2 * srv->cfg.body_max;
 }
 
 static void conn_enqueue(struct http_conn *c, struct http_request *r)
@@ -265,6 +292,17 @@ void http_respond(struct http_request *req, int status, const char *content_type
     struct http_server *srv = c->srv;
     TK_ASSERT(!req->done);
     TK_ASSERT(!req->deferred);
+    if (body_len > 4096 && !c->closing && over_budget(srv, body_len)) {
+        /* Answer small instead, and close: the client may retry later. */
+        char ra[64];
+        snprintf(ra, sizeof(ra), "Retry-After: %u\r\n", srv->cfg.retry_after_s);
+        req->keep_alive = false;
+        srv->stats.overloaded++;
+        http_respond_error(req, 503, "overloaded", ra,
+                           "the server holds too many request and response bytes; "
+                           "retry later");
+        return;
+    }
     req->done = true;
     if (req->counted_write) {
         req->counted_write = false;
@@ -286,6 +324,7 @@ void http_respond(struct http_request *req, int status, const char *content_type
     tk_free(req->body); /* no longer needed; keep memory per queued response low */
     req->body = NULL;
     req->body_len = req->body_cap = 0;
+    req_count_mem(req);
     conn_flush(c);
     if (c->n_deferred > 0 && !c->closing)
         conn_resume(c);
@@ -371,6 +410,25 @@ void http_respond_error(struct http_request *req, int status, const char *code,
 
 /* ---- writing ----------------------------------------------------------- */
 
+/* Reading starts again after a pause (pipeline_max, conn_out_max): first the
+ * bytes the paused parser left in rbuf, then the socket. */
+static void conn_read_resume(struct http_conn *c)
+{
+    c->read_paused = false;
+    if (HTTP_PARSER_ERRNO(&c->parser) == HPE_PAUSED) {
+        http_parser_pause(&c->parser, 0);
+        if (c->rbuf_len > 0) {
+            uint32_t off = c->rbuf_off, n = c->rbuf_len;
+            c->rbuf_len = 0;
+            conn_feed(c, c->rbuf + off, n);
+            if (c->closing || c->read_paused || c->read_done)
+                return;
+        }
+    }
+    if (uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) != 0)
+        conn_close(c);
+}
+
 static void on_written(uv_write_t *wr, int status)
 {
     struct write_req *w = (struct write_req *)wr;
@@ -379,6 +437,7 @@ static void on_written(uv_write_t *wr, int status)
         req_free(w->reqs[i]);
     TK_ASSERT(c->inflight >= w->n);
     c->inflight -= w->n;
+    c->out_bytes -= w->bytes;
     bool close = w->close || status < 0;
     tk_free(w);
     if (c->closing)
@@ -393,15 +452,17 @@ static void on_written(uv_write_t *wr, int status)
         return;
     }
     if (c->read_paused && !c->read_done &&
-        c->inflight < c->srv->cfg.pipeline_max / 2 + 1) {
-        c->read_paused = false;
-        if (uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) != 0) {
-            conn_close(c);
+        c->inflight < c->srv->cfg.pipeline_max / 2 + 1 &&
+        c->out_bytes < conn_out_max(c->srv) / 2) {
+        conn_read_resume(c);
+        if (c->closing)
             return;
-        }
     }
-    if (c->inflight == 0 && c->phase == PH_IDLE)
+    /* Bytes went out: the write deadline starts again (or the idle timer). */
+    if (c->phase == PH_IDLE || c->read_done) {
+        c->write_timing = false;
         conn_timer_update(c);
+    }
 }
 
 /* Sends w's buffers; on_written runs when they are out. The plaintext seam
@@ -423,6 +484,7 @@ static void conn_flush(struct http_conn *c)
                 c->tail = NULL;
             w->reqs[w->n] = r;
             w->bufs[w->n] = uv_buf_init(r->resp, (unsigned)r->resp_len);
+            w->bytes += r->resp_len;
             w->n++;
             if (r->close_after) {
                 w->close = true;
@@ -438,12 +500,22 @@ static void conn_flush(struct http_conn *c)
             conn_close(c);
             return;
         }
+        c->out_bytes += w->bytes;
         if (w->close) {
             /* Requests after a closing response are never answered. */
             uv_read_stop((uv_stream_t *)&c->tcp);
             break;
         }
     }
+    if (c->closing)
+        return;
+    /* A client that does not read: parse nothing more until it does. */
+    if (!c->read_done && !c->read_paused && c->out_bytes >= conn_out_max(c->srv)) {
+        c->read_paused = true;
+        uv_read_stop((uv_stream_t *)&c->tcp);
+    }
+    if (c->out_bytes > 0 && (c->phase == PH_IDLE || c->read_done))
+        conn_timer_update(c);
 }
 
 /* ---- closing ----------------------------------------------------------- */
@@ -513,7 +585,12 @@ static void conn_fail(struct http_conn *c, int status, const char *code, const c
     r->keep_alive = false;
     r->close_after = true;
     conn_enqueue(c, r);
-    http_respond_error(r, status, code, NULL, "%s", msg);
+    char ra[64] = "";
+    if (status == 503) {
+        snprintf(ra, sizeof(ra), "Retry-After: %u\r\n", c->srv->cfg.retry_after_s);
+        c->srv->stats.overloaded++;
+    }
+    http_respond_error(r, status, code, ra[0] ? ra : NULL, "%s", msg);
 }
 
 static int parse_fail(struct http_conn *c, int status, const char *code, const char *fmt,
@@ -703,10 +780,12 @@ static int on_headers_complete(http_parser *p)
     if ((p->flags & F_CONTENTLENGTH) && p->content_length > srv->cfg.body_max)
         return parse_fail(c, 413, "body_too_large", "body of %llu bytes exceeds %zu",
                           (unsigned long long)p->content_length, srv->cfg.body_max);
-    if ((p->flags & F_CONTENTLENGTH) && p->content_length > 0) {
-        r->body_cap = (size_t)p->content_length;
-        r->body = tk_malloc(r->body_cap);
-    }
+    /* The body buffer grows as bytes arrive (on_body), never from a
+     * Content-Length alone; the budget is asked for the announced size. */
+    if ((p->flags & F_CONTENTLENGTH) && over_budget(srv, (size_t)p->content_length))
+        return parse_fail(c, 503, "overloaded",
+                          "the server holds too many request and response bytes; "
+                          "retry later");
     if (c->expect_continue && c->head == NULL) {
         /* Best effort, beside conn_write (a TLS layer must wrap it too). */
         static char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
@@ -731,8 +810,13 @@ static int on_body(http_parser *p, const char *at, size_t len)
             cap *= 2;
         if (cap > max)
             cap = max;
+        if (over_budget(c->srv, cap - r->body_cap))
+            return parse_fail(c, 503, "overloaded",
+                              "the server holds too many request and response bytes; "
+                              "retry later");
         r->body = tk_realloc(r->body, cap);
         r->body_cap = cap;
+        req_count_mem(r);
     }
     memcpy(r->body + r->body_len, at, len);
     r->body_len += len;
@@ -761,6 +845,10 @@ static int on_message_complete(http_parser *p)
     if (!r->keep_alive)
         c->read_done = true;
     c->srv->cb.on_request(r, c->srv->data);
+    /* pipeline_max counts requests as they are parsed: stop parsing here, the
+     * rest of the read waits in rbuf (conn_feed, conn_read_resume). */
+    if (!c->closing && !c->read_done && c->inflight >= c->srv->cfg.pipeline_max)
+        http_parser_pause(p, 1);
     return 0;
 }
 
@@ -782,6 +870,13 @@ static void on_timer(uv_timer_t *t)
     struct http_conn *c = t->data;
     if (c->closing)
         return;
+    if (c->out_bytes > 0 && (c->phase == PH_IDLE || c->read_done)) {
+        /* Responses not drained within write_timeout_ms: a client that does
+         * not read is cut off, with what it holds. */
+        c->srv->stats.conns_timed_out++;
+        conn_close(c);
+        return;
+    }
     if (c->phase == PH_IDLE || c->rejecting || c->read_done) {
         if (c->inflight == 0 || c->rejecting)
             conn_close(c);
@@ -798,7 +893,16 @@ static void conn_timer_update(struct http_conn *c)
     const struct http_config *cfg = &c->srv->cfg;
     if (c->closing)
         return;
-    switch (c->phase) {
+    int phase = c->read_done ? PH_IDLE : c->phase;
+    if (phase == PH_IDLE && c->inflight > 0 && c->out_bytes > 0) {
+        /* The write deadline runs from the last progress (on_written). */
+        if (!c->write_timing)
+            uv_timer_start(&c->timer, on_timer, cfg->write_timeout_ms, 0);
+        c->write_timing = true;
+        return;
+    }
+    c->write_timing = false;
+    switch (phase) {
     case PH_HEADERS:
         uv_timer_start(&c->timer, on_timer, cfg->header_timeout_ms, 0);
         break;
@@ -810,7 +914,7 @@ static void conn_timer_update(struct http_conn *c)
             uv_timer_start(&c->timer, on_timer, cfg->idle_timeout_ms,
                            cfg->idle_timeout_ms);
         else
-            uv_timer_stop(&c->timer);
+            uv_timer_stop(&c->timer); /* waiting for the node: its deadline */
         break;
     }
 }
@@ -834,7 +938,11 @@ static void conn_feed(struct http_conn *c, const char *data, size_t len)
     if (c->closing)
         return;
     enum http_errno e = HTTP_PARSER_ERRNO(&c->parser);
-    if (!c->read_done && (e != HPE_OK || done != len)) {
+    if (e == HPE_PAUSED && !c->read_done) {
+        /* pipeline_max reached mid-read (on_message_complete): keep the rest. */
+        c->rbuf_off = (uint32_t)(data + done - c->rbuf);
+        c->rbuf_len = (uint32_t)(len - done);
+    } else if (!c->read_done && (e != HPE_OK || done != len)) {
         if (c->err_status != 0) {
             conn_fail(c, c->err_status, c->err_code, c->err_msg);
         } else if (e == HPE_HEADER_OVERFLOW) {
@@ -853,7 +961,7 @@ static void conn_feed(struct http_conn *c, const char *data, size_t len)
         return;
     if (c->phase_changes != changes_before || c->phase == PH_IDLE)
         conn_timer_update(c);
-    if (!c->read_done && c->inflight >= c->srv->cfg.pipeline_max) {
+    if (!c->read_done && (c->inflight >= c->srv->cfg.pipeline_max || e == HPE_PAUSED)) {
         c->read_paused = true;
         uv_read_stop((uv_stream_t *)&c->tcp);
     }
@@ -1045,6 +1153,7 @@ void http_server_stats(const struct http_server *srv, struct http_stats *out)
 {
     *out = srv->stats;
     out->conns_open = srv->n_conns;
+    out->mem_bytes = srv->mem_bytes;
 }
 
 void http_server_free(struct http_server *srv)

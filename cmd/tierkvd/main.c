@@ -76,6 +76,8 @@ static struct opt opts[] = {
      "end of headers to end of body (then 408 and close)", 0, 0},
     {"idle-timeout-ms", "TIERKV_IDLE_TIMEOUT_MS", "60000",
      "keep-alive connection without a request is closed after this", 0, 0},
+    {"write-timeout-ms", "TIERKV_WRITE_TIMEOUT_MS", "30000",
+     "responses queued for a client that does not read them within this: closed", 0, 0},
     {"max-key-bytes", "TIERKV_MAX_KEY_BYTES", "4K", "largest key (at most 4K)", 0, 0},
     {"max-value-bytes", "TIERKV_MAX_VALUE_BYTES", "1M", "largest value (at most 1M)", 0,
      0},
@@ -89,6 +91,9 @@ static struct opt opts[] = {
      0, 0},
     {"max-pipeline", "TIERKV_MAX_PIPELINE", "64",
      "requests in flight per connection before reading pauses", 0, 0},
+    {"max-memory-bytes", "TIERKV_MAX_MEMORY_BYTES", "512M",
+     "request bodies + queued responses of all connections (beyond: 503 overloaded)", 0,
+     0},
     {"scan-limit-max", "TIERKV_SCAN_LIMIT_MAX", "10000", "largest ?limit of a scan", 0,
      0},
     {"snapshot-entries", "TIERKV_SNAPSHOT_ENTRIES", "100000",
@@ -510,6 +515,11 @@ int main(int argc, char **argv)
     gc.header_timeout_ms = get_u64("header-timeout-ms", 1, 3600000);
     gc.body_timeout_ms = get_u64("body-timeout-ms", 1, 3600000);
     gc.idle_timeout_ms = get_u64("idle-timeout-ms", 1, 86400000);
+    gc.write_timeout_ms = get_u64("write-timeout-ms", 1, 3600000);
+    gc.mem_max = get_size("max-memory-bytes", 1 << 20, 1ull << 40);
+    if (gc.mem_max < gc.body_max)
+        die("--max-memory-bytes (%zu) must be at least --max-body-bytes (%zu)",
+            gc.mem_max, gc.body_max);
     gc.scan_limit_max = (uint32_t)get_u64("scan-limit-max", 1, 1000000);
     if (gc.scan_limit_default > gc.scan_limit_max)
         gc.scan_limit_default = gc.scan_limit_max;
