@@ -224,6 +224,9 @@ static int build_op(struct bctx *c, json_t *o, size_t idx, bool allow_incr, Kvpb
         if (get_string_bytes(c, v, what, c->req->gw->cfg.value_max, &p->value) != 0 ||
             get_u64(c, o, "ttl_ms", &has, &p->ttl_ms) != 0)
             return TK_EINVAL;
+        if (p->ttl_ms > API_TTL_MS_MAX)
+            return api__body_fail(c, 400, "op %zu: ttl_ms is out of range (at most %llu)",
+                                  idx, API_TTL_MS_MAX);
         if (json_object_get(o, "delta"))
             return api__body_fail(c, 400, "op %zu: \"delta\" is for incr", idx);
         op->op_case = KVPB__OP__OP_PUT;

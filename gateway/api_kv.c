@@ -267,6 +267,9 @@ static int put_finish(struct bctx *c, const struct put_args *a, Kvpb__Put *put,
     if ((int)a->has_ifv + (int)a->has_ifm + (int)a->if_absent > 1)
         return api__body_fail(
             c, 400, "give at most one of if_version, if_mod_revision, if_absent");
+    if (a->ttl > API_TTL_MS_MAX)
+        return api__body_fail(c, 400, "ttl_ms %llu is out of range (at most %llu)",
+                              (unsigned long long)a->ttl, API_TTL_MS_MAX);
     put->ttl_ms = a->ttl;
     if (a->has_ifv || a->has_ifm || a->if_absent) {
         cond->target = a->has_ifv   ? KVPB__COMPARE__TARGET__VERSION

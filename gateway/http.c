@@ -71,6 +71,7 @@ struct http_conn {
     size_t out_bytes;            /* response bytes handed to uv_write, not yet out */
     bool write_timing;           /* the timer is the write deadline */
     uint32_t rbuf_off, rbuf_len; /* bytes of rbuf not parsed yet (parser paused) */
+    const char *hseg; /* in the bytes being parsed: header bytes counted up to here */
     bool resuming, resume_again;
     struct http_request *head, *tail;
     struct http_request *cur;
@@ -264,7 +265,9 @@ static void req_build_response(struct http_request *req, int status,
                       "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n%s%s",
                       status, http_reason(status),
                       content_type ? content_type : "application/json", body_len, common,
-                      req->close_after ? "Connection: close\r\n" : "");
+                      req->close_after ? "Connection: close\r\n"
+                      : req->http10    ? "Connection: keep-alive\r\n"
+                                       : "");
     TK_ASSERT(hn > 0);
     TK_ASSERT((size_t)hn < sizeof(head));
     size_t extra_len = extra ? strlen(extra) : 0;
@@ -607,9 +610,13 @@ static int parse_fail(struct http_conn *c, int status, const char *code, const c
     return -1;
 }
 
-static int count_header(struct http_conn *c, size_t len)
+/* Counts the header block up to at + len: the whole block, separators,
+ * whitespace and line ends included (from c->hseg, where the last counted
+ * bytes of this read ended; conn_feed counts a read's tail). */
+static int count_header(struct http_conn *c, const char *at, size_t len)
 {
-    c->header_bytes += len;
+    c->header_bytes += (size_t)(at + len - c->hseg);
+    c->hseg = at + len;
     if (c->header_bytes > c->srv->cfg.header_max)
         return parse_fail(c, 431, "header_too_large",
                           "request line and headers exceed %zu bytes",
@@ -636,10 +643,10 @@ static int on_message_begin(http_parser *p)
 static int on_url(http_parser *p, const char *at, size_t len)
 {
     struct http_conn *c = p->data;
-    if (c->header_bytes + len > c->srv->cfg.header_max)
+    if (c->header_bytes + (size_t)(at + len - c->hseg) > c->srv->cfg.header_max)
         return parse_fail(c, 414, "uri_too_long", "request URI exceeds %zu bytes",
                           c->srv->cfg.header_max);
-    count_header(c, len);
+    count_header(c, at, len);
     struct http_request *r = c->cur;
     r->url = tk_realloc(r->url, r->url_len + len + 1);
     memcpy(r->url + r->url_len, at, len);
@@ -675,7 +682,9 @@ static void header_done(struct http_conn *c)
 static int on_header_field(http_parser *p, const char *at, size_t len)
 {
     struct http_conn *c = p->data;
-    if (count_header(c, len) != 0)
+    if (c->phase == PH_BODY)
+        return 0; /* a chunked body's trailer: ignored, never a header */
+    if (count_header(c, at, len) != 0)
         return -1;
     if (c->in_value) {
         header_done(c);
@@ -718,7 +727,9 @@ static int on_header_value(http_parser *p, const char *at, size_t len)
 {
     struct http_conn *c = p->data;
     struct http_request *r = c->cur;
-    if (count_header(c, len) != 0)
+    if (c->phase == PH_BODY)
+        return 0; /* a trailer's value */
+    if (count_header(c, at, len) != 0)
         return -1;
     if (!c->in_value) {
         c->hdr = c->hval_len < sizeof(c->hval) ? classify(c->srv, c->hval, c->hval_len)
@@ -777,6 +788,7 @@ static int on_headers_complete(http_parser *p)
     if (r->has_digest && r->digest == 0)
         r->digest = 1;
     r->method = p->method;
+    r->http10 = p->http_minor == 0;
     if ((p->flags & F_CONTENTLENGTH) && p->content_length > srv->cfg.body_max)
         return parse_fail(c, 413, "body_too_large", "body of %llu bytes exceeds %zu",
                           (unsigned long long)p->content_length, srv->cfg.body_max);
@@ -820,6 +832,7 @@ static int on_body(http_parser *p, const char *at, size_t len)
     }
     memcpy(r->body + r->body_len, at, len);
     r->body_len += len;
+    c->hseg = at + len; /* a pipelined request's headers start after this */
     return 0;
 }
 
@@ -934,10 +947,14 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 static void conn_feed(struct http_conn *c, const char *data, size_t len)
 {
     uint32_t changes_before = c->phase_changes;
+    c->hseg = data;
     size_t done = http_parser_execute(&c->parser, &parser_settings, data, len);
     if (c->closing)
         return;
     enum http_errno e = HTTP_PARSER_ERRNO(&c->parser);
+    if (e == HPE_OK && c->phase == PH_HEADERS && !c->read_done &&
+        count_header(c, data + done, 0) != 0)
+        e = HPE_CB_header_value; /* the block passed header_max mid-read */
     if (e == HPE_PAUSED && !c->read_done) {
         /* pipeline_max reached mid-read (on_message_complete): keep the rest. */
         c->rbuf_off = (uint32_t)(data + done - c->rbuf);
@@ -1013,11 +1030,32 @@ static void conn_reject(struct http_conn *c)
                        srv->cfg.conns_max);
 }
 
+/* At the connection limit, an idle keep-alive connection (no request in
+ * flight, none being received) gives way to the new one: the oldest among
+ * the IDLE_SCAN_MAX newest connections, so the scan stays bounded. */
+#define IDLE_SCAN_MAX 1024
+static void evict_idle(struct http_server *srv)
+{
+    struct http_conn *old = NULL;
+    uint32_t seen = 0;
+    for (struct http_conn *c = srv->conns; c != NULL && seen < IDLE_SCAN_MAX;
+         c = c->next, seen++)
+        if (!c->rejecting && !c->closing && !c->read_done && c->phase == PH_IDLE &&
+            c->inflight == 0 && c->cur == NULL)
+            old = c;
+    if (old != NULL) {
+        srv->stats.conns_evicted++;
+        conn_close(old);
+    }
+}
+
 static void on_connection(uv_stream_t *server, int status)
 {
     struct http_server *srv = server->data;
     if (status < 0 || srv->stopping)
         return;
+    if (srv->n_conns >= srv->cfg.conns_max)
+        evict_idle(srv);
     struct http_conn *c = tk_calloc(1, sizeof(*c));
     c->srv = srv;
     uv_tcp_init(srv->loop, &c->tcp);

@@ -28,7 +28,7 @@
  * connection <= conn_out_max (reading pauses) and drained within
  * write_timeout_ms (else the connection closes), bodies + responses of all
  * connections <= mem_max (503 overloaded), connections <= conns_max (503 and
- * close). Each limit and
+ * close; an idle keep-alive connection is closed first to make room). Each limit and
  * each timeout is per connection, in http.c: the place for later
  * per-connection limits and a TLS layer under the parser. */
 #ifndef TK_GATEWAY_HTTP_H
@@ -111,6 +111,7 @@ struct http_request {
     bool counted_write; /* counted in the connection's pending writes */
     bool done;
     bool close_after; /* Connection: close after this response */
+    bool http10;      /* an HTTP/1.0 request (keep-alive must be said) */
     char *resp;
     size_t resp_len;
     size_t mem_bytes; /* body_cap + resp_len, counted in the server's */
@@ -145,6 +146,7 @@ struct http_stats {
     uint64_t conns_rejected;  /* over conns_max */
     uint64_t conns_timed_out; /* slow headers or body, or a client not reading */
     uint64_t overloaded;      /* answered 503 overloaded (mem_max) */
+    uint64_t conns_evicted;   /* idle ones closed for a new one at conns_max */
     uint64_t mem_bytes;       /* bodies + responses held now */
     uint64_t bad_requests;    /* errors answered 400, 408, 413, 414 or 431 */
 };

@@ -611,6 +611,72 @@ START_TEST(test_metrics_export_latency_histograms_read_rounds_and_kv_size)
 }
 END_TEST
 
+/* Issue 19's conformance gaps: the header limit counts the whole block, a
+ * chunked trailer is never a header, an out-of-range TTL is a 400 and an
+ * HTTP/1.0 keep-alive is answered as one. */
+START_TEST(test_header_block_trailers_ttl_range_and_http10_keepalive)
+{
+    struct fixture f;
+    fx_start(&f, NULL);
+    static char buf[65536], req[65536];
+    /* 5000 one-byte headers: 20 KB of block, 5 KB of names and values. */
+    size_t n = (size_t)snprintf(req, sizeof(req), "GET /healthz HTTP/1.1\r\n");
+    for (int i = 0; i < 5000; i++) {
+        memcpy(req + n, "a:b\r\n", 5);
+        n += 5;
+    }
+    memcpy(req + n, "\r\n", 2);
+    int s = connect_to(f.port);
+    send_all(s, req, n + 2);
+    read_responses(s, buf, sizeof(buf), 1);
+    ck_assert_msg(strstr(buf, "HTTP/1.1 431 ") == buf, "tiny headers: %.200s", buf);
+    close(s);
+    /* One header padded with 30 KB of whitespace. */
+    n = (size_t)snprintf(req, sizeof(req), "GET /healthz HTTP/1.1\r\nX-Pad:");
+    memset(req + n, ' ', 30000);
+    n += 30000;
+    n += (size_t)snprintf(req + n, sizeof(req) - n, "v\r\n\r\n");
+    s = connect_to(f.port);
+    send_all(s, req, n);
+    read_responses(s, buf, sizeof(buf), 1);
+    ck_assert_msg(strstr(buf, "HTTP/1.1 431 ") == buf, "padded header: %.200s", buf);
+    close(s);
+    /* A trailer naming a JSON body changes nothing: the raw value is kept. */
+    const char *chunked = "PUT /v1/kv/tr HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"
+                          "3\r\nraw\r\n0\r\nContent-Type: application/json\r\n\r\n";
+    s = connect_to(f.port);
+    send_all(s, chunked, strlen(chunked));
+    read_responses(s, buf, sizeof(buf), 1);
+    ck_assert_msg(strstr(buf, "HTTP/1.1 200 ") == buf, "trailer: %.300s", buf);
+    const char *get = "GET /v1/kv/tr?raw HTTP/1.1\r\n\r\n";
+    send_all(s, get, strlen(get));
+    read_responses(s, buf, sizeof(buf), 1);
+    ck_assert_msg(strstr(buf, "HTTP/1.1 200 ") == buf && strstr(buf, "\r\n\r\nraw"),
+                  "raw value after a trailer: %.300s", buf);
+    /* A TTL that would overflow the clock: 400, not 409 not_a_number. */
+    const char *ttl = "PUT /v1/kv/t?ttl_ms=18446744073709551615 HTTP/1.1\r\n"
+                      "Content-Length: 1\r\n\r\nx";
+    send_all(s, ttl, strlen(ttl));
+    read_responses(s, buf, sizeof(buf), 1);
+    ck_assert_msg(strstr(buf, "HTTP/1.1 400 ") == buf, "ttl overflow: %.300s", buf);
+    close(s);
+    /* HTTP/1.0 with keep-alive: said in the answer, and the connection stays. */
+    const char *h10 = "GET /healthz HTTP/1.0\r\nConnection: keep-alive\r\n\r\n";
+    s = connect_to(f.port);
+    send_all(s, h10, strlen(h10));
+    size_t got = read_responses(s, buf, sizeof(buf), 1);
+    ck_assert_msg(strstr(buf, "HTTP/1.1 200 ") == buf, "1.0: %.300s", buf);
+    ck_assert_msg(strcasestr(buf, "Connection: keep-alive\r\n") != NULL, "1.0: %.300s",
+                  buf);
+    send_all(s, h10, strlen(h10));
+    memset(buf, 0, got + 1);
+    read_responses(s, buf, sizeof(buf), 1);
+    ck_assert_msg(strstr(buf, "HTTP/1.1 200 ") == buf, "1.0 again: %.300s", buf);
+    close(s);
+    fx_stop(&f);
+}
+END_TEST
+
 /* ---- issue 19: slow readers and memory ---------------------------------- */
 
 /* One series of GET /metrics, on a fresh connection. */
@@ -764,6 +830,7 @@ int main(void)
     tcase_add_test(h, test_listen_failure_is_reported);
     tcase_add_test(h, test_metrics_export_latency_histograms_read_rounds_and_kv_size);
     tcase_add_test(h, test_client_that_does_not_read_is_bounded_and_cut);
+    tcase_add_test(h, test_header_block_trailers_ttl_range_and_http10_keepalive);
     tcase_add_test(h, test_body_memory_grows_with_bytes_and_the_budget_answers_503);
     suite_add_tcase(s, h);
     SRunner *sr = srunner_create(s);
