@@ -162,6 +162,10 @@ static void get_read_cb(struct node_req *nreq, int status, struct kv_sm *sm, voi
         api__respond_rc(req, status);
         return;
     }
+    if (http_overloaded(req->http)) {
+        http_respond_overloaded(req->http); /* without building the answer */
+        return;
+    }
     struct kv_item it;
     int rc = kv_sm_get(sm, req->key, req->key_len, &it);
     if (rc != 0) {
@@ -218,6 +222,10 @@ static void scan_read_cb(struct node_req *nreq, int status, struct kv_sm *sm, vo
     req->submitted = false;
     if (status != 0) {
         api__respond_rc(req, status);
+        return;
+    }
+    if (http_overloaded(req->http)) {
+        http_respond_overloaded(req->http); /* without building the answer */
         return;
     }
     struct scan_state s = {

@@ -69,6 +69,7 @@ struct http_conn {
     uint32_t n_deferred;         /* requests held back by http_dispatch */
     uint32_t pending_writes;     /* dispatched writes not yet answered */
     size_t out_bytes;            /* response bytes handed to uv_write, not yet out */
+    size_t resp_held;            /* response bytes built and not yet written out */
     bool write_timing;           /* the timer is the write deadline */
     uint32_t rbuf_off, rbuf_len; /* bytes of rbuf not parsed yet (parser paused) */
     const char *hseg; /* in the bytes being parsed: header bytes counted up to here */
@@ -112,6 +113,8 @@ struct http_server {
     uint32_t n_conns;
     uint32_t n_rejecting;
     size_t mem_bytes;        /* every request's body_cap + resp_len */
+    uint64_t turn_ms;        /* uv_now of the loop turn turn_built counts */
+    size_t turn_built;       /* large response bytes built in that turn */
     struct http_stats stats; /* conns_open is n_conns, filled on read */
 };
 
@@ -182,6 +185,8 @@ static void req_free(struct http_request *r)
 {
     struct http_server *srv = r->conn->srv;
     srv->mem_bytes -= r->mem_bytes;
+    if (r->resp != NULL)
+        r->conn->resp_held -= r->resp_len;
     srv->cb.on_close(r, srv->data);
     tk_free(r->url);
     tk_free(r->body);
@@ -288,6 +293,41 @@ static void req_build_response(struct http_request *req, int status,
         memcpy(o, body, send_len);
 }
 
+/* Large answers built in one loop turn: at most body_max bytes beyond the
+ * first (building them touches fresh memory: on a VM, page faults cost about
+ * 10-30 ms a MiB, and the loop also runs Raft). */
+static bool turn_full(struct http_server *srv, size_t len)
+{
+    uint64_t now = uv_now(srv->loop);
+    if (now != srv->turn_ms) {
+        srv->turn_ms = now;
+        srv->turn_built = 0;
+    }
+    if (srv->turn_built > 0 && srv->turn_built + len >= srv->cfg.body_max)
+        return true;
+    srv->turn_built += len;
+    return false;
+}
+
+bool http_overloaded(const struct http_request *req)
+{
+    const struct http_conn *c = req->conn;
+    return c->resp_held >= conn_out_max(c->srv) || over_budget(c->srv, 0) ||
+           turn_full(c->srv, 0);
+}
+
+void http_respond_overloaded(struct http_request *req)
+{
+    struct http_server *srv = req->conn->srv;
+    char ra[64];
+    snprintf(ra, sizeof(ra), "Retry-After: %u\r\n", srv->cfg.retry_after_s);
+    req->keep_alive = false;
+    srv->stats.overloaded++;
+    http_respond_error(req, 503, "overloaded", ra,
+                       "the server (or this connection) holds too many request and "
+                       "response bytes; retry later");
+}
+
 void http_respond(struct http_request *req, int status, const char *content_type,
                   const char *extra, const void *body, size_t body_len)
 {
@@ -295,15 +335,10 @@ void http_respond(struct http_request *req, int status, const char *content_type
     struct http_server *srv = c->srv;
     TK_ASSERT(!req->done);
     TK_ASSERT(!req->deferred);
-    if (body_len > 4096 && !c->closing && over_budget(srv, body_len)) {
-        /* Answer small instead, and close: the client may retry later. */
-        char ra[64];
-        snprintf(ra, sizeof(ra), "Retry-After: %u\r\n", srv->cfg.retry_after_s);
-        req->keep_alive = false;
-        srv->stats.overloaded++;
-        http_respond_error(req, 503, "overloaded", ra,
-                           "the server holds too many request and response bytes; "
-                           "retry later");
+    if (body_len > 4096 && !c->closing &&
+        (over_budget(srv, body_len) || c->resp_held + body_len > conn_out_max(srv) ||
+         turn_full(srv, body_len))) {
+        http_respond_overloaded(req); /* small instead, and close */
         return;
     }
     req->done = true;
@@ -324,6 +359,7 @@ void http_respond(struct http_request *req, int status, const char *content_type
     if (!req->keep_alive || srv->stopping)
         req->close_after = true;
     req_build_response(req, status, content_type, common, extra, body, body_len);
+    c->resp_held += req->resp_len;
     tk_free(req->body); /* no longer needed; keep memory per queued response low */
     req->body = NULL;
     req->body_len = req->body_cap = 0;

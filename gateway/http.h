@@ -161,6 +161,14 @@ void http_server_stats(const struct http_server *s, struct http_stats *out);
 void http_respond(struct http_request *req, int status, const char *content_type,
                   const char *extra, const void *body, size_t body_len);
 
+/* Whether the connection of `req` already holds conn_out_max bytes of
+ * responses, or the server its mem_max: a read should not be served (its
+ * answer built) but answered with http_respond_overloaded. */
+bool http_overloaded(const struct http_request *req);
+/* 503 overloaded with Retry-After; the connection closes after it. A large
+ * response that would pass either bound is turned into this by http_respond. */
+void http_respond_overloaded(struct http_request *req);
+
 /* A JSON error {"error":{"code","message"}} through http_respond. */
 void http_respond_error(struct http_request *req, int status, const char *code,
                         const char *extra, const char *fmt, ...)

@@ -146,6 +146,75 @@ def test_big_batch_is_refused_without_holding_the_loop(cluster):
           ", ".join("%.1f" % (1000 * t) for t in times), flush=True)
 
 
+def rss_mib(nd):
+    try:
+        with open("/proc/%d/status" % nd.proc.pid) as f:
+            for ln in f:
+                if ln.startswith("VmRSS:"):
+                    return int(ln.split()[1]) / 1024.0
+    except OSError:
+        pass
+    return float("nan")
+
+
+def test_slow_readers_are_bounded_and_cut(cluster):
+    # 8 clients pipeline 100 GETs of a 1 MiB value each and never read. The
+    # write deadline here is the default (30 s): they are closed by us after
+    # 3 s; what matters is the memory held meanwhile (max-pipeline answers a
+    # connection, not 100) and the normal client.
+    lead = cluster.wait_leader()
+    nd = cluster.node(lead)
+    st, _, _ = tk.request(nd.http_port, "PUT", "/v1/kv/ov-big", b"v" * (1 << 20))
+    check(st == 200, "put of the 1 MiB value: %d" % st)
+    rss = {}
+
+    def hostile(nd):
+        rss["before"] = rss_mib(nd)
+        socks = []
+        reqs = b"GET /v1/kv/ov-big?raw HTTP/1.1\r\n\r\n" * 100
+        for _ in range(8):
+            s = socket.socket()
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            s.connect(("127.0.0.1", nd.http_port))
+            s.sendall(reqs)
+            socks.append(s)
+        peak = 0.0
+        t_end = time.time() + 3
+        while time.time() < t_end:
+            peak = max(peak, rss_mib(nd))
+            time.sleep(0.1)
+        rss["during"] = peak
+        for s in socks:
+            s.close()
+    guarded(cluster, "slow-readers", hostile)
+    time.sleep(1)
+    rss["after"] = rss_mib(nd)
+    print("     (leader RSS %.0f MiB before, %.0f peak during, %.0f after)" %
+          (rss["before"], rss["during"], rss["after"]), flush=True)
+
+
+def test_idle_and_stalled_connections(cluster):
+    # 400 idle connections, 20 bodies announced at 4 MB and stalled after
+    # 1 MB, 20 header blocks of 40 KB: the leader keeps leading and serving.
+    def hostile(nd):
+        socks = []
+        for _ in range(400):
+            socks.append(socket.create_connection(("127.0.0.1", nd.http_port)))
+        for _ in range(20):
+            s = socket.create_connection(("127.0.0.1", nd.http_port))
+            s.sendall(b"PUT /v1/kv/stall HTTP/1.1\r\nContent-Length: 4000000\r\n\r\n" +
+                      b"x" * 1000000)
+            socks.append(s)
+        for _ in range(20):
+            resp = tk.raw(nd.http_port, b"GET /healthz HTTP/1.1\r\n" + b"a:b\r\n" * 8000 +
+                          b"\r\n")
+            check(tk.status_of(resp)[:1] == [431], "40 KB header block: %r" % resp[:100])
+        time.sleep(1)
+        for s in socks:
+            s.close()
+    guarded(cluster, "idle-and-stalled", hostile)
+
+
 def test_descriptors_are_raised_and_reserved(binary):
     # A soft limit of 128 under a hard one of 1024: raised at start, and
     # --max-connections sized from it with a reserve (1024 - 256 = 768).
@@ -213,7 +282,9 @@ def main():
     failed = 1
     try:
         cluster.wait_leader()
-        failed = tk.run([test_big_batch_is_refused_without_holding_the_loop], cluster)
+        failed = tk.run([test_big_batch_is_refused_without_holding_the_loop,
+                         test_slow_readers_are_bounded_and_cut,
+                         test_idle_and_stalled_connections], cluster)
         failed += tk.run([test_descriptors_are_raised_and_reserved], binary)
     finally:
         tk.finish(cluster, failed)
