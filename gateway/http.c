@@ -72,7 +72,8 @@ struct http_conn {
     size_t resp_held;            /* response bytes built and not yet written out */
     bool write_timing;           /* the timer is the write deadline */
     uint32_t rbuf_off, rbuf_len; /* bytes of rbuf not parsed yet (parser paused) */
-    const char *hseg; /* in the bytes being parsed: header bytes counted up to here */
+    const char *hseg;   /* in the bytes being parsed: header bytes counted up to here */
+    size_t body_expect; /* the request's Content-Length (0: none or chunked) */
     bool resuming, resume_again;
     struct http_request *head, *tail;
     struct http_request *cur;
@@ -825,6 +826,7 @@ static int on_headers_complete(http_parser *p)
         r->digest = 1;
     r->method = p->method;
     r->http10 = p->http_minor == 0;
+    c->body_expect = (p->flags & F_CONTENTLENGTH) ? (size_t)p->content_length : 0;
     if ((p->flags & F_CONTENTLENGTH) && p->content_length > srv->cfg.body_max)
         return parse_fail(c, 413, "body_too_large", "body of %llu bytes exceeds %zu",
                           (unsigned long long)p->content_length, srv->cfg.body_max);
@@ -853,9 +855,17 @@ static int on_body(http_parser *p, const char *at, size_t len)
     if (r->body_len + len > max)
         return parse_fail(c, 413, "body_too_large", "body exceeds %zu bytes", max);
     if (r->body_len + len > r->body_cap) {
-        size_t cap = r->body_cap ? r->body_cap * 2 : 4096;
-        while (cap < r->body_len + len)
+        /* Doubling from what arrived; a small announced body gets its exact
+         * size at once (one allocation, as before), a large one grows with
+         * its bytes (64 KiB first). */
+        size_t expect = c->body_expect, need = r->body_len + len;
+        size_t cap = r->body_cap                      ? r->body_cap * 2
+                     : expect != 0 && expect <= 65536 ? expect
+                                                      : 65536;
+        while (cap < need)
             cap *= 2;
+        if (expect >= need && cap > expect)
+            cap = expect;
         if (cap > max)
             cap = max;
         if (over_budget(c->srv, cap - r->body_cap))
