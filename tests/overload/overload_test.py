@@ -37,6 +37,7 @@ class Normal:
         self.tag = tag
         self.lat = []
         self.errors = []
+        self.unavailable = []  # 503s: an election (timing, not correctness)
         self.acked = {}
         self.stop = threading.Event()
         self.t = threading.Thread(target=self.run, daemon=True)
@@ -54,7 +55,9 @@ class Normal:
                     self.errors.append("%s %s: %s" % (method, key, e))
                     continue
                 self.lat.append(time.time() - t0)
-                if st != 200:
+                if st == 503:
+                    self.unavailable.append("%s %s: %r" % (method, key, data[:120]))
+                elif st != 200:
                     self.errors.append("%s %s: %d %r" % (method, key, st, data[:200]))
                 elif method == "PUT":
                     self.acked[key] = val
@@ -126,6 +129,10 @@ def guarded_once(cluster, name, hostile):
         s, _, data = tk.request(nd.http_port, "GET", "/v1/kv/" + key + "?raw")
         check(s == 200 and data == val.encode(),
               "acknowledged %s=%s reads %d %r" % (key, val, s, data[:80]))
+    for c in (base, normal):
+        if c.unavailable:
+            raise Timing("the normal client got 503 during %s: %s" %
+                         (name, c.unavailable[:2]))
     if moved:
         raise Timing("leadership moved during %s: leader %s term %s (term was %d); %s" %
                      (name, st and st["leader"], st and st["term"], term0, slow[:2]))
@@ -300,13 +307,32 @@ def test_descriptors_are_raised_and_reserved(binary):
         p.wait(timeout=10)
 
 
+def settle(cluster, timeout=30):
+    """Waits until the cluster serves: 20 writes and reads in a row answered
+    200 by one leader (a fresh cluster may still hold an election or two)."""
+    deadline = time.time() + timeout
+    ok = 0
+    while time.time() < deadline and ok < 20:
+        lead = cluster.wait_leader()
+        port = cluster.node(lead).http_port
+        try:
+            good = (tk.request(port, "PUT", "/v1/kv/settle", "x", timeout=5)[0] == 200 and
+                    tk.request(port, "GET", "/v1/kv/settle", timeout=5)[0] == 200)
+        except (OSError, tk.http.client.HTTPException):
+            good = False
+        ok = ok + 1 if good else 0
+        if not good:
+            time.sleep(0.1)
+    check(ok >= 20, "the cluster did not settle within %ds" % timeout)
+
+
 def main():
     binary = sys.argv[1]
     cluster = tk.Cluster(binary, 3)
     cluster.start()
     failed = 1
     try:
-        cluster.wait_leader()
+        settle(cluster)
         failed = tk.run([test_big_batch_is_refused_without_holding_the_loop,
                          test_slow_readers_are_bounded_and_cut,
                          test_idle_and_stalled_connections], cluster)
