@@ -255,6 +255,8 @@ void gateway_config_default(struct gateway_config *c)
     c->scan_limit_default = 1000;
     c->scan_limit_max = 10000;
     c->retry_after_s = 1;
+    c->write_timeout_ms = 30000;
+    c->mem_max = (size_t)512 << 20;
 }
 
 int gateway_new(const struct gateway_config *c, struct gateway **out)
@@ -262,7 +264,8 @@ int gateway_new(const struct gateway_config *c, struct gateway **out)
     if (c->host == NULL || c->key_max == 0 || c->key_max > 65535 || c->value_max == 0 ||
         c->body_max == 0 || c->value_max > c->body_max || c->header_max < 1024 ||
         c->conns_max == 0 || c->pipeline_max == 0 || c->header_timeout_ms == 0 ||
-        c->body_timeout_ms == 0 || c->idle_timeout_ms == 0 || c->scan_limit_max == 0 ||
+        c->body_timeout_ms == 0 || c->idle_timeout_ms == 0 || c->write_timeout_ms == 0 ||
+        c->mem_max < c->body_max || c->scan_limit_max == 0 ||
         c->scan_limit_default == 0 || c->scan_limit_default > c->scan_limit_max ||
         c->n_members > GATEWAY_MEMBERS_MAX)
         return TK_EINVAL;
@@ -284,6 +287,8 @@ int gateway_new(const struct gateway_config *c, struct gateway **out)
         .body_timeout_ms = c->body_timeout_ms,
         .idle_timeout_ms = c->idle_timeout_ms,
         .retry_after_s = c->retry_after_s,
+        .write_timeout_ms = c->write_timeout_ms,
+        .mem_max = c->mem_max,
         .digest_header = "Idempotency-Key", /* client id of a write: api_kv.c */
     };
     static const struct http_callbacks cb = {

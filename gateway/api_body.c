@@ -47,8 +47,57 @@ int api__body_fail(struct bctx *c, int status, const char *fmt, ...)
     return TK_EINVAL;
 }
 
+/* How deep a request body may nest (ours are 3 deep: object, array, op) and
+ * how many values it may hold in all (a full txn holds about 1500). */
+#define PRESCAN_DEPTH_MAX 16
+#define PRESCAN_VALUES_MAX 8192
+
+/* One pass over the raw bytes, before jansson builds anything: the nesting
+ * depth, the elements of each array that is a member of the top-level object
+ * (a batch's "ops", a txn's "compare", "then" and "else") and the values in
+ * all. It stops at the first limit passed, so a body of a million empty ops
+ * costs as much as one of 129. It does not validate: jansson does, after. */
+static int prescan(struct bctx *c, const uint8_t *p, size_t len)
+{
+    uint32_t elems[PRESCAN_DEPTH_MAX + 1] = {0}; /* commas + 1, per open array */
+    bool is_array[PRESCAN_DEPTH_MAX + 1] = {false};
+    size_t depth = 0, values = 0;
+    for (size_t i = 0; i < len; i++) {
+        uint8_t ch = p[i];
+        if (ch == '"') {
+            for (i++; i < len && p[i] != '"'; i++)
+                if (p[i] == '\\')
+                    i++;
+            continue;
+        }
+        if (ch == '{' || ch == '[') {
+            if (depth == PRESCAN_DEPTH_MAX)
+                return api__body_fail(c, 400, "the JSON nests deeper than %d levels",
+                                      PRESCAN_DEPTH_MAX);
+            depth++;
+            is_array[depth] = ch == '[';
+            elems[depth] = 1;
+            values++;
+        } else if ((ch == '}' || ch == ']') && depth > 0) {
+            depth--;
+        } else if (ch == ',' && depth > 0) {
+            elems[depth]++;
+            values++;
+            if (depth == 2 && is_array[2] && elems[2] > KV_TXN_OPS_MAX)
+                return api__body_fail(c, 413, "more than %d ops (the limit)",
+                                      KV_TXN_OPS_MAX);
+        }
+        if (values > PRESCAN_VALUES_MAX)
+            return api__body_fail(c, 413, "the JSON holds more than %d values",
+                                  PRESCAN_VALUES_MAX);
+    }
+    return 0;
+}
+
 json_t *api__body_parse(struct api_req *req, struct bctx *c)
 {
+    if (prescan(c, req->http->body, req->http->body_len) != 0)
+        return NULL;
     json_error_t e;
     json_t *j = json_loadb((const char *)req->http->body, req->http->body_len,
                            JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &e);
@@ -175,6 +224,9 @@ static int build_op(struct bctx *c, json_t *o, size_t idx, bool allow_incr, Kvpb
         if (get_string_bytes(c, v, what, c->req->gw->cfg.value_max, &p->value) != 0 ||
             get_u64(c, o, "ttl_ms", &has, &p->ttl_ms) != 0)
             return TK_EINVAL;
+        if (p->ttl_ms > API_TTL_MS_MAX)
+            return api__body_fail(c, 400, "op %zu: ttl_ms is out of range (at most %llu)",
+                                  idx, API_TTL_MS_MAX);
         if (json_object_get(o, "delta"))
             return api__body_fail(c, 400, "op %zu: \"delta\" is for incr", idx);
         op->op_case = KVPB__OP__OP_PUT;

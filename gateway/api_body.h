@@ -32,6 +32,10 @@ struct bctx {
     int status; /* 400 or 413 on error */
 };
 
+/* The largest ttl_ms (100 years): more is a 400, not an overflow in the state
+ * machine (which would answer 409 not_a_number). */
+#define API_TTL_MS_MAX 3153600000000ull
+
 /* A PUT's options: the query's, then the JSON body's added to them. */
 struct put_args {
     uint64_t ttl, ifv, ifm;

@@ -162,6 +162,10 @@ static void get_read_cb(struct node_req *nreq, int status, struct kv_sm *sm, voi
         api__respond_rc(req, status);
         return;
     }
+    if (http_overloaded(req->http)) {
+        http_respond_overloaded(req->http); /* without building the answer */
+        return;
+    }
     struct kv_item it;
     int rc = kv_sm_get(sm, req->key, req->key_len, &it);
     if (rc != 0) {
@@ -220,6 +224,10 @@ static void scan_read_cb(struct node_req *nreq, int status, struct kv_sm *sm, vo
         api__respond_rc(req, status);
         return;
     }
+    if (http_overloaded(req->http)) {
+        http_respond_overloaded(req->http); /* without building the answer */
+        return;
+    }
     struct scan_state s = {
         .limit = req->limit, .b64 = req->b64, .bytes_max = req->gw->cfg.body_max * 4};
     jbuf_init(&s.b, 256);
@@ -267,6 +275,9 @@ static int put_finish(struct bctx *c, const struct put_args *a, Kvpb__Put *put,
     if ((int)a->has_ifv + (int)a->has_ifm + (int)a->if_absent > 1)
         return api__body_fail(
             c, 400, "give at most one of if_version, if_mod_revision, if_absent");
+    if (a->ttl > API_TTL_MS_MAX)
+        return api__body_fail(c, 400, "ttl_ms %llu is out of range (at most %llu)",
+                              (unsigned long long)a->ttl, API_TTL_MS_MAX);
     put->ttl_ms = a->ttl;
     if (a->has_ifv || a->has_ifm || a->if_absent) {
         cond->target = a->has_ifv   ? KVPB__COMPARE__TARGET__VERSION

@@ -268,7 +268,9 @@ void api__respond_rc(struct api_req *req, int rc)
         break;
     case TK_ETOOBIG:
         http_respond_error(req->http, 413, "too_large", NULL,
-                           "a key, value or batch is too large");
+                           "a key, value or batch is too large (a write's command "
+                           "is at most %u bytes, the largest raft entry)",
+                           NODE_ENTRY_MAX);
         break;
     case TK_EINVAL:
         http_respond_error(req->http, 400, "invalid", NULL,

@@ -49,6 +49,8 @@ struct gateway_config {
     uint32_t scan_limit_default; /* 1000 */
     uint32_t scan_limit_max;     /* 10000 */
     uint32_t retry_after_s;      /* Retry-After on 503: 1 */
+    uint64_t write_timeout_ms;   /* responses not drained by then: close: 30000 */
+    size_t mem_max;              /* bodies + responses held: 512 MiB (503 beyond) */
     uint32_t n_members;
     struct gateway_member members[GATEWAY_MEMBERS_MAX];
 };

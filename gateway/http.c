@@ -64,10 +64,16 @@ struct http_conn {
     bool read_done; /* parse nothing more (error, Connection: close) */
     bool rejecting;
     int phase;
-    uint32_t phase_changes;  /* re-arm the timer when this moves */
-    uint32_t inflight;       /* requests parsed whose response is not yet written */
-    uint32_t n_deferred;     /* requests held back by http_dispatch */
-    uint32_t pending_writes; /* dispatched writes not yet answered */
+    uint32_t phase_changes;      /* re-arm the timer when this moves */
+    uint32_t inflight;           /* requests parsed whose response is not yet written */
+    uint32_t n_deferred;         /* requests held back by http_dispatch */
+    uint32_t pending_writes;     /* dispatched writes not yet answered */
+    size_t out_bytes;            /* response bytes handed to uv_write, not yet out */
+    size_t resp_held;            /* response bytes built and not yet written out */
+    bool write_timing;           /* the timer is the write deadline */
+    uint32_t rbuf_off, rbuf_len; /* bytes of rbuf not parsed yet (parser paused) */
+    const char *hseg;   /* in the bytes being parsed: header bytes counted up to here */
+    size_t body_expect; /* the request's Content-Length (0: none or chunked) */
     bool resuming, resume_again;
     struct http_request *head, *tail;
     struct http_request *cur;
@@ -88,6 +94,7 @@ struct write_req {
     struct http_conn *c;
     uint32_t n;
     bool close;
+    size_t bytes;
     struct http_request *reqs[WRITE_BUFS];
     uv_buf_t bufs[WRITE_BUFS];
 };
@@ -106,6 +113,9 @@ struct http_server {
     struct http_conn *conns; /* doubly linked */
     uint32_t n_conns;
     uint32_t n_rejecting;
+    size_t mem_bytes;        /* every request's body_cap + resp_len */
+    uint64_t turn_ms;        /* uv_now of the loop turn turn_built counts */
+    size_t turn_built;       /* large response bytes built in that turn */
     struct http_stats stats; /* conns_open is n_conns, filled on read */
 };
 
@@ -159,6 +169,7 @@ static void conn_resume(struct http_conn *c);
 static void conn_timer_update(struct http_conn *c);
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf);
 static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf);
+static void conn_feed(struct http_conn *c, const char *data, size_t len);
 
 /* ---- requests ---------------------------------------------------------- */
 
@@ -174,11 +185,34 @@ static struct http_request *req_new(struct http_conn *c)
 static void req_free(struct http_request *r)
 {
     struct http_server *srv = r->conn->srv;
+    srv->mem_bytes -= r->mem_bytes;
+    if (r->resp != NULL)
+        r->conn->resp_held -= r->resp_len;
     srv->cb.on_close(r, srv->data);
     tk_free(r->url);
     tk_free(r->body);
     tk_free(r->resp);
     tk_free(r);
+}
+
+/* Brings the server's count of held bytes up to date with r's. */
+static void req_count_mem(struct http_request *r)
+{
+    struct http_server *srv = r->conn->srv;
+    size_t now = r->body_cap + r->resp_len;
+    srv->mem_bytes = srv->mem_bytes - r->mem_bytes + now;
+    r->mem_bytes = now;
+}
+
+/* Would `more` bytes pass the server's memory budget? */
+static bool over_budget(const struct http_server *srv, size_t more)
+{
+    return srv->cfg.mem_max != 0 && srv->mem_bytes + more > srv->cfg.mem_max;
+}
+
+static size_t conn_out_max(const struct http_server *srv)
+{
+    return srv->cfg.conn_out_max ? srv->cfg.conn_out_max : 2 * srv->cfg.body_max;
 }
 
 static void conn_enqueue(struct http_conn *c, struct http_request *r)
@@ -237,7 +271,9 @@ static void req_build_response(struct http_request *req, int status,
                       "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n%s%s",
                       status, http_reason(status),
                       content_type ? content_type : "application/json", body_len, common,
-                      req->close_after ? "Connection: close\r\n" : "");
+                      req->close_after ? "Connection: close\r\n"
+                      : req->http10    ? "Connection: keep-alive\r\n"
+                                       : "");
     TK_ASSERT(hn > 0);
     TK_ASSERT((size_t)hn < sizeof(head));
     size_t extra_len = extra ? strlen(extra) : 0;
@@ -258,6 +294,41 @@ static void req_build_response(struct http_request *req, int status,
         memcpy(o, body, send_len);
 }
 
+/* Large answers built in one loop turn: at most body_max / 2 bytes beyond the
+ * first (building them touches fresh memory: on a VM, page faults cost about
+ * 10-30 ms a MiB, and the loop also runs Raft). */
+static bool turn_full(struct http_server *srv, size_t len)
+{
+    uint64_t now = uv_now(srv->loop);
+    if (now != srv->turn_ms) {
+        srv->turn_ms = now;
+        srv->turn_built = 0;
+    }
+    if (srv->turn_built > 0 && srv->turn_built + len > srv->cfg.body_max / 2)
+        return true;
+    srv->turn_built += len;
+    return false;
+}
+
+bool http_overloaded(const struct http_request *req)
+{
+    const struct http_conn *c = req->conn;
+    return c->resp_held >= conn_out_max(c->srv) || over_budget(c->srv, 0) ||
+           turn_full(c->srv, 0);
+}
+
+void http_respond_overloaded(struct http_request *req)
+{
+    struct http_server *srv = req->conn->srv;
+    char ra[64];
+    snprintf(ra, sizeof(ra), "Retry-After: %u\r\n", srv->cfg.retry_after_s);
+    req->keep_alive = false;
+    srv->stats.overloaded++;
+    http_respond_error(req, 503, "overloaded", ra,
+                       "the server (or this connection) holds too many request and "
+                       "response bytes; retry later");
+}
+
 void http_respond(struct http_request *req, int status, const char *content_type,
                   const char *extra, const void *body, size_t body_len)
 {
@@ -265,6 +336,12 @@ void http_respond(struct http_request *req, int status, const char *content_type
     struct http_server *srv = c->srv;
     TK_ASSERT(!req->done);
     TK_ASSERT(!req->deferred);
+    if (body_len > 4096 && !c->closing &&
+        (over_budget(srv, body_len) || c->resp_held + body_len > conn_out_max(srv) ||
+         turn_full(srv, body_len))) {
+        http_respond_overloaded(req); /* small instead, and close */
+        return;
+    }
     req->done = true;
     if (req->counted_write) {
         req->counted_write = false;
@@ -283,9 +360,11 @@ void http_respond(struct http_request *req, int status, const char *content_type
     if (!req->keep_alive || srv->stopping)
         req->close_after = true;
     req_build_response(req, status, content_type, common, extra, body, body_len);
+    c->resp_held += req->resp_len;
     tk_free(req->body); /* no longer needed; keep memory per queued response low */
     req->body = NULL;
     req->body_len = req->body_cap = 0;
+    req_count_mem(req);
     conn_flush(c);
     if (c->n_deferred > 0 && !c->closing)
         conn_resume(c);
@@ -371,6 +450,25 @@ void http_respond_error(struct http_request *req, int status, const char *code,
 
 /* ---- writing ----------------------------------------------------------- */
 
+/* Reading starts again after a pause (pipeline_max, conn_out_max): first the
+ * bytes the paused parser left in rbuf, then the socket. */
+static void conn_read_resume(struct http_conn *c)
+{
+    c->read_paused = false;
+    if (HTTP_PARSER_ERRNO(&c->parser) == HPE_PAUSED) {
+        http_parser_pause(&c->parser, 0);
+        if (c->rbuf_len > 0) {
+            uint32_t off = c->rbuf_off, n = c->rbuf_len;
+            c->rbuf_len = 0;
+            conn_feed(c, c->rbuf + off, n);
+            if (c->closing || c->read_paused || c->read_done)
+                return;
+        }
+    }
+    if (uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) != 0)
+        conn_close(c);
+}
+
 static void on_written(uv_write_t *wr, int status)
 {
     struct write_req *w = (struct write_req *)wr;
@@ -379,6 +477,7 @@ static void on_written(uv_write_t *wr, int status)
         req_free(w->reqs[i]);
     TK_ASSERT(c->inflight >= w->n);
     c->inflight -= w->n;
+    c->out_bytes -= w->bytes;
     bool close = w->close || status < 0;
     tk_free(w);
     if (c->closing)
@@ -393,15 +492,17 @@ static void on_written(uv_write_t *wr, int status)
         return;
     }
     if (c->read_paused && !c->read_done &&
-        c->inflight < c->srv->cfg.pipeline_max / 2 + 1) {
-        c->read_paused = false;
-        if (uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) != 0) {
-            conn_close(c);
+        c->inflight < c->srv->cfg.pipeline_max / 2 + 1 &&
+        c->out_bytes < conn_out_max(c->srv) / 2) {
+        conn_read_resume(c);
+        if (c->closing)
             return;
-        }
     }
-    if (c->inflight == 0 && c->phase == PH_IDLE)
+    /* Bytes went out: the write deadline starts again (or the idle timer). */
+    if (c->phase == PH_IDLE || c->read_done) {
+        c->write_timing = false;
         conn_timer_update(c);
+    }
 }
 
 /* Sends w's buffers; on_written runs when they are out. The plaintext seam
@@ -423,6 +524,7 @@ static void conn_flush(struct http_conn *c)
                 c->tail = NULL;
             w->reqs[w->n] = r;
             w->bufs[w->n] = uv_buf_init(r->resp, (unsigned)r->resp_len);
+            w->bytes += r->resp_len;
             w->n++;
             if (r->close_after) {
                 w->close = true;
@@ -438,12 +540,22 @@ static void conn_flush(struct http_conn *c)
             conn_close(c);
             return;
         }
+        c->out_bytes += w->bytes;
         if (w->close) {
             /* Requests after a closing response are never answered. */
             uv_read_stop((uv_stream_t *)&c->tcp);
             break;
         }
     }
+    if (c->closing)
+        return;
+    /* A client that does not read: parse nothing more until it does. */
+    if (!c->read_done && !c->read_paused && c->out_bytes >= conn_out_max(c->srv)) {
+        c->read_paused = true;
+        uv_read_stop((uv_stream_t *)&c->tcp);
+    }
+    if (c->out_bytes > 0 && (c->phase == PH_IDLE || c->read_done))
+        conn_timer_update(c);
 }
 
 /* ---- closing ----------------------------------------------------------- */
@@ -513,7 +625,12 @@ static void conn_fail(struct http_conn *c, int status, const char *code, const c
     r->keep_alive = false;
     r->close_after = true;
     conn_enqueue(c, r);
-    http_respond_error(r, status, code, NULL, "%s", msg);
+    char ra[64] = "";
+    if (status == 503) {
+        snprintf(ra, sizeof(ra), "Retry-After: %u\r\n", c->srv->cfg.retry_after_s);
+        c->srv->stats.overloaded++;
+    }
+    http_respond_error(r, status, code, ra[0] ? ra : NULL, "%s", msg);
 }
 
 static int parse_fail(struct http_conn *c, int status, const char *code, const char *fmt,
@@ -530,9 +647,13 @@ static int parse_fail(struct http_conn *c, int status, const char *code, const c
     return -1;
 }
 
-static int count_header(struct http_conn *c, size_t len)
+/* Counts the header block up to at + len: the whole block, separators,
+ * whitespace and line ends included (from c->hseg, where the last counted
+ * bytes of this read ended; conn_feed counts a read's tail). */
+static int count_header(struct http_conn *c, const char *at, size_t len)
 {
-    c->header_bytes += len;
+    c->header_bytes += (size_t)(at + len - c->hseg);
+    c->hseg = at + len;
     if (c->header_bytes > c->srv->cfg.header_max)
         return parse_fail(c, 431, "header_too_large",
                           "request line and headers exceed %zu bytes",
@@ -559,10 +680,10 @@ static int on_message_begin(http_parser *p)
 static int on_url(http_parser *p, const char *at, size_t len)
 {
     struct http_conn *c = p->data;
-    if (c->header_bytes + len > c->srv->cfg.header_max)
+    if (c->header_bytes + (size_t)(at + len - c->hseg) > c->srv->cfg.header_max)
         return parse_fail(c, 414, "uri_too_long", "request URI exceeds %zu bytes",
                           c->srv->cfg.header_max);
-    count_header(c, len);
+    count_header(c, at, len);
     struct http_request *r = c->cur;
     r->url = tk_realloc(r->url, r->url_len + len + 1);
     memcpy(r->url + r->url_len, at, len);
@@ -598,7 +719,9 @@ static void header_done(struct http_conn *c)
 static int on_header_field(http_parser *p, const char *at, size_t len)
 {
     struct http_conn *c = p->data;
-    if (count_header(c, len) != 0)
+    if (c->phase == PH_BODY)
+        return 0; /* a chunked body's trailer: ignored, never a header */
+    if (count_header(c, at, len) != 0)
         return -1;
     if (c->in_value) {
         header_done(c);
@@ -641,7 +764,9 @@ static int on_header_value(http_parser *p, const char *at, size_t len)
 {
     struct http_conn *c = p->data;
     struct http_request *r = c->cur;
-    if (count_header(c, len) != 0)
+    if (c->phase == PH_BODY)
+        return 0; /* a trailer's value */
+    if (count_header(c, at, len) != 0)
         return -1;
     if (!c->in_value) {
         c->hdr = c->hval_len < sizeof(c->hval) ? classify(c->srv, c->hval, c->hval_len)
@@ -700,13 +825,17 @@ static int on_headers_complete(http_parser *p)
     if (r->has_digest && r->digest == 0)
         r->digest = 1;
     r->method = p->method;
+    r->http10 = p->http_minor == 0;
+    c->body_expect = (p->flags & F_CONTENTLENGTH) ? (size_t)p->content_length : 0;
     if ((p->flags & F_CONTENTLENGTH) && p->content_length > srv->cfg.body_max)
         return parse_fail(c, 413, "body_too_large", "body of %llu bytes exceeds %zu",
                           (unsigned long long)p->content_length, srv->cfg.body_max);
-    if ((p->flags & F_CONTENTLENGTH) && p->content_length > 0) {
-        r->body_cap = (size_t)p->content_length;
-        r->body = tk_malloc(r->body_cap);
-    }
+    /* The body buffer grows as bytes arrive (on_body), never from a
+     * Content-Length alone; the budget is asked for the announced size. */
+    if ((p->flags & F_CONTENTLENGTH) && over_budget(srv, (size_t)p->content_length))
+        return parse_fail(c, 503, "overloaded",
+                          "the server holds too many request and response bytes; "
+                          "retry later");
     if (c->expect_continue && c->head == NULL) {
         /* Best effort, beside conn_write (a TLS layer must wrap it too). */
         static char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
@@ -726,16 +855,30 @@ static int on_body(http_parser *p, const char *at, size_t len)
     if (r->body_len + len > max)
         return parse_fail(c, 413, "body_too_large", "body exceeds %zu bytes", max);
     if (r->body_len + len > r->body_cap) {
-        size_t cap = r->body_cap ? r->body_cap * 2 : 4096;
-        while (cap < r->body_len + len)
+        /* Doubling from what arrived; a small announced body gets its exact
+         * size at once (one allocation, as before), a large one grows with
+         * its bytes (64 KiB first). */
+        size_t expect = c->body_expect, need = r->body_len + len;
+        size_t cap = r->body_cap                      ? r->body_cap * 2
+                     : expect != 0 && expect <= 65536 ? expect
+                                                      : 65536;
+        while (cap < need)
             cap *= 2;
+        if (expect >= need && cap > expect)
+            cap = expect;
         if (cap > max)
             cap = max;
+        if (over_budget(c->srv, cap - r->body_cap))
+            return parse_fail(c, 503, "overloaded",
+                              "the server holds too many request and response bytes; "
+                              "retry later");
         r->body = tk_realloc(r->body, cap);
         r->body_cap = cap;
+        req_count_mem(r);
     }
     memcpy(r->body + r->body_len, at, len);
     r->body_len += len;
+    c->hseg = at + len; /* a pipelined request's headers start after this */
     return 0;
 }
 
@@ -761,6 +904,10 @@ static int on_message_complete(http_parser *p)
     if (!r->keep_alive)
         c->read_done = true;
     c->srv->cb.on_request(r, c->srv->data);
+    /* pipeline_max counts requests as they are parsed: stop parsing here, the
+     * rest of the read waits in rbuf (conn_feed, conn_read_resume). */
+    if (!c->closing && !c->read_done && c->inflight >= c->srv->cfg.pipeline_max)
+        http_parser_pause(p, 1);
     return 0;
 }
 
@@ -782,6 +929,13 @@ static void on_timer(uv_timer_t *t)
     struct http_conn *c = t->data;
     if (c->closing)
         return;
+    if (c->out_bytes > 0 && (c->phase == PH_IDLE || c->read_done)) {
+        /* Responses not drained within write_timeout_ms: a client that does
+         * not read is cut off, with what it holds. */
+        c->srv->stats.conns_timed_out++;
+        conn_close(c);
+        return;
+    }
     if (c->phase == PH_IDLE || c->rejecting || c->read_done) {
         if (c->inflight == 0 || c->rejecting)
             conn_close(c);
@@ -798,7 +952,16 @@ static void conn_timer_update(struct http_conn *c)
     const struct http_config *cfg = &c->srv->cfg;
     if (c->closing)
         return;
-    switch (c->phase) {
+    int phase = c->read_done ? PH_IDLE : c->phase;
+    if (phase == PH_IDLE && c->inflight > 0 && c->out_bytes > 0) {
+        /* The write deadline runs from the last progress (on_written). */
+        if (!c->write_timing)
+            uv_timer_start(&c->timer, on_timer, cfg->write_timeout_ms, 0);
+        c->write_timing = true;
+        return;
+    }
+    c->write_timing = false;
+    switch (phase) {
     case PH_HEADERS:
         uv_timer_start(&c->timer, on_timer, cfg->header_timeout_ms, 0);
         break;
@@ -810,7 +973,7 @@ static void conn_timer_update(struct http_conn *c)
             uv_timer_start(&c->timer, on_timer, cfg->idle_timeout_ms,
                            cfg->idle_timeout_ms);
         else
-            uv_timer_stop(&c->timer);
+            uv_timer_stop(&c->timer); /* waiting for the node: its deadline */
         break;
     }
 }
@@ -830,11 +993,19 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 static void conn_feed(struct http_conn *c, const char *data, size_t len)
 {
     uint32_t changes_before = c->phase_changes;
+    c->hseg = data;
     size_t done = http_parser_execute(&c->parser, &parser_settings, data, len);
     if (c->closing)
         return;
     enum http_errno e = HTTP_PARSER_ERRNO(&c->parser);
-    if (!c->read_done && (e != HPE_OK || done != len)) {
+    if (e == HPE_OK && c->phase == PH_HEADERS && !c->read_done &&
+        count_header(c, data + done, 0) != 0)
+        e = HPE_CB_header_value; /* the block passed header_max mid-read */
+    if (e == HPE_PAUSED && !c->read_done) {
+        /* pipeline_max reached mid-read (on_message_complete): keep the rest. */
+        c->rbuf_off = (uint32_t)(data + done - c->rbuf);
+        c->rbuf_len = (uint32_t)(len - done);
+    } else if (!c->read_done && (e != HPE_OK || done != len)) {
         if (c->err_status != 0) {
             conn_fail(c, c->err_status, c->err_code, c->err_msg);
         } else if (e == HPE_HEADER_OVERFLOW) {
@@ -853,7 +1024,7 @@ static void conn_feed(struct http_conn *c, const char *data, size_t len)
         return;
     if (c->phase_changes != changes_before || c->phase == PH_IDLE)
         conn_timer_update(c);
-    if (!c->read_done && c->inflight >= c->srv->cfg.pipeline_max) {
+    if (!c->read_done && (c->inflight >= c->srv->cfg.pipeline_max || e == HPE_PAUSED)) {
         c->read_paused = true;
         uv_read_stop((uv_stream_t *)&c->tcp);
     }
@@ -905,11 +1076,32 @@ static void conn_reject(struct http_conn *c)
                        srv->cfg.conns_max);
 }
 
+/* At the connection limit, an idle keep-alive connection (no request in
+ * flight, none being received) gives way to the new one: the oldest among
+ * the IDLE_SCAN_MAX newest connections, so the scan stays bounded. */
+#define IDLE_SCAN_MAX 1024
+static void evict_idle(struct http_server *srv)
+{
+    struct http_conn *old = NULL;
+    uint32_t seen = 0;
+    for (struct http_conn *c = srv->conns; c != NULL && seen < IDLE_SCAN_MAX;
+         c = c->next, seen++)
+        if (!c->rejecting && !c->closing && !c->read_done && c->phase == PH_IDLE &&
+            c->inflight == 0 && c->cur == NULL)
+            old = c;
+    if (old != NULL) {
+        srv->stats.conns_evicted++;
+        conn_close(old);
+    }
+}
+
 static void on_connection(uv_stream_t *server, int status)
 {
     struct http_server *srv = server->data;
     if (status < 0 || srv->stopping)
         return;
+    if (srv->n_conns >= srv->cfg.conns_max)
+        evict_idle(srv);
     struct http_conn *c = tk_calloc(1, sizeof(*c));
     c->srv = srv;
     uv_tcp_init(srv->loop, &c->tcp);
@@ -1045,6 +1237,7 @@ void http_server_stats(const struct http_server *srv, struct http_stats *out)
 {
     *out = srv->stats;
     out->conns_open = srv->n_conns;
+    out->mem_bytes = srv->mem_bytes;
 }
 
 void http_server_free(struct http_server *srv)

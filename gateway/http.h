@@ -24,7 +24,11 @@
  * thread while the loop is not running the server).
  * Limits: request line + headers <= header_max (431; 414 for the URI alone),
  * body <= body_max (413), requests in flight per connection <= pipeline_max
- * (reading pauses), connections <= conns_max (503 and close). Each limit and
+ * (counted as each is parsed: parsing pauses), queued response bytes per
+ * connection <= conn_out_max (reading pauses) and drained within
+ * write_timeout_ms (else the connection closes), bodies + responses of all
+ * connections <= mem_max (503 overloaded), connections <= conns_max (503 and
+ * close; an idle keep-alive connection is closed first to make room). Each limit and
  * each timeout is per connection, in http.c: the place for later
  * per-connection limits and a TLS layer under the parser. */
 #ifndef TK_GATEWAY_HTTP_H
@@ -52,6 +56,11 @@ struct http_config {
     uint64_t body_timeout_ms;   /* end of headers to end of body */
     uint64_t idle_timeout_ms;   /* keep-alive without a request */
     uint32_t retry_after_s;     /* Retry-After on the 503 past conns_max */
+    uint64_t write_timeout_ms;  /* queued response bytes not drained: close */
+    size_t conn_out_max;        /* queued response bytes per connection before
+                                 * reading pauses (0: 2 x body_max) */
+    size_t mem_max; /* request bodies + responses of every connection; over it:
+                     * 503 overloaded with Retry-After, closed (0: no limit) */
     /* A request header whose value the server digests as it arrives (any
      * length) into http_request.digest. A request with two is refused (400
      * bad_header, and the connection closes). NULL: none. A static string. */
@@ -102,8 +111,10 @@ struct http_request {
     bool counted_write; /* counted in the connection's pending writes */
     bool done;
     bool close_after; /* Connection: close after this response */
+    bool http10;      /* an HTTP/1.0 request (keep-alive must be said) */
     char *resp;
     size_t resp_len;
+    size_t mem_bytes; /* body_cap + resp_len, counted in the server's */
 };
 
 /* Copies the config; keeps `cb` and `data`. Never fails (aborts on OOM). */
@@ -133,7 +144,10 @@ struct http_stats {
     uint64_t conns_open;
     uint64_t conns_accepted;
     uint64_t conns_rejected;  /* over conns_max */
-    uint64_t conns_timed_out; /* slow headers or body */
+    uint64_t conns_timed_out; /* slow headers or body, or a client not reading */
+    uint64_t overloaded;      /* answered 503 overloaded (mem_max) */
+    uint64_t conns_evicted;   /* idle ones closed for a new one at conns_max */
+    uint64_t mem_bytes;       /* bodies + responses held now */
     uint64_t bad_requests;    /* errors answered 400, 408, 413, 414 or 431 */
 };
 
@@ -146,6 +160,14 @@ void http_server_stats(const struct http_server *s, struct http_stats *out);
  * gone): do not touch it afterwards. */
 void http_respond(struct http_request *req, int status, const char *content_type,
                   const char *extra, const void *body, size_t body_len);
+
+/* Whether the connection of `req` already holds conn_out_max bytes of
+ * responses, or the server its mem_max: a read should not be served (its
+ * answer built) but answered with http_respond_overloaded. */
+bool http_overloaded(const struct http_request *req);
+/* 503 overloaded with Retry-After; the connection closes after it. A large
+ * response that would pass either bound is turned into this by http_respond. */
+void http_respond_overloaded(struct http_request *req);
 
 /* A JSON error {"error":{"code","message"}} through http_respond. */
 void http_respond_error(struct http_request *req, int status, const char *code,

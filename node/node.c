@@ -696,6 +696,7 @@ static int open_transport(struct node *n)
                                     &n->transport);
     struct transport_tcp_options to;
     transport_tcp_options_default(&to);
+    to.frame_max = NODE_FRAME_MAX; /* NODE_ENTRY_MAX is derived from it */
     to.id = n->o.id;
     to.cluster_id = n->o.cluster_id;
     to.listen_host = n->o.listen_host;
@@ -902,6 +903,8 @@ int node_submit(struct node *n, struct node_req *req)
         return TK_ESHUTDOWN;
     if (!req->is_read && (req->cmd == NULL || req->write_cb == NULL))
         return TK_EINVAL;
+    if (!req->is_read && req->cmd->len > NODE_ENTRY_MAX)
+        return TK_ETOOBIG; /* could never be replicated: refused, not resent */
     if (req->is_read && req->read_cb == NULL)
         return TK_EINVAL;
     atomic_fetch_add_explicit(&n->loop.queued, 1, memory_order_relaxed);

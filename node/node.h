@@ -169,10 +169,18 @@ int node_start(const struct node_options *o, struct node **out);
  * closed, the thread joins, the node is freed. Blocks. Not from a callback. */
 void node_stop(struct node *n);
 
+/* The largest command a write may carry: the transport's 4 MiB frame limit
+ * (transport_tcp_options.frame_max, the same on every node) less room for the
+ * AppendEntries message around one entry. A larger entry could never be
+ * replicated, so node_submit refuses it (TK_ETOOBIG) and tierkvd refuses to
+ * start with a --max-body-bytes above the frame limit. */
+#define NODE_FRAME_MAX (4u << 20)
+#define NODE_ENTRY_MAX (NODE_FRAME_MAX - 4096u)
+
 /* Queues a write (req->cmd) or a read. Any thread (the loop thread too: a
  * gateway on the node's loop submits from there), never blocks. Returns 0
- * (the callback will run exactly once) or TK_EBUSY (queue full) / TK_ESHUTDOWN
- * (the callback will not run). */
+ * (the callback will run exactly once) or TK_EBUSY (queue full) / TK_ESHUTDOWN /
+ * TK_ETOOBIG (a command over NODE_ENTRY_MAX) (the callback will not run). */
 int node_submit(struct node *n, struct node_req *req);
 
 /* What the node knows; any thread (values are published by the loop). */

@@ -400,13 +400,44 @@ static int flush(struct store *s)
     return 0;
 }
 
-/* Creates and preallocates the spare segment file. Writer only. */
-static int prepare_spare(struct store *s)
+/* How long the writer waits for a descriptor when the process (EMFILE) or
+ * the system (ENFILE) has none left: a transient shortage (a burst of client
+ * connections), not a disk that lost data, so it must not fail the store. */
+#define FD_WAIT_MS 60000u
+
+/* open() that, with `wait`, retries EMFILE/ENFILE with a backoff (up to
+ * 100 ms a try, FD_WAIT_MS in all) on the storage thread, which the node's
+ * loop never waits for. */
+static int open_waiting(struct fs *f, const char *path, int flags, bool wait)
+{
+    uint32_t waited_ms = 0, step_ms = 1, warned_ms = 0;
+    for (;;) {
+        int fd = f->fo->open(path, flags, 0644);
+        if (fd >= 0 || (errno != EMFILE && errno != ENFILE) || !wait ||
+            waited_ms >= FD_WAIT_MS)
+            return fd;
+        int e = errno;
+        if (waited_ms >= warned_ms) {
+            TK_LOG(TK_LOG_WARN, 0, 0, "%s: create: %s; waiting for a descriptor", path,
+                   strerror(e));
+            warned_ms = waited_ms + 5000;
+        }
+        usleep(step_ms * 1000);
+        waited_ms += step_ms;
+        step_ms = step_ms < 100 ? step_ms * 2 : 100;
+        errno = e;
+    }
+}
+
+/* Creates and preallocates the spare segment file. Writer only. Without
+ * `wait` (ahead of need) a descriptor shortage fails at once; with it (the
+ * log must roll now) the writer waits for one (open_waiting). */
+static int prepare_spare(struct store *s, bool wait)
 {
     struct fs *f = fsb(s);
     char path[PATH_MAX];
     path_of(f, SPARE_NAME, path, sizeof(path));
-    int fd = f->fo->open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    int fd = open_waiting(f, path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, wait);
     if (fd < 0)
         return store__err(s, errno_rc(errno), "%s: create: %s", path, strerror(errno));
     /* Reserve the blocks now so that appends need no allocation, then make
@@ -432,7 +463,7 @@ static int roll(struct store *s, uint64_t first)
 {
     struct fs *f = fsb(s);
     if (f->spare_fd < 0) {
-        int rc = prepare_spare(s);
+        int rc = prepare_spare(s, true);
         if (rc != 0)
             return rc;
     }
@@ -667,7 +698,7 @@ static void fs_idle(struct store *s)
     struct fs *f = fsb(s);
     if (f->spare_fd < 0) {
         /* Failure here is not fatal: roll() retries and reports. */
-        (void)prepare_spare(s);
+        (void)prepare_spare(s, false);
     }
 }
 
@@ -1320,7 +1351,7 @@ int store_open_fs(const char *dir, const struct store_options *o, struct store *
     unload_file(&r);
     if (rc != 0)
         goto err;
-    rc = prepare_spare(s);
+    rc = prepare_spare(s, false);
     if (rc != 0) {
         store__errbuf(errmsg, errmsg_len, rc, "%s", s->errmsg);
         goto err;

@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -75,16 +76,24 @@ static struct opt opts[] = {
      "end of headers to end of body (then 408 and close)", 0, 0},
     {"idle-timeout-ms", "TIERKV_IDLE_TIMEOUT_MS", "60000",
      "keep-alive connection without a request is closed after this", 0, 0},
+    {"write-timeout-ms", "TIERKV_WRITE_TIMEOUT_MS", "30000",
+     "responses queued for a client that does not read them within this: closed", 0, 0},
     {"max-key-bytes", "TIERKV_MAX_KEY_BYTES", "4K", "largest key (at most 4K)", 0, 0},
     {"max-value-bytes", "TIERKV_MAX_VALUE_BYTES", "1M", "largest value (at most 1M)", 0,
      0},
     {"max-body-bytes", "TIERKV_MAX_BODY_BYTES", "4M", "largest request body", 0, 0},
     {"max-header-bytes", "TIERKV_MAX_HEADER_BYTES", "16K",
      "largest request line + headers (then 431)", 0, 0},
-    {"max-connections", "TIERKV_MAX_CONNECTIONS", "1024",
-     "open HTTP connections (beyond: 503 and close)", 0, 0},
+    {"max-connections", "TIERKV_MAX_CONNECTIONS", NULL,
+     "open HTTP connections (beyond: 503 and close); default: the descriptor limit "
+     "(RLIMIT_NOFILE, raised to its hard limit at start) less a reserve for storage and "
+     "peers, at most 65536",
+     0, 0},
     {"max-pipeline", "TIERKV_MAX_PIPELINE", "64",
      "requests in flight per connection before reading pauses", 0, 0},
+    {"max-memory-bytes", "TIERKV_MAX_MEMORY_BYTES", "512M",
+     "request bodies + queued responses of all connections (beyond: 503 overloaded)", 0,
+     0},
     {"scan-limit-max", "TIERKV_SCAN_LIMIT_MAX", "10000", "largest ?limit of a scan", 0,
      0},
     {"snapshot-entries", "TIERKV_SNAPSHOT_ENTRIES", "100000",
@@ -182,6 +191,52 @@ static uint64_t get_size(const char *flag, uint64_t min, uint64_t max)
         die("--%s: %s is out of range (%" PRIu64 " to %" PRIu64 " bytes)", flag, s, min,
             max);
     return v * mul;
+}
+
+/* Descriptors kept for storage (segments, LMDB, snapshots), raft peers and
+ * the 503s sent past --max-connections: at least FD_RESERVE_MIN, or an
+ * eighth of the limit. */
+#define FD_RESERVE_MIN 256u
+#define CONNS_DEFAULT_MAX 65536u
+
+/* Raises RLIMIT_NOFILE's soft limit to the hard one (a shortage of
+ * descriptors must never reach storage); returns the limit now in force. */
+static uint64_t raise_nofile(void)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+        return 1024;
+    if (rl.rlim_cur < rl.rlim_max) {
+        struct rlimit want = rl;
+        want.rlim_cur = rl.rlim_max == RLIM_INFINITY ? (1u << 20) : rl.rlim_max;
+        if (setrlimit(RLIMIT_NOFILE, &want) == 0)
+            rl = want;
+    }
+    return rl.rlim_cur == RLIM_INFINITY ? (1u << 20) : (uint64_t)rl.rlim_cur;
+}
+
+/* --max-connections: the flag, or what the descriptor limit allows. A value
+ * that leaves storage and peers less than the reserve refuses to start. */
+static uint32_t size_connections(uint64_t nofile, uint64_t *reserve)
+{
+    *reserve = nofile / 8 > FD_RESERVE_MIN ? nofile / 8 : FD_RESERVE_MIN;
+    uint64_t room = nofile > *reserve ? nofile - *reserve : 0;
+    if (get("max-connections") == NULL) {
+        if (room == 0)
+            die("the descriptor limit (RLIMIT_NOFILE %llu) leaves no room for HTTP "
+                "connections beside the %llu kept for storage and peers; raise it "
+                "(ulimit -n)",
+                (unsigned long long)nofile, (unsigned long long)*reserve);
+        return (uint32_t)(room < CONNS_DEFAULT_MAX ? room : CONNS_DEFAULT_MAX);
+    }
+    uint64_t v = get_u64("max-connections", 1, 1000000);
+    if (v > room)
+        die("--max-connections (%llu) leaves fewer than %llu of the %llu descriptors "
+            "(RLIMIT_NOFILE) for storage and peers; lower it or raise the limit "
+            "(ulimit -n)",
+            (unsigned long long)v, (unsigned long long)*reserve,
+            (unsigned long long)nofile);
+    return (uint32_t)v;
 }
 
 static bool is_ip_literal(const char *host)
@@ -443,12 +498,28 @@ int main(int argc, char **argv)
     if (gc.body_max < gc.value_max)
         die("--max-body-bytes (%zu) must be at least --max-value-bytes (%zu)",
             gc.body_max, gc.value_max);
+    /* A write's command is about its body (or its key and value): one over the
+     * raft frame limit could never be replicated (node_submit refuses it). */
+    if (gc.body_max > NODE_FRAME_MAX)
+        die("--max-body-bytes (%zu) exceeds the raft frame limit (%u bytes; the "
+            "largest entry is %u bytes): such a write could never be replicated",
+            gc.body_max, NODE_FRAME_MAX, NODE_ENTRY_MAX);
+    if (gc.key_max + gc.value_max + 1024 > NODE_ENTRY_MAX)
+        die("--max-key-bytes + --max-value-bytes (%zu) exceed the largest raft entry "
+            "(%u bytes)",
+            gc.key_max + gc.value_max, NODE_ENTRY_MAX);
     gc.header_max = get_size("max-header-bytes", 1024, 1 << 20);
-    gc.conns_max = (uint32_t)get_u64("max-connections", 1, 1000000);
+    uint64_t nofile = raise_nofile(), fd_reserve;
+    gc.conns_max = size_connections(nofile, &fd_reserve);
     gc.pipeline_max = (uint32_t)get_u64("max-pipeline", 1, 65536);
     gc.header_timeout_ms = get_u64("header-timeout-ms", 1, 3600000);
     gc.body_timeout_ms = get_u64("body-timeout-ms", 1, 3600000);
     gc.idle_timeout_ms = get_u64("idle-timeout-ms", 1, 86400000);
+    gc.write_timeout_ms = get_u64("write-timeout-ms", 1, 3600000);
+    gc.mem_max = get_size("max-memory-bytes", 1 << 20, 1ull << 40);
+    if (gc.mem_max < gc.body_max)
+        die("--max-memory-bytes (%zu) must be at least --max-body-bytes (%zu)",
+            gc.mem_max, gc.body_max);
     gc.scan_limit_max = (uint32_t)get_u64("scan-limit-max", 1, 1000000);
     if (gc.scan_limit_default > gc.scan_limit_max)
         gc.scan_limit_default = gc.scan_limit_max;
@@ -575,6 +646,9 @@ int main(int argc, char **argv)
     snprintf(kvs, sizeof(kvs), "http=%s:%u raft=%s store=%s data_dir=%s", http_host,
              gateway_port(gw), raft_addr, store, no.data_dir ? no.data_dir : "-");
     tk_logf(TK_LOG_INFO, no.id, 0, kvs, "tierkvd listening");
+    snprintf(kvs, sizeof(kvs), "nofile=%llu max_connections=%u reserve=%llu",
+             (unsigned long long)nofile, gc.conns_max, (unsigned long long)fd_reserve);
+    tk_logf(TK_LOG_INFO, no.id, 0, kvs, "descriptors");
 
     int sig = 0;
     while (sigwait(&set, &sig) != 0) {

@@ -497,7 +497,10 @@ def test_connection_limit_and_sigterm():
             pass
         check(time.time() < deadline, "single node did not start: %s" % nd.log())
         time.sleep(0.05)
+    # Four connections busy receiving a request: the fifth is refused.
     held = [socket.create_connection(("127.0.0.1", port)) for _ in range(4)]
+    for s in held:
+        s.sendall(b"GET /healthz HTTP/1.1\r\n")
     time.sleep(0.2)
     out = raw(port, b"GET /healthz HTTP/1.1\r\n\r\n", timeout=5)
     check(status_of(out) == [503] and b"too_many_connections" in out and b"Retry-After" in out,
@@ -506,6 +509,14 @@ def test_connection_limit_and_sigterm():
         s.close()
     time.sleep(0.2)
     check(request(port, "GET", "/healthz")[0] == 200, "after closing the held connections")
+    # Four idle keep-alive connections (issue 19): the oldest gives way.
+    held = [socket.create_connection(("127.0.0.1", port)) for _ in range(4)]
+    time.sleep(0.2)
+    out = raw(port, b"GET /healthz HTTP/1.1\r\n\r\n", timeout=5)
+    check(status_of(out) == [200], "fifth connection beside idle ones: %r" % out[:200])
+    for s in held:
+        s.close()
+    time.sleep(0.2)
     # SIGTERM with an open keep-alive connection: a clean exit 0
     s = socket.create_connection(("127.0.0.1", port))
     s.sendall(b"GET /healthz HTTP/1.1\r\n\r\n")

@@ -6,6 +6,7 @@ exits 1 with a message. Fast (no cluster): suite 'unit'.
 usage: config_test.py path/to/tierkvd
 """
 import os
+import resource
 import socket
 import subprocess
 import sys
@@ -42,6 +43,9 @@ def main():
         ([], {"TIERKV_MEMBERS": "nonsense"}, "--members"),
         (["--members-http", "9=127.0.0.1:1"], {}, "--members-http"),
         (["--data-dir", "/proc/forbidden/dir"], {}, "--data-dir"),
+        # Issue 19: a body over the raft frame limit could never be replicated.
+        (["--max-body-bytes", "8M"], {},
+         "--max-body-bytes (8388608) exceeds the raft frame limit (4194304 bytes"),
     ]
     failed = 0
     for args, env, want in bad:
@@ -62,7 +66,16 @@ def main():
     if code != 1 or "cannot listen" not in out:
         failed += 1
         print("FAIL taken port: exit %d, output %r" % (code, out[-300:]))
-    print("%d of %d configuration checks failed" % (failed, len(bad) + 2))
+    # Issue 19: --max-connections must leave descriptors for storage and peers.
+    lim = lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (300, 300))  # noqa: E731
+    p = subprocess.run([binary, "--store", "mem", "--max-connections", "200"],
+                       capture_output=True, timeout=20, preexec_fn=lim)
+    out = (p.stdout + p.stderr).decode("utf-8", "replace")
+    if p.returncode != 2 or "--max-connections (200) leaves fewer than 256" not in out:
+        failed += 1
+        print("FAIL --max-connections over the descriptor limit: exit %d, output %r" %
+              (p.returncode, out[-300:]))
+    print("%d of %d configuration checks failed" % (failed, len(bad) + 3))
     subprocess.run(["rm", "-rf", tmp])
     sys.exit(1 if failed else 0)
 

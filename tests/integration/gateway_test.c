@@ -1,7 +1,8 @@
 /* In-process tests of the gateway: json.c's helpers, and the HTTP server on a
  * single in-process node (inproc hub, memory volume) driven by a blocking
  * socket client: keep-alive, pipelining order, chunked bodies, 100-continue,
- * malformed requests, and stopping with connections open (the sanitizer
+ * malformed requests, stopping with connections open, and the overload bounds
+ * (entry limit, slow readers, memory budget; issue 19) (the sanitizer
  * build checks that nothing leaks). Fast: suite 'unit'. */
 #include <arpa/inet.h>
 #include <check.h>
@@ -407,6 +408,51 @@ START_TEST(test_oversized_requests_get_413_and_431)
 }
 END_TEST
 
+/* Issue 19: a command over the largest raft entry is refused (413), never
+ * proposed (where it would be resent forever and stall every later write). */
+START_TEST(test_command_over_the_entry_limit_is_refused_and_writes_go_on)
+{
+    struct fixture f;
+    struct gateway_config gc;
+    gateway_config_default(&gc);
+    gc.body_max = 8u << 20; /* tierkvd refuses this; an embedder may not */
+    fx_start(&f, &gc);
+    size_t vlen = 1000000, n_ops = 5, cap = n_ops * (vlen + 64) + 64;
+    char *body = malloc(cap), *req = malloc(cap + 256);
+    static char buf[65536];
+    size_t len = (size_t)snprintf(body, cap, "{\"ops\":[");
+    for (size_t i = 0; i < n_ops; i++) {
+        len += (size_t)snprintf(body + len, cap - len,
+                                "%s{\"op\":\"put\",\"key\":\"k%zu\","
+                                "\"value\":\"",
+                                i ? "," : "", i);
+        memset(body + len, 'v', vlen);
+        len += vlen;
+        len += (size_t)snprintf(body + len, cap - len, "\"}");
+    }
+    len += (size_t)snprintf(body + len, cap - len, "]}");
+    size_t n =
+        (size_t)snprintf(req, 256,
+                         "POST /v1/batch HTTP/1.1\r\nContent-Type: application/json"
+                         "\r\nContent-Length: %zu\r\n\r\n",
+                         len);
+    memcpy(req + n, body, len);
+    int s = connect_to(f.port);
+    send_all(s, req, n + len);
+    read_responses(s, buf, sizeof(buf), 1);
+    ck_assert_msg(strstr(buf, "HTTP/1.1 413 ") == buf, "5 MB batch: %.300s", buf);
+    ck_assert_msg(strstr(buf, "largest raft entry") != NULL, "%.300s", buf);
+    const char *put = "PUT /v1/kv/after HTTP/1.1\r\nContent-Length: 1\r\n\r\nx";
+    send_all(s, put, strlen(put));
+    read_responses(s, buf, sizeof(buf), 1);
+    ck_assert_msg(strstr(buf, "HTTP/1.1 200 ") == buf, "a PUT after it: %.300s", buf);
+    close(s);
+    free(body);
+    free(req);
+    fx_stop(&f);
+}
+END_TEST
+
 START_TEST(test_stop_with_open_and_half_sent_connections)
 {
     struct fixture f;
@@ -566,6 +612,204 @@ START_TEST(test_metrics_export_latency_histograms_read_rounds_and_kv_size)
 }
 END_TEST
 
+/* Issue 19's conformance gaps: the header limit counts the whole block, a
+ * chunked trailer is never a header, an out-of-range TTL is a 400 and an
+ * HTTP/1.0 keep-alive is answered as one. */
+START_TEST(test_header_block_trailers_ttl_range_and_http10_keepalive)
+{
+    struct fixture f;
+    fx_start(&f, NULL);
+    static char buf[65536], req[65536];
+    /* 5000 one-byte headers: 20 KB of block, 5 KB of names and values. */
+    size_t n = (size_t)snprintf(req, sizeof(req), "GET /healthz HTTP/1.1\r\n");
+    for (int i = 0; i < 5000; i++) {
+        memcpy(req + n, "a:b\r\n", 5);
+        n += 5;
+    }
+    memcpy(req + n, "\r\n", 2);
+    int s = connect_to(f.port);
+    send_all(s, req, n + 2);
+    read_responses(s, buf, sizeof(buf), 1);
+    ck_assert_msg(strstr(buf, "HTTP/1.1 431 ") == buf, "tiny headers: %.200s", buf);
+    close(s);
+    /* One header padded with 30 KB of whitespace. */
+    n = (size_t)snprintf(req, sizeof(req), "GET /healthz HTTP/1.1\r\nX-Pad:");
+    memset(req + n, ' ', 30000);
+    n += 30000;
+    n += (size_t)snprintf(req + n, sizeof(req) - n, "v\r\n\r\n");
+    s = connect_to(f.port);
+    send_all(s, req, n);
+    read_responses(s, buf, sizeof(buf), 1);
+    ck_assert_msg(strstr(buf, "HTTP/1.1 431 ") == buf, "padded header: %.200s", buf);
+    close(s);
+    /* A trailer naming a JSON body changes nothing: the raw value is kept. */
+    const char *chunked = "PUT /v1/kv/tr HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"
+                          "3\r\nraw\r\n0\r\nContent-Type: application/json\r\n\r\n";
+    s = connect_to(f.port);
+    send_all(s, chunked, strlen(chunked));
+    read_responses(s, buf, sizeof(buf), 1);
+    ck_assert_msg(strstr(buf, "HTTP/1.1 200 ") == buf, "trailer: %.300s", buf);
+    const char *get = "GET /v1/kv/tr?raw HTTP/1.1\r\n\r\n";
+    send_all(s, get, strlen(get));
+    read_responses(s, buf, sizeof(buf), 1);
+    ck_assert_msg(strstr(buf, "HTTP/1.1 200 ") == buf && strstr(buf, "\r\n\r\nraw"),
+                  "raw value after a trailer: %.300s", buf);
+    /* A TTL that would overflow the clock: 400, not 409 not_a_number. */
+    const char *ttl = "PUT /v1/kv/t?ttl_ms=18446744073709551615 HTTP/1.1\r\n"
+                      "Content-Length: 1\r\n\r\nx";
+    send_all(s, ttl, strlen(ttl));
+    read_responses(s, buf, sizeof(buf), 1);
+    ck_assert_msg(strstr(buf, "HTTP/1.1 400 ") == buf, "ttl overflow: %.300s", buf);
+    close(s);
+    /* HTTP/1.0 with keep-alive: said in the answer, and the connection stays. */
+    const char *h10 = "GET /healthz HTTP/1.0\r\nConnection: keep-alive\r\n\r\n";
+    s = connect_to(f.port);
+    send_all(s, h10, strlen(h10));
+    size_t got = read_responses(s, buf, sizeof(buf), 1);
+    ck_assert_msg(strstr(buf, "HTTP/1.1 200 ") == buf, "1.0: %.300s", buf);
+    ck_assert_msg(strcasestr(buf, "Connection: keep-alive\r\n") != NULL, "1.0: %.300s",
+                  buf);
+    send_all(s, h10, strlen(h10));
+    memset(buf, 0, got + 1);
+    read_responses(s, buf, sizeof(buf), 1);
+    ck_assert_msg(strstr(buf, "HTTP/1.1 200 ") == buf, "1.0 again: %.300s", buf);
+    close(s);
+    fx_stop(&f);
+}
+END_TEST
+
+/* ---- issue 19: slow readers and memory ---------------------------------- */
+
+/* One series of GET /metrics, on a fresh connection. */
+static double metric(uint16_t port, const char *series)
+{
+    static char buf[262144];
+    int s = connect_to(port);
+    const char *get = "GET /metrics HTTP/1.1\r\n\r\n";
+    send_all(s, get, strlen(get));
+    read_responses(s, buf, sizeof(buf), 1);
+    close(s);
+    const char *text = strstr(buf, "\r\n\r\n");
+    ck_assert_msg(text != NULL, "metrics: %.200s", buf);
+    return sample(text + 4, series);
+}
+
+static void put_big(uint16_t port, const char *key, size_t len)
+{
+    static char buf[4096];
+    char *req = malloc(len + 256);
+    int n = snprintf(req, 256, "PUT /v1/kv/%s HTTP/1.1\r\nContent-Length: %zu\r\n\r\n",
+                     key, len);
+    memset(req + n, 'v', len);
+    int s = connect_to(port);
+    send_all(s, req, (size_t)n + len);
+    read_responses(s, buf, sizeof(buf), 1);
+    ck_assert_msg(strstr(buf, "HTTP/1.1 200 ") == buf, "put %s: %.200s", key, buf);
+    close(s);
+    free(req);
+}
+
+/* A client that pipelines 100 GETs of a 256 KiB value and never reads: only
+ * max-pipeline requests are parsed at a time (counted per request, not per
+ * 16 KiB read), reading pauses, and once nothing drains within the write
+ * deadline the connection is cut and its memory returned. */
+START_TEST(test_client_that_does_not_read_is_bounded_and_cut)
+{
+    struct fixture f;
+    struct gateway_config gc;
+    gateway_config_default(&gc);
+    gc.pipeline_max = 4;
+    gc.write_timeout_ms = 500;
+    fx_start(&f, &gc);
+    put_big(f.port, "big", 256 << 10); /* 4 answers stay within a turn's budget */
+    static char reqs[100 * 64];
+    size_t len = 0;
+    for (int i = 0; i < 100; i++)
+        len += (size_t)snprintf(reqs + len, sizeof(reqs) - len,
+                                "GET /v1/kv/big?raw HTTP/1.1\r\n\r\n");
+    int s = socket(AF_INET, SOCK_STREAM, 0);
+    int small = 4096;
+    setsockopt(s, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(f.port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ck_assert_int_eq(connect(s, (struct sockaddr *)&a, sizeof(a)), 0);
+    send_all(s, reqs, len);
+    /* While it stalls: what the server holds stays near max-pipeline answers
+     * (every one of the 100 parsed at once would be 25 MiB). */
+    double peak = 0;
+    for (int i = 0; i < 10; i++) {
+        double held = metric(f.port, "tierkv_http_held_bytes");
+        peak = held > peak ? held : peak;
+        usleep(20000);
+    }
+    ck_assert_msg(peak >= 0 && peak < 4.0 * (1 << 20), "held %.0f bytes", peak);
+    /* Cut within the write deadline (polled, bounded): memory comes back. */
+    double held = -1, cut = 0;
+    for (int i = 0; i < 200; i++) {
+        held = metric(f.port, "tierkv_http_held_bytes");
+        cut = metric(f.port, "tierkv_http_timeouts_total");
+        if (cut >= 1 && held < 65536)
+            break;
+        usleep(50000);
+    }
+    ck_assert_msg(cut >= 1 && held < 65536, "not cut: timeouts %g, held %g", cut, held);
+    close(s);
+    fx_stop(&f);
+}
+END_TEST
+
+/* Body buffers grow as bytes arrive: a Content-Length alone reserves nothing;
+ * and past the memory budget a request is answered 503 overloaded with
+ * Retry-After while the others go on. */
+START_TEST(test_body_memory_grows_with_bytes_and_the_budget_answers_503)
+{
+    struct fixture f;
+    struct gateway_config gc;
+    gateway_config_default(&gc);
+    gc.body_max = 2u << 20;
+    gc.value_max = 1u << 20;
+    gc.mem_max = 5u << 20;
+    fx_start(&f, &gc);
+    static char buf[8192];
+    int s[3];
+    for (int i = 0; i < 3; i++) {
+        s[i] = connect_to(f.port);
+        const char *h = "PUT /v1/kv/slow HTTP/1.1\r\nContent-Length: 2000000\r\n\r\nabc";
+        send_all(s[i], h, strlen(h));
+    }
+    double held = -1;
+    for (int i = 0; i < 100 && held < 3 * 4096; i++) {
+        held = metric(f.port, "tierkv_http_held_bytes");
+        usleep(10000);
+    }
+    /* At most 3 x 64 KiB, not 3 x 2 MB. */
+    ck_assert_msg(held >= 3 * 4096 && held <= 3 * 65536, "held %g bytes", held);
+    /* Two bodies of 1.9 MB (4 MiB of buffers) fit; the third passes 5 MiB. */
+    char *more = malloc(1900000);
+    memset(more, 'x', 1900000);
+    send_all(s[0], more, 1900000);
+    send_all(s[1], more, 1900000);
+    for (int i = 0; i < 500 && metric(f.port, "tierkv_http_held_bytes") < (4u << 20); i++)
+        usleep(10000);
+    int s2 = connect_to(f.port);
+    const char *h = "PUT /v1/kv/late HTTP/1.1\r\nContent-Length: 2000000\r\n\r\n";
+    send_all(s2, h, strlen(h));
+    read_responses(s2, buf, sizeof(buf), 1);
+    ck_assert_msg(strstr(buf, "HTTP/1.1 503 ") == buf, "over budget: %.300s", buf);
+    ck_assert_msg(strstr(buf, "overloaded") != NULL, "%.300s", buf);
+    ck_assert_msg(strstr(buf, "Retry-After: 1\r\n") != NULL, "%.300s", buf);
+    close(s2);
+    for (int i = 0; i < 3; i++)
+        close(s[i]);
+    free(more);
+    /* Once they are gone, writes go on. */
+    for (int i = 0; i < 100 && metric(f.port, "tierkv_http_held_bytes") > 65536; i++)
+        usleep(10000);
+    put_big(f.port, "after", 1000);
+    fx_stop(&f);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("gateway");
@@ -582,9 +826,13 @@ int main(void)
     tcase_add_test(h, test_malformed_request_gets_400_and_server_stays_up);
     tcase_add_test(h, test_route_table_answers_404_405_with_allow_and_counts_routes);
     tcase_add_test(h, test_oversized_requests_get_413_and_431);
+    tcase_add_test(h, test_command_over_the_entry_limit_is_refused_and_writes_go_on);
     tcase_add_test(h, test_stop_with_open_and_half_sent_connections);
     tcase_add_test(h, test_listen_failure_is_reported);
     tcase_add_test(h, test_metrics_export_latency_histograms_read_rounds_and_kv_size);
+    tcase_add_test(h, test_client_that_does_not_read_is_bounded_and_cut);
+    tcase_add_test(h, test_header_block_trailers_ttl_range_and_http10_keepalive);
+    tcase_add_test(h, test_body_memory_grows_with_bytes_and_the_budget_answers_503);
     suite_add_tcase(s, h);
     return tk_check_run(srunner_create(s));
 }

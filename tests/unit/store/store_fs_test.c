@@ -502,6 +502,8 @@ static struct {
     pthread_mutex_t mu;
     int fail_fdatasync; /* errno to return, or 0 */
     int fail_pwritev;
+    unsigned emfile_opens; /* this many opens fail with EMFILE */
+    unsigned open_calls;
     size_t short_write; /* if > 0: write at most this many bytes per call */
     unsigned fdatasync_calls;
     unsigned pwritev_calls;
@@ -538,6 +540,21 @@ static ssize_t f_pwritev(int fd, const struct iovec *iov, int n, off_t off)
     return store_fileops_default()->pwritev(fd, iov, n, off);
 }
 
+static int f_open(const char *path, int flags, mode_t mode)
+{
+    pthread_mutex_lock(&F.mu);
+    F.open_calls++;
+    bool fail = F.emfile_opens > 0;
+    if (fail)
+        F.emfile_opens--;
+    pthread_mutex_unlock(&F.mu);
+    if (fail) {
+        errno = EMFILE;
+        return -1;
+    }
+    return store_fileops_default()->open(path, flags, mode);
+}
+
 static struct store_fileops faulty;
 
 static void never_called(void *data, uint64_t seq, uint64_t last_index,
@@ -563,6 +580,9 @@ static void faults_reset(void)
     faulty = *store_fileops_default();
     faulty.fdatasync = f_fdatasync;
     faulty.pwritev = f_pwritev;
+    faulty.open = f_open;
+    F.emfile_opens = 0;
+    F.open_calls = 0;
 }
 
 static struct store *open_faulty(const char *dir)
@@ -730,6 +750,36 @@ START_TEST(test_short_writes_are_completed)
 }
 END_TEST
 
+/* Issue 19: running out of descriptors (EMFILE) when a segment is created
+ * is a transient shortage, not a disk failure: the writer waits for one and
+ * the store never fails. */
+START_TEST(test_emfile_at_segment_creation_is_waited_out_not_fatal)
+{
+    faults_reset();
+    char *dir = tl_tmpdir("emfile");
+    struct store *s = open_faulty(dir);
+    append_ok(s, 1, 10);
+    pthread_mutex_lock(&F.mu);
+    F.emfile_opens = 8; /* the spare prepared ahead, then the roll's tries */
+    F.open_calls = 0;
+    pthread_mutex_unlock(&F.mu);
+    for (uint64_t lo = 11; lo < 11 + 40 * 10; lo += 10)
+        append_ok(s, lo, 10);
+    ck_assert_int_eq(store_failed(s), 0);
+    ck_assert_uint_ge(F.open_calls, 9); /* it did roll into the shortage */
+    ck_assert_uint_eq(F.emfile_opens, 0);
+    store_close(s);
+    struct store_options o;
+    opts_small(&o);
+    struct store_boot boot;
+    s = open_ok(dir, &o, &boot);
+    ck_assert_uint_eq(boot.last_index, 410);
+    store_close(s);
+    tl_rmrf(dir);
+    free(dir);
+}
+END_TEST
+
 START_TEST(test_spare_segment_is_prepared_ahead)
 {
     char *dir = tl_tmpdir("spare");
@@ -771,6 +821,7 @@ static Suite *fs_suite(void)
     tcase_add_test(tc, test_enospc_on_write_fails_the_store);
     tcase_add_test(tc, test_short_writes_are_completed);
     tcase_add_test(tc, test_spare_segment_is_prepared_ahead);
+    tcase_add_test(tc, test_emfile_at_segment_creation_is_waited_out_not_fatal);
     suite_add_tcase(s, tc);
     return s;
 }
