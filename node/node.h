@@ -120,6 +120,11 @@ struct node_options {
     uint16_t listen_port;
     const char *peer_hosts[RAFT_VOTERS_MAX]; /* by position in members */
     uint16_t peer_ports[RAFT_VOTERS_MAX];
+    /* The shared cluster token of the TCP handshake (transport.h; copied by
+     * the transport): NULL for none, else at least TRANSPORT_TCP_TOKEN_MIN
+     * bytes, the same on every node. */
+    const uint8_t *peer_token;
+    size_t peer_token_len;
 
     /* Storage: fs under data_dir/log and data_dir/kv when `data_dir` is set,
      * else a memory volume (taken, may be NULL: a fresh one). */
