@@ -203,6 +203,7 @@ struct node_metrics {
     uint64_t proposals;         /* writes proposed by this node */
     uint64_t batches;           /* raft_propose calls */
     uint64_t forwarded;         /* writes forwarded to the leader */
+    uint64_t forward_dropped;   /* forwarding frames from a non-member, dropped */
     uint64_t reads;             /* reads served */
     uint64_t read_index;        /* linearizable reads that asked for a read index */
     uint64_t read_index_rounds; /* leader: heartbeat rounds confirming them
