@@ -702,6 +702,8 @@ static int open_transport(struct node *n)
     to.listen_host = n->o.listen_host;
     to.listen_port = n->o.listen_port;
     to.seed = n->o.seed;
+    to.peer_token = n->o.peer_token;
+    to.peer_token_len = n->o.peer_token_len;
     int rc = transport_tcp_new(n->loop.uv, &to, &cbs, &n->transport);
     if (rc != 0)
         return rc;

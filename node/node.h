@@ -120,6 +120,11 @@ struct node_options {
     uint16_t listen_port;
     const char *peer_hosts[RAFT_VOTERS_MAX]; /* by position in members */
     uint16_t peer_ports[RAFT_VOTERS_MAX];
+    /* The shared cluster token of the TCP handshake (transport.h; copied by
+     * the transport): NULL for none, else at least TRANSPORT_TCP_TOKEN_MIN
+     * bytes, the same on every node. */
+    const uint8_t *peer_token;
+    size_t peer_token_len;
 
     /* Storage: fs under data_dir/log and data_dir/kv when `data_dir` is set,
      * else a memory volume (taken, may be NULL: a fresh one). */
@@ -206,6 +211,7 @@ struct node_metrics {
     uint64_t proposals;         /* writes proposed by this node */
     uint64_t batches;           /* raft_propose calls */
     uint64_t forwarded;         /* writes forwarded to the leader */
+    uint64_t forward_dropped;   /* forwarding frames from a non-member, dropped */
     uint64_t reads;             /* reads served */
     uint64_t read_index;        /* linearizable reads that asked for a read index */
     uint64_t read_index_rounds; /* leader: heartbeat rounds confirming them

@@ -307,6 +307,15 @@ void node__forward_refuse(struct node_req *r, int status)
 struct node_req *node__forward_recv(struct node *n, uint64_t from, const uint8_t *buf,
                                     size_t len)
 {
+    if (!raft_config_is_member(raft_config(n->raft), from)) {
+        /* Only members forward writes and answer them (issue 15): a stranger
+         * that got past the transport cannot propose, nor answer ours. */
+        n->m.metrics.forward_dropped++;
+        TK_LOG(TK_LOG_WARN, n->o.id, raft_term(n->raft),
+               "a forward frame from %llu, not a member, dropped",
+               (unsigned long long)from);
+        return NULL;
+    }
     struct fwd_arena a;
     a.used = 0;
     a.blob = NULL;

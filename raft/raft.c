@@ -489,8 +489,8 @@ static bool may_campaign(const struct raft *r)
 static void campaign(struct raft *r, bool pre, bool transfer)
 {
     TK_ASSERT(r != NULL);
-    if (!may_campaign(r))
-        return;
+    if (!may_campaign(r) || r->term >= RAFT_TERM_MAX)
+        return; /* at the cap, a new term would near the wrap */
     for (uint32_t i = 0; i < RAFT_VOTERS_MAX; i++)
         r->votes[i] = -1;
     reset_election_timeout(r);
@@ -1138,7 +1138,13 @@ static void step_lower_term(struct raft *r, const struct raft_message *m)
  * and snapshots come from anyone; a vote request from a non-voter is heard
  * only while we have no live leader (a removed or not-yet-added server cannot
  * disrupt a working cluster, and a voter we do not know of yet can still be
- * elected); everything else only from members. */
+ * elected); everything else (TimeoutNow, responses, read index) only from
+ * members. Stricter filtering of appends and votes (issue 15) breaks liveness
+ * under membership changes: a member that missed the entry adding a node
+ * must follow that node once it leads (the membership sweeps of tests/sim
+ * fail without this, e.g. --seed 2808 --nodes 3 --membership). Strangers are
+ * kept out by the transport instead (authenticated members only), and a
+ * forged huge term by RAFT_TERM_MAX. */
 static bool from_accepted(const struct raft *r, const struct raft_message *m)
 {
     if (m->type == RAFT_MSG_APPEND || m->type == RAFT_MSG_SNAPSHOT)
@@ -1154,8 +1160,8 @@ static int step(struct raft *r, const struct raft_message *m)
     if (m == NULL || m->to != r->o.id || m->type == RAFT_MSG_NONE ||
         m->type >= RAFT_MSG_TYPE_COUNT || m->from == RAFT_NONE || m->from == r->o.id)
         return TK_EINVAL;
-    if (!from_accepted(r, m))
-        return 0;
+    if (m->term > RAFT_TERM_MAX || !from_accepted(r, m))
+        return 0; /* a forged huge term, or a stranger: dropped */
     if (m->term > r->term && !step_higher_term(r, m))
         return 0;
     if (m->term < r->term) {

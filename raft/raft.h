@@ -73,6 +73,10 @@
 #define RAFT_LEARNERS_MAX 8
 #define RAFT_MEMBERS_MAX (RAFT_VOTERS_MAX + RAFT_LEARNERS_MAX)
 #define RAFT_NONE 0 /* no node; node ids are 1..UINT64_MAX */
+/* The largest term a message may carry: raft_step drops anything above, so a
+ * forged huge term cannot exhaust the term space (2^32 elections remain, and
+ * term arithmetic never wraps: a node at this term no longer campaigns). */
+#define RAFT_TERM_MAX (UINT64_MAX - (UINT64_C(1) << 32))
 
 enum raft_entry_type {
     RAFT_ENTRY_NORMAL = 0,

@@ -1,4 +1,5 @@
-/* Frames: [u32 length][u32 crc32c][payload], little-endian, and the HELLO body.
+/* Frames: [u32 length][u32 crc32c][payload], little-endian, the HELLO body and
+ * the AUTH frame.
  *
  * The parser trusts nothing: a zero or oversized length and a CRC mismatch are
  * errors returned to the caller (which closes the connection), never asserts.
@@ -37,17 +38,28 @@ int frame__parse(const uint8_t *buf, size_t len, uint32_t frame_max,
     return 1;
 }
 
-size_t frame__hello_write(uint8_t *out, uint64_t cluster_id, uint64_t node_id)
+size_t frame__hello_write(uint8_t *out, const struct frame_hello *h)
 {
     uint8_t *p = out + FRAME_HEADER_BYTES;
     p[0] = FRAME_KIND_HELLO;
     tk_put_le32(p + 1, FRAME_HELLO_MAGIC);
     tk_put_le16(p + 5, FRAME_HELLO_VERSION);
-    tk_put_le16(p + 7, 0);
-    tk_put_le64(p + 9, cluster_id);
-    tk_put_le64(p + 17, node_id);
+    tk_put_le16(p + 7, h->flags);
+    tk_put_le64(p + 9, h->cluster_id);
+    tk_put_le64(p + 17, h->node_id);
+    memcpy(p + 25, h->nonce, FRAME_NONCE_BYTES);
+    memcpy(p + 25 + FRAME_NONCE_BYTES, h->proof, FRAME_PROOF_BYTES);
     frame__seal(out, p, 1 + FRAME_HELLO_BYTES);
     return FRAME_HEADER_BYTES + 1 + FRAME_HELLO_BYTES;
+}
+
+size_t frame__auth_write(uint8_t *out, const uint8_t *proof)
+{
+    uint8_t *p = out + FRAME_HEADER_BYTES;
+    p[0] = FRAME_KIND_AUTH;
+    memcpy(p + 1, proof, FRAME_PROOF_BYTES);
+    frame__seal(out, p, 1 + FRAME_PROOF_BYTES);
+    return FRAME_HEADER_BYTES + 1 + FRAME_PROOF_BYTES;
 }
 
 int frame__hello_decode(const uint8_t *body, size_t len, struct frame_hello *out)
@@ -59,5 +71,7 @@ int frame__hello_decode(const uint8_t *body, size_t len, struct frame_hello *out
     out->flags = tk_get_le16(body + 6);
     out->cluster_id = tk_get_le64(body + 8);
     out->node_id = tk_get_le64(body + 16);
+    memcpy(out->nonce, body + 24, FRAME_NONCE_BYTES);
+    memcpy(out->proof, body + 24 + FRAME_NONCE_BYTES, FRAME_PROOF_BYTES);
     return 0;
 }

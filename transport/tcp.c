@@ -48,6 +48,7 @@
 #define INBOUND_MAX 256
 #define TCP_KEEPALIVE_S 10
 #define HELLO_FRAME_BYTES (FRAME_HEADER_BYTES + 1 + FRAME_HELLO_BYTES)
+#define AUTH_FRAME_BYTES (FRAME_HEADER_BYTES + 1 + FRAME_PROOF_BYTES)
 
 struct obuf {
     struct obuf *next;
@@ -58,7 +59,9 @@ struct obuf {
 struct tcp;
 struct tcp_peer;
 
-enum conn_state { CONN_CONNECTING, CONN_HANDSHAKE, CONN_UP, CONN_CLOSING };
+/* CONN_HANDSHAKE waits for the other side's HELLO; CONN_AUTH (inbound only)
+ * for the dialer's AUTH. */
+enum conn_state { CONN_CONNECTING, CONN_HANDSHAKE, CONN_AUTH, CONN_UP, CONN_CLOSING };
 
 struct tcp_conn {
     struct tcp *t;
@@ -70,12 +73,20 @@ struct tcp_conn {
     int handles_open;
     enum conn_state state;
     uint64_t remote_id; /* after the handshake */
+    bool pending;       /* inbound, not yet authenticated: counted in n_pending */
+    uint64_t last_rx;   /* loop time of the last read (idle deadline) */
     uint8_t *rbuf;
     size_t rlen, rcap;
+    uint8_t nonce_self[FRAME_NONCE_BYTES];
+    uint8_t nonce_peer[FRAME_NONCE_BYTES];
     uint8_t hello[HELLO_FRAME_BYTES];
     uv_write_t hello_req;
+    uint8_t auth[AUTH_FRAME_BYTES];
+    uv_write_t auth_req;
     struct codec_dec dec;
     struct codec_snap snap;
+    uint64_t snap_started; /* loop time of the reassembly's first chunk */
+    size_t snap_charged;   /* snap.cap, as counted in tcp.snap_bytes */
 };
 
 struct wreq {
@@ -101,6 +112,7 @@ struct tcp_peer {
     uv_timer_t backoff_timer;
     uint32_t backoff_ms;
     bool up;
+    uint64_t last_tx; /* loop time of the last write (pings on idle links) */
     /* The queue: frames not yet handed to uv_write. */
     struct obuf *head, *tail;
     uint64_t queued_bytes; /* in the queue and in the write in flight */
@@ -122,6 +134,11 @@ struct tcp {
     size_t n_peers;
     struct tcp_conn *inbound;
     size_t n_inbound;
+    size_t n_pending;    /* inbound connections not yet authenticated */
+    uint64_t snap_bytes; /* reassembly buffers of every connection */
+    uint8_t *token;      /* the cluster token, or NULL */
+    size_t token_len;
+    uv_timer_t tick; /* idle deadlines, snapshot deadlines, pings */
     struct obuf *free_obufs;
     size_t n_free_obufs;
     struct codec_enc enc;
@@ -290,6 +307,7 @@ static void peer_flush(struct tcp_peer *p)
     if (b == NULL)
         p->queued_msgs = 0;
     p->inflight = w;
+    p->last_tx = uv_now(p->t->loop);
     p->t->base.stats.writes++;
     int rc = uv_write(&w->req, (uv_stream_t *)&p->conn->handle, w->iov, n, on_write);
     if (rc != 0) {
@@ -464,6 +482,12 @@ static void conn_close(struct tcp_conn *c)
         return;
     c->state = CONN_CLOSING;
     struct tcp *t = c->t;
+    if (c->pending) {
+        c->pending = false;
+        t->n_pending--;
+    }
+    t->snap_bytes -= c->snap_charged;
+    c->snap_charged = 0;
     if (c->peer == NULL) {
         struct tcp_conn **pp = &t->inbound;
         while (*pp != c)
@@ -529,34 +553,84 @@ static void on_hello_written(uv_write_t *req, int status)
     (void)status; /* a failure shows up as a read error or the timeout */
 }
 
-static void send_hello(struct tcp_conn *c)
+/* The proof of `label`'s side for this connection into out; zeros without a
+ * token. c->nonce_peer and c->remote_id are known. Returns 0 or TK_EIO. */
+static int conn_proof(struct tcp_conn *c, uint8_t label, uint8_t *out)
 {
     struct tcp *t = c->t;
-    size_t n = frame__hello_write(c->hello, t->o.cluster_id, t->base.id);
-    uv_buf_t b = uv_buf_init((char *)c->hello, (unsigned)n);
-    int rc = uv_write(&c->hello_req, (uv_stream_t *)&c->handle, &b, 1, on_hello_written);
+    memset(out, 0, FRAME_PROOF_BYTES);
+    if (t->token == NULL)
+        return 0;
+    bool dialer = c->peer != NULL;
+    uint64_t d = dialer ? t->base.id : c->remote_id;
+    uint64_t a = dialer ? c->remote_id : t->base.id;
+    const uint8_t *nd = dialer ? c->nonce_self : c->nonce_peer;
+    const uint8_t *na = dialer ? c->nonce_peer : c->nonce_self;
+    return auth__proof(t->token, t->token_len, label, t->o.cluster_id, d, a, nd, na, out);
+}
+
+/* Checks the other side's proof (`label` is theirs); true without a token. */
+static bool conn_proof_ok(struct tcp_conn *c, uint8_t label, const uint8_t *proof)
+{
+    uint8_t want[FRAME_PROOF_BYTES];
+    if (conn_proof(c, label, want) != 0)
+        return false;
+    return c->t->token == NULL || auth__equal(want, proof, FRAME_PROOF_BYTES);
+}
+
+static void conn_write(struct tcp_conn *c, uv_write_t *req, uint8_t *buf, size_t n)
+{
+    uv_buf_t b = uv_buf_init((char *)buf, (unsigned)n);
+    int rc = uv_write(req, (uv_stream_t *)&c->handle, &b, 1, on_hello_written);
     if (rc != 0)
-        TK_LOG(TK_LOG_WARN, t->base.id, 0, "hello write failed: %s", uv_strerror(rc));
+        TK_LOG(TK_LOG_WARN, c->t->base.id, 0, "handshake write failed: %s",
+               uv_strerror(rc));
+}
+
+/* Our HELLO: a fresh nonce, and (acceptor) our proof. Returns 0 or TK_EIO. */
+static int send_hello(struct tcp_conn *c)
+{
+    struct tcp *t = c->t;
+    struct frame_hello h = {.cluster_id = t->o.cluster_id, .node_id = t->base.id};
+    h.flags = t->token != NULL ? FRAME_HELLO_F_TOKEN : 0;
+    if (auth__nonce(c->nonce_self) != 0)
+        return TK_EIO;
+    memcpy(h.nonce, c->nonce_self, FRAME_NONCE_BYTES);
+    if (c->peer == NULL && conn_proof(c, 'A', h.proof) != 0)
+        return TK_EIO;
+    conn_write(c, &c->hello_req, c->hello, frame__hello_write(c->hello, &h));
+    return 0;
 }
 
 /* Checks a HELLO; returns NULL or the reason it is refused. */
-static const char *hello_check(struct tcp_conn *c, const uint8_t *body, size_t len)
+static const char *hello_check(struct tcp_conn *c, const uint8_t *body, size_t len,
+                               struct frame_hello *h)
 {
     struct tcp *t = c->t;
-    struct frame_hello h;
-    if (frame__hello_decode(body, len, &h) != 0)
-        return "hello of the wrong size";
-    if (h.magic != FRAME_HELLO_MAGIC)
+    if (frame__hello_decode(body, len, h) != 0)
+        return "hello of the wrong size (a peer of another protocol version?)";
+    if (h->magic != FRAME_HELLO_MAGIC)
         return "hello with a wrong magic";
-    if (h.version != FRAME_HELLO_VERSION)
+    if (h->version != FRAME_HELLO_VERSION)
         return "unsupported protocol version";
-    if (h.cluster_id != t->o.cluster_id)
+    if (h->cluster_id != t->o.cluster_id)
         return "cluster id mismatch";
-    if (h.node_id == RAFT_NONE || h.node_id == t->base.id)
+    if (h->node_id == RAFT_NONE || h->node_id == t->base.id)
         return "bad node id";
-    if (c->peer != NULL && h.node_id != c->peer->id)
+    if (c->peer != NULL && h->node_id != c->peer->id)
         return "node id mismatch: a different node answers at this address";
-    c->remote_id = h.node_id;
+    const char *why = NULL;
+    if (c->peer == NULL && peer_find(t, h->node_id) == NULL)
+        why = "the node id is not a member";
+    else if (((h->flags & FRAME_HELLO_F_TOKEN) != 0) != (t->token != NULL))
+        why = t->token != NULL ? "the peer has no cluster token"
+                               : "the peer wants a cluster token and we have none";
+    if (why != NULL) {
+        t->base.stats.auth_failed++;
+        return why;
+    }
+    c->remote_id = h->node_id;
+    memcpy(c->nonce_peer, h->nonce, FRAME_NONCE_BYTES);
     return NULL;
 }
 
@@ -565,6 +639,7 @@ static void peer_up(struct tcp_peer *p)
     struct tcp *t = p->t;
     p->up = true;
     p->backoff_ms = t->o.backoff_min_ms;
+    p->last_tx = uv_now(t->loop);
     t->base.stats.conns_dialed++;
     if (t->base.cbs.peer != NULL)
         t->base.cbs.peer(&t->base, p->id, true, t->base.cbs.data);
@@ -572,27 +647,126 @@ static void peer_up(struct tcp_peer *p)
         arm_flush(t);
 }
 
+/* An inbound connection authenticated: it replaces an older one of its id. */
+static void inbound_up(struct tcp_conn *c)
+{
+    struct tcp *t = c->t;
+    for (struct tcp_conn *o = t->inbound; o != NULL; o = o->next) {
+        if (o != c && o->state == CONN_UP && o->remote_id == c->remote_id) {
+            TK_LOG(TK_LOG_INFO, t->base.id, 0,
+                   "a new connection from %llu replaces the old one",
+                   (unsigned long long)c->remote_id);
+            conn_close(o);
+            break; /* there is at most one */
+        }
+    }
+    c->pending = false;
+    t->n_pending--;
+    c->state = CONN_UP;
+    c->last_rx = uv_now(t->loop);
+    uv_timer_stop(&c->timer);
+    t->base.stats.conns_accepted++;
+}
+
+/* A handshake frame. Returns NULL, or the reason to close. */
+static const char *conn_handshake(struct tcp_conn *c, uint8_t kind, const uint8_t *body,
+                                  size_t len)
+{
+    struct tcp *t = c->t;
+    if (c->state == CONN_AUTH) {
+        if (kind != FRAME_KIND_AUTH || len != FRAME_PROOF_BYTES)
+            return "expected the dialer's proof";
+        if (!conn_proof_ok(c, 'D', body)) {
+            t->base.stats.auth_failed++;
+            return "wrong cluster token proof from the dialer";
+        }
+        inbound_up(c);
+        return NULL;
+    }
+    if (kind != FRAME_KIND_HELLO)
+        return "first frame is not a hello";
+    struct frame_hello h;
+    const char *why = hello_check(c, body, len, &h);
+    if (why != NULL)
+        return why;
+    if (c->peer == NULL) {
+        if (send_hello(c) != 0)
+            return "cannot make a nonce or a proof";
+        c->state = CONN_AUTH;
+        return NULL;
+    }
+    if (!conn_proof_ok(c, 'A', h.proof)) {
+        t->base.stats.auth_failed++;
+        return "wrong cluster token proof from the acceptor";
+    }
+    uint8_t proof[FRAME_PROOF_BYTES];
+    if (conn_proof(c, 'D', proof) != 0)
+        return "cannot make a proof";
+    /* The AUTH goes first: uv_write keeps the order of writes on a stream. */
+    conn_write(c, &c->auth_req, c->auth, frame__auth_write(c->auth, proof));
+    c->state = CONN_UP;
+    uv_timer_stop(&c->timer);
+    peer_up(c->peer);
+    return NULL;
+}
+
+static void snap_recharge(struct tcp_conn *c)
+{
+    c->t->snap_bytes = c->t->snap_bytes - c->snap_charged + c->snap.cap;
+    c->snap_charged = c->snap.cap;
+}
+
+/* Drops an unfinished reassembly and its buffer. */
+static void snap_drop(struct tcp_conn *c, const char *why)
+{
+    struct tcp *t = c->t;
+    t->base.stats.snapshots_dropped++;
+    TK_LOG(TK_LOG_WARN, t->base.id, 0, "snapshot from %llu dropped: %s",
+           (unsigned long long)c->remote_id, why);
+    codec__snap_destroy(&c->snap);
+    codec__snap_init(&c->snap, t->o.snapshot_max);
+    snap_recharge(c);
+}
+
+/* A snapshot chunk: reassembled within the per-connection, total and time
+ * bounds. Returns NULL, or the reason to close. */
+static const char *conn_snapshot(struct tcp_conn *c, const struct raft_message *m)
+{
+    struct tcp *t = c->t;
+    const struct raft_msg_snapshot *ch = &m->u.snapshot;
+    uint64_t n = ch->data ? ch->data->len : 0;
+    uint64_t now = uv_now(t->loop);
+    if (ch->offset == 0)
+        c->snap_started = now;
+    else if (c->snap.active && now - c->snap_started > t->o.snapshot_timeout_ms) {
+        snap_drop(c, "not completed in time");
+        return "snapshot not completed in time";
+    }
+    uint64_t mine = ch->offset == 0 ? 0 : c->snap.len;
+    if (t->snap_bytes - c->snap_charged + mine + n > t->o.snapshot_total_max) {
+        snap_drop(c, "the snapshot memory of all peers is used up");
+        return "snapshot memory exhausted";
+    }
+    struct raft_message whole;
+    int rc = codec__snap_feed(&c->snap, m, &whole);
+    snap_recharge(c);
+    if (rc == 1) {
+        t->base.stats.msgs_received++;
+        t->base.cbs.recv(&t->base, &whole, t->base.cbs.data);
+        tk_blob_unref(whole.u.snapshot.data);
+    } else if (rc < 0) {
+        return rc == TK_ETOOBIG ? "snapshot too large" : "snapshot chunk out of order";
+    }
+    return NULL;
+}
+
 /* One complete, CRC-checked frame. Returns 0, or the reason to close. */
 static const char *conn_frame(struct tcp_conn *c, const uint8_t *payload, uint32_t len)
 {
     struct tcp *t = c->t;
     uint8_t kind = payload[0];
-    if (c->state == CONN_HANDSHAKE) {
-        if (kind != FRAME_KIND_HELLO)
-            return "first frame is not a hello";
-        const char *why = hello_check(c, payload + 1, len - 1);
-        if (why != NULL)
-            return why;
-        c->state = CONN_UP;
-        uv_timer_stop(&c->timer);
-        if (c->peer != NULL) {
-            peer_up(c->peer);
-        } else {
-            t->base.stats.conns_accepted++;
-            send_hello(c);
-        }
-        return NULL;
-    }
+    if (c->state == CONN_HANDSHAKE || c->state == CONN_AUTH)
+        return conn_handshake(c, kind, payload + 1, len - 1);
     if (c->peer != NULL)
         return "unexpected frame on an outgoing connection";
     if (kind == FRAME_KIND_FORWARD) {
@@ -603,6 +777,8 @@ static const char *conn_frame(struct tcp_conn *c, const uint8_t *payload, uint32
         }
         return NULL;
     }
+    if (kind == FRAME_KIND_PING)
+        return NULL;
     if (kind != FRAME_KIND_RAFT)
         return kind == FRAME_KIND_HELLO ? "second hello" : "unknown frame kind";
     struct raft_message m;
@@ -610,17 +786,14 @@ static const char *conn_frame(struct tcp_conn *c, const uint8_t *payload, uint32
         return "malformed raft message";
     const char *why = NULL;
     if (m.from != c->remote_id || m.to != t->base.id) {
-        why = "message ids do not match the connection";
+        /* A member lying about its id (or a misrouted message): dropped. */
+        t->base.stats.msgs_spoofed++;
+        TK_LOG(TK_LOG_WARN, t->base.id, 0,
+               "message from %llu to %llu on %llu's connection dropped",
+               (unsigned long long)m.from, (unsigned long long)m.to,
+               (unsigned long long)c->remote_id);
     } else if (m.type == RAFT_MSG_SNAPSHOT) {
-        struct raft_message whole;
-        int rc = codec__snap_feed(&c->snap, &m, &whole);
-        if (rc == 1) {
-            t->base.stats.msgs_received++;
-            t->base.cbs.recv(&t->base, &whole, t->base.cbs.data);
-            tk_blob_unref(whole.u.snapshot.data);
-        } else if (rc < 0) {
-            why = rc == TK_ETOOBIG ? "snapshot too large" : "snapshot chunk out of order";
-        }
+        why = conn_snapshot(c, &m);
     } else {
         t->base.stats.msgs_received++;
         t->base.cbs.recv(&t->base, &m, t->base.cbs.data);
@@ -647,6 +820,7 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
         return;
     }
     c->rlen += (size_t)nread;
+    c->last_rx = uv_now(t->loop);
     t->base.stats.bytes_received += (uint64_t)nread;
     size_t off = 0;
     while (c->state != CONN_CLOSING && !t->closing) {
@@ -656,6 +830,8 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
         /* Before the handshake only a HELLO is acceptable: an unknown client
          * cannot make us buffer a large frame. */
         uint32_t limit = c->state == CONN_UP ? t->o.frame_max : 1 + FRAME_HELLO_BYTES;
+        if (c->state == CONN_AUTH)
+            limit = 1 + FRAME_PROOF_BYTES;
         int rc =
             frame__parse(c->rbuf + off, c->rlen - off, limit, &payload, &plen, &consumed);
         if (rc == 0)
@@ -696,6 +872,56 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 
 /* ---- Inbound ---- */
 
+/* The pending cap is reached: the oldest unauthenticated connection (the
+ * list is newest first) makes room, so a flood of silent sockets cannot keep
+ * a real peer's handshake out for longer than its own round trip. */
+static void evict_oldest_pending(struct tcp *t)
+{
+    struct tcp_conn *oldest = NULL;
+    for (struct tcp_conn *c = t->inbound; c != NULL; c = c->next)
+        if (c->pending)
+            oldest = c;
+    if (oldest == NULL)
+        return;
+    t->base.stats.pending_evicted++;
+    TK_LOG(TK_LOG_DEBUG, t->base.id, 0, "pending handshake evicted by a newer one");
+    conn_close(oldest);
+}
+
+/* The periodic tick: closes idle authenticated inbound connections, drops
+ * snapshot reassemblies past their deadline, and pings idle outgoing links so
+ * that the peer's idle deadline spares them. */
+static void on_tick(uv_timer_t *timer)
+{
+    struct tcp *t = timer->data;
+    uint64_t now = uv_now(t->loop);
+    struct tcp_conn *next;
+    for (struct tcp_conn *c = t->inbound; c != NULL; c = next) {
+        next = c->next;
+        if (c->state != CONN_UP)
+            continue;
+        if (c->snap.active && now - c->snap_started > t->o.snapshot_timeout_ms)
+            snap_drop(c, "not completed in time");
+        if (c->rlen == 0 && now - c->last_rx > t->o.idle_timeout_ms) {
+            t->base.stats.conns_idle++;
+            TK_LOG(TK_LOG_INFO, t->base.id, 0, "connection from %llu idle: closed",
+                   (unsigned long long)c->remote_id);
+            conn_close(c);
+        }
+    }
+    for (size_t i = 0; i < t->n_peers; i++) {
+        struct tcp_peer *p = t->peers[i];
+        if (p->up && p->head == NULL && p->inflight == NULL &&
+            now - p->last_tx >= t->o.idle_timeout_ms / 3) {
+            uint8_t *f = peer_reserve(p, FRAME_HEADER_BYTES + 1);
+            f[FRAME_HEADER_BYTES] = FRAME_KIND_PING;
+            frame__seal(f, f + FRAME_HEADER_BYTES, 1);
+            p->queued_bytes += FRAME_HEADER_BYTES + 1;
+            arm_flush(t);
+        }
+    }
+}
+
 static void on_connection(uv_stream_t *server, int status)
 {
     struct tcp *t = server->data;
@@ -709,9 +935,13 @@ static void on_connection(uv_stream_t *server, int status)
         conn_close(c);
         return;
     }
+    if (t->n_pending >= TRANSPORT_TCP_PENDING_MAX)
+        evict_oldest_pending(t);
     c->next = t->inbound;
     t->inbound = c;
     t->n_inbound++;
+    c->pending = true;
+    t->n_pending++;
     if (t->n_inbound > INBOUND_MAX) {
         conn_bad(c, "too many inbound connections");
         return;
@@ -719,7 +949,7 @@ static void on_connection(uv_stream_t *server, int status)
     uv_tcp_nodelay(&c->handle, 1);
     uv_tcp_keepalive(&c->handle, 1, TCP_KEEPALIVE_S);
     c->state = CONN_HANDSHAKE;
-    uv_timer_start(&c->timer, on_conn_timeout, t->o.io_timeout_ms, 0);
+    uv_timer_start(&c->timer, on_conn_timeout, t->o.handshake_timeout_ms, 0);
     uv_read_start((uv_stream_t *)&c->handle, on_alloc, on_read);
 }
 
@@ -772,7 +1002,10 @@ static void on_connect(uv_connect_t *req, int status)
     c->state = CONN_HANDSHAKE;
     /* Notice a peer that vanished without a FIN on an idle connection. */
     uv_tcp_keepalive(&c->handle, 1, TCP_KEEPALIVE_S);
-    send_hello(c);
+    if (send_hello(c) != 0) {
+        peer_lost(p, "cannot make a nonce");
+        return;
+    }
     uv_read_start((uv_stream_t *)&c->handle, on_alloc, on_read);
 }
 
@@ -928,6 +1161,7 @@ static void tcp_free(struct tcp *t)
         b = next;
     }
     codec__enc_destroy(&t->enc);
+    tk_free(t->token);
     tk_free(t);
 }
 
@@ -964,6 +1198,7 @@ static void tcp_close(struct transport *base, transport_close_cb *cb, void *data
     uv_close((uv_handle_t *)&t->listener, handle_closed);
     uv_close((uv_handle_t *)&t->prepare, handle_closed);
     uv_close((uv_handle_t *)&t->check, handle_closed);
+    uv_close((uv_handle_t *)&t->tick, handle_closed);
     while (t->inbound != NULL)
         conn_close(t->inbound);
     for (size_t i = 0; i < t->n_peers; i++) {
@@ -1006,29 +1241,47 @@ uint16_t transport_tcp_port(const struct transport *base)
     return ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
 }
 
+/* Fills in the defaults of `o`; returns 0 or TK_EINVAL. */
+static int options_fill(struct transport_tcp_options *o)
+{
+    if (o->frame_max == 0)
+        o->frame_max = FRAME_MAX_DEFAULT;
+    if (o->snapshot_chunk == 0)
+        o->snapshot_chunk = 1u << 20;
+    if (o->snapshot_max == 0)
+        o->snapshot_max = 1ull << 30;
+    if (o->send_queue_bytes == 0)
+        o->send_queue_bytes = 8u << 20;
+    if (o->backoff_min_ms == 0)
+        o->backoff_min_ms = 50;
+    if (o->backoff_max_ms == 0)
+        o->backoff_max_ms = 5000;
+    if (o->backoff_max_ms < o->backoff_min_ms)
+        o->backoff_max_ms = o->backoff_min_ms;
+    if (o->io_timeout_ms == 0)
+        o->io_timeout_ms = 10000;
+    if (o->handshake_timeout_ms == 0)
+        o->handshake_timeout_ms = 2000;
+    if (o->idle_timeout_ms == 0)
+        o->idle_timeout_ms = 60000;
+    if (o->snapshot_timeout_ms == 0)
+        o->snapshot_timeout_ms = 600000;
+    if (o->snapshot_total_max == 0)
+        o->snapshot_total_max = o->snapshot_max;
+    if (o->peer_token != NULL && o->peer_token_len < TRANSPORT_TCP_TOKEN_MIN)
+        return TK_EINVAL;
+    if (o->frame_max < 4096 || o->snapshot_chunk + 1024 > o->frame_max)
+        return TK_EINVAL;
+    return 0;
+}
+
 int transport_tcp_new(uv_loop_t *loop, const struct transport_tcp_options *opts,
                       const struct transport_callbacks *cbs, struct transport **out)
 {
     if (opts->id == RAFT_NONE || cbs == NULL || cbs->recv == NULL)
         return TK_EINVAL;
     struct transport_tcp_options o = *opts;
-    if (o.frame_max == 0)
-        o.frame_max = FRAME_MAX_DEFAULT;
-    if (o.snapshot_chunk == 0)
-        o.snapshot_chunk = 1u << 20;
-    if (o.snapshot_max == 0)
-        o.snapshot_max = 1ull << 30;
-    if (o.send_queue_bytes == 0)
-        o.send_queue_bytes = 8u << 20;
-    if (o.backoff_min_ms == 0)
-        o.backoff_min_ms = 50;
-    if (o.backoff_max_ms == 0)
-        o.backoff_max_ms = 5000;
-    if (o.backoff_max_ms < o.backoff_min_ms)
-        o.backoff_max_ms = o.backoff_min_ms;
-    if (o.io_timeout_ms == 0)
-        o.io_timeout_ms = 10000;
-    if (o.frame_max < 4096 || o.snapshot_chunk + 1024 > o.frame_max)
+    if (options_fill(&o) != 0)
         return TK_EINVAL;
     struct sockaddr_storage addr;
     if (o.listen_host != NULL && parse_addr(o.listen_host, o.listen_port, &addr) != 0)
@@ -1041,6 +1294,12 @@ int transport_tcp_new(uv_loop_t *loop, const struct transport_tcp_options *opts,
     t->loop = loop;
     t->o = o;
     t->o.listen_host = NULL; /* not kept: the caller's string */
+    t->o.peer_token = NULL;  /* copied into t->token */
+    if (o.peer_token != NULL) {
+        t->token = tk_malloc(o.peer_token_len);
+        memcpy(t->token, o.peer_token, o.peer_token_len);
+        t->token_len = o.peer_token_len;
+    }
     codec__enc_init(&t->enc);
     tk_prng_seed(&t->prng, o.seed ^ o.id);
     TK_ASSERT(uv_tcp_init(loop, &t->listener) == 0);
@@ -1049,7 +1308,16 @@ int transport_tcp_new(uv_loop_t *loop, const struct transport_tcp_options *opts,
     t->listener.data = t;
     t->prepare.data = t;
     t->check.data = t;
-    t->handles_open = 3;
+    TK_ASSERT(uv_timer_init(loop, &t->tick) == 0);
+    t->tick.data = t;
+    t->handles_open = 4;
+    uint32_t tick = t->o.idle_timeout_ms / 4;
+    if (tick > 1000)
+        tick = 1000;
+    if (tick == 0)
+        tick = 1;
+    uv_timer_start(&t->tick, on_tick, tick, tick);
+    uv_unref((uv_handle_t *)&t->tick); /* never keeps the loop alive alone */
     if (o.listen_host != NULL) {
         int rc = uv_tcp_bind(&t->listener, (const struct sockaddr *)&addr, 0);
         if (rc == 0)

@@ -57,19 +57,27 @@ struct transport_callbacks {
 
 /* Counters, cumulative since creation; read with transport_stats(). */
 struct transport_stats {
-    uint64_t msgs_sent;      /* accepted by transport_send */
-    uint64_t msgs_received;  /* delivered to recv_cb */
-    uint64_t bytes_sent;     /* TCP: bytes written to sockets */
-    uint64_t bytes_received; /* TCP: bytes read from sockets */
-    uint64_t send_busy;      /* sends refused with TK_EBUSY (queue full) */
-    uint64_t send_dropped;   /* accepted, then dropped (faults, lost conns) */
-    uint64_t conns_accepted; /* TCP: inbound connections accepted */
-    uint64_t conns_dialed;   /* TCP: outbound handshakes completed */
-    uint64_t conns_failed;   /* TCP: dials that failed or were refused */
-    uint64_t conns_bad;      /* TCP: closed for bad input or a bad handshake */
-    uint64_t writes;         /* TCP: uv_write calls (frames coalesce into one) */
-    uint64_t fwd_sent;       /* transport_send_forward calls accepted */
-    uint64_t fwd_received;   /* forwarded byte strings delivered */
+    uint64_t msgs_sent;         /* accepted by transport_send */
+    uint64_t msgs_received;     /* delivered to recv_cb */
+    uint64_t bytes_sent;        /* TCP: bytes written to sockets */
+    uint64_t bytes_received;    /* TCP: bytes read from sockets */
+    uint64_t send_busy;         /* sends refused with TK_EBUSY (queue full) */
+    uint64_t send_dropped;      /* accepted, then dropped (faults, lost conns) */
+    uint64_t conns_accepted;    /* TCP: inbound connections accepted */
+    uint64_t conns_dialed;      /* TCP: outbound handshakes completed */
+    uint64_t conns_failed;      /* TCP: dials that failed or were refused */
+    uint64_t conns_bad;         /* TCP: closed for bad input or a bad handshake */
+    uint64_t writes;            /* TCP: uv_write calls (frames coalesce into one) */
+    uint64_t fwd_sent;          /* transport_send_forward calls accepted */
+    uint64_t fwd_received;      /* forwarded byte strings delivered */
+    uint64_t auth_failed;       /* TCP: handshakes refused: a wrong or missing token
+                                 * proof, or an id that is not a peer (member) */
+    uint64_t msgs_spoofed;      /* TCP: messages dropped, `from` (or `to`) not the
+                                 * connection's authenticated ids */
+    uint64_t pending_evicted;   /* TCP: unauthenticated connections closed to make
+                                 * room for a newer one (pending cap) */
+    uint64_t conns_idle;        /* TCP: authenticated inbound closed for idling */
+    uint64_t snapshots_dropped; /* TCP: reassemblies dropped (deadline, memory) */
 };
 
 /* Sends `m` to node m->to, never blocking. Borrows `m` (see above).
@@ -161,10 +169,30 @@ void transport_inproc_heal(struct transport_inproc_hub *hub);
 /* ---- TCP -----------------------------------------------------------------
  *
  * One connection per peer direction: we dial each peer and send on that
- * connection; peers dial us and we receive on the accepted ones. The dialer
- * sends a HELLO frame (magic, protocol version, cluster id, node id); the
- * acceptor checks it and answers with its own HELLO; the dialer checks that the
- * answer names the cluster and the node it meant to reach. A mismatch closes the
+ * connection; peers dial us and we receive on the accepted ones. The handshake
+ * (protocol version 2; a version-1 peer is refused, so a cluster upgrades by
+ * restarting every node) is three frames: the dialer's HELLO (magic, version,
+ * cluster id, node id, a 32-byte random nonce); the acceptor's HELLO (the
+ * same, its own nonce, and its proof); the dialer's AUTH (its proof). With a
+ * cluster token (peer_token), a proof is an HMAC-SHA256 of the token over a
+ * direction label, the cluster id, both ids and both nonces, compared in
+ * constant time: each side proves it knows the token, and no recorded proof
+ * is valid in another handshake. The token authenticates the handshake only:
+ * it does not encrypt or sign the frames after it (an on-path attacker is out
+ * of scope; use a private network or a tunnel). Both sides must have a token,
+ * or neither (then anyone who can reach the port may claim a member id).
+ *
+ * An inbound connection must name a peer added with transport_tcp_add_peer
+ * (the members); anything else is refused. It counts as pending until its
+ * AUTH is checked: pending ones have handshake_timeout_ms to finish, and at
+ * most TRANSPORT_TCP_PENDING_MAX of them exist (a new one evicts the oldest),
+ * so silent sockets cannot starve a real peer. Once authenticated it replaces
+ * any older inbound connection of the same id, and is closed after
+ * idle_timeout_ms without a frame (dialers send a PING on an idle link).
+ * Raft messages whose `from` is not the authenticated id are dropped and
+ * counted (msgs_spoofed). Snapshot reassembly is bounded per connection
+ * (snapshot_max), in total (snapshot_total_max) and in time
+ * (snapshot_timeout_ms from its first chunk). A mismatch closes the
  * connection with a logged reason and counts it in conns_bad.
  *
  * Sends are framed into a per-peer buffer; everything queued during one loop
@@ -178,18 +206,27 @@ void transport_inproc_heal(struct transport_inproc_hub *hub);
 struct transport_tcp_options {
     uint64_t id;
     uint64_t cluster_id;
-    const char *listen_host;   /* e.g. "127.0.0.1"; NULL: do not listen */
-    uint16_t listen_port;      /* 0: pick one (see transport_tcp_port) */
-    uint32_t frame_max;        /* largest frame payload; 0 = 4 MiB; the same on
-                                * every node (a larger frame closes the link) */
-    uint32_t snapshot_chunk;   /* snapshot bytes per frame; 0 = 1 MiB */
-    uint64_t snapshot_max;     /* largest snapshot accepted; 0 = 1 GiB */
-    uint64_t send_queue_bytes; /* per peer; 0 = 8 MiB */
-    uint32_t backoff_min_ms;   /* 0 = 50 */
-    uint32_t backoff_max_ms;   /* 0 = 5000 */
-    uint32_t io_timeout_ms;    /* handshake / partial frame deadline; 0 = 10000 */
-    uint64_t seed;             /* backoff jitter */
+    const char *listen_host;       /* e.g. "127.0.0.1"; NULL: do not listen */
+    uint16_t listen_port;          /* 0: pick one (see transport_tcp_port) */
+    uint32_t frame_max;            /* largest frame payload; 0 = 4 MiB; the same on
+                                    * every node (a larger frame closes the link) */
+    uint32_t snapshot_chunk;       /* snapshot bytes per frame; 0 = 1 MiB */
+    uint64_t snapshot_max;         /* largest snapshot accepted; 0 = 1 GiB */
+    uint64_t send_queue_bytes;     /* per peer; 0 = 8 MiB */
+    uint32_t backoff_min_ms;       /* 0 = 50 */
+    uint32_t backoff_max_ms;       /* 0 = 5000 */
+    uint32_t io_timeout_ms;        /* handshake / partial frame deadline; 0 = 10000 */
+    uint64_t seed;                 /* backoff jitter */
+    const uint8_t *peer_token;     /* shared cluster token, copied; NULL: none */
+    size_t peer_token_len;         /* at least TRANSPORT_TCP_TOKEN_MIN when set */
+    uint32_t handshake_timeout_ms; /* inbound, unauthenticated; 0 = 2000 */
+    uint32_t idle_timeout_ms;      /* inbound, authenticated; 0 = 60000 */
+    uint32_t snapshot_timeout_ms;  /* one snapshot's reassembly; 0 = 600000 */
+    uint64_t snapshot_total_max;   /* all reassemblies; 0 = snapshot_max */
 };
+
+#define TRANSPORT_TCP_TOKEN_MIN 16
+#define TRANSPORT_TCP_PENDING_MAX 16
 
 void transport_tcp_options_default(struct transport_tcp_options *o);
 
@@ -198,7 +235,8 @@ void transport_tcp_options_default(struct transport_tcp_options *o);
  * see transport_tcp_add_peer). Returns 0, TK_EINVAL (id 0, bad
  * address, frame_max below 4 KiB, snapshot_chunk + 1 KiB above frame_max) or
  * TK_EIO (bind or listen failed; the reason is logged, and the half-made
- * transport's handles are closing on `loop`: run it to release them). */
+ * transport's handles are closing on `loop`: run it to release them).
+ * A peer_token shorter than TRANSPORT_TCP_TOKEN_MIN is TK_EINVAL. */
 int transport_tcp_new(struct uv_loop_s *loop, const struct transport_tcp_options *o,
                       const struct transport_callbacks *cbs, struct transport **out);
 /* The port we listen on (useful with listen_port 0); 0 when not listening. */

@@ -5,12 +5,19 @@
  * Wire format. A frame is [u32 length][u32 crc32c][payload], both integers
  * little-endian, `length` counting the payload only and the CRC covering the
  * payload only. The payload's first byte is the frame kind:
- *   FRAME_KIND_HELLO   the handshake: a fixed 24-byte body (frame__hello_*),
+ *   FRAME_KIND_HELLO   the handshake: a fixed 88-byte body (frame__hello_*),
+ *   FRAME_KIND_AUTH    the dialer's proof, 32 bytes, ending the handshake,
  *   FRAME_KIND_RAFT    a tierkv.RaftMessage (codec.c),
  *   FRAME_KIND_FORWARD opaque bytes of transport_send_forward (the node
  *                      layer's proposal forwarding); the sender is the
- *                      connection's handshaken node id.
- * Any other kind is a protocol error that closes the connection. */
+ *                      connection's authenticated node id,
+ *   FRAME_KIND_PING    empty: keeps an idle connection under its deadline.
+ * Any other kind is a protocol error that closes the connection.
+ *
+ * Handshake (version 2): dialer -> HELLO(nonce_d); acceptor -> HELLO(nonce_a,
+ * proof_a); dialer -> AUTH(proof_d). Proofs are auth__proof (auth.c); with no
+ * cluster token on either side (flag FRAME_HELLO_F_TOKEN clear) they are zero
+ * and not checked. A version-1 HELLO is refused. */
 #ifndef TK_TRANSPORT_INTERNAL_H
 #define TK_TRANSPORT_INTERNAL_H
 
@@ -45,12 +52,17 @@ enum frame_kind {
     FRAME_KIND_HELLO = 1,
     FRAME_KIND_RAFT = 2,
     FRAME_KIND_FORWARD = 3, /* opaque node-to-node bytes (forwarding) */
+    FRAME_KIND_AUTH = 4,    /* the dialer's handshake proof */
+    FRAME_KIND_PING = 5,    /* empty; the dialer sends it on an idle link */
 };
 
 #define FRAME_HELLO_MAGIC 0x564b4b54u /* "TKKV" little-endian */
-#define FRAME_HELLO_VERSION 1u
-#define FRAME_HELLO_BYTES                                                                \
-    24u /* magic u32, version u16, flags u16, cluster u64, node u64 */
+#define FRAME_HELLO_VERSION 2u
+#define FRAME_NONCE_BYTES 32u
+#define FRAME_PROOF_BYTES 32u
+/* magic u32, version u16, flags u16, cluster u64, node u64, nonce, proof */
+#define FRAME_HELLO_BYTES (24u + FRAME_NONCE_BYTES + FRAME_PROOF_BYTES)
+#define FRAME_HELLO_F_TOKEN 0x1u /* the sender proves a cluster token */
 
 struct frame_hello {
     uint32_t magic;
@@ -58,6 +70,8 @@ struct frame_hello {
     uint16_t flags;
     uint64_t cluster_id;
     uint64_t node_id;
+    uint8_t nonce[FRAME_NONCE_BYTES];
+    uint8_t proof[FRAME_PROOF_BYTES]; /* zero in the dialer's HELLO */
 };
 
 /* Fills the 8-byte header at `hdr` for the `len` payload bytes at `payload`. */
@@ -73,12 +87,28 @@ void frame__seal(uint8_t *hdr, const uint8_t *payload, uint32_t len);
 int frame__parse(const uint8_t *buf, size_t len, uint32_t frame_max,
                  const uint8_t **payload, uint32_t *payload_len, size_t *consumed);
 
-/* Writes a whole HELLO frame (header, kind, body) to out, which has room for
- * FRAME_HEADER_BYTES + 1 + FRAME_HELLO_BYTES bytes. Returns the bytes written. */
-size_t frame__hello_write(uint8_t *out, uint64_t cluster_id, uint64_t node_id);
+/* Writes a whole HELLO frame (header, kind, body) of `h` (magic and version
+ * are filled in) to out, which has room for FRAME_HEADER_BYTES + 1 +
+ * FRAME_HELLO_BYTES bytes. Returns the bytes written. */
+size_t frame__hello_write(uint8_t *out, const struct frame_hello *h);
+/* Writes a whole AUTH frame carrying `proof`; out has room for
+ * FRAME_HEADER_BYTES + 1 + FRAME_PROOF_BYTES. Returns the bytes written. */
+size_t frame__auth_write(uint8_t *out, const uint8_t *proof);
 /* Decodes a HELLO body (after the kind byte). Returns 0 or TK_EPROTO (wrong
  * length). The caller checks magic, version and ids. */
 int frame__hello_decode(const uint8_t *body, size_t len, struct frame_hello *out);
+
+/* ---- Peer authentication (auth.c) ---- */
+
+/* FRAME_NONCE_BYTES from OpenSSL's CSPRNG. Returns 0 or TK_EIO. */
+int auth__nonce(uint8_t *out);
+/* The handshake proof (the formula is in auth.c): label 'A' for the
+ * acceptor's, 'D' for the dialer's. Returns 0 or TK_EIO. */
+int auth__proof(const uint8_t *token, size_t token_len, uint8_t label, uint64_t cluster,
+                uint64_t dialer, uint64_t acceptor, const uint8_t *nonce_dialer,
+                const uint8_t *nonce_acceptor, uint8_t *out);
+/* Constant-time comparison of n bytes. */
+bool auth__equal(const uint8_t *a, const uint8_t *b, size_t n);
 
 /* ---- Codec (codec.c): the only code that knows protobuf-c ---- */
 

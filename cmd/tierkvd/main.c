@@ -20,6 +20,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "base/err.h"
@@ -106,6 +107,14 @@ static struct opt opts[] = {
      "entries kept behind a snapshot for followers a little behind", 0, 0},
     {"kv-no-sync", "TIERKV_KV_NO_SYNC", NULL,
      "cold tier without fsync (benchmarks only; the raft log is still synced)", 1, 0},
+    {"peer-token-file", "TIERKV_PEER_TOKEN_FILE", NULL,
+     "file holding the cluster token (16 to 4096 bytes, the same on every node; "
+     "trailing whitespace ignored) that authenticates raft peers",
+     0, 0},
+    {"insecure-peers", "TIERKV_INSECURE_PEERS", NULL,
+     "allow a raft address off loopback without --peer-token-file (anyone who "
+     "reaches it can act as a member; warned every minute)",
+     1, 0},
     {"log-level", "TIERKV_LOG_LEVEL", "info", "debug, info, warn, error or off", 0, 0},
     {"log-format", "TIERKV_LOG_FORMAT", "logfmt", "logfmt or json", 0, 0},
 };
@@ -243,6 +252,49 @@ static bool is_ip_literal(const char *host)
 {
     unsigned char buf[sizeof(struct in6_addr)];
     return inet_pton(AF_INET, host, buf) == 1 || inet_pton(AF_INET6, host, buf) == 1;
+}
+
+static bool is_loopback(const char *host)
+{
+    struct in_addr a4;
+    struct in6_addr a6;
+    if (inet_pton(AF_INET, host, &a4) == 1)
+        return (ntohl(a4.s_addr) >> 24) == 127;
+    return inet_pton(AF_INET6, host, &a6) == 1 && IN6_IS_ADDR_LOOPBACK(&a6);
+}
+
+/* --peer-token-file and --insecure-peers: reads the token into `tok` and
+ * refuses a raft address off loopback with neither. Returns whether the
+ * peers are open (the caller warns every minute). */
+static bool peer_security(struct node_options *no, uint8_t *tok, size_t cap)
+{
+    const char *path = get("peer-token-file");
+    if (path != NULL) {
+        FILE *f = fopen(path, "rb");
+        if (f == NULL)
+            die("--peer-token-file: cannot open \"%s\": %s", path, strerror(errno));
+        size_t n = fread(tok, 1, cap, f);
+        bool more = fgetc(f) != EOF;
+        fclose(f);
+        while (n > 0 && (tok[n - 1] == '\n' || tok[n - 1] == '\r' || tok[n - 1] == ' ' ||
+                         tok[n - 1] == '\t'))
+            n--;
+        if (more || n < TRANSPORT_TCP_TOKEN_MIN)
+            die("--peer-token-file: \"%s\" must hold %d to %zu bytes (make one with: "
+                "openssl rand -hex 32 > FILE)",
+                path, TRANSPORT_TCP_TOKEN_MIN, cap);
+        no->peer_token = tok;
+        no->peer_token_len = n;
+        return false;
+    }
+    if (no->hub != NULL || no->listen_host == NULL || is_loopback(no->listen_host))
+        return false;
+    if (get("insecure-peers") == NULL)
+        die("the raft address %s is not loopback and there is no --peer-token-file: "
+            "anyone who reaches it could act as a member. Give every node the same "
+            "--peer-token-file (docs/operations.md), or --insecure-peers to run open",
+            no->listen_host);
+    return true;
 }
 
 /* host:port or [v6]:port into host (without brackets) and port. */
@@ -587,6 +639,8 @@ int main(int argc, char **argv)
                 (unsigned long long)mhttp[j].id);
     }
 
+    static uint8_t token[4096];
+    bool open_peers = peer_security(&no, token, sizeof(token));
     const char *store = get("store");
     if (strcmp(store, "fs") == 0) {
         const char *dir = get("data-dir");
@@ -651,7 +705,17 @@ int main(int argc, char **argv)
     tk_logf(TK_LOG_INFO, no.id, 0, kvs, "descriptors");
 
     int sig = 0;
-    while (sigwait(&set, &sig) != 0) {
+    if (open_peers) {
+        /* Open peers: say so every minute until a signal comes. */
+        struct timespec minute = {.tv_sec = 60};
+        do
+            tk_logf(TK_LOG_WARN, no.id, 0, NULL,
+                    "--insecure-peers: the raft port takes any peer; use "
+                    "--peer-token-file");
+        while ((sig = sigtimedwait(&set, NULL, &minute)) < 0);
+    } else {
+        while (sigwait(&set, &sig) != 0) {
+        }
     }
     char why[64];
     snprintf(why, sizeof(why), "signal=%s", sig == SIGTERM ? "SIGTERM" : "SIGINT");

@@ -102,7 +102,8 @@ int main(int argc, char **argv)
 
         size_t n = 1;
         buf[0] = 1;
-        n += frame__hello_write(buf + n, 0xC1, 1);
+        struct frame_hello h = {.cluster_id = 0xC1, .node_id = 1};
+        n += frame__hello_write(buf + n, &h);
         if (type == RAFT_MSG_SNAPSHOT) {
             for (size_t off = 0; off < snap->len; off += 1000) {
                 size_t c = snap->len - off < 1000 ? snap->len - off : 1000;

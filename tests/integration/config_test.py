@@ -46,6 +46,15 @@ def main():
         # Issue 19: a body over the raft frame limit could never be replicated.
         (["--max-body-bytes", "8M"], {},
          "--max-body-bytes (8388608) exceeds the raft frame limit (4194304 bytes"),
+        # A raft port off loopback needs a cluster token (or --insecure-peers).
+        (["--members", "1=10.9.9.9:7001,2=10.9.9.8:7001"], {}, "--peer-token-file"),
+        (["--members", "1=peer-a:7001,2=peer-b:7001"], {}, "--insecure-peers"),
+        (["--members", "1=127.0.0.1:7001,2=127.0.0.1:7002", "--listen-raft",
+          "0.0.0.0:7001"], {}, "not loopback"),
+        (["--members", "1=10.9.9.9:7001,2=10.9.9.8:7001", "--peer-token-file",
+          "/proc/forbidden/token"], {}, "--peer-token-file"),
+        (["--members", "1=10.9.9.9:7001,2=10.9.9.8:7001"],
+         {"TIERKV_PEER_TOKEN_FILE": "/dev/null"}, "must hold 16"),
     ]
     failed = 0
     for args, env, want in bad:

@@ -465,6 +465,89 @@ START_TEST(test_election_timeout_differs_across_nodes)
 }
 END_TEST
 
+/* A message whose term is near UINT64_MAX is dropped (issue 15: one forged
+ * AppendEntries at 2^64-1 used to leave the cluster leaderless for good). */
+START_TEST(test_huge_term_is_dropped)
+{
+    struct rf_cluster *c = rf_new(3, NULL);
+    rf_elect(c, 1);
+    rf_heartbeat_rounds(c, 1, 2);
+    struct raft *r2 = rf_raft(c, 2);
+    uint64_t term = raft_term(r2);
+    const uint64_t huge[] = {UINT64_MAX, RAFT_TERM_MAX + 1};
+    for (size_t i = 0; i < 2; i++) {
+        struct raft_message m;
+        memset(&m, 0, sizeof(m));
+        m.type = RAFT_MSG_APPEND;
+        m.from = 3; /* a member, lying */
+        m.to = 2;
+        m.term = huge[i];
+        ck_assert_int_eq(raft_step(r2, &m), 0);
+        m.type = RAFT_MSG_VOTE;
+        ck_assert_int_eq(raft_step(r2, &m), 0);
+        m.type = RAFT_MSG_TIMEOUT_NOW;
+        ck_assert_int_eq(raft_step(r2, &m), 0);
+    }
+    ck_assert_uint_eq(raft_term(r2), term);
+    ck_assert_uint_eq(raft_leader(r2), 1);
+    ck_assert_int_eq(raft_role(r2), RAFT_FOLLOWER);
+    uint64_t first = 0;
+    ck_assert_int_eq(rf_propose(c, 1, 1, 8, &first), 0);
+    rf_heartbeat_rounds(c, 1, 2);
+    ck_assert_uint_ge(raft_commit(r2), first);
+    rf_free(c);
+}
+END_TEST
+
+/* A node at the term cap never campaigns: its term cannot wrap. */
+START_TEST(test_term_at_cap_never_wraps)
+{
+    struct rf_cluster *c = rf_new(3, NULL);
+    rf_boot_log(c, 1, RAFT_TERM_MAX, RAFT_NONE, NULL, 0);
+    struct raft *r1 = rf_raft(c, 1);
+    for (int i = 0; i < 200; i++)
+        rf_tick(c, 1);
+    ck_assert_uint_eq(raft_term(r1), RAFT_TERM_MAX);
+    ck_assert_int_ne(raft_role(r1), RAFT_CANDIDATE);
+    rf_free(c);
+}
+END_TEST
+
+/* While there is a live leader, a TimeoutNow or a vote request from an id
+ * outside the configuration changes neither the term nor the leader, and
+ * forces no election (issue 15). (Appends and snapshots from non-members stay
+ * accepted: raft.c from_accepted says why.) */
+START_TEST(test_non_member_cannot_change_term_or_leader)
+{
+    struct rf_cluster *c = rf_new(3, NULL);
+    rf_elect(c, 1);
+    rf_heartbeat_rounds(c, 1, 2);
+    rf_net_clear(c);
+    struct raft *r2 = rf_raft(c, 2);
+    uint64_t term = raft_term(r2);
+    const int types[] = {RAFT_MSG_TIMEOUT_NOW, RAFT_MSG_VOTE};
+    for (size_t i = 0; i < 2; i++) {
+        for (uint64_t dt = 0; dt < 2; dt++) {
+            struct raft_message m;
+            memset(&m, 0, sizeof(m));
+            m.type = types[i];
+            m.from = 99;
+            m.to = 2;
+            m.term = term + dt * 5;
+            m.u.vote.last_log_index = 1000;
+            m.u.vote.last_log_term = term + 5;
+            ck_assert_int_eq(raft_step(r2, &m), 0);
+        }
+    }
+    ck_assert_uint_eq(raft_term(r2), term);
+    ck_assert_uint_eq(raft_leader(r2), 1);
+    ck_assert_int_eq(raft_role(r2), RAFT_FOLLOWER);
+    rf_drain(c, 2);
+    ck_assert_uint_eq(rf_queued_count(c, 2, 0, RAFT_MSG_VOTE), 0);
+    rf_free(c);
+}
+END_TEST
+
 static Suite *election_suite(void)
 {
     Suite *s = suite_create("raft_election");
@@ -486,6 +569,9 @@ static Suite *election_suite(void)
     tcase_add_test(tc, test_prevote_rejoining_node_does_not_depose_leader);
     tcase_add_test(tc, test_election_timeout_randomized_in_range);
     tcase_add_test(tc, test_election_timeout_differs_across_nodes);
+    tcase_add_test(tc, test_huge_term_is_dropped);
+    tcase_add_test(tc, test_term_at_cap_never_wraps);
+    tcase_add_test(tc, test_non_member_cannot_change_term_or_leader);
     suite_add_tcase(s, tc);
     return s;
 }

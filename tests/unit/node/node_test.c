@@ -775,10 +775,10 @@ START_TEST(test_garbage_forward_frames_are_dropped)
     fw.request = &q;
     uint8_t buf[128];
     size_t len = tierkv__forward__pack(&fw, buf);
-    ck_assert_int_eq(transport_send_forward(e.other.t, 1, buf, len), 0);
-    for (int i = 0; i < 2000 && e.other.frames == 0; i++)
+    ck_assert_int_eq(transport_send_forward(e.leader.t, 1, buf, len), 0);
+    for (int i = 0; i < 2000 && e.leader.frames < 2; i++)
         turn(&e, 1);
-    Tierkv__Forward *a = tierkv__forward__unpack(NULL, e.other.len, e.other.frame);
+    Tierkv__Forward *a = tierkv__forward__unpack(NULL, e.leader.len, e.leader.frame);
     ck_assert_ptr_nonnull(a);
     ck_assert_int_eq(a->body_case, TIERKV__FORWARD__BODY_RESPONSE);
     ck_assert_uint_eq(a->response->id, 42);
@@ -792,6 +792,44 @@ START_TEST(test_garbage_forward_frames_are_dropped)
         turn(&e, 1);
     ck_assert_int_eq(e.done, 1);
     ck_assert_int_eq(e.status, TK_EPROTO);
+    fwd_env_stop(&e);
+}
+END_TEST
+
+/* A forwarded request from node 3, which is not a member, is dropped: never
+ * proposed, never answered (issue 15: it used to write `pwned`). */
+START_TEST(test_forward_request_from_a_non_member_is_dropped)
+{
+    struct fwd_env e;
+    fwd_env_start(&e);
+    uint64_t id;
+    uint8_t token[16];
+    sent_request(&e.leader, &id, token);
+    Tierkv__ForwardRequest q = TIERKV__FORWARD_REQUEST__INIT;
+    uint8_t qtoken[16] = {4, 5, 6};
+    q.id = 43;
+    q.token.data = qtoken;
+    q.token.len = 16;
+    q.command.data = (uint8_t *)"pwned";
+    q.command.len = 5;
+    Tierkv__Forward fw = TIERKV__FORWARD__INIT;
+    fw.body_case = TIERKV__FORWARD__BODY_REQUEST;
+    fw.request = &q;
+    uint8_t buf[128];
+    size_t len = tierkv__forward__pack(&fw, buf);
+    ck_assert_int_eq(transport_send_forward(e.other.t, 1, buf, len), 0);
+    struct node_metrics m = {0};
+    for (int i = 0; i < 2000 && m.forward_dropped == 0; i++) {
+        turn(&e, 1);
+        node_metrics(e.n, &m);
+    }
+    ck_assert_uint_eq(m.forward_dropped, 1);
+    turn(&e, 20);
+    ck_assert_int_eq(e.other.frames, 0); /* not even refused */
+    send_answer(&e.leader, id, token, 16, 0, 7);
+    for (int i = 0; i < 2000 && e.done == 0; i++)
+        turn(&e, 1);
+    ck_assert_int_eq(e.done, 1);
     fwd_env_stop(&e);
 }
 END_TEST
@@ -828,6 +866,7 @@ static Suite *forward_suite(void)
     TCase *tc = tcase_create("forward");
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_forged_forward_answers_are_ignored);
+    tcase_add_test(tc, test_forward_request_from_a_non_member_is_dropped);
     tcase_add_test(tc, test_garbage_forward_frames_are_dropped);
     suite_add_tcase(s, tc);
     return s;

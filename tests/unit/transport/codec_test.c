@@ -84,8 +84,11 @@ END_TEST
 
 START_TEST(test_frame_hello_roundtrip)
 {
-    uint8_t buf[64];
-    size_t n = frame__hello_write(buf, 0xC1u, 3);
+    uint8_t buf[128];
+    struct frame_hello in = {.cluster_id = 0xC1u, .node_id = 3, .flags = 1};
+    memset(in.nonce, 0xab, sizeof(in.nonce));
+    memset(in.proof, 0xcd, sizeof(in.proof));
+    size_t n = frame__hello_write(buf, &in);
     ck_assert_uint_eq(n, FRAME_HEADER_BYTES + 1 + FRAME_HELLO_BYTES);
     const uint8_t *p;
     uint32_t plen;
@@ -98,6 +101,9 @@ START_TEST(test_frame_hello_roundtrip)
     ck_assert_uint_eq(h.version, FRAME_HELLO_VERSION);
     ck_assert_uint_eq(h.cluster_id, 0xC1u);
     ck_assert_uint_eq(h.node_id, 3);
+    ck_assert_uint_eq(h.flags, 1);
+    ck_assert_int_eq(memcmp(h.nonce, in.nonce, sizeof(h.nonce)), 0);
+    ck_assert_int_eq(memcmp(h.proof, in.proof, sizeof(h.proof)), 0);
     ck_assert_int_eq(frame__hello_decode(p + 1, plen - 2, &h), TK_EPROTO);
     ck_assert_int_eq(frame__hello_decode(p + 1, 0, &h), TK_EPROTO);
 }

@@ -137,6 +137,13 @@ static void link2(struct tnode *a, struct tnode *b)
                      0);
 }
 
+/* Makes `id` a member for `n` (inbound connections must name one) without a
+ * working address: n's dials to it are refused. */
+static void member(struct tnode *n, uint64_t id)
+{
+    ck_assert_int_eq(transport_tcp_add_peer(n->t, id, "127.0.0.1", 1), 0);
+}
+
 /* An append with `seq` in read_ctx and one entry of `len` bytes (at least 9):
  * seq, filler, and seq * 7 in the last byte. */
 static int send_seq(struct transport *t, uint64_t to, uint64_t seq, size_t len)
@@ -318,6 +325,7 @@ START_TEST(test_close_from_inside_receive_callback)
     base_opts(&o, 2);
     struct transport_callbacks cbs = {.recv = on_recv_close_at_5, .data = b};
     ck_assert_int_eq(transport_tcp_new(&loop, &o, &cbs, &b->t), 0);
+    member(b, 1);
     link2(a, b);
     for (uint64_t i = 0; i < 100; i++)
         ck_assert_int_eq(send_seq(a->t, 2, i, 300), 0);
@@ -336,6 +344,7 @@ START_TEST(test_reconnects_after_peer_restart)
     uv_loop_init(&loop);
     struct tnode *a = tnode(&loop, 1), *b = tnode(&loop, 2);
     uint16_t port = transport_tcp_port(b->t);
+    member(b, 1);
     link2(a, b);
     ck_assert_int_eq(send_seq(a->t, 2, 0, 8), 0);
     RUN_UNTIL(&loop, b->n_seen == 1, 10000);
@@ -352,6 +361,7 @@ START_TEST(test_reconnects_after_peer_restart)
     base_opts(&o, 2);
     o.listen_port = port;
     struct tnode *b2 = tnode_new(&loop, &o);
+    member(b2, 1);
     RUN_UNTIL(&loop, a->ups == 2, 10000);
     ck_assert_int_eq(send_seq(a->t, 2, 1, 8), 0);
     RUN_UNTIL(&loop, b2->n_seen == 1, 10000);
@@ -438,7 +448,9 @@ START_TEST(test_handshake_mismatch_closes_and_counts)
     struct tnode *c = tnode(&loop, 3);
     /* Cluster mismatch: b refuses the dialer. */
     link2(wrong_cluster, b);
-    /* Node mismatch: c believes node 4 listens where b does. */
+    /* Node mismatch: c believes node 4 listens where b does (b knows c as a
+     * member, so it answers the handshake). */
+    link2(b, c);
     ck_assert_int_eq(
         transport_tcp_add_peer(c->t, 4, "127.0.0.1", transport_tcp_port(b->t)), 0);
     ck_assert_int_eq(send_seq(wrong_cluster->t, 2, 0, 8), 0);
@@ -477,8 +489,15 @@ struct raw {
     uint64_t hello_node;
     uint8_t in[256];
     size_t in_len;
-    uint8_t out[64];
+    uint8_t out[128];
+    uint8_t nonce[FRAME_NONCE_BYTES];
 };
+
+#define AUTH_BYTES (FRAME_HEADER_BYTES + 1 + FRAME_PROOF_BYTES)
+
+/* The cluster token of the raw peers' handshakes (NULL: none). */
+static const uint8_t *raw_token;
+static size_t raw_token_len;
 
 static void raw_alloc(uv_handle_t *h, size_t s, uv_buf_t *b)
 {
@@ -503,7 +522,8 @@ static void raw_read(uv_stream_t *s, ssize_t n, const uv_buf_t *b)
         r->in_len >= FRAME_HEADER_BYTES + 1 + FRAME_HELLO_BYTES) {
         /* Acting as a server: answer the hello, then never read again. */
         r->got_hello = true;
-        size_t len = frame__hello_write(r->out, CLUSTER, r->hello_node);
+        struct frame_hello h = {.cluster_id = CLUSTER, .node_id = r->hello_node};
+        size_t len = frame__hello_write(r->out, &h);
         uv_buf_t ob = uv_buf_init((char *)r->out, (unsigned)len);
         uv_try_write(s, &ob, 1);
         uv_read_stop(s);
@@ -557,6 +577,42 @@ static void raw_close(struct raw *r)
     uv_close((uv_handle_t *)&r->trickle, NULL);
 }
 
+/* Writes a dialer's HELLO as node `id` (nonce from `seed`) to `out`. */
+static size_t raw_hello(struct raw *r, uint8_t *out, uint64_t id, uint8_t seed)
+{
+    struct frame_hello h = {.cluster_id = CLUSTER, .node_id = id};
+    h.flags = raw_token != NULL ? FRAME_HELLO_F_TOKEN : 0;
+    memset(r->nonce, seed, sizeof(r->nonce));
+    memcpy(h.nonce, r->nonce, sizeof(h.nonce));
+    return frame__hello_write(out, &h);
+}
+
+/* After raw_hello was written: waits for the acceptor's HELLO, checks its
+ * proof, and writes our AUTH as node `id` (kept in r->out for a replay). */
+static void raw_auth(uv_loop_t *loop, struct raw *r, uint64_t id, uint64_t acceptor)
+{
+    const size_t hl = FRAME_HEADER_BYTES + 1 + FRAME_HELLO_BYTES;
+    RUN_UNTIL(loop, r->in_len >= hl, 10000);
+    struct frame_hello h;
+    ck_assert_int_eq(
+        frame__hello_decode(r->in + FRAME_HEADER_BYTES + 1, FRAME_HELLO_BYTES, &h), 0);
+    ck_assert_uint_eq(h.node_id, acceptor);
+    uint8_t proof[FRAME_PROOF_BYTES] = {0};
+    if (raw_token != NULL) {
+        uint8_t want[FRAME_PROOF_BYTES];
+        ck_assert_int_eq(auth__proof(raw_token, raw_token_len, 'A', CLUSTER, id, acceptor,
+                                     r->nonce, h.nonce, want),
+                         0);
+        ck_assert(auth__equal(want, h.proof, sizeof(want)));
+        ck_assert_int_eq(auth__proof(raw_token, raw_token_len, 'D', CLUSTER, id, acceptor,
+                                     r->nonce, h.nonce, proof),
+                         0);
+    }
+    memmove(r->in, r->in + hl, r->in_len - hl);
+    r->in_len -= hl;
+    raw_write(r, r->out, frame__auth_write(r->out, proof));
+}
+
 /* A framed payload (kind byte first) with a correct CRC. */
 static size_t frame_of(uint8_t *out, uint8_t kind, const uint8_t *body, size_t len)
 {
@@ -590,11 +646,12 @@ enum bad_case {
     BAD_KIND_ZERO,
     BAD_KIND_UNKNOWN,
     BAD_MSG_TYPE,
-    BAD_MSG_IDS,
     BAD_NO_HELLO,
     BAD_MAGIC,
     BAD_VERSION,
+    BAD_OLD_VERSION,
     BAD_SECOND_HELLO,
+    BAD_NO_AUTH,
     BAD_COUNT,
 };
 
@@ -605,7 +662,10 @@ START_TEST(test_bad_input_closes_only_that_connection)
     uv_loop_init(&loop);
     tk_log_set_level(TK_LOG_ERROR);
     struct tnode *a = tnode(&loop, 1), *b = tnode(&loop, 2);
+    member(a, 2);
     link2(b, a);
+    /* Node 9, the raw client, is a member that a cannot reach. */
+    member(a, 9);
     RUN_UNTIL(&loop, b->ups == 1, 10000);
 
     struct raw r;
@@ -613,13 +673,19 @@ START_TEST(test_bad_input_closes_only_that_connection)
     raw_connect(&loop, &r, transport_tcp_port(a->t));
     uint8_t buf[512];
     size_t n = 0;
-    uint8_t hello[64];
-    size_t hello_len = frame__hello_write(hello, CLUSTER, 9);
+    uint8_t hello[128];
+    size_t hello_len = raw_hello(&r, hello, 9, 1);
     if (which != BAD_NO_HELLO && which != BAD_GARBAGE && which != BAD_MAGIC &&
-        which != BAD_VERSION) {
+        which != BAD_VERSION && which != BAD_OLD_VERSION) {
         raw_write(&r, hello, hello_len);
+        if (which == BAD_NO_AUTH) {
+            /* A frame where the dialer's proof belongs. */
+            RUN_UNTIL(&loop, r.in_len >= hello_len, 10000);
+            raw_write(&r, buf, good_raft_frame(buf));
+            goto closed;
+        }
         /* The handshake is answered; the connection is up. */
-        RUN_UNTIL(&loop, r.in_len >= hello_len, 10000);
+        raw_auth(&loop, &r, 9, 1);
         n = good_raft_frame(buf);
         raw_write(&r, buf, n);
         RUN_UNTIL(&loop, a->n_seen == 1, 10000);
@@ -662,12 +728,6 @@ START_TEST(test_bad_input_closes_only_that_connection)
         raw_write(&r, buf, frame_of(buf, FRAME_KIND_RAFT, body, sizeof(body)));
         break;
     }
-    case BAD_MSG_IDS: {
-        /* A message claiming to come from node 2 on node 9's connection. */
-        const uint8_t body[] = {0x08, 0x02, 0x10, 0x01, 0x4a, 0x00};
-        raw_write(&r, buf, frame_of(buf, FRAME_KIND_RAFT, body, sizeof(body)));
-        break;
-    }
     case BAD_NO_HELLO:
         raw_write(&r, buf, good_raft_frame(buf));
         break;
@@ -681,10 +741,20 @@ START_TEST(test_bad_input_closes_only_that_connection)
         frame__seal(hello, hello + FRAME_HEADER_BYTES, 1 + FRAME_HELLO_BYTES);
         raw_write(&r, hello, hello_len);
         break;
+    case BAD_OLD_VERSION: {
+        /* A version-1 HELLO: 24 bytes, no nonce. */
+        uint8_t body[24] = {0};
+        memcpy(body, hello + FRAME_HEADER_BYTES + 1, 24);
+        body[4] = 1;
+        body[5] = 0;
+        raw_write(&r, buf, frame_of(buf, FRAME_KIND_HELLO, body, sizeof(body)));
+        break;
+    }
     case BAD_SECOND_HELLO:
         raw_write(&r, hello, hello_len);
         break;
     }
+closed:
     RUN_UNTIL(&loop, r.eof, 10000);
     struct transport_stats st;
     transport_stats(a->t, &st);
@@ -796,6 +866,362 @@ START_TEST(test_listen_failure_is_reported)
 }
 END_TEST
 
+/* ---- Authentication and the attacks of issue 15 ---- */
+
+static const uint8_t TOKEN[] = "a-cluster-token-of-32-bytes-1234";
+static const uint8_t TOKEN2[] = "another-token-of-32-bytes-567890";
+
+static struct tnode *tnode_tok(uv_loop_t *loop, uint64_t id, const uint8_t *token)
+{
+    struct transport_tcp_options o;
+    base_opts(&o, id);
+    o.peer_token = token;
+    o.peer_token_len = token != NULL ? sizeof(TOKEN) - 1 : 0;
+    return tnode_new(loop, &o);
+}
+
+static void set_raw_token(const uint8_t *token)
+{
+    raw_token = token;
+    raw_token_len = token != NULL ? sizeof(TOKEN) - 1 : 0;
+}
+
+static struct transport_stats stats_of(struct tnode *n)
+{
+    struct transport_stats st;
+    transport_stats(n->t, &st);
+    return st;
+}
+
+/* A HELLO from an id that is not a member is refused before anything else. */
+START_TEST(test_stranger_hello_is_refused)
+{
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    tk_log_set_level(TK_LOG_ERROR);
+    set_raw_token(NULL);
+    struct tnode *a = tnode(&loop, 1);
+    member(a, 2);
+    struct raw r;
+    raw_connect(&loop, &r, transport_tcp_port(a->t));
+    uint8_t buf[256];
+    raw_write(&r, buf, raw_hello(&r, buf, 99, 1));
+    raw_write(&r, buf, good_raft_frame(buf));
+    RUN_UNTIL(&loop, r.eof, 10000);
+    ck_assert_uint_eq(r.in_len, 0); /* not even a HELLO back */
+    ck_assert_uint_eq(stats_of(a).auth_failed, 1);
+    ck_assert_uint_eq(stats_of(a).conns_accepted, 0);
+    ck_assert_uint_eq(a->n_seen, 0);
+    raw_close(&r);
+    tnode_close(a);
+    finish(&loop);
+    tnode_free(a);
+}
+END_TEST
+
+/* Nodes with different tokens never connect, either way; with one token they
+ * do; a node without a token is refused by one that has one. */
+START_TEST(test_wrong_token_is_refused_both_ways)
+{
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    tk_log_set_level(TK_LOG_OFF);
+    struct tnode *a = tnode_tok(&loop, 1, TOKEN), *b = tnode_tok(&loop, 2, TOKEN);
+    struct tnode *c = tnode_tok(&loop, 3, TOKEN2), *d = tnode_tok(&loop, 4, NULL);
+    link2(a, b);
+    link2(b, a);
+    link2(a, c);
+    link2(c, a);
+    link2(d, a);
+    member(a, 4);
+    ck_assert_int_eq(send_seq(c->t, 1, 0, 8), 0);
+    ck_assert_int_eq(send_seq(d->t, 1, 0, 8), 0);
+    RUN_UNTIL(&loop,
+              a->ups == 1 && b->ups == 1 && stats_of(a).auth_failed >= 4 &&
+                  stats_of(c).auth_failed >= 2 && stats_of(d).conns_failed >= 2,
+              10000);
+    ck_assert_int_eq(send_seq(b->t, 1, 7, 8), 0);
+    RUN_UNTIL(&loop, a->n_seen == 1, 10000);
+    ck_assert_uint_eq(a->seen[0], 7); /* only b's message */
+    ck_assert_uint_eq(c->ups, 0);
+    ck_assert_uint_eq(d->ups, 0);
+    ck_assert_uint_eq(c->n_seen, 0);
+    tnode_close(a);
+    tnode_close(b);
+    tnode_close(c);
+    tnode_close(d);
+    finish(&loop);
+    tnode_free(a);
+    tnode_free(b);
+    tnode_free(c);
+    tnode_free(d);
+}
+END_TEST
+
+/* A recorded HELLO and AUTH, replayed on a new connection, are refused: the
+ * acceptor's nonce is new, so the recorded proof does not match. */
+START_TEST(test_token_replay_is_refused)
+{
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    tk_log_set_level(TK_LOG_OFF);
+    set_raw_token(TOKEN);
+    struct tnode *a = tnode_tok(&loop, 1, TOKEN);
+    member(a, 9);
+    struct raw r1, r2;
+    raw_connect(&loop, &r1, transport_tcp_port(a->t));
+    uint8_t hello[128], buf[256], auth[128];
+    size_t hello_len = raw_hello(&r1, hello, 9, 7);
+    raw_write(&r1, hello, hello_len);
+    raw_auth(&loop, &r1, 9, 1);
+    memcpy(auth, r1.out, AUTH_BYTES);
+    raw_write(&r1, buf, good_raft_frame(buf));
+    RUN_UNTIL(&loop, a->n_seen == 1, 10000);
+
+    raw_connect(&loop, &r2, transport_tcp_port(a->t));
+    raw_write(&r2, hello, hello_len);
+    RUN_UNTIL(&loop, r2.in_len >= hello_len, 10000);
+    raw_write(&r2, auth, AUTH_BYTES);
+    raw_write(&r2, buf, good_raft_frame(buf));
+    RUN_UNTIL(&loop, r2.eof, 10000);
+    ck_assert_uint_eq(stats_of(a).auth_failed, 1);
+    ck_assert_uint_eq(a->n_seen, 1);
+    /* The first connection was not disturbed. */
+    raw_write(&r1, buf, good_raft_frame(buf));
+    RUN_UNTIL(&loop, a->n_seen == 2, 10000);
+    raw_close(&r1);
+    raw_close(&r2);
+    tnode_close(a);
+    finish(&loop);
+    tnode_free(a);
+}
+END_TEST
+
+/* Claiming a member's id without the token leaves the member's connection
+ * alone; with the token, a new connection replaces the old one (one per id). */
+START_TEST(test_spoofed_member_id_cannot_replace_the_member)
+{
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    tk_log_set_level(TK_LOG_OFF);
+    struct tnode *a = tnode_tok(&loop, 1, TOKEN), *b = tnode_tok(&loop, 2, TOKEN);
+    member(a, 2);
+    link2(b, a);
+    RUN_UNTIL(&loop, b->ups == 1, 10000);
+    struct raw r;
+    set_raw_token(TOKEN2);
+    raw_connect(&loop, &r, transport_tcp_port(a->t));
+    uint8_t buf[256];
+    size_t hello_len = raw_hello(&r, buf, 2, 3);
+    raw_write(&r, buf, hello_len);
+    RUN_UNTIL(&loop, r.in_len >= hello_len, 10000);
+    uint8_t junk[FRAME_PROOF_BYTES];
+    memset(junk, 0x42, sizeof(junk));
+    raw_write(&r, buf, frame__auth_write(buf, junk));
+    RUN_UNTIL(&loop, r.eof, 10000);
+    ck_assert_uint_eq(stats_of(a).auth_failed, 1);
+    ck_assert_int_eq(send_seq(b->t, 1, 5, 8), 0);
+    RUN_UNTIL(&loop, a->n_seen == 1, 10000);
+    ck_assert_uint_eq(b->downs, 0);
+    raw_close(&r);
+
+    set_raw_token(TOKEN);
+    struct raw r2;
+    raw_connect(&loop, &r2, transport_tcp_port(a->t));
+    raw_write(&r2, buf, raw_hello(&r2, buf, 2, 4));
+    raw_auth(&loop, &r2, 2, 1);
+    RUN_UNTIL(&loop, b->downs == 1, 10000); /* replaced */
+    raw_close(&r2);
+    tnode_close(a);
+    tnode_close(b);
+    finish(&loop);
+    tnode_free(a);
+    tnode_free(b);
+}
+END_TEST
+
+/* A message whose `from` is not the connection's id is dropped and counted;
+ * the connection stays. */
+START_TEST(test_spoofed_from_is_dropped_and_counted)
+{
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    tk_log_set_level(TK_LOG_OFF);
+    set_raw_token(NULL);
+    struct tnode *a = tnode(&loop, 1);
+    member(a, 9);
+    struct raw r;
+    raw_connect(&loop, &r, transport_tcp_port(a->t));
+    uint8_t buf[256];
+    raw_write(&r, buf, raw_hello(&r, buf, 9, 1));
+    raw_auth(&loop, &r, 9, 1);
+    /* A TimeoutNow claiming to come from node 2 on node 9's connection. */
+    const uint8_t body[] = {0x08, 0x02, 0x10, 0x01, 0x18, 0x01, 0x4a, 0x00};
+    raw_write(&r, buf, frame_of(buf, FRAME_KIND_RAFT, body, sizeof(body)));
+    RUN_UNTIL(&loop, stats_of(a).msgs_spoofed == 1, 10000);
+    ck_assert_uint_eq(a->n_seen, 0);
+    raw_write(&r, buf, good_raft_frame(buf));
+    RUN_UNTIL(&loop, a->n_seen == 1, 10000);
+    ck_assert(!r.eof);
+    raw_close(&r);
+    tnode_close(a);
+    finish(&loop);
+    tnode_free(a);
+}
+END_TEST
+
+#define SILENT 260
+
+/* 260 silent sockets (more than the old 256 inbound slots) do not keep a
+ * real peer out: the oldest pending handshakes make room, long before any
+ * handshake deadline (30 s here). */
+START_TEST(test_silent_sockets_do_not_starve_a_peer)
+{
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    tk_log_set_level(TK_LOG_ERROR);
+    struct transport_tcp_options o;
+    base_opts(&o, 1);
+    o.peer_token = TOKEN;
+    o.peer_token_len = sizeof(TOKEN) - 1;
+    o.handshake_timeout_ms = 30000;
+    struct tnode *a = tnode_new(&loop, &o), *b = tnode_tok(&loop, 2, TOKEN);
+    member(a, 2);
+    struct raw *silent = calloc(SILENT, sizeof(*silent));
+    for (size_t i = 0; i < SILENT; i++)
+        raw_connect(&loop, &silent[i], transport_tcp_port(a->t));
+    link2(b, a);
+    ck_assert_int_eq(send_seq(b->t, 1, 3, 8), 0);
+    RUN_UNTIL(&loop, a->n_seen == 1, 10000);
+    ck_assert_uint_ge(stats_of(a).pending_evicted, SILENT - TRANSPORT_TCP_PENDING_MAX);
+    for (size_t i = 0; i < SILENT; i++)
+        raw_close(&silent[i]);
+    tnode_close(a);
+    tnode_close(b);
+    finish(&loop);
+    free(silent);
+    tnode_free(a);
+    tnode_free(b);
+}
+END_TEST
+
+/* A silent unauthenticated socket is closed at the handshake deadline; a
+ * silent authenticated one at the idle deadline; a real idle link is kept
+ * (its dialer pings). */
+START_TEST(test_handshake_and_idle_deadlines)
+{
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    tk_log_set_level(TK_LOG_ERROR);
+    set_raw_token(NULL);
+    struct transport_tcp_options o;
+    base_opts(&o, 1);
+    o.handshake_timeout_ms = 300;
+    o.idle_timeout_ms = 600;
+    struct tnode *a = tnode_new(&loop, &o);
+    base_opts(&o, 2);
+    o.idle_timeout_ms = 600;
+    struct tnode *b = tnode_new(&loop, &o);
+    member(a, 2);
+    member(a, 9);
+    link2(b, a);
+    RUN_UNTIL(&loop, b->ups == 1, 10000);
+    struct raw silent, idle;
+    raw_connect(&loop, &silent, transport_tcp_port(a->t));
+    raw_connect(&loop, &idle, transport_tcp_port(a->t));
+    uint8_t buf[256];
+    raw_write(&idle, buf, raw_hello(&idle, buf, 9, 1));
+    raw_auth(&loop, &idle, 9, 1);
+    RUN_UNTIL(&loop, silent.eof && idle.eof, 20000);
+    ck_assert_uint_eq(stats_of(a).conns_idle, 1); /* the raw one, not b */
+    run_for(&loop, 1500);                         /* 2.5 idle deadlines */
+    ck_assert_uint_eq(b->downs, 0);
+    ck_assert_uint_eq(stats_of(a).conns_idle, 1);
+    raw_close(&silent);
+    raw_close(&idle);
+    tnode_close(a);
+    tnode_close(b);
+    finish(&loop);
+    tnode_free(a);
+    tnode_free(b);
+}
+END_TEST
+
+/* The first 64 KiB chunk of a 200 KiB snapshot from `from` to node 1. */
+static size_t first_chunk(uint8_t *out, uint64_t from)
+{
+    struct tk_blob *data = tk_blob_new(200u << 10);
+    memset(data->data, 0x33, data->len);
+    struct raft_message m = {.type = RAFT_MSG_SNAPSHOT, .from = from, .to = 1, .term = 1};
+    m.u.snapshot.meta.index = 10;
+    m.u.snapshot.meta.term = 1;
+    m.u.snapshot.meta.config.n_voters = 1;
+    m.u.snapshot.meta.config.voters[0] = from;
+    m.u.snapshot.data = data;
+    struct codec_enc e;
+    codec__enc_init(&e);
+    size_t size;
+    ck_assert_int_eq(codec__enc_prepare(&e, &m, 0, 64u << 10, &size), 0);
+    uint8_t *body = malloc(size);
+    size = codec__enc_pack(&e, body);
+    size_t n = frame_of(out, FRAME_KIND_RAFT, body, size);
+    free(body);
+    codec__enc_destroy(&e);
+    tk_blob_unref(data);
+    return n;
+}
+
+/* Unfinished snapshots are dropped at their deadline, and all of them
+ * together cannot hold more than snapshot_total_max. */
+START_TEST(test_snapshot_chunk_hoarding_is_bounded)
+{
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    tk_log_set_level(TK_LOG_OFF);
+    set_raw_token(NULL);
+    struct transport_tcp_options o;
+    base_opts(&o, 1);
+    o.snapshot_timeout_ms = 300;
+    struct tnode *a = tnode_new(&loop, &o);
+    base_opts(&o, 1);
+    o.snapshot_total_max = 96u << 10;
+    struct tnode *a2 = tnode_new(&loop, &o);
+    member(a, 8);
+    member(a2, 8);
+    member(a2, 9);
+    uint8_t *buf = malloc(80u << 10);
+    uint8_t small[256];
+    struct raw r, r8, r9;
+    raw_connect(&loop, &r, transport_tcp_port(a->t));
+    raw_write(&r, small, raw_hello(&r, small, 8, 1));
+    raw_auth(&loop, &r, 8, 1);
+    raw_write(&r, buf, first_chunk(buf, 8));
+    RUN_UNTIL(&loop, stats_of(a).snapshots_dropped == 1, 10000); /* the deadline */
+
+    raw_connect(&loop, &r8, transport_tcp_port(a2->t));
+    raw_connect(&loop, &r9, transport_tcp_port(a2->t));
+    raw_write(&r8, small, raw_hello(&r8, small, 8, 1));
+    raw_auth(&loop, &r8, 8, 1);
+    raw_write(&r9, small, raw_hello(&r9, small, 9, 2));
+    raw_auth(&loop, &r9, 9, 1);
+    raw_write(&r8, buf, first_chunk(buf, 8));
+    RUN_UNTIL(&loop, stats_of(a2).bytes_received > (64u << 10), 10000);
+    raw_write(&r9, buf, first_chunk(buf, 9));
+    RUN_UNTIL(&loop, r9.eof, 10000); /* over the total */
+    ck_assert_uint_eq(stats_of(a2).snapshots_dropped, 1);
+    ck_assert(!r8.eof);
+    free(buf);
+    raw_close(&r);
+    raw_close(&r8);
+    raw_close(&r9);
+    tnode_close(a);
+    tnode_close(a2);
+    finish(&loop);
+    tnode_free(a);
+    tnode_free(a2);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("transport_tcp");
@@ -810,6 +1236,14 @@ static Suite *suite(void)
     tcase_add_test(tc, test_backpressure_when_peer_stops_reading);
     tcase_add_test(tc, test_listen_failure_is_reported);
     tcase_add_loop_test(tc, test_bad_input_closes_only_that_connection, 0, BAD_COUNT);
+    tcase_add_test(tc, test_stranger_hello_is_refused);
+    tcase_add_test(tc, test_wrong_token_is_refused_both_ways);
+    tcase_add_test(tc, test_token_replay_is_refused);
+    tcase_add_test(tc, test_spoofed_member_id_cannot_replace_the_member);
+    tcase_add_test(tc, test_spoofed_from_is_dropped_and_counted);
+    tcase_add_test(tc, test_silent_sockets_do_not_starve_a_peer);
+    tcase_add_test(tc, test_handshake_and_idle_deadlines);
+    tcase_add_test(tc, test_snapshot_chunk_hoarding_is_bounded);
     suite_add_tcase(s, tc);
     return s;
 }
