@@ -6,34 +6,7 @@
 #ifndef TK_BASE_ERR_H
 #define TK_BASE_ERR_H
 
-/* X(name, value, message) */
-#define TK_ERRORS(X)                                                                     \
-    X(TK_OK, 0, "success")                                                               \
-    X(TK_ENOMEM, -1, "out of memory")                                                    \
-    X(TK_EINVAL, -2, "invalid argument")                                                 \
-    X(TK_EBUSY, -3, "busy: a queue or window is full, try again")                        \
-    X(TK_ENOLEADER, -4, "no leader is known")                                            \
-    X(TK_ENOTLEADER, -5, "this node is not the leader")                                  \
-    X(TK_EIO, -6, "input/output error")                                                  \
-    X(TK_ENOSPC, -7, "no space left on the volume")                                      \
-    X(TK_ECORRUPT, -8, "data is corrupt")                                                \
-    X(TK_ETIMEDOUT, -9, "timed out")                                                     \
-    X(TK_ECLOSED, -10, "closed")                                                         \
-    X(TK_ETOOBIG, -11, "too large")                                                      \
-    X(TK_ENOTFOUND, -12, "not found")                                                    \
-    X(TK_ECOMPARE, -13, "compare failed")                                                \
-    X(TK_EPROTO, -14, "protocol error")                                                  \
-    X(TK_ESHUTDOWN, -15, "shutting down")                                                \
-    X(TK_ECOMPACTED, -16, "log index is compacted")                                      \
-    X(TK_EUNAVAIL, -17, "log index is not available")                                    \
-    X(TK_ELOST, -18, "proposal lost: leadership changed before commit")                  \
-    X(TK_ERANGE, -19, "value out of range")
-
-enum tk_err {
-#define TK__ERR_ENUM(name, value, msg) name = (value),
-    TK_ERRORS(TK__ERR_ENUM)
-#undef TK__ERR_ENUM
-};
+#include "include/tierkv_errors.h"
 
 /* A static, human-readable message for `rc`; "unknown error" for codes that are
  * not in TK_ERRORS. Thread-safe. */

@@ -45,40 +45,9 @@
 #define TK_VERSION_MINOR 1
 #define TK_VERSION_PATCH 0
 
-/* The error codes. Inside the tree, base/err.h defines the very same list
- * (same names, values and messages; the two must stay identical, which
- * tests/consumer/errors.c checks against the library's tk_errname and
- * tk_strerror): whichever of the two is included first defines it, under the
- * one include guard. X(name, value, message). */
-#ifndef TK_BASE_ERR_H
-#define TK_BASE_ERR_H
-#define TK_ERRORS(X)                                                                     \
-    X(TK_OK, 0, "success")                                                               \
-    X(TK_ENOMEM, -1, "out of memory")                                                    \
-    X(TK_EINVAL, -2, "invalid argument")                                                 \
-    X(TK_EBUSY, -3, "busy: a queue or window is full, try again")                        \
-    X(TK_ENOLEADER, -4, "no leader is known")                                            \
-    X(TK_ENOTLEADER, -5, "this node is not the leader")                                  \
-    X(TK_EIO, -6, "input/output error")                                                  \
-    X(TK_ENOSPC, -7, "no space left on the volume")                                      \
-    X(TK_ECORRUPT, -8, "data is corrupt")                                                \
-    X(TK_ETIMEDOUT, -9, "timed out")                                                     \
-    X(TK_ECLOSED, -10, "closed")                                                         \
-    X(TK_ETOOBIG, -11, "too large")                                                      \
-    X(TK_ENOTFOUND, -12, "not found")                                                    \
-    X(TK_ECOMPARE, -13, "compare failed")                                                \
-    X(TK_EPROTO, -14, "protocol error")                                                  \
-    X(TK_ESHUTDOWN, -15, "shutting down")                                                \
-    X(TK_ECOMPACTED, -16, "log index is compacted")                                      \
-    X(TK_EUNAVAIL, -17, "log index is not available")                                    \
-    X(TK_ELOST, -18, "proposal lost: leadership changed before commit")                  \
-    X(TK_ERANGE, -19, "value out of range")
-
-enum tk_err {
-#define TK__ERR_ENUM(name, value, msg) name = (value),
-    TK_ERRORS(TK__ERR_ENUM)
-#undef TK__ERR_ENUM
-};
+/* The error codes (TK_ERRORS, enum tk_err): one list, in tierkv_errors.h, which
+ * the tree's base/err.h includes too. */
+#include "tierkv_errors.h"
 
 /* A static, human-readable message for `rc`; "unknown error" for codes that are
  * not in TK_ERRORS. Thread-safe. */
@@ -86,7 +55,6 @@ TK_API const char *tk_strerror(int rc);
 
 /* The symbolic name ("TK_EBUSY") of `rc`, or "TK_E?" if unknown. Thread-safe. */
 TK_API const char *tk_errname(int rc);
-#endif
 
 #define TK_MEMBERS_MAX 16
 

@@ -34,9 +34,12 @@ so="$libdir/libtierkv.so"
 [ -e "$so" ] && [ -e "$libdir/libtierkv.so.0" ] && [ -e "$libdir/libtierkv.a" ] ||
     fail "expected libtierkv.so, libtierkv.so.0 and libtierkv.a in $libdir"
 readelf -d "$so" | grep -q 'SONAME.*\[libtierkv\.so\.0\]' || fail "soname is not libtierkv.so.0"
-if grep -q '#include "' "$hdr"; then
-    fail "the installed tierkv.h includes a tree header: $(grep '#include "' "$hdr")"
-fi
+# A quoted include must be another installed public header (tierkv_errors.h),
+# never a tree header such as base/err.h.
+for inc in $(sed -n 's/^#include "\(.*\)"$/\1/p' "$hdr"); do
+    [ -e "$(dirname "$hdr")/$inc" ] ||
+        fail "the installed tierkv.h includes a header that is not installed: $inc"
+done
 echo "consumer: installed $(cd "$root" && find . -name 'libtierkv*' -o -name tierkv.h -o -name tierkv.pc | sort | tr '\n' ' ')"
 
 # Exports: exactly the header's TK_API functions.
