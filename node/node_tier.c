@@ -6,9 +6,11 @@
  *
  * None of the heavy work stalls the loop: the KV's tier-down job (the LMDB
  * transaction and reading the snapshot stream) runs on libuv's thread pool
- * while the loop goes on replicating and applying, and the log is then
- * compacted a bounded step per loop turn. The same job moves the ring's
- * oldest pages to LMDB when the ring is over its budget.
+ * while the loop goes on replicating and applying, and its result is
+ * published in O(1) (the snapshot stream arrives as a blob, built on the pool
+ * thread); the released pages' index entries then go DRAIN_STEP at a time and
+ * the log is compacted COMPACT_STEP entries at a time, one step per loop turn. The same
+ * job moves the ring's oldest pages to LMDB when the ring is over its budget.
  *
  * Invariants: at most one job in flight (n->tier.job until completed); a job
  * on the pool counts as an open handle (n->loop.handles_open), so the node is
@@ -32,6 +34,7 @@
 #include "store/store.h"
 
 #define COMPACT_STEP 32768
+#define DRAIN_STEP 16384
 #define TIER_NICE 5
 
 static void tier_work(uv_work_t *w)
@@ -59,9 +62,8 @@ static void snapshot_taken(struct node *n, struct kv_tier_result *res)
 {
     struct raft_snapshot_meta meta = {
         .index = res->index, .term = res->term, .config = n->tier.config};
-    struct tk_blob *blob = tk_blob_copy(res->stream, res->stream_len);
-    size_t len = res->stream_len;
-    tk_free(res->stream);
+    struct tk_blob *blob = res->stream; /* built on the pool thread: no copy */
+    size_t len = blob->len;
     int rc = raft_snapshot_set(n->raft, &meta, blob);
     tk_blob_unref(blob);
     if (rc != 0) {
@@ -80,14 +82,17 @@ static void snapshot_taken(struct node *n, struct kv_tier_result *res)
     n->m.metrics.snapshots++;
     if (meta.index > n->o.trailing_entries)
         n->tier.compact_goal = meta.index - n->o.trailing_entries;
+    uint64_t on_loop = node__mono_ns() - n->tier.t_done;
+    n->m.metrics.snapshot_loop_ns += on_loop;
     TK_LOG(TK_LOG_INFO, n->o.id, raft_term(n->raft),
            "snapshot at %llu (%zu bytes): %llu ms in all, %llu us of it on the loop",
            (unsigned long long)meta.index, len,
            (unsigned long long)((node__mono_ns() - n->tier.t0) / 1000000),
-           (unsigned long long)((node__mono_ns() - n->tier.t_done) / 1000));
+           (unsigned long long)(on_loop / 1000));
 }
 
-/* Loop thread, once the job has run: publish it in the KV, then take the
+/* Loop thread, once the job has run: publish it in the KV (the released
+ * index entries go later, a slice per turn: drain_step), then take the
  * snapshot (unless `discard`: an installed snapshot is replacing it). */
 static void tier_complete(struct node *n, bool discard)
 {
@@ -95,7 +100,7 @@ static void tier_complete(struct node *n, bool discard)
     n->tier.job = NULL;
     n->tier.t_done = node__mono_ns();
     struct kv_tier_result res;
-    int rc = kv_sm_tier_finish(n->sm, j, &res);
+    int rc = kv_sm_tier_publish(n->sm, j, &res);
     if (rc != 0) {
         node__fail(n, rc, "tier-down");
         return;
@@ -103,7 +108,7 @@ static void tier_complete(struct node *n, bool discard)
     if (res.stream == NULL)
         return;
     if (!n->tier.snapshot || discard || n->loop.closing || n->persist.failed) {
-        tk_free(res.stream);
+        tk_blob_unref(res.stream);
         return;
     }
     snapshot_taken(n, &res);
@@ -114,8 +119,10 @@ static void tier_after(uv_work_t *w, int status)
     struct node *n = w->data;
     (void)status;
     n->tier.busy = false;
+    uint64_t t0 = node__mono_ns();
     if (n->tier.job != NULL)
         tier_complete(n, false);
+    n->loop.turn_ns[NODE_PH_TIER] += node__mono_ns() - t0;
     node__kick(n);
     node__handle_gone(n);
 }
@@ -189,9 +196,26 @@ static void compact_step(struct node *n)
         node__fail(n, rc, "compact");
 }
 
+/* One bounded slice of a published tier-down's index drops (DRAIN_STEP
+ * records: about a millisecond); true once nothing is left. */
+static bool drain_step(struct node *n)
+{
+    uint64_t t0 = node__mono_ns();
+    bool done = kv_sm_tier_drain(n->sm, DRAIN_STEP);
+    uint64_t dt = node__mono_ns() - t0;
+    n->m.metrics.tier_drain_ns += dt;
+    if (dt > n->m.metrics.tier_drain_max_ns)
+        n->m.metrics.tier_drain_max_ns = dt;
+    if (!done)
+        node__kick(n); /* the next slice on the next turn, without waiting */
+    return done;
+}
+
 void node__tier_turn(struct node *n)
 {
     compact_step(n);
+    if (!n->tier.busy && !drain_step(n))
+        return; /* no new job until the last one's pages are released */
     if (n->tier.busy) {
         if (n->tier.job != NULL && kv_sm_tier_urgent(n->sm)) {
             uint64_t t0 = node__mono_ns();
