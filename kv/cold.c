@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -302,6 +303,33 @@ uint64_t kv__cold_bytes(struct kv_cold *c)
     if (mdb_env_info(c->env, &info) != 0 || mdb_env_stat(c->env, &st) != 0)
         return 0;
     return ((uint64_t)info.me_last_pgno + 1) * st.ms_psize;
+}
+
+uint64_t kv__cold_map_bytes(struct kv_cold *c)
+{
+    MDB_envinfo info;
+    if (mdb_env_info(c->env, &info) != 0)
+        return 0;
+    return info.me_mapsize;
+}
+
+uint64_t kv__cold_resident(struct kv_cold *c)
+{
+    MDB_envinfo info;
+    MDB_stat st;
+    if (mdb_env_info(c->env, &info) != 0 || mdb_env_stat(c->env, &st) != 0 ||
+        info.me_mapaddr == NULL)
+        return 0;
+    long psz = sysconf(_SC_PAGESIZE);
+    size_t len = ((size_t)info.me_last_pgno + 1) * st.ms_psize;
+    size_t n = (len + (size_t)psz - 1) / (size_t)psz;
+    unsigned char *vec = tk_malloc(n > 0 ? n : 1);
+    uint64_t in = 0;
+    if (mincore(info.me_mapaddr, len, vec) == 0)
+        for (size_t i = 0; i < n; i++)
+            in += vec[i] & 1;
+    tk_free(vec);
+    return in * (uint64_t)psz;
 }
 
 void kv__cold_read_reset(struct kv_cold *c)

@@ -225,8 +225,16 @@ struct kv_sm_stats {
     uint64_t tier_downs;  /* tier-down transactions committed */
     uint64_t rewrites;    /* versions written over their key's record in place */
     uint64_t bad_records; /* ring records that failed their check on read */
+    /* Memory by owner, bytes (ring_bytes is the ring's). */
+    size_t index_bytes;      /* the hot index's tables */
+    size_t view_bytes;       /* the ordered view's nodes */
+    size_t sessions_bytes;   /* the session table and its results */
+    uint64_t cold_map_bytes; /* the LMDB map's size (address space) */
 };
 void kv_sm_stats(const struct kv_sm *sm, struct kv_sm_stats *out);
+/* Bytes of the LMDB map in memory now (mincore over its used pages: O(pages),
+ * call it per scrape, not per loop turn). Owner thread. */
+uint64_t kv_sm_cold_resident(struct kv_sm *sm);
 
 /* Snapshots (snapshot.c; kv_sm_snapshot in tier.c). kv_sm_snapshot flushes the ring, then
  * opens a consistent view of the cold tier at the applied index; the stream is read in

@@ -49,6 +49,7 @@ struct kv_sessions {
     size_t count, max;
     struct kv_sess_id *fifo; /* circular, insertion (= index) order */
     size_t fifo_head, fifo_len;
+    size_t res_bytes; /* the results held, for kv_sm_stats */
 };
 
 struct kv_tier_ent {

@@ -335,8 +335,8 @@ _Static_assert(PH_N == sizeof(((struct node *)0)->loop.turn_ns) / sizeof(uint64_
 _Static_assert(PH_N == sizeof(((struct node_metrics *)0)->loop_turn_max_ns) /
                            sizeof(uint64_t),
                "node_metrics has a slot per phase");
-static const char *const phase_name[PH_N] = {"ready",   "store",    "send", "apply",
-                                             "advance", "snapshot", "tier", "other"};
+static const char *const phase_name[PH_N] = {
+    "ready", "store", "send", "apply", "advance", "snapshot", "tier", "compact", "other"};
 
 const char *node_turn_phase_name(int phase)
 {
@@ -441,8 +441,8 @@ static void process_ready(struct node *n)
         if (!handle_ready(n, &t))
             return;
     if (!n->persist.failed) {
-        node__tier_turn(n);
-        phase_end(n, PH_SNAP, &t);
+        node__tier_turn(n); /* claims its own phases */
+        t = node__mono_ns();
     }
     if (!n->persist.failed && raft_has_ready(n->raft))
         node__kick(n); /* bounded work per turn: the rest on the next one */
@@ -599,6 +599,13 @@ static void on_tick(uv_timer_t *h)
 /* A loop turn of dt ns is over: its histogram, the longest turn by phase
  * (the one most of it went to; what no phase claims is "other") and the
  * slow-turn warning. */
+static uint64_t thread_cpu_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
 static void turn_end(struct node *n, uint64_t dt)
 {
     uint64_t claimed = 0;
@@ -612,13 +619,18 @@ static void turn_end(struct node *n, uint64_t dt)
     tk_hist_record(&n->m.lat.loop_turn, dt);
     if (dt > n->m.metrics.loop_turn_max_ns[worst])
         n->m.metrics.loop_turn_max_ns[worst] = dt;
+    /* The thread's CPU time tells work from waiting for a core (a loaded
+     * machine) or for the disk (page faults). */
+    uint64_t cpu = thread_cpu_ns();
     if (dt > SLOW_TURN_NS)
         TK_LOG(TK_LOG_WARN, n->o.id, raft_term(n->raft),
                "a loop turn took %llu ms (election timeout %u ms): heartbeats were late; "
-               "most of it (%llu ms) in %s; %llu entries applied",
+               "most of it (%llu ms) in %s; %llu entries applied; %llu ms on the CPU",
                (unsigned long long)(dt / 1000000), n->o.tick_ms * n->o.election_ticks,
                (unsigned long long)(n->loop.turn_ns[worst] / 1000000), phase_name[worst],
-               (unsigned long long)n->loop.turn_applied);
+               (unsigned long long)n->loop.turn_applied,
+               (unsigned long long)((cpu - n->loop.turn_cpu_ns) / 1000000));
+    n->loop.turn_cpu_ns = cpu;
     memset(n->loop.turn_ns, 0, sizeof(n->loop.turn_ns));
     n->loop.turn_applied = 0;
 }

@@ -73,6 +73,7 @@ struct node_loop {
     uv_prepare_t prepare;                      /* measures whole turns (idle_metrics) */
     bool idle_metrics;                         /* own loop with UV_METRICS_IDLE_TIME */
     uint64_t prep_ns, prep_idle_ns;            /* at the last prepare */
+    uint64_t turn_cpu_ns;     /* the thread CPU time at the last turn end */
     struct raft_entry *batch; /* batch_max entries: one drain's proposal */
 
     struct tk_mpsc queue;
@@ -130,6 +131,13 @@ struct node_tier {
     atomic_bool ran;
     struct raft_config config;
     uint64_t t0, t_done;
+    /* The log store's compaction in flight on the thread pool (its LMDB
+     * commit and segment removal sync the disk: never on the loop). */
+    uv_work_t compact_work;
+    bool compacting; /* until its after-work callback */
+    atomic_bool compact_ran;
+    uint64_t compact_upto;
+    int compact_rc;
 };
 
 /* What other threads read: status and metrics (node_status.c). */
@@ -140,6 +148,7 @@ struct node_metrics_state {
     struct node_metrics metrics; /* loop thread; copied under mu */
     struct node_metrics pub;
     struct node_latency lat; /* loop thread */
+    uint64_t resident_ns;    /* when mem_lmdb_resident was last measured */
 };
 
 struct node {

@@ -12,9 +12,9 @@
  * the log is compacted COMPACT_STEP entries at a time, one step per loop turn. The same
  * job moves the ring's oldest pages to LMDB when the ring is over its budget.
  *
- * Invariants: at most one job in flight (n->tier.job until completed); a job
- * on the pool counts as an open handle (n->loop.handles_open), so the node is
- * not freed under it.
+ * Invariants: at most one job and one store compaction in flight
+ * (n->tier.job until completed, n->tier.compacting); each on the pool counts
+ * as an open handle (n->loop.handles_open), so the node is not freed under it.
  *
  * Loop thread, except tier_work (a pool thread). Called by node.c (each turn,
  * at boot, before installing a snapshot); calls node_status.c on failures. */
@@ -131,6 +131,12 @@ static void tier_after(uv_work_t *w, int status)
  * past twice its budget); its after-work callback later finds nothing to do. */
 void node__tier_wait(struct node *n, bool discard)
 {
+    /* A store compaction in flight ends first (an install resets the log). */
+    while (n->tier.compacting &&
+           !atomic_load_explicit(&n->tier.compact_ran, memory_order_acquire)) {
+        struct timespec ts = {0, 50000};
+        nanosleep(&ts, NULL);
+    }
     if (n->tier.job == NULL)
         return;
     /* Not started yet (the pool may be busy with other work, such as DNS
@@ -176,11 +182,32 @@ void node__tier_start(struct node *n, bool snapshot, bool inline_run)
     tier_complete(n, false);
 }
 
+static void compact_run(uv_work_t *w)
+{
+    struct node *n = w->data;
+    n->tier.compact_rc = store_compact(n->store, n->tier.compact_upto);
+    atomic_store_explicit(&n->tier.compact_ran, true, memory_order_release);
+}
+
+static void compact_after(uv_work_t *w, int status)
+{
+    struct node *n = w->data;
+    n->tier.compacting = false;
+    if (status == 0 && n->tier.compact_rc != 0 && !n->loop.closing)
+        node__fail(n, n->tier.compact_rc, "compact");
+    node__kick(n);
+    node__handle_gone(n);
+}
+
 /* One bounded step of compaction towards compact_goal: dropping millions of
  * entries at once would hold the loop (and the memory volume's lock) for tens
- * of milliseconds. */
+ * of milliseconds. The core drops its entries here; the store (whose
+ * compaction commits its new start and syncs the directory) on the thread
+ * pool, one step at a time, so the store may hold a step more than the core. */
 static void compact_step(struct node *n)
 {
+    if (n->tier.compacting)
+        return;
     uint64_t first = raft_first_index(n->raft);
     uint64_t upto = n->tier.compact_goal;
     if (upto < first)
@@ -191,6 +218,15 @@ static void compact_step(struct node *n)
         upto = raft_stable_index(n->raft);
     if (upto < first || raft_compact(n->raft, upto) != 0)
         return;
+    n->tier.compact_upto = upto;
+    n->tier.compact_work.data = n;
+    atomic_store(&n->tier.compact_ran, false);
+    if (uv_queue_work(n->loop.uv, &n->tier.compact_work, compact_run, compact_after) ==
+        0) {
+        n->tier.compacting = true;
+        n->loop.handles_open++;
+        return;
+    }
     int rc = store_compact(n->store, upto);
     if (rc != 0)
         node__fail(n, rc, "compact");
@@ -211,11 +247,27 @@ static bool drain_step(struct node *n)
     return done;
 }
 
+static void tier_turn(struct node *n);
+
+/* Each loop turn: a step of compaction, a slice of a drain, and starting a
+ * job when one is due; each claims its time in the turn's phases. */
 void node__tier_turn(struct node *n)
 {
+    uint64_t t0 = node__mono_ns();
     compact_step(n);
-    if (!n->tier.busy && !drain_step(n))
+    uint64_t t1 = node__mono_ns();
+    n->loop.turn_ns[NODE_PH_COMPACT] += t1 - t0;
+    bool drained = n->tier.busy || drain_step(n);
+    uint64_t t2 = node__mono_ns();
+    n->loop.turn_ns[NODE_PH_TIER] += t2 - t1;
+    if (!drained)
         return; /* no new job until the last one's pages are released */
+    tier_turn(n);
+    n->loop.turn_ns[NODE_PH_SNAPSHOT] += node__mono_ns() - t2;
+}
+
+static void tier_turn(struct node *n)
+{
     if (n->tier.busy) {
         if (n->tier.job != NULL && kv_sm_tier_urgent(n->sm)) {
             uint64_t t0 = node__mono_ns();
