@@ -871,6 +871,7 @@ static void node_free(struct node *n)
         store_close(n->store);
     if (n->sm)
         kv_sm_close(n->sm);
+    tk_blob_unref(n->tier.blob); /* node_tier.c's reference to the snapshot */
     if (n->own_volume)
         store_mem_volume_free(n->volume);
     if (n->tmp_dir)

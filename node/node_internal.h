@@ -138,6 +138,10 @@ struct node_tier {
     atomic_bool compact_ran;
     uint64_t compact_upto;
     int compact_rc;
+    /* A reference to the snapshot blob last given to the core, so that the
+     * previous one's last reference (tens of MB: freeing it unmaps them) is
+     * dropped on the thread pool, not inside raft_snapshot_set. */
+    struct tk_blob *blob;
 };
 
 /* What other threads read: status and metrics (node_status.c). */

@@ -8,7 +8,8 @@
  * transaction and reading the snapshot stream) runs on libuv's thread pool
  * while the loop goes on replicating and applying, and its result is
  * published in O(1) (the snapshot stream arrives as a blob, built on the pool
- * thread); the released pages' index entries then go DRAIN_STEP at a time and
+ * thread; the old one is freed there too); the released pages' index entries
+ * then go DRAIN_STEP at a time and
  * the log is compacted COMPACT_STEP entries at a time, one step per loop turn. The same
  * job moves the ring's oldest pages to LMDB when the ring is over its budget.
  *
@@ -33,8 +34,8 @@
 #include "node/node_internal.h"
 #include "store/store.h"
 
-#define COMPACT_STEP 32768
-#define DRAIN_STEP 16384
+#define COMPACT_STEP 8192
+#define DRAIN_STEP 4096
 #define TIER_NICE 5
 
 static void tier_work(uv_work_t *w)
@@ -58,14 +59,54 @@ static void tier_work(uv_work_t *w)
     atomic_store_explicit(&n->tier.ran, true, memory_order_release);
 }
 
+struct blob_drop {
+    uv_work_t work;
+    struct node *n;
+    struct tk_blob *blob;
+};
+
+static void drop_run(uv_work_t *w)
+{
+    struct blob_drop *d = w->data;
+    tk_blob_unref(d->blob);
+}
+
+static void drop_after(uv_work_t *w, int status)
+{
+    struct blob_drop *d = w->data;
+    struct node *n = d->n;
+    (void)status;
+    tk_free(d);
+    node__handle_gone(n);
+}
+
+/* Drops our reference to `b` on the thread pool (inline if it cannot). */
+static void blob_drop(struct node *n, struct tk_blob *b)
+{
+    if (b == NULL)
+        return;
+    struct blob_drop *d = tk_malloc(sizeof(*d));
+    d->n = n;
+    d->blob = b;
+    d->work.data = d;
+    if (uv_queue_work(n->loop.uv, &d->work, drop_run, drop_after) == 0) {
+        n->loop.handles_open++;
+        return;
+    }
+    tk_free(d);
+    tk_blob_unref(b);
+}
+
 static void snapshot_taken(struct node *n, struct kv_tier_result *res)
 {
     struct raft_snapshot_meta meta = {
         .index = res->index, .term = res->term, .config = n->tier.config};
     struct tk_blob *blob = res->stream; /* built on the pool thread: no copy */
     size_t len = blob->len;
+    struct tk_blob *old = n->tier.blob; /* the core's, so its last reference */
+    n->tier.blob = blob;
     int rc = raft_snapshot_set(n->raft, &meta, blob);
-    tk_blob_unref(blob);
+    blob_drop(n, old);
     if (rc != 0) {
         TK_LOG(TK_LOG_WARN, n->o.id, raft_term(n->raft),
                "snapshot at %llu refused by the core: %s", (unsigned long long)meta.index,
