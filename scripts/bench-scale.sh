@@ -19,7 +19,8 @@
 #        SCALE_RAFT_BASE (7300), SCALE_HTTP_BASE (8300), SCALE_DIR (mktemp),
 #        SCALE_MAX_TURN_MS (0: no limit; else exit 1 when a loop turn was
 #        longer), SCALE_NO_LEADER_CHANGE=1 (exit 1 on a leader change),
-#        SCALE_TIME_LIMIT_S (0: none; stop loading after this many seconds)
+#        SCALE_TIME_LIMIT_S (0: none; stop loading after this many seconds),
+#        SCALE_OPT_IN=1 (exit 77, a skip, unless TIERKV_SCALE_TEST=1)
 set -uo pipefail
 
 build=${1:-build}
@@ -36,6 +37,10 @@ max_turn_ms=${SCALE_MAX_TURN_MS:-0}
 time_limit=${SCALE_TIME_LIMIT_S:-0}
 dir=${SCALE_DIR:-$(mktemp -d /tmp/tierkv-scale-XXXXXX)}
 
+if [ "${SCALE_OPT_IN:-0}" = 1 ] && [ "${TIERKV_SCALE_TEST:-0}" != 1 ]; then
+    echo "bench-scale: skipped (set TIERKV_SCALE_TEST=1 to run it: about 3 minutes)"
+    exit 77
+fi
 for f in "$bin" "$cli"; do
     if [ ! -x "$f" ]; then
         echo "bench-scale: $f not found; build first" >&2
