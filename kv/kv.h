@@ -200,6 +200,9 @@ struct kv_tier_result {
 };
 int kv_sm_tier_start(struct kv_sm *sm, bool snapshot, struct kv_tier_job **out);
 void kv_tier_run(struct kv_tier_job *j);
+/* After kv_tier_run, on its thread: true if the job read a snapshot stream,
+ * with the index and term of the state it holds. */
+bool kv_tier_snapshot_at(const struct kv_tier_job *j, uint64_t *index, uint64_t *term);
 int kv_sm_tier_finish(struct kv_sm *sm, struct kv_tier_job *j,
                       struct kv_tier_result *out);
 int kv_sm_tier_publish(struct kv_sm *sm, struct kv_tier_job *j,

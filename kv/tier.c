@@ -370,6 +370,15 @@ void kv_tier_run(struct kv_tier_job *j)
         j->rc = kv__snap_read_all(j->sm, &j->stream, &j->stream_meta);
 }
 
+bool kv_tier_snapshot_at(const struct kv_tier_job *j, uint64_t *index, uint64_t *term)
+{
+    if (j->rc != 0 || !j->snapshot || j->stream == NULL)
+        return false;
+    *index = j->stream_meta.index;
+    *term = j->stream_meta.term;
+    return true;
+}
+
 int kv_sm_tier_publish(struct kv_sm *sm, struct kv_tier_job *j,
                        struct kv_tier_result *out)
 {

@@ -131,6 +131,10 @@ struct node_tier {
     atomic_bool ran;
     struct raft_config config;
     uint64_t t0, t_done;
+    /* The snapshot's descriptor, saved by the job's thread after the job
+     * (an LMDB commit: its fsync waited behind the job's own on the loop). */
+    bool saved;
+    int save_rc;
     /* The log store's compaction in flight on the thread pool (its LMDB
      * commit and segment removal sync the disk: never on the loop). */
     uv_work_t compact_work;

@@ -8,7 +8,8 @@
  * transaction and reading the snapshot stream) runs on libuv's thread pool
  * while the loop goes on replicating and applying, and its result is
  * published in O(1) (the snapshot stream arrives as a blob, built on the pool
- * thread; the old one is freed there too); the released pages' index entries
+ * thread, whose descriptor that thread saves too; the old blob is freed there
+ * as well); the released pages' index entries
  * then go DRAIN_STEP at a time and
  * the log is compacted COMPACT_STEP entries at a time, one step per loop turn. The same
  * job moves the ring's oldest pages to LMDB when the ring is over its budget.
@@ -38,6 +39,20 @@
 #define DRAIN_STEP 4096
 #define TIER_NICE 5
 
+/* The job's thread, after a snapshot job: saves its descriptor, so that the
+ * loop does not wait for that LMDB commit. Saved before the core takes the
+ * snapshot: the descriptor names a state the cold tier holds durably
+ * already (the job committed it), as after a crash between the two. */
+static void save_descriptor(struct node *n)
+{
+    struct raft_snapshot_meta meta = {.config = n->tier.config};
+    n->tier.saved = false;
+    if (!n->tier.snapshot || !kv_tier_snapshot_at(n->tier.job, &meta.index, &meta.term))
+        return;
+    n->tier.save_rc = store_save_snapshot(n->store, &meta);
+    n->tier.saved = true;
+}
+
 static void tier_work(uv_work_t *w)
 {
     struct node *n = w->data;
@@ -52,6 +67,7 @@ static void tier_work(uv_work_t *w)
     bool niced =
         errno == 0 && was < TIER_NICE && setpriority(PRIO_PROCESS, tid, TIER_NICE) == 0;
     kv_tier_run(n->tier.job);
+    save_descriptor(n);
     /* The pool is the process's: give the thread back as it was, where the
      * process may raise a priority again (CAP_SYS_NICE or RLIMIT_NICE). */
     if (niced)
@@ -114,7 +130,7 @@ static void snapshot_taken(struct node *n, struct kv_tier_result *res)
         n->tier.snap_index = meta.index; /* try again a full interval later */
         return;
     }
-    rc = store_save_snapshot(n->store, &meta);
+    rc = n->tier.saved ? n->tier.save_rc : store_save_snapshot(n->store, &meta);
     if (rc != 0) {
         node__fail(n, rc, "save snapshot");
         return;
@@ -208,6 +224,7 @@ void node__tier_start(struct node *n, bool snapshot, bool inline_run)
     if (snapshot)
         n->tier.snap_bytes = 0; /* what was applied so far is in this snapshot */
     n->tier.config = *raft_config(n->raft);
+    n->tier.saved = false; /* an inline run saves it on the loop */
     n->tier.t0 = node__mono_ns();
     atomic_store(&n->tier.ran, false);
     if (!inline_run) {
