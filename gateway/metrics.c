@@ -131,6 +131,9 @@ enum metric_kind {
     MK_SIZE,     /* the same, a count (batch_le bounds) */
     MK_REQUESTS, /* requests by route and status */
     MK_DURATION, /* request latency quantiles by route */
+    MK_SECONDS,  /* one uint64_t of struct snapshot in nanoseconds, in seconds */
+    MK_TURN_MAX, /* node_metrics.loop_turn_max_ns by phase, in seconds */
+    MK_MEMORY,   /* bytes by owner (node_metrics.mem_*, kv_ring_bytes) */
 };
 
 struct metric_desc {
@@ -237,6 +240,24 @@ static const struct metric_desc metric_table[] = {
      MK_LATENCY, LAT(apply)},
     {"tierkv_proposal_batch_size", "histogram", "Entries per proposal batch.", MK_SIZE,
      LAT(batch_size)},
+    {"tierkv_loop_turn_seconds", "histogram",
+     "One turn of the node's loop (every callback; without the wait for events).",
+     MK_LATENCY, LAT(loop_turn)},
+    {"tierkv_loop_turn_max_seconds", "gauge",
+     "The longest loop turn so far, by the phase most of it went to.", MK_TURN_MAX, 0},
+    {"tierkv_snapshot_loop_seconds_total", "counter",
+     "Loop time spent publishing snapshots (the rest runs off the loop).", MK_SECONDS,
+     SNAP(m.snapshot_loop_ns)},
+    {"tierkv_kv_tier_drain_seconds_total", "counter",
+     "Loop time spent dropping released index entries after tier-downs (in slices).",
+     MK_SECONDS, SNAP(m.tier_drain_ns)},
+    {"tierkv_kv_tier_drain_max_seconds", "gauge",
+     "The longest single slice of dropping released index entries.", MK_SECONDS,
+     SNAP(m.tier_drain_max_ns)},
+    {"tierkv_memory_bytes", "gauge",
+     "Memory by owner: hot index, ordered view, ring, sessions, LMDB map and its "
+     "resident part.",
+     MK_MEMORY, 0},
     {"tierkv_http_requests_total", "counter", "HTTP requests by route and status.",
      MK_REQUESTS, 0},
     {"tierkv_http_request_duration_seconds", "summary",
@@ -280,6 +301,20 @@ static void put_durations(struct jbuf *b, const struct gateway *gw)
     }
 }
 
+static void put_memory(struct jbuf *b, const char *name, const struct node_metrics *m)
+{
+    const struct {
+        const char *owner;
+        uint64_t v;
+    } rows[] = {
+        {"index", m->mem_index_bytes},       {"view", m->mem_view_bytes},
+        {"ring", m->kv_ring_bytes},          {"sessions", m->mem_sessions_bytes},
+        {"lmdb_mapped", m->mem_lmdb_mapped}, {"lmdb_resident", m->mem_lmdb_resident}};
+    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++)
+        jbuf_printf(b, "%s{owner=\"%s\"} %llu\n", name, rows[i].owner,
+                    (unsigned long long)rows[i].v);
+}
+
 /* One metric's lines after its HELP and TYPE. */
 static void put_metric(struct jbuf *b, const struct metric_desc *d,
                        const struct snapshot *s)
@@ -308,6 +343,20 @@ static void put_metric(struct jbuf *b, const struct metric_desc *d,
         break;
     case MK_DURATION:
         put_durations(b, s->gw);
+        break;
+    case MK_SECONDS: {
+        uint64_t v;
+        memcpy(&v, (const char *)s + d->off, sizeof(v));
+        jbuf_printf(b, "%s %.9f\n", d->name, (double)v / 1e9);
+        break;
+    }
+    case MK_TURN_MAX:
+        for (int i = 0; i < NODE_PH_N; i++)
+            jbuf_printf(b, "%s{phase=\"%s\"} %.9f\n", d->name, node_turn_phase_name(i),
+                        (double)s->m.loop_turn_max_ns[i] / 1e9);
+        break;
+    case MK_MEMORY:
+        put_memory(b, d->name, &s->m);
         break;
     }
 }

@@ -304,6 +304,51 @@ uint64_t kv__cold_bytes(struct kv_cold *c)
     return ((uint64_t)info.me_last_pgno + 1) * st.ms_psize;
 }
 
+uint64_t kv__cold_map_bytes(struct kv_cold *c)
+{
+    MDB_envinfo info;
+    if (mdb_env_info(c->env, &info) != 0)
+        return 0;
+    return info.me_mapsize;
+}
+
+/* LMDB maps the file without telling where (me_mapaddr is set only with
+ * MDB_FIXEDMAP): the kernel's accounting of the mapping of this environment's
+ * data.mdb, from /proc/self/smaps. */
+uint64_t kv__cold_resident(struct kv_cold *c)
+{
+    const char *path = NULL;
+    if (mdb_env_get_path(c->env, &path) != 0 || path == NULL)
+        return 0;
+    char want[PATH_MAX];
+    snprintf(want, sizeof(want), "%s/data.mdb", path);
+    char real[PATH_MAX];
+    if (realpath(want, real) == NULL)
+        snprintf(real, sizeof(real), "%s", want);
+    FILE *f = fopen("/proc/self/smaps", "r");
+    if (f == NULL)
+        return 0;
+    char line[PATH_MAX + 128];
+    bool in = false;
+    uint64_t kb = 0;
+    while (fgets(line, sizeof(line), f) != NULL) {
+        unsigned long long v;
+        /* A mapping's header starts with its address in lowercase hex; its
+         * fields (Rss:, AnonHugePages: ...) with a capital letter. */
+        if ((line[0] >= '0' && line[0] <= '9') || (line[0] >= 'a' && line[0] <= 'f')) {
+            size_t n = strlen(line);
+            while (n > 0 && line[n - 1] == '\n')
+                line[--n] = '\0';
+            size_t rl = strlen(real);
+            in = n >= rl && strcmp(line + n - rl, real) == 0;
+        } else if (in && sscanf(line, "Rss: %llu kB", &v) == 1) {
+            kb += v;
+        }
+    }
+    fclose(f);
+    return kb * 1024;
+}
+
 void kv__cold_read_reset(struct kv_cold *c)
 {
     if (c->rtxn_active) {

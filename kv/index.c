@@ -44,16 +44,20 @@ static void itab_alloc(struct kv_itab *t, size_t n_buckets)
     size_t bytes = n_buckets * 64;
     if (bytes >= HUGE_BYTES) {
         /* Big tables live on transparent huge pages: a lookup is a random
-         * access, and 4 KiB pages would add a TLB miss to most of them. */
-        t->raw = tk_malloc(bytes + HUGE_BYTES);
+         * access, and 4 KiB pages would add a TLB miss to most of them.
+         * calloc maps a big table fresh and zeroed by the kernel, page by
+         * page as it is first touched (by the incremental migration and the
+         * inserts), instead of a memset of the whole table in the one apply
+         * that grows it: that took tens of ms at 1M keys, linear in the keys. */
+        t->raw = tk_calloc(1, bytes + HUGE_BYTES);
         t->b = (uint64_t *)(((uintptr_t)t->raw + HUGE_BYTES - 1) &
                             ~(uintptr_t)(HUGE_BYTES - 1));
         madvise(t->b, bytes, MADV_HUGEPAGE);
     } else {
         t->raw = tk_malloc(bytes + 64);
         t->b = (uint64_t *)(((uintptr_t)t->raw + 63) & ~(uintptr_t)63);
+        memset(t->b, 0, bytes);
     }
-    memset(t->b, 0, bytes);
     t->mask = n_buckets - 1;
     t->count = 0;
 }

@@ -177,20 +177,37 @@ int kv_sm_tier_down(struct kv_sm *sm);
  *     in the ring until finish; apply appends rather than rewrite a record
  *     the job reads).
  *   kv_sm_tier_finish (owner) publishes the result, releases the pages, frees
- *     the job and, for a snapshot, hands over the stream (free it with
- *     tk_free). Returns 0 or TK_EIO (the sm has failed).
+ *     the job and, for a snapshot, hands over the stream (a blob with one
+ *     reference: the caller owns it). Returns 0 or TK_EIO (the sm has failed).
+ *   kv_sm_tier_publish (owner) is finish without the release: O(1) but for
+ *     freeing the job. The released pages' index entries then go a slice at
+ *     a time, in kv_sm_tier_drain calls (at most max_records records each;
+ *     true once the pages are released and nothing is left), so that
+ *     dropping a million entries never holds the owner's thread. Meanwhile
+ *     the owner applies, reads and scans as usual: the pages stay in the ring
+ *     until the drain is done, an entry goes only if it still points into
+ *     them, and apply never rewrites their records in place. A new tier-down,
+ *     kv_sm_flush, kv_sm_tier_down and kv_sm_snapshot first finish a pending
+ *     drain at once; an install's commit drops it with the state it
+ *     replaces; kv_sm_tier_wanted is false during one.
  * While a job is in flight, kv_sm_flush, kv_sm_tier_down, kv_sm_snapshot and
  * kv_sm_install_begin return TK_EBUSY, and kv_sm_close must not be called. */
+struct tk_blob;
 struct kv_tier_job;
 struct kv_tier_result {
-    uint64_t index, term; /* snapshot: the state the stream holds */
-    uint8_t *stream;
-    size_t stream_len;
+    uint64_t index, term;   /* snapshot: the state the stream holds */
+    struct tk_blob *stream; /* snapshot: built on kv_tier_run's thread */
 };
 int kv_sm_tier_start(struct kv_sm *sm, bool snapshot, struct kv_tier_job **out);
 void kv_tier_run(struct kv_tier_job *j);
+/* After kv_tier_run, on its thread: true if the job read a snapshot stream,
+ * with the index and term of the state it holds. */
+bool kv_tier_snapshot_at(const struct kv_tier_job *j, uint64_t *index, uint64_t *term);
 int kv_sm_tier_finish(struct kv_sm *sm, struct kv_tier_job *j,
                       struct kv_tier_result *out);
+int kv_sm_tier_publish(struct kv_sm *sm, struct kv_tier_job *j,
+                       struct kv_tier_result *out);
+bool kv_sm_tier_drain(struct kv_sm *sm, size_t max_records);
 /* The ring is over its budget (or tracks as many in-place rewrites as it
  * may) and no job is in flight. */
 bool kv_sm_tier_wanted(const struct kv_sm *sm);
@@ -211,8 +228,16 @@ struct kv_sm_stats {
     uint64_t tier_downs;  /* tier-down transactions committed */
     uint64_t rewrites;    /* versions written over their key's record in place */
     uint64_t bad_records; /* ring records that failed their check on read */
+    /* Memory by owner, bytes (ring_bytes is the ring's). */
+    size_t index_bytes;      /* the hot index's tables */
+    size_t view_bytes;       /* the ordered view's nodes */
+    size_t sessions_bytes;   /* the session table and its results */
+    uint64_t cold_map_bytes; /* the LMDB map's size (address space) */
 };
 void kv_sm_stats(const struct kv_sm *sm, struct kv_sm_stats *out);
+/* Bytes of the LMDB map in memory now (mincore over its used pages: O(pages),
+ * call it per scrape, not per loop turn). Owner thread. */
+uint64_t kv_sm_cold_resident(struct kv_sm *sm);
 
 /* Snapshots (snapshot.c; kv_sm_snapshot in tier.c). kv_sm_snapshot flushes the ring, then
  * opens a consistent view of the cold tier at the applied index; the stream is read in

@@ -190,6 +190,13 @@ void kv__index_clear(struct kv_index *x);
 /* Drops every entry into ring slot `slot` (a page with a damaged record is
  * released: its keys cannot be rehashed). O(index size); rare. */
 void kv__index_purge_slot(struct kv_index *x, uint32_t slot);
+/* Bytes of the index's tables (the one being migrated from too). */
+static inline size_t kv__index_bytes(const struct kv_index *x)
+{
+    return (x->cur.b != NULL ? (x->cur.mask + 1) * 64 : 0) +
+           (x->old.b != NULL ? (x->old.mask + 1) * 64 : 0);
+}
+
 static inline size_t kv__index_count(const struct kv_index *x)
 {
     return x->cur.count + x->old.count;
@@ -243,6 +250,8 @@ void kv__view_init(struct kv_view *v);
 void kv__view_free(struct kv_view *v);
 /* Adds a copy of the key (nothing if present). */
 void kv__view_insert(struct kv_view *v, const void *key, size_t len);
+/* Bytes the view holds (its node chunks). */
+size_t kv__view_bytes(const struct kv_view *v);
 /* Removes the key if present. */
 void kv__view_remove(struct kv_view *v, const void *key, size_t len);
 /* Positions `it` at the first key >= (key, len), or past the end. */
@@ -293,6 +302,10 @@ int kv__cold_meta(struct kv_cold *c, struct kv_cold_meta *m);
 uint64_t kv__cold_count(struct kv_cold *c);
 /* Bytes of the LMDB data file in use (its pages up to the last one written). */
 uint64_t kv__cold_bytes(struct kv_cold *c);
+/* The map's size, and how much of its used part is in memory (mincore over
+ * the used pages: O(pages), for a scrape, not for every loop turn). */
+uint64_t kv__cold_map_bytes(struct kv_cold *c);
+uint64_t kv__cold_resident(struct kv_cold *c);
 /* Drops the read view so the next read sees the latest commit. */
 void kv__cold_read_reset(struct kv_cold *c);
 int kv__cold_get(struct kv_cold *c, const void *key, size_t len, struct kv_cold_val *out);

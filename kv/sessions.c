@@ -41,6 +41,7 @@ static void sess_remove(struct kv_sessions *t, uint64_t client, uint64_t seq)
     if (s == NULL)
         return;
     tk_free(s->res);
+    t->res_bytes -= s->len;
     size_t i = (size_t)(s - t->tab);
     s->client = 0;
     t->count--;
@@ -77,6 +78,7 @@ static void sess_add(struct kv_sessions *t, uint64_t index, uint64_t client, uin
     s->len = (uint32_t)len;
     s->res = tk_malloc(len > 0 ? len : 1);
     memcpy(s->res, res, len);
+    t->res_bytes += len;
     t->count++;
     t->fifo[(t->fifo_head + t->fifo_len) % t->max] = (struct kv_sess_id){client, seq};
     t->fifo_len++;
@@ -125,6 +127,7 @@ void kv__sess_clear(struct kv_sessions *t)
         }
     }
     t->count = 0;
+    t->res_bytes = 0;
     t->fifo_head = t->fifo_len = 0;
 }
 

@@ -187,6 +187,17 @@ void kv_sm_stats(const struct kv_sm *sm, struct kv_sm_stats *out)
     out->tier_downs = sm->tier_downs;
     out->rewrites = sm->rewrites;
     out->bad_records = sm->bad_records;
+    out->index_bytes = kv__index_bytes(&sm->index);
+    out->view_bytes = kv__view_bytes(&sm->view);
+    const struct kv_sessions *t = &sm->sessions;
+    out->sessions_bytes = (t->mask + 1) * sizeof(*t->tab) +
+                          (t->max > 0 ? t->max : 1) * sizeof(*t->fifo) + t->res_bytes;
+    out->cold_map_bytes = kv__cold_map_bytes(sm->cold);
+}
+
+uint64_t kv_sm_cold_resident(struct kv_sm *sm)
+{
+    return kv__cold_resident(sm->cold);
 }
 
 /* ---- apply ---- */

@@ -10,6 +10,7 @@
 #include <stdatomic.h>
 
 #include "base/alloc.h"
+#include "base/blob.h"
 #include "kv/kv_internal.h"
 
 struct Kvpb__Command;
@@ -48,6 +49,7 @@ struct kv_sessions {
     size_t count, max;
     struct kv_sess_id *fifo; /* circular, insertion (= index) order */
     size_t fifo_head, fifo_len;
+    size_t res_bytes; /* the results held, for kv_sm_stats */
 };
 
 struct kv_tier_ent {
@@ -102,6 +104,12 @@ struct kv_sm {
     size_t cap_tier_keys;
     struct kv_tier_rel *tier_rel; /* tier-down: the records it releases */
     size_t n_tier_rel, cap_tier_rel;
+    /* A published tier-down whose released pages are still in the ring
+     * (kv_sm_tier_drain): tier_rel[drain_at, n_tier_rel) still to drop, then
+     * drain_pages pages (every page before drain_end) to release. */
+    bool draining;
+    size_t drain_at, drain_pages;
+    uint64_t drain_end;
     struct kv_tier_job *job; /* the tier-down in flight, if any */
     uint8_t *scratch;        /* delete-range key list */
     size_t scratch_cap;
@@ -134,8 +142,7 @@ struct kv_tier_job {
     struct kv_cold_meta meta;
     uint64_t bad; /* records that failed their check */
     int rc;
-    uint8_t *stream; /* snapshot: the stream of the committed state */
-    size_t stream_len;
+    struct tk_blob *stream; /* snapshot: the stream of the committed state */
     struct kv_cold_meta stream_meta;
 };
 
@@ -201,10 +208,9 @@ bool kv__fast_decode(const uint8_t *buf, size_t len, struct Kvpb__Command *c,
  * first). Returns 0 or TK_EIO. */
 int kv__snap_open(struct kv_sm *sm, struct kv_snap **out);
 /* Any thread, while the sm's tier job is in flight (so no other writer): reads
- * the snapshot stream of the cold tier as committed into one buffer. Returns 0
+ * the snapshot stream of the cold tier as committed into one blob. Returns 0
  * or TK_EIO. */
-int kv__snap_read_all(struct kv_sm *sm, uint8_t **buf, size_t *len,
-                      struct kv_cold_meta *meta);
+int kv__snap_read_all(struct kv_sm *sm, struct tk_blob **out, struct kv_cold_meta *meta);
 
 /* ---- sessions.c: the exactly-once table ---- */
 

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "base/alloc.h"
+#include "base/blob.h"
 #include "base/crc32c.h"
 #include "base/err.h"
 #include "kv/sm_internal.h"
@@ -89,22 +90,23 @@ int kv__snap_open(struct kv_sm *sm, struct kv_snap **out)
     return 0;
 }
 
-int kv__snap_read_all(struct kv_sm *sm, uint8_t **buf, size_t *len,
-                      struct kv_cold_meta *meta)
+int kv__snap_read_all(struct kv_sm *sm, struct tk_blob **out, struct kv_cold_meta *meta)
 {
     struct kv_snap *s;
     int rc = kv__snap_open(sm, &s);
     if (rc != 0)
         return rc;
+    /* Read straight into a blob (one allocation: header, then bytes; see
+     * base/blob.h), so the owner takes it without copying. */
     size_t cap = (size_t)1 << 16, n = 0;
-    uint8_t *b = tk_malloc(cap);
+    struct tk_blob *b = tk_blob_new(cap);
     for (;;) {
         if (cap - n < ((size_t)1 << 15)) {
             cap *= 2;
-            b = tk_realloc(b, cap);
+            b = tk_realloc(b, sizeof(*b) + cap);
         }
         size_t got = 0;
-        rc = kv_snap_read(s, b + n, cap - n, &got);
+        rc = kv_snap_read(s, b->data + n, cap - n, &got);
         if (rc != 0 || got == 0)
             break;
         n += got;
@@ -112,11 +114,11 @@ int kv__snap_read_all(struct kv_sm *sm, uint8_t **buf, size_t *len,
     *meta = s->meta;
     kv_snap_close(s);
     if (rc != 0) {
-        tk_free(b);
+        tk_blob_unref(b);
         return rc;
     }
-    *buf = b;
-    *len = n;
+    b->len = n;
+    *out = b;
     return 0;
 }
 
@@ -348,6 +350,10 @@ int kv_install_commit(struct kv_install *in)
     kv__view_init(&sm->view);
     sm->dirty_pos = 0;
     sm->n_inplace = 0;
+    /* A drain pending (kv_sm_tier_drain) was of the pages just freed. */
+    sm->draining = false;
+    sm->n_tier_rel = sm->drain_at = sm->drain_pages = 0;
+    sm->drain_end = 0;
     kv__sess_clear(&sm->sessions);
     sm->applied = sm->durable = in->meta.index;
     sm->applied_term = sm->durable_term = in->meta.term;

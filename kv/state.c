@@ -132,7 +132,8 @@ int kv_sm_multi_get(struct kv_sm *sm, const struct kv_item *keys, size_t n,
  * Only a record in the newest half of the ring budget (so a key that stays
  * hot moves to the tail before its page is released) and with room to track
  * it, and never one a tier-down in flight reads: its changed records and its
- * released pages. Tracks it when it becomes changed. */
+ * released pages, nor one in pages a published tier-down is still draining. Tracks it
+ * when it becomes changed. */
 bool kv__state_rewrite_ok(struct kv_sm *sm, uint64_t addr, size_t value_len)
 {
     if (sm->cfg.append_only)
@@ -143,6 +144,8 @@ bool kv__state_rewrite_ok(struct kv_sm *sm, uint64_t addr, size_t value_len)
     const struct kv_page *p = kv__ring_page(&sm->ring, addr);
     if (sm->ring.next_pos - p->pos > sm->cfg.ring_bytes / 2)
         return false;
+    if (sm->draining && p->pos < sm->drain_end)
+        return false; /* its index entry may go: LMDB must hold its value */
     uint64_t base = sm->durable;
     if (sm->job != NULL) {
         if (p->pos < sm->job->rel_end)

@@ -9,12 +9,15 @@
  * kv_sm_flush (all pages, run at once), kv_sm_tier_down (the oldest pages until
  * the ring is under 3/4 of its budget, run at once; apply calls it over
  * budget), kv_sm_tier_start/kv_tier_run/kv_sm_tier_finish (the same pages, run
- * on another thread, optionally followed by reading a snapshot stream), and
+ * on another thread, optionally followed by reading a snapshot stream into a
+ * blob there; kv_sm_tier_publish + kv_sm_tier_drain split the finish so that
+ * the owner drops the released index entries a bounded slice at a time), and
  * kv_sm_snapshot (a flush, then a snapshot view). It cuts only between
  * commands, so the index stored with the data is exactly the state after that
  * entry, and the clock stored is the clock after it. Called by sm.c (apply)
  * and the node; calls snapshot.c (the stream), the ring, index, view and cold
  * tier. */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -259,44 +262,75 @@ static int tier_write(struct kv_tier_job *j)
     return kv__cold_wcommit(sm->cold, &j->meta, sm->cfg.sessions_max);
 }
 
-/* Owner thread: publishes a committed write, then the index entries into the
- * released pages go, then the pages. */
-static void tier_finish(struct kv_sm *sm, struct kv_tier_job *j)
+/* Owner thread: publishes a committed write (the cold tier's new read view
+ * and the durable index, O(1)); the released pages' index entries and the
+ * pages themselves go later, in kv_sm_tier_drain. */
+static void tier_publish(struct kv_sm *sm, struct kv_tier_job *j)
 {
     sm->bad_records += j->bad;
     if (j->rc == 0) {
         kv__cold_wpublish(sm->cold);
-        /* A released record's entry goes if the index still points at it:
-         * matched by hash and address alone (no record read), with each
-         * bucket prefetched a few records ahead, since the owner's loop
-         * waits. */
-        const struct kv_tier_rel *r = sm->tier_rel;
-        for (size_t k = 0; k < sm->n_tier_rel; k++) {
-            if (k + TIER_AHEAD < sm->n_tier_rel)
-                kv__index_prefetch(&sm->index, r[k + TIER_AHEAD].hash);
-            if (kv__index_remove_if(&sm->index, r[k].hash, r[k].addr))
-                kv__view_remove(&sm->view, kv__rec_key(r[k].h), r[k].h->key_len);
-        }
-        for (size_t i = 0; i < j->n_rel; i++) {
-            struct kv_page *p = sm->ring.head;
-            TK_ASSERT(p == j->pages[i]);
-            if (p->damaged) {
-                tk_logf(TK_LOG_ERROR, 0, 0, NULL, "kv: damaged ring page released");
-                kv__index_purge_slot(&sm->index, p->slot);
-            }
-            kv__ring_release_head(&sm->ring);
-        }
+        sm->draining = true;
+        sm->drain_at = 0;
+        sm->drain_pages = j->n_rel;
+        sm->drain_end = j->rel_end;
         sm->durable = j->meta.index;
         sm->durable_term = j->meta.term;
         sm->durable_now = j->meta.now_ms;
         sm->tier_downs++;
     } else {
         sm->failed = true;
+        sm->n_tier_rel = 0;
     }
     sm->n_tier_ents = 0;
-    sm->n_tier_rel = 0;
     tk_free(j->pages);
     j->pages = NULL;
+}
+
+/* Releases the drained pages: every page before drain_end, oldest first. */
+static void tier_release(struct kv_sm *sm)
+{
+    for (size_t i = 0; i < sm->drain_pages; i++) {
+        struct kv_page *p = sm->ring.head;
+        TK_ASSERT(p != NULL);
+        TK_ASSERT(p->pos + p->cap <= sm->drain_end);
+        if (p->damaged) {
+            tk_logf(TK_LOG_ERROR, 0, 0, NULL, "kv: damaged ring page released");
+            kv__index_purge_slot(&sm->index, p->slot);
+        }
+        kv__ring_release_head(&sm->ring);
+    }
+    sm->drain_pages = 0;
+    sm->drain_end = 0;
+    sm->n_tier_rel = 0;
+    sm->drain_at = 0;
+    sm->draining = false;
+}
+
+bool kv_sm_tier_drain(struct kv_sm *sm, size_t max_records)
+{
+    if (!sm->draining)
+        return true;
+    /* A released record's entry goes if the index still points at it:
+     * matched by hash and address alone (no record read), with each bucket
+     * prefetched a few records ahead. Apply may have moved the key on (a new
+     * record elsewhere: the entry stays) but never rewrote the record in
+     * place (kv__state_rewrite_ok), so what LMDB holds for it is its value. */
+    const struct kv_tier_rel *r = sm->tier_rel;
+    size_t end = sm->n_tier_rel;
+    if (end - sm->drain_at > max_records)
+        end = sm->drain_at + max_records;
+    for (size_t k = sm->drain_at; k < end; k++) {
+        if (k + TIER_AHEAD < end)
+            kv__index_prefetch(&sm->index, r[k + TIER_AHEAD].hash);
+        if (kv__index_remove_if(&sm->index, r[k].hash, r[k].addr))
+            kv__view_remove(&sm->view, kv__rec_key(r[k].h), r[k].h->key_len);
+    }
+    sm->drain_at = end;
+    if (end < sm->n_tier_rel)
+        return false;
+    tier_release(sm);
+    return true;
 }
 
 /* The one path's first step (owner thread): picks the pages and records of
@@ -310,6 +344,7 @@ static int tier_begin(struct kv_sm *sm, bool all, bool snapshot, struct kv_tier_
         return TK_EIO;
     if (sm->job != NULL)
         return TK_EBUSY;
+    (void)kv_sm_tier_drain(sm, SIZE_MAX); /* tier_pick reuses tier_rel */
     struct kv_tier_job *j = tk_calloc(1, sizeof(*j));
     j->snapshot = snapshot;
     j->write = tier_pick(sm, all, j);
@@ -332,15 +367,25 @@ void kv_tier_run(struct kv_tier_job *j)
     if (j->write)
         j->rc = tier_write(j);
     if (j->rc == 0 && j->snapshot)
-        j->rc = kv__snap_read_all(j->sm, &j->stream, &j->stream_len, &j->stream_meta);
+        j->rc = kv__snap_read_all(j->sm, &j->stream, &j->stream_meta);
 }
 
-int kv_sm_tier_finish(struct kv_sm *sm, struct kv_tier_job *j, struct kv_tier_result *out)
+bool kv_tier_snapshot_at(const struct kv_tier_job *j, uint64_t *index, uint64_t *term)
+{
+    if (j->rc != 0 || !j->snapshot || j->stream == NULL)
+        return false;
+    *index = j->stream_meta.index;
+    *term = j->stream_meta.term;
+    return true;
+}
+
+int kv_sm_tier_publish(struct kv_sm *sm, struct kv_tier_job *j,
+                       struct kv_tier_result *out)
 {
     TK_ASSERT(sm->job == j);
     int wrc = j->rc;
     if (j->write)
-        tier_finish(sm, j);
+        tier_publish(sm, j);
     else if (wrc != 0)
         sm->failed = true;
     sm->job = NULL;
@@ -349,12 +394,18 @@ int kv_sm_tier_finish(struct kv_sm *sm, struct kv_tier_job *j, struct kv_tier_re
         out->index = j->stream_meta.index;
         out->term = j->stream_meta.term;
         out->stream = j->stream;
-        out->stream_len = j->stream_len;
         j->stream = NULL;
     }
-    tk_free(j->stream);
+    tk_blob_unref(j->stream);
     tk_free(j);
     return wrc != 0 ? TK_EIO : 0;
+}
+
+int kv_sm_tier_finish(struct kv_sm *sm, struct kv_tier_job *j, struct kv_tier_result *out)
+{
+    int rc = kv_sm_tier_publish(sm, j, out);
+    (void)kv_sm_tier_drain(sm, SIZE_MAX);
+    return rc;
 }
 
 /* The whole path at once, on the owner thread. */
@@ -399,7 +450,7 @@ int kv_sm_snapshot(struct kv_sm *sm, struct kv_snap **out)
 
 bool kv_sm_tier_wanted(const struct kv_sm *sm)
 {
-    return sm->job == NULL && !sm->failed &&
+    return sm->job == NULL && !sm->draining && !sm->failed &&
            (sm->ring.bytes > sm->cfg.ring_bytes || sm->n_inplace == sm->max_inplace);
 }
 

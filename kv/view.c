@@ -398,3 +398,8 @@ void kv__view_remove(struct kv_view *v, const void *key, size_t len)
     node_put(v, l);
     remove_up(v, &path, 0);
 }
+
+size_t kv__view_bytes(const struct kv_view *v)
+{
+    return v->n_chunks * CHUNK_NODES * sizeof(union vnode) + v->n_chunks * sizeof(void *);
+}

@@ -321,14 +321,29 @@ static void fail_orphan_reads(struct node *n)
     n->req.read_wait = keep;
 }
 
-/* Where a loop turn's time went, for the slow-turn warning. */
-enum turn_phase { PH_READY, PH_STORE, PH_SEND, PH_APPLY, PH_ADVANCE, PH_SNAP, PH_N };
+/* Where a loop turn's time went (enum node_turn_phase), for the slow-turn
+ * warning and node_metrics.loop_turn_max_ns. */
+#define PH_READY NODE_PH_READY
+#define PH_STORE NODE_PH_STORE
+#define PH_SEND NODE_PH_SEND
+#define PH_APPLY NODE_PH_APPLY
+#define PH_ADVANCE NODE_PH_ADVANCE
+#define PH_SNAP NODE_PH_SNAPSHOT
+#define PH_N NODE_PH_N
 _Static_assert(PH_N == sizeof(((struct node *)0)->loop.turn_ns) / sizeof(uint64_t),
                "struct node's turn_ns has a slot per phase");
-static const char *const phase_name[PH_N] = {"ready", "store",   "send",
-                                             "apply", "advance", "snapshot"};
+_Static_assert(PH_N == sizeof(((struct node_metrics *)0)->loop_turn_max_ns) /
+                           sizeof(uint64_t),
+               "node_metrics has a slot per phase");
+static const char *const phase_name[PH_N] = {
+    "ready", "store", "send", "apply", "advance", "snapshot", "tier", "compact", "other"};
 
-static void phase_end(struct node *n, enum turn_phase ph, uint64_t *t)
+const char *node_turn_phase_name(int phase)
+{
+    return phase >= 0 && phase < PH_N ? phase_name[phase] : NULL;
+}
+
+static void phase_end(struct node *n, enum node_turn_phase ph, uint64_t *t)
 {
     uint64_t now = node__mono_ns();
     n->loop.turn_ns[ph] += now - *t;
@@ -426,8 +441,8 @@ static void process_ready(struct node *n)
         if (!handle_ready(n, &t))
             return;
     if (!n->persist.failed) {
-        node__tier_turn(n);
-        phase_end(n, PH_SNAP, &t);
+        node__tier_turn(n); /* claims its own phases */
+        t = node__mono_ns();
     }
     if (!n->persist.failed && raft_has_ready(n->raft))
         node__kick(n); /* bounded work per turn: the rest on the next one */
@@ -581,6 +596,59 @@ static void on_tick(uv_timer_t *h)
     expire_list(n, &n->fwd.wait, now);
 }
 
+/* A loop turn of dt ns is over: its histogram, the longest turn by phase
+ * (the one most of it went to; what no phase claims is "other") and the
+ * slow-turn warning. */
+static uint64_t thread_cpu_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void turn_end(struct node *n, uint64_t dt)
+{
+    uint64_t claimed = 0;
+    for (int i = 0; i < PH_N; i++)
+        claimed += n->loop.turn_ns[i];
+    n->loop.turn_ns[NODE_PH_OTHER] += dt > claimed ? dt - claimed : 0;
+    int worst = 0;
+    for (int i = 1; i < PH_N; i++)
+        if (n->loop.turn_ns[i] > n->loop.turn_ns[worst])
+            worst = i;
+    tk_hist_record(&n->m.lat.loop_turn, dt);
+    if (dt > n->m.metrics.loop_turn_max_ns[worst])
+        n->m.metrics.loop_turn_max_ns[worst] = dt;
+    /* The thread's CPU time tells work from waiting for a core (a loaded
+     * machine) or for the disk (page faults). */
+    uint64_t cpu = thread_cpu_ns();
+    if (dt > SLOW_TURN_NS)
+        TK_LOG(TK_LOG_WARN, n->o.id, raft_term(n->raft),
+               "a loop turn took %llu ms (election timeout %u ms): heartbeats were late; "
+               "most of it (%llu ms) in %s; %llu entries applied; %llu ms on the CPU",
+               (unsigned long long)(dt / 1000000), n->o.tick_ms * n->o.election_ticks,
+               (unsigned long long)(n->loop.turn_ns[worst] / 1000000), phase_name[worst],
+               (unsigned long long)n->loop.turn_applied,
+               (unsigned long long)((cpu - n->loop.turn_cpu_ns) / 1000000));
+    n->loop.turn_cpu_ns = cpu;
+    memset(n->loop.turn_ns, 0, sizeof(n->loop.turn_ns));
+    n->loop.turn_applied = 0;
+}
+
+/* Just before the loop blocks for events: the turn since the last prepare,
+ * less the time the loop was blocked (libuv's idle time), was busy. */
+static void on_prepare(uv_prepare_t *h)
+{
+    struct node *n = h->data;
+    uint64_t now = node__mono_ns(), idle = uv_metrics_idle_time(n->loop.uv);
+    if (n->loop.prep_ns != 0) {
+        uint64_t wall = now - n->loop.prep_ns, blocked = idle - n->loop.prep_idle_ns;
+        turn_end(n, wall > blocked ? wall - blocked : 0);
+    }
+    n->loop.prep_ns = now;
+    n->loop.prep_idle_ns = idle;
+}
+
 static void on_check(uv_check_t *h)
 {
     struct node *n = h->data;
@@ -607,22 +675,10 @@ static void on_check(uv_check_t *h)
         uv_idle_start(&n->loop.idle, node__on_idle);
     }
     persist_poll(n);
-    memset(n->loop.turn_ns, 0, sizeof(n->loop.turn_ns));
-    n->loop.turn_applied = 0;
     process_ready(n);
-    uint64_t dt = node__mono_ns() - t0;
-    if (dt > SLOW_TURN_NS) {
-        int worst = 0;
-        for (int i = 1; i < PH_N; i++)
-            if (n->loop.turn_ns[i] > n->loop.turn_ns[worst])
-                worst = i;
-        TK_LOG(TK_LOG_WARN, n->o.id, raft_term(n->raft),
-               "a loop turn took %llu ms (election timeout %u ms): heartbeats were late; "
-               "most of it (%llu ms) in %s; %llu entries applied",
-               (unsigned long long)(dt / 1000000), n->o.tick_ms * n->o.election_ticks,
-               (unsigned long long)(n->loop.turn_ns[worst] / 1000000), phase_name[worst],
-               (unsigned long long)n->loop.turn_applied);
-    }
+    /* On a loop of our own, on_prepare measures the whole turn instead. */
+    if (!n->loop.idle_metrics)
+        turn_end(n, node__mono_ns() - t0);
     /* A burst bigger than one batch: come back next turn without sleeping. */
     if (atomic_load_explicit(&n->loop.queued, memory_order_relaxed) > 0)
         uv_async_send(&n->loop.wake);
@@ -674,6 +730,7 @@ static void begin_close(struct node *n)
     uv_close((uv_handle_t *)&n->loop.ticker, on_handle_closed);
     uv_close((uv_handle_t *)&n->loop.check, on_handle_closed);
     uv_close((uv_handle_t *)&n->loop.idle, on_handle_closed);
+    uv_close((uv_handle_t *)&n->loop.prepare, on_handle_closed);
     transport_close(n->transport, on_transport_closed, n);
 }
 
@@ -747,8 +804,10 @@ static int node_init(struct node *n)
     uv_timer_init(n->loop.uv, &n->loop.ticker);
     uv_check_init(n->loop.uv, &n->loop.check);
     uv_idle_init(n->loop.uv, &n->loop.idle);
+    uv_prepare_init(n->loop.uv, &n->loop.prepare);
     n->loop.wake.data = n->loop.ticker.data = n->loop.check.data = n->loop.idle.data = n;
-    n->loop.handles_open = 5;
+    n->loop.prepare.data = n;
+    n->loop.handles_open = 6;
     if (raft_first_index(n->raft) > 1) {
         /* The log was compacted: followers that need what is gone get a
          * snapshot of the state machine, so one must exist now. */
@@ -757,6 +816,8 @@ static int node_init(struct node *n)
     }
     uv_timer_start(&n->loop.ticker, on_tick, n->o.tick_ms, n->o.tick_ms);
     uv_check_start(&n->loop.check, on_check);
+    if (n->loop.idle_metrics)
+        uv_prepare_start(&n->loop.prepare, on_prepare);
     node__publish_status(n);
     TK_LOG(TK_LOG_INFO, n->o.id, raft_term(n->raft), "node started (applied %llu)",
            (unsigned long long)kv_sm_applied_index(n->sm));
@@ -771,7 +832,13 @@ static void node_thread(void *arg)
     char name[16]; /* what top -H and perf show */
     snprintf(name, sizeof(name), "tk-node-%llu", (unsigned long long)(n->o.id % 100000));
     pthread_setname_np(pthread_self(), name);
-    n->loop.start_rc = uv_loop_init(n->loop.uv) == 0 ? node_init(n) : TK_EIO;
+    n->loop.start_rc = uv_loop_init(n->loop.uv) == 0 ? 0 : TK_EIO;
+    /* The loop's own idle time, so that on_prepare can tell a turn's work
+     * from the time it waited for events. */
+    n->loop.idle_metrics =
+        n->loop.start_rc == 0 && uv_loop_configure(n->loop.uv, UV_METRICS_IDLE_TIME) == 0;
+    if (n->loop.start_rc == 0)
+        n->loop.start_rc = node_init(n);
     if (n->loop.start_rc != 0) {
         (void)uv_loop_close(n->loop.uv);
         uv_sem_post(&n->loop.started);
@@ -807,6 +874,7 @@ static void node_free(struct node *n)
         store_close(n->store);
     if (n->sm)
         kv_sm_close(n->sm);
+    tk_blob_unref(n->tier.blob); /* node_tier.c's reference to the snapshot */
     if (n->own_volume)
         store_mem_volume_free(n->volume);
     if (n->tmp_dir)

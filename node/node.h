@@ -233,8 +233,42 @@ struct node_metrics {
     uint64_t net_bytes_sent;
     uint64_t net_bytes_received;
     uint64_t net_reconnects;
+    /* The loop's turns (one pass of the node's loop, callbacks of every kind,
+     * without the time blocked waiting for events): the longest so far by
+     * the phase most of it went to (enum node_turn_phase), and the snapshot
+     * and tier-down work done on the loop. */
+    uint64_t loop_turn_max_ns[9];
+    uint64_t snapshot_loop_ns;  /* publishing snapshots, in all */
+    uint64_t tier_drain_ns;     /* dropping released index entries, in all */
+    uint64_t tier_drain_max_ns; /* the longest slice of it */
+    /* Memory by owner, bytes (kv_sm_stats; LMDB's from the kernel). */
+    uint64_t mem_index_bytes;    /* the hot index's table */
+    uint64_t mem_view_bytes;     /* the ordered view (the hot keys in order) */
+    uint64_t mem_sessions_bytes; /* the exactly-once session table */
+    uint64_t mem_lmdb_mapped;    /* the cold tier's map size */
+    uint64_t mem_lmdb_resident;  /* of it, pages in memory (mincore) */
 };
 void node_metrics(struct node *n, struct node_metrics *out);
+
+/* What a loop turn's time went to (node_metrics.loop_turn_max_ns): the
+ * ready loop's steps, starting a snapshot (snapshot), publishing a tier-down
+ * and dropping its index entries (tier), compacting the log (compact), and
+ * the rest of the turn (other: transport reads, timers, the gateway, other
+ * handles). */
+enum node_turn_phase {
+    NODE_PH_READY,
+    NODE_PH_STORE,
+    NODE_PH_SEND,
+    NODE_PH_APPLY,
+    NODE_PH_ADVANCE,
+    NODE_PH_SNAPSHOT,
+    NODE_PH_TIER,
+    NODE_PH_COMPACT,
+    NODE_PH_OTHER,
+    NODE_PH_N
+};
+/* "ready", "store", ... "other"; NULL past NODE_PH_N. */
+const char *node_turn_phase_name(int phase);
 
 /* Latency histograms in nanoseconds (base/hist.h), and the proposal batch
  * sizes. Loop thread only: a gateway on the node's loop reads them in place;
@@ -246,6 +280,7 @@ struct node_latency {
     struct tk_hist fsync;      /* one log sync on the storage thread */
     struct tk_hist apply;      /* applying one ready's committed entries */
     struct tk_hist batch_size; /* entries per raft_propose */
+    struct tk_hist loop_turn;  /* one loop turn (see node_metrics) */
 };
 const struct node_latency *node_latency(struct node *n);
 

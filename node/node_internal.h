@@ -69,8 +69,12 @@ struct node_loop {
     bool closing;
     int handles_open;
 
-    uint64_t turn_ns[6], turn_applied; /* this loop turn's, by phase */
-    struct raft_entry *batch;          /* batch_max entries: one drain's proposal */
+    uint64_t turn_ns[NODE_PH_N], turn_applied; /* this loop turn's, by phase */
+    uv_prepare_t prepare;                      /* measures whole turns (idle_metrics) */
+    bool idle_metrics;                         /* own loop with UV_METRICS_IDLE_TIME */
+    uint64_t prep_ns, prep_idle_ns;            /* at the last prepare */
+    uint64_t turn_cpu_ns;     /* the thread CPU time at the last turn end */
+    struct raft_entry *batch; /* batch_max entries: one drain's proposal */
 
     struct tk_mpsc queue;
     /* Written by other threads (node_submit, node_transfer_leadership): a
@@ -127,6 +131,21 @@ struct node_tier {
     atomic_bool ran;
     struct raft_config config;
     uint64_t t0, t_done;
+    /* The snapshot's descriptor, saved by the job's thread after the job
+     * (an LMDB commit: its fsync waited behind the job's own on the loop). */
+    bool saved;
+    int save_rc;
+    /* The log store's compaction in flight on the thread pool (its LMDB
+     * commit and segment removal sync the disk: never on the loop). */
+    uv_work_t compact_work;
+    bool compacting; /* until its after-work callback */
+    atomic_bool compact_ran;
+    uint64_t compact_upto;
+    int compact_rc;
+    /* A reference to the snapshot blob last given to the core, so that the
+     * previous one's last reference (tens of MB: freeing it unmaps them) is
+     * dropped on the thread pool, not inside raft_snapshot_set. */
+    struct tk_blob *blob;
 };
 
 /* What other threads read: status and metrics (node_status.c). */
@@ -137,6 +156,7 @@ struct node_metrics_state {
     struct node_metrics metrics; /* loop thread; copied under mu */
     struct node_metrics pub;
     struct node_latency lat; /* loop thread */
+    uint64_t resident_ns;    /* when mem_lmdb_resident was last measured */
 };
 
 struct node {

@@ -42,6 +42,15 @@ void node__publish_status(struct node *n)
     mt->kv_cold_bytes = ks.cold_bytes;
     mt->kv_tier_downs = ks.tier_downs;
     mt->kv_bad_records = ks.bad_records;
+    mt->mem_index_bytes = ks.index_bytes;
+    mt->mem_view_bytes = ks.view_bytes;
+    mt->mem_sessions_bytes = ks.sessions_bytes;
+    mt->mem_lmdb_mapped = ks.cold_map_bytes;
+    uint64_t now = node__mono_ns();
+    if (now - n->m.resident_ns > 10000000000ull) { /* reads smaps: every 10 s */
+        n->m.resident_ns = now;
+        mt->mem_lmdb_resident = kv_sm_cold_resident(n->sm);
+    }
     if (n->transport != NULL) {
         struct transport_stats ts;
         transport_stats(n->transport, &ts);

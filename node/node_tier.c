@@ -6,13 +6,17 @@
  *
  * None of the heavy work stalls the loop: the KV's tier-down job (the LMDB
  * transaction and reading the snapshot stream) runs on libuv's thread pool
- * while the loop goes on replicating and applying, and the log is then
- * compacted a bounded step per loop turn. The same job moves the ring's
- * oldest pages to LMDB when the ring is over its budget.
+ * while the loop goes on replicating and applying, and its result is
+ * published in O(1) (the snapshot stream arrives as a blob, built on the pool
+ * thread, whose descriptor that thread saves too; the old blob is freed there
+ * as well); the released pages' index entries
+ * then go DRAIN_STEP at a time and
+ * the log is compacted COMPACT_STEP entries at a time, one step per loop turn. The same
+ * job moves the ring's oldest pages to LMDB when the ring is over its budget.
  *
- * Invariants: at most one job in flight (n->tier.job until completed); a job
- * on the pool counts as an open handle (n->loop.handles_open), so the node is
- * not freed under it.
+ * Invariants: at most one job and one store compaction in flight
+ * (n->tier.job until completed, n->tier.compacting); each on the pool counts
+ * as an open handle (n->loop.handles_open), so the node is not freed under it.
  *
  * Loop thread, except tier_work (a pool thread). Called by node.c (each turn,
  * at boot, before installing a snapshot); calls node_status.c on failures. */
@@ -31,8 +35,23 @@
 #include "node/node_internal.h"
 #include "store/store.h"
 
-#define COMPACT_STEP 32768
+#define COMPACT_STEP 8192
+#define DRAIN_STEP 4096
 #define TIER_NICE 5
+
+/* The job's thread, after a snapshot job: saves its descriptor, so that the
+ * loop does not wait for that LMDB commit. Saved before the core takes the
+ * snapshot: the descriptor names a state the cold tier holds durably
+ * already (the job committed it), as after a crash between the two. */
+static void save_descriptor(struct node *n)
+{
+    struct raft_snapshot_meta meta = {.config = n->tier.config};
+    n->tier.saved = false;
+    if (!n->tier.snapshot || !kv_tier_snapshot_at(n->tier.job, &meta.index, &meta.term))
+        return;
+    n->tier.save_rc = store_save_snapshot(n->store, &meta);
+    n->tier.saved = true;
+}
 
 static void tier_work(uv_work_t *w)
 {
@@ -48,6 +67,7 @@ static void tier_work(uv_work_t *w)
     bool niced =
         errno == 0 && was < TIER_NICE && setpriority(PRIO_PROCESS, tid, TIER_NICE) == 0;
     kv_tier_run(n->tier.job);
+    save_descriptor(n);
     /* The pool is the process's: give the thread back as it was, where the
      * process may raise a priority again (CAP_SYS_NICE or RLIMIT_NICE). */
     if (niced)
@@ -55,15 +75,54 @@ static void tier_work(uv_work_t *w)
     atomic_store_explicit(&n->tier.ran, true, memory_order_release);
 }
 
+struct blob_drop {
+    uv_work_t work;
+    struct node *n;
+    struct tk_blob *blob;
+};
+
+static void drop_run(uv_work_t *w)
+{
+    struct blob_drop *d = w->data;
+    tk_blob_unref(d->blob);
+}
+
+static void drop_after(uv_work_t *w, int status)
+{
+    struct blob_drop *d = w->data;
+    struct node *n = d->n;
+    (void)status;
+    tk_free(d);
+    node__handle_gone(n);
+}
+
+/* Drops our reference to `b` on the thread pool (inline if it cannot). */
+static void blob_drop(struct node *n, struct tk_blob *b)
+{
+    if (b == NULL)
+        return;
+    struct blob_drop *d = tk_malloc(sizeof(*d));
+    d->n = n;
+    d->blob = b;
+    d->work.data = d;
+    if (uv_queue_work(n->loop.uv, &d->work, drop_run, drop_after) == 0) {
+        n->loop.handles_open++;
+        return;
+    }
+    tk_free(d);
+    tk_blob_unref(b);
+}
+
 static void snapshot_taken(struct node *n, struct kv_tier_result *res)
 {
     struct raft_snapshot_meta meta = {
         .index = res->index, .term = res->term, .config = n->tier.config};
-    struct tk_blob *blob = tk_blob_copy(res->stream, res->stream_len);
-    size_t len = res->stream_len;
-    tk_free(res->stream);
+    struct tk_blob *blob = res->stream; /* built on the pool thread: no copy */
+    size_t len = blob->len;
+    struct tk_blob *old = n->tier.blob; /* the core's, so its last reference */
+    n->tier.blob = blob;
     int rc = raft_snapshot_set(n->raft, &meta, blob);
-    tk_blob_unref(blob);
+    blob_drop(n, old);
     if (rc != 0) {
         TK_LOG(TK_LOG_WARN, n->o.id, raft_term(n->raft),
                "snapshot at %llu refused by the core: %s", (unsigned long long)meta.index,
@@ -71,7 +130,7 @@ static void snapshot_taken(struct node *n, struct kv_tier_result *res)
         n->tier.snap_index = meta.index; /* try again a full interval later */
         return;
     }
-    rc = store_save_snapshot(n->store, &meta);
+    rc = n->tier.saved ? n->tier.save_rc : store_save_snapshot(n->store, &meta);
     if (rc != 0) {
         node__fail(n, rc, "save snapshot");
         return;
@@ -80,14 +139,17 @@ static void snapshot_taken(struct node *n, struct kv_tier_result *res)
     n->m.metrics.snapshots++;
     if (meta.index > n->o.trailing_entries)
         n->tier.compact_goal = meta.index - n->o.trailing_entries;
+    uint64_t on_loop = node__mono_ns() - n->tier.t_done;
+    n->m.metrics.snapshot_loop_ns += on_loop;
     TK_LOG(TK_LOG_INFO, n->o.id, raft_term(n->raft),
            "snapshot at %llu (%zu bytes): %llu ms in all, %llu us of it on the loop",
            (unsigned long long)meta.index, len,
            (unsigned long long)((node__mono_ns() - n->tier.t0) / 1000000),
-           (unsigned long long)((node__mono_ns() - n->tier.t_done) / 1000));
+           (unsigned long long)(on_loop / 1000));
 }
 
-/* Loop thread, once the job has run: publish it in the KV, then take the
+/* Loop thread, once the job has run: publish it in the KV (the released
+ * index entries go later, a slice per turn: drain_step), then take the
  * snapshot (unless `discard`: an installed snapshot is replacing it). */
 static void tier_complete(struct node *n, bool discard)
 {
@@ -95,7 +157,7 @@ static void tier_complete(struct node *n, bool discard)
     n->tier.job = NULL;
     n->tier.t_done = node__mono_ns();
     struct kv_tier_result res;
-    int rc = kv_sm_tier_finish(n->sm, j, &res);
+    int rc = kv_sm_tier_publish(n->sm, j, &res);
     if (rc != 0) {
         node__fail(n, rc, "tier-down");
         return;
@@ -103,7 +165,7 @@ static void tier_complete(struct node *n, bool discard)
     if (res.stream == NULL)
         return;
     if (!n->tier.snapshot || discard || n->loop.closing || n->persist.failed) {
-        tk_free(res.stream);
+        tk_blob_unref(res.stream);
         return;
     }
     snapshot_taken(n, &res);
@@ -114,8 +176,10 @@ static void tier_after(uv_work_t *w, int status)
     struct node *n = w->data;
     (void)status;
     n->tier.busy = false;
+    uint64_t t0 = node__mono_ns();
     if (n->tier.job != NULL)
         tier_complete(n, false);
+    n->loop.turn_ns[NODE_PH_TIER] += node__mono_ns() - t0;
     node__kick(n);
     node__handle_gone(n);
 }
@@ -124,6 +188,12 @@ static void tier_after(uv_work_t *w, int status)
  * past twice its budget); its after-work callback later finds nothing to do. */
 void node__tier_wait(struct node *n, bool discard)
 {
+    /* A store compaction in flight ends first (an install resets the log). */
+    while (n->tier.compacting &&
+           !atomic_load_explicit(&n->tier.compact_ran, memory_order_acquire)) {
+        struct timespec ts = {0, 50000};
+        nanosleep(&ts, NULL);
+    }
     if (n->tier.job == NULL)
         return;
     /* Not started yet (the pool may be busy with other work, such as DNS
@@ -154,6 +224,7 @@ void node__tier_start(struct node *n, bool snapshot, bool inline_run)
     if (snapshot)
         n->tier.snap_bytes = 0; /* what was applied so far is in this snapshot */
     n->tier.config = *raft_config(n->raft);
+    n->tier.saved = false; /* an inline run saves it on the loop */
     n->tier.t0 = node__mono_ns();
     atomic_store(&n->tier.ran, false);
     if (!inline_run) {
@@ -169,11 +240,32 @@ void node__tier_start(struct node *n, bool snapshot, bool inline_run)
     tier_complete(n, false);
 }
 
+static void compact_run(uv_work_t *w)
+{
+    struct node *n = w->data;
+    n->tier.compact_rc = store_compact(n->store, n->tier.compact_upto);
+    atomic_store_explicit(&n->tier.compact_ran, true, memory_order_release);
+}
+
+static void compact_after(uv_work_t *w, int status)
+{
+    struct node *n = w->data;
+    n->tier.compacting = false;
+    if (status == 0 && n->tier.compact_rc != 0 && !n->loop.closing)
+        node__fail(n, n->tier.compact_rc, "compact");
+    node__kick(n);
+    node__handle_gone(n);
+}
+
 /* One bounded step of compaction towards compact_goal: dropping millions of
  * entries at once would hold the loop (and the memory volume's lock) for tens
- * of milliseconds. */
+ * of milliseconds. The core drops its entries here; the store (whose
+ * compaction commits its new start and syncs the directory) on the thread
+ * pool, one step at a time, so the store may hold a step more than the core. */
 static void compact_step(struct node *n)
 {
+    if (n->tier.compacting)
+        return;
     uint64_t first = raft_first_index(n->raft);
     uint64_t upto = n->tier.compact_goal;
     if (upto < first)
@@ -184,14 +276,56 @@ static void compact_step(struct node *n)
         upto = raft_stable_index(n->raft);
     if (upto < first || raft_compact(n->raft, upto) != 0)
         return;
+    n->tier.compact_upto = upto;
+    n->tier.compact_work.data = n;
+    atomic_store(&n->tier.compact_ran, false);
+    if (uv_queue_work(n->loop.uv, &n->tier.compact_work, compact_run, compact_after) ==
+        0) {
+        n->tier.compacting = true;
+        n->loop.handles_open++;
+        return;
+    }
     int rc = store_compact(n->store, upto);
     if (rc != 0)
         node__fail(n, rc, "compact");
 }
 
+/* One bounded slice of a published tier-down's index drops (DRAIN_STEP
+ * records: about a millisecond); true once nothing is left. */
+static bool drain_step(struct node *n)
+{
+    uint64_t t0 = node__mono_ns();
+    bool done = kv_sm_tier_drain(n->sm, DRAIN_STEP);
+    uint64_t dt = node__mono_ns() - t0;
+    n->m.metrics.tier_drain_ns += dt;
+    if (dt > n->m.metrics.tier_drain_max_ns)
+        n->m.metrics.tier_drain_max_ns = dt;
+    if (!done)
+        node__kick(n); /* the next slice on the next turn, without waiting */
+    return done;
+}
+
+static void tier_turn(struct node *n);
+
+/* Each loop turn: a step of compaction, a slice of a drain, and starting a
+ * job when one is due; each claims its time in the turn's phases. */
 void node__tier_turn(struct node *n)
 {
+    uint64_t t0 = node__mono_ns();
     compact_step(n);
+    uint64_t t1 = node__mono_ns();
+    n->loop.turn_ns[NODE_PH_COMPACT] += t1 - t0;
+    bool drained = n->tier.busy || drain_step(n);
+    uint64_t t2 = node__mono_ns();
+    n->loop.turn_ns[NODE_PH_TIER] += t2 - t1;
+    if (!drained)
+        return; /* no new job until the last one's pages are released */
+    tier_turn(n);
+    n->loop.turn_ns[NODE_PH_SNAPSHOT] += node__mono_ns() - t2;
+}
+
+static void tier_turn(struct node *n)
+{
     if (n->tier.busy) {
         if (n->tier.job != NULL && kv_sm_tier_urgent(n->sm)) {
             uint64_t t0 = node__mono_ns();

@@ -14,6 +14,7 @@
  * (seconds to keep the cluster up afterwards, for profiling),
  * RAFT_PROBE_INFLIGHT (800), RAFT_PROBE_STORE=mem|fs, RAFT_PROBE_VALUE_BYTES
  * (16), RAFT_PROBE_ONE_LOOP=1 (in-process: all three nodes on one loop thread).
+ * Last line: the longest loop turn the nodes logged (they log those over 100 ms).
  * `--all` runs inproc-applied, tcp-applied and tcp-committed alternately
  * three times and reports medians. Prints a table and one JSON line per shape. */
 #include <arpa/inet.h>
@@ -74,6 +75,33 @@ static long env_long(const char *name, long def)
 {
     const char *v = getenv(name);
     return v && *v ? strtol(v, NULL, 10) : def;
+}
+
+/* The nodes' slow-turn warnings ("a loop turn took N ms ... in PHASE"; a
+ * node logs every turn over 100 ms): the longest seen, over the whole run.
+ * Other lines go to stderr as before. */
+static pthread_mutex_t slow_mu = PTHREAD_MUTEX_INITIALIZER;
+static unsigned long long slow_turn_max_ms;
+static unsigned long slow_turns;
+static char slow_turn_phase[16] = "-";
+
+static void probe_log_sink(const char *line, size_t len, void *data)
+{
+    (void)data;
+    fwrite(line, 1, len, stderr);
+    const char *p = memmem(line, len, "a loop turn took ", 17);
+    if (p == NULL)
+        return;
+    unsigned long long ms = strtoull(p + 17, NULL, 10);
+    const char *ph = memmem(p, len - (size_t)(p - line), ") in ", 5);
+    pthread_mutex_lock(&slow_mu);
+    slow_turns++;
+    if (ms > slow_turn_max_ms) {
+        slow_turn_max_ms = ms;
+        if (ph == NULL || sscanf(ph + 5, "%15[a-z]", slow_turn_phase) != 1)
+            snprintf(slow_turn_phase, sizeof(slow_turn_phase), "-");
+    }
+    pthread_mutex_unlock(&slow_mu);
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -451,6 +479,18 @@ static void print_row(const struct shape *sh, const struct result *r)
            r->alloc_per_entry, floor);
 }
 
+/* The longest loop turn the nodes reported (they report those over 100 ms). */
+static void print_slow_turns(void)
+{
+    pthread_mutex_lock(&slow_mu);
+    if (slow_turns == 0)
+        printf("longest loop turn: none over 100 ms\n");
+    else
+        printf("longest loop turn: %llu ms, in %s (%lu turns over 100 ms)\n",
+               slow_turn_max_ms, slow_turn_phase, slow_turns);
+    pthread_mutex_unlock(&slow_mu);
+}
+
 static void print_json(const struct shape *sh, const struct result *r, int runs)
 {
     printf("{\"bench\":\"raft-probe\",\"net\":\"%s\",\"mode\":\"%s\",\"store\":\"%s\","
@@ -524,6 +564,7 @@ int main(int argc, char **argv)
         return 2;
     }
     tk_log_set_level(lvl);
+    tk_log_set_sink(probe_log_sink, NULL);
     bool tty = isatty(2);
     const char *store = getenv("RAFT_PROBE_STORE");
     if (store == NULL || (strcmp(store, "fs") != 0 && strcmp(store, "mem") != 0))
@@ -539,6 +580,7 @@ int main(int argc, char **argv)
         print_header();
         print_row(&sh, &r);
         print_json(&sh, &r, 1);
+        print_slow_turns();
         return 0;
     }
     const struct shape shapes[3] = {
@@ -556,5 +598,6 @@ int main(int argc, char **argv)
     }
     for (int s = 0; s < 3; s++)
         print_json(&shapes[s], &med[s], 3);
+    print_slow_turns();
     return 0;
 }

@@ -162,6 +162,7 @@ struct shared {
     const char *query_read, *query_write;
     bool prefill;                  /* this phase writes keys 0..keys-1 once */
     _Atomic uint64_t prefill_next; /* next key to prefill */
+    _Atomic uint64_t seq_next;     /* --sequential: the next key to write */
     uint64_t t0, t_end;            /* measured window, uv_hrtime() */
     struct worker *workers;
     size_t n_workers;
@@ -409,9 +410,17 @@ static void on_written(uv_write_t *req, int status)
         conn_fail(c, uv_strerror(status));
 }
 
+/* --sequential: every write goes to the next key (so N writes make N keys,
+ * wrapping at --keys), for loading a cluster to a size. Bench-local: set by
+ * parse_bench_args. */
+static bool bench_sequential;
+
 static uint64_t pick_key(struct worker *w)
 {
     struct shared *sh = w->sh;
+    if (bench_sequential)
+        return atomic_fetch_add_explicit(&sh->seq_next, 1, memory_order_relaxed) %
+               sh->o->keys;
     if (sh->o->dist == CLI_DIST_ZIPF)
         return cli_zipf_next(&sh->zipf, &w->prng);
     return tk_prng_below(&w->prng, sh->o->keys);
@@ -633,6 +642,7 @@ static const char bench_help[] =
     "  --mix R:W               read:write ratio, or read / write (write)\n"
     "  --keys N                key space size (10000)\n"
     "  --dist uniform|zipf[:THETA]  key distribution (uniform; zipf theta 0.99)\n"
+    "  --sequential            each write to the next key (loading N keys)\n"
     "  --threads 1|2           loop threads driving the connections (1)\n"
     "  --runs N                repeat the run N times and report medians (1)\n"
     "  --seed N                PRNG seed (1)\n"
@@ -643,6 +653,37 @@ static const char bench_help[] =
     "Global --mode and --consistency apply to writes and reads (etcd: --consistency\n"
     "stale sends serializable ranges). Prints a table and one JSON line (--json: the\n"
     "JSON line only). Exits 5 if no request succeeded.\n";
+
+/* The longest loop turn any endpoint's node has had (since it started), from
+ * /metrics' tierkv_loop_turn_max_seconds{phase=...}: ms (-1 if no endpoint
+ * answered) and its phase in `phase`. */
+static double max_loop_turn(const struct cli_global *g, char *phase, size_t cap)
+{
+    static const char name[] = "tierkv_loop_turn_max_seconds{phase=\"";
+    double best = -1;
+    snprintf(phase, cap, "-");
+    for (size_t i = 0; i < g->client.n_eps; i++) {
+        struct cli_response r = {0};
+        char err[128];
+        if (cli_request_one(&g->client.eps[i], 2000, "GET", "/metrics", NULL, NULL, 0, &r,
+                            err, sizeof(err)) != 0)
+            continue;
+        for (const char *p = r.body; r.status == 200 && (p = strstr(p, name)) != NULL;) {
+            p += sizeof(name) - 1;
+            const char *q = strchr(p, '"');
+            if (q == NULL)
+                break;
+            double v = strtod(q + 2, NULL) * 1000;
+            if (v > best) {
+                best = v;
+                snprintf(phase, cap, "%.*s", (int)(q - p), p);
+            }
+            p = q;
+        }
+        cli_response_free(&r);
+    }
+    return best;
+}
 
 static int bench_usage(const char *msg)
 {
@@ -666,7 +707,8 @@ static int parse_bench_args(struct bench_opts *o, int argc, char **argv)
         O_PREFIX,
         O_PROGRESS,
         O_NOPROGRESS,
-        O_STRICT
+        O_STRICT,
+        O_SEQ
     };
     static const struct option opts[] = {{"protocol", required_argument, 0, O_PROTO},
                                          {"connections", required_argument, 0, 'c'},
@@ -684,9 +726,11 @@ static int parse_bench_args(struct bench_opts *o, int argc, char **argv)
                                          {"progress", no_argument, 0, O_PROGRESS},
                                          {"no-progress", no_argument, 0, O_NOPROGRESS},
                                          {"strict", no_argument, 0, O_STRICT},
+                                         {"sequential", no_argument, 0, O_SEQ},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     optind = 1;
+    bench_sequential = false;
     opterr = 0;
     int ch;
     while ((ch = getopt_long(argc, argv, "+c:d:h", opts, NULL)) != -1) {
@@ -758,6 +802,9 @@ static int parse_bench_args(struct bench_opts *o, int argc, char **argv)
             break;
         case O_STRICT:
             o->strict = true;
+            break;
+        case O_SEQ:
+            bench_sequential = true;
             break;
         case 'h':
             fputs(bench_help, stdout);
@@ -946,6 +993,13 @@ int cli_cmd_bench(struct cli_global *g, int argc, char **argv)
         printf("%-6s %12.1f %10" PRIu64 " %9.3f %9.3f %9.3f %9.3f %9.3f %8" PRIu64
                " %9" PRIu64 "\n",
                "median", m_ops, total_ops, m50, m90, m99, m999, mx, total_err, total_nf);
+    char turn_phase[32];
+    double turn_ms = o.protocol == CLI_PROTO_TIERKV
+                         ? max_loop_turn(g, turn_phase, sizeof(turn_phase))
+                         : -1;
+    if (!g->json && turn_ms >= 0)
+        printf("longest loop turn of the nodes (since they started): %.1f ms, in %s\n",
+               turn_ms, turn_phase);
     printf("{\"bench\":\"http\",\"protocol\":\"%s\",\"op\":\"%s\",\"read_fraction\":%.3f,"
            "\"connections\":%" PRIu64 ",\"threads\":%" PRIu64 ",\"duration_s\":%.3f,"
            "\"value_size\":%" PRIu64 ",\"keys\":%" PRIu64
@@ -953,12 +1007,13 @@ int cli_cmd_bench(struct cli_global *g, int argc, char **argv)
            ",\"ops_per_s\":%.1f,\"p50_ms\":%.3f,\"p90_ms\":%.3f,"
            "\"p99_ms\":%.3f,\"p999_ms\":%.3f,\"max_ms\":%.3f,\"errors\":%" PRIu64
            ",\"not_found\":%" PRIu64 ",\"redirects\":%" PRIu64
-           ",\"mode\":\"%s\",\"consistency\":\"%s\","
+           ",\"max_loop_turn_ms\":%.1f,"
+           "\"mode\":\"%s\",\"consistency\":\"%s\","
            "\"endpoints\":\"%s\"}\n",
            proto, op_name(&o), o.read_fraction, o.connections, o.threads,
            (double)o.duration_ms / 1000, o.value_size, o.keys, dist_text, o.runs,
            total_ops, m_ops, m50, m90, m99, m999, mx, total_err, total_nf,
-           total_redirects, g->mode, g->consistency, eps_text);
+           total_redirects, turn_ms, g->mode, g->consistency, eps_text);
     fflush(stdout);
     if (code == 0 && total_ops == 0) {
         fprintf(stderr, "tierkv bench: no request succeeded\n");

@@ -607,6 +607,32 @@ START_TEST(test_metrics_export_latency_histograms_read_rounds_and_kv_size)
     ck_assert(sample(text, "tierkv_store_log_bytes") > 0);
     ck_assert(sample(text, "tierkv_kv_tier_downs_total") >= 0);
     ck_assert(sample(text, "tierkv_kv_bad_records_total") == 0);
+
+    /* The loop's turns (issue 22): a histogram, the longest turn by phase,
+     * and memory by owner. */
+    ck_assert(check_histogram(text, "tierkv_loop_turn_seconds") >= 1);
+    double longest = 0;
+    static const char *const phases[] = {"ready", "store",   "send",
+                                         "apply", "advance", "snapshot",
+                                         "tier",  "compact", "other"};
+    for (size_t i = 0; i < sizeof(phases) / sizeof(phases[0]); i++) {
+        char series[96];
+        snprintf(series, sizeof(series), "tierkv_loop_turn_max_seconds{phase=\"%s\"}",
+                 phases[i]);
+        double v = sample(text, series);
+        ck_assert_msg(v >= 0, "%s missing", series);
+        longest = v > longest ? v : longest;
+    }
+    ck_assert(longest > 0);
+    ck_assert(sample(text, "tierkv_snapshot_loop_seconds_total") >= 0);
+    ck_assert(sample(text, "tierkv_kv_tier_drain_seconds_total") >= 0);
+    ck_assert(sample(text, "tierkv_memory_bytes{owner=\"index\"}") > 0);
+    ck_assert(sample(text, "tierkv_memory_bytes{owner=\"view\"}") > 0);
+    ck_assert(sample(text, "tierkv_memory_bytes{owner=\"ring\"}") ==
+              sample(text, "tierkv_kv_ring_bytes"));
+    ck_assert(sample(text, "tierkv_memory_bytes{owner=\"sessions\"}") > 0);
+    ck_assert(sample(text, "tierkv_memory_bytes{owner=\"lmdb_mapped\"}") > 0);
+    ck_assert(sample(text, "tierkv_memory_bytes{owner=\"lmdb_resident\"}") >= 0);
     close(s);
     fx_stop(&f);
 }

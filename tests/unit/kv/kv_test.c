@@ -1183,15 +1183,15 @@ START_TEST(test_background_tier_job_runs_beside_applies)
     struct kv_tier_result res2;
     ck_assert_int_eq(kv_sm_tier_finish(a.sm, j, &res2), 0);
     ck_assert_uint_eq(res2.index, 6000);
-    tk_free(res2.stream);
+    tk_blob_unref(res2.stream);
     ck_assert_int_eq(kv_sm_install_begin(b.sm, &in), 0);
-    ck_assert_int_eq(kv_install_write(in, res.stream, res.stream_len), 0);
+    ck_assert_int_eq(kv_install_write(in, res.stream->data, res.stream->len), 0);
     ck_assert_int_eq(kv_install_commit(in), 0);
     ck_assert_uint_eq(kv_sm_applied_index(b.sm), 3000);
     uint64_t dbb;
     ck_assert_int_eq(kv_sm_digest(b.sm, &dbb), 0);
     ck_assert_uint_eq(dbb, d3000);
-    tk_free(res.stream);
+    tk_blob_unref(res.stream);
     kvu_close(&a, true);
     kvu_close(&r, true);
     kvu_close(&b, true);
@@ -1219,7 +1219,7 @@ START_TEST(test_snapshot_job_keeps_hot_keys_hot)
     ck_assert_int_eq(kv_sm_tier_finish(a.sm, j, &res), 0);
     ck_assert_uint_eq(res.index, 100);
     ck_assert_ptr_nonnull(res.stream);
-    tk_free(res.stream);
+    tk_blob_unref(res.stream);
     ck_assert_uint_eq(kv_sm_durable_index(a.sm), 100);
     struct kv_sm_stats st;
     kv_sm_stats(a.sm, &st);
@@ -1298,6 +1298,117 @@ static uint64_t rewrite_restart(struct kvu *u, uint64_t upto)
     return d;
 }
 
+/* A scan's keys and values folded into one number (FNV-1a over both). */
+static int fold_cb(const struct kv_item *it, void *data)
+{
+    uint64_t *h = data;
+    const uint8_t *parts[2] = {it->key, it->value};
+    size_t lens[2] = {it->key_len, it->value_len};
+    for (int p = 0; p < 2; p++)
+        for (size_t i = 0; i < lens[p]; i++)
+            *h = (*h ^ parts[p][i]) * 1099511628211ull;
+    *h = (*h ^ 0xff) * 1099511628211ull;
+    return 0;
+}
+
+static uint64_t scan_fold(struct kvu *u)
+{
+    uint64_t h = 14695981039346656037ull;
+    struct kv_range all = {0};
+    ck_assert_int_eq(kv_sm_scan(u->sm, &all, 0, fold_cb, &h), 0);
+    return h;
+}
+
+/* The finish of a tier-down in slices (kv_sm_tier_publish, then
+ * kv_sm_tier_drain a few records at a time) interleaves with apply: between
+ * any two slices the owner puts (same-length values, the in-place rewrite
+ * case, and other lengths), deletes, reads and scans, and every answer equals
+ * a reference that never tiered; a new tier-down first finishes the drain;
+ * and a restart from the cold tier gives the same state. */
+START_TEST(test_tier_drain_interleaves_with_apply)
+{
+    struct kvu a = {0}, r = {0};
+    kvu_open_small(&a, 64 * 1024, true);
+    kvu_open(&r, NULL);
+    char buf[64], bufr[64];
+    uint64_t i = 1;
+    for (; i <= 3000; i++) {
+        ck_assert_int_eq(rewrite_op(&a, i), 0);
+        ck_assert_int_eq(rewrite_op(&r, i), 0);
+    }
+    int rounds = 0, slices = 0;
+    for (int round = 0; round < 6; round++) {
+        struct kv_tier_job *j;
+        ck_assert_int_eq(kv_sm_tier_start(a.sm, round % 2 == 0, &j), 0);
+        ck_assert_ptr_nonnull(j);
+        kv_tier_run(j);
+        struct kv_tier_result res;
+        ck_assert_int_eq(kv_sm_tier_publish(a.sm, j, &res), 0);
+        tk_blob_unref(res.stream);
+        if (!a.sm->draining || a.sm->n_tier_rel == 0)
+            continue; /* nothing released this round */
+        rounds++;
+        ck_assert(!kv_sm_tier_wanted(a.sm));
+        bool done = false;
+        while (!done) {
+            done = kv_sm_tier_drain(a.sm, 1 + i % 3);
+            slices++;
+            for (int k = 0; k < 3; k++, i++) {
+                ck_assert_int_eq(rewrite_op(&a, i), 0);
+                ck_assert_int_eq(rewrite_op(&r, i), 0);
+            }
+            char key[16];
+            snprintf(key, sizeof(key), "k%03u", (unsigned)((i * 31) % 400));
+            const char *ga = kvu_get(&a, key, buf, sizeof(buf));
+            const char *gr = kvu_get(&r, key, bufr, sizeof(bufr));
+            ck_assert(ga == NULL ? gr == NULL : gr != NULL && strcmp(ga, gr) == 0);
+            if (i % 50 < 3)
+                ck_assert_uint_eq(scan_fold(&a), scan_fold(&r));
+        }
+        ck_assert(!a.sm->draining);
+        ck_assert_uint_eq(scan_fold(&a), scan_fold(&r));
+        /* Leave the next round's drain half done where that is the point:
+         * a flush must finish it first. */
+        for (int k = 0; k < 2000; k++, i++) {
+            ck_assert_int_eq(rewrite_op(&a, i), 0);
+            ck_assert_int_eq(rewrite_op(&r, i), 0);
+        }
+    }
+    ck_assert_int_ge(rounds, 3);
+    ck_assert_int_gt(slices, 3 * rounds);
+    /* A drain left half done: a tier-down (here kv_sm_flush) finishes it. */
+    struct kv_tier_job *j;
+    ck_assert_int_eq(kv_sm_tier_start(a.sm, false, &j), 0);
+    ck_assert_ptr_nonnull(j);
+    kv_tier_run(j);
+    struct kv_tier_result res;
+    ck_assert_int_eq(kv_sm_tier_publish(a.sm, j, &res), 0);
+    if (a.sm->draining)
+        (void)kv_sm_tier_drain(a.sm, 1);
+    ck_assert_int_eq(kv_sm_flush(a.sm), 0);
+    ck_assert(!a.sm->draining);
+    uint64_t da, dr;
+    ck_assert_int_eq(kv_sm_digest(a.sm, &da), 0);
+    ck_assert_int_eq(kv_sm_digest(r.sm, &dr), 0);
+    ck_assert_uint_eq(da, dr);
+    /* The cold tier alone holds the state: a restart replays nothing. */
+    for (int k = 0; k < 500; k++, i++) {
+        ck_assert_int_eq(rewrite_op(&a, i), 0);
+        ck_assert_int_eq(rewrite_op(&r, i), 0);
+    }
+    ck_assert_int_eq(kv_sm_tier_start(a.sm, false, &j), 0);
+    if (j != NULL) {
+        kv_tier_run(j);
+        ck_assert_int_eq(kv_sm_tier_publish(a.sm, j, &res), 0);
+        (void)kv_sm_tier_drain(a.sm, 2); /* half done at the restart */
+    }
+    ck_assert_int_eq(kv_sm_digest(r.sm, &dr), 0);
+    ck_assert_uint_eq(rewrite_restart(&a, i - 1), dr);
+    kvu_close(&a, true);
+    kvu_close(&r, true);
+}
+END_TEST
+
 /* Ends a job of the rewrite test: joins its thread, or runs it only now (after
  * 150 more applies: the latest a thread could read what they may have
  * changed), then finishes it. */
@@ -1347,7 +1458,8 @@ START_TEST(test_rewrites_beside_background_tier_downs_recover)
                 kvu_open(&b, NULL);
                 struct kv_install *in;
                 ck_assert_int_eq(kv_sm_install_begin(b.sm, &in), 0);
-                ck_assert_int_eq(kv_install_write(in, res.stream, res.stream_len), 0);
+                ck_assert_int_eq(kv_install_write(in, res.stream->data, res.stream->len),
+                                 0);
                 ck_assert_int_eq(kv_install_commit(in), 0);
                 uint64_t db;
                 ck_assert_int_eq(kv_sm_digest(b.sm, &db), 0);
@@ -1355,7 +1467,7 @@ START_TEST(test_rewrites_beside_background_tier_downs_recover)
                 kvu_close(&b, true);
                 snaps++;
             }
-            tk_free(res.stream);
+            tk_blob_unref(res.stream);
             j = NULL;
             jobs++;
             if (!threaded && !snap) { /* the cold tier alone, replayed */
@@ -1376,7 +1488,7 @@ START_TEST(test_rewrites_beside_background_tier_downs_recover)
     if (j != NULL) {
         struct kv_tier_result res;
         rewrite_job_end(a.sm, j, threaded, th, &res);
-        tk_free(res.stream);
+        tk_blob_unref(res.stream);
         jobs++;
     }
     struct kv_sm_stats st;
@@ -1820,6 +1932,7 @@ int main(void)
     tcase_add_test(tc, test_flipped_byte_in_ring_is_never_returned);
     tcase_add_test(tc, test_more_data_than_ring_budget);
     tcase_add_test(tc, test_background_tier_job_runs_beside_applies);
+    tcase_add_test(tc, test_tier_drain_interleaves_with_apply);
     tcase_add_test(tc, test_tier_triggers_record_the_applied_index_alike);
     tcase_add_test(tc, test_rewrites_beside_background_tier_downs_recover);
     tcase_add_test(tc, test_snapshot_job_keeps_hot_keys_hot);
