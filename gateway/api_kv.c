@@ -368,7 +368,7 @@ void api__kv_incr(struct api_req *req, const struct query *q)
         if (j == NULL || api__body_check_members(&c, j, "the body", names) != 0 ||
             api__body_get_i64(&c, j, "delta", &has, &inc.delta) != 0) {
             json_decref(j);
-            http_respond_error(req->http, 400, "bad_request", NULL, "%s", c.err);
+            api__body_respond(&c);
             return;
         }
         json_decref(j);

@@ -413,7 +413,9 @@ static void conn_resume(struct http_conn *c)
                 r->deferred = false;
                 c->n_deferred--;
                 http_submit(r);
-                if (c->resume_again)
+                /* An answer written at once may have failed and closed the
+                 * connection, freeing r: nothing of it may be read then. */
+                if (c->closing || c->resume_again)
                     break;
             }
             if (r->is_write && !r->done)

@@ -223,7 +223,11 @@ void node__tier_start(struct node *n, bool snapshot, bool inline_run)
     n->tier.snapshot = snapshot;
     if (snapshot)
         n->tier.snap_bytes = 0; /* what was applied so far is in this snapshot */
-    n->tier.config = *raft_config(n->raft);
+    /* The configuration in force at the job's index (the applied index it
+     * sealed at), not the newest one, which may be uncommitted and later
+     * truncated: the descriptor is what a restart boots from. */
+    if (raft_config_at(n->raft, kv_sm_applied_index(n->sm), &n->tier.config) != 0)
+        n->tier.config = *raft_config(n->raft);
     n->tier.saved = false; /* an inline run saves it on the loop */
     n->tier.t0 = node__mono_ns();
     atomic_store(&n->tier.ran, false);
