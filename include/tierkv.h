@@ -102,6 +102,14 @@ struct tk_options {
      * thread each. Lower latency for one request at a time (no wake-ups
      * between nodes), lower throughput (one core for the whole cluster). */
     bool one_loop;
+    /* tk_node_start over TCP: the cluster token of the peer handshake (at least
+     * 16 bytes, the same on every node; copied), as tierkvd's --peer-token-file.
+     * A node whose raft address is not loopback needs one, or insecure_peers
+     * set explicitly (then anyone who reaches the port can join the cluster's
+     * traffic): without either, tk_node_start returns TK_EINVAL. */
+    const uint8_t *peer_token;
+    size_t peer_token_len;
+    bool insecure_peers;
 };
 
 TK_API void tk_options_default(struct tk_options *o);
@@ -110,7 +118,8 @@ struct tk_node;
 struct tk_cluster;
 
 /* Starts one node of a TCP cluster (or a single node when n_members is 1 or
- * 0). Returns 0, TK_EINVAL, TK_EIO, TK_ECORRUPT. */
+ * 0). Returns 0, TK_EINVAL (also for a raft address off loopback with neither
+ * peer_token nor insecure_peers), TK_EIO, TK_ECORRUPT. */
 TK_API int tk_node_start(const struct tk_options *o, struct tk_node **out);
 /* Stops a node started with tk_node_start; in-flight requests complete with
  * TK_ESHUTDOWN first. */

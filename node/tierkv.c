@@ -4,6 +4,8 @@
  * write. Blocking calls keep their request and a waiter on the caller's stack
  * and sleep on a condition variable until the node's thread completes them;
  * async calls allocate the request with the blob. */
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -93,6 +95,20 @@ static void to_node_options(const struct tk_options *o, struct node_options *no)
         no->snapshot_bytes = o->snapshot_bytes;
     no->seed = o->seed;
     no->spin_us = o->spin_us;
+    no->peer_token = o->peer_token;
+    no->peer_token_len = o->peer_token ? o->peer_token_len : 0;
+}
+
+/* True for an IPv4 127.0.0.0/8 or IPv6 ::1 literal, or "localhost". */
+static bool is_loopback(const char *host)
+{
+    struct in_addr a4;
+    struct in6_addr a6;
+    if (strcmp(host, "localhost") == 0)
+        return true;
+    if (inet_pton(AF_INET, host, &a4) == 1)
+        return (ntohl(a4.s_addr) >> 24) == 127;
+    return inet_pton(AF_INET6, host, &a6) == 1 && IN6_IS_ADDR_LOOPBACK(&a6);
 }
 
 /* ---- nodes and clusters ------------------------------------------------ */
@@ -116,6 +132,13 @@ int tk_node_start(const struct tk_options *o, struct tk_node **out)
             no.listen_host = o->listen_host ? o->listen_host : o->members[i].host;
             no.listen_port = o->members[i].port;
         }
+    }
+    /* The same rule as tierkvd's: a raft port that strangers can reach
+     * authenticates its peers, unless the caller says otherwise. */
+    if (no.listen_host != NULL && !is_loopback(no.listen_host) && no.peer_token == NULL &&
+        !o->insecure_peers) {
+        tk_free(tn);
+        return TK_EINVAL;
     }
     if (o->data_dir)
         tn->data_dir = tk_strdup(o->data_dir);

@@ -481,6 +481,29 @@ static uint16_t free_port(void)
     return ntohs(a.sin_port);
 }
 
+/* As tierkvd: a raft address off loopback with neither a cluster token nor
+ * insecure_peers is refused before anything listens or dials. */
+START_TEST(test_tcp_node_off_loopback_needs_a_token)
+{
+    struct tk_options o;
+    tk_options_default(&o);
+    o.kv_no_sync = true;
+    o.n_members = 2;
+    for (int i = 0; i < 2; i++) {
+        o.members[i].id = (uint64_t)i + 1;
+        o.members[i].host = "127.0.0.1"; /* peers on loopback: nothing leaves */
+        o.members[i].port = free_port();
+    }
+    o.id = 1;
+    o.listen_host = "0.0.0.0"; /* but this node's raft port is reachable */
+    struct tk_node *n = NULL;
+    int rc = tk_node_start(&o, &n);
+    if (n != NULL)
+        tk_node_stop(n);
+    ck_assert_int_eq(rc, TK_EINVAL);
+}
+END_TEST
+
 START_TEST(test_tcp_cluster_replicates_and_scans)
 {
     struct tk_options o;
@@ -488,6 +511,9 @@ START_TEST(test_tcp_cluster_replicates_and_scans)
     o.kv_no_sync = true;
     o.cluster_id = 9;
     o.n_members = 3;
+    static const uint8_t token[] = "a cluster token of 32 bytes long";
+    o.peer_token = token; /* the handshake authenticates the peers */
+    o.peer_token_len = sizeof(token) - 1;
     for (int i = 0; i < 3; i++) {
         o.members[i].id = (uint64_t)i + 1;
         o.members[i].host = "127.0.0.1";
@@ -872,6 +898,7 @@ static Suite *node_suite(void)
     tcase_add_test(tc, test_stop_with_work_in_flight_completes_everything);
     tcase_add_test(tc, test_batch_and_txn);
     tcase_add_test(tc, test_tcp_cluster_replicates_and_scans);
+    tcase_add_test(tc, test_tcp_node_off_loopback_needs_a_token);
     suite_add_tcase(s, tc);
     return s;
 }
