@@ -153,19 +153,30 @@ static void submit_write(struct api_req *req, Kvpb__Command *cmd, int mode)
 
 /* ---- handlers ---------------------------------------------------------- */
 
-static void get_read_cb(struct node_req *nreq, int status, struct kv_sm *sm, void *data)
+/* The start every read callback shares: the request is back from the node;
+ * answers a failed read, or one the server has no memory left to build.
+ * Returns the request to answer, or NULL when it is answered already. */
+static struct api_req *read_start(int status, void *data)
 {
     struct api_req *req = data;
-    (void)nreq;
     req->submitted = false;
     if (status != 0) {
         api__respond_rc(req, status);
-        return;
+        return NULL;
     }
     if (http_overloaded(req->http)) {
         http_respond_overloaded(req->http); /* without building the answer */
-        return;
+        return NULL;
     }
+    return req;
+}
+
+static void get_read_cb(struct node_req *nreq, int status, struct kv_sm *sm, void *data)
+{
+    (void)nreq;
+    struct api_req *req = read_start(status, data);
+    if (req == NULL)
+        return;
     struct kv_item it;
     int rc = kv_sm_get(sm, req->key, req->key_len, &it);
     if (rc != 0) {
@@ -217,17 +228,10 @@ static int scan_item(const struct kv_item *it, void *data)
 
 static void scan_read_cb(struct node_req *nreq, int status, struct kv_sm *sm, void *data)
 {
-    struct api_req *req = data;
     (void)nreq;
-    req->submitted = false;
-    if (status != 0) {
-        api__respond_rc(req, status);
+    struct api_req *req = read_start(status, data);
+    if (req == NULL)
         return;
-    }
-    if (http_overloaded(req->http)) {
-        http_respond_overloaded(req->http); /* without building the answer */
-        return;
-    }
     struct scan_state s = {
         .limit = req->limit, .b64 = req->b64, .bytes_max = req->gw->cfg.body_max * 4};
     jbuf_init(&s.b, 256);

@@ -16,7 +16,7 @@
 # usage: scripts/bench-scale.sh [build-dir]
 # env:   SCALE_ENTRIES (1000000), SCALE_VALUE (100), SCALE_CONN (64),
 #        SCALE_STEP_S (10), SCALE_SNAPSHOT_ENTRIES (100000),
-#        SCALE_RAFT_BASE (7300), SCALE_HTTP_BASE (8300), SCALE_DIR (mktemp),
+#        SCALE_RAFT_BASE (7300), SCALE_HTTP_BASE (8300), SCALE_DIR ($TMPDIR or /tmp, named by the pid),
 #        SCALE_MAX_TURN_MS (0: no limit; else exit 1 when a loop turn was
 #        longer), SCALE_NO_LEADER_CHANGE=1 (exit 1 on a leader change),
 #        SCALE_TIME_LIMIT_S (0: none; stop loading after this many seconds),
@@ -35,7 +35,7 @@ raft_base=${SCALE_RAFT_BASE:-7300}
 http_base=${SCALE_HTTP_BASE:-8300}
 max_turn_ms=${SCALE_MAX_TURN_MS:-0}
 time_limit=${SCALE_TIME_LIMIT_S:-0}
-dir=${SCALE_DIR:-$(mktemp -d /tmp/tierkv-scale-XXXXXX)}
+dir=${SCALE_DIR:-${TMPDIR:-/tmp}/tierkv-bench-scale.$$}
 
 if [ "${SCALE_OPT_IN:-0}" = 1 ] && [ "${TIERKV_SCALE_TEST:-0}" != 1 ]; then
     echo "bench-scale: skipped (set TIERKV_SCALE_TEST=1 to run it: about 3 minutes)"
