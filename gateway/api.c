@@ -290,6 +290,7 @@ int gateway_new(const struct gateway_config *c, struct gateway **out)
         .write_timeout_ms = c->write_timeout_ms,
         .mem_max = c->mem_max,
         .digest_header = "Idempotency-Key", /* client id of a write: api_kv.c */
+        .tls = c->tls,
     };
     static const struct http_callbacks cb = {
         .on_request = on_request,

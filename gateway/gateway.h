@@ -24,6 +24,7 @@
 
 struct node_options;
 struct gateway;
+struct tk_tls_ctx;
 
 /* A cluster member as /v1/cluster shows it; http_addr (may be empty) is also
  * sent as X-Tierkv-Leader-Addr when that member leads. */
@@ -53,6 +54,10 @@ struct gateway_config {
     size_t mem_max;              /* bodies + responses held: 512 MiB (503 beyond) */
     uint32_t n_members;
     struct gateway_member members[GATEWAY_MEMBERS_MAX];
+    /* HTTPS: a server context (tls/tls.h, tk_tls_ctx_new with server set;
+     * a CA in it requires client certificates). Borrowed: it must outlive
+     * the gateway. NULL: plain HTTP. */
+    struct tk_tls_ctx *tls;
 };
 
 /* Fills `c` with the defaults above (host "127.0.0.1", port 8080). */

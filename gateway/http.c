@@ -36,6 +36,7 @@
 #include "base/log.h"
 #include "gateway/http.h"
 #include "gateway/json.h"
+#include "tls/tls_uv.h"
 
 #define RBUF_BYTES 16384
 #define WRITE_BUFS 16
@@ -86,6 +87,9 @@ struct http_conn {
     int err_status; /* set by a callback that fails the parse */
     const char *err_code;
     char err_msg[160];
+    struct tk_tls *tls; /* HTTPS: the session; rbuf then holds plaintext */
+    char *tls_rbuf;     /* HTTPS: ciphertext as read (RBUF_BYTES) */
+    bool tls_ready;     /* the handshake is done */
     char rbuf[RBUF_BYTES];
 };
 
@@ -170,6 +174,7 @@ static void conn_timer_update(struct http_conn *c);
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf);
 static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf);
 static void conn_feed(struct http_conn *c, const char *data, size_t len);
+static void conn_tls_drain(struct http_conn *c);
 
 /* ---- requests ---------------------------------------------------------- */
 
@@ -240,6 +245,8 @@ static void conn_maybe_free(struct http_conn *c)
     }
     if (c->cur)
         req_free(c->cur);
+    tk_tls_free(c->tls);
+    tk_free(c->tls_rbuf);
     tk_free(c);
 }
 
@@ -467,6 +474,11 @@ static void conn_read_resume(struct http_conn *c)
                 return;
         }
     }
+    if (c->tls != NULL) {
+        conn_tls_drain(c); /* records already received come before the socket */
+        if (c->closing || c->read_paused || c->read_done)
+            return;
+    }
     if (uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) != 0)
         conn_close(c);
 }
@@ -508,9 +520,12 @@ static void on_written(uv_write_t *wr, int status)
 }
 
 /* Sends w's buffers; on_written runs when they are out. The plaintext seam
- * on the way out: a TLS layer would encrypt here. */
+ * on the way out: HTTPS encrypts here. */
 static int conn_write(struct http_conn *c, struct write_req *w)
 {
+    if (c->tls != NULL)
+        return tk_tls_uv_write(c->tls, (uv_stream_t *)&c->tcp, w->bufs, w->n, &w->wr,
+                               on_written);
     return uv_write(&w->wr, (uv_stream_t *)&c->tcp, w->bufs, w->n, on_written);
 }
 
@@ -842,7 +857,10 @@ static int on_headers_complete(http_parser *p)
         /* Best effort, beside conn_write (a TLS layer must wrap it too). */
         static char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
         uv_buf_t b = uv_buf_init(cont, sizeof(cont) - 1);
-        (void)uv_try_write((uv_stream_t *)&c->tcp, &b, 1);
+        if (c->tls != NULL && tk_tls_write(c->tls, cont, sizeof(cont) - 1) == 0)
+            (void)tk_tls_uv_flush(c->tls, (uv_stream_t *)&c->tcp);
+        else if (c->tls == NULL)
+            (void)uv_try_write((uv_stream_t *)&c->tcp, &b, 1);
     }
     c->phase = PH_BODY;
     c->phase_changes++;
@@ -986,7 +1004,7 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 {
     struct http_conn *c = h->data;
     (void)suggested;
-    *buf = uv_buf_init(c->rbuf, sizeof(c->rbuf));
+    *buf = uv_buf_init(c->tls_rbuf != NULL ? c->tls_rbuf : c->rbuf, sizeof(c->rbuf));
 }
 
 /* Parses `len` bytes the client sent: every complete request goes to
@@ -1032,6 +1050,48 @@ static void conn_feed(struct http_conn *c, const char *data, size_t len)
     }
 }
 
+/* HTTPS: decrypts what was fed into rbuf and parses it, a record at a time,
+ * until the session needs more bytes (a partial record waits in the session)
+ * or parsing pauses; then sends what the session has to say (handshake). */
+static void conn_tls_drain(struct http_conn *c)
+{
+    while (!c->closing && !c->read_paused && !c->read_done) {
+        ssize_t n = tk_tls_read(c->tls, c->rbuf, sizeof(c->rbuf));
+        if (n == 0)
+            break;
+        if (n == TK_ECLOSED && c->inflight > 0) {
+            c->read_done = true; /* close_notify after requests: answer them */
+            uv_read_stop((uv_stream_t *)&c->tcp);
+            break;
+        }
+        if (n < 0) {
+            if (n != TK_ECLOSED)
+                c->srv->stats.tls_failed++;
+            (void)tk_tls_uv_flush(c->tls, (uv_stream_t *)&c->tcp); /* the alert */
+            conn_close(c);
+            return;
+        }
+        conn_feed(c, c->rbuf, (size_t)n);
+    }
+    if (c->closing)
+        return;
+    if (!c->tls_ready && tk_tls_handshake_done(c->tls)) {
+        c->tls_ready = true; /* the handshake deadline gives way to idle's */
+        conn_timer_update(c);
+    }
+    if (tk_tls_uv_flush(c->tls, (uv_stream_t *)&c->tcp) != 0)
+        conn_close(c);
+}
+
+static void conn_tls_in(struct http_conn *c, const char *data, size_t len)
+{
+    if (tk_tls_feed(c->tls, data, len) != 0) {
+        conn_close(c);
+        return;
+    }
+    conn_tls_drain(c);
+}
+
 static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 {
     struct http_conn *c = s->data;
@@ -1049,7 +1109,10 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
     }
     if (nread == 0 || c->read_done || c->rejecting)
         return;
-    conn_feed(c, buf->base, (size_t)nread);
+    if (c->tls != NULL)
+        conn_tls_in(c, buf->base, (size_t)nread);
+    else
+        conn_feed(c, buf->base, (size_t)nread);
 }
 
 /* ---- accepting --------------------------------------------------------- */
@@ -1126,14 +1189,25 @@ static void on_connection(uv_stream_t *server, int status)
     (void)uv_tcp_nodelay(&c->tcp, 1);
     http_parser_init(&c->parser, HTTP_REQUEST);
     c->parser.data = c;
+    if (c->rejecting && srv->cfg.tls != NULL) {
+        srv->stats.conns_rejected++; /* no 503 without a handshake: close */
+        conn_close(c);
+        return;
+    }
     if (c->rejecting) {
         conn_reject(c);
         return;
     }
     srv->stats.conns_accepted++;
     c->phase = PH_IDLE;
-    uv_timer_start(&c->timer, on_timer, srv->cfg.idle_timeout_ms,
-                   srv->cfg.idle_timeout_ms);
+    uint64_t first_ms = srv->cfg.idle_timeout_ms;
+    if (srv->cfg.tls != NULL) {
+        /* The handshake must finish within the header deadline. */
+        c->tls = tk_tls_new(srv->cfg.tls, NULL);
+        c->tls_rbuf = tk_malloc(RBUF_BYTES);
+        first_ms = srv->cfg.header_timeout_ms;
+    }
+    uv_timer_start(&c->timer, on_timer, first_ms, srv->cfg.idle_timeout_ms);
     if (uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) != 0)
         conn_close(c);
 }

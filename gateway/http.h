@@ -46,6 +46,7 @@
 struct http_server;
 struct http_conn;
 struct http_request;
+struct tk_tls_ctx;
 
 struct http_config {
     size_t body_max;
@@ -65,6 +66,9 @@ struct http_config {
      * length) into http_request.digest. A request with two is refused (400
      * bad_header, and the connection closes). NULL: none. A static string. */
     const char *digest_header;
+    /* HTTPS: every connection speaks TLS on this server context (tls/tls.h;
+     * borrowed, it outlives the server). NULL: plain HTTP. */
+    struct tk_tls_ctx *tls;
 };
 
 /* A complete request has arrived: answer it exactly once (http_respond). */
@@ -149,6 +153,7 @@ struct http_stats {
     uint64_t conns_evicted;   /* idle ones closed for a new one at conns_max */
     uint64_t mem_bytes;       /* bodies + responses held now */
     uint64_t bad_requests;    /* errors answered 400, 408, 413, 414 or 431 */
+    uint64_t tls_failed;      /* TLS handshakes or records that failed (closed) */
 };
 
 void http_server_stats(const struct http_server *s, struct http_stats *out);

@@ -28,6 +28,7 @@
 #include "gateway/gateway.h"
 #include "kv/kv.h"
 #include "node/node.h"
+#include "tls/tls.h"
 #include "transport/transport.h"
 
 #define VERSION "0.1.0"
@@ -115,6 +116,14 @@ static struct opt opts[] = {
      "allow a raft address off loopback without --peer-token-file (anyone who "
      "reaches it can act as a member; warned every minute)",
      1, 0},
+    {"cert-file", "TIERKV_CERT_FILE", NULL,
+     "HTTPS: the gateway's certificate chain (PEM); with --key-file the gateway speaks "
+     "only HTTPS",
+     0, 0},
+    {"key-file", "TIERKV_KEY_FILE", NULL, "HTTPS: the private key of --cert-file (PEM)",
+     0, 0},
+    {"client-ca-file", "TIERKV_CLIENT_CA_FILE", NULL,
+     "HTTPS: require client certificates that chain to these CAs (PEM)", 0, 0},
     {"log-level", "TIERKV_LOG_LEVEL", "info", "debug, info, warn, error or off", 0, 0},
     {"log-format", "TIERKV_LOG_FORMAT", "logfmt", "logfmt or json", 0, 0},
 };
@@ -261,6 +270,25 @@ static bool is_loopback(const char *host)
     if (inet_pton(AF_INET, host, &a4) == 1)
         return (ntohl(a4.s_addr) >> 24) == 127;
     return inet_pton(AF_INET6, host, &a6) == 1 && IN6_IS_ADDR_LOOPBACK(&a6);
+}
+
+/* --cert-file, --key-file, --client-ca-file: the gateway's HTTPS context,
+ * or NULL for plain HTTP. A file that does not load stops the start. */
+static struct tk_tls_ctx *gateway_tls(struct gateway_config *gc)
+{
+    const char *cert = get("cert-file"), *key = get("key-file"),
+               *ca = get("client-ca-file");
+    if (cert == NULL && key == NULL && ca == NULL)
+        return NULL;
+    if (cert == NULL || key == NULL)
+        die("HTTPS needs both --cert-file and --key-file%s",
+            ca != NULL ? " (--client-ca-file alone is not enough)" : "");
+    struct tk_tls_ctx_config tc = {
+        .server = true, .cert_file = cert, .key_file = key, .ca_file = ca};
+    char err[TK_TLS_ERR_MAX];
+    if (tk_tls_ctx_new(&tc, &gc->tls, err, sizeof(err)) != 0)
+        die("HTTPS (--cert-file, --key-file, --client-ca-file): %s", err);
+    return gc->tls;
 }
 
 /* --peer-token-file and --insecure-peers: reads the token into `tok` and
@@ -655,6 +683,7 @@ int main(int argc, char **argv)
         die("--store: \"%s\" is not fs or mem", store);
     }
 
+    struct tk_tls_ctx *https = gateway_tls(&gc);
     struct gateway *gw;
     if (gateway_new(&gc, &gw) != 0)
         die("the HTTP limits are inconsistent (check --max-* and --*-timeout-ms)");
@@ -682,6 +711,7 @@ int main(int argc, char **argv)
                                 : "; see the log above (raft address in use? data "
                                   "directory damaged?)");
         gateway_free(gw);
+        tk_tls_ctx_free(https);
         if (hub)
             transport_inproc_hub_free(hub);
         return 1;
@@ -690,6 +720,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "tierkvd: %s (--listen-http)\n", gateway_listen_error(gw));
         node_stop(node);
         gateway_free(gw);
+        tk_tls_ctx_free(https);
         if (hub)
             transport_inproc_hub_free(hub);
         return 1;
@@ -697,8 +728,9 @@ int main(int argc, char **argv)
     char kvs[512], raft_addr[GATEWAY_ADDR_MAX + 8] = "inproc";
     if (no.listen_host != NULL)
         snprintf(raft_addr, sizeof(raft_addr), "%s:%u", no.listen_host, no.listen_port);
-    snprintf(kvs, sizeof(kvs), "http=%s:%u raft=%s store=%s data_dir=%s", http_host,
-             gateway_port(gw), raft_addr, store, no.data_dir ? no.data_dir : "-");
+    snprintf(kvs, sizeof(kvs), "%s=%s:%u raft=%s store=%s data_dir=%s",
+             https != NULL ? "https" : "http", http_host, gateway_port(gw), raft_addr,
+             store, no.data_dir ? no.data_dir : "-");
     tk_logf(TK_LOG_INFO, no.id, 0, kvs, "tierkvd listening");
     snprintf(kvs, sizeof(kvs), "nofile=%llu max_connections=%u reserve=%llu",
              (unsigned long long)nofile, gc.conns_max, (unsigned long long)fd_reserve);
