@@ -37,6 +37,7 @@
 #include "base/hist.h"
 #include "base/prng.h"
 #include "cmd/tierkv/cli.h"
+#include "tls/tls_uv.h"
 
 #define HDR_CAP 4096
 #define RBUF_BYTES 16384
@@ -149,6 +150,8 @@ struct conn {
     char leader[CLI_HOST_MAX + 16];
     size_t leader_len;
     char hdr[HDR_CAP];
+    struct tk_tls *tls; /* HTTPS: the session of this connection */
+    char *plain;        /* HTTPS: decrypted bytes (RBUF_BYTES) */
     char rbuf[RBUF_BYTES];
 };
 
@@ -157,6 +160,7 @@ struct shared {
     size_t n_eps;
     struct sockaddr_storage addrs[CLI_ENDPOINTS_MAX];
     char hosts[CLI_ENDPOINTS_MAX][CLI_HOST_MAX + 16];
+    const char *tls_names[CLI_ENDPOINTS_MAX]; /* HTTPS: the name each is checked for */
     struct bench_payload pl;
     struct cli_zipf zipf;
     const char *query_read, *query_write;
@@ -228,6 +232,10 @@ static void conn_close(struct conn *c)
         c->tcp_open = false;
         c->busy = false;
         uv_close((uv_handle_t *)&c->tcp, on_tcp_closed);
+        tk_tls_free(c->tls);
+        c->tls = NULL;
+        tk_free(c->plain);
+        c->plain = NULL;
     }
 }
 
@@ -362,6 +370,58 @@ static void on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf)
     *buf = uv_buf_init(c->rbuf, sizeof(c->rbuf));
 }
 
+static void conn_parse(struct conn *c, const char *data, size_t len)
+{
+    if (!c->busy) {
+        conn_fail(c, "unexpected bytes from the server");
+        return;
+    }
+    size_t n = http_parser_execute(&c->hp, &bench_settings, data, len);
+    if (c->got_response) {
+        http_parser_pause(&c->hp, 0);
+        if (n != len) {
+            conn_fail(c, "extra bytes after a response");
+            return;
+        }
+        handle_response(c);
+        return;
+    }
+    if (HTTP_PARSER_ERRNO(&c->hp) != HPE_OK)
+        conn_fail(c, http_errno_description(HTTP_PARSER_ERRNO(&c->hp)));
+}
+
+/* HTTPS: ciphertext in; the handshake, then the first request once it is
+ * done; then every whole record decrypted and parsed. A partial record waits
+ * in the session for the next read. */
+static void conn_tls_in(struct conn *c, const char *data, size_t len)
+{
+    if (tk_tls_feed(c->tls, data, len) != 0) {
+        conn_fail(c, "TLS: too many undecrypted bytes");
+        return;
+    }
+    bool was_ready = tk_tls_handshake_done(c->tls);
+    int h = was_ready ? 1 : tk_tls_handshake(c->tls);
+    if (h < 0 || tk_tls_uv_flush(c->tls, (uv_stream_t *)&c->tcp) != 0) {
+        char why[TK_TLS_ERR_MAX];
+        snprintf(why, sizeof(why), "%s", tk_tls_error(c->tls));
+        conn_fail(c, why);
+        return;
+    }
+    if (h == 1 && !was_ready)
+        conn_send(c);
+    while (c->tls != NULL) {
+        ssize_t n = tk_tls_read(c->tls, c->plain, RBUF_BYTES);
+        if (n == 0)
+            break;
+        if (n < 0) {
+            conn_fail(c,
+                      n == TK_ECLOSED ? "TLS: closed by the server" : "TLS: bad record");
+            return;
+        }
+        conn_parse(c, c->plain, (size_t)n);
+    }
+}
+
 static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 {
     struct conn *c = s->data;
@@ -385,22 +445,10 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
             conn_close(c); /* an idle keep-alive connection closed: reconnect */
         return;
     }
-    if (!c->busy) {
-        conn_fail(c, "unexpected bytes from the server");
-        return;
-    }
-    size_t n = http_parser_execute(&c->hp, &bench_settings, buf->base, (size_t)nread);
-    if (c->got_response) {
-        http_parser_pause(&c->hp, 0);
-        if (n != (size_t)nread) {
-            conn_fail(c, "extra bytes after a response");
-            return;
-        }
-        handle_response(c);
-        return;
-    }
-    if (HTTP_PARSER_ERRNO(&c->hp) != HPE_OK)
-        conn_fail(c, http_errno_description(HTTP_PARSER_ERRNO(&c->hp)));
+    if (c->tls != NULL)
+        conn_tls_in(c, buf->base, (size_t)nread);
+    else
+        conn_parse(c, buf->base, (size_t)nread);
 }
 
 static void on_written(uv_write_t *req, int status)
@@ -461,10 +509,15 @@ static void conn_send(struct conn *c)
     c->busy = true;
     c->t_sent = uv_hrtime();
     c->wreq.data = c;
-    int rc = uv_write(&c->wreq, (uv_stream_t *)&c->tcp, bufs, (unsigned)(1 + n_tail),
+    int rc;
+    if (c->tls != NULL)
+        rc = tk_tls_uv_write(c->tls, (uv_stream_t *)&c->tcp, bufs, (unsigned)(1 + n_tail),
+                             &c->wreq, on_written);
+    else
+        rc = uv_write(&c->wreq, (uv_stream_t *)&c->tcp, bufs, (unsigned)(1 + n_tail),
                       on_written);
     if (rc < 0)
-        conn_fail(c, uv_strerror(rc));
+        conn_fail(c, c->tls != NULL ? "TLS write failed" : uv_strerror(rc));
 }
 
 static void on_connect(uv_connect_t *req, int status)
@@ -486,7 +539,17 @@ static void on_connect(uv_connect_t *req, int status)
         conn_fail(c, uv_strerror(rc));
         return;
     }
-    conn_send(c);
+    const struct cli_security *sec = cli_security_get();
+    if (sec->tls == NULL) {
+        conn_send(c);
+        return;
+    }
+    /* HTTPS: the ClientHello now, the first request when the handshake ends. */
+    c->tls = tk_tls_new(sec->tls, c->w->sh->tls_names[c->ep]);
+    c->plain = tk_malloc(RBUF_BYTES);
+    if (tk_tls_handshake(c->tls) < 0 ||
+        tk_tls_uv_flush(c->tls, (uv_stream_t *)&c->tcp) != 0)
+        conn_fail(c, "TLS handshake failed to start");
 }
 
 static void conn_start(struct conn *c)
@@ -862,6 +925,7 @@ int cli_cmd_bench(struct cli_global *g, int argc, char **argv)
         freeaddrinfo(res);
         snprintf(sh->hosts[i], sizeof(sh->hosts[i]),
                  strchr(ep->host, ':') ? "[%s]:%s" : "%s:%s", ep->host, ep->port);
+        sh->tls_names[i] = ep->host;
     }
     if (o.dist == CLI_DIST_ZIPF && cli_zipf_init(&sh->zipf, o.keys, o.zipf_theta) != 0) {
         code = bench_usage("bad zipf parameters");

@@ -46,7 +46,7 @@ struct cli_endpoint {
     char port[8];            /* decimal, 1..65535 */
 };
 
-/* Parses "host:port", "[v6addr]:port" or "http://host:port[/...]" into `ep`.
+/* Parses "host:port", "[v6addr]:port" or "http[s]://host:port[/...]" into `ep`.
  * Returns 0 or TK_EINVAL (no port, bad port, empty or too long host). */
 int cli_parse_hostport(const char *s, struct cli_endpoint *ep);
 
@@ -146,6 +146,19 @@ struct cli_client {
 int cli_request(struct cli_client *c, const char *method, const char *path,
                 const char *content_type, const void *body, size_t body_len,
                 struct cli_response *out, char *err, size_t err_cap);
+
+/* How every connection of this process is secured: TLS (a client context
+ * from tls/tls.h, NULL: plain HTTP) and a bearer token (NULL: none; at most
+ * CLI_TOKEN_MAX bytes), sent as "Authorization: Bearer". Set once by main
+ * before any request or bench thread; read-only afterwards. */
+#define CLI_TOKEN_MAX 512
+struct tk_tls_ctx;
+struct cli_security {
+    struct tk_tls_ctx *tls;
+    const char *token;
+};
+void cli_security_set(const struct cli_security *s);
+const struct cli_security *cli_security_get(void);
 
 /* One request to one endpoint, no failover (status uses it per endpoint). */
 int cli_request_one(const struct cli_endpoint *ep, int timeout_ms, const char *method,
