@@ -131,6 +131,8 @@ static void run_route(struct api_req *req, const struct route *r, const char *ke
         api__bad(req, "this request takes no body");
         return;
     }
+    if (api__auth_route(req) != 0)
+        return;
     struct query q;
     if (r->query == 0) {
         if (qlen > 0) {
@@ -291,6 +293,7 @@ int gateway_new(const struct gateway_config *c, struct gateway **out)
         .mem_max = c->mem_max,
         .digest_header = "Idempotency-Key", /* client id of a write: api_kv.c */
         .tls = c->tls,
+        .kept_header = "Authorization", /* bearer tokens: api_auth.c */
     };
     static const struct http_callbacks cb = {
         .on_request = on_request,

@@ -138,13 +138,14 @@ static void on_write_done(struct node_req *nreq, int status, const struct kv_res
     jbuf_free(&b);
 }
 
-/* Packs `cmd` (with the Idempotency-Key's client id) and submits it. */
+/* Checks the user's rights on `cmd`, packs it (with the Idempotency-Key's
+ * exactly-once id) and submits it. */
 static void submit_write(struct api_req *req, Kvpb__Command *cmd, int mode)
 {
-    if (req->http->has_digest) {
-        cmd->client_id = req->http->digest;
-        cmd->seq = 1;
-    }
+    if (api__auth_command(req, cmd) != 0)
+        return;
+    if (req->http->has_digest)
+        api__auth_client_id(req, &cmd->client_id, &cmd->seq);
     size_t len = kvpb__command__get_packed_size(cmd);
     struct tk_blob *blob = tk_blob_new(len);
     kvpb__command__pack(cmd, blob->data);

@@ -137,6 +137,7 @@ struct gateway {
     /* Metrics (metrics.c), on the loop thread. */
     uint64_t requests[ROUTE_COUNT][GW_STATUS_SLOTS];
     struct tk_hist *latency; /* [ROUTE_COUNT], nanoseconds */
+    uint64_t auth_denied;    /* answered 401 or 403 (api_auth.c) */
 };
 
 /* The API's state of one request (http_request.data), from on_request to
@@ -159,7 +160,25 @@ struct api_req {
     uint8_t *op_kinds; /* batch/txn: kind of each op (then ops, then else ops) */
     uint32_t n_ops;
     uint32_t n_then;
+    const struct api_user *user; /* with --auth-file: who sent it (api_auth.c) */
 };
+
+/* ---- api_auth.c --------------------------------------------------------- */
+
+struct api_user;
+struct Kvpb__Command;
+/* Before a routed request's handler: with an auth file, the bearer token
+ * names the user (else 401) and admin-only routes need admin (else 403).
+ * Returns 0 to go on, or TK_EINVAL when the request is answered. */
+int api__auth_route(struct api_req *req);
+/* At a read's submission: the user may read its key or range (else 403). */
+int api__auth_read(struct api_req *req);
+/* Before a write is packed: the user may write every key of `cmd` (and
+ * read its compares); deleting every key needs admin (else 403). */
+int api__auth_command(struct api_req *req, const struct Kvpb__Command *cmd);
+/* The exactly-once id of a write with an Idempotency-Key: 128 bits of
+ * SHA-256 over the user's name and the key's SHA-256. */
+void api__auth_client_id(const struct api_req *req, uint64_t *client, uint64_t *seq);
 
 /* ---- api_reply.c -------------------------------------------------------- */
 

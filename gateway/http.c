@@ -25,6 +25,7 @@
  * connection is closed or drained; requests its user still holds are freed
  * when they are answered. */
 #include <http_parser.h>
+#include <openssl/evp.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -50,6 +51,7 @@ enum hdr {
     HDR_CONTENT_LENGTH,
     HDR_TRANSFER_ENCODING,
     HDR_DIGEST, /* http_config.digest_header */
+    HDR_KEPT,   /* http_config.kept_header */
     HDR_EXPECT,
 };
 
@@ -87,6 +89,7 @@ struct http_conn {
     int err_status; /* set by a callback that fails the parse */
     const char *err_code;
     char err_msg[160];
+    EVP_MD_CTX *digest; /* SHA-256 of digest_header's value (made at first use) */
     struct tk_tls *tls; /* HTTPS: the session; rbuf then holds plaintext */
     char *tls_rbuf;     /* HTTPS: ciphertext as read (RBUF_BYTES) */
     bool tls_ready;     /* the handshake is done */
@@ -197,6 +200,7 @@ static void req_free(struct http_request *r)
     tk_free(r->url);
     tk_free(r->body);
     tk_free(r->resp);
+    tk_free(r->kept);
     tk_free(r);
 }
 
@@ -245,6 +249,7 @@ static void conn_maybe_free(struct http_conn *c)
     }
     if (c->cur)
         req_free(c->cur);
+    EVP_MD_CTX_free(c->digest);
     tk_tls_free(c->tls);
     tk_free(c->tls_rbuf);
     tk_free(c);
@@ -728,6 +733,10 @@ static void header_done(struct http_conn *c)
         c->expect_continue =
             c->hval_len == 12 && strncasecmp(c->hval, "100-continue", 12) == 0;
         break;
+    case HDR_DIGEST:
+        if (EVP_DigestFinal_ex(c->digest, r->digest, NULL) != 1)
+            TK_UNREACHABLE(); /* SHA-256 in memory cannot fail */
+        break;
     default:
         break;
     }
@@ -774,7 +783,25 @@ static enum hdr classify(const struct http_server *srv, const char *name, size_t
     const char *d = srv->cfg.digest_header;
     if (d != NULL && strlen(d) == len && strncasecmp(d, name, len) == 0)
         return HDR_DIGEST;
+    const char *k = srv->cfg.kept_header;
+    if (k != NULL && strlen(k) == len && strncasecmp(k, name, len) == 0)
+        return HDR_KEPT;
     return HDR_OTHER;
+}
+
+/* kept_header's value, chunk by chunk; past HTTP_KEPT_MAX it is dropped. */
+static void keep_value(struct http_request *r, const char *at, size_t len)
+{
+    if (r->kept_len + len > HTTP_KEPT_MAX) {
+        tk_free(r->kept);
+        r->kept = NULL;
+        r->kept_len = 0;
+        r->kept_too_long = true;
+        return;
+    }
+    memcpy(r->kept + r->kept_len, at, len);
+    r->kept_len += len;
+    r->kept[r->kept_len] = 0;
 }
 
 static int on_header_value(http_parser *p, const char *at, size_t len)
@@ -802,19 +829,26 @@ static int on_header_value(http_parser *p, const char *at, size_t len)
                 return parse_fail(c, 400, "bad_header", "more than one %s",
                                   c->srv->cfg.digest_header);
             r->has_digest = true;
-            r->digest = 0xcbf29ce484222325ull; /* FNV-1a, as fnv1a64 */
+            if (c->digest == NULL && (c->digest = EVP_MD_CTX_new()) == NULL)
+                TK_UNREACHABLE(); /* out of memory */
+            if (EVP_DigestInit_ex(c->digest, EVP_sha256(), NULL) != 1)
+                TK_UNREACHABLE();
+            break;
+        case HDR_KEPT:
+            if (r->kept != NULL || r->kept_too_long)
+                return parse_fail(c, 400, "bad_header", "more than one %s",
+                                  c->srv->cfg.kept_header);
+            r->kept = tk_malloc(HTTP_KEPT_MAX + 1);
+            r->kept[0] = 0;
             break;
         default:
             break;
         }
     }
-    if (c->hdr == HDR_DIGEST) {
-        const uint8_t *s = (const uint8_t *)at;
-        for (size_t i = 0; i < len; i++) {
-            r->digest ^= s[i];
-            r->digest *= 0x100000001b3ull;
-        }
-    }
+    if (c->hdr == HDR_DIGEST && EVP_DigestUpdate(c->digest, at, len) != 1)
+        TK_UNREACHABLE();
+    if (c->hdr == HDR_KEPT && r->kept != NULL)
+        keep_value(r, at, len);
     size_t room = sizeof(c->hval) - 1 - c->hval_len;
     size_t n = len < room ? len : room;
     memcpy(c->hval + c->hval_len, at, n);
@@ -839,8 +873,6 @@ static int on_headers_complete(http_parser *p)
     if (c->has_te && !(p->flags & F_CHUNKED))
         return parse_fail(c, 400, "bad_framing",
                           "only Transfer-Encoding: chunked is supported");
-    if (r->has_digest && r->digest == 0)
-        r->digest = 1;
     r->method = p->method;
     r->http10 = p->http_minor == 0;
     c->body_expect = (p->flags & F_CONTENTLENGTH) ? (size_t)p->content_length : 0;

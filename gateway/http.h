@@ -42,6 +42,8 @@
 #define HTTP_STOP_GRACE_MS 2000
 /* Room on_response has for its header lines. */
 #define HTTP_EXTRA_HEADERS_MAX 256
+#define HTTP_DIGEST_BYTES 32
+#define HTTP_KEPT_MAX 1024
 
 struct http_server;
 struct http_conn;
@@ -63,9 +65,14 @@ struct http_config {
     size_t mem_max; /* request bodies + responses of every connection; over it:
                      * 503 overloaded with Retry-After, closed (0: no limit) */
     /* A request header whose value the server digests as it arrives (any
-     * length) into http_request.digest. A request with two is refused (400
-     * bad_header, and the connection closes). NULL: none. A static string. */
+     * length) into http_request.digest (SHA-256). A request with two is
+     * refused (400 bad_header, and the connection closes). NULL: none. A
+     * static string. */
     const char *digest_header;
+    /* A request header whose value (up to HTTP_KEPT_MAX bytes) the server
+     * keeps in http_request.kept; a longer one sets kept_too_long. A request
+     * with two is refused as above. NULL: none. A static string. */
+    const char *kept_header;
     /* HTTPS: every connection speaks TLS on this server context (tls/tls.h;
      * borrowed, it outlives the server). NULL: plain HTTP. */
     struct tk_tls_ctx *tls;
@@ -99,10 +106,13 @@ struct http_request {
     size_t url_len;
     uint8_t *body; /* NULL when empty */
     size_t body_len;
-    bool json_body;    /* Content-Type: application/json */
-    bool has_digest;   /* the request has http_config.digest_header */
-    uint64_t digest;   /* its value's 64-bit FNV-1a (fnv1a64), never 0 */
-    uint64_t start_ns; /* uv_hrtime() when the request began */
+    bool json_body;                    /* Content-Type: application/json */
+    bool has_digest;                   /* the request has http_config.digest_header */
+    uint8_t digest[HTTP_DIGEST_BYTES]; /* its value's SHA-256 */
+    char *kept; /* http_config.kept_header's value, NUL-ended; NULL: none */
+    size_t kept_len;
+    bool kept_too_long; /* it had more than HTTP_KEPT_MAX bytes (kept: none) */
+    uint64_t start_ns;  /* uv_hrtime() when the request began */
 
     /* Private: http.c's. */
     struct http_conn *conn;

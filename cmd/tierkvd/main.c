@@ -124,6 +124,10 @@ static struct opt opts[] = {
      0, 0},
     {"client-ca-file", "TIERKV_CLIENT_CA_FILE", NULL,
      "HTTPS: require client certificates that chain to these CAs (PEM)", 0, 0},
+    {"auth-file", "TIERKV_AUTH_FILE", NULL,
+     "bearer tokens: users, their token's SHA-256 and rights per key prefix "
+     "(docs/tierkvd.md); every request but /healthz and /readyz then needs one",
+     0, 0},
     {"log-level", "TIERKV_LOG_LEVEL", "info", "debug, info, warn, error or off", 0, 0},
     {"log-format", "TIERKV_LOG_FORMAT", "logfmt", "logfmt or json", 0, 0},
 };
@@ -684,6 +688,13 @@ int main(int argc, char **argv)
     }
 
     struct tk_tls_ctx *https = gateway_tls(&gc);
+    struct gateway_auth *auth = NULL;
+    if (get("auth-file") != NULL) {
+        char err[512];
+        if (gateway_auth_load(get("auth-file"), &auth, err, sizeof(err)) != 0)
+            die("--auth-file: %s", err);
+        gc.auth = auth;
+    }
     struct gateway *gw;
     if (gateway_new(&gc, &gw) != 0)
         die("the HTTP limits are inconsistent (check --max-* and --*-timeout-ms)");
@@ -712,6 +723,7 @@ int main(int argc, char **argv)
                                   "directory damaged?)");
         gateway_free(gw);
         tk_tls_ctx_free(https);
+        gateway_auth_free(auth);
         if (hub)
             transport_inproc_hub_free(hub);
         return 1;
@@ -721,6 +733,7 @@ int main(int argc, char **argv)
         node_stop(node);
         gateway_free(gw);
         tk_tls_ctx_free(https);
+        gateway_auth_free(auth);
         if (hub)
             transport_inproc_hub_free(hub);
         return 1;
@@ -754,6 +767,8 @@ int main(int argc, char **argv)
     tk_logf(TK_LOG_INFO, no.id, 0, why, "shutting down");
     node_stop(node);
     gateway_free(gw);
+    tk_tls_ctx_free(https);
+    gateway_auth_free(auth);
     if (hub)
         transport_inproc_hub_free(hub);
     tk_logf(TK_LOG_INFO, no.id, 0, NULL, "stopped");
