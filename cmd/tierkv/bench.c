@@ -161,6 +161,9 @@ struct shared {
     struct sockaddr_storage addrs[CLI_ENDPOINTS_MAX];
     char hosts[CLI_ENDPOINTS_MAX][CLI_HOST_MAX + 16];
     const char *tls_names[CLI_ENDPOINTS_MAX]; /* HTTPS: the name each is checked for */
+    /* What follows "Host: " in a request: hosts[i], and with --token the
+     * Authorization line after it. */
+    char host_lines[CLI_ENDPOINTS_MAX][CLI_HOST_MAX + 16 + CLI_TOKEN_MAX + 32];
     struct bench_payload pl;
     struct cli_zipf zipf;
     const char *query_read, *query_write;
@@ -498,7 +501,7 @@ static void conn_send(struct conn *c)
     int klen = snprintf(key, sizeof(key), "%s%08" PRIu64, sh->o->key_prefix, k);
     struct bench_iov tail[2];
     size_t n_tail;
-    long hn = cli_bench_build(sh->o->protocol, c->is_read, sh->hosts[c->ep], key,
+    long hn = cli_bench_build(sh->o->protocol, c->is_read, sh->host_lines[c->ep], key,
                               (size_t)klen, c->is_read ? sh->query_read : sh->query_write,
                               &sh->pl, c->hdr, sizeof(c->hdr), tail, &n_tail);
     TK_ASSERT(hn > 0); /* HDR_CAP holds any head a 63-byte prefix allows */
@@ -926,6 +929,9 @@ int cli_cmd_bench(struct cli_global *g, int argc, char **argv)
         snprintf(sh->hosts[i], sizeof(sh->hosts[i]),
                  strchr(ep->host, ':') ? "[%s]:%s" : "%s:%s", ep->host, ep->port);
         sh->tls_names[i] = ep->host;
+        const char *tok = cli_security_get()->token;
+        snprintf(sh->host_lines[i], sizeof(sh->host_lines[i]), "%s%s%s", sh->hosts[i],
+                 tok != NULL ? "\r\nAuthorization: Bearer " : "", tok != NULL ? tok : "");
     }
     if (o.dist == CLI_DIST_ZIPF && cli_zipf_init(&sh->zipf, o.keys, o.zipf_theta) != 0) {
         code = bench_usage("bad zipf parameters");

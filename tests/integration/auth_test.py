@@ -157,6 +157,19 @@ def run_checks(port, tierkv):
           "read-only token put via the CLI: %d %r" % (p.returncode, p.stdout + p.stderr))
     p = subprocess.run(base + ["get", "app/cli"], capture_output=True, timeout=30)
     check(p.returncode == 7, "no token via the CLI: %d %r" % (p.returncode, p.stderr))
+    # tierkv bench sends the token on every request.
+    for tok, want_errors in ((TOKENS["rw"], False), (None, True)):
+        p = subprocess.run(base + (["--token", tok] if tok else []) +
+                           ["bench", "--duration", "1s", "--warmup", "0", "--connections",
+                            "2", "--keys", "50", "--key-prefix", "app/bench/"],
+                           capture_output=True, timeout=60)
+        rows = [json.loads(ln) for ln in p.stdout.decode().splitlines() if ln.startswith("{")]
+        if want_errors:
+            check(p.returncode != 0 or not rows or rows[-1]["errors"] > 0,
+                  "bench without a token had no errors: %r" % (p.stdout,))
+        else:
+            check(p.returncode == 0 and rows and rows[-1]["ops"] > 0 and
+                  rows[-1]["errors"] == 0, "bench --token: %r %r" % (p.stdout, p.stderr))
 
 
 def bad_files(tierkvd, tmp):
