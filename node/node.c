@@ -761,6 +761,8 @@ static int open_transport(struct node *n)
     to.seed = n->o.seed;
     to.peer_token = n->o.peer_token;
     to.peer_token_len = n->o.peer_token_len;
+    to.tls_server = n->o.peer_tls_server;
+    to.tls_client = n->o.peer_tls_client;
     int rc = transport_tcp_new(n->loop.uv, &to, &cbs, &n->transport);
     if (rc != 0)
         return rc;

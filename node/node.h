@@ -34,6 +34,7 @@
 struct transport_inproc_hub;
 struct uv_loop_s;
 struct node;
+struct tk_tls_ctx;
 
 /* Runs on the node's loop thread: at start (after recovery, before the first
  * tick) and at stop (before the loop winds down; it must uv_close every handle
@@ -125,6 +126,10 @@ struct node_options {
      * bytes, the same on every node. */
     const uint8_t *peer_token;
     size_t peer_token_len;
+    /* Peer mutual TLS (transport.h's tls_server and tls_client; borrowed,
+     * they outlive the node): both or neither. */
+    struct tk_tls_ctx *peer_tls_server;
+    struct tk_tls_ctx *peer_tls_client;
 
     /* Storage: fs under data_dir/log and data_dir/kv when `data_dir` is set,
      * else a memory volume (taken, may be NULL: a fresh one). */

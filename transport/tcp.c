@@ -39,6 +39,7 @@
 #include "base/err.h"
 #include "base/log.h"
 #include "base/prng.h"
+#include "tls/tls_uv.h"
 #include "transport/transport_internal.h"
 
 #define OBUF_BYTES (64u << 10)
@@ -87,6 +88,8 @@ struct tcp_conn {
     struct codec_snap snap;
     uint64_t snap_started; /* loop time of the reassembly's first chunk */
     size_t snap_charged;   /* snap.cap, as counted in tcp.snap_bytes */
+    struct tk_tls *tls;    /* peer TLS: the session; rbuf then holds plaintext */
+    uint8_t *tls_buf;      /* peer TLS: ciphertext as read (RBUF_BYTES) */
 };
 
 struct wreq {
@@ -309,7 +312,10 @@ static void peer_flush(struct tcp_peer *p)
     p->inflight = w;
     p->last_tx = uv_now(p->t->loop);
     p->t->base.stats.writes++;
-    int rc = uv_write(&w->req, (uv_stream_t *)&p->conn->handle, w->iov, n, on_write);
+    uv_stream_t *st = (uv_stream_t *)&p->conn->handle;
+    int rc = p->conn->tls != NULL
+                 ? tk_tls_uv_write(p->conn->tls, st, w->iov, n, &w->req, on_write)
+                 : uv_write(&w->req, st, w->iov, n, on_write);
     if (rc != 0) {
         p->inflight = NULL;
         p->queued_bytes -= w->bytes;
@@ -469,6 +475,8 @@ static void conn_closed(uv_handle_t *h)
         codec__dec_destroy(&c->dec);
         codec__snap_destroy(&c->snap);
         tk_free(c->rbuf);
+        tk_tls_free(c->tls);
+        tk_free(c->tls_buf);
         tk_free(c);
     }
     tcp_handle_gone(t);
@@ -530,6 +538,10 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 {
     (void)suggested;
     struct tcp_conn *c = h->data;
+    if (c->tls_buf != NULL) {
+        *buf = uv_buf_init((char *)c->tls_buf, RBUF_BYTES); /* ciphertext */
+        return;
+    }
     size_t want = RBUF_BYTES;
     if (c->rlen >= FRAME_HEADER_BYTES && c->state == CONN_UP) {
         /* Make room for the whole frame being read (its length was checked
@@ -581,7 +593,10 @@ static bool conn_proof_ok(struct tcp_conn *c, uint8_t label, const uint8_t *proo
 static void conn_write(struct tcp_conn *c, uv_write_t *req, uint8_t *buf, size_t n)
 {
     uv_buf_t b = uv_buf_init((char *)buf, (unsigned)n);
-    int rc = uv_write(req, (uv_stream_t *)&c->handle, &b, 1, on_hello_written);
+    int rc = c->tls != NULL
+                 ? tk_tls_uv_write(c->tls, (uv_stream_t *)&c->handle, &b, 1, req,
+                                   on_hello_written)
+                 : uv_write(req, (uv_stream_t *)&c->handle, &b, 1, on_hello_written);
     if (rc != 0)
         TK_LOG(TK_LOG_WARN, c->t->base.id, 0, "handshake write failed: %s",
                uv_strerror(rc));
@@ -620,8 +635,12 @@ static const char *hello_check(struct tcp_conn *c, const uint8_t *body, size_t l
     if (c->peer != NULL && h->node_id != c->peer->id)
         return "node id mismatch: a different node answers at this address";
     const char *why = NULL;
+    char name[32];
+    snprintf(name, sizeof(name), "node-%llu", (unsigned long long)h->node_id);
     if (c->peer == NULL && peer_find(t, h->node_id) == NULL)
         why = "the node id is not a member";
+    else if (c->tls != NULL && !tk_tls_peer_has_name(c->tls, name))
+        why = "the peer's certificate does not name the node id it claims";
     else if (((h->flags & FRAME_HELLO_F_TOKEN) != 0) != (t->token != NULL))
         why = t->token != NULL ? "the peer has no cluster token"
                                : "the peer wants a cluster token and we have none";
@@ -802,9 +821,63 @@ static const char *conn_frame(struct tcp_conn *c, const uint8_t *payload, uint32
     return why;
 }
 
+static void conn_input(struct tcp_conn *c, size_t n);
+
+/* Peer TLS: the handshake is done. A dialer says HELLO now (an acceptor
+ * waits for the dialer's). Returns NULL or why to close. */
+static const char *conn_tls_ready(struct tcp_conn *c)
+{
+    uv_timer_stop(&c->timer);
+    if (c->peer != NULL) {
+        uv_timer_start(&c->timer, on_conn_timeout, c->t->o.io_timeout_ms, 0);
+        if (send_hello(c) != 0)
+            return "cannot make a nonce";
+    } else {
+        uv_timer_start(&c->timer, on_conn_timeout, c->t->o.handshake_timeout_ms, 0);
+    }
+    return NULL;
+}
+
+/* Peer TLS: ciphertext in; the TLS handshake, then the plaintext appended to
+ * rbuf a record at a time and parsed (a partial record waits in the session). */
+static void conn_tls_in(struct tcp_conn *c, const uint8_t *data, size_t len)
+{
+    struct tcp *t = c->t;
+    const char *why = NULL;
+    bool was_ready = tk_tls_handshake_done(c->tls);
+    if (tk_tls_feed(c->tls, data, len) != 0)
+        why = "too many undecrypted TLS bytes";
+    int h = why != NULL || was_ready ? 1 : tk_tls_handshake(c->tls);
+    if (why == NULL && h < 0) {
+        t->base.stats.auth_failed++;
+        why = tk_tls_error(c->tls);
+    }
+    (void)tk_tls_uv_flush(c->tls, (uv_stream_t *)&c->handle); /* handshake or alert */
+    if (why == NULL && h == 1 && !was_ready)
+        why = conn_tls_ready(c);
+    while (why == NULL && c->state != CONN_CLOSING && !t->closing) {
+        if (c->rcap - c->rlen < 16384) {
+            c->rcap = c->rlen + RBUF_BYTES;
+            c->rbuf = tk_realloc(c->rbuf, c->rcap);
+        }
+        ssize_t n = tk_tls_read(c->tls, c->rbuf + c->rlen, c->rcap - c->rlen);
+        if (n == 0)
+            break;
+        if (n < 0)
+            why = n == TK_ECLOSED ? "the peer closed the TLS session"
+                                  : tk_tls_error(c->tls);
+        else
+            conn_input(c, (size_t)n);
+    }
+    if (why != NULL && c->state != CONN_CLOSING) {
+        char msg[TK_TLS_ERR_MAX];
+        snprintf(msg, sizeof(msg), "%s", why); /* the session goes with the conn */
+        conn_bad(c, msg);
+    }
+}
+
 static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 {
-    (void)buf;
     struct tcp_conn *c = s->data;
     struct tcp *t = c->t;
     if (c->state == CONN_CLOSING)
@@ -819,9 +892,19 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
         }
         return;
     }
-    c->rlen += (size_t)nread;
     c->last_rx = uv_now(t->loop);
     t->base.stats.bytes_received += (uint64_t)nread;
+    if (c->tls != NULL)
+        conn_tls_in(c, (const uint8_t *)buf->base, (size_t)nread);
+    else
+        conn_input(c, (size_t)nread);
+}
+
+/* `n` more bytes are in rbuf (after rlen): every complete frame is handled. */
+static void conn_input(struct tcp_conn *c, size_t n)
+{
+    struct tcp *t = c->t;
+    c->rlen += n;
     size_t off = 0;
     while (c->state != CONN_CLOSING && !t->closing) {
         const uint8_t *payload;
@@ -949,6 +1032,10 @@ static void on_connection(uv_stream_t *server, int status)
     uv_tcp_nodelay(&c->handle, 1);
     uv_tcp_keepalive(&c->handle, 1, TCP_KEEPALIVE_S);
     c->state = CONN_HANDSHAKE;
+    if (t->o.tls_server != NULL) {
+        c->tls = tk_tls_new(t->o.tls_server, NULL); /* the name is checked at HELLO */
+        c->tls_buf = tk_malloc(RBUF_BYTES);
+    }
     uv_timer_start(&c->timer, on_conn_timeout, t->o.handshake_timeout_ms, 0);
     uv_read_start((uv_stream_t *)&c->handle, on_alloc, on_read);
 }
@@ -1002,7 +1089,16 @@ static void on_connect(uv_connect_t *req, int status)
     c->state = CONN_HANDSHAKE;
     /* Notice a peer that vanished without a FIN on an idle connection. */
     uv_tcp_keepalive(&c->handle, 1, TCP_KEEPALIVE_S);
-    if (send_hello(c) != 0) {
+    if (p->t->o.tls_client != NULL) {
+        /* Peer TLS: the ClientHello now, our HELLO once TLS is up. */
+        c->tls = tk_tls_new(p->t->o.tls_client, NULL);
+        c->tls_buf = tk_malloc(RBUF_BYTES);
+        if (tk_tls_handshake(c->tls) < 0 ||
+            tk_tls_uv_flush(c->tls, (uv_stream_t *)&c->handle) != 0) {
+            peer_lost(p, "cannot start TLS");
+            return;
+        }
+    } else if (send_hello(c) != 0) {
         peer_lost(p, "cannot make a nonce");
         return;
     }
@@ -1281,7 +1377,7 @@ int transport_tcp_new(uv_loop_t *loop, const struct transport_tcp_options *opts,
     if (opts->id == RAFT_NONE || cbs == NULL || cbs->recv == NULL)
         return TK_EINVAL;
     struct transport_tcp_options o = *opts;
-    if (options_fill(&o) != 0)
+    if (options_fill(&o) != 0 || (o.tls_server == NULL) != (o.tls_client == NULL))
         return TK_EINVAL;
     struct sockaddr_storage addr;
     if (o.listen_host != NULL && parse_addr(o.listen_host, o.listen_port, &addr) != 0)

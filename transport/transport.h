@@ -223,6 +223,13 @@ struct transport_tcp_options {
     uint32_t idle_timeout_ms;      /* inbound, authenticated; 0 = 60000 */
     uint32_t snapshot_timeout_ms;  /* one snapshot's reassembly; 0 = 600000 */
     uint64_t snapshot_total_max;   /* all reassemblies; 0 = snapshot_max */
+    /* Peer mutual TLS (tls/tls.h; borrowed, they outlive the transport):
+     * both set, or neither. Every connection is TLS, both sides show a
+     * certificate chaining to the context's CA, and a peer's certificate must
+     * name "node-<id>" (a DNS SAN, or the CN without one) for the id its
+     * HELLO claims. Beside a peer_token or instead of it. */
+    struct tk_tls_ctx *tls_server; /* for inbound connections */
+    struct tk_tls_ctx *tls_client; /* for the connections we dial */
 };
 
 #define TRANSPORT_TCP_TOKEN_MIN 16

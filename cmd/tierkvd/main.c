@@ -112,8 +112,17 @@ static struct opt opts[] = {
      "file holding the cluster token (16 to 4096 bytes, the same on every node; "
      "trailing whitespace ignored) that authenticates raft peers",
      0, 0},
+    {"peer-cert-file", "TIERKV_PEER_CERT_FILE", NULL,
+     "peer mutual TLS: this node's certificate chain (PEM), naming node-<id> (a DNS SAN, "
+     "or the CN); with --peer-key-file and --peer-trusted-ca-file",
+     0, 0},
+    {"peer-key-file", "TIERKV_PEER_KEY_FILE", NULL,
+     "peer mutual TLS: the private key of --peer-cert-file (PEM)", 0, 0},
+    {"peer-trusted-ca-file", "TIERKV_PEER_TRUSTED_CA_FILE", NULL,
+     "peer mutual TLS: the CAs every peer's certificate must chain to (PEM)", 0, 0},
     {"insecure-peers", "TIERKV_INSECURE_PEERS", NULL,
-     "allow a raft address off loopback without --peer-token-file (anyone who "
+     "allow a raft address off loopback without --peer-token-file or peer TLS (anyone "
+     "who "
      "reaches it can act as a member; warned every minute)",
      1, 0},
     {"cert-file", "TIERKV_CERT_FILE", NULL,
@@ -295,6 +304,30 @@ static struct tk_tls_ctx *gateway_tls(struct gateway_config *gc)
     return gc->tls;
 }
 
+/* --peer-cert-file, --peer-key-file, --peer-trusted-ca-file: the two peer
+ * TLS contexts (inbound and dialing), all three flags or none. */
+static void peer_tls(struct node_options *no)
+{
+    const char *cert = get("peer-cert-file"), *key = get("peer-key-file"),
+               *ca = get("peer-trusted-ca-file");
+    if (cert == NULL && key == NULL && ca == NULL)
+        return;
+    if (cert == NULL || key == NULL || ca == NULL)
+        die("peer TLS needs all of --peer-cert-file, --peer-key-file and "
+            "--peer-trusted-ca-file");
+    if (no->hub != NULL || no->listen_host == NULL)
+        die("peer TLS needs --members (a single node has no raft peers)");
+    char err[TK_TLS_ERR_MAX];
+    struct tk_tls_ctx_config tc = {
+        .server = true, .cert_file = cert, .key_file = key, .ca_file = ca};
+    if (tk_tls_ctx_new(&tc, &no->peer_tls_server, err, sizeof(err)) != 0)
+        die("peer TLS (--peer-cert-file, --peer-key-file, --peer-trusted-ca-file): %s",
+            err);
+    tc.server = false;
+    if (tk_tls_ctx_new(&tc, &no->peer_tls_client, err, sizeof(err)) != 0)
+        die("peer TLS: %s", err);
+}
+
 /* --peer-token-file and --insecure-peers: reads the token into `tok` and
  * refuses a raft address off loopback with neither. Returns whether the
  * peers are open (the caller warns every minute). */
@@ -319,12 +352,15 @@ static bool peer_security(struct node_options *no, uint8_t *tok, size_t cap)
         no->peer_token_len = n;
         return false;
     }
-    if (no->hub != NULL || no->listen_host == NULL || is_loopback(no->listen_host))
+    if (no->peer_tls_server != NULL || no->hub != NULL || no->listen_host == NULL ||
+        is_loopback(no->listen_host))
         return false;
     if (get("insecure-peers") == NULL)
-        die("the raft address %s is not loopback and there is no --peer-token-file: "
-            "anyone who reaches it could act as a member. Give every node the same "
-            "--peer-token-file (docs/operations.md), or --insecure-peers to run open",
+        die("the raft address %s is not loopback and there is no --peer-token-file nor "
+            "peer TLS: anyone who reaches it could act as a member. Give every node the "
+            "same --peer-token-file, or --peer-cert-file, --peer-key-file and "
+            "--peer-trusted-ca-file (docs/operations.md), or --insecure-peers to run "
+            "open",
             no->listen_host);
     return true;
 }
@@ -672,6 +708,7 @@ int main(int argc, char **argv)
     }
 
     static uint8_t token[4096];
+    peer_tls(&no);
     bool open_peers = peer_security(&no, token, sizeof(token));
     const char *store = get("store");
     if (strcmp(store, "fs") == 0) {
@@ -756,7 +793,7 @@ int main(int argc, char **argv)
         do
             tk_logf(TK_LOG_WARN, no.id, 0, NULL,
                     "--insecure-peers: the raft port takes any peer; use "
-                    "--peer-token-file");
+                    "--peer-token-file or peer TLS");
         while ((sig = sigtimedwait(&set, NULL, &minute)) < 0);
     } else {
         while (sigwait(&set, &sig) != 0) {
@@ -769,6 +806,8 @@ int main(int argc, char **argv)
     gateway_free(gw);
     tk_tls_ctx_free(https);
     gateway_auth_free(auth);
+    tk_tls_ctx_free(no.peer_tls_server);
+    tk_tls_ctx_free(no.peer_tls_client);
     if (hub)
         transport_inproc_hub_free(hub);
     tk_logf(TK_LOG_INFO, no.id, 0, NULL, "stopped");
