@@ -238,6 +238,17 @@ struct node_metrics {
     uint64_t net_bytes_sent;
     uint64_t net_bytes_received;
     uint64_t net_reconnects;
+    /* Peer security (transport_stats): handshakes refused (token proof, TLS,
+     * certificate name, non-member), messages dropped for a spoofed `from`,
+     * connections closed for bad input, unauthenticated ones evicted at the
+     * pending cap or past their deadline, idle ones, snapshot reassemblies
+     * dropped. */
+    uint64_t net_auth_failed;
+    uint64_t net_spoofed;
+    uint64_t net_conns_bad;
+    uint64_t net_pending_evicted;
+    uint64_t net_conns_idle;
+    uint64_t net_snapshots_dropped;
     /* The loop's turns (one pass of the node's loop, callbacks of every kind,
      * without the time blocked waiting for events): the longest so far by
      * the phase most of it went to (enum node_turn_phase), and the snapshot

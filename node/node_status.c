@@ -57,6 +57,12 @@ void node__publish_status(struct node *n)
         mt->net_bytes_sent = ts.bytes_sent;
         mt->net_bytes_received = ts.bytes_received;
         mt->net_reconnects = ts.conns_dialed;
+        mt->net_auth_failed = ts.auth_failed;
+        mt->net_spoofed = ts.msgs_spoofed;
+        mt->net_conns_bad = ts.conns_bad;
+        mt->net_pending_evicted = ts.pending_evicted;
+        mt->net_conns_idle = ts.conns_idle;
+        mt->net_snapshots_dropped = ts.snapshots_dropped;
     }
     n->m.pub = *mt;
     pthread_mutex_unlock(&n->m.mu);

@@ -143,6 +143,11 @@ def run_checks(port, tierkv):
     check(not js.get("replayed"), "another user's key replayed rw's answer: %r" % js)
     st, _, js = jreq(port, "GET", "/v1/kv/app/idem", headers=auth("ro"))
     check(js["value"] == "from-rw2", "rw2's write was not applied: %r" % js)
+    st, _, body = request(port, "GET", "/metrics", None, auth("ro"))
+    denied = [ln for ln in body.decode().splitlines()
+              if ln.startswith("tierkv_http_auth_denied_total ")]
+    check(st == 200 and denied and float(denied[0].split()[1]) >= 10,
+          "tierkv_http_auth_denied_total: %r" % denied)
     # The CLI.
     base = [tierkv, "-e", "127.0.0.1:%d" % port, "--retries", "0"]
     p = subprocess.run(base + ["--token", TOKENS["rw"], "put", "app/cli", "v"],

@@ -86,6 +86,14 @@ def test_good_cluster(tierkvd, extra, label):
         c.stop()
 
 
+def metric(port, name):
+    st, _, body = request(port, "GET", "/metrics")
+    for ln in body.decode().splitlines():
+        if ln.startswith(name + " "):
+            return float(ln.split()[1])
+    raise Fail("no %s on /metrics" % name)
+
+
 def test_refused(tierkvd, cert3, want_log):
     """Node 3 with a bad certificate: 1 and 2 have a leader, 3 never gets
     the write; then 3 with its own certificate catches up."""
@@ -99,6 +107,9 @@ def test_refused(tierkvd, cert3, want_log):
               "node 3 with %s got the write" % cert3)
         logs = c.node(1).log() + c.node(2).log() + c.node(3).log()
         check(want_log in logs, "no %r in the logs" % want_log)
+        refusals = sum(metric(c.node(i).http_port, "tierkv_transport_auth_failures_total")
+                       for i in (1, 2))
+        check(refusals > 0, "no transport auth failure counted on /metrics")
         c.node(3).kill()
         c.node(3).args = c.node(3).args[:-6] + tls_args("node3")
         c.node(3).start()

@@ -168,6 +168,10 @@ def test_https_and_wrong_ca(tierkvd, tierkv):
     check(p.returncode == 0 and rows and rows[-1]["ops"] > 0 and rows[-1]["errors"] == 0,
           "bench over HTTPS: rc %d %s %s" % (p.returncode, out, p.stderr.decode()))
     print("  bench over HTTPS: %.0f ops/s" % rows[-1]["ops_per_s"])
+    r = https(port, ctx("caA"), "GET", "/metrics")
+    fails = [ln for ln in r[0][1].decode().splitlines()
+             if ln.startswith("tierkv_http_tls_failures_total ")]
+    check(fails and float(fails[0].split()[1]) >= 2, "tls failures on /metrics: %r" % fails)
     check(nd.alive(), "tierkvd died")
     check(nd.term() == 0, "tierkvd did not stop cleanly")
 
