@@ -118,21 +118,21 @@ static int decode_key(struct api_req *req, const char *raw, size_t len)
     return 0;
 }
 
-/* The checks every route shares, in order: the key, the body, the query;
- * then the handler. */
+/* The checks every route shares, in order: the token (api_auth.c), the key,
+ * the body, the query; then the handler. */
 static void run_route(struct api_req *req, const struct route *r, const char *key,
                       size_t key_len, const char *qs, size_t qlen)
 {
     req->route = r->id;
     req->is_write = (r->flags & RF_WRITE) != 0;
+    if (api__auth_route(req) != 0)
+        return; /* 401 before anything else is looked at */
     if (key != NULL && decode_key(req, key, key_len) != 0)
         return;
     if (!(r->flags & RF_BODY) && req->http->body_len > 0) {
         api__bad(req, "this request takes no body");
         return;
     }
-    if (api__auth_route(req) != 0)
-        return;
     struct query q;
     if (r->query == 0) {
         if (qlen > 0) {
