@@ -159,6 +159,29 @@ def test_https_and_wrong_ca(tierkvd, tierkv):
     hold.close()
     print("  HTTPS request beside a partial record: %.1f ms" % (dt * 1000))
     check(r[0][0] == 200 and dt < 3.0, "served beside a partial record: %r in %.2fs" % (r, dt))
+    # 300 pipelined requests in one TLS write (more than --max-pipeline, 64):
+    # parsing pauses with decrypted bytes left over and resumes from them;
+    # every answer comes back, in order.
+    raw = ssl.create_default_context(cafile=f("caA.pem")).wrap_socket(
+        socket.create_connection(("127.0.0.1", port), timeout=10),
+        server_hostname="localhost")
+    n = 300
+    raw.sendall(b"".join(b"GET /v1/kv/k?x HTTP/1.1\r\nHost: a\r\n\r\n"
+                         if i % 2 else b"GET /v1/kv/k HTTP/1.1\r\nHost: a\r\n\r\n"
+                         for i in range(n)))
+    got = b""
+    deadline = time.time() + 20
+    while got.count(b"HTTP/1.1 ") < n and time.time() < deadline:
+        chunk = raw.recv(65536)
+        if not chunk:
+            break
+        got += chunk
+    raw.close()
+    statuses = [int(x[:3]) for x in got.split(b"HTTP/1.1 ")[1:]]
+    check(statuses == [400 if i % 2 else 200 for i in range(n)],
+          "pipelined over HTTPS: %d answers, first wrong at %s" % (
+              len(statuses), next((i for i, st in enumerate(statuses)
+                                   if st != (400 if i % 2 else 200)), None)))
     # tierkv bench over HTTPS: nonzero throughput, no errors.
     p = subprocess.run([tierkv, "-e", "127.0.0.1:%d" % port, "--cacert", f("caA.pem"),
                         "bench", "--duration", "1s", "--warmup", "0", "--connections",
