@@ -71,6 +71,40 @@ def wait_value(c, nd, key, want, timeout=10):
     return False
 
 
+def strangers(c, lead):
+    """A stranger on the Raft port: plain bytes, and TLS without a client
+    certificate. Both are closed and counted; the leader stays."""
+    import socket
+    import ssl
+    port = c.raft_ports[lead - 1]
+    before = metric(c.node(lead).http_port, "tierkv_transport_auth_failures_total")
+    s = socket.create_connection(("127.0.0.1", port), timeout=5)
+    s.sendall(b"\x58\x00\x00\x00" + b"\x00" * 92)  # a frame header and zeros
+    try:
+        closed = s.recv(100) == b""
+    except OSError:
+        closed = True
+    s.close()
+    check(closed, "plain bytes on an mTLS raft port were not closed")
+    ctx = ssl.create_default_context(cafile=os.path.join(TMP, "caA.pem"))
+    ctx.check_hostname = False
+    refused = False
+    try:
+        t = ctx.wrap_socket(socket.create_connection(("127.0.0.1", port), timeout=5))
+        t.sendall(b"hello")
+        refused = t.recv(100) == b""
+    except (ssl.SSLError, OSError):
+        refused = True
+    check(refused, "TLS without a client certificate was served on the raft port")
+    deadline = time.time() + 5
+    while time.time() < deadline and metric(
+            c.node(lead).http_port, "tierkv_transport_auth_failures_total") < before + 2:
+        time.sleep(0.05)
+    after = metric(c.node(lead).http_port, "tierkv_transport_auth_failures_total")
+    check(after >= before + 2, "auth failures %s -> %s" % (before, after))
+    check(c.wait_leader(timeout=5) == lead, "the leader changed after the strangers")
+
+
 def test_good_cluster(tierkvd, extra, label):
     c = cluster_with(tierkvd, ["node1", "node2", "node3"], extra)
     try:
@@ -82,6 +116,8 @@ def test_good_cluster(tierkvd, extra, label):
         check(st == 200, "PUT on the leader: %s" % st)
         for nd in c.nodes:
             check(wait_value(c, nd, "k", "over-mtls"), "node %d did not apply" % nd.id)
+        if label == "mTLS":
+            strangers(c, lead)
     finally:
         c.stop()
 
