@@ -36,6 +36,7 @@
 #include "base/err.h"
 #include "base/hist.h"
 #include "base/prng.h"
+#include "cmd/tierkv/bench_progress.h"
 #include "cmd/tierkv/cli.h"
 
 #define HDR_CAP 4096
@@ -167,6 +168,7 @@ struct shared {
     struct worker *workers;
     size_t n_workers;
     bool progress;
+    struct bench_live_view live_view; /* the progress line's previous sums */
 };
 
 struct worker {
@@ -183,6 +185,7 @@ struct worker {
     size_t n_done; /* prefill: connections out of keys */
     uint64_t last_progress_ops, last_progress_ns;
     _Atomic uint64_t live_ops, live_errors; /* the progress line's view */
+    struct bench_live live;                 /* its latencies (bench_progress.h) */
     bool stopping;
     char first_error[160];
 };
@@ -326,6 +329,8 @@ static void handle_response(struct conn *c)
     bool keep = http_should_keep_alive(&c->hp) != 0;
     c->busy = false;
     c->got_response = false;
+    if ((st >= 200 && st < 300) || (st == 404 && c->is_read))
+        bench_live_note(&w->live, now - c->t_sent);
     if (st >= 200 && st < 300) {
         atomic_fetch_add_explicit(&w->live_ops, 1, memory_order_relaxed);
         if (!sh->prefill && in_window(sh, now)) {
@@ -541,10 +546,12 @@ static void on_progress(uv_timer_t *t)
     w->last_progress_ns = now;
     const char *phase = sh->prefill ? "prefill" : now < sh->t0 ? "warm-up" : "measure";
     double el = now > sh->t0 ? (double)(now - sh->t0) / 1e9 : 0;
-    fprintf(stderr,
-            "\r\033[K[%s %5.1fs/%.0fs] %10.0f ops/s  %10" PRIu64 " ops  %" PRIu64
-            " errors",
-            phase, el, (double)sh->o->duration_ms / 1000, rate, ops, errs);
+    uint64_t p99 = bench_live_p99(&sh->workers[0].live, sh->n_workers,
+                                  sizeof(sh->workers[0]), &sh->live_view);
+    char line[256];
+    bench_progress_format(line, sizeof(line), phase, el,
+                          (double)sh->o->duration_ms / 1000, rate, p99, ops, errs);
+    fputs(line, stderr);
     fflush(stderr);
 }
 
@@ -584,6 +591,7 @@ static int run_phase(struct shared *sh, struct worker *ws, size_t n_workers,
         w->progress_timer.data = w;
         if (i == 0 && sh->progress) {
             w->last_progress_ns = now;
+            memset(&sh->live_view, 0, sizeof(sh->live_view));
             uv_timer_start(&w->progress_timer, on_progress, 1000, 1000);
         }
         for (size_t k = 0; k < w->n_conns; k++) {
