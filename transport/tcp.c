@@ -29,6 +29,8 @@
  *
  * Everything runs on the loop thread that created the transport. */
 #include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -922,6 +924,26 @@ static void on_tick(uv_timer_t *timer)
     }
 }
 
+/* Keepalive notices a peer that vanished without a FIN on an idle
+ * connection; TCP_USER_TIMEOUT one that vanished while data was in flight
+ * (Raft's heartbeats keep some in flight): the kernel drops the connection
+ * when sent data stays unacknowledged for io_timeout_ms, instead of
+ * retransmitting for ~15 minutes. Then the link redials, and a peer named by a
+ * host name is resolved again: a container that came back at another address
+ * (deploy/docker-compose.yml) is found within seconds. */
+static void conn_liveness(struct tcp *t, struct tcp_conn *c)
+{
+    uv_tcp_keepalive(&c->handle, 1, TCP_KEEPALIVE_S);
+#ifdef TCP_USER_TIMEOUT
+    uv_os_fd_t fd;
+    unsigned ms = t->o.io_timeout_ms;
+    if (uv_fileno((uv_handle_t *)&c->handle, &fd) == 0)
+        (void)setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &ms, sizeof(ms));
+#else
+    (void)t;
+#endif
+}
+
 static void on_connection(uv_stream_t *server, int status)
 {
     struct tcp *t = server->data;
@@ -947,7 +969,7 @@ static void on_connection(uv_stream_t *server, int status)
         return;
     }
     uv_tcp_nodelay(&c->handle, 1);
-    uv_tcp_keepalive(&c->handle, 1, TCP_KEEPALIVE_S);
+    conn_liveness(t, c);
     c->state = CONN_HANDSHAKE;
     uv_timer_start(&c->timer, on_conn_timeout, t->o.handshake_timeout_ms, 0);
     uv_read_start((uv_stream_t *)&c->handle, on_alloc, on_read);
@@ -1000,8 +1022,7 @@ static void on_connect(uv_connect_t *req, int status)
         return;
     }
     c->state = CONN_HANDSHAKE;
-    /* Notice a peer that vanished without a FIN on an idle connection. */
-    uv_tcp_keepalive(&c->handle, 1, TCP_KEEPALIVE_S);
+    conn_liveness(p->t, c);
     if (send_hello(c) != 0) {
         peer_lost(p, "cannot make a nonce");
         return;
