@@ -37,6 +37,7 @@
 #include "base/hist.h"
 #include "base/prng.h"
 #include "cmd/tierkv/bench_progress.h"
+#include "cmd/tierkv/bench_timeline.h"
 #include "cmd/tierkv/cli.h"
 
 #define HDR_CAP 4096
@@ -169,6 +170,8 @@ struct shared {
     size_t n_workers;
     bool progress;
     struct bench_live_view live_view; /* the progress line's previous sums */
+    struct bench_timeline *timeline;  /* --plot: the same samples, kept */
+    uint32_t run;                     /* the run being measured (1..) */
 };
 
 struct worker {
@@ -548,6 +551,10 @@ static void on_progress(uv_timer_t *t)
     double el = now > sh->t0 ? (double)(now - sh->t0) / 1e9 : 0;
     uint64_t p99 = bench_live_p99(&sh->workers[0].live, sh->n_workers,
                                   sizeof(sh->workers[0]), &sh->live_view);
+    if (sh->timeline != NULL && !sh->prefill && now >= sh->t0)
+        bench_timeline_add(sh->timeline, sh->run, el, rate, (double)p99 / 1e6);
+    if (!sh->progress)
+        return;
     char line[256];
     bench_progress_format(line, sizeof(line), phase, el,
                           (double)sh->o->duration_ms / 1000, rate, p99, ops, errs);
@@ -574,6 +581,7 @@ static int run_phase(struct shared *sh, struct worker *ws, size_t n_workers,
         sh->t_end = sh->t0 + sh->o->duration_ms * 1000000ull;
     }
     atomic_store(&sh->prefill_next, 0);
+    sh->run = (uint32_t)run_idx;
     for (size_t i = 0; i < n_workers; i++) {
         struct worker *w = &ws[i];
         memset(w, 0, sizeof(*w));
@@ -589,7 +597,7 @@ static int run_phase(struct shared *sh, struct worker *ws, size_t n_workers,
         uv_timer_start(&w->stop_timer, on_stop_timer, (sh->t_end - now) / 1000000 + 1, 0);
         uv_timer_init(&w->loop, &w->progress_timer);
         w->progress_timer.data = w;
-        if (i == 0 && sh->progress) {
+        if (i == 0 && (sh->progress || sh->timeline != NULL)) {
             w->last_progress_ns = now;
             memset(&sh->live_view, 0, sizeof(sh->live_view));
             uv_timer_start(&w->progress_timer, on_progress, 1000, 1000);
@@ -658,6 +666,7 @@ static const char bench_help[] =
     "  --key-prefix P          key prefix (bench/)\n"
     "  --progress|--no-progress  the live line on stderr (default: if a terminal)\n"
     "  --strict                exit 1 if any request failed\n"
+    "  --plot FILE.svg         draw each run's ops/s and p99 second by second (gnuplot)\n"
     "Global --mode and --consistency apply to writes and reads (etcd: --consistency\n"
     "stale sends serializable ranges). Prints a table and one JSON line (--json: the\n"
     "JSON line only). Exits 5 if no request succeeded.\n";
@@ -716,7 +725,8 @@ static int parse_bench_args(struct bench_opts *o, int argc, char **argv)
         O_PROGRESS,
         O_NOPROGRESS,
         O_STRICT,
-        O_SEQ
+        O_SEQ,
+        O_PLOT
     };
     static const struct option opts[] = {{"protocol", required_argument, 0, O_PROTO},
                                          {"connections", required_argument, 0, 'c'},
@@ -735,6 +745,7 @@ static int parse_bench_args(struct bench_opts *o, int argc, char **argv)
                                          {"no-progress", no_argument, 0, O_NOPROGRESS},
                                          {"strict", no_argument, 0, O_STRICT},
                                          {"sequential", no_argument, 0, O_SEQ},
+                                         {"plot", required_argument, 0, O_PLOT},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     optind = 1;
@@ -814,6 +825,9 @@ static int parse_bench_args(struct bench_opts *o, int argc, char **argv)
         case O_SEQ:
             bench_sequential = true;
             break;
+        case O_PLOT:
+            o->plot = optarg;
+            break;
         case 'h':
             fputs(bench_help, stdout);
             return -1;
@@ -842,6 +856,23 @@ static void raise_fd_limit(uint64_t need)
         rl.rlim_cur = rl.rlim_max < need + 64 ? rl.rlim_max : need + 64;
         setrlimit(RLIMIT_NOFILE, &rl);
     }
+}
+
+/* --plot: the timeline's SVG; a failed plot makes the exit code 1. */
+static int bench_plot_out(const struct bench_opts *o, const struct bench_timeline *tl,
+                          const char *proto, int code)
+{
+    if (o->plot == NULL)
+        return code;
+    char title[160];
+    snprintf(title, sizeof(title),
+             "tierkv bench: protocol %s, %s, %" PRIu64 " connections, %" PRIu64
+             " B values",
+             proto, op_name(o), o->connections, o->value_size);
+    if (bench_timeline_plot(tl, o->plot, title) != 0)
+        return code ? code : CLI_EXIT_ERROR;
+    fprintf(stderr, "tierkv bench: plot written to %s\n", o->plot);
+    return code;
 }
 
 int cli_cmd_bench(struct cli_global *g, int argc, char **argv)
@@ -897,6 +928,9 @@ int cli_cmd_bench(struct cli_global *g, int argc, char **argv)
     sh->query_write = qw;
     sh->query_read = qr;
     sh->progress = o.progress < 0 ? isatty(STDERR_FILENO) != 0 : o.progress != 0;
+    struct bench_timeline timeline = {0};
+    if (o.plot != NULL)
+        sh->timeline = &timeline;
     if (o.connections < o.threads)
         o.threads = o.connections;
     raise_fd_limit(o.connections);
@@ -1023,6 +1057,8 @@ int cli_cmd_bench(struct cli_global *g, int argc, char **argv)
            total_ops, m_ops, m50, m90, m99, m999, mx, total_err, total_nf,
            total_redirects, turn_ms, g->mode, g->consistency, eps_text);
     fflush(stdout);
+    code = bench_plot_out(&o, &timeline, proto, code);
+    bench_timeline_free(&timeline);
     if (code == 0 && total_ops == 0) {
         fprintf(stderr, "tierkv bench: no request succeeded\n");
         code = CLI_EXIT_UNAVAILABLE;

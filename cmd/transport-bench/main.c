@@ -13,8 +13,13 @@
  * everything. Each figure is the median of `runs` repetitions (3; --quick: 1
  * run of a tenth of the size). Prints a table and one JSON line.
  *
+ * --plot FILE.svg draws the request round trip (p50, p99, mean) of each
+ * transport against the two floors (plain sockets; raw libuv echo), and the
+ * one-way 64 B and pipelined rates of each (bench_plot.h).
+ *
  * Usage: transport-bench [--quick] [--runs N] [--only tcp|inproc-1loop|...]
- *                        [--segment 0-4]   (for profiling one cell) */
+ *                        [--segment 0-4]   (for profiling one cell)
+ *                        [--plot FILE.svg] */
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -31,6 +36,7 @@
 #include "base/err.h"
 #include "base/hist.h"
 #include "base/log.h"
+#include "cmd/benchplot/bench_plot.h"
 #include "transport/transport.h"
 
 enum seg_kind { SEG_ONEWAY, SEG_RTT, SEG_PIPELINED };
@@ -600,8 +606,43 @@ static void run_one(int impl, struct pair *p, const struct seg *s, struct result
         pair_run(p, s, r);
 }
 
+/* --plot: the round trips against the floors, and the rates. */
+static int plot_cells(const char *path, bool quick, struct cell cells[N_IMPLS][N_SEGS],
+                      const double uvfloor_p50[2])
+{
+    static struct bench_plot p;
+    bench_plot_init(&p, quick ? "transport-bench --quick: loopback, 127.0.0.1"
+                              : "transport-bench: loopback, 127.0.0.1");
+    int rt = bench_plot_panel(&p, "request round trip, 64 B", "transport", "microseconds",
+                              false, true);
+    int th = bench_plot_panel(&p, "throughput", "transport", "messages/s", false, true);
+    int s50 = bench_plot_series(&p, rt, "p50"), s99 = bench_plot_series(&p, rt, "p99");
+    int smean = bench_plot_series(&p, rt, "mean");
+    int sdg = bench_plot_series(&p, th, "one-way 64 B, msgs/s");
+    int spl = bench_plot_series(&p, th, "pipelined 64 B requests, ops/s");
+    for (int i = 0; i < N_IMPLS; i++) {
+        if (i < 3) { /* the floor is drawn as a line */
+            bench_plot_xtic(&p, rt, i, impl_names[i]);
+            bench_plot_point(&p, s50, i, cells[i][3].p50_us);
+            bench_plot_point(&p, s99, i, cells[i][3].p99_us);
+            bench_plot_point(&p, smean, i, cells[i][3].mean_us);
+        }
+        bench_plot_xtic(&p, th, i, impl_names[i]);
+        bench_plot_point(&p, sdg, i, cells[i][0].rate);
+        bench_plot_point(&p, spl, i, cells[i][4].rate);
+    }
+    bench_plot_hline(&p, rt, "floor: blocking sockets, p50", cells[3][3].p50_us);
+    bench_plot_hline(&p, rt, "floor: raw libuv echo, p50", uvfloor_p50[0]);
+    int rc = bench_plot_write(&p, path);
+    bench_plot_free(&p);
+    if (rc == 0)
+        fprintf(stderr, "transport-bench: plot written to %s\n", path);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
+    const char *plot_path = NULL;
     bool quick = false;
     int runs = 3;
     int only = -1;
@@ -614,6 +655,8 @@ int main(int argc, char **argv)
             runs = atoi(argv[++i]);
             if (runs < 1 || runs > RUNS_MAX)
                 runs = 3;
+        } else if (strcmp(argv[i], "--plot") == 0 && i + 1 < argc) {
+            plot_path = argv[++i];
         } else if (strcmp(argv[i], "--segment") == 0 && i + 1 < argc) {
             only_seg = atoi(argv[++i]);
         } else if (strcmp(argv[i], "--only") == 0 && i + 1 < argc) {
@@ -627,7 +670,8 @@ int main(int argc, char **argv)
             }
         } else {
             fprintf(stderr,
-                    "usage: %s [--quick] [--runs N] [--only IMPL] [--segment 0-4]\n",
+                    "usage: %s [--quick] [--runs N] [--only IMPL] [--segment 0-4] "
+                    "[--plot FILE.svg]\n",
                     argv[0]);
             return 2;
         }
@@ -735,5 +779,7 @@ int main(int argc, char **argv)
            cells[3][4].rate, cells[1][4].rate, cells[2][4].rate, cells[0][1].mb_s,
            cells[3][1].mb_s, cells[0][2].mb_s, cells[3][2].mb_s, cells[0][0].rate,
            cells[3][0].rate, cells[1][0].rate, cells[2][0].rate);
+    if (plot_path != NULL)
+        return plot_cells(plot_path, quick, cells, uvfloor_p50) == 0 ? 0 : 1;
     return 0;
 }
