@@ -139,20 +139,41 @@ static bool drawable(const struct bench_plot_panel *pn, double x, double y)
     return !(pn->logx && x <= 0) && !(pn->logy && y <= 0);
 }
 
-/* The data of every series as datablocks $s0, $s1, ...; how many points of
- * each panel are drawable goes into `points`. */
-static void put_data(FILE *f, const struct bench_plot *p, size_t points[])
+#define DRAW_MAX 2000   /* points drawn per series; more are thinned */
+#define MARKERS_MAX 300 /* a series with more points is drawn without markers */
+
+/* Points [from, to) of a series: all of them, or when the series is thinned,
+ * the lowest and the highest of the chunk in their order (so a stall or a
+ * spike survives the thinning). */
+static void put_chunk(FILE *f, const struct bench_plot_panel *pn,
+                      const struct bench_plot_series *s, size_t from, size_t to)
+{
+    size_t lo = to, hi = to;
+    for (size_t k = from; k < to; k++) {
+        if (!drawable(pn, s->x[k], s->y[k]))
+            continue;
+        if (lo == to || s->y[k] < s->y[lo])
+            lo = k;
+        if (hi == to || s->y[k] > s->y[hi])
+            hi = k;
+    }
+    if (lo == to)
+        return;
+    size_t a = lo < hi ? lo : hi, b = lo < hi ? hi : lo;
+    fprintf(f, "%.9g %.9g\n", s->x[a], s->y[a]);
+    if (b != a)
+        fprintf(f, "%.9g %.9g\n", s->x[b], s->y[b]);
+}
+
+/* The data of every series as datablocks $s0, $s1, ... */
+static void put_data(FILE *f, const struct bench_plot *p)
 {
     for (size_t i = 0; i < p->n_series; i++) {
         const struct bench_plot_series *s = &p->series[i];
-        const struct bench_plot_panel *pn = &p->panel[s->panel];
+        size_t chunk = s->n > DRAW_MAX ? (s->n + DRAW_MAX / 2 - 1) / (DRAW_MAX / 2) : 1;
         fprintf(f, "$s%zu << EOD\n", i);
-        for (size_t k = 0; k < s->n; k++) {
-            if (!drawable(pn, s->x[k], s->y[k]))
-                continue;
-            fprintf(f, "%.9g %.9g\n", s->x[k], s->y[k]);
-            points[s->panel]++;
-        }
+        for (size_t k = 0; k < s->n; k += chunk)
+            put_chunk(f, &p->panel[s->panel], s, k, k + chunk < s->n ? k + chunk : s->n);
         fprintf(f, "EOD\n");
     }
 }
@@ -182,13 +203,15 @@ static void put_panel(FILE *f, const struct bench_plot *p, int panel)
     /* Points on a category axis (a line between categories means nothing). */
     const char *style =
         pn->n_xtics ? "points pt 7 ps 1.2" : "linespoints pt 7 ps 0.5 lw 1.5";
+    const char *dense = pn->n_xtics ? style : "lines lw 1.5";
     fprintf(f, "plot ");
     int n = 0;
     for (size_t i = 0; i < p->n_series; i++) {
         if (p->series[i].panel != panel)
             continue;
         const struct bench_plot_series *s = &p->series[i];
-        fprintf(f, "%s$s%zu using 1:2 with %s", n++ ? ", \\\n  " : "", i, style);
+        fprintf(f, "%s$s%zu using 1:2 with %s", n++ ? ", \\\n  " : "", i,
+                s->n > MARKERS_MAX ? dense : style);
         if (s->color > 0)
             fprintf(f, " lc %d", s->color);
         fprintf(f, " dt %d title \"%s\"", s->dashed ? 2 : 1, s->name);
@@ -203,8 +226,7 @@ static void put_panel(FILE *f, const struct bench_plot *p, int panel)
 
 static void put_script(FILE *f, const struct bench_plot *p, const char *out)
 {
-    size_t points[BENCH_PLOT_PANELS] = {0};
-    put_data(f, p, points);
+    put_data(f, p);
     unsigned width = p->n_panels > 1 ? 1200 : 760;
     fprintf(f,
             "set terminal svg size %u,560 dynamic enhanced font \"sans,11\" "

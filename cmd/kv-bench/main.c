@@ -648,16 +648,18 @@ static int plot_rows(const char *path, int n_scales, const uint64_t scales[],
                               : "kv-bench: 8 B keys and values, random access");
     bench_plot_panel(&p, "reads", "keys", "thread-CPU ns per op", true, true);
     bench_plot_panel(&p, "writes", "keys", "thread-CPU ns per op", true, true);
+    int colors[2] = {0, 0}; /* per panel: an op's pair shares a colour */
     for (int op = 0; op < N_OPS; op++) {
         if (panel_of[op] < 0)
             continue;
+        int color = ++colors[panel_of[op]];
         char name[64];
         snprintf(name, sizeof(name), "tierkv %s", op_names[op]);
         int kv = bench_plot_series(&p, panel_of[op], name);
         snprintf(name, sizeof(name), "LMDB %s", op_names[op]);
         int lm = bench_plot_series(&p, panel_of[op], name);
-        bench_plot_series_look(&p, kv, op + 1, false); /* LMDB: same colour, dashed */
-        bench_plot_series_look(&p, lm, op + 1, true);
+        bench_plot_series_look(&p, kv, color, false); /* LMDB: same colour, dashed */
+        bench_plot_series_look(&p, lm, color, true);
         for (int sc = 0; sc < n_scales; sc++) {
             bench_plot_point(&p, kv, (double)scales[sc], rows[sc][op].kv_ns);
             bench_plot_point(&p, lm, (double)scales[sc], rows[sc][op].lmdb_ns);

@@ -452,6 +452,7 @@ static int run_shape(const struct shape *sh, struct result *out, bool tty)
         fprintf(stderr, "\r%70s\r", "");
     out->entries = entries;
     out->sustained = (double)entries / wall;
+    plot_rounds(sh, rounds, round_end, n_rounds, out->sustained); /* quantile sorts */
     out->round_median = quantile(rounds, n_rounds, 0.5);
     out->round_p10 = quantile(rounds, n_rounds, 0.1);
     out->round_p90 = quantile(rounds, n_rounds, 0.9);
@@ -476,7 +477,6 @@ static int run_shape(const struct shape *sh, struct result *out, bool tty)
     if (failures > 0)
         fprintf(stderr, "probe: %llu proposals failed (busy or lost)\n",
                 (unsigned long long)failures);
-    plot_rounds(sh, rounds, round_end, n_rounds, out->sustained);
     free(rounds);
     free(round_end);
     free(round_total);
