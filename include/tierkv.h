@@ -33,20 +33,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Marks the exported functions: visible even when the library (or an embedder
- * compiling its sources) builds with -fvisibility=hidden. */
-#if defined(__GNUC__) || defined(__clang__)
-#define TK_API __attribute__((visibility("default")))
-#else
-#define TK_API
-#endif
-
 #define TK_VERSION_MAJOR 0
 #define TK_VERSION_MINOR 1
 #define TK_VERSION_PATCH 0
 
 /* The error codes (TK_ERRORS, enum tk_err): one list, in tierkv_errors.h, which
- * the tree's base/err.h includes too. */
+ * the tree's base/err.h includes too; it also defines TK_API, the mark of
+ * every exported function (visible under -fvisibility=hidden). */
 #include "tierkv_errors.h"
 
 /* A static, human-readable message for `rc`; "unknown error" for codes that are

@@ -29,6 +29,8 @@
  *
  * Everything runs on the loop thread that created the transport. */
 #include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1005,6 +1007,26 @@ static void on_tick(uv_timer_t *timer)
     }
 }
 
+/* Keepalive notices a peer that vanished without a FIN on an idle
+ * connection; TCP_USER_TIMEOUT one that vanished while data was in flight
+ * (Raft's heartbeats keep some in flight): the kernel drops the connection
+ * when sent data stays unacknowledged for io_timeout_ms, instead of
+ * retransmitting for ~15 minutes. Then the link redials, and a peer named by a
+ * host name is resolved again: a container that came back at another address
+ * (deploy/docker-compose.yml) is found within seconds. */
+static void conn_liveness(struct tcp *t, struct tcp_conn *c)
+{
+    uv_tcp_keepalive(&c->handle, 1, TCP_KEEPALIVE_S);
+#ifdef TCP_USER_TIMEOUT
+    uv_os_fd_t fd;
+    unsigned ms = t->o.io_timeout_ms;
+    if (uv_fileno((uv_handle_t *)&c->handle, &fd) == 0)
+        (void)setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &ms, sizeof(ms));
+#else
+    (void)t;
+#endif
+}
+
 static void on_connection(uv_stream_t *server, int status)
 {
     struct tcp *t = server->data;
@@ -1030,7 +1052,7 @@ static void on_connection(uv_stream_t *server, int status)
         return;
     }
     uv_tcp_nodelay(&c->handle, 1);
-    uv_tcp_keepalive(&c->handle, 1, TCP_KEEPALIVE_S);
+    conn_liveness(t, c);
     c->state = CONN_HANDSHAKE;
     if (t->o.tls_server != NULL) {
         c->tls = tk_tls_new(t->o.tls_server, NULL); /* the name is checked at HELLO */
@@ -1087,8 +1109,7 @@ static void on_connect(uv_connect_t *req, int status)
         return;
     }
     c->state = CONN_HANDSHAKE;
-    /* Notice a peer that vanished without a FIN on an idle connection. */
-    uv_tcp_keepalive(&c->handle, 1, TCP_KEEPALIVE_S);
+    conn_liveness(p->t, c);
     if (p->t->o.tls_client != NULL) {
         /* Peer TLS: the ClientHello now, our HELLO once TLS is up. */
         c->tls = tk_tls_new(p->t->o.tls_client, NULL);

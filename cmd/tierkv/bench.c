@@ -36,6 +36,8 @@
 #include "base/err.h"
 #include "base/hist.h"
 #include "base/prng.h"
+#include "cmd/tierkv/bench_progress.h"
+#include "cmd/tierkv/bench_timeline.h"
 #include "cmd/tierkv/cli.h"
 #include "tls/tls_uv.h"
 
@@ -174,6 +176,9 @@ struct shared {
     struct worker *workers;
     size_t n_workers;
     bool progress;
+    struct bench_live_view live_view; /* the progress line's previous sums */
+    struct bench_timeline *timeline;  /* --plot: the same samples, kept */
+    uint32_t run;                     /* the run being measured (1..) */
 };
 
 struct worker {
@@ -190,6 +195,7 @@ struct worker {
     size_t n_done; /* prefill: connections out of keys */
     uint64_t last_progress_ops, last_progress_ns;
     _Atomic uint64_t live_ops, live_errors; /* the progress line's view */
+    struct bench_live live;                 /* its latencies (bench_progress.h) */
     bool stopping;
     char first_error[160];
 };
@@ -337,6 +343,8 @@ static void handle_response(struct conn *c)
     bool keep = http_should_keep_alive(&c->hp) != 0;
     c->busy = false;
     c->got_response = false;
+    if ((st >= 200 && st < 300) || (st == 404 && c->is_read))
+        bench_live_note(&w->live, now - c->t_sent);
     if (st >= 200 && st < 300) {
         atomic_fetch_add_explicit(&w->live_ops, 1, memory_order_relaxed);
         if (!sh->prefill && in_window(sh, now)) {
@@ -607,10 +615,16 @@ static void on_progress(uv_timer_t *t)
     w->last_progress_ns = now;
     const char *phase = sh->prefill ? "prefill" : now < sh->t0 ? "warm-up" : "measure";
     double el = now > sh->t0 ? (double)(now - sh->t0) / 1e9 : 0;
-    fprintf(stderr,
-            "\r\033[K[%s %5.1fs/%.0fs] %10.0f ops/s  %10" PRIu64 " ops  %" PRIu64
-            " errors",
-            phase, el, (double)sh->o->duration_ms / 1000, rate, ops, errs);
+    uint64_t p99 = bench_live_p99(&sh->workers[0].live, sh->n_workers,
+                                  sizeof(sh->workers[0]), &sh->live_view);
+    if (sh->timeline != NULL && !sh->prefill && now >= sh->t0)
+        bench_timeline_add(sh->timeline, sh->run, el, rate, (double)p99 / 1e6);
+    if (!sh->progress)
+        return;
+    char line[256];
+    bench_progress_format(line, sizeof(line), phase, el,
+                          (double)sh->o->duration_ms / 1000, rate, p99, ops, errs);
+    fputs(line, stderr);
     fflush(stderr);
 }
 
@@ -633,6 +647,7 @@ static int run_phase(struct shared *sh, struct worker *ws, size_t n_workers,
         sh->t_end = sh->t0 + sh->o->duration_ms * 1000000ull;
     }
     atomic_store(&sh->prefill_next, 0);
+    sh->run = (uint32_t)run_idx;
     for (size_t i = 0; i < n_workers; i++) {
         struct worker *w = &ws[i];
         memset(w, 0, sizeof(*w));
@@ -648,8 +663,9 @@ static int run_phase(struct shared *sh, struct worker *ws, size_t n_workers,
         uv_timer_start(&w->stop_timer, on_stop_timer, (sh->t_end - now) / 1000000 + 1, 0);
         uv_timer_init(&w->loop, &w->progress_timer);
         w->progress_timer.data = w;
-        if (i == 0 && sh->progress) {
+        if (i == 0 && (sh->progress || sh->timeline != NULL)) {
             w->last_progress_ns = now;
+            memset(&sh->live_view, 0, sizeof(sh->live_view));
             uv_timer_start(&w->progress_timer, on_progress, 1000, 1000);
         }
         for (size_t k = 0; k < w->n_conns; k++) {
@@ -716,6 +732,7 @@ static const char bench_help[] =
     "  --key-prefix P          key prefix (bench/)\n"
     "  --progress|--no-progress  the live line on stderr (default: if a terminal)\n"
     "  --strict                exit 1 if any request failed\n"
+    "  --plot FILE.svg         draw each run's ops/s and p99 second by second (gnuplot)\n"
     "Global --mode and --consistency apply to writes and reads (etcd: --consistency\n"
     "stale sends serializable ranges). Prints a table and one JSON line (--json: the\n"
     "JSON line only). Exits 5 if no request succeeded.\n";
@@ -774,7 +791,8 @@ static int parse_bench_args(struct bench_opts *o, int argc, char **argv)
         O_PROGRESS,
         O_NOPROGRESS,
         O_STRICT,
-        O_SEQ
+        O_SEQ,
+        O_PLOT
     };
     static const struct option opts[] = {{"protocol", required_argument, 0, O_PROTO},
                                          {"connections", required_argument, 0, 'c'},
@@ -793,6 +811,7 @@ static int parse_bench_args(struct bench_opts *o, int argc, char **argv)
                                          {"no-progress", no_argument, 0, O_NOPROGRESS},
                                          {"strict", no_argument, 0, O_STRICT},
                                          {"sequential", no_argument, 0, O_SEQ},
+                                         {"plot", required_argument, 0, O_PLOT},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     optind = 1;
@@ -872,6 +891,9 @@ static int parse_bench_args(struct bench_opts *o, int argc, char **argv)
         case O_SEQ:
             bench_sequential = true;
             break;
+        case O_PLOT:
+            o->plot = optarg;
+            break;
         case 'h':
             fputs(bench_help, stdout);
             return -1;
@@ -900,6 +922,23 @@ static void raise_fd_limit(uint64_t need)
         rl.rlim_cur = rl.rlim_max < need + 64 ? rl.rlim_max : need + 64;
         setrlimit(RLIMIT_NOFILE, &rl);
     }
+}
+
+/* --plot: the timeline's SVG; a failed plot makes the exit code 1. */
+static int bench_plot_out(const struct bench_opts *o, const struct bench_timeline *tl,
+                          const char *proto, int code)
+{
+    if (o->plot == NULL)
+        return code;
+    char title[160];
+    snprintf(title, sizeof(title),
+             "tierkv bench: protocol %s, %s, %" PRIu64 " connections, %" PRIu64
+             " B values",
+             proto, op_name(o), o->connections, o->value_size);
+    if (bench_timeline_plot(tl, o->plot, title) != 0)
+        return code ? code : CLI_EXIT_ERROR;
+    fprintf(stderr, "tierkv bench: plot written to %s\n", o->plot);
+    return code;
 }
 
 int cli_cmd_bench(struct cli_global *g, int argc, char **argv)
@@ -959,6 +998,9 @@ int cli_cmd_bench(struct cli_global *g, int argc, char **argv)
     sh->query_write = qw;
     sh->query_read = qr;
     sh->progress = o.progress < 0 ? isatty(STDERR_FILENO) != 0 : o.progress != 0;
+    struct bench_timeline timeline = {0};
+    if (o.plot != NULL)
+        sh->timeline = &timeline;
     if (o.connections < o.threads)
         o.threads = o.connections;
     raise_fd_limit(o.connections);
@@ -1085,6 +1127,8 @@ int cli_cmd_bench(struct cli_global *g, int argc, char **argv)
            total_ops, m_ops, m50, m90, m99, m999, mx, total_err, total_nf,
            total_redirects, turn_ms, g->mode, g->consistency, eps_text);
     fflush(stdout);
+    code = bench_plot_out(&o, &timeline, proto, code);
+    bench_timeline_free(&timeline);
     if (code == 0 && total_ops == 0) {
         fprintf(stderr, "tierkv bench: no request succeeded\n");
         code = CLI_EXIT_UNAVAILABLE;

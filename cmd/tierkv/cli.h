@@ -207,6 +207,7 @@ struct bench_opts {
     int progress;        /* -1 auto (a terminal), 0 off, 1 on */
     bool strict;         /* any error makes the exit code nonzero */
     char key_prefix[64];
+    const char *plot; /* --plot FILE.svg (bench_timeline.h), or NULL */
 };
 
 void cli_bench_defaults(struct bench_opts *o);

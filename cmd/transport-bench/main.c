@@ -15,8 +15,13 @@
  * everything. Each figure is the median of `runs` repetitions (3; --quick: 1
  * run of a tenth of the size). Prints a table and one JSON line.
  *
+ * --plot FILE.svg draws the request round trip (p50, p99, mean) of each
+ * transport against the two floors (plain sockets; raw libuv echo), and the
+ * one-way 64 B and pipelined rates of each (bench_plot.h).
+ *
  * Usage: transport-bench [--quick] [--runs N] [--only tcp|inproc-1loop|...]
- *                        [--segment 0-4]   (for profiling one cell) */
+ *                        [--segment 0-4]   (for profiling one cell)
+ *                        [--plot FILE.svg] */
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -33,6 +38,7 @@
 #include "base/err.h"
 #include "base/hist.h"
 #include "base/log.h"
+#include "cmd/benchplot/bench_plot.h"
 #include "tls/tls.h"
 #include "transport/transport.h"
 
@@ -634,8 +640,43 @@ static int make_tls(void)
     return rc;
 }
 
+/* --plot: the round trips against the floors, and the rates. */
+static int plot_cells(const char *path, bool quick, struct cell cells[N_IMPLS][N_SEGS],
+                      const double uvfloor_p50[2])
+{
+    static struct bench_plot p;
+    bench_plot_init(&p, quick ? "transport-bench --quick: loopback, 127.0.0.1"
+                              : "transport-bench: loopback, 127.0.0.1");
+    int rt = bench_plot_panel(&p, "request round trip, 64 B", "transport", "microseconds",
+                              false, true);
+    int th = bench_plot_panel(&p, "throughput", "transport", "messages/s", false, true);
+    int s50 = bench_plot_series(&p, rt, "p50"), s99 = bench_plot_series(&p, rt, "p99");
+    int smean = bench_plot_series(&p, rt, "mean");
+    int sdg = bench_plot_series(&p, th, "one-way 64 B, msgs/s");
+    int spl = bench_plot_series(&p, th, "pipelined 64 B requests, ops/s");
+    for (int i = 0; i < N_IMPLS; i++) {
+        if (i < 3) { /* the floor is drawn as a line */
+            bench_plot_xtic(&p, rt, i, impl_names[i]);
+            bench_plot_point(&p, s50, i, cells[i][3].p50_us);
+            bench_plot_point(&p, s99, i, cells[i][3].p99_us);
+            bench_plot_point(&p, smean, i, cells[i][3].mean_us);
+        }
+        bench_plot_xtic(&p, th, i, impl_names[i]);
+        bench_plot_point(&p, sdg, i, cells[i][0].rate);
+        bench_plot_point(&p, spl, i, cells[i][4].rate);
+    }
+    bench_plot_hline(&p, rt, "floor: blocking sockets, p50", cells[3][3].p50_us);
+    bench_plot_hline(&p, rt, "floor: raw libuv echo, p50", uvfloor_p50[0]);
+    int rc = bench_plot_write(&p, path);
+    bench_plot_free(&p);
+    if (rc == 0)
+        fprintf(stderr, "transport-bench: plot written to %s\n", path);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
+    const char *plot_path = NULL;
     bool quick = false;
     int runs = 3;
     int only = -1;
@@ -648,6 +689,8 @@ int main(int argc, char **argv)
             runs = atoi(argv[++i]);
             if (runs < 1 || runs > RUNS_MAX)
                 runs = 3;
+        } else if (strcmp(argv[i], "--plot") == 0 && i + 1 < argc) {
+            plot_path = argv[++i];
         } else if (strcmp(argv[i], "--segment") == 0 && i + 1 < argc) {
             only_seg = atoi(argv[++i]);
         } else if (strcmp(argv[i], "--only") == 0 && i + 1 < argc) {
@@ -661,7 +704,8 @@ int main(int argc, char **argv)
             }
         } else {
             fprintf(stderr,
-                    "usage: %s [--quick] [--runs N] [--only IMPL] [--segment 0-4]\n",
+                    "usage: %s [--quick] [--runs N] [--only IMPL] [--segment 0-4] "
+                    "[--plot FILE.svg]\n",
                     argv[0]);
             return 2;
         }
@@ -782,7 +826,10 @@ int main(int argc, char **argv)
            quick ? "true" : "false", runs, cells[0][3].p50_us, cells[4][3].p50_us,
            cells[0][4].rate, cells[4][4].rate, cells[0][1].mb_s, cells[4][1].mb_s,
            cells[0][2].mb_s, cells[4][2].mb_s, cells[0][0].rate, cells[4][0].rate);
+    int rc_plot = 0;
     tk_tls_ctx_free(tls_server);
     tk_tls_ctx_free(tls_client);
-    return 0;
+    if (plot_path != NULL)
+        rc_plot = plot_cells(plot_path, quick, cells, uvfloor_p50);
+    return rc_plot == 0 ? 0 : 1;
 }
