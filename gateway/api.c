@@ -230,6 +230,7 @@ static void on_close(struct http_request *hreq, void *data)
         tk_blob_unref(req->nreq.cmd);
     tk_free(req->key);
     tk_free(req->key2);
+    tk_free(req->range_end);
     tk_free(req->op_kinds);
     tk_free(req);
     hreq->data = NULL;

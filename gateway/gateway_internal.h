@@ -159,7 +159,23 @@ struct api_req {
     uint8_t *op_kinds; /* batch/txn: kind of each op (then ops, then else ops) */
     uint32_t n_ops;
     uint32_t n_then;
+    /* delete range in steps (api_range.c): key is the step's start */
+    uint8_t *range_end; /* the step's end, when not the range's */
+    size_t range_end_len;
+    uint64_t range_deleted, range_revision;
+    uint8_t range_mode;
+    bool range_last, range_keyed;
 };
+
+/* ---- api_kv.c ----------------------------------------------------------- */
+
+/* Scan bounds from the query into req (prefix, or start/end); on a bad one
+ * answers (400, 413) and returns TK_EINVAL. */
+int api__scan_bounds(struct api_req *req, const struct query *q);
+/* A prefix bound (req->by_prefix) as the range [prefix, its successor): the
+ * successor is the smallest key above every key the prefix starts; none
+ * (unbounded) for an empty or all-0xff prefix. */
+void api__prefix_to_range(struct api_req *req);
 
 /* ---- api_reply.c -------------------------------------------------------- */
 

@@ -125,6 +125,8 @@ static inline int step_hot(struct kv_iter *it, const uint8_t *hk, size_t hklen,
     struct kv_sm *sm = it->sm;
     if (!in_range(it->r, hk, hklen))
         return TK_ENOTFOUND;
+    it->seen = hk;
+    it->seen_len = hklen;
     it->hot_owed = true;
     it->cold_owed = cv != NULL;
     bool found;
@@ -157,6 +159,10 @@ static int step_cold(struct kv_iter *it, const uint8_t *ck, size_t cklen,
     it->cold_owed = true;
     if (!in_range(r, ck, cklen))
         return 1; /* long keys sharing a prefix are in hash order: skip, not stop */
+    if (!is_long) {
+        it->seen = ck;
+        it->seen_len = cklen;
+    }
     bool below = kv__keycmp(ck, cklen, r->start, r->start_len) < 0;
     if (!below && is_long) {
         /* Out of byte order, the merge cannot see a hot copy of a long key:
@@ -221,6 +227,8 @@ static inline int iter_next(struct kv_iter *it, struct kv_item *out)
             it->emitted++;
         if (rc != 1)
             return rc;
+        if (it->skip_max != 0 && ++it->skipped >= it->skip_max && it->seen != NULL)
+            return TK_EBUSY;
     }
 }
 
@@ -232,6 +240,12 @@ int kv__iter_next(struct kv_iter *it, struct kv_item *out)
 int kv__iter_first(struct kv_iter *it, struct kv_sm *sm, const struct kv_range *r,
                    size_t limit, struct kv_item *out)
 {
+    return kv__iter_first_skip(it, sm, r, limit, 0, out);
+}
+
+int kv__iter_first_skip(struct kv_iter *it, struct kv_sm *sm, const struct kv_range *r,
+                        size_t limit, size_t skip_max, struct kv_item *out)
+{
     it->sm = sm;
     it->r = r;
     it->limit = limit;
@@ -239,6 +253,10 @@ int kv__iter_first(struct kv_iter *it, struct kv_sm *sm, const struct kv_range *
     it->cur = NULL;
     it->cvalid = false;
     it->hot_owed = it->cold_owed = false;
+    it->skip_max = skip_max;
+    it->skipped = 0;
+    it->seen = NULL;
+    it->seen_len = 0;
     kv__view_seek(&sm->view, r->start, r->start_len, &it->hot);
     it->ahead = it->hot;
     it->pos = it->ahead_pos = 0;
@@ -265,15 +283,30 @@ void kv__iter_close(struct kv_iter *it)
 int kv_sm_scan(struct kv_sm *sm, const struct kv_range *r, size_t limit, kv_item_cb *cb,
                void *data)
 {
+    return kv_sm_scan_bounded(sm, r, limit, 0, cb, data, NULL);
+}
+
+int kv_sm_scan_bounded(struct kv_sm *sm, const struct kv_range *r, size_t limit,
+                       size_t skip_max, kv_item_cb *cb, void *data,
+                       struct kv_scan_stop *stop)
+{
     struct kv_iter it;
     struct kv_item item;
     int rc;
-    for (rc = kv__iter_first(&it, sm, r, limit, &item); rc == 0;
+    for (rc = kv__iter_first_skip(&it, sm, r, limit, skip_max, &item); rc == 0;
          rc = iter_next(&it, &item))
         if (cb(&item, data) != 0)
             break;
+    if (stop != NULL) {
+        stop->stopped = rc == TK_EBUSY;
+        stop->key_len = 0;
+        if (stop->stopped && it.seen_len <= stop->cap) {
+            memcpy(stop->key, it.seen, it.seen_len);
+            stop->key_len = it.seen_len;
+        }
+    }
     kv__iter_close(&it);
-    return rc == TK_ENOTFOUND ? 0 : rc;
+    return rc == TK_ENOTFOUND || rc == TK_EBUSY ? 0 : rc;
 }
 
 int kv_sm_digest(struct kv_sm *sm, uint64_t *out)

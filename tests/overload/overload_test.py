@@ -19,6 +19,7 @@ import resource
 import socket
 import sys
 import threading
+import urllib.parse
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..",
@@ -87,7 +88,7 @@ class Timing(tk.Fail):
     pass
 
 
-def guarded(cluster, name, hostile, tries=3):
+def guarded(cluster, name, hostile, tries=3, rss_slack=64):
     """Runs `hostile(leader_node)` beside a normal client and checks the
     invariants of the suite. The timing ones (no leader change, no loop turn
     over 100 ms) are about the machine too: on a loaded 2-core machine any
@@ -98,17 +99,18 @@ def guarded(cluster, name, hostile, tries=3):
     every run."""
     for i in range(tries):
         try:
-            return guarded_once(cluster, name, hostile)
+            return guarded_once(cluster, name, hostile, rss_slack)
         except Timing as e:
             if i == tries - 1:
                 raise
             print("     (%s: %s; running it again)" % (name, e), flush=True)
 
 
-def guarded_once(cluster, name, hostile):
+def guarded_once(cluster, name, hostile, rss_slack):
     lead = cluster.wait_leader()
     nd = cluster.node(lead)
     term0 = cluster.status(nd)["term"]
+    rss0 = rss_mib(nd)
     slow0 = {n.id: len(slow_turns(n)) for n in cluster.nodes}
     with Normal(nd.http_port, name + "-base") as base:
         time.sleep(1.0)
@@ -118,6 +120,15 @@ def guarded_once(cluster, name, hostile):
         hostile(nd)
         dt = time.time() - t0
         time.sleep(0.5)
+    # RSS back within rss_slack MiB of its start once the hostile client left
+    # (freed memory may take a moment to go back: a bounded poll).
+    deadline = time.time() + 10
+    rss1 = rss_mib(nd)
+    while rss1 > rss0 + rss_slack and time.time() < deadline:
+        time.sleep(0.2)
+        rss1 = rss_mib(nd)
+    check(rss1 <= rss0 + rss_slack, "leader RSS %.0f MiB after %s, %.0f before (more than "
+          "%d MiB above)" % (rss1, name, rss0, rss_slack))
     st = cluster.status(nd)
     moved = not (st is not None and st["role"] == "leader" and st["term"] == term0)
     slow = [ln for n in cluster.nodes for ln in slow_turns(n)[slow0[n.id]:]]
@@ -142,9 +153,9 @@ def guarded_once(cluster, name, hostile):
     # callbacks on the same loop: the normal client's slowest request bounds
     # what a hostile one held the loop for.
     print("     %-28s hostile %.3fs; normal p99 %.1f ms without, %.1f ms with, max "
-          "%.1f ms with (%d and %d requests)" %
+          "%.1f ms with (%d and %d requests); leader RSS %.0f -> %.0f MiB; term %d kept" %
           (name, dt, base.p99_ms(), normal.p99_ms(), 1000 * max(normal.lat),
-           len(base.lat), len(normal.lat)), flush=True)
+           len(base.lat), len(normal.lat), rss0, rss1, term0), flush=True)
 
 
 def send_all(port, data, timeout=10):
@@ -247,6 +258,82 @@ def test_idle_and_stalled_connections(cluster):
     guarded(cluster, "idle-and-stalled", hostile)
 
 
+def turn_max_ms(nd):
+    """The longest loop turn so far (any phase), from /metrics."""
+    st, _, data = tk.request(nd.http_port, "GET", "/metrics")
+    check(st == 200, "metrics: %d" % st)
+    vals = [float(ln.split()[-1]) for ln in data.decode().splitlines()
+            if ln.startswith("tierkv_loop_turn_max_seconds{")]
+    check(vals, "no tierkv_loop_turn_max_seconds in /metrics")
+    return 1000 * max(vals)
+
+
+def load_keys(port, prefix, n, threads=4):
+    """Writes n small keys prefix%07d in batches of 128 from a few threads."""
+    errs = []
+
+    def worker(t):
+        for start in range(t * 128, n, threads * 128):
+            ops = ",".join('{"op":"put","key":"%s%07d","value":"v"}' % (prefix, i)
+                           for i in range(start, min(n, start + 128)))
+            st, _, data = tk.request(port, "POST", "/v1/batch", '{"ops":[%s]}' % ops,
+                                     headers={"Content-Type": "application/json"},
+                                     timeout=30)
+            if st != 200:
+                errs.append("%d %r" % (st, data[:100]))
+                return
+    ts = [threading.Thread(target=worker, args=(t,)) for t in range(threads)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    check(not errs, "loading %d keys: %s" % (n, errs[:2]))
+
+
+def test_delete_and_scan_over_1m_keys(cluster):
+    # DELETE /v1/kv?prefix= over 1M keys runs in steps of 1024 keys (each its
+    # own entry); a scan over the 1M tombstones it leaves reads at most 16384
+    # of them per call and says where to go on. Neither holds the loop.
+    n = int(os.environ.get("TIERKV_OVERLOAD_KEYS", "1000000"))
+    lead = cluster.wait_leader()
+    nd = cluster.node(lead)
+    t0 = time.time()
+    load_keys(nd.http_port, "bulk/", n)
+    print("     (loaded %d keys in %.1f s; longest loop turn so far %.1f ms)" %
+          (n, time.time() - t0, turn_max_ms(nd)), flush=True)
+    out = {}
+
+    def hostile(nd):
+        t = time.time()
+        st, _, data = tk.request(nd.http_port, "DELETE", "/v1/kv?prefix=bulk/", timeout=170)
+        out["delete_s"] = time.time() - t
+        js = tk.json.loads(data) if st == 200 else None
+        check(js is not None and js["deleted"] == n, "delete of %d keys: %d %r" %
+              (n, st, data[:200]))
+        # Scan the tombstones: every call bounded, the chain ends, nothing live.
+        calls, items, path, slowest = 0, 0, "/v1/kv?prefix=bulk/&limit=10000", 0.0
+        while True:
+            t = time.time()
+            st, _, data = tk.request(nd.http_port, "GET", path, timeout=30)
+            slowest = max(slowest, time.time() - t)
+            check(st == 200, "scan over tombstones: %d %r" % (st, data[:200]))
+            js = tk.json.loads(data)
+            calls += 1
+            items += js["count"]
+            if not js["more"]:
+                break
+            check("next" in js, "more without next: %r" % js)
+            path = "/v1/kv?prefix=bulk/&limit=10000&start=" + urllib.parse.quote(js["next"], safe="")
+        out["scan"] = (calls, items, slowest)
+        check(items == 0, "the scan found %d live keys after the delete" % items)
+        check(calls > n // 16384, "%d calls over %d tombstones: not bounded" % (calls, n))
+    guarded(cluster, "delete-range-%d" % n, hostile, tries=1)
+    print("     (delete of %d keys took %.1f s; scan over the tombstones: %d calls, "
+          "slowest %.1f ms; longest loop turn now %.1f ms)" %
+          (n, out["delete_s"], out["scan"][0], 1000 * out["scan"][2], turn_max_ms(nd)),
+          flush=True)
+
+
 def test_descriptors_are_raised_and_reserved(binary):
     # A soft limit of 128 under a hard one of 1024: raised at start, and
     # --max-connections sized from it with a reserve (1024 - 256 = 768).
@@ -335,7 +422,8 @@ def main():
         settle(cluster)
         failed = tk.run([test_big_batch_is_refused_without_holding_the_loop,
                          test_slow_readers_are_bounded_and_cut,
-                         test_idle_and_stalled_connections], cluster)
+                         test_idle_and_stalled_connections,
+                         test_delete_and_scan_over_1m_keys], cluster)
         failed += tk.run([test_descriptors_are_raised_and_reserved], binary)
     finally:
         tk.finish(cluster, failed)
