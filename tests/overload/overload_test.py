@@ -124,10 +124,10 @@ def guarded_once(cluster, name, hostile, rss_slack):
     # (freed memory may take a moment to go back: a bounded poll).
     deadline = time.time() + 10
     rss1 = rss_mib(nd)
-    while rss1 > rss0 + rss_slack and time.time() < deadline:
+    while rss_slack is not None and rss1 > rss0 + rss_slack and time.time() < deadline:
         time.sleep(0.2)
         rss1 = rss_mib(nd)
-    check(rss1 <= rss0 + rss_slack, "leader RSS %.0f MiB after %s, %.0f before (more than "
+    check(rss_slack is None or rss1 <= rss0 + rss_slack, "leader RSS %.0f MiB after %s, %.0f before (more than "
           "%d MiB above)" % (rss1, name, rss0, rss_slack))
     st = cluster.status(nd)
     moved = not (st is not None and st["role"] == "leader" and st["term"] == term0)
@@ -259,13 +259,14 @@ def test_idle_and_stalled_connections(cluster):
 
 
 def turn_max_ms(nd):
-    """The longest loop turn so far (any phase), from /metrics."""
+    """The longest loop turn so far and its phase, from /metrics."""
     st, _, data = tk.request(nd.http_port, "GET", "/metrics")
     check(st == 200, "metrics: %d" % st)
-    vals = [float(ln.split()[-1]) for ln in data.decode().splitlines()
+    vals = [(1000 * float(ln.split()[-1]), ln.split('"')[1])
+            for ln in data.decode().splitlines()
             if ln.startswith("tierkv_loop_turn_max_seconds{")]
     check(vals, "no tierkv_loop_turn_max_seconds in /metrics")
-    return 1000 * max(vals)
+    return "%.1f ms (%s)" % max(vals)
 
 
 def load_keys(port, prefix, n, threads=4):
@@ -299,7 +300,7 @@ def test_delete_and_scan_over_1m_keys(cluster):
     nd = cluster.node(lead)
     t0 = time.time()
     load_keys(nd.http_port, "bulk/", n)
-    print("     (loaded %d keys in %.1f s; longest loop turn so far %.1f ms)" %
+    print("     (loaded %d keys in %.1f s; longest loop turn so far %s)" %
           (n, time.time() - t0, turn_max_ms(nd)), flush=True)
     out = {}
 
@@ -326,10 +327,14 @@ def test_delete_and_scan_over_1m_keys(cluster):
             path = "/v1/kv?prefix=bulk/&limit=10000&start=" + urllib.parse.quote(js["next"], safe="")
         out["scan"] = (calls, items, slowest)
         check(items == 0, "the scan found %d live keys after the delete" % items)
-        check(calls > n // 16384, "%d calls over %d tombstones: not bounded" % (calls, n))
-    guarded(cluster, "delete-range-%d" % n, hostile, tries=1)
+        # (The unit test kv-bounded checks the budget exactly; here a tier-down
+        # may have dropped part of the tombstones, so the calls vary.)
+    # No RSS bound here: deleting 1M keys writes 1M tombstones (ring records,
+    # then LMDB pages at tier-down), data the node must hold, not memory a
+    # client made it waste; the figures are printed.
+    guarded(cluster, "delete-range-%d" % n, hostile, tries=1, rss_slack=None)
     print("     (delete of %d keys took %.1f s; scan over the tombstones: %d calls, "
-          "slowest %.1f ms; longest loop turn now %.1f ms)" %
+          "slowest %.1f ms; longest loop turn now %s)" %
           (n, out["delete_s"], out["scan"][0], 1000 * out["scan"][2], turn_max_ms(nd)),
           flush=True)
 
@@ -374,7 +379,15 @@ def test_descriptors_are_raised_and_reserved(binary):
                 st, _, data = tk.request(port, "PUT", "/v1/kv/fd-%d" % i, "x" * 1000)
             except (OSError, tk.http.client.HTTPException):
                 continue
-            check(st in (200, 503), "a write with every slot taken: %d %r" % (st, data))
+            # An idle connection gives way to the new one (issue 19): 200.
+            check(st == 200, "a write with every slot taken by idle ones: %d %r" % (st, data))
+        st, _, data = tk.request(port, "GET", "/metrics")
+        ev = [ln for ln in data.decode().splitlines()
+              if ln.startswith("tierkv_http_connections_evicted_total")]
+        check(ev and float(ev[0].split()[-1]) >= 900 - 768,
+              "idle connections not evicted at the limit: %r" % ev)
+        print("     (%d idle connections over a limit of 768: %s)" % (len(socks), ev[0]),
+              flush=True)
         for s in socks:
             s.close()
         deadline = time.time() + 10
@@ -420,11 +433,14 @@ def main():
     failed = 1
     try:
         settle(cluster)
-        failed = tk.run([test_big_batch_is_refused_without_holding_the_loop,
-                         test_slow_readers_are_bounded_and_cut,
-                         test_idle_and_stalled_connections,
-                         test_delete_and_scan_over_1m_keys], cluster)
-        failed += tk.run([test_descriptors_are_raised_and_reserved], binary)
+        tests = [test_big_batch_is_refused_without_holding_the_loop,
+                 test_slow_readers_are_bounded_and_cut,
+                 test_idle_and_stalled_connections,
+                 test_delete_and_scan_over_1m_keys]
+        only = os.environ.get("TIERKV_OVERLOAD_ONLY")  # a name part, for a focused run
+        failed = tk.run([t for t in tests if not only or only in t.__name__], cluster)
+        if not only or only in "test_descriptors_are_raised_and_reserved":
+            failed += tk.run([test_descriptors_are_raised_and_reserved], binary)
     finally:
         tk.finish(cluster, failed)
 
