@@ -128,7 +128,7 @@ def guarded_once(cluster, name, hostile, rss_slack):
         time.sleep(0.2)
         rss1 = rss_mib(nd)
     check(rss_slack is None or rss1 <= rss0 + rss_slack, "leader RSS %.0f MiB after %s, %.0f before (more than "
-          "%d MiB above)" % (rss1, name, rss0, rss_slack))
+          "%s MiB above)" % (rss1, name, rss0, rss_slack))
     st = cluster.status(nd)
     moved = not (st is not None and st["role"] == "leader" and st["term"] == term0)
     slow = [ln for n in cluster.nodes for ln in slow_turns(n)[slow0[n.id]:]]
