@@ -43,6 +43,14 @@ static const struct kv_rec *page_rec(const struct kv_page *p, size_t off)
  * of the key 2 * TIER_AHEAD on, then the record of the key TIER_AHEAD on. */
 #define TIER_AHEAD 8
 
+/* The tier-down's scratch arrays (tier_ents, tier_keys, tier_rel) grow to
+ * the records of the largest tier-down; past TIER_SCRATCH_KEEP records they
+ * are freed once done with (tier_publish, tier_release), so that one big
+ * tier-down (a delete of a million keys: 80 MiB of them) does not keep its
+ * scratch for the node's lifetime. Regrowing costs the next big one a few
+ * reallocs, small beside its LMDB writes. */
+#define TIER_SCRATCH_KEEP ((size_t)1 << 16)
+
 static void tier_push(struct kv_sm *sm, const struct kv_rec *h, uint64_t addr)
 {
     sm->tier_ents = kv__grow(sm->tier_ents, sm->n_tier_ents, &sm->cap_tier_ents, 4096,
@@ -283,6 +291,13 @@ static void tier_publish(struct kv_sm *sm, struct kv_tier_job *j)
         sm->n_tier_rel = 0;
     }
     sm->n_tier_ents = 0;
+    if (sm->cap_tier_ents > TIER_SCRATCH_KEEP || sm->cap_tier_keys > TIER_SCRATCH_KEEP) {
+        tk_free(sm->tier_ents);
+        tk_free(sm->tier_keys);
+        sm->tier_ents = NULL;
+        sm->tier_keys = NULL;
+        sm->cap_tier_ents = sm->cap_tier_keys = 0;
+    }
     tk_free(j->pages);
     j->pages = NULL;
 }
@@ -305,6 +320,11 @@ static void tier_release(struct kv_sm *sm)
     sm->n_tier_rel = 0;
     sm->drain_at = 0;
     sm->draining = false;
+    if (sm->cap_tier_rel > TIER_SCRATCH_KEEP) {
+        tk_free(sm->tier_rel);
+        sm->tier_rel = NULL;
+        sm->cap_tier_rel = 0;
+    }
 }
 
 bool kv_sm_tier_drain(struct kv_sm *sm, size_t max_records)
