@@ -20,6 +20,9 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 
 #include "base/alloc.h"
 #include "base/assert.h"
@@ -50,6 +53,15 @@ static const struct kv_rec *page_rec(const struct kv_page *p, size_t off)
  * scratch for the node's lifetime. Regrowing costs the next big one a few
  * reallocs, small beside its LMDB writes. */
 #define TIER_SCRATCH_KEEP ((size_t)1 << 16)
+
+/* glibc keeps freed blocks under its (adaptive, up to 32 MiB) mmap threshold
+ * in its heaps; trimming after freeing big scratch gives them back. */
+static void tier_trim(void)
+{
+#if defined(__GLIBC__)
+    (void)malloc_trim(0);
+#endif
+}
 
 static void tier_push(struct kv_sm *sm, const struct kv_rec *h, uint64_t addr)
 {
@@ -297,6 +309,7 @@ static void tier_publish(struct kv_sm *sm, struct kv_tier_job *j)
         sm->tier_ents = NULL;
         sm->tier_keys = NULL;
         sm->cap_tier_ents = sm->cap_tier_keys = 0;
+        tier_trim();
     }
     tk_free(j->pages);
     j->pages = NULL;
@@ -324,6 +337,7 @@ static void tier_release(struct kv_sm *sm)
         tk_free(sm->tier_rel);
         sm->tier_rel = NULL;
         sm->cap_tier_rel = 0;
+        tier_trim();
     }
 }
 

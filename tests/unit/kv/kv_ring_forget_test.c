@@ -74,8 +74,10 @@ START_TEST(test_free_slab_pages_past_the_keep_go_back)
     for (size_t k = 0; k < 200; k++) {
         ck_assert(kv__ring_check(&r, addrs[k]));
         const struct kv_page *p = kv__ring_page(&r, addrs[k]);
-        const struct kv_rec *h = (const struct kv_rec *)(const void *)(
-            p->data + (addrs[k] & ((1u << KV_ADDR_OFF_BITS) - 1)));
+        const struct kv_rec *h =
+            (const struct kv_rec *)(const void *)(p->data +
+                                                  (addrs[k] &
+                                                   ((1u << KV_ADDR_OFF_BITS) - 1)));
         ck_assert_uint_eq(h->mod_rev, first + k);
         ck_assert_uint_eq(((const uint8_t *)(h + 1))[4 + VAL - 1], (first + k) & 0xff);
     }
