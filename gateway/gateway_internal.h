@@ -165,6 +165,10 @@ struct api_req {
     uint64_t range_deleted, range_revision;
     uint8_t range_mode;
     bool range_last, range_keyed;
+    /* the digest in steps (api_digest.c) */
+    struct kv_digest *digest;
+    uint64_t digest_applied;
+    uint32_t digest_restarts;
 };
 
 /* ---- api_kv.c ----------------------------------------------------------- */

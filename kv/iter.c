@@ -13,6 +13,7 @@
 #include <string.h>
 #include <xxhash.h>
 
+#include "base/alloc.h"
 #include "base/assert.h"
 #include "base/err.h"
 #include "kv/iter.h"
@@ -309,6 +310,15 @@ int kv_sm_scan_bounded(struct kv_sm *sm, const struct kv_range *r, size_t limit,
     return rc == TK_ENOTFOUND || rc == TK_EBUSY ? 0 : rc;
 }
 
+static void digest_item(XXH3_state_t *st, const struct kv_item *item)
+{
+    uint64_t hdr[6] = {item->key_len,      item->value_len, item->create_revision,
+                       item->mod_revision, item->version,   item->expire_ms};
+    XXH3_64bits_update(st, hdr, sizeof(hdr));
+    XXH3_64bits_update(st, item->key, item->key_len);
+    XXH3_64bits_update(st, item->value, item->value_len);
+}
+
 int kv_sm_digest(struct kv_sm *sm, uint64_t *out)
 {
     XXH3_state_t *st = XXH3_createState();
@@ -319,15 +329,82 @@ int kv_sm_digest(struct kv_sm *sm, uint64_t *out)
     struct kv_item item;
     int rc;
     for (rc = kv__iter_first(&it, sm, &all, 0, &item); rc == 0;
-         rc = kv__iter_next(&it, &item)) {
-        uint64_t hdr[6] = {item.key_len,      item.value_len, item.create_revision,
-                           item.mod_revision, item.version,   item.expire_ms};
-        XXH3_64bits_update(st, hdr, sizeof(hdr));
-        XXH3_64bits_update(st, item.key, item.key_len);
-        XXH3_64bits_update(st, item.value, item.value_len);
-    }
+         rc = kv__iter_next(&it, &item))
+        digest_item(st, &item);
     kv__iter_close(&it);
     *out = XXH3_64bits_digest(st);
     XXH3_freeState(st);
     return rc == TK_ENOTFOUND ? 0 : rc;
+}
+
+/* ---- the digest in steps ---- */
+
+struct kv_digest {
+    XXH3_state_t *st;
+    uint8_t *from; /* the next step's start: the key read last and a 0 byte */
+    size_t from_len;
+    uint8_t *stop_key;
+    size_t cap; /* the sm's key_max */
+    size_t items;
+    bool done;
+};
+
+struct kv_digest *kv_digest_new(const struct kv_sm *sm)
+{
+    struct kv_digest *d = tk_calloc(1, sizeof(*d));
+    d->st = XXH3_createState();
+    TK_ASSERT(d->st != NULL);
+    XXH3_64bits_reset(d->st);
+    d->cap = sm->cfg.key_max;
+    d->from = tk_malloc(d->cap + 1);
+    d->stop_key = tk_malloc(d->cap);
+    return d;
+}
+
+void kv_digest_free(struct kv_digest *d)
+{
+    if (d == NULL)
+        return;
+    XXH3_freeState(d->st);
+    tk_free(d->from);
+    tk_free(d->stop_key);
+    tk_free(d);
+}
+
+uint64_t kv_digest_value(const struct kv_digest *d)
+{
+    return XXH3_64bits_digest(d->st);
+}
+
+static int digest_step_cb(const struct kv_item *item, void *data)
+{
+    struct kv_digest *d = data;
+    digest_item(d->st, item);
+    TK_ASSERT(item->key_len <= d->cap);
+    memcpy(d->from, item->key, item->key_len);
+    d->from_len = item->key_len;
+    d->items++;
+    return 0;
+}
+
+int kv_sm_digest_step(struct kv_sm *sm, struct kv_digest *d, size_t max_items,
+                      size_t skip_max)
+{
+    if (d->done)
+        return 1;
+    struct kv_range r = {.start = d->from, .start_len = d->from_len};
+    struct kv_scan_stop stop = {.key = d->stop_key, .cap = d->cap};
+    d->items = 0;
+    int rc = kv_sm_scan_bounded(sm, &r, max_items, skip_max, digest_step_cb, d, &stop);
+    if (rc != 0)
+        return rc;
+    if (stop.stopped) {
+        memcpy(d->from, stop.key, stop.key_len);
+        d->from_len = stop.key_len;
+    } else if (max_items == 0 || d->items < max_items) {
+        d->done = true;
+        return 1;
+    }
+    d->from[d->from_len++] = 0; /* just after the key read last */
+    return 0;
 }

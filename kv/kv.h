@@ -239,6 +239,20 @@ bool kv_sm_tier_urgent(const struct kv_sm *sm);
  * sm's clock): equal on replicas that applied the same entries. */
 int kv_sm_digest(struct kv_sm *sm, uint64_t *out);
 
+/* The same digest in bounded steps, so that no step holds the owner's loop:
+ * kv_digest_new, then kv_sm_digest_step until it returns 1 (done; 0: more,
+ * or TK_EIO), then kv_digest_value and kv_digest_free. A step hashes at most
+ * max_items live keys (0: no limit) and reads at most skip_max records that give
+ * none (0: no budget), going on from just after the key the last step read. The
+ * value equals kv_sm_digest's when the sm applied nothing between the steps:
+ * the caller checks that (kv_sm_applied_index) and starts again otherwise. */
+struct kv_digest;
+struct kv_digest *kv_digest_new(const struct kv_sm *sm);
+int kv_sm_digest_step(struct kv_sm *sm, struct kv_digest *d, size_t max_items,
+                      size_t skip_max);
+uint64_t kv_digest_value(const struct kv_digest *d);
+void kv_digest_free(struct kv_digest *d);
+
 struct kv_sm_stats {
     size_t ring_bytes; /* bytes of ring pages held */
     size_t ring_pages;
