@@ -47,7 +47,7 @@ START_TEST(test_free_slab_pages_past_the_keep_go_back)
     kv__ring_seal(&r);
     while (r.head != NULL)
         kv__ring_release_head(&r);
-    size_t kept = 0, forgotten = 0, in_mem = 0;
+    size_t kept = 0, forgotten = 0;
     for (struct kv_page *p = r.free_pages; p != NULL; p = p->next) {
         ck_assert(p->from_slab);
         size_t res = resident(p);
@@ -56,12 +56,11 @@ START_TEST(test_free_slab_pages_past_the_keep_go_back)
             ck_assert_uint_eq(res, 0);
         } else {
             kept++;
-            in_mem += res;
+            ck_assert_uint_gt(res, 0); /* written, still there */
         }
     }
     ck_assert_uint_eq(kept, 4); /* keep_free_bytes of them */
     ck_assert_uint_eq(forgotten, 12);
-    ck_assert_uint_gt(in_mem, 4 * 14); /* the kept ones were written, still there */
     ck_assert_uint_eq(r.free_resident, 4 * PAGE);
     ck_assert_uint_eq(r.free_bytes, 16 * PAGE);
 
