@@ -12,7 +12,8 @@ the leader:
     node logs "a loop turn took N ms" for each such turn, so none may appear;
   - every acknowledged write readable afterwards.
 It prints (never asserts) the normal client's p99 without and with the
-hostile client. Everything is bounded in time (well under two minutes).
+hostile client. Everything is bounded in time (a few minutes: loading 1M keys
+takes most of it).
 """
 import os
 import resource
