@@ -16,6 +16,7 @@ hostile client. Everything is bounded in time (a few minutes: loading 1M keys
 takes most of it).
 """
 import os
+import re
 import resource
 import socket
 import sys
@@ -81,6 +82,12 @@ class Normal:
         return 1000 * s[min(len(s) - 1, int(len(s) * 0.99))]
 
 
+def turn_cpu_ms(line):
+    """The "N ms on the CPU" of a slow-turn log line (huge when absent)."""
+    m = re.search(r"(\d+) ms on the CPU", line)
+    return int(m.group(1)) if m else 1 << 30
+
+
 def slow_turns(nd):
     return [ln for ln in nd.log().splitlines() if "a loop turn took" in ln]
 
@@ -129,14 +136,14 @@ class Peak:
         self.t.join(timeout=5)
 
 
-def rss_problem(rss_slack, m0, m1):
+def rss_problem(rss_slack, nd, m0, m1):
     """None when the memory after (m1) is within the bound of the memory
     before (m0), else why not. rss_slack: MiB of VmRSS, or a function of
-    (m0, m1) giving None or the reason."""
+    (nd, m0, m1) giving None or the reason."""
     if rss_slack is None:
         return None
     if callable(rss_slack):
-        return rss_slack(m0, m1)
+        return rss_slack(nd, m0, m1)
     if m1["rss"] > m0["rss"] + rss_slack:
         return "RSS %.0f MiB, %.0f before (more than %s MiB above)" % (
             m1["rss"], m0["rss"], rss_slack)
@@ -161,15 +168,25 @@ def guarded_once(cluster, name, hostile, rss_slack):
     # memory may take a moment to go back: a bounded poll).
     deadline = time.time() + 10
     m1 = mem_mib(nd)
-    while rss_problem(rss_slack, m0, m1) and time.time() < deadline:
+    while rss_problem(rss_slack, nd, m0, m1) and time.time() < deadline:
         time.sleep(0.2)
         m1 = mem_mib(nd)
-    why = rss_problem(rss_slack, m0, m1)
+    why = rss_problem(rss_slack, nd, m0, m1)
     check(why is None, "leader memory after %s: %s" % (name, why))
     rss0, rss1 = m0["rss"], m1["rss"]
     st = cluster.status(nd)
     moved = not (st is not None and st["role"] == "leader" and st["term"] == term0)
-    slow = [ln for n in cluster.nodes for ln in slow_turns(n)[slow0[n.id]:]]
+    slow_all = [ln for n in cluster.nodes for ln in slow_turns(n)[slow0[n.id]:]]
+    # A turn the node spent mostly off the CPU was the machine's doing (this
+    # 2-core VM is shared: turns of 300 ms with 0 ms on the CPU happen with
+    # no hostile client at all), not work a request made the loop do: only
+    # turns with at least 20 ms on the CPU count; the others are printed.
+    slow = [ln for ln in slow_all if turn_cpu_ms(ln) >= 20]
+    descheduled = [ln for ln in slow_all if turn_cpu_ms(ln) < 20]
+    if descheduled:
+        print("     (%s: %d loop turns over 100 ms off the CPU, not counted: %s)" %
+              (name, len(descheduled), descheduled[0][descheduled[0].find("msg="):]),
+              flush=True)
     for c in (base, normal):
         check(not c.errors, "the normal client failed during %s: %s" %
               (name, c.errors[:3]))
@@ -330,15 +347,22 @@ def turn_max_ms(nd):
 
 def load_keys(port, prefix, n, threads=4):
     """Writes n small keys prefix%07d in batches of 128 from a few threads."""
-    errs = []
+    errs, retries = [], []
 
     def worker(t):
         for start in range(t * 128, n, threads * 128):
             ops = ",".join('{"op":"put","key":"%s%07d","value":"v"}' % (prefix, i)
                            for i in range(start, min(n, start + 128)))
-            st, _, data = tk.request(port, "POST", "/v1/batch", '{"ops":[%s]}' % ops,
-                                     headers={"Content-Type": "application/json"},
-                                     timeout=30)
+            for attempt in range(100):
+                st, _, data = tk.request(port, "POST", "/v1/batch", '{"ops":[%s]}' % ops,
+                                         headers={"Content-Type": "application/json"},
+                                         timeout=30)
+                if st != 503:
+                    break
+                # Not applied (503): an election on the loaded machine while
+                # loading (setup, not a measured case). Again, after a pause.
+                retries.append(data[:80])
+                time.sleep(0.2)
             if st != 200:
                 errs.append("%d %r" % (st, data[:100]))
                 return
@@ -348,6 +372,9 @@ def load_keys(port, prefix, n, threads=4):
     for t in ts:
         t.join()
     check(not errs, "loading %d keys: %s" % (n, errs[:2]))
+    if retries:
+        print("     (loading: %d batches answered 503 and were sent again: %s)" %
+              (len(retries), retries[0]), flush=True)
 
 
 def test_delete_and_scan_over_1m_keys(cluster):
@@ -399,33 +426,14 @@ def test_delete_and_scan_over_1m_keys(cluster):
         check(items == 0, "the scan found %d live keys after the delete" % items)
         # (The unit test kv-bounded checks the budget exactly; here a tier-down
         # may have dropped part of the tombstones, so the calls vary.)
-    def memory_bound(m0, m1):
-        # What deleting n keys leaves, beyond 64 MiB, is the cold tier's data,
-        # bounded by its LMDB file (tierkv_kv_cold_bytes): LMDB maps the file
-        # (file pages: at most its size) and keeps a malloc'd copy of every
-        # page its largest write transaction dirtied on a free list for the
-        # next one (anonymous: at most the file's size, each page dirtied once
-        # per transaction; freed only when the environment closes). The
-        # tier-down scratch and the ring's pages past its budget go back
-        # (kv-ring-forget, tier.c), and so must everything else.
-        cold = metric(nd, "tierkv_kv_cold_bytes") / 1048576.0
-        out["cold_mib"] = cold
-        if m1["anon"] > m0["anon"] + 64 + cold:
-            return "anonymous %.0f MiB, %.0f before: more than 64 MiB + the cold " \
-                   "file's %.0f MiB above" % (m1["anon"], m0["anon"], cold)
-        if m1["file"] > m0["file"] + cold + 8:
-            return "file pages %.0f MiB, %.0f before: more than the cold file's %.0f " \
-                   "MiB (+8) above" % (m1["file"], m0["file"], cold)
-        out["mem"] = (m0, m1)
-        return None
-    guarded(cluster, "delete-range-%d" % n, hostile, tries=1, rss_slack=memory_bound)
-    m0, m1 = out["mem"]
+    guarded(cluster, "delete-range-%d" % n, hostile, tries=1, rss_slack=cold_bound(out))
+    m0, m1, cold = out["mem"]
     print("     (digest of %d keys under writes: %s in %.2f s; delete %.1f s; scan over the tombstones: "
           "%d calls, slowest %.1f ms; longest loop turn now %s; memory per deleted key: "
           "anon %+.0f B, file %+.0f B, the cold file %.0f MiB)" %
           (n, out["digest"], out["digest_s"], out["delete_s"], out["scan"][0], 1000 * out["scan"][2],
            turn_max_ms(nd), (m1["anon"] - m0["anon"]) * 1048576 / n,
-           (m1["file"] - m0["file"]) * 1048576 / n, out["cold_mib"]), flush=True)
+           (m1["file"] - m0["file"]) * 1048576 / n, cold), flush=True)
 
 
 def test_forward_burst_through_the_followers(cluster):
@@ -439,17 +447,19 @@ def test_forward_burst_through_the_followers(cluster):
     # answered 200 or 503 busy (a forward refused for room), nothing else.
     seconds = float(os.environ.get("TIERKV_OVERLOAD_FWD_SECONDS", "5"))
     val = "x" * (200 << 10)
-    counts = {}
-    errors = []
+    counts, errors = {}, []
 
-    def hostile(nd):
+    def burst(nd, seconds, writes):
+        """8 clients PUT 200 KiB values through the followers for `seconds`,
+        or until `writes` were answered 200."""
+        counts.clear()
         followers = [f for f in cluster.nodes if f.id != nd.id]
-        sent0 = metric(nd, "tierkv_transport_received_bytes_total")
+        rx0 = metric(nd, "tierkv_transport_received_bytes_total")
         stop = time.time() + seconds
 
         def worker(f, t):
             i = 0
-            while time.time() < stop:
+            while time.time() < stop and counts.get(200, 0) < writes:
                 try:
                     st, _, data = tk.request(f.http_port, "PUT", "/v1/kv/fwd-%d-%d-%d" %
                                              (f.id, t, i % 50), val, timeout=30)
@@ -467,28 +477,29 @@ def test_forward_burst_through_the_followers(cluster):
             t.start()
         for t in ts:
             t.join()
-        counts["mib"] = (metric(nd, "tierkv_transport_received_bytes_total") - sent0) / 1048576
+        counts["mib"] = (metric(nd, "tierkv_transport_received_bytes_total") - rx0) / 1048576
         check(not errors, "forwarded writes failed: %s" % errors[:3])
         check(counts.get(200, 0) > 0, "no forwarded write went through: %r" % counts)
-    # The first burst brings the node's data structures to their working size
-    # (measured: about 270 MiB of anonymous memory on every node after 75 MiB
-    # of 200 KiB writes, direct or forwarded alike: the ring at its 64 MiB
-    # budget, the Raft log kept until a snapshot (--snapshot-bytes 64M) and
-    # its trailing entries, LMDB's dirty-page free list); it is data and
-    # configuration, not the forwarding. The burst that counts is the second:
-    # it must leave nothing behind (64 MiB).
-    lead = cluster.wait_leader()
-    w0 = mem_mib(cluster.node(lead))
-    hostile(cluster.node(lead))
-    w1 = mem_mib(cluster.node(lead))
-    print("     (warm-up burst: %d answered 200, %d busy; leader RSS %.0f -> %.0f MiB, "
+    # The warm-up brings the node's data structures to their working size
+    # (1000 writes, 200 MiB: three snapshot intervals of 64 MiB): the ring at
+    # its budget, the Raft log up to a snapshot interval and its trailing
+    # window (at most --snapshot-bytes), LMDB's dirty-page free list. That is
+    # data and configuration, not forwarding; the burst that counts comes
+    # after, under the checks, and must leave nothing else behind.
+    lead = cluster.node(cluster.wait_leader())
+    w0 = mem_mib(lead)
+    burst(lead, 120, 1000)
+    w1 = mem_mib(lead)
+    print("     (warm-up: %d writes answered 200, %d busy; leader RSS %.0f -> %.0f MiB, "
           "anon %.0f -> %.0f)" % (counts.get(200, 0), counts.get("busy", 0), w0["rss"],
                                   w1["rss"], w0["anon"], w1["anon"]), flush=True)
-    counts.clear()
-    guarded(cluster, "forward-burst", hostile, rss_slack=64)
+    out = {}
+    guarded(cluster, "forward-burst", lambda nd: burst(nd, seconds, 1 << 30),
+            rss_slack=cold_bound(out))
     print("     (%.0f s of 200 KiB PUTs through both followers, 4 clients each: %d "
-          "answered 200, %d 503 busy; the leader received %.0f MiB from its peers)" %
-          (seconds, counts.get(200, 0), counts.get("busy", 0), counts["mib"]), flush=True)
+          "answered 200, %d 503 busy; the leader received %.0f MiB from its peers; "
+          "the cold file %.0f MiB)" % (seconds, counts.get(200, 0), counts.get("busy", 0),
+                                       counts["mib"], out["mem"][2]), flush=True)
 
 
 def json_code(data):
@@ -496,6 +507,29 @@ def json_code(data):
         return tk.json.loads(data)["error"]["code"]
     except (ValueError, KeyError, TypeError):
         return "?"
+
+
+def cold_bound(out):
+    """A memory bound for cases that write data: back within 64 MiB, beyond
+    the cold tier's data, bounded by its LMDB file (tierkv_kv_cold_bytes):
+    LMDB maps the file (file pages: at most its size) and keeps a malloc'd
+    copy of every page its largest write transaction (a tier-down) dirtied on
+    a free list for the next one (anonymous: at most the file's size, a page
+    being dirtied once per transaction; freed only when the environment
+    closes). The tier-down scratch, the ring's pages past its budget and the
+    Raft log past its trailing window go back, and so must everything else.
+    Puts (m0, m1, cold MiB) into out["mem"]."""
+    def bound(nd, m0, m1):
+        cold = metric(nd, "tierkv_kv_cold_bytes") / 1048576.0
+        out["mem"] = (m0, m1, cold)
+        if m1["anon"] > m0["anon"] + 64 + cold:
+            return "anonymous %.0f MiB, %.0f before: more than 64 MiB + the cold " \
+                   "file's %.0f MiB above" % (m1["anon"], m0["anon"], cold)
+        if m1["file"] > m0["file"] + cold + 8:
+            return "file pages %.0f MiB, %.0f before: more than the cold file's %.0f " \
+                   "MiB (+8) above" % (m1["file"], m0["file"], cold)
+        return None
+    return bound
 
 
 def same_digests(cluster, n, timeout=60):
@@ -616,8 +650,8 @@ def main():
         tests = [test_big_batch_is_refused_without_holding_the_loop,
                  test_slow_readers_are_bounded_and_cut,
                  test_idle_and_stalled_connections,
-                 test_delete_and_scan_over_1m_keys,
-                 test_forward_burst_through_the_followers]
+                 test_forward_burst_through_the_followers,
+                 test_delete_and_scan_over_1m_keys]
         only = os.environ.get("TIERKV_OVERLOAD_ONLY")  # a name part, for a focused run
         failed = tk.run([t for t in tests if not only or only in t.__name__], cluster)
         if not only or only in "test_descriptors_are_raised_and_reserved":
