@@ -20,6 +20,7 @@
 #include "base/blob.h"
 #include "base/err.h"
 #include "gateway/gateway_internal.h"
+#include "kv/kv.h"
 
 /* ---- the route table ---------------------------------------------------- */
 
@@ -232,6 +233,8 @@ static void on_close(struct http_request *hreq, void *data)
         tk_blob_unref(req->nreq.cmd);
     tk_free(req->key);
     tk_free(req->key2);
+    tk_free(req->range_end);
+    kv_digest_free(req->digest);
     tk_free(req->op_kinds);
     tk_free(req);
     hreq->data = NULL;

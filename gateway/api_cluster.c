@@ -1,6 +1,6 @@
 /* The cluster routes: GET /v1/cluster (this node's Raft status and the
- * members), /healthz, /readyz and /v1/debug/digest. Called by api.c's route
- * table; on the node's loop thread. */
+ * members), /healthz and /readyz (/v1/debug/digest: api_digest.c). Called by
+ * api.c's route table; on the node's loop thread. */
 #include <stdio.h>
 #include <string.h>
 
@@ -38,33 +38,6 @@ void api__cluster(struct api_req *req, const struct query *q)
     jbuf_free(&b);
 }
 
-/* GET /v1/debug/digest: a digest of this node's applied state (kv_sm_digest)
- * and the index it is at, read locally, for comparing replicas. */
-static void digest_read_cb(struct node_req *nreq, int status, struct kv_sm *sm,
-                           void *data)
-{
-    struct api_req *req = data;
-    (void)nreq;
-    req->submitted = false;
-    if (status != 0) {
-        api__respond_rc(req, status);
-        return;
-    }
-    uint64_t d = 0;
-    int rc = kv_sm_digest(sm, &d);
-    if (rc != 0) {
-        api__respond_rc(req, rc);
-        return;
-    }
-    uint64_t applied = kv_sm_applied_index(sm);
-    struct jbuf b;
-    jbuf_init(&b, 96);
-    jbuf_printf(&b, "{\"digest\":\"%016llx\",\"applied\":%llu}", (unsigned long long)d,
-                (unsigned long long)applied);
-    api__respond_json(req, &b, applied);
-    jbuf_free(&b);
-}
-
 void api__readyz(struct api_req *req, const struct query *q)
 {
     struct gateway *gw = req->gw;
@@ -97,11 +70,4 @@ void api__healthz(struct api_req *req, const struct query *q)
     (void)q;
     static const char ok[] = "{\"status\":\"ok\"}\n";
     http_respond(req->http, 200, NULL, NULL, ok, sizeof(ok) - 1);
-}
-
-/* GET /v1/debug/digest: read locally (stale), for comparing replicas. */
-void api__digest(struct api_req *req, const struct query *q)
-{
-    (void)q;
-    api__submit_read(req, NODE_READ_STALE, digest_read_cb);
 }

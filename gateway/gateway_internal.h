@@ -161,6 +161,16 @@ struct api_req {
     uint32_t n_ops;
     uint32_t n_then;
     const struct api_user *user; /* with --auth-file: who sent it (api_auth.c) */
+    /* delete range in steps (api_range.c): key is the step's start */
+    uint8_t *range_end; /* the step's end, when not the range's */
+    size_t range_end_len;
+    uint64_t range_deleted, range_revision;
+    uint8_t range_mode;
+    bool range_last, range_keyed;
+    /* the digest in steps (api_digest.c) */
+    struct kv_digest *digest;
+    uint64_t digest_applied;
+    uint32_t digest_restarts;
 };
 
 /* ---- api_auth.c --------------------------------------------------------- */
@@ -179,6 +189,16 @@ int api__auth_command(struct api_req *req, const struct Kvpb__Command *cmd);
 /* The exactly-once id of a write with an Idempotency-Key: 128 bits of
  * SHA-256 over the user's name and the key's SHA-256. */
 void api__auth_client_id(const struct api_req *req, uint64_t *client, uint64_t *seq);
+
+/* ---- api_kv.c ----------------------------------------------------------- */
+
+/* Scan bounds from the query into req (prefix, or start/end); on a bad one
+ * answers (400, 413) and returns TK_EINVAL. */
+int api__scan_bounds(struct api_req *req, const struct query *q);
+/* A prefix bound (req->by_prefix) as the range [prefix, its successor): the
+ * successor is the smallest key above every key the prefix starts; none
+ * (unbounded) for an empty or all-0xff prefix. */
+void api__prefix_to_range(struct api_req *req);
 
 /* ---- api_reply.c -------------------------------------------------------- */
 

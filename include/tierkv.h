@@ -233,7 +233,10 @@ struct tk_item {
 /* Called per key in byte order, on the node's thread, while the caller waits;
  * the item is valid during the call. Return nonzero to stop. */
 typedef int tk_item_cb(const struct tk_item *item, void *data);
-/* Keys with `prefix` (prefix_len 0: all keys), at most `limit` (0: no limit). */
+/* Keys with `prefix` (prefix_len 0: all keys), at most `limit` (0: no limit).
+ * Read in steps of at most 1024 keys (and 16384 deleted ones), each its own
+ * read on the node's loop and consistent at its own applied index, so that a
+ * long scan never holds the loop. TK_EINVAL: no cb, or a prefix of 64 KiB. */
 TK_API int tk_scan(struct tk_node *n, const void *prefix, size_t prefix_len, size_t limit,
                    enum tk_consistency c, tk_item_cb *cb, void *data);
 

@@ -335,16 +335,18 @@ static void scratch_push(struct kv_sm *sm, size_t *used, const uint8_t *key, siz
     *used = need;
 }
 
-/* Lists the live keys of r in scratch (they are written only once the
- * iterator is closed: writes change the view it walks). */
-static int collect_keys(struct kv_sm *sm, const struct kv_range *r, size_t *used,
-                        size_t *n)
+/* Lists the live keys of r in scratch, at most `limit` (0: all); they are
+ * written only once the iterator is closed: writes change the view it walks.
+ * The limit counts live keys, the same on every replica, never the records
+ * read (a replica's tier-down decides which tombstones it still holds). */
+static int collect_keys(struct kv_sm *sm, const struct kv_range *r, size_t limit,
+                        size_t *used, size_t *n)
 {
     struct kv_iter it;
     struct kv_item item;
     int rc;
     *used = *n = 0;
-    for (rc = kv__iter_first(&it, sm, r, 0, &item); rc == 0;
+    for (rc = kv__iter_first(&it, sm, r, limit, &item); rc == 0;
          rc = kv__iter_next(&it, &item)) {
         scratch_push(sm, used, item.key, item.key_len);
         (*n)++;
@@ -376,7 +378,7 @@ static int delete_range(struct kv_sm *sm, uint64_t index, const Kvpb__DeleteRang
         r.end_len = d->end.len;
     }
     size_t used, n;
-    int rc = collect_keys(sm, &r, &used, &n);
+    int rc = collect_keys(sm, &r, d->limit, &used, &n);
     if (rc != 0)
         return rc;
     struct kv_state tomb = {.live = false};
@@ -386,7 +388,8 @@ static int delete_range(struct kv_sm *sm, uint64_t index, const Kvpb__DeleteRang
         write_key(sm, index, k, len, kv__hash(k, len), &tomb);
         off += 2 + len;
     }
-    res->deleted = n;
+    res->deleted = n + d->deleted_before;
+    res->more = d->limit != 0 && n == d->limit;
     res->succeeded = true;
     res->revision = n > 0 ? index : 0;
     return 0;

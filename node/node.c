@@ -16,7 +16,8 @@
  *  - Every request completes exactly once: on success, on an explicit error,
  *    on its deadline, or with TK_ESHUTDOWN at stop.
  *  - Each loop turn processes at most one burst from the queue (batch_max
- *    entries) and then one ready, so no turn does unbounded work. */
+ *    entries, of those queued when the burst began: none a callback submits
+ *    during it) and then one ready, so no turn does unbounded work. */
 #include <ftw.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -496,7 +497,14 @@ static void drain_queue(struct node *n)
     struct node_req *first = NULL, *last = NULL;
     uint64_t now = wall_ms();
     void *item;
-    while (nb < n->o.batch_max && (item = tk_mpsc_pop(&n->loop.queue)) != NULL) {
+    /* Only what was queued when the drain began: a request submitted from a
+     * callback of this drain (a stale read is answered at once, and a read in
+     * steps submits its next step from there) waits for the next loop turn
+     * (its submit woke the loop), so no chain of them holds this turn. */
+    size_t left = atomic_load_explicit(&n->loop.queued, memory_order_relaxed);
+    while (nb < n->o.batch_max && left > 0 &&
+           (item = tk_mpsc_pop(&n->loop.queue)) != NULL) {
+        left--;
         n->loop.activity++;
         atomic_fetch_sub_explicit(&n->loop.queued, 1, memory_order_relaxed);
         struct node_req *r = item;

@@ -148,7 +148,8 @@ struct node_options {
                                   past the last snapshot: 100000 */
     uint64_t snapshot_bytes;   /* ... or once this many payload bytes are:
                                   64 MiB (0: no byte threshold) */
-    uint64_t trailing_entries; /* entries kept behind a snapshot: 10000 */
+    uint64_t trailing_entries; /* entries kept behind a snapshot: 10000, and
+                                  at most snapshot_bytes of payload */
     uint64_t seed;
     /* After a loop turn that did work, keep polling (without sleeping) for this
      * long before blocking: a message or request arriving meanwhile costs no

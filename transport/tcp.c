@@ -8,6 +8,10 @@
  * steady state. Queued bytes per peer are bounded by send_queue_bytes: a send
  * that does not fit is refused with TK_EBUSY, unless the queue is empty (so a
  * single message larger than the bound, such as a big snapshot, can still go).
+ * Forwarded frames share the queue but may take only a quarter of the bound
+ * (FWD_QUEUE_SHARE; or one frame when none is queued or in flight), so a burst
+ * of forwarded writes can neither crowd Raft messages out (TK_EBUSY) nor hold
+ * a heartbeat behind more than that many bytes of forwards.
  * A uv_prepare and a uv_check handle, started only while there is something to
  * flush, write each peer's queue with one uv_write of up to WRITE_IOV_MAX
  * buffers; one write per peer is in flight at a time and the next flush follows
@@ -47,6 +51,7 @@
 #define OBUF_BYTES (64u << 10)
 #define OBUF_FREE_MAX 8
 #define WRITE_IOV_MAX 64
+#define FWD_QUEUE_SHARE 4 /* forwarded frames: at most 1/4 of send_queue_bytes */
 #define RBUF_BYTES (64u << 10)
 #define INBOUND_MAX 256
 #define TCP_KEEPALIVE_S 10
@@ -56,6 +61,7 @@
 struct obuf {
     struct obuf *next;
     size_t cap, len;
+    size_t fwd; /* bytes of FRAME_KIND_FORWARD frames among the len */
     uint8_t data[];
 };
 
@@ -122,6 +128,7 @@ struct tcp_peer {
     struct obuf *head, *tail;
     uint64_t queued_bytes; /* in the queue and in the write in flight */
     uint32_t queued_msgs;  /* in the queue only */
+    uint64_t fwd_bytes;    /* forward frames in the queue and in flight */
     struct wreq *inflight; /* &wreq while a write is in flight, else NULL */
     struct wreq wreq;
 };
@@ -170,6 +177,7 @@ static struct obuf *obuf_get(struct tcp *t, size_t need)
         t->n_free_obufs--;
         b->next = NULL;
         b->len = 0;
+        b->fwd = 0;
         return b;
     }
     size_t cap = need > OBUF_BYTES ? need : OBUF_BYTES;
@@ -177,6 +185,7 @@ static struct obuf *obuf_get(struct tcp *t, size_t need)
     b->next = NULL;
     b->cap = cap;
     b->len = 0;
+    b->fwd = 0;
     return b;
 }
 
@@ -198,6 +207,15 @@ static void obuf_put_list(struct tcp *t, struct obuf *b)
         obuf_put(t, b);
         b = next;
     }
+}
+
+/* Gives back the buffers of `b` that left p's queue (written, failed or
+ * dropped), and the forward bytes they held. */
+static void peer_put_list(struct tcp_peer *p, struct obuf *b)
+{
+    for (struct obuf *x = b; x != NULL; x = x->next)
+        p->fwd_bytes -= x->fwd;
+    obuf_put_list(p->t, b);
 }
 
 /* Room for `need` contiguous bytes at the queue's tail. */
@@ -223,7 +241,7 @@ static void peer_drop_queue(struct tcp_peer *p)
     size_t bytes = 0;
     for (struct obuf *x = b; x != NULL; x = x->next)
         bytes += x->len;
-    obuf_put_list(p->t, b);
+    peer_put_list(p, b);
     p->head = p->tail = NULL;
     p->queued_bytes -= bytes;
     p->t->base.stats.send_dropped += p->queued_msgs;
@@ -270,7 +288,7 @@ static void on_write(uv_write_t *req, int status)
     struct tcp_peer *p = w->peer;
     struct tcp *t = p->t;
     p->queued_bytes -= w->bytes;
-    obuf_put_list(t, w->bufs);
+    peer_put_list(p, w->bufs);
     if (p->inflight == w)
         p->inflight = NULL;
     if (status == 0) {
@@ -321,7 +339,7 @@ static void peer_flush(struct tcp_peer *p)
     if (rc != 0) {
         p->inflight = NULL;
         p->queued_bytes -= w->bytes;
-        obuf_put_list(p->t, w->bufs);
+        peer_put_list(p, w->bufs);
         p->t->base.stats.send_dropped += w->msgs;
         peer_lost(p, uv_strerror(rc));
     }
@@ -340,6 +358,15 @@ static struct tcp_peer *peer_find(struct tcp *t, uint64_t id)
 static bool queue_admits(const struct tcp_peer *p, uint64_t need)
 {
     return p->queued_bytes == 0 || p->queued_bytes + need <= p->t->o.send_queue_bytes;
+}
+
+/* Forwarded frames may fill only a share of the queue (one frame, however
+ * large, when none is queued), so that Raft messages, heartbeats and votes
+ * first, always find room and never wait behind more than that share. */
+static bool forward_admits(const struct tcp_peer *p, uint64_t need)
+{
+    uint64_t cap = p->t->o.send_queue_bytes / FWD_QUEUE_SHARE;
+    return queue_admits(p, need) && (p->fwd_bytes == 0 || p->fwd_bytes + need <= cap);
 }
 
 /* Frames the prepared message at the queue's tail: room for its size bound is
@@ -435,7 +462,7 @@ static int tcp_send_forward(struct transport *base, uint64_t to, const uint8_t *
     if (len >= t->o.frame_max)
         return TK_ETOOBIG;
     size_t frame = FRAME_HEADER_BYTES + 1 + len;
-    if (!queue_admits(p, frame)) {
+    if (!forward_admits(p, frame)) {
         base->stats.send_busy++;
         return TK_EBUSY;
     }
@@ -444,6 +471,8 @@ static int tcp_send_forward(struct transport *base, uint64_t to, const uint8_t *
     if (len != 0)
         memcpy(f + FRAME_HEADER_BYTES + 1, buf, len);
     frame__seal(f, f + FRAME_HEADER_BYTES, (uint32_t)(1 + len));
+    p->tail->fwd += frame; /* peer_reserve put the frame in the tail */
+    p->fwd_bytes += frame;
     p->queued_bytes += frame;
     p->queued_msgs++;
     base->stats.fwd_sent++;

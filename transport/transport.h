@@ -197,7 +197,12 @@ void transport_inproc_heal(struct transport_inproc_hub *hub);
  *
  * Sends are framed into a per-peer buffer; everything queued during one loop
  * turn leaves in one uv_write of iovecs. The queued bytes per peer are bounded
- * (send_queue_bytes); a full queue refuses with TK_EBUSY. A lost or refused
+ * (send_queue_bytes); a full queue refuses with TK_EBUSY. Forwarded bytes
+ * (transport_send_forward) may fill only a quarter of it (one frame, however
+ * large, when no forwarded frame is queued or being written): beyond that a
+ * forward is refused with TK_EBUSY, so Raft messages always find room and a
+ * heartbeat waits behind at most max(send_queue_bytes / 4, one frame) bytes
+ * of forwards. A lost or refused
  * connection is redialed with exponential backoff (backoff_min_ms doubling up
  * to backoff_max_ms) with jitter (a uniform factor in [0.5, 1]). Bad input on
  * any connection (bad CRC, oversized length, garbage, a frame not completed
