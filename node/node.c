@@ -594,6 +594,7 @@ static void on_tick(uv_timer_t *h)
     expire_list(n, &n->req.read_wait, now);
     expire_list(n, &n->req.read_ready, now);
     expire_list(n, &n->fwd.wait, now);
+    node__member_tick(n);
 }
 
 /* A loop turn of dt ns is over: its histogram, the longest turn by phase
@@ -723,6 +724,7 @@ static void begin_close(struct node *n)
     node__fail_list(n, &n->req.read_wait, TK_ESHUTDOWN);
     node__fail_list(n, &n->req.read_ready, TK_ESHUTDOWN);
     node__fail_list(n, &n->fwd.wait, TK_ESHUTDOWN);
+    node__member_shutdown(n);
     /* The storage thread wakes us from its callbacks: let those finish
      * before the wake handle goes away. */
     drain_appends(n);
@@ -800,6 +802,7 @@ static int node_init(struct node *n)
         }
         return rc;
     }
+    node__member_init(n);
     uv_async_init(n->loop.uv, &n->loop.wake, on_wake);
     uv_timer_init(n->loop.uv, &n->loop.ticker);
     uv_check_init(n->loop.uv, &n->loop.check);
@@ -895,9 +898,9 @@ static void node_free(struct node *n)
 
 int node_start(const struct node_options *o, struct node **out)
 {
-    if (o->id == RAFT_NONE || !raft_config_has(&o->members, o->id) || o->tick_ms == 0 ||
-        o->heartbeat_ticks == 0 || o->heartbeat_ticks >= o->election_ticks ||
-        o->queue_max == 0 || o->batch_max == 0)
+    if (o->id == RAFT_NONE || raft_config_has(&o->members, o->id) == o->join ||
+        o->members.n_voters == 0 || o->tick_ms == 0 || o->heartbeat_ticks == 0 ||
+        o->heartbeat_ticks >= o->election_ticks || o->queue_max == 0 || o->batch_max == 0)
         return TK_EINVAL;
     struct node *n = tk_calloc(1, sizeof(*n));
     n->o = *o;
@@ -1012,8 +1015,8 @@ void node_status(struct node *n, struct node_status *out)
 
 int node_transfer_leadership(struct node *n, uint64_t to)
 {
-    if (!raft_config_has(&n->o.members, to) || to == n->o.id)
-        return TK_EINVAL;
+    if (to == RAFT_NONE || to == n->o.id)
+        return TK_EINVAL; /* the core checks `to` against the configuration */
     atomic_store(&n->loop.transfer_to, to);
     uv_async_send(&n->loop.wake);
     return 0;

@@ -148,6 +148,23 @@ struct node_tier {
     struct tk_blob *blob;
 };
 
+/* Membership changes and the peers dialed (node_member.c). */
+#define NODE_PEERS_MAX 64
+struct node_membership {
+    bool busy; /* a change in progress */
+    int phase; /* node_member.c's enum */
+    struct node_member_change c;
+    node_member_cb *cb;
+    void *data;
+    struct node_req req;  /* the address record's write */
+    uint64_t index, term; /* the configuration entry appended */
+    uint64_t deadline_ms;
+    uint64_t peers[NODE_PEERS_MAX]; /* ids added to the TCP transport */
+    uint32_t n_peers;
+    uint64_t seen_config; /* raft_config_index when last reconciled */
+    uint32_t ticks;       /* since the last reconcile */
+};
+
 /* What other threads read: status and metrics (node_status.c). */
 struct node_metrics_state {
     pthread_mutex_t mu;
@@ -177,6 +194,7 @@ struct node {
     struct node_requests req;
     struct node_forward fwd;
     struct node_tier tier;
+    struct node_membership mem;
     struct kv_result res; /* scratch for apply and forwarded answers */
     struct node_metrics_state m;
 };
@@ -291,6 +309,16 @@ void node__tier_wait(struct node *n, bool discard);
  * core from what they hold. On the loop's thread before its handles exist.
  * Returns 0 or the error (logged); on error the caller frees what is open. */
 int node__recover(struct node *n);
+
+/* ---- node_member.c ---- */
+
+/* Records the peers open_transport dialed. */
+void node__member_init(struct node *n);
+/* Every tick: dials members whose address became known, and moves the
+ * change in progress on (commit, promotion, deadline). */
+void node__member_tick(struct node *n);
+/* At stop: the change in progress ends with TK_ESHUTDOWN. */
+void node__member_shutdown(struct node *n);
 
 /* ---- node_forward.c ---- */
 

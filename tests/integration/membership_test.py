@@ -1,0 +1,212 @@
+#!/usr/bin/env python3
+"""Membership changes on real tierkvd processes, following docs/operations.md
+("Grow 3 -> 5 -> 3") command by command with the tierkv CLI:
+
+  - a 3-node cluster under a steady stream of writes;
+  - node 4 starts with --join and is added as a learner, then promoted;
+  - node 5 is added as a voter in one command (add, catch up, promote);
+  - nodes 1 and 2 are removed (the leader among them when it is one), so the
+    cluster is {3, 4, 5}, and stopped;
+  - the refusals: a second id reused, an unknown member, a lagging learner's
+    promotion (409 not_caught_up with how far behind);
+  - no acknowledged write is lost (each read back, linearizable, from the
+    final cluster) and every remaining node ends with the same digest.
+
+usage: membership_test.py TIERKVD TIERKV
+"""
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import tkcluster as tk  # noqa: E402
+
+
+class Writer(threading.Thread):
+    """PUTs w/<i> = v<i> to the given HTTP ports in turn until stopped;
+    remembers every acknowledged (200) key."""
+
+    def __init__(self, ports):
+        super().__init__(daemon=True)
+        self.ports = list(ports)
+        self.acked = {}
+        self.errors = 0
+        self.stop_flag = threading.Event()
+
+    def run(self):
+        i = 0
+        while not self.stop_flag.is_set():
+            i += 1
+            key, val = "w%06d" % i, "v%d" % i
+            port = self.ports[i % len(self.ports)]
+            try:
+                st, _, _ = tk.request(port, "PUT", "/v1/kv/" + key, val, timeout=5)
+            except Exception:
+                st = 0
+            if st == 200:
+                self.acked[key] = val
+            else:
+                self.errors += 1
+                time.sleep(0.02)
+            time.sleep(0.002)
+
+
+def cli(tierkv, endpoints, *args, timeout=90):
+    p = subprocess.run([tierkv, "-e", ",".join(endpoints)] + list(args),
+                       capture_output=True, text=True, timeout=timeout)
+    return p.returncode, p.stdout, p.stderr
+
+
+def members(port):
+    st, _, js = tk.jreq(port, "GET", "/v1/members")
+    tk.check(st == 200, "GET /v1/members: %d" % st)
+    return js
+
+
+def wait_for(cond, what, timeout=30):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        v = cond()
+        if v:
+            return v
+        time.sleep(0.05)
+    raise tk.Fail("timed out waiting for " + what)
+
+
+def joiner(cluster, tierkvd, node_id, members_flag):
+    rp, hp = tk.free_ports(2)
+    args = ["--id", str(node_id), "--join", "--members", members_flag,
+            "--listen-raft", "127.0.0.1:%d" % rp,
+            "--listen-http", "127.0.0.1:%d" % hp,
+            "--data-dir", os.path.join(cluster.dir, "n%d" % node_id), "--store", "fs",
+            "--tick-ms", str(cluster.tick_ms),
+            "--election-ticks", str(cluster.election_ticks), "--kv-no-sync"]
+    nd = tk.Node(tierkvd, node_id, args, cluster.dir)
+    nd.http_port = hp
+    nd.raft_port = rp
+    cluster.nodes.append(nd)
+    nd.start()
+    wait_for(lambda: cluster.status(nd) is not None, "node %d's HTTP" % node_id)
+    return nd
+
+
+def digests_equal(nodes):
+    ds = []
+    for nd in nodes:
+        st, _, js = tk.jreq(nd.http_port, "GET", "/v1/debug/digest")
+        if st != 200:
+            return None
+        ds.append((js["applied"], js["digest"]))
+    if len({d for _, d in ds}) == 1 and len({a for a, _ in ds}) == 1:
+        return ds
+    return None
+
+
+def test_grow_and_shrink(tierkvd, tierkv):
+    c = tk.Cluster(tierkvd, 3)
+    failed = True
+    try:
+        c.start()
+        c.wait_leader()
+        members_flag = ",".join("%d=127.0.0.1:%d" % (i + 1, c.raft_ports[i])
+                                for i in range(3))
+        eps = ["127.0.0.1:%d" % p for p in c.http_ports]
+        # Writes go to node 3, which stays a member throughout.
+        w = Writer([c.http_ports[2]])
+        w.start()
+        wait_for(lambda: len(w.acked) >= 50, "the first writes")
+
+        # Grow: node 4 joins as a learner and is promoted.
+        n4 = joiner(c, tierkvd, 4, members_flag)
+        rc, out, err = cli(tierkv, eps, "member", "add", "4", "--raft",
+                           "127.0.0.1:%d" % n4.raft_port, "--http",
+                           "127.0.0.1:%d" % n4.http_port, "--learner")
+        tk.check(rc == 0, "member add 4: rc %d %s %s" % (rc, out, err))
+        m = members(c.http_ports[2])
+        roles = {x["id"]: x["role"] for x in m["members"]}
+        tk.check(roles.get(4) == "learner", "node 4 is not a learner: %r" % m)
+        # A second add while... the id reused: refused with 409.
+        rc, out, err = cli(tierkv, eps, "member", "add", "4", "--raft", "127.0.0.1:1")
+        tk.check(rc == 4 and "already a member" in err, "re-add 4: %d %s" % (rc, err))
+        rc, out, err = cli(tierkv, eps, "member", "promote", "4", "--wait", "60s")
+        tk.check(rc == 0, "member promote 4: rc %d %s %s" % (rc, out, err))
+        # Idempotent retry.
+        rc, out, err = cli(tierkv, eps, "member", "promote", "4")
+        tk.check(rc == 0, "promote 4 again: rc %d %s %s" % (rc, out, err))
+        wait_for(lambda: tk.jreq(n4.http_port, "GET", "/readyz")[0] == 200,
+                 "node 4 ready")
+
+        # Node 5 in one command: added, caught up, promoted.
+        n5 = joiner(c, tierkvd, 5, members_flag)
+        rc, out, err = cli(tierkv, eps, "member", "add", "5", "--raft",
+                           "127.0.0.1:%d" % n5.raft_port, "--http",
+                           "127.0.0.1:%d" % n5.http_port)
+        tk.check(rc == 0, "member add 5: rc %d %s %s" % (rc, out, err))
+        m = members(c.http_ports[2])
+        roles = {x["id"]: x["role"] for x in m["members"]}
+        tk.check(roles == {1: "voter", 2: "voter", 3: "voter", 4: "voter",
+                           5: "voter"}, "five voters: %r" % m)
+
+        # A learner that never runs cannot be promoted: 409 with its lag.
+        rc, out, err = cli(tierkv, eps, "member", "add", "9", "--raft",
+                           "127.0.0.1:1", "--learner")
+        tk.check(rc == 0, "add learner 9: rc %d %s" % (rc, err))
+        st, _, js = tk.jreq(c.http_ports[2], "POST", "/v1/members/9/promote")
+        if st == 503:  # not the leader: ask the leader
+            lead = members(c.http_ports[2])["leader"]
+            port = [nd.http_port for nd in c.nodes if nd.id == lead][0]
+            st, _, js = tk.jreq(port, "POST", "/v1/members/9/promote")
+        tk.check(st == 409 and js["error"]["code"] == "not_caught_up" and
+                 js["error"]["behind"] > 0, "promote 9: %d %r" % (st, js))
+        print("     promote of a dead learner: %d %s" % (st, json.dumps(js)))
+        rc, out, err = cli(tierkv, eps, "member", "remove", "9")
+        tk.check(rc == 0, "remove 9: rc %d %s" % (rc, err))
+        rc, out, err = cli(tierkv, eps, "member", "add", "9", "--raft", "127.0.0.1:1")
+        tk.check(rc == 4 and "never reused" in err, "re-add removed 9: %d %s" % (rc, err))
+        rc, out, err = cli(tierkv, eps, "member", "remove", "77")
+        tk.check(rc == 3, "remove unknown 77: %d %s" % (rc, err))
+
+        # Shrink: remove nodes 1 and 2 (the leader, if it is one of them,
+        # steps down once its removal commits), then stop them.
+        eps5 = eps + ["127.0.0.1:%d" % n4.http_port, "127.0.0.1:%d" % n5.http_port]
+        for gone in (1, 2):
+            t0 = time.time()
+            rc, out, err = cli(tierkv, eps5, "member", "remove", str(gone))
+            tk.check(rc == 0, "member remove %d: rc %d %s %s" % (gone, rc, out, err))
+            print("     removed node %d in %.2fs (leader was %d)" %
+                  (gone, time.time() - t0, members(c.http_ports[2])["leader"]))
+            c.node(gone).term()
+        lead = wait_for(lambda: members(c.http_ports[2])["leader"] in (3, 4, 5) and
+                        members(c.http_ports[2])["leader"], "a leader among 3, 4, 5")
+        m = members(c.http_ports[2])
+        roles = {x["id"]: x["role"] for x in m["members"]}
+        tk.check(roles == {3: "voter", 4: "voter", 5: "voter"}, "back to three: %r" % m)
+        time.sleep(0.5)  # writes go on under the new configuration
+        w.stop_flag.set()
+        w.join(timeout=30)
+        print("     %d writes acknowledged, %d refused or failed; leader %d" %
+              (len(w.acked), w.errors, lead))
+
+        final = [c.node(3), n4, n5]
+        lost = []
+        for key, val in w.acked.items():
+            st, _, data = tk.request(c.http_ports[2], "GET", "/v1/kv/%s?raw" % key)
+            if st != 200 or data.decode() != val:
+                lost.append((key, st))
+        tk.check(not lost, "acknowledged writes lost: %r" % lost[:10])
+        ds = wait_for(lambda: digests_equal(final), "equal digests on 3, 4, 5")
+        print("     digests equal: %r" % (ds,))
+        failed = False
+    finally:
+        if failed:
+            for nd in c.nodes:
+                sys.stdout.write("--- log of node %d\n" % nd.id)
+                sys.stdout.write("\n".join(nd.log().splitlines()[-25:]) + "\n")
+        c.stop()
+
+
+if __name__ == "__main__":
+    sys.exit(1 if tk.run([test_grow_and_shrink], sys.argv[1], sys.argv[2]) else 0)
