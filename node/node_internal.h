@@ -156,8 +156,8 @@ struct node_membership {
     struct node_member_change c;
     node_member_cb *cb;
     void *data;
-    struct node_req req;  /* the address record's write */
-    uint64_t index, term; /* the configuration entry appended */
+    uint64_t rec_index, rec_term; /* the address record entry */
+    uint64_t index, term;         /* the configuration entry appended */
     uint64_t deadline_ms;
     uint64_t peers[NODE_PEERS_MAX]; /* ids added to the TCP transport */
     uint32_t n_peers;

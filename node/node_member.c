@@ -280,6 +280,7 @@ static int append_change(struct node *n, uint8_t type, struct node_member_result
         n->mem.term = raft_term(n->raft);
         n->mem.phase = PH_COMMIT;
         n->mem.deadline_ms = now_ms() + n->o.timeout_ms;
+        node__kick(n);
         return 0;
     }
     struct raft_catch_up cu = {0};
@@ -307,19 +308,22 @@ static int append_change(struct node *n, uint8_t type, struct node_member_result
     }
 }
 
-static void on_record(struct node_req *req, int status, const struct kv_result *kres,
-                      void *data)
+/* PH_RECORD: the record's entry applied (go on with the change), was lost,
+ * or time ran out. */
+static void record_turn(struct node *n, uint64_t now)
 {
-    struct node *n = data;
-    (void)req;
-    if (status == 0 && kres != NULL && kres->code != 0)
-        status = kres->code;
-    if (status != 0) {
-        finish(n, status, "writing the member record failed: %s", tk_strerror(status));
+    uint64_t t = 0;
+    bool known = raft_term_at(n->raft, n->mem.rec_index, &t) == 0;
+    if ((known && t != n->mem.rec_term) || raft_role(n->raft) != RAFT_LEADER) {
+        finish(n, TK_ELOST,
+               "leadership changed while the member record was written; retry");
         return;
     }
-    if (n->mem.phase != PH_RECORD)
+    if (kv_sm_applied_index(n->sm) < n->mem.rec_index) {
+        if (now >= n->mem.deadline_ms)
+            finish(n, TK_ETIMEDOUT, "the member record did not commit in time");
         return;
+    }
     struct node_member_result res;
     memset(&res, 0, sizeof(res));
     uint8_t type =
@@ -350,15 +354,15 @@ static int write_record(struct node *n, const char *raft, const char *http, bool
     size_t len = kvpb__command__get_packed_size(&cmd);
     struct tk_blob *b = tk_blob_new(len);
     kvpb__command__pack(&cmd, b->data);
-    memset(&n->mem.req, 0, sizeof(n->mem.req));
-    n->mem.req.mode = NODE_MODE_APPLIED;
-    n->mem.req.cmd = b;
-    n->mem.req.write_cb = on_record;
-    n->mem.req.data = n;
-    n->mem.phase = PH_RECORD;
-    int rc = node_submit(n, &n->mem.req);
-    if (rc != 0)
-        tk_blob_unref(b);
+    /* Proposed here, not through node_submit's queue: the change waits for
+     * this index to apply (record_turn). */
+    struct raft_entry e = {.type = RAFT_ENTRY_NORMAL, .time_ms = now_ms(), .data = b};
+    int rc = raft_propose(n->raft, &e, 1, &n->mem.rec_index, &n->mem.rec_term);
+    tk_blob_unref(b); /* the log holds its own reference */
+    if (rc == 0) {
+        n->mem.phase = PH_RECORD;
+        node__kick(n);
+    }
     return rc;
 }
 
@@ -503,7 +507,9 @@ void node__member_tick(struct node *n)
     if (!n->mem.busy)
         return;
     uint64_t now = now_ms();
-    if (n->mem.phase == PH_COMMIT)
+    if (n->mem.phase == PH_RECORD)
+        record_turn(n, now);
+    else if (n->mem.phase == PH_COMMIT)
         commit_turn(n, now);
     else if (n->mem.phase == PH_PROMOTE)
         promote_turn(n, now);
@@ -511,6 +517,6 @@ void node__member_tick(struct node *n)
 
 void node__member_shutdown(struct node *n)
 {
-    if (n->mem.busy && n->mem.phase != PH_RECORD)
+    if (n->mem.busy)
         finish(n, TK_ESHUTDOWN, "the node shut down during the change");
 }
