@@ -505,6 +505,10 @@ static void drain_queue(struct node *n)
             node__finish(n, r, TK_EIO);
             continue;
         }
+        if (n->mem.rejected) { /* refused by the cluster: serves nothing */
+            node__finish(n, r, TK_ENOLEADER);
+            continue;
+        }
         if (r->is_read) {
             start_read(n, r);
             continue;
@@ -584,7 +588,7 @@ static void on_wake(uv_async_t *h)
 static void on_tick(uv_timer_t *h)
 {
     struct node *n = h->data;
-    if (n->persist.failed)
+    if (n->persist.failed || n->mem.rejected)
         return;
     raft_tick(n->raft);
     node__kick(n);
@@ -689,7 +693,7 @@ static void on_recv(struct transport *t, const struct raft_message *m, void *dat
 {
     struct node *n = data;
     (void)t;
-    if (!n->loop.closing && !n->persist.failed) {
+    if (!n->loop.closing && !n->persist.failed && !n->mem.rejected) {
         (void)raft_step(n->raft, m);
         n->loop.activity++;
         node__kick(n);
@@ -748,8 +752,12 @@ static int rm_entry(const char *path, const struct stat *sb, int flag, struct FT
 
 static int open_transport(struct node *n)
 {
-    struct transport_callbacks cbs = {
-        .recv = on_recv, .peer = NULL, .forward = on_forward, .data = n};
+    struct transport_callbacks cbs = {.recv = on_recv,
+                                      .peer = NULL,
+                                      .forward = on_forward,
+                                      .incarnation = node__member_incarnation,
+                                      .refused = node__member_refused,
+                                      .data = n};
     if (n->o.hub != NULL)
         return transport_inproc_new(n->o.hub, n->loop.uv, n->o.id, 0, &cbs,
                                     &n->transport);
@@ -763,6 +771,7 @@ static int open_transport(struct node *n)
     to.seed = n->o.seed;
     to.peer_token = n->o.peer_token;
     to.peer_token_len = n->o.peer_token_len;
+    memcpy(to.incarnation, n->mem.incarnation, sizeof(to.incarnation));
     int rc = transport_tcp_new(n->loop.uv, &to, &cbs, &n->transport);
     if (rc != 0)
         return rc;

@@ -205,6 +205,10 @@ struct node_status {
     uint64_t last_index;
     uint64_t snapshot_index;
     bool failed; /* storage or apply failed: the node serves nothing */
+    /* A member refused this node's data directory in the handshake: its id
+     * belongs to a data directory this one is not (it was wiped). It serves
+     * nothing: remove the id and add the node again under a new one. */
+    bool rejected;
 };
 void node_status(struct node *n, struct node_status *out);
 
@@ -218,6 +222,8 @@ struct node_metrics {
     uint64_t batches;           /* raft_propose calls */
     uint64_t forwarded;         /* writes forwarded to the leader */
     uint64_t forward_dropped;   /* forwarding frames from a non-member, dropped */
+    uint64_t members_refused;   /* handshakes refused: a member id presenting
+                                   another data directory (an amnesiac) */
     uint64_t reads;             /* reads served */
     uint64_t read_index;        /* linearizable reads that asked for a read index */
     uint64_t read_index_rounds; /* leader: heartbeat rounds confirming them

@@ -161,8 +161,17 @@ struct node_membership {
     uint64_t deadline_ms;
     uint64_t peers[NODE_PEERS_MAX]; /* ids added to the TCP transport */
     uint32_t n_peers;
-    uint64_t seen_config; /* raft_config_index when last reconciled */
-    uint32_t ticks;       /* since the last reconcile */
+    uint64_t seen_config;             /* raft_config_index when last reconciled */
+    uint32_t ticks;                   /* since the last reconcile */
+    uint8_t incarnation[16];          /* this node's data directory's (store) */
+    bool rejected;                    /* a member refused our incarnation */
+    uint64_t binding[NODE_PEERS_MAX]; /* ids whose incarnation is being recorded */
+    uint32_t n_binding;
+    struct {
+        uint64_t id;
+        char hex[40];
+    } seen[NODE_PEERS_MAX]; /* the incarnation each peer last presented */
+    uint32_t n_seen;
 };
 
 /* What other threads read: status and metrics (node_status.c). */
@@ -314,6 +323,12 @@ int node__recover(struct node *n);
 
 /* Records the peers open_transport dialed. */
 void node__member_init(struct node *n);
+/* Transport callbacks: is `inc` the data directory this cluster knows for
+ * member `id` (recorded on first contact by the leader)? And: a member
+ * refused ours. */
+bool node__member_incarnation(struct transport *t, uint64_t id, const uint8_t *inc,
+                              void *data);
+void node__member_refused(struct transport *t, uint64_t by, void *data);
 /* Every tick: dials members whose address became known, and moves the
  * change in progress on (commit, promotion, deadline). */
 void node__member_tick(struct node *n);

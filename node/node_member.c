@@ -39,6 +39,7 @@ enum { PH_IDLE, PH_RECORD, PH_COMMIT, PH_PROMOTE };
 struct member_rec {
     bool found;
     bool removed;
+    char inc[40]; /* the data directory's incarnation, hex; "" until known */
     char raft[NODE_ADDR_MAX];
     char http[NODE_ADDR_MAX];
 };
@@ -91,6 +92,13 @@ static void rec_read(struct node *n, uint64_t id, struct member_rec *r)
     rec_field(v, "raft", r->raft, sizeof(r->raft));
     rec_field(v, "http", r->http, sizeof(r->http));
     rec_field(v, "removed", removed, sizeof(removed));
+    rec_field(v, "inc", r->inc, sizeof(r->inc));
+    if (strcmp(r->raft, "-") == 0)
+        r->raft[0] = '\0';
+    if (strcmp(r->http, "-") == 0)
+        r->http[0] = '\0';
+    if (strcmp(r->inc, "-") == 0)
+        r->inc[0] = '\0';
     r->removed = strcmp(removed, "1") == 0;
 }
 
@@ -170,8 +178,39 @@ static void dial(struct node *n, uint64_t id)
                "dialing member %" PRIu64 " at %s", id, addr);
 }
 
+static size_t ids_text(const uint64_t *ids, uint32_t k, char *out, size_t cap)
+{
+    size_t len = 0;
+    out[0] = '\0';
+    for (uint32_t i = 0; i < k && len + 24 < cap; i++)
+        len += (size_t)snprintf(out + len, cap - len, "%s%" PRIu64, i ? "," : "", ids[i]);
+    return len;
+}
+
+/* Says plainly when the voters given at start are not the configuration in
+ * force (recovered from the log or the snapshot). */
+static void check_members_flag(struct node *n)
+{
+    const struct raft_config *c = raft_config(n->raft);
+    struct raft_config given = n->o.members;
+    struct raft_config now = *c;
+    now.n_learners = 0;
+    if (n->o.join || raft_config_equal(&given, &now))
+        return;
+    char a[400], b[400], l[200];
+    ids_text(given.voters, given.n_voters, a, sizeof(a));
+    ids_text(c->voters, c->n_voters, b, sizeof(b));
+    ids_text(c->learners, c->n_learners, l, sizeof(l));
+    TK_LOG(TK_LOG_WARN, n->o.id, raft_term(n->raft),
+           "--members lists voters [%s], but the cluster's configuration (from its log, "
+           "index %" PRIu64 ") has voters [%s] and learners [%s]: the cluster's is used; "
+           "--members only bootstraps a new cluster and gives addresses",
+           a, raft_config_index(n->raft), b, l);
+}
+
 void node__member_init(struct node *n)
 {
+    check_members_flag(n);
     for (uint32_t i = 0; i < n->o.members.n_voters; i++)
         if (n->o.members.voters[i] != n->o.id && n->mem.n_peers < NODE_PEERS_MAX)
             n->mem.peers[n->mem.n_peers++] = n->o.members.voters[i];
@@ -337,12 +376,16 @@ static void record_turn(struct node *n, uint64_t now)
 }
 
 /* Writes the member record (removed: the never-reuse tombstone). */
-static int write_record(struct node *n, const char *raft, const char *http, bool removed)
+/* Proposes the record of `id` (removed: the never-reuse tombstone; inc: its
+ * incarnation in hex, "" when not known yet). */
+static int propose_record(struct node *n, uint64_t id, const char *raft, const char *http,
+                          bool removed, const char *inc, uint64_t *index, uint64_t *term)
 {
-    char key[64], val[3 * NODE_ADDR_MAX];
-    size_t kl = member_key(n->mem.c.id, key, sizeof(key));
-    int vl = snprintf(val, sizeof(val), "raft=%s http=%s removed=%d", raft, http,
-                      removed ? 1 : 0);
+    char key[64], val[3 * NODE_ADDR_MAX + 64];
+    size_t kl = member_key(id, key, sizeof(key));
+    int vl = snprintf(val, sizeof(val), "raft=%s http=%s removed=%d inc=%s",
+                      raft[0] ? raft : "-", http[0] ? http : "-", removed ? 1 : 0,
+                      inc[0] ? inc : "-");
     Kvpb__Command cmd = KVPB__COMMAND__INIT;
     Kvpb__Put put = KVPB__PUT__INIT;
     put.key.data = (uint8_t *)key;
@@ -354,16 +397,135 @@ static int write_record(struct node *n, const char *raft, const char *http, bool
     size_t len = kvpb__command__get_packed_size(&cmd);
     struct tk_blob *b = tk_blob_new(len);
     kvpb__command__pack(&cmd, b->data);
-    /* Proposed here, not through node_submit's queue: the change waits for
+    /* Proposed here, not through node_submit's queue: a change waits for
      * this index to apply (record_turn). */
     struct raft_entry e = {.type = RAFT_ENTRY_NORMAL, .time_ms = now_ms(), .data = b};
-    int rc = raft_propose(n->raft, &e, 1, &n->mem.rec_index, &n->mem.rec_term);
+    int rc = raft_propose(n->raft, &e, 1, index, term);
     tk_blob_unref(b); /* the log holds its own reference */
-    if (rc == 0) {
-        n->mem.phase = PH_RECORD;
+    if (rc == 0)
         node__kick(n);
-    }
     return rc;
+}
+
+/* The change's record (keeping the incarnation already known). */
+static int write_record(struct node *n, const char *raft, const char *http, bool removed)
+{
+    struct member_rec r;
+    rec_read(n, n->mem.c.id, &r);
+    int rc = propose_record(n, n->mem.c.id, raft, http, removed, r.inc, &n->mem.rec_index,
+                            &n->mem.rec_term);
+    if (rc == 0)
+        n->mem.phase = PH_RECORD;
+    return rc;
+}
+
+/* ---- incarnations --------------------------------------------------------- */
+
+static void hex16(const uint8_t *b, char *out)
+{
+    for (int i = 0; i < 16; i++)
+        snprintf(out + 2 * i, 3, "%02x", b[i]);
+}
+
+static bool binding(const struct node *n, uint64_t id)
+{
+    for (uint32_t i = 0; i < n->mem.n_binding; i++)
+        if (n->mem.binding[i] == id)
+            return true;
+    return false;
+}
+
+/* Leader: records `inc` as member id's incarnation (first contact). */
+static void bind_incarnation(struct node *n, uint64_t id, const struct member_rec *r,
+                             const char *inc)
+{
+    if (raft_role(n->raft) != RAFT_LEADER || binding(n, id) || r->removed ||
+        (n->mem.busy && n->mem.c.id == id) || n->mem.n_binding == NODE_PEERS_MAX ||
+        !raft_config_is_member(raft_config(n->raft), id))
+        return;
+    char raft[NODE_ADDR_MAX];
+    snprintf(raft, sizeof(raft), "%s", r->raft);
+    if (!r->found)
+        boot_addr(n, id, raft, sizeof(raft));
+    uint64_t index, term;
+    if (propose_record(n, id, raft, r->http, false, inc, &index, &term) == 0)
+        n->mem.binding[n->mem.n_binding++] = id;
+}
+
+/* Remembers what peer `id` presented, to bind it once this node leads. */
+static void remember(struct node *n, uint64_t id, const char *hex)
+{
+    uint32_t i = 0;
+    while (i < n->mem.n_seen && n->mem.seen[i].id != id)
+        i++;
+    if (i == NODE_PEERS_MAX)
+        return;
+    if (i == n->mem.n_seen)
+        n->mem.n_seen++;
+    n->mem.seen[i].id = id;
+    memcpy(n->mem.seen[i].hex, hex, 33);
+}
+
+/* Leader: binds what peers presented before it led. */
+static void bind_seen(struct node *n)
+{
+    if (raft_role(n->raft) != RAFT_LEADER)
+        return;
+    char self[40];
+    hex16(n->mem.incarnation, self);
+    remember(n, n->o.id, self);
+    for (uint32_t i = 0; i < n->mem.n_seen; i++) {
+        struct member_rec r;
+        rec_read(n, n->mem.seen[i].id, &r);
+        if (r.inc[0] == '\0')
+            bind_incarnation(n, n->mem.seen[i].id, &r, n->mem.seen[i].hex);
+    }
+}
+
+bool node__member_incarnation(struct transport *t, uint64_t id, const uint8_t *inc,
+                              void *data)
+{
+    struct node *n = data;
+    (void)t;
+    static const uint8_t zero[16];
+    if (memcmp(inc, zero, 16) == 0 || n->persist.failed)
+        return true; /* a peer that does not say: nothing to check */
+    char hex[40];
+    hex16(inc, hex);
+    struct member_rec r;
+    rec_read(n, id, &r);
+    if (r.found && r.inc[0] != '\0') {
+        if (strcmp(r.inc, hex) == 0)
+            return true;
+        n->m.metrics.members_refused++;
+        TK_LOG(TK_LOG_WARN, n->o.id, raft_term(n->raft),
+               "refused node %" PRIu64 ": its data directory (incarnation %s) is not the "
+               "one this cluster knows for that id (%s): it lost its state; remove it "
+               "and add it as a new member",
+               id, hex, r.inc);
+        return false;
+    }
+    remember(n, id, hex);
+    bind_incarnation(n, id, &r, hex);
+    return true;
+}
+
+void node__member_refused(struct transport *t, uint64_t by, void *data)
+{
+    struct node *n = data;
+    (void)t;
+    if (n->mem.rejected)
+        return;
+    n->mem.rejected = true;
+    TK_LOG(TK_LOG_ERROR, n->o.id, raft_term(n->raft),
+           "node %" PRIu64 " refused this node: the cluster knows node id %" PRIu64
+           " with another data directory (this one is new or was wiped, so it may have "
+           "forgotten votes and entries). This node serves nothing. Remove id %" PRIu64
+           " (tierkv member remove %" PRIu64 ") and add this node again under a new id "
+           "with an empty data directory and tierkvd --join (docs/operations.md, "
+           "\"Replace a failed node\")",
+           by, n->o.id, n->o.id, n->o.id);
+    node__publish_status(n);
 }
 
 static int start_add(struct node *n, const struct raft_config *c,
@@ -503,6 +665,13 @@ void node__member_tick(struct node *n)
         n->mem.seen_config = ci;
         n->mem.ticks = 0;
         reconcile(n);
+        bind_seen(n);
+    }
+    for (uint32_t i = 0; i < n->mem.n_binding; i++) {
+        struct member_rec r;
+        rec_read(n, n->mem.binding[i], &r);
+        if (r.inc[0] != '\0' || raft_role(n->raft) != RAFT_LEADER)
+            n->mem.binding[i--] = n->mem.binding[--n->mem.n_binding];
     }
     if (!n->mem.busy)
         return;

@@ -114,6 +114,12 @@ static int load(struct store_meta *m, struct store_meta_state *st, char *err,
         st->cluster_id = store__get64(b);
         st->node_id = store__get64(b + 8);
     }
+    if ((rc = get(txn, m->dbi, "incarnation", b, 16, &found, err, err_len)))
+        goto out;
+    if (found) {
+        st->has_incarnation = true;
+        memcpy(st->incarnation, b, 16);
+    }
     if ((rc = get(txn, m->dbi, "log_start", b, 16, &found, err, err_len)))
         goto out;
     if (found) {
@@ -214,6 +220,8 @@ int store_meta_save(struct store_meta *m, const struct store_meta_state *st,
         store__put64(b, st->cluster_id);
         store__put64(b + 8, st->node_id);
         rc = put(txn, m->dbi, "ids", b, 16);
+        if (rc == 0 && st->has_incarnation)
+            rc = put(txn, m->dbi, "incarnation", st->incarnation, 16);
     }
     if (rc == 0 && (mask & STORE_META_LOG_START)) {
         store__put64(b, st->log_first);

@@ -45,13 +45,22 @@ typedef void transport_peer_cb(struct transport *t, uint64_t id, bool up, void *
  * valid only during the call. */
 typedef void transport_forward_cb(struct transport *t, uint64_t from, const uint8_t *buf,
                                   size_t len, void *data);
+/* TCP handshake: peer `id` presents the data-directory incarnation `inc`
+ * (16 bytes, all zero when it has none). Return false to refuse it (the
+ * connection closes; an inbound dialer is told, see `refused`). */
+typedef bool transport_incarnation_cb(struct transport *t, uint64_t id,
+                                      const uint8_t *inc, void *data);
+/* TCP: peer `by` refused this node's incarnation in the handshake. */
+typedef void transport_refused_cb(struct transport *t, uint64_t by, void *data);
 /* The transport is closed; called once, after which `t` is freed. */
 typedef void transport_close_cb(struct transport *t, void *data);
 
 struct transport_callbacks {
     transport_recv_cb *recv;
-    transport_peer_cb *peer;       /* may be NULL */
-    transport_forward_cb *forward; /* may be NULL: forwarded bytes are dropped */
+    transport_peer_cb *peer;               /* may be NULL */
+    transport_forward_cb *forward;         /* may be NULL: forwarded bytes are dropped */
+    transport_incarnation_cb *incarnation; /* may be NULL: every one accepted */
+    transport_refused_cb *refused;         /* may be NULL */
     void *data;
 };
 
@@ -170,10 +179,14 @@ void transport_inproc_heal(struct transport_inproc_hub *hub);
  *
  * One connection per peer direction: we dial each peer and send on that
  * connection; peers dial us and we receive on the accepted ones. The handshake
- * (protocol version 2; a version-1 peer is refused, so a cluster upgrades by
+ * (protocol version 3; an older peer is refused, so a cluster upgrades by
  * restarting every node) is three frames: the dialer's HELLO (magic, version,
- * cluster id, node id, a 32-byte random nonce); the acceptor's HELLO (the
- * same, its own nonce, and its proof); the dialer's AUTH (its proof). With a
+ * cluster id, node id, a 32-byte random nonce, its data directory's 16-byte
+ * incarnation); the acceptor's HELLO (the same, its own nonce, and its
+ * proof); the dialer's AUTH (its proof). Each side asks its node whether the
+ * other's incarnation is the one known for that id (callbacks.incarnation); a
+ * refused dialer gets the acceptor's HELLO with FRAME_HELLO_F_REFUSED before
+ * the close (callbacks.refused tells its node). With a
  * cluster token (peer_token), a proof is an HMAC-SHA256 of the token over a
  * direction label, the cluster id, both ids and both nonces, compared in
  * constant time: each side proves it knows the token, and no recorded proof
@@ -223,6 +236,7 @@ struct transport_tcp_options {
     uint32_t idle_timeout_ms;      /* inbound, authenticated; 0 = 60000 */
     uint32_t snapshot_timeout_ms;  /* one snapshot's reassembly; 0 = 600000 */
     uint64_t snapshot_total_max;   /* all reassemblies; 0 = snapshot_max */
+    uint8_t incarnation[16];       /* this node's data directory's; sent in HELLO */
 };
 
 #define TRANSPORT_TCP_TOKEN_MIN 16

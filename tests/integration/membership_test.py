@@ -69,7 +69,10 @@ def members(port):
 def wait_for(cond, what, timeout=30):
     deadline = time.time() + timeout
     while time.time() < deadline:
-        v = cond()
+        try:
+            v = cond()
+        except (OSError, ValueError, KeyError, TypeError):
+            v = None  # not up yet
         if v:
             return v
         time.sleep(0.05)
@@ -227,5 +230,98 @@ def test_grow_and_shrink(tierkvd, tierkv):
         c.stop()
 
 
+def record(port, node_id):
+    """The member record of node_id as `port` has applied it ("" if none)."""
+    st, _, data = tk.request(port, "GET", "/v1/kv/%%01tierkv%%2Fmember%%2F%d?raw"
+                             "&consistency=stale" % node_id)
+    return data.decode() if st == 200 else ""
+
+
+def metric(port, name):
+    st, _, data = tk.request(port, "GET", "/metrics")
+    for ln in data.decode().splitlines():
+        if ln.startswith(name + " ") or ln.startswith(name + "{"):
+            return float(ln.split()[-1])
+    return None
+
+
+def test_amnesiac_refused_then_replaced(tierkvd, tierkv):
+    """Node 3 loses its data directory and comes back under its old id: the
+    cluster refuses it (its /readyz says not_a_member, its log says what to
+    do, the leader counts the refusal); then docs/operations.md's "Replace a
+    failed node" puts node 6 in its place."""
+    c = tk.Cluster(tierkvd, 3)
+    failed = True
+    try:
+        c.start()
+        lead = c.wait_leader()
+        lport = c.node(lead).http_port
+        eps = ["127.0.0.1:%d" % p for p in c.http_ports]
+        for i in range(100):
+            st, _, _ = tk.request(c.http_ports[0], "PUT", "/v1/kv/a%03d" % i, "x%d" % i)
+            tk.check(st == 200, "put a%03d: %d" % (i, st))
+        # The leader records each member's data directory on first contact.
+        wait_for(lambda: all("inc=" in record(lport, i) and "inc=-" not in record(lport, i)
+                             for i in (1, 2, 3)), "the incarnations recorded")
+        victim = 3 if lead != 3 else 2
+        vn = c.node(victim)
+        vn.kill()
+        import shutil
+        shutil.rmtree(os.path.join(c.dir, "n%d" % victim))
+        vn.start()
+        wait_for(lambda: tk.request(vn.http_port, "GET", "/readyz")[0] in (200, 503),
+                 "the wiped node's HTTP")
+        st_js = wait_for(lambda: (lambda r: r if r[0] == 503 and r[2] and
+                                  r[2]["error"]["code"] == "not_a_member" else None)(
+            tk.jreq(vn.http_port, "GET", "/readyz")), "/readyz not_a_member", timeout=20)
+        print("     wiped node %d: /readyz %d %s" % (victim, st_js[0], st_js[2]["error"]["code"]))
+        tk.check("refused this node" in vn.log() and "tierkv member remove" in vn.log(),
+                 "no clear refusal line in the wiped node's log")
+        line = [ln for ln in vn.log().splitlines() if "refused this node" in ln][0]
+        print("     its log: %s" % line[:200])
+        lead = c.wait_leader(exclude=(victim,))
+        lport = c.node(lead).http_port
+        refused = metric(lport, "tierkv_member_refused_total")
+        tk.check(refused and refused > 0, "leader's refusal metric: %r" % refused)
+        st, _, _ = tk.request(vn.http_port, "GET", "/v1/kv/a001")
+        tk.check(st == 503, "a read through the wiped node: %d, not 503" % st)
+        for i in range(100, 150):
+            st, _, _ = tk.request(lport, "PUT", "/v1/kv/a%03d" % i, "x%d" % i)
+            tk.check(st == 200, "put a%03d: %d" % (i, st))
+
+        # Replace a failed node (docs/operations.md): remove the old id, start
+        # the new node with --join, add it under a new id.
+        rc, out, err = cli(tierkv, eps, "member", "remove", str(victim))
+        tk.check(rc == 0, "member remove %d: %d %s" % (victim, rc, err))
+        vn.kill()
+        members_flag = ",".join("%d=127.0.0.1:%d" % (i + 1, c.raft_ports[i])
+                                for i in range(3) if i + 1 != victim)
+        n6 = joiner(c, tierkvd, 6, members_flag)
+        rc, out, err = cli(tierkv, eps, "member", "add", "6", "--raft",
+                           "127.0.0.1:%d" % n6.raft_port, "--http",
+                           "127.0.0.1:%d" % n6.http_port)
+        tk.check(rc == 0, "member add 6: %d %s %s" % (rc, out, err))
+        rc, out, err = cli(tierkv, eps, "member", "add", str(victim), "--raft", "127.0.0.1:1")
+        tk.check(rc == 4 and "never reused" in err, "re-add %d: %d %s" % (victim, rc, err))
+        m = members(lport)
+        ids = sorted(x["id"] for x in m["members"] if x["role"] == "voter")
+        want = sorted([i for i in (1, 2, 3) if i != victim] + [6])
+        tk.check(ids == want, "voters %r, want %r" % (ids, want))
+        for i in range(150):
+            st, _, data = tk.request(n6.http_port, "GET", "/v1/kv/a%03d?raw" % i)
+            tk.check(st == 200 and data.decode() == "x%d" % i, "a%03d on node 6: %d" % (i, st))
+        final = [nd for nd in c.nodes if nd.id in want]
+        ds = wait_for(lambda: digests_equal(final), "equal digests on %r" % want)
+        print("     replaced by node 6; digests equal: %r" % (ds,))
+        failed = False
+    finally:
+        if failed:
+            for nd in c.nodes:
+                sys.stdout.write("--- log of node %d\n" % nd.id)
+                sys.stdout.write("\n".join(nd.log().splitlines()[-25:]) + "\n")
+        c.stop()
+
+
 if __name__ == "__main__":
-    sys.exit(1 if tk.run([test_grow_and_shrink], sys.argv[1], sys.argv[2]) else 0)
+    sys.exit(1 if tk.run([test_grow_and_shrink, test_amnesiac_refused_then_replaced],
+                         sys.argv[1], sys.argv[2]) else 0)
