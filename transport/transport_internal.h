@@ -136,6 +136,7 @@ struct codec_enc {
     Tierkv__SnapshotMeta meta;
     Tierkv__Configuration config;
     uint64_t voters[RAFT_VOTERS_MAX];
+    uint64_t learners[RAFT_LEARNERS_MAX];
     Tierkv__Entry *ents;
     Tierkv__Entry **ent_ptrs;
     size_t ents_cap;
