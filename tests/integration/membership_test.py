@@ -198,7 +198,8 @@ def test_grow_and_shrink(tierkvd, tierkv):
                 gn = c.node(gone)
                 wait_for(lambda: (c.status(gn) or {}).get("role") != "leader",
                          "the removed leader %d to step down" % gone)
-            c.node(gone).term()
+            code = c.node(gone).term()
+            tk.check(code == 0, "removed node %d exited %s" % (gone, code))
         ids = sorted(nd.id for nd in stay)
         sp = stay[0].http_port
         lead = wait_for(lambda: members(sp)["leader"] in ids and members(sp)["leader"],
@@ -221,6 +222,8 @@ def test_grow_and_shrink(tierkvd, tierkv):
         tk.check(not lost, "acknowledged writes lost: %r" % lost[:10])
         ds = wait_for(lambda: digests_equal(final), "equal digests on %r" % ids)
         print("     digests equal: %r" % (ds,))
+        codes = c.stop()
+        tk.check(all(v == 0 for v in codes.values()), "exit codes %r" % codes)
         failed = False
     finally:
         if failed:
@@ -313,6 +316,8 @@ def test_amnesiac_refused_then_replaced(tierkvd, tierkv):
         final = [nd for nd in c.nodes if nd.id in want]
         ds = wait_for(lambda: digests_equal(final), "equal digests on %r" % want)
         print("     replaced by node 6; digests equal: %r" % (ds,))
+        codes = c.stop()
+        tk.check(all(v == 0 for v in codes.values()), "exit codes %r" % codes)
         failed = False
     finally:
         if failed:
