@@ -757,6 +757,7 @@ static int open_transport(struct node *n)
                                       .forward = on_forward,
                                       .incarnation = node__member_incarnation,
                                       .refused = node__member_refused,
+                                      .member = node__member_known,
                                       .data = n};
     if (n->o.hub != NULL)
         return transport_inproc_new(n->o.hub, n->loop.uv, n->o.id, 0, &cbs,

@@ -331,6 +331,10 @@ struct node_member {
 size_t node_members(struct node *n, struct node_member *out, size_t cap,
                     uint64_t *config_index, bool *committed);
 
+/* The HTTP address recorded for member `id` (a member added at run time);
+ * false when none is. Loop thread only. */
+bool node_member_http(struct node *n, uint64_t id, char *out, size_t cap);
+
 enum node_member_op {
     NODE_MEMBER_ADD = 1,     /* a new id, as a learner (then promoted unless learner) */
     NODE_MEMBER_PROMOTE = 2, /* a caught-up learner becomes a voter */

@@ -329,6 +329,10 @@ void node__member_init(struct node *n);
 bool node__member_incarnation(struct transport *t, uint64_t id, const uint8_t *inc,
                               void *data);
 void node__member_refused(struct transport *t, uint64_t by, void *data);
+/* Transport callback: `id` is a member of the configuration in force (or
+ * this node is joining and has none yet), so it may connect before its
+ * address is known here. */
+bool node__member_known(struct transport *t, uint64_t id, void *data);
 /* Every tick: dials members whose address became known, and moves the
  * change in progress on (commit, promotion, deadline). */
 void node__member_tick(struct node *n);

@@ -266,6 +266,16 @@ size_t node_members(struct node *n, struct node_member *out, size_t cap,
     return k;
 }
 
+bool node_member_http(struct node *n, uint64_t id, char *out, size_t cap)
+{
+    struct member_rec r;
+    rec_read(n, id, &r);
+    if (r.http[0] == '\0' || cap == 0)
+        return false;
+    snprintf(out, cap, "%s", r.http);
+    return true;
+}
+
 /* ---- one change --------------------------------------------------------- */
 
 static void fill(struct node_member_result *res, int status, const char *fmt, va_list ap)
@@ -508,6 +518,17 @@ bool node__member_incarnation(struct transport *t, uint64_t id, const uint8_t *i
     remember(n, id, hex);
     bind_incarnation(n, id, &r, hex);
     return true;
+}
+
+bool node__member_known(struct transport *t, uint64_t id, void *data)
+{
+    struct node *n = data;
+    (void)t;
+    if (raft_config_is_member(raft_config(n->raft), id))
+        return true;
+    /* Joining and not in any configuration yet: the leader that adds this
+     * node may itself be a member added after the --members it was given. */
+    return n->o.join && !raft_config_is_member(raft_config(n->raft), n->o.id);
 }
 
 void node__member_refused(struct transport *t, uint64_t by, void *data)

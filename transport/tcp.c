@@ -623,7 +623,9 @@ static const char *hello_check(struct tcp_conn *c, const uint8_t *body, size_t l
     if (c->peer != NULL && h->node_id != c->peer->id)
         return "node id mismatch: a different node answers at this address";
     const char *why = NULL;
-    if (c->peer == NULL && peer_find(t, h->node_id) == NULL)
+    if (c->peer == NULL && peer_find(t, h->node_id) == NULL &&
+        (t->base.cbs.member == NULL ||
+         !t->base.cbs.member(&t->base, h->node_id, t->base.cbs.data)))
         why = "the node id is not a member";
     else if (((h->flags & FRAME_HELLO_F_TOKEN) != 0) != (t->token != NULL))
         why = t->token != NULL ? "the peer has no cluster token"

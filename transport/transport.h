@@ -50,6 +50,10 @@ typedef void transport_forward_cb(struct transport *t, uint64_t from, const uint
  * connection closes; an inbound dialer is told, see `refused`). */
 typedef bool transport_incarnation_cb(struct transport *t, uint64_t id,
                                       const uint8_t *inc, void *data);
+/* TCP: may node `id`, which is not an added peer (no address known yet),
+ * connect to us? (A member added at run time whose address record this node
+ * has not applied yet: it must be heard to learn it.) */
+typedef bool transport_member_cb(struct transport *t, uint64_t id, void *data);
 /* TCP: peer `by` refused this node's incarnation in the handshake. */
 typedef void transport_refused_cb(struct transport *t, uint64_t by, void *data);
 /* The transport is closed; called once, after which `t` is freed. */
@@ -61,6 +65,7 @@ struct transport_callbacks {
     transport_forward_cb *forward;         /* may be NULL: forwarded bytes are dropped */
     transport_incarnation_cb *incarnation; /* may be NULL: every one accepted */
     transport_refused_cb *refused;         /* may be NULL */
+    transport_member_cb *member;           /* may be NULL: added peers only */
     void *data;
 };
 
@@ -196,15 +201,14 @@ void transport_inproc_heal(struct transport_inproc_hub *hub);
  * or neither (then anyone who can reach the port may claim a member id).
  *
  * An inbound connection must name a peer added with transport_tcp_add_peer
- * (the members); anything else is refused. It counts as pending until its
- * AUTH is checked: pending ones have handshake_timeout_ms to finish, and at
- * most TRANSPORT_TCP_PENDING_MAX of them exist (a new one evicts the oldest),
- * so silent sockets cannot starve a real peer. Once authenticated it replaces
- * any older inbound connection of the same id, and is closed after
- * idle_timeout_ms without a frame (dialers send a PING on an idle link).
- * Raft messages whose `from` is not the authenticated id are dropped and
- * counted (msgs_spoofed). Snapshot reassembly is bounded per connection
- * (snapshot_max), in total (snapshot_total_max) and in time
+ * or one callbacks.member accepts (the members); anything else is refused. It counts as
+ * pending until its AUTH is checked: pending ones have handshake_timeout_ms to finish,
+ * and at most TRANSPORT_TCP_PENDING_MAX of them exist (a new one evicts the oldest), so
+ * silent sockets cannot starve a real peer. Once authenticated it replaces any older
+ * inbound connection of the same id, and is closed after idle_timeout_ms without a frame
+ * (dialers send a PING on an idle link). Raft messages whose `from` is not the
+ * authenticated id are dropped and counted (msgs_spoofed). Snapshot reassembly is bounded
+ * per connection (snapshot_max), in total (snapshot_total_max) and in time
  * (snapshot_timeout_ms from its first chunk). A mismatch closes the
  * connection with a logged reason and counts it in conns_bad.
  *
