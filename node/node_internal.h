@@ -4,9 +4,11 @@
  *   node_recover.c  open the store and the state machine, build the core's boot;
  *   node_tier.c     the KV's tier-down and snapshot jobs, log compaction;
  *   node_forward.c  follower -> leader write forwarding (proto/tierkv.proto);
- *   node_status.c   publishing status and metrics, failing the node.
- * Calls run one way: node.c calls the others; node_tier.c calls only
- * node_status.c; node_recover.c, node_forward.c and node_status.c call none
+ *   node_status.c   publishing status and metrics, failing the node;
+ *   node_member.c   membership: address records, dialing members, one change
+ *                   at a time, incarnation checks (node.h "membership").
+ * Calls run one way: node.c calls the others; node_tier.c and node_member.c
+ * call only node_status.c; node_recover.c, node_forward.c and node_status.c call none
  * of them. What several files need on the hot path (the request lists,
  * completing a write, kick) is inline here, so that the split costs no call
  * per request.
