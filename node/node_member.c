@@ -507,12 +507,15 @@ bool node__member_incarnation(struct transport *t, uint64_t id, const uint8_t *i
     if (r.found && r.inc[0] != '\0') {
         if (strcmp(r.inc, hex) == 0)
             return true;
-        n->m.metrics.members_refused++;
-        TK_LOG(TK_LOG_WARN, n->o.id, raft_term(n->raft),
-               "refused node %" PRIu64 ": its data directory (incarnation %s) is not the "
-               "one this cluster knows for that id (%s): it lost its state; remove it "
-               "and add it as a new member",
-               id, hex, r.inc);
+        uint64_t k = ++n->m.metrics.members_refused;
+        if ((k & (k - 1)) == 0) /* the 1st, 2nd, 4th, 8th...: it redials */
+            TK_LOG(
+                TK_LOG_WARN, n->o.id, raft_term(n->raft),
+                "refused node %" PRIu64
+                ": its data directory (incarnation %s) is not the "
+                "one this cluster knows for that id (%s): it lost its state; remove it "
+                "and add it as a new member",
+                id, hex, r.inc);
         return false;
     }
     remember(n, id, hex);
