@@ -326,7 +326,10 @@ static int append_change(struct node *n, uint8_t type, struct node_member_result
     int rc = raft_change_membership(n->raft, &ch, &index);
     if (rc == 0) {
         n->mem.index = index;
-        n->mem.term = raft_term(n->raft);
+        /* A retried promotion of a voter appends nothing: *index is then the
+         * configuration's entry, of whatever term it was. */
+        if (index == 0 || raft_term_at(n->raft, index, &n->mem.term) != 0)
+            n->mem.term = raft_term(n->raft);
         n->mem.phase = PH_COMMIT;
         n->mem.deadline_ms = now_ms() + n->o.timeout_ms;
         node__kick(n);

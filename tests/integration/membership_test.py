@@ -207,6 +207,11 @@ def test_grow_and_shrink(tierkvd, tierkv):
         m = members(sp)
         roles = {x["id"]: x["role"] for x in m["members"]}
         tk.check(roles == {i: "voter" for i in ids}, "back to three: %r" % m)
+        # A retried promotion of a voter, in a later term than its entry's (the
+        # leader changed since), is still a plain success.
+        rc, out, err = cli(tierkv, eps5, "member", "promote", str(max(ids)))
+        tk.check(rc == 0, "promote voter %d again, later term: rc %d %s %s" %
+                 (max(ids), rc, out, err))
         time.sleep(0.5)  # writes go on under the new configuration
         w.stop_flag.set()
         w.join(timeout=30)
@@ -316,6 +321,17 @@ def test_amnesiac_refused_then_replaced(tierkvd, tierkv):
         final = [nd for nd in c.nodes if nd.id in want]
         ds = wait_for(lambda: digests_equal(final), "equal digests on %r" % want)
         print("     replaced by node 6; digests equal: %r" % (ds,))
+        # A retried promotion of a voter whose entry is of an earlier term
+        # (the leader is killed: a new term) is still a plain success.
+        lead = c.wait_leader(exclude=(victim,))
+        c.node(lead).kill()
+        rest = [nd for nd in final if nd.id != lead]
+        lead2 = wait_for(lambda: members(rest[0].http_port)["leader"] not in (0, lead) and
+                         members(rest[0].http_port)["leader"], "a new leader")
+        other = [nd.id for nd in rest if nd.id != lead2][0]
+        reps = ["127.0.0.1:%d" % nd.http_port for nd in rest]
+        rc, out, err = cli(tierkv, reps, "member", "promote", str(other))
+        tk.check(rc == 0, "promote voter %d in a later term: rc %d %s %s" % (other, rc, out, err))
         codes = c.stop()
         tk.check(all(v == 0 for v in codes.values()), "exit codes %r" % codes)
         failed = False
