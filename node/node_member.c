@@ -144,6 +144,45 @@ static int split_addr(const char *a, char *host, size_t cap, uint16_t *port)
     return 0;
 }
 
+/* The raft address of `id` from a record in the log that the state machine
+ * has not applied yet (newest first): a node restarting behind its leader,
+ * whose KV is at its durable index, must dial a member added at run time
+ * before it can apply that member's record, for its answers to reach the
+ * leader at all. Bounded by the log held; "" if none. */
+static void log_addr(struct node *n, uint64_t id, char *out, size_t cap)
+{
+    char key[64];
+    size_t kl = member_key(id, key, sizeof(key));
+    uint64_t lo = kv_sm_applied_index(n->sm) + 1, hi = raft_last_index(n->raft);
+    if (lo < raft_first_index(n->raft))
+        lo = raft_first_index(n->raft);
+    out[0] = '\0';
+    for (uint64_t i = hi; i >= lo && i > 0; i--) {
+        const struct raft_entry *e = raft_entry_at(n->raft, i);
+        if (e == NULL || e->type != RAFT_ENTRY_NORMAL || e->data == NULL ||
+            memmem(e->data->data, e->data->len, key, kl) == NULL)
+            continue;
+        Kvpb__Command *c = kvpb__command__unpack(NULL, e->data->len, e->data->data);
+        if (c == NULL)
+            continue;
+        bool hit = c->cmd_case == KVPB__COMMAND__CMD_PUT && c->put != NULL &&
+                   c->put->key.len == kl && memcmp(c->put->key.data, key, kl) == 0;
+        if (hit) {
+            char v[3 * NODE_ADDR_MAX];
+            size_t len =
+                c->put->value.len < sizeof(v) - 1 ? c->put->value.len : sizeof(v) - 1;
+            memcpy(v, c->put->value.data, len);
+            v[len] = '\0';
+            rec_field(v, "raft", out, cap);
+            if (strcmp(out, "-") == 0)
+                out[0] = '\0';
+        }
+        kvpb__command__free_unpacked(c, NULL);
+        if (hit)
+            return;
+    }
+}
+
 static bool dialed(const struct node *n, uint64_t id)
 {
     for (uint32_t i = 0; i < n->mem.n_peers; i++)
@@ -165,6 +204,8 @@ static void dial(struct node *n, uint64_t id)
         snprintf(addr, sizeof(addr), "%s", r.raft);
     else
         boot_addr(n, id, addr, sizeof(addr));
+    if (addr[0] == '\0')
+        log_addr(n, id, addr, sizeof(addr));
     uint16_t port = 0;
     if (addr[0] == '\0' || split_addr(addr, host, sizeof(host), &port) != 0)
         return; /* not known (yet): the record comes with the log */

@@ -227,6 +227,32 @@ def test_grow_and_shrink(tierkvd, tierkv):
         tk.check(not lost, "acknowledged writes lost: %r" % lost[:10])
         ds = wait_for(lambda: digests_equal(final), "equal digests on %r" % ids)
         print("     digests equal: %r" % (ds,))
+        # The original node that stays restarts behind a leader added at run
+        # time: it must reach that leader (whose address it had only applied
+        # in its KV's memory) to catch up.
+        old = [nd for nd in stay if nd.id <= 3][0]
+        old.kill()
+        others = [nd for nd in stay if nd is not old]
+        lead = wait_for(lambda: members(others[0].http_port)["leader"] in
+                        [nd.id for nd in others] and members(others[0].http_port)["leader"],
+                        "a leader added at run time")
+        for i in range(200):
+            st, _, _ = tk.request(others[i % 2].http_port, "PUT", "/v1/kv/late%03d" % i, "x")
+            tk.check(st == 200, "put late%03d: %d" % (i, st))
+        # A new leader knows nothing of the old node's log (no progress yet).
+        ln = [nd for nd in others if nd.id == lead][0]
+        ln.kill()
+        ln.start()
+        lead = wait_for(lambda: members(others[0].http_port)["leader"] in
+                        [nd.id for nd in others] and members(others[0].http_port)["leader"],
+                        "a leader again", timeout=30)
+        st, _, _ = tk.request(others[0].http_port, "PUT", "/v1/kv/late-after", "x")
+        old.start()
+        t0 = time.time()
+        ds = wait_for(lambda: digests_equal(stay), "node %d caught up after its restart"
+                      % old.id, timeout=30)
+        print("     node %d restarted behind leader %d and caught up in %.2fs" %
+              (old.id, lead, time.time() - t0))
         codes = c.stop()
         tk.check(all(v == 0 for v in codes.values()), "exit codes %r" % codes)
         failed = False
