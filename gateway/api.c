@@ -213,11 +213,18 @@ static size_t on_response(struct http_request *hreq, int status, char *hdr, size
     if (st.leader != 0) {
         int n = snprintf(hdr, cap, "X-Tierkv-Leader: %llu\r\n",
                          (unsigned long long)st.leader);
+        bool known = false;
         for (uint32_t i = 0; i < gw->cfg.n_members; i++) {
-            if (gw->cfg.members[i].id == st.leader && gw->cfg.members[i].http_addr[0])
+            if (gw->cfg.members[i].id == st.leader && gw->cfg.members[i].http_addr[0]) {
                 snprintf(hdr + n, cap - (size_t)n, "X-Tierkv-Leader-Addr: %s\r\n",
                          gw->cfg.members[i].http_addr);
+                known = true;
+            }
         }
+        char addr[NODE_ADDR_MAX];
+        if (!known && !gw->stopping && /* a member added at run time */
+            node_member_http(gw->node, st.leader, addr, sizeof(addr)))
+            snprintf(hdr + n, cap - (size_t)n, "X-Tierkv-Leader-Addr: %s\r\n", addr);
     }
     return strlen(hdr);
 }

@@ -24,14 +24,29 @@ void api__cluster(struct api_req *req, const struct query *q)
         (unsigned long long)st.term, (unsigned long long)st.commit,
         (unsigned long long)st.applied, (unsigned long long)st.last_index,
         (unsigned long long)st.snapshot_index);
-    for (uint32_t i = 0; i < gw->cfg.n_members; i++) {
-        const struct gateway_member *m = &gw->cfg.members[i];
+    /* The configuration in force (members added or removed at run time
+     * included); the addresses given at start win for the members they name. */
+    struct node_member m[RAFT_MEMBERS_MAX];
+    uint64_t ci;
+    bool committed;
+    size_t k = node_members(gw->node, m, RAFT_MEMBERS_MAX, &ci, &committed);
+    for (size_t i = 0; i < k && i < RAFT_MEMBERS_MAX; i++) {
+        const char *raft = m[i].raft, *http = m[i].http;
+        for (uint32_t j = 0; j < gw->cfg.n_members; j++) {
+            if (gw->cfg.members[j].id != m[i].id)
+                continue;
+            raft = gw->cfg.members[j].raft_addr;
+            if (http[0] == '\0')
+                http = gw->cfg.members[j].http_addr;
+        }
         jbuf_printf(&b, "%s{\"id\":%llu,\"raft\":", i ? "," : "",
-                    (unsigned long long)m->id);
-        jbuf_jstr(&b, m->raft_addr, strlen(m->raft_addr));
+                    (unsigned long long)m[i].id);
+        jbuf_jstr(&b, raft, strlen(raft));
         jbuf_adds(&b, ",\"http\":");
-        jbuf_jstr(&b, m->http_addr, strlen(m->http_addr));
-        jbuf_printf(&b, ",\"leader\":%s}", m->id == st.leader ? "true" : "false");
+        jbuf_jstr(&b, http, strlen(http));
+        jbuf_printf(&b, ",\"leader\":%s,\"role\":\"%s\"}",
+                    m[i].id == st.leader ? "true" : "false",
+                    m[i].voter ? "voter" : "learner");
     }
     jbuf_adds(&b, "]}");
     api__respond_json(req, &b, st.applied);
@@ -53,6 +68,11 @@ void api__readyz(struct api_req *req, const struct query *q)
         http_respond_error(
             req->http, 503, "storage_failed", retry,
             "the node's storage failed; it serves nothing until restarted");
+    } else if (st.rejected) {
+        http_respond_error(req->http, 503, "not_a_member", retry,
+                           "the cluster refused this node: its id belongs to another "
+                           "data directory (this one is new or was wiped); remove the "
+                           "id and add the node as a new member");
     } else if (st.leader == 0) {
         http_respond_error(req->http, 503, "no_leader", retry, "no leader is known yet");
     } else if (st.applied < st.commit) {

@@ -5,6 +5,7 @@
  *   api_body.c    their JSON request bodies into kvpb (api_body.h);
  *   api_cluster.c /v1/cluster, /healthz, /readyz, /v1/debug/digest;
  *   api_status.c  /ui, the status page (gateway/ui.html, embedded);
+ *   api_members.c /v1/members: list, add, promote, remove (node_member_change);
  *   metrics.c     /metrics (a descriptor table) and the per-route counters;
  *   api_reply.c   what the handlers share: answers, query values, submitting
  *                 to the node.
@@ -108,7 +109,15 @@ typedef void api_handler_fn(struct api_req *req, const struct query *q);
     X(METRICS, "metrics", HTTP_GET, "/metrics", api__metrics, 0, RF_BODY | RF_OWN_405)   \
     X(UI, "ui", HTTP_GET, "/ui", api__ui, 0, RF_BODY | RF_OWN_405)                       \
     X(DIGEST, "digest", HTTP_GET, "/v1/debug/digest", api__digest, 0,                    \
-      RF_BODY | RF_OWN_405)
+      RF_BODY | RF_OWN_405)                                                              \
+    X(MEMBERS_LIST, "members_list", HTTP_GET, "/v1/members", api__members_list, 0,       \
+      RF_OWN_405)                                                                        \
+    X(MEMBERS_ADD, "members_add", HTTP_POST, "/v1/members", api__members_add, 0,         \
+      RF_WRITE | RF_BODY)                                                                \
+    X(MEMBERS_PROMOTE, "members_promote", HTTP_POST, "/v1/members/{key}/promote",        \
+      api__members_promote, 0, RF_WRITE)                                                 \
+    X(MEMBERS_REMOVE, "members_remove", HTTP_DELETE, "/v1/members/{key}",                \
+      api__members_remove, 0, RF_WRITE)
 
 enum gw_route {
 #define X(id, name, method, pattern, handler, query, flags) ROUTE_##id,

@@ -167,6 +167,10 @@ static const struct metric_desc metric_table[] = {
      SNAP(m.batches)},
     {"tierkv_forwarded_total", "counter", "Writes forwarded to the leader.", MK_VALUE,
      SNAP(m.forwarded)},
+    {"tierkv_member_refused_total", "counter",
+     "Raft handshakes refused: a member id presenting another data directory (an "
+     "amnesiac).",
+     MK_VALUE, SNAP(m.members_refused)},
     {"tierkv_reads_total", "counter", "Reads served.", MK_VALUE, SNAP(m.reads)},
     {"tierkv_read_index_total", "counter",
      "Linearizable reads that asked for a read index.", MK_VALUE, SNAP(m.read_index)},

@@ -346,10 +346,13 @@ static int collect_keys(struct kv_sm *sm, const struct kv_range *r, size_t limit
     struct kv_item item;
     int rc;
     *used = *n = 0;
-    for (rc = kv__iter_first(&it, sm, r, limit, &item); rc == 0;
+    for (rc = kv__iter_first(&it, sm, r, 0, &item); rc == 0;
          rc = kv__iter_next(&it, &item)) {
+        if (item.key_len > 0 && item.key[0] == KV_RESERVED_BYTE)
+            continue; /* the node's own records: never a user's range */
         scratch_push(sm, used, item.key, item.key_len);
-        (*n)++;
+        if (++*n == limit)
+            break;
     }
     kv__iter_close(&it);
     return rc == TK_ENOTFOUND ? 0 : rc;

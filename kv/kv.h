@@ -46,6 +46,11 @@ struct kv_config {
                              in place: the ring is a log of every version */
 };
 
+/* Keys whose first byte is KV_RESERVED_BYTE belong to the node (its
+ * membership records, node/node.h NODE_MEMBER_KEY_PREFIX): a delete range
+ * never deletes them, whatever its bounds (the same on every replica). */
+#define KV_RESERVED_BYTE 0x01
+
 /* Fills `c` with the defaults above and dir = NULL. */
 void kv_config_default(struct kv_config *c);
 

@@ -113,7 +113,13 @@ struct node_req {
 struct node_options {
     uint64_t id;
     uint64_t cluster_id;
-    struct raft_config members; /* every voter's id, this node's included */
+    struct raft_config members; /* every voter's id, this node's included; with
+                                   `join`, the cluster's (this node not in it) */
+    /* A new node joining a running cluster: it has no bootstrap
+     * configuration of its own (its id is not in `members`, which lists the
+     * running cluster's voters and addresses so it can reach them) and waits
+     * to be added (node_member_change on the leader). */
+    bool join;
 
     /* Transport: inproc when `hub` is set, else TCP with the addresses. */
     struct transport_inproc_hub *hub;
@@ -205,6 +211,10 @@ struct node_status {
     uint64_t last_index;
     uint64_t snapshot_index;
     bool failed; /* storage or apply failed: the node serves nothing */
+    /* A member refused this node's data directory in the handshake: its id
+     * belongs to a data directory this one is not (it was wiped). It serves
+     * nothing: remove the id and add the node again under a new one. */
+    bool rejected;
 };
 void node_status(struct node *n, struct node_status *out);
 
@@ -218,6 +228,8 @@ struct node_metrics {
     uint64_t batches;           /* raft_propose calls */
     uint64_t forwarded;         /* writes forwarded to the leader */
     uint64_t forward_dropped;   /* forwarding frames from a non-member, dropped */
+    uint64_t members_refused;   /* handshakes refused: a member id presenting
+                                   another data directory (an amnesiac) */
     uint64_t reads;             /* reads served */
     uint64_t read_index;        /* linearizable reads that asked for a read index */
     uint64_t read_index_rounds; /* leader: heartbeat rounds confirming them
@@ -300,6 +312,81 @@ struct node_latency {
     struct tk_hist loop_turn;  /* one loop turn (see node_metrics) */
 };
 const struct node_latency *node_latency(struct node *n);
+
+/* ---- membership (node_member.c) ------------------------------------------
+ *
+ * The configuration (voters and learners) is Raft's (raft/raft.h: config
+ * entries in the log). Each member's addresses are node-level data: a record
+ * per id in the replicated KV under the reserved key NODE_MEMBER_KEY_PREFIX
+ * followed by the decimal id, value "raft=<host:port> http=<host:port>
+ * removed=<0|1>", written by the leader before it appends the configuration
+ * change (so every node that sees the new member can find its address). The
+ * members of the bootstrap configuration need no record: every node has their
+ * addresses from node_options (peer_hosts). A record with removed=1 is the
+ * never-reuse list: an id once removed is refused by a later add. Each node
+ * dials (adds to its TCP transport) every member of the configuration in
+ * force whose address it knows, checked every tick. */
+#define NODE_MEMBER_KEY_PREFIX "\x01tierkv/member/"
+#define NODE_ADDR_MAX 128
+
+struct node_member {
+    uint64_t id;
+    bool voter; /* else a learner */
+    char raft[NODE_ADDR_MAX];
+    char http[NODE_ADDR_MAX]; /* empty when unknown */
+    /* The leader's view (has_progress only on the leader): */
+    bool has_progress;
+    uint64_t match;  /* highest index known replicated to it */
+    uint64_t behind; /* leader's last index minus match */
+    bool caught_up;  /* raft_catch_up's verdict (promotable) */
+};
+
+/* The members of the configuration in force, voters first, up to `cap`;
+ * returns how many there are. *config_index is the index of the
+ * configuration entry (0: the bootstrap one), *committed whether it is
+ * committed. Loop thread only (a gateway on the node's loop). */
+size_t node_members(struct node *n, struct node_member *out, size_t cap,
+                    uint64_t *config_index, bool *committed);
+
+/* The HTTP address recorded for member `id` (a member added at run time);
+ * false when none is. Loop thread only. */
+bool node_member_http(struct node *n, uint64_t id, char *out, size_t cap);
+
+enum node_member_op {
+    NODE_MEMBER_ADD = 1,     /* a new id, as a learner (then promoted unless learner) */
+    NODE_MEMBER_PROMOTE = 2, /* a caught-up learner becomes a voter */
+    NODE_MEMBER_REMOVE = 3,  /* a voter or learner leaves */
+};
+
+struct node_member_change {
+    int op; /* enum node_member_op */
+    uint64_t id;
+    bool learner;             /* add: stay a learner (else promote once caught up) */
+    char raft[NODE_ADDR_MAX]; /* add: host:port of its raft listener */
+    char http[NODE_ADDR_MAX]; /* add: host:port of its HTTP gateway (may be empty) */
+};
+
+/* What a change ended with: status 0 (committed), or an error with a message:
+ * TK_ENOTLEADER, TK_EBUSY (another change is in progress), TK_ECOMPARE (add:
+ * already a member, or an id that was removed once: ids are never reused),
+ * TK_ENOTFOUND (not a member), TK_ERANGE (promote: the learner is not caught
+ * up; `behind` says by how many entries), TK_EINVAL, TK_ELOST, TK_ETIMEDOUT,
+ * TK_ESHUTDOWN. */
+struct node_member_result {
+    int status;
+    uint64_t index; /* the configuration entry (0 when none was appended) */
+    uint64_t behind, match;
+    char msg[192];
+};
+typedef void node_member_cb(const struct node_member_result *res, void *data);
+
+/* Starts one membership change on the leader. Returns 0 and calls cb once,
+ * later, on the loop thread (also TK_ESHUTDOWN at stop), or returns the
+ * refusal at once, filled in *res (cb never runs). One change at a time per
+ * node; the core refuses a second uncommitted one cluster-wide. Loop thread
+ * only. */
+int node_member_change(struct node *n, const struct node_member_change *c,
+                       node_member_cb *cb, void *data, struct node_member_result *res);
 
 /* The node's inproc transport faults, for tests: cut this node off from every
  * peer (both directions) or heal. Only for inproc nodes. Any thread. */

@@ -4,9 +4,11 @@
  *   node_recover.c  open the store and the state machine, build the core's boot;
  *   node_tier.c     the KV's tier-down and snapshot jobs, log compaction;
  *   node_forward.c  follower -> leader write forwarding (proto/tierkv.proto);
- *   node_status.c   publishing status and metrics, failing the node.
- * Calls run one way: node.c calls the others; node_tier.c calls only
- * node_status.c; node_recover.c, node_forward.c and node_status.c call none
+ *   node_status.c   publishing status and metrics, failing the node;
+ *   node_member.c   membership: address records, dialing members, one change
+ *                   at a time, incarnation checks (node.h "membership").
+ * Calls run one way: node.c calls the others; node_tier.c and node_member.c
+ * call only node_status.c; node_recover.c, node_forward.c and node_status.c call none
  * of them. What several files need on the hot path (the request lists,
  * completing a write, kick) is inline here, so that the split costs no call
  * per request.
@@ -148,6 +150,32 @@ struct node_tier {
     struct tk_blob *blob;
 };
 
+/* Membership changes and the peers dialed (node_member.c). */
+#define NODE_PEERS_MAX 64
+struct node_membership {
+    bool busy; /* a change in progress */
+    int phase; /* node_member.c's enum */
+    struct node_member_change c;
+    node_member_cb *cb;
+    void *data;
+    uint64_t rec_index, rec_term; /* the address record entry */
+    uint64_t index, term;         /* the configuration entry appended */
+    uint64_t deadline_ms;
+    uint64_t peers[NODE_PEERS_MAX]; /* ids added to the TCP transport */
+    uint32_t n_peers;
+    uint64_t seen_config;             /* raft_config_index when last reconciled */
+    uint32_t ticks;                   /* since the last reconcile */
+    uint8_t incarnation[16];          /* this node's data directory's (store) */
+    bool rejected;                    /* a member refused our incarnation */
+    uint64_t binding[NODE_PEERS_MAX]; /* ids whose incarnation is being recorded */
+    uint32_t n_binding;
+    struct {
+        uint64_t id;
+        char hex[40];
+    } seen[NODE_PEERS_MAX]; /* the incarnation each peer last presented */
+    uint32_t n_seen;
+};
+
 /* What other threads read: status and metrics (node_status.c). */
 struct node_metrics_state {
     pthread_mutex_t mu;
@@ -177,6 +205,7 @@ struct node {
     struct node_requests req;
     struct node_forward fwd;
     struct node_tier tier;
+    struct node_membership mem;
     struct kv_result res; /* scratch for apply and forwarded answers */
     struct node_metrics_state m;
 };
@@ -291,6 +320,26 @@ void node__tier_wait(struct node *n, bool discard);
  * core from what they hold. On the loop's thread before its handles exist.
  * Returns 0 or the error (logged); on error the caller frees what is open. */
 int node__recover(struct node *n);
+
+/* ---- node_member.c ---- */
+
+/* Records the peers open_transport dialed. */
+void node__member_init(struct node *n);
+/* Transport callbacks: is `inc` the data directory this cluster knows for
+ * member `id` (recorded on first contact by the leader)? And: a member
+ * refused ours. */
+bool node__member_incarnation(struct transport *t, uint64_t id, const uint8_t *inc,
+                              void *data);
+void node__member_refused(struct transport *t, uint64_t by, void *data);
+/* Transport callback: `id` is a member of the configuration in force (or
+ * this node is joining and has none yet), so it may connect before its
+ * address is known here. */
+bool node__member_known(struct transport *t, uint64_t id, void *data);
+/* Every tick: dials members whose address became known, and moves the
+ * change in progress on (commit, promotion, deadline). */
+void node__member_tick(struct node *n);
+/* At stop: the change in progress ends with TK_ESHUTDOWN. */
+void node__member_shutdown(struct node *n);
 
 /* ---- node_forward.c ---- */
 

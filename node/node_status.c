@@ -29,6 +29,7 @@ void node__publish_status(struct node *n)
     n->m.status.last_index = raft_last_index(n->raft);
     n->m.status.snapshot_index = n->tier.snap_index;
     n->m.status.failed = n->persist.failed;
+    n->m.status.rejected = n->mem.rejected;
     struct store_stats ss;
     store_stats(n->store, &ss);
     mt->store_syncs = ss.syncs;

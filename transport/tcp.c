@@ -82,6 +82,7 @@ struct tcp_conn {
     int handles_open;
     enum conn_state state;
     uint64_t remote_id; /* after the handshake */
+    bool refuse;        /* our HELLO tells the dialer it is refused */
     bool pending;       /* inbound, not yet authenticated: counted in n_pending */
     uint64_t last_rx;   /* loop time of the last read (idle deadline) */
     uint8_t *rbuf;
@@ -639,6 +640,8 @@ static int send_hello(struct tcp_conn *c)
     struct tcp *t = c->t;
     struct frame_hello h = {.cluster_id = t->o.cluster_id, .node_id = t->base.id};
     h.flags = t->token != NULL ? FRAME_HELLO_F_TOKEN : 0;
+    h.flags |= c->refuse ? FRAME_HELLO_F_REFUSED : 0;
+    memcpy(h.incarnation, t->o.incarnation, FRAME_INC_BYTES);
     if (auth__nonce(c->nonce_self) != 0)
         return TK_EIO;
     memcpy(h.nonce, c->nonce_self, FRAME_NONCE_BYTES);
@@ -668,13 +671,24 @@ static const char *hello_check(struct tcp_conn *c, const uint8_t *body, size_t l
     const char *why = NULL;
     char name[32];
     snprintf(name, sizeof(name), "node-%llu", (unsigned long long)h->node_id);
-    if (c->peer == NULL && peer_find(t, h->node_id) == NULL)
+    if (c->peer == NULL && peer_find(t, h->node_id) == NULL &&
+        (t->base.cbs.member == NULL ||
+         !t->base.cbs.member(&t->base, h->node_id, t->base.cbs.data)))
         why = "the node id is not a member";
     else if (c->tls != NULL && !tk_tls_peer_has_name(c->tls, name))
         why = "the peer's certificate does not name the node id it claims";
     else if (((h->flags & FRAME_HELLO_F_TOKEN) != 0) != (t->token != NULL))
         why = t->token != NULL ? "the peer has no cluster token"
                                : "the peer wants a cluster token and we have none";
+    if (why == NULL && t->base.cbs.incarnation != NULL &&
+        !t->base.cbs.incarnation(&t->base, h->node_id, h->incarnation, t->base.cbs.data))
+        why = "the node's data directory is not the one this cluster knows for its id "
+              "(an amnesiac: remove it and add it as a new member)";
+    if (why == NULL && c->peer != NULL && (h->flags & FRAME_HELLO_F_REFUSED)) {
+        why = "the peer refused this node's data directory (incarnation)";
+        if (t->base.cbs.refused != NULL)
+            t->base.cbs.refused(&t->base, h->node_id, t->base.cbs.data);
+    }
     if (why != NULL) {
         t->base.stats.auth_failed++;
         return why;
@@ -737,6 +751,15 @@ static const char *conn_handshake(struct tcp_conn *c, uint8_t kind, const uint8_
         return "first frame is not a hello";
     struct frame_hello h;
     const char *why = hello_check(c, body, len, &h);
+    if (why != NULL && c->peer == NULL && h.node_id != RAFT_NONE &&
+        strstr(why, "amnesiac") != NULL) {
+        /* Tell the dialer why before closing (its HELLO was read: nothing
+         * unread, so the close sends no reset). */
+        c->remote_id = h.node_id;
+        memcpy(c->nonce_peer, h.nonce, FRAME_NONCE_BYTES);
+        c->refuse = true;
+        (void)send_hello(c);
+    }
     if (why != NULL)
         return why;
     if (c->peer == NULL) {

@@ -184,6 +184,8 @@ int cli_cmd_txn(struct cli_global *g, int argc, char **argv);
 int cli_cmd_batch(struct cli_global *g, int argc, char **argv);
 int cli_cmd_status(struct cli_global *g, int argc, char **argv);
 int cli_cmd_members(struct cli_global *g, int argc, char **argv);
+/* member.c: tierkv member list|add|promote|remove. */
+int cli_cmd_member(struct cli_global *g, int argc, char **argv);
 
 /* ---- bench.c ---- */
 

@@ -53,6 +53,11 @@ static struct opt opts[] = {
      "optional id=host:http-port list; shown in /v1/cluster and sent as "
      "X-Tierkv-Leader-Addr",
      0, 0},
+    {"join", "TIERKV_JOIN", NULL,
+     "join a running cluster: --members lists its voters (not this node), "
+     "--listen-raft is this node's address; the node waits to be added "
+     "(tierkv member add) and has no bootstrap configuration of its own",
+     1, 0},
     {"cluster-id", "TIERKV_CLUSTER_ID", "1", "cluster id checked in the raft handshake",
      0, 0},
     {"listen-raft", "TIERKV_LISTEN_RAFT", NULL,
@@ -666,9 +671,17 @@ int main(int argc, char **argv)
                 no.listen_port = members[i].port;
             }
         }
-        if (!found)
-            die("--id %llu is not one of --members \"%s\"", (unsigned long long)no.id,
-                get("members"));
+        no.join = get("join") != NULL;
+        if (no.join && found)
+            die("--join: --id %llu is already in --members \"%s\"; a joining node "
+                "is not in the running cluster's list",
+                (unsigned long long)no.id, get("members"));
+        if (no.join && get("listen-raft") == NULL)
+            die("--join needs --listen-raft (this node's raft address)");
+        if (!found && !no.join)
+            die("--id %llu is not one of --members \"%s\" (a new node joining a "
+                "running cluster takes --join)",
+                (unsigned long long)no.id, get("members"));
         if (get("listen-raft") != NULL) {
             if (split_addr(get("listen-raft"), raft_host, sizeof(raft_host),
                            &no.listen_port) != 0)
@@ -678,6 +691,8 @@ int main(int argc, char **argv)
     } else {
         if (get("listen-raft") != NULL)
             die("--listen-raft needs --members (a single node has no raft peers)");
+        if (get("join") != NULL)
+            die("--join needs --members (the running cluster's voters)");
         /* A cluster of one: no peers, so no raft socket. */
         no.members.n_voters = 1;
         no.members.voters[0] = no.id;

@@ -20,7 +20,14 @@ own compose project on free host ports, through the deploy/compose wrapper
      (a DNS alias) at another address (a placeholder container holds the old
      one), so the majority finds it only by name (the members are node1:7000,
      ...: no fixed IPs), and checks convergence (scans and digests) again;
-  5. tears everything down (compose down -v), also on failure or SIGTERM, and
+  5. deletes a follower's volume and recreates its container under the same
+     id: the cluster refuses it (its /readyz answers 503 not_a_member, its log
+     says what to do, the leader counts the refusal in
+     tierkv_member_refused_total); then follows docs/operations.md "Replace a
+     failed node": `tierkv member remove`, a new container node4 started with
+     TIERKV_JOIN, `tierkv member add 4` (with the tierkv CLI on the host), and
+     checks convergence (scans and digests) on the new three;
+  6. tears everything down (compose down -v), also on failure or SIGTERM, and
      checks that no container, network or volume of the project is left.
 Every wait is bounded. Exits 77 (skip) with a message when no Docker engine
 or no compose answers.
@@ -477,6 +484,93 @@ def exec_cli(dep, node, args, timeout_s=20):
     return rc, (out + err).strip()
 
 
+def metric(port, name):
+    c = Client(port)
+    try:
+        st, _, body = c.request("GET", "/metrics")
+    finally:
+        c.close()
+    for ln in body.decode().splitlines() if st == 200 else []:
+        if ln.startswith(name + " "):
+            return float(ln.split()[-1])
+    return None
+
+
+def readyz_code(port):
+    c = Client(port, timeout_s=3)
+    try:
+        st, js = c.json("GET", "/readyz")
+        return js["error"]["code"] if st == 503 and js else str(st)
+    except Exception:
+        return None
+    finally:
+        c.close()
+
+
+def replace_node(a, dep, port_of, model, net_name, extra):
+    """Step 5 (see the docstring): an amnesiac refused, then replaced by node4
+    following docs/operations.md."""
+    leader = wait_until("an agreed leader", 30, lambda: leader_of(port_of, (1, 2, 3)))
+    victim = [n for n in (1, 2, 3) if n != leader][0]
+    survivors = [n for n in (1, 2, 3) if n != victim]
+    vol = "%s_node%d-data" % (a.project, victim)
+    dep.c("rm", "-f", "-s", "node%d" % victim, timeout=120)
+    dep.ids.pop(victim, None)
+    run(["docker", "volume", "rm", vol], 60)
+    dep.c("up", "-d", "--no-deps", "node%d" % victim, timeout=120)
+    log("node%d: volume %s deleted, container recreated under the same id" % (victim, vol))
+    wait_until("node%d /readyz 503 not_a_member" % victim, 90,
+               lambda: readyz_code(port_of[victim]) == "not_a_member")
+    _, lo, le = run(["docker", "logs", dep.container(victim)], 30)
+    check("refused this node" in lo + le, "node%d's log does not say it was refused" % victim)
+    refused = wait_until("the refusal counted", 30,
+                         lambda: sum(metric(port_of[n], "tierkv_member_refused_total") or 0
+                                     for n in survivors))
+    log("node%d is refused under its old id (/readyz 503 not_a_member; %d refusals "
+        "counted by the others)" % (victim, refused))
+    # docs/operations.md "Replace a failed node", with the CLI on the host.
+    eps = ",".join("127.0.0.1:%d" % port_of[n] for n in survivors)
+    rc, out, err = run([a.tierkv, "-e", eps, "member", "remove", str(victim)], 60,
+                       check_rc=False)
+    check(rc == 0, "tierkv member remove %d: exit %d: %s %s" % (victim, rc, out, err))
+    dep.c("rm", "-f", "-s", "node%d" % victim, timeout=120)
+    dep.ids.pop(victim, None)
+    port4 = free_ports(1)[0]
+    name, vol4 = "%s-node4" % a.project, "%s_node4-data" % a.project
+    label = "com.docker.compose.project=%s" % a.project
+    run(["docker", "volume", "create", "--label", label, vol4], 60)
+    extra.append(("volume", vol4))
+    members = ",".join("%d=node%d:7000" % (n, n) for n in survivors)
+    env = {"TIERKV_ID": "4", "TIERKV_JOIN": "1", "TIERKV_MEMBERS": members,
+           "TIERKV_LISTEN_RAFT": "0.0.0.0:7000", "TIERKV_LISTEN_HTTP": "0.0.0.0:8080",
+           "TIERKV_DATA_DIR": "/var/lib/tierkv", "TIERKV_STORE": "fs",
+           "TIERKV_CLUSTER_ID": "1",
+           "TIERKV_PEER_TOKEN_FILE": "/var/lib/tierkv-secrets/peer-token"}
+    args = ["docker", "run", "-d", "--name", name, "--label", label, "--network", net_name,
+            "--network-alias", "node4", "-p", "127.0.0.1:%d:8080" % port4,
+            "-v", "%s:/var/lib/tierkv" % vol4,
+            "-v", "%s_secrets:/var/lib/tierkv-secrets" % a.project]
+    for k, v in env.items():
+        args += ["-e", "%s=%s" % (k, v)]
+    run(args + [a.image], 120)
+    extra.append(("container", name))
+    rc, out, err = run([a.tierkv, "-e", eps, "--timeout", "60s", "member", "add", "4",
+                        "--raft", "node4:7000", "--http",
+                        "127.0.0.1:%d" % port4], 120, check_rc=False)
+    check(rc == 0, "tierkv member add 4: exit %d: %s %s" % (rc, out, err))
+    rc, out, err = run([a.tierkv, "-e", eps, "member", "list"], 60, check_rc=False)
+    log("replaced node%d by node4 (tierkv member remove, tierkvd --join, tierkv member "
+        "add):\n%s" % (victim, out.rstrip()))
+    check(rc == 0 and sum(1 for ln in out.splitlines() if " voter " in ln) == 3,
+          "three voters after the replacement: %s" % out)
+    ports = [port_of[n] for n in survivors] + [port4]
+    wait_until("node4 /readyz", 90, lambda: ready(port4))
+    scan = converge("after replacing node%d" % victim, ports, model)
+    applied, digest = same_digest("digests after replacing node%d" % victim, ports)
+    log("node4 holds the same %d keys and digest %s at applied index %d" %
+        (len(scan), digest, applied))
+
+
 def self_test():
     """The checkers must be able to fail: known-bad cases, no Docker needed."""
     global NOT_LEADER_GRACE_S
@@ -612,6 +706,7 @@ def main():
     signal.signal(signal.SIGINT, on_signal)
 
     results = {}
+    extra = []  # (kind, name) made outside compose: removed before `down`
     # 1. The image.
     base = os.environ.get("TIERKV_BASE_IMAGE", "debian:12-slim")
     rc, _, _ = run(["docker", "image", "inspect", base], 30, check_rc=False)
@@ -779,6 +874,11 @@ def main():
                                       [port_of[n] for n in (1, 2, 3)])
         log("node%d caught up; all three hold the same %d keys and digest %s at applied "
             "index %d" % (iso, len(scan), digest, applied))
+
+        # 5. A follower loses its volume and comes back under its id.
+        t = time.monotonic()
+        replace_node(a, dep, port_of, model, net_name, extra)
+        results["replace_s"] = time.monotonic() - t
     except Fail as e:
         failed = e
     except Interrupted as e:
@@ -799,6 +899,9 @@ def main():
         if a.keep and failed is None:
             log("--keep: left the deployment up (project %s)" % a.project)
         else:
+            for kind, name in reversed(extra):
+                run(["docker", "rm", "-f", "-v", name] if kind == "container" else
+                    ["docker", "volume", "rm", "-f", name], 120, check_rc=False)
             secs, left = dep.down()
             log("compose down -v in %.1f s" % secs)
             if left and failed is None:
@@ -815,6 +918,7 @@ def main():
                "write_ops_s": round(results["write_ops_s"]),
                "failover_cycle_s": round(results["failover_cycle_s"], 1),
                "partition_election_s": round(results["partition_election_s"], 1),
+               "replace_s": round(results["replace_s"], 1),
                "total_s": round(total, 1)}
     print(json.dumps(summary), flush=True)
     log("PASS")
