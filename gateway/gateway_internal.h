@@ -41,7 +41,11 @@
     X(IF_VERSION, "if_version")                                                          \
     X(IF_MOD, "if_mod_revision")                                                         \
     X(DELTA, "delta")                                                                    \
-    X(IF_ABSENT, "if_absent")
+    X(IF_ABSENT, "if_absent")                                                            \
+    X(KEY, "key")                                                                        \
+    X(START_REV, "start_revision")                                                       \
+    X(PREV_KV, "prev_kv")                                                                \
+    X(PROGRESS, "progress_ms")
 
 enum gw_qindex {
 #define X(id, name) QI_##id,
@@ -108,7 +112,11 @@ typedef void api_handler_fn(struct api_req *req, const struct query *q);
     X(METRICS, "metrics", HTTP_GET, "/metrics", api__metrics, 0, RF_BODY | RF_OWN_405)   \
     X(UI, "ui", HTTP_GET, "/ui", api__ui, 0, RF_BODY | RF_OWN_405)                       \
     X(DIGEST, "digest", HTTP_GET, "/v1/debug/digest", api__digest, 0,                    \
-      RF_BODY | RF_OWN_405)
+      RF_BODY | RF_OWN_405)                                                              \
+    X(WATCH, "watch", HTTP_GET, "/v1/watch", api__watch,                                 \
+      Q_KEY | Q_PREFIX | Q_START | Q_END | Q_START_REV | Q_PREV_KV | Q_PROGRESS |        \
+          Q_ENCODING,                                                                    \
+      RF_OWN_405)
 
 enum gw_route {
 #define X(id, name, method, pattern, handler, query, flags) ROUTE_##id,
@@ -134,6 +142,14 @@ struct gateway {
     bool stopping;
     int listen_rc;
     char listen_err[256];
+    uv_loop_t *loop; /* the node's, from on_loop_start */
+    /* Watches (api_watch.c): the open ones, a pass over them scheduled for
+     * the next loop turn, and counters. */
+    struct watcher *watchers;
+    uint32_t n_watchers;
+    uv_timer_t watch_timer;
+    bool watch_pass_due;
+    uint64_t watch_lagging, watch_compacted;
     /* Metrics (metrics.c), on the loop thread. */
     uint64_t requests[ROUTE_COUNT][GW_STATUS_SLOTS];
     struct tk_hist *latency; /* [ROUTE_COUNT], nanoseconds */
@@ -198,6 +214,16 @@ const char *api__role_name(int role);
 void api__submit_write(struct api_req *req, struct tk_blob *cmd, int mode,
                        node_write_cb *cb);
 void api__submit_read(struct api_req *req, int consistency, node_read_cb *cb);
+
+/* ---- api_watch.c -------------------------------------------------------- */
+
+struct watcher;
+/* The node applied entries: a pass over every watcher on the next turn. */
+void api__watch_applied(struct gateway *gw);
+/* gw->watch_timer's callback: that pass. */
+void api__watch_run(uv_timer_t *t);
+/* Ends every watch (the loop stops). */
+void api__watch_stop(struct gateway *gw);
 
 /* ---- metrics.c ---------------------------------------------------------- */
 
