@@ -198,28 +198,37 @@ enum { PASS_DONE, PASS_MORE, PASS_ENDED };
 static int watch_pass(struct watcher *w)
 {
     struct gateway *gw = w->gw;
-    if (http_stream_pending(w->http) > gw->cfg.watch_buffer_bytes) {
+    /* Events wait and its buffer is full: it is lagging. */
+    if (http_stream_pending(w->http) >= gw->cfg.watch_buffer_bytes &&
+        w->next_rev <= kv_sm_applied_index(node_kv(gw->node))) {
         gw->watch_lagging++;
         watch_fail(w, "lagging", "resume_revision", w->next_rev);
         return PASS_ENDED;
     }
     struct kv_sm *sm = node_kv(gw->node);
-    uint64_t next;
+    size_t pending = http_stream_pending(w->http);
+    size_t room =
+        pending < gw->cfg.watch_buffer_bytes ? gw->cfg.watch_buffer_bytes - pending : 0;
     w->out.len = 0;
     w->open_rev = 0;
-    int rc =
-        kv_sm_events_read(sm, w->next_rev, WATCH_EVENTS_PER_PASS, on_event, w, &next);
-    if (rc != 0) {
-        gw->watch_compacted++;
-        watch_fail(w, "compacted", "compact_revision", kv_sm_events_first(sm) - 1);
-        return PASS_ENDED;
+    /* A revision at a time, until a pass's events or the room are used up
+     * (so a pass's chunk passes the bound by one revision at most). */
+    uint64_t next = w->next_rev, applied = kv_sm_applied_index(sm);
+    for (int n = 0; n < WATCH_EVENTS_PER_PASS && w->out.len < room && next <= applied;
+         n++) {
+        if (kv_sm_events_read(sm, next, 1, on_event, w, &next) != 0) {
+            gw->watch_compacted++;
+            watch_fail(w, "compacted", "compact_revision", kv_sm_events_first(sm) - 1);
+            return PASS_ENDED;
+        }
     }
     if (w->sse && w->open_rev != 0)
         jbuf_printf(&w->out, "id: %llu\n\n", (unsigned long long)w->open_rev);
-    w->next_rev = next;
+    if (next > w->next_rev)
+        w->next_rev = next;
     if (!flush(w))
         return PASS_ENDED;
-    return next <= kv_sm_applied_index(sm) ? PASS_MORE : PASS_DONE;
+    return w->next_rev <= applied ? PASS_MORE : PASS_DONE;
 }
 
 static void progress(struct watcher *w)

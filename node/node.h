@@ -132,6 +132,8 @@ struct node_options {
     struct store_mem_volume *volume;
     bool kv_no_sync;     /* the kv cold tier without fsync (tests, benchmarks) */
     size_t kv_map_bytes; /* LMDB map size of the kv cold tier; 0: kv's default */
+    size_t events_max;   /* the kv change log's events (kv_config.events_max) */
+    size_t events_bytes; /* ... and bytes; both 0: kv's defaults */
 
     uint32_t tick_ms;          /* 10 */
     uint32_t election_ticks;   /* 20: 200-400 ms */
