@@ -83,6 +83,34 @@ static void push(struct kv_events *e, struct kv_ev *v)
     e->bytes += b;
 }
 
+/* Records one event: st (NULL or not live: none) is the key's new state,
+ * prev (if live) its previous one. */
+static void record(struct kv_events *e, uint64_t index, int type, const uint8_t *key,
+                   size_t len, const struct kv_state *st, const struct kv_state *prev)
+{
+    struct kv_ev v = {.rev = index, .type = (uint8_t)type, .key_len = (uint16_t)len};
+    bool live = st != NULL && st->live;
+    if (live) {
+        v.value_len = (uint32_t)st->value_len;
+        v.version = st->version;
+        v.create_rev = st->create_rev;
+    }
+    if (prev->live) {
+        v.has_prev = true;
+        v.prev_len = (uint32_t)prev->value_len;
+        v.prev_version = prev->version;
+        v.prev_create_rev = prev->create_rev;
+        v.prev_mod_rev = prev->mod_rev;
+    }
+    v.data = tk_malloc(len + v.value_len + v.prev_len + 1);
+    memcpy(v.data, key, len);
+    if (v.value_len > 0)
+        memcpy(v.data + len, st->value, v.value_len);
+    if (v.prev_len > 0)
+        memcpy(v.data + len + v.value_len, prev->value, v.prev_len);
+    push(e, &v);
+}
+
 void kv__events_write(struct kv_sm *sm, uint64_t index, const uint8_t *key, size_t len,
                       uint64_t hash, const struct kv_state *st)
 {
@@ -94,31 +122,16 @@ void kv__events_write(struct kv_sm *sm, uint64_t index, const uint8_t *key, size
     /* The command looked the key up already, so this lookup fails only if
      * the cold tier just failed: the event then goes without its prev. */
     struct kv_state prev;
-    int rc = sm->expiring ? kv__state_lookup_raw(sm, key, len, hash, &prev)
-                          : kv__state_lookup(sm, key, len, hash, &prev);
-    if (rc != 0)
+    if (kv__state_lookup_raw(sm, key, len, hash, &prev) != 0)
         prev.live = false;
-    struct kv_ev v = {.rev = index, .key_len = (uint16_t)len};
-    v.type = st->live ? KV_EVENT_PUT : sm->expiring ? KV_EVENT_EXPIRE : KV_EVENT_DELETE;
-    if (st->live) {
-        v.value_len = (uint32_t)st->value_len;
-        v.version = st->version;
-        v.create_rev = st->create_rev;
+    int type = st->live ? KV_EVENT_PUT : sm->expiring ? KV_EVENT_EXPIRE : KV_EVENT_DELETE;
+    if (prev.live && !sm->expiring && !kv__live(sm, prev.expire_ms)) {
+        /* A write over a key whose TTL ran out before its expire command
+         * came: the old version's expire comes first, at this revision. */
+        record(e, index, KV_EVENT_EXPIRE, key, len, NULL, &prev);
+        prev.live = false;
     }
-    if (prev.live) {
-        v.has_prev = true;
-        v.prev_len = (uint32_t)prev.value_len;
-        v.prev_version = prev.version;
-        v.prev_create_rev = prev.create_rev;
-        v.prev_mod_rev = prev.mod_rev;
-    }
-    v.data = tk_malloc(len + v.value_len + v.prev_len + 1);
-    memcpy(v.data, key, len);
-    if (v.value_len > 0)
-        memcpy(v.data + len, st->value, v.value_len);
-    if (v.prev_len > 0)
-        memcpy(v.data + len + v.value_len, prev.value, v.prev_len);
-    push(e, &v);
+    record(e, index, type, key, len, st, &prev);
 }
 
 uint64_t kv_sm_events_first(const struct kv_sm *sm)

@@ -276,6 +276,30 @@ START_TEST(test_expire_command_deletes_due_keys_as_expire_events)
 }
 END_TEST
 
+START_TEST(test_write_over_a_lapsed_key_expires_it_first)
+{
+    struct kvu u = {0};
+    kvu_open(&u, NULL);
+    u.time_ms = 10000;
+    ck_assert_int_eq(kvu_put_ttl(&u, "k", "old", 100), 0);
+    u.time_ms = 10200; /* lapsed, no expire command yet */
+    uint64_t rev = kv_sm_applied_index(u.sm) + 1;
+    ck_assert_int_eq(kvu_put(&u, "k", "new"), 0);
+    struct got g;
+    uint64_t next;
+    ck_assert_int_eq(read_all(&u, rev, 100, &g, &next), 0);
+    ck_assert_uint_eq(g.n, 2);
+    ck_assert_int_eq(g.type[0], KV_EVENT_EXPIRE);
+    ck_assert_str_eq(g.prev[0], "old");
+    ck_assert_uint_eq(g.rev[0], rev);
+    ck_assert_int_eq(g.type[1], KV_EVENT_PUT);
+    ck_assert(!g.has_prev[1]);
+    ck_assert_uint_eq(g.version[1], 1);
+    ck_assert_uint_eq(g.rev[1], rev);
+    kvu_close(&u, true);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("kv-events");
@@ -286,6 +310,7 @@ int main(void)
     tcase_add_test(tc, test_ring_bound_compacts_whole_revisions);
     tcase_add_test(tc, test_restart_resumes_after_the_durable_index);
     tcase_add_test(tc, test_expire_command_deletes_due_keys_as_expire_events);
+    tcase_add_test(tc, test_write_over_a_lapsed_key_expires_it_first);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
