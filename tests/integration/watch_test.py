@@ -13,7 +13,7 @@ agree with, and which must hold every write a client saw acknowledged at its
 revision. Also: SSE framing, 410 compacted, a future start_revision, and a
 lagging watcher cancelled while writes go on.
 
-usage: watch_test.py path/to/tierkvd [writes]
+usage: watch_test.py path/to/tierkvd [writes [path/to/tierkv]]
 """
 import http.client
 import json
@@ -29,6 +29,7 @@ from tkcluster import Cluster, Fail, check, finish, jreq, request, run  # noqa: 
 
 C = None
 WRITES = 10000
+CLI = None  # the tierkv binary, for the CLI's watch
 
 
 class Watcher(threading.Thread):
@@ -357,15 +358,56 @@ def test_lagging_watcher_is_cancelled_and_writes_go_on():
           "then lagging" % (dt, len(buf)))
 
 
+def test_cli_watch_resumes_without_gaps_or_repeats():
+    if CLI is None:
+        return
+    import subprocess
+    lead = C.wait_leader()
+    first = C.node(lead)  # the endpoint it watches through first, killed below
+    order = [first] + [n for n in C.nodes if n is not first]
+    eps = ",".join("127.0.0.1:%d" % n.http_port for n in order)
+    rev0 = json.loads(request(first.http_port, "PUT", "/v1/kv/cli/start", "s")[2])["revision"]
+    w = subprocess.Popen([CLI, "-e", eps, "watch", "--prefix", "cli/", "--rev", str(rev0)],
+                         stdout=subprocess.PIPE, text=True)
+    want = [(rev0, "put", "cli/start", "s")]
+    writer = Writer(7, 0)
+    for i in range(60):
+        if i == 30:
+            first.kill()
+        js = writer.send("PUT", "/v1/kv/cli/%d" % (i % 7), "v%d" % i)
+        want.append((js["revision"], "put", "cli/%d" % (i % 7), "v%d" % i))
+    first.start()
+    deadline = time.time() + 20
+    lines = []
+    import selectors
+    sel = selectors.DefaultSelector()
+    sel.register(w.stdout, selectors.EVENT_READ)
+    while len(lines) < len(want) and time.time() < deadline:
+        if sel.select(timeout=0.5):
+            ln = w.stdout.readline()
+            if not ln:
+                break
+            lines.append(ln.split())
+    w.terminate()
+    w.wait(timeout=10)
+    got = [(int(a[0]), a[1], a[2], a[3] if len(a) > 3 else None) for a in lines]
+    check(got == want, "tierkv watch printed %r, want %r" % (got[:5], want[:5]) if
+          len(got) == len(want) else "tierkv watch printed %d events, want %d: %r" %
+          (len(got), len(want), got[-3:]))
+
+
 def main():
-    global C, WRITES
+    global C, WRITES, CLI
     if len(sys.argv) > 2:
         WRITES = int(sys.argv[2])
+    if len(sys.argv) > 3:
+        CLI = sys.argv[3]
     C = Cluster(sys.argv[1], n=3, extra_args=["--watch-events", "20000"])
     C.start()
     failed = run([test_watchers_see_exactly_the_committed_history,
                   test_sse_frames_revisions_with_ids,
                   test_future_start_revision_waits_and_sends_nothing_older,
+                  test_cli_watch_resumes_without_gaps_or_repeats,
                   test_lagging_watcher_is_cancelled_and_writes_go_on,
                   test_compacted_start_is_410_with_compact_revision])
     C.stop()
