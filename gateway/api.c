@@ -259,6 +259,7 @@ void gateway_config_default(struct gateway_config *c)
     c->mem_max = (size_t)512 << 20;
     c->watchers_max = 10000;
     c->watch_buffer_bytes = 1u << 20;
+    c->watch_stall_ms = 3000;
 }
 
 int gateway_new(const struct gateway_config *c, struct gateway **out)

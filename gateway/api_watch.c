@@ -23,6 +23,7 @@
 #include "gateway/gateway_internal.h"
 
 #define WATCH_EVENTS_PER_PASS 1024
+#define WATCH_FULL_POLL_MS 10
 
 struct watcher {
     struct watcher *prev, *next;
@@ -36,7 +37,10 @@ struct watcher {
     uint64_t progress_ms, last_write_ms;
     bool prev_kv, sse, b64;
     bool ended, busy, gone;
-    uint64_t open_rev; /* SSE: the revision whose message is open (0: none) */
+    uint64_t open_rev;      /* SSE: the revision whose message is open (0: none) */
+    uint64_t full_since_ms; /* its buffer full, events waiting, since (0: not) */
+    size_t full_pending;    /* the bytes pending then */
+    uint64_t timer_period_ms;
     struct jbuf out;
 };
 
@@ -191,6 +195,22 @@ static void on_gone(struct http_request *req, void *data)
         watch_end(w);
 }
 
+static void on_timer(uv_timer_t *t);
+
+/* The watcher's timer: every WATCH_FULL_POLL_MS while its buffer is full,
+ * else every progress_ms (or not at all). */
+static void arm(struct watcher *w, bool full)
+{
+    uint64_t period = full ? WATCH_FULL_POLL_MS : w->progress_ms;
+    if (period == w->timer_period_ms)
+        return;
+    w->timer_period_ms = period;
+    if (period == 0)
+        uv_timer_stop(&w->timer);
+    else
+        uv_timer_start(&w->timer, on_timer, period, period);
+}
+
 /* One pass: the events from next_rev on, at most WATCH_EVENTS_PER_PASS and
  * whole revisions, in one chunk. PASS_MORE if the ring holds more for it,
  * PASS_ENDED if the watch ended. */
@@ -198,12 +218,26 @@ enum { PASS_DONE, PASS_MORE, PASS_ENDED };
 static int watch_pass(struct watcher *w)
 {
     struct gateway *gw = w->gw;
-    /* Events wait and its buffer is full: it is lagging. */
+    /* Events wait and its buffer is full: it waits for its client (polling
+     * every WATCH_FULL_POLL_MS), and is lagging once the client took nothing
+     * for watch_stall_ms. */
     if (http_stream_pending(w->http) >= gw->cfg.watch_buffer_bytes &&
         w->next_rev <= kv_sm_applied_index(node_kv(gw->node))) {
+        uint64_t now = uv_now(gw->loop);
+        if (w->full_since_ms == 0 || http_stream_pending(w->http) < w->full_pending) {
+            w->full_since_ms = now; /* full now, or the client took some */
+            w->full_pending = http_stream_pending(w->http);
+            arm(w, true);
+        }
+        if (now - w->full_since_ms < gw->cfg.watch_stall_ms)
+            return PASS_DONE;
         gw->watch_lagging++;
         watch_fail(w, "lagging", "resume_revision", w->next_rev);
         return PASS_ENDED;
+    }
+    if (w->full_since_ms != 0) {
+        w->full_since_ms = 0;
+        arm(w, false);
     }
     struct kv_sm *sm = node_kv(gw->node);
     size_t pending = http_stream_pending(w->http);
@@ -406,8 +440,7 @@ void api__watch(struct api_req *req, const struct query *q)
                       on_gone, w);
     if (w->ended)
         return;
-    if (w->progress_ms > 0)
-        uv_timer_start(&w->timer, on_timer, w->progress_ms, w->progress_ms);
+    arm(w, false);
     if (watch_pass(w) == PASS_MORE)
         api__watch_applied(gw);
 }

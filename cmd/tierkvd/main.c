@@ -112,6 +112,10 @@ static struct opt opts[] = {
     {"watch-buffer-bytes", "TIERKV_WATCH_BUFFER_BYTES", "1M",
      "a watch's bytes its client has not taken yet before it is cancelled (lagging)", 0,
      0},
+    {"watch-stall-ms", "TIERKV_WATCH_STALL_MS", "3000",
+     "a watch whose buffer is full and whose client takes nothing for this long is "
+     "cancelled (lagging)",
+     0, 0},
     {"max-watchers", "TIERKV_MAX_WATCHERS", "10000",
      "open watches on this node (beyond: 503)", 0, 0},
     {"kv-no-sync", "TIERKV_KV_NO_SYNC", NULL,
@@ -586,6 +590,7 @@ int main(int argc, char **argv)
     gc.scan_limit_max = (uint32_t)get_u64("scan-limit-max", 1, 1000000);
     gc.watch_buffer_bytes = get_size("watch-buffer-bytes", 1024, 1ull << 32);
     gc.watchers_max = (uint32_t)get_u64("max-watchers", 0, 1000000);
+    gc.watch_stall_ms = get_u64("watch-stall-ms", 1, 3600000);
     if (gc.scan_limit_default > gc.scan_limit_max)
         gc.scan_limit_default = gc.scan_limit_max;
 

@@ -53,7 +53,7 @@ def _events(host, port, query, start, timeout, on_event, on_progress, stop):
         c.close()
 
 
-def read_changelog(host, port, until, timeout=10):
+def read_changelog(host, port, until, timeout=10, log=None):
     """A node's change log from the oldest revision it holds up to `until`:
     (first, [(rev, ev, key, value)]), or None."""
     first = 1
@@ -64,7 +64,9 @@ def read_changelog(host, port, until, timeout=10):
         body = r.read() if r.status == 410 else b""
         if r.status == 410:
             first = json.loads(body)["error"]["compact_revision"] + 1
-    except (OSError, http.client.HTTPException, ValueError, KeyError):
+    except (OSError, http.client.HTTPException, ValueError, KeyError) as e:
+        if log is not None:
+            log("change log of %s:%d: %r" % (host, port, e))
         return None
     finally:
         c.close()
@@ -76,8 +78,10 @@ def read_changelog(host, port, until, timeout=10):
     why = _events(host, port, "prefix=", first, timeout,
                   lambda *e: out.append(e), prog, lambda: done[0])
     if not done[0]:
+        if log is not None:
+            log("change log of %s:%d: %s (read %d events, up to %d wanted)" %
+                (host, port, why, len(out), until))
         return None
-    del why
     return first, [e for e in out if e[0] <= until]
 
 

@@ -324,6 +324,48 @@ def test_compacted_start_is_410_with_compact_revision():
     check(found, "no node answered 410 for revision 1")
 
 
+def lagging_count(port):
+    _, _, body = request(port, "GET", "/metrics")
+    for ln in body.decode().splitlines():
+        if ln.startswith("tierkv_watch_cancelled_lagging_total "):
+            return int(ln.split()[1])
+    raise Fail("no lagging counter in /metrics")
+
+
+def test_a_slow_reader_catching_up_is_not_cancelled():
+    # 6 MB of history (12 MB with the previous values the log keeps, under
+    # its 16 MiB) read by a client that reads in small sips: its buffer fills
+    # again and again, but it takes bytes, so it waits instead of being
+    # cancelled.
+    lead = C.wait_leader()
+    p = C.node(lead).http_port
+    big = "s" * 60000
+    c = http.client.HTTPConnection("127.0.0.1", p, timeout=10)
+    revs = []
+    for i in range(100):
+        c.request("PUT", "/v1/kv/slow/%d" % (i % 10), big)
+        r = c.getresponse()
+        revs.append(json.loads(r.read())["revision"])
+    c.close()
+    before = lagging_count(p)
+    s = socket.create_connection(("127.0.0.1", p), timeout=10)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
+    s.sendall(b"GET /v1/watch?prefix=slow/&start_revision=%d HTTP/1.1\r\n\r\n" % revs[0])
+    buf = b""
+    want = b'"revision":%d,' % revs[-1]
+    deadline = time.time() + 60
+    while want not in buf and time.time() < deadline:
+        chunk = s.recv(16384)
+        if not chunk:
+            break
+        buf += chunk
+        time.sleep(0.002)
+    s.close()
+    check(want in buf and b"lagging" not in buf,
+          "slow reader: %d bytes, last revision seen? %s" % (len(buf), want in buf))
+    check(lagging_count(p) == before, "a reader that takes bytes was cancelled")
+
+
 def test_lagging_watcher_is_cancelled_and_writes_go_on():
     lead = C.wait_leader()
     p = C.node(lead).http_port
@@ -340,7 +382,11 @@ def test_lagging_watcher_is_cancelled_and_writes_go_on():
         check(r.status == 200, "write %d: %d" % (i, r.status))
     c.close()
     dt = time.time() - t0
-    time.sleep(0.5)  # a pass (progress_ms) finds it lagging
+    # Its client takes nothing: --watch-stall-ms (1 s here) later it is lagging.
+    deadline = time.time() + 20
+    while time.time() < deadline and lagging_count(p) < 1:
+        time.sleep(0.05)
+    check(lagging_count(p) >= 1, "the stalled watcher was not cancelled within 20 s")
     s.settimeout(10)
     buf = b""
     deadline = time.time() + 20
@@ -402,12 +448,14 @@ def main():
         WRITES = int(sys.argv[2])
     if len(sys.argv) > 3:
         CLI = sys.argv[3]
-    C = Cluster(sys.argv[1], n=3, extra_args=["--watch-events", "20000"])
+    C = Cluster(sys.argv[1], n=3, extra_args=["--watch-events", "20000",
+                                              "--watch-stall-ms", "1000"])
     C.start()
     failed = run([test_watchers_see_exactly_the_committed_history,
                   test_sse_frames_revisions_with_ids,
                   test_future_start_revision_waits_and_sends_nothing_older,
                   test_cli_watch_resumes_without_gaps_or_repeats,
+                  test_a_slow_reader_catching_up_is_not_cancelled,
                   test_lagging_watcher_is_cancelled_and_writes_go_on,
                   test_compacted_start_is_410_with_compact_revision])
     C.stop()
