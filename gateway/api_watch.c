@@ -245,16 +245,15 @@ static int watch_pass(struct watcher *w)
         pending < gw->cfg.watch_buffer_bytes ? gw->cfg.watch_buffer_bytes - pending : 0;
     w->out.len = 0;
     w->open_rev = 0;
-    /* A revision at a time, until a pass's events or the room are used up
-     * (so a pass's chunk passes the bound by one revision at most). */
+    /* Whole revisions until a pass's events or the room are used up (a
+     * pass's chunk passes the bound by one revision at most). */
     uint64_t next = w->next_rev, applied = kv_sm_applied_index(sm);
-    for (int n = 0; n < WATCH_EVENTS_PER_PASS && w->out.len < room && next <= applied;
-         n++) {
-        if (kv_sm_events_read(sm, next, 1, on_event, w, &next) != 0) {
-            gw->watch_compacted++;
-            watch_fail(w, "compacted", "compact_revision", kv_sm_events_first(sm) - 1);
-            return PASS_ENDED;
-        }
+    if (room > 0 && next <= applied &&
+        kv_sm_events_read(sm, next, WATCH_EVENTS_PER_PASS, room, on_event, w, &next) !=
+            0) {
+        gw->watch_compacted++;
+        watch_fail(w, "compacted", "compact_revision", kv_sm_events_first(sm) - 1);
+        return PASS_ENDED;
     }
     if (w->sse && w->open_rev != 0)
         jbuf_printf(&w->out, "id: %llu\n\n", (unsigned long long)w->open_rev);

@@ -174,21 +174,23 @@ static void emit(const struct kv_ev *v, kv_event_cb *cb, void *data)
     cb(&ev, data);
 }
 
-int kv_sm_events_read(struct kv_sm *sm, uint64_t from, size_t max, kv_event_cb *cb,
-                      void *data, uint64_t *next)
+int kv_sm_events_read(struct kv_sm *sm, uint64_t from, size_t max, size_t max_bytes,
+                      kv_event_cb *cb, void *data, uint64_t *next)
 {
     const struct kv_events *e = &sm->events;
     if (from < e->first)
         return TK_ECOMPACTED;
-    size_t passed = 0;
+    size_t passed = 0, bytes = 0;
     for (size_t i = seek(e, from); i < e->n; i++) {
         const struct kv_ev *v = at(e, i);
-        if (passed >= max && v->rev != at(e, i - 1)->rev) {
+        if ((passed >= max || (max_bytes != 0 && bytes >= max_bytes)) &&
+            v->rev != at(e, i - 1)->rev) {
             *next = v->rev;
             return 0;
         }
         emit(v, cb, data);
         passed++;
+        bytes += v->key_len + v->value_len + v->prev_len;
     }
     *next = from > sm->applied + 1 ? from : sm->applied + 1;
     return 0;

@@ -308,13 +308,13 @@ typedef void kv_event_cb(const struct kv_event *ev, void *data);
 uint64_t kv_sm_events_first(const struct kv_sm *sm);
 
 /* Passes every held event with revision >= from to cb, in order, a whole
- * revision at a time, stopping after the revision at which `max` (> 0) events
- * have been passed. *next is where to read from next: past the last revision
- * passed, or, when every event held was passed, max(from, applied + 1) (a
- * future `from` stays). Returns 0, or TK_ECOMPACTED when from <
+ * revision at a time, stopping after the revision at which `max` (> 0) events,
+ * or max_bytes (0: no bound) of keys and values, have been passed. *next is where to read
+ * from next: past the last revision passed, or, when every event held was passed,
+ * max(from, applied + 1) (a future `from` stays). Returns 0, or TK_ECOMPACTED when from <
  * kv_sm_events_first() (nothing is passed). */
-int kv_sm_events_read(struct kv_sm *sm, uint64_t from, size_t max, kv_event_cb *cb,
-                      void *data, uint64_t *next);
+int kv_sm_events_read(struct kv_sm *sm, uint64_t from, size_t max, size_t max_bytes,
+                      kv_event_cb *cb, void *data, uint64_t *next);
 
 /* Held now: events, their bytes, and events dropped to make room so far. */
 struct kv_events_stats {

@@ -7,7 +7,8 @@ nodes in phases, back to back on the same cluster:
   idle     1,000 watchers spread over the nodes on a prefix nobody writes
            (each still reads every event of the change log to filter it)
   stalled  100 watchers on the bench's own prefix whose clients never read
-           (each fills its buffer, then is cancelled as lagging)
+           (4 KiB receive buffers; each fills its watch buffer, waits
+           --watch-stall-ms, then is cancelled as lagging)
   none     again, to show the cluster did not drift
 Prints a markdown table and one JSON line per phase.
 
@@ -25,11 +26,15 @@ sys.path.insert(0, os.path.join(here, "..", "tests", "integration"))
 from tkcluster import Cluster  # noqa: E402
 
 
-def open_watchers(C, n, query, read_headers):
+def open_watchers(C, n, query, read_headers, rcvbuf=0):
     socks = []
     for i in range(n):
         nd = C.nodes[i % len(C.nodes)]
-        s = socket.create_connection(("127.0.0.1", nd.http_port), timeout=10)
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        if rcvbuf:  # a small window: the stall reaches the server soon
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+        s.settimeout(10)
+        s.connect(("127.0.0.1", nd.http_port))
         s.sendall(b"GET /v1/watch?%s HTTP/1.1\r\n\r\n" % query.encode())
         socks.append(s)
     if read_headers:
@@ -79,12 +84,13 @@ def main():
     rows.append(("none", 0, bench()))
     idle = open_watchers(C, 1000, "prefix=idle/&progress_ms=1000", True)
     rows.append(("idle", 1000, bench()))
-    stalled = open_watchers(C, 100, "prefix=bench/", False)
+    for s in idle:
+        s.close()
+    time.sleep(1)
+    stalled = open_watchers(C, 100, "prefix=bench/", False, rcvbuf=4096)
     rows.append(("stalled", 100, bench()))
     lagging = metric(C, "tierkv_watch_cancelled_lagging_total")
     for s in stalled:
-        s.close()
-    for s in idle:
         s.close()
     time.sleep(1)
     rows.append(("none", 0, bench()))

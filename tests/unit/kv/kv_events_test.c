@@ -37,7 +37,7 @@ static int read_all(struct kvu *u, uint64_t from, size_t max, struct got *g,
                     uint64_t *next)
 {
     memset(g, 0, sizeof(*g));
-    return kv_sm_events_read(u->sm, from, max, got_cb, g, next);
+    return kv_sm_events_read(u->sm, from, max, 0, got_cb, g, next);
 }
 
 static int apply_expire(struct kvu *u, const char **keys, size_t n)
