@@ -24,6 +24,7 @@
 
 #define WATCH_EVENTS_PER_PASS 1024
 #define WATCH_FULL_POLL_MS 10
+#define WATCH_SHARED_MAX 4096
 
 struct watcher {
     struct watcher *prev, *next;
@@ -300,16 +301,73 @@ void api__watch_applied(struct gateway *gw)
     }
 }
 
-/* The pass api__watch_applied scheduled: every watcher once. One with more
- * to read than a pass takes goes on at its next pass. */
+/* The events one pass shares among the watchers that are caught up: read
+ * from the change log once, instead of once per watcher. The pointers stay
+ * valid during the pass (nothing applies meanwhile). */
+struct watch_shared {
+    struct kv_event ev[WATCH_SHARED_MAX];
+    size_t n, bytes;
+    uint64_t from, next;
+    bool full; /* more than WATCH_SHARED_MAX: no sharing this pass */
+};
+
+static void shared_cb(const struct kv_event *ev, void *data)
+{
+    struct watch_shared *sh = data;
+    if (sh->n == WATCH_SHARED_MAX) {
+        sh->full = true;
+        return;
+    }
+    sh->ev[sh->n++] = *ev;
+    sh->bytes += ev->key_len + ev->value_len + ev->prev_value_len;
+}
+
+/* A caught-up watcher's pass over the shared events, if they fit its room.
+ * PASS_MORE when it could not take them (watch_pass then runs). */
+static int shared_pass(struct watcher *w, const struct watch_shared *sh)
+{
+    size_t pending = http_stream_pending(w->http);
+    if (sh->full || w->next_rev != sh->from || w->full_since_ms != 0 ||
+        pending + sh->bytes >= w->gw->cfg.watch_buffer_bytes)
+        return PASS_MORE;
+    w->out.len = 0;
+    w->open_rev = 0;
+    for (size_t i = 0; i < sh->n; i++)
+        on_event(&sh->ev[i], w);
+    if (w->sse && w->open_rev != 0)
+        jbuf_printf(&w->out, "id: %llu\n\n", (unsigned long long)w->open_rev);
+    w->next_rev = sh->next;
+    return flush(w) ? PASS_DONE : PASS_ENDED;
+}
+
+/* The pass api__watch_applied scheduled: every watcher once, the caught-up
+ * ones from the shared events. One with more to read than a pass takes goes
+ * on at its next pass. */
 void api__watch_run(uv_timer_t *t)
 {
     struct gateway *gw = t->data;
     gw->watch_pass_due = false;
+    struct kv_sm *sm = node_kv(gw->node);
+    if (gw->watch_shared == NULL)
+        gw->watch_shared = tk_malloc(sizeof(struct watch_shared));
+    struct watch_shared *sh = gw->watch_shared;
+    uint64_t applied = kv_sm_applied_index(sm);
+    sh->n = sh->bytes = 0;
+    sh->full = false;
+    sh->from = gw->watch_shared_next;
+    if (sh->from < kv_sm_events_first(sm) ||
+        kv_sm_events_read(sm, sh->from, WATCH_SHARED_MAX, 0, shared_cb, sh, &sh->next) !=
+            0 ||
+        sh->next <= applied)
+        sh->full = true; /* each watcher reads for itself this time */
+    gw->watch_shared_next = applied + 1;
     bool more = false;
     for (struct watcher *w = gw->watchers, *next; w != NULL; w = next) {
         next = w->next;
-        if (watch_pass(w) == PASS_MORE)
+        int rc = shared_pass(w, sh);
+        if (rc == PASS_MORE)
+            rc = watch_pass(w);
+        if (rc == PASS_MORE)
             more = true;
     }
     if (more && !gw->watch_pass_due && gw->watchers != NULL) {
@@ -322,6 +380,8 @@ void api__watch_stop(struct gateway *gw)
 {
     while (gw->watchers != NULL)
         watch_end(gw->watchers);
+    tk_free(gw->watch_shared);
+    gw->watch_shared = NULL;
 }
 
 /* ---- the request ----------------------------------------------------------- */

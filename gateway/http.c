@@ -532,7 +532,12 @@ int http_stream_write(struct http_request *req, const void *buf, size_t len)
 
 size_t http_stream_pending(const struct http_request *req)
 {
-    return req->sbuf_len + req->stream_out;
+    /* What libuv still holds goes down byte by byte as the client reads
+     * (stream_out only when a whole write is done). */
+    size_t queued = req->conn->closing
+                        ? 0
+                        : uv_stream_get_write_queue_size((uv_stream_t *)&req->conn->tcp);
+    return req->sbuf_len + (queued < req->stream_out ? queued : req->stream_out);
 }
 
 void http_stream_end(struct http_request *req)

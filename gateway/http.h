@@ -193,11 +193,11 @@ void http_respond_error(struct http_request *req, int status, const char *code,
  * no further request (a streamed answer is its last) and closes after
  * http_stream_end, which ends the stream (the request may be freed before it
  * returns). http_stream_pending says how many bytes are queued and not yet
- * taken by the client: the backpressure a caller bounds (the server's
- * write_timeout_ms still closes a connection whose client stops reading).
- * `gone` runs once if the connection closes first (the client left, or a
- * write failed); the caller must still call http_stream_end, from the
- * callback or later. Loop thread only, like the rest. */
+ * taken by the client (built, or still in libuv's write queue): the backpressure a caller
+ * bounds (the server's write_timeout_ms still closes a connection whose client stops
+ * reading). `gone` runs once if the connection closes first (the client left, or a write
+ * failed); the caller must still call http_stream_end, from the callback or later. Loop
+ * thread only, like the rest. */
 typedef void http_stream_gone_cb(struct http_request *req, void *data);
 void http_stream_begin(struct http_request *req, int status, const char *content_type,
                        const char *extra, http_stream_gone_cb *gone, void *data);
