@@ -460,7 +460,10 @@ def main():
                   test_a_slow_reader_catching_up_is_not_cancelled,
                   test_lagging_watcher_is_cancelled_and_writes_go_on,
                   test_compacted_start_is_410_with_compact_revision])
-    C.stop()
+    codes = C.stop()  # SIGTERM: each must exit 0 (a sanitizer's report would not)
+    if any(c != 0 for c in codes.values()):
+        print("FAIL exit codes %r" % codes)
+        failed += 1
     finish(C, failed)
 
 
