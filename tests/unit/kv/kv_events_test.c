@@ -276,6 +276,25 @@ START_TEST(test_expire_command_deletes_due_keys_as_expire_events)
 }
 END_TEST
 
+/* Field numbers are forever: Command.expire is 9, Expire.keys is 1. */
+START_TEST(test_expire_command_bytes_are_pinned)
+{
+    Kvpb__Command c = KVPB__COMMAND__INIT;
+    Kvpb__Expire e = KVPB__EXPIRE__INIT;
+    ProtobufCBinaryData k = kvu_str("k");
+    e.n_keys = 1;
+    e.keys = &k;
+    c.cmd_case = KVPB__COMMAND__CMD_EXPIRE;
+    c.expire = &e;
+    size_t len;
+    uint8_t *buf = kvu_pack(&c, &len);
+    static const uint8_t want[] = {0x4a, 0x03, 0x0a, 0x01, 'k'};
+    ck_assert_uint_eq(len, sizeof(want));
+    ck_assert_int_eq(memcmp(buf, want, len), 0);
+    tk_free(buf);
+}
+END_TEST
+
 START_TEST(test_write_over_a_lapsed_key_expires_it_first)
 {
     struct kvu u = {0};
@@ -311,6 +330,7 @@ int main(void)
     tcase_add_test(tc, test_restart_resumes_after_the_durable_index);
     tcase_add_test(tc, test_expire_command_deletes_due_keys_as_expire_events);
     tcase_add_test(tc, test_write_over_a_lapsed_key_expires_it_first);
+    tcase_add_test(tc, test_expire_command_bytes_are_pinned);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
