@@ -42,6 +42,7 @@ struct watcher {
     uint64_t full_since_ms; /* its buffer full, events waiting, since (0: not) */
     size_t full_pending;    /* the bytes pending then */
     uint64_t timer_period_ms;
+    bool synced; /* takes this pass's shared events (api__watch_run) */
     struct jbuf out;
 };
 
@@ -304,11 +305,32 @@ void api__watch_applied(struct gateway *gw)
 /* The events one pass shares among the watchers that are caught up: read
  * from the change log once, instead of once per watcher. The pointers stay
  * valid during the pass (nothing applies meanwhile). */
+/* The events one pass shares among the watchers that are caught up: read
+ * from the change log once, and matched against an index of those watchers
+ * (a hash of their keys and prefixes, probed at each prefix length a
+ * watcher has), so an event costs about its key's length plus its matches,
+ * not one check per watcher. The event pointers stay valid during the pass
+ * (nothing applies meanwhile). */
+#define WIX_LENS_MAX 16 /* distinct prefix lengths indexed; the rest: linear */
+#define FNV_OFFSET 0xcbf29ce484222325ull
+#define FNV_PRIME 0x100000001b3ull
+
+struct wix_ent {
+    uint64_t h;
+    struct watcher *w; /* NULL: empty */
+};
+
 struct watch_shared {
     struct kv_event ev[WATCH_SHARED_MAX];
     size_t n, bytes;
     uint64_t from, next;
     bool full; /* more than WATCH_SHARED_MAX: no sharing this pass */
+    struct watcher **synced, **linear;
+    size_t n_synced, n_linear, cap;
+    struct wix_ent *tab;
+    size_t mask;
+    size_t lens[WIX_LENS_MAX], n_lens;
+    bool has_key;
 };
 
 static void shared_cb(const struct kv_event *ev, void *data)
@@ -322,37 +344,103 @@ static void shared_cb(const struct kv_event *ev, void *data)
     sh->bytes += ev->key_len + ev->value_len + ev->prev_value_len;
 }
 
-/* A caught-up watcher's pass over the shared events, if they fit its room.
- * PASS_MORE when it could not take them (watch_pass then runs). */
-static int shared_pass(struct watcher *w, const struct watch_shared *sh)
+static uint64_t fnv(const uint8_t *p, size_t len)
 {
-    size_t pending = http_stream_pending(w->http);
-    if (sh->full || w->next_rev != sh->from || w->full_since_ms != 0 ||
-        pending + sh->bytes >= w->gw->cfg.watch_buffer_bytes)
-        return PASS_MORE;
-    w->out.len = 0;
-    w->open_rev = 0;
-    for (size_t i = 0; i < sh->n; i++)
-        on_event(&sh->ev[i], w);
-    if (w->sse && w->open_rev != 0)
-        jbuf_printf(&w->out, "id: %llu\n\n", (unsigned long long)w->open_rev);
-    w->next_rev = sh->next;
-    return flush(w) ? PASS_DONE : PASS_ENDED;
+    uint64_t h = FNV_OFFSET;
+    for (size_t i = 0; i < len; i++)
+        h = (h ^ p[i]) * FNV_PRIME;
+    return h;
 }
 
-/* The pass api__watch_applied scheduled: every watcher once, the caught-up
- * ones from the shared events. One with more to read than a pass takes goes
- * on at its next pass. */
-void api__watch_run(uv_timer_t *t)
+/* Can w take this pass's shared events? (Else watch_pass reads for it.) */
+static bool shared_ok(const struct watcher *w, const struct watch_shared *sh)
 {
-    struct gateway *gw = t->data;
-    gw->watch_pass_due = false;
+    return !sh->full && w->next_rev == sh->from && w->full_since_ms == 0 &&
+           http_stream_pending(w->http) + sh->bytes < w->gw->cfg.watch_buffer_bytes;
+}
+
+static bool add_len(struct watch_shared *sh, size_t len)
+{
+    size_t i = 0;
+    while (i < sh->n_lens && sh->lens[i] < len)
+        i++;
+    if (i < sh->n_lens && sh->lens[i] == len)
+        return true;
+    if (sh->n_lens == WIX_LENS_MAX)
+        return false;
+    memmove(sh->lens + i + 1, sh->lens + i, (sh->n_lens - i) * sizeof(sh->lens[0]));
+    sh->lens[i] = len;
+    sh->n_lens++;
+    return true;
+}
+
+/* Indexes the synced watchers: keys and prefixes hashed, ranges listed. */
+static void index_build(struct watch_shared *sh)
+{
+    size_t cap = 16;
+    while (cap < 2 * sh->n_synced)
+        cap *= 2;
+    if (sh->mask + 1 < cap) {
+        tk_free(sh->tab);
+        sh->tab = tk_malloc(cap * sizeof(*sh->tab));
+        sh->mask = cap - 1;
+    }
+    memset(sh->tab, 0, (sh->mask + 1) * sizeof(*sh->tab));
+    sh->n_lens = sh->n_linear = 0;
+    sh->has_key = false;
+    for (size_t i = 0; i < sh->n_synced; i++) {
+        struct watcher *w = sh->synced[i];
+        if (w->kind == W_RANGE || (w->kind == W_PREFIX && !add_len(sh, w->start_len))) {
+            sh->linear[sh->n_linear++] = w;
+            continue;
+        }
+        sh->has_key |= w->kind == W_KEY;
+        uint64_t h = fnv(w->start, w->start_len);
+        size_t j = h & sh->mask;
+        while (sh->tab[j].w != NULL)
+            j = (j + 1) & sh->mask;
+        sh->tab[j] = (struct wix_ent){h, w};
+    }
+}
+
+static void probe(const struct watch_shared *sh, uint64_t h, const struct kv_event *ev,
+                  size_t len, int kind)
+{
+    for (size_t j = h & sh->mask; sh->tab[j].w != NULL; j = (j + 1) & sh->mask) {
+        struct watcher *w = sh->tab[j].w;
+        if (sh->tab[j].h == h && w->kind == kind && w->start_len == len &&
+            memcmp(ev->key, w->start, len) == 0)
+            put_event(w, ev);
+    }
+}
+
+/* Passes ev to every synced watcher it matches. */
+static void index_event(const struct watch_shared *sh, const struct kv_event *ev)
+{
+    uint64_t h = FNV_OFFSET;
+    size_t li = 0;
+    for (size_t len = 0;; len++) {
+        while (li < sh->n_lens && sh->lens[li] < len)
+            li++;
+        if (li < sh->n_lens && sh->lens[li] == len)
+            probe(sh, h, ev, len, W_PREFIX);
+        if (len == ev->key_len)
+            break;
+        h = (h ^ ev->key[len]) * FNV_PRIME;
+    }
+    if (sh->has_key)
+        probe(sh, h, ev, ev->key_len, W_KEY);
+    for (size_t i = 0; i < sh->n_linear; i++)
+        on_event(ev, sh->linear[i]);
+}
+
+/* Reads the events since the last pass once (sh->full if they are not all
+ * there, or too many), and picks the watchers that can take them. */
+static void shared_read(struct gateway *gw, struct watch_shared *sh)
+{
     struct kv_sm *sm = node_kv(gw->node);
-    if (gw->watch_shared == NULL)
-        gw->watch_shared = tk_malloc(sizeof(struct watch_shared));
-    struct watch_shared *sh = gw->watch_shared;
     uint64_t applied = kv_sm_applied_index(sm);
-    sh->n = sh->bytes = 0;
+    sh->n = sh->bytes = sh->n_synced = 0;
     sh->full = false;
     sh->from = gw->watch_shared_next;
     if (sh->from < kv_sm_events_first(sm) ||
@@ -361,14 +449,52 @@ void api__watch_run(uv_timer_t *t)
         sh->next <= applied)
         sh->full = true; /* each watcher reads for itself this time */
     gw->watch_shared_next = applied + 1;
+    if (sh->cap < gw->n_watchers) {
+        sh->cap = gw->n_watchers;
+        sh->synced = tk_realloc(sh->synced, sh->cap * sizeof(*sh->synced));
+        sh->linear = tk_realloc(sh->linear, sh->cap * sizeof(*sh->linear));
+    }
+    for (struct watcher *w = gw->watchers; w != NULL; w = w->next) {
+        w->synced = shared_ok(w, sh);
+        if (w->synced) {
+            w->out.len = 0;
+            w->open_rev = 0;
+            sh->synced[sh->n_synced++] = w;
+        }
+    }
+}
+
+/* The pass api__watch_applied scheduled: every watcher once, the caught-up
+ * ones from the shared events through the index. One with more to read than
+ * a pass takes goes on at its next pass. */
+void api__watch_run(uv_timer_t *t)
+{
+    struct gateway *gw = t->data;
+    gw->watch_pass_due = false;
+    if (gw->watch_shared == NULL)
+        gw->watch_shared = tk_calloc(1, sizeof(struct watch_shared));
+    struct watch_shared *sh = gw->watch_shared;
+    shared_read(gw, sh);
     bool more = false;
     for (struct watcher *w = gw->watchers, *next; w != NULL; w = next) {
         next = w->next;
-        int rc = shared_pass(w, sh);
-        if (rc == PASS_MORE)
-            rc = watch_pass(w);
-        if (rc == PASS_MORE)
+        if (!w->synced && watch_pass(w) == PASS_MORE)
             more = true;
+    }
+    if (sh->n_synced > 0) {
+        index_build(sh);
+        for (size_t i = 0; i < sh->n; i++)
+            index_event(sh, &sh->ev[i]);
+    }
+    for (size_t i = 0; i < sh->n_synced; i++) {
+        struct watcher *w = sh->synced[i];
+        w->synced = false;
+        if (w->ended)
+            continue;
+        if (w->sse && w->open_rev != 0)
+            jbuf_printf(&w->out, "id: %llu\n\n", (unsigned long long)w->open_rev);
+        w->next_rev = sh->next;
+        (void)flush(w);
     }
     if (more && !gw->watch_pass_due && gw->watchers != NULL) {
         gw->watch_pass_due = true;
@@ -380,8 +506,13 @@ void api__watch_stop(struct gateway *gw)
 {
     while (gw->watchers != NULL)
         watch_end(gw->watchers);
-    tk_free(gw->watch_shared);
-    gw->watch_shared = NULL;
+    if (gw->watch_shared != NULL) {
+        tk_free(gw->watch_shared->synced);
+        tk_free(gw->watch_shared->linear);
+        tk_free(gw->watch_shared->tab);
+        tk_free(gw->watch_shared);
+        gw->watch_shared = NULL;
+    }
 }
 
 /* ---- the request ----------------------------------------------------------- */

@@ -97,6 +97,9 @@ class Watcher(threading.Thread):
 
 
 def in_range(query, key):
+    if query.startswith("start="):
+        q = dict(p.split("=", 1) for p in query.split("&"))
+        return q["start"] <= key and ("end" not in q or key < q["end"])
     k, _, v = query.partition("=")
     if k == "key":
         return key == v
@@ -184,7 +187,8 @@ def read_log(nd, until):
 def test_watchers_see_exactly_the_committed_history():
     C.wait_leader()
     specs = [("all", 1, "prefix="), ("a", 2, "prefix=a/"), ("b", 3, "prefix=b/"),
-             ("a7", 1, "key=a/7"), ("b-on-2", 2, "prefix=b/1")]
+             ("a7", 1, "key=a/7"), ("b-on-2", 2, "prefix=b/1"),
+             ("range", 3, "start=a/3&end=b/2")]
     watchers = [Watcher(n, C.node(i), q) for n, i, q in specs]
     for w in watchers:
         w.start()
