@@ -24,6 +24,7 @@
 
 #define WATCH_EVENTS_PER_PASS 1024
 #define WATCH_FULL_POLL_MS 10
+#define WATCH_PASS_MIN_MS 5
 #define WATCH_SHARED_MAX 4096
 
 struct watcher {
@@ -294,11 +295,16 @@ static void on_timer(uv_timer_t *t)
         progress(w);
 }
 
+/* Passes start at most every WATCH_PASS_MIN_MS: under a stream of small
+ * writes a pass then covers many applies, instead of visiting every watcher
+ * after each (events reach a watcher at most that much later). */
 void api__watch_applied(struct gateway *gw)
 {
     if (gw->watchers != NULL && !gw->watch_pass_due) {
         gw->watch_pass_due = true;
-        uv_timer_start(&gw->watch_timer, api__watch_run, 0, 0);
+        uint64_t since = uv_now(gw->loop) - gw->watch_pass_ms;
+        uv_timer_start(&gw->watch_timer, api__watch_run,
+                       since >= WATCH_PASS_MIN_MS ? 0 : WATCH_PASS_MIN_MS - since, 0);
     }
 }
 
@@ -471,6 +477,7 @@ void api__watch_run(uv_timer_t *t)
 {
     struct gateway *gw = t->data;
     gw->watch_pass_due = false;
+    gw->watch_pass_ms = uv_now(gw->loop);
     if (gw->watch_shared == NULL)
         gw->watch_shared = tk_calloc(1, sizeof(struct watch_shared));
     struct watch_shared *sh = gw->watch_shared;

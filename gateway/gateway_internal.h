@@ -151,6 +151,7 @@ struct gateway {
     bool watch_pass_due;
     struct watch_shared *watch_shared; /* the events a pass shares (api_watch.c) */
     uint64_t watch_shared_next;        /* the revision the next pass shares from */
+    uint64_t watch_pass_ms;            /* uv_now of the last pass */
     uint64_t watch_lagging, watch_compacted;
     /* Metrics (metrics.c), on the loop thread. */
     uint64_t requests[ROUTE_COUNT][GW_STATUS_SLOTS];

@@ -9,7 +9,8 @@ nodes in phases, back to back on the same cluster:
   stalled  100 watchers on the bench's own prefix whose clients never read
            (4 KiB receive buffers; each fills its watch buffer, waits
            --watch-stall-ms, then is cancelled as lagging)
-  none     again, to show the cluster did not drift
+  (idle and none alternate twice, and none ends the run: the machine's
+  load drifts, so compare each row with its neighbours)
 Prints a markdown table and one JSON line per phase.
 
 usage: scripts/bench_watch.py [build-dir] [duration, default 5s] [connections, 32]
@@ -82,11 +83,13 @@ def main():
 
     rows = []
     rows.append(("none", 0, bench()))
-    idle = open_watchers(C, 1000, "prefix=idle/&progress_ms=1000", True)
-    rows.append(("idle", 1000, bench()))
-    for s in idle:
-        s.close()
-    time.sleep(1)
+    for rep in range(2):  # alternated: the machine's load drifts
+        idle = open_watchers(C, 1000, "prefix=idle/&progress_ms=1000", True)
+        rows.append(("idle", 1000, bench()))
+        for s in idle:
+            s.close()
+        time.sleep(1)
+        rows.append(("none", 0, bench()))
     stalled = open_watchers(C, 100, "prefix=bench/", False, rcvbuf=4096)
     rows.append(("stalled", 100, bench()))
     lagging = metric(C, "tierkv_watch_cancelled_lagging_total")
