@@ -269,6 +269,9 @@ void gateway_config_default(struct gateway_config *c)
     c->retry_after_s = 1;
     c->write_timeout_ms = 30000;
     c->mem_max = (size_t)512 << 20;
+    c->watchers_max = 10000;
+    c->watch_buffer_bytes = 1u << 20;
+    c->watch_stall_ms = 3000;
 }
 
 int gateway_new(const struct gateway_config *c, struct gateway **out)
@@ -279,7 +282,7 @@ int gateway_new(const struct gateway_config *c, struct gateway **out)
         c->body_timeout_ms == 0 || c->idle_timeout_ms == 0 || c->write_timeout_ms == 0 ||
         c->mem_max < c->body_max || c->scan_limit_max == 0 ||
         c->scan_limit_default == 0 || c->scan_limit_default > c->scan_limit_max ||
-        c->n_members > GATEWAY_MEMBERS_MAX)
+        c->n_members > GATEWAY_MEMBERS_MAX || c->watch_buffer_bytes == 0)
         return TK_EINVAL;
     struct gateway *gw = tk_calloc(1, sizeof(*gw));
     gw->cfg = *c;
@@ -319,6 +322,9 @@ static void on_loop_start(struct node *n, struct uv_loop_s *loop, void *data)
 {
     struct gateway *gw = data;
     gw->node = n;
+    gw->loop = loop;
+    uv_timer_init(loop, &gw->watch_timer);
+    gw->watch_timer.data = gw;
     gw->listen_rc = http_server_listen(gw->http, loop, gw->cfg.host, gw->cfg.port,
                                        gw->listen_err, sizeof(gw->listen_err));
 }
@@ -332,13 +338,23 @@ static void on_loop_stop(struct node *n, struct uv_loop_s *loop, void *data)
     (void)n;
     (void)loop;
     gw->stopping = true;
+    api__watch_stop(gw);
+    uv_close((uv_handle_t *)&gw->watch_timer, NULL);
     http_server_stop(gw->http);
+}
+
+static void on_applied(struct node *n, struct uv_loop_s *loop, void *data)
+{
+    (void)n;
+    (void)loop;
+    api__watch_applied(data);
 }
 
 void gateway_hook(struct gateway *gw, struct node_options *o)
 {
     o->on_loop_start = on_loop_start;
     o->on_loop_stop = on_loop_stop;
+    o->on_applied = on_applied;
     o->hook_data = gw;
 }
 

@@ -331,6 +331,8 @@ int api__auth_route(struct api_req *req)
     case ROUTE_BATCH:
     case ROUTE_TXN:
         return 0; /* their keys are checked at submission */
+    case ROUTE_WATCH:
+        return 0; /* its range is checked once parsed (api__auth_watch) */
     case ROUTE_CLUSTER:
     case ROUTE_METRICS:
     case ROUTE_UI:
@@ -344,6 +346,16 @@ int api__auth_route(struct api_req *req)
         respond_403(req, "use this route (admin only)");
         return TK_EINVAL;
     }
+}
+
+int api__auth_watch(struct api_req *req, const uint8_t *start, size_t start_len,
+                    const uint8_t *end, size_t end_len, bool by_prefix, bool single)
+{
+    if (req->user == NULL ||
+        may(req->user, false, start, start_len, end, end_len, by_prefix, single))
+        return 0;
+    respond_403(req, single ? "watch this key" : "watch this range");
+    return TK_EINVAL;
 }
 
 int api__auth_read(struct api_req *req)

@@ -53,6 +53,12 @@ struct gateway_config {
     uint32_t retry_after_s;      /* Retry-After on 503: 1 */
     uint64_t write_timeout_ms;   /* responses not drained by then: close: 30000 */
     size_t mem_max;              /* bodies + responses held: 512 MiB (503 beyond) */
+    uint32_t watchers_max;       /* open watches: 10000 (503 beyond) */
+    size_t watch_buffer_bytes;   /* a watch's bytes written, not yet taken by
+                                    its client: 1 MiB (then it waits) */
+    uint64_t watch_stall_ms;     /* a watch whose buffer is full and whose client
+                                    takes nothing for this long is cancelled
+                                    (lagging): 3000 */
     uint32_t n_members;
     struct gateway_member members[GATEWAY_MEMBERS_MAX];
     /* HTTPS: a server context (tls/tls.h, tk_tls_ctx_new with server set;

@@ -42,7 +42,11 @@
     X(IF_VERSION, "if_version")                                                          \
     X(IF_MOD, "if_mod_revision")                                                         \
     X(DELTA, "delta")                                                                    \
-    X(IF_ABSENT, "if_absent")
+    X(IF_ABSENT, "if_absent")                                                            \
+    X(KEY, "key")                                                                        \
+    X(START_REV, "start_revision")                                                       \
+    X(PREV_KV, "prev_kv")                                                                \
+    X(PROGRESS, "progress_ms")
 
 enum gw_qindex {
 #define X(id, name) QI_##id,
@@ -117,7 +121,11 @@ typedef void api_handler_fn(struct api_req *req, const struct query *q);
     X(MEMBERS_PROMOTE, "members_promote", HTTP_POST, "/v1/members/{key}/promote",        \
       api__members_promote, 0, RF_WRITE)                                                 \
     X(MEMBERS_REMOVE, "members_remove", HTTP_DELETE, "/v1/members/{key}",                \
-      api__members_remove, 0, RF_WRITE)
+      api__members_remove, 0, RF_WRITE)                                                  \
+    X(WATCH, "watch", HTTP_GET, "/v1/watch", api__watch,                                 \
+      Q_KEY | Q_PREFIX | Q_START | Q_END | Q_START_REV | Q_PREV_KV | Q_PROGRESS |        \
+          Q_ENCODING,                                                                    \
+      RF_OWN_405)
 
 enum gw_route {
 #define X(id, name, method, pattern, handler, query, flags) ROUTE_##id,
@@ -143,6 +151,17 @@ struct gateway {
     bool stopping;
     int listen_rc;
     char listen_err[256];
+    uv_loop_t *loop; /* the node's, from on_loop_start */
+    /* Watches (api_watch.c): the open ones, a pass over them scheduled for
+     * the next loop turn, and counters. */
+    struct watcher *watchers;
+    uint32_t n_watchers;
+    uv_timer_t watch_timer;
+    bool watch_pass_due;
+    struct watch_shared *watch_shared; /* the events a pass shares (api_watch.c) */
+    uint64_t watch_shared_next;        /* the revision the next pass shares from */
+    uint64_t watch_pass_ms;            /* uv_now of the last pass */
+    uint64_t watch_lagging, watch_compacted;
     /* Metrics (metrics.c), on the loop thread. */
     uint64_t requests[ROUTE_COUNT][GW_STATUS_SLOTS];
     struct tk_hist *latency; /* [ROUTE_COUNT], nanoseconds */
@@ -190,6 +209,10 @@ struct Kvpb__Command;
  * names the user (else 401) and admin-only routes need admin (else 403).
  * Returns 0 to go on, or TK_EINVAL when the request is answered. */
 int api__auth_route(struct api_req *req);
+/* A watch's key (single), prefix or range [start, end): the user may read
+ * it (else 403). */
+int api__auth_watch(struct api_req *req, const uint8_t *start, size_t start_len,
+                    const uint8_t *end, size_t end_len, bool by_prefix, bool single);
 /* At a read's submission: the user may read its key or range (else 403). */
 int api__auth_read(struct api_req *req);
 /* Before a write is packed: the user may write every key of `cmd` (and
@@ -246,6 +269,16 @@ const char *api__role_name(int role);
 void api__submit_write(struct api_req *req, struct tk_blob *cmd, int mode,
                        node_write_cb *cb);
 void api__submit_read(struct api_req *req, int consistency, node_read_cb *cb);
+
+/* ---- api_watch.c -------------------------------------------------------- */
+
+struct watcher;
+/* The node applied entries: a pass over every watcher on the next turn. */
+void api__watch_applied(struct gateway *gw);
+/* gw->watch_timer's callback: that pass. */
+void api__watch_run(uv_timer_t *t);
+/* Ends every watch (the loop stops). */
+void api__watch_stop(struct gateway *gw);
 
 /* ---- metrics.c ---------------------------------------------------------- */
 

@@ -53,6 +53,8 @@ enum hdr {
     HDR_DIGEST, /* http_config.digest_header */
     HDR_KEPT,   /* http_config.kept_header */
     HDR_EXPECT,
+    HDR_ACCEPT,        /* accept_sse: names text/event-stream */
+    HDR_LAST_EVENT_ID, /* last_event_id: a decimal (SSE resumption) */
 };
 
 struct http_conn {
@@ -104,6 +106,8 @@ struct write_req {
     size_t bytes;
     struct http_request *reqs[WRITE_BUFS];
     uv_buf_t bufs[WRITE_BUFS];
+    char *sbuf;                /* a stream's bytes (bufs[0]; n is 0) */
+    struct http_request *sreq; /* ... of this request */
 };
 
 struct http_server {
@@ -201,6 +205,7 @@ static void req_free(struct http_request *r)
     tk_free(r->body);
     tk_free(r->resp);
     tk_free(r->kept);
+    tk_free(r->sbuf);
     tk_free(r);
 }
 
@@ -462,6 +467,112 @@ void http_respond_error(struct http_request *req, int status, const char *code,
     jbuf_free(&b);
 }
 
+/* ---- streamed responses ------------------------------------------------ */
+
+static void sbuf_add(struct http_request *req, const void *p, size_t len)
+{
+    if (req->sbuf_len + len > req->sbuf_cap) {
+        size_t cap = req->sbuf_cap ? req->sbuf_cap : 1024;
+        while (cap < req->sbuf_len + len)
+            cap *= 2;
+        req->sbuf = tk_realloc(req->sbuf, cap);
+        req->sbuf_cap = cap;
+    }
+    memcpy(req->sbuf + req->sbuf_len, p, len);
+    req->sbuf_len += len;
+}
+
+void http_stream_begin(struct http_request *req, int status, const char *content_type,
+                       const char *extra, http_stream_gone_cb *gone, void *data)
+{
+    struct http_conn *c = req->conn;
+    struct http_server *srv = c->srv;
+    TK_ASSERT(!req->done);
+    TK_ASSERT(!req->deferred);
+    TK_ASSERT(!req->streaming);
+    req->streaming = true;
+    req->stream_gone = gone;
+    req->stream_data = data;
+    if (req->counted_write) {
+        req->counted_write = false;
+        c->pending_writes--;
+    }
+    char common[HTTP_EXTRA_HEADERS_MAX];
+    size_t cn = srv->cb.on_response(req, status, c->closing ? NULL : common,
+                                    c->closing ? 0 : sizeof(common), srv->data);
+    if (c->closing) {
+        req->stream_gone = NULL;
+        gone(req, data); /* the owner ends it (http_stream_end) */
+        return;
+    }
+    TK_ASSERT(cn < sizeof(common));
+    common[cn] = 0;
+    /* The stream is the connection's last answer: parse nothing after it (a
+     * client's EOF still closes it, on_read). */
+    c->read_done = true;
+    char head[512 + HTTP_EXTRA_HEADERS_MAX];
+    int hn = snprintf(head, sizeof(head),
+                      "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nTransfer-Encoding: "
+                      "chunked\r\nCache-Control: no-cache\r\n%s%s\r\n",
+                      status, http_reason(status), content_type, common,
+                      extra != NULL ? extra : "");
+    TK_ASSERT(hn > 0 && (size_t)hn < sizeof(head));
+    sbuf_add(req, head, (size_t)hn);
+    tk_free(req->body);
+    req->body = NULL;
+    req->body_len = req->body_cap = 0;
+    req_count_mem(req);
+    conn_flush(c);
+}
+
+int http_stream_write(struct http_request *req, const void *buf, size_t len)
+{
+    struct http_conn *c = req->conn;
+    TK_ASSERT(req->streaming && !req->done);
+    if (c->closing)
+        return TK_ECLOSED;
+    if (len == 0)
+        return 0;
+    char size[24];
+    int n = snprintf(size, sizeof(size), "%zx\r\n", len);
+    sbuf_add(req, size, (size_t)n);
+    sbuf_add(req, buf, len);
+    sbuf_add(req, "\r\n", 2);
+    conn_flush(c);
+    return c->closing ? TK_ECLOSED : 0;
+}
+
+size_t http_stream_pending(const struct http_request *req)
+{
+    /* What libuv still holds goes down byte by byte as the client reads
+     * (stream_out only when a whole write is done). */
+    size_t queued = req->conn->closing
+                        ? 0
+                        : uv_stream_get_write_queue_size((uv_stream_t *)&req->conn->tcp);
+    return req->sbuf_len + (queued < req->stream_out ? queued : req->stream_out);
+}
+
+void http_stream_end(struct http_request *req)
+{
+    struct http_conn *c = req->conn;
+    TK_ASSERT(req->streaming && !req->done);
+    req->done = true;
+    if (c->closing) {
+        req_drop_answered(c, req);
+        return;
+    }
+    sbuf_add(req, "0\r\n\r\n", 5);
+    c->refs--;
+    req->close_after = true;
+    req->resp = req->sbuf;
+    req->resp_len = req->sbuf_len;
+    req->sbuf = NULL;
+    req->sbuf_len = req->sbuf_cap = 0;
+    c->resp_held += req->resp_len;
+    req_count_mem(req);
+    conn_flush(c);
+}
+
 /* ---- writing ----------------------------------------------------------- */
 
 /* Reading starts again after a pause (pipeline_max, conn_out_max): first the
@@ -497,6 +608,11 @@ static void on_written(uv_write_t *wr, int status)
     TK_ASSERT(c->inflight >= w->n);
     c->inflight -= w->n;
     c->out_bytes -= w->bytes;
+    if (w->sbuf != NULL) { /* a stream's: its request outlives the write */
+        if (!c->closing)
+            w->sreq->stream_out -= w->bytes;
+        tk_free(w->sbuf);
+    }
     bool close = w->close || status < 0;
     tk_free(w);
     if (c->closing)
@@ -528,10 +644,35 @@ static void on_written(uv_write_t *wr, int status)
  * on the way out: HTTPS encrypts here. */
 static int conn_write(struct http_conn *c, struct write_req *w)
 {
+    unsigned nb = w->sbuf ? 1 : w->n;
     if (c->tls != NULL)
-        return tk_tls_uv_write(c->tls, (uv_stream_t *)&c->tcp, w->bufs, w->n, &w->wr,
+        return tk_tls_uv_write(c->tls, (uv_stream_t *)&c->tcp, w->bufs, nb, &w->wr,
                                on_written);
-    return uv_write(&w->wr, (uv_stream_t *)&c->tcp, w->bufs, w->n, on_written);
+    return uv_write(&w->wr, (uv_stream_t *)&c->tcp, w->bufs, nb, on_written);
+}
+
+/* Hands the bytes a stream at the head of the connection has built so far
+ * to the socket. False if that failed (the connection is closed). */
+static bool stream_flush(struct http_conn *c)
+{
+    struct http_request *r = c->head;
+    struct write_req *w = tk_calloc(1, sizeof(*w));
+    w->c = c;
+    w->sbuf = r->sbuf;
+    w->sreq = r;
+    w->bytes = r->sbuf_len;
+    w->bufs[0] = uv_buf_init(r->sbuf, (unsigned)r->sbuf_len);
+    r->sbuf = NULL;
+    r->sbuf_len = r->sbuf_cap = 0;
+    if (conn_write(c, w) != 0) {
+        tk_free(w->sbuf);
+        tk_free(w);
+        conn_close(c);
+        return false;
+    }
+    r->stream_out += w->bytes;
+    c->out_bytes += w->bytes;
+    return true;
 }
 
 static void conn_flush(struct http_conn *c)
@@ -570,6 +711,8 @@ static void conn_flush(struct http_conn *c)
         }
     }
     if (c->closing)
+        return;
+    if (c->head && !c->head->done && c->head->sbuf_len > 0 && !stream_flush(c))
         return;
     /* A client that does not read: parse nothing more until it does. */
     if (!c->read_done && !c->read_paused && c->out_bytes >= conn_out_max(c->srv)) {
@@ -632,6 +775,17 @@ static void conn_close(struct http_conn *c)
     }
     uv_close((uv_handle_t *)&c->tcp, on_handle_closed);
     uv_close((uv_handle_t *)&c->timer, on_handle_closed);
+    /* Streams still held: their owners learn the connection is gone (the
+     * handles' callbacks have not run yet, so c outlives this loop). */
+    for (struct http_request *r = c->head; r != NULL;) {
+        struct http_request *next = r->next;
+        if (r->streaming && r->stream_gone != NULL) {
+            http_stream_gone_cb *gone = r->stream_gone;
+            r->stream_gone = NULL;
+            gone(r, r->stream_data);
+        }
+        r = next;
+    }
 }
 
 /* ---- parsing ----------------------------------------------------------- */
@@ -737,6 +891,18 @@ static void header_done(struct http_conn *c)
         if (EVP_DigestFinal_ex(c->digest, r->digest, NULL) != 1)
             TK_UNREACHABLE(); /* SHA-256 in memory cannot fail */
         break;
+    case HDR_ACCEPT:
+        r->accept_sse = strstr(c->hval, "text/event-stream") != NULL;
+        break;
+    case HDR_LAST_EVENT_ID: {
+        uint64_t v = 0;
+        size_t i = 0;
+        for (; i < c->hval_len && c->hval[i] >= '0' && c->hval[i] <= '9' && i < 19; i++)
+            v = v * 10 + (uint64_t)(c->hval[i] - '0');
+        r->has_last_event_id = i > 0 && i == c->hval_len;
+        r->last_event_id = v;
+        break;
+    }
     default:
         break;
     }
@@ -776,6 +942,8 @@ static enum hdr classify(const struct http_server *srv, const char *name, size_t
         {"content-length", HDR_CONTENT_LENGTH},
         {"transfer-encoding", HDR_TRANSFER_ENCODING},
         {"expect", HDR_EXPECT},
+        {"accept", HDR_ACCEPT},
+        {"last-event-id", HDR_LAST_EVENT_ID},
     };
     for (size_t i = 0; i < sizeof(known) / sizeof(known[0]); i++)
         if (strlen(known[i].name) == len && strncasecmp(known[i].name, name, len) == 0)
@@ -1131,7 +1299,7 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
         /* The peer is gone, or half-closed after its requests: answer what
          * is in flight, then close (on_written). A request cut short has
          * nobody to answer to. */
-        if (c->inflight == 0 || nread != UV_EOF) {
+        if (c->inflight == 0 || nread != UV_EOF || (c->head && c->head->streaming)) {
             conn_close(c);
         } else {
             c->read_done = true;

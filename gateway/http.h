@@ -113,6 +113,9 @@ struct http_request {
     size_t kept_len;
     bool kept_too_long; /* it had more than HTTP_KEPT_MAX bytes (kept: none) */
     uint64_t start_ns;  /* uv_hrtime() when the request began */
+    bool accept_sse;    /* Accept names text/event-stream */
+    bool has_last_event_id;
+    uint64_t last_event_id; /* Last-Event-ID, a decimal */
 
     /* Private: http.c's. */
     struct http_conn *conn;
@@ -129,6 +132,13 @@ struct http_request {
     char *resp;
     size_t resp_len;
     size_t mem_bytes; /* body_cap + resp_len, counted in the server's */
+    /* A streamed response (http_stream_*): bytes built, not yet handed to
+     * the socket, and handed but not yet out. */
+    bool streaming;
+    char *sbuf;
+    size_t sbuf_len, sbuf_cap, stream_out;
+    void (*stream_gone)(struct http_request *req, void *data);
+    void *stream_data;
 };
 
 /* Copies the config; keeps `cb` and `data`. Never fails (aborts on OOM). */
@@ -188,6 +198,27 @@ void http_respond_overloaded(struct http_request *req);
 void http_respond_error(struct http_request *req, int status, const char *code,
                         const char *extra, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
+
+/* Streamed responses (a watch): a long-lived answer in HTTP/1.1 chunked
+ * transfer encoding. http_stream_begin starts it instead of http_respond
+ * (status, content type, extra header lines as http_respond's); on_response
+ * runs for it as for any answer. http_stream_write queues one chunk (copied;
+ * len > 0) and returns 0, or TK_ECLOSED once the connection is gone. Bytes go
+ * out once every earlier answer of the connection has; the connection reads
+ * no further request (a streamed answer is its last) and closes after
+ * http_stream_end, which ends the stream (the request may be freed before it
+ * returns). http_stream_pending says how many bytes are queued and not yet
+ * taken by the client (built, or still in libuv's write queue): the backpressure a caller
+ * bounds (the server's write_timeout_ms still closes a connection whose client stops
+ * reading). `gone` runs once if the connection closes first (the client left, or a write
+ * failed); the caller must still call http_stream_end, from the callback or later. Loop
+ * thread only, like the rest. */
+typedef void http_stream_gone_cb(struct http_request *req, void *data);
+void http_stream_begin(struct http_request *req, int status, const char *content_type,
+                       const char *extra, http_stream_gone_cb *gone, void *data);
+int http_stream_write(struct http_request *req, const void *buf, size_t len);
+size_t http_stream_pending(const struct http_request *req);
+void http_stream_end(struct http_request *req);
 
 /* Runs cb(req) now, or later when the connection's order allows it (see
  * above); `is_write` says whether later reads must wait for this one's

@@ -123,6 +123,9 @@ struct snapshot {
     const struct node_latency *lat;
     const struct gateway *gw;
     uint64_t auth_denied; /* gw->auth_denied */
+    /* Watches (api_watch.c) and the change log they read. */
+    uint64_t watchers, watch_lagging, watch_compacted;
+    uint64_t events_held, events_bytes, events_evicted;
 };
 
 enum metric_kind {
@@ -289,6 +292,19 @@ static const struct metric_desc metric_table[] = {
      MK_MEMORY, 0},
     {"tierkv_http_requests_total", "counter", "HTTP requests by route and status.",
      MK_REQUESTS, 0},
+    {"tierkv_watchers", "gauge", "Watches open on this node.", MK_VALUE, SNAP(watchers)},
+    {"tierkv_watch_cancelled_lagging_total", "counter",
+     "Watches ended because their client fell behind (lagging).", MK_VALUE,
+     SNAP(watch_lagging)},
+    {"tierkv_watch_compacted_total", "counter",
+     "Watches refused or ended because their revision left the change log.", MK_VALUE,
+     SNAP(watch_compacted)},
+    {"tierkv_watch_events", "gauge", "Events the change log holds.", MK_VALUE,
+     SNAP(events_held)},
+    {"tierkv_watch_events_bytes", "gauge", "Bytes the change log holds.", MK_VALUE,
+     SNAP(events_bytes)},
+    {"tierkv_watch_events_evicted_total", "counter",
+     "Events dropped from the change log to make room.", MK_VALUE, SNAP(events_evicted)},
     {"tierkv_http_request_duration_seconds", "summary",
      "HTTP request latency, receipt of the full request to response queued.", MK_DURATION,
      0},
@@ -399,6 +415,14 @@ void api__metrics(struct api_req *req, const struct query *q)
     node_metrics(gw->node, &s.m);
     http_server_stats(gw->http, &s.http);
     s.lat = node_latency(gw->node);
+    struct kv_events_stats es;
+    kv_sm_events_stats(node_kv(gw->node), &es);
+    s.watchers = gw->n_watchers;
+    s.watch_lagging = gw->watch_lagging;
+    s.watch_compacted = gw->watch_compacted;
+    s.events_held = es.count;
+    s.events_bytes = es.bytes;
+    s.events_evicted = es.evicted;
     uv_once(&le_once, le_buckets_init);
     struct jbuf b;
     jbuf_init(&b, 8192);

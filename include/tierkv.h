@@ -240,4 +240,32 @@ typedef int tk_item_cb(const struct tk_item *item, void *data);
 TK_API int tk_scan(struct tk_node *n, const void *prefix, size_t prefix_len, size_t limit,
                    enum tk_consistency c, tk_item_cb *cb, void *data);
 
+/* ---- watch: the change log ---------------------------------------------- */
+
+enum tk_event_type { TK_EVENT_PUT = 1, TK_EVENT_DELETE = 2, TK_EVENT_EXPIRE = 3 };
+struct tk_event {
+    uint64_t revision;
+    int type; /* enum tk_event_type */
+    const void *key;
+    size_t key_len;
+    const void *value; /* put: the new value */
+    size_t value_len;
+    uint64_t version, create_revision; /* put: the key's */
+};
+/* Called per event, in revision order, on the node's thread while the caller
+ * waits; the event is valid during the call. Return nonzero to stop after
+ * this event's revision (its other events are still passed). */
+typedef int tk_event_cb(const struct tk_event *ev, void *data);
+/* Follows the changes of the keys with `prefix` (prefix_len 0: all keys) in
+ * this node's change log (docs/api.md, Watch), from revision *from (0: from
+ * now on): passes what the node has applied, whole revisions at a time, and
+ * waits for more (polling every 10 ms) until cb returns nonzero or
+ * timeout_ms (0: no limit) passes. On return *from is where to resume: past
+ * the last revision passed whole. Returns 0, TK_ECOMPACTED (*from is older
+ * than the node's log; *from is set to the oldest revision it holds: read the
+ * state, then watch from there), TK_EINVAL, TK_ESHUTDOWN. Any thread but the
+ * node's; a follower passes only what it has applied. */
+TK_API int tk_watch(struct tk_node *n, const void *prefix, size_t prefix_len,
+                    uint64_t *from, uint32_t timeout_ms, tk_event_cb *cb, void *data);
+
 #endif

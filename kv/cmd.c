@@ -271,6 +271,7 @@ static int op_incr(struct ctx *x, const Kvpb__Increment *in, int64_t *value)
 static void write_key(struct kv_sm *sm, uint64_t index, const uint8_t *key, size_t len,
                       uint64_t hash, const struct kv_state *st)
 {
+    kv__events_write(sm, index, key, len, hash, st); /* before: it reads the old */
     struct kv_rec h = {.key_len = (uint16_t)len, .mod_rev = index};
     if (st->live) {
         h.value_len = (uint32_t)st->value_len;
@@ -398,6 +399,35 @@ static int delete_range(struct kv_sm *sm, uint64_t index, const Kvpb__DeleteRang
     return 0;
 }
 
+/* The expire command (kv/ttl.c): deletes each named key whose TTL has run
+ * out at the sm's clock (the entry's time); the deletions are expire events. */
+static int exec_expire(struct ctx *x, const Kvpb__Expire *e, struct kv_result *res)
+{
+    if (e->n_keys > KV_TXN_OPS_MAX * 16)
+        return TK_ETOOBIG;
+    for (size_t i = 0; i < e->n_keys; i++)
+        if (e->keys[i].len == 0 || e->keys[i].len > x->sm->cfg.key_max)
+            return TK_EINVAL;
+    struct kv_state st;
+    for (size_t i = 0; i < e->n_keys; i++) {
+        const uint8_t *k = e->keys[i].data;
+        size_t len = e->keys[i].len;
+        uint64_t hash = kv__hash(k, len);
+        if (kv__state_lookup_raw(x->sm, k, len, hash, &st) != 0)
+            return TK_EIO;
+        if (!st.live || st.expire_ms == 0 || kv__live(x->sm, st.expire_ms))
+            continue; /* gone, rewritten without a TTL, or not due */
+        struct kv_state tomb = {.live = false};
+        x->sm->expiring = true;
+        write_key(x->sm, x->index, k, len, hash, &tomb);
+        x->sm->expiring = false;
+        res->deleted++;
+    }
+    res->succeeded = true;
+    res->revision = res->deleted > 0 ? x->index : 0;
+    return 0;
+}
+
 /* A put, with its compare if it has one. */
 static int exec_put(struct ctx *x, const Kvpb__Put *p)
 {
@@ -478,6 +508,11 @@ static int exec(struct ctx *x, const Kvpb__Command *c, struct kv_result *res)
         break;
     case KVPB__COMMAND__CMD_DELETE_RANGE:
         return delete_range(x->sm, x->index, c->delete_range, res);
+    case KVPB__COMMAND__CMD_EXPIRE:
+        rc = exec_expire(x, c->expire, res);
+        if (rc == TK_EIO || rc == 0)
+            return rc;
+        break;
     case KVPB__COMMAND__CMD_INCR:
         rc = check_key(x->sm, &c->incr->key);
         if (rc == 0)

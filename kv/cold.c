@@ -5,7 +5,9 @@
  * stored as its first SHORT_MAX bytes + its 64-bit XXH3, and the value then
  * also carries the full key: such long keys that share their first SHORT_MAX
  * bytes scan in hash order among themselves, every other order is exact), "exp" (be64
- * expire || key -> empty, to reclaim expired keys), "sess" (be64 index || be64 client ||
+ * expire || key -> empty: the keys with a TTL, which kv/ttl.c reloads; a
+ * commit drops the stale entries, never the keys, which only an expire
+ * command deletes), "sess" (be64 index || be64 client ||
  * be64 seq -> encoded result, the exactly-once table, oldest first) and "meta" (the raft
  * index, term and clock the tier reflects). A tier-down step is one write transaction
  * that carries its meta, so the index always matches the data (crash-safe: LMDB commits
@@ -542,8 +544,12 @@ static int sweep(struct kv_cold *c, uint64_t now_ms)
             break;
         MDB_val dk = {k.mv_size - 8, (uint8_t *)k.mv_data + 8}, dv;
         rc = mdb_get(c->wtxn, c->data, &dk, &dv);
-        if (rc == 0 && dv.mv_size >= VHDR && get_be64(dv.mv_data) == exp)
-            rc = mdb_del(c->wtxn, c->data, &dk, NULL);
+        if (rc == 0 && dv.mv_size >= VHDR && get_be64(dv.mv_data) == exp) {
+            /* Still the key's version: only an expire command deletes it
+             * (kv/ttl.c), at one revision on every replica. */
+            rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT);
+            continue;
+        }
         if (rc != 0 && rc != MDB_NOTFOUND)
             break;
         rc = mdb_cursor_del(cur, 0);
@@ -660,6 +666,32 @@ int kv__cold_sessions(struct kv_cold *c, kv_cold_session_cb *cb, void *data)
     mdb_cursor_close(cur);
     if (ret == 0 && rc != MDB_NOTFOUND)
         ret = lmdb_fail("sessions", rc);
+    return ret;
+}
+
+int kv__cold_expiring(struct kv_cold *c, kv_cold_exp_cb *cb, void *data)
+{
+    int rc = read_view(c);
+    if (rc != 0)
+        return rc;
+    MDB_cursor *cur = NULL;
+    rc = mdb_cursor_open(c->rtxn, c->exp, &cur);
+    if (rc != 0)
+        return lmdb_fail("cursor", rc);
+    MDB_val k, v;
+    int ret = 0;
+    for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0 && ret == 0;
+         rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+        if (k.mv_size <= 8) {
+            ret = TK_ECORRUPT;
+            break;
+        }
+        ret =
+            cb(get_be64(k.mv_data), (const uint8_t *)k.mv_data + 8, k.mv_size - 8, data);
+    }
+    mdb_cursor_close(cur);
+    if (ret == 0 && rc != MDB_NOTFOUND)
+        ret = lmdb_fail("expiring", rc);
     return ret;
 }
 

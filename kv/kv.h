@@ -44,6 +44,12 @@ struct kv_config {
                              only past twice the ring budget */
     bool append_only;     /* every write appends a record, none is rewritten
                              in place: the ring is a log of every version */
+    size_t events_max;    /* change log (events.c): events held, default
+                             65536; 0 keeps no events */
+    size_t events_bytes;  /* ... and bytes held, default 16 MiB */
+    size_t ttl_max;       /* keys with a TTL tracked for expiry (ttl.c),
+                             default 1 Mi; past it a key expires only lazily
+                             at read (kv_sm_stats.ttl_dropped counts them) */
 };
 
 /* Keys whose first byte is KV_RESERVED_BYTE belong to the node (its
@@ -267,6 +273,7 @@ struct kv_sm_stats {
     uint64_t tier_downs;  /* tier-down transactions committed */
     uint64_t rewrites;    /* versions written over their key's record in place */
     uint64_t bad_records; /* ring records that failed their check on read */
+    uint64_t ttl_dropped; /* TTL keys not tracked (kv_config.ttl_max) */
     /* Memory by owner, bytes (ring_bytes is the ring's). */
     size_t index_bytes;      /* the hot index's tables */
     size_t view_bytes;       /* the ordered view's nodes */
@@ -302,6 +309,74 @@ int kv_sm_install_begin(struct kv_sm *sm, struct kv_install **out);
 int kv_install_write(struct kv_install *in, const void *buf, size_t len);
 int kv_install_commit(struct kv_install *in);
 void kv_install_abort(struct kv_install *in);
+
+/* ---- events.c: the change log ----
+ *
+ * Applying an entry records the events it caused, derived from the records it
+ * wrote: one per key written, all at the entry's index (its revision), in the
+ * order written; a put, a delete (delete, delete range, a txn's or batch's
+ * delete) or an expire (the expire command). They go into a ring bounded by
+ * kv_config.events_max and events_bytes; the oldest go first. Every event of
+ * each revision >= kv_sm_events_first() is held (revisions without events
+ * included): a reader resuming there misses nothing. After open that is the
+ * durable index + 1 (replay re-creates the events after it); after a snapshot
+ * install, the snapshot's index + 1. Owner thread only. */
+enum kv_event_type {
+    KV_EVENT_PUT = 1,
+    KV_EVENT_DELETE = 2,
+    KV_EVENT_EXPIRE = 3,
+};
+
+/* One event. The pointers are borrowed for the callback's duration. */
+struct kv_event {
+    uint64_t revision;
+    int type; /* enum kv_event_type */
+    const uint8_t *key;
+    size_t key_len;
+    const uint8_t *value; /* put: the new value; else empty */
+    size_t value_len;
+    uint64_t version, create_revision; /* put: the key's; else 0 */
+    bool has_prev;                     /* the key was live before */
+    const uint8_t *prev_value;
+    size_t prev_value_len;
+    uint64_t prev_version, prev_create_revision, prev_mod_revision;
+};
+typedef void kv_event_cb(const struct kv_event *ev, void *data);
+
+/* The oldest revision a reader may start from (see above). */
+uint64_t kv_sm_events_first(const struct kv_sm *sm);
+
+/* Passes every held event with revision >= from to cb, in order, a whole
+ * revision at a time, stopping after the revision at which `max` (> 0) events,
+ * or max_bytes (0: no bound) of keys and values, have been passed. *next is where to read
+ * from next: past the last revision passed, or, when every event held was passed,
+ * max(from, applied + 1) (a future `from` stays). Returns 0, or TK_ECOMPACTED when from <
+ * kv_sm_events_first() (nothing is passed). */
+int kv_sm_events_read(struct kv_sm *sm, uint64_t from, size_t max, size_t max_bytes,
+                      kv_event_cb *cb, void *data, uint64_t *next);
+
+/* Held now: events, their bytes, and events dropped to make room so far. */
+struct kv_events_stats {
+    size_t count, bytes;
+    uint64_t evicted;
+};
+void kv_sm_events_stats(const struct kv_sm *sm, struct kv_events_stats *out);
+
+/* ---- ttl.c: explicit expiry ----
+ *
+ * A key with a TTL is not deleted by time alone: reads hide it once its
+ * expire time has passed (at the sm's clock), and the leader proposes an
+ * expire command (kvpb.Expire) naming it, which deletes it at one revision on
+ * every replica (an expire event). kv_sm_expired lists, up to `max`, keys
+ * whose TTL has run out at now_ms (the leader's clock; the command then
+ * applies at an entry time >= now_ms) and that are not deleted or rewritten
+ * since; a key stays listed until a command removes it, so the caller keeps
+ * one command in flight at a time. Returns how many were passed to cb (key
+ * borrowed for the call). Owner thread only. Returns TK_EIO as a negative
+ * count if the cold tier fails. */
+typedef void kv_key_cb(const uint8_t *key, size_t key_len, void *data);
+long kv_sm_expired(struct kv_sm *sm, uint64_t now_ms, size_t max, kv_key_cb *cb,
+                   void *data);
 
 /* Result encoding (proto kvpb.Result), for the node's forwarding path and the
  * exactly-once table. encode writes at most KV_RESULT_ENCODED_MAX bytes. */

@@ -331,6 +331,11 @@ void kv__cold_wpublish(struct kv_cold *c);
 typedef int kv_cold_session_cb(uint64_t index, uint64_t client, uint64_t seq,
                                const uint8_t *res, size_t len, void *data);
 int kv__cold_sessions(struct kv_cold *c, kv_cold_session_cb *cb, void *data);
+/* The keys with a TTL ("exp", by expire time; some may be stale: the key
+ * deleted or rewritten since): cb(expire_ms, key, len). */
+typedef int kv_cold_exp_cb(uint64_t expire_ms, const uint8_t *key, size_t len,
+                           void *data);
+int kv__cold_expiring(struct kv_cold *c, kv_cold_exp_cb *cb, void *data);
 
 /* A cursor over the cold keys in order, in the current read view. */
 struct kv_cold_cur;

@@ -31,6 +31,9 @@ void kv_config_default(struct kv_config *c)
     c->value_max = 1u << 20;
     c->sessions_max = 65536;
     c->map_bytes = (size_t)64 << 30;
+    c->events_max = 65536;
+    c->events_bytes = 16u << 20;
+    c->ttl_max = 1u << 20;
 }
 
 /* ---- decode arena ---- */
@@ -125,7 +128,11 @@ int kv_sm_open(const struct kv_config *c, struct kv_sm **out)
     sm->pa.alloc = arena_alloc;
     sm->pa.free = arena_free;
     sm->pa.allocator_data = &sm->arena;
+    kv__events_init(&sm->events, c->events_max, c->events_bytes, m.index + 1);
+    kv__ttl_init(&sm->ttl, c->ttl_max);
     rc = kv__cold_sessions(sm->cold, kv__sess_load, sm);
+    if (rc == 0)
+        rc = kv__ttl_load(sm);
     if (rc != 0) {
         kv_sm_close(sm);
         return rc;
@@ -150,6 +157,8 @@ void kv_sm_close(struct kv_sm *sm)
     kv__ring_free(&sm->ring);
     kv__sess_destroy(&sm->sessions);
     arena_destroy(&sm->arena);
+    kv__events_free(&sm->events);
+    kv__ttl_free(&sm->ttl);
     tk_free(sm->scratch);
     TK_ASSERT(sm->job == NULL);
     tk_free(sm->tier_ents);
@@ -187,6 +196,7 @@ void kv_sm_stats(const struct kv_sm *sm, struct kv_sm_stats *out)
     out->tier_downs = sm->tier_downs;
     out->rewrites = sm->rewrites;
     out->bad_records = sm->bad_records;
+    out->ttl_dropped = sm->ttl.dropped;
     out->index_bytes = kv__index_bytes(&sm->index);
     out->view_bytes = kv__view_bytes(&sm->view);
     const struct kv_sessions *t = &sm->sessions;

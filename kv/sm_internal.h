@@ -52,6 +52,39 @@ struct kv_sessions {
     size_t res_bytes; /* the results held, for kv_sm_stats */
 };
 
+/* One held event (events.c): key, value and prev value in one allocation. */
+struct kv_ev {
+    uint64_t rev, version, create_rev;
+    uint64_t prev_version, prev_create_rev, prev_mod_rev;
+    uint8_t type;
+    bool has_prev;
+    uint16_t key_len;
+    uint32_t value_len, prev_len;
+    uint8_t *data; /* key || value || prev value */
+};
+
+/* The change log: a circular array of at most max events and max_bytes. */
+struct kv_events {
+    struct kv_ev *slot;
+    size_t max, head, n; /* slot[head .. head + n) mod max, oldest first */
+    size_t bytes, max_bytes;
+    uint64_t first;   /* every event of each revision >= first is held */
+    uint64_t evicted; /* events dropped to make room */
+};
+
+/* A key with a TTL (ttl.c): a min-heap on expire_ms, entries checked
+ * against the key's state when they come up (stale ones are dropped). */
+struct kv_ttl_ent {
+    uint64_t expire_ms;
+    uint8_t *key;
+    size_t key_len;
+};
+struct kv_ttl {
+    struct kv_ttl_ent *h;
+    size_t n, cap, max;
+    uint64_t dropped;
+};
+
 struct kv_tier_ent {
     const struct kv_rec *h;
     uint64_t addr; /* | TIER_WRITTEN once chosen for LMDB */
@@ -111,6 +144,10 @@ struct kv_sm {
     size_t drain_at, drain_pages;
     uint64_t drain_end;
     struct kv_tier_job *job; /* the tier-down in flight, if any */
+    struct kv_events events; /* the change log (events.c) */
+    struct kv_ttl ttl;       /* keys with a TTL (ttl.c) */
+    bool expiring;           /* applying an expire command: deletions are
+                                expire events */
     uint8_t *scratch;        /* delete-range key list */
     size_t scratch_cap;
 };
@@ -184,6 +221,32 @@ int kv__state_lookup(struct kv_sm *sm, const void *key, size_t len, uint64_t has
  * version with a value of value_len bytes? If true, the caller does so now
  * (kv__ring_rewrite); the next tier-down writes it. */
 bool kv__state_rewrite_ok(struct kv_sm *sm, uint64_t addr, size_t value_len);
+
+/* The state of a key as its newest record says, expired or not (live is
+ * then true for a present key whose TTL has run out). 0 or TK_EIO. */
+int kv__state_lookup_raw(struct kv_sm *sm, const void *key, size_t len, uint64_t hash,
+                         struct kv_state *st);
+
+/* ---- events.c: the change log ---- */
+
+void kv__events_init(struct kv_events *e, size_t max, size_t max_bytes, uint64_t first);
+void kv__events_free(struct kv_events *e);
+/* Forgets every event: the next one held is at `first` or later (install). */
+void kv__events_reset(struct kv_events *e, uint64_t first);
+/* Apply is about to write key's new state st at revision index (cmd.c,
+ * before the write, so the key's current state is its previous one): records
+ * the event and tracks a TTL. */
+void kv__events_write(struct kv_sm *sm, uint64_t index, const uint8_t *key, size_t len,
+                      uint64_t hash, const struct kv_state *st);
+
+/* ---- ttl.c: keys with a TTL ---- */
+
+void kv__ttl_init(struct kv_ttl *t, size_t max);
+void kv__ttl_free(struct kv_ttl *t);
+/* Tracks key as expiring at expire_ms (> 0). */
+void kv__ttl_push(struct kv_ttl *t, const uint8_t *key, size_t len, uint64_t expire_ms);
+/* Forgets every key, then tracks the cold tier's (open, install). 0 or TK_EIO. */
+int kv__ttl_load(struct kv_sm *sm);
 
 /* ---- cmd.c: the commands ---- */
 

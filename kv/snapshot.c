@@ -359,6 +359,10 @@ int kv_install_commit(struct kv_install *in)
     sm->applied_term = sm->durable_term = in->meta.term;
     sm->now_ms = sm->durable_now = in->meta.now_ms;
     rc = kv__cold_sessions(sm->cold, kv__sess_load, sm);
+    /* The events before the snapshot are not this state's history. */
+    kv__events_reset(&sm->events, in->meta.index + 1);
+    if (rc == 0)
+        rc = kv__ttl_load(sm);
     tk_free(in->pend);
     tk_free(in);
     if (rc != 0) {

@@ -16,9 +16,10 @@
 
 /* ---- key state ---- */
 
-/* The current state of a key (ignoring staged writes). Returns 0 or TK_EIO. */
-int kv__state_lookup(struct kv_sm *sm, const void *key, size_t len, uint64_t hash,
-                     struct kv_state *st)
+/* The current state of a key (ignoring staged writes); with raw, a key whose
+ * TTL has run out is still live. Returns 0 or TK_EIO. */
+static int lookup(struct kv_sm *sm, const void *key, size_t len, uint64_t hash,
+                  struct kv_state *st, bool raw)
 {
     st->live = false;
     st->hot = false;
@@ -29,7 +30,7 @@ int kv__state_lookup(struct kv_sm *sm, const void *key, size_t len, uint64_t has
             const struct kv_rec *h = kv__ring_at(&sm->ring, addr);
             st->hot = true;
             st->addr = addr;
-            if ((h->flags & KV_REC_TOMB) || !kv__live(sm, h->expire_ms))
+            if ((h->flags & KV_REC_TOMB) || (!raw && !kv__live(sm, h->expire_ms)))
                 return 0;
             st->live = true;
             st->value = kv__rec_value(h);
@@ -48,7 +49,7 @@ int kv__state_lookup(struct kv_sm *sm, const void *key, size_t len, uint64_t has
         return 0;
     if (rc != 0)
         return TK_EIO;
-    if (!kv__live(sm, cv.expire_ms))
+    if (!raw && !kv__live(sm, cv.expire_ms))
         return 0;
     st->live = true;
     st->value = cv.value;
@@ -58,6 +59,18 @@ int kv__state_lookup(struct kv_sm *sm, const void *key, size_t len, uint64_t has
     st->mod_rev = cv.mod_rev;
     st->version = cv.version;
     return 0;
+}
+
+int kv__state_lookup(struct kv_sm *sm, const void *key, size_t len, uint64_t hash,
+                     struct kv_state *st)
+{
+    return lookup(sm, key, len, hash, st, false);
+}
+
+int kv__state_lookup_raw(struct kv_sm *sm, const void *key, size_t len, uint64_t hash,
+                         struct kv_state *st)
+{
+    return lookup(sm, key, len, hash, st, true);
 }
 
 /* ---- reads ---- */

@@ -392,6 +392,8 @@ static void ready_apply(struct node *n, const struct raft_ready *rd, uint64_t *t
         phase_end(n, PH_APPLY, t);
         tk_hist_record(&n->m.lat.apply, *t - t0);
         n->loop.turn_applied += rd->n_committed;
+        if (n->o.on_applied != NULL)
+            n->o.on_applied(n, n->loop.uv, n->o.hook_data);
     }
     if (rd->n_read_states > 0)
         handle_read_states(n, rd->read_states, rd->n_read_states);
@@ -607,6 +609,11 @@ static void on_tick(uv_timer_t *h)
     expire_list(n, &n->req.read_ready, now);
     expire_list(n, &n->fwd.wait, now);
     node__member_tick(n);
+    struct node_req *ex = node__expire_next(n, now); /* TTLs run out: leader */
+    if (ex != NULL && node_submit(n, ex) != 0) {     /* queue full: the next tick */
+        tk_blob_unref(ex->cmd);
+        n->expire.in_flight = false;
+    }
 }
 
 /* A loop turn of dt ns is over: its histogram, the longest turn by phase
@@ -988,6 +995,11 @@ void node_stop(struct node *n)
     else
         uv_thread_join(&n->loop.thread);
     node_free(n);
+}
+
+struct kv_sm *node_kv(struct node *n)
+{
+    return n->sm;
 }
 
 int node_submit(struct node *n, struct node_req *req)

@@ -143,6 +143,8 @@ struct node_options {
     struct store_mem_volume *volume;
     bool kv_no_sync;     /* the kv cold tier without fsync (tests, benchmarks) */
     size_t kv_map_bytes; /* LMDB map size of the kv cold tier; 0: kv's default */
+    size_t events_max;   /* the kv change log's events (kv_config.events_max) */
+    size_t events_bytes; /* ... and bytes; both 0: kv's defaults */
 
     uint32_t tick_ms;          /* 10 */
     uint32_t election_ticks;   /* 20: 200-400 ms */
@@ -172,6 +174,9 @@ struct node_options {
 
     node_hook_cb *on_loop_start;
     node_hook_cb *on_loop_stop;
+    /* After a loop step applied entries (the change log, kv_sm_events_*,
+     * has new events): lets a watch follow them without polling. */
+    node_hook_cb *on_applied;
     void *hook_data;
 };
 
@@ -199,6 +204,11 @@ void node_stop(struct node *n);
  * (the callback will run exactly once) or TK_EBUSY (queue full) / TK_ESHUTDOWN /
  * TK_ETOOBIG (a command over NODE_ENTRY_MAX) (the callback will not run). */
 int node_submit(struct node *n, struct node_req *req);
+
+/* The node's state machine, for reading on the loop thread only (from a
+ * hook or a loop callback of the gateway): the change log
+ * (kv_sm_events_read) and what the hooks need. Valid until on_loop_stop. */
+struct kv_sm *node_kv(struct node *n);
 
 /* What the node knows; any thread (values are published by the loop). */
 struct node_status {

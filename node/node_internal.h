@@ -207,6 +207,11 @@ struct node {
     struct node_tier tier;
     struct node_membership mem;
     struct kv_result res; /* scratch for apply and forwarded answers */
+    struct {
+        bool in_flight;      /* an expire command is proposed */
+        struct node_req req; /* it (node_expire.c) */
+        uint64_t proposed;   /* keys named in expire commands so far */
+    } expire;
     struct node_metrics_state m;
 };
 
@@ -355,5 +360,11 @@ struct node_req *node__forward_recv(struct node *n, uint64_t from, const uint8_t
 /* Answers a request node__forward_recv returned that could not be submitted,
  * with `status`, and frees it. */
 void node__forward_refuse(struct node_req *r, int status);
+
+/* ---- node_expire.c ---- */
+
+/* The leader's next expire command, if keys are due at now_ms and none is in
+ * flight: a request for node_submit (its callback is node_expire.c's). */
+struct node_req *node__expire_next(struct node *n, uint64_t now_ms);
 
 #endif

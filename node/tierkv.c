@@ -880,3 +880,76 @@ int tk_scan(struct tk_node *n, const void *prefix, size_t prefix_len, size_t lim
     tk_free(s.end);
     return rc;
 }
+
+/* ---- watch ------------------------------------------------------------- */
+
+struct watch_wait {
+    struct waiter w; /* first: the read callback gets it */
+    const uint8_t *prefix;
+    size_t prefix_len;
+    uint64_t from, stop_rev, next;
+    tk_event_cb *cb;
+    void *data;
+};
+
+static void watch_event(const struct kv_event *ev, void *data)
+{
+    struct watch_wait *ww = data;
+    if (ww->stop_rev != 0 && ev->revision > ww->stop_rev)
+        return; /* past the revision the caller stopped at */
+    if (ev->key_len < ww->prefix_len || memcmp(ev->key, ww->prefix, ww->prefix_len) != 0)
+        return;
+    struct tk_event te = {.revision = ev->revision,
+                          .type = ev->type,
+                          .key = ev->key,
+                          .key_len = ev->key_len,
+                          .value = ev->value,
+                          .value_len = ev->value_len,
+                          .version = ev->version,
+                          .create_revision = ev->create_revision};
+    if (ww->cb(&te, ww->data) != 0 && ww->stop_rev == 0)
+        ww->stop_rev = ev->revision;
+}
+
+static void watch_read_cb(struct node_req *req, int status, struct kv_sm *sm, void *data)
+{
+    (void)req;
+    struct watch_wait *ww = data;
+    if (status == 0) {
+        if (ww->from == 0)
+            ww->from = kv_sm_applied_index(sm) + 1;
+        status = kv_sm_events_read(sm, ww->from, 1024, 0, watch_event, ww, &ww->next);
+        if (status == TK_ECOMPACTED)
+            ww->next = kv_sm_events_first(sm);
+    }
+    waiter_done(&ww->w, status);
+}
+
+int tk_watch(struct tk_node *n, const void *prefix, size_t prefix_len, uint64_t *from,
+             uint32_t timeout_ms, tk_event_cb *cb, void *data)
+{
+    if (cb == NULL || from == NULL || (prefix == NULL && prefix_len > 0))
+        return TK_EINVAL;
+    struct watch_wait ww = {.prefix = prefix,
+                            .prefix_len = prefix_len,
+                            .from = *from,
+                            .cb = cb,
+                            .data = data};
+    uint64_t end = waiter_now_ns() + (uint64_t)timeout_ms * 1000000ull;
+    for (;;) {
+        waiter_init(&ww.w, n);
+        int rc = read_wait(n, TK_READ_STALE, watch_read_cb, &ww.w);
+        if (rc == TK_ECOMPACTED) {
+            *from = ww.next;
+            return rc;
+        }
+        if (rc != 0)
+            return rc;
+        ww.from = ww.stop_rev != 0 ? ww.stop_rev + 1 : ww.next;
+        *from = ww.from;
+        if (ww.stop_rev != 0 || (timeout_ms != 0 && waiter_now_ns() >= end))
+            return 0;
+        struct timespec ts = {0, 10 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+}

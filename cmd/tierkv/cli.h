@@ -165,6 +165,17 @@ int cli_request_one(const struct cli_endpoint *ep, int timeout_ms, const char *m
                     const char *path, const char *content_type, const void *body,
                     size_t body_len, struct cli_response *out, char *err, size_t err_cap);
 
+/* A streamed answer (GET, chunked): cb(status, line, len, data) runs for
+ * each line of the body (the newline removed, NUL-terminated) as it arrives;
+ * a nonzero return stops and becomes cli_stream's result. Returns that, or
+ * TK_ECLOSED when the stream ended, TK_EUNAVAIL / TK_ETIMEDOUT (connect),
+ * TK_EPROTO (malformed), with a message in err. Lines over 4 MiB are
+ * skipped. */
+typedef int cli_line_cb(int status, const char *line, size_t len, void *data);
+int cli_stream(const struct cli_endpoint *ep, int connect_timeout_ms, const char *path,
+               const char *accept, cli_line_cb *cb, void *data, char *err,
+               size_t err_cap);
+
 /* ---- commands.c ---- */
 
 struct cli_global {
@@ -186,6 +197,8 @@ int cli_cmd_status(struct cli_global *g, int argc, char **argv);
 int cli_cmd_members(struct cli_global *g, int argc, char **argv);
 /* member.c: tierkv member list|add|promote|remove. */
 int cli_cmd_member(struct cli_global *g, int argc, char **argv);
+/* watch.c */
+int cli_cmd_watch(struct cli_global *g, int argc, char **argv);
 
 /* ---- bench.c ---- */
 

@@ -628,3 +628,106 @@ int cli_request(struct cli_client *c, const char *method, const char *path,
     }
     return last_rc == TK_ETIMEDOUT ? TK_ETIMEDOUT : TK_EUNAVAIL;
 }
+
+/* ---- streamed answers (tierkv watch) ---- */
+
+struct stream_ctx {
+    int status;
+    char line[CLI_BODY_MAX > (1u << 22) ? (1u << 22) : CLI_BODY_MAX];
+    size_t line_len;
+    bool overflow;
+    cli_line_cb *cb;
+    void *data;
+    int stop; /* cb's nonzero answer */
+};
+
+static int st_headers_complete(http_parser *hp)
+{
+    struct stream_ctx *s = hp->data;
+    s->status = hp->status_code;
+    return 0;
+}
+
+static int st_body(http_parser *hp, const char *at, size_t len)
+{
+    struct stream_ctx *s = hp->data;
+    for (size_t i = 0; i < len && s->stop == 0; i++) {
+        if (at[i] != '\n') {
+            if (s->line_len < sizeof(s->line) - 1)
+                s->line[s->line_len++] = at[i];
+            else
+                s->overflow = true;
+            continue;
+        }
+        s->line[s->line_len] = 0;
+        if (!s->overflow && s->line_len > 0)
+            s->stop = s->cb(s->status, s->line, s->line_len, s->data);
+        s->line_len = 0;
+        s->overflow = false;
+    }
+    return s->stop != 0 ? -1 : 0;
+}
+
+int cli_stream(const struct cli_endpoint *ep, int connect_timeout_ms, const char *path,
+               const char *accept, cli_line_cb *cb, void *data, char *err, size_t err_cap)
+{
+    int fd;
+    int rc = connect_ep(ep, now_ms() + connect_timeout_ms, &fd, err, err_cap);
+    if (rc != 0)
+        return rc;
+    char req[8192];
+    int n = snprintf(req, sizeof(req), "GET %s HTTP/1.1\r\nHost: %s:%s\r\n%s%s%s\r\n",
+                     path, ep->host, ep->port, accept ? "Accept: " : "",
+                     accept ? accept : "", accept ? "\r\n" : "");
+    if (n < 0 || (size_t)n >= sizeof(req) ||
+        send_all(fd, req, (size_t)n, now_ms() + connect_timeout_ms) != 0) {
+        snprintf(err, err_cap, "%s:%s: cannot send the request", ep->host, ep->port);
+        close(fd);
+        return TK_EUNAVAIL;
+    }
+    struct stream_ctx *s = calloc(1, sizeof(*s));
+    if (s == NULL)
+        abort();
+    s->cb = cb;
+    s->data = data;
+    http_parser hp;
+    http_parser_init(&hp, HTTP_RESPONSE);
+    hp.data = s;
+    http_parser_settings set = {.on_headers_complete = st_headers_complete,
+                                .on_body = st_body};
+    char buf[16384];
+    rc = TK_ECLOSED;
+    for (;;) {
+        ssize_t got = recv(fd, buf, sizeof(buf), 0);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            int w = wait_fd(fd, POLLIN, now_ms() + 10000);
+            if (w == TK_ETIMEDOUT) { /* a live watch sends progress every second */
+                snprintf(err, err_cap, "%s:%s: nothing for 10 s", ep->host, ep->port);
+                rc = TK_ETIMEDOUT;
+                break;
+            }
+            if (w != 0)
+                break;
+            continue;
+        }
+        if (got <= 0)
+            break;
+        size_t used = http_parser_execute(&hp, &set, buf, (size_t)got);
+        if (s->stop != 0) {
+            rc = s->stop;
+            break;
+        }
+        if (used != (size_t)got) {
+            snprintf(err, err_cap, "%s:%s: malformed answer", ep->host, ep->port);
+            rc = TK_EPROTO;
+            break;
+        }
+    }
+    if (rc == TK_ECLOSED)
+        snprintf(err, err_cap, "%s:%s: the stream ended", ep->host, ep->port);
+    close(fd);
+    free(s);
+    return rc;
+}

@@ -28,6 +28,7 @@ static const char main_help[] =
     "  status               health, role, term and indexes of every endpoint\n"
     "  members              the cluster's members\n"
     "  member list|add|promote|remove   membership changes (tierkv member --help)\n"
+    "  watch KEY|--prefix P follow changes as they come (tierkv watch --help)\n"
     "  bench                load generator for tierkvd or etcd (tierkv bench --help)\n"
     "  help [COMMAND]       this text, or a command's\n"
     "\n"
@@ -107,6 +108,7 @@ static const struct command commands[] = {
     {"delete", cli_cmd_del},      {"scan", cli_cmd_scan},   {"incr", cli_cmd_incr},
     {"txn", cli_cmd_txn},         {"batch", cli_cmd_batch}, {"status", cli_cmd_status},
     {"members", cli_cmd_members}, {"bench", cli_cmd_bench}, {"member", cli_cmd_member},
+    {"watch", cli_cmd_watch},
 };
 
 static int usage(const char *msg)

@@ -111,6 +111,19 @@ static struct opt opts[] = {
      "... or once this many bytes of commands are (0: no byte threshold)", 0, 0},
     {"trailing-entries", "TIERKV_TRAILING_ENTRIES", "10000",
      "entries kept behind a snapshot for followers a little behind", 0, 0},
+    {"watch-events", "TIERKV_WATCH_EVENTS", "65536",
+     "events the change log holds for watches (older ones: compacted); 0: none", 0, 0},
+    {"watch-events-bytes", "TIERKV_WATCH_EVENTS_BYTES", "16M",
+     "bytes the change log holds (keys, values, previous values)", 0, 0},
+    {"watch-buffer-bytes", "TIERKV_WATCH_BUFFER_BYTES", "1M",
+     "a watch's bytes its client has not taken yet before it is cancelled (lagging)", 0,
+     0},
+    {"watch-stall-ms", "TIERKV_WATCH_STALL_MS", "3000",
+     "a watch whose buffer is full and whose client takes nothing for this long is "
+     "cancelled (lagging)",
+     0, 0},
+    {"max-watchers", "TIERKV_MAX_WATCHERS", "10000",
+     "open watches on this node (beyond: 503)", 0, 0},
     {"kv-no-sync", "TIERKV_KV_NO_SYNC", NULL,
      "cold tier without fsync (benchmarks only; the raft log is still synced)", 1, 0},
     {"peer-token-file", "TIERKV_PEER_TOKEN_FILE", NULL,
@@ -607,6 +620,8 @@ int main(int argc, char **argv)
     no.snapshot_entries = get_u64("snapshot-entries", 1, UINT64_MAX);
     no.snapshot_bytes = get_size("snapshot-bytes", 0, UINT64_MAX);
     no.trailing_entries = get_u64("trailing-entries", 0, UINT64_MAX);
+    no.events_max = get_u64("watch-events", 0, 1u << 30);
+    no.events_bytes = get_size("watch-events-bytes", 4096, 1ull << 40);
     no.kv_no_sync = get("kv-no-sync") != NULL && strcmp(get("kv-no-sync"), "0") != 0;
     no.seed = no.id * 0x9e3779b97f4a7c15ull ^ (uint64_t)getpid();
 
@@ -646,6 +661,9 @@ int main(int argc, char **argv)
         die("--max-memory-bytes (%zu) must be at least --max-body-bytes (%zu)",
             gc.mem_max, gc.body_max);
     gc.scan_limit_max = (uint32_t)get_u64("scan-limit-max", 1, 1000000);
+    gc.watch_buffer_bytes = get_size("watch-buffer-bytes", 1024, 1ull << 32);
+    gc.watchers_max = (uint32_t)get_u64("max-watchers", 0, 1000000);
+    gc.watch_stall_ms = get_u64("watch-stall-ms", 1, 3600000);
     if (gc.scan_limit_default > gc.scan_limit_max)
         gc.scan_limit_default = gc.scan_limit_max;
 

@@ -19,6 +19,12 @@ Checks, each reported separately:
   convergence    every node reported the same state (digest or full scan) at
                  the end.
   recovery       after the fault healed, a write succeeded within the bound.
+  watch-order    a watcher received a revision after a later one;
+  watch-dup      ... the same event twice (across its resumptions too);
+  watch-gap      ... missed an event of the committed history (a node's
+                 change log read at the end) for its range, between the
+                 revision it started at and the last one it saw whole;
+  watch-phantom  ... an event that history does not hold.
 
 Usage: checker.py HISTORY.jsonl [--json] [--budget N] [--recovery-s S]
 Exit status: 0 valid, 1 a violation, 2 bad input or inconclusive search.
@@ -103,6 +109,9 @@ def load(lines):
             continue
         if t == "heal":
             meta["heals"].append(ev)
+            continue
+        if t in WATCH_TYPES:
+            meta.setdefault("watch", []).append(ev)
             continue
         if t in ("run", "fault", "note"):
             if t == "run":
@@ -504,7 +513,8 @@ def check_counters(ops, final_reads):
 # (selftest.py, meson.build, run --expect-violation) match on these two
 # fields, never on free text.
 
-KINDS = ("linearizability", "acked-writes", "idempotency", "convergence", "recovery")
+KINDS = ("linearizability", "acked-writes", "idempotency", "convergence", "recovery",
+         "watch-order", "watch-dup", "watch-gap", "watch-phantom")
 _KIND_RE = re.compile(r"^([a-z][a-z-]*): (?:(?:key|counter) ([^\s:]+))?")
 
 
@@ -525,6 +535,71 @@ def violation_matches(v, spec):
     about that key)."""
     kind, _, key = spec.partition(":")
     return violation_kind(v) == kind and (not key or violation_key(v) == key)
+
+
+# ---- watches ---------------------------------------------------------------
+
+WATCH_TYPES = ("watch-start", "watch", "watch-resume", "watch-end", "changelog",
+               "changelog-range")
+
+
+def _in_range(rng, key):
+    kind, _, v = rng.partition("=")
+    if kind == "key":
+        return key == v
+    if kind == "prefix":
+        return key.startswith(v)
+    raise BadHistory("watch range %r" % rng)
+
+
+def check_watches(lines):
+    """The watchers' streams against the committed history (the runner's
+    `changelog` lines, a node's change log over `changelog-range`)."""
+    v = []
+    ref, span, ws = [], None, {}
+    for ev in lines:
+        t = ev["type"]
+        if t == "changelog":
+            ref.append((ev["rev"], ev["ev"], ev["key"], ev.get("value")))
+        elif t == "changelog-range":
+            span = (ev["from"], ev["to"])
+        else:
+            w = ws.setdefault(ev.get("watcher"), {"range": None, "from": 1, "events": [],
+                                                   "complete": 0})
+            if t == "watch-start":
+                w["range"], w["from"] = ev["range"], ev.get("from", 1)
+            elif t == "watch":
+                w["events"].append((ev["rev"], ev["ev"], ev["key"], ev.get("value")))
+            elif t == "watch-end":
+                w["complete"] = ev["complete"]
+    for wid in sorted(ws, key=str):
+        w = ws[wid]
+        if w["range"] is None:
+            raise BadHistory("watcher %s has no watch-start" % wid)
+        last, seen = 0, set()
+        for e in w["events"]:
+            if e[0] < last:
+                v.append("watch-order: watcher %s received revision %d after %d" %
+                         (wid, e[0], last))
+            if e[:3] in seen:
+                v.append("watch-dup: watcher %s received %s %s at revision %d twice" %
+                         (wid, e[1], e[2], e[0]))
+            seen.add(e[:3])
+            last = max(last, e[0])
+        if span is None:
+            continue
+        lo, hi = max(span[0], w["from"]), min(span[1], w["complete"])
+        want = [e for e in ref if lo <= e[0] <= hi and _in_range(w["range"], e[2])]
+        got = set(e for e in w["events"] if lo <= e[0] <= hi)
+        missing = [e for e in want if e not in got]
+        if missing:
+            v.append("watch-gap: watcher %s missed %d of %d events in revisions %d..%d, "
+                     "first %r" % (wid, len(missing), len(want), lo, hi, missing[0]))
+        extra = got - set(want)
+        if extra:
+            v.append("watch-phantom: watcher %s received %d events the history does not "
+                     "hold, first %r" % (wid, len(extra), min(extra)))
+    return v
 
 
 # ---- the whole history -----------------------------------------------------
@@ -592,6 +667,9 @@ def check(lines, budget=2_000_000, recovery_s=10.0):
                 (key, final[key], acked + unknown))
     # counters
     res["violations"].extend(check_counters(incrs, final_counter))
+    # watches
+    res["violations"].extend(check_watches(meta.get("watch", [])))
+    res["watch_lines"] = len(meta.get("watch", []))
     # convergence
     nodes = meta["nodes"]
     if nodes:

@@ -43,6 +43,10 @@ EXPECT = {
     "bad-failed-write-visible": ("linearizability:r0", ()),
     "bad-divergence": ("convergence", ()),
     "bad-slow-recovery": ("recovery", ()),
+    "bad-watch-gap": ("watch-gap", ()),
+    "bad-watch-dup": ("watch-dup", ()),
+    "bad-watch-order": ("watch-order", ()),
+    "bad-watch-phantom": ("watch-phantom", ()),
 }
 
 

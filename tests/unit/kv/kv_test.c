@@ -732,8 +732,21 @@ START_TEST(test_ttl_expires_by_entry_time_in_both_tiers)
                      0);
     ck_assert_int_eq(kv_sm_get(u.sm, "cold", 4, &it), 0);
     ck_assert_uint_eq(it.version, 1);
-    /* Tier-down reclaims the expired key's space in LMDB. */
+    /* Only the expire command deletes an expired key (kv/ttl.c); then
+     * tier-down reclaims its space in LMDB. */
     struct kv_sm_stats st;
+    ck_assert_int_eq(kv_sm_flush(u.sm), 0);
+    kv_sm_stats(u.sm, &st);
+    ck_assert_uint_eq(st.cold_keys, 4); /* keep, tick, cold, and hot, expired */
+    Kvpb__Command ec = KVPB__COMMAND__INIT;
+    Kvpb__Expire ex = KVPB__EXPIRE__INIT;
+    ProtobufCBinaryData ek = kvu_str("hot");
+    ex.n_keys = 1;
+    ex.keys = &ek;
+    ec.cmd_case = KVPB__COMMAND__CMD_EXPIRE;
+    ec.expire = &ex;
+    ck_assert_int_eq(kvu_apply(&u, &ec), 0);
+    ck_assert_uint_eq(u.res.deleted, 1);
     ck_assert_int_eq(kv_sm_flush(u.sm), 0);
     kv_sm_stats(u.sm, &st);
     ck_assert_uint_eq(st.cold_keys, 3); /* keep, tick, cold; hot is gone */

@@ -1,0 +1,83 @@
+/* Explicit expiry: the leader proposes the expire commands.
+ *
+ * A key's TTL running out changes nothing by itself (reads hide it); the
+ * leader lists the keys due at its clock (kv_sm_expired) and proposes one
+ * kvpb.Expire naming them, which deletes them at one revision on every
+ * replica. One command is in flight at a time (n->expire); when it completes,
+ * however it ends, the next tick may propose the next. A new leader finds the
+ * same keys due in its own copy of the state. Loop thread only. node.c calls
+ * node__expire_next once per tick and submits what it returns; this file
+ * calls no other node file. */
+#include <string.h>
+
+#include "base/alloc.h"
+#include "base/blob.h"
+#include "base/err.h"
+#include "kv.pb-c.h"
+#include "node/node_internal.h"
+
+#define EXPIRE_KEYS_MAX 64 /* kv_sm_expired passes at most this many a call */
+
+struct collect {
+    size_t n, bytes;
+    ProtobufCBinaryData keys[EXPIRE_KEYS_MAX];
+    uint8_t *copy[EXPIRE_KEYS_MAX];
+};
+
+static void collect_cb(const uint8_t *key, size_t len, void *data)
+{
+    struct collect *c = data;
+    if (c->n == EXPIRE_KEYS_MAX)
+        return;
+    c->copy[c->n] = tk_malloc(len);
+    memcpy(c->copy[c->n], key, len);
+    c->keys[c->n] = (ProtobufCBinaryData){len, c->copy[c->n]};
+    c->n++;
+}
+
+static void on_expired(struct node_req *req, int status, const struct kv_result *res,
+                       void *data)
+{
+    (void)req;
+    (void)status;
+    (void)res;
+    struct node *n = data;
+    n->expire.in_flight = false;
+}
+
+static struct tk_blob *encode(struct collect *c)
+{
+    Kvpb__Expire e = KVPB__EXPIRE__INIT;
+    e.n_keys = c->n;
+    e.keys = c->keys;
+    Kvpb__Command cmd = KVPB__COMMAND__INIT;
+    cmd.cmd_case = KVPB__COMMAND__CMD_EXPIRE;
+    cmd.expire = &e;
+    size_t len = kvpb__command__get_packed_size(&cmd);
+    struct tk_blob *b = tk_blob_new(len);
+    kvpb__command__pack(&cmd, b->data);
+    return b;
+}
+
+struct node_req *node__expire_next(struct node *n, uint64_t now_ms)
+{
+    if (n->expire.in_flight || raft_role(n->raft) != RAFT_LEADER)
+        return NULL;
+    struct collect c;
+    c.n = 0;
+    long got = kv_sm_expired(n->sm, now_ms, EXPIRE_KEYS_MAX, collect_cb, &c);
+    struct node_req *r = NULL;
+    if (got > 0 && c.n > 0) {
+        r = &n->expire.req;
+        memset(r, 0, sizeof(*r));
+        r->mode = NODE_MODE_APPLIED;
+        r->cmd = encode(&c);
+        r->write_cb = on_expired;
+        r->data = n;
+        n->expire.in_flight = true;
+        n->expire.proposed += c.n;
+    }
+    for (size_t i = 0; i < c.n; i++)
+        tk_free(c.copy[i]);
+    return r;
+}

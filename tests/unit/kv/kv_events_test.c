@@ -1,0 +1,340 @@
+/* The change log (kv/events.c): the events apply produces, the bounded
+ * ring and its resume rules (compacted, future revision), and explicit
+ * expiry (kv/ttl.c, the expire command). */
+#include <check.h>
+
+#include "tests/unit/kv/kv_util.h"
+
+#define EV_MAX 64
+
+struct got {
+    size_t n;
+    uint64_t rev[EV_MAX];
+    int type[EV_MAX];
+    char key[EV_MAX][16];
+    char value[EV_MAX][16];
+    char prev[EV_MAX][16];
+    bool has_prev[EV_MAX];
+    uint64_t version[EV_MAX];
+};
+
+static void got_cb(const struct kv_event *ev, void *data)
+{
+    struct got *g = data;
+    ck_assert_uint_lt(g->n, EV_MAX);
+    size_t i = g->n++;
+    g->rev[i] = ev->revision;
+    g->type[i] = ev->type;
+    snprintf(g->key[i], 16, "%.*s", (int)ev->key_len, (const char *)ev->key);
+    snprintf(g->value[i], 16, "%.*s", (int)ev->value_len, (const char *)ev->value);
+    snprintf(g->prev[i], 16, "%.*s", (int)ev->prev_value_len,
+             (const char *)ev->prev_value);
+    g->has_prev[i] = ev->has_prev;
+    g->version[i] = ev->version;
+}
+
+static int read_all(struct kvu *u, uint64_t from, size_t max, struct got *g,
+                    uint64_t *next)
+{
+    memset(g, 0, sizeof(*g));
+    return kv_sm_events_read(u->sm, from, max, 0, got_cb, g, next);
+}
+
+static int apply_expire(struct kvu *u, const char **keys, size_t n)
+{
+    Kvpb__Command c = KVPB__COMMAND__INIT;
+    Kvpb__Expire e = KVPB__EXPIRE__INIT;
+    ProtobufCBinaryData k[8];
+    for (size_t i = 0; i < n; i++)
+        k[i] = kvu_str(keys[i]);
+    e.n_keys = n;
+    e.keys = k;
+    c.cmd_case = KVPB__COMMAND__CMD_EXPIRE;
+    c.expire = &e;
+    int rc = kvu_apply(u, &c);
+    return rc != 0 ? rc : u->res.code;
+}
+
+static void list_cb(const uint8_t *key, size_t len, void *data)
+{
+    char *out = data;
+    size_t at = strlen(out);
+    snprintf(out + at, 256 - at, "%.*s,", (int)len, (const char *)key);
+}
+
+START_TEST(test_apply_produces_put_and_delete_events_with_prev)
+{
+    struct kvu u = {0};
+    kvu_open(&u, NULL);
+    uint64_t first = kv_sm_events_first(u.sm);
+    ck_assert_int_eq(kvu_put(&u, "a", "1"), 0); /* rev first */
+    ck_assert_int_eq(kvu_put(&u, "a", "2"), 0); /* first + 1 */
+    ck_assert_int_eq(kvu_del(&u, "a"), 0);      /* first + 2 */
+    ck_assert_int_eq(kvu_del(&u, "none"), 0);   /* first + 3: no event */
+    ck_assert_int_eq(kvu_incr(&u, "n", 5), 0);  /* first + 4 */
+    struct got g;
+    uint64_t next;
+    ck_assert_int_eq(read_all(&u, first, 100, &g, &next), 0);
+    ck_assert_uint_eq(g.n, 4);
+    ck_assert_uint_eq(g.rev[0], first);
+    ck_assert_int_eq(g.type[0], KV_EVENT_PUT);
+    ck_assert_str_eq(g.value[0], "1");
+    ck_assert(!g.has_prev[0]);
+    ck_assert_uint_eq(g.rev[1], first + 1);
+    ck_assert_str_eq(g.prev[1], "1");
+    ck_assert_uint_eq(g.version[1], 2);
+    ck_assert_int_eq(g.type[2], KV_EVENT_DELETE);
+    ck_assert_str_eq(g.prev[2], "2");
+    ck_assert_uint_eq(g.rev[3], first + 4);
+    ck_assert_str_eq(g.value[3], "5");
+    ck_assert_uint_eq(next, first + 5);
+    /* From the middle: only what follows. */
+    ck_assert_int_eq(read_all(&u, first + 2, 100, &g, &next), 0);
+    ck_assert_uint_eq(g.n, 2);
+    ck_assert_uint_eq(g.rev[0], first + 2);
+    kvu_close(&u, true);
+}
+END_TEST
+
+START_TEST(test_delete_range_and_batch_share_the_entry_revision)
+{
+    struct kvu u = {0};
+    kvu_open(&u, NULL);
+    ck_assert_int_eq(kvu_put(&u, "p/1", "x"), 0);
+    ck_assert_int_eq(kvu_put(&u, "p/2", "y"), 0);
+    ck_assert_int_eq(kvu_put(&u, "q", "z"), 0);
+    uint64_t from = kv_sm_applied_index(u.sm) + 1;
+    Kvpb__Command c = KVPB__COMMAND__INIT;
+    Kvpb__DeleteRange d = KVPB__DELETE_RANGE__INIT;
+    d.prefix = kvu_str("p/");
+    d.by_prefix = true;
+    c.cmd_case = KVPB__COMMAND__CMD_DELETE_RANGE;
+    c.delete_range = &d;
+    ck_assert_int_eq(kvu_apply(&u, &c), 0);
+    Kvpb__Command b = KVPB__COMMAND__INIT;
+    Kvpb__Batch bb = KVPB__BATCH__INIT;
+    Kvpb__Op o1 = KVPB__OP__INIT, o2 = KVPB__OP__INIT;
+    Kvpb__Put p1 = KVPB__PUT__INIT;
+    Kvpb__Delete d2 = KVPB__DELETE__INIT;
+    p1.key = kvu_str("r");
+    p1.value = kvu_str("v");
+    o1.op_case = KVPB__OP__OP_PUT;
+    o1.put = &p1;
+    d2.key = kvu_str("q");
+    o2.op_case = KVPB__OP__OP_DEL;
+    o2.del = &d2;
+    Kvpb__Op *ops[2] = {&o1, &o2};
+    bb.n_ops = 2;
+    bb.ops = ops;
+    b.cmd_case = KVPB__COMMAND__CMD_BATCH;
+    b.batch = &bb;
+    ck_assert_int_eq(kvu_apply(&u, &b), 0);
+    struct got g;
+    uint64_t next;
+    ck_assert_int_eq(read_all(&u, from, 1, &g, &next), 0);
+    /* max 1 still passes the whole first revision (both deletions). */
+    ck_assert_uint_eq(g.n, 2);
+    ck_assert_uint_eq(g.rev[0], from);
+    ck_assert_uint_eq(g.rev[1], from);
+    ck_assert_str_eq(g.key[0], "p/1");
+    ck_assert_str_eq(g.key[1], "p/2");
+    ck_assert_int_eq(g.type[1], KV_EVENT_DELETE);
+    ck_assert_uint_eq(next, from + 1);
+    ck_assert_int_eq(read_all(&u, next, 100, &g, &next), 0);
+    ck_assert_uint_eq(g.n, 2);
+    ck_assert_uint_eq(g.rev[0], from + 1);
+    ck_assert_uint_eq(g.rev[1], from + 1);
+    ck_assert_str_eq(g.key[0], "r");
+    ck_assert_str_eq(g.key[1], "q");
+    kvu_close(&u, true);
+}
+END_TEST
+
+START_TEST(test_ring_bound_compacts_whole_revisions)
+{
+    struct kvu u = {0};
+    kv_config_default(&u.cfg);
+    u.cfg.no_sync = true;
+    u.cfg.map_bytes = (size_t)1 << 30;
+    u.cfg.events_max = 8;
+    u.dir = kvu_tmpdir();
+    struct kv_config cfg = u.cfg;
+    kvu_open(&u, &cfg);
+    uint64_t first = kv_sm_events_first(u.sm);
+    char k[16];
+    for (int i = 0; i < 20; i++) {
+        snprintf(k, sizeof(k), "k%d", i);
+        ck_assert_int_eq(kvu_put(&u, k, "v"), 0);
+    }
+    uint64_t applied = kv_sm_applied_index(u.sm);
+    ck_assert_uint_eq(kv_sm_events_first(u.sm), applied - 7);
+    struct got g;
+    uint64_t next = 0;
+    /* Compacted: an error and nothing passed. */
+    ck_assert_int_eq(read_all(&u, first, 100, &g, &next), TK_ECOMPACTED);
+    ck_assert_uint_eq(g.n, 0);
+    ck_assert_int_eq(read_all(&u, applied - 8, 100, &g, &next), TK_ECOMPACTED);
+    ck_assert_int_eq(read_all(&u, applied - 7, 100, &g, &next), 0);
+    ck_assert_uint_eq(g.n, 8);
+    ck_assert_uint_eq(next, applied + 1);
+    /* A future revision waits: nothing now, next stays, then only its own. */
+    ck_assert_int_eq(read_all(&u, applied + 3, 100, &g, &next), 0);
+    ck_assert_uint_eq(g.n, 0);
+    ck_assert_uint_eq(next, applied + 3);
+    for (int i = 0; i < 4; i++)
+        ck_assert_int_eq(kvu_put(&u, "f", "v"), 0);
+    ck_assert_int_eq(read_all(&u, applied + 3, 100, &g, &next), 0);
+    ck_assert_uint_eq(g.n, 2);
+    ck_assert_uint_eq(g.rev[0], applied + 3);
+    ck_assert_uint_eq(g.rev[1], applied + 4);
+    struct kv_events_stats es;
+    kv_sm_events_stats(u.sm, &es);
+    ck_assert_uint_eq(es.count, 8);
+    ck_assert_uint_eq(es.evicted, 16);
+    /* A revision whose events cannot all be held is never half readable:
+     * a delete range of 10 keys in a ring of 8. */
+    uint64_t dr = kv_sm_applied_index(u.sm) + 1;
+    Kvpb__Command c = KVPB__COMMAND__INIT;
+    Kvpb__DeleteRange d = KVPB__DELETE_RANGE__INIT;
+    d.prefix = kvu_str("k");
+    d.by_prefix = true;
+    c.cmd_case = KVPB__COMMAND__CMD_DELETE_RANGE;
+    c.delete_range = &d;
+    ck_assert_int_eq(kvu_apply(&u, &c), 0);
+    ck_assert_uint_eq(kv_sm_events_first(u.sm), dr + 1);
+    ck_assert_int_eq(read_all(&u, dr, 100, &g, &next), TK_ECOMPACTED);
+    kvu_close(&u, true);
+}
+END_TEST
+
+START_TEST(test_restart_resumes_after_the_durable_index)
+{
+    struct kvu u = {0};
+    kvu_open(&u, NULL);
+    ck_assert_int_eq(kvu_put(&u, "a", "1"), 0);
+    ck_assert_int_eq(kv_sm_flush(u.sm), 0);
+    uint64_t durable = kv_sm_durable_index(u.sm);
+    struct kv_config cfg = u.cfg;
+    kvu_close(&u, false);
+    kvu_open(&u, &cfg);
+    ck_assert_uint_eq(kv_sm_events_first(u.sm), durable + 1);
+    kvu_close(&u, true);
+}
+END_TEST
+
+START_TEST(test_expire_command_deletes_due_keys_as_expire_events)
+{
+    struct kvu u = {0};
+    kvu_open(&u, NULL);
+    u.time_ms = 10000;
+    ck_assert_int_eq(kvu_put_ttl(&u, "t1", "a", 500), 0);
+    ck_assert_int_eq(kvu_put_ttl(&u, "t2", "b", 2000), 0);
+    ck_assert_int_eq(kvu_put_ttl(&u, "t3", "c", 500), 0);
+    ck_assert_int_eq(kvu_put(&u, "t3", "no ttl now"), 0); /* stale entry */
+    ck_assert_int_eq(kv_sm_flush(u.sm), 0);               /* t1 in the cold tier */
+    char list[256] = "";
+    ck_assert_int_eq(kv_sm_expired(u.sm, 10499, 100, list_cb, list), 0);
+    ck_assert_int_eq(kv_sm_expired(u.sm, 10500, 100, list_cb, list), 1);
+    ck_assert_str_eq(list, "t1,");
+    /* Listed again until a command deletes it. */
+    list[0] = '\0';
+    ck_assert_int_eq(kv_sm_expired(u.sm, 10500, 100, list_cb, list), 1);
+    /* An expire applied before the key is due (by the entry's time) does
+     * nothing; then it deletes, once. */
+    uint64_t from = kv_sm_applied_index(u.sm) + 1;
+    const char *keys[3] = {"t1", "t2", "t3"};
+    ck_assert_int_eq(apply_expire(&u, keys, 3), 0);
+    ck_assert_uint_eq(u.res.deleted, 0);
+    u.time_ms = 10600;
+    ck_assert_int_eq(apply_expire(&u, keys, 3), 0);
+    ck_assert_uint_eq(u.res.deleted, 1);
+    ck_assert_int_eq(apply_expire(&u, keys, 3), 0);
+    ck_assert_uint_eq(u.res.deleted, 0);
+    struct got g;
+    uint64_t next;
+    ck_assert_int_eq(read_all(&u, from, 100, &g, &next), 0);
+    ck_assert_uint_eq(g.n, 1);
+    ck_assert_int_eq(g.type[0], KV_EVENT_EXPIRE);
+    ck_assert_str_eq(g.key[0], "t1");
+    ck_assert(g.has_prev[0]);
+    ck_assert_str_eq(g.prev[0], "a");
+    list[0] = '\0';
+    ck_assert_int_eq(kv_sm_expired(u.sm, 20000, 100, list_cb, list), 1);
+    ck_assert_str_eq(list, "t2,");
+    /* After a restart the cold tier's TTL keys are tracked again. */
+    ck_assert_int_eq(kv_sm_flush(u.sm), 0);
+    struct kv_config cfg = u.cfg;
+    kvu_close(&u, false);
+    kvu_open(&u, &cfg);
+    list[0] = '\0';
+    ck_assert_int_eq(kv_sm_expired(u.sm, 20000, 100, list_cb, list), 1);
+    ck_assert_str_eq(list, "t2,");
+    /* Bad input is an error result, and changes nothing. */
+    const char *bad[1] = {""};
+    ck_assert_int_eq(apply_expire(&u, bad, 1), TK_EINVAL);
+    kvu_close(&u, true);
+}
+END_TEST
+
+/* Field numbers are forever: Command.expire is 9, Expire.keys is 1. */
+START_TEST(test_expire_command_bytes_are_pinned)
+{
+    Kvpb__Command c = KVPB__COMMAND__INIT;
+    Kvpb__Expire e = KVPB__EXPIRE__INIT;
+    ProtobufCBinaryData k = kvu_str("k");
+    e.n_keys = 1;
+    e.keys = &k;
+    c.cmd_case = KVPB__COMMAND__CMD_EXPIRE;
+    c.expire = &e;
+    size_t len;
+    uint8_t *buf = kvu_pack(&c, &len);
+    static const uint8_t want[] = {0x4a, 0x03, 0x0a, 0x01, 'k'};
+    ck_assert_uint_eq(len, sizeof(want));
+    ck_assert_int_eq(memcmp(buf, want, len), 0);
+    tk_free(buf);
+}
+END_TEST
+
+START_TEST(test_write_over_a_lapsed_key_expires_it_first)
+{
+    struct kvu u = {0};
+    kvu_open(&u, NULL);
+    u.time_ms = 10000;
+    ck_assert_int_eq(kvu_put_ttl(&u, "k", "old", 100), 0);
+    u.time_ms = 10200; /* lapsed, no expire command yet */
+    uint64_t rev = kv_sm_applied_index(u.sm) + 1;
+    ck_assert_int_eq(kvu_put(&u, "k", "new"), 0);
+    struct got g;
+    uint64_t next;
+    ck_assert_int_eq(read_all(&u, rev, 100, &g, &next), 0);
+    ck_assert_uint_eq(g.n, 2);
+    ck_assert_int_eq(g.type[0], KV_EVENT_EXPIRE);
+    ck_assert_str_eq(g.prev[0], "old");
+    ck_assert_uint_eq(g.rev[0], rev);
+    ck_assert_int_eq(g.type[1], KV_EVENT_PUT);
+    ck_assert(!g.has_prev[1]);
+    ck_assert_uint_eq(g.version[1], 1);
+    ck_assert_uint_eq(g.rev[1], rev);
+    kvu_close(&u, true);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("kv-events");
+    TCase *tc = tcase_create("events");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_apply_produces_put_and_delete_events_with_prev);
+    tcase_add_test(tc, test_delete_range_and_batch_share_the_entry_revision);
+    tcase_add_test(tc, test_ring_bound_compacts_whole_revisions);
+    tcase_add_test(tc, test_restart_resumes_after_the_durable_index);
+    tcase_add_test(tc, test_expire_command_deletes_due_keys_as_expire_events);
+    tcase_add_test(tc, test_write_over_a_lapsed_key_expires_it_first);
+    tcase_add_test(tc, test_expire_command_bytes_are_pinned);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? 0 : 1;
+}
