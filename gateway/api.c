@@ -305,6 +305,7 @@ static void on_loop_start(struct node *n, struct uv_loop_s *loop, void *data)
 {
     struct gateway *gw = data;
     gw->node = n;
+    gw->loop = loop;
     gw->listen_rc = http_server_listen(gw->http, loop, gw->cfg.host, gw->cfg.port,
                                        gw->listen_err, sizeof(gw->listen_err));
 }

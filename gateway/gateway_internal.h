@@ -41,7 +41,8 @@
     X(IF_VERSION, "if_version")                                                          \
     X(IF_MOD, "if_mod_revision")                                                         \
     X(DELTA, "delta")                                                                    \
-    X(IF_ABSENT, "if_absent")
+    X(IF_ABSENT, "if_absent")                                                            \
+    X(LOCAL, "local")
 
 enum gw_qindex {
 #define X(id, name) QI_##id,
@@ -108,7 +109,8 @@ typedef void api_handler_fn(struct api_req *req, const struct query *q);
     X(METRICS, "metrics", HTTP_GET, "/metrics", api__metrics, 0, RF_BODY | RF_OWN_405)   \
     X(UI, "ui", HTTP_GET, "/ui", api__ui, 0, RF_BODY | RF_OWN_405)                       \
     X(DIGEST, "digest", HTTP_GET, "/v1/debug/digest", api__digest, 0,                    \
-      RF_BODY | RF_OWN_405)
+      RF_BODY | RF_OWN_405)                                                              \
+    X(SNAPSHOT, "snapshot", HTTP_GET, "/v1/snapshot", api__snapshot, Q_LOCAL, 0)
 
 enum gw_route {
 #define X(id, name, method, pattern, handler, query, flags) ROUTE_##id,
@@ -131,6 +133,7 @@ struct gateway {
     struct gateway_config cfg;
     struct node *node;
     struct http_server *http;
+    struct uv_loop_s *loop; /* the node's, from on_loop_start */
     bool stopping;
     int listen_rc;
     char listen_err[256];

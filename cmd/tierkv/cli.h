@@ -10,14 +10,16 @@
  * read/write mix, key distributions, URL and base64 coding, exit codes);
  * client.c (a blocking HTTP/1.1 client that tries each endpoint and follows
  * the leader hint); commands.c (put, get, del, scan, incr, txn, batch, status,
- * members); bench.c (the libuv load generator); main.c (flags, dispatch,
- * --help). */
+ * members); snapshot.c (backups: save, status; it links kv/backup.c's small
+ * library, base and libcrypto, to check files); bench.c (the libuv load
+ * generator); main.c (flags, dispatch, --help). */
 #ifndef TK_CMD_TIERKV_CLI_H
 #define TK_CMD_TIERKV_CLI_H
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "base/prng.h"
 
@@ -115,6 +117,7 @@ struct cli_response {
     char content_type[128];
     char retry_after[16];
     bool keep_alive;
+    uint64_t body_sunk; /* 2xx body bytes written to the cli_body_sink file */
 };
 void cli_response_free(struct cli_response *r);
 
@@ -147,6 +150,12 @@ int cli_request(struct cli_client *c, const char *method, const char *path,
                 const char *content_type, const void *body, size_t body_len,
                 struct cli_response *out, char *err, size_t err_cap);
 
+/* From now on, the bodies of 2xx answers go to `f` (emptied at the start of
+ * each attempt) instead of memory, without a size limit; NULL: memory again.
+ * For downloads (tierkv snapshot save). A failed write to f fails the
+ * attempt with TK_EIO. */
+void cli_body_sink(FILE *f);
+
 /* One request to one endpoint, no failover (status uses it per endpoint). */
 int cli_request_one(const struct cli_endpoint *ep, int timeout_ms, const char *method,
                     const char *path, const char *content_type, const void *body,
@@ -171,6 +180,8 @@ int cli_cmd_txn(struct cli_global *g, int argc, char **argv);
 int cli_cmd_batch(struct cli_global *g, int argc, char **argv);
 int cli_cmd_status(struct cli_global *g, int argc, char **argv);
 int cli_cmd_members(struct cli_global *g, int argc, char **argv);
+/* snapshot.c: tierkv snapshot save|status. */
+int cli_cmd_snapshot(struct cli_global *g, int argc, char **argv);
 
 /* ---- bench.c ---- */
 

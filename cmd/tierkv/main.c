@@ -26,6 +26,8 @@ static const char main_help[] =
     "  batch FILE           apply an atomic batch from a JSON file\n"
     "  status               health, role, term and indexes of every endpoint\n"
     "  members              the cluster's members\n"
+    "  snapshot save FILE   a consistent backup (GET /v1/snapshot) into FILE\n"
+    "  snapshot status FILE check a backup file and show its revision and keys\n"
     "  bench                load generator for tierkvd or etcd (tierkv bench --help)\n"
     "  help [COMMAND]       this text, or a command's\n"
     "\n"
@@ -58,10 +60,12 @@ struct command {
 };
 
 static const struct command commands[] = {
-    {"put", cli_cmd_put},         {"get", cli_cmd_get},     {"del", cli_cmd_del},
-    {"delete", cli_cmd_del},      {"scan", cli_cmd_scan},   {"incr", cli_cmd_incr},
-    {"txn", cli_cmd_txn},         {"batch", cli_cmd_batch}, {"status", cli_cmd_status},
-    {"members", cli_cmd_members}, {"bench", cli_cmd_bench},
+    {"put", cli_cmd_put},       {"get", cli_cmd_get},
+    {"del", cli_cmd_del},       {"delete", cli_cmd_del},
+    {"scan", cli_cmd_scan},     {"incr", cli_cmd_incr},
+    {"txn", cli_cmd_txn},       {"batch", cli_cmd_batch},
+    {"status", cli_cmd_status}, {"members", cli_cmd_members},
+    {"bench", cli_cmd_bench},   {"snapshot", cli_cmd_snapshot},
 };
 
 static int usage(const char *msg)
