@@ -291,10 +291,11 @@ void node__tier_turn(struct node *n);
  * satisfies and says whether one waits for a newer snapshot (each turn, from
  * node__tier_turn); fails every waiting backup with `status` (at close). */
 void node__backup_turn(struct node *n);
-/* node_restore.c: --force-new-cluster's configuration entry, appended to the
- * stored log before the core reads it. */
-struct store_boot;
-int node__force_config(struct node *n, const struct store_boot *sb);
+/* node_restore.c: --force-new-cluster's configuration entry (unless this
+ * node is already the only voter), appended to the stored log and to the
+ * boot log before the core reads it. */
+int node__force_config(struct node *n, struct raft_boot *boot, struct raft_entry **ents,
+                       size_t *n_ents);
 void node__backup_fail_all(struct node *n, int status);
 /* Starts a tier-down job (a snapshot when `snapshot`), on the thread pool or,
  * with `inline_run`, at once on this thread. */

@@ -159,15 +159,13 @@ int node__recover(struct node *n)
         rc = claim_log(n, &sb);
     if (rc == 0)
         rc = open_sm(n, &sb);
-    if (rc == 0 && n->o.force_new_cluster) {
-        rc = node__force_config(n, &sb);
-        sb.last_index++;
-    }
     struct raft_boot boot;
     struct raft_entry *ents = NULL;
     size_t n_ents = 0;
     if (rc == 0)
         rc = read_boot(n, &sb, &boot, &ents, &n_ents);
+    if (rc == 0 && n->o.force_new_cluster)
+        rc = node__force_config(n, &boot, &ents, &n_ents);
     if (rc == 0) {
         struct raft_options ro;
         raft_options_default(&ro);

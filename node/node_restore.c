@@ -195,25 +195,55 @@ int node_restore(const struct node_restore_options *o, struct kv_backup_info *in
     return 0;
 }
 
-int node__force_config(struct node *n, const struct store_boot *sb)
+/* The configuration in force at the end of the boot log. */
+static int boot_config(const struct raft_boot *b, struct raft_config *out)
 {
-    struct raft_config only = {.n_voters = 1, .voters = {n->o.id}};
-    uint64_t last = sb->last_index, term = 0;
-    int rc = store_term_at(n->store, last, &term);
+    for (size_t i = b->n_entries; i-- > 0;) {
+        const struct raft_entry *e = &b->entries[i];
+        if (e->type == RAFT_ENTRY_CONFIG)
+            return raft_config_decode(e->data ? e->data->data : NULL,
+                                      e->data ? e->data->len : 0, out);
+    }
+    *out = b->snapshot.config;
+    return 0;
+}
+
+int node__force_config(struct node *n, struct raft_boot *boot, struct raft_entry **ents,
+                       size_t *n_ents)
+{
+    struct raft_config now, only = {.n_voters = 1, .voters = {n->o.id}};
+    int rc = boot_config(boot, &now);
     if (rc != 0)
         return rc;
-    if (term < sb->hard_state.term)
-        term = sb->hard_state.term; /* an entry of the newest term this node saw */
+    if (raft_config_equal(&now, &only)) {
+        TK_LOG(TK_LOG_INFO, n->o.id, boot->hard_state.term,
+               "--force-new-cluster: this node is already the only voter; nothing to do");
+        return 0;
+    }
+    uint64_t last = boot->snapshot.index, term = boot->snapshot.term;
+    if (*n_ents > 0) {
+        last = (*ents)[*n_ents - 1].index;
+        term = (*ents)[*n_ents - 1].term;
+    }
+    if (term < boot->hard_state.term)
+        term = boot->hard_state.term; /* an entry of the newest term this node saw */
     struct raft_entry e = {.term = term,
                            .index = last + 1,
                            .type = RAFT_ENTRY_CONFIG,
                            .data = raft_config_encode(&only)};
     rc = store_append(n->store, &e, 1);
-    tk_blob_unref(e.data);
+    if (rc != 0) {
+        tk_blob_unref(e.data);
+        return rc;
+    }
+    *ents = tk_realloc(*ents, (*n_ents + 1) * sizeof(**ents));
+    (*ents)[(*n_ents)++] = e; /* the array's reference now */
+    boot->entries = *ents;
+    boot->n_entries = *n_ents;
     TK_LOG(TK_LOG_WARN, n->o.id, term,
            "--force-new-cluster: entry %llu makes this node the only voter; every "
            "entry it holds (through %llu) will be committed. Add the other nodes back "
            "as new members.",
            (unsigned long long)e.index, (unsigned long long)last);
-    return rc;
+    return 0;
 }

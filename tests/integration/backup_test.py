@@ -265,7 +265,14 @@ def test_force_new_cluster(ctx):
     check(not missing, "acknowledged writes lost: %r" % missing[:5])
     st, _, _ = tk.request(surv.http_port, "PUT", "/v1/kv/after-recovery", "y")
     check(st == 200, "write after recovery: %d" % st)
-    # Without the flag again: still a one-node cluster (the entry is in its log).
+    # The flag again: nothing to do (already the only voter), still leads.
+    surv.term()
+    surv.start()
+    deadline = time.time() + 15
+    while "already the only voter" not in surv.log():
+        check(time.time() < deadline, "a second forced start did not see its entry")
+        time.sleep(0.05)
+    # Without the flag: still a one-node cluster (the entry is in its log).
     surv.term()
     surv.args.remove("--force-new-cluster")
     surv.start()
