@@ -15,6 +15,7 @@ processes on loopback, following docs/operations.md's commands.
 - two of three nodes lost for good: the survivor restarted with
   --force-new-cluster serves every acknowledged write, and takes new ones.
 """
+import json
 import os
 import subprocess
 import sys
@@ -124,7 +125,6 @@ def test_save_during_writes_and_restore(ctx):
         time.sleep(0.02)
     w.stop = True
     w.join()
-    import json
     info = json.loads(out)
     rev = info["revision"]
     acked_before = [k for k, _, _ in w.acked[:before]]
@@ -134,6 +134,19 @@ def test_save_during_writes_and_restore(ctx):
     check(json.loads(st.stdout)["revision"] == rev, "status: %s" % st.stdout)
     print("     saved revision %d, %d keys, %d bytes in %.2fs during writes" % (
         rev, info["keys"], info["bytes"], save_s))
+    # --local from a follower: its own applied state, at or past the source's revision.
+    lead = src.wait_leader()
+    fol = [nd for nd in src.nodes if nd.id != lead][0]
+    local = os.path.join(src.dir, "local.backup")
+    p = subprocess.run([ctx["tierkv"], "--endpoints", "127.0.0.1:%d" % fol.http_port, "--json",
+                        "snapshot", "save", "--local", local], capture_output=True, text=True,
+                       timeout=120)
+    check(p.returncode == 0, "save --local: %s %s" % (p.stdout, p.stderr))
+    check(json.loads(p.stdout)["revision"] >= rev, "a follower's backup went back: %s" % p.stdout)
+    # Without --local a follower sends the client to the leader.
+    st, hd, _ = tk.request(fol.http_port, "GET", "/v1/snapshot")
+    check(st == 503 and hd.get("x-tierkv-leader") == str(lead),
+          "a follower answered %d %r without ?local" % (st, hd))
     ctx["backup"] = backup
     ctx["source"] = src
 
