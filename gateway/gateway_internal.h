@@ -46,7 +46,8 @@
     X(KEY, "key")                                                                        \
     X(START_REV, "start_revision")                                                       \
     X(PREV_KV, "prev_kv")                                                                \
-    X(PROGRESS, "progress_ms")
+    X(PROGRESS, "progress_ms")                                                           \
+    X(LOCAL, "local")
 
 enum gw_qindex {
 #define X(id, name) QI_##id,
@@ -125,7 +126,8 @@ typedef void api_handler_fn(struct api_req *req, const struct query *q);
     X(WATCH, "watch", HTTP_GET, "/v1/watch", api__watch,                                 \
       Q_KEY | Q_PREFIX | Q_START | Q_END | Q_START_REV | Q_PREV_KV | Q_PROGRESS |        \
           Q_ENCODING,                                                                    \
-      RF_OWN_405)
+      RF_OWN_405)                                                                        \
+    X(SNAPSHOT, "snapshot", HTTP_GET, "/v1/snapshot", api__snapshot, Q_LOCAL, 0)
 
 enum gw_route {
 #define X(id, name, method, pattern, handler, query, flags) ROUTE_##id,

@@ -33,6 +33,7 @@
 
 #include "base/alloc.h"
 #include "base/assert.h"
+#include "base/blob.h"
 #include "base/err.h"
 #include "base/log.h"
 #include "gateway/http.h"
@@ -41,6 +42,10 @@
 
 #define RBUF_BYTES 16384
 #define WRITE_BUFS 16
+/* A blob body (http_respond_blob) goes out in writes of at most this much, so
+ * the write deadline runs per slice and a slow reader holds one slice in the
+ * kernel's queue, not the whole body. */
+#define BLOB_SLICE ((size_t)256 << 10)
 #define REJECT_EXTRA 64 /* connections kept open only to send a 503 */
 
 enum phase { PH_IDLE, PH_HEADERS, PH_BODY };
@@ -82,6 +87,7 @@ struct http_conn {
     bool resuming, resume_again;
     struct http_request *head, *tail;
     struct http_request *cur;
+    struct http_request *blob_req; /* writing a blob body; later answers wait */
     size_t header_bytes;
     enum hdr hdr;
     bool in_value;
@@ -101,9 +107,11 @@ struct http_conn {
 struct write_req {
     uv_write_t wr;
     struct http_conn *c;
-    uint32_t n;
+    uint32_t n;  /* requests freed when the write is out */
+    uint32_t nb; /* buffers */
     bool close;
     size_t bytes;
+    struct http_request *stream; /* http_respond_blob: its body continues after */
     struct http_request *reqs[WRITE_BUFS];
     uv_buf_t bufs[WRITE_BUFS];
     char *sbuf;                /* a stream's bytes (bufs[0]; n is 0) */
@@ -201,6 +209,8 @@ static void req_free(struct http_request *r)
     if (r->resp != NULL)
         r->conn->resp_held -= r->resp_len;
     srv->cb.on_close(r, srv->data);
+    tk_blob_unref(r->blob);
+    tk_free(r->blob_tail);
     tk_free(r->url);
     tk_free(r->body);
     tk_free(r->resp);
@@ -257,6 +267,8 @@ static void conn_maybe_free(struct http_conn *c)
     EVP_MD_CTX_free(c->digest);
     tk_tls_free(c->tls);
     tk_free(c->tls_rbuf);
+    if (c->blob_req)
+        req_free(c->blob_req);
     tk_free(c);
 }
 
@@ -281,16 +293,18 @@ static void req_drop_answered(struct http_conn *c, struct http_request *req)
  * blank line and the body, into req->resp. */
 static void req_build_response(struct http_request *req, int status,
                                const char *content_type, const char *common,
-                               const char *extra, const void *body, size_t body_len)
+                               const char *extra, const void *body, size_t body_len,
+                               size_t content_len)
 {
     char head[512 + HTTP_EXTRA_HEADERS_MAX];
-    int hn = snprintf(head, sizeof(head),
-                      "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n%s%s",
-                      status, http_reason(status),
-                      content_type ? content_type : "application/json", body_len, common,
-                      req->close_after ? "Connection: close\r\n"
-                      : req->http10    ? "Connection: keep-alive\r\n"
-                                       : "");
+    int hn =
+        snprintf(head, sizeof(head),
+                 "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n%s%s",
+                 status, http_reason(status),
+                 content_type ? content_type : "application/json", content_len, common,
+                 req->close_after ? "Connection: close\r\n"
+                 : req->http10    ? "Connection: keep-alive\r\n"
+                                  : "");
     TK_ASSERT(hn > 0);
     TK_ASSERT((size_t)hn < sizeof(head));
     size_t extra_len = extra ? strlen(extra) : 0;
@@ -376,7 +390,8 @@ void http_respond(struct http_request *req, int status, const char *content_type
     c->refs--;
     if (!req->keep_alive || srv->stopping)
         req->close_after = true;
-    req_build_response(req, status, content_type, common, extra, body, body_len);
+    req_build_response(req, status, content_type, common, extra, body, body_len,
+                       body_len + (req->blob ? req->blob->len + req->blob_tail_len : 0));
     c->resp_held += req->resp_len;
     tk_free(req->body); /* no longer needed; keep memory per queued response low */
     req->body = NULL;
@@ -385,6 +400,20 @@ void http_respond(struct http_request *req, int status, const char *content_type
     conn_flush(c);
     if (c->n_deferred > 0 && !c->closing)
         conn_resume(c);
+}
+
+void http_respond_blob(struct http_request *req, int status, const char *content_type,
+                       const char *extra, const void *head, size_t head_len,
+                       struct tk_blob *blob, const void *tail, size_t tail_len)
+{
+    TK_ASSERT(head_len <= 4096);
+    req->blob = tk_blob_ref(blob);
+    if (tail_len > 0) {
+        req->blob_tail = tk_malloc(tail_len);
+        memcpy(req->blob_tail, tail, tail_len);
+        req->blob_tail_len = tail_len;
+    }
+    http_respond(req, status, content_type, extra, head, head_len);
 }
 
 static void http_submit(struct http_request *req)
@@ -599,6 +628,51 @@ static void conn_read_resume(struct http_conn *c)
         conn_close(c);
 }
 
+static void on_written(uv_write_t *wr, int status);
+static int conn_write(struct http_conn *c, struct write_req *w);
+
+/* The next slice of r's blob body (or its tail). Returns true if a write went
+ * out; false once the body is done (r freed; the connection closed if r said
+ * Connection: close) or the write failed (the connection closed). */
+static bool blob_next(struct http_conn *c, struct http_request *r)
+{
+    const uint8_t *p = NULL;
+    size_t len = 0;
+    if (r->blob_off < r->blob->len) {
+        p = r->blob->data + r->blob_off;
+        len = r->blob->len - r->blob_off;
+        if (len > BLOB_SLICE)
+            len = BLOB_SLICE;
+        r->blob_off += len;
+    } else if (r->blob_tail_len > 0) {
+        p = r->blob_tail;
+        len = r->blob_tail_len;
+        r->blob_tail_len = 0;
+    }
+    if (len == 0) {
+        bool close = r->close_after;
+        c->blob_req = NULL;
+        c->inflight--;
+        req_free(r);
+        if (close)
+            conn_close(c);
+        return false;
+    }
+    struct write_req *w = tk_calloc(1, sizeof(*w));
+    w->c = c;
+    w->stream = r;
+    w->bufs[0] = uv_buf_init((char *)p, (unsigned)len);
+    w->nb = 1;
+    w->bytes = len;
+    if (conn_write(c, w) != 0) {
+        tk_free(w);
+        conn_close(c); /* r goes with the connection (conn_maybe_free) */
+        return false;
+    }
+    c->out_bytes += len;
+    return true;
+}
+
 static void on_written(uv_write_t *wr, int status)
 {
     struct write_req *w = (struct write_req *)wr;
@@ -614,12 +688,20 @@ static void on_written(uv_write_t *wr, int status)
         tk_free(w->sbuf);
     }
     bool close = w->close || status < 0;
+    struct http_request *blob_req = w->stream;
     tk_free(w);
     if (c->closing)
         return;
     if (close) {
         conn_close(c);
         return;
+    }
+    if (blob_req != NULL && !blob_next(c, blob_req)) {
+        if (c->closing)
+            return;
+        conn_flush(c); /* the answers that waited behind the body */
+        if (c->closing)
+            return;
     }
     if (c->read_done && c->inflight == 0 && c->cur == NULL) {
         /* The client half-closed, or said Connection: close. */
@@ -644,7 +726,7 @@ static void on_written(uv_write_t *wr, int status)
  * on the way out: HTTPS encrypts here. */
 static int conn_write(struct http_conn *c, struct write_req *w)
 {
-    unsigned nb = w->sbuf ? 1 : w->n;
+    unsigned nb = w->sbuf ? 1 : w->nb;
     if (c->tls != NULL)
         return tk_tls_uv_write(c->tls, (uv_stream_t *)&c->tcp, w->bufs, nb, &w->wr,
                                on_written);
@@ -677,18 +759,26 @@ static bool stream_flush(struct http_conn *c)
 
 static void conn_flush(struct http_conn *c)
 {
-    while (!c->closing && c->head && c->head->done) {
+    while (!c->closing && c->blob_req == NULL && c->head && c->head->done) {
         struct write_req *w = tk_calloc(1, sizeof(*w));
         w->c = c;
-        while (c->head && c->head->done && w->n < WRITE_BUFS) {
+        while (c->head && c->head->done && w->nb < WRITE_BUFS) {
             struct http_request *r = c->head;
             c->head = r->next;
             if (c->head == NULL)
                 c->tail = NULL;
-            w->reqs[w->n] = r;
-            w->bufs[w->n] = uv_buf_init(r->resp, (unsigned)r->resp_len);
+            w->bufs[w->nb++] = uv_buf_init(r->resp, (unsigned)r->resp_len);
             w->bytes += r->resp_len;
-            w->n++;
+            if (r->blob != NULL && r->method != HTTP_HEAD) {
+                /* Its body follows in slices (on_written); nothing after it
+                 * goes out before the body's end. */
+                w->stream = r;
+                c->blob_req = r;
+                if (r->close_after)
+                    c->read_done = true;
+                break;
+            }
+            w->reqs[w->n++] = r;
             if (r->close_after) {
                 w->close = true;
                 c->read_done = true;
@@ -712,7 +802,8 @@ static void conn_flush(struct http_conn *c)
     }
     if (c->closing)
         return;
-    if (c->head && !c->head->done && c->head->sbuf_len > 0 && !stream_flush(c))
+    if (c->blob_req == NULL && c->head && !c->head->done && c->head->sbuf_len > 0 &&
+        !stream_flush(c))
         return;
     /* A client that does not read: parse nothing more until it does. */
     if (!c->read_done && !c->read_paused && c->out_bytes >= conn_out_max(c->srv)) {

@@ -131,6 +131,10 @@ struct http_request {
     bool http10;      /* an HTTP/1.0 request (keep-alive must be said) */
     char *resp;
     size_t resp_len;
+    struct tk_blob *blob; /* http_respond_blob: the body's middle, by reference */
+    size_t blob_off;      /* bytes of it handed to the socket */
+    uint8_t *blob_tail;
+    size_t blob_tail_len;
     size_t mem_bytes; /* body_cap + resp_len, counted in the server's */
     /* A streamed response (http_stream_*): bytes built, not yet handed to
      * the socket, and handed but not yet out. */
@@ -185,6 +189,17 @@ void http_server_stats(const struct http_server *s, struct http_stats *out);
  * gone): do not touch it afterwards. */
 void http_respond(struct http_request *req, int status, const char *content_type,
                   const char *extra, const void *body, size_t body_len);
+
+/* http_respond with a body of `head` (copied, at most 4 KiB), then the bytes
+ * of `blob` (a reference is taken: never copied, and not counted in mem_max,
+ * as the blob is shared with its owner), then `tail` (copied). The blob goes
+ * out in slices of 256 KiB, the write deadline running per slice; later
+ * answers of the connection wait for its end. For large bodies that already
+ * exist in memory (a backup's snapshot stream). */
+struct tk_blob;
+void http_respond_blob(struct http_request *req, int status, const char *content_type,
+                       const char *extra, const void *head, size_t head_len,
+                       struct tk_blob *blob, const void *tail, size_t tail_len);
 
 /* Whether the connection of `req` already holds conn_out_max bytes of
  * responses, or the server its mem_max: a read should not be served (its

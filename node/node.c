@@ -735,6 +735,7 @@ static void begin_close(struct node *n)
     n->loop.closing = true;
     if (n->o.on_loop_stop != NULL)
         n->o.on_loop_stop(n, n->loop.uv, n->o.hook_data);
+    node__backup_fail_all(n, TK_ESHUTDOWN);
     void *item;
     while ((item = tk_mpsc_pop(&n->loop.queue)) != NULL)
         node__finish(n, item, TK_ESHUTDOWN);

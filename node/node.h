@@ -172,6 +172,12 @@ struct node_options {
      * any other thread while the loop runs. Inproc transport only. */
     struct uv_loop_s *loop;
 
+    /* Disaster recovery (--force-new-cluster): at start, append a
+     * configuration entry that makes this node the only voter, keeping every
+     * entry of its log (node_restore.c). Then add the others back as new
+     * members. */
+    bool force_new_cluster;
+
     node_hook_cb *on_loop_start;
     node_hook_cb *on_loop_stop;
     /* After a loop step applied entries (the change log, kv_sm_events_*,
@@ -210,6 +216,49 @@ int node_submit(struct node *n, struct node_req *req);
  * (kv_sm_events_read) and what the hooks need. Valid until on_loop_stop. */
 struct kv_sm *node_kv(struct node *n);
 
+/* Backups (node_backup.c): a consistent snapshot stream of the state machine
+ * (kv.h, "Snapshots") at an applied index at or past the one applied when
+ * asked, so every write acknowledged before the call is in it. It is the
+ * Raft snapshot path: the newest snapshot when it is recent enough, else a
+ * new snapshot job on the thread pool (the LMDB read transaction lasts only
+ * for its copy). Loop thread only (the gateway's). cb runs once, on the
+ * loop, later (never inside node_backup_start): status 0 with a reference on
+ * `stream` that the callee owns (tk_blob_unref), or TK_EIO (the node
+ * failed), TK_ESHUTDOWN (stopping). The handle is freed after cb; until
+ * then node_backup_cancel frees it and cb never runs. Returns 0, or TK_EBUSY
+ * (NODE_BACKUPS_MAX waiting), TK_EIO, TK_ESHUTDOWN (cb will not run). */
+#define NODE_BACKUPS_MAX 4
+struct tk_blob;
+struct node_backup;
+typedef void node_backup_cb(int status, struct tk_blob *stream, uint64_t index,
+                            uint64_t term, void *data);
+int node_backup_start(struct node *n, node_backup_cb *cb, void *data,
+                      struct node_backup **out);
+void node_backup_cancel(struct node_backup *b);
+/* The cluster id this node was started with (loop or any thread). */
+uint64_t node_cluster_id(const struct node *n);
+
+/* Restore (node_restore.c): makes `data_dir` (missing or empty, else
+ * TK_EINVAL) the data directory of node `id` of a new cluster from the backup
+ * file `file` (kv/backup.h), which is checked twice (before, and while it is
+ * installed). The cluster id must differ from the backup's (TK_EINVAL), so
+ * that the old cluster's nodes are refused by the new one. Every node of the
+ * new cluster restores the same file with the same `members`. Blocks; before
+ * node_start. Returns 0 with *info (may be NULL) the backup's header, or
+ * TK_EINVAL / TK_ECORRUPT / TK_EIO with the reason (for a damaged file: the
+ * byte offset) in err; on failure the directory is left empty. */
+struct kv_backup_info;
+struct node_restore_options {
+    const char *file;
+    const char *data_dir;
+    uint64_t id;
+    uint64_t cluster_id;
+    struct raft_config members;
+    bool kv_no_sync;
+};
+int node_restore(const struct node_restore_options *o, struct kv_backup_info *info,
+                 char *err, size_t err_cap);
+
 /* What the node knows; any thread (values are published by the loop). */
 struct node_status {
     uint64_t id;
@@ -219,6 +268,7 @@ struct node_status {
     uint64_t commit;
     uint64_t applied;
     uint64_t last_index;
+    uint64_t last_term; /* of last_index: with it, picks the survivor to recover */
     uint64_t snapshot_index;
     bool failed; /* storage or apply failed: the node serves nothing */
     /* A member refused this node's data directory in the handshake: its id

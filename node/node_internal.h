@@ -148,6 +148,14 @@ struct node_tier {
      * previous one's last reference (tens of MB: freeing it unmaps them) is
      * dropped on the thread pool, not inside raft_snapshot_set. */
     struct tk_blob *blob;
+    uint64_t blob_index, blob_term; /* what `blob` holds */
+    bool backup_wanted;             /* a backup waits for a snapshot newer than `blob` */
+};
+
+/* Backups waiting for a snapshot (node_backup.c). */
+struct node_backups {
+    struct node_backup *head;
+    uint32_t n;
 };
 
 /* Membership changes and the peers dialed (node_member.c). */
@@ -206,6 +214,7 @@ struct node {
     struct node_forward fwd;
     struct node_tier tier;
     struct node_membership mem;
+    struct node_backups backups;
     struct kv_result res; /* scratch for apply and forwarded answers */
     struct {
         bool in_flight;      /* an expire command is proposed */
@@ -312,6 +321,16 @@ void node__fail_list(struct node *n, struct req_list *l, int status);
  * when one is due (or waits for the one in flight if the ring is past twice
  * its budget). Fails the node on a storage error. */
 void node__tier_turn(struct node *n);
+/* node_backup.c: hands the snapshot in n->tier.blob to the backups it
+ * satisfies and says whether one waits for a newer snapshot (each turn, from
+ * node__tier_turn); fails every waiting backup with `status` (at close). */
+void node__backup_turn(struct node *n);
+/* node_restore.c: --force-new-cluster's configuration entry (unless this
+ * node is already the only voter), appended to the stored log and to the
+ * boot log before the core reads it. */
+int node__force_config(struct node *n, struct raft_boot *boot, struct raft_entry **ents,
+                       size_t *n_ents);
+void node__backup_fail_all(struct node *n, int status);
 /* Starts a tier-down job (a snapshot when `snapshot`), on the thread pool or,
  * with `inline_run`, at once on this thread. */
 void node__tier_start(struct node *n, bool snapshot, bool inline_run);

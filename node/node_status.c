@@ -27,6 +27,8 @@ void node__publish_status(struct node *n)
     n->m.status.commit = raft_commit(n->raft);
     n->m.status.applied = kv_sm_applied_index(n->sm);
     n->m.status.last_index = raft_last_index(n->raft);
+    if (raft_term_at(n->raft, n->m.status.last_index, &n->m.status.last_term) != 0)
+        n->m.status.last_term = 0;
     n->m.status.snapshot_index = n->tier.snap_index;
     n->m.status.failed = n->persist.failed;
     n->m.status.rejected = n->mem.rejected;

@@ -143,6 +143,8 @@ static void snapshot_taken(struct node *n, struct kv_tier_result *res)
     size_t len = blob->len;
     struct tk_blob *old = n->tier.blob; /* the core's, so its last reference */
     n->tier.blob = blob;
+    n->tier.blob_index = meta.index;
+    n->tier.blob_term = meta.term;
     int rc = raft_snapshot_set(n->raft, &meta, blob);
     blob_drop(n, old);
     if (rc != 0) {
@@ -343,6 +345,7 @@ void node__tier_turn(struct node *n)
     bool drained = n->tier.busy || drain_step(n);
     uint64_t t2 = node__mono_ns();
     n->loop.turn_ns[NODE_PH_TIER] += t2 - t1;
+    node__backup_turn(n);
     if (!drained)
         return; /* no new job until the last one's pages are released */
     tier_turn(n);
@@ -365,7 +368,8 @@ static void tier_turn(struct node *n)
     uint64_t applied = kv_sm_applied_index(n->sm);
     if ((n->o.snapshot_entries != 0 &&
          applied >= n->tier.snap_index + n->o.snapshot_entries) ||
-        (n->o.snapshot_bytes != 0 && n->tier.snap_bytes >= n->o.snapshot_bytes))
+        (n->o.snapshot_bytes != 0 && n->tier.snap_bytes >= n->o.snapshot_bytes) ||
+        n->tier.backup_wanted)
         node__tier_start(n, true, false);
     else if (kv_sm_tier_wanted(n->sm))
         node__tier_start(n, false, false);

@@ -10,14 +10,16 @@
  * read/write mix, key distributions, URL and base64 coding, exit codes);
  * client.c (a blocking HTTP/1.1 client that tries each endpoint and follows
  * the leader hint); commands.c (put, get, del, scan, incr, txn, batch, status,
- * members); bench.c (the libuv load generator); main.c (flags, dispatch,
- * --help). */
+ * members); snapshot.c (backups: save, status; it links kv/backup.c's small
+ * library, base and libcrypto, to check files); bench.c (the libuv load
+ * generator); main.c (flags, dispatch, --help). */
 #ifndef TK_CMD_TIERKV_CLI_H
 #define TK_CMD_TIERKV_CLI_H
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "base/prng.h"
 
@@ -115,6 +117,7 @@ struct cli_response {
     char content_type[128];
     char retry_after[16];
     bool keep_alive;
+    uint64_t body_sunk; /* 2xx body bytes written to the cli_body_sink file */
 };
 void cli_response_free(struct cli_response *r);
 
@@ -159,6 +162,11 @@ struct cli_security {
 };
 void cli_security_set(const struct cli_security *s);
 const struct cli_security *cli_security_get(void);
+/* From now on, the bodies of 2xx answers go to `f` (emptied at the start of
+ * each attempt) instead of memory, without a size limit; NULL: memory again.
+ * For downloads (tierkv snapshot save). A failed write to f fails the
+ * attempt with TK_EIO. */
+void cli_body_sink(FILE *f);
 
 /* One request to one endpoint, no failover (status uses it per endpoint). */
 int cli_request_one(const struct cli_endpoint *ep, int timeout_ms, const char *method,
@@ -199,6 +207,8 @@ int cli_cmd_members(struct cli_global *g, int argc, char **argv);
 int cli_cmd_member(struct cli_global *g, int argc, char **argv);
 /* watch.c */
 int cli_cmd_watch(struct cli_global *g, int argc, char **argv);
+/* snapshot.c: tierkv snapshot save|status. */
+int cli_cmd_snapshot(struct cli_global *g, int argc, char **argv);
 
 /* ---- bench.c ---- */
 

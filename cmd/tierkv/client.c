@@ -69,6 +69,7 @@ struct cli_resp_parser {
     enum hdr_which which;
     bool complete;
     bool too_big;
+    bool sink_failed;
 };
 
 static void copy_hdr(char *dst, size_t cap, const char *at, size_t len)
@@ -148,10 +149,26 @@ static int on_headers_complete(http_parser *hp)
     return 0;
 }
 
+/* cli_body_sink: where 2xx bodies go instead of memory (NULL: memory). */
+static FILE *body_sink;
+
+void cli_body_sink(FILE *f)
+{
+    body_sink = f;
+}
+
 static int on_body(http_parser *hp, const char *at, size_t len)
 {
     struct cli_resp_parser *p = hp->data;
     struct cli_response *r = p->r;
+    if (body_sink != NULL && hp->status_code / 100 == 2) {
+        if (fwrite(at, 1, len, body_sink) != len) {
+            p->sink_failed = true;
+            return 1;
+        }
+        r->body_sunk += len;
+        return 0;
+    }
     if (r->body_len + len > CLI_BODY_MAX) {
         p->too_big = true;
         return 1;
@@ -205,6 +222,8 @@ int cli_resp_parser_feed(struct cli_resp_parser *p, const char *buf, size_t len)
         return 1;
     if (p->too_big)
         return TK_ETOOBIG;
+    if (p->sink_failed)
+        return TK_EIO;
     if (HTTP_PARSER_ERRNO(&p->hp) != HPE_OK || n != len)
         return TK_EPROTO;
     if (len == 0)
@@ -464,6 +483,14 @@ int cli_request_one(const struct cli_endpoint *ep, int timeout_ms, const char *m
     int64_t deadline = now_ms() + timeout_ms;
     struct cli_conn conn;
     memset(out, 0, sizeof(*out));
+    if (body_sink != NULL) { /* an earlier attempt's bytes go */
+        fflush(body_sink);
+        if (ftruncate(fileno(body_sink), 0) != 0 || fseek(body_sink, 0, SEEK_SET) != 0) {
+            snprintf(err, err_cap, "cannot truncate the output file: %s",
+                     strerror(errno));
+            return TK_EIO;
+        }
+    }
     int rc = conn_open(ep, deadline, &conn, err, err_cap);
     if (rc != 0)
         return rc == TK_EPROTO ? TK_EUNAVAIL : rc;

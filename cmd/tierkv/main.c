@@ -29,6 +29,8 @@ static const char main_help[] =
     "  members              the cluster's members\n"
     "  member list|add|promote|remove   membership changes (tierkv member --help)\n"
     "  watch KEY|--prefix P follow changes as they come (tierkv watch --help)\n"
+    "  snapshot save FILE   a consistent backup (GET /v1/snapshot) into FILE\n"
+    "  snapshot status FILE check a backup file and show its revision and keys\n"
     "  bench                load generator for tierkvd or etcd (tierkv bench --help)\n"
     "  help [COMMAND]       this text, or a command's\n"
     "\n"
@@ -104,11 +106,13 @@ struct command {
 };
 
 static const struct command commands[] = {
-    {"put", cli_cmd_put},         {"get", cli_cmd_get},     {"del", cli_cmd_del},
-    {"delete", cli_cmd_del},      {"scan", cli_cmd_scan},   {"incr", cli_cmd_incr},
-    {"txn", cli_cmd_txn},         {"batch", cli_cmd_batch}, {"status", cli_cmd_status},
-    {"members", cli_cmd_members}, {"bench", cli_cmd_bench}, {"member", cli_cmd_member},
-    {"watch", cli_cmd_watch},
+    {"put", cli_cmd_put},       {"get", cli_cmd_get},
+    {"del", cli_cmd_del},       {"delete", cli_cmd_del},
+    {"scan", cli_cmd_scan},     {"incr", cli_cmd_incr},
+    {"txn", cli_cmd_txn},       {"batch", cli_cmd_batch},
+    {"status", cli_cmd_status}, {"members", cli_cmd_members},
+    {"bench", cli_cmd_bench},   {"member", cli_cmd_member},
+    {"watch", cli_cmd_watch},   {"snapshot", cli_cmd_snapshot},
 };
 
 static int usage(const char *msg)

@@ -26,12 +26,15 @@
 #include "base/err.h"
 #include "base/log.h"
 #include "gateway/gateway.h"
+#include "kv/backup.h"
 #include "kv/kv.h"
 #include "node/node.h"
 #include "tls/tls.h"
 #include "transport/transport.h"
 
 #define VERSION "0.1.0"
+
+static void restore_data(struct node_options *no);
 
 struct opt {
     const char *flag; /* without "--" */
@@ -155,6 +158,15 @@ static struct opt opts[] = {
      "bearer tokens: users, their token's SHA-256 and rights per key prefix "
      "(docs/tierkvd.md); every request but /healthz and /readyz then needs one",
      0, 0},
+    {"restore", "TIERKV_RESTORE", NULL,
+     "initialize the empty --data-dir from this backup file (tierkv snapshot save), as "
+     "this node of a new cluster with its own --cluster-id, then start; refused on a "
+     "non-empty directory (docs/operations.md, Backup and restore)",
+     0, 0},
+    {"force-new-cluster", "TIERKV_FORCE_NEW_CLUSTER", NULL,
+     "disaster recovery: start as the only voter, keeping every entry of the log; then "
+     "add the others back as new members (docs/operations.md, Disaster recovery)",
+     1, 0},
     {"log-level", "TIERKV_LOG_LEVEL", "info", "debug, info, warn, error or off", 0, 0},
     {"log-format", "TIERKV_LOG_FORMAT", "logfmt", "logfmt or json", 0, 0},
 };
@@ -756,6 +768,7 @@ int main(int argc, char **argv)
     } else if (strcmp(store, "mem") != 0) {
         die("--store: \"%s\" is not fs or mem", store);
     }
+    restore_data(&no);
 
     struct tk_tls_ctx *https = gateway_tls(&gc);
     struct gateway_auth *auth = NULL;
@@ -845,4 +858,36 @@ int main(int argc, char **argv)
         transport_inproc_hub_free(hub);
     tk_logf(TK_LOG_INFO, no.id, 0, NULL, "stopped");
     return 0;
+}
+
+/* --restore FILE and --force-new-cluster: the data directory starts from a
+ * backup, or from this node's own log alone (node_restore.c). */
+static void restore_data(struct node_options *no)
+{
+    const char *file = get("restore");
+    const char *force = get("force-new-cluster");
+    no->force_new_cluster = force != NULL && strcmp(force, "0") != 0;
+    if (file == NULL)
+        return;
+    if (no->data_dir == NULL)
+        die("--restore needs the fs store (--store fs and a --data-dir)");
+    if (no->force_new_cluster)
+        die("--restore and --force-new-cluster do not go together: a restored node "
+            "already starts a new cluster");
+    struct node_restore_options ro = {.file = file,
+                                      .data_dir = no->data_dir,
+                                      .id = no->id,
+                                      .cluster_id = no->cluster_id,
+                                      .members = no->members,
+                                      .kv_no_sync = no->kv_no_sync};
+    struct kv_backup_info info;
+    char err[512];
+    int rc = node_restore(&ro, &info, err, sizeof(err));
+    if (rc != 0)
+        die("--restore %s: %s", file, err);
+    char kvs[256];
+    snprintf(kvs, sizeof(kvs), "file=%s revision=%llu keys=%llu from_cluster=%llu", file,
+             (unsigned long long)info.revision, (unsigned long long)info.keys,
+             (unsigned long long)info.cluster_id);
+    tk_logf(TK_LOG_INFO, no->id, 0, kvs, "restored the data directory from a backup");
 }
