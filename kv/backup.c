@@ -29,6 +29,7 @@
 #define SNAP_TRAILER 13
 #define SNAP_TABLE_DATA 1
 #define SNAP_TABLE_MAX 3
+#define SNAP_RESERVED 0x01
 
 static int fail(char *err, size_t cap, uint64_t off, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
@@ -75,7 +76,10 @@ static int walk_stream(const uint8_t *s, size_t len, uint64_t *keys, char *err,
         uint64_t body = (uint64_t)be32(s + off + 1) + be32(s + off + 5);
         if (body > len - off - SNAP_REC_HDR)
             return fail(err, cap, base + off, "record runs past the stream");
-        *keys += s[off] == SNAP_TABLE_DATA;
+        /* Users' keys: not the node's own records (first byte 0x01,
+         * kv.h KV_RESERVED_BYTE), which a restore drops. */
+        *keys += s[off] == SNAP_TABLE_DATA &&
+                 !(be32(s + off + 1) > 0 && s[off + SNAP_REC_HDR] == SNAP_RESERVED);
         recs++;
         off += SNAP_REC_HDR + (size_t)body;
     }

@@ -8,7 +8,7 @@
  *             u64 revision (the applied index the snapshot holds)
  *             u64 term of that index
  *             u64 keys (records of the data table, expired ones not yet
- *                 removed included)
+ *                 removed included, the node's own 0x01 records not)
  *             u64 stream bytes (what follows the header)
  *             u64 created, milliseconds since the Unix epoch
  *   stream  the snapshot stream, exactly as a node installs it

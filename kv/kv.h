@@ -192,6 +192,14 @@ int kv_sm_scan_bounded(struct kv_sm *sm, const struct kv_range *r, size_t limit,
  * ring is over budget, or when it tracks as many in-place rewrites as it
  * may: ring budget / 256). Returns 0 or TK_EIO. */
 int kv_sm_flush(struct kv_sm *sm);
+
+/* Maintenance, not a command: removes every key that starts with `prefix`
+ * at the applied index (no new revision, no change-log event), then flushes
+ * to the cold tier; *forgot is how many. For a restore, which must not keep
+ * the source cluster's membership records (node_restore.c). Owner thread,
+ * no job in flight. Returns 0 or TK_EIO. */
+int kv_sm_forget_prefix(struct kv_sm *sm, const uint8_t *prefix, size_t len,
+                        uint64_t *forgot);
 int kv_sm_tier_down(struct kv_sm *sm);
 
 /* Tier-down in the background, so the LMDB work leaves the owner's thread:

@@ -5,7 +5,9 @@
  * directory from a backup file (kv/backup.h): the state machine installs the
  * file's snapshot stream, and the log is set to start right after the
  * snapshot's index with the new cluster's membership, ids and a hard state
- * at the snapshot's term. Every node of the new cluster restored from the
+ * at the snapshot's term; the source cluster's membership records are
+ * dropped (the new members are the ones given). Every node of the new
+ * cluster restored from the
  * same file therefore starts with identical state, and the first entry it
  * writes has an index (a revision) above the snapshot's.
  *
@@ -118,6 +120,13 @@ static int install_file(const char *file, const char *dir, bool no_sync, char *e
         snprintf(err, cap, "the snapshot stream was refused: %s", tk_strerror(rc));
     else if (rc != 0 && in != NULL)
         kv_install_abort(in);
+    /* The source cluster's membership records (addresses, incarnations) are
+     * not the new cluster's: its members come from --members. */
+    uint64_t forgot = 0;
+    if (rc == 0 &&
+        (rc = kv_sm_forget_prefix(sm, (const uint8_t *)NODE_MEMBER_KEY_PREFIX,
+                                  strlen(NODE_MEMBER_KEY_PREFIX), &forgot)) != 0)
+        snprintf(err, cap, "cannot drop the old membership records: %s", tk_strerror(rc));
     tk_free(buf);
     kv_backup_check_free(c);
     if (fd >= 0)
