@@ -16,9 +16,10 @@
  * (never as broken JSON). ?encoding=base64 makes every key and value in JSON
  * bodies (requests and responses) base64.
  *
- * Idempotency-Key: its 64-bit FNV-1a hash (never 0) becomes the command's
- * client_id with seq 1; the state machine answers a repeat with the first
- * result (marked "replayed": true) without applying it again. */
+ * Idempotency-Key: 128 bits of SHA-256 over the user's name and the key's
+ * SHA-256 become the command's (client_id, seq) (api__auth_client_id); the
+ * state machine answers a repeat with the first result (marked "replayed":
+ * true) without applying it again. */
 #include <jansson.h>
 #include <stdarg.h>
 #include <stdio.h>

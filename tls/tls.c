@@ -224,6 +224,10 @@ ssize_t tk_tls_read(struct tk_tls *t, void *plain, size_t cap)
 {
     if (t->failed)
         return TK_EPROTO;
+    /* Nothing fed and nothing decrypted waiting: "need more" without a
+     * failed SSL_read (its error path costs as much as a read). */
+    if (t->done && BIO_ctrl_pending(t->in) == 0 && !SSL_has_pending(t->ssl))
+        return 0;
     ERR_clear_error();
     size_t got = 0;
     if (SSL_read_ex(t->ssl, plain, cap, &got) == 1) {

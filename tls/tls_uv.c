@@ -1,7 +1,8 @@
 /* The write side of a TLS session on a libuv stream (tls_uv.h). Plaintext is
  * encrypted in pieces of at most TLS_UV_CHUNK bytes and the ciphertext taken
  * out of the session's output BIO as it grows past that size, into buffers
- * of at most TLS_UV_CHUNK bytes handed to one uv_write: the BIO never holds
+ * of at most TLS_UV_CHUNK bytes handed to one uv_write (small buffers are
+ * gathered first, so that they make one record): the BIO never holds
  * more than about one piece, no buffer is large enough to be an mmap of its
  * own, and records leave in the order the session made them. */
 #include <string.h>
@@ -11,6 +12,8 @@
 #include "tls/tls_uv.h"
 
 #define TLS_UV_CHUNK (64u << 10)
+/* What fits in one TLS record (2^14 bytes of plaintext). */
+#define TLS_UV_GATHER (16u << 10)
 
 struct tls_wr {
     uv_write_t wr;
@@ -72,23 +75,53 @@ static int write_out(struct tls_wr *w, uv_stream_t *s)
     return 0;
 }
 
+/* Encrypts plain[0..len) in pieces of at most TLS_UV_CHUNK, moving whole
+ * chunks of ciphertext into w as they appear. */
+static int seal(struct tk_tls *t, struct tls_wr *w, const char *plain, size_t len)
+{
+    for (size_t off = 0; off < len; off += TLS_UV_CHUNK) {
+        size_t n = len - off;
+        int rc = tk_tls_write(t, plain + off, n < TLS_UV_CHUNK ? n : TLS_UV_CHUNK);
+        if (rc != 0)
+            return rc;
+        take(t, w, false);
+    }
+    return 0;
+}
+
 int tk_tls_uv_write(struct tk_tls *t, uv_stream_t *s, const uv_buf_t *bufs, unsigned n,
                     uv_write_t *req, uv_write_cb cb)
 {
     struct tls_wr *w = tk_calloc(1, sizeof(*w));
     w->user = req;
     w->cb = cb;
-    for (unsigned i = 0; i < n; i++) {
-        for (size_t off = 0; off < bufs[i].len; off += TLS_UV_CHUNK) {
-            size_t len = bufs[i].len - off;
-            int rc = tk_tls_write(t, bufs[i].base + off,
-                                  len < TLS_UV_CHUNK ? len : TLS_UV_CHUNK);
-            if (rc != 0) {
-                tls_wr_free(w);
-                return rc;
-            }
-            take(t, w, false);
+    /* Small buffers (an HTTP head and its body, a batch of small answers)
+     * are gathered into one record: each record costs a seal, 22 bytes and,
+     * on the other side, an open, whatever its size. */
+    char gather[TLS_UV_GATHER];
+    size_t g = 0;
+    int rc = 0;
+    for (unsigned i = 0; i < n && rc == 0; i++) {
+        size_t len = bufs[i].len;
+        if (g + len <= sizeof(gather)) {
+            memcpy(gather + g, bufs[i].base, len);
+            g += len;
+            continue;
         }
+        rc = seal(t, w, gather, g);
+        g = 0;
+        if (rc == 0 && len <= sizeof(gather)) {
+            memcpy(gather, bufs[i].base, len);
+            g = len;
+        } else if (rc == 0) {
+            rc = seal(t, w, bufs[i].base, len);
+        }
+    }
+    if (rc == 0)
+        rc = seal(t, w, gather, g);
+    if (rc != 0) {
+        tls_wr_free(w);
+        return rc;
     }
     take(t, w, true);
     return write_out(w, s);

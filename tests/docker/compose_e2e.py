@@ -7,6 +7,10 @@ own compose project on free host ports, through the deploy/compose wrapper
 (`docker compose` or `docker-compose`, whichever exists), then:
   1. waits until every node answers /readyz and Docker reports it healthy;
      checks the container runs as a non-root user with its data in a volume;
+     the raft port is authenticated: every node reads the same peer token,
+     made on the first `up` (the image holds none), and an impostor with
+     another token put in a follower's place (its address and id) is refused
+     by the leader (tierkv_transport_auth_failures_total) which keeps its term;
   2. writes 1,000 keys through every node (followers forward to the leader);
   3. kills the leader's container (SIGKILL) and keeps writing through the
      other two; starts it again; checks that all three converge: the same
@@ -570,6 +574,62 @@ def replace_node(a, dep, port_of, model, net_name, extra):
     log("node4 holds the same %d keys and digest %s at applied index %d" %
         (len(scan), digest, applied))
 
+def check_peer_auth(dep, image, port_of):
+    """The raft port is authenticated: every node reads one token, made on
+    the first `up` (not in the image); an impostor with another token in a
+    member's place (its address and id) is refused by the leader (counted on
+    /metrics, its log saying why) while the leader and term stay."""
+    tokens = set()
+    for n in (1, 2, 3):
+        rc, out, _ = run(["docker", "exec", dep.container(n), "sh", "-c",
+                          'cat "$TIERKV_PEER_TOKEN_FILE"'], 30, check_rc=False)
+        tok = out.strip()
+        check(rc == 0 and len(tok) == 64 and all(c in "0123456789abcdef" for c in tok),
+              "node%d: no 64-hex peer token in $TIERKV_PEER_TOKEN_FILE (exit %d)" % (n, rc))
+        tokens.add(tok)
+    check(len(tokens) == 1, "the three nodes read %d different peer tokens" % len(tokens))
+    rc, out, _ = run(["docker", "run", "--rm", "--entrypoint", "/bin/sh", image, "-c",
+                      "ls -A /var/lib/tierkv-secrets"], 60, check_rc=False)
+    check(rc == 0 and out.strip() == "", "the image holds secrets: %r (exit %d)" % (out, rc))
+    leader = wait_until("an agreed leader", 30, lambda: leader_of(port_of, (1, 2, 3)))
+    term = cluster(port_of[leader]).get("term")
+    victim = 3 if leader != 3 else 2
+    nets = json.loads(dep.inspect(victim, "{{json .NetworkSettings.Networks}}"))
+    net_name, net_info = next(iter(nets.items()))
+    before = metric(port_of[leader], "tierkv_transport_auth_failures_total") or 0.0
+    impostor = "%s-impostor" % dep.project
+    members = ",".join("%d=node%d:7000" % (n, n) for n in (1, 2, 3))
+    run(["docker", "network", "disconnect", net_name, dep.container(victim)], 60)
+    try:
+        run(["docker", "run", "-d", "--name", impostor, "--network", net_name,
+             "--network-alias", "node%d" % victim,
+             "--entrypoint", "/bin/sh", image, "-c",
+             "umask 077; head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \\n' > /tmp/t; "
+             "exec tierkvd --id %d --members %s --listen-raft 0.0.0.0:7000 "
+             "--listen-http 127.0.0.1:8080 --store mem "
+             "--peer-token-file /tmp/t" % (victim, members)], 60)
+        wait_until("the leader refusing the impostor's proof (/metrics)", 30,
+                   lambda: (metric(port_of[leader], "tierkv_transport_auth_failures_total")
+                            or 0.0) > before)
+        _, logs, errs = run(["docker", "logs", impostor], 30, check_rc=False)
+        check("cluster token proof" in logs + errs,
+              "the impostor's log does not say its proof was wrong:\n%s" % (logs + errs)[-2000:])
+        others = [n for n in (1, 2, 3) if n != victim]
+        check(leader_of(port_of, others) == leader, "the leader changed under the impostor")
+        check(cluster(port_of[leader]).get("term") == term,
+              "the term moved under the impostor (%s -> %s)"
+              % (term, cluster(port_of[leader]).get("term")))
+    finally:
+        run(["docker", "rm", "-f", impostor], 60, check_rc=False)
+        run(["docker", "network", "connect", "--alias", "node%d" % victim, net_name,
+             dep.container(victim)], 60, check_rc=False)
+    wait_until("node%d back" % victim, 60, lambda: ready(port_of[victim]))
+    log("peer token on every node (the same, made on first up, not in the image); an "
+        "impostor with another token at node%d's address and id was refused by the leader "
+        "node%d (auth failures %d -> %d), which kept its term %s" %
+        (victim, leader, before, metric(port_of[leader], "tierkv_transport_auth_failures_total"),
+         term))
+
 
 def self_test():
     """The checkers must be able to fail: known-bad cases, no Docker needed."""
@@ -774,6 +834,7 @@ def main():
             check(any(m.get("Type") == "volume" and m.get("Destination") == "/var/lib/tierkv"
                       for m in mounts), "node%d: /var/lib/tierkv is not a volume: %s" % (n, mounts))
         log("containers run as uid %s, data in named volumes" % out.strip())
+        check_peer_auth(dep, a.image, port_of)
 
         # 2. Writes through every node.
         secs, retries = write_keys([port_of[n] for n in (1, 2, 3)], "k/a", a.keys, model)

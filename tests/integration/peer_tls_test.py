@@ -6,8 +6,9 @@ as node-<id>.
 Checks: the cluster elects a leader and replicates over mTLS (with and
 without a cluster token beside it); a node whose certificate chains to
 another CA is refused by its peers and never joins; a node whose certificate
-(from the right CA) names another id is refused and never joins; the same
-node restarted with its own certificate catches up.
+(from the right CA) names another id is refused and never joins; so is one
+whose certificate (right CA, right name) expired a day ago; the same node
+restarted with its own certificate catches up.
 
 usage: peer_tls_test.py path/to/tierkvd
 """
@@ -34,13 +35,14 @@ def make_ca(name):
        "-subj", "/CN=" + name)
 
 
-def make_cert(ca, name, dns):
+def make_cert(ca, name, dns, days=1):
+    """A certificate for `dns` signed by `ca`; days=-1: it expired a day ago."""
     sh("openssl", "req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
        "-keyout", name + ".key", "-out", name + ".csr", "-subj", "/CN=" + dns)
     with open(os.path.join(TMP, name + ".ext"), "w") as f:
         f.write("subjectAltName=DNS:%s\n" % dns)
     sh("openssl", "x509", "-req", "-in", name + ".csr", "-CA", ca + ".pem", "-CAkey",
-       ca + ".key", "-CAcreateserial", "-out", name + ".pem", "-days", "1", "-extfile",
+       ca + ".key", "-CAcreateserial", "-out", name + ".pem", "-days", str(days), "-extfile",
        name + ".ext")
 
 
@@ -169,6 +171,7 @@ def main():
         make_cert("caA", "node%d" % i, "node-%d" % i)
     make_cert("caB", "node3b", "node-3")
     make_cert("caA", "node9", "node-9")
+    make_cert("caA", "node3x", "node-3", days=-1)
     token = os.path.join(TMP, "token")
     with open(token, "w") as f:
         f.write("0123456789abcdef0123456789abcdef\n")
@@ -180,6 +183,8 @@ def main():
          lambda: test_refused(tierkvd, "node3b", "certificate verify failed")),
         ("a certificate naming another id",
          lambda: test_refused(tierkvd, "node9", "does not name the node id it claims")),
+        ("an expired certificate (right CA, right name)",
+         lambda: test_refused(tierkvd, "node3x", "certificate has expired")),
     ]
     failed = 0
     for name, fn in tests:

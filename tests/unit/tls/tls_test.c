@@ -8,11 +8,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
+#include <uv.h>
 
 #include "base/err.h"
 #include "tests/check_run.h"
 #include "tls/tls.h"
+#include "tls/tls_uv.h"
 
 static char dir[64];
 static char path[8][128];
@@ -196,6 +199,109 @@ START_TEST(test_bad_files_are_refused_with_a_reason)
 }
 END_TEST
 
+/* Plaintext left in the session by a short read comes out of the next read
+ * although nothing more was fed ("need more" only when nothing waits). */
+START_TEST(test_short_reads_drain_what_the_session_holds)
+{
+    struct tk_tls_ctx *sc = ctx(true, CA1, -1), *cc = ctx(false, -1, CA1);
+    struct tk_tls *s = tk_tls_new(sc, NULL), *c = tk_tls_new(cc, "node-1");
+    int hs;
+    ck_assert_int_eq(handshake(s, c, &hs), 1);
+    ck_assert_int_eq(tk_tls_write(c, "abcdefghij", 10), 0);
+    pump(c, s);
+    char buf[16];
+    size_t got = 0;
+    for (int i = 0; i < 5; i++) {
+        ck_assert_int_eq(tk_tls_read(s, buf + got, 2), 2);
+        got += 2;
+    }
+    ck_assert(memcmp(buf, "abcdefghij", 10) == 0);
+    ck_assert_int_eq(tk_tls_read(s, buf, sizeof(buf)), 0);
+    tk_tls_free(s);
+    tk_tls_free(c);
+    tk_tls_ctx_free(sc);
+    tk_tls_ctx_free(cc);
+}
+END_TEST
+
+static int uv_wrote = 1;
+static void on_uv_written(uv_write_t *req, int status)
+{
+    (void)req;
+    uv_wrote = status;
+}
+
+/* tk_tls_uv_write on a real stream: small buffers go out as one record, a
+ * large one in records of its own, and the peer reads the bytes in order. */
+START_TEST(test_uv_write_gathers_small_buffers_into_one_record)
+{
+    struct tk_tls_ctx *sc = ctx(true, CA1, -1), *cc = ctx(false, -1, CA1);
+    struct tk_tls *s = tk_tls_new(sc, NULL), *c = tk_tls_new(cc, "node-1");
+    int hs;
+    ck_assert_int_eq(handshake(s, c, &hs), 1);
+    int sv[2];
+    ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+    uv_loop_t loop;
+    uv_pipe_t pipe;
+    ck_assert_int_eq(uv_loop_init(&loop), 0);
+    ck_assert_int_eq(uv_pipe_init(&loop, &pipe, 0), 0);
+    ck_assert_int_eq(uv_pipe_open(&pipe, sv[0]), 0);
+    static char big[40000], want[40100];
+    for (size_t i = 0; i < sizeof(big); i++)
+        big[i] = (char)('a' + i % 26);
+    uv_buf_t bufs[4] = {uv_buf_init("head ", 5), uv_buf_init("body", 4),
+                        uv_buf_init(big, sizeof(big)), uv_buf_init(" tail", 5)};
+    size_t total = 0;
+    for (int i = 0; i < 4; i++) {
+        memcpy(want + total, bufs[i].base, bufs[i].len);
+        total += bufs[i].len;
+    }
+    uv_write_t req;
+    uv_wrote = 1;
+    ck_assert_int_eq(
+        tk_tls_uv_write(c, (uv_stream_t *)&pipe, bufs, 4, &req, on_uv_written), 0);
+    while (uv_wrote == 1)
+        uv_run(&loop, UV_RUN_ONCE);
+    ck_assert_int_eq(uv_wrote, 0);
+    /* The records on the wire: 5-byte headers, then their bodies. */
+    static char wire[48000], plain[40100];
+    size_t n = 0, records = 0, first_len = 0;
+    ssize_t r;
+    while (n < sizeof(wire) &&
+           (r = recv(sv[1], wire + n, sizeof(wire) - n, MSG_DONTWAIT)) > 0)
+        n += (size_t)r;
+    for (size_t off = 0; off + 5 <= n; records++) {
+        size_t len =
+            (size_t)((unsigned char)wire[off + 3] << 8 | (unsigned char)wire[off + 4]);
+        if (records == 0)
+            first_len = len;
+        off += 5 + len;
+    }
+    /* head+body in one record (9 bytes + 17 of overhead), the 40000 bytes
+     * in three (16 KiB of plaintext at most each), the tail in one. */
+    ck_assert_uint_eq(first_len, 9 + 17);
+    ck_assert_uint_eq(records, 5);
+    size_t got = 0;
+    for (size_t off = 0; off < n; off += 4096) {
+        ck_assert_int_eq(tk_tls_feed(s, wire + off, n - off < 4096 ? n - off : 4096), 0);
+        while ((r = tk_tls_read(s, plain + got, sizeof(plain) - got)) > 0)
+            got += (size_t)r;
+        ck_assert_int_eq(r, 0);
+    }
+    ck_assert_uint_eq(got, total);
+    ck_assert(memcmp(plain, want, total) == 0);
+    printf("uv write: %zu bytes in 4 buffers went out as %zu records\n", total, records);
+    uv_close((uv_handle_t *)&pipe, NULL);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    ck_assert_int_eq(uv_loop_close(&loop), 0);
+    close(sv[1]);
+    tk_tls_free(s);
+    tk_tls_free(c);
+    tk_tls_ctx_free(sc);
+    tk_tls_ctx_free(cc);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("tls");
@@ -205,6 +311,8 @@ static Suite *suite(void)
     tcase_add_test(tc, test_partial_record_needs_more_and_input_is_bounded);
     tcase_add_test(tc, test_wrong_ca_expired_and_missing_client_cert);
     tcase_add_test(tc, test_bad_files_are_refused_with_a_reason);
+    tcase_add_test(tc, test_short_reads_drain_what_the_session_holds);
+    tcase_add_test(tc, test_uv_write_gathers_small_buffers_into_one_record);
     suite_add_tcase(s, tc);
     return s;
 }
