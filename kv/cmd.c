@@ -570,7 +570,7 @@ static int exec_lease(struct ctx *x, const Kvpb__Command *c, struct kv_result *r
         return kv__lease_keepalive(x->sm, x->index, c->lease_keepalive->id, res);
     case KVPB__COMMAND__CMD_LEASE_REVOKE:
         return kv__lease_revoke(x->sm, x->index, c->lease_revoke->id,
-                                c->lease_revoke->expired, res);
+                                c->lease_revoke->expired, c->lease_revoke->renewed, res);
     case KVPB__COMMAND__CMD_LEASE_CHECKPOINT: {
         const Kvpb__LeaseCheckpoint *k = c->lease_checkpoint;
         if (k->n_ids != k->n_remaining_ms || k->n_ids > KV_TXN_OPS_MAX * 16) {

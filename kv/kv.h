@@ -364,8 +364,11 @@ struct kv_lease_info {
 size_t kv_sm_lease_count(const struct kv_sm *sm);
 /* Forgets every deadline (a new leader starts from the checkpoints). */
 void kv_sm_lease_reset(struct kv_sm *sm);
-/* Up to max ids of leases whose deadline is <= now_ms (setting unset ones). */
-size_t kv_sm_lease_due(struct kv_sm *sm, uint64_t now_ms, uint64_t *ids, size_t max);
+/* Up to max ids of leases whose deadline is <= now_ms (setting unset ones),
+ * with the index of their last grant or keepalive (the revoke carries it, so
+ * a lease kept alive meanwhile is not revoked). */
+size_t kv_sm_lease_due(struct kv_sm *sm, uint64_t now_ms, uint64_t *ids,
+                       uint64_t *renewed, size_t max);
 /* Up to max leases with id > after, in id order, with their remaining TTL at
  * now_ms (the deadline's, else the replicated one). */
 size_t kv_sm_lease_list(const struct kv_sm *sm, uint64_t after, uint64_t now_ms,

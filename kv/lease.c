@@ -27,7 +27,7 @@
 #include "base/err.h"
 #include "kv/sm_internal.h"
 
-#define REC_HEAD 22 /* "L1", ttl, remaining, count */
+#define REC_HEAD 30 /* "L1", ttl, remaining, renewed, count */
 
 static uint64_t rd64(const uint8_t *p)
 {
@@ -227,8 +227,9 @@ static int store(struct kv_sm *sm, uint64_t index, const struct kv_lease *l, uin
     memcpy(v, "L1", 2);
     wr64(v + 2, l->ttl_ms);
     wr64(v + 10, l->remaining_ms);
+    wr64(v + 18, l->renewed);
     uint32_t n = (uint32_t)l->n_keys;
-    memcpy(v + 18, &n, 4);
+    memcpy(v + 26, &n, 4);
     size_t off = REC_HEAD;
     for (size_t i = 0; i < l->n_keys; i++) {
         v[off] = (uint8_t)l->keys[i]->len;
@@ -301,6 +302,7 @@ int kv__lease_grant(struct kv_sm *sm, uint64_t index, uint64_t id, uint64_t ttl_
         return 0;
     }
     struct kv_lease *l = lease_add(&sm->leases, id, ttl_ms);
+    l->renewed = index;
     res->value = (int64_t)id;
     res->succeeded = true;
     res->revision = index;
@@ -316,6 +318,7 @@ int kv__lease_keepalive(struct kv_sm *sm, uint64_t index, uint64_t id,
         return 0;
     }
     l->remaining_ms = l->ttl_ms;
+    l->renewed = index;
     l->deadline = 0;
     res->value = (int64_t)l->ttl_ms;
     res->succeeded = true;
@@ -340,7 +343,7 @@ int kv__lease_checkpoint(struct kv_sm *sm, uint64_t index, const uint64_t *ids,
 }
 
 int kv__lease_revoke(struct kv_sm *sm, uint64_t index, uint64_t id, bool expired,
-                     struct kv_result *res)
+                     uint64_t renewed, struct kv_result *res)
 {
     struct kv_leases *t = &sm->leases;
     size_t at = lease_pos(t, id);
@@ -349,6 +352,10 @@ int kv__lease_revoke(struct kv_sm *sm, uint64_t index, uint64_t id, bool expired
         return 0;
     }
     struct kv_lease *l = t->v[at];
+    if (expired && renewed != l->renewed) {
+        res->code = TK_ECOMPARE; /* kept alive since the leader saw it due */
+        return 0;
+    }
     sm->expiring = expired;
     while (l->n_keys > 0) {
         struct kv_lkey *k = l->keys[l->n_keys - 1];
@@ -386,8 +393,9 @@ static int load_one(const struct kv_item *it, void *data)
         return TK_ECORRUPT;
     struct kv_lease *l = lease_add(&sm->leases, id, rd64(v + 2));
     l->remaining_ms = rd64(v + 10);
+    l->renewed = rd64(v + 18);
     uint32_t n;
-    memcpy(&n, v + 18, 4);
+    memcpy(&n, v + 26, 4);
     size_t off = REC_HEAD;
     for (uint32_t i = 0; i < n; i++) {
         if (off + 2 > it->value_len)
@@ -427,15 +435,18 @@ void kv_sm_lease_reset(struct kv_sm *sm)
         sm->leases.v[i]->deadline = 0;
 }
 
-size_t kv_sm_lease_due(struct kv_sm *sm, uint64_t now_ms, uint64_t *ids, size_t max)
+size_t kv_sm_lease_due(struct kv_sm *sm, uint64_t now_ms, uint64_t *ids,
+                       uint64_t *renewed, size_t max)
 {
     size_t got = 0;
     for (size_t i = 0; i < sm->leases.n; i++) {
         struct kv_lease *l = sm->leases.v[i];
         if (l->deadline == 0)
             l->deadline = now_ms + l->remaining_ms;
-        if (l->deadline <= now_ms && got < max)
+        if (l->deadline <= now_ms && got < max) {
+            renewed[got] = l->renewed;
             ids[got++] = l->id;
+        }
     }
     return got;
 }

@@ -95,6 +95,7 @@ struct kv_lkey {
 };
 struct kv_lease {
     uint64_t id, ttl_ms, remaining_ms;
+    uint64_t renewed;  /* the index of the last grant or keepalive */
     uint64_t deadline; /* the leader's clock; 0: not set since the last change */
     struct kv_lkey **keys;
     size_t n_keys, cap_keys;
@@ -288,8 +289,9 @@ int kv__lease_grant(struct kv_sm *sm, uint64_t index, uint64_t id, uint64_t ttl_
                     struct kv_result *res);
 int kv__lease_keepalive(struct kv_sm *sm, uint64_t index, uint64_t id,
                         struct kv_result *res);
+/* An expired revoke is refused (TK_ECOMPARE) unless renewed is the lease's. */
 int kv__lease_revoke(struct kv_sm *sm, uint64_t index, uint64_t id, bool expired,
-                     struct kv_result *res);
+                     uint64_t renewed, struct kv_result *res);
 int kv__lease_checkpoint(struct kv_sm *sm, uint64_t index, const uint64_t *ids,
                          const uint64_t *remaining, size_t n, struct kv_result *res);
 /* Rebuilds the table from the lease records (open, install). 0, TK_EIO,

@@ -33,15 +33,27 @@ static int keepalive(struct kvu *u, uint64_t id)
     return lease_cmd(u, &c);
 }
 
-static int lease_revoke(struct kvu *u, uint64_t id, bool expired)
+static int lease_revoke_at(struct kvu *u, uint64_t id, bool expired, uint64_t renewed)
 {
     Kvpb__Command c = KVPB__COMMAND__INIT;
     Kvpb__LeaseRevoke r = KVPB__LEASE_REVOKE__INIT;
     r.id = id;
     r.expired = expired;
+    r.renewed = renewed;
     c.cmd_case = KVPB__COMMAND__CMD_LEASE_REVOKE;
     c.lease_revoke = &r;
     return lease_cmd(u, &c);
+}
+
+static int lease_revoke(struct kvu *u, uint64_t id, bool expired)
+{
+    uint64_t ids[64], ren[64];
+    kv_sm_lease_due(u->sm, 1, ids, ren, 64); /* sets the deadlines */
+    size_t n = kv_sm_lease_due(u->sm, UINT64_MAX / 2, ids, ren, 64);
+    for (size_t i = 0; i < n; i++)
+        if (ids[i] == id)
+            return lease_revoke_at(u, id, expired, ren[i]);
+    return lease_revoke_at(u, id, expired, 0);
 }
 
 static int checkpoint(struct kvu *u, uint64_t id, uint64_t remaining)
@@ -160,29 +172,34 @@ START_TEST(test_deadline_from_checkpoint_and_keepalive)
 {
     struct kvu u = {0};
     kvu_open(&u, NULL);
-    uint64_t id = grant(&u, 3000), ids[4], rem[4];
+    uint64_t id = grant(&u, 3000), ids[4], rem[4], ren[4];
     /* A leader at clock 10000 sets the deadline to 13000. */
-    ck_assert_uint_eq(kv_sm_lease_due(u.sm, 10000, ids, 4), 0);
-    ck_assert_uint_eq(kv_sm_lease_due(u.sm, 12999, ids, 4), 0);
-    ck_assert_uint_eq(kv_sm_lease_due(u.sm, 13000, ids, 4), 1);
+    ck_assert_uint_eq(kv_sm_lease_due(u.sm, 10000, ids, ren, 4), 0);
+    ck_assert_uint_eq(kv_sm_lease_due(u.sm, 12999, ids, ren, 4), 0);
+    ck_assert_uint_eq(kv_sm_lease_due(u.sm, 13000, ids, ren, 4), 1);
     ck_assert_uint_eq(ids[0], id);
     ck_assert_uint_eq(kv_sm_lease_list(u.sm, 0, 12000, ids, rem, 4), 1);
     ck_assert_uint_eq(rem[0], 1000);
     /* The checkpoint replicates 1000 left; the leader's deadline stays. */
     ck_assert_int_eq(checkpoint(&u, id, 1000), 0);
-    ck_assert_uint_eq(kv_sm_lease_due(u.sm, 12500, ids, 4), 0);
-    ck_assert_uint_eq(kv_sm_lease_due(u.sm, 13000, ids, 4), 1);
+    ck_assert_uint_eq(kv_sm_lease_due(u.sm, 12500, ids, ren, 4), 0);
+    ck_assert_uint_eq(kv_sm_lease_due(u.sm, 13000, ids, ren, 4), 1);
     /* A new leader (clock 50000) resumes from the checkpoint, not the TTL. */
     kv_sm_lease_reset(u.sm);
-    ck_assert_uint_eq(kv_sm_lease_due(u.sm, 50000, ids, 4), 0);
-    ck_assert_uint_eq(kv_sm_lease_due(u.sm, 51000, ids, 4), 1);
+    ck_assert_uint_eq(kv_sm_lease_due(u.sm, 50000, ids, ren, 4), 0);
+    ck_assert_uint_eq(kv_sm_lease_due(u.sm, 51000, ids, ren, 4), 1);
     /* A checkpoint above the TTL is ignored; a keepalive restarts the TTL. */
     ck_assert_int_eq(checkpoint(&u, id, 9999), 0);
     ck_assert_int_eq(keepalive(&u, id), 0);
     ck_assert_uint_eq((uint64_t)u.res.value, 3000);
-    ck_assert_uint_eq(kv_sm_lease_due(u.sm, 60000, ids, 4), 0);
-    ck_assert_uint_eq(kv_sm_lease_due(u.sm, 62999, ids, 4), 0);
-    ck_assert_uint_eq(kv_sm_lease_due(u.sm, 63000, ids, 4), 1);
+    ck_assert_uint_eq(kv_sm_lease_due(u.sm, 60000, ids, ren, 4), 0);
+    ck_assert_uint_eq(kv_sm_lease_due(u.sm, 62999, ids, ren, 4), 0);
+    ck_assert_uint_eq(kv_sm_lease_due(u.sm, 63000, ids, ren, 4), 1);
+    /* An expired revoke from before the keepalive is refused. */
+    ck_assert_int_eq(lease_revoke_at(&u, id, true, ren[0] - 1), TK_ECOMPARE);
+    ck_assert_uint_eq(kv_sm_lease_count(u.sm), 1);
+    ck_assert_int_eq(lease_revoke_at(&u, id, true, ren[0]), 0);
+    ck_assert_uint_eq(kv_sm_lease_count(u.sm), 0);
     kvu_close(&u, true);
 }
 END_TEST
