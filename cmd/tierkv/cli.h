@@ -184,6 +184,10 @@ int cli_cmd_status(struct cli_global *g, int argc, char **argv);
 int cli_cmd_members(struct cli_global *g, int argc, char **argv);
 /* watch.c */
 int cli_cmd_watch(struct cli_global *g, int argc, char **argv);
+/* lease.c: lease grant|keepalive|revoke|get, lock, elect */
+int cli_cmd_lease(struct cli_global *g, int argc, char **argv);
+int cli_cmd_lock(struct cli_global *g, int argc, char **argv);
+int cli_cmd_elect(struct cli_global *g, int argc, char **argv);
 
 /* ---- bench.c ---- */
 

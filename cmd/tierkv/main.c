@@ -27,6 +27,9 @@ static const char main_help[] =
     "  status               health, role, term and indexes of every endpoint\n"
     "  members              the cluster's members\n"
     "  watch KEY|--prefix P follow changes as they come (tierkv watch --help)\n"
+    "  lease grant|keepalive|revoke|get  leases (tierkv lease --help)\n"
+    "  lock NAME -- CMD     run CMD holding a lease-backed lock (tierkv lock --help)\n"
+    "  elect NAME VALUE     campaign for leadership, print changes of leader\n"
     "  bench                load generator for tierkvd or etcd (tierkv bench --help)\n"
     "  help [COMMAND]       this text, or a command's\n"
     "\n"
@@ -63,6 +66,7 @@ static const struct command commands[] = {
     {"delete", cli_cmd_del},      {"scan", cli_cmd_scan},   {"incr", cli_cmd_incr},
     {"txn", cli_cmd_txn},         {"batch", cli_cmd_batch}, {"status", cli_cmd_status},
     {"members", cli_cmd_members}, {"bench", cli_cmd_bench}, {"watch", cli_cmd_watch},
+    {"lease", cli_cmd_lease},     {"lock", cli_cmd_lock},   {"elect", cli_cmd_elect},
 };
 
 static int usage(const char *msg)

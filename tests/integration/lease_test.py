@@ -11,10 +11,17 @@
 - restarts: every node stopped and started again; the lease is back with its
   keys and a remaining TTL that did not start over.
 
-usage: lease_test.py path/to/tierkvd
+- tierkv lock: 4 processes, each 3 times, around a critical section that
+  appends start and end lines to a file: no two sections overlap and the
+  fencing revisions (TIERKV_LOCK_REVISION) increase;
+- tierkv elect: a second candidate takes over when the first resigns.
+
+usage: lease_test.py path/to/tierkvd [path/to/tierkv]
 """
 import os
+import subprocess
 import sys
+import tempfile
 import threading
 import time
 
@@ -22,6 +29,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from tkcluster import Cluster, Fail, check, finish, jreq, request, run  # noqa: E402
 
 C = None
+CLI = None
 
 
 def any_req(method, path, obj=None, ok=(200,), timeout=10):
@@ -169,13 +177,89 @@ def test_restart_keeps_leases():
     check(st == 200 and js["deleted"] == 1, "revoke after restart: %s %r" % (st, js))
 
 
+def endpoints():
+    return ",".join("127.0.0.1:%d" % nd.http_port for nd in C.nodes)
+
+
+SECTION = ('echo "start $$ $TIERKV_LOCK_REVISION" >> "$F"; sleep 0.2; '
+           'echo "end $$ $TIERKV_LOCK_REVISION" >> "$F"')
+
+
+def check_sections(lines):
+    """The lock file: start/end pairs of one process, never interleaved, with
+    increasing revisions. Returns the revisions."""
+    revs = []
+    check(len(lines) % 2 == 0, "odd number of lines: %r" % lines)
+    for i in range(0, len(lines), 2):
+        a, b = lines[i].split(), lines[i + 1].split()
+        check(a[0] == "start" and b[0] == "end" and a[1:] == b[1:],
+              "overlap or broken section at line %d: %r %r" % (i, lines[i], lines[i + 1]))
+        revs.append(int(a[2]))
+    check(all(x < y for x, y in zip(revs, revs[1:])), "fencing revisions %r" % revs)
+    return revs
+
+
+def test_check_sections_rejects_bad_files():
+    for bad in (["start 1 5", "start 2 6", "end 1 5", "end 2 6"],
+                ["start 1 6", "end 1 6", "start 2 5", "end 2 5"]):
+        try:
+            check_sections(bad)
+        except Fail:
+            continue
+        raise Fail("the checker accepted %r" % bad)
+
+
+def test_lock_four_processes():
+    if CLI is None:
+        print("     skipped: no tierkv binary given", flush=True)
+        return
+    d = tempfile.mkdtemp(prefix="tierkv-lock-")
+    f = os.path.join(d, "log")
+    env = dict(os.environ, F=f)
+    script = "for i in 1 2 3; do %s -e %s lock --ttl 3s demo -- sh -c '%s' || exit 1; done" % (
+        CLI, endpoints(), SECTION)
+    t0 = time.time()
+    procs = [subprocess.Popen(["sh", "-c", script], env=env) for _ in range(4)]
+    codes = [p.wait(timeout=120) for p in procs]
+    took = time.time() - t0
+    check(codes == [0, 0, 0, 0], "lock exit codes %r" % codes)
+    with open(f) as fh:
+        lines = [ln.strip() for ln in fh if ln.strip()]
+    check(len(lines) == 24, "%d lines, want 24: %r" % (len(lines), lines))
+    revs = check_sections(lines)
+    print("     12 sections by 4 processes in %.1f s, no overlap; fencing revisions %s" %
+          (took, revs), flush=True)
+
+
+def test_elect_takeover():
+    if CLI is None:
+        print("     skipped: no tierkv binary given", flush=True)
+        return
+    a = subprocess.Popen([CLI, "-e", endpoints(), "elect", "--ttl", "3s", "boss", "alpha"],
+                         stdout=subprocess.PIPE, text=True)
+    line = a.stdout.readline().strip()
+    check(line.startswith("elected alpha"), "first candidate: %r" % line)
+    b = subprocess.Popen([CLI, "-e", endpoints(), "elect", "--ttl", "3s", "boss", "beta"],
+                         stdout=subprocess.PIPE, text=True)
+    line = b.stdout.readline().strip()
+    check(line == "leader alpha", "second candidate sees: %r" % line)
+    a.terminate()
+    check(a.wait(timeout=10) == 0, "resign exit code")
+    line = b.stdout.readline().strip()
+    check(line.startswith("elected beta"), "after the resignation: %r" % line)
+    b.terminate()
+    check(b.wait(timeout=10) == 0, "second resign exit code")
+
+
 def main():
-    global C
+    global C, CLI
     C = Cluster(sys.argv[1])
+    CLI = sys.argv[2] if len(sys.argv) > 2 else None
     C.start()
     C.wait_leader()
-    failed = run([test_lease_api, test_expiry_across_three_leader_kills,
-                  test_restart_keeps_leases])
+    failed = run([test_lease_api, test_check_sections_rejects_bad_files,
+                  test_lock_four_processes, test_elect_takeover,
+                  test_expiry_across_three_leader_kills, test_restart_keeps_leases])
     if not failed:
         codes = C.stop()
         if not all(c == 0 for c in codes.values()):
