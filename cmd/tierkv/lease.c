@@ -412,11 +412,11 @@ int cli_cmd_elect(struct cli_global *g, int argc, char **argv)
     if (cp.lease == 0)
         return rc;
     if (rc == 0) {
-        printf("elected %s %llu\n", argv[1], cp.my_rev);
-        fflush(stdout);
-        struct sigaction sa = {.sa_handler = on_signal};
+        struct sigaction sa = {.sa_handler = on_signal}; /* before it says so */
         sigaction(SIGINT, &sa, NULL);
         sigaction(SIGTERM, &sa, NULL);
+        printf("elected %s %llu\n", argv[1], cp.my_rev);
+        fflush(stdout);
         while (!resign && !atomic_load(&k.lost))
             sleep_ms(50);
         rc = atomic_load(&k.lost) ? CLI_EXIT_ERROR : CLI_EXIT_OK;
