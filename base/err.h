@@ -9,10 +9,11 @@
 #include "include/tierkv_errors.h"
 
 /* A static, human-readable message for `rc`; "unknown error" for codes that are
- * not in TK_ERRORS. Thread-safe. */
-const char *tk_strerror(int rc);
+ * not in TK_ERRORS. Thread-safe. Exported by libtierkv.so (TK_API), as tierkv.h
+ * declares it too. */
+TK_API const char *tk_strerror(int rc);
 
 /* The symbolic name ("TK_EBUSY") of `rc`, or "TK_E?" if unknown. Thread-safe. */
-const char *tk_errname(int rc);
+TK_API const char *tk_errname(int rc);
 
 #endif

@@ -20,6 +20,7 @@
 #include "base/blob.h"
 #include "base/err.h"
 #include "gateway/gateway_internal.h"
+#include "kv/kv.h"
 
 /* ---- the route table ---------------------------------------------------- */
 
@@ -118,13 +119,15 @@ static int decode_key(struct api_req *req, const char *raw, size_t len)
     return 0;
 }
 
-/* The checks every route shares, in order: the key, the body, the query;
- * then the handler. */
+/* The checks every route shares, in order: the token (api_auth.c), the key,
+ * the body, the query; then the handler. */
 static void run_route(struct api_req *req, const struct route *r, const char *key,
                       size_t key_len, const char *qs, size_t qlen)
 {
     req->route = r->id;
     req->is_write = (r->flags & RF_WRITE) != 0;
+    if (api__auth_route(req) != 0)
+        return; /* 401 before anything else is looked at */
     if (key != NULL && decode_key(req, key, key_len) != 0)
         return;
     if (!(r->flags & RF_BODY) && req->http->body_len > 0) {
@@ -210,11 +213,18 @@ static size_t on_response(struct http_request *hreq, int status, char *hdr, size
     if (st.leader != 0) {
         int n = snprintf(hdr, cap, "X-Tierkv-Leader: %llu\r\n",
                          (unsigned long long)st.leader);
+        bool known = false;
         for (uint32_t i = 0; i < gw->cfg.n_members; i++) {
-            if (gw->cfg.members[i].id == st.leader && gw->cfg.members[i].http_addr[0])
+            if (gw->cfg.members[i].id == st.leader && gw->cfg.members[i].http_addr[0]) {
                 snprintf(hdr + n, cap - (size_t)n, "X-Tierkv-Leader-Addr: %s\r\n",
                          gw->cfg.members[i].http_addr);
+                known = true;
+            }
         }
+        char addr[NODE_ADDR_MAX];
+        if (!known && !gw->stopping && /* a member added at run time */
+            node_member_http(gw->node, st.leader, addr, sizeof(addr)))
+            snprintf(hdr + n, cap - (size_t)n, "X-Tierkv-Leader-Addr: %s\r\n", addr);
     }
     return strlen(hdr);
 }
@@ -230,6 +240,8 @@ static void on_close(struct http_request *hreq, void *data)
         tk_blob_unref(req->nreq.cmd);
     tk_free(req->key);
     tk_free(req->key2);
+    tk_free(req->range_end);
+    kv_digest_free(req->digest);
     tk_free(req->op_kinds);
     tk_free(req);
     hreq->data = NULL;
@@ -293,6 +305,8 @@ int gateway_new(const struct gateway_config *c, struct gateway **out)
         .write_timeout_ms = c->write_timeout_ms,
         .mem_max = c->mem_max,
         .digest_header = "Idempotency-Key", /* client id of a write: api_kv.c */
+        .tls = c->tls,
+        .kept_header = "Authorization", /* bearer tokens: api_auth.c */
     };
     static const struct http_callbacks cb = {
         .on_request = on_request,

@@ -1,6 +1,6 @@
 /* The cluster routes: GET /v1/cluster (this node's Raft status and the
- * members), /healthz, /readyz and /v1/debug/digest. Called by api.c's route
- * table; on the node's loop thread. */
+ * members), /healthz and /readyz (/v1/debug/digest: api_digest.c). Called by
+ * api.c's route table; on the node's loop thread. */
 #include <stdio.h>
 #include <string.h>
 
@@ -19,49 +19,38 @@ void api__cluster(struct api_req *req, const struct query *q)
     jbuf_printf(
         &b,
         "{\"id\":%llu,\"leader\":%llu,\"role\":\"%s\",\"term\":%llu,\"commit\":%llu,"
-        "\"applied\":%llu,\"last_index\":%llu,\"snapshot_index\":%llu,\"members\":[",
+        "\"applied\":%llu,\"last_index\":%llu,\"last_term\":%llu,\"snapshot_index\":%llu,"
+        "\"members\":[",
         (unsigned long long)st.id, (unsigned long long)st.leader, api__role_name(st.role),
         (unsigned long long)st.term, (unsigned long long)st.commit,
         (unsigned long long)st.applied, (unsigned long long)st.last_index,
-        (unsigned long long)st.snapshot_index);
-    for (uint32_t i = 0; i < gw->cfg.n_members; i++) {
-        const struct gateway_member *m = &gw->cfg.members[i];
+        (unsigned long long)st.last_term, (unsigned long long)st.snapshot_index);
+    /* The configuration in force (members added or removed at run time
+     * included); the addresses given at start win for the members they name. */
+    struct node_member m[RAFT_MEMBERS_MAX];
+    uint64_t ci;
+    bool committed;
+    size_t k = node_members(gw->node, m, RAFT_MEMBERS_MAX, &ci, &committed);
+    for (size_t i = 0; i < k && i < RAFT_MEMBERS_MAX; i++) {
+        const char *raft = m[i].raft, *http = m[i].http;
+        for (uint32_t j = 0; j < gw->cfg.n_members; j++) {
+            if (gw->cfg.members[j].id != m[i].id)
+                continue;
+            raft = gw->cfg.members[j].raft_addr;
+            if (http[0] == '\0')
+                http = gw->cfg.members[j].http_addr;
+        }
         jbuf_printf(&b, "%s{\"id\":%llu,\"raft\":", i ? "," : "",
-                    (unsigned long long)m->id);
-        jbuf_jstr(&b, m->raft_addr, strlen(m->raft_addr));
+                    (unsigned long long)m[i].id);
+        jbuf_jstr(&b, raft, strlen(raft));
         jbuf_adds(&b, ",\"http\":");
-        jbuf_jstr(&b, m->http_addr, strlen(m->http_addr));
-        jbuf_printf(&b, ",\"leader\":%s}", m->id == st.leader ? "true" : "false");
+        jbuf_jstr(&b, http, strlen(http));
+        jbuf_printf(&b, ",\"leader\":%s,\"role\":\"%s\"}",
+                    m[i].id == st.leader ? "true" : "false",
+                    m[i].voter ? "voter" : "learner");
     }
     jbuf_adds(&b, "]}");
     api__respond_json(req, &b, st.applied);
-    jbuf_free(&b);
-}
-
-/* GET /v1/debug/digest: a digest of this node's applied state (kv_sm_digest)
- * and the index it is at, read locally, for comparing replicas. */
-static void digest_read_cb(struct node_req *nreq, int status, struct kv_sm *sm,
-                           void *data)
-{
-    struct api_req *req = data;
-    (void)nreq;
-    req->submitted = false;
-    if (status != 0) {
-        api__respond_rc(req, status);
-        return;
-    }
-    uint64_t d = 0;
-    int rc = kv_sm_digest(sm, &d);
-    if (rc != 0) {
-        api__respond_rc(req, rc);
-        return;
-    }
-    uint64_t applied = kv_sm_applied_index(sm);
-    struct jbuf b;
-    jbuf_init(&b, 96);
-    jbuf_printf(&b, "{\"digest\":\"%016llx\",\"applied\":%llu}", (unsigned long long)d,
-                (unsigned long long)applied);
-    api__respond_json(req, &b, applied);
     jbuf_free(&b);
 }
 
@@ -80,6 +69,11 @@ void api__readyz(struct api_req *req, const struct query *q)
         http_respond_error(
             req->http, 503, "storage_failed", retry,
             "the node's storage failed; it serves nothing until restarted");
+    } else if (st.rejected) {
+        http_respond_error(req->http, 503, "not_a_member", retry,
+                           "the cluster refused this node: its id belongs to another "
+                           "data directory (this one is new or was wiped); remove the "
+                           "id and add the node as a new member");
     } else if (st.leader == 0) {
         http_respond_error(req->http, 503, "no_leader", retry, "no leader is known yet");
     } else if (st.applied < st.commit) {
@@ -97,11 +91,4 @@ void api__healthz(struct api_req *req, const struct query *q)
     (void)q;
     static const char ok[] = "{\"status\":\"ok\"}\n";
     http_respond(req->http, 200, NULL, NULL, ok, sizeof(ok) - 1);
-}
-
-/* GET /v1/debug/digest: read locally (stale), for comparing replicas. */
-void api__digest(struct api_req *req, const struct query *q)
-{
-    (void)q;
-    api__submit_read(req, NODE_READ_STALE, digest_read_cb);
 }

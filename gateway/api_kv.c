@@ -6,6 +6,7 @@
  * callback turns the state machine's result into JSON. Reads submit a read
  * request; its callback runs when the node's state is fresh enough and reads
  * the state machine directly (kv_sm_get / kv_sm_scan) to build the answer.
+ * The delete range route is api_range.c's.
  * Everything runs on the node's loop thread, so a callback finds its request
  * alive: http.c keeps it until http_respond.
  *
@@ -138,13 +139,14 @@ static void on_write_done(struct node_req *nreq, int status, const struct kv_res
     jbuf_free(&b);
 }
 
-/* Packs `cmd` (with the Idempotency-Key's client id) and submits it. */
+/* Checks the user's rights on `cmd`, packs it (with the Idempotency-Key's
+ * exactly-once id) and submits it. */
 static void submit_write(struct api_req *req, Kvpb__Command *cmd, int mode)
 {
-    if (req->http->has_digest) {
-        cmd->client_id = req->http->digest;
-        cmd->seq = 1;
-    }
+    if (api__auth_command(req, cmd) != 0)
+        return;
+    if (req->http->has_digest)
+        api__auth_client_id(req, &cmd->client_id, &cmd->seq);
     size_t len = kvpb__command__get_packed_size(cmd);
     struct tk_blob *blob = tk_blob_new(len);
     kvpb__command__pack(cmd, blob->data);
@@ -210,6 +212,8 @@ struct scan_state {
     bool more;
     bool b64;
     size_t bytes_max;
+    uint8_t *next; /* the first key not returned, when more */
+    size_t next_len;
 };
 
 static int scan_item(const struct kv_item *it, void *data)
@@ -217,6 +221,9 @@ static int scan_item(const struct kv_item *it, void *data)
     struct scan_state *s = data;
     if (s->count == s->limit || s->b.len > s->bytes_max) {
         s->more = true;
+        s->next = tk_malloc(it->key_len + 1);
+        memcpy(s->next, it->key, it->key_len);
+        s->next_len = it->key_len;
         return 1;
     }
     if (s->count)
@@ -226,6 +233,9 @@ static int scan_item(const struct kv_item *it, void *data)
     return 0;
 }
 
+/* A scan reads at most limit + 1 items and KV_SCAN_SKIP_MAX records that
+ * give none (deleted or expired keys still held): past those it stops with
+ * more and `next`, the key to go on from (start=next). */
 static void scan_read_cb(struct node_req *nreq, int status, struct kv_sm *sm, void *data)
 {
     (void)nreq;
@@ -241,13 +251,31 @@ static void scan_read_cb(struct node_req *nreq, int status, struct kv_sm *sm, vo
                          .end = req->key2,
                          .end_len = req->key2_len,
                          .by_prefix = req->by_prefix};
-    int rc = kv_sm_scan(sm, &r, (size_t)req->limit + 1, scan_item, &s);
+    size_t cap = req->gw->cfg.key_max;
+    struct kv_scan_stop stop = {.key = tk_malloc(cap + 1), .cap = cap};
+    int rc = kv_sm_scan_bounded(sm, &r, (size_t)req->limit + 1, KV_SCAN_SKIP_MAX,
+                                scan_item, &s, &stop);
+    if (rc == 0 && stop.stopped && s.next == NULL) {
+        stop.key[stop.key_len++] = 0; /* just after the key read last */
+        s.more = true;
+        s.next = stop.key;
+        s.next_len = stop.key_len;
+        stop.key = NULL;
+    }
+    tk_free(stop.key);
     if (rc != 0) {
         jbuf_free(&s.b);
+        tk_free(s.next);
         api__respond_rc(req, rc);
         return;
     }
-    jbuf_printf(&s.b, "],\"count\":%u,\"more\":%s}", s.count, s.more ? "true" : "false");
+    jbuf_printf(&s.b, "],\"count\":%u,\"more\":%s", s.count, s.more ? "true" : "false");
+    if (s.next != NULL) {
+        jbuf_adds(&s.b, ",");
+        put_bytes(&s.b, "next", "next_encoding", s.next, s.next_len, req->b64);
+    }
+    jbuf_adds(&s.b, "}");
+    tk_free(s.next);
     api__respond_json(req, &s.b, kv_sm_applied_index(sm));
     jbuf_free(&s.b);
 }
@@ -384,34 +412,69 @@ void api__kv_incr(struct api_req *req, const struct query *q)
 }
 
 /* Scan bounds from the query: prefix, or start/end. */
-static int scan_bounds(struct api_req *req, const struct query *q)
+void api__prefix_to_range(struct api_req *req)
 {
-    if ((q->present & Q_PREFIX) && (q->present & (Q_START | Q_END))) {
-        api__bad(req, "give either prefix or start/end, not both");
+    size_t n = req->key_len;
+    while (n > 0 && req->key[n - 1] == 0xff)
+        n--;
+    req->by_prefix = false;
+    tk_free(req->key2);
+    req->key2 = NULL;
+    req->key2_len = 0;
+    if (n == 0)
+        return;
+    req->key2 = tk_malloc(n);
+    memcpy(req->key2, req->key, n);
+    req->key2[n - 1]++;
+    req->key2_len = n;
+}
+
+/* Byte order, a prefix first: the order of keys. */
+static int key_cmp(const void *a, size_t alen, const void *b, size_t blen)
+{
+    int c = memcmp(a, b, alen < blen ? alen : blen);
+    if (c != 0)
+        return c;
+    return alen < blen ? -1 : alen > blen;
+}
+
+static uint8_t *query_dup(const struct query *q, int qi, size_t *len)
+{
+    uint8_t *p = tk_malloc(q->len[qi] + 1);
+    memcpy(p, q->val[qi], q->len[qi]);
+    *len = q->len[qi];
+    return p;
+}
+
+int api__scan_bounds(struct api_req *req, const struct query *q)
+{
+    if ((q->present & Q_PREFIX) && (q->present & Q_END)) {
+        api__bad(req, "give either prefix (and maybe start) or start/end, not both");
         return TK_EINVAL;
     }
-    int pi = QI_PREFIX, si = QI_START, ei = QI_END;
     if (q->present & Q_PREFIX) {
         req->by_prefix = true;
-        req->key = tk_malloc(q->len[pi] + 1);
-        memcpy(req->key, q->val[pi], q->len[pi]);
-        req->key_len = q->len[pi];
+        req->key = query_dup(q, QI_PREFIX, &req->key_len);
     } else {
-        if (q->present & Q_START) {
-            req->key = tk_malloc(q->len[si] + 1);
-            memcpy(req->key, q->val[si], q->len[si]);
-            req->key_len = q->len[si];
-        }
-        if (q->present & Q_END) {
-            req->key2 = tk_malloc(q->len[ei] + 1);
-            memcpy(req->key2, q->val[ei], q->len[ei]);
-            req->key2_len = q->len[ei];
-        }
+        if (q->present & Q_START)
+            req->key = query_dup(q, QI_START, &req->key_len);
+        if (q->present & Q_END)
+            req->key2 = query_dup(q, QI_END, &req->key2_len);
     }
-    if (req->key_len > req->gw->cfg.key_max || req->key2_len > req->gw->cfg.key_max) {
+    size_t slen = (q->present & Q_START) ? q->len[QI_START] : 0;
+    if (req->key_len > req->gw->cfg.key_max || req->key2_len > req->gw->cfg.key_max ||
+        slen > req->gw->cfg.key_max) {
         http_respond_error(req->http, 413, "too_large", NULL,
                            "a bound exceeds the key limit");
         return TK_EINVAL;
+    }
+    if (req->by_prefix && (q->present & Q_START)) {
+        /* prefix and start: the prefix's keys from start on */
+        api__prefix_to_range(req);
+        if (key_cmp(q->val[QI_START], slen, req->key, req->key_len) > 0) {
+            tk_free(req->key);
+            req->key = query_dup(q, QI_START, &req->key_len);
+        }
     }
     return 0;
 }
@@ -431,39 +494,9 @@ void api__kv_scan(struct api_req *req, const struct query *q)
         return;
     }
     req->limit = (uint32_t)limit;
-    if (scan_bounds(req, q) != 0)
+    if (api__scan_bounds(req, q) != 0)
         return;
     api__submit_read(req, cons, scan_read_cb);
-}
-
-void api__kv_delete_range(struct api_req *req, const struct query *q)
-{
-    int mode;
-    if (api__parse_mode(req, q, &mode) != 0)
-        return;
-    if (!(q->present & (Q_PREFIX | Q_START))) {
-        api__bad(req,
-                 "DELETE /v1/kv needs prefix= or start= (prefix= with an empty value "
-                 "deletes every key)");
-        return;
-    }
-    if (scan_bounds(req, q) != 0)
-        return;
-    Kvpb__Command cmd = KVPB__COMMAND__INIT;
-    Kvpb__DeleteRange dr = KVPB__DELETE_RANGE__INIT;
-    if (req->by_prefix) {
-        dr.by_prefix = true;
-        dr.prefix.data = req->key;
-        dr.prefix.len = req->key_len;
-    } else {
-        dr.start.data = req->key;
-        dr.start.len = req->key_len;
-        dr.end.data = req->key2;
-        dr.end.len = req->key2_len;
-    }
-    cmd.cmd_case = KVPB__COMMAND__CMD_DELETE_RANGE;
-    cmd.delete_range = &dr;
-    submit_write(req, &cmd, mode);
 }
 
 static void handle_batch_or_txn(struct api_req *req, const struct query *q, bool txn)

@@ -68,10 +68,8 @@ static void on_lease_done(struct node_req *nreq, int status, const struct kv_res
 
 static void submit(struct api_req *req, Kvpb__Command *cmd)
 {
-    if (req->http->has_digest) {
-        cmd->client_id = req->http->digest;
-        cmd->seq = 1;
-    }
+    if (req->http->has_digest)
+        api__auth_client_id(req, &cmd->client_id, &cmd->seq);
     size_t len = kvpb__command__get_packed_size(cmd);
     struct tk_blob *blob = tk_blob_new(len);
     kvpb__command__pack(cmd, blob->data);

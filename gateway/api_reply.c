@@ -344,6 +344,8 @@ void api__submit_write(struct api_req *req, struct tk_blob *cmd, int mode,
 
 void api__submit_read(struct api_req *req, int consistency, node_read_cb *cb)
 {
+    if (api__auth_read(req) != 0)
+        return;
     memset(&req->nreq, 0, sizeof(req->nreq));
     req->nreq.is_read = 1;
     req->nreq.consistency = (uint8_t)consistency;

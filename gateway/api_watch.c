@@ -14,7 +14,8 @@
  * "compact_revision":C}} (410 before the stream began). A follower's ring
  * holds only what it applied, so it never sends more. No LMDB transaction is
  * held for a watcher: the ring is memory. Loop thread only. Called by api.c;
- * calls api_reply.c, http.c, json.c, node_kv. */
+ * calls api_auth.c (the user may read the range), api_reply.c, http.c, json.c,
+ * node_kv. */
 #include <stdio.h>
 #include <string.h>
 
@@ -567,6 +568,9 @@ static int parse_watch(struct api_req *req, const struct query *q, struct watche
         api__parse_flag(req, q, QI_PREV_KV, &w->prev_kv) != 0 ||
         api__query_u64(req, q, QI_PROGRESS, &has, &w->progress_ms) != 0 ||
         api__query_u64(req, q, QI_START_REV, &has, &v) != 0)
+        return TK_EINVAL;
+    if (api__auth_watch(req, w->start, w->start_len, w->end, w->end_len,
+                        w->kind == W_PREFIX, w->kind == W_KEY) != 0)
         return TK_EINVAL;
     w->b64 = req->b64;
     w->next_rev = has ? v : 0;

@@ -24,6 +24,8 @@
 
 struct node_options;
 struct gateway;
+struct tk_tls_ctx;
+struct gateway_auth;
 
 /* A cluster member as /v1/cluster shows it; http_addr (may be empty) is also
  * sent as X-Tierkv-Leader-Addr when that member leads. */
@@ -59,7 +61,22 @@ struct gateway_config {
                                     (lagging): 3000 */
     uint32_t n_members;
     struct gateway_member members[GATEWAY_MEMBERS_MAX];
+    /* HTTPS: a server context (tls/tls.h, tk_tls_ctx_new with server set;
+     * a CA in it requires client certificates). Borrowed: it must outlive
+     * the gateway. NULL: plain HTTP. */
+    struct tk_tls_ctx *tls;
+    /* Bearer tokens (gateway_auth_load): every request but /healthz and
+     * /readyz needs one, and rights per key prefix. Borrowed: it must outlive
+     * the gateway. NULL: no authentication. */
+    const struct gateway_auth *auth;
 };
+
+/* Loads an --auth-file (its format: gateway/api_auth.c and docs/tierkvd.md).
+ * Returns 0, or TK_EINVAL with a message naming the file and line. *out is
+ * the caller's: gateway_auth_free after the gateway. */
+int gateway_auth_load(const char *path, struct gateway_auth **out, char *err,
+                      size_t err_cap);
+void gateway_auth_free(struct gateway_auth *a);
 
 /* Fills `c` with the defaults above (host "127.0.0.1", port 8080). */
 void gateway_config_default(struct gateway_config *c);

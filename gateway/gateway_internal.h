@@ -5,6 +5,7 @@
  *   api_body.c    their JSON request bodies into kvpb (api_body.h);
  *   api_cluster.c /v1/cluster, /healthz, /readyz, /v1/debug/digest;
  *   api_status.c  /ui, the status page (gateway/ui.html, embedded);
+ *   api_members.c /v1/members: list, add, promote, remove (node_member_change);
  *   metrics.c     /metrics (a descriptor table) and the per-route counters;
  *   api_reply.c   what the handlers share: answers, query values, submitting
  *                 to the node.
@@ -46,6 +47,7 @@
     X(START_REV, "start_revision")                                                       \
     X(PREV_KV, "prev_kv")                                                                \
     X(PROGRESS, "progress_ms")                                                           \
+    X(LOCAL, "local")                                                                    \
     X(LEASE, "lease")
 
 enum gw_qindex {
@@ -114,10 +116,19 @@ typedef void api_handler_fn(struct api_req *req, const struct query *q);
     X(UI, "ui", HTTP_GET, "/ui", api__ui, 0, RF_BODY | RF_OWN_405)                       \
     X(DIGEST, "digest", HTTP_GET, "/v1/debug/digest", api__digest, 0,                    \
       RF_BODY | RF_OWN_405)                                                              \
+    X(MEMBERS_LIST, "members_list", HTTP_GET, "/v1/members", api__members_list, 0,       \
+      RF_OWN_405)                                                                        \
+    X(MEMBERS_ADD, "members_add", HTTP_POST, "/v1/members", api__members_add, 0,         \
+      RF_WRITE | RF_BODY)                                                                \
+    X(MEMBERS_PROMOTE, "members_promote", HTTP_POST, "/v1/members/{key}/promote",        \
+      api__members_promote, 0, RF_WRITE)                                                 \
+    X(MEMBERS_REMOVE, "members_remove", HTTP_DELETE, "/v1/members/{key}",                \
+      api__members_remove, 0, RF_WRITE)                                                  \
     X(WATCH, "watch", HTTP_GET, "/v1/watch", api__watch,                                 \
       Q_KEY | Q_PREFIX | Q_START | Q_END | Q_START_REV | Q_PREV_KV | Q_PROGRESS |        \
           Q_ENCODING,                                                                    \
       RF_OWN_405)                                                                        \
+    X(SNAPSHOT, "snapshot", HTTP_GET, "/v1/snapshot", api__snapshot, Q_LOCAL, 0)         \
     X(LEASE_GRANT, "lease_grant", HTTP_POST, "/v1/leases", api__lease_grant, Q_TTL,      \
       RF_WRITE | RF_BODY)                                                                \
     X(LEASE_KEEPALIVE, "lease_keepalive", HTTP_POST, "/v1/leases/{key}/keepalive",       \
@@ -165,6 +176,7 @@ struct gateway {
     /* Metrics (metrics.c), on the loop thread. */
     uint64_t requests[ROUTE_COUNT][GW_STATUS_SLOTS];
     struct tk_hist *latency; /* [ROUTE_COUNT], nanoseconds */
+    uint64_t auth_denied;    /* answered 401 or 403 (api_auth.c) */
 };
 
 /* The API's state of one request (http_request.data), from on_request to
@@ -187,8 +199,50 @@ struct api_req {
     uint8_t *op_kinds; /* batch/txn: kind of each op (then ops, then else ops) */
     uint32_t n_ops;
     uint32_t n_then;
+    const struct api_user *user; /* with --auth-file: who sent it (api_auth.c) */
+    /* delete range in steps (api_range.c): key is the step's start */
+    uint8_t *range_end; /* the step's end, when not the range's */
+    size_t range_end_len;
+    uint64_t range_deleted, range_revision;
+    uint8_t range_mode;
+    bool range_last, range_keyed;
+    /* the digest in steps (api_digest.c) */
+    struct kv_digest *digest;
+    uint64_t digest_applied;
+    uint32_t digest_restarts;
     uint64_t lease_id, lease_ttl; /* lease routes (api_lease.c) */
 };
+
+/* ---- api_auth.c --------------------------------------------------------- */
+
+struct api_user;
+struct Kvpb__Command;
+/* Before a routed request's handler: with an auth file, the bearer token
+ * names the user (else 401) and admin-only routes need admin (else 403).
+ * Returns 0 to go on, or TK_EINVAL when the request is answered. */
+int api__auth_route(struct api_req *req);
+/* A watch's key (single), prefix or range [start, end): the user may read
+ * it (else 403). */
+int api__auth_watch(struct api_req *req, const uint8_t *start, size_t start_len,
+                    const uint8_t *end, size_t end_len, bool by_prefix, bool single);
+/* At a read's submission: the user may read its key or range (else 403). */
+int api__auth_read(struct api_req *req);
+/* Before a write is packed: the user may write every key of `cmd` (and
+ * read its compares); deleting every key needs admin (else 403). */
+int api__auth_command(struct api_req *req, const struct Kvpb__Command *cmd);
+/* The exactly-once id of a write with an Idempotency-Key: 128 bits of
+ * SHA-256 over the user's name and the key's SHA-256. */
+void api__auth_client_id(const struct api_req *req, uint64_t *client, uint64_t *seq);
+
+/* ---- api_kv.c ----------------------------------------------------------- */
+
+/* Scan bounds from the query into req (prefix, or start/end); on a bad one
+ * answers (400, 413) and returns TK_EINVAL. */
+int api__scan_bounds(struct api_req *req, const struct query *q);
+/* A prefix bound (req->by_prefix) as the range [prefix, its successor): the
+ * successor is the smallest key above every key the prefix starts; none
+ * (unbounded) for an empty or all-0xff prefix. */
+void api__prefix_to_range(struct api_req *req);
 
 /* ---- api_reply.c -------------------------------------------------------- */
 

@@ -25,6 +25,7 @@
  * connection is closed or drained; requests its user still holds are freed
  * when they are answered. */
 #include <http_parser.h>
+#include <openssl/evp.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -32,13 +33,19 @@
 
 #include "base/alloc.h"
 #include "base/assert.h"
+#include "base/blob.h"
 #include "base/err.h"
 #include "base/log.h"
 #include "gateway/http.h"
 #include "gateway/json.h"
+#include "tls/tls_uv.h"
 
 #define RBUF_BYTES 16384
 #define WRITE_BUFS 16
+/* A blob body (http_respond_blob) goes out in writes of at most this much, so
+ * the write deadline runs per slice and a slow reader holds one slice in the
+ * kernel's queue, not the whole body. */
+#define BLOB_SLICE ((size_t)256 << 10)
 #define REJECT_EXTRA 64 /* connections kept open only to send a 503 */
 
 enum phase { PH_IDLE, PH_HEADERS, PH_BODY };
@@ -49,6 +56,7 @@ enum hdr {
     HDR_CONTENT_LENGTH,
     HDR_TRANSFER_ENCODING,
     HDR_DIGEST, /* http_config.digest_header */
+    HDR_KEPT,   /* http_config.kept_header */
     HDR_EXPECT,
     HDR_ACCEPT,        /* accept_sse: names text/event-stream */
     HDR_LAST_EVENT_ID, /* last_event_id: a decimal (SSE resumption) */
@@ -79,6 +87,7 @@ struct http_conn {
     bool resuming, resume_again;
     struct http_request *head, *tail;
     struct http_request *cur;
+    struct http_request *blob_req; /* writing a blob body; later answers wait */
     size_t header_bytes;
     enum hdr hdr;
     bool in_value;
@@ -88,15 +97,21 @@ struct http_conn {
     int err_status; /* set by a callback that fails the parse */
     const char *err_code;
     char err_msg[160];
+    EVP_MD_CTX *digest; /* SHA-256 of digest_header's value (made at first use) */
+    struct tk_tls *tls; /* HTTPS: the session; rbuf then holds plaintext */
+    char *tls_rbuf;     /* HTTPS: ciphertext as read (RBUF_BYTES) */
+    bool tls_ready;     /* the handshake is done */
     char rbuf[RBUF_BYTES];
 };
 
 struct write_req {
     uv_write_t wr;
     struct http_conn *c;
-    uint32_t n;
+    uint32_t n;  /* requests freed when the write is out */
+    uint32_t nb; /* buffers */
     bool close;
     size_t bytes;
+    struct http_request *stream; /* http_respond_blob: its body continues after */
     struct http_request *reqs[WRITE_BUFS];
     uv_buf_t bufs[WRITE_BUFS];
     char *sbuf;                /* a stream's bytes (bufs[0]; n is 0) */
@@ -174,6 +189,7 @@ static void conn_timer_update(struct http_conn *c);
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf);
 static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf);
 static void conn_feed(struct http_conn *c, const char *data, size_t len);
+static void conn_tls_drain(struct http_conn *c);
 
 /* ---- requests ---------------------------------------------------------- */
 
@@ -193,9 +209,12 @@ static void req_free(struct http_request *r)
     if (r->resp != NULL)
         r->conn->resp_held -= r->resp_len;
     srv->cb.on_close(r, srv->data);
+    tk_blob_unref(r->blob);
+    tk_free(r->blob_tail);
     tk_free(r->url);
     tk_free(r->body);
     tk_free(r->resp);
+    tk_free(r->kept);
     tk_free(r->sbuf);
     tk_free(r);
 }
@@ -245,6 +264,11 @@ static void conn_maybe_free(struct http_conn *c)
     }
     if (c->cur)
         req_free(c->cur);
+    EVP_MD_CTX_free(c->digest);
+    tk_tls_free(c->tls);
+    tk_free(c->tls_rbuf);
+    if (c->blob_req)
+        req_free(c->blob_req);
     tk_free(c);
 }
 
@@ -269,16 +293,18 @@ static void req_drop_answered(struct http_conn *c, struct http_request *req)
  * blank line and the body, into req->resp. */
 static void req_build_response(struct http_request *req, int status,
                                const char *content_type, const char *common,
-                               const char *extra, const void *body, size_t body_len)
+                               const char *extra, const void *body, size_t body_len,
+                               size_t content_len)
 {
     char head[512 + HTTP_EXTRA_HEADERS_MAX];
-    int hn = snprintf(head, sizeof(head),
-                      "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n%s%s",
-                      status, http_reason(status),
-                      content_type ? content_type : "application/json", body_len, common,
-                      req->close_after ? "Connection: close\r\n"
-                      : req->http10    ? "Connection: keep-alive\r\n"
-                                       : "");
+    int hn =
+        snprintf(head, sizeof(head),
+                 "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n%s%s",
+                 status, http_reason(status),
+                 content_type ? content_type : "application/json", content_len, common,
+                 req->close_after ? "Connection: close\r\n"
+                 : req->http10    ? "Connection: keep-alive\r\n"
+                                  : "");
     TK_ASSERT(hn > 0);
     TK_ASSERT((size_t)hn < sizeof(head));
     size_t extra_len = extra ? strlen(extra) : 0;
@@ -364,7 +390,8 @@ void http_respond(struct http_request *req, int status, const char *content_type
     c->refs--;
     if (!req->keep_alive || srv->stopping)
         req->close_after = true;
-    req_build_response(req, status, content_type, common, extra, body, body_len);
+    req_build_response(req, status, content_type, common, extra, body, body_len,
+                       body_len + (req->blob ? req->blob->len + req->blob_tail_len : 0));
     c->resp_held += req->resp_len;
     tk_free(req->body); /* no longer needed; keep memory per queued response low */
     req->body = NULL;
@@ -373,6 +400,20 @@ void http_respond(struct http_request *req, int status, const char *content_type
     conn_flush(c);
     if (c->n_deferred > 0 && !c->closing)
         conn_resume(c);
+}
+
+void http_respond_blob(struct http_request *req, int status, const char *content_type,
+                       const char *extra, const void *head, size_t head_len,
+                       struct tk_blob *blob, const void *tail, size_t tail_len)
+{
+    TK_ASSERT(head_len <= 4096);
+    req->blob = tk_blob_ref(blob);
+    if (tail_len > 0) {
+        req->blob_tail = tk_malloc(tail_len);
+        memcpy(req->blob_tail, tail, tail_len);
+        req->blob_tail_len = tail_len;
+    }
+    http_respond(req, status, content_type, extra, head, head_len);
 }
 
 static void http_submit(struct http_request *req)
@@ -578,8 +619,58 @@ static void conn_read_resume(struct http_conn *c)
                 return;
         }
     }
+    if (c->tls != NULL) {
+        conn_tls_drain(c); /* records already received come before the socket */
+        if (c->closing || c->read_paused || c->read_done)
+            return;
+    }
     if (uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) != 0)
         conn_close(c);
+}
+
+static void on_written(uv_write_t *wr, int status);
+static int conn_write(struct http_conn *c, struct write_req *w);
+
+/* The next slice of r's blob body (or its tail). Returns true if a write went
+ * out; false once the body is done (r freed; the connection closed if r said
+ * Connection: close) or the write failed (the connection closed). */
+static bool blob_next(struct http_conn *c, struct http_request *r)
+{
+    const uint8_t *p = NULL;
+    size_t len = 0;
+    if (r->blob_off < r->blob->len) {
+        p = r->blob->data + r->blob_off;
+        len = r->blob->len - r->blob_off;
+        if (len > BLOB_SLICE)
+            len = BLOB_SLICE;
+        r->blob_off += len;
+    } else if (r->blob_tail_len > 0) {
+        p = r->blob_tail;
+        len = r->blob_tail_len;
+        r->blob_tail_len = 0;
+    }
+    if (len == 0) {
+        bool close = r->close_after;
+        c->blob_req = NULL;
+        c->inflight--;
+        req_free(r);
+        if (close)
+            conn_close(c);
+        return false;
+    }
+    struct write_req *w = tk_calloc(1, sizeof(*w));
+    w->c = c;
+    w->stream = r;
+    w->bufs[0] = uv_buf_init((char *)p, (unsigned)len);
+    w->nb = 1;
+    w->bytes = len;
+    if (conn_write(c, w) != 0) {
+        tk_free(w);
+        conn_close(c); /* r goes with the connection (conn_maybe_free) */
+        return false;
+    }
+    c->out_bytes += len;
+    return true;
 }
 
 static void on_written(uv_write_t *wr, int status)
@@ -597,12 +688,20 @@ static void on_written(uv_write_t *wr, int status)
         tk_free(w->sbuf);
     }
     bool close = w->close || status < 0;
+    struct http_request *blob_req = w->stream;
     tk_free(w);
     if (c->closing)
         return;
     if (close) {
         conn_close(c);
         return;
+    }
+    if (blob_req != NULL && !blob_next(c, blob_req)) {
+        if (c->closing)
+            return;
+        conn_flush(c); /* the answers that waited behind the body */
+        if (c->closing)
+            return;
     }
     if (c->read_done && c->inflight == 0 && c->cur == NULL) {
         /* The client half-closed, or said Connection: close. */
@@ -624,11 +723,14 @@ static void on_written(uv_write_t *wr, int status)
 }
 
 /* Sends w's buffers; on_written runs when they are out. The plaintext seam
- * on the way out: a TLS layer would encrypt here. */
+ * on the way out: HTTPS encrypts here. */
 static int conn_write(struct http_conn *c, struct write_req *w)
 {
-    return uv_write(&w->wr, (uv_stream_t *)&c->tcp, w->bufs, w->sbuf ? 1 : w->n,
-                    on_written);
+    unsigned nb = w->sbuf ? 1 : w->nb;
+    if (c->tls != NULL)
+        return tk_tls_uv_write(c->tls, (uv_stream_t *)&c->tcp, w->bufs, nb, &w->wr,
+                               on_written);
+    return uv_write(&w->wr, (uv_stream_t *)&c->tcp, w->bufs, nb, on_written);
 }
 
 /* Hands the bytes a stream at the head of the connection has built so far
@@ -657,18 +759,26 @@ static bool stream_flush(struct http_conn *c)
 
 static void conn_flush(struct http_conn *c)
 {
-    while (!c->closing && c->head && c->head->done) {
+    while (!c->closing && c->blob_req == NULL && c->head && c->head->done) {
         struct write_req *w = tk_calloc(1, sizeof(*w));
         w->c = c;
-        while (c->head && c->head->done && w->n < WRITE_BUFS) {
+        while (c->head && c->head->done && w->nb < WRITE_BUFS) {
             struct http_request *r = c->head;
             c->head = r->next;
             if (c->head == NULL)
                 c->tail = NULL;
-            w->reqs[w->n] = r;
-            w->bufs[w->n] = uv_buf_init(r->resp, (unsigned)r->resp_len);
+            w->bufs[w->nb++] = uv_buf_init(r->resp, (unsigned)r->resp_len);
             w->bytes += r->resp_len;
-            w->n++;
+            if (r->blob != NULL && r->method != HTTP_HEAD) {
+                /* Its body follows in slices (on_written); nothing after it
+                 * goes out before the body's end. */
+                w->stream = r;
+                c->blob_req = r;
+                if (r->close_after)
+                    c->read_done = true;
+                break;
+            }
+            w->reqs[w->n++] = r;
             if (r->close_after) {
                 w->close = true;
                 c->read_done = true;
@@ -692,7 +802,8 @@ static void conn_flush(struct http_conn *c)
     }
     if (c->closing)
         return;
-    if (c->head && !c->head->done && c->head->sbuf_len > 0 && !stream_flush(c))
+    if (c->blob_req == NULL && c->head && !c->head->done && c->head->sbuf_len > 0 &&
+        !stream_flush(c))
         return;
     /* A client that does not read: parse nothing more until it does. */
     if (!c->read_done && !c->read_paused && c->out_bytes >= conn_out_max(c->srv)) {
@@ -867,6 +978,10 @@ static void header_done(struct http_conn *c)
         c->expect_continue =
             c->hval_len == 12 && strncasecmp(c->hval, "100-continue", 12) == 0;
         break;
+    case HDR_DIGEST:
+        if (EVP_DigestFinal_ex(c->digest, r->digest, NULL) != 1)
+            TK_UNREACHABLE(); /* SHA-256 in memory cannot fail */
+        break;
     case HDR_ACCEPT:
         r->accept_sse = strstr(c->hval, "text/event-stream") != NULL;
         break;
@@ -927,7 +1042,25 @@ static enum hdr classify(const struct http_server *srv, const char *name, size_t
     const char *d = srv->cfg.digest_header;
     if (d != NULL && strlen(d) == len && strncasecmp(d, name, len) == 0)
         return HDR_DIGEST;
+    const char *k = srv->cfg.kept_header;
+    if (k != NULL && strlen(k) == len && strncasecmp(k, name, len) == 0)
+        return HDR_KEPT;
     return HDR_OTHER;
+}
+
+/* kept_header's value, chunk by chunk; past HTTP_KEPT_MAX it is dropped. */
+static void keep_value(struct http_request *r, const char *at, size_t len)
+{
+    if (r->kept_len + len > HTTP_KEPT_MAX) {
+        tk_free(r->kept);
+        r->kept = NULL;
+        r->kept_len = 0;
+        r->kept_too_long = true;
+        return;
+    }
+    memcpy(r->kept + r->kept_len, at, len);
+    r->kept_len += len;
+    r->kept[r->kept_len] = 0;
 }
 
 static int on_header_value(http_parser *p, const char *at, size_t len)
@@ -955,19 +1088,26 @@ static int on_header_value(http_parser *p, const char *at, size_t len)
                 return parse_fail(c, 400, "bad_header", "more than one %s",
                                   c->srv->cfg.digest_header);
             r->has_digest = true;
-            r->digest = 0xcbf29ce484222325ull; /* FNV-1a, as fnv1a64 */
+            if (c->digest == NULL && (c->digest = EVP_MD_CTX_new()) == NULL)
+                TK_UNREACHABLE(); /* out of memory */
+            if (EVP_DigestInit_ex(c->digest, EVP_sha256(), NULL) != 1)
+                TK_UNREACHABLE();
+            break;
+        case HDR_KEPT:
+            if (r->kept != NULL || r->kept_too_long)
+                return parse_fail(c, 400, "bad_header", "more than one %s",
+                                  c->srv->cfg.kept_header);
+            r->kept = tk_malloc(HTTP_KEPT_MAX + 1);
+            r->kept[0] = 0;
             break;
         default:
             break;
         }
     }
-    if (c->hdr == HDR_DIGEST) {
-        const uint8_t *s = (const uint8_t *)at;
-        for (size_t i = 0; i < len; i++) {
-            r->digest ^= s[i];
-            r->digest *= 0x100000001b3ull;
-        }
-    }
+    if (c->hdr == HDR_DIGEST && EVP_DigestUpdate(c->digest, at, len) != 1)
+        TK_UNREACHABLE();
+    if (c->hdr == HDR_KEPT && r->kept != NULL)
+        keep_value(r, at, len);
     size_t room = sizeof(c->hval) - 1 - c->hval_len;
     size_t n = len < room ? len : room;
     memcpy(c->hval + c->hval_len, at, n);
@@ -992,8 +1132,6 @@ static int on_headers_complete(http_parser *p)
     if (c->has_te && !(p->flags & F_CHUNKED))
         return parse_fail(c, 400, "bad_framing",
                           "only Transfer-Encoding: chunked is supported");
-    if (r->has_digest && r->digest == 0)
-        r->digest = 1;
     r->method = p->method;
     r->http10 = p->http_minor == 0;
     c->body_expect = (p->flags & F_CONTENTLENGTH) ? (size_t)p->content_length : 0;
@@ -1010,7 +1148,10 @@ static int on_headers_complete(http_parser *p)
         /* Best effort, beside conn_write (a TLS layer must wrap it too). */
         static char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
         uv_buf_t b = uv_buf_init(cont, sizeof(cont) - 1);
-        (void)uv_try_write((uv_stream_t *)&c->tcp, &b, 1);
+        if (c->tls != NULL && tk_tls_write(c->tls, cont, sizeof(cont) - 1) == 0)
+            (void)tk_tls_uv_flush(c->tls, (uv_stream_t *)&c->tcp);
+        else if (c->tls == NULL)
+            (void)uv_try_write((uv_stream_t *)&c->tcp, &b, 1);
     }
     c->phase = PH_BODY;
     c->phase_changes++;
@@ -1154,7 +1295,7 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 {
     struct http_conn *c = h->data;
     (void)suggested;
-    *buf = uv_buf_init(c->rbuf, sizeof(c->rbuf));
+    *buf = uv_buf_init(c->tls_rbuf != NULL ? c->tls_rbuf : c->rbuf, sizeof(c->rbuf));
 }
 
 /* Parses `len` bytes the client sent: every complete request goes to
@@ -1200,6 +1341,48 @@ static void conn_feed(struct http_conn *c, const char *data, size_t len)
     }
 }
 
+/* HTTPS: decrypts what was fed into rbuf and parses it, a record at a time,
+ * until the session needs more bytes (a partial record waits in the session)
+ * or parsing pauses; then sends what the session has to say (handshake). */
+static void conn_tls_drain(struct http_conn *c)
+{
+    while (!c->closing && !c->read_paused && !c->read_done) {
+        ssize_t n = tk_tls_read(c->tls, c->rbuf, sizeof(c->rbuf));
+        if (n == 0)
+            break;
+        if (n == TK_ECLOSED && c->inflight > 0) {
+            c->read_done = true; /* close_notify after requests: answer them */
+            uv_read_stop((uv_stream_t *)&c->tcp);
+            break;
+        }
+        if (n < 0) {
+            if (n != TK_ECLOSED)
+                c->srv->stats.tls_failed++;
+            (void)tk_tls_uv_flush(c->tls, (uv_stream_t *)&c->tcp); /* the alert */
+            conn_close(c);
+            return;
+        }
+        conn_feed(c, c->rbuf, (size_t)n);
+    }
+    if (c->closing)
+        return;
+    if (!c->tls_ready && tk_tls_handshake_done(c->tls)) {
+        c->tls_ready = true; /* the handshake deadline gives way to idle's */
+        conn_timer_update(c);
+    }
+    if (tk_tls_uv_flush(c->tls, (uv_stream_t *)&c->tcp) != 0)
+        conn_close(c);
+}
+
+static void conn_tls_in(struct http_conn *c, const char *data, size_t len)
+{
+    if (tk_tls_feed(c->tls, data, len) != 0) {
+        conn_close(c);
+        return;
+    }
+    conn_tls_drain(c);
+}
+
 static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 {
     struct http_conn *c = s->data;
@@ -1217,7 +1400,10 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
     }
     if (nread == 0 || c->read_done || c->rejecting)
         return;
-    conn_feed(c, buf->base, (size_t)nread);
+    if (c->tls != NULL)
+        conn_tls_in(c, buf->base, (size_t)nread);
+    else
+        conn_feed(c, buf->base, (size_t)nread);
 }
 
 /* ---- accepting --------------------------------------------------------- */
@@ -1294,14 +1480,25 @@ static void on_connection(uv_stream_t *server, int status)
     (void)uv_tcp_nodelay(&c->tcp, 1);
     http_parser_init(&c->parser, HTTP_REQUEST);
     c->parser.data = c;
+    if (c->rejecting && srv->cfg.tls != NULL) {
+        srv->stats.conns_rejected++; /* no 503 without a handshake: close */
+        conn_close(c);
+        return;
+    }
     if (c->rejecting) {
         conn_reject(c);
         return;
     }
     srv->stats.conns_accepted++;
     c->phase = PH_IDLE;
-    uv_timer_start(&c->timer, on_timer, srv->cfg.idle_timeout_ms,
-                   srv->cfg.idle_timeout_ms);
+    uint64_t first_ms = srv->cfg.idle_timeout_ms;
+    if (srv->cfg.tls != NULL) {
+        /* The handshake must finish within the header deadline. */
+        c->tls = tk_tls_new(srv->cfg.tls, NULL);
+        c->tls_rbuf = tk_malloc(RBUF_BYTES);
+        first_ms = srv->cfg.header_timeout_ms;
+    }
+    uv_timer_start(&c->timer, on_timer, first_ms, srv->cfg.idle_timeout_ms);
     if (uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) != 0)
         conn_close(c);
 }

@@ -42,10 +42,13 @@
 #define HTTP_STOP_GRACE_MS 2000
 /* Room on_response has for its header lines. */
 #define HTTP_EXTRA_HEADERS_MAX 256
+#define HTTP_DIGEST_BYTES 32
+#define HTTP_KEPT_MAX 1024
 
 struct http_server;
 struct http_conn;
 struct http_request;
+struct tk_tls_ctx;
 
 struct http_config {
     size_t body_max;
@@ -62,9 +65,17 @@ struct http_config {
     size_t mem_max; /* request bodies + responses of every connection; over it:
                      * 503 overloaded with Retry-After, closed (0: no limit) */
     /* A request header whose value the server digests as it arrives (any
-     * length) into http_request.digest. A request with two is refused (400
-     * bad_header, and the connection closes). NULL: none. A static string. */
+     * length) into http_request.digest (SHA-256). A request with two is
+     * refused (400 bad_header, and the connection closes). NULL: none. A
+     * static string. */
     const char *digest_header;
+    /* A request header whose value (up to HTTP_KEPT_MAX bytes) the server
+     * keeps in http_request.kept; a longer one sets kept_too_long. A request
+     * with two is refused as above. NULL: none. A static string. */
+    const char *kept_header;
+    /* HTTPS: every connection speaks TLS on this server context (tls/tls.h;
+     * borrowed, it outlives the server). NULL: plain HTTP. */
+    struct tk_tls_ctx *tls;
 };
 
 /* A complete request has arrived: answer it exactly once (http_respond). */
@@ -95,11 +106,14 @@ struct http_request {
     size_t url_len;
     uint8_t *body; /* NULL when empty */
     size_t body_len;
-    bool json_body;    /* Content-Type: application/json */
-    bool has_digest;   /* the request has http_config.digest_header */
-    uint64_t digest;   /* its value's 64-bit FNV-1a (fnv1a64), never 0 */
-    uint64_t start_ns; /* uv_hrtime() when the request began */
-    bool accept_sse;   /* Accept names text/event-stream */
+    bool json_body;                    /* Content-Type: application/json */
+    bool has_digest;                   /* the request has http_config.digest_header */
+    uint8_t digest[HTTP_DIGEST_BYTES]; /* its value's SHA-256 */
+    char *kept; /* http_config.kept_header's value, NUL-ended; NULL: none */
+    size_t kept_len;
+    bool kept_too_long; /* it had more than HTTP_KEPT_MAX bytes (kept: none) */
+    uint64_t start_ns;  /* uv_hrtime() when the request began */
+    bool accept_sse;    /* Accept names text/event-stream */
     bool has_last_event_id;
     uint64_t last_event_id; /* Last-Event-ID, a decimal */
 
@@ -117,6 +131,10 @@ struct http_request {
     bool http10;      /* an HTTP/1.0 request (keep-alive must be said) */
     char *resp;
     size_t resp_len;
+    struct tk_blob *blob; /* http_respond_blob: the body's middle, by reference */
+    size_t blob_off;      /* bytes of it handed to the socket */
+    uint8_t *blob_tail;
+    size_t blob_tail_len;
     size_t mem_bytes; /* body_cap + resp_len, counted in the server's */
     /* A streamed response (http_stream_*): bytes built, not yet handed to
      * the socket, and handed but not yet out. */
@@ -159,6 +177,7 @@ struct http_stats {
     uint64_t conns_evicted;   /* idle ones closed for a new one at conns_max */
     uint64_t mem_bytes;       /* bodies + responses held now */
     uint64_t bad_requests;    /* errors answered 400, 408, 413, 414 or 431 */
+    uint64_t tls_failed;      /* TLS handshakes or records that failed (closed) */
 };
 
 void http_server_stats(const struct http_server *s, struct http_stats *out);
@@ -170,6 +189,17 @@ void http_server_stats(const struct http_server *s, struct http_stats *out);
  * gone): do not touch it afterwards. */
 void http_respond(struct http_request *req, int status, const char *content_type,
                   const char *extra, const void *body, size_t body_len);
+
+/* http_respond with a body of `head` (copied, at most 4 KiB), then the bytes
+ * of `blob` (a reference is taken: never copied, and not counted in mem_max,
+ * as the blob is shared with its owner), then `tail` (copied). The blob goes
+ * out in slices of 256 KiB, the write deadline running per slice; later
+ * answers of the connection wait for its end. For large bodies that already
+ * exist in memory (a backup's snapshot stream). */
+struct tk_blob;
+void http_respond_blob(struct http_request *req, int status, const char *content_type,
+                       const char *extra, const void *head, size_t head_len,
+                       struct tk_blob *blob, const void *tail, size_t tail_len);
 
 /* Whether the connection of `req` already holds conn_out_max bytes of
  * responses, or the server its mem_max: a read should not be served (its

@@ -122,6 +122,7 @@ struct snapshot {
     struct http_stats http;
     const struct node_latency *lat;
     const struct gateway *gw;
+    uint64_t auth_denied; /* gw->auth_denied */
     /* Watches (api_watch.c) and the change log they read. */
     uint64_t watchers, watch_lagging, watch_compacted;
     uint64_t events_held, events_bytes, events_evicted;
@@ -169,6 +170,10 @@ static const struct metric_desc metric_table[] = {
      SNAP(m.batches)},
     {"tierkv_forwarded_total", "counter", "Writes forwarded to the leader.", MK_VALUE,
      SNAP(m.forwarded)},
+    {"tierkv_member_refused_total", "counter",
+     "Raft handshakes refused: a member id presenting another data directory (an "
+     "amnesiac).",
+     MK_VALUE, SNAP(m.members_refused)},
     {"tierkv_reads_total", "counter", "Reads served.", MK_VALUE, SNAP(m.reads)},
     {"tierkv_read_index_total", "counter",
      "Linearizable reads that asked for a read index.", MK_VALUE, SNAP(m.read_index)},
@@ -212,6 +217,30 @@ static const struct metric_desc metric_table[] = {
      MK_VALUE, SNAP(m.net_bytes_received)},
     {"tierkv_transport_reconnects_total", "counter", "Raft transport reconnects.",
      MK_VALUE, SNAP(m.net_reconnects)},
+    {"tierkv_transport_auth_failures_total", "counter",
+     "Raft handshakes refused: a wrong or missing token proof, a failed TLS handshake, "
+     "a certificate not naming the claimed node, or an id that is not a member.",
+     MK_VALUE, SNAP(m.net_auth_failed)},
+    {"tierkv_transport_spoofed_total", "counter",
+     "Raft messages dropped: their sender is not the connection's authenticated id.",
+     MK_VALUE, SNAP(m.net_spoofed)},
+    {"tierkv_transport_bad_connections_total", "counter",
+     "Raft connections closed for bad input, a bad handshake or a missed deadline.",
+     MK_VALUE, SNAP(m.net_conns_bad)},
+    {"tierkv_transport_pending_evicted_total", "counter",
+     "Unauthenticated Raft connections closed to make room for newer ones.", MK_VALUE,
+     SNAP(m.net_pending_evicted)},
+    {"tierkv_transport_idle_closed_total", "counter",
+     "Authenticated inbound Raft connections closed past the idle deadline.", MK_VALUE,
+     SNAP(m.net_conns_idle)},
+    {"tierkv_transport_snapshots_dropped_total", "counter",
+     "Snapshot reassemblies dropped (deadline or memory bound).", MK_VALUE,
+     SNAP(m.net_snapshots_dropped)},
+    {"tierkv_http_tls_failures_total", "counter",
+     "HTTPS connections closed for a failed TLS handshake or a bad record.", MK_VALUE,
+     SNAP(http.tls_failed)},
+    {"tierkv_http_auth_denied_total", "counter",
+     "Requests answered 401 or 403 (--auth-file).", MK_VALUE, SNAP(auth_denied)},
     {"tierkv_http_connections", "gauge", "Open HTTP connections.", MK_VALUE,
      SNAP(http.conns_open)},
     {"tierkv_http_connections_accepted_total", "counter", "HTTP connections accepted.",
@@ -381,7 +410,7 @@ void api__metrics(struct api_req *req, const struct query *q)
 {
     struct gateway *gw = req->gw;
     (void)q;
-    struct snapshot s = {.gw = gw};
+    struct snapshot s = {.gw = gw, .auth_denied = gw->auth_denied};
     node_status(gw->node, &s.st);
     node_metrics(gw->node, &s.m);
     http_server_stats(gw->http, &s.http);

@@ -33,20 +33,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Marks the exported functions: visible even when the library (or an embedder
- * compiling its sources) builds with -fvisibility=hidden. */
-#if defined(__GNUC__) || defined(__clang__)
-#define TK_API __attribute__((visibility("default")))
-#else
-#define TK_API
-#endif
-
 #define TK_VERSION_MAJOR 0
 #define TK_VERSION_MINOR 1
 #define TK_VERSION_PATCH 0
 
 /* The error codes (TK_ERRORS, enum tk_err): one list, in tierkv_errors.h, which
- * the tree's base/err.h includes too. */
+ * the tree's base/err.h includes too; it also defines TK_API, the mark of
+ * every exported function (visible under -fvisibility=hidden). */
 #include "tierkv_errors.h"
 
 /* A static, human-readable message for `rc`; "unknown error" for codes that are
@@ -240,7 +233,10 @@ struct tk_item {
 /* Called per key in byte order, on the node's thread, while the caller waits;
  * the item is valid during the call. Return nonzero to stop. */
 typedef int tk_item_cb(const struct tk_item *item, void *data);
-/* Keys with `prefix` (prefix_len 0: all keys), at most `limit` (0: no limit). */
+/* Keys with `prefix` (prefix_len 0: all keys), at most `limit` (0: no limit).
+ * Read in steps of at most 1024 keys (and 16384 deleted ones), each its own
+ * read on the node's loop and consistent at its own applied index, so that a
+ * long scan never holds the loop. TK_EINVAL: no cb, or a prefix of 64 KiB. */
 TK_API int tk_scan(struct tk_node *n, const void *prefix, size_t prefix_len, size_t limit,
                    enum tk_consistency c, tk_item_cb *cb, void *data);
 

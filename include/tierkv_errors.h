@@ -5,6 +5,17 @@
 #ifndef TIERKV_ERRORS_H
 #define TIERKV_ERRORS_H
 
+/* Marks the exported functions: visible even when the library (or an embedder
+ * compiling its sources) builds with -fvisibility=hidden. Here rather than in
+ * tierkv.h so that base/err.h's tk_strerror and tk_errname carry it too. */
+#ifndef TK_API
+#if defined(__GNUC__) || defined(__clang__)
+#define TK_API __attribute__((visibility("default")))
+#else
+#define TK_API
+#endif
+#endif
+
 /* X(name, value, message) */
 #define TK_ERRORS(X)                                                                     \
     X(TK_OK, 0, "success")                                                               \

@@ -276,10 +276,20 @@ static int op_incr(struct ctx *x, const Kvpb__Increment *in, int64_t *value)
  * that is hot and the value keeps its length (kv__state_rewrite_ok), else as a
  * record appended to the ring (st->hot and st->addr: where the key's newest
  * record was before the command). */
+/* Writes a key's new state at `index` into the ring, without an event. */
+static void write_rec(struct kv_sm *sm, uint64_t index, const uint8_t *key, size_t len,
+                      uint64_t hash, const struct kv_state *st);
+
 static void write_key(struct kv_sm *sm, uint64_t index, const uint8_t *key, size_t len,
                       uint64_t hash, const struct kv_state *st)
 {
     kv__events_write(sm, index, key, len, hash, st); /* before: it reads the old */
+    write_rec(sm, index, key, len, hash, st);
+}
+
+static void write_rec(struct kv_sm *sm, uint64_t index, const uint8_t *key, size_t len,
+                      uint64_t hash, const struct kv_state *st)
+{
     struct kv_rec h = {.key_len = (uint16_t)len, .mod_rev = index};
     if (st->live) {
         h.value_len = (uint32_t)st->value_len;
@@ -347,10 +357,12 @@ static void scratch_push(struct kv_sm *sm, size_t *used, const uint8_t *key, siz
     *used = need;
 }
 
-/* Lists the live keys of r in scratch (they are written only once the
- * iterator is closed: writes change the view it walks). */
-static int collect_keys(struct kv_sm *sm, const struct kv_range *r, size_t *used,
-                        size_t *n)
+/* Lists the live keys of r in scratch, at most `limit` (0: all); they are
+ * written only once the iterator is closed: writes change the view it walks.
+ * The limit counts live keys, the same on every replica, never the records
+ * read (a replica's tier-down decides which tombstones it still holds). */
+static int collect_keys(struct kv_sm *sm, const struct kv_range *r, size_t limit,
+                        bool spare_reserved, size_t *used, size_t *n)
 {
     struct kv_iter it;
     struct kv_item item;
@@ -358,10 +370,13 @@ static int collect_keys(struct kv_sm *sm, const struct kv_range *r, size_t *used
     *used = *n = 0;
     for (rc = kv__iter_first(&it, sm, r, 0, &item); rc == 0;
          rc = kv__iter_next(&it, &item)) {
+        if (spare_reserved && item.key_len > 0 && item.key[0] == KV_RESERVED_BYTE)
+            continue; /* the node's own records: never a user's range */
         if (kv__lease_reserved(item.key, item.key_len))
             continue; /* lease records go with their leases only */
         scratch_push(sm, used, item.key, item.key_len);
-        (*n)++;
+        if (++*n == limit)
+            break;
     }
     kv__iter_close(&it);
     return rc == TK_ENOTFOUND ? 0 : rc;
@@ -390,7 +405,7 @@ static int delete_range(struct kv_sm *sm, uint64_t index, const Kvpb__DeleteRang
         r.end_len = d->end.len;
     }
     size_t used, n;
-    int rc = collect_keys(sm, &r, &used, &n);
+    int rc = collect_keys(sm, &r, d->limit, true, &used, &n);
     if (rc != 0)
         return rc;
     struct kv_state tomb = {.live = false};
@@ -403,7 +418,8 @@ static int delete_range(struct kv_sm *sm, uint64_t index, const Kvpb__DeleteRang
             return TK_EIO;
         off += 2 + len;
     }
-    res->deleted = n;
+    res->deleted = n + d->deleted_before;
+    res->more = d->limit != 0 && n == d->limit;
     res->succeeded = true;
     res->revision = n > 0 ? index : 0;
     return 0;
@@ -438,6 +454,26 @@ static int exec_expire(struct ctx *x, const Kvpb__Expire *e, struct kv_result *r
     res->succeeded = true;
     res->revision = res->deleted > 0 ? x->index : 0;
     return 0;
+}
+
+int kv_sm_forget_prefix(struct kv_sm *sm, const uint8_t *prefix, size_t len,
+                        uint64_t *forgot)
+{
+    struct kv_range r = {.start = prefix, .start_len = len, .by_prefix = true};
+    size_t used, n;
+    int rc = collect_keys(sm, &r, 0, false, &used, &n);
+    if (rc != 0)
+        return rc;
+    uint64_t index = sm->applied;
+    struct kv_state tomb = {.live = false};
+    for (size_t off = 0; off < used;) {
+        size_t klen = ((size_t)sm->scratch[off] << 8) | sm->scratch[off + 1];
+        const uint8_t *k = sm->scratch + off + 2;
+        write_rec(sm, index, k, klen, kv__hash(k, klen), &tomb);
+        off += 2 + klen;
+    }
+    *forgot = n;
+    return n > 0 ? kv_sm_flush(sm) : 0;
 }
 
 /* A put, with its compare if it has one. */

@@ -127,6 +127,7 @@ size_t kv_result_encode(const struct kv_result *r, uint8_t *buf)
     m.succeeded = r->succeeded;
     m.value = r->value;
     m.deleted = r->deleted;
+    m.more = r->more;
     uint32_t n = r->n_ops <= KV_TXN_OPS_MAX ? r->n_ops : KV_TXN_OPS_MAX;
     for (uint32_t i = 0; i < n; i++) {
         kvpb__op_result__init(&ops[i]);
@@ -156,6 +157,7 @@ int kv_result_decode(const void *buf, size_t len, struct kv_result *r)
         r->duplicate = false;
         r->value = m->value;
         r->deleted = m->deleted;
+        r->more = m->more;
         r->n_ops = (uint32_t)m->n_ops;
         for (size_t i = 0; i < m->n_ops; i++) {
             r->ops[i].value = m->ops[i]->value;

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <xxhash.h>
 
+#include "base/alloc.h"
 #include "base/assert.h"
 #include "base/err.h"
 #include "kv/iter.h"
@@ -125,6 +126,8 @@ static inline int step_hot(struct kv_iter *it, const uint8_t *hk, size_t hklen,
     struct kv_sm *sm = it->sm;
     if (!in_range(it->r, hk, hklen))
         return TK_ENOTFOUND;
+    it->seen = hk;
+    it->seen_len = hklen;
     it->hot_owed = true;
     it->cold_owed = cv != NULL;
     bool found;
@@ -157,6 +160,10 @@ static int step_cold(struct kv_iter *it, const uint8_t *ck, size_t cklen,
     it->cold_owed = true;
     if (!in_range(r, ck, cklen))
         return 1; /* long keys sharing a prefix are in hash order: skip, not stop */
+    if (!is_long) {
+        it->seen = ck;
+        it->seen_len = cklen;
+    }
     bool below = kv__keycmp(ck, cklen, r->start, r->start_len) < 0;
     if (!below && is_long) {
         /* Out of byte order, the merge cannot see a hot copy of a long key:
@@ -221,6 +228,8 @@ static inline int iter_next(struct kv_iter *it, struct kv_item *out)
             it->emitted++;
         if (rc != 1)
             return rc;
+        if (it->skip_max != 0 && ++it->skipped >= it->skip_max && it->seen != NULL)
+            return TK_EBUSY;
     }
 }
 
@@ -232,6 +241,12 @@ int kv__iter_next(struct kv_iter *it, struct kv_item *out)
 int kv__iter_first(struct kv_iter *it, struct kv_sm *sm, const struct kv_range *r,
                    size_t limit, struct kv_item *out)
 {
+    return kv__iter_first_skip(it, sm, r, limit, 0, out);
+}
+
+int kv__iter_first_skip(struct kv_iter *it, struct kv_sm *sm, const struct kv_range *r,
+                        size_t limit, size_t skip_max, struct kv_item *out)
+{
     it->sm = sm;
     it->r = r;
     it->limit = limit;
@@ -239,6 +254,10 @@ int kv__iter_first(struct kv_iter *it, struct kv_sm *sm, const struct kv_range *
     it->cur = NULL;
     it->cvalid = false;
     it->hot_owed = it->cold_owed = false;
+    it->skip_max = skip_max;
+    it->skipped = 0;
+    it->seen = NULL;
+    it->seen_len = 0;
     kv__view_seek(&sm->view, r->start, r->start_len, &it->hot);
     it->ahead = it->hot;
     it->pos = it->ahead_pos = 0;
@@ -265,15 +284,39 @@ void kv__iter_close(struct kv_iter *it)
 int kv_sm_scan(struct kv_sm *sm, const struct kv_range *r, size_t limit, kv_item_cb *cb,
                void *data)
 {
+    return kv_sm_scan_bounded(sm, r, limit, 0, cb, data, NULL);
+}
+
+int kv_sm_scan_bounded(struct kv_sm *sm, const struct kv_range *r, size_t limit,
+                       size_t skip_max, kv_item_cb *cb, void *data,
+                       struct kv_scan_stop *stop)
+{
     struct kv_iter it;
     struct kv_item item;
     int rc;
-    for (rc = kv__iter_first(&it, sm, r, limit, &item); rc == 0;
+    for (rc = kv__iter_first_skip(&it, sm, r, limit, skip_max, &item); rc == 0;
          rc = iter_next(&it, &item))
         if (cb(&item, data) != 0)
             break;
+    if (stop != NULL) {
+        stop->stopped = rc == TK_EBUSY;
+        stop->key_len = 0;
+        if (stop->stopped && it.seen_len <= stop->cap) {
+            memcpy(stop->key, it.seen, it.seen_len);
+            stop->key_len = it.seen_len;
+        }
+    }
     kv__iter_close(&it);
-    return rc == TK_ENOTFOUND ? 0 : rc;
+    return rc == TK_ENOTFOUND || rc == TK_EBUSY ? 0 : rc;
+}
+
+static void digest_item(XXH3_state_t *st, const struct kv_item *item)
+{
+    uint64_t hdr[6] = {item->key_len,      item->value_len, item->create_revision,
+                       item->mod_revision, item->version,   item->expire_ms};
+    XXH3_64bits_update(st, hdr, sizeof(hdr));
+    XXH3_64bits_update(st, item->key, item->key_len);
+    XXH3_64bits_update(st, item->value, item->value_len);
 }
 
 int kv_sm_digest(struct kv_sm *sm, uint64_t *out)
@@ -286,15 +329,82 @@ int kv_sm_digest(struct kv_sm *sm, uint64_t *out)
     struct kv_item item;
     int rc;
     for (rc = kv__iter_first(&it, sm, &all, 0, &item); rc == 0;
-         rc = kv__iter_next(&it, &item)) {
-        uint64_t hdr[6] = {item.key_len,      item.value_len, item.create_revision,
-                           item.mod_revision, item.version,   item.expire_ms};
-        XXH3_64bits_update(st, hdr, sizeof(hdr));
-        XXH3_64bits_update(st, item.key, item.key_len);
-        XXH3_64bits_update(st, item.value, item.value_len);
-    }
+         rc = kv__iter_next(&it, &item))
+        digest_item(st, &item);
     kv__iter_close(&it);
     *out = XXH3_64bits_digest(st);
     XXH3_freeState(st);
     return rc == TK_ENOTFOUND ? 0 : rc;
+}
+
+/* ---- the digest in steps ---- */
+
+struct kv_digest {
+    XXH3_state_t *st;
+    uint8_t *from; /* the next step's start: the key read last and a 0 byte */
+    size_t from_len;
+    uint8_t *stop_key;
+    size_t cap; /* the sm's key_max */
+    size_t items;
+    bool done;
+};
+
+struct kv_digest *kv_digest_new(const struct kv_sm *sm)
+{
+    struct kv_digest *d = tk_calloc(1, sizeof(*d));
+    d->st = XXH3_createState();
+    TK_ASSERT(d->st != NULL);
+    XXH3_64bits_reset(d->st);
+    d->cap = sm->cfg.key_max;
+    d->from = tk_malloc(d->cap + 1);
+    d->stop_key = tk_malloc(d->cap);
+    return d;
+}
+
+void kv_digest_free(struct kv_digest *d)
+{
+    if (d == NULL)
+        return;
+    XXH3_freeState(d->st);
+    tk_free(d->from);
+    tk_free(d->stop_key);
+    tk_free(d);
+}
+
+uint64_t kv_digest_value(const struct kv_digest *d)
+{
+    return XXH3_64bits_digest(d->st);
+}
+
+static int digest_step_cb(const struct kv_item *item, void *data)
+{
+    struct kv_digest *d = data;
+    digest_item(d->st, item);
+    TK_ASSERT(item->key_len <= d->cap);
+    memcpy(d->from, item->key, item->key_len);
+    d->from_len = item->key_len;
+    d->items++;
+    return 0;
+}
+
+int kv_sm_digest_step(struct kv_sm *sm, struct kv_digest *d, size_t max_items,
+                      size_t skip_max)
+{
+    if (d->done)
+        return 1;
+    struct kv_range r = {.start = d->from, .start_len = d->from_len};
+    struct kv_scan_stop stop = {.key = d->stop_key, .cap = d->cap};
+    d->items = 0;
+    int rc = kv_sm_scan_bounded(sm, &r, max_items, skip_max, digest_step_cb, d, &stop);
+    if (rc != 0)
+        return rc;
+    if (stop.stopped) {
+        memcpy(d->from, stop.key, stop.key_len);
+        d->from_len = stop.key_len;
+    } else if (max_items == 0 || d->items < max_items) {
+        d->done = true;
+        return 1;
+    }
+    d->from[d->from_len++] = 0; /* just after the key read last */
+    return 0;
 }

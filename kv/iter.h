@@ -13,7 +13,8 @@
  *
  * Like mdb_cursor_get with MDB_FIRST then MDB_NEXT: each call returns 0 with
  * the next live item, or TK_ENOTFOUND past the range's end, the limit or both
- * sources, or TK_EIO. The item's pointers are borrowed until the next call or
+ * sources, TK_EBUSY when the skip budget ran out (see skip_max), or TK_EIO.
+ * The item's pointers are borrowed until the next call or
  * kv__iter_close (the iterator moves its cursors only when asked for the next
  * item). For each key the hot view holds, the index's newest record decides
  * (a tombstone or an expired record hides the cold copy; a record failing its
@@ -54,10 +55,21 @@ struct kv_iter {
     struct kv_cold_cur *cur;
     bool cvalid;
     bool hot_owed, cold_owed; /* moves owed past the item last returned */
+    /* The skip budget (issue 19): records read that give no item (tombstones,
+     * expired records, cold copies a hot one hides) cost work too. With
+     * skip_max nonzero the walk stops with TK_EBUSY once that many were read
+     * in all; `seen` is then the in-order key read last (borrowed,
+     * valid until the next call or kv__iter_close): resume after it. */
+    size_t skip_max, skipped;
+    const uint8_t *seen;
+    size_t seen_len;
 };
 
 int kv__iter_first(struct kv_iter *it, struct kv_sm *sm, const struct kv_range *r,
                    size_t limit, struct kv_item *out);
+/* kv__iter_first with a skip budget (0: none). */
+int kv__iter_first_skip(struct kv_iter *it, struct kv_sm *sm, const struct kv_range *r,
+                        size_t limit, size_t skip_max, struct kv_item *out);
 int kv__iter_next(struct kv_iter *it, struct kv_item *out);
 void kv__iter_close(struct kv_iter *it);
 

@@ -52,6 +52,11 @@ struct kv_config {
                              at read (kv_sm_stats.ttl_dropped counts them) */
 };
 
+/* Keys whose first byte is KV_RESERVED_BYTE belong to the node (its
+ * membership records, node/node.h NODE_MEMBER_KEY_PREFIX): a delete range
+ * never deletes them, whatever its bounds (the same on every replica). */
+#define KV_RESERVED_BYTE 0x01
+
 /* Fills `c` with the defaults above and dir = NULL. */
 void kv_config_default(struct kv_config *c);
 
@@ -71,6 +76,7 @@ struct kv_result {
     bool duplicate;    /* answered from the exactly-once table (not encoded) */
     int64_t value;     /* increment: the new value */
     uint64_t deleted;  /* delete / delete range: number of keys deleted */
+    bool more;         /* delete range: stopped at its limit */
     uint32_t n_ops;    /* batch / txn: per-op results */
     struct kv_op_result ops[KV_TXN_OPS_MAX];
 };
@@ -160,6 +166,25 @@ void kv_sm_prefetch_record(const struct kv_sm *sm, uint64_t hash);
 int kv_sm_scan(struct kv_sm *sm, const struct kv_range *r, size_t limit, kv_item_cb *cb,
                void *data);
 
+/* Where a bounded scan stopped: `key` (the caller's buffer of `cap` bytes;
+ * give the sm's key_max) gets the key read last, so that the next scan goes
+ * on from just after it (the key plus a 0 byte). */
+struct kv_scan_stop {
+    bool stopped; /* the skip budget ran out before the range or the limit did */
+    uint8_t *key;
+    size_t cap, key_len;
+};
+
+/* Scans over keys deleted or expired but still held (tombstones) read
+ * records that give no item. kv_sm_scan_bounded stops after skip_max such
+ * records (0: no budget) and says where in *stop (may be NULL), so
+ * that one call does bounded work however many deleted keys the range holds.
+ * Returns 0 or TK_EIO, as kv_sm_scan. */
+#define KV_SCAN_SKIP_MAX 16384
+int kv_sm_scan_bounded(struct kv_sm *sm, const struct kv_range *r, size_t limit,
+                       size_t skip_max, kv_item_cb *cb, void *data,
+                       struct kv_scan_stop *stop);
+
 /* Tier-down. Both write every key changed since the last tier-down to LMDB
  * with the applied index, so kv_sm_durable_index() == kv_sm_applied_index().
  * kv_sm_flush then releases every page; kv_sm_tier_down releases the oldest
@@ -167,6 +192,14 @@ int kv_sm_scan(struct kv_sm *sm, const struct kv_range *r, size_t limit, kv_item
  * ring is over budget, or when it tracks as many in-place rewrites as it
  * may: ring budget / 256). Returns 0 or TK_EIO. */
 int kv_sm_flush(struct kv_sm *sm);
+
+/* Maintenance, not a command: removes every key that starts with `prefix`
+ * at the applied index (no new revision, no change-log event), then flushes
+ * to the cold tier; *forgot is how many. For a restore, which must not keep
+ * the source cluster's membership records (node_restore.c). Owner thread,
+ * no job in flight. Returns 0 or TK_EIO. */
+int kv_sm_forget_prefix(struct kv_sm *sm, const uint8_t *prefix, size_t len,
+                        uint64_t *forgot);
 int kv_sm_tier_down(struct kv_sm *sm);
 
 /* Tier-down in the background, so the LMDB work leaves the owner's thread:
@@ -224,6 +257,20 @@ bool kv_sm_tier_urgent(const struct kv_sm *sm);
 /* A digest of the live state (keys, values, revisions, versions, expiry, at the
  * sm's clock): equal on replicas that applied the same entries. */
 int kv_sm_digest(struct kv_sm *sm, uint64_t *out);
+
+/* The same digest in bounded steps, so that no step holds the owner's loop:
+ * kv_digest_new, then kv_sm_digest_step until it returns 1 (done; 0: more,
+ * or TK_EIO), then kv_digest_value and kv_digest_free. A step hashes at most
+ * max_items live keys (0: no limit) and reads at most skip_max records that give
+ * none (0: no budget), going on from just after the key the last step read. The
+ * value equals kv_sm_digest's when the sm applied nothing between the steps:
+ * the caller checks that (kv_sm_applied_index) and starts again otherwise. */
+struct kv_digest;
+struct kv_digest *kv_digest_new(const struct kv_sm *sm);
+int kv_sm_digest_step(struct kv_sm *sm, struct kv_digest *d, size_t max_items,
+                      size_t skip_max);
+uint64_t kv_digest_value(const struct kv_digest *d);
+void kv_digest_free(struct kv_digest *d);
 
 struct kv_sm_stats {
     size_t ring_bytes; /* bytes of ring pages held */

@@ -50,6 +50,7 @@ struct kv_page {
     bool sealed;   /* no more appends */
     bool from_slab;
     bool damaged;         /* tier-down found a record failing its check */
+    bool forgotten;       /* free slab page whose memory went back (madvise) */
     uint64_t pos;         /* the ring's position of data[0]: the caps of all the
                              pages opened before this one */
     struct kv_page *next; /* newer page */
@@ -63,8 +64,11 @@ struct kv_ring {
     size_t keep_free_bytes; /* released pages kept for reuse, at most this */
     struct kv_page *free_pages;
     size_t free_bytes;
+    size_t free_resident; /* of free_bytes, slab pages still in memory */
     /* Pages of page_bytes are carved from slabs on huge pages; slab pages are
-     * recycled, never freed, until kv__ring_free. */
+     * recycled, never freed, until kv__ring_free; past keep_free_bytes (pages
+     * in use and free ones in memory) a released slab page gives its memory
+     * back with madvise and stays on the free list. */
     void **slabs;
     size_t n_slabs;
     uint8_t *slab_next, *slab_end;

@@ -140,6 +140,8 @@ static struct kv_page *page_new(struct kv_ring *r, size_t need)
         p = r->free_pages;
         r->free_pages = p->next;
         r->free_bytes -= cap;
+        if (p->from_slab && !p->forgotten)
+            r->free_resident -= cap;
         from_slab = p->from_slab;
         raw = p->raw;
     } else if (cap == r->page_bytes && r->page_bytes <= HUGE_BYTES) {
@@ -240,6 +242,20 @@ void kv__ring_seal(struct kv_ring *r)
         r->tail->sealed = true;
 }
 
+/* Gives a free slab page's memory back to the kernel (the whole 4 KiB pages
+ * of its data; its header stays, on the free list); reused, it faults back
+ * in as zeros, which page_new and appends do not mind. A ring that went over
+ * its budget once (up to twice it while a tier-down job runs) so does not
+ * hold that memory for good. */
+static void page_forget(struct kv_page *p)
+{
+    uintptr_t a = ((uintptr_t)p->data + 4095) & ~(uintptr_t)4095;
+    uintptr_t b = ((uintptr_t)p->data + p->cap) & ~(uintptr_t)4095;
+    if (b > a)
+        (void)madvise((void *)a, b - a, MADV_DONTNEED);
+    p->forgotten = true;
+}
+
 void kv__ring_release_head(struct kv_ring *r)
 {
     struct kv_page *p = r->head;
@@ -252,6 +268,12 @@ void kv__ring_release_head(struct kv_ring *r)
     r->free_slots[r->n_free++] = p->slot;
     r->bytes -= p->cap;
     r->n_pages--;
+    if (p->from_slab) {
+        if (r->bytes + r->free_resident + p->cap > r->keep_free_bytes)
+            page_forget(p);
+        else
+            r->free_resident += p->cap;
+    }
     if (p->from_slab || (p->cap == r->page_bytes &&
                          r->bytes + r->free_bytes + p->cap <= r->keep_free_bytes)) {
         p->next = r->free_pages;

@@ -20,6 +20,9 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 
 #include "base/alloc.h"
 #include "base/assert.h"
@@ -42,6 +45,23 @@ static const struct kv_rec *page_rec(const struct kv_page *p, size_t off)
 /* Key order is random ring order: the LMDB writes prefetch the tier_ents slot
  * of the key 2 * TIER_AHEAD on, then the record of the key TIER_AHEAD on. */
 #define TIER_AHEAD 8
+
+/* The tier-down's scratch arrays (tier_ents, tier_keys, tier_rel) grow to
+ * the records of the largest tier-down; past TIER_SCRATCH_KEEP records they
+ * are freed once done with (tier_publish, tier_release), so that one big
+ * tier-down (a delete of a million keys: 80 MiB of them) does not keep its
+ * scratch for the node's lifetime. Regrowing costs the next big one a few
+ * reallocs, small beside its LMDB writes. */
+#define TIER_SCRATCH_KEEP ((size_t)1 << 16)
+
+/* glibc keeps freed blocks under its (adaptive, up to 32 MiB) mmap threshold
+ * in its heaps; trimming after freeing big scratch gives them back. */
+static void tier_trim(void)
+{
+#if defined(__GLIBC__)
+    (void)malloc_trim(0);
+#endif
+}
 
 static void tier_push(struct kv_sm *sm, const struct kv_rec *h, uint64_t addr)
 {
@@ -283,6 +303,14 @@ static void tier_publish(struct kv_sm *sm, struct kv_tier_job *j)
         sm->n_tier_rel = 0;
     }
     sm->n_tier_ents = 0;
+    if (sm->cap_tier_ents > TIER_SCRATCH_KEEP || sm->cap_tier_keys > TIER_SCRATCH_KEEP) {
+        tk_free(sm->tier_ents);
+        tk_free(sm->tier_keys);
+        sm->tier_ents = NULL;
+        sm->tier_keys = NULL;
+        sm->cap_tier_ents = sm->cap_tier_keys = 0;
+        tier_trim();
+    }
     tk_free(j->pages);
     j->pages = NULL;
 }
@@ -305,6 +333,12 @@ static void tier_release(struct kv_sm *sm)
     sm->n_tier_rel = 0;
     sm->drain_at = 0;
     sm->draining = false;
+    if (sm->cap_tier_rel > TIER_SCRATCH_KEEP) {
+        tk_free(sm->tier_rel);
+        sm->tier_rel = NULL;
+        sm->cap_tier_rel = 0;
+        tier_trim();
+    }
 }
 
 bool kv_sm_tier_drain(struct kv_sm *sm, size_t max_records)

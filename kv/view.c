@@ -245,9 +245,13 @@ void kv__view_seek(const struct kv_view *v, const void *key, size_t len,
 /* ---- insert ---- */
 
 /* Puts (sep, right) into the parent at level h of the path, just after the
- * child that was split; splits upwards as needed. Takes sep's key copy. */
-static void insert_up(struct kv_view *v, struct path *path, uint32_t h,
-                      struct kv_vent sep, void *right)
+ * child that was split; splits upwards as needed. Takes sep's key copy. Not
+ * inlined (a split is the rare path): inlined into kv__view_insert under
+ * -fvisibility=hidden, gcc -O2 cannot see that descend filled
+ * path[0..height) and warns (maybe-uninitialized, array-bounds). */
+__attribute__((noinline)) static void insert_up(struct kv_view *v, struct path *path,
+                                                uint32_t h, struct kv_vent sep,
+                                                void *right)
 {
     for (;; h++) {
         if (h == v->height) { /* the root split: a new root above it */
@@ -345,7 +349,8 @@ void kv__view_insert(struct kv_view *v, const void *key, size_t len)
 
 /* Drops child `at` of the inner node at level h of the path (its subtree is
  * already empty and freed); an inner node left without children goes too. */
-static void remove_up(struct kv_view *v, struct path *path, uint32_t h)
+__attribute__((noinline)) static void remove_up(struct kv_view *v, struct path *path,
+                                                uint32_t h) /* as insert_up */
 {
     for (; h < v->height; h++) {
         struct kv_vinner *in = path->node[h];

@@ -16,7 +16,8 @@
  *  - Every request completes exactly once: on success, on an explicit error,
  *    on its deadline, or with TK_ESHUTDOWN at stop.
  *  - Each loop turn processes at most one burst from the queue (batch_max
- *    entries) and then one ready, so no turn does unbounded work. */
+ *    entries, of those queued when the burst began: none a callback submits
+ *    during it) and then one ready, so no turn does unbounded work. */
 #include <ftw.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -498,13 +499,24 @@ static void drain_queue(struct node *n)
     struct node_req *first = NULL, *last = NULL;
     uint64_t now = wall_ms();
     void *item;
-    while (nb < n->o.batch_max && (item = tk_mpsc_pop(&n->loop.queue)) != NULL) {
+    /* Only what was queued when the drain began: a request submitted from a
+     * callback of this drain (a stale read is answered at once, and a read in
+     * steps submits its next step from there) waits for the next loop turn
+     * (its submit woke the loop), so no chain of them holds this turn. */
+    size_t left = atomic_load_explicit(&n->loop.queued, memory_order_relaxed);
+    while (nb < n->o.batch_max && left > 0 &&
+           (item = tk_mpsc_pop(&n->loop.queue)) != NULL) {
+        left--;
         n->loop.activity++;
         atomic_fetch_sub_explicit(&n->loop.queued, 1, memory_order_relaxed);
         struct node_req *r = item;
         r->deadline_ms = now + (r->timeout_ms ? r->timeout_ms : n->o.timeout_ms);
         if (n->persist.failed) {
             node__finish(n, r, TK_EIO);
+            continue;
+        }
+        if (n->mem.rejected) { /* refused by the cluster: serves nothing */
+            node__finish(n, r, TK_ENOLEADER);
             continue;
         }
         if (r->is_read) {
@@ -586,7 +598,7 @@ static void on_wake(uv_async_t *h)
 static void on_tick(uv_timer_t *h)
 {
     struct node *n = h->data;
-    if (n->persist.failed)
+    if (n->persist.failed || n->mem.rejected)
         return;
     raft_tick(n->raft);
     node__kick(n);
@@ -596,6 +608,7 @@ static void on_tick(uv_timer_t *h)
     expire_list(n, &n->req.read_wait, now);
     expire_list(n, &n->req.read_ready, now);
     expire_list(n, &n->fwd.wait, now);
+    node__member_tick(n);
     struct node_req *ex = node__expire_next(n, now); /* TTLs run out: leader */
     if (ex != NULL && node_submit(n, ex) != 0) {     /* queue full: the next tick */
         tk_blob_unref(ex->cmd);
@@ -706,7 +719,7 @@ static void on_recv(struct transport *t, const struct raft_message *m, void *dat
 {
     struct node *n = data;
     (void)t;
-    if (!n->loop.closing && !n->persist.failed) {
+    if (!n->loop.closing && !n->persist.failed && !n->mem.rejected) {
         (void)raft_step(n->raft, m);
         n->loop.activity++;
         node__kick(n);
@@ -733,6 +746,7 @@ static void begin_close(struct node *n)
     n->loop.closing = true;
     if (n->o.on_loop_stop != NULL)
         n->o.on_loop_stop(n, n->loop.uv, n->o.hook_data);
+    node__backup_fail_all(n, TK_ESHUTDOWN);
     void *item;
     while ((item = tk_mpsc_pop(&n->loop.queue)) != NULL)
         node__finish(n, item, TK_ESHUTDOWN);
@@ -741,6 +755,7 @@ static void begin_close(struct node *n)
     node__fail_list(n, &n->req.read_wait, TK_ESHUTDOWN);
     node__fail_list(n, &n->req.read_ready, TK_ESHUTDOWN);
     node__fail_list(n, &n->fwd.wait, TK_ESHUTDOWN);
+    node__member_shutdown(n);
     /* The storage thread wakes us from its callbacks: let those finish
      * before the wake handle goes away. */
     drain_appends(n);
@@ -764,8 +779,13 @@ static int rm_entry(const char *path, const struct stat *sb, int flag, struct FT
 
 static int open_transport(struct node *n)
 {
-    struct transport_callbacks cbs = {
-        .recv = on_recv, .peer = NULL, .forward = on_forward, .data = n};
+    struct transport_callbacks cbs = {.recv = on_recv,
+                                      .peer = NULL,
+                                      .forward = on_forward,
+                                      .incarnation = node__member_incarnation,
+                                      .refused = node__member_refused,
+                                      .member = node__member_known,
+                                      .data = n};
     if (n->o.hub != NULL)
         return transport_inproc_new(n->o.hub, n->loop.uv, n->o.id, 0, &cbs,
                                     &n->transport);
@@ -779,6 +799,9 @@ static int open_transport(struct node *n)
     to.seed = n->o.seed;
     to.peer_token = n->o.peer_token;
     to.peer_token_len = n->o.peer_token_len;
+    to.tls_server = n->o.peer_tls_server;
+    to.tls_client = n->o.peer_tls_client;
+    memcpy(to.incarnation, n->mem.incarnation, sizeof(to.incarnation));
     int rc = transport_tcp_new(n->loop.uv, &to, &cbs, &n->transport);
     if (rc != 0)
         return rc;
@@ -818,6 +841,7 @@ static int node_init(struct node *n)
         }
         return rc;
     }
+    node__member_init(n);
     uv_async_init(n->loop.uv, &n->loop.wake, on_wake);
     uv_timer_init(n->loop.uv, &n->loop.ticker);
     uv_check_init(n->loop.uv, &n->loop.check);
@@ -915,9 +939,9 @@ static void node_free(struct node *n)
 
 int node_start(const struct node_options *o, struct node **out)
 {
-    if (o->id == RAFT_NONE || !raft_config_has(&o->members, o->id) || o->tick_ms == 0 ||
-        o->heartbeat_ticks == 0 || o->heartbeat_ticks >= o->election_ticks ||
-        o->queue_max == 0 || o->batch_max == 0)
+    if (o->id == RAFT_NONE || raft_config_has(&o->members, o->id) == o->join ||
+        o->members.n_voters == 0 || o->tick_ms == 0 || o->heartbeat_ticks == 0 ||
+        o->heartbeat_ticks >= o->election_ticks || o->queue_max == 0 || o->batch_max == 0)
         return TK_EINVAL;
     struct node *n = tk_calloc(1, sizeof(*n));
     n->o = *o;
@@ -1038,8 +1062,8 @@ void node_status(struct node *n, struct node_status *out)
 
 int node_transfer_leadership(struct node *n, uint64_t to)
 {
-    if (!raft_config_has(&n->o.members, to) || to == n->o.id)
-        return TK_EINVAL;
+    if (to == RAFT_NONE || to == n->o.id)
+        return TK_EINVAL; /* the core checks `to` against the configuration */
     atomic_store(&n->loop.transfer_to, to);
     uv_async_send(&n->loop.wake);
     return 0;

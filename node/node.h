@@ -34,6 +34,7 @@
 struct transport_inproc_hub;
 struct uv_loop_s;
 struct node;
+struct tk_tls_ctx;
 
 /* Runs on the node's loop thread: at start (after recovery, before the first
  * tick) and at stop (before the loop winds down; it must uv_close every handle
@@ -112,7 +113,13 @@ struct node_req {
 struct node_options {
     uint64_t id;
     uint64_t cluster_id;
-    struct raft_config members; /* every voter's id, this node's included */
+    struct raft_config members; /* every voter's id, this node's included; with
+                                   `join`, the cluster's (this node not in it) */
+    /* A new node joining a running cluster: it has no bootstrap
+     * configuration of its own (its id is not in `members`, which lists the
+     * running cluster's voters and addresses so it can reach them) and waits
+     * to be added (node_member_change on the leader). */
+    bool join;
 
     /* Transport: inproc when `hub` is set, else TCP with the addresses. */
     struct transport_inproc_hub *hub;
@@ -125,6 +132,10 @@ struct node_options {
      * bytes, the same on every node. */
     const uint8_t *peer_token;
     size_t peer_token_len;
+    /* Peer mutual TLS (transport.h's tls_server and tls_client; borrowed,
+     * they outlive the node): both or neither. */
+    struct tk_tls_ctx *peer_tls_server;
+    struct tk_tls_ctx *peer_tls_client;
 
     /* Storage: fs under data_dir/log and data_dir/kv when `data_dir` is set,
      * else a memory volume (taken, may be NULL: a fresh one). */
@@ -149,7 +160,8 @@ struct node_options {
                                   past the last snapshot: 100000 */
     uint64_t snapshot_bytes;   /* ... or once this many payload bytes are:
                                   64 MiB (0: no byte threshold) */
-    uint64_t trailing_entries; /* entries kept behind a snapshot: 10000 */
+    uint64_t trailing_entries; /* entries kept behind a snapshot: 10000, and
+                                  at most snapshot_bytes of payload */
     uint64_t seed;
     /* After a loop turn that did work, keep polling (without sleeping) for this
      * long before blocking: a message or request arriving meanwhile costs no
@@ -163,6 +175,12 @@ struct node_options {
      * runs on that loop's thread or before the loop runs, and node_stop on
      * any other thread while the loop runs. Inproc transport only. */
     struct uv_loop_s *loop;
+
+    /* Disaster recovery (--force-new-cluster): at start, append a
+     * configuration entry that makes this node the only voter, keeping every
+     * entry of its log (node_restore.c). Then add the others back as new
+     * members. */
+    bool force_new_cluster;
 
     node_hook_cb *on_loop_start;
     node_hook_cb *on_loop_stop;
@@ -202,6 +220,49 @@ int node_submit(struct node *n, struct node_req *req);
  * (kv_sm_events_read) and what the hooks need. Valid until on_loop_stop. */
 struct kv_sm *node_kv(struct node *n);
 
+/* Backups (node_backup.c): a consistent snapshot stream of the state machine
+ * (kv.h, "Snapshots") at an applied index at or past the one applied when
+ * asked, so every write acknowledged before the call is in it. It is the
+ * Raft snapshot path: the newest snapshot when it is recent enough, else a
+ * new snapshot job on the thread pool (the LMDB read transaction lasts only
+ * for its copy). Loop thread only (the gateway's). cb runs once, on the
+ * loop, later (never inside node_backup_start): status 0 with a reference on
+ * `stream` that the callee owns (tk_blob_unref), or TK_EIO (the node
+ * failed), TK_ESHUTDOWN (stopping). The handle is freed after cb; until
+ * then node_backup_cancel frees it and cb never runs. Returns 0, or TK_EBUSY
+ * (NODE_BACKUPS_MAX waiting), TK_EIO, TK_ESHUTDOWN (cb will not run). */
+#define NODE_BACKUPS_MAX 4
+struct tk_blob;
+struct node_backup;
+typedef void node_backup_cb(int status, struct tk_blob *stream, uint64_t index,
+                            uint64_t term, void *data);
+int node_backup_start(struct node *n, node_backup_cb *cb, void *data,
+                      struct node_backup **out);
+void node_backup_cancel(struct node_backup *b);
+/* The cluster id this node was started with (loop or any thread). */
+uint64_t node_cluster_id(const struct node *n);
+
+/* Restore (node_restore.c): makes `data_dir` (missing or empty, else
+ * TK_EINVAL) the data directory of node `id` of a new cluster from the backup
+ * file `file` (kv/backup.h), which is checked twice (before, and while it is
+ * installed). The cluster id must differ from the backup's (TK_EINVAL), so
+ * that the old cluster's nodes are refused by the new one. Every node of the
+ * new cluster restores the same file with the same `members`. Blocks; before
+ * node_start. Returns 0 with *info (may be NULL) the backup's header, or
+ * TK_EINVAL / TK_ECORRUPT / TK_EIO with the reason (for a damaged file: the
+ * byte offset) in err; on failure the directory is left empty. */
+struct kv_backup_info;
+struct node_restore_options {
+    const char *file;
+    const char *data_dir;
+    uint64_t id;
+    uint64_t cluster_id;
+    struct raft_config members;
+    bool kv_no_sync;
+};
+int node_restore(const struct node_restore_options *o, struct kv_backup_info *info,
+                 char *err, size_t err_cap);
+
 /* What the node knows; any thread (values are published by the loop). */
 struct node_status {
     uint64_t id;
@@ -211,8 +272,13 @@ struct node_status {
     uint64_t commit;
     uint64_t applied;
     uint64_t last_index;
+    uint64_t last_term; /* of last_index: with it, picks the survivor to recover */
     uint64_t snapshot_index;
     bool failed; /* storage or apply failed: the node serves nothing */
+    /* A member refused this node's data directory in the handshake: its id
+     * belongs to a data directory this one is not (it was wiped). It serves
+     * nothing: remove the id and add the node again under a new one. */
+    bool rejected;
 };
 void node_status(struct node *n, struct node_status *out);
 
@@ -226,6 +292,8 @@ struct node_metrics {
     uint64_t batches;           /* raft_propose calls */
     uint64_t forwarded;         /* writes forwarded to the leader */
     uint64_t forward_dropped;   /* forwarding frames from a non-member, dropped */
+    uint64_t members_refused;   /* handshakes refused: a member id presenting
+                                   another data directory (an amnesiac) */
     uint64_t reads;             /* reads served */
     uint64_t read_index;        /* linearizable reads that asked for a read index */
     uint64_t read_index_rounds; /* leader: heartbeat rounds confirming them
@@ -247,6 +315,17 @@ struct node_metrics {
     uint64_t net_bytes_sent;
     uint64_t net_bytes_received;
     uint64_t net_reconnects;
+    /* Peer security (transport_stats): handshakes refused (token proof, TLS,
+     * certificate name, non-member), messages dropped for a spoofed `from`,
+     * connections closed for bad input, unauthenticated ones evicted at the
+     * pending cap or past their deadline, idle ones, snapshot reassemblies
+     * dropped. */
+    uint64_t net_auth_failed;
+    uint64_t net_spoofed;
+    uint64_t net_conns_bad;
+    uint64_t net_pending_evicted;
+    uint64_t net_conns_idle;
+    uint64_t net_snapshots_dropped;
     /* The loop's turns (one pass of the node's loop, callbacks of every kind,
      * without the time blocked waiting for events): the longest so far by
      * the phase most of it went to (enum node_turn_phase), and the snapshot
@@ -297,6 +376,81 @@ struct node_latency {
     struct tk_hist loop_turn;  /* one loop turn (see node_metrics) */
 };
 const struct node_latency *node_latency(struct node *n);
+
+/* ---- membership (node_member.c) ------------------------------------------
+ *
+ * The configuration (voters and learners) is Raft's (raft/raft.h: config
+ * entries in the log). Each member's addresses are node-level data: a record
+ * per id in the replicated KV under the reserved key NODE_MEMBER_KEY_PREFIX
+ * followed by the decimal id, value "raft=<host:port> http=<host:port>
+ * removed=<0|1>", written by the leader before it appends the configuration
+ * change (so every node that sees the new member can find its address). The
+ * members of the bootstrap configuration need no record: every node has their
+ * addresses from node_options (peer_hosts). A record with removed=1 is the
+ * never-reuse list: an id once removed is refused by a later add. Each node
+ * dials (adds to its TCP transport) every member of the configuration in
+ * force whose address it knows, checked every tick. */
+#define NODE_MEMBER_KEY_PREFIX "\x01tierkv/member/"
+#define NODE_ADDR_MAX 128
+
+struct node_member {
+    uint64_t id;
+    bool voter; /* else a learner */
+    char raft[NODE_ADDR_MAX];
+    char http[NODE_ADDR_MAX]; /* empty when unknown */
+    /* The leader's view (has_progress only on the leader): */
+    bool has_progress;
+    uint64_t match;  /* highest index known replicated to it */
+    uint64_t behind; /* leader's last index minus match */
+    bool caught_up;  /* raft_catch_up's verdict (promotable) */
+};
+
+/* The members of the configuration in force, voters first, up to `cap`;
+ * returns how many there are. *config_index is the index of the
+ * configuration entry (0: the bootstrap one), *committed whether it is
+ * committed. Loop thread only (a gateway on the node's loop). */
+size_t node_members(struct node *n, struct node_member *out, size_t cap,
+                    uint64_t *config_index, bool *committed);
+
+/* The HTTP address recorded for member `id` (a member added at run time);
+ * false when none is. Loop thread only. */
+bool node_member_http(struct node *n, uint64_t id, char *out, size_t cap);
+
+enum node_member_op {
+    NODE_MEMBER_ADD = 1,     /* a new id, as a learner (then promoted unless learner) */
+    NODE_MEMBER_PROMOTE = 2, /* a caught-up learner becomes a voter */
+    NODE_MEMBER_REMOVE = 3,  /* a voter or learner leaves */
+};
+
+struct node_member_change {
+    int op; /* enum node_member_op */
+    uint64_t id;
+    bool learner;             /* add: stay a learner (else promote once caught up) */
+    char raft[NODE_ADDR_MAX]; /* add: host:port of its raft listener */
+    char http[NODE_ADDR_MAX]; /* add: host:port of its HTTP gateway (may be empty) */
+};
+
+/* What a change ended with: status 0 (committed), or an error with a message:
+ * TK_ENOTLEADER, TK_EBUSY (another change is in progress), TK_ECOMPARE (add:
+ * already a member, or an id that was removed once: ids are never reused),
+ * TK_ENOTFOUND (not a member), TK_ERANGE (promote: the learner is not caught
+ * up; `behind` says by how many entries), TK_EINVAL, TK_ELOST, TK_ETIMEDOUT,
+ * TK_ESHUTDOWN. */
+struct node_member_result {
+    int status;
+    uint64_t index; /* the configuration entry (0 when none was appended) */
+    uint64_t behind, match;
+    char msg[192];
+};
+typedef void node_member_cb(const struct node_member_result *res, void *data);
+
+/* Starts one membership change on the leader. Returns 0 and calls cb once,
+ * later, on the loop thread (also TK_ESHUTDOWN at stop), or returns the
+ * refusal at once, filled in *res (cb never runs). One change at a time per
+ * node; the core refuses a second uncommitted one cluster-wide. Loop thread
+ * only. */
+int node_member_change(struct node *n, const struct node_member_change *c,
+                       node_member_cb *cb, void *data, struct node_member_result *res);
 
 /* The node's inproc transport faults, for tests: cut this node off from every
  * peer (both directions) or heal. Only for inproc nodes. Any thread. */

@@ -109,6 +109,7 @@ static void answer(struct node *n, uint64_t to, uint64_t id, const uint8_t *toke
     if (status == 0 && res != NULL) {
         p.result.data = enc;
         p.result.len = kv_result_encode(res, enc);
+        p.replayed = res->duplicate; /* not in kvpb.Result: the table's, not the sm's */
     }
     Tierkv__Forward f = TIERKV__FORWARD__INIT;
     f.body_case = TIERKV__FORWARD__BODY_RESPONSE;
@@ -244,6 +245,7 @@ static void take_answer(struct node *n, uint64_t from, const Tierkv__ForwardResp
     }
     if (p->status == 0) {
         int rc = kv_result_decode(p->result.data, p->result.len, &n->res);
+        n->res.duplicate = p->replayed;
         node__finish_write(r, rc, rc == 0 ? &n->res : NULL);
         return;
     }

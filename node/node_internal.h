@@ -4,9 +4,11 @@
  *   node_recover.c  open the store and the state machine, build the core's boot;
  *   node_tier.c     the KV's tier-down and snapshot jobs, log compaction;
  *   node_forward.c  follower -> leader write forwarding (proto/tierkv.proto);
- *   node_status.c   publishing status and metrics, failing the node.
- * Calls run one way: node.c calls the others; node_tier.c calls only
- * node_status.c; node_recover.c, node_forward.c and node_status.c call none
+ *   node_status.c   publishing status and metrics, failing the node;
+ *   node_member.c   membership: address records, dialing members, one change
+ *                   at a time, incarnation checks (node.h "membership").
+ * Calls run one way: node.c calls the others; node_tier.c and node_member.c
+ * call only node_status.c; node_recover.c, node_forward.c and node_status.c call none
  * of them. What several files need on the hot path (the request lists,
  * completing a write, kick) is inline here, so that the split costs no call
  * per request.
@@ -146,6 +148,40 @@ struct node_tier {
      * previous one's last reference (tens of MB: freeing it unmaps them) is
      * dropped on the thread pool, not inside raft_snapshot_set. */
     struct tk_blob *blob;
+    uint64_t blob_index, blob_term; /* what `blob` holds */
+    bool backup_wanted;             /* a backup waits for a snapshot newer than `blob` */
+};
+
+/* Backups waiting for a snapshot (node_backup.c). */
+struct node_backups {
+    struct node_backup *head;
+    uint32_t n;
+};
+
+/* Membership changes and the peers dialed (node_member.c). */
+#define NODE_PEERS_MAX 64
+struct node_membership {
+    bool busy; /* a change in progress */
+    int phase; /* node_member.c's enum */
+    struct node_member_change c;
+    node_member_cb *cb;
+    void *data;
+    uint64_t rec_index, rec_term; /* the address record entry */
+    uint64_t index, term;         /* the configuration entry appended */
+    uint64_t deadline_ms;
+    uint64_t peers[NODE_PEERS_MAX]; /* ids added to the TCP transport */
+    uint32_t n_peers;
+    uint64_t seen_config;             /* raft_config_index when last reconciled */
+    uint32_t ticks;                   /* since the last reconcile */
+    uint8_t incarnation[16];          /* this node's data directory's (store) */
+    bool rejected;                    /* a member refused our incarnation */
+    uint64_t binding[NODE_PEERS_MAX]; /* ids whose incarnation is being recorded */
+    uint32_t n_binding;
+    struct {
+        uint64_t id;
+        char hex[40];
+    } seen[NODE_PEERS_MAX]; /* the incarnation each peer last presented */
+    uint32_t n_seen;
 };
 
 /* What other threads read: status and metrics (node_status.c). */
@@ -177,6 +213,8 @@ struct node {
     struct node_requests req;
     struct node_forward fwd;
     struct node_tier tier;
+    struct node_membership mem;
+    struct node_backups backups;
     struct kv_result res; /* scratch for apply and forwarded answers */
     struct {
         bool in_flight;      /* an expire command is proposed */
@@ -291,6 +329,16 @@ void node__fail_list(struct node *n, struct req_list *l, int status);
  * when one is due (or waits for the one in flight if the ring is past twice
  * its budget). Fails the node on a storage error. */
 void node__tier_turn(struct node *n);
+/* node_backup.c: hands the snapshot in n->tier.blob to the backups it
+ * satisfies and says whether one waits for a newer snapshot (each turn, from
+ * node__tier_turn); fails every waiting backup with `status` (at close). */
+void node__backup_turn(struct node *n);
+/* node_restore.c: --force-new-cluster's configuration entry (unless this
+ * node is already the only voter), appended to the stored log and to the
+ * boot log before the core reads it. */
+int node__force_config(struct node *n, struct raft_boot *boot, struct raft_entry **ents,
+                       size_t *n_ents);
+void node__backup_fail_all(struct node *n, int status);
 /* Starts a tier-down job (a snapshot when `snapshot`), on the thread pool or,
  * with `inline_run`, at once on this thread. */
 void node__tier_start(struct node *n, bool snapshot, bool inline_run);
@@ -304,6 +352,26 @@ void node__tier_wait(struct node *n, bool discard);
  * core from what they hold. On the loop's thread before its handles exist.
  * Returns 0 or the error (logged); on error the caller frees what is open. */
 int node__recover(struct node *n);
+
+/* ---- node_member.c ---- */
+
+/* Records the peers open_transport dialed. */
+void node__member_init(struct node *n);
+/* Transport callbacks: is `inc` the data directory this cluster knows for
+ * member `id` (recorded on first contact by the leader)? And: a member
+ * refused ours. */
+bool node__member_incarnation(struct transport *t, uint64_t id, const uint8_t *inc,
+                              void *data);
+void node__member_refused(struct transport *t, uint64_t by, void *data);
+/* Transport callback: `id` is a member of the configuration in force (or
+ * this node is joining and has none yet), so it may connect before its
+ * address is known here. */
+bool node__member_known(struct transport *t, uint64_t id, void *data);
+/* Every tick: dials members whose address became known, and moves the
+ * change in progress on (commit, promotion, deadline). */
+void node__member_tick(struct node *n);
+/* At stop: the change in progress ends with TK_ESHUTDOWN. */
+void node__member_shutdown(struct node *n);
 
 /* ---- node_forward.c ---- */
 

@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 
 #include "base/err.h"
@@ -91,6 +92,22 @@ static int claim_log(struct node *n, struct store_boot *sb)
     return 0;
 }
 
+/* The data directory's incarnation: drawn and saved when it has none (a new
+ * directory, or one from before incarnations existed). */
+static int claim_incarnation(struct node *n, const struct store_boot *sb)
+{
+    if (sb->has_incarnation) {
+        memcpy(n->mem.incarnation, sb->incarnation, sizeof(n->mem.incarnation));
+        return 0;
+    }
+    if (getrandom(n->mem.incarnation, sizeof(n->mem.incarnation), 0) !=
+        (ssize_t)sizeof(n->mem.incarnation)) {
+        TK_LOG(TK_LOG_ERROR, n->o.id, 0, "getrandom: %s", strerror(errno));
+        return TK_EIO;
+    }
+    return store_save_incarnation(n->store, n->mem.incarnation);
+}
+
 /* Opens the state machine under data_dir/kv and checks that the log continues
  * it. */
 static int open_sm(struct node *n, const struct store_boot *sb)
@@ -162,12 +179,16 @@ int node__recover(struct node *n)
     if (rc == 0)
         rc = claim_log(n, &sb);
     if (rc == 0)
+        rc = claim_incarnation(n, &sb);
+    if (rc == 0)
         rc = open_sm(n, &sb);
     struct raft_boot boot;
     struct raft_entry *ents = NULL;
     size_t n_ents = 0;
     if (rc == 0)
         rc = read_boot(n, &sb, &boot, &ents, &n_ents);
+    if (rc == 0 && n->o.force_new_cluster)
+        rc = node__force_config(n, &boot, &ents, &n_ents);
     if (rc == 0) {
         struct raft_options ro;
         raft_options_default(&ro);

@@ -27,8 +27,11 @@ void node__publish_status(struct node *n)
     n->m.status.commit = raft_commit(n->raft);
     n->m.status.applied = kv_sm_applied_index(n->sm);
     n->m.status.last_index = raft_last_index(n->raft);
+    if (raft_term_at(n->raft, n->m.status.last_index, &n->m.status.last_term) != 0)
+        n->m.status.last_term = 0;
     n->m.status.snapshot_index = n->tier.snap_index;
     n->m.status.failed = n->persist.failed;
+    n->m.status.rejected = n->mem.rejected;
     struct store_stats ss;
     store_stats(n->store, &ss);
     mt->store_syncs = ss.syncs;
@@ -57,6 +60,12 @@ void node__publish_status(struct node *n)
         mt->net_bytes_sent = ts.bytes_sent;
         mt->net_bytes_received = ts.bytes_received;
         mt->net_reconnects = ts.conns_dialed;
+        mt->net_auth_failed = ts.auth_failed;
+        mt->net_spoofed = ts.msgs_spoofed;
+        mt->net_conns_bad = ts.conns_bad;
+        mt->net_pending_evicted = ts.pending_evicted;
+        mt->net_conns_idle = ts.conns_idle;
+        mt->net_snapshots_dropped = ts.snapshots_dropped;
     }
     n->m.pub = *mt;
     pthread_mutex_unlock(&n->m.mu);

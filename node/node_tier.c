@@ -96,6 +96,28 @@ static void drop_after(uv_work_t *w, int status)
     node__handle_gone(n);
 }
 
+/* The last index to compact after a snapshot at `index`: the trailing window
+ * keeps trailing_entries entries behind it, but at most snapshot_bytes bytes
+ * of them (when set), so that big entries (a client writing 1 MiB values)
+ * cannot make the core hold trailing_entries of them in memory (issue 19).
+ * At most trailing_entries pointer reads, on the loop, once per snapshot. */
+static uint64_t trailing_goal(struct node *n, uint64_t index)
+{
+    uint64_t goal = index > n->o.trailing_entries ? index - n->o.trailing_entries : 0;
+    uint64_t bytes = 0, budget = n->o.snapshot_bytes;
+    for (uint64_t i = index; budget != 0 && i > goal; i--) {
+        const struct raft_entry *e = raft_entry_at(n->raft, i);
+        if (e == NULL)
+            break;
+        bytes += e->data != NULL ? e->data->len : 0;
+        if (bytes > budget) {
+            goal = i; /* entry i would take the window past its bytes */
+            break;
+        }
+    }
+    return goal > n->tier.compact_goal ? goal : n->tier.compact_goal;
+}
+
 /* Drops our reference to `b` on the thread pool (inline if it cannot). */
 static void blob_drop(struct node *n, struct tk_blob *b)
 {
@@ -121,6 +143,8 @@ static void snapshot_taken(struct node *n, struct kv_tier_result *res)
     size_t len = blob->len;
     struct tk_blob *old = n->tier.blob; /* the core's, so its last reference */
     n->tier.blob = blob;
+    n->tier.blob_index = meta.index;
+    n->tier.blob_term = meta.term;
     int rc = raft_snapshot_set(n->raft, &meta, blob);
     blob_drop(n, old);
     if (rc != 0) {
@@ -137,8 +161,7 @@ static void snapshot_taken(struct node *n, struct kv_tier_result *res)
     }
     n->tier.snap_index = meta.index;
     n->m.metrics.snapshots++;
-    if (meta.index > n->o.trailing_entries)
-        n->tier.compact_goal = meta.index - n->o.trailing_entries;
+    n->tier.compact_goal = trailing_goal(n, meta.index);
     uint64_t on_loop = node__mono_ns() - n->tier.t_done;
     n->m.metrics.snapshot_loop_ns += on_loop;
     TK_LOG(TK_LOG_INFO, n->o.id, raft_term(n->raft),
@@ -322,6 +345,7 @@ void node__tier_turn(struct node *n)
     bool drained = n->tier.busy || drain_step(n);
     uint64_t t2 = node__mono_ns();
     n->loop.turn_ns[NODE_PH_TIER] += t2 - t1;
+    node__backup_turn(n);
     if (!drained)
         return; /* no new job until the last one's pages are released */
     tier_turn(n);
@@ -344,7 +368,8 @@ static void tier_turn(struct node *n)
     uint64_t applied = kv_sm_applied_index(n->sm);
     if ((n->o.snapshot_entries != 0 &&
          applied >= n->tier.snap_index + n->o.snapshot_entries) ||
-        (n->o.snapshot_bytes != 0 && n->tier.snap_bytes >= n->o.snapshot_bytes))
+        (n->o.snapshot_bytes != 0 && n->tier.snap_bytes >= n->o.snapshot_bytes) ||
+        n->tier.backup_wanted)
         node__tier_start(n, true, false);
     else if (kv_sm_tier_wanted(n->sm))
         node__tier_start(n, false, false);

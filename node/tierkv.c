@@ -406,11 +406,9 @@ struct waiter {
     const void *key;
     size_t key_len;
     struct tk_value *value;
-    const void *prefix;
-    size_t prefix_len;
-    size_t limit;
     tk_item_cb *item_cb;
     void *item_data;
+    struct scan_walk *scan;
 };
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -834,43 +832,117 @@ int tk_get(struct tk_node *n, const void *key, size_t key_len, enum tk_consisten
     return read_wait(n, c, get_cb, &w);
 }
 
+/* tk_scan reads in steps of at most SCAN_STEP keys (and KV_SCAN_SKIP_MAX
+ * deleted ones still held), each a read of its own on the node's loop, so that
+ * a scan over a large range never holds the loop (and the Raft core) for long.
+ * Each step is consistent at its own applied index, as a paged HTTP scan. */
+#define SCAN_STEP 1024
+#define SCAN_KEY_CAP 65536 /* above the sm's largest key (65535) */
+
+struct scan_walk {
+    struct kv_range first; /* the prefix */
+    uint8_t *end;          /* the prefix's end (NULL: none) */
+    size_t end_len;
+    uint8_t *from; /* the next step goes on from here */
+    size_t from_len;
+    uint8_t *stop_key; /* where a step's skip budget ran out */
+    bool started, more, user_stopped;
+    size_t left; /* items still wanted (SIZE_MAX: no limit) */
+    size_t step_items;
+};
+
 static int scan_item(const struct kv_item *it, void *data)
 {
     struct waiter *w = data;
+    struct scan_walk *s = w->scan;
     struct tk_item ti = {.key = it->key,
                          .key_len = it->key_len,
                          .value = it->value,
                          .value_len = it->value_len,
                          .mod_revision = it->mod_revision,
                          .version = it->version};
-    return w->item_cb(&ti, w->item_data);
+    TK_ASSERT(it->key_len < SCAN_KEY_CAP);
+    memcpy(s->from, it->key, it->key_len);
+    s->from_len = it->key_len;
+    s->step_items++;
+    s->left--;
+    if (w->item_cb(&ti, w->item_data) != 0) {
+        s->user_stopped = true;
+        return 1;
+    }
+    return 0;
 }
 
 static void scan_cb(struct node_req *req, int status, struct kv_sm *sm, void *data)
 {
     (void)req;
     struct waiter *w = data;
+    struct scan_walk *s = w->scan;
+    s->more = false;
     if (status == 0) {
-        struct kv_range r = {
-            .start = w->prefix, .start_len = w->prefix_len, .by_prefix = true};
-        status = kv_sm_scan(sm, &r, w->limit, scan_item, w);
+        struct kv_range r = s->first;
+        if (s->started)
+            r = (struct kv_range){.start = s->from,
+                                  .start_len = s->from_len,
+                                  .end = s->end,
+                                  .end_len = s->end_len};
+        size_t lim = s->left < SCAN_STEP ? s->left : SCAN_STEP;
+        struct kv_scan_stop stop = {.key = s->stop_key, .cap = SCAN_KEY_CAP};
+        s->step_items = 0;
+        status = kv_sm_scan_bounded(sm, &r, lim, KV_SCAN_SKIP_MAX, scan_item, w, &stop);
+        if (status == 0 && !s->user_stopped && s->left > 0) {
+            if (stop.stopped) {
+                memcpy(s->from, stop.key, stop.key_len);
+                s->from_len = stop.key_len;
+            }
+            s->more = stop.stopped || s->step_items == lim;
+            if (s->more)
+                s->from[s->from_len++] = 0; /* just after the key read last */
+            s->started = true;
+        }
     }
     waiter_done(w, status);
+}
+
+/* The first key after every key with `prefix`: the prefix without its
+ * trailing 0xff bytes, its last byte plus one; none (NULL) if nothing is left. */
+static uint8_t *prefix_end(const uint8_t *prefix, size_t len, size_t *out_len)
+{
+    while (len > 0 && prefix[len - 1] == 0xff)
+        len--;
+    *out_len = len;
+    if (len == 0)
+        return NULL;
+    uint8_t *e = tk_malloc(len);
+    memcpy(e, prefix, len);
+    e[len - 1]++;
+    return e;
 }
 
 int tk_scan(struct tk_node *n, const void *prefix, size_t prefix_len, size_t limit,
             enum tk_consistency c, tk_item_cb *cb, void *data)
 {
-    if (cb == NULL)
+    if (cb == NULL || prefix_len >= SCAN_KEY_CAP)
         return TK_EINVAL;
-    struct waiter w;
-    waiter_init(&w, n);
-    w.prefix = prefix;
-    w.prefix_len = prefix_len;
-    w.limit = limit;
-    w.item_cb = cb;
-    w.item_data = data;
-    return read_wait(n, c, scan_cb, &w);
+    struct scan_walk s = {
+        .first = {.start = prefix, .start_len = prefix_len, .by_prefix = true},
+        .from = tk_malloc(SCAN_KEY_CAP + 1),
+        .stop_key = tk_malloc(SCAN_KEY_CAP),
+        .left = limit == 0 ? SIZE_MAX : limit};
+    s.end = prefix_end(prefix, prefix_len, &s.end_len);
+    int rc;
+    do {
+        struct waiter w;
+        waiter_init(&w, n);
+        w.item_cb = cb;
+        w.item_data = data;
+        w.scan = &s;
+        rc = read_wait(n, c, scan_cb, &w);
+    } while (rc == 0 && s.more);
+    tk_free(s.from);
+    tk_free(s.stop_key);
+    tk_free(s.end);
+    return rc;
 }
 
 /* ---- watch ------------------------------------------------------------- */

@@ -5,7 +5,9 @@
 # loopback, driven by the same load generator (`tierkv bench`). For each row
 # the two systems run back to back, so both see the same machine load.
 #
-# usage: scripts/bench-http.sh [build-dir]   (default: build)
+# usage: scripts/bench-http.sh [--plot FILE.svg] [build-dir]   (default: build)
+#        --plot draws throughput and p99 against connections, tierkvd beside
+#        etcd, one line per op (through build-dir's cmd/benchplot/bench-plot)
 # env:   BENCH_DURATION (5s), BENCH_RUNS (3: medians), BENCH_ROWS (the rows,
 #        "op:conns ..."; default "put:1 put:16 put:64 put:256 get:64"),
 #        BENCH_DIR (a scratch directory; default $TMPDIR or /tmp, named by the pid),
@@ -13,6 +15,12 @@
 # Prints one table (markdown) and keeps every JSON line in $BENCH_DIR/results.jsonl.
 set -uo pipefail
 
+plot=""
+if [ "${1:-}" = --plot ]; then
+    [ -n "${2:-}" ] || { echo "bench-http: --plot wants a file name" >&2; exit 2; }
+    plot=$2
+    shift 2
+fi
 build=${1:-build}
 bin="$build/cmd/tierkvd/tierkvd"
 cli="$build/cmd/tierkv/tierkv"
@@ -24,6 +32,8 @@ mkdir -p "$dir" || exit 1
 systems=${BENCH_SYSTEMS:-tierkv etcd}
 with_etcd=0
 case " $systems " in *" etcd "*) with_etcd=1 ;; esac
+plotter="$build/cmd/benchplot/bench-plot"
+[ -z "$plot" ] || [ -x "$plotter" ] || { echo "bench-http: $plotter not found" >&2; exit 1; }
 for f in "$bin" "$cli"; do
     [ -x "$f" ] || { echo "bench-http: $f not found; build first (make build)" >&2; exit 1; }
 done
@@ -139,3 +149,33 @@ errs = sum(r.get("errors", 0) for r in rows)
 print("\nerrors: %d in all rows" % errs)
 PY
 echo "JSON lines: $results"
+[ -n "$plot" ] || exit 0
+
+# The plot: bench-plot's statements from the JSON lines (cmd/benchplot/main.c).
+python3 - "$results" "$runs" "$dur" <<'PY' >"$dir/plot.spec"
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+print("title HTTP/JSON gateways, 3 nodes on loopback, 64 B values (%s runs of %s, medians)"
+      % (sys.argv[2], sys.argv[3]))
+print("panel 1 1 throughput|connections|ops/s")
+print("panel 1 1 latency p99|connections|milliseconds")
+names = {"tierkv": "tierkvd", "etcd": "etcd"}
+for panel, field in ((0, "ops_per_s"), (1, "p99_ms")):
+    seen = []
+    for r in rows:
+        k = (r["protocol"], r["op"])
+        if k not in seen:
+            seen.append(k)
+    for proto, op in seen:
+        print("series %d %s %s" % (panel, names.get(proto, proto),
+                                  "get (linearizable)" if op == "get" else op))
+        for r in sorted((r for r in rows if (r["protocol"], r["op"]) == (proto, op)),
+                        key=lambda r: r["connections"]):
+            print("point %d %g" % (r["connections"], r[field]))
+PY
+if "$plotter" "$plot" <"$dir/plot.spec"; then
+    echo "plot: $plot"
+else
+    echo "bench-http: the plot failed (spec in $dir/plot.spec)" >&2
+    exit 1
+fi

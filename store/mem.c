@@ -288,6 +288,8 @@ static int mem_save_meta(struct store *s, const struct store_meta_state *st,
     if (mask & STORE_META_IDS) {
         v->meta.cluster_id = st->cluster_id;
         v->meta.node_id = st->node_id;
+        v->meta.has_incarnation = st->has_incarnation;
+        memcpy(v->meta.incarnation, st->incarnation, sizeof(st->incarnation));
     }
     pthread_mutex_unlock(&v->mu);
     return 0;

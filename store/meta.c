@@ -61,6 +61,32 @@ static int get_config(const uint8_t *p, struct raft_config *c, bool allow_empty)
     return 0;
 }
 
+/* A snapshot configuration's learners, under a key of their own (so that a
+ * metadata file from before learners existed still reads): u32 count, then
+ * RAFT_LEARNERS_MAX u64 ids (zero past the count). */
+#define LEARNERS_BYTES (4 + 8 * RAFT_LEARNERS_MAX)
+
+static void put_learners(uint8_t *p, const struct raft_config *c)
+{
+    memset(p, 0, LEARNERS_BYTES);
+    store__put32(p, c->n_learners);
+    for (uint32_t i = 0; i < c->n_learners && i < RAFT_LEARNERS_MAX; i++)
+        store__put64(p + 4 + 8 * i, c->learners[i]);
+}
+
+static int get_learners(const uint8_t *p, struct raft_config *c)
+{
+    c->n_learners = store__get32(p);
+    if (c->n_learners > RAFT_LEARNERS_MAX)
+        return TK_ECORRUPT;
+    for (uint32_t i = 0; i < c->n_learners; i++) {
+        c->learners[i] = store__get64(p + 4 + 8 * i);
+        if (c->learners[i] == RAFT_NONE)
+            return TK_ECORRUPT;
+    }
+    return 0;
+}
+
 static int put(MDB_txn *txn, MDB_dbi dbi, const char *key, const void *val, size_t len)
 {
     MDB_val k = {.mv_size = strlen(key), .mv_data = (void *)key};
@@ -114,6 +140,12 @@ static int load(struct store_meta *m, struct store_meta_state *st, char *err,
         st->cluster_id = store__get64(b);
         st->node_id = store__get64(b + 8);
     }
+    if ((rc = get(txn, m->dbi, "incarnation", b, 16, &found, err, err_len)))
+        goto out;
+    if (found) {
+        st->has_incarnation = true;
+        memcpy(st->incarnation, b, 16);
+    }
     if ((rc = get(txn, m->dbi, "log_start", b, 16, &found, err, err_len)))
         goto out;
     if (found) {
@@ -144,6 +176,13 @@ static int load(struct store_meta *m, struct store_meta_state *st, char *err,
             store__errbuf(err, err_len, rc, "meta: bad snapshot config");
             goto out;
         }
+    }
+    if ((rc = get(txn, m->dbi, "snapshot_learners", b, LEARNERS_BYTES, &found, err,
+                  err_len)))
+        goto out;
+    if (found && (rc = get_learners(b, &st->snapshot.config)) != 0) {
+        store__errbuf(err, err_len, rc, "meta: bad snapshot learners");
+        goto out;
     }
 out:
     mdb_txn_abort(txn);
@@ -214,6 +253,8 @@ int store_meta_save(struct store_meta *m, const struct store_meta_state *st,
         store__put64(b, st->cluster_id);
         store__put64(b + 8, st->node_id);
         rc = put(txn, m->dbi, "ids", b, 16);
+        if (rc == 0 && st->has_incarnation)
+            rc = put(txn, m->dbi, "incarnation", st->incarnation, 16);
     }
     if (rc == 0 && (mask & STORE_META_LOG_START)) {
         store__put64(b, st->log_first);
@@ -229,6 +270,10 @@ int store_meta_save(struct store_meta *m, const struct store_meta_state *st,
         store__put64(b + 8, st->snapshot.term);
         put_config(b + 16, &st->snapshot.config);
         rc = put(txn, m->dbi, "snapshot", b, 16 + CONFIG_BYTES);
+        if (rc == 0) {
+            put_learners(b, &st->snapshot.config);
+            rc = put(txn, m->dbi, "snapshot_learners", b, LEARNERS_BYTES);
+        }
     }
     if (rc != 0) {
         mdb_txn_abort(txn);

@@ -120,6 +120,8 @@ void store__fill_boot(struct store *s, struct store_boot *boot)
     boot->bootstrap = s->meta.bootstrap;
     boot->cluster_id = s->meta.cluster_id;
     boot->node_id = s->meta.node_id;
+    boot->has_incarnation = s->meta.has_incarnation;
+    memcpy(boot->incarnation, s->meta.incarnation, sizeof(boot->incarnation));
     s->ops->bounds(s, &boot->first_index, &boot->last_index);
     uint64_t t = 0;
     if (boot->first_index > 1 && s->ops->term_at(s, boot->first_index - 1, &t) == 0)
@@ -627,6 +629,19 @@ int store_save_ids(struct store *s, uint64_t cluster_id, uint64_t node_id)
     struct store_meta_state st = s->meta;
     st.cluster_id = cluster_id;
     st.node_id = node_id;
+    int rc = save_meta(s, &st, STORE_META_IDS);
+    if (rc == 0)
+        s->meta = st;
+    pthread_mutex_unlock(&s->meta_mu);
+    return rc;
+}
+
+int store_save_incarnation(struct store *s, const uint8_t *inc)
+{
+    pthread_mutex_lock(&s->meta_mu);
+    struct store_meta_state st = s->meta;
+    st.has_incarnation = true;
+    memcpy(st.incarnation, inc, sizeof(st.incarnation));
     int rc = save_meta(s, &st, STORE_META_IDS);
     if (rc == 0)
         s->meta = st;

@@ -113,9 +113,11 @@ struct store_boot {
     struct raft_config bootstrap; /* valid when has_bootstrap */
     uint64_t cluster_id;          /* 0 when never set */
     uint64_t node_id;             /* 0 when never set */
-    uint64_t first_index;         /* first entry held (or to be held) */
-    uint64_t last_index;          /* first_index - 1 when empty */
-    uint64_t prev_term;           /* term of first_index - 1 (0 if none) */
+    bool has_incarnation;         /* the data directory's random id is set */
+    uint8_t incarnation[16];
+    uint64_t first_index; /* first entry held (or to be held) */
+    uint64_t last_index;  /* first_index - 1 when empty */
+    uint64_t prev_term;   /* term of first_index - 1 (0 if none) */
 };
 
 /* Opens (creating if needed) the store in directory `dir` and recovers it.
@@ -220,6 +222,10 @@ int store_save_hard_state(struct store *s, const struct raft_hard_state *hs);
 int store_save_snapshot(struct store *s, const struct raft_snapshot_meta *m);
 int store_save_bootstrap(struct store *s, const struct raft_config *c);
 int store_save_ids(struct store *s, uint64_t cluster_id, uint64_t node_id);
+/* The data directory's incarnation: 16 random bytes drawn once, when it is
+ * first initialized (node/), which tells a member's log from a new, empty one
+ * under the same node id. Saved with the ids. */
+int store_save_incarnation(struct store *s, const uint8_t *inc);
 
 /* Counters, for benchmarks and metrics. Any thread. */
 struct store_stats {

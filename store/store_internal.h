@@ -26,6 +26,8 @@ struct store_meta_state {
     struct raft_config bootstrap;
     uint64_t cluster_id;
     uint64_t node_id;
+    bool has_incarnation; /* saved with the ids (STORE_META_IDS) */
+    uint8_t incarnation[16];
     bool has_log_start;
     uint64_t log_first; /* first index of the log (entries before: gone) */
     uint64_t log_prev_term;

@@ -67,6 +67,9 @@ static void enc_meta(struct codec_enc *e, const struct raft_snapshot_meta *meta)
     memcpy(e->voters, meta->config.voters, sizeof(e->voters));
     e->config.n_voters = meta->config.n_voters;
     e->config.voters = e->voters;
+    memcpy(e->learners, meta->config.learners, sizeof(e->learners));
+    e->config.n_learners = meta->config.n_learners;
+    e->config.learners = e->learners;
     e->meta.config = &e->config;
 }
 
@@ -117,7 +120,8 @@ static int enc_snapshot(struct codec_enc *e, const struct raft_msg_snapshot *s,
                         uint64_t offset, size_t chunk_len)
 {
     size_t total = s->data ? s->data->len : 0;
-    if (s->meta.config.n_voters > RAFT_VOTERS_MAX)
+    if (s->meta.config.n_voters > RAFT_VOTERS_MAX ||
+        s->meta.config.n_learners > RAFT_LEARNERS_MAX)
         return TK_EINVAL;
     if (offset > total || chunk_len > total - offset)
         return TK_EINVAL;
@@ -313,12 +317,26 @@ static struct tk_blob *adopt_bytes(struct codec_dec *d, const ProtobufCBinaryDat
     return tk_blob_copy(bd->data, bd->len);
 }
 
+/* Whether `id` is already a voter or learner of `c` (codec.c calls no raft
+ * code: the fuzzer builds it alone). */
+static bool member_of(const struct raft_config *c, uint64_t id)
+{
+    for (uint32_t i = 0; i < c->n_voters; i++)
+        if (c->voters[i] == id)
+            return true;
+    for (uint32_t i = 0; i < c->n_learners; i++)
+        if (c->learners[i] == id)
+            return true;
+    return false;
+}
+
 static int dec_meta(const Tierkv__SnapshotMeta *pm, struct raft_snapshot_meta *out)
 {
     if (pm == NULL || pm->config == NULL)
         return TK_EPROTO;
     const Tierkv__Configuration *c = pm->config;
-    if (c->n_voters == 0 || c->n_voters > RAFT_VOTERS_MAX)
+    if (c->n_voters == 0 || c->n_voters > RAFT_VOTERS_MAX ||
+        c->n_learners > RAFT_LEARNERS_MAX)
         return TK_EPROTO;
     memset(out, 0, sizeof(*out));
     out->index = pm->index;
@@ -328,6 +346,12 @@ static int dec_meta(const Tierkv__SnapshotMeta *pm, struct raft_snapshot_meta *o
         if (c->voters[i] == RAFT_NONE)
             return TK_EPROTO;
         out->config.voters[i] = c->voters[i];
+    }
+    out->config.n_learners = (uint32_t)c->n_learners;
+    for (size_t i = 0; i < c->n_learners; i++) {
+        if (c->learners[i] == RAFT_NONE || member_of(&out->config, c->learners[i]))
+            return TK_EPROTO;
+        out->config.learners[i] = c->learners[i];
     }
     return 0;
 }
@@ -469,10 +493,13 @@ static bool meta_equal(const struct raft_snapshot_meta *a,
                        const struct raft_snapshot_meta *b)
 {
     if (a->index != b->index || a->term != b->term ||
-        a->config.n_voters != b->config.n_voters)
+        a->config.n_voters != b->config.n_voters ||
+        a->config.n_learners != b->config.n_learners)
         return false;
     return memcmp(a->config.voters, b->config.voters,
-                  a->config.n_voters * sizeof(a->config.voters[0])) == 0;
+                  a->config.n_voters * sizeof(a->config.voters[0])) == 0 &&
+           memcmp(a->config.learners, b->config.learners,
+                  a->config.n_learners * sizeof(a->config.learners[0])) == 0;
 }
 
 int codec__snap_feed(struct codec_snap *s, const struct raft_message *chunk,

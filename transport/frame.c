@@ -49,6 +49,8 @@ size_t frame__hello_write(uint8_t *out, const struct frame_hello *h)
     tk_put_le64(p + 17, h->node_id);
     memcpy(p + 25, h->nonce, FRAME_NONCE_BYTES);
     memcpy(p + 25 + FRAME_NONCE_BYTES, h->proof, FRAME_PROOF_BYTES);
+    memcpy(p + 25 + FRAME_NONCE_BYTES + FRAME_PROOF_BYTES, h->incarnation,
+           FRAME_INC_BYTES);
     frame__seal(out, p, 1 + FRAME_HELLO_BYTES);
     return FRAME_HEADER_BYTES + 1 + FRAME_HELLO_BYTES;
 }
@@ -73,5 +75,7 @@ int frame__hello_decode(const uint8_t *body, size_t len, struct frame_hello *out
     out->node_id = tk_get_le64(body + 16);
     memcpy(out->nonce, body + 24, FRAME_NONCE_BYTES);
     memcpy(out->proof, body + 24 + FRAME_NONCE_BYTES, FRAME_PROOF_BYTES);
+    memcpy(out->incarnation, body + 24 + FRAME_NONCE_BYTES + FRAME_PROOF_BYTES,
+           FRAME_INC_BYTES);
     return 0;
 }

@@ -8,6 +8,10 @@
  * steady state. Queued bytes per peer are bounded by send_queue_bytes: a send
  * that does not fit is refused with TK_EBUSY, unless the queue is empty (so a
  * single message larger than the bound, such as a big snapshot, can still go).
+ * Forwarded frames share the queue but may take only a quarter of the bound
+ * (FWD_QUEUE_SHARE; or one frame when none is queued or in flight), so a burst
+ * of forwarded writes can neither crowd Raft messages out (TK_EBUSY) nor hold
+ * a heartbeat behind more than that many bytes of forwards.
  * A uv_prepare and a uv_check handle, started only while there is something to
  * flush, write each peer's queue with one uv_write of up to WRITE_IOV_MAX
  * buffers; one write per peer is in flight at a time and the next flush follows
@@ -29,6 +33,8 @@
  *
  * Everything runs on the loop thread that created the transport. */
 #include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,11 +45,13 @@
 #include "base/err.h"
 #include "base/log.h"
 #include "base/prng.h"
+#include "tls/tls_uv.h"
 #include "transport/transport_internal.h"
 
 #define OBUF_BYTES (64u << 10)
 #define OBUF_FREE_MAX 8
 #define WRITE_IOV_MAX 64
+#define FWD_QUEUE_SHARE 4 /* forwarded frames: at most 1/4 of send_queue_bytes */
 #define RBUF_BYTES (64u << 10)
 #define INBOUND_MAX 256
 #define TCP_KEEPALIVE_S 10
@@ -53,6 +61,7 @@
 struct obuf {
     struct obuf *next;
     size_t cap, len;
+    size_t fwd; /* bytes of FRAME_KIND_FORWARD frames among the len */
     uint8_t data[];
 };
 
@@ -73,6 +82,7 @@ struct tcp_conn {
     int handles_open;
     enum conn_state state;
     uint64_t remote_id; /* after the handshake */
+    bool refuse;        /* our HELLO tells the dialer it is refused */
     bool pending;       /* inbound, not yet authenticated: counted in n_pending */
     uint64_t last_rx;   /* loop time of the last read (idle deadline) */
     uint8_t *rbuf;
@@ -87,6 +97,8 @@ struct tcp_conn {
     struct codec_snap snap;
     uint64_t snap_started; /* loop time of the reassembly's first chunk */
     size_t snap_charged;   /* snap.cap, as counted in tcp.snap_bytes */
+    struct tk_tls *tls;    /* peer TLS: the session; rbuf then holds plaintext */
+    uint8_t *tls_buf;      /* peer TLS: ciphertext as read (RBUF_BYTES) */
 };
 
 struct wreq {
@@ -117,6 +129,7 @@ struct tcp_peer {
     struct obuf *head, *tail;
     uint64_t queued_bytes; /* in the queue and in the write in flight */
     uint32_t queued_msgs;  /* in the queue only */
+    uint64_t fwd_bytes;    /* forward frames in the queue and in flight */
     struct wreq *inflight; /* &wreq while a write is in flight, else NULL */
     struct wreq wreq;
 };
@@ -165,6 +178,7 @@ static struct obuf *obuf_get(struct tcp *t, size_t need)
         t->n_free_obufs--;
         b->next = NULL;
         b->len = 0;
+        b->fwd = 0;
         return b;
     }
     size_t cap = need > OBUF_BYTES ? need : OBUF_BYTES;
@@ -172,6 +186,7 @@ static struct obuf *obuf_get(struct tcp *t, size_t need)
     b->next = NULL;
     b->cap = cap;
     b->len = 0;
+    b->fwd = 0;
     return b;
 }
 
@@ -193,6 +208,15 @@ static void obuf_put_list(struct tcp *t, struct obuf *b)
         obuf_put(t, b);
         b = next;
     }
+}
+
+/* Gives back the buffers of `b` that left p's queue (written, failed or
+ * dropped), and the forward bytes they held. */
+static void peer_put_list(struct tcp_peer *p, struct obuf *b)
+{
+    for (struct obuf *x = b; x != NULL; x = x->next)
+        p->fwd_bytes -= x->fwd;
+    obuf_put_list(p->t, b);
 }
 
 /* Room for `need` contiguous bytes at the queue's tail. */
@@ -218,7 +242,7 @@ static void peer_drop_queue(struct tcp_peer *p)
     size_t bytes = 0;
     for (struct obuf *x = b; x != NULL; x = x->next)
         bytes += x->len;
-    obuf_put_list(p->t, b);
+    peer_put_list(p, b);
     p->head = p->tail = NULL;
     p->queued_bytes -= bytes;
     p->t->base.stats.send_dropped += p->queued_msgs;
@@ -265,7 +289,7 @@ static void on_write(uv_write_t *req, int status)
     struct tcp_peer *p = w->peer;
     struct tcp *t = p->t;
     p->queued_bytes -= w->bytes;
-    obuf_put_list(t, w->bufs);
+    peer_put_list(p, w->bufs);
     if (p->inflight == w)
         p->inflight = NULL;
     if (status == 0) {
@@ -309,11 +333,14 @@ static void peer_flush(struct tcp_peer *p)
     p->inflight = w;
     p->last_tx = uv_now(p->t->loop);
     p->t->base.stats.writes++;
-    int rc = uv_write(&w->req, (uv_stream_t *)&p->conn->handle, w->iov, n, on_write);
+    uv_stream_t *st = (uv_stream_t *)&p->conn->handle;
+    int rc = p->conn->tls != NULL
+                 ? tk_tls_uv_write(p->conn->tls, st, w->iov, n, &w->req, on_write)
+                 : uv_write(&w->req, st, w->iov, n, on_write);
     if (rc != 0) {
         p->inflight = NULL;
         p->queued_bytes -= w->bytes;
-        obuf_put_list(p->t, w->bufs);
+        peer_put_list(p, w->bufs);
         p->t->base.stats.send_dropped += w->msgs;
         peer_lost(p, uv_strerror(rc));
     }
@@ -332,6 +359,15 @@ static struct tcp_peer *peer_find(struct tcp *t, uint64_t id)
 static bool queue_admits(const struct tcp_peer *p, uint64_t need)
 {
     return p->queued_bytes == 0 || p->queued_bytes + need <= p->t->o.send_queue_bytes;
+}
+
+/* Forwarded frames may fill only a share of the queue (one frame, however
+ * large, when none is queued), so that Raft messages, heartbeats and votes
+ * first, always find room and never wait behind more than that share. */
+static bool forward_admits(const struct tcp_peer *p, uint64_t need)
+{
+    uint64_t cap = p->t->o.send_queue_bytes / FWD_QUEUE_SHARE;
+    return queue_admits(p, need) && (p->fwd_bytes == 0 || p->fwd_bytes + need <= cap);
 }
 
 /* Frames the prepared message at the queue's tail: room for its size bound is
@@ -427,7 +463,7 @@ static int tcp_send_forward(struct transport *base, uint64_t to, const uint8_t *
     if (len >= t->o.frame_max)
         return TK_ETOOBIG;
     size_t frame = FRAME_HEADER_BYTES + 1 + len;
-    if (!queue_admits(p, frame)) {
+    if (!forward_admits(p, frame)) {
         base->stats.send_busy++;
         return TK_EBUSY;
     }
@@ -436,6 +472,8 @@ static int tcp_send_forward(struct transport *base, uint64_t to, const uint8_t *
     if (len != 0)
         memcpy(f + FRAME_HEADER_BYTES + 1, buf, len);
     frame__seal(f, f + FRAME_HEADER_BYTES, (uint32_t)(1 + len));
+    p->tail->fwd += frame; /* peer_reserve put the frame in the tail */
+    p->fwd_bytes += frame;
     p->queued_bytes += frame;
     p->queued_msgs++;
     base->stats.fwd_sent++;
@@ -469,6 +507,8 @@ static void conn_closed(uv_handle_t *h)
         codec__dec_destroy(&c->dec);
         codec__snap_destroy(&c->snap);
         tk_free(c->rbuf);
+        tk_tls_free(c->tls);
+        tk_free(c->tls_buf);
         tk_free(c);
     }
     tcp_handle_gone(t);
@@ -530,6 +570,10 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 {
     (void)suggested;
     struct tcp_conn *c = h->data;
+    if (c->tls_buf != NULL) {
+        *buf = uv_buf_init((char *)c->tls_buf, RBUF_BYTES); /* ciphertext */
+        return;
+    }
     size_t want = RBUF_BYTES;
     if (c->rlen >= FRAME_HEADER_BYTES && c->state == CONN_UP) {
         /* Make room for the whole frame being read (its length was checked
@@ -581,7 +625,10 @@ static bool conn_proof_ok(struct tcp_conn *c, uint8_t label, const uint8_t *proo
 static void conn_write(struct tcp_conn *c, uv_write_t *req, uint8_t *buf, size_t n)
 {
     uv_buf_t b = uv_buf_init((char *)buf, (unsigned)n);
-    int rc = uv_write(req, (uv_stream_t *)&c->handle, &b, 1, on_hello_written);
+    int rc = c->tls != NULL
+                 ? tk_tls_uv_write(c->tls, (uv_stream_t *)&c->handle, &b, 1, req,
+                                   on_hello_written)
+                 : uv_write(req, (uv_stream_t *)&c->handle, &b, 1, on_hello_written);
     if (rc != 0)
         TK_LOG(TK_LOG_WARN, c->t->base.id, 0, "handshake write failed: %s",
                uv_strerror(rc));
@@ -593,6 +640,8 @@ static int send_hello(struct tcp_conn *c)
     struct tcp *t = c->t;
     struct frame_hello h = {.cluster_id = t->o.cluster_id, .node_id = t->base.id};
     h.flags = t->token != NULL ? FRAME_HELLO_F_TOKEN : 0;
+    h.flags |= c->refuse ? FRAME_HELLO_F_REFUSED : 0;
+    memcpy(h.incarnation, t->o.incarnation, FRAME_INC_BYTES);
     if (auth__nonce(c->nonce_self) != 0)
         return TK_EIO;
     memcpy(h.nonce, c->nonce_self, FRAME_NONCE_BYTES);
@@ -620,11 +669,26 @@ static const char *hello_check(struct tcp_conn *c, const uint8_t *body, size_t l
     if (c->peer != NULL && h->node_id != c->peer->id)
         return "node id mismatch: a different node answers at this address";
     const char *why = NULL;
-    if (c->peer == NULL && peer_find(t, h->node_id) == NULL)
+    char name[32];
+    snprintf(name, sizeof(name), "node-%llu", (unsigned long long)h->node_id);
+    if (c->peer == NULL && peer_find(t, h->node_id) == NULL &&
+        (t->base.cbs.member == NULL ||
+         !t->base.cbs.member(&t->base, h->node_id, t->base.cbs.data)))
         why = "the node id is not a member";
+    else if (c->tls != NULL && !tk_tls_peer_has_name(c->tls, name))
+        why = "the peer's certificate does not name the node id it claims";
     else if (((h->flags & FRAME_HELLO_F_TOKEN) != 0) != (t->token != NULL))
         why = t->token != NULL ? "the peer has no cluster token"
                                : "the peer wants a cluster token and we have none";
+    if (why == NULL && t->base.cbs.incarnation != NULL &&
+        !t->base.cbs.incarnation(&t->base, h->node_id, h->incarnation, t->base.cbs.data))
+        why = "the node's data directory is not the one this cluster knows for its id "
+              "(an amnesiac: remove it and add it as a new member)";
+    if (why == NULL && c->peer != NULL && (h->flags & FRAME_HELLO_F_REFUSED)) {
+        why = "the peer refused this node's data directory (incarnation)";
+        if (t->base.cbs.refused != NULL)
+            t->base.cbs.refused(&t->base, h->node_id, t->base.cbs.data);
+    }
     if (why != NULL) {
         t->base.stats.auth_failed++;
         return why;
@@ -687,6 +751,15 @@ static const char *conn_handshake(struct tcp_conn *c, uint8_t kind, const uint8_
         return "first frame is not a hello";
     struct frame_hello h;
     const char *why = hello_check(c, body, len, &h);
+    if (why != NULL && c->peer == NULL && h.node_id != RAFT_NONE &&
+        strstr(why, "amnesiac") != NULL) {
+        /* Tell the dialer why before closing (its HELLO was read: nothing
+         * unread, so the close sends no reset). */
+        c->remote_id = h.node_id;
+        memcpy(c->nonce_peer, h.nonce, FRAME_NONCE_BYTES);
+        c->refuse = true;
+        (void)send_hello(c);
+    }
     if (why != NULL)
         return why;
     if (c->peer == NULL) {
@@ -802,9 +875,63 @@ static const char *conn_frame(struct tcp_conn *c, const uint8_t *payload, uint32
     return why;
 }
 
+static void conn_input(struct tcp_conn *c, size_t n);
+
+/* Peer TLS: the handshake is done. A dialer says HELLO now (an acceptor
+ * waits for the dialer's). Returns NULL or why to close. */
+static const char *conn_tls_ready(struct tcp_conn *c)
+{
+    uv_timer_stop(&c->timer);
+    if (c->peer != NULL) {
+        uv_timer_start(&c->timer, on_conn_timeout, c->t->o.io_timeout_ms, 0);
+        if (send_hello(c) != 0)
+            return "cannot make a nonce";
+    } else {
+        uv_timer_start(&c->timer, on_conn_timeout, c->t->o.handshake_timeout_ms, 0);
+    }
+    return NULL;
+}
+
+/* Peer TLS: ciphertext in; the TLS handshake, then the plaintext appended to
+ * rbuf a record at a time and parsed (a partial record waits in the session). */
+static void conn_tls_in(struct tcp_conn *c, const uint8_t *data, size_t len)
+{
+    struct tcp *t = c->t;
+    const char *why = NULL;
+    bool was_ready = tk_tls_handshake_done(c->tls);
+    if (tk_tls_feed(c->tls, data, len) != 0)
+        why = "too many undecrypted TLS bytes";
+    int h = why != NULL || was_ready ? 1 : tk_tls_handshake(c->tls);
+    if (why == NULL && h < 0) {
+        t->base.stats.auth_failed++;
+        why = tk_tls_error(c->tls);
+    }
+    (void)tk_tls_uv_flush(c->tls, (uv_stream_t *)&c->handle); /* handshake or alert */
+    if (why == NULL && h == 1 && !was_ready)
+        why = conn_tls_ready(c);
+    while (why == NULL && c->state != CONN_CLOSING && !t->closing) {
+        if (c->rcap - c->rlen < 16384) {
+            c->rcap = c->rlen + RBUF_BYTES;
+            c->rbuf = tk_realloc(c->rbuf, c->rcap);
+        }
+        ssize_t n = tk_tls_read(c->tls, c->rbuf + c->rlen, c->rcap - c->rlen);
+        if (n == 0)
+            break;
+        if (n < 0)
+            why = n == TK_ECLOSED ? "the peer closed the TLS session"
+                                  : tk_tls_error(c->tls);
+        else
+            conn_input(c, (size_t)n);
+    }
+    if (why != NULL && c->state != CONN_CLOSING) {
+        char msg[TK_TLS_ERR_MAX];
+        snprintf(msg, sizeof(msg), "%s", why); /* the session goes with the conn */
+        conn_bad(c, msg);
+    }
+}
+
 static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 {
-    (void)buf;
     struct tcp_conn *c = s->data;
     struct tcp *t = c->t;
     if (c->state == CONN_CLOSING)
@@ -819,9 +946,19 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
         }
         return;
     }
-    c->rlen += (size_t)nread;
     c->last_rx = uv_now(t->loop);
     t->base.stats.bytes_received += (uint64_t)nread;
+    if (c->tls != NULL)
+        conn_tls_in(c, (const uint8_t *)buf->base, (size_t)nread);
+    else
+        conn_input(c, (size_t)nread);
+}
+
+/* `n` more bytes are in rbuf (after rlen): every complete frame is handled. */
+static void conn_input(struct tcp_conn *c, size_t n)
+{
+    struct tcp *t = c->t;
+    c->rlen += n;
     size_t off = 0;
     while (c->state != CONN_CLOSING && !t->closing) {
         const uint8_t *payload;
@@ -922,6 +1059,26 @@ static void on_tick(uv_timer_t *timer)
     }
 }
 
+/* Keepalive notices a peer that vanished without a FIN on an idle
+ * connection; TCP_USER_TIMEOUT one that vanished while data was in flight
+ * (Raft's heartbeats keep some in flight): the kernel drops the connection
+ * when sent data stays unacknowledged for io_timeout_ms, instead of
+ * retransmitting for ~15 minutes. Then the link redials, and a peer named by a
+ * host name is resolved again: a container that came back at another address
+ * (deploy/docker-compose.yml) is found within seconds. */
+static void conn_liveness(struct tcp *t, struct tcp_conn *c)
+{
+    uv_tcp_keepalive(&c->handle, 1, TCP_KEEPALIVE_S);
+#ifdef TCP_USER_TIMEOUT
+    uv_os_fd_t fd;
+    unsigned ms = t->o.io_timeout_ms;
+    if (uv_fileno((uv_handle_t *)&c->handle, &fd) == 0)
+        (void)setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &ms, sizeof(ms));
+#else
+    (void)t;
+#endif
+}
+
 static void on_connection(uv_stream_t *server, int status)
 {
     struct tcp *t = server->data;
@@ -947,8 +1104,12 @@ static void on_connection(uv_stream_t *server, int status)
         return;
     }
     uv_tcp_nodelay(&c->handle, 1);
-    uv_tcp_keepalive(&c->handle, 1, TCP_KEEPALIVE_S);
+    conn_liveness(t, c);
     c->state = CONN_HANDSHAKE;
+    if (t->o.tls_server != NULL) {
+        c->tls = tk_tls_new(t->o.tls_server, NULL); /* the name is checked at HELLO */
+        c->tls_buf = tk_malloc(RBUF_BYTES);
+    }
     uv_timer_start(&c->timer, on_conn_timeout, t->o.handshake_timeout_ms, 0);
     uv_read_start((uv_stream_t *)&c->handle, on_alloc, on_read);
 }
@@ -1000,9 +1161,17 @@ static void on_connect(uv_connect_t *req, int status)
         return;
     }
     c->state = CONN_HANDSHAKE;
-    /* Notice a peer that vanished without a FIN on an idle connection. */
-    uv_tcp_keepalive(&c->handle, 1, TCP_KEEPALIVE_S);
-    if (send_hello(c) != 0) {
+    conn_liveness(p->t, c);
+    if (p->t->o.tls_client != NULL) {
+        /* Peer TLS: the ClientHello now, our HELLO once TLS is up. */
+        c->tls = tk_tls_new(p->t->o.tls_client, NULL);
+        c->tls_buf = tk_malloc(RBUF_BYTES);
+        if (tk_tls_handshake(c->tls) < 0 ||
+            tk_tls_uv_flush(c->tls, (uv_stream_t *)&c->handle) != 0) {
+            peer_lost(p, "cannot start TLS");
+            return;
+        }
+    } else if (send_hello(c) != 0) {
         peer_lost(p, "cannot make a nonce");
         return;
     }
@@ -1281,7 +1450,7 @@ int transport_tcp_new(uv_loop_t *loop, const struct transport_tcp_options *opts,
     if (opts->id == RAFT_NONE || cbs == NULL || cbs->recv == NULL)
         return TK_EINVAL;
     struct transport_tcp_options o = *opts;
-    if (options_fill(&o) != 0)
+    if (options_fill(&o) != 0 || (o.tls_server == NULL) != (o.tls_client == NULL))
         return TK_EINVAL;
     struct sockaddr_storage addr;
     if (o.listen_host != NULL && parse_addr(o.listen_host, o.listen_port, &addr) != 0)

@@ -45,13 +45,27 @@ typedef void transport_peer_cb(struct transport *t, uint64_t id, bool up, void *
  * valid only during the call. */
 typedef void transport_forward_cb(struct transport *t, uint64_t from, const uint8_t *buf,
                                   size_t len, void *data);
+/* TCP handshake: peer `id` presents the data-directory incarnation `inc`
+ * (16 bytes, all zero when it has none). Return false to refuse it (the
+ * connection closes; an inbound dialer is told, see `refused`). */
+typedef bool transport_incarnation_cb(struct transport *t, uint64_t id,
+                                      const uint8_t *inc, void *data);
+/* TCP: may node `id`, which is not an added peer (no address known yet),
+ * connect to us? (A member added at run time whose address record this node
+ * has not applied yet: it must be heard to learn it.) */
+typedef bool transport_member_cb(struct transport *t, uint64_t id, void *data);
+/* TCP: peer `by` refused this node's incarnation in the handshake. */
+typedef void transport_refused_cb(struct transport *t, uint64_t by, void *data);
 /* The transport is closed; called once, after which `t` is freed. */
 typedef void transport_close_cb(struct transport *t, void *data);
 
 struct transport_callbacks {
     transport_recv_cb *recv;
-    transport_peer_cb *peer;       /* may be NULL */
-    transport_forward_cb *forward; /* may be NULL: forwarded bytes are dropped */
+    transport_peer_cb *peer;               /* may be NULL */
+    transport_forward_cb *forward;         /* may be NULL: forwarded bytes are dropped */
+    transport_incarnation_cb *incarnation; /* may be NULL: every one accepted */
+    transport_refused_cb *refused;         /* may be NULL */
+    transport_member_cb *member;           /* may be NULL: added peers only */
     void *data;
 };
 
@@ -170,10 +184,14 @@ void transport_inproc_heal(struct transport_inproc_hub *hub);
  *
  * One connection per peer direction: we dial each peer and send on that
  * connection; peers dial us and we receive on the accepted ones. The handshake
- * (protocol version 2; a version-1 peer is refused, so a cluster upgrades by
+ * (protocol version 3; an older peer is refused, so a cluster upgrades by
  * restarting every node) is three frames: the dialer's HELLO (magic, version,
- * cluster id, node id, a 32-byte random nonce); the acceptor's HELLO (the
- * same, its own nonce, and its proof); the dialer's AUTH (its proof). With a
+ * cluster id, node id, a 32-byte random nonce, its data directory's 16-byte
+ * incarnation); the acceptor's HELLO (the same, its own nonce, and its
+ * proof); the dialer's AUTH (its proof). Each side asks its node whether the
+ * other's incarnation is the one known for that id (callbacks.incarnation); a
+ * refused dialer gets the acceptor's HELLO with FRAME_HELLO_F_REFUSED before
+ * the close (callbacks.refused tells its node). With a
  * cluster token (peer_token), a proof is an HMAC-SHA256 of the token over a
  * direction label, the cluster id, both ids and both nonces, compared in
  * constant time: each side proves it knows the token, and no recorded proof
@@ -183,21 +201,25 @@ void transport_inproc_heal(struct transport_inproc_hub *hub);
  * or neither (then anyone who can reach the port may claim a member id).
  *
  * An inbound connection must name a peer added with transport_tcp_add_peer
- * (the members); anything else is refused. It counts as pending until its
- * AUTH is checked: pending ones have handshake_timeout_ms to finish, and at
- * most TRANSPORT_TCP_PENDING_MAX of them exist (a new one evicts the oldest),
- * so silent sockets cannot starve a real peer. Once authenticated it replaces
- * any older inbound connection of the same id, and is closed after
- * idle_timeout_ms without a frame (dialers send a PING on an idle link).
- * Raft messages whose `from` is not the authenticated id are dropped and
- * counted (msgs_spoofed). Snapshot reassembly is bounded per connection
- * (snapshot_max), in total (snapshot_total_max) and in time
+ * or one callbacks.member accepts (the members); anything else is refused. It counts as
+ * pending until its AUTH is checked: pending ones have handshake_timeout_ms to finish,
+ * and at most TRANSPORT_TCP_PENDING_MAX of them exist (a new one evicts the oldest), so
+ * silent sockets cannot starve a real peer. Once authenticated it replaces any older
+ * inbound connection of the same id, and is closed after idle_timeout_ms without a frame
+ * (dialers send a PING on an idle link). Raft messages whose `from` is not the
+ * authenticated id are dropped and counted (msgs_spoofed). Snapshot reassembly is bounded
+ * per connection (snapshot_max), in total (snapshot_total_max) and in time
  * (snapshot_timeout_ms from its first chunk). A mismatch closes the
  * connection with a logged reason and counts it in conns_bad.
  *
  * Sends are framed into a per-peer buffer; everything queued during one loop
  * turn leaves in one uv_write of iovecs. The queued bytes per peer are bounded
- * (send_queue_bytes); a full queue refuses with TK_EBUSY. A lost or refused
+ * (send_queue_bytes); a full queue refuses with TK_EBUSY. Forwarded bytes
+ * (transport_send_forward) may fill only a quarter of it (one frame, however
+ * large, when no forwarded frame is queued or being written): beyond that a
+ * forward is refused with TK_EBUSY, so Raft messages always find room and a
+ * heartbeat waits behind at most max(send_queue_bytes / 4, one frame) bytes
+ * of forwards. A lost or refused
  * connection is redialed with exponential backoff (backoff_min_ms doubling up
  * to backoff_max_ms) with jitter (a uniform factor in [0.5, 1]). Bad input on
  * any connection (bad CRC, oversized length, garbage, a frame not completed
@@ -223,6 +245,14 @@ struct transport_tcp_options {
     uint32_t idle_timeout_ms;      /* inbound, authenticated; 0 = 60000 */
     uint32_t snapshot_timeout_ms;  /* one snapshot's reassembly; 0 = 600000 */
     uint64_t snapshot_total_max;   /* all reassemblies; 0 = snapshot_max */
+    /* Peer mutual TLS (tls/tls.h; borrowed, they outlive the transport):
+     * both set, or neither. Every connection is TLS, both sides show a
+     * certificate chaining to the context's CA, and a peer's certificate must
+     * name "node-<id>" (a DNS SAN, or the CN without one) for the id its
+     * HELLO claims. Beside a peer_token or instead of it. */
+    struct tk_tls_ctx *tls_server; /* for inbound connections */
+    struct tk_tls_ctx *tls_client; /* for the connections we dial */
+    uint8_t incarnation[16];       /* this node's data directory's; sent in HELLO */
 };
 
 #define TRANSPORT_TCP_TOKEN_MIN 16

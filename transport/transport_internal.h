@@ -5,7 +5,7 @@
  * Wire format. A frame is [u32 length][u32 crc32c][payload], both integers
  * little-endian, `length` counting the payload only and the CRC covering the
  * payload only. The payload's first byte is the frame kind:
- *   FRAME_KIND_HELLO   the handshake: a fixed 88-byte body (frame__hello_*),
+ *   FRAME_KIND_HELLO   the handshake: a fixed 104-byte body (frame__hello_*),
  *   FRAME_KIND_AUTH    the dialer's proof, 32 bytes, ending the handshake,
  *   FRAME_KIND_RAFT    a tierkv.RaftMessage (codec.c),
  *   FRAME_KIND_FORWARD opaque bytes of transport_send_forward (the node
@@ -17,7 +17,11 @@
  * Handshake (version 2): dialer -> HELLO(nonce_d); acceptor -> HELLO(nonce_a,
  * proof_a); dialer -> AUTH(proof_d). Proofs are auth__proof (auth.c); with no
  * cluster token on either side (flag FRAME_HELLO_F_TOKEN clear) they are zero
- * and not checked. A version-1 HELLO is refused. */
+ * and not checked. Version 3 added the sender's data-directory incarnation
+ * (16 bytes after the proof) and the flag FRAME_HELLO_F_REFUSED: an acceptor
+ * whose node refuses the dialer's incarnation (a member id whose data
+ * directory was wiped: an amnesiac) answers with its HELLO carrying that
+ * flag and closes, so the dialer learns why. Older HELLOs are refused. */
 #ifndef TK_TRANSPORT_INTERNAL_H
 #define TK_TRANSPORT_INTERNAL_H
 
@@ -57,12 +61,15 @@ enum frame_kind {
 };
 
 #define FRAME_HELLO_MAGIC 0x564b4b54u /* "TKKV" little-endian */
-#define FRAME_HELLO_VERSION 2u
+#define FRAME_HELLO_VERSION 3u
 #define FRAME_NONCE_BYTES 32u
 #define FRAME_PROOF_BYTES 32u
-/* magic u32, version u16, flags u16, cluster u64, node u64, nonce, proof */
-#define FRAME_HELLO_BYTES (24u + FRAME_NONCE_BYTES + FRAME_PROOF_BYTES)
-#define FRAME_HELLO_F_TOKEN 0x1u /* the sender proves a cluster token */
+#define FRAME_INC_BYTES 16u
+/* magic u32, version u16, flags u16, cluster u64, node u64, nonce, proof,
+ * incarnation */
+#define FRAME_HELLO_BYTES (24u + FRAME_NONCE_BYTES + FRAME_PROOF_BYTES + FRAME_INC_BYTES)
+#define FRAME_HELLO_F_TOKEN 0x1u   /* the sender proves a cluster token */
+#define FRAME_HELLO_F_REFUSED 0x2u /* acceptor: your incarnation is refused */
 
 struct frame_hello {
     uint32_t magic;
@@ -72,6 +79,7 @@ struct frame_hello {
     uint64_t node_id;
     uint8_t nonce[FRAME_NONCE_BYTES];
     uint8_t proof[FRAME_PROOF_BYTES]; /* zero in the dialer's HELLO */
+    uint8_t incarnation[FRAME_INC_BYTES];
 };
 
 /* Fills the 8-byte header at `hdr` for the `len` payload bytes at `payload`. */
@@ -128,6 +136,7 @@ struct codec_enc {
     Tierkv__SnapshotMeta meta;
     Tierkv__Configuration config;
     uint64_t voters[RAFT_VOTERS_MAX];
+    uint64_t learners[RAFT_LEARNERS_MAX];
     Tierkv__Entry *ents;
     Tierkv__Entry **ent_ptrs;
     size_t ents_cap;

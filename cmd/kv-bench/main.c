@@ -22,7 +22,9 @@
  * it) times that op alone, after the same setup, for a profiler.
  * --append-only opens the sm with kv_config.append_only (every write appends
  * a record; by default an overwrite of a hot key with a value of the same
- * length rewrites its record in place). */
+ * length rewrites its record in place). --plot FILE.svg draws ns/op against
+ * the key count, tierkv beside LMDB, reads and writes in two panels
+ * (bench_plot.h). */
 #include <inttypes.h>
 #include <lmdb.h>
 #include <stdio.h>
@@ -37,6 +39,7 @@
 #include "base/err.h"
 #include "base/hist.h"
 #include "base/prng.h"
+#include "cmd/benchplot/bench_plot.h"
 #include "kv.pb-c.h"
 #include "kv/kv.h"
 
@@ -635,11 +638,50 @@ static void run_scale(uint64_t n_keys, struct row rows[N_OPS], double *cold_p50,
     rm_dir(dir);
 }
 
+/* --plot: ns/op against keys, tierkv (solid) beside LMDB, per op. */
+static int plot_rows(const char *path, int n_scales, const uint64_t scales[],
+                     struct row rows[][N_OPS])
+{
+    static const int panel_of[N_OPS] = {0, 0, 1, 1, 1, -1, 0, -1, 0, 1};
+    static struct bench_plot p;
+    bench_plot_init(&p, quick ? "kv-bench --quick: 8 B keys and values, random access"
+                              : "kv-bench: 8 B keys and values, random access");
+    bench_plot_panel(&p, "reads", "keys", "thread-CPU ns per op", true, true);
+    bench_plot_panel(&p, "writes", "keys", "thread-CPU ns per op", true, true);
+    int colors[2] = {0, 0}; /* per panel: an op's pair shares a colour */
+    for (int op = 0; op < N_OPS; op++) {
+        if (panel_of[op] < 0)
+            continue;
+        int color = ++colors[panel_of[op]];
+        char name[64];
+        snprintf(name, sizeof(name), "tierkv %s", op_names[op]);
+        int kv = bench_plot_series(&p, panel_of[op], name);
+        snprintf(name, sizeof(name), "LMDB %s", op_names[op]);
+        int lm = bench_plot_series(&p, panel_of[op], name);
+        bench_plot_series_look(&p, kv, color, false); /* LMDB: same colour, dashed */
+        bench_plot_series_look(&p, lm, color, true);
+        for (int sc = 0; sc < n_scales; sc++) {
+            bench_plot_point(&p, kv, (double)scales[sc], rows[sc][op].kv_ns);
+            bench_plot_point(&p, lm, (double)scales[sc], rows[sc][op].lmdb_ns);
+        }
+    }
+    int rc = bench_plot_write(&p, path);
+    bench_plot_free(&p);
+    if (rc == 0)
+        fprintf(stderr, "kv-bench: plot written to %s\n", path);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
+    const char *plot_path = NULL;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--quick") == 0) {
             quick = true;
+            continue;
+        }
+        if (strcmp(argv[i], "--plot") == 0 && i + 1 < argc) {
+            plot_path = argv[++i];
             continue;
         }
         if (strcmp(argv[i], "--append-only") == 0) {
@@ -654,8 +696,8 @@ int main(int argc, char **argv)
             if (only >= 0)
                 continue;
         }
-        fprintf(stderr,
-                "usage: kv-bench [--quick] [--append-only] [--only '<op name>']\n");
+        fprintf(stderr, "usage: kv-bench [--quick] [--append-only] [--only '<op name>'] "
+                        "[--plot FILE.svg]\n");
         return 2;
     }
     if (quick)
@@ -719,5 +761,7 @@ int main(int argc, char **argv)
         printf(",\"cold_get_p50_ns_10m\":%.1f}\n", cold_p50[2]);
     else
         printf(",\"cold_get_p50_ns_10m\":null}\n");
+    if (plot_path != NULL)
+        return plot_rows(plot_path, n_scales, scales, rows) == 0 ? 0 : 1;
     return 0;
 }

@@ -16,7 +16,10 @@
  * (16), RAFT_PROBE_ONE_LOOP=1 (in-process: all three nodes on one loop thread).
  * Last line: the longest loop turn the nodes logged (they log those over 100 ms).
  * `--all` runs inproc-applied, tcp-applied and tcp-committed alternately
- * three times and reports medians. Prints a table and one JSON line per shape. */
+ * three times and reports medians. Prints a table and one JSON line per shape.
+ * --plot FILE.svg draws each pipelined round's throughput against the time
+ * it ended, one line per shape (with --all, its first run), and the sustained
+ * throughput as a dashed line (bench_plot.h). */
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -33,6 +36,7 @@
 #include "base/err.h"
 #include "base/hist.h"
 #include "base/log.h"
+#include "cmd/benchplot/bench_plot.h"
 #include "include/tierkv.h"
 
 struct shape {
@@ -312,6 +316,34 @@ static void on_done(int status, const struct tk_write_result *res, void *data)
     }
 }
 
+static const char *plot_path; /* --plot */
+static struct bench_plot plot;
+
+static void shape_name(const struct shape *sh, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "%s/%s/%s", sh->net, sh->committed ? "committed" : "applied",
+             sh->store);
+}
+
+/* --plot: the rounds of a shape's first run. */
+static void plot_rounds(const struct shape *sh, const double *rate, const double *end,
+                        size_t n, double sustained)
+{
+    char name[64];
+    shape_name(sh, name, sizeof(name));
+    if (plot_path == NULL)
+        return;
+    for (size_t i = 0; i < plot.n_series; i++)
+        if (strcmp(plot.series[i].name, name) == 0)
+            return;
+    int s = bench_plot_series(&plot, 0, name);
+    for (size_t i = 0; i < n; i++)
+        bench_plot_point(&plot, s, end[i], rate[i]);
+    char line[96];
+    snprintf(line, sizeof(line), "%s sustained", name);
+    bench_plot_hline(&plot, 0, line, sustained);
+}
+
 static int run_shape(const struct shape *sh, struct result *out, bool tty)
 {
     memset(out, 0, sizeof(*out));
@@ -420,6 +452,7 @@ static int run_shape(const struct shape *sh, struct result *out, bool tty)
         fprintf(stderr, "\r%70s\r", "");
     out->entries = entries;
     out->sustained = (double)entries / wall;
+    plot_rounds(sh, rounds, round_end, n_rounds, out->sustained); /* quantile sorts */
     out->round_median = quantile(rounds, n_rounds, 0.5);
     out->round_p10 = quantile(rounds, n_rounds, 0.1);
     out->round_p90 = quantile(rounds, n_rounds, 0.9);
@@ -537,14 +570,27 @@ static void median_result(struct result *runs, int n, struct result *out)
 #undef MED
 }
 
+static int plot_finish(void)
+{
+    if (plot_path == NULL)
+        return 0;
+    int rc = bench_plot_write(&plot, plot_path);
+    bench_plot_free(&plot);
+    if (rc == 0)
+        fprintf(stderr, "raft-perf-probe: plot written to %s\n", plot_path);
+    return rc == 0 ? 0 : 1;
+}
+
 int main(int argc, char **argv)
 {
     bool all = false;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--all") == 0) {
             all = true;
+        } else if (strcmp(argv[i], "--plot") == 0 && i + 1 < argc) {
+            plot_path = argv[++i];
         } else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-            printf("usage: raft-perf-probe [--all]\n"
+            printf("usage: raft-perf-probe [--all] [--plot FILE.svg]\n"
                    "environment: RAFT_PROBE_SECONDS=5 RAFT_PROBE_NET=inproc|tcp "
                    "RAFT_PROBE_COMMITTED=0|1\n"
                    "  RAFT_PROBE_ROUNDS RAFT_PROBE_HOLD RAFT_PROBE_INFLIGHT=800 "
@@ -566,6 +612,12 @@ int main(int argc, char **argv)
     tk_log_set_level(lvl);
     tk_log_set_sink(probe_log_sink, NULL);
     bool tty = isatty(2);
+    if (plot_path != NULL) {
+        bench_plot_init(&plot, all ? "raft-perf-probe --all: pipelined rounds, 3 nodes"
+                                   : "raft-perf-probe: pipelined rounds, 3 nodes");
+        bench_plot_panel(&plot, "throughput of each round (puts in flight / round time)",
+                         "seconds into the run", "puts/s", false, false);
+    }
     const char *store = getenv("RAFT_PROBE_STORE");
     if (store == NULL || (strcmp(store, "fs") != 0 && strcmp(store, "mem") != 0))
         store = "mem";
@@ -581,7 +633,7 @@ int main(int argc, char **argv)
         print_row(&sh, &r);
         print_json(&sh, &r, 1);
         print_slow_turns();
-        return 0;
+        return plot_finish();
     }
     const struct shape shapes[3] = {
         {"inproc", false, store}, {"tcp", false, store}, {"tcp", true, store}};
@@ -599,5 +651,5 @@ int main(int argc, char **argv)
     for (int s = 0; s < 3; s++)
         print_json(&shapes[s], &med[s], 3);
     print_slow_turns();
-    return 0;
+    return plot_finish();
 }

@@ -17,7 +17,12 @@
  * line. --quick shortens everything (a smoke run under 30 s; the 5M and
  * 1 GiB figures then come from smaller logs and say so in the JSON).
  *
- * Usage: store-bench [--quick] [--dir DIR] [--runs N] [--recovery-only] */
+ * --plot FILE.svg draws the fs figures for 64 B entries (bench_plot.h):
+ * entries/s and p99 against batch size, one line per appender shape, with
+ * the 4 KiB append + fdatasync floor (p50 and p99) drawn on the latency panel.
+ *
+ * Usage: store-bench [--quick] [--dir DIR] [--runs N] [--recovery-only]
+ *                    [--plot FILE.svg] */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -35,6 +40,7 @@
 #include "base/err.h"
 #include "base/hist.h"
 #include "base/log.h"
+#include "cmd/benchplot/bench_plot.h"
 #include "store/store.h"
 
 static bool quick;
@@ -42,6 +48,8 @@ static bool recovery_only;
 static int runs = 3;
 static char base_dir[4096];
 static int dir_seq;
+static const char *plot_path; /* --plot */
+static struct bench_plot plot;
 
 static uint64_t now_ns(void)
 {
@@ -570,6 +578,31 @@ static void recovery(uint64_t bytes, double *warm_s, double *cold_s,
     *entries_out = n;
 }
 
+/* --plot: one row of the table, if it is an fs row of 64 B entries. */
+static void plot_row(int backend, size_t entry, size_t batch, const char *appenders,
+                     const struct result *r)
+{
+    if (plot_path == NULL || backend != 1 || entry != 64)
+        return;
+    bench_plot_point(&plot, bench_plot_series_named(&plot, 0, appenders), (double)batch,
+                     r->entries_per_s);
+    bench_plot_point(&plot, bench_plot_series_named(&plot, 1, appenders), (double)batch,
+                     r->p99_us);
+}
+
+static int plot_finish(double floor_p50, double floor_p99)
+{
+    if (plot_path == NULL)
+        return 0;
+    bench_plot_hline(&plot, 1, "floor: 4 KiB append + fdatasync, p50", floor_p50);
+    bench_plot_hline(&plot, 1, "floor, p99", floor_p99);
+    int rc = bench_plot_write(&plot, plot_path);
+    bench_plot_free(&plot);
+    if (rc == 0)
+        fprintf(stderr, "store-bench: plot written to %s\n", plot_path);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     const char *dir_arg = NULL;
@@ -581,12 +614,14 @@ int main(int argc, char **argv)
             dir_arg = argv[++i];
         else if (strcmp(argv[i], "--recovery-only") == 0)
             recovery_only = true;
+        else if (strcmp(argv[i], "--plot") == 0 && i + 1 < argc)
+            plot_path = argv[++i];
         else if (strcmp(argv[i], "--runs") == 0 && i + 1 < argc) {
             runs = atoi(argv[++i]);
             runs_given = true;
         } else {
             fprintf(stderr, "usage: store-bench [--quick] [--dir DIR] "
-                            "[--runs N] [--recovery-only]\n");
+                            "[--runs N] [--recovery-only] [--plot FILE.svg]\n");
             return 2;
         }
     }
@@ -605,6 +640,14 @@ int main(int argc, char **argv)
     }
     double secs = quick ? 0.05 : 1.0;
     setvbuf(stdout, NULL, _IOLBF, 0);
+    if (plot_path != NULL) {
+        bench_plot_init(&plot, quick ? "store-bench --quick: fs, 64 B entries"
+                                     : "store-bench: fs, 64 B entries");
+        bench_plot_panel(&plot, "throughput", "entries per batch", "entries/s", true,
+                         true);
+        bench_plot_panel(&plot, "latency of a batch, p99", "entries per batch",
+                         "microseconds", true, true);
+    }
     if (recovery_only) {
         uint64_t rec_bytes = quick ? (64ull << 20) : (1ull << 30);
         double warm, cold;
@@ -653,6 +696,8 @@ int main(int argc, char **argv)
                            backend ? "fs" : "mem", sizes[si], batches[bi],
                            mode == 0 ? "1 (sync)" : "1 (async)", r.entries_per_s,
                            r.mb_per_s, r.syncs_per_entry, r.p50_us, r.p99_us);
+                    plot_row(backend, sizes[si], batches[bi],
+                             mode == 0 ? "1 appender (sync)" : "1 appender (async)", &r);
                     if (backend == 1 && si == 0 && bi == 0) {
                         if (mode == 0)
                             fs_batch1_p50 = r.p50_us;
@@ -668,6 +713,9 @@ int main(int argc, char **argv)
                            backend ? "fs" : "mem", sizes[si], batches[bi],
                            mode == 1 ? "64 threads" : "64 inflight", r.entries_per_s,
                            r.mb_per_s, r.syncs_per_entry, r.p50_us, r.p99_us);
+                    plot_row(backend, sizes[si], batches[bi],
+                             mode == 1 ? "64 appender threads" : "64 appends in flight",
+                             &r);
                     if (si == 0 && bi == 0 && mode == 1) {
                         if (backend == 1)
                             fs_64 = r.entries_per_s;
@@ -718,5 +766,5 @@ int main(int argc, char **argv)
            mem_64, at_10k, at_big, (unsigned long long)big, warm, cold,
            (unsigned long long)rec_bytes);
     rmrf(base_dir);
-    return 0;
+    return plot_finish(floor_p50, floor_p99) == 0 ? 0 : 1;
 }

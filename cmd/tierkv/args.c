@@ -59,6 +59,9 @@ static int parse_hostport_n(const char *s, size_t len, struct cli_endpoint *ep)
     if (len >= 7 && strncasecmp(s, "http://", 7) == 0) {
         s += 7;
         len -= 7;
+    } else if (len >= 8 && strncasecmp(s, "https://", 8) == 0) {
+        s += 8; /* TLS is the process's choice (main.c), not the endpoint's */
+        len -= 8;
     }
     const char *slash = memchr(s, '/', len);
     if (slash)

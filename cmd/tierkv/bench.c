@@ -36,7 +36,10 @@
 #include "base/err.h"
 #include "base/hist.h"
 #include "base/prng.h"
+#include "cmd/tierkv/bench_progress.h"
+#include "cmd/tierkv/bench_timeline.h"
 #include "cmd/tierkv/cli.h"
+#include "tls/tls_uv.h"
 
 #define HDR_CAP 4096
 #define RBUF_BYTES 16384
@@ -149,6 +152,8 @@ struct conn {
     char leader[CLI_HOST_MAX + 16];
     size_t leader_len;
     char hdr[HDR_CAP];
+    struct tk_tls *tls; /* HTTPS: the session of this connection */
+    char *plain;        /* HTTPS: decrypted bytes (RBUF_BYTES) */
     char rbuf[RBUF_BYTES];
 };
 
@@ -157,6 +162,10 @@ struct shared {
     size_t n_eps;
     struct sockaddr_storage addrs[CLI_ENDPOINTS_MAX];
     char hosts[CLI_ENDPOINTS_MAX][CLI_HOST_MAX + 16];
+    const char *tls_names[CLI_ENDPOINTS_MAX]; /* HTTPS: the name each is checked for */
+    /* What follows "Host: " in a request: hosts[i], and with --token the
+     * Authorization line after it. */
+    char host_lines[CLI_ENDPOINTS_MAX][CLI_HOST_MAX + 16 + CLI_TOKEN_MAX + 32];
     struct bench_payload pl;
     struct cli_zipf zipf;
     const char *query_read, *query_write;
@@ -167,6 +176,9 @@ struct shared {
     struct worker *workers;
     size_t n_workers;
     bool progress;
+    struct bench_live_view live_view; /* the progress line's previous sums */
+    struct bench_timeline *timeline;  /* --plot: the same samples, kept */
+    uint32_t run;                     /* the run being measured (1..) */
 };
 
 struct worker {
@@ -183,6 +195,7 @@ struct worker {
     size_t n_done; /* prefill: connections out of keys */
     uint64_t last_progress_ops, last_progress_ns;
     _Atomic uint64_t live_ops, live_errors; /* the progress line's view */
+    struct bench_live live;                 /* its latencies (bench_progress.h) */
     bool stopping;
     char first_error[160];
 };
@@ -228,6 +241,10 @@ static void conn_close(struct conn *c)
         c->tcp_open = false;
         c->busy = false;
         uv_close((uv_handle_t *)&c->tcp, on_tcp_closed);
+        tk_tls_free(c->tls);
+        c->tls = NULL;
+        tk_free(c->plain);
+        c->plain = NULL;
     }
 }
 
@@ -326,6 +343,8 @@ static void handle_response(struct conn *c)
     bool keep = http_should_keep_alive(&c->hp) != 0;
     c->busy = false;
     c->got_response = false;
+    if ((st >= 200 && st < 300) || (st == 404 && c->is_read))
+        bench_live_note(&w->live, now - c->t_sent);
     if (st >= 200 && st < 300) {
         atomic_fetch_add_explicit(&w->live_ops, 1, memory_order_relaxed);
         if (!sh->prefill && in_window(sh, now)) {
@@ -362,6 +381,58 @@ static void on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf)
     *buf = uv_buf_init(c->rbuf, sizeof(c->rbuf));
 }
 
+static void conn_parse(struct conn *c, const char *data, size_t len)
+{
+    if (!c->busy) {
+        conn_fail(c, "unexpected bytes from the server");
+        return;
+    }
+    size_t n = http_parser_execute(&c->hp, &bench_settings, data, len);
+    if (c->got_response) {
+        http_parser_pause(&c->hp, 0);
+        if (n != len) {
+            conn_fail(c, "extra bytes after a response");
+            return;
+        }
+        handle_response(c);
+        return;
+    }
+    if (HTTP_PARSER_ERRNO(&c->hp) != HPE_OK)
+        conn_fail(c, http_errno_description(HTTP_PARSER_ERRNO(&c->hp)));
+}
+
+/* HTTPS: ciphertext in; the handshake, then the first request once it is
+ * done; then every whole record decrypted and parsed. A partial record waits
+ * in the session for the next read. */
+static void conn_tls_in(struct conn *c, const char *data, size_t len)
+{
+    if (tk_tls_feed(c->tls, data, len) != 0) {
+        conn_fail(c, "TLS: too many undecrypted bytes");
+        return;
+    }
+    bool was_ready = tk_tls_handshake_done(c->tls);
+    int h = was_ready ? 1 : tk_tls_handshake(c->tls);
+    if (h < 0 || tk_tls_uv_flush(c->tls, (uv_stream_t *)&c->tcp) != 0) {
+        char why[TK_TLS_ERR_MAX];
+        snprintf(why, sizeof(why), "%s", tk_tls_error(c->tls));
+        conn_fail(c, why);
+        return;
+    }
+    if (h == 1 && !was_ready)
+        conn_send(c);
+    while (c->tls != NULL) {
+        ssize_t n = tk_tls_read(c->tls, c->plain, RBUF_BYTES);
+        if (n == 0)
+            break;
+        if (n < 0) {
+            conn_fail(c,
+                      n == TK_ECLOSED ? "TLS: closed by the server" : "TLS: bad record");
+            return;
+        }
+        conn_parse(c, c->plain, (size_t)n);
+    }
+}
+
 static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 {
     struct conn *c = s->data;
@@ -385,22 +456,10 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
             conn_close(c); /* an idle keep-alive connection closed: reconnect */
         return;
     }
-    if (!c->busy) {
-        conn_fail(c, "unexpected bytes from the server");
-        return;
-    }
-    size_t n = http_parser_execute(&c->hp, &bench_settings, buf->base, (size_t)nread);
-    if (c->got_response) {
-        http_parser_pause(&c->hp, 0);
-        if (n != (size_t)nread) {
-            conn_fail(c, "extra bytes after a response");
-            return;
-        }
-        handle_response(c);
-        return;
-    }
-    if (HTTP_PARSER_ERRNO(&c->hp) != HPE_OK)
-        conn_fail(c, http_errno_description(HTTP_PARSER_ERRNO(&c->hp)));
+    if (c->tls != NULL)
+        conn_tls_in(c, buf->base, (size_t)nread);
+    else
+        conn_parse(c, buf->base, (size_t)nread);
 }
 
 static void on_written(uv_write_t *req, int status)
@@ -450,7 +509,7 @@ static void conn_send(struct conn *c)
     int klen = snprintf(key, sizeof(key), "%s%08" PRIu64, sh->o->key_prefix, k);
     struct bench_iov tail[2];
     size_t n_tail;
-    long hn = cli_bench_build(sh->o->protocol, c->is_read, sh->hosts[c->ep], key,
+    long hn = cli_bench_build(sh->o->protocol, c->is_read, sh->host_lines[c->ep], key,
                               (size_t)klen, c->is_read ? sh->query_read : sh->query_write,
                               &sh->pl, c->hdr, sizeof(c->hdr), tail, &n_tail);
     TK_ASSERT(hn > 0); /* HDR_CAP holds any head a 63-byte prefix allows */
@@ -461,10 +520,15 @@ static void conn_send(struct conn *c)
     c->busy = true;
     c->t_sent = uv_hrtime();
     c->wreq.data = c;
-    int rc = uv_write(&c->wreq, (uv_stream_t *)&c->tcp, bufs, (unsigned)(1 + n_tail),
+    int rc;
+    if (c->tls != NULL)
+        rc = tk_tls_uv_write(c->tls, (uv_stream_t *)&c->tcp, bufs, (unsigned)(1 + n_tail),
+                             &c->wreq, on_written);
+    else
+        rc = uv_write(&c->wreq, (uv_stream_t *)&c->tcp, bufs, (unsigned)(1 + n_tail),
                       on_written);
     if (rc < 0)
-        conn_fail(c, uv_strerror(rc));
+        conn_fail(c, c->tls != NULL ? "TLS write failed" : uv_strerror(rc));
 }
 
 static void on_connect(uv_connect_t *req, int status)
@@ -486,7 +550,17 @@ static void on_connect(uv_connect_t *req, int status)
         conn_fail(c, uv_strerror(rc));
         return;
     }
-    conn_send(c);
+    const struct cli_security *sec = cli_security_get();
+    if (sec->tls == NULL) {
+        conn_send(c);
+        return;
+    }
+    /* HTTPS: the ClientHello now, the first request when the handshake ends. */
+    c->tls = tk_tls_new(sec->tls, c->w->sh->tls_names[c->ep]);
+    c->plain = tk_malloc(RBUF_BYTES);
+    if (tk_tls_handshake(c->tls) < 0 ||
+        tk_tls_uv_flush(c->tls, (uv_stream_t *)&c->tcp) != 0)
+        conn_fail(c, "TLS handshake failed to start");
 }
 
 static void conn_start(struct conn *c)
@@ -541,10 +615,16 @@ static void on_progress(uv_timer_t *t)
     w->last_progress_ns = now;
     const char *phase = sh->prefill ? "prefill" : now < sh->t0 ? "warm-up" : "measure";
     double el = now > sh->t0 ? (double)(now - sh->t0) / 1e9 : 0;
-    fprintf(stderr,
-            "\r\033[K[%s %5.1fs/%.0fs] %10.0f ops/s  %10" PRIu64 " ops  %" PRIu64
-            " errors",
-            phase, el, (double)sh->o->duration_ms / 1000, rate, ops, errs);
+    uint64_t p99 = bench_live_p99(&sh->workers[0].live, sh->n_workers,
+                                  sizeof(sh->workers[0]), &sh->live_view);
+    if (sh->timeline != NULL && !sh->prefill && now >= sh->t0)
+        bench_timeline_add(sh->timeline, sh->run, el, rate, (double)p99 / 1e6);
+    if (!sh->progress)
+        return;
+    char line[256];
+    bench_progress_format(line, sizeof(line), phase, el,
+                          (double)sh->o->duration_ms / 1000, rate, p99, ops, errs);
+    fputs(line, stderr);
     fflush(stderr);
 }
 
@@ -567,6 +647,7 @@ static int run_phase(struct shared *sh, struct worker *ws, size_t n_workers,
         sh->t_end = sh->t0 + sh->o->duration_ms * 1000000ull;
     }
     atomic_store(&sh->prefill_next, 0);
+    sh->run = (uint32_t)run_idx;
     for (size_t i = 0; i < n_workers; i++) {
         struct worker *w = &ws[i];
         memset(w, 0, sizeof(*w));
@@ -582,8 +663,9 @@ static int run_phase(struct shared *sh, struct worker *ws, size_t n_workers,
         uv_timer_start(&w->stop_timer, on_stop_timer, (sh->t_end - now) / 1000000 + 1, 0);
         uv_timer_init(&w->loop, &w->progress_timer);
         w->progress_timer.data = w;
-        if (i == 0 && sh->progress) {
+        if (i == 0 && (sh->progress || sh->timeline != NULL)) {
             w->last_progress_ns = now;
+            memset(&sh->live_view, 0, sizeof(sh->live_view));
             uv_timer_start(&w->progress_timer, on_progress, 1000, 1000);
         }
         for (size_t k = 0; k < w->n_conns; k++) {
@@ -650,6 +732,7 @@ static const char bench_help[] =
     "  --key-prefix P          key prefix (bench/)\n"
     "  --progress|--no-progress  the live line on stderr (default: if a terminal)\n"
     "  --strict                exit 1 if any request failed\n"
+    "  --plot FILE.svg         draw each run's ops/s and p99 second by second (gnuplot)\n"
     "Global --mode and --consistency apply to writes and reads (etcd: --consistency\n"
     "stale sends serializable ranges). Prints a table and one JSON line (--json: the\n"
     "JSON line only). Exits 5 if no request succeeded.\n";
@@ -708,7 +791,8 @@ static int parse_bench_args(struct bench_opts *o, int argc, char **argv)
         O_PROGRESS,
         O_NOPROGRESS,
         O_STRICT,
-        O_SEQ
+        O_SEQ,
+        O_PLOT
     };
     static const struct option opts[] = {{"protocol", required_argument, 0, O_PROTO},
                                          {"connections", required_argument, 0, 'c'},
@@ -727,6 +811,7 @@ static int parse_bench_args(struct bench_opts *o, int argc, char **argv)
                                          {"no-progress", no_argument, 0, O_NOPROGRESS},
                                          {"strict", no_argument, 0, O_STRICT},
                                          {"sequential", no_argument, 0, O_SEQ},
+                                         {"plot", required_argument, 0, O_PLOT},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     optind = 1;
@@ -806,6 +891,9 @@ static int parse_bench_args(struct bench_opts *o, int argc, char **argv)
         case O_SEQ:
             bench_sequential = true;
             break;
+        case O_PLOT:
+            o->plot = optarg;
+            break;
         case 'h':
             fputs(bench_help, stdout);
             return -1;
@@ -836,6 +924,23 @@ static void raise_fd_limit(uint64_t need)
     }
 }
 
+/* --plot: the timeline's SVG; a failed plot makes the exit code 1. */
+static int bench_plot_out(const struct bench_opts *o, const struct bench_timeline *tl,
+                          const char *proto, int code)
+{
+    if (o->plot == NULL)
+        return code;
+    char title[160];
+    snprintf(title, sizeof(title),
+             "tierkv bench: protocol %s, %s, %" PRIu64 " connections, %" PRIu64
+             " B values",
+             proto, op_name(o), o->connections, o->value_size);
+    if (bench_timeline_plot(tl, o->plot, title) != 0)
+        return code ? code : CLI_EXIT_ERROR;
+    fprintf(stderr, "tierkv bench: plot written to %s\n", o->plot);
+    return code;
+}
+
 int cli_cmd_bench(struct cli_global *g, int argc, char **argv)
 {
     struct bench_opts o;
@@ -862,6 +967,10 @@ int cli_cmd_bench(struct cli_global *g, int argc, char **argv)
         freeaddrinfo(res);
         snprintf(sh->hosts[i], sizeof(sh->hosts[i]),
                  strchr(ep->host, ':') ? "[%s]:%s" : "%s:%s", ep->host, ep->port);
+        sh->tls_names[i] = ep->host;
+        const char *tok = cli_security_get()->token;
+        snprintf(sh->host_lines[i], sizeof(sh->host_lines[i]), "%s%s%s", sh->hosts[i],
+                 tok != NULL ? "\r\nAuthorization: Bearer " : "", tok != NULL ? tok : "");
     }
     if (o.dist == CLI_DIST_ZIPF && cli_zipf_init(&sh->zipf, o.keys, o.zipf_theta) != 0) {
         code = bench_usage("bad zipf parameters");
@@ -889,6 +998,9 @@ int cli_cmd_bench(struct cli_global *g, int argc, char **argv)
     sh->query_write = qw;
     sh->query_read = qr;
     sh->progress = o.progress < 0 ? isatty(STDERR_FILENO) != 0 : o.progress != 0;
+    struct bench_timeline timeline = {0};
+    if (o.plot != NULL)
+        sh->timeline = &timeline;
     if (o.connections < o.threads)
         o.threads = o.connections;
     raise_fd_limit(o.connections);
@@ -1015,6 +1127,8 @@ int cli_cmd_bench(struct cli_global *g, int argc, char **argv)
            total_ops, m_ops, m50, m90, m99, m999, mx, total_err, total_nf,
            total_redirects, turn_ms, g->mode, g->consistency, eps_text);
     fflush(stdout);
+    code = bench_plot_out(&o, &timeline, proto, code);
+    bench_timeline_free(&timeline);
     if (code == 0 && total_ops == 0) {
         fprintf(stderr, "tierkv bench: no request succeeded\n");
         code = CLI_EXIT_UNAVAILABLE;

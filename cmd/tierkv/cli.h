@@ -10,14 +10,16 @@
  * read/write mix, key distributions, URL and base64 coding, exit codes);
  * client.c (a blocking HTTP/1.1 client that tries each endpoint and follows
  * the leader hint); commands.c (put, get, del, scan, incr, txn, batch, status,
- * members); bench.c (the libuv load generator); main.c (flags, dispatch,
- * --help). */
+ * members); snapshot.c (backups: save, status; it links kv/backup.c's small
+ * library, base and libcrypto, to check files); bench.c (the libuv load
+ * generator); main.c (flags, dispatch, --help). */
 #ifndef TK_CMD_TIERKV_CLI_H
 #define TK_CMD_TIERKV_CLI_H
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "base/prng.h"
 
@@ -46,7 +48,7 @@ struct cli_endpoint {
     char port[8];            /* decimal, 1..65535 */
 };
 
-/* Parses "host:port", "[v6addr]:port" or "http://host:port[/...]" into `ep`.
+/* Parses "host:port", "[v6addr]:port" or "http[s]://host:port[/...]" into `ep`.
  * Returns 0 or TK_EINVAL (no port, bad port, empty or too long host). */
 int cli_parse_hostport(const char *s, struct cli_endpoint *ep);
 
@@ -115,6 +117,7 @@ struct cli_response {
     char content_type[128];
     char retry_after[16];
     bool keep_alive;
+    uint64_t body_sunk; /* 2xx body bytes written to the cli_body_sink file */
 };
 void cli_response_free(struct cli_response *r);
 
@@ -146,6 +149,24 @@ struct cli_client {
 int cli_request(struct cli_client *c, const char *method, const char *path,
                 const char *content_type, const void *body, size_t body_len,
                 struct cli_response *out, char *err, size_t err_cap);
+
+/* How every connection of this process is secured: TLS (a client context
+ * from tls/tls.h, NULL: plain HTTP) and a bearer token (NULL: none; at most
+ * CLI_TOKEN_MAX bytes), sent as "Authorization: Bearer". Set once by main
+ * before any request or bench thread; read-only afterwards. */
+#define CLI_TOKEN_MAX 512
+struct tk_tls_ctx;
+struct cli_security {
+    struct tk_tls_ctx *tls;
+    const char *token;
+};
+void cli_security_set(const struct cli_security *s);
+const struct cli_security *cli_security_get(void);
+/* From now on, the bodies of 2xx answers go to `f` (emptied at the start of
+ * each attempt) instead of memory, without a size limit; NULL: memory again.
+ * For downloads (tierkv snapshot save). A failed write to f fails the
+ * attempt with TK_EIO. */
+void cli_body_sink(FILE *f);
 
 /* One request to one endpoint, no failover (status uses it per endpoint). */
 int cli_request_one(const struct cli_endpoint *ep, int timeout_ms, const char *method,
@@ -182,8 +203,12 @@ int cli_cmd_txn(struct cli_global *g, int argc, char **argv);
 int cli_cmd_batch(struct cli_global *g, int argc, char **argv);
 int cli_cmd_status(struct cli_global *g, int argc, char **argv);
 int cli_cmd_members(struct cli_global *g, int argc, char **argv);
+/* member.c: tierkv member list|add|promote|remove. */
+int cli_cmd_member(struct cli_global *g, int argc, char **argv);
 /* watch.c */
 int cli_cmd_watch(struct cli_global *g, int argc, char **argv);
+/* snapshot.c: tierkv snapshot save|status. */
+int cli_cmd_snapshot(struct cli_global *g, int argc, char **argv);
 /* lease.c: lease grant|keepalive|revoke|get, lock, elect */
 int cli_cmd_lease(struct cli_global *g, int argc, char **argv);
 int cli_cmd_lock(struct cli_global *g, int argc, char **argv);
@@ -211,6 +236,7 @@ struct bench_opts {
     int progress;        /* -1 auto (a terminal), 0 off, 1 on */
     bool strict;         /* any error makes the exit code nonzero */
     char key_prefix[64];
+    const char *plot; /* --plot FILE.svg (bench_timeline.h), or NULL */
 };
 
 void cli_bench_defaults(struct bench_opts *o);

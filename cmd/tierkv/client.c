@@ -26,6 +26,19 @@
 #include "base/alloc.h"
 #include "base/err.h"
 #include "cmd/tierkv/cli.h"
+#include "tls/tls.h"
+
+static struct cli_security security;
+
+void cli_security_set(const struct cli_security *s)
+{
+    security = *s;
+}
+
+const struct cli_security *cli_security_get(void)
+{
+    return &security;
+}
 
 void cli_response_free(struct cli_response *r)
 {
@@ -56,6 +69,7 @@ struct cli_resp_parser {
     enum hdr_which which;
     bool complete;
     bool too_big;
+    bool sink_failed;
 };
 
 static void copy_hdr(char *dst, size_t cap, const char *at, size_t len)
@@ -135,10 +149,26 @@ static int on_headers_complete(http_parser *hp)
     return 0;
 }
 
+/* cli_body_sink: where 2xx bodies go instead of memory (NULL: memory). */
+static FILE *body_sink;
+
+void cli_body_sink(FILE *f)
+{
+    body_sink = f;
+}
+
 static int on_body(http_parser *hp, const char *at, size_t len)
 {
     struct cli_resp_parser *p = hp->data;
     struct cli_response *r = p->r;
+    if (body_sink != NULL && hp->status_code / 100 == 2) {
+        if (fwrite(at, 1, len, body_sink) != len) {
+            p->sink_failed = true;
+            return 1;
+        }
+        r->body_sunk += len;
+        return 0;
+    }
     if (r->body_len + len > CLI_BODY_MAX) {
         p->too_big = true;
         return 1;
@@ -192,6 +222,8 @@ int cli_resp_parser_feed(struct cli_resp_parser *p, const char *buf, size_t len)
         return 1;
     if (p->too_big)
         return TK_ETOOBIG;
+    if (p->sink_failed)
+        return TK_EIO;
     if (HTTP_PARSER_ERRNO(&p->hp) != HPE_OK || n != len)
         return TK_EPROTO;
     if (len == 0)
@@ -297,79 +329,200 @@ static int send_all(int fd, const char *p, size_t len, int64_t deadline)
     return 0;
 }
 
+/* ---- the connection: plain, or TLS pumped over the same socket ---- */
+
+struct cli_conn {
+    int fd;
+    struct tk_tls *tls; /* NULL: plain */
+};
+
+static int conn_pump_out(struct cli_conn *c, int64_t deadline)
+{
+    char buf[16384];
+    size_t n;
+    while ((n = tk_tls_out_take(c->tls, buf, sizeof(buf))) > 0) {
+        int rc = send_all(c->fd, buf, n, deadline);
+        if (rc != 0)
+            return rc;
+    }
+    return 0;
+}
+
+/* Reads what the socket has (waiting until the deadline) into the session.
+ * TK_ECLOSED at end of stream. */
+static int conn_pump_in(struct cli_conn *c, int64_t deadline)
+{
+    char buf[16384];
+    for (;;) {
+        ssize_t n = recv(c->fd, buf, sizeof(buf), 0);
+        if (n > 0)
+            return tk_tls_feed(c->tls, buf, (size_t)n) == 0 ? 0 : TK_EPROTO;
+        if (n == 0)
+            return TK_ECLOSED;
+        if (errno == EINTR)
+            continue;
+        if (errno != EAGAIN && errno != EWOULDBLOCK)
+            return TK_EUNAVAIL;
+        int rc = wait_fd(c->fd, POLLIN, deadline);
+        if (rc != 0)
+            return rc;
+    }
+}
+
+static int conn_handshake(struct cli_conn *c, int64_t deadline, char *err, size_t cap)
+{
+    for (;;) {
+        int h = tk_tls_handshake(c->tls);
+        int rc = conn_pump_out(c, deadline);
+        if (h < 0) {
+            snprintf(err, cap, "%s", tk_tls_error(c->tls));
+            return TK_EPROTO;
+        }
+        if (rc != 0 || h == 1)
+            return rc;
+        rc = conn_pump_in(c, deadline);
+        if (rc == TK_ECLOSED) {
+            snprintf(err, cap, "TLS handshake: the server closed the connection");
+            return TK_EPROTO;
+        }
+        if (rc != 0)
+            return rc;
+    }
+}
+
+static int conn_send(struct cli_conn *c, const void *p, size_t len, int64_t deadline)
+{
+    if (c->tls == NULL)
+        return send_all(c->fd, p, len, deadline);
+    if (tk_tls_write(c->tls, p, len) != 0)
+        return TK_EIO;
+    return conn_pump_out(c, deadline);
+}
+
+/* > 0 bytes, 0 at the end of the stream, or a TK_E* code. */
+static ssize_t conn_recv(struct cli_conn *c, char *buf, size_t cap, int64_t deadline)
+{
+    for (;;) {
+        if (c->tls != NULL) {
+            ssize_t n = tk_tls_read(c->tls, buf, cap);
+            if (n != 0)
+                return n == TK_ECLOSED ? 0 : n < 0 ? TK_EPROTO : n;
+            int rc = conn_pump_in(c, deadline);
+            if (rc != 0)
+                return rc == TK_ECLOSED ? 0 : rc;
+            continue;
+        }
+        ssize_t n = recv(c->fd, buf, cap, 0);
+        if (n >= 0)
+            return n;
+        if (errno == EINTR)
+            continue;
+        if (errno != EAGAIN && errno != EWOULDBLOCK)
+            return TK_EUNAVAIL;
+        int rc = wait_fd(c->fd, POLLIN, deadline);
+        if (rc != 0)
+            return rc;
+    }
+}
+
+static void conn_close_fd(struct cli_conn *c)
+{
+    tk_tls_free(c->tls);
+    close(c->fd);
+}
+
+/* Connects and, with TLS, finishes the handshake (the server's certificate
+ * checked against ep->host). */
+static int conn_open(const struct cli_endpoint *ep, int64_t deadline, struct cli_conn *c,
+                     char *err, size_t err_cap)
+{
+    c->tls = NULL;
+    int rc = connect_ep(ep, deadline, &c->fd, err, err_cap);
+    if (rc != 0 || security.tls == NULL)
+        return rc;
+    c->tls = tk_tls_new(security.tls, ep->host);
+    char why[TK_TLS_ERR_MAX] = "timed out";
+    rc = conn_handshake(c, deadline, why, sizeof(why));
+    if (rc != 0) {
+        snprintf(err, err_cap, "%s:%s: %s", ep->host, ep->port,
+                 rc == TK_EPROTO      ? why
+                 : rc == TK_ETIMEDOUT ? "TLS handshake timed out"
+                                      : "TLS handshake failed");
+        conn_close_fd(c);
+    }
+    return rc;
+}
+
+/* The request head into buf (cap), or NULL if it does not fit. */
+static const char *request_head(char *buf, size_t cap, const struct cli_endpoint *ep,
+                                const char *method, const char *path,
+                                const char *content_type, bool body, size_t body_len,
+                                int *len)
+{
+    char hostport[CLI_HOST_MAX + 16];
+    snprintf(hostport, sizeof(hostport), strchr(ep->host, ':') ? "[%s]:%s" : "%s:%s",
+             ep->host, ep->port);
+    char auth[CLI_TOKEN_MAX + 32] = "";
+    if (security.token != NULL)
+        snprintf(auth, sizeof(auth), "Authorization: Bearer %s\r\n", security.token);
+    char ctype[192] = "";
+    if (body)
+        snprintf(ctype, sizeof(ctype), "Content-Type: %s\r\nContent-Length: %zu\r\n",
+                 content_type ? content_type : "application/octet-stream", body_len);
+    *len = snprintf(buf, cap,
+                    "%s %s HTTP/1.1\r\nHost: %s\r\nUser-Agent: tierkv-cli\r\n"
+                    "Connection: close\r\n%s%s\r\n",
+                    method, path, hostport, auth, ctype);
+    return *len >= 0 && (size_t)*len < cap ? buf : NULL;
+}
+
 int cli_request_one(const struct cli_endpoint *ep, int timeout_ms, const char *method,
                     const char *path, const char *content_type, const void *body,
                     size_t body_len, struct cli_response *out, char *err, size_t err_cap)
 {
     int64_t deadline = now_ms() + timeout_ms;
-    int fd = -1;
+    struct cli_conn conn;
     memset(out, 0, sizeof(*out));
-    int rc = connect_ep(ep, deadline, &fd, err, err_cap);
+    if (body_sink != NULL) { /* an earlier attempt's bytes go */
+        fflush(body_sink);
+        if (ftruncate(fileno(body_sink), 0) != 0 || fseek(body_sink, 0, SEEK_SET) != 0) {
+            snprintf(err, err_cap, "cannot truncate the output file: %s",
+                     strerror(errno));
+            return TK_EIO;
+        }
+    }
+    int rc = conn_open(ep, deadline, &conn, err, err_cap);
     if (rc != 0)
-        return rc;
-    char head[1024 + CLI_HOST_MAX];
-    char hostport[CLI_HOST_MAX + 16];
-    snprintf(hostport, sizeof(hostport), strchr(ep->host, ':') ? "[%s]:%s" : "%s:%s",
-             ep->host, ep->port);
+        return rc == TK_EPROTO ? TK_EUNAVAIL : rc;
+    char head[1024 + CLI_HOST_MAX + CLI_TOKEN_MAX];
     int hn;
-    if (body)
-        hn = snprintf(
-            head, sizeof(head),
-            "%s %s HTTP/1.1\r\nHost: %s\r\nUser-Agent: tierkv-cli\r\n"
-            "Connection: close\r\nContent-Type: %s\r\nContent-Length: %zu\r\n\r\n",
-            method, path, hostport,
-            content_type ? content_type : "application/octet-stream", body_len);
-    else
-        hn = snprintf(head, sizeof(head),
-                      "%s %s HTTP/1.1\r\nHost: %s\r\nUser-Agent: tierkv-cli\r\n"
-                      "Connection: close\r\n\r\n",
-                      method, path, hostport);
     /* The path is the only long part; a key over ~700 bytes after encoding
      * goes through a heap buffer. */
     char *dyn = NULL;
-    const char *hp = head;
-    if (hn < 0 || (size_t)hn >= sizeof(head)) {
+    const char *hp = request_head(head, sizeof(head), ep, method, path, content_type,
+                                  body != NULL, body_len, &hn);
+    if (hp == NULL) {
         size_t need = strlen(path) + sizeof(head);
         dyn = tk_malloc(need);
-        if (body)
-            hn = snprintf(dyn, need,
-                          "%s %s HTTP/1.1\r\nHost: %s\r\nUser-Agent: tierkv-cli\r\n"
-                          "Connection: close\r\nContent-Type: %s\r\nContent-Length: "
-                          "%zu\r\n\r\n",
-                          method, path, hostport,
-                          content_type ? content_type : "application/octet-stream",
-                          body_len);
-        else
-            hn = snprintf(dyn, need,
-                          "%s %s HTTP/1.1\r\nHost: %s\r\nUser-Agent: tierkv-cli\r\n"
-                          "Connection: close\r\n\r\n",
-                          method, path, hostport);
-        hp = dyn;
+        hp = request_head(dyn, need, ep, method, path, content_type, body != NULL,
+                          body_len, &hn);
     }
-    rc = send_all(fd, hp, (size_t)hn, deadline);
+    rc = conn_send(&conn, hp, (size_t)hn, deadline);
     tk_free(dyn);
     if (rc == 0 && body && body_len > 0)
-        rc = send_all(fd, body, body_len, deadline);
+        rc = conn_send(&conn, body, body_len, deadline);
     if (rc != 0) {
         snprintf(err, err_cap, "%s:%s: sending the request: %s", ep->host, ep->port,
                  rc == TK_ETIMEDOUT ? "timed out" : "connection failed");
-        close(fd);
+        conn_close_fd(&conn);
         return rc == TK_ETIMEDOUT ? TK_ETIMEDOUT : TK_EUNAVAIL;
     }
     struct cli_resp_parser *p = cli_resp_parser_new(out);
     char buf[16384];
     for (;;) {
-        ssize_t n = recv(fd, buf, sizeof(buf), 0);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-            rc = wait_fd(fd, POLLIN, deadline);
-            if (rc != 0)
-                break;
-            continue;
-        }
+        ssize_t n = conn_recv(&conn, buf, sizeof(buf), deadline);
         if (n < 0) {
-            rc = TK_EUNAVAIL;
+            rc = n == TK_ETIMEDOUT ? TK_ETIMEDOUT : TK_EUNAVAIL;
             break;
         }
         rc = cli_resp_parser_feed(p, buf, (size_t)n);
@@ -377,7 +530,7 @@ int cli_request_one(const struct cli_endpoint *ep, int timeout_ms, const char *m
             break;
     }
     cli_resp_parser_free(p);
-    close(fd);
+    conn_close_fd(&conn);
     if (rc == 1)
         return 0;
     const char *why = rc == TK_ETIMEDOUT ? "timed out waiting for the response"

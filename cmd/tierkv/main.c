@@ -10,6 +10,7 @@
 
 #include "base/err.h"
 #include "cmd/tierkv/cli.h"
+#include "tls/tls.h"
 
 #define CLI_DEFAULT_ENDPOINTS "127.0.0.1:8080"
 
@@ -26,7 +27,10 @@ static const char main_help[] =
     "  batch FILE           apply an atomic batch from a JSON file\n"
     "  status               health, role, term and indexes of every endpoint\n"
     "  members              the cluster's members\n"
+    "  member list|add|promote|remove   membership changes (tierkv member --help)\n"
     "  watch KEY|--prefix P follow changes as they come (tierkv watch --help)\n"
+    "  snapshot save FILE   a consistent backup (GET /v1/snapshot) into FILE\n"
+    "  snapshot status FILE check a backup file and show its revision and keys\n"
     "  lease grant|keepalive|revoke|get  leases (tierkv lease --help)\n"
     "  lock NAME -- CMD     run CMD holding a lease-backed lock (tierkv lock --help)\n"
     "  elect NAME VALUE     campaign for leadership, print changes of leader\n"
@@ -45,6 +49,14 @@ static const char main_help[] =
     "  --consistency linearizable|stale  how reads are served\n"
     "  --base64               ask for base64 keys/values and decode them\n"
     "  -v, --verbose          log every attempt to stderr\n"
+    "  --cacert FILE          HTTPS: trust the server certificates these CAs sign\n"
+    "                         (PEM; env TIERKV_CACERT). HTTPS is on with any of\n"
+    "                         --cacert, --cert or an https:// endpoint (then the\n"
+    "                         system's CAs are trusted)\n"
+    "  --cert FILE, --key FILE  HTTPS: a client certificate and its key (PEM; env\n"
+    "                         TIERKV_CERT, TIERKV_KEY)\n"
+    "  --token TOKEN          a bearer token for --auth-file servers (env\n"
+    "                         TIERKV_TOKEN)\n"
     "\n"
     "Exit codes:\n"
     "  0 success\n"
@@ -56,17 +68,56 @@ static const char main_help[] =
     "  6 timed out (client timeout, 408 or 504)\n"
     "  7 rejected by the server (400, 413 and other 4xx)\n";
 
+struct security_flags {
+    const char *cacert, *cert, *key, *token;
+    bool https_endpoint;
+};
+
+static const char *env_or_null(const char *name)
+{
+    const char *v = getenv(name);
+    return v != NULL && v[0] != 0 ? v : NULL;
+}
+
+/* Builds the TLS context and token the flags ask for (cli_security_set).
+ * Returns 0 or CLI_EXIT_USAGE with a message printed. */
+static int security_setup(const struct security_flags *f, struct tk_tls_ctx **ctx)
+{
+    struct cli_security sec = {.token = f->token};
+    if (f->token != NULL &&
+        (strlen(f->token) > CLI_TOKEN_MAX || strpbrk(f->token, "\r\n"))) {
+        fprintf(stderr, "tierkv: --token: at most %d bytes, one line\n", CLI_TOKEN_MAX);
+        return CLI_EXIT_USAGE;
+    }
+    if (f->cacert != NULL || f->cert != NULL || f->key != NULL || f->https_endpoint) {
+        struct tk_tls_ctx_config tc = {
+            .cert_file = f->cert, .key_file = f->key, .ca_file = f->cacert};
+        char err[TK_TLS_ERR_MAX];
+        if (tk_tls_ctx_new(&tc, ctx, err, sizeof(err)) != 0) {
+            fprintf(stderr, "tierkv: TLS (--cacert, --cert, --key): %s\n", err);
+            return CLI_EXIT_USAGE;
+        }
+        sec.tls = *ctx;
+    }
+    cli_security_set(&sec);
+    return 0;
+}
+
 struct command {
     const char *name;
     int (*fn)(struct cli_global *g, int argc, char **argv);
 };
 
 static const struct command commands[] = {
-    {"put", cli_cmd_put},         {"get", cli_cmd_get},     {"del", cli_cmd_del},
-    {"delete", cli_cmd_del},      {"scan", cli_cmd_scan},   {"incr", cli_cmd_incr},
-    {"txn", cli_cmd_txn},         {"batch", cli_cmd_batch}, {"status", cli_cmd_status},
-    {"members", cli_cmd_members}, {"bench", cli_cmd_bench}, {"watch", cli_cmd_watch},
-    {"lease", cli_cmd_lease},     {"lock", cli_cmd_lock},   {"elect", cli_cmd_elect},
+    {"put", cli_cmd_put},       {"get", cli_cmd_get},
+    {"del", cli_cmd_del},       {"delete", cli_cmd_del},
+    {"scan", cli_cmd_scan},     {"incr", cli_cmd_incr},
+    {"txn", cli_cmd_txn},       {"batch", cli_cmd_batch},
+    {"status", cli_cmd_status}, {"members", cli_cmd_members},
+    {"bench", cli_cmd_bench},   {"member", cli_cmd_member},
+    {"watch", cli_cmd_watch},   {"snapshot", cli_cmd_snapshot},
+    {"lease", cli_cmd_lease},   {"lock", cli_cmd_lock},
+    {"elect", cli_cmd_elect},
 };
 
 static int usage(const char *msg)
@@ -110,6 +161,11 @@ int main(int argc, char **argv)
         return CLI_EXIT_ERROR;
     int n_rest = 0;
     bool dashdash = false;
+    struct tk_tls_ctx *tls = NULL;
+    struct security_flags sf = {.cacert = env_or_null("TIERKV_CACERT"),
+                                .cert = env_or_null("TIERKV_CERT"),
+                                .key = env_or_null("TIERKV_KEY"),
+                                .token = env_or_null("TIERKV_TOKEN")};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v;
@@ -129,6 +185,22 @@ int main(int argc, char **argv)
                 return usage("--endpoints wants a value");
             }
             endpoints = v;
+        } else if (is_flag(a, "--cacert") || is_flag(a, "--cert") ||
+                   is_flag(a, "--key") || is_flag(a, "--token")) {
+            const char *name = is_flag(a, "--cacert") ? "--cacert"
+                               : is_flag(a, "--cert") ? "--cert"
+                               : is_flag(a, "--key")  ? "--key"
+                                                      : "--token";
+            v = flag_value(argc, argv, &i, name);
+            if (!v || !v[0]) {
+                free(rest);
+                return usage("--cacert, --cert, --key and --token want a value");
+            }
+            const char **slot = name[2] == 'c' && name[3] == 'a' ? &sf.cacert
+                                : name[2] == 'c'                 ? &sf.cert
+                                : name[2] == 'k'                 ? &sf.key
+                                                                 : &sf.token;
+            *slot = v;
         } else if (strcmp(a, "--json") == 0) {
             g.json = true;
         } else if (strcmp(a, "--base64") == 0) {
@@ -203,6 +275,10 @@ int main(int argc, char **argv)
         code = CLI_EXIT_USAGE;
         goto out;
     }
+    sf.https_endpoint = strcasestr(endpoints, "https://") != NULL;
+    code = security_setup(&sf, &tls);
+    if (code != 0)
+        goto out;
     code = -1;
     for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
         if (strcmp(rest[0], commands[i].name) == 0) {
@@ -214,6 +290,7 @@ int main(int argc, char **argv)
         code = CLI_EXIT_USAGE;
     }
 out:
+    tk_tls_ctx_free(tls);
     free(rest);
     return code;
 }

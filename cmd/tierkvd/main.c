@@ -26,11 +26,15 @@
 #include "base/err.h"
 #include "base/log.h"
 #include "gateway/gateway.h"
+#include "kv/backup.h"
 #include "kv/kv.h"
 #include "node/node.h"
+#include "tls/tls.h"
 #include "transport/transport.h"
 
 #define VERSION "0.1.0"
+
+static void restore_data(struct node_options *no);
 
 struct opt {
     const char *flag; /* without "--" */
@@ -52,6 +56,11 @@ static struct opt opts[] = {
      "optional id=host:http-port list; shown in /v1/cluster and sent as "
      "X-Tierkv-Leader-Addr",
      0, 0},
+    {"join", "TIERKV_JOIN", NULL,
+     "join a running cluster: --members lists its voters (not this node), "
+     "--listen-raft is this node's address; the node waits to be added "
+     "(tierkv member add) and has no bootstrap configuration of its own",
+     1, 0},
     {"cluster-id", "TIERKV_CLUSTER_ID", "1", "cluster id checked in the raft handshake",
      0, 0},
     {"listen-raft", "TIERKV_LISTEN_RAFT", NULL,
@@ -128,9 +137,39 @@ static struct opt opts[] = {
      "file holding the cluster token (16 to 4096 bytes, the same on every node; "
      "trailing whitespace ignored) that authenticates raft peers",
      0, 0},
+    {"peer-cert-file", "TIERKV_PEER_CERT_FILE", NULL,
+     "peer mutual TLS: this node's certificate chain (PEM), naming node-<id> (a DNS SAN, "
+     "or the CN); with --peer-key-file and --peer-trusted-ca-file",
+     0, 0},
+    {"peer-key-file", "TIERKV_PEER_KEY_FILE", NULL,
+     "peer mutual TLS: the private key of --peer-cert-file (PEM)", 0, 0},
+    {"peer-trusted-ca-file", "TIERKV_PEER_TRUSTED_CA_FILE", NULL,
+     "peer mutual TLS: the CAs every peer's certificate must chain to (PEM)", 0, 0},
     {"insecure-peers", "TIERKV_INSECURE_PEERS", NULL,
-     "allow a raft address off loopback without --peer-token-file (anyone who "
+     "allow a raft address off loopback without --peer-token-file or peer TLS (anyone "
+     "who "
      "reaches it can act as a member; warned every minute)",
+     1, 0},
+    {"cert-file", "TIERKV_CERT_FILE", NULL,
+     "HTTPS: the gateway's certificate chain (PEM); with --key-file the gateway speaks "
+     "only HTTPS",
+     0, 0},
+    {"key-file", "TIERKV_KEY_FILE", NULL, "HTTPS: the private key of --cert-file (PEM)",
+     0, 0},
+    {"client-ca-file", "TIERKV_CLIENT_CA_FILE", NULL,
+     "HTTPS: require client certificates that chain to these CAs (PEM)", 0, 0},
+    {"auth-file", "TIERKV_AUTH_FILE", NULL,
+     "bearer tokens: users, their token's SHA-256 and rights per key prefix "
+     "(docs/tierkvd.md); every request but /healthz and /readyz then needs one",
+     0, 0},
+    {"restore", "TIERKV_RESTORE", NULL,
+     "initialize the empty --data-dir from this backup file (tierkv snapshot save), as "
+     "this node of a new cluster with its own --cluster-id, then start; refused on a "
+     "non-empty directory (docs/operations.md, Backup and restore)",
+     0, 0},
+    {"force-new-cluster", "TIERKV_FORCE_NEW_CLUSTER", NULL,
+     "disaster recovery: start as the only voter, keeping every entry of the log; then "
+     "add the others back as new members (docs/operations.md, Disaster recovery)",
      1, 0},
     {"log-level", "TIERKV_LOG_LEVEL", "info", "debug, info, warn, error or off", 0, 0},
     {"log-format", "TIERKV_LOG_FORMAT", "logfmt", "logfmt or json", 0, 0},
@@ -280,6 +319,49 @@ static bool is_loopback(const char *host)
     return inet_pton(AF_INET6, host, &a6) == 1 && IN6_IS_ADDR_LOOPBACK(&a6);
 }
 
+/* --cert-file, --key-file, --client-ca-file: the gateway's HTTPS context,
+ * or NULL for plain HTTP. A file that does not load stops the start. */
+static struct tk_tls_ctx *gateway_tls(struct gateway_config *gc)
+{
+    const char *cert = get("cert-file"), *key = get("key-file"),
+               *ca = get("client-ca-file");
+    if (cert == NULL && key == NULL && ca == NULL)
+        return NULL;
+    if (cert == NULL || key == NULL)
+        die("HTTPS needs both --cert-file and --key-file%s",
+            ca != NULL ? " (--client-ca-file alone is not enough)" : "");
+    struct tk_tls_ctx_config tc = {
+        .server = true, .cert_file = cert, .key_file = key, .ca_file = ca};
+    char err[TK_TLS_ERR_MAX];
+    if (tk_tls_ctx_new(&tc, &gc->tls, err, sizeof(err)) != 0)
+        die("HTTPS (--cert-file, --key-file, --client-ca-file): %s", err);
+    return gc->tls;
+}
+
+/* --peer-cert-file, --peer-key-file, --peer-trusted-ca-file: the two peer
+ * TLS contexts (inbound and dialing), all three flags or none. */
+static void peer_tls(struct node_options *no)
+{
+    const char *cert = get("peer-cert-file"), *key = get("peer-key-file"),
+               *ca = get("peer-trusted-ca-file");
+    if (cert == NULL && key == NULL && ca == NULL)
+        return;
+    if (cert == NULL || key == NULL || ca == NULL)
+        die("peer TLS needs all of --peer-cert-file, --peer-key-file and "
+            "--peer-trusted-ca-file");
+    if (no->hub != NULL || no->listen_host == NULL)
+        die("peer TLS needs --members (a single node has no raft peers)");
+    char err[TK_TLS_ERR_MAX];
+    struct tk_tls_ctx_config tc = {
+        .server = true, .cert_file = cert, .key_file = key, .ca_file = ca};
+    if (tk_tls_ctx_new(&tc, &no->peer_tls_server, err, sizeof(err)) != 0)
+        die("peer TLS (--peer-cert-file, --peer-key-file, --peer-trusted-ca-file): %s",
+            err);
+    tc.server = false;
+    if (tk_tls_ctx_new(&tc, &no->peer_tls_client, err, sizeof(err)) != 0)
+        die("peer TLS: %s", err);
+}
+
 /* --peer-token-file and --insecure-peers: reads the token into `tok` and
  * refuses a raft address off loopback with neither. Returns whether the
  * peers are open (the caller warns every minute). */
@@ -304,12 +386,15 @@ static bool peer_security(struct node_options *no, uint8_t *tok, size_t cap)
         no->peer_token_len = n;
         return false;
     }
-    if (no->hub != NULL || no->listen_host == NULL || is_loopback(no->listen_host))
+    if (no->peer_tls_server != NULL || no->hub != NULL || no->listen_host == NULL ||
+        is_loopback(no->listen_host))
         return false;
     if (get("insecure-peers") == NULL)
-        die("the raft address %s is not loopback and there is no --peer-token-file: "
-            "anyone who reaches it could act as a member. Give every node the same "
-            "--peer-token-file (docs/operations.md), or --insecure-peers to run open",
+        die("the raft address %s is not loopback and there is no --peer-token-file nor "
+            "peer TLS: anyone who reaches it could act as a member. Give every node the "
+            "same --peer-token-file, or --peer-cert-file, --peer-key-file and "
+            "--peer-trusted-ca-file (docs/operations.md), or --insecure-peers to run "
+            "open",
             no->listen_host);
     return true;
 }
@@ -621,9 +706,17 @@ int main(int argc, char **argv)
                 no.listen_port = members[i].port;
             }
         }
-        if (!found)
-            die("--id %llu is not one of --members \"%s\"", (unsigned long long)no.id,
-                get("members"));
+        no.join = get("join") != NULL;
+        if (no.join && found)
+            die("--join: --id %llu is already in --members \"%s\"; a joining node "
+                "is not in the running cluster's list",
+                (unsigned long long)no.id, get("members"));
+        if (no.join && get("listen-raft") == NULL)
+            die("--join needs --listen-raft (this node's raft address)");
+        if (!found && !no.join)
+            die("--id %llu is not one of --members \"%s\" (a new node joining a "
+                "running cluster takes --join)",
+                (unsigned long long)no.id, get("members"));
         if (get("listen-raft") != NULL) {
             if (split_addr(get("listen-raft"), raft_host, sizeof(raft_host),
                            &no.listen_port) != 0)
@@ -633,6 +726,8 @@ int main(int argc, char **argv)
     } else {
         if (get("listen-raft") != NULL)
             die("--listen-raft needs --members (a single node has no raft peers)");
+        if (get("join") != NULL)
+            die("--join needs --members (the running cluster's voters)");
         /* A cluster of one: no peers, so no raft socket. */
         no.members.n_voters = 1;
         no.members.voters[0] = no.id;
@@ -663,6 +758,7 @@ int main(int argc, char **argv)
     }
 
     static uint8_t token[4096];
+    peer_tls(&no);
     bool open_peers = peer_security(&no, token, sizeof(token));
     const char *store = get("store");
     if (strcmp(store, "fs") == 0) {
@@ -677,7 +773,16 @@ int main(int argc, char **argv)
     } else if (strcmp(store, "mem") != 0) {
         die("--store: \"%s\" is not fs or mem", store);
     }
+    restore_data(&no);
 
+    struct tk_tls_ctx *https = gateway_tls(&gc);
+    struct gateway_auth *auth = NULL;
+    if (get("auth-file") != NULL) {
+        char err[512];
+        if (gateway_auth_load(get("auth-file"), &auth, err, sizeof(err)) != 0)
+            die("--auth-file: %s", err);
+        gc.auth = auth;
+    }
     struct gateway *gw;
     if (gateway_new(&gc, &gw) != 0)
         die("the HTTP limits are inconsistent (check --max-* and --*-timeout-ms)");
@@ -705,6 +810,8 @@ int main(int argc, char **argv)
                                 : "; see the log above (raft address in use? data "
                                   "directory damaged?)");
         gateway_free(gw);
+        tk_tls_ctx_free(https);
+        gateway_auth_free(auth);
         if (hub)
             transport_inproc_hub_free(hub);
         return 1;
@@ -713,6 +820,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "tierkvd: %s (--listen-http)\n", gateway_listen_error(gw));
         node_stop(node);
         gateway_free(gw);
+        tk_tls_ctx_free(https);
+        gateway_auth_free(auth);
         if (hub)
             transport_inproc_hub_free(hub);
         return 1;
@@ -720,8 +829,9 @@ int main(int argc, char **argv)
     char kvs[512], raft_addr[GATEWAY_ADDR_MAX + 8] = "inproc";
     if (no.listen_host != NULL)
         snprintf(raft_addr, sizeof(raft_addr), "%s:%u", no.listen_host, no.listen_port);
-    snprintf(kvs, sizeof(kvs), "http=%s:%u raft=%s store=%s data_dir=%s", http_host,
-             gateway_port(gw), raft_addr, store, no.data_dir ? no.data_dir : "-");
+    snprintf(kvs, sizeof(kvs), "%s=%s:%u raft=%s store=%s data_dir=%s",
+             https != NULL ? "https" : "http", http_host, gateway_port(gw), raft_addr,
+             store, no.data_dir ? no.data_dir : "-");
     tk_logf(TK_LOG_INFO, no.id, 0, kvs, "tierkvd listening");
     snprintf(kvs, sizeof(kvs), "nofile=%llu max_connections=%u reserve=%llu",
              (unsigned long long)nofile, gc.conns_max, (unsigned long long)fd_reserve);
@@ -734,7 +844,7 @@ int main(int argc, char **argv)
         do
             tk_logf(TK_LOG_WARN, no.id, 0, NULL,
                     "--insecure-peers: the raft port takes any peer; use "
-                    "--peer-token-file");
+                    "--peer-token-file or peer TLS");
         while ((sig = sigtimedwait(&set, NULL, &minute)) < 0);
     } else {
         while (sigwait(&set, &sig) != 0) {
@@ -745,8 +855,44 @@ int main(int argc, char **argv)
     tk_logf(TK_LOG_INFO, no.id, 0, why, "shutting down");
     node_stop(node);
     gateway_free(gw);
+    tk_tls_ctx_free(https);
+    gateway_auth_free(auth);
+    tk_tls_ctx_free(no.peer_tls_server);
+    tk_tls_ctx_free(no.peer_tls_client);
     if (hub)
         transport_inproc_hub_free(hub);
     tk_logf(TK_LOG_INFO, no.id, 0, NULL, "stopped");
     return 0;
+}
+
+/* --restore FILE and --force-new-cluster: the data directory starts from a
+ * backup, or from this node's own log alone (node_restore.c). */
+static void restore_data(struct node_options *no)
+{
+    const char *file = get("restore");
+    const char *force = get("force-new-cluster");
+    no->force_new_cluster = force != NULL && strcmp(force, "0") != 0;
+    if (file == NULL)
+        return;
+    if (no->data_dir == NULL)
+        die("--restore needs the fs store (--store fs and a --data-dir)");
+    if (no->force_new_cluster)
+        die("--restore and --force-new-cluster do not go together: a restored node "
+            "already starts a new cluster");
+    struct node_restore_options ro = {.file = file,
+                                      .data_dir = no->data_dir,
+                                      .id = no->id,
+                                      .cluster_id = no->cluster_id,
+                                      .members = no->members,
+                                      .kv_no_sync = no->kv_no_sync};
+    struct kv_backup_info info;
+    char err[512];
+    int rc = node_restore(&ro, &info, err, sizeof(err));
+    if (rc != 0)
+        die("--restore %s: %s", file, err);
+    char kvs[256];
+    snprintf(kvs, sizeof(kvs), "file=%s revision=%llu keys=%llu from_cluster=%llu", file,
+             (unsigned long long)info.revision, (unsigned long long)info.keys,
+             (unsigned long long)info.cluster_id);
+    tk_logf(TK_LOG_INFO, no->id, 0, kvs, "restored the data directory from a backup");
 }

@@ -2,6 +2,8 @@
  *
  * Runs, in one process and one run, the same segments over
  *   tcp      two TCP transports, each on its own loop thread, over 127.0.0.1;
+ *   tcp-mtls the same with peer mutual TLS (a self-signed certificate naming
+ *            both nodes, made at start), to measure what TLS costs;
  *   inproc1  two in-process endpoints sharing one loop thread;
  *   inproc2  two in-process endpoints, each on its own loop thread;
  *   floor    plain blocking sockets, no framing, no libuv (the ceiling).
@@ -13,8 +15,13 @@
  * everything. Each figure is the median of `runs` repetitions (3; --quick: 1
  * run of a tenth of the size). Prints a table and one JSON line.
  *
+ * --plot FILE.svg draws the request round trip (p50, p99, mean) of each
+ * transport against the two floors (plain sockets; raw libuv echo), and the
+ * one-way 64 B and pipelined rates of each (bench_plot.h).
+ *
  * Usage: transport-bench [--quick] [--runs N] [--only tcp|inproc-1loop|...]
- *                        [--segment 0-4]   (for profiling one cell) */
+ *                        [--segment 0-4]   (for profiling one cell)
+ *                        [--plot FILE.svg] */
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -31,6 +38,8 @@
 #include "base/err.h"
 #include "base/hist.h"
 #include "base/log.h"
+#include "cmd/benchplot/bench_plot.h"
+#include "tls/tls.h"
 #include "transport/transport.h"
 
 enum seg_kind { SEG_ONEWAY, SEG_RTT, SEG_PIPELINED };
@@ -219,7 +228,10 @@ static void lp_init(struct lp *l, struct pair *p, bool is_a, bool hosts_b)
     l->hosts_b = hosts_b;
 }
 
-enum pair_kind { PAIR_TCP, PAIR_INPROC_SHARED, PAIR_INPROC_THREADS };
+enum pair_kind { PAIR_TCP, PAIR_INPROC_SHARED, PAIR_INPROC_THREADS, PAIR_TCP_TLS = 4 };
+
+/* tcp-mtls: the two contexts every TLS pair uses (made in main). */
+static struct tk_tls_ctx *tls_server, *tls_client;
 
 static struct transport_inproc_hub *hub;
 
@@ -239,9 +251,13 @@ static struct pair *pair_new(enum pair_kind kind)
     p->pump.data = p;
     struct transport_callbacks ca = {.recv = on_recv_a, .peer = on_peer, .data = p};
     struct transport_callbacks cb = {.recv = on_recv_b, .peer = on_peer, .data = p};
-    if (kind == PAIR_TCP) {
+    if (kind == PAIR_TCP || kind == PAIR_TCP_TLS) {
         struct transport_tcp_options o;
         transport_tcp_options_default(&o);
+        if (kind == PAIR_TCP_TLS) {
+            o.tls_server = tls_server;
+            o.tls_client = tls_client;
+        }
         o.cluster_id = 7;
         o.id = 1;
         TK_ASSERT(transport_tcp_new(&p->la.loop, &o, &ca, &p->a) == 0);
@@ -559,14 +575,14 @@ static void floor_uv_rtt(const struct seg *sg, bool two, struct result *r)
 /* ---- Driver ---- */
 
 #define N_SEGS 5
-#define N_IMPLS 4
+#define N_IMPLS 5
 #define RUNS_MAX 9
 
 static const char *const seg_names[N_SEGS] = {"one-way 64 B", "one-way 64 KiB",
                                               "one-way 1 KiB", "round trip 64 B",
                                               "pipelined 64 B w256"};
 static const char *const impl_names[N_IMPLS] = {"tcp", "inproc-1loop", "inproc-2threads",
-                                                "floor"};
+                                                "floor", "tcp-mtls"};
 
 static struct seg segs[N_SEGS] = {
     {SEG_ONEWAY, 100000, 64, 0},     {SEG_ONEWAY, 2000, 65536, 0},
@@ -600,8 +616,67 @@ static void run_one(int impl, struct pair *p, const struct seg *s, struct result
         pair_run(p, s, r);
 }
 
+/* A self-signed certificate naming node-1 and node-2, in a directory removed
+ * as soon as the contexts have read it. */
+static int make_tls(void)
+{
+    char dir[] = "/tmp/tk-transport-bench-XXXXXX", cert[64], key[64], err[TK_TLS_ERR_MAX];
+    if (mkdtemp(dir) == NULL)
+        return TK_EIO;
+    snprintf(cert, sizeof(cert), "%s/cert.pem", dir);
+    snprintf(key, sizeof(key), "%s/key.pem", dir);
+    const char *names[] = {"node-1", "node-2"};
+    int rc = tk_tls_testcert_write(cert, key, names, 2, 1);
+    struct tk_tls_ctx_config c = {
+        .server = true, .cert_file = cert, .key_file = key, .ca_file = cert};
+    if (rc == 0)
+        rc = tk_tls_ctx_new(&c, &tls_server, err, sizeof(err));
+    c.server = false;
+    if (rc == 0)
+        rc = tk_tls_ctx_new(&c, &tls_client, err, sizeof(err));
+    unlink(cert);
+    unlink(key);
+    rmdir(dir);
+    return rc;
+}
+
+/* --plot: the round trips against the floors, and the rates. */
+static int plot_cells(const char *path, bool quick, struct cell cells[N_IMPLS][N_SEGS],
+                      const double uvfloor_p50[2])
+{
+    static struct bench_plot p;
+    bench_plot_init(&p, quick ? "transport-bench --quick: loopback, 127.0.0.1"
+                              : "transport-bench: loopback, 127.0.0.1");
+    int rt = bench_plot_panel(&p, "request round trip, 64 B", "transport", "microseconds",
+                              false, true);
+    int th = bench_plot_panel(&p, "throughput", "transport", "messages/s", false, true);
+    int s50 = bench_plot_series(&p, rt, "p50"), s99 = bench_plot_series(&p, rt, "p99");
+    int smean = bench_plot_series(&p, rt, "mean");
+    int sdg = bench_plot_series(&p, th, "one-way 64 B, msgs/s");
+    int spl = bench_plot_series(&p, th, "pipelined 64 B requests, ops/s");
+    for (int i = 0; i < N_IMPLS; i++) {
+        if (i < 3) { /* the floor is drawn as a line */
+            bench_plot_xtic(&p, rt, i, impl_names[i]);
+            bench_plot_point(&p, s50, i, cells[i][3].p50_us);
+            bench_plot_point(&p, s99, i, cells[i][3].p99_us);
+            bench_plot_point(&p, smean, i, cells[i][3].mean_us);
+        }
+        bench_plot_xtic(&p, th, i, impl_names[i]);
+        bench_plot_point(&p, sdg, i, cells[i][0].rate);
+        bench_plot_point(&p, spl, i, cells[i][4].rate);
+    }
+    bench_plot_hline(&p, rt, "floor: blocking sockets, p50", cells[3][3].p50_us);
+    bench_plot_hline(&p, rt, "floor: raw libuv echo, p50", uvfloor_p50[0]);
+    int rc = bench_plot_write(&p, path);
+    bench_plot_free(&p);
+    if (rc == 0)
+        fprintf(stderr, "transport-bench: plot written to %s\n", path);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
+    const char *plot_path = NULL;
     bool quick = false;
     int runs = 3;
     int only = -1;
@@ -614,6 +689,8 @@ int main(int argc, char **argv)
             runs = atoi(argv[++i]);
             if (runs < 1 || runs > RUNS_MAX)
                 runs = 3;
+        } else if (strcmp(argv[i], "--plot") == 0 && i + 1 < argc) {
+            plot_path = argv[++i];
         } else if (strcmp(argv[i], "--segment") == 0 && i + 1 < argc) {
             only_seg = atoi(argv[++i]);
         } else if (strcmp(argv[i], "--only") == 0 && i + 1 < argc) {
@@ -627,7 +704,8 @@ int main(int argc, char **argv)
             }
         } else {
             fprintf(stderr,
-                    "usage: %s [--quick] [--runs N] [--only IMPL] [--segment 0-4]\n",
+                    "usage: %s [--quick] [--runs N] [--only IMPL] [--segment 0-4] "
+                    "[--plot FILE.svg]\n",
                     argv[0]);
             return 2;
         }
@@ -637,13 +715,17 @@ int main(int argc, char **argv)
         for (int s = 0; s < N_SEGS; s++)
             segs[s].n = segs[s].n / 10 ? segs[s].n / 10 : 1;
     hub = transport_inproc_hub_new(1);
+    if (make_tls() != 0) {
+        fprintf(stderr, "cannot make the tcp-mtls certificate\n");
+        return 1;
+    }
 
     static struct cell cells[N_IMPLS][N_SEGS];
     for (int impl = 0; impl < N_IMPLS; impl++) {
         if (only >= 0 && impl != only)
             continue;
         struct pair *p = NULL;
-        if (impl < 3)
+        if (impl != 3)
             p = pair_new((enum pair_kind)impl);
         for (int s = 0; s < N_SEGS; s++) {
             if (only_seg >= 0 && s != only_seg)
@@ -735,5 +817,19 @@ int main(int argc, char **argv)
            cells[3][4].rate, cells[1][4].rate, cells[2][4].rate, cells[0][1].mb_s,
            cells[3][1].mb_s, cells[0][2].mb_s, cells[3][2].mb_s, cells[0][0].rate,
            cells[3][0].rate, cells[1][0].rate, cells[2][0].rate);
-    return 0;
+    printf("{\"bench\":\"transport-tls\",\"quick\":%s,\"runs\":%d,"
+           "\"tcp_rtt_p50_us\":%.1f,\"tls_rtt_p50_us\":%.1f,"
+           "\"tcp_pipelined_ops_per_s\":%.0f,\"tls_pipelined_ops_per_s\":%.0f,"
+           "\"tcp_stream_64k_mb_per_s\":%.0f,\"tls_stream_64k_mb_per_s\":%.0f,"
+           "\"tcp_stream_1k_mb_per_s\":%.0f,\"tls_stream_1k_mb_per_s\":%.0f,"
+           "\"tcp_dgram_64_msgs_per_s\":%.0f,\"tls_dgram_64_msgs_per_s\":%.0f}\n",
+           quick ? "true" : "false", runs, cells[0][3].p50_us, cells[4][3].p50_us,
+           cells[0][4].rate, cells[4][4].rate, cells[0][1].mb_s, cells[4][1].mb_s,
+           cells[0][2].mb_s, cells[4][2].mb_s, cells[0][0].rate, cells[4][0].rate);
+    int rc_plot = 0;
+    tk_tls_ctx_free(tls_server);
+    tk_tls_ctx_free(tls_client);
+    if (plot_path != NULL)
+        rc_plot = plot_cells(plot_path, quick, cells, uvfloor_p50);
+    return rc_plot == 0 ? 0 : 1;
 }

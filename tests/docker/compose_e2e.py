@@ -3,7 +3,8 @@
 
 Builds the image with deploy/build-images.sh (offline: it debootstraps the
 base image when no registry answers), starts deploy/docker-compose.yml as its
-own compose project on free host ports and a free subnet, then:
+own compose project on free host ports, through the deploy/compose wrapper
+(`docker compose` or `docker-compose`, whichever exists), then:
   1. waits until every node answers /readyz and Docker reports it healthy;
      checks the container runs as a non-root user with its data in a volume;
   2. writes 1,000 keys through every node (followers forward to the leader);
@@ -15,9 +16,18 @@ own compose project on free host ports and a free subnet, then:
   4. disconnects the current leader from the compose network: the majority
      elects a leader and keeps serving writes and linearizable reads, while
      the isolated node refuses linearizable reads and writes (but still
-     answers stale reads, so it is up); reconnects it and checks convergence
-     (scans and digests) again;
-  5. tears everything down (compose down -v), also on failure or SIGTERM, and
+     answers stale reads, so it is up); reconnects it under its service name
+     (a DNS alias) at another address (a placeholder container holds the old
+     one), so the majority finds it only by name (the members are node1:7000,
+     ...: no fixed IPs), and checks convergence (scans and digests) again;
+  5. deletes a follower's volume and recreates its container under the same
+     id: the cluster refuses it (its /readyz answers 503 not_a_member, its log
+     says what to do, the leader counts the refusal in
+     tierkv_member_refused_total); then follows docs/operations.md "Replace a
+     failed node": `tierkv member remove`, a new container node4 started with
+     TIERKV_JOIN, `tierkv member add 4` (with the tierkv CLI on the host), and
+     checks convergence (scans and digests) on the new three;
+  6. tears everything down (compose down -v), also on failure or SIGTERM, and
      checks that no container, network or volume of the project is left.
 Every wait is bounded. Exits 77 (skip) with a message when no Docker engine
 or no compose answers.
@@ -29,7 +39,6 @@ Only the Python standard library.
 """
 import argparse
 import http.client
-import ipaddress
 import json
 import os
 import signal
@@ -43,6 +52,7 @@ import urllib.parse
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DEPLOY = os.path.join(ROOT, "deploy")
 COMPOSE_FILE = os.path.join(DEPLOY, "docker-compose.yml")
+COMPOSE_WRAPPER = os.path.join(DEPLOY, "compose")
 SKIP = 77
 T0 = time.monotonic()
 
@@ -117,16 +127,20 @@ def docker_answers():
 
 
 def compose_command():
-    """`docker compose` (the v2 plugin) if present, else `docker-compose` (v1)."""
-    for cmd in (["docker", "compose"], ["docker-compose"]):
-        try:
-            p = subprocess.run(cmd + ["version"], timeout=30, text=True,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        except (FileNotFoundError, subprocess.TimeoutExpired):
-            continue
-        if p.returncode == 0:
-            return cmd, p.stdout.strip().splitlines()[0]
-    return None, None
+    """deploy/compose (which runs `docker compose`, the v2 plugin, if present,
+    else `docker-compose`, v1) and the command it picks with its version; None
+    when it finds neither."""
+    try:
+        p = subprocess.run([COMPOSE_WRAPPER, "--which"], timeout=60, text=True,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    except subprocess.TimeoutExpired:
+        return None, None
+    if p.returncode != 0:
+        return None, None
+    picked = p.stdout.split(" -f ")[0].strip()
+    v = subprocess.run(picked.split() + ["version"], timeout=60, text=True,
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    return [COMPOSE_WRAPPER], "%s: %s" % (picked, (v.stdout.strip().splitlines() or ["?"])[0])
 
 
 def free_ports(n):
@@ -139,32 +153,6 @@ def free_ports(n):
     for s in socks:
         s.close()
     return ports
-
-
-def free_subnet():
-    """A /24 in 172.28.0.0/14 that overlaps no docker network and no host
-    route, as its first three octets ("172.28.57")."""
-    _, out, _ = run(["docker", "network", "ls", "-q"], 30)
-    text = ""
-    if out.split():
-        _, text, _ = run(["docker", "network", "inspect", "-f",
-                          "{{range .IPAM.Config}}{{.Subnet}} {{end}}"] + out.split(), 30)
-    rc, routes, _ = run(["ip", "-4", "route"], 10, check_rc=False)
-    if rc == 0:
-        text += " " + " ".join(line.split()[0] for line in routes.splitlines() if line.split())
-    used = []
-    for word in text.split():
-        try:
-            used.append(ipaddress.ip_network(word, strict=False))
-        except ValueError:
-            pass  # "default", IPv6...
-    used = [n for n in used if n.version == 4 and n.prefixlen > 0]
-    for second in (28, 29, 30, 31):
-        for third in range(57, 256):
-            cand = ipaddress.ip_network("172.%d.%d.0/24" % (second, third))
-            if not any(cand.overlaps(n) for n in used):
-                return "172.%d.%d" % (second, third)
-    raise Fail("no free /24 in 172.28.0.0/14 for the test network")
 
 
 # ---- HTTP ----------------------------------------------------------------
@@ -346,7 +334,7 @@ class Deployment:
         self.ids = {}  # node id -> container id
 
     def c(self, *args, timeout=180, check_rc=True):
-        return run(self.compose + ["-p", self.project, "-f", COMPOSE_FILE] + list(args),
+        return run(self.compose + ["-p", self.project] + list(args),
                    timeout, check_rc=check_rc, env=self.env)
 
     def container(self, node):
@@ -375,7 +363,7 @@ class Deployment:
         """Starts `down -v` in a session of its own, so that it survives the
         SIGKILL meson sends to the test's process group 0.5 s after SIGTERM."""
         cmd = " ".join("'%s'" % w for w in
-                       self.compose + ["-p", self.project, "-f", COMPOSE_FILE, "down", "-v",
+                       self.compose + ["-p", self.project, "down", "-v",
                                        "--remove-orphans", "-t", "5"])
         subprocess.Popen(["timeout", "240", "sh", "-c", cmd + " >/dev/null 2>&1"],
                          env=self.env, start_new_session=True,
@@ -494,6 +482,93 @@ def exec_cli(dep, node, args, timeout_s=20):
                         "tierkv", "--endpoints", "127.0.0.1:8080", "--timeout", "3s",
                         "--retries", "0"] + args, timeout_s, check_rc=False)
     return rc, (out + err).strip()
+
+
+def metric(port, name):
+    c = Client(port)
+    try:
+        st, _, body = c.request("GET", "/metrics")
+    finally:
+        c.close()
+    for ln in body.decode().splitlines() if st == 200 else []:
+        if ln.startswith(name + " "):
+            return float(ln.split()[-1])
+    return None
+
+
+def readyz_code(port):
+    c = Client(port, timeout_s=3)
+    try:
+        st, js = c.json("GET", "/readyz")
+        return js["error"]["code"] if st == 503 and js else str(st)
+    except Exception:
+        return None
+    finally:
+        c.close()
+
+
+def replace_node(a, dep, port_of, model, net_name, extra):
+    """Step 5 (see the docstring): an amnesiac refused, then replaced by node4
+    following docs/operations.md."""
+    leader = wait_until("an agreed leader", 30, lambda: leader_of(port_of, (1, 2, 3)))
+    victim = [n for n in (1, 2, 3) if n != leader][0]
+    survivors = [n for n in (1, 2, 3) if n != victim]
+    vol = "%s_node%d-data" % (a.project, victim)
+    dep.c("rm", "-f", "-s", "node%d" % victim, timeout=120)
+    dep.ids.pop(victim, None)
+    run(["docker", "volume", "rm", vol], 60)
+    dep.c("up", "-d", "--no-deps", "node%d" % victim, timeout=120)
+    log("node%d: volume %s deleted, container recreated under the same id" % (victim, vol))
+    wait_until("node%d /readyz 503 not_a_member" % victim, 90,
+               lambda: readyz_code(port_of[victim]) == "not_a_member")
+    _, lo, le = run(["docker", "logs", dep.container(victim)], 30)
+    check("refused this node" in lo + le, "node%d's log does not say it was refused" % victim)
+    refused = wait_until("the refusal counted", 30,
+                         lambda: sum(metric(port_of[n], "tierkv_member_refused_total") or 0
+                                     for n in survivors))
+    log("node%d is refused under its old id (/readyz 503 not_a_member; %d refusals "
+        "counted by the others)" % (victim, refused))
+    # docs/operations.md "Replace a failed node", with the CLI on the host.
+    eps = ",".join("127.0.0.1:%d" % port_of[n] for n in survivors)
+    rc, out, err = run([a.tierkv, "-e", eps, "member", "remove", str(victim)], 60,
+                       check_rc=False)
+    check(rc == 0, "tierkv member remove %d: exit %d: %s %s" % (victim, rc, out, err))
+    dep.c("rm", "-f", "-s", "node%d" % victim, timeout=120)
+    dep.ids.pop(victim, None)
+    port4 = free_ports(1)[0]
+    name, vol4 = "%s-node4" % a.project, "%s_node4-data" % a.project
+    label = "com.docker.compose.project=%s" % a.project
+    run(["docker", "volume", "create", "--label", label, vol4], 60)
+    extra.append(("volume", vol4))
+    members = ",".join("%d=node%d:7000" % (n, n) for n in survivors)
+    env = {"TIERKV_ID": "4", "TIERKV_JOIN": "1", "TIERKV_MEMBERS": members,
+           "TIERKV_LISTEN_RAFT": "0.0.0.0:7000", "TIERKV_LISTEN_HTTP": "0.0.0.0:8080",
+           "TIERKV_DATA_DIR": "/var/lib/tierkv", "TIERKV_STORE": "fs",
+           "TIERKV_CLUSTER_ID": "1",
+           "TIERKV_PEER_TOKEN_FILE": "/var/lib/tierkv-secrets/peer-token"}
+    args = ["docker", "run", "-d", "--name", name, "--label", label, "--network", net_name,
+            "--network-alias", "node4", "-p", "127.0.0.1:%d:8080" % port4,
+            "-v", "%s:/var/lib/tierkv" % vol4,
+            "-v", "%s_secrets:/var/lib/tierkv-secrets" % a.project]
+    for k, v in env.items():
+        args += ["-e", "%s=%s" % (k, v)]
+    run(args + [a.image], 120)
+    extra.append(("container", name))
+    rc, out, err = run([a.tierkv, "-e", eps, "--timeout", "60s", "member", "add", "4",
+                        "--raft", "node4:7000", "--http",
+                        "127.0.0.1:%d" % port4], 120, check_rc=False)
+    check(rc == 0, "tierkv member add 4: exit %d: %s %s" % (rc, out, err))
+    rc, out, err = run([a.tierkv, "-e", eps, "member", "list"], 60, check_rc=False)
+    log("replaced node%d by node4 (tierkv member remove, tierkvd --join, tierkv member "
+        "add):\n%s" % (victim, out.rstrip()))
+    check(rc == 0 and sum(1 for ln in out.splitlines() if " voter " in ln) == 3,
+          "three voters after the replacement: %s" % out)
+    ports = [port_of[n] for n in survivors] + [port4]
+    wait_until("node4 /readyz", 90, lambda: ready(port4))
+    scan = converge("after replacing node%d" % victim, ports, model)
+    applied, digest = same_digest("digests after replacing node%d" % victim, ports)
+    log("node4 holds the same %d keys and digest %s at applied index %d" %
+        (len(scan), digest, applied))
 
 
 def self_test():
@@ -631,6 +706,7 @@ def main():
     signal.signal(signal.SIGINT, on_signal)
 
     results = {}
+    extra = []  # (kind, name) made outside compose: removed before `down`
     # 1. The image.
     base = os.environ.get("TIERKV_BASE_IMAGE", "debian:12-slim")
     rc, _, _ = run(["docker", "image", "inspect", base], 30, check_rc=False)
@@ -650,8 +726,7 @@ def main():
          results["image_mib"]))
 
     ports = free_ports(3)
-    net_prefix = free_subnet()
-    env = dict(os.environ, TIERKV_IMAGE=a.image, TIERKV_NET=net_prefix, TIERKV_BIND="127.0.0.1",
+    env = dict(os.environ, TIERKV_IMAGE=a.image, TIERKV_BIND="127.0.0.1",
                TIERKV_HTTP_PORT_1=str(ports[0]), TIERKV_HTTP_PORT_2=str(ports[1]),
                TIERKV_HTTP_PORT_3=str(ports[2]), COMPOSE_HTTP_TIMEOUT="120")
     env.pop("COMPOSE_PROJECT_NAME", None)
@@ -659,6 +734,7 @@ def main():
     deployment.append(dep)
     port_of = {1: ports[0], 2: ports[1], 3: ports[2]}
     model = {}
+    placeholders = []
 
     failed = None
     try:
@@ -668,8 +744,17 @@ def main():
             dep.down()
         t = time.monotonic()
         dep.c("up", "-d", timeout=300)
-        log("compose up (ports %s, network %s.0/24) in %.1f s" %
-            (ports, net_prefix, time.monotonic() - t))
+        log("compose up (ports %s) in %.1f s" % (ports, time.monotonic() - t))
+        # Members by service name, no fixed addresses.
+        for n in (1, 2, 3):
+            envs = json.loads(dep.inspect(n, "{{json .Config.Env}}"))
+            check("TIERKV_MEMBERS=1=node1:7000,2=node2:7000,3=node3:7000" in envs,
+                  "node%d's members are not the service names: %s" %
+                  (n, [e for e in envs if e.startswith("TIERKV_MEMBERS=")]))
+            nets = json.loads(dep.inspect(n, "{{json .NetworkSettings.Networks}}"))
+            check(all(not (v.get("IPAMConfig") or {}).get("IPv4Address") for v in nets.values()),
+                  "node%d has a fixed address: %s" % (n, nets))
+        log("members named node1..node3 (DNS), no fixed container addresses")
 
         # 1. Readiness, health, user, volume.
         t = time.monotonic()
@@ -727,7 +812,7 @@ def main():
         nets = json.loads(dep.inspect(iso, "{{json .NetworkSettings.Networks}}"))
         check(len(nets) == 1, "node%d is on %d networks" % (iso, len(nets)))
         net_name, net_info = next(iter(nets.items()))
-        ip = net_info.get("IPAMConfig", {}).get("IPv4Address") or net_info["IPAddress"]
+        ip = net_info["IPAddress"]
         run(["docker", "network", "disconnect", net_name, dep.container(iso)], 60)
         t = time.monotonic()
         log("disconnected node%d (the leader, %s) from %s" % (iso, ip, net_name))
@@ -764,8 +849,22 @@ def main():
               % (iso, rc2, out2))
         log("isolated node%d answers stale reads but refuses linearizable reads (%s) "
             "and writes" % (iso, out.splitlines()[-1] if out else "exit %d" % rc))
-        run(["docker", "network", "connect", "--ip", ip, net_name, dep.container(iso)], 60)
-        log("reconnected node%d" % iso)
+        # A placeholder takes the freed address if Docker hands out the lowest
+        # free one (if it allocates serially, the node gets a new one anyway),
+        # so the node comes back elsewhere and is found only by its name.
+        placeholder = a.project + "-placeholder"
+        run(["docker", "run", "-d", "--rm", "--name", placeholder, "--network", net_name,
+             "--entrypoint", "sleep", a.image, "600"], 120)
+        placeholders.append(placeholder)
+        run(["docker", "network", "connect", "--alias", "node%d" % iso, net_name,
+             dep.container(iso)], 60)
+        new_ip = json.loads(dep.inspect(iso, "{{json .NetworkSettings.Networks}}"))[
+            net_name]["IPAddress"]
+        run(["docker", "rm", "-f", placeholder], 60, check_rc=False)
+        placeholders.remove(placeholder)
+        check(new_ip and new_ip != ip, "node%d came back at its old address %s: the test "
+              "would not show that the others find it by name" % (iso, ip))
+        log("reconnected node%d as node%d at %s (was %s)" % (iso, iso, new_ip, ip))
         wait_until("reconnected node%d /readyz" % iso, 60, lambda: ready(port_of[iso]))
         scan = converge("after reconnecting node%d" % iso, [port_of[n] for n in (1, 2, 3)],
                         model)
@@ -775,6 +874,11 @@ def main():
                                       [port_of[n] for n in (1, 2, 3)])
         log("node%d caught up; all three hold the same %d keys and digest %s at applied "
             "index %d" % (iso, len(scan), digest, applied))
+
+        # 5. A follower loses its volume and comes back under its id.
+        t = time.monotonic()
+        replace_node(a, dep, port_of, model, net_name, extra)
+        results["replace_s"] = time.monotonic() - t
     except Fail as e:
         failed = e
     except Interrupted as e:
@@ -785,6 +889,8 @@ def main():
         STOP.set()
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         signal.signal(signal.SIGINT, signal.SIG_IGN)
+        for pl in placeholders:
+            run(["docker", "rm", "-f", pl], 60, check_rc=False)
         if failed is not None:
             log("FAILED: %s" % failed)
             rc, out, err = dep.c("logs", "--no-color", "--tail", "40", timeout=60,
@@ -793,6 +899,9 @@ def main():
         if a.keep and failed is None:
             log("--keep: left the deployment up (project %s)" % a.project)
         else:
+            for kind, name in reversed(extra):
+                run(["docker", "rm", "-f", "-v", name] if kind == "container" else
+                    ["docker", "volume", "rm", "-f", name], 120, check_rc=False)
             secs, left = dep.down()
             log("compose down -v in %.1f s" % secs)
             if left and failed is None:
@@ -809,6 +918,7 @@ def main():
                "write_ops_s": round(results["write_ops_s"]),
                "failover_cycle_s": round(results["failover_cycle_s"], 1),
                "partition_election_s": round(results["partition_election_s"], 1),
+               "replace_s": round(results["replace_s"], 1),
                "total_s": round(total, 1)}
     print(json.dumps(summary), flush=True)
     log("PASS")

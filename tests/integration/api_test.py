@@ -202,6 +202,16 @@ def test_idempotency_key_applies_once():
     other = C.nodes[LEADER % 3]
     st, _, c = expect(write(other, "POST", "/v1/kv/idem/incr", headers=h), 200, "retry 2")
     check(c["value"] == 1, "retry through another node applied: %r" % c)
+    check(c.get("replayed") is True and c["revision"] == a["revision"],
+          "a retry through a follower lost replayed (issue 19): %r" % c)
+    # a delete range with a key, retried through a follower: replayed, same count
+    hd = {"Idempotency-Key": "it-dr-%d" % time.time_ns()}
+    for i in range(3):
+        expect(write(nd, "PUT", "/v1/kv/idem-dr/%d" % i, body="v"), 200, "put dr")
+    st, _, e = expect(write(nd, "DELETE", "/v1/kv?prefix=idem-dr/", headers=hd), 200, "dr")
+    st, _, f = expect(write(other, "DELETE", "/v1/kv?prefix=idem-dr/", headers=hd), 200, "dr 2")
+    check(e["deleted"] == 3 and "replayed" not in e and f.get("replayed") is True
+          and f["deleted"] == 3, "delete range retried: %r %r" % (e, f))
     st, _, d = expect(write(nd, "POST", "/v1/kv/idem/incr"), 200, "no key")
     check(d["value"] == 2, "a write without the key applies: %r" % d)
 
@@ -333,7 +343,7 @@ def hostile_cases(port):
         ("bad consistency", b"GET /v1/kv/h?consistency=maybe HTTP/1.1\r\n\r\n", 400),
         ("bad limit", b"GET /v1/kv?limit=abc HTTP/1.1\r\n\r\n", 400),
         ("zero limit", b"GET /v1/kv?limit=0 HTTP/1.1\r\n\r\n", 400),
-        ("prefix and start", b"GET /v1/kv?prefix=a&start=b HTTP/1.1\r\n\r\n", 400),
+        ("prefix and end", b"GET /v1/kv?prefix=a&end=b HTTP/1.1\r\n\r\n", 400),
         ("body on get", b"GET /v1/kv/h HTTP/1.1\r\nContent-Length: 2\r\n\r\nhi", 400),
         ("bad delta", b"POST /v1/kv/h/incr?delta=1.5 HTTP/1.1\r\nContent-Length: 0\r\n\r\n", 400),
         ("delete all without prefix", b"DELETE /v1/kv HTTP/1.1\r\n\r\n", 400),

@@ -55,6 +55,16 @@ def main():
           "/proc/forbidden/token"], {}, "--peer-token-file"),
         (["--members", "1=10.9.9.9:7001,2=10.9.9.8:7001"],
          {"TIERKV_PEER_TOKEN_FILE": "/dev/null"}, "must hold 16"),
+        # Peer TLS (issue 15): all three flags, and a certificate that loads.
+        (["--members", "1=127.0.0.1:7001,2=127.0.0.1:7002", "--peer-cert-file", "/x.pem"],
+         {}, "--peer-trusted-ca-file"),
+        (["--members", "1=127.0.0.1:7001,2=127.0.0.1:7002", "--peer-cert-file",
+          "/nonexistent/c.pem", "--peer-key-file", "/nonexistent/k.pem",
+          "--peer-trusted-ca-file", "/nonexistent/ca.pem"], {}, "/nonexistent/c.pem"),
+        (["--peer-cert-file", "/x.pem", "--peer-key-file", "/x.key",
+          "--peer-trusted-ca-file", "/ca.pem"], {}, "needs --members"),
+        (["--cert-file", "/x.pem"], {}, "--key-file"),
+        (["--auth-file", "/nonexistent/users"], {}, "--auth-file"),
     ]
     failed = 0
     for args, env, want in bad:

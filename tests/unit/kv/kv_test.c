@@ -531,6 +531,29 @@ START_TEST(test_delete_range_and_prefix_across_tiers)
 }
 END_TEST
 
+/* A delete range never takes the node's reserved keys (KV_RESERVED_BYTE),
+ * cold or hot, however wide; the limit counts only what it deletes. */
+START_TEST(test_delete_range_spares_reserved_keys)
+{
+    struct kvu u = {0};
+    kvu_open(&u, NULL);
+    ck_assert_int_eq(kvu_put(&u, "\x01tierkv/member/4", "raft=x"), 0);
+    ck_assert_int_eq(kv_sm_flush(u.sm), 0);
+    ck_assert_int_eq(kvu_put(&u, "\x01tierkv/member/5", "raft=y"), 0);
+    ck_assert_int_eq(kvu_put(&u, "a", "v"), 0);
+    ck_assert_int_eq(kvu_put(&u, "b", "v"), 0);
+    ck_assert_int_eq(del_range(&u, NULL, NULL, ""), 0); /* every key */
+    ck_assert_uint_eq(u.res.deleted, 2);
+    char buf[32];
+    ck_assert_str_eq(kvu_get(&u, "\x01tierkv/member/4", buf, sizeof(buf)), "raft=x");
+    ck_assert_str_eq(kvu_get(&u, "\x01tierkv/member/5", buf, sizeof(buf)), "raft=y");
+    ck_assert_int_eq(del_range(&u, "", "", NULL), 0);
+    ck_assert_uint_eq(u.res.deleted, 0);
+    ck_assert_str_eq(kvu_get(&u, "\x01tierkv/member/4", buf, sizeof(buf)), "raft=x");
+    kvu_close(&u, true);
+}
+END_TEST
+
 START_TEST(test_increment_counts_and_rejects_non_integers)
 {
     struct kvu u = {0};
@@ -1932,6 +1955,7 @@ int main(void)
     tcase_add_test(tc, test_put_compare_version_revision_value_absence);
     tcase_add_test(tc, test_delete_existing_and_absent);
     tcase_add_test(tc, test_delete_range_and_prefix_across_tiers);
+    tcase_add_test(tc, test_delete_range_spares_reserved_keys);
     tcase_add_test(tc, test_increment_counts_and_rejects_non_integers);
     tcase_add_test(tc, test_batch_is_atomic);
     tcase_add_test(tc, test_txn_then_else_and_atomic_failure);

@@ -338,6 +338,9 @@ START_TEST(test_metadata_survives_reopen)
     ck_assert_int_eq(store_save_bootstrap(C.s, &c), 0);
     struct raft_snapshot_meta m = {.index = 40, .term = 4};
     m.config = c;
+    m.config.n_learners = 2; /* a snapshot's learners are kept too */
+    m.config.learners[0] = 8;
+    m.config.learners[1] = 5;
     ck_assert_int_eq(store_save_snapshot(C.s, &m), 0);
     ck_assert_int_eq(store_save_ids(C.s, 0xabcdef, 2), 0);
     hs.term = 6;
@@ -354,6 +357,9 @@ START_TEST(test_metadata_survives_reopen)
     ck_assert_uint_eq(C.boot.snapshot.index, 40);
     ck_assert_uint_eq(C.boot.snapshot.term, 4);
     ck_assert_uint_eq(C.boot.snapshot.config.n_voters, 3);
+    ck_assert_uint_eq(C.boot.snapshot.config.n_learners, 2);
+    ck_assert_uint_eq(C.boot.snapshot.config.learners[0], 8);
+    ck_assert_uint_eq(C.boot.snapshot.config.learners[1], 5);
     ck_assert_uint_eq(C.boot.cluster_id, 0xabcdef);
     ck_assert_uint_eq(C.boot.node_id, 2);
     ctx_end();

@@ -179,6 +179,9 @@ static void check_same(const struct raft_message *a, const struct raft_message *
         ck_assert_uint_eq(x->meta.config.n_voters, y->meta.config.n_voters);
         for (uint32_t i = 0; i < x->meta.config.n_voters; i++)
             ck_assert_uint_eq(x->meta.config.voters[i], y->meta.config.voters[i]);
+        ck_assert_uint_eq(x->meta.config.n_learners, y->meta.config.n_learners);
+        for (uint32_t i = 0; i < x->meta.config.n_learners; i++)
+            ck_assert_uint_eq(x->meta.config.learners[i], y->meta.config.learners[i]);
         ck_assert_uint_eq(x->offset, y->offset);
         ck_assert_int_eq(x->done, y->done);
         size_t xl = x->data ? x->data->len : 0;
@@ -266,6 +269,9 @@ static void sample(int type, struct raft_message *m)
         m->u.snapshot.meta.config.voters[0] = 1;
         m->u.snapshot.meta.config.voters[1] = 2;
         m->u.snapshot.meta.config.voters[2] = 0xFFFFFFFFFFull;
+        m->u.snapshot.meta.config.n_learners = 2; /* the learners travel too */
+        m->u.snapshot.meta.config.learners[0] = 7;
+        m->u.snapshot.meta.config.learners[1] = 9;
         m->u.snapshot.done = true;
         m->u.snapshot.data = tk_blob_copy(data, sizeof(data));
         break;

@@ -958,6 +958,81 @@ START_TEST(test_wrong_token_is_refused_both_ways)
 }
 END_TEST
 
+/* Incarnations (version 3 HELLO): node 1 knows node 2's data directory as
+ * incarnation {7...}; node 2 comes with {9...} (a wiped directory). Node 1
+ * refuses it both ways, and node 2, dialing node 1, is told (refused). Node 3
+ * is no added peer of node 1 but a member by node 1's callback: accepted. */
+static const uint8_t INC_KNOWN[16] = {7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7};
+static uint64_t refused_by, refused_n, inc_asked;
+
+static bool on_incarnation(struct transport *t, uint64_t id, const uint8_t *inc,
+                           void *data)
+{
+    (void)t;
+    (void)data;
+    inc_asked++;
+    return id != 2 || memcmp(inc, INC_KNOWN, 16) == 0;
+}
+
+static void on_refused(struct transport *t, uint64_t by, void *data)
+{
+    (void)t;
+    (void)data;
+    refused_by = by;
+    refused_n++;
+}
+
+static bool on_member(struct transport *t, uint64_t id, void *data)
+{
+    (void)t;
+    (void)data;
+    return id == 3;
+}
+
+START_TEST(test_incarnation_refused_and_told)
+{
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    tk_log_set_level(TK_LOG_OFF);
+    struct transport_tcp_options o;
+    base_opts(&o, 1);
+    struct tnode *a = calloc(1, sizeof(*a));
+    struct transport_callbacks cbs = {.recv = on_recv,
+                                      .peer = on_peer,
+                                      .incarnation = on_incarnation,
+                                      .member = on_member,
+                                      .data = a};
+    ck_assert_int_eq(transport_tcp_new(&loop, &o, &cbs, &a->t), 0);
+    base_opts(&o, 2);
+    memset(o.incarnation, 9, sizeof(o.incarnation));
+    struct tnode *b = calloc(1, sizeof(*b));
+    cbs.incarnation = NULL;
+    cbs.member = NULL;
+    cbs.refused = on_refused;
+    cbs.data = b;
+    ck_assert_int_eq(transport_tcp_new(&loop, &o, &cbs, &b->t), 0);
+    struct tnode *c = tnode(&loop, 3);
+    link2(a, b);
+    link2(b, a);
+    link2(c, a); /* a has no address for c: c dials, a's callback admits it */
+    ck_assert_int_eq(send_seq(b->t, 1, 1, 16), 0);
+    ck_assert_int_eq(send_seq(c->t, 1, 5, 16), 0);
+    RUN_UNTIL(&loop, refused_n >= 1 && stats_of(a).auth_failed >= 2 && a->n_seen == 1,
+              10000);
+    ck_assert_uint_eq(refused_by, 1);
+    ck_assert_uint_eq(a->seen[0], 5); /* c's message only, never b's */
+    ck_assert_uint_eq(b->ups, 0);
+    ck_assert_uint_gt(inc_asked, 0);
+    tnode_close(a);
+    tnode_close(b);
+    tnode_close(c);
+    finish(&loop);
+    tnode_free(a);
+    tnode_free(b);
+    tnode_free(c);
+}
+END_TEST
+
 /* A recorded HELLO and AUTH, replayed on a new connection, are refused: the
  * acceptor's nonce is new, so the recorded proof does not match. */
 START_TEST(test_token_replay_is_refused)
@@ -1244,6 +1319,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_silent_sockets_do_not_starve_a_peer);
     tcase_add_test(tc, test_handshake_and_idle_deadlines);
     tcase_add_test(tc, test_snapshot_chunk_hoarding_is_bounded);
+    tcase_add_test(tc, test_incarnation_refused_and_told);
     suite_add_tcase(s, tc);
     return s;
 }

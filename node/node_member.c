@@ -1,0 +1,759 @@
+/* Membership at the node level (node.h, "membership"): the replicated record
+ * of each member's addresses, dialing members as they appear, and driving one
+ * membership change on the leader: write the address record, append the
+ * configuration change (raft_change_membership), wait for it to commit, and
+ * for an add as a voter, promote the learner once raft_catch_up says it is
+ * caught up.
+ *
+ * Why the addresses are KV records and not part of the configuration entry:
+ * raft/ stays pure and knows only ids (its config entry format is shared with
+ * the simulator and the store); the KV is replicated, snapshotted and
+ * recovered already, so the records survive compaction and restarts with no
+ * new persistence. The record is written (and applied on the leader) before
+ * the configuration entry is appended, so it precedes that entry in every
+ * log: any node holding the new configuration either has applied the record
+ * or will, and dials the member once it has (node__member_tick).
+ *
+ * Called by node.c: node__member_init after the transport opens,
+ * node__member_tick on every tick, node__member_shutdown at stop. Calls no
+ * other node file. Loop thread only. */
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/alloc.h"
+#include "base/err.h"
+#include "base/log.h"
+#include "kv.pb-c.h"
+#include "node/node_internal.h"
+#include "transport/transport.h"
+
+enum { PH_IDLE, PH_RECORD, PH_COMMIT, PH_PROMOTE };
+
+/* What a change waits for at most, per phase: its record, its commit, a
+ * learner's catch-up. */
+#define MEMBER_PROMOTE_WAIT_MS 30000
+
+struct member_rec {
+    bool found;
+    bool removed;
+    char inc[40]; /* the data directory's incarnation, hex; "" until known */
+    char raft[NODE_ADDR_MAX];
+    char http[NODE_ADDR_MAX];
+};
+
+static uint64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static size_t member_key(uint64_t id, char *out, size_t cap)
+{
+    int k = snprintf(out, cap, "%s%" PRIu64, NODE_MEMBER_KEY_PREFIX, id);
+    return k > 0 ? (size_t)k : 0;
+}
+
+/* Copies the value of `name=` (up to a space) from `v` into out. */
+static void rec_field(const char *v, const char *name, char *out, size_t cap)
+{
+    out[0] = '\0';
+    size_t nl = strlen(name);
+    for (const char *p = v; (p = strstr(p, name)) != NULL; p++) {
+        if ((p != v && p[-1] != ' ') || p[nl] != '=')
+            continue;
+        p += nl + 1;
+        size_t len = strcspn(p, " ");
+        if (len >= cap)
+            len = cap - 1;
+        memcpy(out, p, len);
+        out[len] = '\0';
+        return;
+    }
+}
+
+/* The record of `id` as this node has applied it. */
+static void rec_read(struct node *n, uint64_t id, struct member_rec *r)
+{
+    memset(r, 0, sizeof(*r));
+    char key[64], v[3 * NODE_ADDR_MAX];
+    size_t kl = member_key(id, key, sizeof(key));
+    struct kv_item it;
+    if (kv_sm_get(n->sm, key, kl, &it) != 0)
+        return;
+    size_t len = it.value_len < sizeof(v) - 1 ? it.value_len : sizeof(v) - 1;
+    memcpy(v, it.value, len);
+    v[len] = '\0';
+    char removed[8];
+    r->found = true;
+    rec_field(v, "raft", r->raft, sizeof(r->raft));
+    rec_field(v, "http", r->http, sizeof(r->http));
+    rec_field(v, "removed", removed, sizeof(removed));
+    rec_field(v, "inc", r->inc, sizeof(r->inc));
+    if (strcmp(r->raft, "-") == 0)
+        r->raft[0] = '\0';
+    if (strcmp(r->http, "-") == 0)
+        r->http[0] = '\0';
+    if (strcmp(r->inc, "-") == 0)
+        r->inc[0] = '\0';
+    r->removed = strcmp(removed, "1") == 0;
+}
+
+/* The address of a bootstrap member (node_options), "" if it is not one. */
+static void boot_addr(const struct node *n, uint64_t id, char *out, size_t cap)
+{
+    out[0] = '\0';
+    for (uint32_t i = 0; i < n->o.members.n_voters; i++) {
+        if (n->o.members.voters[i] != id)
+            continue;
+        const char *h = n->o.peer_hosts[i];
+        if (id == n->o.id && h == NULL)
+            h = n->o.listen_host;
+        if (h != NULL)
+            snprintf(out, cap, strchr(h, ':') ? "[%s]:%u" : "%s:%u", h,
+                     id == n->o.id && n->o.peer_hosts[i] == NULL ? n->o.listen_port
+                                                                 : n->o.peer_ports[i]);
+        return;
+    }
+}
+
+/* Splits "host:port" or "[v6]:port". Returns 0 or TK_EINVAL. */
+static int split_addr(const char *a, char *host, size_t cap, uint16_t *port)
+{
+    const char *colon = strrchr(a, ':');
+    if (colon == NULL || colon == a)
+        return TK_EINVAL;
+    const char *h = a;
+    size_t hl = (size_t)(colon - a);
+    if (h[0] == '[') {
+        if (hl < 3 || h[hl - 1] != ']')
+            return TK_EINVAL;
+        h++;
+        hl -= 2;
+    }
+    char *end = NULL;
+    unsigned long p = strtoul(colon + 1, &end, 10);
+    if (hl == 0 || hl >= cap || *end != '\0' || p == 0 || p > 65535 || colon[1] == '\0')
+        return TK_EINVAL;
+    memcpy(host, h, hl);
+    host[hl] = '\0';
+    *port = (uint16_t)p;
+    return 0;
+}
+
+/* The raft address of `id` from a record in the log that the state machine
+ * has not applied yet (newest first): a node restarting behind its leader,
+ * whose KV is at its durable index, must dial a member added at run time
+ * before it can apply that member's record, for its answers to reach the
+ * leader at all. Bounded by the log held; "" if none. */
+static void log_addr(struct node *n, uint64_t id, char *out, size_t cap)
+{
+    char key[64];
+    size_t kl = member_key(id, key, sizeof(key));
+    uint64_t lo = kv_sm_applied_index(n->sm) + 1, hi = raft_last_index(n->raft);
+    if (lo < raft_first_index(n->raft))
+        lo = raft_first_index(n->raft);
+    out[0] = '\0';
+    for (uint64_t i = hi; i >= lo && i > 0; i--) {
+        const struct raft_entry *e = raft_entry_at(n->raft, i);
+        if (e == NULL || e->type != RAFT_ENTRY_NORMAL || e->data == NULL ||
+            memmem(e->data->data, e->data->len, key, kl) == NULL)
+            continue;
+        Kvpb__Command *c = kvpb__command__unpack(NULL, e->data->len, e->data->data);
+        if (c == NULL)
+            continue;
+        bool hit = c->cmd_case == KVPB__COMMAND__CMD_PUT && c->put != NULL &&
+                   c->put->key.len == kl && memcmp(c->put->key.data, key, kl) == 0;
+        if (hit) {
+            char v[3 * NODE_ADDR_MAX];
+            size_t len =
+                c->put->value.len < sizeof(v) - 1 ? c->put->value.len : sizeof(v) - 1;
+            memcpy(v, c->put->value.data, len);
+            v[len] = '\0';
+            rec_field(v, "raft", out, cap);
+            if (strcmp(out, "-") == 0)
+                out[0] = '\0';
+        }
+        kvpb__command__free_unpacked(c, NULL);
+        if (hit)
+            return;
+    }
+}
+
+static bool dialed(const struct node *n, uint64_t id)
+{
+    for (uint32_t i = 0; i < n->mem.n_peers; i++)
+        if (n->mem.peers[i] == id)
+            return true;
+    return false;
+}
+
+/* Adds member `id` to the TCP transport if its address is known. */
+static void dial(struct node *n, uint64_t id)
+{
+    if (n->o.hub != NULL || id == n->o.id || dialed(n, id) ||
+        n->mem.n_peers == NODE_PEERS_MAX)
+        return;
+    struct member_rec r;
+    rec_read(n, id, &r);
+    char addr[NODE_ADDR_MAX], host[NODE_ADDR_MAX];
+    if (r.found && r.raft[0] != '\0')
+        snprintf(addr, sizeof(addr), "%s", r.raft);
+    else
+        boot_addr(n, id, addr, sizeof(addr));
+    if (addr[0] == '\0')
+        log_addr(n, id, addr, sizeof(addr));
+    uint16_t port = 0;
+    if (addr[0] == '\0' || split_addr(addr, host, sizeof(host), &port) != 0)
+        return; /* not known (yet): the record comes with the log */
+    int rc = transport_tcp_add_peer(n->transport, id, host, port);
+    if (rc != 0 && rc != TK_EINVAL)
+        return;
+    /* TK_EINVAL: a peer already (open_transport) or a bad name: never again. */
+    n->mem.peers[n->mem.n_peers++] = id;
+    if (rc == 0)
+        TK_LOG(TK_LOG_INFO, n->o.id, raft_term(n->raft),
+               "dialing member %" PRIu64 " at %s", id, addr);
+}
+
+static size_t ids_text(const uint64_t *ids, uint32_t k, char *out, size_t cap)
+{
+    size_t len = 0;
+    out[0] = '\0';
+    for (uint32_t i = 0; i < k && len + 24 < cap; i++)
+        len += (size_t)snprintf(out + len, cap - len, "%s%" PRIu64, i ? "," : "", ids[i]);
+    return len;
+}
+
+/* Says plainly when the voters given at start are not the configuration in
+ * force (recovered from the log or the snapshot). */
+static void check_members_flag(struct node *n)
+{
+    const struct raft_config *c = raft_config(n->raft);
+    struct raft_config given = n->o.members;
+    struct raft_config now = *c;
+    now.n_learners = 0;
+    if (n->o.join || raft_config_equal(&given, &now))
+        return;
+    char a[400], b[400], l[200];
+    ids_text(given.voters, given.n_voters, a, sizeof(a));
+    ids_text(c->voters, c->n_voters, b, sizeof(b));
+    ids_text(c->learners, c->n_learners, l, sizeof(l));
+    TK_LOG(TK_LOG_WARN, n->o.id, raft_term(n->raft),
+           "--members lists voters [%s], but the cluster's configuration (from its log, "
+           "index %" PRIu64 ") has voters [%s] and learners [%s]: the cluster's is used; "
+           "--members only bootstraps a new cluster and gives addresses",
+           a, raft_config_index(n->raft), b, l);
+}
+
+void node__member_init(struct node *n)
+{
+    check_members_flag(n);
+    for (uint32_t i = 0; i < n->o.members.n_voters; i++)
+        if (n->o.members.voters[i] != n->o.id && n->mem.n_peers < NODE_PEERS_MAX)
+            n->mem.peers[n->mem.n_peers++] = n->o.members.voters[i];
+    n->mem.seen_config = UINT64_MAX;
+}
+
+static void reconcile(struct node *n)
+{
+    const struct raft_config *c = raft_config(n->raft);
+    for (uint32_t i = 0; i < c->n_voters; i++)
+        dial(n, c->voters[i]);
+    for (uint32_t i = 0; i < c->n_learners; i++)
+        dial(n, c->learners[i]);
+}
+
+/* ---- listing ------------------------------------------------------------ */
+
+static void member_fill(struct node *n, uint64_t id, bool voter, struct node_member *m)
+{
+    memset(m, 0, sizeof(*m));
+    m->id = id;
+    m->voter = voter;
+    struct member_rec r;
+    rec_read(n, id, &r);
+    if (r.found) {
+        snprintf(m->raft, sizeof(m->raft), "%s", r.raft);
+        snprintf(m->http, sizeof(m->http), "%s", r.http);
+    } else {
+        boot_addr(n, id, m->raft, sizeof(m->raft));
+    }
+    struct raft_catch_up cu;
+    if (raft_catch_up(n->raft, id, &cu) == 0) {
+        m->has_progress = true;
+        m->match = cu.match;
+        m->behind = cu.behind;
+        m->caught_up = cu.caught_up;
+    }
+}
+
+size_t node_members(struct node *n, struct node_member *out, size_t cap,
+                    uint64_t *config_index, bool *committed)
+{
+    const struct raft_config *c = raft_config(n->raft);
+    size_t k = 0;
+    for (uint32_t i = 0; i < c->n_voters; i++, k++)
+        if (k < cap)
+            member_fill(n, c->voters[i], true, &out[k]);
+    for (uint32_t i = 0; i < c->n_learners; i++, k++)
+        if (k < cap)
+            member_fill(n, c->learners[i], false, &out[k]);
+    *config_index = raft_config_index(n->raft);
+    *committed = *config_index <= raft_commit(n->raft);
+    return k;
+}
+
+bool node_member_http(struct node *n, uint64_t id, char *out, size_t cap)
+{
+    struct member_rec r;
+    rec_read(n, id, &r);
+    if (r.http[0] == '\0' || cap == 0)
+        return false;
+    snprintf(out, cap, "%s", r.http);
+    return true;
+}
+
+/* ---- one change --------------------------------------------------------- */
+
+static void fill(struct node_member_result *res, int status, const char *fmt, va_list ap)
+{
+    res->status = status;
+    vsnprintf(res->msg, sizeof(res->msg), fmt, ap);
+}
+
+static int refuse(struct node_member_result *res, int status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int refuse(struct node_member_result *res, int status, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fill(res, status, fmt, ap);
+    va_end(ap);
+    return status;
+}
+
+static void finish(struct node *n, int status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void finish(struct node *n, int status, const char *fmt, ...)
+{
+    struct node_member_result res;
+    memset(&res, 0, sizeof(res));
+    res.index = n->mem.index;
+    va_list ap;
+    va_start(ap, fmt);
+    fill(&res, status, fmt, ap);
+    va_end(ap);
+    struct raft_catch_up cu;
+    if (raft_catch_up(n->raft, n->mem.c.id, &cu) == 0) {
+        res.behind = cu.behind;
+        res.match = cu.match;
+    }
+    TK_LOG(status == 0 ? TK_LOG_INFO : TK_LOG_WARN, n->o.id, raft_term(n->raft),
+           "membership change of node %" PRIu64 ": %s", n->mem.c.id, res.msg);
+    n->mem.busy = false;
+    n->mem.phase = PH_IDLE;
+    n->mem.cb(&res, n->mem.data);
+}
+
+/* Appends the change; on success waits for its commit. */
+static int append_change(struct node *n, uint8_t type, struct node_member_result *res)
+{
+    struct raft_change ch = {.type = type, .id = n->mem.c.id};
+    uint64_t index = 0;
+    int rc = raft_change_membership(n->raft, &ch, &index);
+    if (rc == 0) {
+        n->mem.index = index;
+        /* A retried promotion of a voter appends nothing: *index is then the
+         * configuration's entry, of whatever term it was. */
+        if (index == 0 || raft_term_at(n->raft, index, &n->mem.term) != 0)
+            n->mem.term = raft_term(n->raft);
+        n->mem.phase = PH_COMMIT;
+        n->mem.deadline_ms = now_ms() + n->o.timeout_ms;
+        node__kick(n);
+        return 0;
+    }
+    struct raft_catch_up cu = {0};
+    switch (rc) {
+    case TK_ENOTLEADER:
+        return refuse(res, rc, "this node is not the leader");
+    case RAFT_ECHANGE_PENDING:
+        return refuse(res, rc,
+                      "a configuration change is still uncommitted, or the leader has "
+                      "not committed an entry of its term yet; retry");
+    case RAFT_ENOT_CAUGHT_UP:
+        (void)raft_catch_up(n->raft, ch.id, &cu);
+        res->behind = cu.behind;
+        res->match = cu.match;
+        return refuse(res, rc,
+                      "node %" PRIu64 " is not caught up: %" PRIu64
+                      " entries behind (match %" PRIu64 "); retry the promotion",
+                      ch.id, cu.behind, cu.match);
+    case TK_ENOSPC:
+        return refuse(res, rc, "no room: at most %d voters and %d learners",
+                      RAFT_VOTERS_MAX, RAFT_LEARNERS_MAX);
+    default:
+        return refuse(res, TK_EINVAL, "the change was refused: %s (%s)", tk_errname(rc),
+                      tk_strerror(rc));
+    }
+}
+
+/* PH_RECORD: the record's entry applied (go on with the change), was lost,
+ * or time ran out. */
+static void record_turn(struct node *n, uint64_t now)
+{
+    uint64_t t = 0;
+    bool known = raft_term_at(n->raft, n->mem.rec_index, &t) == 0;
+    if ((known && t != n->mem.rec_term) || raft_role(n->raft) != RAFT_LEADER) {
+        finish(n, TK_ELOST,
+               "leadership changed while the member record was written; retry");
+        return;
+    }
+    if (kv_sm_applied_index(n->sm) < n->mem.rec_index) {
+        if (now >= n->mem.deadline_ms)
+            finish(n, TK_ETIMEDOUT, "the member record did not commit in time");
+        return;
+    }
+    struct node_member_result res;
+    memset(&res, 0, sizeof(res));
+    uint8_t type =
+        n->mem.c.op == NODE_MEMBER_ADD ? RAFT_CHANGE_ADD_LEARNER : RAFT_CHANGE_REMOVE;
+    if (append_change(n, type, &res) != 0) {
+        finish(n, res.status, "%s", res.msg);
+        return;
+    }
+    if (type == RAFT_CHANGE_ADD_LEARNER)
+        dial(n, n->mem.c.id);
+}
+
+/* Writes the member record (removed: the never-reuse tombstone). */
+/* Proposes the record of `id` (removed: the never-reuse tombstone; inc: its
+ * incarnation in hex, "" when not known yet). */
+static int propose_record(struct node *n, uint64_t id, const char *raft, const char *http,
+                          bool removed, const char *inc, uint64_t *index, uint64_t *term)
+{
+    char key[64], val[3 * NODE_ADDR_MAX + 64];
+    size_t kl = member_key(id, key, sizeof(key));
+    int vl = snprintf(val, sizeof(val), "raft=%s http=%s removed=%d inc=%s",
+                      raft[0] ? raft : "-", http[0] ? http : "-", removed ? 1 : 0,
+                      inc[0] ? inc : "-");
+    Kvpb__Command cmd = KVPB__COMMAND__INIT;
+    Kvpb__Put put = KVPB__PUT__INIT;
+    put.key.data = (uint8_t *)key;
+    put.key.len = kl;
+    put.value.data = (uint8_t *)val;
+    put.value.len = (size_t)vl;
+    cmd.cmd_case = KVPB__COMMAND__CMD_PUT;
+    cmd.put = &put;
+    size_t len = kvpb__command__get_packed_size(&cmd);
+    struct tk_blob *b = tk_blob_new(len);
+    kvpb__command__pack(&cmd, b->data);
+    /* Proposed here, not through node_submit's queue: a change waits for
+     * this index to apply (record_turn). */
+    struct raft_entry e = {.type = RAFT_ENTRY_NORMAL, .time_ms = now_ms(), .data = b};
+    int rc = raft_propose(n->raft, &e, 1, index, term);
+    tk_blob_unref(b); /* the log holds its own reference */
+    if (rc == 0)
+        node__kick(n);
+    return rc;
+}
+
+/* The change's record (keeping the incarnation already known). */
+static int write_record(struct node *n, const char *raft, const char *http, bool removed)
+{
+    struct member_rec r;
+    rec_read(n, n->mem.c.id, &r);
+    int rc = propose_record(n, n->mem.c.id, raft, http, removed, r.inc, &n->mem.rec_index,
+                            &n->mem.rec_term);
+    if (rc == 0)
+        n->mem.phase = PH_RECORD;
+    return rc;
+}
+
+/* ---- incarnations --------------------------------------------------------- */
+
+static void hex16(const uint8_t *b, char *out)
+{
+    for (int i = 0; i < 16; i++)
+        snprintf(out + 2 * i, 3, "%02x", b[i]);
+}
+
+static bool binding(const struct node *n, uint64_t id)
+{
+    for (uint32_t i = 0; i < n->mem.n_binding; i++)
+        if (n->mem.binding[i] == id)
+            return true;
+    return false;
+}
+
+/* Leader: records `inc` as member id's incarnation (first contact). */
+static void bind_incarnation(struct node *n, uint64_t id, const struct member_rec *r,
+                             const char *inc)
+{
+    if (raft_role(n->raft) != RAFT_LEADER || binding(n, id) || r->removed ||
+        (n->mem.busy && n->mem.c.id == id) || n->mem.n_binding == NODE_PEERS_MAX ||
+        !raft_config_is_member(raft_config(n->raft), id))
+        return;
+    char raft[NODE_ADDR_MAX];
+    snprintf(raft, sizeof(raft), "%s", r->raft);
+    if (!r->found)
+        boot_addr(n, id, raft, sizeof(raft));
+    uint64_t index, term;
+    if (propose_record(n, id, raft, r->http, false, inc, &index, &term) == 0)
+        n->mem.binding[n->mem.n_binding++] = id;
+}
+
+/* Remembers what peer `id` presented, to bind it once this node leads. */
+static void remember(struct node *n, uint64_t id, const char *hex)
+{
+    uint32_t i = 0;
+    while (i < n->mem.n_seen && n->mem.seen[i].id != id)
+        i++;
+    if (i == NODE_PEERS_MAX)
+        return;
+    if (i == n->mem.n_seen)
+        n->mem.n_seen++;
+    n->mem.seen[i].id = id;
+    memcpy(n->mem.seen[i].hex, hex, 33);
+}
+
+/* Leader: binds what peers presented before it led. */
+static void bind_seen(struct node *n)
+{
+    if (raft_role(n->raft) != RAFT_LEADER)
+        return;
+    char self[40];
+    hex16(n->mem.incarnation, self);
+    remember(n, n->o.id, self);
+    for (uint32_t i = 0; i < n->mem.n_seen; i++) {
+        struct member_rec r;
+        rec_read(n, n->mem.seen[i].id, &r);
+        if (r.inc[0] == '\0')
+            bind_incarnation(n, n->mem.seen[i].id, &r, n->mem.seen[i].hex);
+    }
+}
+
+bool node__member_incarnation(struct transport *t, uint64_t id, const uint8_t *inc,
+                              void *data)
+{
+    struct node *n = data;
+    (void)t;
+    static const uint8_t zero[16];
+    if (memcmp(inc, zero, 16) == 0 || n->persist.failed)
+        return true; /* a peer that does not say: nothing to check */
+    char hex[40];
+    hex16(inc, hex);
+    struct member_rec r;
+    rec_read(n, id, &r);
+    if (r.found && r.inc[0] != '\0') {
+        if (strcmp(r.inc, hex) == 0)
+            return true;
+        uint64_t k = ++n->m.metrics.members_refused;
+        if ((k & (k - 1)) == 0) /* the 1st, 2nd, 4th, 8th...: it redials */
+            TK_LOG(
+                TK_LOG_WARN, n->o.id, raft_term(n->raft),
+                "refused node %" PRIu64
+                ": its data directory (incarnation %s) is not the "
+                "one this cluster knows for that id (%s): it lost its state; remove it "
+                "and add it as a new member",
+                id, hex, r.inc);
+        return false;
+    }
+    remember(n, id, hex);
+    bind_incarnation(n, id, &r, hex);
+    return true;
+}
+
+bool node__member_known(struct transport *t, uint64_t id, void *data)
+{
+    struct node *n = data;
+    (void)t;
+    if (raft_config_is_member(raft_config(n->raft), id))
+        return true;
+    /* Joining and not in any configuration yet: the leader that adds this
+     * node may itself be a member added after the --members it was given. */
+    return n->o.join && !raft_config_is_member(raft_config(n->raft), n->o.id);
+}
+
+void node__member_refused(struct transport *t, uint64_t by, void *data)
+{
+    struct node *n = data;
+    (void)t;
+    if (n->mem.rejected)
+        return;
+    n->mem.rejected = true;
+    TK_LOG(TK_LOG_ERROR, n->o.id, raft_term(n->raft),
+           "node %" PRIu64 " refused this node: the cluster knows node id %" PRIu64
+           " with another data directory (this one is new or was wiped, so it may have "
+           "forgotten votes and entries). This node serves nothing. Remove id %" PRIu64
+           " (tierkv member remove %" PRIu64 ") and add this node again under a new id "
+           "with an empty data directory and tierkvd --join (docs/operations.md, "
+           "\"Replace a failed node\")",
+           by, n->o.id, n->o.id, n->o.id);
+    node__publish_status(n);
+}
+
+static int start_add(struct node *n, const struct raft_config *c,
+                     struct node_member_result *res)
+{
+    const struct node_member_change *x = &n->mem.c;
+    if (raft_config_is_member(c, x->id))
+        return refuse(res, TK_ECOMPARE, "node %" PRIu64 " is already a member", x->id);
+    struct member_rec r;
+    rec_read(n, x->id, &r);
+    bool was_boot = raft_config_has(&n->o.members, x->id);
+    if (r.removed || was_boot)
+        return refuse(res, TK_ECOMPARE,
+                      "node id %" PRIu64 " was a member of this cluster and was removed; "
+                      "ids are never reused: add the node under a new id",
+                      x->id);
+    char host[NODE_ADDR_MAX];
+    uint16_t port;
+    if (split_addr(x->raft, host, sizeof(host), &port) != 0)
+        return refuse(res, TK_EINVAL, "the raft address \"%s\" is not host:port",
+                      x->raft);
+    if (strchr(x->raft, ' ') || strchr(x->http, ' '))
+        return refuse(res, TK_EINVAL, "an address has a space");
+    return write_record(n, x->raft, x->http, false);
+}
+
+static int start_remove(struct node *n, const struct raft_config *c,
+                        struct node_member_result *res)
+{
+    uint64_t id = n->mem.c.id;
+    if (!raft_config_is_member(c, id))
+        return refuse(res, TK_ENOTFOUND, "node %" PRIu64 " is not a member", id);
+    if (c->n_voters == 1 && raft_config_has(c, id))
+        return refuse(res, TK_EINVAL, "node %" PRIu64 " is the last voter", id);
+    struct member_rec r;
+    rec_read(n, id, &r);
+    if (!r.found)
+        boot_addr(n, id, r.raft, sizeof(r.raft));
+    return write_record(n, r.raft[0] ? r.raft : "-", r.http[0] ? r.http : "-", true);
+}
+
+int node_member_change(struct node *n, const struct node_member_change *c,
+                       node_member_cb *cb, void *data, struct node_member_result *res)
+{
+    memset(res, 0, sizeof(*res));
+    if (n->mem.busy)
+        return refuse(res, TK_EBUSY,
+                      "another membership change (node %" PRIu64 ") is in progress; "
+                      "one at a time",
+                      n->mem.c.id);
+    if (raft_role(n->raft) != RAFT_LEADER)
+        return refuse(res, TK_ENOTLEADER,
+                      "this node is not the leader (the leader is %" PRIu64 ")",
+                      raft_leader(n->raft));
+    if (c->id == RAFT_NONE || cb == NULL)
+        return refuse(res, TK_EINVAL, "a member id is a positive integer");
+    const struct raft_config *cfg = raft_config(n->raft);
+    n->mem.c = *c;
+    n->mem.cb = cb;
+    n->mem.data = data;
+    n->mem.index = 0;
+    n->mem.deadline_ms = now_ms() + n->o.timeout_ms;
+    int rc;
+    switch (c->op) {
+    case NODE_MEMBER_ADD:
+        rc = start_add(n, cfg, res);
+        break;
+    case NODE_MEMBER_REMOVE:
+        rc = start_remove(n, cfg, res);
+        break;
+    case NODE_MEMBER_PROMOTE:
+        if (!raft_config_is_member(cfg, c->id))
+            rc = refuse(res, TK_ENOTFOUND, "node %" PRIu64 " is not a member", c->id);
+        else
+            rc = append_change(n, RAFT_CHANGE_PROMOTE, res);
+        break;
+    default:
+        rc = refuse(res, TK_EINVAL, "unknown membership operation");
+    }
+    if (rc != 0 && res->status == 0)
+        refuse(res, rc, "%s", tk_strerror(rc));
+    n->mem.busy = rc == 0;
+    if (rc != 0)
+        n->mem.phase = PH_IDLE;
+    return rc;
+}
+
+/* PH_COMMIT: the entry committed, was lost, or time ran out. */
+static void commit_turn(struct node *n, uint64_t now)
+{
+    uint64_t index = n->mem.index, t = 0;
+    bool known = index == 0 || raft_term_at(n->raft, index, &t) == 0;
+    if (index != 0 && known && t != n->mem.term) {
+        finish(n, TK_ELOST,
+               "the change was lost: leadership changed before it committed; retry");
+        return;
+    }
+    if (index <= raft_commit(n->raft) && known) {
+        bool then_promote = n->mem.c.op == NODE_MEMBER_ADD && !n->mem.c.learner &&
+                            raft_config_has_learner(raft_config(n->raft), n->mem.c.id);
+        if (!then_promote) {
+            finish(n, 0, "committed at index %" PRIu64, index);
+            return;
+        }
+        n->mem.phase = PH_PROMOTE;
+        n->mem.deadline_ms = now + MEMBER_PROMOTE_WAIT_MS;
+        return;
+    }
+    if (now >= n->mem.deadline_ms)
+        finish(n, TK_ETIMEDOUT, "the change at index %" PRIu64 " did not commit in time",
+               index);
+}
+
+/* PH_PROMOTE: an add as a voter waits for the learner to catch up. */
+static void promote_turn(struct node *n, uint64_t now)
+{
+    struct node_member_result res;
+    memset(&res, 0, sizeof(res));
+    int rc = append_change(n, RAFT_CHANGE_PROMOTE, &res);
+    if (rc == 0)
+        return; /* PH_COMMIT, then done: it is a voter */
+    bool wait = rc == RAFT_ENOT_CAUGHT_UP || rc == RAFT_ECHANGE_PENDING;
+    if (wait && now < n->mem.deadline_ms)
+        return;
+    finish(n, rc,
+           "added as a learner but not promoted: %s; promote it with POST "
+           "/v1/members/%" PRIu64 "/promote",
+           res.msg, n->mem.c.id);
+}
+
+void node__member_tick(struct node *n)
+{
+    if (n->persist.failed)
+        return;
+    uint64_t ci = raft_config_index(n->raft);
+    if (ci != n->mem.seen_config || ++n->mem.ticks >= 20) {
+        n->mem.seen_config = ci;
+        n->mem.ticks = 0;
+        reconcile(n);
+        bind_seen(n);
+    }
+    for (uint32_t i = 0; i < n->mem.n_binding; i++) {
+        struct member_rec r;
+        rec_read(n, n->mem.binding[i], &r);
+        if (r.inc[0] != '\0' || raft_role(n->raft) != RAFT_LEADER)
+            n->mem.binding[i--] = n->mem.binding[--n->mem.n_binding];
+    }
+    if (!n->mem.busy)
+        return;
+    uint64_t now = now_ms();
+    if (n->mem.phase == PH_RECORD)
+        record_turn(n, now);
+    else if (n->mem.phase == PH_COMMIT)
+        commit_turn(n, now);
+    else if (n->mem.phase == PH_PROMOTE)
+        promote_turn(n, now);
+}
+
+void node__member_shutdown(struct node *n)
+{
+    if (n->mem.busy)
+        finish(n, TK_ESHUTDOWN, "the node shut down during the change");
+}

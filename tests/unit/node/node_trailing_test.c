@@ -1,0 +1,124 @@
+/* The trailing window behind a snapshot holds at most snapshot_bytes of
+ * payload (node/node_tier.c, issue 19): a single node on a memory volume,
+ * snapshots every 64 KiB of commands, trailing_entries 10000; after 200 writes
+ * of 8 KiB (1.6 MB) the log held in memory (store_log_bytes of a memory
+ * volume) comes down to the entries since the last snapshot and 64 KiB
+ * behind it, not the 10000 entries the entry count alone would keep (all). */
+#include <check.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "base/blob.h"
+#include "kv.pb-c.h"
+#include "node/node.h"
+#include "tests/check_run.h"
+#include "transport/transport.h"
+
+#define VALUE (8u << 10)
+#define WRITES 200
+#define SNAP_BYTES (64u << 10)
+
+static atomic_int done, failed;
+
+static void write_done(struct node_req *req, int status, const struct kv_result *res,
+                       void *data)
+{
+    (void)req;
+    (void)data;
+    if (status != 0 || res == NULL || res->code != 0)
+        atomic_fetch_add(&failed, 1);
+    atomic_fetch_add(&done, 1);
+}
+
+static struct tk_blob *put_cmd(int i)
+{
+    static uint8_t val[VALUE];
+    char key[16];
+    snprintf(key, sizeof(key), "k%03d", i);
+    Kvpb__Put put = KVPB__PUT__INIT;
+    put.key.data = (uint8_t *)key;
+    put.key.len = strlen(key);
+    put.value.data = val;
+    put.value.len = sizeof(val);
+    Kvpb__Command c = KVPB__COMMAND__INIT;
+    c.cmd_case = KVPB__COMMAND__CMD_PUT;
+    c.put = &put;
+    struct tk_blob *b = tk_blob_new(kvpb__command__get_packed_size(&c));
+    kvpb__command__pack(&c, b->data);
+    return b;
+}
+
+START_TEST(test_trailing_window_is_bounded_in_bytes)
+{
+    struct transport_inproc_hub *hub = transport_inproc_hub_new(3);
+    struct node_options o;
+    node_options_default(&o);
+    o.id = 1;
+    o.members.n_voters = 1;
+    o.members.voters[0] = 1;
+    o.hub = hub;
+    o.kv_no_sync = true;
+    o.snapshot_entries = 1000000;
+    o.snapshot_bytes = SNAP_BYTES;
+    o.trailing_entries = 10000;
+    struct node *n;
+    ck_assert_int_eq(node_start(&o, &n), 0);
+    struct node_status st = {0};
+    for (int i = 0; i < 2000 && st.leader != 1; i++) {
+        usleep(5000);
+        node_status(n, &st);
+    }
+    ck_assert_uint_eq(st.leader, 1);
+    static struct node_req reqs[WRITES];
+    for (int i = 0; i < WRITES; i++) {
+        reqs[i] = (struct node_req){
+            .mode = NODE_MODE_APPLIED, .cmd = put_cmd(i), .write_cb = write_done};
+        ck_assert_int_eq(node_submit(n, &reqs[i]), 0);
+        while (atomic_load(&done) <= i) /* one at a time: entries of one write */
+            usleep(200);
+    }
+    ck_assert_int_eq(atomic_load(&failed), 0);
+    /* Snapshots run in the background and the log is compacted in steps:
+     * poll (bounded) for the log to come down to the entries since the last
+     * snapshot (each VALUE bytes and a little) and a window of SNAP_BYTES (and
+     * the entry that crosses it). */
+    struct node_metrics m;
+    uint64_t bound = 0;
+    for (int t = 0; t < 1000; t++) {
+        node_status(n, &st);
+        node_metrics(n, &m);
+        bound = (st.applied - st.snapshot_index + 1) * (VALUE + 256) + SNAP_BYTES + VALUE;
+        if (st.snapshot_index > 0 && m.store_log_bytes <= bound)
+            break;
+        usleep(10000);
+    }
+    printf("trailing window: %llu bytes of log held after %u writes of %u bytes "
+           "(snapshot at %llu of %llu; bound %llu)\n",
+           (unsigned long long)m.store_log_bytes, WRITES, VALUE,
+           (unsigned long long)st.snapshot_index, (unsigned long long)st.applied,
+           (unsigned long long)bound);
+    fflush(stdout);
+    ck_assert_uint_gt(st.snapshot_index, 0);
+    ck_assert_uint_le(m.store_log_bytes, bound);
+    node_stop(n);
+    transport_inproc_hub_free(hub);
+}
+END_TEST
+
+static Suite *suite(void)
+{
+    Suite *s = suite_create("node_trailing");
+    TCase *tc = tcase_create("trailing");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_trailing_window_is_bounded_in_bytes);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    return tk_check_run(srunner_create(suite()));
+}
