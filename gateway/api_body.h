@@ -39,7 +39,7 @@ struct bctx {
 /* A PUT's options: the query's, then the JSON body's added to them. */
 struct put_args {
     uint64_t ttl, ifv, ifm;
-    bool has_ttl, has_ifv, has_ifm, if_absent;
+    bool has_ttl, has_ifv, has_ifm, if_absent, has_lease;
 };
 
 /* Records a failure in c; returns TK_EINVAL. */

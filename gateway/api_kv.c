@@ -335,7 +335,8 @@ void api__kv_put(struct api_req *req, const struct query *q)
     put.key.data = req->key;
     put.key.len = req->key_len;
     struct put_args a = {0};
-    if (put_args_from_query(req, q, &a) != 0)
+    if (put_args_from_query(req, q, &a) != 0 ||
+        api__query_u64(req, q, QI_LEASE, &a.has_lease, &put.lease) != 0)
         return;
     struct bctx c = {.req = req};
     json_t *j = NULL;

@@ -47,7 +47,8 @@
     X(START_REV, "start_revision")                                                       \
     X(PREV_KV, "prev_kv")                                                                \
     X(PROGRESS, "progress_ms")                                                           \
-    X(LOCAL, "local")
+    X(LOCAL, "local")                                                                    \
+    X(LEASE, "lease")
 
 enum gw_qindex {
 #define X(id, name) QI_##id,
@@ -93,7 +94,7 @@ typedef void api_handler_fn(struct api_req *req, const struct query *q);
     X(KV_GET, "kv_get", HTTP_GET, "/v1/kv/{key}", api__kv_get,                           \
       Q_CONSISTENCY | Q_ENCODING | Q_RAW, 0)                                             \
     X(KV_PUT, "kv_put", HTTP_PUT, "/v1/kv/{key}", api__kv_put,                           \
-      Q_MODE | Q_ENCODING | Q_TTL | Q_IF_VERSION | Q_IF_MOD | Q_IF_ABSENT,               \
+      Q_MODE | Q_ENCODING | Q_TTL | Q_IF_VERSION | Q_IF_MOD | Q_IF_ABSENT | Q_LEASE,     \
       RF_WRITE | RF_BODY)                                                                \
     X(KV_DELETE, "kv_delete", HTTP_DELETE, "/v1/kv/{key}", api__kv_delete, Q_MODE,       \
       RF_WRITE)                                                                          \
@@ -127,7 +128,15 @@ typedef void api_handler_fn(struct api_req *req, const struct query *q);
       Q_KEY | Q_PREFIX | Q_START | Q_END | Q_START_REV | Q_PREV_KV | Q_PROGRESS |        \
           Q_ENCODING,                                                                    \
       RF_OWN_405)                                                                        \
-    X(SNAPSHOT, "snapshot", HTTP_GET, "/v1/snapshot", api__snapshot, Q_LOCAL, 0)
+    X(SNAPSHOT, "snapshot", HTTP_GET, "/v1/snapshot", api__snapshot, Q_LOCAL, 0)         \
+    X(LEASE_GRANT, "lease_grant", HTTP_POST, "/v1/leases", api__lease_grant, Q_TTL,      \
+      RF_WRITE | RF_BODY)                                                                \
+    X(LEASE_KEEPALIVE, "lease_keepalive", HTTP_POST, "/v1/leases/{key}/keepalive",       \
+      api__lease_keepalive, 0, RF_WRITE | RF_BODY)                                       \
+    X(LEASE_REVOKE, "lease_revoke", HTTP_DELETE, "/v1/leases/{key}", api__lease_revoke,  \
+      0, RF_WRITE)                                                                       \
+    X(LEASE_GET, "lease_get", HTTP_GET, "/v1/leases/{key}", api__lease_get,              \
+      Q_CONSISTENCY, 0)
 
 enum gw_route {
 #define X(id, name, method, pattern, handler, query, flags) ROUTE_##id,
@@ -201,6 +210,7 @@ struct api_req {
     struct kv_digest *digest;
     uint64_t digest_applied;
     uint32_t digest_restarts;
+    uint64_t lease_id, lease_ttl; /* lease routes (api_lease.c) */
 };
 
 /* ---- api_auth.c --------------------------------------------------------- */

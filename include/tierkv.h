@@ -268,4 +268,22 @@ typedef int tk_event_cb(const struct tk_event *ev, void *data);
 TK_API int tk_watch(struct tk_node *n, const void *prefix, size_t prefix_len,
                     uint64_t *from, uint32_t timeout_ms, tk_event_cb *cb, void *data);
 
+/* ---- leases (docs/api.md, Leases) ----
+ *
+ * A lease is a replicated TTL that keys attach to (tk_put_lease); the leader
+ * revokes it once its TTL runs out without a keepalive, deleting every
+ * attached key at one revision. Blocking, like tk_put (applied mode); any
+ * node (a follower forwards to the leader). Each returns the write's status
+ * (TK_ENOLEADER, TK_ETIMEDOUT...) or else the command's outcome:
+ * tk_lease_grant: 0 with *id (> 0), TK_EINVAL (ttl_ms 0 or over a week);
+ * tk_lease_keepalive, tk_lease_revoke: 0 or TK_ENOTFOUND (expired, revoked or
+ * never granted); tk_put_lease: 0 or TK_ENOTFOUND (no such lease),
+ * TK_ETOOBIG (the lease holds its most keys). `deleted` may be NULL. */
+TK_API int tk_lease_grant(struct tk_node *n, uint64_t ttl_ms, uint64_t *id);
+TK_API int tk_lease_keepalive(struct tk_node *n, uint64_t id);
+TK_API int tk_lease_revoke(struct tk_node *n, uint64_t id, uint64_t *deleted);
+TK_API int tk_put_lease(struct tk_node *n, const void *key, size_t key_len,
+                        const void *value, size_t value_len, uint64_t lease,
+                        struct tk_write_result *out);
+
 #endif

@@ -26,7 +26,8 @@ struct stage {
     uint64_t hash;
     struct kv_state st;
     bool dirty;
-    char num[24]; /* an increment's decimal value */
+    uint64_t lease; /* a put's lease (0: none, which detaches) */
+    char num[24];   /* an increment's decimal value */
 };
 
 struct ctx {
@@ -38,7 +39,7 @@ struct ctx {
 
 static int check_key(const struct kv_sm *sm, const ProtobufCBinaryData *k)
 {
-    if (k->len == 0)
+    if (k->len == 0 || kv__lease_reserved(k->data, k->len))
         return TK_EINVAL;
     return k->len > sm->cfg.key_max ? TK_ETOOBIG : 0;
 }
@@ -111,6 +112,7 @@ static struct stage *stage_get(struct ctx *x, const uint8_t *key, size_t len)
     s->key_len = len;
     s->hash = kv__hash(key, len);
     s->dirty = false;
+    s->lease = 0;
     if (kv__state_lookup(x->sm, key, len, s->hash, &s->st) != 0)
         return NULL;
     x->n++;
@@ -179,6 +181,10 @@ static int op_put(struct ctx *x, const Kvpb__Put *p)
     uint64_t now = x->sm->now_ms;
     if (p->ttl_ms > UINT64_MAX - now)
         return TK_ERANGE;
+    int rc = kv__lease_check_put(x->sm, p->lease);
+    if (rc != 0)
+        return rc;
+    s->lease = p->lease;
     if (s->st.live) {
         s->st.version++;
     } else {
@@ -203,6 +209,7 @@ static int op_del(struct ctx *x, const ProtobufCBinaryData *key, uint64_t *delet
     if (s->st.live) {
         s->st.live = false;
         s->dirty = true;
+        s->lease = 0;
     }
     return 0;
 }
@@ -260,6 +267,7 @@ static int op_incr(struct ctx *x, const Kvpb__Increment *in, int64_t *value)
     s->st.value = (const uint8_t *)s->num;
     s->st.value_len = (size_t)n;
     s->dirty = true;
+    s->lease = 0;
     *value = next;
     return 0;
 }
@@ -300,18 +308,21 @@ static void write_rec(struct kv_sm *sm, uint64_t index, const uint8_t *key, size
         kv__view_insert(&sm->view, key, len);
 }
 
-/* Appends every staged change. Returns true if anything was written. */
-static bool commit(struct ctx *x)
+/* Appends every staged change, attaching or detaching each key's lease.
+ * Sets *wrote if anything was written. 0 or TK_EIO. */
+static int commit(struct ctx *x, bool *wrote)
 {
-    bool wrote = false;
+    *wrote = false;
     for (size_t i = 0; i < x->n; i++) {
         struct stage *s = &x->st[i];
         if (!s->dirty)
             continue;
         write_key(x->sm, x->index, s->key, s->key_len, s->hash, &s->st);
-        wrote = true;
+        if (kv__lease_attach(x->sm, x->index, s->key, s->key_len, s->hash, s->lease) != 0)
+            return TK_EIO;
+        *wrote = true;
     }
-    return wrote;
+    return 0;
 }
 
 /* Runs one checked op of a batch or transaction. */
@@ -361,6 +372,8 @@ static int collect_keys(struct kv_sm *sm, const struct kv_range *r, size_t limit
          rc = kv__iter_next(&it, &item)) {
         if (spare_reserved && item.key_len > 0 && item.key[0] == KV_RESERVED_BYTE)
             continue; /* the node's own records: never a user's range */
+        if (kv__lease_reserved(item.key, item.key_len))
+            continue; /* lease records go with their leases only */
         scratch_push(sm, used, item.key, item.key_len);
         if (++*n == limit)
             break;
@@ -399,7 +412,10 @@ static int delete_range(struct kv_sm *sm, uint64_t index, const Kvpb__DeleteRang
     for (size_t off = 0; off < used;) {
         size_t len = ((size_t)sm->scratch[off] << 8) | sm->scratch[off + 1];
         const uint8_t *k = sm->scratch + off + 2;
-        write_key(sm, index, k, len, kv__hash(k, len), &tomb);
+        uint64_t hash = kv__hash(k, len);
+        write_key(sm, index, k, len, hash, &tomb);
+        if (kv__lease_attach(sm, index, k, len, hash, 0) != 0)
+            return TK_EIO;
         off += 2 + len;
     }
     res->deleted = n + d->deleted_before;
@@ -431,6 +447,8 @@ static int exec_expire(struct ctx *x, const Kvpb__Expire *e, struct kv_result *r
         x->sm->expiring = true;
         write_key(x->sm, x->index, k, len, hash, &tomb);
         x->sm->expiring = false;
+        if (kv__lease_attach(x->sm, x->index, k, len, hash, 0) != 0)
+            return TK_EIO;
         res->deleted++;
     }
     res->succeeded = true;
@@ -569,9 +587,38 @@ static int exec(struct ctx *x, const Kvpb__Command *c, struct kv_result *res)
     }
     if (c->cmd_case != KVPB__COMMAND__CMD_TXN)
         res->succeeded = true;
-    if (commit(x))
+    bool wrote;
+    if (commit(x, &wrote) != 0)
+        return TK_EIO;
+    if (wrote)
         res->revision = x->index;
     return 0;
+}
+
+/* The lease commands (lease.c). Returns 1 when c is not one. */
+static int exec_lease(struct ctx *x, const Kvpb__Command *c, struct kv_result *res)
+{
+    switch (c->cmd_case) {
+    case KVPB__COMMAND__CMD_LEASE_GRANT:
+        return kv__lease_grant(x->sm, x->index, c->lease_grant->id,
+                               c->lease_grant->ttl_ms, res);
+    case KVPB__COMMAND__CMD_LEASE_KEEPALIVE:
+        return kv__lease_keepalive(x->sm, x->index, c->lease_keepalive->id, res);
+    case KVPB__COMMAND__CMD_LEASE_REVOKE:
+        return kv__lease_revoke(x->sm, x->index, c->lease_revoke->id,
+                                c->lease_revoke->expired, c->lease_revoke->renewed, res);
+    case KVPB__COMMAND__CMD_LEASE_CHECKPOINT: {
+        const Kvpb__LeaseCheckpoint *k = c->lease_checkpoint;
+        if (k->n_ids != k->n_remaining_ms || k->n_ids > KV_TXN_OPS_MAX * 16) {
+            res->code = TK_EINVAL;
+            return 0;
+        }
+        return kv__lease_checkpoint(x->sm, x->index, k->ids, k->remaining_ms, k->n_ids,
+                                    res);
+    }
+    default:
+        return 1;
+    }
 }
 
 int kv__cmd_apply(struct kv_sm *sm, uint64_t index, const Kvpb__Command *c,
@@ -583,7 +630,9 @@ int kv__cmd_apply(struct kv_sm *sm, uint64_t index, const Kvpb__Command *c,
     x.sm = sm;
     x.index = index;
     x.n = 0;
-    int rc = exec(&x, c, res);
+    int rc = exec_lease(&x, c, res);
+    if (rc == 1)
+        rc = exec(&x, c, res);
     if (rc == 0 && c->client_id != 0)
         kv__sess_record(sm, index, c->client_id, c->seq, res);
     return rc;

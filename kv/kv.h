@@ -386,6 +386,45 @@ typedef void kv_key_cb(const uint8_t *key, size_t key_len, void *data);
 long kv_sm_expired(struct kv_sm *sm, uint64_t now_ms, size_t max, kv_key_cb *cb,
                    void *data);
 
+/* ---- lease.c: leases ----
+ *
+ * A lease is replicated state: granted, kept alive, checkpointed and revoked
+ * by commands (kvpb.LeaseGrant etc.), with keys attached by puts
+ * (kvpb.Put.lease). Its record lives in the data table under the reserved
+ * prefix KV_LEASE_PREFIX (so it is in tier-down, snapshots and restarts);
+ * users may not write there. Time is the leader's: kv_sm_lease_due sets each
+ * lease's deadline to now + the replicated remaining TTL the first time it is
+ * asked after a change (or after kv_sm_lease_reset, which a new leader calls),
+ * and lists those past it; the leader then proposes their revoke and,
+ * periodically, a checkpoint of kv_sm_lease_list's remaining TTLs. */
+#define KV_LEASE_PREFIX "\x01tierkv/lease/"
+#define KV_LEASE_PREFIX_LEN 14
+#define KV_LEASE_KEY_LEN (KV_LEASE_PREFIX_LEN + 16)
+#define KV_LEASE_KEYS_MAX 1024             /* keys attached to one lease */
+#define KV_LEASES_MAX 65536                /* leases held */
+#define KV_LEASE_TTL_MAX (7ull * 86400000) /* a week */
+
+struct kv_lease_info {
+    uint64_t id, ttl_ms, remaining_ms;
+    size_t n_keys;
+};
+size_t kv_sm_lease_count(const struct kv_sm *sm);
+/* Forgets every deadline (a new leader starts from the checkpoints). */
+void kv_sm_lease_reset(struct kv_sm *sm);
+/* Up to max ids of leases whose deadline is <= now_ms (setting unset ones),
+ * with the index of their last grant or keepalive (the revoke carries it, so
+ * a lease kept alive meanwhile is not revoked). */
+size_t kv_sm_lease_due(struct kv_sm *sm, uint64_t now_ms, uint64_t *ids,
+                       uint64_t *renewed, size_t max);
+/* Up to max leases with id > after, in id order, with their remaining TTL at
+ * now_ms (the deadline's, else the replicated one). */
+size_t kv_sm_lease_list(const struct kv_sm *sm, uint64_t after, uint64_t now_ms,
+                        uint64_t *ids, uint64_t *remaining, size_t max);
+/* A lease's TTL, remaining TTL and attached keys (cb per key, may be NULL).
+ * 0 or TK_ENOTFOUND. */
+int kv_sm_lease_get(struct kv_sm *sm, uint64_t id, uint64_t now_ms,
+                    struct kv_lease_info *out, kv_key_cb *cb, void *data);
+
 /* Result encoding (proto kvpb.Result), for the node's forwarding path and the
  * exactly-once table. encode writes at most KV_RESULT_ENCODED_MAX bytes. */
 #define KV_RESULT_ENCODED_MAX (64 + KV_TXN_OPS_MAX * 24)

@@ -130,9 +130,12 @@ int kv_sm_open(const struct kv_config *c, struct kv_sm **out)
     sm->pa.allocator_data = &sm->arena;
     kv__events_init(&sm->events, c->events_max, c->events_bytes, m.index + 1);
     kv__ttl_init(&sm->ttl, c->ttl_max);
+    kv__lease_init(&sm->leases);
     rc = kv__cold_sessions(sm->cold, kv__sess_load, sm);
     if (rc == 0)
         rc = kv__ttl_load(sm);
+    if (rc == 0)
+        rc = kv__lease_load(sm);
     if (rc != 0) {
         kv_sm_close(sm);
         return rc;
@@ -159,6 +162,7 @@ void kv_sm_close(struct kv_sm *sm)
     arena_destroy(&sm->arena);
     kv__events_free(&sm->events);
     kv__ttl_free(&sm->ttl);
+    kv__lease_free(&sm->leases);
     tk_free(sm->scratch);
     TK_ASSERT(sm->job == NULL);
     tk_free(sm->tier_ents);

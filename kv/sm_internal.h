@@ -85,6 +85,28 @@ struct kv_ttl {
     uint64_t dropped;
 };
 
+/* Leases (lease.c): an attached key, in the key -> lease table and in its
+ * lease's list. */
+struct kv_lkey {
+    struct kv_lkey *next;
+    uint64_t hash, lease;
+    uint16_t len;
+    uint8_t key[];
+};
+struct kv_lease {
+    uint64_t id, ttl_ms, remaining_ms;
+    uint64_t renewed;  /* the index of the last grant or keepalive */
+    uint64_t deadline; /* the leader's clock; 0: not set since the last change */
+    struct kv_lkey **keys;
+    size_t n_keys, cap_keys;
+};
+struct kv_leases {
+    struct kv_lease **v; /* sorted by id */
+    size_t n, cap;
+    struct kv_lkey **tab; /* chained, mask + 1 heads */
+    size_t mask, count;
+};
+
 struct kv_tier_ent {
     const struct kv_rec *h;
     uint64_t addr; /* | TIER_WRITTEN once chosen for LMDB */
@@ -146,6 +168,7 @@ struct kv_sm {
     struct kv_tier_job *job; /* the tier-down in flight, if any */
     struct kv_events events; /* the change log (events.c) */
     struct kv_ttl ttl;       /* keys with a TTL (ttl.c) */
+    struct kv_leases leases; /* leases (lease.c) */
     bool expiring;           /* applying an expire command: deletions are
                                 expire events */
     uint8_t *scratch;        /* delete-range key list */
@@ -247,6 +270,33 @@ void kv__ttl_free(struct kv_ttl *t);
 void kv__ttl_push(struct kv_ttl *t, const uint8_t *key, size_t len, uint64_t expire_ms);
 /* Forgets every key, then tracks the cold tier's (open, install). 0 or TK_EIO. */
 int kv__ttl_load(struct kv_sm *sm);
+
+/* ---- lease.c: leases ---- */
+
+void kv__lease_init(struct kv_leases *t);
+void kv__lease_free(struct kv_leases *t);
+/* The key is under the reserved lease prefix (no user may write it). */
+bool kv__lease_reserved(const uint8_t *key, size_t len);
+struct kv_lease *kv__lease_find(const struct kv_leases *t, uint64_t id);
+/* May a put attach a key to lease (0: none)? 0, TK_ENOTFOUND, TK_ETOOBIG. */
+int kv__lease_check_put(const struct kv_sm *sm, uint64_t lease);
+/* The key was just written at index: attaches it to lease (0: detaches it),
+ * rewriting the records of the leases that change. 0 or TK_EIO. */
+int kv__lease_attach(struct kv_sm *sm, uint64_t index, const uint8_t *key, size_t len,
+                     uint64_t hash, uint64_t lease);
+/* The lease commands: fill res (code for a refused one). 0 or TK_EIO. */
+int kv__lease_grant(struct kv_sm *sm, uint64_t index, uint64_t id, uint64_t ttl_ms,
+                    struct kv_result *res);
+int kv__lease_keepalive(struct kv_sm *sm, uint64_t index, uint64_t id,
+                        struct kv_result *res);
+/* An expired revoke is refused (TK_ECOMPARE) unless renewed is the lease's. */
+int kv__lease_revoke(struct kv_sm *sm, uint64_t index, uint64_t id, bool expired,
+                     uint64_t renewed, struct kv_result *res);
+int kv__lease_checkpoint(struct kv_sm *sm, uint64_t index, const uint64_t *ids,
+                         const uint64_t *remaining, size_t n, struct kv_result *res);
+/* Rebuilds the table from the lease records (open, install). 0, TK_EIO,
+ * TK_ECORRUPT. */
+int kv__lease_load(struct kv_sm *sm);
 
 /* ---- cmd.c: the commands ---- */
 

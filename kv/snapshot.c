@@ -363,6 +363,8 @@ int kv_install_commit(struct kv_install *in)
     kv__events_reset(&sm->events, in->meta.index + 1);
     if (rc == 0)
         rc = kv__ttl_load(sm);
+    if (rc == 0)
+        rc = kv__lease_load(sm);
     tk_free(in->pend);
     tk_free(in);
     if (rc != 0) {

@@ -614,6 +614,17 @@ static void on_tick(uv_timer_t *h)
         tk_blob_unref(ex->cmd);
         n->expire.in_flight = false;
     }
+    struct node_req *ls[2];
+    size_t nl = node__lease_next(n, now, ls); /* leases: leader */
+    for (size_t i = 0; i < nl; i++) {
+        if (node_submit(n, ls[i]) != 0) {
+            tk_blob_unref(ls[i]->cmd);
+            if (ls[i] == &n->lease.revoke_req)
+                n->lease.revoke_busy = false;
+            else
+                n->lease.ckpt_busy = false;
+        }
+    }
 }
 
 /* A loop turn of dt ns is over: its histogram, the longest turn by phase
@@ -888,6 +899,7 @@ void node_options_default(struct node_options *o)
     memset(o, 0, sizeof(*o));
     o->tick_ms = 10;
     o->election_ticks = 20;
+    o->lease_checkpoint_ms = 200;
     o->heartbeat_ticks = 2;
     o->queue_max = 65536;
     o->batch_max = 4096;
@@ -915,6 +927,7 @@ static void node_free(struct node *n)
     tk_free(n->persist.async);
     tk_free(n->persist.ns);
     tk_free(n->loop.batch);
+    node__lease_free(n);
     tk_free(n->data_dir);
     uv_sem_destroy(&n->loop.started);
     uv_sem_destroy(&n->loop.closed);
@@ -944,6 +957,7 @@ int node_start(const struct node_options *o, struct node **out)
         n->tmp_dir = true;
     }
     tk_mpsc_init(&n->loop.queue, o->queue_max);
+    node__lease_init(n);
     n->loop.batch = tk_malloc(o->batch_max * sizeof(*n->loop.batch));
     tk_hist_init(&n->m.lat.append);
     tk_hist_init(&n->m.lat.fsync);

@@ -146,8 +146,12 @@ struct node_options {
     size_t events_max;   /* the kv change log's events (kv_config.events_max) */
     size_t events_bytes; /* ... and bytes; both 0: kv's defaults */
 
-    uint32_t tick_ms;          /* 10 */
-    uint32_t election_ticks;   /* 20: 200-400 ms */
+    uint32_t tick_ms;        /* 10 */
+    uint32_t election_ticks; /* 20: 200-400 ms */
+    /* The leader checkpoints the leases' remaining TTLs this often: 200 (a
+     * lease outlives its TTL by at most this plus an election per leader
+     * change). */
+    uint32_t lease_checkpoint_ms;
     uint32_t heartbeat_ticks;  /* 2 */
     uint32_t queue_max;        /* proposal+read queue bound: 65536 */
     uint32_t batch_max;        /* entries per raft_propose: 4096 */

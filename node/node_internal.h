@@ -221,6 +221,14 @@ struct node {
         struct node_req req; /* it (node_expire.c) */
         uint64_t proposed;   /* keys named in expire commands so far */
     } expire;
+    struct {                         /* leases on the leader (node_lease.c) */
+        bool leader;                 /* as of the last tick */
+        bool revoke_busy, ckpt_busy; /* a command in flight */
+        struct node_req revoke_req, ckpt_req;
+        uint64_t next_ckpt_ms, ckpt_after;
+        uint64_t *ids, *rem; /* checkpoint scratch */
+        uint64_t revoked;    /* leases expired so far */
+    } lease;
     struct node_metrics_state m;
 };
 
@@ -385,5 +393,13 @@ void node__forward_refuse(struct node_req *r, int status);
 /* The leader's next expire command, if keys are due at now_ms and none is in
  * flight: a request for node_submit (its callback is node_expire.c's). */
 struct node_req *node__expire_next(struct node *n, uint64_t now_ms);
+
+/* ---- node_lease.c ---- */
+
+void node__lease_init(struct node *n);
+void node__lease_free(struct node *n);
+/* The leader's lease commands due at now_ms (a revoke of an expired lease, a
+ * checkpoint): up to 2 requests for node_submit in out; their count. */
+size_t node__lease_next(struct node *n, uint64_t now_ms, struct node_req **out);
 
 #endif

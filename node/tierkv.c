@@ -592,6 +592,70 @@ static struct tk_blob *put_cmd(const void *key, size_t key_len, const void *valu
     return pack(&cmd);
 }
 
+/* A lease command, applied: the status, or else the command's code. */
+static int lease_submit(struct tk_node *n, Kvpb__Command *cmd,
+                        struct tk_write_result *res)
+{
+    int rc = submit_blob(n, pack(cmd), TK_MODE_APPLIED, res);
+    return rc != 0 ? rc : res->code;
+}
+
+int tk_lease_grant(struct tk_node *n, uint64_t ttl_ms, uint64_t *id)
+{
+    Kvpb__Command cmd = KVPB__COMMAND__INIT;
+    Kvpb__LeaseGrant g = KVPB__LEASE_GRANT__INIT;
+    g.ttl_ms = ttl_ms;
+    cmd.cmd_case = KVPB__COMMAND__CMD_LEASE_GRANT;
+    cmd.lease_grant = &g;
+    struct tk_write_result res = {0};
+    int rc = lease_submit(n, &cmd, &res);
+    if (rc == 0 && id != NULL)
+        *id = (uint64_t)res.value;
+    return rc;
+}
+
+int tk_lease_keepalive(struct tk_node *n, uint64_t id)
+{
+    Kvpb__Command cmd = KVPB__COMMAND__INIT;
+    Kvpb__LeaseKeepalive k = KVPB__LEASE_KEEPALIVE__INIT;
+    k.id = id;
+    cmd.cmd_case = KVPB__COMMAND__CMD_LEASE_KEEPALIVE;
+    cmd.lease_keepalive = &k;
+    struct tk_write_result res = {0};
+    return lease_submit(n, &cmd, &res);
+}
+
+int tk_lease_revoke(struct tk_node *n, uint64_t id, uint64_t *deleted)
+{
+    Kvpb__Command cmd = KVPB__COMMAND__INIT;
+    Kvpb__LeaseRevoke r = KVPB__LEASE_REVOKE__INIT;
+    r.id = id;
+    cmd.cmd_case = KVPB__COMMAND__CMD_LEASE_REVOKE;
+    cmd.lease_revoke = &r;
+    struct tk_write_result res = {0};
+    int rc = lease_submit(n, &cmd, &res);
+    if (rc == 0 && deleted != NULL)
+        *deleted = res.deleted;
+    return rc;
+}
+
+int tk_put_lease(struct tk_node *n, const void *key, size_t key_len, const void *value,
+                 size_t value_len, uint64_t lease, struct tk_write_result *out)
+{
+    Kvpb__Command cmd = KVPB__COMMAND__INIT;
+    Kvpb__Put put = KVPB__PUT__INIT;
+    put.key = bin(key, key_len);
+    put.value = bin(value, value_len);
+    put.lease = lease;
+    cmd.cmd_case = KVPB__COMMAND__CMD_PUT;
+    cmd.put = &put;
+    struct tk_write_result res = {0};
+    int rc = lease_submit(n, &cmd, &res);
+    if (out != NULL)
+        *out = res;
+    return rc;
+}
+
 int tk_put(struct tk_node *n, const void *key, size_t key_len, const void *value,
            size_t value_len, enum tk_mode mode, struct tk_write_result *out)
 {

@@ -209,6 +209,10 @@ int cli_cmd_member(struct cli_global *g, int argc, char **argv);
 int cli_cmd_watch(struct cli_global *g, int argc, char **argv);
 /* snapshot.c: tierkv snapshot save|status. */
 int cli_cmd_snapshot(struct cli_global *g, int argc, char **argv);
+/* lease.c: lease grant|keepalive|revoke|get, lock, elect */
+int cli_cmd_lease(struct cli_global *g, int argc, char **argv);
+int cli_cmd_lock(struct cli_global *g, int argc, char **argv);
+int cli_cmd_elect(struct cli_global *g, int argc, char **argv);
 
 /* ---- bench.c ---- */
 

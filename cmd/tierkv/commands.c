@@ -423,19 +423,22 @@ static int usage_error(const char *cmd, const char *msg)
 
 static const char put_help[] =
     "usage: tierkv put KEY [VALUE] [--file F] [--ttl DURATION] [--if-version N]\n"
+    "                  [--lease ID]\n"
     "  VALUE is taken literally; without it the value is read from --file F or stdin.\n"
     "  --ttl 30s        expire the key after this long (JSON body ttl_ms)\n"
     "  --if-version N   write only if the key's version is N (0: only if absent);\n"
-    "                   a mismatch exits 4\n";
+    "                   a mismatch exits 4\n"
+    "  --lease ID       attach the key to lease ID (tierkv lease grant)\n";
 
 int cli_cmd_put(struct cli_global *g, int argc, char **argv)
 {
     static const struct option opts[] = {{"file", required_argument, 0, 'f'},
                                          {"ttl", required_argument, 0, 't'},
                                          {"if-version", required_argument, 0, 'v'},
+                                         {"lease", required_argument, 0, 'l'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
-    const char *file = NULL;
+    const char *file = NULL, *lease = "";
     uint64_t ttl_ms = 0, if_version = 0;
     bool has_ttl = false, has_ifv = false;
     SUB_GETOPT_RESET();
@@ -454,6 +457,9 @@ int cli_cmd_put(struct cli_global *g, int argc, char **argv)
             if (cli_parse_u64(optarg, 0, INT64_MAX, &if_version) != 0)
                 return usage_error("put", "--if-version wants a non-negative integer");
             has_ifv = true;
+            break;
+        case 'l':
+            lease = optarg;
             break;
         case 'h':
             fputs(put_help, stdout);
@@ -503,6 +509,7 @@ int cli_cmd_put(struct cli_global *g, int argc, char **argv)
     struct strbuf path = {0};
     key_path(&path, key, NULL);
     sb_param(&path, "mode", g->mode);
+    sb_param(&path, "lease", lease);
     struct cli_response r;
     int rc = do_request(g, "PUT", path.p, ctype, body, blen, &r);
     sb_free(&path);

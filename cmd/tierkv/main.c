@@ -31,6 +31,9 @@ static const char main_help[] =
     "  watch KEY|--prefix P follow changes as they come (tierkv watch --help)\n"
     "  snapshot save FILE   a consistent backup (GET /v1/snapshot) into FILE\n"
     "  snapshot status FILE check a backup file and show its revision and keys\n"
+    "  lease grant|keepalive|revoke|get  leases (tierkv lease --help)\n"
+    "  lock NAME -- CMD     run CMD holding a lease-backed lock (tierkv lock --help)\n"
+    "  elect NAME VALUE     campaign for leadership, print changes of leader\n"
     "  bench                load generator for tierkvd or etcd (tierkv bench --help)\n"
     "  help [COMMAND]       this text, or a command's\n"
     "\n"
@@ -113,6 +116,8 @@ static const struct command commands[] = {
     {"status", cli_cmd_status}, {"members", cli_cmd_members},
     {"bench", cli_cmd_bench},   {"member", cli_cmd_member},
     {"watch", cli_cmd_watch},   {"snapshot", cli_cmd_snapshot},
+    {"lease", cli_cmd_lease},   {"lock", cli_cmd_lock},
+    {"elect", cli_cmd_elect},
 };
 
 static int usage(const char *msg)
