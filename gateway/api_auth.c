@@ -37,6 +37,7 @@
 #include "base/err.h"
 #include "gateway/gateway_internal.h"
 #include "kv.pb-c.h"
+#include "kv/kv.h"
 
 #define AUTH_USERS_MAX 1024
 #define AUTH_RIGHTS_MAX 32
@@ -370,13 +371,55 @@ int api__auth_read(struct api_req *req)
     return TK_EINVAL;
 }
 
+/* The key an op of a batch or transaction writes (NULL: none). */
+static const ProtobufCBinaryData *op_key(const Kvpb__Op *op)
+{
+    return op->op_case == KVPB__OP__OP_PUT    ? &op->put->key
+           : op->op_case == KVPB__OP__OP_DEL  ? &op->del->key
+           : op->op_case == KVPB__OP__OP_INCR ? &op->incr->key
+                                              : NULL;
+}
+
 static bool may_op(const struct api_user *u, const Kvpb__Op *op)
 {
-    const ProtobufCBinaryData *k = op->op_case == KVPB__OP__OP_PUT    ? &op->put->key
-                                   : op->op_case == KVPB__OP__OP_DEL  ? &op->del->key
-                                   : op->op_case == KVPB__OP__OP_INCR ? &op->incr->key
-                                                                      : NULL;
+    const ProtobufCBinaryData *k = op_key(op);
     return k != NULL && may(u, true, k->data, k->len, NULL, 0, false, true);
+}
+
+/* A key of the node's own (membership, leases): its first byte is
+ * KV_RESERVED_BYTE. */
+static bool reserved(const ProtobufCBinaryData *k)
+{
+    return k != NULL && k->len > 0 && k->data[0] == KV_RESERVED_BYTE;
+}
+
+static bool ops_reserved(Kvpb__Op *const *ops, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (reserved(op_key(ops[i])))
+            return true;
+    return false;
+}
+
+/* Whether a client's command writes a key of the node's own: never allowed,
+ * whoever asks (the node writes them with its own commands). */
+static bool writes_reserved(const Kvpb__Command *c)
+{
+    switch (c->cmd_case) {
+    case KVPB__COMMAND__CMD_PUT:
+        return reserved(&c->put->key);
+    case KVPB__COMMAND__CMD_DEL:
+        return reserved(&c->del->key);
+    case KVPB__COMMAND__CMD_INCR:
+        return reserved(&c->incr->key);
+    case KVPB__COMMAND__CMD_BATCH:
+        return ops_reserved(c->batch->ops, c->batch->n_ops);
+    case KVPB__COMMAND__CMD_TXN:
+        return ops_reserved(c->txn->then_ops, c->txn->n_then_ops) ||
+               ops_reserved(c->txn->else_ops, c->txn->n_else_ops);
+    default:
+        return false; /* a delete range spares them (kv/cmd.c) */
+    }
 }
 
 static bool may_txn(const struct api_user *u, const Kvpb__Txn *t)
@@ -430,6 +473,13 @@ static bool may_command(const struct api_user *u, const Kvpb__Command *c,
 int api__auth_command(struct api_req *req, const struct Kvpb__Command *cmd)
 {
     bool everything = false;
+    if (writes_reserved(cmd)) {
+        http_respond_error(
+            req->http, 400, "reserved_key", NULL,
+            "keys whose first byte is 0x01 are the node's own (membership, "
+            "leases): a client may not write them");
+        return TK_EINVAL;
+    }
     if (req->user == NULL || may_command(req->user, cmd, &everything))
         return 0;
     respond_403(req, everything ? "delete every key (admin only)"

@@ -1144,7 +1144,7 @@ static int on_headers_complete(http_parser *p)
         return parse_fail(c, 503, "overloaded",
                           "the server holds too many request and response bytes; "
                           "retry later");
-    if (c->expect_continue && c->head == NULL) {
+    if (c->expect_continue && c->head == NULL && c->blob_req == NULL) {
         /* Best effort, beside conn_write (a TLS layer must wrap it too). */
         static char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
         uv_buf_t b = uv_buf_init(cont, sizeof(cont) - 1);

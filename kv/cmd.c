@@ -395,7 +395,9 @@ static int delete_range(struct kv_sm *sm, uint64_t index, const Kvpb__DeleteRang
         r.start_len = d->prefix.len;
         r.by_prefix = true;
     } else {
-        if (d->start.len > sm->cfg.key_max || d->end.len > sm->cfg.key_max) {
+        /* A bound may be a key plus one byte (the gateway's steps end just
+         * after the last key they read, which may be key_max long). */
+        if (d->start.len > sm->cfg.key_max + 1 || d->end.len > sm->cfg.key_max + 1) {
             res->code = TK_ETOOBIG;
             return 0;
         }

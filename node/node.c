@@ -255,9 +255,9 @@ static int install_snapshot(struct node *n, const struct raft_snapshot_meta *met
         return rc;
     if (data != NULL && data->len > 0)
         rc = kv_install_write(in, data->data, data->len);
-    if (rc == 0)
-        rc = kv_install_commit(in);
-    else
+    if (rc == 0 && (rc = kv_install_commit(in)) != 0)
+        kv_install_abort(in); /* after a failed commit, only abort (kv.h) */
+    else if (rc != 0)
         kv_install_abort(in);
     if (rc != 0)
         return rc;

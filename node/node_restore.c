@@ -116,10 +116,12 @@ static int install_file(const char *file, const char *dir, bool no_sync, char *e
         if (rc == 0 && len > 0 && (rc = kv_install_write(in, buf + off, len)) != 0)
             snprintf(err, cap, "the snapshot stream was refused: %s", tk_strerror(rc));
     }
-    if (rc == 0 && (rc = kv_install_commit(in)) != 0)
+    if (rc == 0 && (rc = kv_install_commit(in)) != 0) {
         snprintf(err, cap, "the snapshot stream was refused: %s", tk_strerror(rc));
-    else if (rc != 0 && in != NULL)
+        kv_install_abort(in); /* after a failed commit, only abort (kv.h) */
+    } else if (rc != 0 && in != NULL) {
         kv_install_abort(in);
+    }
     /* The source cluster's membership records (addresses, incarnations) are
      * not the new cluster's: its members come from --members. */
     uint64_t forgot = 0;

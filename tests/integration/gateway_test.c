@@ -641,6 +641,37 @@ END_TEST
 /* Issue 19's conformance gaps: the header limit counts the whole block, a
  * chunked trailer is never a header, an out-of-range TTL is a 400 and an
  * HTTP/1.0 keep-alive is answered as one. */
+/* Keys whose first byte is 0x01 are the node's own (membership records,
+ * leases): a client's put, delete, batch or txn of one is refused (400
+ * reserved_key), whoever sends it; other keys still write. */
+START_TEST(test_reserved_keys_are_refused_to_clients)
+{
+    struct fixture f;
+    fx_start(&f, NULL);
+    static char buf[8192];
+    const char *reqs[] = {
+        "PUT /v1/kv/%01tierkv%2Fmember%2F4 HTTP/1.1\r\nContent-Length: 1\r\n\r\nx",
+        "DELETE /v1/kv/%01tierkv%2Fmember%2F1 HTTP/1.1\r\n\r\n",
+        "POST /v1/batch HTTP/1.1\r\nContent-Type: application/json\r\nContent-Length: "
+        "50\r\n\r\n{\"ops\":[{\"op\":\"put\",\"key\":\"\\u0001x\",\"value\":\"v\"}]}"};
+    for (size_t i = 0; i < sizeof(reqs) / sizeof(reqs[0]); i++) {
+        int s = connect_to(f.port);
+        send_all(s, reqs[i], strlen(reqs[i]));
+        read_responses(s, buf, sizeof(buf), 1);
+        ck_assert_msg(strstr(buf, "HTTP/1.1 400 ") == buf && strstr(buf, "reserved_key"),
+                      "request %zu: %.300s", i, buf);
+        close(s);
+    }
+    const char ok[] = "PUT /v1/kv/plain HTTP/1.1\r\nContent-Length: 1\r\n\r\nx";
+    int s = connect_to(f.port);
+    send_all(s, ok, strlen(ok));
+    read_responses(s, buf, sizeof(buf), 1);
+    ck_assert_msg(strstr(buf, "HTTP/1.1 200 ") == buf, "plain key: %.300s", buf);
+    close(s);
+    fx_stop(&f);
+}
+END_TEST
+
 START_TEST(test_header_block_trailers_ttl_range_and_http10_keepalive)
 {
     struct fixture f;
@@ -862,6 +893,7 @@ int main(void)
     tcase_add_test(h, test_listen_failure_is_reported);
     tcase_add_test(h, test_metrics_export_latency_histograms_read_rounds_and_kv_size);
     tcase_add_test(h, test_client_that_does_not_read_is_bounded_and_cut);
+    tcase_add_test(h, test_reserved_keys_are_refused_to_clients);
     tcase_add_test(h, test_header_block_trailers_ttl_range_and_http10_keepalive);
     tcase_add_test(h, test_body_memory_grows_with_bytes_and_the_budget_answers_503);
     suite_add_tcase(s, h);

@@ -554,6 +554,25 @@ START_TEST(test_delete_range_spares_reserved_keys)
 }
 END_TEST
 
+/* A delete range bound may be one byte longer than the longest key (the
+ * gateway's steps end just after a key that may be key_max long). */
+START_TEST(test_delete_range_bound_one_past_key_max)
+{
+    struct kvu u = {0};
+    kvu_open(&u, NULL);
+    static char key[4097], end[4098];
+    memset(key, 'a', 4096);
+    memset(end, 'b', 4097);
+    ck_assert_int_eq(kvu_put(&u, key, "v"), 0);
+    ck_assert_int_eq(del_range(&u, "a", end, NULL), 0);
+    ck_assert_uint_eq(u.res.deleted, 1);
+    static char longer[4099];
+    memset(longer, 'b', 4098);
+    ck_assert_int_eq(del_range(&u, "a", longer, NULL), TK_ETOOBIG);
+    kvu_close(&u, true);
+}
+END_TEST
+
 START_TEST(test_increment_counts_and_rejects_non_integers)
 {
     struct kvu u = {0};
@@ -1956,6 +1975,7 @@ int main(void)
     tcase_add_test(tc, test_delete_existing_and_absent);
     tcase_add_test(tc, test_delete_range_and_prefix_across_tiers);
     tcase_add_test(tc, test_delete_range_spares_reserved_keys);
+    tcase_add_test(tc, test_delete_range_bound_one_past_key_max);
     tcase_add_test(tc, test_increment_counts_and_rejects_non_integers);
     tcase_add_test(tc, test_batch_is_atomic);
     tcase_add_test(tc, test_txn_then_else_and_atomic_failure);
