@@ -24,18 +24,8 @@ static void digest_step_cb(struct node_req *nreq, int status, struct kv_sm *sm,
 
 static void digest_submit(struct api_req *req)
 {
-    memset(&req->nreq, 0, sizeof(req->nreq));
-    req->nreq.is_read = 1;
-    req->nreq.consistency = NODE_READ_STALE;
-    req->nreq.read_cb = digest_step_cb;
-    req->nreq.data = req;
-    req->nreq.timeout_ms = req->gw->cfg.request_timeout_ms;
-    int rc = node_submit(req->gw->node, &req->nreq);
-    if (rc != 0) {
-        api__respond_rc(req, rc);
-        return;
-    }
-    req->submitted = true;
+    api__stale_read_fill(req, digest_step_cb);
+    api__submit_nreq(req);
 }
 
 static void digest_answer(struct api_req *req)

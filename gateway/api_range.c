@@ -55,32 +55,9 @@ static void step_done(struct node_req *nreq, int status, const struct kv_result 
                       void *data);
 static void plan_cb(struct node_req *nreq, int status, struct kv_sm *sm, void *data);
 
-/* Submits req->nreq as it is filled; answers on failure. */
-static void submit(struct api_req *req)
-{
-    int rc = node_submit(req->gw->node, &req->nreq);
-    if (rc != 0) {
-        tk_blob_unref(req->nreq.cmd);
-        req->nreq.cmd = NULL;
-        api__respond_rc(req, rc);
-        return;
-    }
-    req->submitted = true;
-}
-
-static void plan_fill(struct api_req *req)
-{
-    memset(&req->nreq, 0, sizeof(req->nreq));
-    req->nreq.is_read = 1;
-    req->nreq.consistency = NODE_READ_STALE;
-    req->nreq.read_cb = plan_cb;
-    req->nreq.data = req;
-    req->nreq.timeout_ms = req->gw->cfg.request_timeout_ms;
-}
-
 static void go(struct http_request *hreq)
 {
-    submit(hreq->data);
+    api__submit_nreq(hreq->data);
 }
 
 /* The step [req->key, end): proposed with the limit. */
@@ -110,7 +87,7 @@ static void propose(struct api_req *req, const uint8_t *end, size_t end_len, boo
     req->nreq.data = req;
     req->nreq.timeout_ms = req->gw->cfg.request_timeout_ms;
     req->range_last = last;
-    submit(req);
+    api__submit_nreq(req);
 }
 
 static void plan_cb(struct node_req *nreq, int status, struct kv_sm *sm, void *data)
@@ -200,8 +177,8 @@ static void step_done(struct node_req *nreq, int status, const struct kv_result 
         req->range_end = NULL;
         req->range_end_len = 0;
     }
-    plan_fill(req);
-    submit(req);
+    api__stale_read_fill(req, plan_cb);
+    api__submit_nreq(req);
 }
 
 void api__kv_delete_range(struct api_req *req, const struct query *q)
@@ -233,6 +210,6 @@ void api__kv_delete_range(struct api_req *req, const struct query *q)
     if (api__auth_command(req, &whole) != 0)
         return;
     req->range_mode = (uint8_t)mode;
-    plan_fill(req);
+    api__stale_read_fill(req, plan_cb);
     http_dispatch(req->http, true, go);
 }

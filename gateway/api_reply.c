@@ -316,10 +316,8 @@ const char *api__role_name(int role)
 
 /* ---- submitting -------------------------------------------------------- */
 
-/* http_dispatch's go-ahead: hand req->nreq to the node; answer on failure. */
-static void submit_now(struct http_request *hreq)
+void api__submit_nreq(struct api_req *req)
 {
-    struct api_req *req = hreq->data;
     int rc = node_submit(req->gw->node, &req->nreq);
     if (rc != 0) {
         tk_blob_unref(req->nreq.cmd);
@@ -328,6 +326,22 @@ static void submit_now(struct http_request *hreq)
         return;
     }
     req->submitted = true;
+}
+
+void api__stale_read_fill(struct api_req *req, node_read_cb *cb)
+{
+    memset(&req->nreq, 0, sizeof(req->nreq));
+    req->nreq.is_read = 1;
+    req->nreq.consistency = NODE_READ_STALE;
+    req->nreq.read_cb = cb;
+    req->nreq.data = req;
+    req->nreq.timeout_ms = req->gw->cfg.request_timeout_ms;
+}
+
+/* http_dispatch's go-ahead: hand req->nreq to the node; answer on failure. */
+static void submit_now(struct http_request *hreq)
+{
+    api__submit_nreq(hreq->data);
 }
 
 void api__submit_write(struct api_req *req, struct tk_blob *cmd, int mode,

@@ -281,6 +281,12 @@ const char *api__role_name(int role);
 void api__submit_write(struct api_req *req, struct tk_blob *cmd, int mode,
                        node_write_cb *cb);
 void api__submit_read(struct api_req *req, int consistency, node_read_cb *cb);
+/* Hands req->nreq, as it is filled, to the node now (no http_dispatch);
+ * answers a refusal (api__respond_rc, the command's blob dropped). */
+void api__submit_nreq(struct api_req *req);
+/* Fills req->nreq as a stale (local) read answered to cb, for reads made in
+ * steps (api_range.c's plans, api_digest.c's steps). */
+void api__stale_read_fill(struct api_req *req, node_read_cb *cb);
 
 /* ---- api_watch.c -------------------------------------------------------- */
 

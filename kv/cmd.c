@@ -276,36 +276,11 @@ static int op_incr(struct ctx *x, const Kvpb__Increment *in, int64_t *value)
  * that is hot and the value keeps its length (kv__state_rewrite_ok), else as a
  * record appended to the ring (st->hot and st->addr: where the key's newest
  * record was before the command). */
-/* Writes a key's new state at `index` into the ring, without an event. */
-static void write_rec(struct kv_sm *sm, uint64_t index, const uint8_t *key, size_t len,
-                      uint64_t hash, const struct kv_state *st);
-
 static void write_key(struct kv_sm *sm, uint64_t index, const uint8_t *key, size_t len,
                       uint64_t hash, const struct kv_state *st)
 {
     kv__events_write(sm, index, key, len, hash, st); /* before: it reads the old */
-    write_rec(sm, index, key, len, hash, st);
-}
-
-static void write_rec(struct kv_sm *sm, uint64_t index, const uint8_t *key, size_t len,
-                      uint64_t hash, const struct kv_state *st)
-{
-    struct kv_rec h = {.key_len = (uint16_t)len, .mod_rev = index};
-    if (st->live) {
-        h.value_len = (uint32_t)st->value_len;
-        h.expire_ms = st->expire_ms;
-        h.create_rev = st->create_rev;
-        h.version = st->version;
-        if (st->hot && kv__state_rewrite_ok(sm, st->addr, st->value_len)) {
-            kv__ring_rewrite(&sm->ring, st->addr, &h, st->value);
-            return;
-        }
-    } else {
-        h.flags = KV_REC_TOMB;
-    }
-    uint64_t addr = kv__ring_append(&sm->ring, &h, key, st->live ? st->value : NULL);
-    if (kv__index_put(&sm->index, hash, key, len, addr))
-        kv__view_insert(&sm->view, key, len);
+    kv__state_write(sm, index, key, len, hash, st);
 }
 
 /* Appends every staged change, attaching or detaching each key's lease.
@@ -471,7 +446,7 @@ int kv_sm_forget_prefix(struct kv_sm *sm, const uint8_t *prefix, size_t len,
     for (size_t off = 0; off < used;) {
         size_t klen = ((size_t)sm->scratch[off] << 8) | sm->scratch[off + 1];
         const uint8_t *k = sm->scratch + off + 2;
-        write_rec(sm, index, k, klen, kv__hash(k, klen), &tomb);
+        kv__state_write(sm, index, k, klen, kv__hash(k, klen), &tomb);
         off += 2 + klen;
     }
     *forgot = n;

@@ -236,6 +236,11 @@ struct kv_state {
     uint64_t expire_ms, create_rev, mod_rev, version;
 };
 
+/* Writes a key's new state at `index`: its ring record (rewritten in place
+ * when it may be), index and view; no change-log event (the callers write
+ * that first: cmd.c's write_key, lease.c). */
+void kv__state_write(struct kv_sm *sm, uint64_t index, const uint8_t *key, size_t len,
+                     uint64_t hash, const struct kv_state *st);
 /* The current state of a key (ignoring a command's staged writes). Returns 0
  * or TK_EIO. */
 int kv__state_lookup(struct kv_sm *sm, const void *key, size_t len, uint64_t hash,

@@ -179,3 +179,24 @@ bool kv__state_rewrite_ok(struct kv_sm *sm, uint64_t addr, size_t value_len)
     sm->rewrites++;
     return true;
 }
+
+void kv__state_write(struct kv_sm *sm, uint64_t index, const uint8_t *key, size_t len,
+                     uint64_t hash, const struct kv_state *st)
+{
+    struct kv_rec h = {.key_len = (uint16_t)len, .mod_rev = index};
+    if (st->live) {
+        h.value_len = (uint32_t)st->value_len;
+        h.expire_ms = st->expire_ms;
+        h.create_rev = st->create_rev;
+        h.version = st->version;
+        if (st->hot && kv__state_rewrite_ok(sm, st->addr, st->value_len)) {
+            kv__ring_rewrite(&sm->ring, st->addr, &h, st->value);
+            return;
+        }
+    } else {
+        h.flags = KV_REC_TOMB;
+    }
+    uint64_t addr = kv__ring_append(&sm->ring, &h, key, st->live ? st->value : NULL);
+    if (kv__index_put(&sm->index, hash, key, len, addr))
+        kv__view_insert(&sm->view, key, len);
+}
