@@ -286,6 +286,12 @@ static const struct metric_desc metric_table[] = {
     {"tierkv_kv_tier_drain_max_seconds", "gauge",
      "The longest single slice of dropping released index entries.", MK_SECONDS,
      SNAP(m.tier_drain_max_ns)},
+    {"tierkv_apply_holds_total", "counter",
+     "Times applying was held because the KV ring passed twice its budget during a "
+     "tier-down (the loop goes on meanwhile).",
+     MK_VALUE, SNAP(m.apply_holds)},
+    {"tierkv_apply_held_seconds_total", "counter",
+     "Time applying was held for the KV ring, in all.", MK_SECONDS, SNAP(m.apply_held_ns)},
     {"tierkv_memory_bytes", "gauge",
      "Memory by owner: hot index, ordered view, ring, sessions, LMDB map and its "
      "resident part.",

@@ -440,9 +440,12 @@ static void process_ready(struct node *n)
 {
     int guard = 0;
     uint64_t t = node__mono_ns();
-    while (!n->persist.failed && raft_has_ready(n->raft) && guard++ < 8)
+    node__tier_hold(n);
+    while (!n->persist.failed && raft_has_ready(n->raft) && guard++ < 8) {
         if (!handle_ready(n, &t))
             return;
+        node__tier_hold(n); /* what this ready applied may have filled the ring */
+    }
     if (!n->persist.failed) {
         node__tier_turn(n); /* claims its own phases */
         t = node__mono_ns();

@@ -334,6 +334,10 @@ struct node_metrics {
     uint64_t snapshot_loop_ns;  /* publishing snapshots, in all */
     uint64_t tier_drain_ns;     /* dropping released index entries, in all */
     uint64_t tier_drain_max_ns; /* the longest slice of it */
+    /* Applying held while the KV ring was past twice its budget during a
+     * tier-down (the loop goes on): how often, and for how long in all. */
+    uint64_t apply_holds;
+    uint64_t apply_held_ns;
     /* Memory by owner, bytes (kv_sm_stats; LMDB's from the kernel). */
     uint64_t mem_index_bytes;    /* the hot index's table */
     uint64_t mem_view_bytes;     /* the ordered view (the hot keys in order) */

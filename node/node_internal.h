@@ -150,6 +150,10 @@ struct node_tier {
     struct tk_blob *blob;
     uint64_t blob_index, blob_term; /* what `blob` holds */
     bool backup_wanted;             /* a backup waits for a snapshot newer than `blob` */
+    /* Applying is held (raft_hold_apply) while the KV ring is past twice its
+     * budget during a tier-down, instead of the loop waiting for the job:
+     * since when (0: not held). */
+    uint64_t hold_since;
 };
 
 /* Backups waiting for a snapshot (node_backup.c). */
@@ -345,6 +349,8 @@ void node__tier_start(struct node *n, bool snapshot, bool inline_run);
 /* Blocks until the job in flight (if any) has run, then completes it; with
  * `discard` its snapshot is dropped (an installed one replaces it). */
 void node__tier_wait(struct node *n, bool discard);
+/* Holds or releases applying for the KV ring's sake; before each ready. */
+void node__tier_hold(struct node *n);
 
 /* ---- node_recover.c ---- */
 

@@ -207,8 +207,8 @@ static void tier_after(uv_work_t *w, int status)
     node__handle_gone(n);
 }
 
-/* Only for what cannot go on beside the job (installing a snapshot, a ring
- * past twice its budget); its after-work callback later finds nothing to do. */
+/* Only for what cannot go on beside the job (installing a snapshot); its
+ * after-work callback later finds nothing to do. */
 void node__tier_wait(struct node *n, bool discard)
 {
     /* A store compaction in flight ends first (an install resets the log). */
@@ -352,19 +352,37 @@ void node__tier_turn(struct node *n)
     n->loop.turn_ns[NODE_PH_SNAPSHOT] += node__mono_ns() - t2;
 }
 
-static void tier_turn(struct node *n)
+/* A ring past twice its budget while a tier-down runs (writes coming faster
+ * than the job moves pages to LMDB): applying stops until the job is done,
+ * rather than the loop waiting for it, so heartbeats, votes and replication
+ * go on (a wait of hundreds of ms moved leadership). Entries keep committing;
+ * writes wait for their apply (or their deadline); the job's after-work
+ * callback kicks the loop, whose next turn releases the hold. */
+void node__tier_hold(struct node *n)
 {
-    if (n->tier.busy) {
-        if (n->tier.job != NULL && kv_sm_tier_urgent(n->sm)) {
-            uint64_t t0 = node__mono_ns();
-            node__tier_wait(n, false);
-            TK_LOG(TK_LOG_WARN, n->o.id, raft_term(n->raft),
-                   "the KV ring passed twice its budget during a tier-down: the loop "
-                   "waited %llu ms for it",
-                   (unsigned long long)((node__mono_ns() - t0) / 1000000));
-        }
+    bool urgent = n->tier.job != NULL && kv_sm_tier_urgent(n->sm);
+    if (urgent == (n->tier.hold_since != 0))
+        return;
+    raft_hold_apply(n->raft, urgent);
+    uint64_t now = node__mono_ns();
+    if (urgent) {
+        n->tier.hold_since = now;
+        n->m.metrics.apply_holds++;
         return;
     }
+    uint64_t held = now - n->tier.hold_since;
+    n->tier.hold_since = 0;
+    n->m.metrics.apply_held_ns += held;
+    TK_LOG(TK_LOG_INFO, n->o.id, raft_term(n->raft),
+           "applying was held %llu ms: the KV ring passed twice its budget during a "
+           "tier-down (heartbeats went on)",
+           (unsigned long long)(held / 1000000));
+}
+
+static void tier_turn(struct node *n)
+{
+    if (n->tier.busy)
+        return;
     uint64_t applied = kv_sm_applied_index(n->sm);
     if ((n->o.snapshot_entries != 0 &&
          applied >= n->tier.snap_index + n->o.snapshot_entries) ||

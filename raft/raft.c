@@ -1458,6 +1458,12 @@ void raft_persisted(struct raft *r, uint64_t seq)
     raft__check_invariants(r);
 }
 
+void raft_hold_apply(struct raft *r, bool hold)
+{
+    TK_ASSERT(r != NULL);
+    r->apply_held = hold;
+}
+
 void raft_applied(struct raft *r, uint64_t index)
 {
     TK_ASSERT(r != NULL);
@@ -1555,11 +1561,18 @@ static uint64_t apply_limit(const struct raft *r)
     return r->commit < r->stable ? r->commit : r->stable;
 }
 
+/* What the next ready hands out to apply: up to apply_limit, or nothing
+ * while the driver holds applying (raft_hold_apply). */
+static uint64_t apply_handout(const struct raft *r)
+{
+    return r->apply_held ? r->applying : apply_limit(r);
+}
+
 bool raft_has_ready(const struct raft *r)
 {
     TK_ASSERT(r != NULL);
     return dirty(r) || r->soft_dirty || r->n_out > 0 || r->n_rs > 0 ||
-           r->read_hb_needed || apply_limit(r) > r->applying;
+           r->read_hb_needed || apply_handout(r) > r->applying;
 }
 
 /* Resolves an outbox entry to a sendable message; false drops it (its
@@ -1612,7 +1625,7 @@ void raft_ready(struct raft *r, struct raft_ready *rd)
             n++;
     rd->messages = r->ready_msgs;
     rd->n_messages = n;
-    uint64_t lim = apply_limit(r);
+    uint64_t lim = apply_handout(r);
     if (lim > r->applying) {
         rd->committed = raft__log_at(&r->log, r->applying + 1);
         rd->n_committed = (size_t)(lim - r->applying);

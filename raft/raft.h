@@ -386,6 +386,13 @@ void raft_persisted(struct raft *r, uint64_t seq);
 /* The state machine has applied everything up to `index`. */
 void raft_applied(struct raft *r, uint64_t index);
 
+/* While `hold` is set, readies hand out no committed entries (commitment,
+ * replication, votes and heartbeats go on): the driver's state machine cannot
+ * take more for now (the node: its KV ring is past twice its budget while a
+ * tier-down runs). Entries keep committing and are handed out, in order,
+ * once it is cleared. A snapshot to install is handed out regardless. */
+void raft_hold_apply(struct raft *r, bool hold);
+
 /* Asks for a linearizable read index (thesis 6.4). The answer arrives as a
  * read state with this ctx. Returns TK_ENOLEADER when no leader is known. */
 int raft_read_index(struct raft *r, uint64_t ctx);

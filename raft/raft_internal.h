@@ -147,6 +147,7 @@ struct raft {
     uint64_t commit;
     uint64_t applied;  /* reported by raft_applied */
     uint64_t applying; /* handed out in readies */
+    bool apply_held;   /* raft_hold_apply: hand out no committed entries */
     uint64_t stable;   /* durable and matching prefix of the log */
     uint64_t unstable; /* first index not yet handed out to storage */
     bool hs_dirty;

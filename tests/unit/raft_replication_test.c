@@ -278,6 +278,39 @@ START_TEST(test_figure7_follower_converges_to_leader)
 }
 END_TEST
 
+START_TEST(test_hold_apply_keeps_committing_and_hands_out_later)
+{
+    /* A follower whose state machine cannot take more (raft_hold_apply) is
+     * handed no committed entries, but goes on appending, acking and
+     * answering heartbeats, so the leader commits with it; once the hold is
+     * cleared, everything committed is handed out in order. */
+    struct rf_cluster *c = rf_new(3, NULL);
+    rf_elect(c, 1);
+    uint64_t before = rf_node(c, 2)->applied_index;
+    raft_hold_apply(rf_raft(c, 2), true);
+    c->isolated[3] = true;
+    uint64_t first = 0;
+    ck_assert_int_eq(rf_propose(c, 1, 5, 16, &first), 0);
+    rf_run(c);
+    rf_heartbeat_rounds(c, 1, 3);
+    uint64_t last = first + 4;
+    /* Commits needed node 2's acks: node 3 is cut off. */
+    ck_assert_uint_eq(raft_commit(rf_raft(c, 1)), last);
+    ck_assert_uint_ge(raft_commit(rf_raft(c, 2)), last);
+    ck_assert_uint_eq(rf_node(c, 1)->applied_index, last);
+    ck_assert_uint_eq(rf_node(c, 2)->applied_index, before);
+    ck_assert_int_eq(raft_role(rf_raft(c, 1)), RAFT_LEADER);
+    ck_assert_uint_eq(raft_leader(rf_raft(c, 2)), 1);
+    raft_hold_apply(rf_raft(c, 2), false);
+    ck_assert(raft_has_ready(rf_raft(c, 2)));
+    rf_drain(c, 2);
+    ck_assert_uint_eq(rf_node(c, 2)->applied_index, last);
+    for (size_t i = 0; i < rf_node(c, 2)->n_applied; i++)
+        ck_assert_uint_eq(rf_node(c, 2)->applied[i].index, rf_node(c, 1)->applied[i].index);
+    rf_free(c);
+}
+END_TEST
+
 static bool drop_appends_from_1(const struct raft_message *m, void *data)
 {
     (void)data;
@@ -789,6 +822,7 @@ static Suite *replication_suite(void)
     tcase_add_test(tc, test_fast_backtracking_jumps_to_short_follower_end);
     tcase_add_test(tc, test_inflight_limit_caps_unacked_appends);
     tcase_add_test(tc, test_log_rolling_window_moves_and_grows);
+    tcase_add_test(tc, test_hold_apply_keeps_committing_and_hands_out_later);
     tcase_add_loop_test(tc, test_steady_state_replication_allocates_nothing, 0,
                         STEADY_MODES);
     suite_add_tcase(s, tc);
