@@ -287,8 +287,8 @@ static const struct metric_desc metric_table[] = {
      "The longest single slice of dropping released index entries.", MK_SECONDS,
      SNAP(m.tier_drain_max_ns)},
     {"tierkv_apply_holds_total", "counter",
-     "Times applying was held because the KV ring passed twice its budget during a "
-     "tier-down (the loop goes on meanwhile).",
+     "Times applying was held because the KV ring passed 1.5 times its budget "
+     "(writes faster than tier-downs; the loop goes on meanwhile).",
      MK_VALUE, SNAP(m.apply_holds)},
     {"tierkv_apply_held_seconds_total", "counter",
      "Time applying was held for the KV ring, in all.", MK_SECONDS, SNAP(m.apply_held_ns)},

@@ -343,6 +343,10 @@ struct kv_digest {
     XXH3_state_t *st;
     uint8_t *from; /* the next step's start: the key read last and a 0 byte */
     size_t from_len;
+    /* The last item's key, kept apart from `from`, which is the range the
+     * step's scan is reading (the merge compares cold keys with its start). */
+    uint8_t *last;
+    size_t last_len;
     uint8_t *stop_key;
     size_t cap; /* the sm's key_max */
     size_t items;
@@ -357,6 +361,7 @@ struct kv_digest *kv_digest_new(const struct kv_sm *sm)
     XXH3_64bits_reset(d->st);
     d->cap = sm->cfg.key_max;
     d->from = tk_malloc(d->cap + 1);
+    d->last = tk_malloc(d->cap);
     d->stop_key = tk_malloc(d->cap);
     return d;
 }
@@ -367,6 +372,7 @@ void kv_digest_free(struct kv_digest *d)
         return;
     XXH3_freeState(d->st);
     tk_free(d->from);
+    tk_free(d->last);
     tk_free(d->stop_key);
     tk_free(d);
 }
@@ -381,8 +387,8 @@ static int digest_step_cb(const struct kv_item *item, void *data)
     struct kv_digest *d = data;
     digest_item(d->st, item);
     TK_ASSERT(item->key_len <= d->cap);
-    memcpy(d->from, item->key, item->key_len);
-    d->from_len = item->key_len;
+    memcpy(d->last, item->key, item->key_len);
+    d->last_len = item->key_len;
     d->items++;
     return 0;
 }
@@ -404,6 +410,9 @@ int kv_sm_digest_step(struct kv_sm *sm, struct kv_digest *d, size_t max_items,
     } else if (max_items == 0 || d->items < max_items) {
         d->done = true;
         return 1;
+    } else {
+        memcpy(d->from, d->last, d->last_len);
+        d->from_len = d->last_len;
     }
     d->from[d->from_len++] = 0; /* just after the key read last */
     return 0;

@@ -250,8 +250,11 @@ bool kv_sm_tier_drain(struct kv_sm *sm, size_t max_records);
 /* The ring is over its budget (or tracks as many in-place rewrites as it
  * may) and no job is in flight. */
 bool kv_sm_tier_wanted(const struct kv_sm *sm);
-/* A job is in flight and the ring has grown past twice its budget: the owner
- * should wait for the job before applying more. */
+/* The ring has grown past 1.5 times its budget (writes come faster than
+ * tier-downs take them): the owner should stop applying until a tier-down
+ * (the one in flight, or the next, started once a drain is done) brings it
+ * back, before apply reaches twice the budget and tiers down itself, inline,
+ * with no job in flight. */
 bool kv_sm_tier_urgent(const struct kv_sm *sm);
 
 /* A digest of the live state (keys, values, revisions, versions, expiry, at the

@@ -490,5 +490,5 @@ bool kv_sm_tier_wanted(const struct kv_sm *sm)
 
 bool kv_sm_tier_urgent(const struct kv_sm *sm)
 {
-    return sm->job != NULL && sm->ring.bytes > 2 * sm->cfg.ring_bytes;
+    return sm->ring.bytes > sm->cfg.ring_bytes + sm->cfg.ring_bytes / 2;
 }

@@ -352,15 +352,17 @@ void node__tier_turn(struct node *n)
     n->loop.turn_ns[NODE_PH_SNAPSHOT] += node__mono_ns() - t2;
 }
 
-/* A ring past twice its budget while a tier-down runs (writes coming faster
- * than the job moves pages to LMDB): applying stops until the job is done,
- * rather than the loop waiting for it, so heartbeats, votes and replication
- * go on (a wait of hundreds of ms moved leadership). Entries keep committing;
- * writes wait for their apply (or their deadline); the job's after-work
- * callback kicks the loop, whose next turn releases the hold. */
+/* A ring past 1.5 times its budget (writes coming faster than tier-downs
+ * move pages to LMDB): applying stops until a tier-down brings it back,
+ * rather than the loop waiting for the job in flight (a wait of hundreds of
+ * ms moved leadership) or apply tiering down inline at twice the budget
+ * (hundreds of ms "in apply"). Heartbeats, votes, replication and commitment
+ * go on; writes wait for their apply (or their deadline). The drain and the
+ * next job go on each turn regardless (node__tier_turn); the job's
+ * after-work callback kicks the loop, whose next turn releases the hold. */
 void node__tier_hold(struct node *n)
 {
-    bool urgent = n->tier.job != NULL && kv_sm_tier_urgent(n->sm);
+    bool urgent = kv_sm_tier_urgent(n->sm);
     if (urgent == (n->tier.hold_since != 0))
         return;
     raft_hold_apply(n->raft, urgent);
@@ -374,8 +376,8 @@ void node__tier_hold(struct node *n)
     n->tier.hold_since = 0;
     n->m.metrics.apply_held_ns += held;
     TK_LOG(TK_LOG_INFO, n->o.id, raft_term(n->raft),
-           "applying was held %llu ms: the KV ring passed twice its budget during a "
-           "tier-down (heartbeats went on)",
+           "applying was held %llu ms: the KV ring passed 1.5 times its budget "
+           "(writes faster than tier-downs; heartbeats went on)",
            (unsigned long long)(held / 1000000));
 }
 

@@ -845,6 +845,9 @@ struct scan_walk {
     size_t end_len;
     uint8_t *from; /* the next step goes on from here */
     size_t from_len;
+    /* The step's range start: a copy of `from`, which its items overwrite
+     * while the merge still compares cold keys with the start. */
+    uint8_t *start;
     uint8_t *stop_key; /* where a step's skip budget ran out */
     bool started, more, user_stopped;
     size_t left; /* items still wanted (SIZE_MAX: no limit) */
@@ -881,11 +884,13 @@ static void scan_cb(struct node_req *req, int status, struct kv_sm *sm, void *da
     s->more = false;
     if (status == 0) {
         struct kv_range r = s->first;
-        if (s->started)
-            r = (struct kv_range){.start = s->from,
+        if (s->started) {
+            memcpy(s->start, s->from, s->from_len);
+            r = (struct kv_range){.start = s->start,
                                   .start_len = s->from_len,
                                   .end = s->end,
                                   .end_len = s->end_len};
+        }
         size_t lim = s->left < SCAN_STEP ? s->left : SCAN_STEP;
         struct kv_scan_stop stop = {.key = s->stop_key, .cap = SCAN_KEY_CAP};
         s->step_items = 0;
@@ -927,6 +932,7 @@ int tk_scan(struct tk_node *n, const void *prefix, size_t prefix_len, size_t lim
     struct scan_walk s = {
         .first = {.start = prefix, .start_len = prefix_len, .by_prefix = true},
         .from = tk_malloc(SCAN_KEY_CAP + 1),
+        .start = tk_malloc(SCAN_KEY_CAP + 1),
         .stop_key = tk_malloc(SCAN_KEY_CAP),
         .left = limit == 0 ? SIZE_MAX : limit};
     s.end = prefix_end(prefix, prefix_len, &s.end_len);
@@ -940,6 +946,7 @@ int tk_scan(struct tk_node *n, const void *prefix, size_t prefix_len, size_t lim
         rc = read_wait(n, c, scan_cb, &w);
     } while (rc == 0 && s.more);
     tk_free(s.from);
+    tk_free(s.start);
     tk_free(s.stop_key);
     tk_free(s.end);
     return rc;
