@@ -61,11 +61,14 @@ static void on_appended(void *data, uint64_t seq, uint64_t last_index, uint64_t 
         atomic_store(&n->persist.store_status, status);
     else
         atomic_store_explicit(&n->persist.durable_seq, seq, memory_order_release);
+    /* The wake-up goes before the count: once drain_appends (begin_close) sees
+     * every append done, the loop closes its wake handle, and a send after
+     * that (its eventfd gone) made libuv abort at shutdown. */
     pthread_mutex_lock(&n->persist.drain_mu);
+    uv_async_send(&n->loop.wake);
     n->persist.async_done++;
     pthread_cond_signal(&n->persist.drain_cv);
     pthread_mutex_unlock(&n->persist.drain_mu);
-    uv_async_send(&n->loop.wake);
 }
 
 static void persist_push(struct node *n, uint64_t seq, bool async)
