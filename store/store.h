@@ -234,6 +234,11 @@ struct store_stats {
     uint64_t bytes;   /* record bytes written */
     uint64_t syncs;   /* fdatasync calls (or simulated syncs) on the log */
     uint64_t groups;  /* group commits */
+    /* Times a producer woke the storage thread (a futex wake through q_cv).
+     * Only the idle transition wakes it: an append queued while the thread
+     * is busy writing or syncing is taken with the next group at no cost.
+     * Wake-ups per append = wakeups / appends (for /metrics). */
+    uint64_t wakeups;
 };
 void store_stats(struct store *s, struct store_stats *out);
 

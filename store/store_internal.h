@@ -110,6 +110,8 @@ struct store {
      * or being written completes on the caller's thread (no hand-off). */
     bool inline_sync;
     bool thread_busy; /* the storage thread holds a group (q_mu) */
+    bool sleeping;    /* the storage thread waits on q_cv (q_mu): only then
+                         does a producer signal it (store_stats.wakeups) */
     bool inline_busy; /* a caller is writing inline (q_mu) */
     pthread_t thread;
 
@@ -118,6 +120,7 @@ struct store {
     size_t spans_cap;
 
     atomic_uint_fast64_t st_appends, st_entries, st_bytes, st_syncs, st_groups;
+    atomic_uint_fast64_t st_wakeups;
     /* How long each counted sync took (ns). The writer records under
      * stats_mu, store_sync_latency copies under it; never held across I/O. */
     pthread_mutex_t stats_mu;
