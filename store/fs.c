@@ -26,8 +26,10 @@
  * Writes: the records of a group are gathered into iovecs and written with
  * one pwritev per segment touched (several if a group has more than
  * STAGE_RECS records), then every dirty segment gets one fdatasync (and the
- * directory an fsync if a segment was created, renamed or deleted). The
- * in-memory index publishes a record only after its pwritev returned.
+ * directory an fsync if a segment was created, renamed or deleted). A small
+ * write also writes zeros ahead of the log's end (zero_ahead()), so that
+ * most syncs write data and no metadata. The in-memory index publishes a
+ * record only after its pwritev returned.
  * Truncation zero-fills the discarded bytes and syncs before anything new is
  * written, so a discarded record can never come back after a crash.
  *
@@ -59,10 +61,16 @@
 #define STAGE_RECS 256
 #define STAGE_IOV (3 * STAGE_RECS + 1)
 #define ZERO_CHUNK (64u << 10)
+/* Zero-ahead: a small write also writes zeros up to ZERO_AHEAD bytes past
+ * its end (in the same pwritev), unless it is at least ZERO_AHEAD_SKIP
+ * bytes itself. */
+#define ZERO_AHEAD (256u << 10)
+#define ZERO_AHEAD_IOV (ZERO_AHEAD / ZERO_CHUNK + 1)
+#define ZERO_AHEAD_SKIP (64u << 10)
 
 _Static_assert(REC_HDR % 8 == 0, "records stay 8-byte aligned");
 _Static_assert(SEG_HDR % 8 == 0, "records stay 8-byte aligned");
-_Static_assert(STAGE_IOV <= IOV_MAX, "one pwritev per flush");
+_Static_assert(STAGE_IOV + ZERO_AHEAD_IOV <= IOV_MAX, "one pwritev per flush");
 
 static const uint8_t zeros[ZERO_CHUNK];
 
@@ -71,7 +79,9 @@ struct seg {
     uint64_t n;     /* records */
     uint32_t *offs; /* offs[k]: offset of record first + k */
     size_t cap;
-    uint64_t end; /* bytes used: next record goes here */
+    uint64_t end;    /* bytes used: next record goes here */
+    uint64_t zeroed; /* bytes [end, zeroed) were written as zeros by the
+                        store (not just preallocated): see flush() */
     int fd;
     bool dirty; /* written since the last sync */
     char name[32];
@@ -100,7 +110,7 @@ struct fs {
     uint64_t durable; /* highest index known durable */
     int spare_fd;     /* the prepared next segment, or -1 */
     bool dir_dirty;
-    struct iovec iov[STAGE_IOV];
+    struct iovec iov[STAGE_IOV + ZERO_AHEAD_IOV];
     size_t niov;
     uint8_t hdr[STAGE_RECS][REC_HDR];
     uint8_t seghdr[SEG_HDR];
@@ -370,6 +380,33 @@ static int write_all(struct store *s, struct seg *g, struct iovec *iov, int n,
     return 0;
 }
 
+/* Zero-ahead. A segment is preallocated with fallocate, which leaves
+ * unwritten extents: the first write into each block converts its extent, a
+ * metadata change that the next fdatasync must write (on ext4 without a
+ * journal, a synchronous inode write: a second I/O in series on every sync
+ * of a small group). So a small write also writes zeros from its end up to
+ * ZERO_AHEAD bytes further, in the same pwritev: the extents ahead are
+ * converted about once per ZERO_AHEAD bytes of log (it is refilled when
+ * less than ZERO_AHEAD / 8 is left), and the syncs in between write data
+ * only. Large writes skip it (their one conversion is amortised). The
+ * zeros are what recovery expects after the last record. Adds iovecs to
+ * f->iov for [end, ...); returns the new zeroed watermark. */
+static uint64_t zero_ahead(struct fs *f, const struct seg *g, uint64_t end)
+{
+    if (f->stage_bytes >= ZERO_AHEAD_SKIP || end + ZERO_AHEAD / 8 <= g->zeroed)
+        return g->zeroed > end ? g->zeroed : end;
+    uint64_t to = (end + ZERO_AHEAD + 4095) & ~(uint64_t)4095;
+    if (to > f->seg_bytes)
+        to = f->seg_bytes;
+    for (uint64_t at = end; at < to;) {
+        uint64_t l = to - at < ZERO_CHUNK ? to - at : ZERO_CHUNK;
+        f->iov[f->niov].iov_base = (void *)zeros;
+        f->iov[f->niov++].iov_len = l;
+        at += l;
+    }
+    return to > end ? to : end;
+}
+
 /* Writes the staged records to the active segment and publishes them. */
 static int flush(struct store *s)
 {
@@ -378,6 +415,7 @@ static int flush(struct store *s)
         return 0;
     struct seg *g = &f->segs[f->nsegs - 1];
     uint64_t off = f->stage_header ? 0 : g->end;
+    uint64_t zeroed = zero_ahead(f, g, off + f->stage_bytes);
     int rc = write_all(s, g, f->iov, (int)f->niov, off);
     f->niov = 0;
     if (rc != 0) {
@@ -393,6 +431,7 @@ static int flush(struct store *s)
     g->end = off + f->stage_bytes;
     f->last += f->nrec;
     pthread_mutex_unlock(&f->mu);
+    g->zeroed = zeroed;
     g->dirty = true;
     f->nrec = 0;
     f->stage_bytes = 0;
