@@ -326,11 +326,46 @@ struct result {
     double mb_per_s;
     double syncs_per_entry;
     double p50_us, p99_us;
-    double cpu_us_per_entry; /* the whole process: store and appenders */
-    double csw_per_entry;    /* context switches (voluntary + not) */
-    double wake_per_append;  /* storage thread wake-ups (store_stats.wakeups) */
-    double sync_p50_us;      /* the store's log syncs (store_sync_latency) */
+    double cpu_us_per_entry;   /* the whole process: store and appenders */
+    double csw_per_entry;      /* context switches (voluntary + not) */
+    double wake_per_append;    /* storage thread wake-ups (store_stats.wakeups) */
+    double sync_p50_us;        /* the store's log syncs (store_sync_latency) */
+    double store_us_per_entry; /* CPU of the storage thread alone */
 };
+
+/* CPU time (us) of the store's threads (named tk-store) so far, from
+ * /proc/self/task/TID/schedstat (nanoseconds on the CPU). */
+static double store_thread_cpu_us(void)
+{
+    DIR *d = opendir("/proc/self/task");
+    if (d == NULL)
+        return 0;
+    double us = 0;
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+        if (de->d_name[0] == '.')
+            continue;
+        char p[300], comm[64] = "";
+        snprintf(p, sizeof(p), "/proc/self/task/%s/comm", de->d_name);
+        FILE *fp = fopen(p, "r");
+        if (fp == NULL)
+            continue;
+        bool ours =
+            fgets(comm, sizeof(comm), fp) != NULL && strncmp(comm, "tk-store", 8) == 0;
+        fclose(fp);
+        if (!ours)
+            continue;
+        snprintf(p, sizeof(p), "/proc/self/task/%s/schedstat", de->d_name);
+        fp = fopen(p, "r");
+        unsigned long long ns = 0;
+        if (fp != NULL && fscanf(fp, "%llu", &ns) == 1)
+            us += (double)ns / 1000.0;
+        if (fp != NULL)
+            fclose(fp);
+    }
+    closedir(d);
+    return us;
+}
 
 /* CPU time (us) and context switches of the whole process so far. */
 static void proc_usage(double *cpu_us, double *csw)
@@ -359,6 +394,7 @@ static struct result run_on(struct store *s, uint64_t next_index, int mode,
     uint64_t entries = 0;
     double cpu0, csw0, cpu1, csw1;
     proc_usage(&cpu0, &csw0);
+    double scpu0 = store_thread_cpu_us();
     uint64_t t0 = now_ns();
     uint64_t budget = (uint64_t)(seconds * 1e9);
     if (mode == 2) {
@@ -446,7 +482,9 @@ static struct result run_on(struct store *s, uint64_t next_index, int mode,
     }
     double el = (double)(now_ns() - t0) / 1e9;
     proc_usage(&cpu1, &csw1);
+    double scpu1 = store_thread_cpu_us();
     store_stats(s, &st1);
+    r.store_us_per_entry = entries ? (scpu1 - scpu0) / (double)entries : 0;
     r.cpu_us_per_entry = entries ? (cpu1 - cpu0) / (double)entries : 0;
     r.csw_per_entry = entries ? (csw1 - csw0) / (double)entries : 0;
     r.wake_per_append =
@@ -468,7 +506,8 @@ static struct result run_on(struct store *s, uint64_t next_index, int mode,
 static struct result run_config(int backend, int mode, size_t entry_bytes, size_t batch,
                                 int appenders, double seconds)
 {
-    double eps[16], mbs[16], spe[16], p50[16], p99[16], cpu[16], csw[16], wk[16], sp[16];
+    double eps[16], mbs[16], spe[16], p50[16], p99[16], cpu[16], csw[16], wk[16], sp[16],
+        su[16];
     for (int k = 0; k < runs; k++) {
         char dir[4200];
         fresh_dir(dir, sizeof(dir));
@@ -488,6 +527,7 @@ static struct result run_config(int backend, int mode, size_t entry_bytes, size_
         csw[k] = r.csw_per_entry;
         wk[k] = r.wake_per_append;
         sp[k] = r.sync_p50_us;
+        su[k] = r.store_us_per_entry;
     }
     struct result m;
     m.entries_per_s = median(eps, runs);
@@ -499,6 +539,7 @@ static struct result run_config(int backend, int mode, size_t entry_bytes, size_
     m.csw_per_entry = median(csw, runs);
     m.wake_per_append = median(wk, runs);
     m.sync_p50_us = median(sp, runs);
+    m.store_us_per_entry = median(su, runs);
     return m;
 }
 
@@ -677,25 +718,26 @@ static int only_part(double secs)
                    {1, 64, "64 threads", "threads64"},
                    {2, 64, "64 inflight", "inflight64"}};
     struct result r[3];
-    printf("%-12s %12s %11s %10s %10s %10s %10s %10s %10s\n", "appenders", "entries/s",
-           "syncs/entry", "p50 us", "p99 us", "cpu us/e", "csw/e", "wakes/app",
-           "sync p50");
+    printf("%-12s %12s %11s %10s %10s %10s %10s %10s %10s %10s\n", "appenders",
+           "entries/s", "syncs/entry", "p50 us", "p99 us", "cpu us/e", "csw/e",
+           "wakes/app", "sync p50", "store us/e");
     for (int i = 0; i < 3; i++) {
         r[i] = run_config(1, shapes[i].mode, 64, 1, shapes[i].appenders, secs);
-        printf("%-12s %12.0f %11.4f %10.1f %10.1f %10.2f %10.2f %10.3f %10.1f\n",
+        printf("%-12s %12.0f %11.4f %10.1f %10.1f %10.2f %10.2f %10.3f %10.1f %10.2f\n",
                shapes[i].name, r[i].entries_per_s, r[i].syncs_per_entry, r[i].p50_us,
                r[i].p99_us, r[i].cpu_us_per_entry, r[i].csw_per_entry,
-               r[i].wake_per_append, r[i].sync_p50_us);
+               r[i].wake_per_append, r[i].sync_p50_us, r[i].store_us_per_entry);
     }
     printf("{\"bench\":\"store-appenders\",\"runs\":%d", runs);
     for (int i = 0; i < 3; i++)
         printf(
             ",\"%s_entries_per_s\":%.0f,\"%s_p50_us\":%.1f,\"%s_cpu_us_per_entry\":%.2f,"
             "\"%s_csw_per_entry\":%.2f,\"%s_wakeups_per_append\":%.3f,"
-            "\"%s_sync_p50_us\":%.1f",
+            "\"%s_sync_p50_us\":%.1f,\"%s_store_thread_us_per_entry\":%.2f",
             shapes[i].key, r[i].entries_per_s, shapes[i].key, r[i].p50_us, shapes[i].key,
             r[i].cpu_us_per_entry, shapes[i].key, r[i].csw_per_entry, shapes[i].key,
-            r[i].wake_per_append, shapes[i].key, r[i].sync_p50_us);
+            r[i].wake_per_append, shapes[i].key, r[i].sync_p50_us, shapes[i].key,
+            r[i].store_us_per_entry);
     printf("}\n");
     return 0;
 }
