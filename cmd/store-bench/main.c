@@ -395,6 +395,8 @@ static struct result run_on(struct store *s, uint64_t next_index, int mode,
     double cpu0, csw0, cpu1, csw1;
     proc_usage(&cpu0, &csw0);
     double scpu0 = store_thread_cpu_us();
+    static struct tk_hist sh0, sh1; /* about 30 KiB each: not on the stack */
+    store_sync_latency(s, &sh0);
     uint64_t t0 = now_ns();
     uint64_t budget = (uint64_t)(seconds * 1e9);
     if (mode == 2) {
@@ -496,9 +498,14 @@ static struct result run_on(struct store *s, uint64_t next_index, int mode,
     r.syncs_per_entry = entries ? (double)(st1.syncs - st0.syncs) / (double)entries : 0;
     r.p50_us = (double)tk_hist_quantile(&h, 0.5) / 1000.0;
     r.p99_us = (double)tk_hist_quantile(&h, 0.99) / 1000.0;
-    static struct tk_hist sh; /* about 30 KiB: not on the stack */
-    store_sync_latency(s, &sh);
-    r.sync_p50_us = (double)tk_hist_quantile(&sh, 0.5) / 1000.0;
+    /* The syncs of this window only: the difference of the two copies. */
+    store_sync_latency(s, &sh1);
+    for (unsigned b = 0; b < TK_HIST_BUCKETS; b++)
+        sh1.buckets[b] -= sh0.buckets[b];
+    sh1.count -= sh0.count;
+    sh1.sum -= sh0.sum;
+    sh1.min = 0;
+    r.sync_p50_us = (double)tk_hist_quantile(&sh1, 0.5) / 1000.0;
     return r;
 }
 
@@ -571,10 +578,12 @@ static uint64_t fill(struct store *s, uint64_t n, size_t bytes)
 /* Throughput of 64 in-flight appends x 64 B x batch 1 (one submitter) on a
  * log of `small` entries and on one of `big` entries. The two stores are
  * filled first (and the file system synced, so neither pays for the fill),
- * then measured in alternating windows so drift in the machine's load hits
- * both alike; each figure is the median of its windows. */
+ * then measured in alternating windows (in the order ABBA..., so that
+ * neither always runs first) so drift in the machine's load hits both alike;
+ * each figure is the median of its windows. */
 static void throughput_compare(uint64_t small, uint64_t big, double seconds,
-                               double *at_small, double *at_big, double cpu_us[2])
+                               double *at_small, double *at_big, double cpu_us[2],
+                               double store_us[2], double sync_us[2])
 {
     char dir[2][4200];
     struct store *s[2];
@@ -591,13 +600,16 @@ static void throughput_compare(uint64_t small, uint64_t big, double seconds,
         syncfs(fd);
         close(fd);
     }
-    double v[2][16], c[2][16];
+    double v[2][16], c[2][16], su[2][16], sp[2][16];
     for (int r = 0; r < runs; r++) {
-        for (int k = 0; k < 2; k++) {
+        for (int kk = 0; kk < 2; kk++) {
+            int k = r % 2 ? 1 - kk : kk; /* ABBA: neither always goes first */
             struct result res = run_on(s[k], next[k], 2, 64, 1, 64, seconds);
             next[k] = store_last_index(s[k]) + 1;
             v[k][r] = res.entries_per_s;
             c[k][r] = res.cpu_us_per_entry;
+            su[k][r] = res.store_us_per_entry;
+            sp[k][r] = res.sync_p50_us;
         }
     }
     for (int k = 0; k < 2; k++) {
@@ -606,8 +618,11 @@ static void throughput_compare(uint64_t small, uint64_t big, double seconds,
     }
     *at_small = median(v[0], runs);
     *at_big = median(v[1], runs);
-    cpu_us[0] = median(c[0], runs);
-    cpu_us[1] = median(c[1], runs);
+    for (int k = 0; k < 2; k++) {
+        cpu_us[k] = median(c[k], runs);
+        store_us[k] = median(su[k], runs);
+        sync_us[k] = median(sp[k], runs);
+    }
 }
 
 static void drop_cache(const char *dir)
@@ -698,17 +713,23 @@ static int only_part(double secs)
 {
     if (strcmp(only, "length") == 0) {
         uint64_t big = log_entries > 0 ? log_entries : quick ? 200000 : 5000000;
-        double at_small, at_big, cpu[2];
-        throughput_compare(10000, big, secs, &at_small, &at_big, cpu);
+        double at_small, at_big, cpu[2], st[2], sy[2];
+        throughput_compare(10000, big, secs, &at_small, &at_big, cpu, st, sy);
         printf("fs, 64 in flight x 64 B x batch 1: %.0f entries/s (%.2f us CPU/entry) "
                "on a 10k-entry log, %.0f entries/s (%.2f us CPU/entry) on a "
                "%llu-entry log (%+.1f%%)\n",
                at_small, cpu[0], at_big, cpu[1], (unsigned long long)big,
                at_small > 0 ? 100.0 * (at_big - at_small) / at_small : 0);
+        printf("  storage thread CPU/entry %.2f vs %.2f us; sync p50 %.1f vs %.1f us\n",
+               st[0], st[1], sy[0], sy[1]);
         printf("{\"bench\":\"store-length\",\"runs\":%d,\"fs_10k_entries_per_s\":%.0f,"
                "\"fs_long_entries_per_s\":%.0f,\"fs_long_log_entries\":%llu,"
-               "\"cpu_us_per_entry_10k\":%.2f,\"cpu_us_per_entry_long\":%.2f}\n",
-               runs, at_small, at_big, (unsigned long long)big, cpu[0], cpu[1]);
+               "\"cpu_us_per_entry_10k\":%.2f,\"cpu_us_per_entry_long\":%.2f,"
+               "\"store_thread_us_per_entry_10k\":%.2f,"
+               "\"store_thread_us_per_entry_long\":%.2f,\"sync_p50_us_10k\":%.1f,"
+               "\"sync_p50_us_long\":%.1f}\n",
+               runs, at_small, at_big, (unsigned long long)big, cpu[0], cpu[1], st[0],
+               st[1], sy[0], sy[1]);
         return 0;
     }
     static const struct {
@@ -886,8 +907,8 @@ int main(int argc, char **argv)
     }
 
     uint64_t big = log_entries > 0 ? log_entries : quick ? 200000 : 5000000;
-    double at_10k, at_big, len_cpu[2];
-    throughput_compare(10000, big, secs, &at_10k, &at_big, len_cpu);
+    double at_10k, at_big, len_cpu[2], len_st[2], len_sy[2];
+    throughput_compare(10000, big, secs, &at_10k, &at_big, len_cpu, len_st, len_sy);
     printf("\nfs, 64 in flight x 64 B x batch 1: %.0f entries/s on a 10k-entry "
            "log, %.0f entries/s on a %llu-entry log (%.1f%%)\n",
            at_10k, at_big, (unsigned long long)big,
