@@ -23,11 +23,15 @@
  *
  * --only appenders|length runs one part alone (for A/B runs of a change);
  * --log-entries N sets the long log's length (default 5M, --quick 200k);
- * --seconds S sets each measurement window (default 1, --quick 0.05).
+ * --seconds S sets each measurement window (default 1, --quick 0.05);
+ * --mem-sync-us N runs --only appenders on a memory volume whose syncs take
+ * N us (a disk without the neighbours' noise: for A/B runs of the CPU path
+ * and the overlap of wake-ups with syncs).
  *
  * Usage: store-bench [--quick] [--dir DIR] [--runs N] [--recovery-only]
  *                    [--plot FILE.svg] [--only appenders|length]
- *                    [--log-entries N] [--seconds S] */
+ *                    [--log-entries N] [--seconds S]
+ *                    [--mem-sync-us N] */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -58,6 +62,8 @@ static const char *plot_path; /* --plot */
 static const char *only;      /* --only appenders|length: one part alone */
 static uint64_t log_entries;  /* --log-entries: the long log (0 = default) */
 static double window_s;       /* --seconds: one measurement window (0 = default) */
+static unsigned mem_sync_us;  /* --mem-sync-us: --only appenders on a memory
+                                 volume whose syncs take this long */
 static struct bench_plot plot;
 
 static uint64_t now_ns(void)
@@ -105,7 +111,10 @@ static struct store *open_store(int backend, const char *dir,
     int rc;
     if (backend == 0) {
         *vol = store_mem_volume_new();
-        rc = store_open_mem(*vol, NULL, &s, NULL, err, sizeof(err));
+        struct store_options o;
+        store_options_default(&o);
+        o.mem_sync_latency_us = mem_sync_us;
+        rc = store_open_mem(*vol, &o, &s, NULL, err, sizeof(err));
     } else {
         rc = store_open_fs(dir, NULL, &s, NULL, err, sizeof(err));
     }
@@ -743,7 +752,8 @@ static int only_part(double secs)
            "entries/s", "syncs/entry", "p50 us", "p99 us", "cpu us/e", "csw/e",
            "wakes/app", "sync p50", "store us/e");
     for (int i = 0; i < 3; i++) {
-        r[i] = run_config(1, shapes[i].mode, 64, 1, shapes[i].appenders, secs);
+        r[i] = run_config(mem_sync_us > 0 ? 0 : 1, shapes[i].mode, 64, 1,
+                          shapes[i].appenders, secs);
         printf("%-12s %12.0f %11.4f %10.1f %10.1f %10.2f %10.2f %10.3f %10.1f %10.2f\n",
                shapes[i].name, r[i].entries_per_s, r[i].syncs_per_entry, r[i].p50_us,
                r[i].p99_us, r[i].cpu_us_per_entry, r[i].csw_per_entry,
@@ -782,6 +792,8 @@ int main(int argc, char **argv)
             log_entries = strtoull(argv[++i], NULL, 10);
         else if (strcmp(argv[i], "--seconds") == 0 && i + 1 < argc)
             window_s = atof(argv[++i]);
+        else if (strcmp(argv[i], "--mem-sync-us") == 0 && i + 1 < argc)
+            mem_sync_us = (unsigned)atoi(argv[++i]);
         else if (strcmp(argv[i], "--runs") == 0 && i + 1 < argc) {
             runs = atoi(argv[++i]);
             runs_given = true;
@@ -789,7 +801,7 @@ int main(int argc, char **argv)
             fprintf(stderr, "usage: store-bench [--quick] [--dir DIR] "
                             "[--runs N] [--recovery-only] [--plot FILE.svg]\n"
                             "                   [--only appenders|length] "
-                            "[--log-entries N] [--seconds S]\n");
+                            "[--log-entries N] [--seconds S] [--mem-sync-us N]\n");
             return 2;
         }
     }
