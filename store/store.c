@@ -6,7 +6,9 @@
  * then takes every queued request (up to STORE_GROUP_BYTES_MAX of payload),
  * writes them as runs of consecutive entries, calls the backend's sync once,
  * and completes the requests in order. Requests that arrive during the sync
- * form the next group. The thread never polls, and it is woken only on the
+ * form the next group, and the writer lingers briefly (linger()) when fewer
+ * are queued than the last group had and its producers are refilling. The
+ * thread never polls, and it is woken only on the
  * idle transition: it sets `sleeping` (under q_mu) before it waits on q_cv,
  * and a producer signals q_cv only when it sees `sleeping` (counted in
  * store_stats.wakeups). An append queued while the thread writes or syncs
@@ -15,6 +17,7 @@
  * Failed state: the first TK_EIO/TK_ENOSPC (or other backend failure) sticks
  * in s->failed; the group that met it completes with that error, and every
  * later call returns it without touching the disk. */
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -86,11 +89,16 @@ struct store *store__alloc(const struct store_options *o)
     s->entry_bytes_max = STORE_ENTRY_BYTES_MAX;
     atomic_init(&s->failed, 0);
     atomic_init(&s->st_wakeups, 0);
+    atomic_init(&s->last_sync_ns, 0);
     pthread_mutex_init(&s->err_mu, NULL);
     pthread_mutex_init(&s->meta_mu, NULL);
     pthread_mutex_init(&s->write_mu, NULL);
     pthread_mutex_init(&s->q_mu, NULL);
-    pthread_cond_init(&s->q_cv, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* linger's deadline */
+    pthread_cond_init(&s->q_cv, &ca);
+    pthread_condattr_destroy(&ca);
     pthread_mutex_init(&s->stats_mu, NULL);
     tk_hist_init(&s->sync_ns);
     s->q_cap = s->opts.queue_max;
@@ -148,6 +156,7 @@ static int sync_timed(struct store *s)
     uint64_t t0 = mono_ns();
     int rc = s->ops->sync(s);
     uint64_t ns = mono_ns() - t0;
+    atomic_store_explicit(&s->last_sync_ns, ns, memory_order_relaxed);
     atomic_fetch_add(&s->st_syncs, 1);
     pthread_mutex_lock(&s->stats_mu);
     tk_hist_record(&s->sync_ns, ns);
@@ -232,11 +241,53 @@ static void write_group(struct store *s, struct store__req **group, size_t n)
 /* Wakes the storage thread if it sleeps (the idle transition). q_mu held. */
 static void wake_writer(struct store *s)
 {
-    if (!s->sleeping)
+    if (!s->sleeping || s->q_len < s->linger_want)
         return;
     s->sleeping = false; /* one wake-up per transition */
     atomic_fetch_add_explicit(&s->st_wakeups, 1, memory_order_relaxed);
     pthread_cond_signal(&s->q_cv);
+}
+
+/* Linger: with several producers, the callbacks of one group let them queue
+ * their next appends (as many as just completed), which otherwise arrive just
+ * after the writer took a thin group and wait a whole sync. So when the queue
+ * holds fewer requests than the last group had, the writer waits until it
+ * holds as many, or LINGER_NS (at most a quarter of the last sync), which
+ * ever comes first. A lone producer (groups of one) never lingers, and
+ * producers too slow to refill in time (a linger that timed out) turn it off
+ * for the next LINGER_BACKOFF groups. q_mu held. */
+#define LINGER_NS 100000u
+#define LINGER_BACKOFF 8
+static void linger(struct store *s)
+{
+    size_t want = s->last_group_n;
+    if (want < 2 || s->q_len >= want || s->stopping)
+        return;
+    if (s->linger_score < 0) {
+        s->linger_score++;
+        return;
+    }
+    uint64_t ns = atomic_load_explicit(&s->last_sync_ns, memory_order_relaxed) / 4;
+    if (ns > LINGER_NS)
+        ns = LINGER_NS;
+    if (ns < 5000)
+        return;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    uint64_t t = (uint64_t)ts.tv_nsec + ns;
+    ts.tv_sec += (time_t)(t / 1000000000u);
+    ts.tv_nsec = (long)(t % 1000000000u);
+    s->linger_want = want;
+    while (s->q_len < want && !s->stopping) {
+        s->sleeping = true;
+        int rc = pthread_cond_timedwait(&s->q_cv, &s->q_mu, &ts);
+        s->sleeping = false;
+        if (rc == ETIMEDOUT) {
+            s->linger_score = -LINGER_BACKOFF;
+            break;
+        }
+    }
+    s->linger_want = 0;
 }
 
 static void *storage_thread(void *arg)
@@ -252,6 +303,7 @@ static void *storage_thread(void *arg)
         }
         if (s->q_len == 0)
             break; /* stopping and drained */
+        linger(s);
         s->thread_busy = true;
         size_t n = 0;
         uint64_t bytes = 0;
@@ -267,6 +319,7 @@ static void *storage_thread(void *arg)
         pthread_mutex_lock(&s->write_mu);
         write_group(s, s->group, n);
         pthread_mutex_unlock(&s->write_mu);
+        s->last_group_n = n;
         for (size_t i = 0; i < n; i++) {
             struct store__req *r = s->group[i];
             atomic_fetch_add(&s->st_appends, 1);
