@@ -23,11 +23,14 @@
  * (segment, offset) is a binary search over segments (few) plus an array
  * lookup; terms are kept as runs (first index, term), so term_at needs no I/O.
  *
- * Writes: the records of a group are gathered into iovecs and written with
- * one pwritev per segment touched (several if a group has more than
- * STAGE_RECS records), then every dirty segment gets one fdatasync (and the
- * directory an fsync if a segment was created, renamed or deleted). The
- * in-memory index publishes a record only after its pwritev returned.
+ * Writes: the records of a group are staged (copied, CRC computed as they
+ * are copied, see STAGE_BYTES) and written with one pwritev per segment
+ * touched (more only past STAGE_BYTES of small records, STAGE_RECS records
+ * or STAGE_IOV large payloads), then every dirty segment gets one fdatasync (and the
+ * directory an fsync if a segment was created, renamed or deleted). A small
+ * write also writes zeros ahead of the log's end (zero_ahead()), so that
+ * most syncs write data and no metadata. The in-memory index publishes a
+ * record only after its pwritev returned.
  * Truncation zero-fills the discarded bytes and syncs before anything new is
  * written, so a discarded record can never come back after a crash.
  *
@@ -56,13 +59,27 @@
 #define SEG_MAGIC "TKVSEG01"
 #define SEG_VERSION 1u
 #define SPARE_NAME "segment.prepare"
-#define STAGE_RECS 256
-#define STAGE_IOV (3 * STAGE_RECS + 1)
+/* Staging: a group's records are gathered for one pwritev per segment. A
+ * record with a payload of up to COPY_MAX bytes is copied whole into the
+ * staging buffer (its CRC is computed right after the copy, while the bytes
+ * are in L1, and consecutive records share one iovec); a larger payload is
+ * written from the caller's blob through its own iovec. A flush comes
+ * early only when STAGE_BYTES, STAGE_RECS or STAGE_IOV run out. */
+#define STAGE_BYTES (1u << 20)
+#define STAGE_RECS 16384
+#define STAGE_IOV 1016
+#define COPY_MAX 2048
 #define ZERO_CHUNK (64u << 10)
+/* Zero-ahead: a small write also writes zeros up to ZERO_AHEAD bytes past
+ * its end (in the same pwritev), unless it is at least ZERO_AHEAD_SKIP
+ * bytes itself. */
+#define ZERO_AHEAD (256u << 10)
+#define ZERO_AHEAD_IOV (ZERO_AHEAD / ZERO_CHUNK + 1)
+#define ZERO_AHEAD_SKIP (64u << 10)
 
 _Static_assert(REC_HDR % 8 == 0, "records stay 8-byte aligned");
 _Static_assert(SEG_HDR % 8 == 0, "records stay 8-byte aligned");
-_Static_assert(STAGE_IOV <= IOV_MAX, "one pwritev per flush");
+_Static_assert(STAGE_IOV + ZERO_AHEAD_IOV <= IOV_MAX, "one pwritev per flush");
 
 static const uint8_t zeros[ZERO_CHUNK];
 
@@ -71,7 +88,9 @@ struct seg {
     uint64_t n;     /* records */
     uint32_t *offs; /* offs[k]: offset of record first + k */
     size_t cap;
-    uint64_t end; /* bytes used: next record goes here */
+    uint64_t end;    /* bytes used: next record goes here */
+    uint64_t zeroed; /* bytes [end, zeroed) were written as zeros by the
+                        store (not just preallocated): see flush() */
     int fd;
     bool dirty; /* written since the last sync */
     char name[32];
@@ -100,12 +119,13 @@ struct fs {
     uint64_t durable; /* highest index known durable */
     int spare_fd;     /* the prepared next segment, or -1 */
     bool dir_dirty;
-    struct iovec iov[STAGE_IOV];
+    struct iovec iov[STAGE_IOV + ZERO_AHEAD_IOV];
     size_t niov;
-    uint8_t hdr[STAGE_RECS][REC_HDR];
-    uint8_t seghdr[SEG_HDR];
-    uint64_t st_term[STAGE_RECS];
-    uint64_t st_off[STAGE_RECS];
+    bool iov_in_sbuf; /* iov[niov - 1] ends at sbuf + sbuf_len */
+    uint8_t *sbuf;    /* the staging buffer, STAGE_BYTES (allocated lazily) */
+    size_t sbuf_len;
+    uint64_t *st_term; /* STAGE_RECS each */
+    uint64_t *st_off;
     size_t nrec;
     uint64_t stage_bytes;
     bool stage_header; /* the segment header is staged at offset 0 */
@@ -166,7 +186,8 @@ static void path_of(const struct fs *f, const char *name, char *buf, size_t len)
 
 /* ---- records ----------------------------------------------------------- */
 
-static void rec_encode(uint8_t *h, const struct raft_entry *e, uint64_t synced)
+/* The record header of `e` without its CRC (bytes 4..48). */
+static void rec_header(uint8_t *h, const struct raft_entry *e, uint64_t synced)
 {
     uint32_t len = e->data != NULL ? (uint32_t)e->data->len : 0;
     store__put32(h + 4, len);
@@ -176,10 +197,6 @@ static void rec_encode(uint8_t *h, const struct raft_entry *e, uint64_t synced)
     store__put64(h + 32, synced);
     memset(h + 40, 0, 8);
     h[40] = e->type;
-    uint32_t crc = tk_crc32c(0, h + 4, REC_HDR - 4);
-    if (len > 0)
-        crc = tk_crc32c(crc, e->data->data, len);
-    store__put32(h, crc);
 }
 
 struct rec {
@@ -370,6 +387,33 @@ static int write_all(struct store *s, struct seg *g, struct iovec *iov, int n,
     return 0;
 }
 
+/* Zero-ahead. A segment is preallocated with fallocate, which leaves
+ * unwritten extents: the first write into each block converts its extent, a
+ * metadata change that the next fdatasync must write (on ext4 without a
+ * journal, a synchronous inode write: a second I/O in series on every sync
+ * of a small group). So a small write also writes zeros from its end up to
+ * ZERO_AHEAD bytes further, in the same pwritev: the extents ahead are
+ * converted about once per ZERO_AHEAD bytes of log (it is refilled when
+ * less than ZERO_AHEAD / 8 is left), and the syncs in between write data
+ * only. Large writes skip it (their one conversion is amortised). The
+ * zeros are what recovery expects after the last record. Adds iovecs to
+ * f->iov for [end, ...); returns the new zeroed watermark. */
+static uint64_t zero_ahead(struct fs *f, const struct seg *g, uint64_t end)
+{
+    if (f->stage_bytes >= ZERO_AHEAD_SKIP || end + ZERO_AHEAD / 8 <= g->zeroed)
+        return g->zeroed > end ? g->zeroed : end;
+    uint64_t to = (end + ZERO_AHEAD + 4095) & ~(uint64_t)4095;
+    if (to > f->seg_bytes)
+        to = f->seg_bytes;
+    for (uint64_t at = end; at < to;) {
+        uint64_t l = to - at < ZERO_CHUNK ? to - at : ZERO_CHUNK;
+        f->iov[f->niov].iov_base = (void *)zeros;
+        f->iov[f->niov++].iov_len = l;
+        at += l;
+    }
+    return to > end ? to : end;
+}
+
 /* Writes the staged records to the active segment and publishes them. */
 static int flush(struct store *s)
 {
@@ -378,8 +422,11 @@ static int flush(struct store *s)
         return 0;
     struct seg *g = &f->segs[f->nsegs - 1];
     uint64_t off = f->stage_header ? 0 : g->end;
+    uint64_t zeroed = zero_ahead(f, g, off + f->stage_bytes);
     int rc = write_all(s, g, f->iov, (int)f->niov, off);
     f->niov = 0;
+    f->iov_in_sbuf = false;
+    f->sbuf_len = 0;
     if (rc != 0) {
         f->nrec = 0;
         f->stage_bytes = 0;
@@ -393,6 +440,7 @@ static int flush(struct store *s)
     g->end = off + f->stage_bytes;
     f->last += f->nrec;
     pthread_mutex_unlock(&f->mu);
+    g->zeroed = zeroed;
     g->dirty = true;
     f->nrec = 0;
     f->stage_bytes = 0;
@@ -458,6 +506,56 @@ static int prepare_spare(struct store *s, bool wait)
     return 0;
 }
 
+/* Reserves `len` bytes at the end of the staging buffer and covers them with
+ * an iovec (the last one, when it ends there). The caller has checked that
+ * they fit (stage_room). */
+static uint8_t *stage_reserve(struct fs *f, size_t len)
+{
+    TK_ASSERT(f->sbuf_len + len <= STAGE_BYTES);
+    uint8_t *p = f->sbuf + f->sbuf_len;
+    if (f->iov_in_sbuf) {
+        f->iov[f->niov - 1].iov_len += len;
+    } else {
+        TK_ASSERT(f->niov < STAGE_IOV);
+        f->iov[f->niov].iov_base = p;
+        f->iov[f->niov++].iov_len = len;
+        f->iov_in_sbuf = true;
+    }
+    f->sbuf_len += len;
+    return p;
+}
+
+/* Whether a record with a payload of `len` bytes can be staged now. */
+static bool stage_room(const struct fs *f, uint64_t len)
+{
+    uint64_t bytes = len <= COPY_MAX ? REC_HDR + pad8(len) : REC_HDR + 8;
+    return f->nrec < STAGE_RECS && f->niov + 3 <= STAGE_IOV &&
+           f->sbuf_len + bytes <= STAGE_BYTES;
+}
+
+/* Stages the record of `e` (see STAGE_BYTES) with its CRC. */
+static void stage_record(struct fs *f, const struct raft_entry *e, uint64_t len)
+{
+    if (len <= COPY_MAX) {
+        uint8_t *h = stage_reserve(f, REC_HDR + pad8(len));
+        rec_header(h, e, f->durable);
+        if (len > 0)
+            memcpy(h + REC_HDR, e->data->data, len);
+        memset(h + REC_HDR + len, 0, pad8(len) - len);
+        /* Header and payload are contiguous and were just written. */
+        store__put32(h, tk_crc32c(0, h + 4, REC_HDR - 4 + len));
+        return;
+    }
+    uint8_t *h = stage_reserve(f, REC_HDR);
+    rec_header(h, e, f->durable);
+    store__put32(h, tk_crc32c(tk_crc32c(0, h + 4, REC_HDR - 4), e->data->data, len));
+    f->iov[f->niov].iov_base = e->data->data;
+    f->iov[f->niov++].iov_len = len;
+    f->iov_in_sbuf = false;
+    if (pad8(len) != len)
+        memset(stage_reserve(f, pad8(len) - len), 0, pad8(len) - len);
+}
+
 /* Starts a new segment whose first record is `first`. */
 static int roll(struct store *s, uint64_t first)
 {
@@ -479,10 +577,8 @@ static int roll(struct store *s, uint64_t first)
     struct seg *g = seg_add(f, first, f->spare_fd);
     pthread_mutex_unlock(&f->mu);
     f->spare_fd = -1;
-    seghdr_encode(f->seghdr, first);
-    f->iov[f->niov].iov_base = f->seghdr;
-    f->iov[f->niov].iov_len = SEG_HDR;
-    f->niov++;
+    TK_ASSERT(f->niov == 0);
+    seghdr_encode(stage_reserve(f, SEG_HDR), first);
     f->stage_header = true;
     f->stage_bytes = SEG_HDR;
     g->end = 0;
@@ -626,6 +722,11 @@ static int fs_write(struct store *s, const struct store__span *spans, size_t nsp
             return rc;
     }
     TK_ASSERT(lo == f->last + 1);
+    if (f->sbuf == NULL) {
+        f->sbuf = tk_malloc(STAGE_BYTES);
+        f->st_term = tk_malloc(STAGE_RECS * sizeof(*f->st_term));
+        f->st_off = tk_malloc(STAGE_RECS * sizeof(*f->st_off));
+    }
     for (size_t i = 0; i < nspans; i++) {
         for (size_t j = 0; j < spans[i].n; j++) {
             const struct raft_entry *e = &spans[i].e[j];
@@ -648,23 +749,12 @@ static int fs_write(struct store *s, const struct store__span *spans, size_t nsp
                 g = &f->segs[f->nsegs - 1];
                 at = SEG_HDR;
             }
-            if (f->nrec == STAGE_RECS || f->niov + 3 > STAGE_IOV) {
+            if (!stage_room(f, len)) {
                 if ((rc = flush(s)) != 0)
                     return rc;
                 at = g->end;
             }
-            uint8_t *h = f->hdr[f->nrec];
-            rec_encode(h, e, f->durable);
-            f->iov[f->niov].iov_base = h;
-            f->iov[f->niov++].iov_len = REC_HDR;
-            if (len > 0) {
-                f->iov[f->niov].iov_base = e->data->data;
-                f->iov[f->niov++].iov_len = len;
-            }
-            if (pad8(len) != len) {
-                f->iov[f->niov].iov_base = (void *)zeros;
-                f->iov[f->niov++].iov_len = pad8(len) - len;
-            }
+            stage_record(f, e, len);
             f->st_off[f->nrec] = at;
             f->st_term[f->nrec] = e->term;
             f->nrec++;
@@ -922,6 +1012,9 @@ static void fs_free(struct fs *f)
     pthread_mutex_destroy(&f->mu);
     tk_free(f->segs);
     tk_free(f->runs);
+    tk_free(f->sbuf);
+    tk_free(f->st_term);
+    tk_free(f->st_off);
     tk_free(f->dir);
     tk_free(f);
 }

@@ -6,12 +6,18 @@
  * then takes every queued request (up to STORE_GROUP_BYTES_MAX of payload),
  * writes them as runs of consecutive entries, calls the backend's sync once,
  * and completes the requests in order. Requests that arrive during the sync
- * form the next group. The thread never polls: producers signal q_cv when
- * they queue into an empty queue.
+ * form the next group, and the writer lingers briefly (linger()) when fewer
+ * are queued than the last group had and its producers are refilling. The
+ * thread never polls, and it is woken only on the
+ * idle transition: it sets `sleeping` (under q_mu) before it waits on q_cv,
+ * and a producer signals q_cv only when it sees `sleeping` (counted in
+ * store_stats.wakeups). An append queued while the thread writes or syncs
+ * costs no wake-up and no syscall.
  *
  * Failed state: the first TK_EIO/TK_ENOSPC (or other backend failure) sticks
  * in s->failed; the group that met it completes with that error, and every
  * later call returns it without touching the disk. */
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -82,11 +88,17 @@ struct store *store__alloc(const struct store_options *o)
         s->opts.queue_max = STORE_QUEUE_MAX;
     s->entry_bytes_max = STORE_ENTRY_BYTES_MAX;
     atomic_init(&s->failed, 0);
+    atomic_init(&s->st_wakeups, 0);
+    atomic_init(&s->last_sync_ns, 0);
     pthread_mutex_init(&s->err_mu, NULL);
     pthread_mutex_init(&s->meta_mu, NULL);
     pthread_mutex_init(&s->write_mu, NULL);
     pthread_mutex_init(&s->q_mu, NULL);
-    pthread_cond_init(&s->q_cv, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* linger's deadline */
+    pthread_cond_init(&s->q_cv, &ca);
+    pthread_condattr_destroy(&ca);
     pthread_mutex_init(&s->stats_mu, NULL);
     tk_hist_init(&s->sync_ns);
     s->q_cap = s->opts.queue_max;
@@ -144,6 +156,7 @@ static int sync_timed(struct store *s)
     uint64_t t0 = mono_ns();
     int rc = s->ops->sync(s);
     uint64_t ns = mono_ns() - t0;
+    atomic_store_explicit(&s->last_sync_ns, ns, memory_order_relaxed);
     atomic_fetch_add(&s->st_syncs, 1);
     pthread_mutex_lock(&s->stats_mu);
     tk_hist_record(&s->sync_ns, ns);
@@ -225,16 +238,72 @@ static void write_group(struct store *s, struct store__req **group, size_t n)
     atomic_fetch_add(&s->st_groups, 1);
 }
 
+/* Wakes the storage thread if it sleeps (the idle transition). q_mu held. */
+static void wake_writer(struct store *s)
+{
+    if (!s->sleeping || s->q_len < s->linger_want)
+        return;
+    s->sleeping = false; /* one wake-up per transition */
+    atomic_fetch_add_explicit(&s->st_wakeups, 1, memory_order_relaxed);
+    pthread_cond_signal(&s->q_cv);
+}
+
+/* Linger: with several producers, the callbacks of one group let them queue
+ * their next appends (as many as just completed), which otherwise arrive just
+ * after the writer took a thin group and wait a whole sync. So when the queue
+ * holds fewer requests than the last group had, the writer waits until it
+ * holds as many, or LINGER_NS (at most a quarter of the last sync), which
+ * ever comes first. A lone producer (groups of one) never lingers, and
+ * producers too slow to refill in time (a linger that timed out) turn it off
+ * for the next LINGER_BACKOFF groups. q_mu held. */
+#define LINGER_NS 100000u
+#define LINGER_BACKOFF 8
+static void linger(struct store *s)
+{
+    size_t want = s->last_group_n;
+    if (want < 2 || s->q_len >= want || s->stopping)
+        return;
+    if (s->linger_score < 0) {
+        s->linger_score++;
+        return;
+    }
+    uint64_t ns = atomic_load_explicit(&s->last_sync_ns, memory_order_relaxed) / 4;
+    if (ns > LINGER_NS)
+        ns = LINGER_NS;
+    if (ns < 5000)
+        return;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    uint64_t t = (uint64_t)ts.tv_nsec + ns;
+    ts.tv_sec += (time_t)(t / 1000000000u);
+    ts.tv_nsec = (long)(t % 1000000000u);
+    s->linger_want = want;
+    while (s->q_len < want && !s->stopping) {
+        s->sleeping = true;
+        int rc = pthread_cond_timedwait(&s->q_cv, &s->q_mu, &ts);
+        s->sleeping = false;
+        if (rc == ETIMEDOUT) {
+            s->linger_score = -LINGER_BACKOFF;
+            break;
+        }
+    }
+    s->linger_want = 0;
+}
+
 static void *storage_thread(void *arg)
 {
     struct store *s = arg;
     pthread_setname_np(pthread_self(), "tk-store");
     pthread_mutex_lock(&s->q_mu);
     for (;;) {
-        while ((s->q_len == 0 || s->inline_busy) && !s->stopping)
+        while ((s->q_len == 0 || s->inline_busy) && !s->stopping) {
+            s->sleeping = true;
             pthread_cond_wait(&s->q_cv, &s->q_mu);
+            s->sleeping = false;
+        }
         if (s->q_len == 0)
             break; /* stopping and drained */
+        linger(s);
         s->thread_busy = true;
         size_t n = 0;
         uint64_t bytes = 0;
@@ -250,6 +319,7 @@ static void *storage_thread(void *arg)
         pthread_mutex_lock(&s->write_mu);
         write_group(s, s->group, n);
         pthread_mutex_unlock(&s->write_mu);
+        s->last_group_n = n;
         for (size_t i = 0; i < n; i++) {
             struct store__req *r = s->group[i];
             atomic_fetch_add(&s->st_appends, 1);
@@ -316,6 +386,31 @@ static int check_batch(struct store *s, const struct raft_entry *e, size_t n,
     return 0;
 }
 
+/* A memory volume without latency, nothing queued or being written: the
+ * batch is written here, in order, skipping the two thread hand-offs (about
+ * 40 us each on a 2-core VM). The caller's entries outlive the call: no copy,
+ * no allocation. Entered with q_mu held; returns with it released. */
+static int append_inline(struct store *s, const struct raft_entry *entries, size_t n,
+                         uint64_t bytes, uint64_t seq, void *data, store_append_cb *cb)
+{
+    s->inline_busy = true;
+    pthread_mutex_unlock(&s->q_mu);
+    struct store__req in = {
+        .seq = seq, .data = data, .cb = cb, .n = n, .bytes = bytes, .e = entries};
+    struct store__req *r = &in;
+    pthread_mutex_lock(&s->write_mu);
+    write_group(s, &r, 1);
+    pthread_mutex_unlock(&s->write_mu);
+    atomic_fetch_add(&s->st_appends, 1);
+    cb(data, seq, entries[n - 1].index, entries[n - 1].term, in.status);
+    pthread_mutex_lock(&s->q_mu);
+    s->inline_busy = false;
+    if (s->q_len > 0)
+        wake_writer(s);
+    pthread_mutex_unlock(&s->q_mu);
+    return 0;
+}
+
 int store_append_async(struct store *s, const struct raft_entry *entries, size_t n,
                        uint64_t seq, void *data, store_append_cb *cb)
 {
@@ -327,34 +422,12 @@ int store_append_async(struct store *s, const struct raft_entry *entries, size_t
     rc = check_batch(s, entries, n, &bytes);
     if (rc != 0)
         return rc;
-    pthread_mutex_lock(&s->q_mu);
-    if (s->inline_sync && s->q_len == 0 && !s->thread_busy && !s->inline_busy &&
-        !s->stopping) {
-        /* Nothing ahead of this batch: write it here, in order, and skip the
-         * two thread hand-offs (about 40 us each on a 2-core VM). The caller's
-         * entries outlive the call: no copy, no allocation. */
-        s->inline_busy = true;
-        pthread_mutex_unlock(&s->q_mu);
-        struct store__req in = {
-            .seq = seq, .data = data, .cb = cb, .n = n, .bytes = bytes, .e = entries};
-        struct store__req *r = &in;
-        pthread_mutex_lock(&s->write_mu);
-        write_group(s, &r, 1);
-        pthread_mutex_unlock(&s->write_mu);
-        atomic_fetch_add(&s->st_appends, 1);
-        cb(data, seq, entries[n - 1].index, entries[n - 1].term, in.status);
+    if (s->inline_sync) {
         pthread_mutex_lock(&s->q_mu);
-        s->inline_busy = false;
-        if (s->q_len > 0)
-            pthread_cond_signal(&s->q_cv);
+        if (s->q_len == 0 && !s->thread_busy && !s->inline_busy && !s->stopping)
+            return append_inline(s, entries, n, bytes, seq, data, cb);
         pthread_mutex_unlock(&s->q_mu);
-        return 0;
     }
-    if (s->q_len == s->q_cap || s->stopping) {
-        pthread_mutex_unlock(&s->q_mu);
-        return s->stopping ? TK_ECLOSED : TK_EBUSY;
-    }
-    pthread_mutex_unlock(&s->q_mu);
     struct store__req *r = tk_malloc(sizeof(*r) + n * sizeof(r->own[0]));
     r->seq = seq;
     r->data = data;
@@ -375,8 +448,7 @@ int store_append_async(struct store *s, const struct raft_entry *entries, size_t
     }
     s->q[(s->q_head + s->q_len) % s->q_cap] = r;
     s->q_len++;
-    if (s->q_len == 1)
-        pthread_cond_signal(&s->q_cv);
+    wake_writer(s);
     pthread_mutex_unlock(&s->q_mu);
     return 0;
 }
@@ -656,6 +728,7 @@ void store_stats(struct store *s, struct store_stats *out)
     out->bytes = atomic_load(&s->st_bytes);
     out->syncs = atomic_load(&s->st_syncs);
     out->groups = atomic_load(&s->st_groups);
+    out->wakeups = atomic_load(&s->st_wakeups);
 }
 
 uint64_t store_log_bytes(struct store *s)

@@ -24,7 +24,10 @@
  *     STORE_QUEUE_MAX requests by default; a full queue is TK_EBUSY) and the
  *     storage thread writes every queued batch with one positional write per
  *     segment and one fdatasync (group commit), then calls each request's
- *     callback, in submission order, on the storage thread.
+ *     callback, in submission order, on the storage thread. When fewer
+ *     requests are queued than the last group had (its producers are
+ *     refilling), the thread waits for as many up to min(100 us, a quarter of
+ *     the last sync) before it takes the group.
  *   - Every other call blocks: the metadata saves on an LMDB synchronous
  *     commit, store_append/truncate/compact/reset on the disk (and they wait
  *     for the storage thread to finish the group it is writing). Reads and
@@ -234,6 +237,11 @@ struct store_stats {
     uint64_t bytes;   /* record bytes written */
     uint64_t syncs;   /* fdatasync calls (or simulated syncs) on the log */
     uint64_t groups;  /* group commits */
+    /* Times a producer woke the storage thread (a futex wake through q_cv).
+     * Only the idle transition wakes it: an append queued while the thread
+     * is busy writing or syncing is taken with the next group at no cost.
+     * Wake-ups per append = wakeups / appends (for /metrics). */
+    uint64_t wakeups;
 };
 void store_stats(struct store *s, struct store_stats *out);
 

@@ -109,8 +109,14 @@ struct store {
     /* The memory volume without latency: an async append with nothing queued
      * or being written completes on the caller's thread (no hand-off). */
     bool inline_sync;
-    bool thread_busy; /* the storage thread holds a group (q_mu) */
-    bool inline_busy; /* a caller is writing inline (q_mu) */
+    bool thread_busy;    /* the storage thread holds a group (q_mu) */
+    bool sleeping;       /* the storage thread waits on q_cv (q_mu): only then
+                            does a producer signal it (store_stats.wakeups) */
+    size_t linger_want;  /* while lingering: signal only at this q_len (q_mu) */
+    size_t last_group_n; /* requests in the last group (storage thread) */
+    int linger_score;    /* >= 0: linger (storage thread; see linger()) */
+    atomic_uint_fast64_t last_sync_ns; /* the last log sync took (ns) */
+    bool inline_busy;                  /* a caller is writing inline (q_mu) */
     pthread_t thread;
 
     struct store__req **group; /* storage thread only */
@@ -118,6 +124,7 @@ struct store {
     size_t spans_cap;
 
     atomic_uint_fast64_t st_appends, st_entries, st_bytes, st_syncs, st_groups;
+    atomic_uint_fast64_t st_wakeups;
     /* How long each counted sync took (ns). The writer records under
      * stats_mu, store_sync_latency copies under it; never held across I/O. */
     pthread_mutex_t stats_mu;

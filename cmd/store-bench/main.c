@@ -21,8 +21,17 @@
  * entries/s and p99 against batch size, one line per appender shape, with
  * the 4 KiB append + fdatasync floor (p50 and p99) drawn on the latency panel.
  *
+ * --only appenders|length runs one part alone (for A/B runs of a change);
+ * --log-entries N sets the long log's length (default 5M, --quick 200k);
+ * --seconds S sets each measurement window (default 1, --quick 0.05);
+ * --mem-sync-us N runs --only appenders on a memory volume whose syncs take
+ * N us (a disk without the neighbours' noise: for A/B runs of the CPU path
+ * and the overlap of wake-ups with syncs).
+ *
  * Usage: store-bench [--quick] [--dir DIR] [--runs N] [--recovery-only]
- *                    [--plot FILE.svg] */
+ *                    [--plot FILE.svg] [--only appenders|length]
+ *                    [--log-entries N] [--seconds S]
+ *                    [--mem-sync-us N] */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -32,6 +41,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -49,6 +59,11 @@ static int runs = 3;
 static char base_dir[4096];
 static int dir_seq;
 static const char *plot_path; /* --plot */
+static const char *only;      /* --only appenders|length: one part alone */
+static uint64_t log_entries;  /* --log-entries: the long log (0 = default) */
+static double window_s;       /* --seconds: one measurement window (0 = default) */
+static unsigned mem_sync_us;  /* --mem-sync-us: --only appenders on a memory
+                                 volume whose syncs take this long */
 static struct bench_plot plot;
 
 static uint64_t now_ns(void)
@@ -96,7 +111,10 @@ static struct store *open_store(int backend, const char *dir,
     int rc;
     if (backend == 0) {
         *vol = store_mem_volume_new();
-        rc = store_open_mem(*vol, NULL, &s, NULL, err, sizeof(err));
+        struct store_options o;
+        store_options_default(&o);
+        o.mem_sync_latency_us = mem_sync_us;
+        rc = store_open_mem(*vol, &o, &s, NULL, err, sizeof(err));
     } else {
         rc = store_open_fs(dir, NULL, &s, NULL, err, sizeof(err));
     }
@@ -317,7 +335,56 @@ struct result {
     double mb_per_s;
     double syncs_per_entry;
     double p50_us, p99_us;
+    double cpu_us_per_entry;   /* the whole process: store and appenders */
+    double csw_per_entry;      /* context switches (voluntary + not) */
+    double wake_per_append;    /* storage thread wake-ups (store_stats.wakeups) */
+    double sync_p50_us;        /* the store's log syncs (store_sync_latency) */
+    double store_us_per_entry; /* CPU of the storage thread alone */
 };
+
+/* CPU time (us) of the store's threads (named tk-store) so far, from
+ * /proc/self/task/TID/schedstat (nanoseconds on the CPU). */
+static double store_thread_cpu_us(void)
+{
+    DIR *d = opendir("/proc/self/task");
+    if (d == NULL)
+        return 0;
+    double us = 0;
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+        if (de->d_name[0] == '.')
+            continue;
+        char p[300], comm[64] = "";
+        snprintf(p, sizeof(p), "/proc/self/task/%s/comm", de->d_name);
+        FILE *fp = fopen(p, "r");
+        if (fp == NULL)
+            continue;
+        bool ours =
+            fgets(comm, sizeof(comm), fp) != NULL && strncmp(comm, "tk-store", 8) == 0;
+        fclose(fp);
+        if (!ours)
+            continue;
+        snprintf(p, sizeof(p), "/proc/self/task/%s/schedstat", de->d_name);
+        fp = fopen(p, "r");
+        unsigned long long ns = 0;
+        if (fp != NULL && fscanf(fp, "%llu", &ns) == 1)
+            us += (double)ns / 1000.0;
+        if (fp != NULL)
+            fclose(fp);
+    }
+    closedir(d);
+    return us;
+}
+
+/* CPU time (us) and context switches of the whole process so far. */
+static void proc_usage(double *cpu_us, double *csw)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    *cpu_us = (double)ru.ru_utime.tv_sec * 1e6 + (double)ru.ru_utime.tv_usec +
+              (double)ru.ru_stime.tv_sec * 1e6 + (double)ru.ru_stime.tv_usec;
+    *csw = (double)ru.ru_nvcsw + (double)ru.ru_nivcsw;
+}
 
 /* One timed run on an open store whose log ends at next_index - 1.
  * mode: 0 = synchronous store_append from one thread, 1 = `appenders`
@@ -334,6 +401,11 @@ static struct result run_on(struct store *s, uint64_t next_index, int mode,
     struct tk_hist h;
     tk_hist_init(&h);
     uint64_t entries = 0;
+    double cpu0, csw0, cpu1, csw1;
+    proc_usage(&cpu0, &csw0);
+    double scpu0 = store_thread_cpu_us();
+    static struct tk_hist sh0, sh1; /* about 30 KiB each: not on the stack */
+    store_sync_latency(s, &sh0);
     uint64_t t0 = now_ns();
     uint64_t budget = (uint64_t)(seconds * 1e9);
     if (mode == 2) {
@@ -420,12 +492,29 @@ static struct result run_on(struct store *s, uint64_t next_index, int mode,
         pthread_mutex_destroy(&sh.submit_mu);
     }
     double el = (double)(now_ns() - t0) / 1e9;
+    proc_usage(&cpu1, &csw1);
+    double scpu1 = store_thread_cpu_us();
     store_stats(s, &st1);
+    r.store_us_per_entry = entries ? (scpu1 - scpu0) / (double)entries : 0;
+    r.cpu_us_per_entry = entries ? (cpu1 - cpu0) / (double)entries : 0;
+    r.csw_per_entry = entries ? (csw1 - csw0) / (double)entries : 0;
+    r.wake_per_append =
+        st1.appends > st0.appends
+            ? (double)(st1.wakeups - st0.wakeups) / (double)(st1.appends - st0.appends)
+            : 0;
     r.entries_per_s = (double)entries / el;
     r.mb_per_s = (double)entries * (double)entry_bytes / el / 1e6;
     r.syncs_per_entry = entries ? (double)(st1.syncs - st0.syncs) / (double)entries : 0;
     r.p50_us = (double)tk_hist_quantile(&h, 0.5) / 1000.0;
     r.p99_us = (double)tk_hist_quantile(&h, 0.99) / 1000.0;
+    /* The syncs of this window only: the difference of the two copies. */
+    store_sync_latency(s, &sh1);
+    for (unsigned b = 0; b < TK_HIST_BUCKETS; b++)
+        sh1.buckets[b] -= sh0.buckets[b];
+    sh1.count -= sh0.count;
+    sh1.sum -= sh0.sum;
+    sh1.min = 0;
+    r.sync_p50_us = (double)tk_hist_quantile(&sh1, 0.5) / 1000.0;
     return r;
 }
 
@@ -433,7 +522,8 @@ static struct result run_on(struct store *s, uint64_t next_index, int mode,
 static struct result run_config(int backend, int mode, size_t entry_bytes, size_t batch,
                                 int appenders, double seconds)
 {
-    double eps[16], mbs[16], spe[16], p50[16], p99[16];
+    double eps[16], mbs[16], spe[16], p50[16], p99[16], cpu[16], csw[16], wk[16], sp[16],
+        su[16];
     for (int k = 0; k < runs; k++) {
         char dir[4200];
         fresh_dir(dir, sizeof(dir));
@@ -449,6 +539,11 @@ static struct result run_config(int backend, int mode, size_t entry_bytes, size_
         spe[k] = r.syncs_per_entry;
         p50[k] = r.p50_us;
         p99[k] = r.p99_us;
+        cpu[k] = r.cpu_us_per_entry;
+        csw[k] = r.csw_per_entry;
+        wk[k] = r.wake_per_append;
+        sp[k] = r.sync_p50_us;
+        su[k] = r.store_us_per_entry;
     }
     struct result m;
     m.entries_per_s = median(eps, runs);
@@ -456,6 +551,11 @@ static struct result run_config(int backend, int mode, size_t entry_bytes, size_
     m.syncs_per_entry = median(spe, runs);
     m.p50_us = median(p50, runs);
     m.p99_us = median(p99, runs);
+    m.cpu_us_per_entry = median(cpu, runs);
+    m.csw_per_entry = median(csw, runs);
+    m.wake_per_append = median(wk, runs);
+    m.sync_p50_us = median(sp, runs);
+    m.store_us_per_entry = median(su, runs);
     return m;
 }
 
@@ -487,10 +587,12 @@ static uint64_t fill(struct store *s, uint64_t n, size_t bytes)
 /* Throughput of 64 in-flight appends x 64 B x batch 1 (one submitter) on a
  * log of `small` entries and on one of `big` entries. The two stores are
  * filled first (and the file system synced, so neither pays for the fill),
- * then measured in alternating windows so drift in the machine's load hits
- * both alike; each figure is the median of its windows. */
+ * then measured in alternating windows (in the order ABBA..., so that
+ * neither always runs first) so drift in the machine's load hits both alike;
+ * each figure is the median of its windows. */
 static void throughput_compare(uint64_t small, uint64_t big, double seconds,
-                               double *at_small, double *at_big)
+                               double *at_small, double *at_big, double cpu_us[2],
+                               double store_us[2], double sync_us[2])
 {
     char dir[2][4200];
     struct store *s[2];
@@ -507,12 +609,16 @@ static void throughput_compare(uint64_t small, uint64_t big, double seconds,
         syncfs(fd);
         close(fd);
     }
-    double v[2][16];
+    double v[2][16], c[2][16], su[2][16], sp[2][16];
     for (int r = 0; r < runs; r++) {
-        for (int k = 0; k < 2; k++) {
+        for (int kk = 0; kk < 2; kk++) {
+            int k = r % 2 ? 1 - kk : kk; /* ABBA: neither always goes first */
             struct result res = run_on(s[k], next[k], 2, 64, 1, 64, seconds);
             next[k] = store_last_index(s[k]) + 1;
             v[k][r] = res.entries_per_s;
+            c[k][r] = res.cpu_us_per_entry;
+            su[k][r] = res.store_us_per_entry;
+            sp[k][r] = res.sync_p50_us;
         }
     }
     for (int k = 0; k < 2; k++) {
@@ -521,6 +627,11 @@ static void throughput_compare(uint64_t small, uint64_t big, double seconds,
     }
     *at_small = median(v[0], runs);
     *at_big = median(v[1], runs);
+    for (int k = 0; k < 2; k++) {
+        cpu_us[k] = median(c[k], runs);
+        store_us[k] = median(su[k], runs);
+        sync_us[k] = median(sp[k], runs);
+    }
 }
 
 static void drop_cache(const char *dir)
@@ -603,6 +714,65 @@ static int plot_finish(double floor_p50, double floor_p99)
     return rc;
 }
 
+/* --only: one part of the bench, for A/B runs of a change to the store.
+ * "appenders": the fs rows of 64 B x batch 1 (1 async appender, 64 threads,
+ * 64 in flight) with CPU time and context switches per entry; "length": the
+ * 10k- vs long-log comparison. One JSON line each. */
+static int only_part(double secs)
+{
+    if (strcmp(only, "length") == 0) {
+        uint64_t big = log_entries > 0 ? log_entries : quick ? 200000 : 5000000;
+        double at_small, at_big, cpu[2], st[2], sy[2];
+        throughput_compare(10000, big, secs, &at_small, &at_big, cpu, st, sy);
+        printf("fs, 64 in flight x 64 B x batch 1: %.0f entries/s (%.2f us CPU/entry) "
+               "on a 10k-entry log, %.0f entries/s (%.2f us CPU/entry) on a "
+               "%llu-entry log (%+.1f%%)\n",
+               at_small, cpu[0], at_big, cpu[1], (unsigned long long)big,
+               at_small > 0 ? 100.0 * (at_big - at_small) / at_small : 0);
+        printf("  storage thread CPU/entry %.2f vs %.2f us; sync p50 %.1f vs %.1f us\n",
+               st[0], st[1], sy[0], sy[1]);
+        printf("{\"bench\":\"store-length\",\"runs\":%d,\"fs_10k_entries_per_s\":%.0f,"
+               "\"fs_long_entries_per_s\":%.0f,\"fs_long_log_entries\":%llu,"
+               "\"cpu_us_per_entry_10k\":%.2f,\"cpu_us_per_entry_long\":%.2f,"
+               "\"store_thread_us_per_entry_10k\":%.2f,"
+               "\"store_thread_us_per_entry_long\":%.2f,\"sync_p50_us_10k\":%.1f,"
+               "\"sync_p50_us_long\":%.1f}\n",
+               runs, at_small, at_big, (unsigned long long)big, cpu[0], cpu[1], st[0],
+               st[1], sy[0], sy[1]);
+        return 0;
+    }
+    static const struct {
+        int mode, appenders;
+        const char *name, *key;
+    } shapes[3] = {{1, 1, "1 (async)", "async1"},
+                   {1, 64, "64 threads", "threads64"},
+                   {2, 64, "64 inflight", "inflight64"}};
+    struct result r[3];
+    printf("%-12s %12s %11s %10s %10s %10s %10s %10s %10s %10s\n", "appenders",
+           "entries/s", "syncs/entry", "p50 us", "p99 us", "cpu us/e", "csw/e",
+           "wakes/app", "sync p50", "store us/e");
+    for (int i = 0; i < 3; i++) {
+        r[i] = run_config(mem_sync_us > 0 ? 0 : 1, shapes[i].mode, 64, 1,
+                          shapes[i].appenders, secs);
+        printf("%-12s %12.0f %11.4f %10.1f %10.1f %10.2f %10.2f %10.3f %10.1f %10.2f\n",
+               shapes[i].name, r[i].entries_per_s, r[i].syncs_per_entry, r[i].p50_us,
+               r[i].p99_us, r[i].cpu_us_per_entry, r[i].csw_per_entry,
+               r[i].wake_per_append, r[i].sync_p50_us, r[i].store_us_per_entry);
+    }
+    printf("{\"bench\":\"store-appenders\",\"runs\":%d", runs);
+    for (int i = 0; i < 3; i++)
+        printf(
+            ",\"%s_entries_per_s\":%.0f,\"%s_p50_us\":%.1f,\"%s_cpu_us_per_entry\":%.2f,"
+            "\"%s_csw_per_entry\":%.2f,\"%s_wakeups_per_append\":%.3f,"
+            "\"%s_sync_p50_us\":%.1f,\"%s_store_thread_us_per_entry\":%.2f",
+            shapes[i].key, r[i].entries_per_s, shapes[i].key, r[i].p50_us, shapes[i].key,
+            r[i].cpu_us_per_entry, shapes[i].key, r[i].csw_per_entry, shapes[i].key,
+            r[i].wake_per_append, shapes[i].key, r[i].sync_p50_us, shapes[i].key,
+            r[i].store_us_per_entry);
+    printf("}\n");
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     const char *dir_arg = NULL;
@@ -616,17 +786,31 @@ int main(int argc, char **argv)
             recovery_only = true;
         else if (strcmp(argv[i], "--plot") == 0 && i + 1 < argc)
             plot_path = argv[++i];
+        else if (strcmp(argv[i], "--only") == 0 && i + 1 < argc)
+            only = argv[++i];
+        else if (strcmp(argv[i], "--log-entries") == 0 && i + 1 < argc)
+            log_entries = strtoull(argv[++i], NULL, 10);
+        else if (strcmp(argv[i], "--seconds") == 0 && i + 1 < argc)
+            window_s = atof(argv[++i]);
+        else if (strcmp(argv[i], "--mem-sync-us") == 0 && i + 1 < argc)
+            mem_sync_us = (unsigned)atoi(argv[++i]);
         else if (strcmp(argv[i], "--runs") == 0 && i + 1 < argc) {
             runs = atoi(argv[++i]);
             runs_given = true;
         } else {
             fprintf(stderr, "usage: store-bench [--quick] [--dir DIR] "
-                            "[--runs N] [--recovery-only] [--plot FILE.svg]\n");
+                            "[--runs N] [--recovery-only] [--plot FILE.svg]\n"
+                            "                   [--only appenders|length] "
+                            "[--log-entries N] [--seconds S] [--mem-sync-us N]\n");
             return 2;
         }
     }
     if (runs < 1 || runs > 16)
         runs = 3;
+    if (only != NULL && strcmp(only, "appenders") != 0 && strcmp(only, "length") != 0) {
+        fprintf(stderr, "store-bench: --only takes appenders or length\n");
+        return 2;
+    }
     if (quick && !runs_given)
         runs = 2; /* a smoke run: short windows, median of two */
     tk_log_set_level(TK_LOG_ERROR);
@@ -638,7 +822,7 @@ int main(int argc, char **argv)
         perror(base_dir);
         return 1;
     }
-    double secs = quick ? 0.05 : 1.0;
+    double secs = window_s > 0 ? window_s : quick ? 0.05 : 1.0;
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (plot_path != NULL) {
         bench_plot_init(&plot, quick ? "store-bench --quick: fs, 64 B entries"
@@ -647,6 +831,11 @@ int main(int argc, char **argv)
                          true);
         bench_plot_panel(&plot, "latency of a batch, p99", "entries per batch",
                          "microseconds", true, true);
+    }
+    if (only != NULL) {
+        int rc = only_part(secs);
+        rmrf(base_dir);
+        return rc;
     }
     if (recovery_only) {
         uint64_t rec_bytes = quick ? (64ull << 20) : (1ull << 30);
@@ -729,9 +918,9 @@ int main(int argc, char **argv)
         }
     }
 
-    uint64_t big = quick ? 200000 : 5000000;
-    double at_10k, at_big;
-    throughput_compare(10000, big, secs, &at_10k, &at_big);
+    uint64_t big = log_entries > 0 ? log_entries : quick ? 200000 : 5000000;
+    double at_10k, at_big, len_cpu[2], len_st[2], len_sy[2];
+    throughput_compare(10000, big, secs, &at_10k, &at_big, len_cpu, len_st, len_sy);
     printf("\nfs, 64 in flight x 64 B x batch 1: %.0f entries/s on a 10k-entry "
            "log, %.0f entries/s on a %llu-entry log (%.1f%%)\n",
            at_10k, at_big, (unsigned long long)big,

@@ -484,7 +484,9 @@ END_TEST
  * the rest. The mem backend has no such hook: its syncs take GROUP_SYNC_US
  * (injected latency), its writes are visible before that sleep, and the burst
  * takes far less. A store that synced each append on its own, or parked a
- * writer until the sync ahead of it ended, would make GROUP_APPENDS syncs. */
+ * writer until the sync ahead of it ended, would make GROUP_APPENDS syncs.
+ * The same burst checks that the busy storage thread is not woken per append
+ * (store_stats.wakeups). */
 #define GROUP_APPENDS 200
 #define GROUP_SYNC_US 3000
 _Static_assert(GROUP_APPENDS <= 256, "struct waiter records 256 completions");
@@ -588,6 +590,15 @@ START_TEST(test_async_appends_during_a_sync_share_the_next_sync)
                   backend_name[C.backend], (unsigned long long)syncs, GROUP_APPENDS);
     if (C.backend == 1)
         ck_assert_uint_eq(syncs, 2);
+    /* The storage thread is woken only when it sleeps: at most once for the
+     * first append, never for those queued while it syncs. A wake per append
+     * would count GROUP_APPENDS. Each wake-up starts a group. */
+    uint64_t wakeups = st.wakeups - st0.wakeups;
+    ck_assert_msg(wakeups <= st.groups - st0.groups, "%s: %llu wake-ups for %llu groups",
+                  backend_name[C.backend], (unsigned long long)wakeups,
+                  (unsigned long long)(st.groups - st0.groups));
+    if (C.backend == 1)
+        ck_assert_uint_le(wakeups, 1);
     for (size_t i = 0; i < GROUP_APPENDS; i++)
         tl_free(v[i], 1);
     ctx_reopen();

@@ -507,6 +507,7 @@ static struct {
     size_t short_write; /* if > 0: write at most this many bytes per call */
     unsigned fdatasync_calls;
     unsigned pwritev_calls;
+    uint64_t pwritev_bytes; /* bytes the pwritev calls wrote */
 } F = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
 static int f_fdatasync(int fd)
@@ -533,11 +534,19 @@ static ssize_t f_pwritev(int fd, const struct iovec *iov, int n, off_t off)
         errno = e;
         return -1;
     }
+    ssize_t w;
     if (sw > 0 && n > 0) {
         size_t len = iov[0].iov_len < sw ? iov[0].iov_len : sw;
-        return pwrite(fd, iov[0].iov_base, len, off);
+        w = pwrite(fd, iov[0].iov_base, len, off);
+    } else {
+        w = store_fileops_default()->pwritev(fd, iov, n, off);
     }
-    return store_fileops_default()->pwritev(fd, iov, n, off);
+    if (w > 0) {
+        pthread_mutex_lock(&F.mu);
+        F.pwritev_bytes += (uint64_t)w;
+        pthread_mutex_unlock(&F.mu);
+    }
+    return w;
 }
 
 static int f_open(const char *path, int flags, mode_t mode)
@@ -576,6 +585,7 @@ static void faults_reset(void)
     F.short_write = 0;
     F.fdatasync_calls = 0;
     F.pwritev_calls = 0;
+    F.pwritev_bytes = 0;
     pthread_mutex_unlock(&F.mu);
     faulty = *store_fileops_default();
     faulty.fdatasync = f_fdatasync;
@@ -780,6 +790,61 @@ START_TEST(test_emfile_at_segment_creation_is_waited_out_not_fatal)
 }
 END_TEST
 
+/* Zero-ahead (fs.c, zero_ahead): a small write also writes zeros up to
+ * 256 KiB past its end, in the same pwritev, so that the next small writes
+ * land on blocks already written and their syncs change no extent; the
+ * writes that follow add no zeros until the zeroed space runs low. A write
+ * of 64 KiB or more writes its records only. Counted at the pwritev
+ * boundary against the log's own bytes. */
+static uint64_t pwritev_bytes(void)
+{
+    pthread_mutex_lock(&F.mu);
+    uint64_t b = F.pwritev_bytes;
+    pthread_mutex_unlock(&F.mu);
+    return b;
+}
+
+START_TEST(test_small_writes_zero_ahead_and_large_writes_do_not)
+{
+    faults_reset();
+    char *dir = tl_tmpdir("zero-ahead");
+    struct store_options o;
+    store_options_default(&o);
+    o.segment_bytes = 4u << 20;
+    o.fileops = &faulty;
+    struct store *s = open_ok(dir, &o, NULL);
+    append_ok(s, 1, 1);
+    uint64_t zeros = pwritev_bytes() - store_log_bytes(s);
+    ck_assert_uint_ge(zeros, 200u << 10);
+    ck_assert_uint_le(zeros, (256u << 10) + 4096);
+    uint64_t before = pwritev_bytes(), log_before = store_log_bytes(s);
+    for (uint64_t i = 2; i <= 21; i++)
+        append_ok(s, i, 1);
+    ck_assert_uint_eq(pwritev_bytes() - before, store_log_bytes(s) - log_before);
+    store_close(s);
+    /* Recovery reads the zeros ahead as the end of the log. */
+    struct store_boot boot;
+    s = open_ok(dir, &o, &boot);
+    ck_assert_uint_eq(boot.last_index, 21);
+    store_close(s);
+    tl_rmrf(dir);
+    free(dir);
+
+    faults_reset();
+    dir = tl_tmpdir("zero-ahead-large");
+    s = open_ok(dir, &o, NULL);
+    append_ok(s, 1, 2000); /* well over 64 KiB of records */
+    ck_assert_uint_ge(store_log_bytes(s), 64u << 10);
+    ck_assert_uint_eq(pwritev_bytes(), store_log_bytes(s));
+    store_close(s);
+    s = open_ok(dir, &o, &boot);
+    ck_assert_uint_eq(boot.last_index, 2000);
+    store_close(s);
+    tl_rmrf(dir);
+    free(dir);
+}
+END_TEST
+
 START_TEST(test_spare_segment_is_prepared_ahead)
 {
     char *dir = tl_tmpdir("spare");
@@ -821,6 +886,7 @@ static Suite *fs_suite(void)
     tcase_add_test(tc, test_enospc_on_write_fails_the_store);
     tcase_add_test(tc, test_short_writes_are_completed);
     tcase_add_test(tc, test_spare_segment_is_prepared_ahead);
+    tcase_add_test(tc, test_small_writes_zero_ahead_and_large_writes_do_not);
     tcase_add_test(tc, test_emfile_at_segment_creation_is_waited_out_not_fatal);
     suite_add_tcase(s, tc);
     return s;
