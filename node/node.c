@@ -591,6 +591,7 @@ static void on_wake(uv_async_t *h)
         begin_close(n);
         return;
     }
+    n->m.metrics.loop_wakeups++;
     int st = atomic_load(&n->persist.store_status);
     if (st != 0)
         node__fail(n, st, "append");

@@ -302,6 +302,13 @@ struct node_metrics {
     uint64_t snapshots;   /* snapshots taken */
     uint64_t installs;    /* snapshots installed from a leader */
     uint64_t store_syncs; /* log syncs (store_stats.syncs) */
+    /* Appends the storage thread completed, and the times a producer had to
+     * wake it (only when it slept: store_stats.wakeups); and the loop's own
+     * wake-ups (its async handle's callbacks: storage completions, requests
+     * from other threads, stops). Per request: divide by the requests. */
+    uint64_t store_appends;
+    uint64_t store_wakeups;
+    uint64_t loop_wakeups;
     uint64_t store_bytes; /* payload bytes appended to the log since start
                              (store_stats.bytes; a counter, not a size) */
     /* The state machine's size (kv_sm_stats). */

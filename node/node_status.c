@@ -35,6 +35,8 @@ void node__publish_status(struct node *n)
     struct store_stats ss;
     store_stats(n->store, &ss);
     mt->store_syncs = ss.syncs;
+    mt->store_appends = ss.appends;
+    mt->store_wakeups = ss.wakeups;
     mt->store_bytes = ss.bytes;
     mt->read_index_rounds = raft_read_rounds(n->raft);
     struct kv_sm_stats ks;
