@@ -856,7 +856,8 @@ struct kv_cold_new {
     struct kv_cold *c;
     MDB_env *env;
     MDB_dbi dbi[4];
-    MDB_txn *txn;
+    MDB_txn *txn;  /* from the first put to the prepare */
+    bool prepared; /* committed and synced, env closed: only the swap is left */
     char path[PATH_MAX];
 };
 
@@ -874,12 +875,6 @@ int kv__cold_new_begin(struct kv_cold *c, struct kv_cold_new **out)
     rc = env_open(c, n->path, &n->env, n->dbi);
     if (rc != 0)
         goto err_dir;
-    int lrc = mdb_txn_begin(n->env, NULL, 0, &n->txn);
-    if (lrc != 0) {
-        rc = lmdb_fail("install txn", lrc);
-        mdb_env_close(n->env);
-        goto err_dir;
-    }
     *out = n;
     return 0;
 err_dir:
@@ -889,6 +884,22 @@ err:
     return rc;
 }
 
+/* The write transaction begins with the first put (or the prepare), on the
+ * thread that will commit it: an LMDB write transaction holds the
+ * environment's writer mutex, which only the thread that took it may
+ * release. */
+static int new_txn(struct kv_cold_new *n)
+{
+    if (n->txn != NULL)
+        return 0;
+    int lrc = mdb_txn_begin(n->env, NULL, 0, &n->txn);
+    if (lrc != 0) {
+        n->txn = NULL;
+        return lmdb_fail("install txn", lrc);
+    }
+    return 0;
+}
+
 int kv__cold_new_put(struct kv_cold_new *n, uint8_t table, const uint8_t *key,
                      size_t key_len, const uint8_t *val, size_t val_len)
 {
@@ -896,8 +907,11 @@ int kv__cold_new_put(struct kv_cold_new *n, uint8_t table, const uint8_t *key,
         return TK_ECORRUPT;
     if (table == 1 && val_len < VHDR)
         return TK_ECORRUPT;
+    int rc = new_txn(n);
+    if (rc != 0)
+        return rc;
     MDB_val k = {key_len, (void *)(uintptr_t)key}, v = {val_len, (void *)(uintptr_t)val};
-    int rc = mdb_put(n->txn, n->dbi[table - 1], &k, &v, MDB_APPEND);
+    rc = mdb_put(n->txn, n->dbi[table - 1], &k, &v, MDB_APPEND);
     if (rc == MDB_KEYEXIST || rc == MDB_BAD_VALSIZE)
         return TK_ECORRUPT; /* not in order, or sizes LMDB refuses: a bad stream */
     return rc == 0 ? 0 : lmdb_fail("install put", rc);
@@ -909,15 +923,19 @@ void kv__cold_new_abort(struct kv_cold_new *n)
         return;
     if (n->txn != NULL)
         mdb_txn_abort(n->txn);
-    mdb_env_close(n->env);
+    if (n->env != NULL)
+        mdb_env_close(n->env);
     remove_env_dir(n->path);
     tk_free(n);
 }
 
-int kv__cold_new_commit(struct kv_cold_new *n, const struct kv_cold_meta *meta)
+int kv__cold_new_prepare(struct kv_cold_new *n, const struct kv_cold_meta *meta)
 {
-    struct kv_cold *c = n->c;
-    int rc = put_meta(n->txn, n->dbi[3], meta);
+    TK_ASSERT(!n->prepared);
+    int rc = new_txn(n);
+    if (rc != 0)
+        return rc;
+    rc = put_meta(n->txn, n->dbi[3], meta);
     if (rc == 0)
         rc = mdb_txn_commit(n->txn);
     else
@@ -925,13 +943,24 @@ int kv__cold_new_commit(struct kv_cold_new *n, const struct kv_cold_meta *meta)
     n->txn = NULL;
     if (rc == 0)
         rc = mdb_env_sync(n->env, 1);
-    if (rc != 0) {
-        int err = lmdb_fail("install commit", rc);
-        kv__cold_new_abort(n);
-        return err;
-    }
+    if (rc != 0)
+        return lmdb_fail("install commit", rc);
     mdb_env_close(n->env);
     n->env = NULL;
+    n->prepared = true;
+    return 0;
+}
+
+int kv__cold_new_commit(struct kv_cold_new *n, const struct kv_cold_meta *meta)
+{
+    struct kv_cold *c = n->c;
+    if (!n->prepared) {
+        int rc = kv__cold_new_prepare(n, meta);
+        if (rc != 0) {
+            kv__cold_new_abort(n);
+            return rc;
+        }
+    }
     char tmp[PATH_MAX], link[PATH_MAX], target[64], old[PATH_MAX];
     snprintf(tmp, sizeof(tmp), "%s/cold.tmp", c->dir);
     snprintf(link, sizeof(link), "%s/cold", c->dir);

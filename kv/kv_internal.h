@@ -357,13 +357,19 @@ int kv__cold_snap_next(struct kv_cold_snap *s, uint8_t *table, const uint8_t **k
                        size_t *key_len, const uint8_t **val, size_t *val_len, bool *end);
 void kv__cold_snap_close(struct kv_cold_snap *s);
 
-/* Installing: a fresh environment next to the current one. */
+/* Installing: a fresh environment next to the current one. begin runs on the
+ * owner thread; put and prepare on any one thread (the write transaction is
+ * that thread's), abort on that thread too once a put was made; commit (the
+ * swap) on the owner thread. */
 struct kv_cold_new;
 int kv__cold_new_begin(struct kv_cold *c, struct kv_cold_new **out);
 int kv__cold_new_put(struct kv_cold_new *n, uint8_t table, const uint8_t *key,
                      size_t key_len, const uint8_t *val, size_t val_len);
-/* Commits the new environment with `meta`, switches the current one to it
- * atomically (a symlink rename) and reopens `c` on it. */
+/* Commits the new environment with `meta` and syncs it; it touches neither
+ * `c` nor the current environment. */
+int kv__cold_new_prepare(struct kv_cold_new *n, const struct kv_cold_meta *meta);
+/* Commits the new environment with `meta` (unless prepared), switches the current one to
+ * it atomically (a symlink rename) and reopens `c` on it. */
 int kv__cold_new_commit(struct kv_cold_new *n, const struct kv_cold_meta *meta);
 void kv__cold_new_abort(struct kv_cold_new *n);
 
