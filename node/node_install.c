@@ -78,6 +78,7 @@ static int install_finish(struct node *n)
     if (rc == 0 && (rc = kv_install_commit(s->in)) != 0)
         kv_install_abort(s->in); /* after a failed commit, only abort (kv.h) */
     s->in = NULL;
+    uint64_t t1 = node__mono_ns();
     if (rc == 0)
         rc = store_reset(n->store, s->meta.index, s->meta.term);
     if (rc == 0)
@@ -98,11 +99,13 @@ static int install_finish(struct node *n)
         atomic_store_explicit(&n->persist.durable_seq, s->hold_seq, memory_order_release);
     uint64_t now = node__mono_ns();
     s->loop_ns += now - t0;
-    TK_LOG(TK_LOG_INFO, n->o.id, raft_term(n->raft),
-           "installed the snapshot at %llu: %llu ms in all, %llu us of it on the loop",
-           (unsigned long long)s->meta.index,
-           (unsigned long long)((now - s->t0) / 1000000),
-           (unsigned long long)(s->loop_ns / 1000));
+    TK_LOG(
+        TK_LOG_INFO, n->o.id, raft_term(n->raft),
+        "installed the snapshot at %llu: %llu ms in all, %llu us of it on the loop "
+        "(swap %llu us, log store reset %llu us)",
+        (unsigned long long)s->meta.index, (unsigned long long)((now - s->t0) / 1000000),
+        (unsigned long long)(s->loop_ns / 1000), (unsigned long long)((t1 - t0) / 1000),
+        (unsigned long long)((now - t1) / 1000));
     node__kick(n); /* the held readies are durable now */
     return 0;
 }
