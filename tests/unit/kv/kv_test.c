@@ -1820,6 +1820,13 @@ START_TEST(test_install_writes_on_another_thread)
     }
     ck_assert_uint_eq(kv_sm_applied_index(b.sm), 3000);
     ck_assert_ptr_null(kvu_get(&b, "junk", buf, sizeof(buf)));
+    /* The installed file was just written: its pages are in the page cache
+     * (kv_sm_cold_resident: mincore over its used part), and no more. */
+    struct kv_sm_stats st;
+    kv_sm_stats(b.sm, &st);
+    uint64_t res = kv_sm_cold_resident(b.sm);
+    ck_assert_uint_gt(res, 0);
+    ck_assert_uint_le(res, st.cold_bytes + 4096);
     uint64_t da, db;
     ck_assert_int_eq(kv_sm_digest(a.sm, &da), 0);
     ck_assert_int_eq(kv_sm_digest(b.sm, &db), 0);
