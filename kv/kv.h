@@ -310,14 +310,21 @@ int kv_snap_read(struct kv_snap *s, void *buf, size_t cap, size_t *len);
 void kv_snap_close(struct kv_snap *s);
 
 /* Installing a snapshot stream: begin, write the stream's bytes in any pieces,
- * then commit (which checks the trailer, swaps the new cold tier in atomically,
- * empties the ring and takes the snapshot's index, term and clock) or abort.
- * Until commit the sm keeps its old state. Returns 0, TK_ECORRUPT (bad stream),
+ * optionally prepare, then commit (which checks the trailer, swaps the new
+ * cold tier in atomically, empties the ring and takes the snapshot's index,
+ * term and clock) or abort. Until commit the sm keeps its old state, and the
+ * owner may go on reading it. begin and commit run on the owner thread;
+ * write, prepare (the new environment's LMDB commit and sync, the slow part of
+ * a commit) and an abort after them on any one other thread if the owner
+ * likes (they touch only the install, never the sm); commit needs no
+ * tier-down job in flight and no kv_snap open (it closes the old cold tier).
+ * Returns 0, TK_ECORRUPT (bad stream),
  * TK_EIO; install_begin returns TK_EBUSY while a kv_snap of this sm is open.
- * After a failed write or commit, only abort is allowed. */
+ * After a failed write, prepare or commit, only abort is allowed. */
 struct kv_install;
 int kv_sm_install_begin(struct kv_sm *sm, struct kv_install **out);
 int kv_install_write(struct kv_install *in, const void *buf, size_t len);
+int kv_install_prepare(struct kv_install *in);
 int kv_install_commit(struct kv_install *in);
 void kv_install_abort(struct kv_install *in);
 

@@ -67,8 +67,9 @@ struct kv_ring {
     size_t free_resident; /* of free_bytes, slab pages still in memory */
     /* Pages of page_bytes are carved from slabs on huge pages; slab pages are
      * recycled, never freed, until kv__ring_free; past keep_free_bytes (pages
-     * in use and free ones in memory) a released slab page gives its memory
-     * back with madvise and stays on the free list. */
+     * in use and free ones in memory) free slab pages give their memory back
+     * with madvise, a few per kv__ring_forget_step, and stay on the free
+     * list. */
     void **slabs;
     size_t n_slabs;
     uint8_t *slab_next, *slab_end;
@@ -133,6 +134,13 @@ void kv__ring_seal(struct kv_ring *r);
  * kept for reuse while ring bytes + kept bytes stay under keep_free_bytes, so
  * a ring in steady state allocates nothing. */
 void kv__ring_release_head(struct kv_ring *r);
+/* Gives the memory of at most `max_pages` free slab pages back (madvise)
+ * while ring bytes + free resident bytes exceed keep_free_bytes: the pages
+ * deepest in the free list (the last to be reused) first. Each madvise is a
+ * TLB shootdown across the process's CPUs (on this VM 0.5-1 ms), so the owner
+ * calls this a few pages per loop turn rather than in the release of tens of
+ * pages at once. Returns the pages given back. */
+size_t kv__ring_forget_step(struct kv_ring *r, size_t max_pages);
 static inline uint64_t kv__ring_addr(const struct kv_page *p, size_t off)
 {
     return ((uint64_t)p->slot << KV_ADDR_OFF_BITS) | off;
@@ -357,13 +365,19 @@ int kv__cold_snap_next(struct kv_cold_snap *s, uint8_t *table, const uint8_t **k
                        size_t *key_len, const uint8_t **val, size_t *val_len, bool *end);
 void kv__cold_snap_close(struct kv_cold_snap *s);
 
-/* Installing: a fresh environment next to the current one. */
+/* Installing: a fresh environment next to the current one. begin runs on the
+ * owner thread; put and prepare on any one thread (the write transaction is
+ * that thread's), abort on that thread too once a put was made; commit (the
+ * swap) on the owner thread. */
 struct kv_cold_new;
 int kv__cold_new_begin(struct kv_cold *c, struct kv_cold_new **out);
 int kv__cold_new_put(struct kv_cold_new *n, uint8_t table, const uint8_t *key,
                      size_t key_len, const uint8_t *val, size_t val_len);
-/* Commits the new environment with `meta`, switches the current one to it
- * atomically (a symlink rename) and reopens `c` on it. */
+/* Commits the new environment with `meta` and syncs it; it touches neither
+ * `c` nor the current environment. */
+int kv__cold_new_prepare(struct kv_cold_new *n, const struct kv_cold_meta *meta);
+/* Commits the new environment with `meta` (unless prepared), switches the current one to
+ * it atomically (a symlink rename) and reopens `c` on it. */
 int kv__cold_new_commit(struct kv_cold_new *n, const struct kv_cold_meta *meta);
 void kv__cold_new_abort(struct kv_cold_new *n);
 

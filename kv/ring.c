@@ -256,6 +256,29 @@ static void page_forget(struct kv_page *p)
     p->forgotten = true;
 }
 
+size_t kv__ring_forget_step(struct kv_ring *r, size_t max_pages)
+{
+    size_t n = 0;
+    if (max_pages == 0 || r->bytes + r->free_resident <= r->keep_free_bytes)
+        return 0;
+    /* Keep the resident pages nearest the head (the next to be reused) up to
+     * the keep; forget resident ones past them. */
+    size_t room = r->keep_free_bytes > r->bytes ? r->keep_free_bytes - r->bytes : 0;
+    size_t kept = 0;
+    for (struct kv_page *p = r->free_pages; p != NULL && n < max_pages; p = p->next) {
+        if (!p->from_slab || p->forgotten)
+            continue;
+        if (kept + p->cap <= room) {
+            kept += p->cap;
+            continue;
+        }
+        page_forget(p);
+        r->free_resident -= p->cap;
+        n++;
+    }
+    return n;
+}
+
 void kv__ring_release_head(struct kv_ring *r)
 {
     struct kv_page *p = r->head;
@@ -268,12 +291,8 @@ void kv__ring_release_head(struct kv_ring *r)
     r->free_slots[r->n_free++] = p->slot;
     r->bytes -= p->cap;
     r->n_pages--;
-    if (p->from_slab) {
-        if (r->bytes + r->free_resident + p->cap > r->keep_free_bytes)
-            page_forget(p);
-        else
-            r->free_resident += p->cap;
-    }
+    if (p->from_slab)
+        r->free_resident += p->cap; /* kv__ring_forget_step trims it */
     if (p->from_slab || (p->cap == r->page_bytes &&
                          r->bytes + r->free_bytes + p->cap <= r->keep_free_bytes)) {
         p->next = r->free_pages;

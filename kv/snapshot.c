@@ -43,7 +43,7 @@ struct kv_install {
     size_t pend_len, pend_cap, pend_max;
     uint32_t crc;
     uint64_t count;
-    int state; /* 0 header, 1 records, 2 done, 3 failed */
+    int state; /* 0 header, 1 records, 2 done, 3 failed, 4 prepared */
 };
 
 static void be64(uint8_t *p, uint64_t v)
@@ -285,7 +285,7 @@ static long parse(struct kv_install *in)
 
 int kv_install_write(struct kv_install *in, const void *buf, size_t len)
 {
-    if (in->state == 3)
+    if (in->state == 3 || in->state == 4)
         return TK_EINVAL;
     const uint8_t *src = buf;
     while (len > 0) {
@@ -325,9 +325,25 @@ int kv_install_write(struct kv_install *in, const void *buf, size_t len)
     return 0;
 }
 
+int kv_install_prepare(struct kv_install *in)
+{
+    if (in->state == 4)
+        return 0;
+    if (in->state != 2) {
+        in->state = 3;
+        return TK_ECORRUPT;
+    }
+    if (kv__cold_new_prepare(in->n, &in->meta) != 0) {
+        in->state = 3;
+        return TK_EIO;
+    }
+    in->state = 4;
+    return 0;
+}
+
 int kv_install_commit(struct kv_install *in)
 {
-    if (in->state != 2) {
+    if (in->state != 2 && in->state != 4) {
         in->state = 3;
         return TK_ECORRUPT;
     }
@@ -365,12 +381,13 @@ int kv_install_commit(struct kv_install *in)
         rc = kv__ttl_load(sm);
     if (rc == 0)
         rc = kv__lease_load(sm);
-    tk_free(in->pend);
-    tk_free(in);
     if (rc != 0) {
+        in->state = 3; /* the caller's abort frees it (kv.h) */
         sm->failed = true;
         return TK_EIO;
     }
+    tk_free(in->pend);
+    tk_free(in);
     return 0;
 }
 

@@ -54,6 +54,10 @@ static const struct kv_rec *page_rec(const struct kv_page *p, size_t off)
  * reallocs, small beside its LMDB writes. */
 #define TIER_SCRATCH_KEEP ((size_t)1 << 16)
 
+/* Free ring pages given back per drain call (each an madvise: see
+ * kv__ring_forget_step): 4 per loop turn return 1 MiB per turn. */
+#define RING_FORGET_STEP 4
+
 /* glibc keeps freed blocks under its (adaptive, up to 32 MiB) mmap threshold
  * in its heaps; trimming after freeing big scratch gives them back. */
 static void tier_trim(void)
@@ -343,6 +347,7 @@ static void tier_release(struct kv_sm *sm)
 
 bool kv_sm_tier_drain(struct kv_sm *sm, size_t max_records)
 {
+    (void)kv__ring_forget_step(&sm->ring, RING_FORGET_STEP);
     if (!sm->draining)
         return true;
     /* A released record's entry goes if the index still points at it:

@@ -243,39 +243,22 @@ static void apply_entries(struct node *n, const struct raft_entry *e, size_t cnt
     }
 }
 
-#define SLOW_TURN_NS (100 * 1000000ull) /* warn about loop turns this long */
+#define SLOW_TURN_NS (100 * 1000000ull)    /* warn about loop turns this long */
+#define SLOW_TURN_CPU_NS (40 * 1000000ull) /* or that took this much of the CPU */
 
-/* A snapshot from the leader replaces the state machine and the log. */
+/* A snapshot from the leader replaces the state machine and the log: begun
+ * here, installed on the thread pool, swapped in on a later turn
+ * (node_install.c). */
 static int install_snapshot(struct node *n, const struct raft_snapshot_meta *meta,
                             struct tk_blob *data)
 {
+    int rc = node__install_wait(n); /* one at a time */
+    if (rc != 0)
+        return rc;
     drain_appends(n);
     node__tier_wait(n, true);
     n->tier.compact_goal = 0;
-    struct kv_install *in;
-    int rc = kv_sm_install_begin(n->sm, &in);
-    if (rc != 0)
-        return rc;
-    if (data != NULL && data->len > 0)
-        rc = kv_install_write(in, data->data, data->len);
-    if (rc == 0 && (rc = kv_install_commit(in)) != 0)
-        kv_install_abort(in); /* after a failed commit, only abort (kv.h) */
-    else if (rc != 0)
-        kv_install_abort(in);
-    if (rc != 0)
-        return rc;
-    rc = store_reset(n->store, meta->index, meta->term);
-    if (rc == 0)
-        rc = store_save_snapshot(n->store, meta);
-    n->tier.snap_index = meta->index;
-    n->m.metrics.installs++;
-    /* Writes waiting at or below the snapshot: their outcome is unknown. */
-    struct node_req *r;
-    while ((r = n->req.applied_wait.head) != NULL && r->index <= meta->index) {
-        node__list_pop(&n->req.applied_wait);
-        node__finish_write(r, TK_ETIMEDOUT, NULL);
-    }
-    return rc;
+    return node__install_start(n, meta, data);
 }
 
 /* ---- the ready loop ---------------------------------------------------- */
@@ -373,6 +356,10 @@ static int ready_persist(struct node *n, const struct raft_ready *rd, const char
             return rc;
     }
     if (rd->n_entries > 0) {
+        *what = "install snapshot";
+        rc = node__install_wait(n); /* the entries follow the snapshot in the store */
+        if (rc != 0)
+            return rc;
         *what = "append";
         rc = store_append_async(n->store, rd->entries, rd->n_entries, rd->seq, n,
                                 on_appended);
@@ -381,7 +368,9 @@ static int ready_persist(struct node *n, const struct raft_ready *rd, const char
         n->persist.async_submitted++;
         persist_push(n, rd->seq, true);
     } else if (rd->seq != 0) {
-        persist_push(n, rd->seq, false); /* durable already (sync saves) */
+        /* Durable already (sync saves), unless a snapshot install is in
+         * flight: then durable with it (pushed as pending, like an append). */
+        persist_push(n, rd->seq, node__install_hold(n, rd->seq));
     }
     return 0;
 }
@@ -660,7 +649,10 @@ static void turn_end(struct node *n, uint64_t dt)
     /* The thread's CPU time tells work from waiting for a core (a loaded
      * machine) or for the disk (page faults). */
     uint64_t cpu = thread_cpu_ns();
-    if (dt > SLOW_TURN_NS)
+    /* (The CPU counted since the last turn may include other nodes' work
+     * when several share the loop: only a turn this long is its own.) */
+    if (dt > SLOW_TURN_NS ||
+        (dt > SLOW_TURN_CPU_NS && cpu - n->loop.turn_cpu_ns > SLOW_TURN_CPU_NS))
         TK_LOG(TK_LOG_WARN, n->o.id, raft_term(n->raft),
                "a loop turn took %llu ms (election timeout %u ms): heartbeats were late; "
                "most of it (%llu ms) in %s; %llu entries applied; %llu ms on the CPU",

@@ -3,6 +3,7 @@
  *                   apply -> complete, the public API (node.h), start and stop;
  *   node_recover.c  open the store and the state machine, build the core's boot;
  *   node_tier.c     the KV's tier-down and snapshot jobs, log compaction;
+ *   node_install.c  installing a snapshot from the leader on the thread pool;
  *   node_forward.c  follower -> leader write forwarding (proto/tierkv.proto);
  *   node_status.c   publishing status and metrics, failing the node;
  *   node_member.c   membership: address records, dialing members, one change
@@ -156,6 +157,26 @@ struct node_tier {
     uint64_t hold_since;
 };
 
+/* A snapshot from the leader being installed (node_install.c). The stream
+ * goes into a fresh LMDB environment on the thread pool; the loop keeps
+ * stepping the core meanwhile (heartbeats arrive, votes and acks wait), but
+ * applies nothing and answers no read past the old state: the core counts
+ * the install's ready, and every ready after it, durable only once the swap
+ * is done. */
+struct node_install {
+    uv_work_t work;
+    struct kv_install *in; /* NULL once the job has aborted it */
+    struct tk_blob *data;  /* a reference to the stream, until the job ran */
+    struct raft_snapshot_meta meta;
+    uint64_t hold_seq; /* the newest seq waiting for it (durable when it is) */
+    uint64_t t0;       /* when it began */
+    uint64_t loop_ns;  /* of it on the loop: begin and the swap */
+    int rc;            /* the job's */
+    bool busy;         /* from start to finish */
+    bool queued;       /* on the thread pool, until its after-work callback */
+    atomic_bool ran;
+};
+
 /* Backups waiting for a snapshot (node_backup.c). */
 struct node_backups {
     struct node_backup *head;
@@ -217,6 +238,7 @@ struct node {
     struct node_requests req;
     struct node_forward fwd;
     struct node_tier tier;
+    struct node_install install;
     struct node_membership mem;
     struct node_backups backups;
     struct kv_result res; /* scratch for apply and forwarded answers */
@@ -351,6 +373,25 @@ void node__tier_start(struct node *n, bool snapshot, bool inline_run);
 void node__tier_wait(struct node *n, bool discard);
 /* Holds or releases applying for the KV ring's sake; before each ready. */
 void node__tier_hold(struct node *n);
+
+/* ---- node_install.c ---- */
+
+/* Begins installing `meta`/`data` (a snapshot the core handed out): the
+ * caller has drained the store's appends and the tier job. Takes a reference
+ * on `data`. Returns 0 or the error (the node is then to fail). */
+int node__install_start(struct node *n, const struct raft_snapshot_meta *meta,
+                        struct tk_blob *data);
+/* A ready of seq `seq` with no entries: true when it must wait for the
+ * install in flight before it counts as durable (it is recorded as held). */
+bool node__install_hold(struct node *n, uint64_t seq);
+/* Blocks until the install in flight (if any) is done and completes it (for
+ * what cannot go on beside it: log entries after the snapshot, another
+ * snapshot). Returns 0 or the error it failed with. */
+int node__install_wait(struct node *n);
+static inline bool node__installing(const struct node *n)
+{
+    return n->install.busy;
+}
 
 /* ---- node_recover.c ---- */
 

@@ -52,7 +52,7 @@ void node__publish_status(struct node *n)
     mt->mem_sessions_bytes = ks.sessions_bytes;
     mt->mem_lmdb_mapped = ks.cold_map_bytes;
     uint64_t now = node__mono_ns();
-    if (now - n->m.resident_ns > 10000000000ull) { /* reads smaps: every 10 s */
+    if (now - n->m.resident_ns > 10000000000ull) { /* mincore over LMDB's file */
         n->m.resident_ns = now;
         mt->mem_lmdb_resident = kv_sm_cold_resident(n->sm);
     }

@@ -338,6 +338,8 @@ static void tier_turn(struct node *n);
  * job when one is due; each claims its time in the turn's phases. */
 void node__tier_turn(struct node *n)
 {
+    if (node__installing(n))
+        return; /* the install's swap closes the cold tier a job would use */
     uint64_t t0 = node__mono_ns();
     compact_step(n);
     uint64_t t1 = node__mono_ns();

@@ -13,16 +13,30 @@
 # (tierkv_memory_bytes). Stops the cluster and removes the data at the end
 # (kept, with the slow-turn lines printed, on a failure or with SCALE_KEEP=1).
 #
-# usage: scripts/bench-scale.sh [build-dir]
+# Then, unless SCALE_CATCHUP=0, the follower catch-up: it stops a follower,
+# writes SCALE_CATCHUP more keys (1M by default) in steps like the load's,
+# restarts it and times how long it takes to apply up to the leader's applied
+# index (a snapshot install, then the log), and reports the leader's longest
+# loop turn meanwhile and leader changes. With --plot FILE.svg it draws
+# throughput and the longest loop turn of each step against keys
+# (cmd/benchplot's bench-plot).
+#
+# usage: scripts/bench-scale.sh [--plot FILE.svg] [build-dir]
 # env:   SCALE_ENTRIES (1000000), SCALE_VALUE (100), SCALE_CONN (64),
 #        SCALE_STEP_S (10), SCALE_SNAPSHOT_ENTRIES (100000),
 #        SCALE_RAFT_BASE (7300), SCALE_HTTP_BASE (8300), SCALE_DIR ($TMPDIR or /tmp, named by the pid),
 #        SCALE_MAX_TURN_MS (0: no limit; else exit 1 when a loop turn was
 #        longer), SCALE_NO_LEADER_CHANGE=1 (exit 1 on a leader change),
 #        SCALE_TIME_LIMIT_S (0: none; stop loading after this many seconds),
-#        SCALE_OPT_IN=1 (exit 77, a skip, unless TIERKV_SCALE_TEST=1)
+#        SCALE_OPT_IN=1 (exit 77, a skip, unless TIERKV_SCALE_TEST=1),
+#        SCALE_CATCHUP (1000000; 0: no catch-up measurement)
 set -uo pipefail
 
+plot=""
+if [ "${1:-}" = "--plot" ]; then
+    plot=$2
+    shift 2
+fi
 build=${1:-build}
 bin="$build/cmd/tierkvd/tierkvd"
 cli="$build/cmd/tierkv/tierkv"
@@ -55,11 +69,17 @@ for i in 1 2 3; do
     eps+="${eps:+,}127.0.0.1:$((http_base + i))"
 done
 
-pids=()
+# Each node's pid is in $dir/n$i.pid, written by $dir/n$i.sh, which starts
+# it (the catch-up restarts one with it, from bench_scale.py).
 cleanup() {
-    for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null; done
-    for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null; done
-    pids=()
+    for i in 1 2 3; do
+        [ -f "$dir/n$i.pid" ] && kill -TERM "$(cat "$dir/n$i.pid")" 2>/dev/null
+    done
+    for i in 1 2 3; do
+        [ -f "$dir/n$i.pid" ] || continue
+        pid=$(cat "$dir/n$i.pid")
+        for _ in $(seq 300); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    done
     if [ "${SCALE_KEEP:-0}" = 1 ] || [ "$status" != 0 ]; then
         echo "bench-scale: data and logs kept in $dir" >&2
         grep -h "loop turn took\|leader\|elect" "$dir"/n*.log 2>/dev/null | tail -n 20 >&2
@@ -73,15 +93,18 @@ trap 'exit 130' INT TERM
 
 mkdir -p "$dir"
 for i in 1 2 3; do
-    "$bin" --id "$i" --members "$members" --members-http "$mhttp" \
-        --listen-http "127.0.0.1:$((http_base + i))" --data-dir "$dir/n$i" --store fs \
-        --snapshot-entries "$snap" >>"$dir/n$i.log" 2>&1 &
-    pids+=($!)
+    printf '%s\n' "echo \$\$ >'$dir/n$i.pid'" \
+        "exec '$bin' --id $i --members '$members' --members-http '$mhttp' \\" \
+        "    --listen-http 127.0.0.1:$((http_base + i)) --data-dir '$dir/n$i' --store fs \\" \
+        "    --snapshot-entries $snap >>'$dir/n$i.log' 2>&1" >"$dir/n$i.sh"
+    bash "$dir/n$i.sh" &
 done
 
 python3 "$(dirname "$0")/bench_scale.py" --http-base "$http_base" --dir "$dir" \
     --cli "$cli" --endpoints "$eps" --entries "$entries" --value "$value" \
     --conn "$conn" --step "$step" --max-turn-ms "$max_turn_ms" \
-    --no-leader-change "${SCALE_NO_LEADER_CHANGE:-0}" --time-limit "$time_limit"
+    --no-leader-change "${SCALE_NO_LEADER_CHANGE:-0}" --time-limit "$time_limit" \
+    --catchup "${SCALE_CATCHUP:-1000000}" ${plot:+--plot "$plot"} \
+    --plotter "$build/cmd/benchplot/bench-plot"
 status=$?
 exit $status

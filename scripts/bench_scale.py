@@ -1,17 +1,23 @@
 #!/usr/bin/env python3
 """The driver of scripts/bench-scale.sh (which starts the cluster): loads it
 step by step with `tierkv bench --sequential` and prints a row per step from
-the bench's JSON line, the nodes' /metrics and their log lines. Exit 1 when
-a limit given (--max-turn-ms, --no-leader-change) was passed, or on errors."""
-import argparse, glob, json, re, subprocess, sys, time, urllib.request
+the bench's JSON line, the nodes' /metrics and their log lines; then (with
+--catchup N) stops a follower, writes N more keys, restarts it and times its
+catch-up; with --plot draws throughput and the longest loop turn per step
+against keys. Exit 1 when a limit given (--max-turn-ms, --no-leader-change)
+was passed, or on errors."""
+import argparse, calendar, glob, json, os, re, signal, subprocess, sys, time
+import urllib.request
 
 ap = argparse.ArgumentParser()
 for a in ("http-base", "entries", "value", "conn", "step", "max-turn-ms",
-          "no-leader-change", "time-limit"):
+          "no-leader-change", "time-limit", "catchup"):
     ap.add_argument("--" + a, type=int, default=0)
 ap.add_argument("--dir")
 ap.add_argument("--cli")
 ap.add_argument("--endpoints")
+ap.add_argument("--plot")
+ap.add_argument("--plotter")
 o = ap.parse_args()
 nodes = [o.http_base + i for i in (1, 2, 3)]
 
@@ -53,6 +59,50 @@ if lp is None:
 term0 = lm.get("tierkv_raft_term", 0)
 
 turn_re = re.compile(r"a loop turn took (\d+) ms .* most of it \((\d+) ms\) in (\w+)")
+ts_re = re.compile(r"ts=(\d+-\d+-\d+T\d+:\d+:\d+)\.(\d+)Z")
+
+
+def log_turns(since, until, only=None):
+    """Logged slow turns (ms, phase) between two wall-clock times, of every
+    node or of the node ids in `only`."""
+    out = []
+    for f in glob.glob(o.dir + "/n*.log"):
+        nid = int(re.search(r"n(\d+)\.log$", f).group(1))
+        if only is not None and nid not in only:
+            continue
+        for line in open(f, errors="replace"):
+            m, t = turn_re.search(line), ts_re.search(line)
+            if not m or not t:
+                continue
+            at = calendar.timegm(time.strptime(t.group(1), "%Y-%m-%dT%H:%M:%S")) + \
+                int(t.group(2)) / 1000.0
+            if since <= at <= until:
+                out.append((int(m.group(1)), m.group(3)))
+    return out
+
+
+def turn_hist(m):
+    """{le: cumulative count} of tierkv_loop_turn_seconds."""
+    h = {}
+    for k, v in m.items():
+        if k.startswith("tierkv_loop_turn_seconds_bucket{"):
+            le = re.search(r'le="([^"]+)"', k).group(1)
+            h[float("inf") if le == "+Inf" else float(le)] = v
+    return h
+
+
+def hist_bound_ms(before, after):
+    """The smallest histogram bound (ms) that holds every loop turn between
+    two readings of one node (0 if none)."""
+    if not after:
+        return 0.0
+    total = after.get(float("inf"), 0) - before.get(float("inf"), 0)
+    if total <= 0:
+        return 0.0
+    for le in sorted(after):
+        if after[le] - before.get(le, 0) >= total:
+            return le * 1000.0
+    return float("inf")
 snap_re = re.compile(r"snapshot at (\d+) .*: (\d+) ms in all, (\d+) us of it on the loop")
 
 
@@ -87,30 +137,46 @@ def mem(m):
                     for k, v in sorted(m.items()) if k.startswith("tierkv_memory_bytes{"))
 
 
-print("%9s %8s %7s %8s %7s %9s %-8s %6s %9s %9s %s" % (
-    "entries", "ops/s", "p99_ms", "p999_ms", "max_ms", "turn_ms", "phase", "lchg",
-    "snap_ms", "snap_loop", "leader memory by owner"))
+print("%9s %8s %7s %8s %7s %9s %-8s %9s %6s %9s %9s %s" % (
+    "entries", "ops/s", "p99_ms", "p999_ms", "max_ms", "turn_ms", "phase", "step_turn",
+    "lchg", "snap_ms", "snap_loop", "leader memory by owner"))
+def bench_step(prefix, endpoints=None):
+    """One step of load: the bench's JSON result, or None on failure."""
+    r = subprocess.run([o.cli, "--endpoints", endpoints or o.endpoints, "bench", "-c", str(o.conn),
+                        "-d", "%ds" % o.step, "--warmup", "0", "--mix", "write",
+                        "--value-size", str(o.value), "--keys", str(max(o.entries, 1)),
+                        "--sequential", "--key-prefix", prefix, "--no-progress"],
+                       capture_output=True, text=True)
+    js = [l for l in r.stdout.splitlines() if l.startswith("{")]
+    if not js:
+        print(r.stdout + r.stderr, file=sys.stderr)
+        return None
+    return json.loads(js[-1])
+
+
 t_start = time.time()
 failed = False
+timed_out = False
 applied = 0
 step_no = 0
+plot_rows = []  # (keys, ops/s, longest turn of the step in ms)
+hists = [turn_hist(metrics(p)) for p in nodes]
 while applied < o.entries:
     step_no += 1
     if o.time_limit and time.time() - t_start > o.time_limit:
         print("bench-scale: time limit (%d s) reached at %d entries" % (o.time_limit, applied))
+        timed_out = True
         break
-    r = subprocess.run([o.cli, "--endpoints", o.endpoints, "bench", "-c", str(o.conn),
-                        "-d", "%ds" % o.step, "--warmup", "0", "--mix", "write",
-                        "--value-size", str(o.value), "--keys", str(max(o.entries, 1)),
-                        "--sequential", "--key-prefix", "s%d/" % step_no, "--no-progress"],
-                       capture_output=True, text=True)
-    js = [l for l in r.stdout.splitlines() if l.startswith("{")]
-    b = json.loads(js[-1]) if js else {}
-    if not js:
-        print(r.stdout + r.stderr, file=sys.stderr)
+    t0 = time.time()
+    b = bench_step("s%d/" % step_no)
+    if b is None:
         failed = True
         break
     ms = [metrics(p) for p in nodes]
+    new_hists = [turn_hist(m) for m in ms]
+    step_turn = max([hist_bound_ms(a, z) for a, z in zip(hists, new_hists)] +
+                    [t for t, _ in log_turns(t0, time.time())])
+    hists = new_hists
     lp, lm = leader()
     applied = int(lm.get("tierkv_raft_applied_index", applied))
     terms = max(m.get("tierkv_raft_term", 0) for m in ms)
@@ -118,10 +184,11 @@ while applied < o.entries:
     mt, mph = max_turn(ms)
     if lt > mt:
         mt, mph = lt, lph
-    print("%9d %8.0f %7.2f %8.2f %7.1f %9.1f %-8s %6d %9d %9.1f %s" % (
+    print("%9d %8.0f %7.2f %8.2f %7.1f %9.1f %-8s %9.1f %6d %9d %9.1f %s" % (
         applied, b.get("ops_per_s", 0), b.get("p99_ms", 0), b.get("p999_ms", 0),
-        b.get("max_ms", 0), mt, mph, terms - term0, sum(s[0] for s in snaps),
+        b.get("max_ms", 0), mt, mph, step_turn, terms - term0, sum(s[0] for s in snaps),
         sum(s[1] for s in snaps) / 1000.0, mem(lm)), flush=True)
+    plot_rows.append((applied, b.get("ops_per_s", 0), step_turn))
     if b.get("errors", 0):
         print("bench-scale: %d errors in the step" % b["errors"])
     if o.max_turn_ms and mt > o.max_turn_ms:
@@ -137,4 +204,91 @@ if snaps:
     print("snapshots: %d; on the loop: max %.1f ms, mean %.1f ms; in all: max %d ms" % (
         len(snaps), max(s[1] for s in snaps) / 1000.0,
         sum(s[1] for s in snaps) / 1000.0 / len(snaps), max(s[0] for s in snaps)))
+
+
+def catchup():
+    """Stops a follower, writes o.catchup keys, restarts it and times its
+    catch-up. Returns False on a failure."""
+    lp, lm = leader()
+    if lp is None:
+        print("bench-scale: catch-up: no leader")
+        return False
+    fid = next(i for i in (1, 2, 3) if o.http_base + i != lp)
+    lid = lp - o.http_base
+    pid = int(open("%s/n%d.pid" % (o.dir, fid)).read())
+    term_a = max(metrics(p).get("tierkv_raft_term", 0) for p in nodes)
+    os.kill(pid, signal.SIGTERM)
+    for _ in range(300):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
+    start = int(lm.get("tierkv_raft_applied_index", 0))
+    print("catch-up: node %d stopped at about %d entries; writing %d keys" %
+          (fid, start, o.catchup), flush=True)
+    n = 0
+    while True:
+        lp, lm = leader()
+        done = int(lm.get("tierkv_raft_applied_index", 0)) - start if lp else 0
+        if done >= o.catchup:
+            break
+        n += 1
+        up = ",".join("127.0.0.1:%d" % p for p in nodes if p != o.http_base + fid)
+        if bench_step("c%d/" % n, up) is None:
+            return False
+    lp, lm = leader()
+    target = int(lm.get("tierkv_raft_applied_index", 0))
+    h0 = turn_hist(lm)
+    t0 = time.time()
+    subprocess.Popen(["bash", "%s/n%d.sh" % (o.dir, fid)])
+    fport = o.http_base + fid
+    caught = None
+    while time.time() - t0 < 1800:
+        if metrics(fport).get("tierkv_raft_applied_index", 0) >= target:
+            caught = time.time() - t0
+            break
+        time.sleep(0.05)
+    t1 = time.time()
+    lm2 = metrics(lp)
+    lead_turn = max([hist_bound_ms(h0, turn_hist(lm2))] +
+                    [t for t, _ in log_turns(t0, t1, only={lid})])
+    fol_turn = max([t for t, _ in log_turns(t0, t1, only={fid})] + [0])
+    term_b = max(metrics(p).get("tierkv_raft_term", 0) for p in nodes)
+    inst = [l.strip() for l in open("%s/n%d.log" % (o.dir, fid), errors="replace")
+            if "installed the snapshot" in l]
+    print("| follower behind (entries) | catch-up s | leader's longest turn meanwhile ms | "
+          "follower's longest logged turn ms | leader changes |")
+    print("|---|---|---|---|---|")
+    print("| %d | %s | %.1f | %s | %d |" % (
+        target - start, "%.1f" % caught if caught is not None else "not in 1800 s",
+        lead_turn, fol_turn if fol_turn else "none over 100", term_b - term_a))
+    for l in inst[-2:]:
+        print("follower: " + l[l.find("msg="):])
+    return caught is not None
+
+
+if o.catchup and not failed and not timed_out:
+    failed = not catchup()
+
+
+def plot():
+    """Throughput and the longest loop turn of each step against keys."""
+    spec = ["title tierkv scale: 3 nodes (fs store), %d B values, %d connections, "
+            "one new key per write" % (o.value, o.conn),
+            "panel 0 0 throughput|keys (millions)|writes/s",
+            "panel 0 1 longest loop turn of the step (any node)|keys (millions)|ms",
+            "series 0 writes/s"]
+    spec += ["point %g %g" % (k / 1e6, v) for k, v, _ in plot_rows]
+    spec += ["series 1 longest turn"]
+    spec += ["point %g %g" % (k / 1e6, max(t, 0.01)) for k, _, t in plot_rows]
+    spec += ["hline 1 200 election timeout", "hline 1 50 target"]
+    r = subprocess.run([o.plotter, o.plot], input="\n".join(spec) + "\n", text=True)
+    if r.returncode == 0:
+        print("plot: " + o.plot)
+    return r.returncode == 0
+
+
+if o.plot and plot_rows and not plot():
+    failed = True
 sys.exit(1 if failed else 0)

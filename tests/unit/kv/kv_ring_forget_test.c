@@ -47,6 +47,12 @@ START_TEST(test_free_slab_pages_past_the_keep_go_back)
     kv__ring_seal(&r);
     while (r.head != NULL)
         kv__ring_release_head(&r);
+    /* Released pages stay in memory until forget steps, a few at a time. */
+    ck_assert_uint_eq(r.free_resident, 16 * PAGE);
+    ck_assert_uint_eq(kv__ring_forget_step(&r, 5), 5);
+    ck_assert_uint_eq(r.free_resident, 11 * PAGE);
+    while (kv__ring_forget_step(&r, 5) > 0)
+        ;
     size_t kept = 0, forgotten = 0;
     for (struct kv_page *p = r.free_pages; p != NULL; p = p->next) {
         ck_assert(p->from_slab);
@@ -64,8 +70,8 @@ START_TEST(test_free_slab_pages_past_the_keep_go_back)
     ck_assert_uint_eq(r.free_resident, 4 * PAGE);
     ck_assert_uint_eq(r.free_bytes, 16 * PAGE);
 
-    /* Reused (the free list is LIFO: forgotten pages come first), they hold
-     * what is written anew. */
+    /* Reused (the free list is LIFO: the kept pages come first, then the
+     * forgotten ones), they hold what is written anew. */
     uint64_t addrs[200];
     uint32_t first = i;
     for (size_t k = 0; k < 200; k++)

@@ -1742,6 +1742,104 @@ START_TEST(test_snapshot_stream_installs_identical_state)
 }
 END_TEST
 
+/* The node installs a leader's snapshot off its loop: begin and commit on
+ * the owner thread, the stream's writes and the new environment's commit and
+ * sync (prepare) on another thread, while the owner goes on reading the old
+ * state. A damaged stream fails on that thread, which aborts it there, and
+ * the old state stays. */
+struct install_job {
+    struct kv_install *in;
+    const uint8_t *p;
+    size_t len;
+    int rc;
+};
+
+static void *install_thread(void *arg)
+{
+    struct install_job *j = arg;
+    for (size_t off = 0; off < j->len && j->rc == 0; off += 4096) {
+        size_t n = j->len - off < 4096 ? j->len - off : 4096;
+        j->rc = kv_install_write(j->in, j->p + off, n);
+    }
+    if (j->rc == 0)
+        j->rc = kv_install_prepare(j->in);
+    if (j->rc != 0) {
+        kv_install_abort(j->in);
+        j->in = NULL;
+    }
+    return NULL;
+}
+
+START_TEST(test_install_writes_on_another_thread)
+{
+    struct kvu a = {0}, b = {0};
+    kvu_open(&a, NULL);
+    kvu_open(&b, NULL);
+    char k[32];
+    for (int i = 0; i < 3000; i++) {
+        snprintf(k, sizeof(k), "key%04d", i);
+        ck_assert_int_eq(kvu_put(&a, k, k), 0);
+    }
+    ck_assert_int_eq(kvu_put(&b, "junk", "to be replaced"), 0);
+    struct kv_snap *s;
+    ck_assert_int_eq(kv_sm_snapshot(a.sm, &s), 0);
+    uint8_t *stream = NULL;
+    size_t len = 0;
+    for (;;) {
+        uint8_t chunk[4096];
+        size_t n;
+        ck_assert_int_eq(kv_snap_read(s, chunk, sizeof(chunk), &n), 0);
+        if (n == 0)
+            break;
+        stream = tk_realloc(stream, len + n);
+        memcpy(stream + len, chunk, n);
+        len += n;
+    }
+    kv_snap_close(s);
+    char buf[32];
+    for (int bad = 1; bad >= 0; bad--) {
+        if (bad)
+            stream[len / 3] ^= 0x10;
+        struct install_job j = {.p = stream, .len = len};
+        ck_assert_int_eq(kv_sm_install_begin(b.sm, &j.in), 0);
+        pthread_t t;
+        ck_assert_int_eq(pthread_create(&t, NULL, install_thread, &j), 0);
+        for (int i = 0; i < 100; i++) /* the owner reads the old state meanwhile */
+            ck_assert_str_eq(kvu_get(&b, "junk", buf, sizeof(buf)), "to be replaced");
+        ck_assert_int_eq(pthread_join(t, NULL), 0);
+        ck_assert_uint_eq(kv_sm_applied_index(b.sm), 1);
+        if (bad) {
+            ck_assert_int_eq(j.rc, TK_ECORRUPT);
+            ck_assert_ptr_null(j.in);
+            ck_assert_str_eq(kvu_get(&b, "junk", buf, sizeof(buf)), "to be replaced");
+            stream[len / 3] ^= 0x10;
+            continue;
+        }
+        ck_assert_int_eq(j.rc, 0);
+        ck_assert_int_eq(kv_install_commit(j.in), 0);
+    }
+    ck_assert_uint_eq(kv_sm_applied_index(b.sm), 3000);
+    ck_assert_ptr_null(kvu_get(&b, "junk", buf, sizeof(buf)));
+    /* The installed file was just written: its pages are in the page cache
+     * (kv_sm_cold_resident: mincore over its used part), and no more. */
+    struct kv_sm_stats st;
+    kv_sm_stats(b.sm, &st);
+    uint64_t res = kv_sm_cold_resident(b.sm);
+    ck_assert_uint_gt(res, 0);
+    ck_assert_uint_le(res, st.cold_bytes + 4096);
+    uint64_t da, db;
+    ck_assert_int_eq(kv_sm_digest(a.sm, &da), 0);
+    ck_assert_int_eq(kv_sm_digest(b.sm, &db), 0);
+    ck_assert_uint_eq(da, db);
+    kvu_close(&b, false); /* the swapped-in state is the durable one */
+    kvu_open(&b, &b.cfg);
+    ck_assert_uint_eq(kv_sm_applied_index(b.sm), 3000);
+    tk_free(stream);
+    kvu_close(&a, true);
+    kvu_close(&b, true);
+}
+END_TEST
+
 START_TEST(test_digest_differs_on_different_state)
 {
     /* The digest is a checker: it must tell different states apart. */
@@ -1996,6 +2094,7 @@ int main(void)
     tcase_add_test(tc, test_prefetch_is_a_harmless_hint);
     tcase_add_test(tc, test_restart_recovers_from_cold_and_replay);
     tcase_add_test(tc, test_snapshot_stream_installs_identical_state);
+    tcase_add_test(tc, test_install_writes_on_another_thread);
     tcase_add_test(tc, test_digest_differs_on_different_state);
     tcase_add_test(tc, test_result_encoding_roundtrips);
     tcase_add_test(tc, test_fast_decoder_agrees_with_protobuf_c);

@@ -1,0 +1,201 @@
+/* Installing a snapshot from the leader without holding the loop (issue 22).
+ *
+ * The stream (15 MB per 100k keys of 100 B) used to go into LMDB on the loop,
+ * record by record, then be committed and synced there: seconds at a million
+ * keys, with no heartbeat answered meanwhile. Now the loop only begins the
+ * install (a fresh LMDB environment next to the current one) and ends it (the
+ * atomic swap, dropping the hot state, resetting the log store); the records,
+ * the LMDB commit and its sync run on libuv's thread pool.
+ *
+ * Raft safety while it runs: the core already counts the snapshot as its log
+ * (handle_snapshot: commit, applying and applied are its index), but
+ *  - the ready that carried it, and every ready after it, is reported durable
+ *    (raft_persisted) only once the install is done: node.c pushes their seqs
+ *    as held (node__install_hold). So the ack to the leader, any vote and any
+ *    append ack wait for it, and nothing after the snapshot is handed out to
+ *    apply (the core applies only up to its durable index);
+ *  - the KV keeps its old, whole state at its old applied index until the
+ *    swap: reads wait for an applied index at or past their read index
+ *    (serve_reads), which only the swap provides; stale reads see the old
+ *    state, which is a state the log went through;
+ *  - log entries after the snapshot cannot be appended before the store is
+ *    reset to it: a ready with entries first waits for the install
+ *    (node__install_wait; the leader sends none before the ack, so this is
+ *    only after a change of leader), as does a second snapshot;
+ *  - no tier-down job, snapshot or compaction starts meanwhile
+ *    (node__tier_turn returns early), since the swap closes the old cold tier.
+ * A crash before the swap leaves the old state and log, as before the
+ * snapshot arrived; the swap (kv_install_commit) is atomic, then the store is
+ * reset, as the synchronous install did.
+ *
+ * Loop thread, except install_work (a pool thread), which touches only
+ * n->install's kv_install and blob. Called by node.c; calls node_status.c on
+ * failure. */
+#include <stdatomic.h>
+#include <time.h>
+
+#include "base/assert.h"
+#include "base/err.h"
+#include "base/log.h"
+#include "kv/kv.h"
+#include "node/node_internal.h"
+#include "store/store.h"
+
+/* Any thread: the whole stream into the new environment, its commit and
+ * sync; on an error the install is aborted here, on the thread whose LMDB
+ * write transaction it was. */
+static void install_run(struct node_install *s)
+{
+    int rc = 0;
+    if (s->data != NULL && s->data->len > 0)
+        rc = kv_install_write(s->in, s->data->data, s->data->len);
+    if (rc == 0)
+        rc = kv_install_prepare(s->in);
+    if (rc != 0) {
+        kv_install_abort(s->in);
+        s->in = NULL;
+    }
+    s->rc = rc;
+    atomic_store_explicit(&s->ran, true, memory_order_release);
+}
+
+static void install_work(uv_work_t *w)
+{
+    struct node *n = w->data;
+    install_run(&n->install);
+}
+
+/* Loop thread, once the job ran: swap the new state in, reset the log store
+ * to the snapshot, and let the readies held behind it count as durable. */
+static int install_finish(struct node *n)
+{
+    struct node_install *s = &n->install;
+    uint64_t t0 = node__mono_ns();
+    tk_blob_unref(s->data);
+    s->data = NULL;
+    s->busy = false;
+    int rc = s->rc;
+    if (rc == 0 && (rc = kv_install_commit(s->in)) != 0)
+        kv_install_abort(s->in); /* after a failed commit, only abort (kv.h) */
+    s->in = NULL;
+    uint64_t t1 = node__mono_ns();
+    if (rc == 0)
+        rc = store_reset(n->store, s->meta.index, s->meta.term);
+    if (rc == 0)
+        rc = store_save_snapshot(n->store, &s->meta);
+    if (rc != 0)
+        return rc;
+    n->tier.snap_index = s->meta.index;
+    n->m.metrics.installs++;
+    /* Writes waiting at or below the snapshot: their outcome is unknown. */
+    struct node_req *r;
+    while ((r = n->req.applied_wait.head) != NULL && r->index <= s->meta.index) {
+        node__list_pop(&n->req.applied_wait);
+        node__finish_write(r, TK_ETIMEDOUT, NULL);
+    }
+    /* Nothing else is in flight to storage (appends wait for the install),
+     * so no storage callback races this store. */
+    if (s->hold_seq > atomic_load(&n->persist.durable_seq))
+        atomic_store_explicit(&n->persist.durable_seq, s->hold_seq, memory_order_release);
+    uint64_t now = node__mono_ns();
+    s->loop_ns += now - t0;
+    TK_LOG(
+        TK_LOG_INFO, n->o.id, raft_term(n->raft),
+        "installed the snapshot at %llu: %llu ms in all, %llu us of it on the loop "
+        "(swap %llu us, log store reset %llu us)",
+        (unsigned long long)s->meta.index, (unsigned long long)((now - s->t0) / 1000000),
+        (unsigned long long)(s->loop_ns / 1000), (unsigned long long)((t1 - t0) / 1000),
+        (unsigned long long)((now - t1) / 1000));
+    node__kick(n); /* the held readies are durable now */
+    return 0;
+}
+
+static void install_done(struct node *n)
+{
+    int rc = install_finish(n);
+    if (rc != 0)
+        node__fail(n, rc, "install snapshot");
+}
+
+static void install_after(uv_work_t *w, int status)
+{
+    struct node *n = w->data;
+    (void)status;
+    n->install.queued = false;
+    if (n->install.busy) {
+        uint64_t t0 = node__mono_ns();
+        if (n->loop.closing || n->persist.failed) {
+            /* Stopping: the old state and log stay, as after a crash. */
+            kv_install_abort(n->install.in);
+            n->install.in = NULL;
+            tk_blob_unref(n->install.data);
+            n->install.data = NULL;
+            n->install.busy = false;
+        } else {
+            install_done(n);
+        }
+        n->loop.turn_ns[NODE_PH_STORE] += node__mono_ns() - t0;
+    }
+    node__kick(n);
+    node__handle_gone(n);
+}
+
+int node__install_start(struct node *n, const struct raft_snapshot_meta *meta,
+                        struct tk_blob *data)
+{
+    struct node_install *s = &n->install;
+    TK_ASSERT(!s->busy);
+    uint64_t t0 = node__mono_ns();
+    int rc = kv_sm_install_begin(n->sm, &s->in);
+    if (rc != 0)
+        return rc;
+    s->meta = *meta;
+    s->data = data != NULL ? tk_blob_ref(data) : NULL;
+    s->hold_seq = 0;
+    s->rc = 0;
+    s->t0 = t0;
+    s->busy = true;
+    atomic_store(&s->ran, false);
+    s->work.data = n;
+    if (uv_queue_work(n->loop.uv, &s->work, install_work, install_after) == 0) {
+        s->queued = true;
+        n->loop.handles_open++;
+        s->loop_ns = node__mono_ns() - t0;
+        return 0;
+    }
+    install_run(s);
+    s->loop_ns = node__mono_ns() - t0;
+    return install_finish(n);
+}
+
+bool node__install_hold(struct node *n, uint64_t seq)
+{
+    if (!n->install.busy)
+        return false;
+    if (seq > n->install.hold_seq)
+        n->install.hold_seq = seq;
+    return true;
+}
+
+int node__install_wait(struct node *n)
+{
+    struct node_install *s = &n->install;
+    if (!s->busy)
+        return 0;
+    uint64_t t0 = node__mono_ns();
+    /* Not started yet (the pool may be busy): take it back and run it here
+     * rather than wait for a thread; its after-work callback then finds
+     * nothing to do. */
+    if (s->queued && uv_cancel((uv_req_t *)&s->work) == 0)
+        install_run(s);
+    while (!atomic_load_explicit(&s->ran, memory_order_acquire)) {
+        struct timespec ts = {0, 50000};
+        nanosleep(&ts, NULL);
+    }
+    TK_LOG(TK_LOG_WARN, n->o.id, raft_term(n->raft),
+           "log entries (or a snapshot) arrived during a snapshot install: the loop "
+           "waited %llu ms for it",
+           (unsigned long long)((node__mono_ns() - t0) / 1000000));
+    s->loop_ns += node__mono_ns() - t0;
+    return install_finish(n);
+}
