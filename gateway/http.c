@@ -85,6 +85,8 @@ struct http_conn {
     const char *hseg;   /* in the bytes being parsed: header bytes counted up to here */
     size_t body_expect; /* the request's Content-Length (0: none or chunked) */
     bool resuming, resume_again;
+    bool flush_queued;            /* in the server's flush list (holds a ref) */
+    struct http_conn *flush_next; /* ... its next */
     struct http_request *head, *tail;
     struct http_request *cur;
     struct http_request *blob_req; /* writing a blob body; later answers wait */
@@ -132,7 +134,13 @@ struct http_server {
     struct http_conn *conns; /* doubly linked */
     uint32_t n_conns;
     uint32_t n_rejecting;
-    size_t mem_bytes;        /* every request's body_cap + resp_len */
+    size_t mem_bytes; /* every request's body_cap + resp_len */
+    /* Answers are written once per loop turn per connection: http_respond
+     * queues the connection here and flush_prep writes each connection's
+     * answers just before the loop next waits for events. */
+    uv_prepare_t flush_prep;
+    bool flush_prep_open;
+    struct http_conn *flush_head;
     uint64_t turn_ms;        /* uv_now of the loop turn turn_built counts */
     size_t turn_built;       /* large response bytes built in that turn */
     struct http_stats stats; /* conns_open is n_conns, filled on read */
@@ -184,6 +192,7 @@ static const http_parser_settings parser_settings;
 static void on_stop_timer_closed(uv_handle_t *h);
 static void conn_close(struct http_conn *c);
 static void conn_flush(struct http_conn *c);
+static void conn_flush_later(struct http_conn *c);
 static void conn_resume(struct http_conn *c);
 static void conn_timer_update(struct http_conn *c);
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf);
@@ -397,7 +406,7 @@ void http_respond(struct http_request *req, int status, const char *content_type
     req->body = NULL;
     req->body_len = req->body_cap = 0;
     req_count_mem(req);
-    conn_flush(c);
+    conn_flush_later(c);
     if (c->n_deferred > 0 && !c->closing)
         conn_resume(c);
 }
@@ -757,6 +766,66 @@ static bool stream_flush(struct http_conn *c)
     return true;
 }
 
+/* Answers the client has taken whole, at once (uv_try_write wrote them): the
+ * same as on_written for a write without a blob. False if the connection
+ * closed. */
+static bool conn_sent_now(struct http_conn *c, struct http_request **reqs, uint32_t n,
+                          bool close)
+{
+    for (uint32_t i = 0; i < n; i++)
+        req_free(reqs[i]);
+    TK_ASSERT(c->inflight >= n);
+    c->inflight -= n;
+    if (close || (c->read_done && c->inflight == 0 && c->cur == NULL)) {
+        conn_close(c);
+        return false;
+    }
+    if (c->read_paused && !c->read_done &&
+        c->inflight < c->srv->cfg.pipeline_max / 2 + 1 &&
+        c->out_bytes < conn_out_max(c->srv) / 2) {
+        conn_read_resume(c);
+        if (c->closing)
+            return false;
+    }
+    return true;
+}
+
+/* Hands w's buffers to the socket: first uv_try_write (plaintext, nothing
+ * queued before: most answers leave here, with no write request, no
+ * callback and no change to the poll set), then a uv_write of what is left.
+ * Returns 0 (w taken, or freed when the client took it all; *sent_all then
+ * true) or an error (w still the caller's). */
+static int conn_write_try(struct http_conn *c, struct write_req *w, bool *sent_all)
+{
+    *sent_all = false;
+    if (c->tls != NULL || w->stream != NULL ||
+        uv_stream_get_write_queue_size((uv_stream_t *)&c->tcp) > 0)
+        return conn_write(c, w);
+    int n = uv_try_write((uv_stream_t *)&c->tcp, w->bufs, w->nb);
+    if (n < 0 && n != UV_EAGAIN)
+        return n;
+    size_t done = n > 0 ? (size_t)n : 0;
+    if (done == w->bytes) {
+        *sent_all = true;
+        return 0;
+    }
+    /* The rest by uv_write: skip the buffers the kernel took. */
+    uint32_t i = 0;
+    while (done >= w->bufs[i].len) {
+        done -= w->bufs[i].len;
+        i++;
+    }
+    w->bufs[i].base += done;
+    w->bufs[i].len -= (unsigned)done;
+    if (i > 0)
+        memmove(w->bufs, w->bufs + i, (w->nb - i) * sizeof(w->bufs[0]));
+    w->nb -= i;
+    w->bytes = 0;
+    for (uint32_t k = 0; k < w->nb; k++)
+        w->bytes += w->bufs[k].len;
+    return conn_write(c, w);
+}
+
 static void conn_flush(struct http_conn *c)
 {
     while (!c->closing && c->blob_req == NULL && c->head && c->head->done) {
@@ -785,13 +854,26 @@ static void conn_flush(struct http_conn *c)
                 break;
             }
         }
-        if (conn_write(c, w) != 0) {
+        bool sent_all;
+        if (conn_write_try(c, w, &sent_all) != 0) {
             for (uint32_t i = 0; i < w->n; i++)
                 req_free(w->reqs[i]);
             c->inflight -= w->n;
             tk_free(w);
             conn_close(c);
             return;
+        }
+        if (sent_all) {
+            bool close = w->close;
+            bool open = conn_sent_now(c, w->reqs, w->n, close);
+            tk_free(w);
+            if (!open)
+                return;
+            if (c->phase == PH_IDLE || c->read_done) {
+                c->write_timing = false;
+                conn_timer_update(c);
+            }
+            continue;
         }
         c->out_bytes += w->bytes;
         if (w->close) {
@@ -812,6 +894,47 @@ static void conn_flush(struct http_conn *c)
     }
     if (c->out_bytes > 0 && (c->phase == PH_IDLE || c->read_done))
         conn_timer_update(c);
+}
+
+/* Just before the loop waits for events: every connection answered during
+ * the turn writes its answers, all of them in one write. */
+static void on_flush_prep(uv_prepare_t *h)
+{
+    struct http_server *srv = h->data;
+    struct http_conn *list = srv->flush_head;
+    srv->flush_head = NULL;
+    uv_prepare_stop(h);
+    while (list != NULL) {
+        struct http_conn *c = list;
+        list = c->flush_next;
+        c->flush_next = NULL;
+        c->flush_queued = false;
+        c->refs--;
+        if (!c->closing)
+            conn_flush(c);
+        conn_maybe_free(c);
+    }
+}
+
+/* c has answers to write: this turn's end writes them (at once when the
+ * server is stopping or was never bound to a loop). */
+static void conn_flush_later(struct http_conn *c)
+{
+    struct http_server *srv = c->srv;
+    if (c->closing)
+        return;
+    if (!srv->flush_prep_open || srv->stopping) {
+        conn_flush(c);
+        return;
+    }
+    if (c->flush_queued)
+        return;
+    c->flush_queued = true;
+    c->refs++; /* c outlives its place in the list */
+    c->flush_next = srv->flush_head;
+    if (srv->flush_head == NULL)
+        uv_prepare_start(&srv->flush_prep, on_flush_prep);
+    srv->flush_head = c;
 }
 
 /* ---- closing ----------------------------------------------------------- */
@@ -1535,6 +1658,9 @@ int http_server_listen(struct http_server *srv, uv_loop_t *loop, const char *hos
     uv_tcp_init(loop, &srv->listener);
     srv->listener.data = srv;
     srv->listening = true;
+    uv_prepare_init(loop, &srv->flush_prep);
+    srv->flush_prep.data = srv;
+    srv->flush_prep_open = true;
     int rc = uv_tcp_bind(&srv->listener, (const struct sockaddr *)&addr, 0);
     if (rc == 0)
         rc = uv_listen((uv_stream_t *)&srv->listener, 511, on_connection);
@@ -1579,6 +1705,12 @@ void http_server_stop(struct http_server *srv)
     if (srv->listening) {
         srv->listening = false;
         uv_close((uv_handle_t *)&srv->listener, NULL);
+    }
+    if (srv->flush_prep_open) {
+        /* What this turn answered goes now; from here on, answers go at once. */
+        on_flush_prep(&srv->flush_prep);
+        srv->flush_prep_open = false;
+        uv_close((uv_handle_t *)&srv->flush_prep, NULL);
     }
     struct http_conn *c = srv->conns;
     while (c) {
