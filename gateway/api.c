@@ -196,6 +196,32 @@ static void on_request(struct http_request *hreq, void *data)
     route_request(req);
 }
 
+/* The leader's header lines into hdr[0..cap); returns their length. Sets
+ * *lasting when they come from the configuration alone (a member added at
+ * run time is asked of the node each time). */
+static size_t leader_header(struct gateway *gw, uint64_t leader, char *hdr, size_t cap,
+                            bool *lasting)
+{
+    *lasting = true;
+    int n = snprintf(hdr, cap, "X-Tierkv-Leader: %llu\r\n", (unsigned long long)leader);
+    bool known = false;
+    for (uint32_t i = 0; i < gw->cfg.n_members; i++) {
+        if (gw->cfg.members[i].id == leader && gw->cfg.members[i].http_addr[0]) {
+            snprintf(hdr + n, cap - (size_t)n, "X-Tierkv-Leader-Addr: %s\r\n",
+                     gw->cfg.members[i].http_addr);
+            known = true;
+        }
+    }
+    char addr[NODE_ADDR_MAX];
+    if (!known) {
+        *lasting = false;
+        if (!gw->stopping && /* a member added at run time */
+            node_member_http(gw->node, leader, addr, sizeof(addr)))
+            snprintf(hdr + n, cap - (size_t)n, "X-Tierkv-Leader-Addr: %s\r\n", addr);
+    }
+    return strlen(hdr);
+}
+
 /* Counts the response, and names the leader (and its HTTP address, if
  * configured) on every response that will be sent. */
 static size_t on_response(struct http_request *hreq, int status, char *hdr, size_t cap,
@@ -210,23 +236,21 @@ static size_t on_response(struct http_request *hreq, int status, char *hdr, size
     struct node_status st;
     node_status(gw->node, &st);
     hdr[0] = 0;
-    if (st.leader != 0) {
-        int n = snprintf(hdr, cap, "X-Tierkv-Leader: %llu\r\n",
-                         (unsigned long long)st.leader);
-        bool known = false;
-        for (uint32_t i = 0; i < gw->cfg.n_members; i++) {
-            if (gw->cfg.members[i].id == st.leader && gw->cfg.members[i].http_addr[0]) {
-                snprintf(hdr + n, cap - (size_t)n, "X-Tierkv-Leader-Addr: %s\r\n",
-                         gw->cfg.members[i].http_addr);
-                known = true;
-            }
-        }
-        char addr[NODE_ADDR_MAX];
-        if (!known && !gw->stopping && /* a member added at run time */
-            node_member_http(gw->node, st.leader, addr, sizeof(addr)))
-            snprintf(hdr + n, cap - (size_t)n, "X-Tierkv-Leader-Addr: %s\r\n", addr);
+    if (st.leader == 0)
+        return 0;
+    if (st.leader == gw->leader_hdr_id && gw->leader_hdr_len < cap) {
+        memcpy(hdr, gw->leader_hdr, gw->leader_hdr_len + 1);
+        return gw->leader_hdr_len;
     }
-    return strlen(hdr);
+    bool lasting;
+    size_t n = leader_header(gw, st.leader, hdr, cap, &lasting);
+    gw->leader_hdr_id = 0;
+    if (lasting && n < sizeof(gw->leader_hdr)) {
+        memcpy(gw->leader_hdr, hdr, n + 1);
+        gw->leader_hdr_len = n;
+        gw->leader_hdr_id = st.leader;
+    }
+    return n;
 }
 
 static void on_close(struct http_request *hreq, void *data)

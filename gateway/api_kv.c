@@ -95,11 +95,14 @@ static void on_write_done(struct node_req *nreq, int status, const struct kv_res
         api__respond_rc(req, status);
         return;
     }
+    /* The common answers fit on the stack: no allocation, no printf. */
+    char room[256];
     if (req->nreq.mode == NODE_MODE_COMMITTED) {
         struct jbuf b;
-        jbuf_init(&b, 64);
-        jbuf_printf(&b, "{\"revision\":%llu,\"mode\":\"committed\"}",
-                    (unsigned long long)res->revision);
+        jbuf_init_on(&b, room, sizeof(room));
+        jbuf_adds(&b, "{\"revision\":");
+        jbuf_u64(&b, res->revision);
+        jbuf_adds(&b, ",\"mode\":\"committed\"}");
         api__respond_json(req, &b, res->revision);
         jbuf_free(&b);
         return;
@@ -109,8 +112,9 @@ static void on_write_done(struct node_req *nreq, int status, const struct kv_res
         return;
     }
     struct jbuf b;
-    jbuf_init(&b, 128);
-    jbuf_printf(&b, "{\"revision\":%llu", (unsigned long long)res->revision);
+    jbuf_init_on(&b, room, sizeof(room));
+    jbuf_adds(&b, "{\"revision\":");
+    jbuf_u64(&b, res->revision);
     switch (req->route) {
     case ROUTE_KV_DELETE:
     case ROUTE_KV_DELETE_RANGE:

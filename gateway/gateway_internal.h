@@ -177,6 +177,12 @@ struct gateway {
     uint64_t requests[ROUTE_COUNT][GW_STATUS_SLOTS];
     struct tk_hist *latency; /* [ROUTE_COUNT], nanoseconds */
     uint64_t auth_denied;    /* answered 401 or 403 (api_auth.c) */
+    /* The leader header lines of every answer (api.c's on_response), kept
+     * while the leader is leader_hdr_id (0: none kept): built once per
+     * leader, not per answer. */
+    uint64_t leader_hdr_id;
+    size_t leader_hdr_len;
+    char leader_hdr[HTTP_EXTRA_HEADERS_MAX];
 };
 
 /* The API's state of one request (http_request.data), from on_request to

@@ -65,6 +65,27 @@ START_TEST(test_base64_round_trips_and_rejects_garbage)
 }
 END_TEST
 
+START_TEST(test_u64_digits_and_a_buffer_that_outgrows_the_stack)
+{
+    char d[JSON_U64_MAX];
+    ck_assert_uint_eq(json_u64(d, 0), 1);
+    ck_assert_int_eq(d[0], '0');
+    ck_assert_uint_eq(json_u64(d, UINT64_MAX), 20);
+    ck_assert_int_eq(memcmp(d, "18446744073709551615", 20), 0);
+    char room[8];
+    struct jbuf b;
+    jbuf_init_on(&b, room, sizeof(room));
+    jbuf_adds(&b, "{\"r\":");
+    ck_assert_ptr_eq(b.p, room);
+    jbuf_u64(&b, 1234567890123ull); /* past 8 bytes: moves to the heap */
+    jbuf_adds(&b, "}");
+    ck_assert_ptr_ne(b.p, room);
+    ck_assert_int_eq((int)b.len, 19);
+    ck_assert_int_eq(memcmp(b.p, "{\"r\":1234567890123}", b.len), 0);
+    jbuf_free(&b);
+}
+END_TEST
+
 START_TEST(test_percent_decoding_and_json_escaping)
 {
     uint8_t out[32];
@@ -879,6 +900,7 @@ int main(void)
     tcase_add_test(j, test_utf8_validation_rejects_malformed_sequences);
     tcase_add_test(j, test_base64_round_trips_and_rejects_garbage);
     tcase_add_test(j, test_percent_decoding_and_json_escaping);
+    tcase_add_test(j, test_u64_digits_and_a_buffer_that_outgrows_the_stack);
     suite_add_tcase(s, j);
     TCase *h = tcase_create("http");
     tcase_set_timeout(h, 30);
