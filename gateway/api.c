@@ -102,7 +102,7 @@ static void respond_405(struct api_req *req, const struct route *hit)
 static int decode_key(struct api_req *req, const char *raw, size_t len)
 {
     struct gateway *gw = req->gw;
-    req->key = tk_malloc(len + 1);
+    req->key = len + 1 <= sizeof(req->key_room) ? req->key_room : tk_malloc(len + 1);
     if (pct_decode(raw, len, req->key, &req->key_len, false) != 0) {
         api__bad(req, "bad percent-escape in the key");
         return TK_EINVAL;
@@ -188,7 +188,16 @@ static void route_request(struct api_req *req)
 
 static void on_request(struct http_request *hreq, void *data)
 {
-    struct api_req *req = tk_calloc(1, sizeof(*req));
+    struct gateway *gw = data;
+    struct api_req *req = gw->req_pool;
+    if (req != NULL) {
+        gw->req_pool = req->pool_next;
+        gw->n_req_pool--;
+        memset(req, 0,
+               offsetof(struct api_req, key_room)); /* the room is written first */
+    } else {
+        req = tk_calloc(1, sizeof(*req));
+    }
     req->http = hreq;
     req->gw = data;
     req->route = ROUTE_OTHER;
@@ -256,18 +265,24 @@ static size_t on_response(struct http_request *hreq, int status, char *hdr, size
 static void on_close(struct http_request *hreq, void *data)
 {
     struct api_req *req = hreq->data;
-    (void)data;
+    struct gateway *gw = data;
     if (req == NULL)
         return;
     TK_ASSERT(!req->submitted);
     if (req->nreq.cmd != NULL) /* a write held back, never submitted */
         tk_blob_unref(req->nreq.cmd);
-    tk_free(req->key);
+    api__key_free(req);
     tk_free(req->key2);
     tk_free(req->range_end);
     kv_digest_free(req->digest);
     tk_free(req->op_kinds);
-    tk_free(req);
+    if (gw->n_req_pool < API_REQ_POOL_MAX) {
+        req->pool_next = gw->req_pool;
+        gw->req_pool = req;
+        gw->n_req_pool++;
+    } else {
+        tk_free(req);
+    }
     hreq->data = NULL;
 }
 
@@ -401,7 +416,12 @@ void gateway_free(struct gateway *gw)
 {
     if (gw == NULL)
         return;
-    http_server_free(gw->http);
+    http_server_free(gw->http); /* every request's on_close has run */
+    while (gw->req_pool != NULL) {
+        struct api_req *req = gw->req_pool;
+        gw->req_pool = req->pool_next;
+        tk_free(req);
+    }
     tk_free((char *)(uintptr_t)gw->cfg.host);
     tk_free(gw->latency);
     tk_free(gw);

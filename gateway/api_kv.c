@@ -477,7 +477,7 @@ int api__scan_bounds(struct api_req *req, const struct query *q)
         /* prefix and start: the prefix's keys from start on */
         api__prefix_to_range(req);
         if (key_cmp(q->val[QI_START], slen, req->key, req->key_len) > 0) {
-            tk_free(req->key);
+            api__key_free(req);
             req->key = query_dup(q, QI_START, &req->key_len);
         }
     }

@@ -46,7 +46,9 @@
  * the write deadline runs per slice and a slow reader holds one slice in the
  * kernel's queue, not the whole body. */
 #define BLOB_SLICE ((size_t)256 << 10)
-#define REJECT_EXTRA 64 /* connections kept open only to send a 503 */
+#define REJECT_EXTRA 64   /* connections kept open only to send a 503 */
+#define REQ_POOL_MAX 1024 /* free requests kept (about 1 KiB each) */
+#define WR_POOL_MAX 256   /* free write requests kept */
 
 enum phase { PH_IDLE, PH_HEADERS, PH_BODY };
 
@@ -118,6 +120,7 @@ struct write_req {
     uv_buf_t bufs[WRITE_BUFS];
     char *sbuf;                /* a stream's bytes (bufs[0]; n is 0) */
     struct http_request *sreq; /* ... of this request */
+    struct write_req *pool_next;
 };
 
 struct http_server {
@@ -141,6 +144,12 @@ struct http_server {
     uv_prepare_t flush_prep;
     bool flush_prep_open;
     struct http_conn *flush_head;
+    /* Free requests and write requests, reused (bounded: REQ_POOL_MAX,
+     * WR_POOL_MAX), so a request in steady state allocates nothing here. */
+    struct http_request *req_pool;
+    uint32_t n_req_pool;
+    struct write_req *wr_pool;
+    uint32_t n_wr_pool;
     uint64_t turn_ms;        /* uv_now of the loop turn turn_built counts */
     size_t turn_built;       /* large response bytes built in that turn */
     struct http_stats stats; /* conns_open is n_conns, filled on read */
@@ -204,11 +213,30 @@ static void conn_tls_drain(struct http_conn *c);
 
 static struct http_request *req_new(struct http_conn *c)
 {
-    struct http_request *r = tk_calloc(1, sizeof(*r));
+    struct http_server *srv = c->srv;
+    struct http_request *r = srv->req_pool;
+    if (r != NULL) {
+        srv->req_pool = r->pool_next;
+        srv->n_req_pool--;
+        /* The rooms are written before they are read: clear the rest. */
+        memset(r, 0, offsetof(struct http_request, url_room));
+    } else {
+        r = tk_calloc(1, sizeof(*r));
+    }
     r->conn = c;
     r->keep_alive = true;
     r->start_ns = uv_hrtime();
     return r;
+}
+
+/* The request's body is no longer needed (answered): released at once, so
+ * memory per queued answer stays low. */
+static void req_body_release(struct http_request *r)
+{
+    if (r->body != r->body_room)
+        tk_free(r->body);
+    r->body = NULL;
+    r->body_len = r->body_cap = 0;
 }
 
 static void req_free(struct http_request *r)
@@ -220,12 +248,47 @@ static void req_free(struct http_request *r)
     srv->cb.on_close(r, srv->data);
     tk_blob_unref(r->blob);
     tk_free(r->blob_tail);
-    tk_free(r->url);
-    tk_free(r->body);
-    tk_free(r->resp);
+    if (r->url != r->url_room)
+        tk_free(r->url);
+    req_body_release(r);
+    if (r->resp != r->resp_room)
+        tk_free(r->resp);
     tk_free(r->kept);
     tk_free(r->sbuf);
-    tk_free(r);
+    if (srv->n_req_pool < REQ_POOL_MAX) {
+        r->pool_next = srv->req_pool;
+        srv->req_pool = r;
+        srv->n_req_pool++;
+    } else {
+        tk_free(r);
+    }
+}
+
+static struct write_req *wr_new(struct http_conn *c)
+{
+    struct http_server *srv = c->srv;
+    struct write_req *w = srv->wr_pool;
+    if (w != NULL) {
+        srv->wr_pool = w->pool_next;
+        srv->n_wr_pool--;
+        memset(w, 0, sizeof(*w));
+    } else {
+        w = tk_calloc(1, sizeof(*w));
+    }
+    w->c = c;
+    return w;
+}
+
+/* Never after the connection is freed: w->c's server is the pool. */
+static void wr_free(struct http_server *srv, struct write_req *w)
+{
+    if (srv->n_wr_pool < WR_POOL_MAX) {
+        w->pool_next = srv->wr_pool;
+        srv->wr_pool = w;
+        srv->n_wr_pool++;
+    } else {
+        tk_free(w);
+    }
 }
 
 /* Brings the server's count of held bytes up to date with r's. */
@@ -326,7 +389,8 @@ static void req_build_response(struct http_request *req, int status,
                       (content_type ? 14 + ct_len + 2 : sizeof(json_ct) - 1) +
                       sizeof(cl) - 1 + digits_len + 2 + common_len + conn_len;
     req->resp_len = head_len + extra_len + 2 + send_len;
-    req->resp = tk_malloc(req->resp_len);
+    req->resp = req->resp_len <= sizeof(req->resp_room) ? req->resp_room
+                                                        : tk_malloc(req->resp_len);
     char *o = req->resp;
 #define PUT(p, n)                                                                        \
     do {                                                                                 \
@@ -430,9 +494,7 @@ void http_respond(struct http_request *req, int status, const char *content_type
     req_build_response(req, status, content_type, common, extra, body, body_len,
                        body_len + (req->blob ? req->blob->len + req->blob_tail_len : 0));
     c->resp_held += req->resp_len;
-    tk_free(req->body); /* no longer needed; keep memory per queued response low */
-    req->body = NULL;
-    req->body_len = req->body_cap = 0;
+    req_body_release(req); /* keep memory per queued response low */
     req_count_mem(req);
     conn_flush_later(c);
     if (c->n_deferred > 0 && !c->closing)
@@ -584,9 +646,7 @@ void http_stream_begin(struct http_request *req, int status, const char *content
                       extra != NULL ? extra : "");
     TK_ASSERT(hn > 0 && (size_t)hn < sizeof(head));
     sbuf_add(req, head, (size_t)hn);
-    tk_free(req->body);
-    req->body = NULL;
-    req->body_len = req->body_cap = 0;
+    req_body_release(req);
     req_count_mem(req);
     conn_flush(c);
 }
@@ -695,14 +755,13 @@ static bool blob_next(struct http_conn *c, struct http_request *r)
             conn_close(c);
         return false;
     }
-    struct write_req *w = tk_calloc(1, sizeof(*w));
-    w->c = c;
+    struct write_req *w = wr_new(c);
     w->stream = r;
     w->bufs[0] = uv_buf_init((char *)p, (unsigned)len);
     w->nb = 1;
     w->bytes = len;
     if (conn_write(c, w) != 0) {
-        tk_free(w);
+        wr_free(c->srv, w);
         conn_close(c); /* r goes with the connection (conn_maybe_free) */
         return false;
     }
@@ -726,7 +785,7 @@ static void on_written(uv_write_t *wr, int status)
     }
     bool close = w->close || status < 0;
     struct http_request *blob_req = w->stream;
-    tk_free(w);
+    wr_free(c->srv, w);
     if (c->closing)
         return;
     if (close) {
@@ -775,8 +834,7 @@ static int conn_write(struct http_conn *c, struct write_req *w)
 static bool stream_flush(struct http_conn *c)
 {
     struct http_request *r = c->head;
-    struct write_req *w = tk_calloc(1, sizeof(*w));
-    w->c = c;
+    struct write_req *w = wr_new(c);
     w->sbuf = r->sbuf;
     w->sreq = r;
     w->bytes = r->sbuf_len;
@@ -785,7 +843,7 @@ static bool stream_flush(struct http_conn *c)
     r->sbuf_len = r->sbuf_cap = 0;
     if (conn_write(c, w) != 0) {
         tk_free(w->sbuf);
-        tk_free(w);
+        wr_free(c->srv, w);
         conn_close(c);
         return false;
     }
@@ -857,8 +915,7 @@ static int conn_write_try(struct http_conn *c, struct write_req *w, bool *sent_a
 static void conn_flush(struct http_conn *c)
 {
     while (!c->closing && c->blob_req == NULL && c->head && c->head->done) {
-        struct write_req *w = tk_calloc(1, sizeof(*w));
-        w->c = c;
+        struct write_req *w = wr_new(c);
         while (c->head && c->head->done && w->nb < WRITE_BUFS) {
             struct http_request *r = c->head;
             c->head = r->next;
@@ -887,14 +944,14 @@ static void conn_flush(struct http_conn *c)
             for (uint32_t i = 0; i < w->n; i++)
                 req_free(w->reqs[i]);
             c->inflight -= w->n;
-            tk_free(w);
+            wr_free(c->srv, w);
             conn_close(c);
             return;
         }
         if (sent_all) {
             bool close = w->close;
             bool open = conn_sent_now(c, w->reqs, w->n, close);
-            tk_free(w);
+            wr_free(c->srv, w);
             if (!open)
                 return;
             if (c->phase == PH_IDLE || c->read_done) {
@@ -1103,7 +1160,15 @@ static int on_url(http_parser *p, const char *at, size_t len)
                           c->srv->cfg.header_max);
     count_header(c, at, len);
     struct http_request *r = c->cur;
-    r->url = tk_realloc(r->url, r->url_len + len + 1);
+    size_t need = r->url_len + len + 1;
+    if (r->url == NULL && need <= sizeof(r->url_room)) {
+        r->url = r->url_room;
+    } else if (r->url == r->url_room && need > sizeof(r->url_room)) {
+        r->url = tk_malloc(need);
+        memcpy(r->url, r->url_room, r->url_len);
+    } else if (r->url != r->url_room) {
+        r->url = tk_realloc(r->url, need);
+    }
     memcpy(r->url + r->url_len, at, len);
     r->url_len += len;
     r->url[r->url_len] = 0;
@@ -1334,7 +1399,14 @@ static int on_body(http_parser *p, const char *at, size_t len)
             return parse_fail(c, 503, "overloaded",
                               "the server holds too many request and response bytes; "
                               "retry later");
-        r->body = tk_realloc(r->body, cap);
+        if (r->body == NULL && cap <= sizeof(r->body_room)) {
+            r->body = r->body_room;
+        } else if (r->body == r->body_room && cap > sizeof(r->body_room)) {
+            r->body = tk_malloc(cap);
+            memcpy(r->body, r->body_room, r->body_len);
+        } else if (r->body != r->body_room) {
+            r->body = tk_realloc(r->body, cap);
+        }
         r->body_cap = cap;
         req_count_mem(r);
     }
@@ -1773,5 +1845,15 @@ void http_server_free(struct http_server *srv)
         return;
     /* The loop is gone; every connection was closed on it. */
     TK_ASSERT(srv->conns == NULL);
+    while (srv->req_pool != NULL) {
+        struct http_request *r = srv->req_pool;
+        srv->req_pool = r->pool_next;
+        tk_free(r);
+    }
+    while (srv->wr_pool != NULL) {
+        struct write_req *w = srv->wr_pool;
+        srv->wr_pool = w->pool_next;
+        tk_free(w);
+    }
     tk_free(srv);
 }
