@@ -336,7 +336,6 @@ static int peer_try_write(struct tcp_peer *p, struct wreq *w, unsigned *n)
 
 static void peer_flush(struct tcp_peer *p)
 {
-again:
     if (!p->up || p->inflight != NULL || p->head == NULL)
         return;
     struct wreq *w = &p->wreq;
@@ -365,13 +364,15 @@ again:
     p->last_tx = uv_now(p->t->loop);
     p->t->base.stats.writes++;
     uv_stream_t *st = (uv_stream_t *)&p->conn->handle;
-    int rc = peer_try_write(p, w, &n);
+    /* The whole queue at once, if the socket takes it; a longer queue goes
+     * by uv_write, one batch per completion, as the loop's turns allow. */
+    int rc = b == NULL ? peer_try_write(p, w, &n) : 0;
     if (rc == 1) { /* all out: what on_write does, here */
         p->inflight = NULL;
         p->queued_bytes -= w->bytes;
         peer_put_list(p, w->bufs);
         p->t->base.stats.bytes_sent += w->bytes;
-        goto again;
+        return;
     }
     if (rc == 0)
         rc = p->conn->tls != NULL
