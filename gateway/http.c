@@ -7,7 +7,14 @@
  * arrival order. Responses are written strictly in request order
  * (pipelining): an answered request waits until every earlier one has
  * answered, then the run of answered requests at the head goes out in one
- * vectored write.
+ * vectored write: uv_try_write first (a write the socket takes whole costs
+ * no write request, callback or epoll_ctl), uv_write for what is left. A
+ * connection's only request in flight is written from http_respond; with
+ * pipelined ones in flight, the answers of one loop turn go together from
+ * the server's prepare handle (flush_prep), before the loop waits again.
+ * Requests and write requests come from bounded pools, and a small request's
+ * URL, body and answer live in the request itself: no allocation per request
+ * in steady state.
  *
  * Bounds: request line + headers <= header_max (431), body <= body_max (413),
  * requests in flight per connection <= pipeline_max (reading pauses above it,

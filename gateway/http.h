@@ -17,7 +17,9 @@
  *   waits for the connection's earlier writes to be answered, and nothing
  *   overtakes a request held back.
  *
- * Responses go out strictly in request order, in vectored writes.
+ * Responses go out strictly in request order, in vectored writes: at once
+ * (uv_try_write) when the connection has one request in flight, else the
+ * answers of one loop turn together, just before the loop waits again.
  *
  * Threads: every function, and every callback, runs on the loop thread
  * (except http_server_new and http_server_free, which run on the owner's
