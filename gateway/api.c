@@ -102,7 +102,7 @@ static void respond_405(struct api_req *req, const struct route *hit)
 static int decode_key(struct api_req *req, const char *raw, size_t len)
 {
     struct gateway *gw = req->gw;
-    req->key = tk_malloc(len + 1);
+    req->key = len + 1 <= sizeof(req->key_room) ? req->key_room : tk_malloc(len + 1);
     if (pct_decode(raw, len, req->key, &req->key_len, false) != 0) {
         api__bad(req, "bad percent-escape in the key");
         return TK_EINVAL;
@@ -188,12 +188,47 @@ static void route_request(struct api_req *req)
 
 static void on_request(struct http_request *hreq, void *data)
 {
-    struct api_req *req = tk_calloc(1, sizeof(*req));
+    struct gateway *gw = data;
+    struct api_req *req = gw->req_pool;
+    if (req != NULL) {
+        gw->req_pool = req->pool_next;
+        gw->n_req_pool--;
+        memset(req, 0,
+               offsetof(struct api_req, key_room)); /* the room is written first */
+    } else {
+        req = tk_calloc(1, sizeof(*req));
+    }
     req->http = hreq;
     req->gw = data;
     req->route = ROUTE_OTHER;
     hreq->data = req;
     route_request(req);
+}
+
+/* The leader's header lines into hdr[0..cap); returns their length. Sets
+ * *lasting when they come from the configuration alone (a member added at
+ * run time is asked of the node each time). */
+static size_t leader_header(struct gateway *gw, uint64_t leader, char *hdr, size_t cap,
+                            bool *lasting)
+{
+    *lasting = true;
+    int n = snprintf(hdr, cap, "X-Tierkv-Leader: %llu\r\n", (unsigned long long)leader);
+    bool known = false;
+    for (uint32_t i = 0; i < gw->cfg.n_members; i++) {
+        if (gw->cfg.members[i].id == leader && gw->cfg.members[i].http_addr[0]) {
+            snprintf(hdr + n, cap - (size_t)n, "X-Tierkv-Leader-Addr: %s\r\n",
+                     gw->cfg.members[i].http_addr);
+            known = true;
+        }
+    }
+    char addr[NODE_ADDR_MAX];
+    if (!known) {
+        *lasting = false;
+        if (!gw->stopping && /* a member added at run time */
+            node_member_http(gw->node, leader, addr, sizeof(addr)))
+            snprintf(hdr + n, cap - (size_t)n, "X-Tierkv-Leader-Addr: %s\r\n", addr);
+    }
+    return strlen(hdr);
 }
 
 /* Counts the response, and names the leader (and its HTTP address, if
@@ -210,40 +245,44 @@ static size_t on_response(struct http_request *hreq, int status, char *hdr, size
     struct node_status st;
     node_status(gw->node, &st);
     hdr[0] = 0;
-    if (st.leader != 0) {
-        int n = snprintf(hdr, cap, "X-Tierkv-Leader: %llu\r\n",
-                         (unsigned long long)st.leader);
-        bool known = false;
-        for (uint32_t i = 0; i < gw->cfg.n_members; i++) {
-            if (gw->cfg.members[i].id == st.leader && gw->cfg.members[i].http_addr[0]) {
-                snprintf(hdr + n, cap - (size_t)n, "X-Tierkv-Leader-Addr: %s\r\n",
-                         gw->cfg.members[i].http_addr);
-                known = true;
-            }
-        }
-        char addr[NODE_ADDR_MAX];
-        if (!known && !gw->stopping && /* a member added at run time */
-            node_member_http(gw->node, st.leader, addr, sizeof(addr)))
-            snprintf(hdr + n, cap - (size_t)n, "X-Tierkv-Leader-Addr: %s\r\n", addr);
+    if (st.leader == 0)
+        return 0;
+    if (st.leader == gw->leader_hdr_id && gw->leader_hdr_len < cap) {
+        memcpy(hdr, gw->leader_hdr, gw->leader_hdr_len + 1);
+        return gw->leader_hdr_len;
     }
-    return strlen(hdr);
+    bool lasting;
+    size_t n = leader_header(gw, st.leader, hdr, cap, &lasting);
+    gw->leader_hdr_id = 0;
+    if (lasting && n < sizeof(gw->leader_hdr)) {
+        memcpy(gw->leader_hdr, hdr, n + 1);
+        gw->leader_hdr_len = n;
+        gw->leader_hdr_id = st.leader;
+    }
+    return n;
 }
 
 static void on_close(struct http_request *hreq, void *data)
 {
     struct api_req *req = hreq->data;
-    (void)data;
+    struct gateway *gw = data;
     if (req == NULL)
         return;
     TK_ASSERT(!req->submitted);
     if (req->nreq.cmd != NULL) /* a write held back, never submitted */
         tk_blob_unref(req->nreq.cmd);
-    tk_free(req->key);
+    api__key_free(req);
     tk_free(req->key2);
     tk_free(req->range_end);
     kv_digest_free(req->digest);
     tk_free(req->op_kinds);
-    tk_free(req);
+    if (gw->n_req_pool < API_REQ_POOL_MAX) {
+        req->pool_next = gw->req_pool;
+        gw->req_pool = req;
+        gw->n_req_pool++;
+    } else {
+        tk_free(req);
+    }
     hreq->data = NULL;
 }
 
@@ -377,7 +416,12 @@ void gateway_free(struct gateway *gw)
 {
     if (gw == NULL)
         return;
-    http_server_free(gw->http);
+    http_server_free(gw->http); /* every request's on_close has run */
+    while (gw->req_pool != NULL) {
+        struct api_req *req = gw->req_pool;
+        gw->req_pool = req->pool_next;
+        tk_free(req);
+    }
     tk_free((char *)(uintptr_t)gw->cfg.host);
     tk_free(gw->latency);
     tk_free(gw);

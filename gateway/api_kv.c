@@ -95,11 +95,14 @@ static void on_write_done(struct node_req *nreq, int status, const struct kv_res
         api__respond_rc(req, status);
         return;
     }
+    /* The common answers fit on the stack: no allocation, no printf. */
+    char room[256];
     if (req->nreq.mode == NODE_MODE_COMMITTED) {
         struct jbuf b;
-        jbuf_init(&b, 64);
-        jbuf_printf(&b, "{\"revision\":%llu,\"mode\":\"committed\"}",
-                    (unsigned long long)res->revision);
+        jbuf_init_on(&b, room, sizeof(room));
+        jbuf_adds(&b, "{\"revision\":");
+        jbuf_u64(&b, res->revision);
+        jbuf_adds(&b, ",\"mode\":\"committed\"}");
         api__respond_json(req, &b, res->revision);
         jbuf_free(&b);
         return;
@@ -109,8 +112,9 @@ static void on_write_done(struct node_req *nreq, int status, const struct kv_res
         return;
     }
     struct jbuf b;
-    jbuf_init(&b, 128);
-    jbuf_printf(&b, "{\"revision\":%llu", (unsigned long long)res->revision);
+    jbuf_init_on(&b, room, sizeof(room));
+    jbuf_adds(&b, "{\"revision\":");
+    jbuf_u64(&b, res->revision);
     switch (req->route) {
     case ROUTE_KV_DELETE:
     case ROUTE_KV_DELETE_RANGE:
@@ -473,7 +477,7 @@ int api__scan_bounds(struct api_req *req, const struct query *q)
         /* prefix and start: the prefix's keys from start on */
         api__prefix_to_range(req);
         if (key_cmp(q->val[QI_START], slen, req->key, req->key_len) > 0) {
-            tk_free(req->key);
+            api__key_free(req);
             req->key = query_dup(q, QI_START, &req->key_len);
         }
     }

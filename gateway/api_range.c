@@ -171,7 +171,7 @@ static void step_done(struct node_req *nreq, int status, const struct kv_result 
     if (res->revision)
         req->range_revision = res->revision;
     if (!res->more) { /* the next step starts where this one ended */
-        tk_free(req->key);
+        api__key_free(req);
         req->key = req->range_end;
         req->key_len = req->range_end_len;
         req->range_end = NULL;

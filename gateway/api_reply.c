@@ -292,10 +292,14 @@ void api__respond_rc(struct api_req *req, int rc)
 
 void api__respond_json(struct api_req *req, struct jbuf *b, uint64_t revision)
 {
-    char extra[64] = "";
-    if (revision)
-        snprintf(extra, sizeof(extra), "X-Tierkv-Revision: %llu\r\n",
-                 (unsigned long long)revision);
+    static const char name[] = "X-Tierkv-Revision: ";
+    char extra[sizeof(name) + JSON_U64_MAX + 2] = "";
+    if (revision) {
+        size_t n = sizeof(name) - 1;
+        memcpy(extra, name, n);
+        n += json_u64(extra + n, revision);
+        memcpy(extra + n, "\r\n", 3); /* with the NUL */
+    }
     jbuf_adds(b, "\n");
     http_respond(req->http, 200, NULL, extra, b->p, b->len);
 }

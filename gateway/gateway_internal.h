@@ -19,6 +19,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/alloc.h"
 #include "base/blob.h"
 #include "base/hist.h"
 #include "gateway/gateway.h"
@@ -177,7 +178,18 @@ struct gateway {
     uint64_t requests[ROUTE_COUNT][GW_STATUS_SLOTS];
     struct tk_hist *latency; /* [ROUTE_COUNT], nanoseconds */
     uint64_t auth_denied;    /* answered 401 or 403 (api_auth.c) */
+    /* The leader header lines of every answer (api.c's on_response), kept
+     * while the leader is leader_hdr_id (0: none kept): built once per
+     * leader, not per answer. */
+    struct api_req *req_pool; /* free api_reqs, reused (api.c) */
+    uint32_t n_req_pool;
+    uint64_t leader_hdr_id;
+    size_t leader_hdr_len;
+    char leader_hdr[HTTP_EXTRA_HEADERS_MAX];
 };
+
+#define API_KEY_ROOM 128
+#define API_REQ_POOL_MAX 1024 /* free api_reqs kept (struct gateway) */
 
 /* The API's state of one request (http_request.data), from on_request to
  * on_close. */
@@ -211,7 +223,19 @@ struct api_req {
     uint64_t digest_applied;
     uint32_t digest_restarts;
     uint64_t lease_id, lease_ttl; /* lease routes (api_lease.c) */
+    struct api_req *pool_next;    /* in the gateway's pool of free ones */
+    /* key's room: a key up to API_KEY_ROOM - 1 bytes needs no allocation.
+     * Free key with api__key_free. */
+    uint8_t key_room[API_KEY_ROOM];
 };
+
+/* Frees req->key, unless it lives in the request's own room. */
+static inline void api__key_free(struct api_req *req)
+{
+    if (req->key != req->key_room)
+        tk_free(req->key);
+    req->key = NULL;
+}
 
 /* ---- api_auth.c --------------------------------------------------------- */
 

@@ -17,7 +17,9 @@
  *   waits for the connection's earlier writes to be answered, and nothing
  *   overtakes a request held back.
  *
- * Responses go out strictly in request order, in vectored writes.
+ * Responses go out strictly in request order, in vectored writes: at once
+ * (uv_try_write) when the connection has one request in flight, else the
+ * answers of one loop turn together, just before the loop waits again.
  *
  * Threads: every function, and every callback, runs on the loop thread
  * (except http_server_new and http_server_free, which run on the owner's
@@ -44,6 +46,11 @@
 #define HTTP_EXTRA_HEADERS_MAX 256
 #define HTTP_DIGEST_BYTES 32
 #define HTTP_KEPT_MAX 1024
+/* A request's own room (http_request): URL, body and answer up to these
+ * sizes need no allocation. */
+#define HTTP_URL_ROOM 128
+#define HTTP_BODY_ROOM 256
+#define HTTP_RESP_ROOM 512
 
 struct http_server;
 struct http_conn;
@@ -143,6 +150,12 @@ struct http_request {
     size_t sbuf_len, sbuf_cap, stream_out;
     void (*stream_gone)(struct http_request *req, void *data);
     void *stream_data;
+    struct http_request *pool_next; /* in the server's pool of free requests */
+    /* Room for the common case, so a request costs no allocation: its URL,
+     * a small body and a small answer live here (larger ones on the heap). */
+    char url_room[HTTP_URL_ROOM];
+    uint8_t body_room[HTTP_BODY_ROOM];
+    char resp_room[HTTP_RESP_ROOM];
 };
 
 /* Copies the config; keeps `cb` and `data`. Never fails (aborts on OOM). */

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "base/alloc.h"
+#include "base/assert.h"
 #include "base/err.h"
 #include "gateway/json.h"
 
@@ -18,11 +19,22 @@ void jbuf_init(struct jbuf *b, size_t cap)
     b->len = 0;
     b->cap = cap ? cap : 64;
     b->p = tk_malloc(b->cap);
+    b->fixed = NULL;
+}
+
+void jbuf_init_on(struct jbuf *b, char *buf, size_t cap)
+{
+    TK_ASSERT(cap > 0);
+    b->len = 0;
+    b->cap = cap;
+    b->p = buf;
+    b->fixed = buf;
 }
 
 void jbuf_free(struct jbuf *b)
 {
-    tk_free(b->p);
+    if (b->p != b->fixed)
+        tk_free(b->p);
     b->p = NULL;
     b->len = b->cap = 0;
 }
@@ -34,8 +46,33 @@ void jbuf_reserve(struct jbuf *b, size_t extra)
     size_t cap = b->cap ? b->cap : 64;
     while (cap < b->len + extra)
         cap *= 2;
-    b->p = tk_realloc(b->p, cap);
+    if (b->p != NULL && b->p == b->fixed) {
+        char *p = tk_malloc(cap);
+        memcpy(p, b->p, b->len);
+        b->p = p;
+    } else {
+        b->p = tk_realloc(b->p, cap);
+    }
     b->cap = cap;
+}
+
+size_t json_u64(char *out, uint64_t v)
+{
+    char t[JSON_U64_MAX];
+    size_t n = 0;
+    do {
+        t[n++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v != 0);
+    for (size_t i = 0; i < n; i++)
+        out[i] = t[n - 1 - i];
+    return n;
+}
+
+void jbuf_u64(struct jbuf *b, uint64_t v)
+{
+    jbuf_reserve(b, JSON_U64_MAX);
+    b->len += json_u64(b->p + b->len, v);
 }
 
 void jbuf_add(struct jbuf *b, const void *p, size_t len)

@@ -14,9 +14,18 @@ struct jbuf {
     char *p;
     size_t len;
     size_t cap;
+    char *fixed; /* jbuf_init_on's buffer (the caller's), or NULL */
 };
 
 void jbuf_init(struct jbuf *b, size_t cap);
+/* Starts on the caller's `buf` (borrowed: it must outlive b), moving to the
+ * heap only if the bytes outgrow it; jbuf_free frees only the heap's. */
+void jbuf_init_on(struct jbuf *b, char *buf, size_t cap);
+/* The decimal digits of v (at most JSON_U64_MAX bytes, no NUL) into out;
+ * returns their count. */
+#define JSON_U64_MAX 20
+size_t json_u64(char *out, uint64_t v);
+void jbuf_u64(struct jbuf *b, uint64_t v);
 void jbuf_free(struct jbuf *b);
 void jbuf_reserve(struct jbuf *b, size_t extra);
 void jbuf_add(struct jbuf *b, const void *p, size_t len);

@@ -304,6 +304,36 @@ static void on_write(uv_write_t *req, int status)
         peer_flush(p);
 }
 
+/* Tries w's buffers at once (uv_try_write: plaintext, nothing queued in
+ * libuv). Returns 1 when the socket took them all (no write request, so no
+ * callback and no change to the poll set: libuv 1.44 re-arms the watcher
+ * with an epoll_ctl after every uv_write), 0 when the rest is to be written
+ * by uv_write (w->iov[0..*n) trimmed to it), or a libuv error. */
+static int peer_try_write(struct tcp_peer *p, struct wreq *w, unsigned *n)
+{
+    uv_stream_t *st = (uv_stream_t *)&p->conn->handle;
+    if (p->conn->tls != NULL || uv_stream_get_write_queue_size(st) > 0)
+        return 0;
+    int k = uv_try_write(st, w->iov, *n);
+    if (k == UV_EAGAIN)
+        return 0;
+    if (k < 0)
+        return k;
+    if ((size_t)k == w->bytes)
+        return 1;
+    size_t done = (size_t)k;
+    unsigned i = 0;
+    while (done >= w->iov[i].len) {
+        done -= w->iov[i].len;
+        i++;
+    }
+    w->iov[i].base += done;
+    w->iov[i].len -= (unsigned)done;
+    memmove(w->iov, w->iov + i, (*n - i) * sizeof(w->iov[0]));
+    *n -= i;
+    return 0;
+}
+
 static void peer_flush(struct tcp_peer *p)
 {
     if (!p->up || p->inflight != NULL || p->head == NULL)
@@ -334,7 +364,18 @@ static void peer_flush(struct tcp_peer *p)
     p->last_tx = uv_now(p->t->loop);
     p->t->base.stats.writes++;
     uv_stream_t *st = (uv_stream_t *)&p->conn->handle;
-    int rc = p->conn->tls != NULL
+    /* The whole queue at once, if the socket takes it; a longer queue goes
+     * by uv_write, one batch per completion, as the loop's turns allow. */
+    int rc = b == NULL ? peer_try_write(p, w, &n) : 0;
+    if (rc == 1) { /* all out: what on_write does, here */
+        p->inflight = NULL;
+        p->queued_bytes -= w->bytes;
+        peer_put_list(p, w->bufs);
+        p->t->base.stats.bytes_sent += w->bytes;
+        return;
+    }
+    if (rc == 0)
+        rc = p->conn->tls != NULL
                  ? tk_tls_uv_write(p->conn->tls, st, w->iov, n, &w->req, on_write)
                  : uv_write(&w->req, st, w->iov, n, on_write);
     if (rc != 0) {

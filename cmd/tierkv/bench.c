@@ -36,6 +36,7 @@
 #include "base/err.h"
 #include "base/hist.h"
 #include "base/prng.h"
+#include "cmd/tierkv/bench_cpu.h"
 #include "cmd/tierkv/bench_progress.h"
 #include "cmd/tierkv/bench_timeline.h"
 #include "cmd/tierkv/cli.h"
@@ -47,6 +48,10 @@
 #define CONNECTIONS_MAX 20000
 #define VALUE_MAX (1u << 20)
 #define PREFILL_ERRORS_MAX 1000
+
+_Static_assert(sizeof(((struct bench_opts *)0)->cpu_pids) / sizeof(int) ==
+                   BENCH_CPU_PIDS_MAX,
+               "--cpu-pids: the options hold BENCH_CPU_PIDS_MAX pids");
 
 void cli_bench_defaults(struct bench_opts *o)
 {
@@ -179,13 +184,16 @@ struct shared {
     struct bench_live_view live_view; /* the progress line's previous sums */
     struct bench_timeline *timeline;  /* --plot: the same samples, kept */
     uint32_t run;                     /* the run being measured (1..) */
+    /* CPU microseconds of the --cpu-pids processes and, last, of this one,
+     * at the measured window's start and end (worker 0 samples them). */
+    int64_t cpu_start[BENCH_CPU_PIDS_MAX + 1], cpu_end[BENCH_CPU_PIDS_MAX + 1];
 };
 
 struct worker {
     struct shared *sh;
     size_t idx;
     uv_loop_t loop;
-    uv_timer_t stop_timer, progress_timer;
+    uv_timer_t stop_timer, progress_timer, cpu_timer;
     uv_thread_t thread;
     struct conn *conns;
     size_t n_conns;
@@ -590,13 +598,32 @@ static void worker_stop(struct worker *w)
             uv_close((uv_handle_t *)&c->retry, NULL);
     }
     uv_close((uv_handle_t *)&w->stop_timer, NULL);
+    uv_close((uv_handle_t *)&w->cpu_timer, NULL);
     if (!uv_is_closing((uv_handle_t *)&w->progress_timer))
         uv_close((uv_handle_t *)&w->progress_timer, NULL);
 }
 
+/* The CPU time of the --cpu-pids processes and of this one, into v. */
+static void cpu_sample(const struct shared *sh, int64_t *v)
+{
+    int n = sh->o->n_cpu_pids;
+    for (int i = 0; i < n; i++)
+        v[i] = bench_cpu_us(sh->o->cpu_pids[i]);
+    v[n] = bench_cpu_us(0);
+}
+
+static void on_cpu_timer(uv_timer_t *t)
+{
+    struct worker *w = t->data;
+    cpu_sample(w->sh, w->sh->cpu_start);
+}
+
 static void on_stop_timer(uv_timer_t *t)
 {
-    worker_stop(t->data);
+    struct worker *w = t->data;
+    if (w->idx == 0 && !w->sh->prefill)
+        cpu_sample(w->sh, w->sh->cpu_end);
+    worker_stop(w);
 }
 
 static void on_progress(uv_timer_t *t)
@@ -661,6 +688,10 @@ static int run_phase(struct shared *sh, struct worker *ws, size_t n_workers,
         uv_timer_init(&w->loop, &w->stop_timer);
         w->stop_timer.data = w;
         uv_timer_start(&w->stop_timer, on_stop_timer, (sh->t_end - now) / 1000000 + 1, 0);
+        uv_timer_init(&w->loop, &w->cpu_timer);
+        w->cpu_timer.data = w;
+        if (i == 0 && !sh->prefill)
+            uv_timer_start(&w->cpu_timer, on_cpu_timer, (sh->t0 - now) / 1000000, 0);
         uv_timer_init(&w->loop, &w->progress_timer);
         w->progress_timer.data = w;
         if (i == 0 && (sh->progress || sh->timeline != NULL)) {
@@ -699,6 +730,9 @@ struct run_result {
     double ops_per_s;
     uint64_t ops, errors, not_found, redirects;
     double p50, p90, p99, p999, max; /* ms */
+    /* CPU microseconds per op of each --cpu-pids process and, last, of the
+     * bench itself (-1: unreadable, or no op). */
+    double cpu_us[BENCH_CPU_PIDS_MAX + 1];
     char first_error[160];
 };
 
@@ -733,6 +767,8 @@ static const char bench_help[] =
     "  --progress|--no-progress  the live line on stderr (default: if a terminal)\n"
     "  --strict                exit 1 if any request failed\n"
     "  --plot FILE.svg         draw each run's ops/s and p99 second by second (gnuplot)\n"
+    "  --cpu-pids PID[,PID..]  report the CPU microseconds per op of these processes\n"
+    "                          (the servers; /proc utime+stime over the window) (none)\n"
     "Global --mode and --consistency apply to writes and reads (etcd: --consistency\n"
     "stale sends serializable ranges). Prints a table and one JSON line (--json: the\n"
     "JSON line only). Exits 5 if no request succeeded.\n";
@@ -792,7 +828,8 @@ static int parse_bench_args(struct bench_opts *o, int argc, char **argv)
         O_NOPROGRESS,
         O_STRICT,
         O_SEQ,
-        O_PLOT
+        O_PLOT,
+        O_CPU_PIDS
     };
     static const struct option opts[] = {{"protocol", required_argument, 0, O_PROTO},
                                          {"connections", required_argument, 0, 'c'},
@@ -812,6 +849,7 @@ static int parse_bench_args(struct bench_opts *o, int argc, char **argv)
                                          {"strict", no_argument, 0, O_STRICT},
                                          {"sequential", no_argument, 0, O_SEQ},
                                          {"plot", required_argument, 0, O_PLOT},
+                                         {"cpu-pids", required_argument, 0, O_CPU_PIDS},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     optind = 1;
@@ -893,6 +931,11 @@ static int parse_bench_args(struct bench_opts *o, int argc, char **argv)
             break;
         case O_PLOT:
             o->plot = optarg;
+            break;
+        case O_CPU_PIDS:
+            o->n_cpu_pids = bench_cpu_parse_pids(optarg, o->cpu_pids);
+            if (o->n_cpu_pids < 0)
+                return bench_usage("--cpu-pids wants PID[,PID...] (8 at most)");
             break;
         case 'h':
             fputs(bench_help, stdout);
@@ -1071,6 +1114,11 @@ int cli_cmd_bench(struct cli_global *g, int argc, char **argv)
         rr->p99 = (double)tk_hist_quantile(&h, 0.99) / 1e6;
         rr->p999 = (double)tk_hist_quantile(&h, 0.999) / 1e6;
         rr->max = (double)tk_hist_quantile(&h, 1.0) / 1e6;
+        for (int i = 0; i <= o.n_cpu_pids; i++) {
+            int64_t a = sh->cpu_start[i], b = sh->cpu_end[i];
+            rr->cpu_us[i] =
+                a >= 0 && b >= a && rr->ops > 0 ? (double)(b - a) / (double)rr->ops : -1;
+        }
         total_ops += rr->ops;
         total_err += rr->errors;
         total_nf += rr->not_found;
@@ -1080,6 +1128,13 @@ int cli_cmd_bench(struct cli_global *g, int argc, char **argv)
                    " %9.3f %9.3f %9.3f %9.3f %9.3f %8" PRIu64 " %9" PRIu64 "\n",
                    r + 1, rr->ops_per_s, rr->ops, rr->p50, rr->p90, rr->p99, rr->p999,
                    rr->max, rr->errors, rr->not_found);
+            fflush(stdout);
+        }
+        if (!g->json && o.n_cpu_pids > 0) {
+            printf("       CPU us/op:");
+            for (int i = 0; i < o.n_cpu_pids; i++)
+                printf(" pid %d %.1f,", o.cpu_pids[i], rr->cpu_us[i]);
+            printf(" bench %.1f\n", rr->cpu_us[o.n_cpu_pids]);
             fflush(stdout);
         }
         if (rr->errors > 0)
@@ -1105,6 +1160,31 @@ int cli_cmd_bench(struct cli_global *g, int argc, char **argv)
         printf("%-6s %12.1f %10" PRIu64 " %9.3f %9.3f %9.3f %9.3f %9.3f %8" PRIu64
                " %9" PRIu64 "\n",
                "median", m_ops, total_ops, m50, m90, m99, m999, mx, total_err, total_nf);
+    /* CPU per op: each process's median over the runs, and the median of the
+     * runs' sums over the --cpu-pids processes. */
+    double cpu_med[BENCH_CPU_PIDS_MAX + 1], cpu_total = -1;
+    for (int i = 0; i <= o.n_cpu_pids; i++) {
+        for (uint64_t r = 0; r < o.runs; r++)
+            v[0][r] = res[r].cpu_us[i];
+        cpu_med[i] = median(v[0], o.runs);
+    }
+    if (o.n_cpu_pids > 0) {
+        for (uint64_t r = 0; r < o.runs; r++) {
+            v[0][r] = 0;
+            for (int i = 0; i < o.n_cpu_pids; i++)
+                v[0][r] =
+                    v[0][r] < 0 || res[r].cpu_us[i] < 0 ? -1 : v[0][r] + res[r].cpu_us[i];
+        }
+        cpu_total = median(v[0], o.runs);
+        if (!g->json)
+            printf("median CPU us/op: servers %.1f in all, bench %.1f\n", cpu_total,
+                   cpu_med[o.n_cpu_pids]);
+    }
+    char cpu_json[64 + 24 * BENCH_CPU_PIDS_MAX] = "";
+    size_t cj = 0;
+    for (int i = 0; i < o.n_cpu_pids; i++)
+        cj += (size_t)snprintf(cpu_json + cj, sizeof(cpu_json) - cj, "%s%.2f",
+                               i ? "," : "", cpu_med[i]);
     char turn_phase[32];
     double turn_ms = o.protocol == CLI_PROTO_TIERKV
                          ? max_loop_turn(g, turn_phase, sizeof(turn_phase))
@@ -1112,20 +1192,22 @@ int cli_cmd_bench(struct cli_global *g, int argc, char **argv)
     if (!g->json && turn_ms >= 0)
         printf("longest loop turn of the nodes (since they started): %.1f ms, in %s\n",
                turn_ms, turn_phase);
-    printf("{\"bench\":\"http\",\"protocol\":\"%s\",\"op\":\"%s\",\"read_fraction\":%.3f,"
-           "\"connections\":%" PRIu64 ",\"threads\":%" PRIu64 ",\"duration_s\":%.3f,"
-           "\"value_size\":%" PRIu64 ",\"keys\":%" PRIu64
-           ",\"dist\":\"%s\",\"runs\":%" PRIu64 ",\"ops\":%" PRIu64
-           ",\"ops_per_s\":%.1f,\"p50_ms\":%.3f,\"p90_ms\":%.3f,"
-           "\"p99_ms\":%.3f,\"p999_ms\":%.3f,\"max_ms\":%.3f,\"errors\":%" PRIu64
-           ",\"not_found\":%" PRIu64 ",\"redirects\":%" PRIu64
-           ",\"max_loop_turn_ms\":%.1f,"
-           "\"mode\":\"%s\",\"consistency\":\"%s\","
-           "\"endpoints\":\"%s\"}\n",
-           proto, op_name(&o), o.read_fraction, o.connections, o.threads,
-           (double)o.duration_ms / 1000, o.value_size, o.keys, dist_text, o.runs,
-           total_ops, m_ops, m50, m90, m99, m999, mx, total_err, total_nf,
-           total_redirects, turn_ms, g->mode, g->consistency, eps_text);
+    printf(
+        "{\"bench\":\"http\",\"protocol\":\"%s\",\"op\":\"%s\",\"read_fraction\":%.3f,"
+        "\"connections\":%" PRIu64 ",\"threads\":%" PRIu64 ",\"duration_s\":%.3f,"
+        "\"value_size\":%" PRIu64 ",\"keys\":%" PRIu64
+        ",\"dist\":\"%s\",\"runs\":%" PRIu64 ",\"ops\":%" PRIu64
+        ",\"ops_per_s\":%.1f,\"p50_ms\":%.3f,\"p90_ms\":%.3f,"
+        "\"p99_ms\":%.3f,\"p999_ms\":%.3f,\"max_ms\":%.3f,\"errors\":%" PRIu64
+        ",\"not_found\":%" PRIu64 ",\"redirects\":%" PRIu64 ",\"max_loop_turn_ms\":%.1f,"
+        "\"cpu_us_per_op\":[%s],\"cpu_us_per_op_total\":%.2f,"
+        "\"bench_cpu_us_per_op\":%.2f,"
+        "\"mode\":\"%s\",\"consistency\":\"%s\","
+        "\"endpoints\":\"%s\"}\n",
+        proto, op_name(&o), o.read_fraction, o.connections, o.threads,
+        (double)o.duration_ms / 1000, o.value_size, o.keys, dist_text, o.runs, total_ops,
+        m_ops, m50, m90, m99, m999, mx, total_err, total_nf, total_redirects, turn_ms,
+        cpu_json, cpu_total, cpu_med[o.n_cpu_pids], g->mode, g->consistency, eps_text);
     fflush(stdout);
     code = bench_plot_out(&o, &timeline, proto, code);
     bench_timeline_free(&timeline);

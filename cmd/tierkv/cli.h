@@ -237,6 +237,8 @@ struct bench_opts {
     bool strict;         /* any error makes the exit code nonzero */
     char key_prefix[64];
     const char *plot; /* --plot FILE.svg (bench_timeline.h), or NULL */
+    int cpu_pids[8];  /* --cpu-pids: servers whose CPU per op is reported */
+    int n_cpu_pids;
 };
 
 void cli_bench_defaults(struct bench_opts *o);

@@ -14,8 +14,10 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#include "base/alloc.h"
 #include "base/err.h"
 #include "gateway/gateway.h"
+#include "gateway/http.h"
 #include "gateway/json.h"
 #include "node/node.h"
 #include "tests/check_run.h"
@@ -62,6 +64,27 @@ START_TEST(test_base64_round_trips_and_rejects_garbage)
     ck_assert_int_eq(base64_decode("a@==", 4, dec, &dl), TK_EINVAL);
     ck_assert_int_eq(base64_decode("====", 4, dec, &dl), TK_EINVAL);
     ck_assert_int_eq(base64_decode("aa==aaaa", 8, dec, &dl), TK_EINVAL);
+}
+END_TEST
+
+START_TEST(test_u64_digits_and_a_buffer_that_outgrows_the_stack)
+{
+    char d[JSON_U64_MAX];
+    ck_assert_uint_eq(json_u64(d, 0), 1);
+    ck_assert_int_eq(d[0], '0');
+    ck_assert_uint_eq(json_u64(d, UINT64_MAX), 20);
+    ck_assert_int_eq(memcmp(d, "18446744073709551615", 20), 0);
+    char room[8];
+    struct jbuf b;
+    jbuf_init_on(&b, room, sizeof(room));
+    jbuf_adds(&b, "{\"r\":");
+    ck_assert_ptr_eq(b.p, room);
+    jbuf_u64(&b, 1234567890123ull); /* past 8 bytes: moves to the heap */
+    jbuf_adds(&b, "}");
+    ck_assert_ptr_ne(b.p, room);
+    ck_assert_int_eq((int)b.len, 19);
+    ck_assert_int_eq(memcmp(b.p, "{\"r\":1234567890123}", b.len), 0);
+    jbuf_free(&b);
 }
 END_TEST
 
@@ -193,6 +216,133 @@ static int count_status(const char *buf, const char *status)
         n++;
     return n;
 }
+
+/* ---- the HTTP server alone, for its allocations ------------------------- */
+
+struct tiny {
+    uv_loop_t loop;
+    uv_async_t stop;
+    uv_thread_t thread;
+    struct http_server *srv;
+};
+
+static void tiny_on_request(struct http_request *req, void *data)
+{
+    (void)data;
+    http_respond(req, 200, NULL, "X-Tierkv-Revision: 7\r\n", "{\"revision\":7}\n", 15);
+}
+
+static size_t tiny_on_response(struct http_request *req, int status, char *hdr,
+                               size_t cap, void *data)
+{
+    (void)req, (void)status, (void)data;
+    if (hdr == NULL)
+        return 0;
+    ck_assert_uint_gt(cap, 20);
+    memcpy(hdr, "X-Tierkv-Leader: 1\r\n", 21);
+    return 20;
+}
+
+static void tiny_on_close(struct http_request *req, void *data)
+{
+    (void)req, (void)data;
+}
+
+static void tiny_on_stop(uv_async_t *a)
+{
+    struct tiny *t = a->data;
+    http_server_stop(t->srv);
+    uv_close((uv_handle_t *)a, NULL);
+}
+
+static void tiny_run(void *arg)
+{
+    struct tiny *t = arg;
+    uv_run(&t->loop, UV_RUN_DEFAULT);
+}
+
+/* Requests on keep-alive connections, one at a time and pipelined, after a
+ * warm-up: the server allocates nothing for them (its requests, write
+ * requests, URLs, bodies and answers come from its pools and rooms). The
+ * known-bad case: a URL longer than the room must allocate, and is counted. */
+START_TEST(test_steady_requests_allocate_nothing_in_the_http_server)
+{
+    struct tiny t;
+    memset(&t, 0, sizeof(t));
+    ck_assert_int_eq(uv_loop_init(&t.loop), 0);
+    struct http_config hc = {
+        .body_max = 1 << 20,
+        .header_max = 16384,
+        .conns_max = 16,
+        .pipeline_max = 64,
+        .header_timeout_ms = 10000,
+        .body_timeout_ms = 10000,
+        .idle_timeout_ms = 10000,
+        .retry_after_s = 1,
+        .write_timeout_ms = 10000,
+    };
+    static const struct http_callbacks cb = {
+        .on_request = tiny_on_request,
+        .on_response = tiny_on_response,
+        .on_close = tiny_on_close,
+    };
+    t.srv = http_server_new(&hc, &cb, &t);
+    char err[128];
+    ck_assert_int_eq(http_server_listen(t.srv, &t.loop, "127.0.0.1", 0, err, sizeof(err)),
+                     0);
+    uv_async_init(&t.loop, &t.stop, tiny_on_stop);
+    t.stop.data = &t;
+    ck_assert_int_eq(uv_thread_create(&t.thread, tiny_run, &t), 0);
+    int s = connect_to(http_server_port(t.srv));
+    static char buf[65536];
+    static const char put[] =
+        "PUT /v1/kv/bench%2F00001234 HTTP/1.1\r\nHost: x\r\n"
+        "Content-Length: 64\r\n\r\n"
+        "0123456789012345678901234567890123456789012345678901234567890123";
+    static char pipelined[8 * sizeof(put)];
+    size_t plen = 0;
+    for (int i = 0; i < 8; i++) {
+        memcpy(pipelined + plen, put, sizeof(put) - 1);
+        plen += sizeof(put) - 1;
+    }
+    /* Warm-up: the pools fill. */
+    for (int i = 0; i < 20; i++) {
+        send_all(s, pipelined, plen);
+        size_t n = read_responses(s, buf, sizeof(buf), 8);
+        buf[n] = 0;
+        ck_assert_int_eq(count_status(buf, "HTTP/1.1 200 OK"), 8);
+    }
+    struct tk_alloc_stats a0, a1;
+    tk_alloc_stats(&a0);
+    for (int i = 0; i < 200; i++) {
+        send_all(s, put, sizeof(put) - 1);
+        size_t n = read_responses(s, buf, sizeof(buf), 1);
+        buf[n] = 0;
+        ck_assert_int_eq(count_status(buf, "HTTP/1.1 200 OK"), 1);
+        send_all(s, pipelined, plen);
+        n = read_responses(s, buf, sizeof(buf), 8);
+        buf[n] = 0;
+        ck_assert_int_eq(count_status(buf, "HTTP/1.1 200 OK"), 8);
+    }
+    tk_alloc_stats(&a1);
+    ck_assert_uint_eq(a1.calls - a0.calls, 0); /* 1800 requests, no allocation */
+    /* A URL past the room (HTTP_URL_ROOM) allocates: the counter sees it. */
+    char longreq[512];
+    int ln = snprintf(longreq, sizeof(longreq), "GET /%0*d HTTP/1.1\r\nHost: x\r\n\r\n",
+                      HTTP_URL_ROOM + 10, 1);
+    send_all(s, longreq, (size_t)ln);
+    size_t n = read_responses(s, buf, sizeof(buf), 1);
+    buf[n] = 0;
+    ck_assert_int_eq(count_status(buf, "HTTP/1.1 200 OK"), 1);
+    tk_alloc_stats(&a0);
+    ck_assert_uint_ge(a0.calls - a1.calls, 1);
+    close(s);
+    uv_async_send(&t.stop);
+    uv_thread_join(&t.thread);
+    ck_assert_int_eq(uv_loop_close(&t.loop), 0);
+    http_server_free(t.srv);
+}
+END_TEST
 
 START_TEST(test_put_then_get_on_one_keepalive_connection)
 {
@@ -879,10 +1029,12 @@ int main(void)
     tcase_add_test(j, test_utf8_validation_rejects_malformed_sequences);
     tcase_add_test(j, test_base64_round_trips_and_rejects_garbage);
     tcase_add_test(j, test_percent_decoding_and_json_escaping);
+    tcase_add_test(j, test_u64_digits_and_a_buffer_that_outgrows_the_stack);
     suite_add_tcase(s, j);
     TCase *h = tcase_create("http");
     tcase_set_timeout(h, 30);
     tcase_add_test(h, test_put_then_get_on_one_keepalive_connection);
+    tcase_add_test(h, test_steady_requests_allocate_nothing_in_the_http_server);
     tcase_add_test(h, test_pipelined_requests_answer_in_order);
     tcase_add_test(h, test_chunked_body_and_expect_continue);
     tcase_add_test(h, test_malformed_request_gets_400_and_server_stays_up);

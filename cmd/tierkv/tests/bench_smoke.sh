@@ -49,6 +49,17 @@ bench() {
 
 bench put-fixture "$EP" --duration 1500ms --connections 8
 grep -q "p99.9_ms" "$DIR/out" || { echo "FAIL: no table"; FAIL=$((FAIL + 1)); }
+# --cpu-pids: the fixture's CPU per op is reported (positive: it answered
+# thousands of requests in the window), the bench's own as well.
+FAKE_PID=$(echo $PIDS | cut -d' ' -f1)
+bench cpu-pids "$EP" --duration 1500ms --connections 8 --cpu-pids "$FAKE_PID"
+cpu=$(field cpu_us_per_op_total); bcpu=$(field bench_cpu_us_per_op)
+if awk -v a="$cpu" -v b="$bcpu" 'BEGIN { exit !(a > 0 && b > 0) }'; then
+    echo "ok   cpu-pids: server $cpu us/op, bench $bcpu us/op"; PASS=$((PASS + 1))
+else
+    echo "FAIL cpu-pids: cpu_us_per_op_total=$cpu bench_cpu_us_per_op=$bcpu"
+    FAIL=$((FAIL + 1))
+fi
 bench mix-zipf-2threads "$EP" --duration 1500ms --connections 16 --threads 2 --mix 80:20 \
     --dist zipf --keys 500 --value-size 1k
 grep -q '"op":"mix"' "$DIR/out" || { echo "FAIL: op is not mix"; FAIL=$((FAIL + 1)); }

@@ -9,6 +9,7 @@
 
 #include "base/err.h"
 #include "base/prng.h"
+#include "cmd/tierkv/bench_cpu.h"
 #include "cmd/tierkv/cli.h"
 #include "tests/check_run.h"
 
@@ -374,6 +375,31 @@ START_TEST(test_bench_requests_are_valid_http)
 }
 END_TEST
 
+START_TEST(test_bench_cpu_reads_utime_plus_stime)
+{
+    uint64_t t = 0;
+    /* A comm with a space and a ')' of its own: fields count from the last. */
+    ck_assert_int_eq(bench_cpu_parse_stat("42 (tk) x) S 1 42 42 0 -1 4194560 100 0 0 0 "
+                                          "250 37 0 0 20 0 5 0 100 0 0\n",
+                                          &t),
+                     0);
+    ck_assert_uint_eq(t, 287);
+    /* Truncated before stime, and no comm at all: malformed. */
+    ck_assert_int_eq(
+        bench_cpu_parse_stat("42 (tk) S 1 42 42 0 -1 4194560 100 0 0 0 250", &t), -1);
+    ck_assert_int_eq(bench_cpu_parse_stat("42 tk S 1 2 3", &t), -1);
+    /* This process has spent some CPU; a pid that cannot exist reads -1. */
+    ck_assert_int_ge(bench_cpu_us(0), 0);
+    ck_assert_int_eq(bench_cpu_us(0x7ffffffe), -1);
+    int pids[BENCH_CPU_PIDS_MAX];
+    ck_assert_int_eq(bench_cpu_parse_pids("12,34,5", pids), 3);
+    ck_assert_int_eq(pids[2], 5);
+    ck_assert_int_eq(bench_cpu_parse_pids("12,,3", pids), -1);
+    ck_assert_int_eq(bench_cpu_parse_pids("0", pids), -1);
+    ck_assert_int_eq(bench_cpu_parse_pids("1,2,3,4,5,6,7,8,9", pids), -1);
+}
+END_TEST
+
 static Suite *cli_suite(void)
 {
     Suite *s = suite_create("tierkv_cli");
@@ -392,6 +418,7 @@ static Suite *cli_suite(void)
     tcase_add_test(tc, test_response_parser_headers_and_chunked_body);
     tcase_add_test(tc, test_response_parser_rejects_garbage_and_truncation);
     tcase_add_test(tc, test_bench_requests_are_valid_http);
+    tcase_add_test(tc, test_bench_cpu_reads_utime_plus_stime);
     suite_add_tcase(s, tc);
     return s;
 }
