@@ -1654,6 +1654,24 @@ START_TEST(test_restart_recovers_from_cold_and_replay)
 }
 END_TEST
 
+/* Reads a snapshot view's whole stream in chunks of `chunk` bytes (at most
+ * 4096) into a new tk_malloc'd buffer. */
+static uint8_t *snap_read_all(struct kv_snap *s, size_t chunk, size_t *len)
+{
+    uint8_t *stream = NULL;
+    uint8_t buf[4096];
+    *len = 0;
+    for (;;) {
+        size_t n;
+        ck_assert_int_eq(kv_snap_read(s, buf, chunk, &n), 0);
+        if (n == 0)
+            return stream;
+        stream = tk_realloc(stream, *len + n);
+        memcpy(stream + *len, buf, n);
+        *len += n;
+    }
+}
+
 START_TEST(test_snapshot_stream_installs_identical_state)
 {
     struct kvu a = {0}, b = {0};
@@ -1679,18 +1697,8 @@ START_TEST(test_snapshot_stream_installs_identical_state)
     ck_assert_uint_eq(kv_snap_index(s), 2001);
     /* a keeps applying: the stream is the view at 2001. */
     ck_assert_int_eq(kvu_put(&a, "later", "x"), 0);
-    uint8_t *stream = NULL;
     size_t len = 0;
-    for (;;) {
-        uint8_t chunk[777];
-        size_t n;
-        ck_assert_int_eq(kv_snap_read(s, chunk, sizeof(chunk), &n), 0);
-        if (n == 0)
-            break;
-        stream = tk_realloc(stream, len + n);
-        memcpy(stream + len, chunk, n);
-        len += n;
-    }
+    uint8_t *stream = snap_read_all(s, 777, &len);
     /* While a's view is open, a cannot install over itself. */
     struct kv_install *busy;
     ck_assert_int_eq(kv_sm_install_begin(a.sm, &busy), TK_EBUSY);
@@ -1783,18 +1791,8 @@ START_TEST(test_install_writes_on_another_thread)
     ck_assert_int_eq(kvu_put(&b, "junk", "to be replaced"), 0);
     struct kv_snap *s;
     ck_assert_int_eq(kv_sm_snapshot(a.sm, &s), 0);
-    uint8_t *stream = NULL;
     size_t len = 0;
-    for (;;) {
-        uint8_t chunk[4096];
-        size_t n;
-        ck_assert_int_eq(kv_snap_read(s, chunk, sizeof(chunk), &n), 0);
-        if (n == 0)
-            break;
-        stream = tk_realloc(stream, len + n);
-        memcpy(stream + len, chunk, n);
-        len += n;
-    }
+    uint8_t *stream = snap_read_all(s, 4096, &len);
     kv_snap_close(s);
     char buf[32];
     for (int bad = 1; bad >= 0; bad--) {
