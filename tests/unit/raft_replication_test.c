@@ -306,7 +306,8 @@ START_TEST(test_hold_apply_keeps_committing_and_hands_out_later)
     rf_drain(c, 2);
     ck_assert_uint_eq(rf_node(c, 2)->applied_index, last);
     for (size_t i = 0; i < rf_node(c, 2)->n_applied; i++)
-        ck_assert_uint_eq(rf_node(c, 2)->applied[i].index, rf_node(c, 1)->applied[i].index);
+        ck_assert_uint_eq(rf_node(c, 2)->applied[i].index,
+                          rf_node(c, 1)->applied[i].index);
     rf_free(c);
 }
 END_TEST
