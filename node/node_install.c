@@ -34,6 +34,7 @@
 #include <stdatomic.h>
 #include <time.h>
 
+#include "base/alloc.h"
 #include "base/assert.h"
 #include "base/err.h"
 #include "base/log.h"
@@ -59,10 +60,15 @@ static void install_run(struct node_install *s)
     atomic_store_explicit(&s->ran, true, memory_order_release);
 }
 
+struct node_install_job {
+    uv_work_t work;
+    struct node *n;
+};
+
 static void install_work(uv_work_t *w)
 {
-    struct node *n = w->data;
-    install_run(&n->install);
+    struct node_install_job *j = w->data;
+    install_run(&j->n->install);
 }
 
 /* Loop thread, once the job ran: swap the new state in, reset the log store
@@ -119,10 +125,16 @@ static void install_done(struct node *n)
 
 static void install_after(uv_work_t *w, int status)
 {
-    struct node *n = w->data;
+    struct node_install_job *j = w->data;
+    struct node *n = j->n;
     (void)status;
-    n->install.queued = false;
-    if (n->install.busy) {
+    /* A job the loop waited out (node__install_wait) is no longer current:
+     * its install is finished, and another may be running. */
+    bool current = n->install.job == j;
+    if (current)
+        n->install.job = NULL;
+    tk_free(j);
+    if (current && n->install.busy) {
         uint64_t t0 = node__mono_ns();
         if (n->loop.closing || n->persist.failed) {
             /* Stopping: the old state and log stay, as after a crash. */
@@ -156,13 +168,16 @@ int node__install_start(struct node *n, const struct raft_snapshot_meta *meta,
     s->t0 = t0;
     s->busy = true;
     atomic_store(&s->ran, false);
-    s->work.data = n;
-    if (uv_queue_work(n->loop.uv, &s->work, install_work, install_after) == 0) {
-        s->queued = true;
+    struct node_install_job *j = tk_malloc(sizeof(*j));
+    j->n = n;
+    j->work.data = j;
+    if (uv_queue_work(n->loop.uv, &j->work, install_work, install_after) == 0) {
+        s->job = j;
         n->loop.handles_open++;
         s->loop_ns = node__mono_ns() - t0;
         return 0;
     }
+    tk_free(j);
     install_run(s);
     s->loop_ns = node__mono_ns() - t0;
     return install_finish(n);
@@ -186,12 +201,16 @@ int node__install_wait(struct node *n)
     /* Not started yet (the pool may be busy): take it back and run it here
      * rather than wait for a thread; its after-work callback then finds
      * nothing to do. */
-    if (s->queued && uv_cancel((uv_req_t *)&s->work) == 0)
+    if (s->job != NULL && uv_cancel((uv_req_t *)&s->job->work) == 0)
         install_run(s);
     while (!atomic_load_explicit(&s->ran, memory_order_acquire)) {
         struct timespec ts = {0, 50000};
         nanosleep(&ts, NULL);
     }
+    /* Its after-work callback is still to come (libuv owns the request until
+     * then) and will find it no longer current: the next install, if a
+     * second snapshot is what arrived, gets a request of its own. */
+    s->job = NULL;
     TK_LOG(TK_LOG_WARN, n->o.id, raft_term(n->raft),
            "log entries (or a snapshot) arrived during a snapshot install: the loop "
            "waited %llu ms for it",

@@ -163,8 +163,13 @@ struct node_tier {
  * applies nothing and answers no read past the old state: the core counts
  * the install's ready, and every ready after it, durable only once the swap
  * is done. */
+struct node_install_job;
 struct node_install {
-    uv_work_t work;
+    /* The current install's request on the thread pool, until its after-work
+     * callback. Each install has its own: libuv owns a request until that
+     * callback, which may come after the loop waited the install out
+     * (node__install_wait) and a second snapshot began. */
+    struct node_install_job *job;
     struct kv_install *in; /* NULL once the job has aborted it */
     struct tk_blob *data;  /* a reference to the stream, until the job ran */
     struct raft_snapshot_meta meta;
@@ -173,7 +178,6 @@ struct node_install {
     uint64_t loop_ns;  /* of it on the loop: begin and the swap */
     int rc;            /* the job's */
     bool busy;         /* from start to finish */
-    bool queued;       /* on the thread pool, until its after-work callback */
     atomic_bool ran;
 };
 
