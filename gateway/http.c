@@ -989,22 +989,30 @@ static void conn_flush(struct http_conn *c)
 }
 
 /* Just before the loop waits for events: every connection answered during
- * the turn writes its answers, all of them in one write. */
+ * the turn writes its answers, all of them in one write. A flush may resume
+ * a reader paused at its pipeline cap, whose buffered requests are parsed
+ * and some answered at once, queued again here; a prepare handle started
+ * from its own callback would run only after the loop's next wait for
+ * events, so this goes round again while any are queued (a bounded number
+ * of times: the buffered bytes are bounded too). */
+#define FLUSH_ROUNDS 64
 static void on_flush_prep(uv_prepare_t *h)
 {
     struct http_server *srv = h->data;
-    struct http_conn *list = srv->flush_head;
-    srv->flush_head = NULL;
-    uv_prepare_stop(h);
-    while (list != NULL) {
-        struct http_conn *c = list;
-        list = c->flush_next;
-        c->flush_next = NULL;
-        c->flush_queued = false;
-        c->refs--;
-        if (!c->closing)
-            conn_flush(c);
-        conn_maybe_free(c);
+    for (int round = 0; round < FLUSH_ROUNDS && srv->flush_head != NULL; round++) {
+        struct http_conn *list = srv->flush_head;
+        srv->flush_head = NULL;
+        uv_prepare_stop(h);
+        while (list != NULL) {
+            struct http_conn *c = list;
+            list = c->flush_next;
+            c->flush_next = NULL;
+            c->flush_queued = false;
+            c->refs--;
+            if (!c->closing)
+                conn_flush(c);
+            conn_maybe_free(c);
+        }
     }
 }
 
