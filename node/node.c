@@ -216,6 +216,7 @@ static void apply_entries(struct node *n, const struct raft_entry *e, size_t cnt
             const void *p = x->data ? x->data->data : NULL;
             size_t len = x->data ? x->data->len : 0;
             n->tier.snap_bytes += len;
+            n->loop.turn_apply_bytes += len;
             rc = kv_sm_apply(n->sm, x->index, x->term, x->time_ms, p, len, &n->res);
         } else {
             memset(&n->res, 0, sizeof(n->res));
@@ -428,12 +429,19 @@ fail:
     return false;
 }
 
+/* Payload applied per loop turn before the rest waits for the next turn
+ * (readies hand out at most raft_options.max_apply_bytes each): a backlog of
+ * big entries, after a hold or a slow disk, applied at once held the loop
+ * for hundreds of ms (memcpy into fresh ring pages). */
+#define NODE_APPLY_TURN_BYTES (8u << 20)
+
 static void process_ready(struct node *n)
 {
     int guard = 0;
     uint64_t t = node__mono_ns();
     node__tier_hold(n);
-    while (!n->persist.failed && raft_has_ready(n->raft) && guard++ < 8) {
+    while (!n->persist.failed && raft_has_ready(n->raft) && guard++ < 8 &&
+           n->loop.turn_apply_bytes < NODE_APPLY_TURN_BYTES) {
         if (!handle_ready(n, &t))
             return;
         node__tier_hold(n); /* what this ready applied may have filled the ring */
@@ -663,6 +671,7 @@ static void turn_end(struct node *n, uint64_t dt)
     n->loop.turn_cpu_ns = cpu;
     memset(n->loop.turn_ns, 0, sizeof(n->loop.turn_ns));
     n->loop.turn_applied = 0;
+    n->loop.turn_apply_bytes = 0;
 }
 
 /* Just before the loop blocks for events: the turn since the last prepare,

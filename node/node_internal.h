@@ -73,11 +73,12 @@ struct node_loop {
     int handles_open;
 
     uint64_t turn_ns[NODE_PH_N], turn_applied; /* this loop turn's, by phase */
-    uv_prepare_t prepare;                      /* measures whole turns (idle_metrics) */
-    bool idle_metrics;                         /* own loop with UV_METRICS_IDLE_TIME */
-    uint64_t prep_ns, prep_idle_ns;            /* at the last prepare */
-    uint64_t turn_cpu_ns;     /* the thread CPU time at the last turn end */
-    struct raft_entry *batch; /* batch_max entries: one drain's proposal */
+    uint64_t turn_apply_bytes; /* payload applied this turn (NODE_APPLY_TURN_BYTES) */
+    uv_prepare_t prepare;      /* measures whole turns (idle_metrics) */
+    bool idle_metrics;         /* own loop with UV_METRICS_IDLE_TIME */
+    uint64_t prep_ns, prep_idle_ns; /* at the last prepare */
+    uint64_t turn_cpu_ns;           /* the thread CPU time at the last turn end */
+    struct raft_entry *batch;       /* batch_max entries: one drain's proposal */
 
     struct tk_mpsc queue;
     /* Written by other threads (node_submit, node_transfer_leadership): a

@@ -36,6 +36,7 @@
 #include "store/store.h"
 
 #define COMPACT_STEP 8192
+#define COMPACT_STEP_BYTES (16u << 20) /* and at most this much payload */
 #define DRAIN_STEP 4096
 #define TIER_NICE 5
 
@@ -301,6 +302,16 @@ static void compact_step(struct node *n)
         upto = first + COMPACT_STEP - 1;
     if (upto > raft_stable_index(n->raft))
         upto = raft_stable_index(n->raft);
+    /* Freeing 8192 entries of 200 KiB took 50-70 ms of the loop's CPU. */
+    uint64_t bytes = 0;
+    for (uint64_t i = first; i <= upto; i++) {
+        const struct raft_entry *e = raft_entry_at(n->raft, i);
+        bytes += e != NULL && e->data != NULL ? e->data->len : 0;
+        if (bytes > COMPACT_STEP_BYTES && i > first) {
+            upto = i - 1;
+            break;
+        }
+    }
     if (upto < first || raft_compact(n->raft, upto) != 0)
         return;
     n->tier.compact_upto = upto;

@@ -1628,7 +1628,22 @@ void raft_ready(struct raft *r, struct raft_ready *rd)
     uint64_t lim = apply_handout(r);
     if (lim > r->applying) {
         rd->committed = raft__log_at(&r->log, r->applying + 1);
-        rd->n_committed = (size_t)(lim - r->applying);
+        size_t cnt = (size_t)(lim - r->applying);
+        if (r->o.max_apply_bytes != 0) {
+            /* At most max_apply_bytes of payload (and at least one entry):
+             * the rest in the next readies (raft_has_ready stays true). */
+            uint64_t bytes = 0;
+            size_t k = 0;
+            for (; k < cnt; k++) {
+                const struct raft_entry *e = &rd->committed[k];
+                uint64_t sz = e->data != NULL ? e->data->len : 0;
+                if (k > 0 && bytes + sz > r->o.max_apply_bytes)
+                    break;
+                bytes += sz;
+            }
+            cnt = k;
+        }
+        rd->n_committed = cnt;
     }
     rd->read_states = r->rs;
     rd->n_read_states = r->n_rs;
@@ -1709,6 +1724,7 @@ void raft_options_default(struct raft_options *o)
     o->check_quorum = true;
     o->max_append_entries = 256;
     o->max_append_bytes = 1u << 20;
+    o->max_apply_bytes = 4u << 20;
     o->max_inflight_msgs = 64;
     o->max_inflight_bytes = 8u << 20;
     o->max_uncommitted = 65536;

@@ -340,6 +340,10 @@ struct raft_options {
     uint32_t max_inflight_msgs;  /* unacked AppendEntries per follower */
     uint64_t max_inflight_bytes; /* unacked payload bytes per follower */
     uint32_t max_uncommitted;    /* proposals refused with TK_EBUSY beyond this */
+    uint64_t max_apply_bytes;    /* payload bytes of committed entries per ready
+                                    (at least one entry; 0: no limit): the rest
+                                    come in the next readies, so the driver's
+                                    apply of a backlog is bounded per ready */
     uint64_t log_reserve;        /* room for this many entries from the start
                                     (0: grow as needed); growing a large log
                                     copies it, which a host may not want to
@@ -348,7 +352,8 @@ struct raft_options {
 
 /* Sensible defaults: election 10, heartbeat 1, pre-vote and check-quorum on,
  * 256 entries / 1 MiB per message, 64 messages / 8 MiB in flight, 65536
- * uncommitted entries. The caller sets id and seed. */
+ * uncommitted entries, 4 MiB of committed entries per ready. The caller sets
+ * id and seed. */
 void raft_options_default(struct raft_options *o);
 
 struct raft;

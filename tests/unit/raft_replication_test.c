@@ -312,6 +312,31 @@ START_TEST(test_hold_apply_keeps_committing_and_hands_out_later)
 }
 END_TEST
 
+START_TEST(test_committed_entries_per_ready_are_bounded_by_bytes)
+{
+    /* max_apply_bytes: a backlog of committed entries is handed out a few
+     * at a time (here 2 of 40 bytes within 100), over several readies. */
+    struct raft_options o;
+    rf_options(&o);
+    o.max_apply_bytes = 100;
+    struct rf_cluster *c = rf_new(3, &o);
+    rf_elect(c, 1);
+    raft_hold_apply(rf_raft(c, 2), true);
+    uint64_t first = 0;
+    ck_assert_int_eq(rf_propose(c, 1, 6, 40, &first), 0);
+    rf_run(c);
+    rf_heartbeat_rounds(c, 1, 2);
+    ck_assert_uint_ge(raft_commit(rf_raft(c, 2)), first + 5);
+    ck_assert_uint_lt(rf_node(c, 2)->applied_index, first);
+    uint64_t readies = rf_node(c, 2)->n_readies;
+    raft_hold_apply(rf_raft(c, 2), false);
+    rf_drain(c, 2);
+    ck_assert_uint_eq(rf_node(c, 2)->applied_index, first + 5);
+    ck_assert_uint_ge(rf_node(c, 2)->n_readies - readies, 3);
+    rf_free(c);
+}
+END_TEST
+
 static bool drop_appends_from_1(const struct raft_message *m, void *data)
 {
     (void)data;
@@ -824,6 +849,7 @@ static Suite *replication_suite(void)
     tcase_add_test(tc, test_inflight_limit_caps_unacked_appends);
     tcase_add_test(tc, test_log_rolling_window_moves_and_grows);
     tcase_add_test(tc, test_hold_apply_keeps_committing_and_hands_out_later);
+    tcase_add_test(tc, test_committed_entries_per_ready_are_bounded_by_bytes);
     tcase_add_loop_test(tc, test_steady_state_replication_allocates_nothing, 0,
                         STEADY_MODES);
     suite_add_tcase(s, tc);
