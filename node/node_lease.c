@@ -51,6 +51,19 @@ static struct tk_blob *pack(const Kvpb__Command *cmd)
     return b;
 }
 
+/* Fills the node's own request `r` for `cmd` and marks it busy. */
+static struct node_req *own_req(struct node *n, struct node_req *r, uint8_t mode,
+                                const Kvpb__Command *cmd, node_write_cb *cb, bool *busy)
+{
+    memset(r, 0, sizeof(*r));
+    r->mode = mode;
+    r->cmd = pack(cmd);
+    r->write_cb = cb;
+    r->data = n;
+    *busy = true;
+    return r;
+}
+
 static struct node_req *revoke_next(struct node *n, uint64_t now_ms)
 {
     uint64_t id, renewed;
@@ -63,14 +76,8 @@ static struct node_req *revoke_next(struct node *n, uint64_t now_ms)
     Kvpb__Command cmd = KVPB__COMMAND__INIT;
     cmd.cmd_case = KVPB__COMMAND__CMD_LEASE_REVOKE;
     cmd.lease_revoke = &rv;
-    struct node_req *r = &n->lease.revoke_req;
-    memset(r, 0, sizeof(*r));
-    r->mode = NODE_MODE_APPLIED;
-    r->cmd = pack(&cmd);
-    r->write_cb = on_revoked;
-    r->data = n;
-    n->lease.revoke_busy = true;
-    return r;
+    return own_req(n, &n->lease.revoke_req, NODE_MODE_APPLIED, &cmd, on_revoked,
+                   &n->lease.revoke_busy);
 }
 
 static struct node_req *checkpoint_next(struct node *n, uint64_t now_ms)
@@ -94,14 +101,8 @@ static struct node_req *checkpoint_next(struct node *n, uint64_t now_ms)
     Kvpb__Command cmd = KVPB__COMMAND__INIT;
     cmd.cmd_case = KVPB__COMMAND__CMD_LEASE_CHECKPOINT;
     cmd.lease_checkpoint = &ck;
-    struct node_req *r = &n->lease.ckpt_req;
-    memset(r, 0, sizeof(*r));
-    r->mode = NODE_MODE_COMMITTED;
-    r->cmd = pack(&cmd);
-    r->write_cb = on_checkpointed;
-    r->data = n;
-    n->lease.ckpt_busy = true;
-    return r;
+    return own_req(n, &n->lease.ckpt_req, NODE_MODE_COMMITTED, &cmd, on_checkpointed,
+                   &n->lease.ckpt_busy);
 }
 
 void node__lease_init(struct node *n)
