@@ -219,6 +219,7 @@ struct raft_msg_snapshot {
     struct raft_snapshot_meta meta;
     uint64_t offset;
     bool done;
+    uint64_t total;       /* the TCP transport's: the whole data's size, 0 unknown */
     struct tk_blob *data; /* borrowed, like entries */
 };
 

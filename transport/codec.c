@@ -44,7 +44,7 @@ _Static_assert(TIERKV__RAFT_MESSAGE__BODY_READ_INDEX_RESP == RAFT_MSG_READ_INDEX
 #define BOUND_META                                                                       \
     (BOUND_FIELD + 2u * BOUND_FIELD + 2u * BOUND_FIELD +                                 \
      RAFT_VOTERS_MAX * 10u)                            /* index, term, voters */
-#define BOUND_SNAPSHOT (BOUND_META + 3u * BOUND_FIELD) /* offset, done, data */
+#define BOUND_SNAPSHOT (BOUND_META + 4u * BOUND_FIELD) /* offset, done, total, data */
 
 void codec__enc_init(struct codec_enc *e)
 {
@@ -130,6 +130,7 @@ static int enc_snapshot(struct codec_enc *e, const struct raft_msg_snapshot *s,
     e->body.snapshot.meta = &e->meta;
     e->body.snapshot.offset = offset;
     e->body.snapshot.done = offset + chunk_len == total;
+    e->body.snapshot.total = total;
     if (chunk_len != 0) {
         e->body.snapshot.data.len = chunk_len;
         e->body.snapshot.data.data = s->data->data + offset;
@@ -403,6 +404,7 @@ static int dec_snapshot(struct codec_dec *d, const Tierkv__InstallSnapshot *ps,
         return TK_EPROTO;
     out->offset = ps->offset;
     out->done = ps->done;
+    out->total = ps->total;
     d->snap_data = adopt_bytes(d, &ps->data);
     out->data = d->snap_data;
     return 0;
@@ -486,6 +488,7 @@ void codec__snap_init(struct codec_snap *s, uint64_t max_bytes)
 void codec__snap_destroy(struct codec_snap *s)
 {
     tk_free(s->buf);
+    tk_blob_unref(s->blob);
     memset(s, 0, sizeof(*s));
 }
 
@@ -502,22 +505,48 @@ static bool meta_equal(const struct raft_snapshot_meta *a,
                   a->config.n_learners * sizeof(a->config.learners[0])) == 0;
 }
 
+uint64_t codec__snap_need(const struct codec_snap *s, const struct raft_msg_snapshot *c)
+{
+    uint64_t n = c->data ? c->data->len : 0;
+    if (c->offset == 0)
+        return c->total > n ? c->total : n;
+    return s->blob != NULL ? s->cap : s->len + n;
+}
+
+/* Drops the reassembly under way (a new one starts, or it failed). */
+static void snap_stop(struct codec_snap *s)
+{
+    s->active = false;
+    s->len = 0;
+    s->total = 0;
+    tk_blob_unref(s->blob);
+    s->blob = NULL;
+    if (s->buf == NULL)
+        s->cap = 0;
+}
+
 int codec__snap_feed(struct codec_snap *s, const struct raft_message *chunk,
                      struct raft_message *whole)
 {
     const struct raft_msg_snapshot *c = &chunk->u.snapshot;
     size_t n = c->data ? c->data->len : 0;
     if (c->offset == 0) {
+        snap_stop(s);
         s->active = true;
         s->meta = c->meta;
-        s->len = 0;
-    } else if (!s->active || c->offset != s->len || !meta_equal(&s->meta, &c->meta)) {
-        s->active = false;
+        s->total = c->total;
+    } else if (!s->active || c->offset != s->len || c->total != s->total ||
+               !meta_equal(&s->meta, &c->meta)) {
+        snap_stop(s);
         return TK_EPROTO;
     }
-    if (n > s->max || s->len > s->max - n) {
-        s->active = false;
+    if (n > s->max || s->len > s->max - n || s->total > s->max) {
+        snap_stop(s);
         return TK_ETOOBIG;
+    }
+    if (s->total != 0 && (n > s->total - s->len || (c->done && s->len + n != s->total))) {
+        snap_stop(s);
+        return TK_EPROTO; /* the chunks do not add up to the size announced */
     }
     if (c->done && c->offset == 0) {
         /* One chunk: hand the decoded blob on without copying. */
@@ -526,27 +555,51 @@ int codec__snap_feed(struct codec_snap *s, const struct raft_message *chunk,
         whole->u.snapshot.data = tk_blob_ref(c->data);
         return 1;
     }
-    if (s->len + n > s->cap) {
-        size_t cap = s->cap ? s->cap : 64u << 10;
-        while (cap < s->len + n)
-            cap *= 2;
-        s->buf = tk_realloc(s->buf, cap);
-        s->cap = cap;
+    uint8_t *dst;
+    if (s->total != 0) {
+        /* The size is announced: set aside exactly that at the first chunk
+         * (pages are touched as chunks arrive) and copy each chunk once. */
+        if (s->blob == NULL) {
+            if (s->buf != NULL) {
+                tk_free(s->buf);
+                s->buf = NULL;
+            }
+            s->blob = tk_blob_new(s->total);
+            s->cap = s->total;
+        }
+        dst = s->blob->data;
+    } else {
+        /* An older sender: grow by doubling. */
+        if (s->len + n > s->cap) {
+            size_t cap = s->cap ? s->cap : 64u << 10;
+            while (cap < s->len + n)
+                cap *= 2;
+            s->buf = tk_realloc(s->buf, cap);
+            s->cap = cap;
+        }
+        dst = s->buf;
     }
     if (n != 0)
-        memcpy(s->buf + s->len, c->data->data, n);
+        memcpy(dst + s->len, c->data->data, n);
     s->len += n;
     if (!c->done)
         return 0;
     s->active = false;
     *whole = *chunk;
     whole->u.snapshot.offset = 0;
-    whole->u.snapshot.data = s->len ? tk_blob_copy(s->buf, s->len) : NULL;
-    s->len = 0;
-    if (s->cap > (4u << 20)) { /* do not keep a big buffer between snapshots */
-        tk_free(s->buf);
-        s->buf = NULL;
+    if (s->blob != NULL) {
+        whole->u.snapshot.data = s->blob; /* handed on whole: no copy */
+        s->blob = NULL;
         s->cap = 0;
+    } else {
+        whole->u.snapshot.data = s->len ? tk_blob_copy(s->buf, s->len) : NULL;
+        if (s->cap > (4u << 20)) { /* do not keep a big buffer between snapshots */
+            tk_free(s->buf);
+            s->buf = NULL;
+            s->cap = 0;
+        }
     }
+    s->len = 0;
+    s->total = 0;
     return 1;
 }

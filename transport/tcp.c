@@ -7,7 +7,11 @@
  * frames are appended to back to back; nothing else is copied or allocated in
  * steady state. Queued bytes per peer are bounded by send_queue_bytes: a send
  * that does not fit is refused with TK_EBUSY, unless the queue is empty (so a
- * single message larger than the bound, such as a big snapshot, can still go).
+ * single message larger than the bound can still go). A snapshot is not
+ * framed at once: it streams, SNAP_PUMP_CHUNKS chunks (snapshot_chunk bytes
+ * each, announcing the whole size) queued ahead at a time, the next framed as
+ * each write completes, so no loop turn copies more than that, and other
+ * messages to the peer wait behind at most those chunks.
  * Forwarded frames share the queue but may take only a quarter of the bound
  * (FWD_QUEUE_SHARE; or one frame when none is queued or in flight), so a burst
  * of forwarded writes can neither crowd Raft messages out (TK_EBUSY) nor hold
@@ -51,7 +55,8 @@
 #define OBUF_BYTES (64u << 10)
 #define OBUF_FREE_MAX 8
 #define WRITE_IOV_MAX 64
-#define FWD_QUEUE_SHARE 4 /* forwarded frames: at most 1/4 of send_queue_bytes */
+#define FWD_QUEUE_SHARE 4  /* forwarded frames: at most 1/4 of send_queue_bytes */
+#define SNAP_PUMP_CHUNKS 2 /* a snapshot under way: chunks queued ahead at most */
 #define RBUF_BYTES (64u << 10)
 #define INBOUND_MAX 256
 #define TCP_KEEPALIVE_S 10
@@ -132,6 +137,11 @@ struct tcp_peer {
     uint64_t fwd_bytes;    /* forward frames in the queue and in flight */
     struct wreq *inflight; /* &wreq while a write is in flight, else NULL */
     struct wreq wreq;
+    /* A snapshot under way: its chunks are framed into the queue a few at a
+     * time as the queue drains (snap_pump), never the whole snapshot in one
+     * turn. type is RAFT_MSG_NONE when there is none; data is referenced. */
+    struct raft_message snap;
+    uint64_t snap_off; /* bytes of it framed so far */
 };
 
 struct tcp {
@@ -236,8 +246,28 @@ static uint8_t *peer_reserve(struct tcp_peer *p, size_t need)
     return out;
 }
 
+static bool snap_streaming(const struct tcp_peer *p)
+{
+    return p->snap.type == RAFT_MSG_SNAPSHOT;
+}
+
+static void snap_stream_stop(struct tcp_peer *p)
+{
+    if (!snap_streaming(p))
+        return;
+    tk_blob_unref(p->snap.u.snapshot.data);
+    memset(&p->snap, 0, sizeof(p->snap));
+    p->snap_off = 0;
+}
+
+/* Drops the queue and the snapshot under way (a lost connection: the core
+ * sends the snapshot again after its timeout). */
 static void peer_drop_queue(struct tcp_peer *p)
 {
+    if (snap_streaming(p)) {
+        snap_stream_stop(p);
+        p->t->base.stats.send_dropped++;
+    }
     struct obuf *b = p->head;
     size_t bytes = 0;
     for (struct obuf *x = b; x != NULL; x = x->next)
@@ -300,7 +330,7 @@ static void on_write(uv_write_t *req, int status)
             (uv_stream_t *)&p->conn->handle == req->handle)
             peer_lost(p, uv_strerror(status));
     }
-    if (!t->closing && p->head != NULL)
+    if (!t->closing && (p->head != NULL || snap_streaming(p)))
         peer_flush(p);
 }
 
@@ -334,9 +364,14 @@ static int peer_try_write(struct tcp_peer *p, struct wreq *w, unsigned *n)
     return 0;
 }
 
+static void snap_pump(struct tcp_peer *p);
+
 static void peer_flush(struct tcp_peer *p)
 {
-    if (!p->up || p->inflight != NULL || p->head == NULL)
+    if (!p->up || p->inflight != NULL)
+        return;
+    snap_pump(p);
+    if (p->head == NULL)
         return;
     struct wreq *w = &p->wreq;
     w->req.data = w;
@@ -364,9 +399,10 @@ static void peer_flush(struct tcp_peer *p)
     p->last_tx = uv_now(p->t->loop);
     p->t->base.stats.writes++;
     uv_stream_t *st = (uv_stream_t *)&p->conn->handle;
-    /* The whole queue at once, if the socket takes it; a longer queue goes
-     * by uv_write, one batch per completion, as the loop's turns allow. */
-    int rc = b == NULL ? peer_try_write(p, w, &n) : 0;
+    /* The whole queue at once, if the socket takes it; a longer queue, or a
+     * snapshot under way, goes by uv_write: one batch per completion, whose
+     * callback frames the next chunks, as the loop's turns allow. */
+    int rc = b == NULL && !snap_streaming(p) ? peer_try_write(p, w, &n) : 0;
     if (rc == 1) { /* all out: what on_write does, here */
         p->inflight = NULL;
         p->queued_bytes -= w->bytes;
@@ -425,32 +461,63 @@ static void put_frame(struct tcp_peer *p, size_t bound)
     p->queued_bytes += FRAME_HEADER_BYTES + 1 + size;
 }
 
+/* Frames the next chunks of the snapshot under way while the peer's queue
+ * holds less than SNAP_PUMP_CHUNKS chunks: at most that many per call (a
+ * send, a flush, a write's completion), so no loop turn copies more. */
+static void snap_pump(struct tcp_peer *p)
+{
+    struct tcp *t = p->t;
+    size_t chunk = t->o.snapshot_chunk;
+    while (snap_streaming(p) && p->queued_bytes < (uint64_t)SNAP_PUMP_CHUNKS * chunk) {
+        const struct tk_blob *data = p->snap.u.snapshot.data;
+        size_t total = data != NULL ? data->len : 0;
+        size_t n = total - p->snap_off < chunk ? total - p->snap_off : chunk;
+        size_t size;
+        if (codec__enc_prepare(&t->enc, &p->snap, p->snap_off, n, &size) != 0) {
+            snap_stream_stop(p); /* not reached: send_snapshot checked it */
+            t->base.stats.send_dropped++;
+            break;
+        }
+        put_frame(p, size);
+        p->snap_off += n;
+        if (p->snap_off >= total) {
+            p->queued_msgs++; /* the whole snapshot is one message */
+            snap_stream_stop(p);
+        }
+    }
+}
+
+/* A snapshot goes as a stream of chunks framed as the queue drains. The same
+ * snapshot again while it streams (the core's retry) is already under way;
+ * another one replaces it (the receiver restarts at its offset 0). */
 static int send_snapshot(struct tcp_peer *p, const struct raft_message *m)
 {
     struct tcp *t = p->t;
     size_t total = m->u.snapshot.data ? m->u.snapshot.data->len : 0;
-    size_t chunk = t->o.snapshot_chunk;
-    size_t n_chunks = total == 0 ? 1 : (total + chunk - 1) / chunk;
-    /* Overhead per frame: header, kind, envelope and meta (< 512 bytes). */
-    uint64_t need = (uint64_t)total + n_chunks * 512u;
     if (total > t->o.snapshot_max)
         return TK_ETOOBIG;
-    if (!queue_admits(p, need)) {
+    if (snap_streaming(p)) {
+        const struct raft_message *cur = &p->snap;
+        if (cur->term == m->term && cur->u.snapshot.data == m->u.snapshot.data &&
+            cur->u.snapshot.meta.index == m->u.snapshot.meta.index)
+            return 0;
+        snap_stream_stop(p);
+    }
+    size_t first = total < t->o.snapshot_chunk ? total : t->o.snapshot_chunk;
+    size_t size;
+    int rc = codec__enc_prepare(&t->enc, m, 0, first, &size);
+    if (rc != 0)
+        return rc;
+    TK_ASSERT(1 + size <= t->o.frame_max);
+    if (!queue_admits(p, FRAME_HEADER_BYTES + 1 + size)) {
         t->base.stats.send_busy++;
         return TK_EBUSY;
     }
-    size_t off = 0;
-    do {
-        size_t n = total - off < chunk ? total - off : chunk;
-        size_t size;
-        int rc = codec__enc_prepare(&t->enc, m, off, n, &size);
-        if (rc != 0)
-            return rc; /* only possible on the first chunk: nothing queued */
-        TK_ASSERT(1 + size <= t->o.frame_max);
-        put_frame(p, size);
-        off += n;
-    } while (off < total);
-    p->queued_msgs++;
+    p->snap = *m;
+    p->snap.u.snapshot.offset = 0;
+    p->snap.u.snapshot.data = m->u.snapshot.data ? tk_blob_ref(m->u.snapshot.data) : NULL;
+    p->snap_off = 0;
+    snap_pump(p);
     return 0;
 }
 
@@ -848,7 +915,6 @@ static const char *conn_snapshot(struct tcp_conn *c, const struct raft_message *
 {
     struct tcp *t = c->t;
     const struct raft_msg_snapshot *ch = &m->u.snapshot;
-    uint64_t n = ch->data ? ch->data->len : 0;
     uint64_t now = uv_now(t->loop);
     if (ch->offset == 0)
         c->snap_started = now;
@@ -856,8 +922,12 @@ static const char *conn_snapshot(struct tcp_conn *c, const struct raft_message *
         snap_drop(c, "not completed in time");
         return "snapshot not completed in time";
     }
-    uint64_t mine = ch->offset == 0 ? 0 : c->snap.len;
-    if (t->snap_bytes - c->snap_charged + mine + n > t->o.snapshot_total_max) {
+    uint64_t need = codec__snap_need(&c->snap, ch);
+    if (need > t->o.snapshot_max) {
+        snap_drop(c, "larger than snapshot_max");
+        return "snapshot too large";
+    }
+    if (t->snap_bytes - c->snap_charged + need > t->o.snapshot_total_max) {
         snap_drop(c, "the snapshot memory of all peers is used up");
         return "snapshot memory exhausted";
     }
@@ -1359,6 +1429,7 @@ static void tcp_free(struct tcp *t)
     for (size_t i = 0; i < t->n_peers; i++) {
         struct tcp_peer *p = t->peers[i];
         TK_ASSERT(p->inflight == NULL);
+        snap_stream_stop(p);
         obuf_put_list(t, p->head);
         tk_free(p->host);
         tk_free(p);

@@ -191,8 +191,10 @@ void codec__dec_release(struct codec_dec *d);
 struct codec_snap {
     bool active;
     struct raft_snapshot_meta meta;
-    uint8_t *buf;
-    size_t len, cap;
+    uint64_t total;       /* announced by the sender (0: unknown) */
+    struct tk_blob *blob; /* total known: the whole snapshot, filled to len */
+    uint8_t *buf;         /* total unknown: grown by doubling */
+    size_t len, cap;      /* cap: bytes set aside (blob's or buf's) */
     uint64_t max;
 };
 
@@ -202,9 +204,15 @@ void codec__snap_destroy(struct codec_snap *s);
  * (dropping an unfinished one). Returns 1 and fills *whole (a complete
  * snapshot message whose data blob has one reference, the caller's) on the
  * last chunk; 0 when more chunks are needed; TK_EPROTO for a chunk that does
- * not continue the current snapshot (offset or meta differ); TK_ETOOBIG past
- * max_bytes. */
+ * not continue the current snapshot (offset, total or meta differ, or chunks
+ * that do not add up to the announced total); TK_ETOOBIG past max_bytes.
+ * With the total announced, the first chunk sets aside one blob of exactly
+ * that size, each chunk is copied into it once, and the last hands it on
+ * (no final copy); without (an older sender) the buffer grows by doubling. */
 int codec__snap_feed(struct codec_snap *s, const struct raft_message *chunk,
                      struct raft_message *whole);
+/* The bytes the reassembly would hold once `c` is fed: at a first chunk the
+ * announced total, so memory bounds are checked before it is set aside. */
+uint64_t codec__snap_need(const struct codec_snap *s, const struct raft_msg_snapshot *c);
 
 #endif

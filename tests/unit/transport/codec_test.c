@@ -407,6 +407,86 @@ START_TEST(test_codec_snapshot_chunks_reassemble)
 }
 END_TEST
 
+/* Feeds the chunk [off, off + n) of m, encoded with `total` announced (the
+ * encoder announces the data's length; an older sender announced nothing). */
+static int feed_chunk(struct codec_dec *d, struct codec_snap *s,
+                      const struct raft_message *m, uint64_t off, size_t n,
+                      uint64_t total, struct raft_message *whole)
+{
+    struct codec_enc e;
+    codec__enc_init(&e);
+    size_t bound;
+    ck_assert_int_eq(codec__enc_prepare(&e, m, off, n, &bound), 0);
+    e.body.snapshot.total = total;
+    uint8_t *buf = malloc(bound);
+    size_t len = codec__enc_pack(&e, buf);
+    codec__enc_destroy(&e);
+    struct raft_message got;
+    ck_assert_int_eq(codec__decode(d, buf, len, &got), 0);
+    ck_assert_uint_eq(got.u.snapshot.total, total);
+    int rc = codec__snap_feed(s, &got, whole);
+    codec__dec_release(d);
+    free(buf);
+    return rc;
+}
+
+/* With the size announced, the first chunk sets aside exactly that, and the
+ * last hands that very blob on: no doubling, no final copy of the whole. */
+START_TEST(test_codec_snapshot_total_reassembles_in_place)
+{
+    struct raft_message m, whole;
+    sample(RAFT_MSG_SNAPSHOT, &m);
+    size_t total = m.u.snapshot.data->len; /* 3000 */
+    struct codec_dec d;
+    codec__dec_init(&d);
+    struct codec_snap s;
+    codec__snap_init(&s, 1 << 20);
+    ck_assert_uint_eq(codec__snap_need(&s, &(struct raft_msg_snapshot){.total = total}),
+                      total);
+    ck_assert_int_eq(feed_chunk(&d, &s, &m, 0, 1000, total, &whole), 0);
+    struct tk_blob *set_aside = s.blob;
+    ck_assert_ptr_nonnull(set_aside);
+    ck_assert_uint_eq(set_aside->len, total);
+    ck_assert_uint_eq(s.cap, total);
+    ck_assert_int_eq(feed_chunk(&d, &s, &m, 1000, 1000, total, &whole), 0);
+    ck_assert_ptr_eq(s.blob, set_aside);
+    ck_assert_int_eq(feed_chunk(&d, &s, &m, 2000, 1000, total, &whole), 1);
+    ck_assert_ptr_eq(whole.u.snapshot.data, set_aside);
+    ck_assert_uint_eq(s.cap, 0);
+    check_same(&m, &whole);
+    tk_blob_unref(whole.u.snapshot.data);
+
+    /* Chunks that do not add up to the total are refused: one past it, a
+     * last chunk short of it, a total that changes midway. */
+    ck_assert_int_eq(feed_chunk(&d, &s, &m, 0, 1000, 1500, &whole), 0);
+    ck_assert_int_eq(feed_chunk(&d, &s, &m, 1000, 1000, 1500, &whole), TK_EPROTO);
+    ck_assert_ptr_null(s.blob);
+    ck_assert_int_eq(feed_chunk(&d, &s, &m, 0, 1000, 5000, &whole), 0);
+    ck_assert_int_eq(feed_chunk(&d, &s, &m, 1000, 2000, 5000, &whole), TK_EPROTO);
+    ck_assert_int_eq(feed_chunk(&d, &s, &m, 0, 1000, total, &whole), 0);
+    ck_assert_int_eq(feed_chunk(&d, &s, &m, 1000, 1000, total + 1, &whole), TK_EPROTO);
+    /* An announced total past the bound is refused before anything is set
+     * aside. */
+    codec__snap_destroy(&s);
+    codec__snap_init(&s, 2000);
+    ck_assert_int_eq(feed_chunk(&d, &s, &m, 0, 1000, total, &whole), TK_ETOOBIG);
+    ck_assert_ptr_null(s.blob);
+    codec__snap_destroy(&s);
+
+    /* An older sender (no total): reassembled by doubling, then copied. */
+    codec__snap_init(&s, 1 << 20);
+    ck_assert_int_eq(feed_chunk(&d, &s, &m, 0, 1000, 0, &whole), 0);
+    ck_assert_ptr_null(s.blob);
+    ck_assert_int_eq(feed_chunk(&d, &s, &m, 1000, 1000, 0, &whole), 0);
+    ck_assert_int_eq(feed_chunk(&d, &s, &m, 2000, 1000, 0, &whole), 1);
+    check_same(&m, &whole);
+    tk_blob_unref(whole.u.snapshot.data);
+    codec__snap_destroy(&s);
+    codec__dec_destroy(&d);
+    sample_free(&m);
+}
+END_TEST
+
 /* The size bound from codec__enc_prepare is never below the exact size, even
  * with every integer at its largest (10-byte varints) and every voter slot used. */
 START_TEST(test_codec_size_bound_holds_at_the_extremes)
@@ -678,6 +758,7 @@ static Suite *suite(void)
                         RAFT_MSG_TYPE_COUNT);
     tcase_add_test(tc, test_codec_large_payload_is_adopted_not_copied_again);
     tcase_add_test(tc, test_codec_snapshot_chunks_reassemble);
+    tcase_add_test(tc, test_codec_snapshot_total_reassembles_in_place);
     tcase_add_loop_test(tc, test_codec_size_bound_holds_at_the_extremes, RAFT_MSG_VOTE,
                         RAFT_MSG_TYPE_COUNT);
     tcase_add_test(tc, test_codec_encode_rejects_bad_messages);
