@@ -187,6 +187,14 @@ static const struct metric_desc metric_table[] = {
      SNAP(m.snapshots)},
     {"tierkv_snapshot_installs_total", "counter", "Snapshots installed.", MK_VALUE,
      SNAP(m.installs)},
+    {"tierkv_snapshot_installs_dropped_total", "counter",
+     "Newer snapshots from the leader dropped while one was being installed "
+     "(the leader sends again).",
+     MK_VALUE, SNAP(m.installs_dropped)},
+    {"tierkv_snapshot_install_deferred_appends_total", "counter",
+     "Batches of log entries that arrived during a snapshot install and were "
+     "appended after it, instead of the loop waiting for it.",
+     MK_VALUE, SNAP(m.installs_deferred)},
     {"tierkv_store_syncs_total", "counter", "Log store fsyncs.", MK_VALUE,
      SNAP(m.store_syncs)},
     {"tierkv_store_appends_total", "counter",

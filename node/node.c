@@ -357,16 +357,18 @@ static int ready_persist(struct node *n, const struct raft_ready *rd, const char
             return rc;
     }
     if (rd->n_entries > 0) {
-        *what = "install snapshot";
-        rc = node__install_wait(n); /* the entries follow the snapshot in the store */
-        if (rc != 0)
-            return rc;
-        *what = "append";
-        rc = store_append_async(n->store, rd->entries, rd->n_entries, rd->seq, n,
-                                on_appended);
-        if (rc != 0)
-            return rc;
-        n->persist.async_submitted++;
+        /* During an install the entries wait beside it (they follow the
+         * snapshot in the store); past the bounds on that, the loop waits. */
+        if (!node__install_defer(n, rd->entries, rd->n_entries, rd->seq)) {
+            *what = "install snapshot";
+            rc = node__install_wait(n);
+            if (rc != 0)
+                return rc;
+            *what = "append";
+            rc = node__store_append(n, rd->entries, rd->n_entries, rd->seq);
+            if (rc != 0)
+                return rc;
+        }
         persist_push(n, rd->seq, true);
     } else if (rd->seq != 0) {
         /* Durable already (sync saves), unless a snapshot install is in
@@ -728,6 +730,14 @@ static void on_recv(struct transport *t, const struct raft_message *m, void *dat
     struct node *n = data;
     (void)t;
     if (!n->loop.closing && !n->persist.failed && !n->mem.rejected) {
+        /* One install at a time, and waiting for the one in flight would hold
+         * the loop: a newer snapshot is dropped, and the leader, hearing no
+         * ack, sends it again later. */
+        if (m->type == RAFT_MSG_SNAPSHOT && node__installing(n) &&
+            m->u.snapshot.meta.index > n->install.meta.index) {
+            n->m.metrics.installs_dropped++;
+            return;
+        }
         (void)raft_step(n->raft, m);
         n->loop.activity++;
         node__kick(n);
@@ -931,6 +941,7 @@ static void node_free(struct node *n)
     if (n->tmp_dir)
         nftw(n->data_dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
     tk_mpsc_destroy(&n->loop.queue);
+    node__install_defer_clear(n);
     tk_free(n->persist.seq);
     tk_free(n->persist.async);
     tk_free(n->persist.ns);
@@ -965,6 +976,7 @@ int node_start(const struct node_options *o, struct node **out)
         n->tmp_dir = true;
     }
     tk_mpsc_init(&n->loop.queue, o->queue_max);
+    n->persist.appended = on_appended;
     node__lease_init(n);
     n->loop.batch = tk_malloc(o->batch_max * sizeof(*n->loop.batch));
     tk_hist_init(&n->m.lat.append);

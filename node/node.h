@@ -299,9 +299,11 @@ struct node_metrics {
     uint64_t read_index_rounds; /* leader: heartbeat rounds confirming them
                                    (raft_read_rounds) */
     uint64_t applied_entries;
-    uint64_t snapshots;   /* snapshots taken */
-    uint64_t installs;    /* snapshots installed from a leader */
-    uint64_t store_syncs; /* log syncs (store_stats.syncs) */
+    uint64_t snapshots;         /* snapshots taken */
+    uint64_t installs;          /* snapshots installed from a leader */
+    uint64_t installs_dropped;  /* newer snapshots dropped during an install */
+    uint64_t installs_deferred; /* readies of log entries kept beside an install */
+    uint64_t store_syncs;       /* log syncs (store_stats.syncs) */
     /* Appends the storage thread completed, and the times a producer had to
      * wake it (only when it slept: store_stats.wakeups); and the loop's own
      * wake-ups (its async handle's callbacks: storage completions, requests

@@ -19,9 +19,13 @@
  *    (serve_reads), which only the swap provides; stale reads see the old
  *    state, which is a state the log went through;
  *  - log entries after the snapshot cannot be appended before the store is
- *    reset to it: a ready with entries first waits for the install
- *    (node__install_wait; the leader sends none before the ack, so this is
- *    only after a change of leader), as does a second snapshot;
+ *    reset to it. A leader sends them before the ack arrives (its snapshot
+ *    wait times out, it probes just past the snapshot), so a ready with
+ *    entries is kept beside the install (node__install_defer, bounded) and
+ *    appended once the store is reset; past the bounds the loop waits for the
+ *    install (node__install_wait). A newer snapshot during an install is
+ *    dropped before the core sees it (node.c on_recv); the leader sends it
+ *    again;
  *  - no tier-down job, snapshot or compaction starts meanwhile
  *    (node__tier_turn returns early), since the swap closes the old cold tier.
  * A crash before the swap leaves the old state and log, as before the
@@ -32,10 +36,12 @@
  * n->install's kv_install and blob. Called by node.c; calls node_status.c on
  * failure. */
 #include <stdatomic.h>
+#include <string.h>
 #include <time.h>
 
 #include "base/alloc.h"
 #include "base/assert.h"
+#include "base/blob.h"
 #include "base/err.h"
 #include "base/log.h"
 #include "kv/kv.h"
@@ -65,6 +71,91 @@ struct node_install_job {
     struct node *n;
 };
 
+int node__store_append(struct node *n, const struct raft_entry *entries, size_t cnt,
+                       uint64_t seq)
+{
+    int rc = store_append_async(n->store, entries, cnt, seq, n, n->persist.appended);
+    if (rc == 0)
+        n->persist.async_submitted++;
+    return rc;
+}
+
+/* Readies of log entries kept during an install (node__install_defer). */
+struct node_install_batch {
+    struct raft_entry *ents; /* copies, with references on the payloads */
+    size_t n;
+    uint64_t seq;
+};
+
+#define NODE_DEFER_BATCHES 256
+#define NODE_DEFER_BYTES (64u << 20)
+
+void node__install_defer_clear(struct node *n)
+{
+    struct node_install *s = &n->install;
+    for (size_t i = 0; i < s->n_defer; i++) {
+        for (size_t k = 0; k < s->defer[i].n; k++)
+            tk_blob_unref(s->defer[i].ents[k].data);
+        tk_free(s->defer[i].ents);
+    }
+    tk_free(s->defer);
+    s->defer = NULL;
+    s->n_defer = 0;
+    s->defer_bytes = 0;
+}
+
+bool node__install_defer(struct node *n, const struct raft_entry *entries, size_t cnt,
+                         uint64_t seq)
+{
+    struct node_install *s = &n->install;
+    if (!s->busy || s->n_defer >= NODE_DEFER_BATCHES)
+        return false;
+    uint64_t bytes = 0;
+    for (size_t k = 0; k < cnt; k++)
+        bytes += sizeof(entries[k]) + (entries[k].data ? entries[k].data->len : 0);
+    if (s->defer_bytes + bytes > NODE_DEFER_BYTES)
+        return false;
+    if (s->n_defer == 0)
+        s->defer = tk_malloc(NODE_DEFER_BATCHES * sizeof(*s->defer));
+    struct node_install_batch *b = &s->defer[s->n_defer++];
+    b->ents = tk_malloc(cnt * sizeof(*b->ents));
+    memcpy(b->ents, entries, cnt * sizeof(*b->ents));
+    for (size_t k = 0; k < cnt; k++)
+        if (b->ents[k].data != NULL)
+            tk_blob_ref(b->ents[k].data);
+    b->n = cnt;
+    b->seq = seq;
+    s->defer_bytes += bytes;
+    n->m.metrics.installs_deferred++;
+    return true;
+}
+
+/* After the swap and the store's reset: the kept entries go to storage, in
+ * order. The readies before the first of them waited only for the install
+ * and are durable now; the held readies after it (no entries) are durable
+ * once the last batch is, so that batch carries the newest held seq. */
+static int defer_flush(struct node *n)
+{
+    struct node_install *s = &n->install;
+    uint64_t durable = s->hold_seq;
+    if (s->n_defer > 0 && s->defer[0].seq - 1 < durable)
+        durable = s->defer[0].seq - 1;
+    /* Before any append is submitted: the storage thread raises it from
+     * there, and nothing may lower it after. */
+    if (durable > atomic_load(&n->persist.durable_seq))
+        atomic_store_explicit(&n->persist.durable_seq, durable, memory_order_release);
+    int rc = 0;
+    for (size_t i = 0; i < s->n_defer && rc == 0; i++) {
+        struct node_install_batch *b = &s->defer[i];
+        uint64_t seq = b->seq;
+        if (i + 1 == s->n_defer && s->hold_seq > seq)
+            seq = s->hold_seq;
+        rc = node__store_append(n, b->ents, b->n, seq);
+    }
+    node__install_defer_clear(n); /* the store took its own references */
+    return rc;
+}
+
 static void install_work(uv_work_t *w)
 {
     struct node_install_job *j = w->data;
@@ -89,8 +180,10 @@ static int install_finish(struct node *n)
         rc = store_reset(n->store, s->meta.index, s->meta.term);
     if (rc == 0)
         rc = store_save_snapshot(n->store, &s->meta);
-    if (rc != 0)
+    if (rc != 0) {
+        node__install_defer_clear(n);
         return rc;
+    }
     n->tier.snap_index = s->meta.index;
     n->m.metrics.installs++;
     /* Writes waiting at or below the snapshot: their outcome is unknown. */
@@ -99,10 +192,11 @@ static int install_finish(struct node *n)
         node__list_pop(&n->req.applied_wait);
         node__finish_write(r, TK_ETIMEDOUT, NULL);
     }
-    /* Nothing else is in flight to storage (appends wait for the install),
-     * so no storage callback races this store. */
-    if (s->hold_seq > atomic_load(&n->persist.durable_seq))
-        atomic_store_explicit(&n->persist.durable_seq, s->hold_seq, memory_order_release);
+    /* Nothing else was in flight to storage (appends wait for the install,
+     * or are kept beside it), so no storage callback races this. */
+    rc = defer_flush(n);
+    if (rc != 0)
+        return rc;
     uint64_t now = node__mono_ns();
     s->loop_ns += now - t0;
     TK_LOG(
@@ -143,6 +237,7 @@ static void install_after(uv_work_t *w, int status)
             tk_blob_unref(n->install.data);
             n->install.data = NULL;
             n->install.busy = false;
+            node__install_defer_clear(n);
         } else {
             install_done(n);
         }

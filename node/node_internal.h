@@ -100,8 +100,12 @@ struct node_persist {
     pthread_mutex_t drain_mu;
     pthread_cond_t drain_cv;
     uint64_t async_submitted; /* loop thread */
-    uint64_t async_done;      /* under drain_mu */
-    bool failed;              /* storage or apply failed: the node serves nothing */
+    /* node.c's completion of an async append (records the seq durable and
+     * wakes the loop), for node__store_append. */
+    void (*appended)(void *data, uint64_t seq, uint64_t last_index, uint64_t last_term,
+                     int status); /* a store_append_cb */
+    uint64_t async_done;          /* under drain_mu */
+    bool failed;                  /* storage or apply failed: the node serves nothing */
 };
 
 /* Requests waiting, each list in index (or arrival) order. */
@@ -175,10 +179,16 @@ struct node_install {
     struct tk_blob *data;  /* a reference to the stream, until the job ran */
     struct raft_snapshot_meta meta;
     uint64_t hold_seq; /* the newest seq waiting for it (durable when it is) */
-    uint64_t t0;       /* when it began */
-    uint64_t loop_ns;  /* of it on the loop: begin and the swap */
-    int rc;            /* the job's */
-    bool busy;         /* from start to finish */
+    /* Log entries that arrived meanwhile (node__install_defer): appended, in
+     * order, once the store is reset to the snapshot. Bounded by
+     * NODE_DEFER_BATCHES and NODE_DEFER_BYTES. */
+    struct node_install_batch *defer;
+    size_t n_defer;
+    uint64_t defer_bytes;
+    uint64_t t0;      /* when it began */
+    uint64_t loop_ns; /* of it on the loop: begin and the swap */
+    int rc;           /* the job's */
+    bool busy;        /* from start to finish */
     atomic_bool ran;
 };
 
@@ -381,6 +391,12 @@ void node__tier_hold(struct node *n);
 
 /* ---- node_install.c ---- */
 
+/* Queues entries for the storage thread (persist.appended reports them
+ * durable, by seq); counts the append in flight. Returns 0 or the store's
+ * error. */
+int node__store_append(struct node *n, const struct raft_entry *entries, size_t cnt,
+                       uint64_t seq);
+
 /* Begins installing `meta`/`data` (a snapshot the core handed out): the
  * caller has drained the store's appends and the tier job. Takes a reference
  * on `data`. Returns 0 or the error (the node is then to fail). */
@@ -393,6 +409,15 @@ bool node__install_hold(struct node *n, uint64_t seq);
  * what cannot go on beside it: log entries after the snapshot, another
  * snapshot). Returns 0 or the error it failed with. */
 int node__install_wait(struct node *n);
+/* A ready of seq `seq` with log entries, during an install: keeps them (with
+ * references on their payloads) to append once the store is reset to the
+ * snapshot, instead of the loop waiting for the install. False (nothing
+ * kept) when no install is in flight or the bounds are reached: the caller
+ * then waits (node__install_wait) and appends them itself. */
+bool node__install_defer(struct node *n, const struct raft_entry *entries, size_t cnt,
+                         uint64_t seq);
+/* Drops the kept entries (the node stops, or the install failed). */
+void node__install_defer_clear(struct node *n);
 static inline bool node__installing(const struct node *n)
 {
     return n->install.busy;

@@ -596,6 +596,7 @@ struct fake {
     size_t len;
     int frames;
     bool closed;
+    uint64_t acked; /* the highest index node 1 acknowledged to this fake */
 };
 
 struct fwd_env {
@@ -612,9 +613,11 @@ struct fwd_env {
 
 static void fake_recv(struct transport *t, const struct raft_message *m, void *data)
 {
+    struct fake *f = data;
     (void)t;
-    (void)m;
-    (void)data; /* node 1's answers to the heartbeat and its votes: ignored */
+    if (m->type == RAFT_MSG_APPEND_RESP && !m->u.append_resp.reject &&
+        m->u.append_resp.index > f->acked)
+        f->acked = m->u.append_resp.index;
 }
 
 static void fake_forward(struct transport *t, uint64_t from, const uint8_t *buf,
@@ -877,6 +880,85 @@ START_TEST(test_forward_request_from_a_non_member_is_dropped)
 }
 END_TEST
 
+/* Log entries that arrive with a snapshot, or during its install, are kept
+ * beside the install and appended once the store is reset to it: the loop
+ * does not wait for the install, and they are acknowledged once durable. */
+/* A real snapshot stream of an empty state at `index` (term 1). */
+static struct tk_blob *empty_stream(uint64_t index)
+{
+    char dir[] = "/tmp/tk-node-snap-XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    struct kv_config kc;
+    kv_config_default(&kc);
+    kc.dir = dir;
+    kc.no_sync = true;
+    struct kv_sm *sm;
+    ck_assert_int_eq(kv_sm_open(&kc, &sm), 0);
+    for (uint64_t i = 1; i <= index; i++)
+        ck_assert_int_eq(kv_sm_skip(sm, i, 1, 0), 0);
+    struct kv_snap *snap;
+    ck_assert_int_eq(kv_sm_snapshot(sm, &snap), 0);
+    ck_assert_uint_eq(kv_snap_index(snap), index);
+    uint8_t *buf = NULL;
+    size_t len = 0, got;
+    do {
+        buf = realloc(buf, len + 65536);
+        ck_assert_int_eq(kv_snap_read(snap, buf + len, 65536, &got), 0);
+        len += got;
+    } while (got != 0);
+    kv_snap_close(snap);
+    kv_sm_close(sm);
+    struct tk_blob *b = tk_blob_copy(buf, len);
+    free(buf);
+    char cmd[128];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    ck_assert_int_eq(system(cmd), 0);
+    return b;
+}
+
+START_TEST(test_entries_during_an_install_wait_beside_it)
+{
+    struct fwd_env e;
+    fwd_env_start(&e);
+    struct raft_message snap = {.type = RAFT_MSG_SNAPSHOT, .from = 2, .to = 1, .term = 1};
+    snap.u.snapshot.meta.index = 100;
+    snap.u.snapshot.meta.term = 1;
+    snap.u.snapshot.meta.config.n_voters = 2;
+    snap.u.snapshot.meta.config.voters[0] = 1;
+    snap.u.snapshot.meta.config.voters[1] = 2;
+    snap.u.snapshot.done = true;
+    snap.u.snapshot.data = empty_stream(100);
+    ck_assert_int_eq(transport_send(e.leader.t, &snap), 0);
+    tk_blob_unref(snap.u.snapshot.data);
+    struct raft_entry ents[5];
+    memset(ents, 0, sizeof(ents));
+    for (int i = 0; i < 5; i++) {
+        ents[i].term = 1;
+        ents[i].index = 101 + (uint64_t)i;
+        ents[i].type = RAFT_ENTRY_NOOP;
+    }
+    struct raft_message app = {.type = RAFT_MSG_APPEND, .from = 2, .to = 1, .term = 1};
+    app.u.append.prev_index = 100;
+    app.u.append.prev_term = 1;
+    app.u.append.commit = 105;
+    app.u.append.entries = ents;
+    app.u.append.n_entries = 5;
+    ck_assert_int_eq(transport_send(e.leader.t, &app), 0);
+    struct node_status st = {0};
+    for (int i = 0; i < 5000 && (e.leader.acked < 105 || st.applied < 105); i++) {
+        turn(&e, 1);
+        node_status(e.n, &st);
+    }
+    ck_assert_uint_eq(e.leader.acked, 105);
+    ck_assert_uint_ge(st.applied, 105);
+    struct node_metrics m = {0};
+    node_metrics(e.n, &m);
+    ck_assert_uint_eq(m.installs, 1);
+    ck_assert_uint_ge(m.installs_deferred, 1);
+    fwd_env_stop(&e);
+}
+END_TEST
+
 static Suite *node_suite(void)
 {
     Suite *s = suite_create("node");
@@ -910,6 +992,7 @@ static Suite *forward_suite(void)
     TCase *tc = tcase_create("forward");
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_forged_forward_answers_are_ignored);
+    tcase_add_test(tc, test_entries_during_an_install_wait_beside_it);
     tcase_add_test(tc, test_forward_request_from_a_non_member_is_dropped);
     tcase_add_test(tc, test_garbage_forward_frames_are_dropped);
     suite_add_tcase(s, tc);
