@@ -165,9 +165,9 @@ void kv_sm_close(struct kv_sm *sm)
     kv__lease_free(&sm->leases);
     tk_free(sm->scratch);
     TK_ASSERT(sm->job == NULL);
-    tk_free(sm->tier_ents);
-    tk_free(sm->tier_keys);
-    tk_free(sm->tier_rel);
+    kv__scratch_free(sm->tier_ents, sm->cap_tier_ents * sizeof(*sm->tier_ents));
+    kv__scratch_free(sm->tier_keys, 2 * sm->cap_tier_keys * sizeof(*sm->tier_keys));
+    kv__scratch_free(sm->tier_rel, sm->cap_tier_rel * sizeof(*sm->tier_rel));
     tk_free(sm->inplace);
     tk_free(sm->dir);
     tk_free(sm);

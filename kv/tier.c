@@ -21,7 +21,6 @@
 #include <stdlib.h>
 #include <string.h>
 #if defined(__GLIBC__)
-#include <malloc.h>
 #endif
 
 #include "base/alloc.h"
@@ -50,34 +49,26 @@ static const struct kv_rec *page_rec(const struct kv_page *p, size_t off)
  * the records of the largest tier-down; past TIER_SCRATCH_KEEP records they
  * are freed once done with (tier_publish, tier_release), so that one big
  * tier-down (a delete of a million keys: 80 MiB of them) does not keep its
- * scratch for the node's lifetime. Regrowing costs the next big one a few
- * reallocs, small beside its LMDB writes. */
+ * scratch for the node's lifetime (they are mappings of their own, so the
+ * memory goes back at once: kv__scratch_grow). Regrowing costs the next big
+ * one a few mremaps, small beside its LMDB writes. */
 #define TIER_SCRATCH_KEEP ((size_t)1 << 16)
 
 /* Free ring pages given back per drain call (each an madvise: see
  * kv__ring_forget_step): 4 per loop turn return 1 MiB per turn. */
 #define RING_FORGET_STEP 4
 
-/* glibc keeps freed blocks under its (adaptive, up to 32 MiB) mmap threshold
- * in its heaps; trimming after freeing big scratch gives them back. */
-static void tier_trim(void)
-{
-#if defined(__GLIBC__)
-    (void)malloc_trim(0);
-#endif
-}
-
 static void tier_push(struct kv_sm *sm, const struct kv_rec *h, uint64_t addr)
 {
-    sm->tier_ents = kv__grow(sm->tier_ents, sm->n_tier_ents, &sm->cap_tier_ents, 4096,
-                             sizeof(*sm->tier_ents));
+    sm->tier_ents = kv__scratch_grow(sm->tier_ents, sm->n_tier_ents, &sm->cap_tier_ents,
+                                     4096, sizeof(*sm->tier_ents));
     sm->tier_ents[sm->n_tier_ents++] = (struct kv_tier_ent){h, addr};
 }
 
 static void tier_push_rel(struct kv_sm *sm, const struct kv_rec *h, uint64_t addr)
 {
-    sm->tier_rel = kv__grow(sm->tier_rel, sm->n_tier_rel, &sm->cap_tier_rel, 4096,
-                            sizeof(*sm->tier_rel));
+    sm->tier_rel = kv__scratch_grow(sm->tier_rel, sm->n_tier_rel, &sm->cap_tier_rel, 4096,
+                                    sizeof(*sm->tier_rel));
     sm->tier_rel[sm->n_tier_rel++] =
         (struct kv_tier_rel){h, addr, kv__hash(kv__rec_key(h), h->key_len)};
 }
@@ -171,9 +162,12 @@ static size_t tier_sort(struct kv_sm *sm)
     if (sm->n_tier_ents == 0)
         return 0;
     if (sm->cap_tier_keys < sm->n_tier_ents) {
-        tk_free(sm->tier_keys);
+        kv__scratch_free(sm->tier_keys, 2 * sm->cap_tier_keys * sizeof(*sm->tier_keys));
+        sm->tier_keys = NULL;
+        size_t none = 0; /* a fresh mapping of 2 * cap_tier_ents keys */
+        sm->tier_keys = kv__scratch_grow(NULL, 0, &none, 2 * sm->cap_tier_ents,
+                                         sizeof(*sm->tier_keys));
         sm->cap_tier_keys = sm->cap_tier_ents;
-        sm->tier_keys = tk_malloc(2 * sm->cap_tier_keys * sizeof(*sm->tier_keys));
     }
     struct kv_tier_key *a = sm->tier_keys, *b = sm->tier_keys + sm->cap_tier_keys;
     size_t n = 0;
@@ -308,12 +302,11 @@ static void tier_publish(struct kv_sm *sm, struct kv_tier_job *j)
     }
     sm->n_tier_ents = 0;
     if (sm->cap_tier_ents > TIER_SCRATCH_KEEP || sm->cap_tier_keys > TIER_SCRATCH_KEEP) {
-        tk_free(sm->tier_ents);
-        tk_free(sm->tier_keys);
+        kv__scratch_free(sm->tier_ents, sm->cap_tier_ents * sizeof(*sm->tier_ents));
+        kv__scratch_free(sm->tier_keys, 2 * sm->cap_tier_keys * sizeof(*sm->tier_keys));
         sm->tier_ents = NULL;
         sm->tier_keys = NULL;
         sm->cap_tier_ents = sm->cap_tier_keys = 0;
-        tier_trim();
     }
     tk_free(j->pages);
     j->pages = NULL;
@@ -338,10 +331,9 @@ static void tier_release(struct kv_sm *sm)
     sm->drain_at = 0;
     sm->draining = false;
     if (sm->cap_tier_rel > TIER_SCRATCH_KEEP) {
-        tk_free(sm->tier_rel);
+        kv__scratch_free(sm->tier_rel, sm->cap_tier_rel * sizeof(*sm->tier_rel));
         sm->tier_rel = NULL;
         sm->cap_tier_rel = 0;
-        tier_trim();
     }
 }
 
