@@ -161,7 +161,7 @@ commit=$(git -C "$(dirname "$0")" describe --always --dirty 2>/dev/null || echo 
 echo "bench-http: $(date -u '+%Y-%m-%d %H:%M UTC'), commit $commit, $(nproc) CPUs," \
     "load $(load);"
 echo "  $runs alternating round(s) of $dur per cell (medians); data in $dir" \
-    "($(stat -f -c %T "$dir") file system)"
+    "($(df -T "$dir" | awk 'NR == 2 { print $2 }') file system)"
 echo "  tierkvd $tk_eps (pids $tk_pids)"
 [ "$with_floor" = 1 ] && echo "  floor (http-floor) $fl_eps (pid $fl_pids)"
 [ "$with_etcd" = 1 ] && echo "  etcd $(etcd --version | head -1 | sed 's/.*: //') $et_eps (pids $et_pids)"
