@@ -2,25 +2,38 @@
 # The HTTP gateway measured in one run on this machine: three tierkvd (fs store,
 # fsync on) on loopback, the floor (cmd/http-floor: a trivial libuv responder,
 # fixed 200, no Raft, no disk: what the kernel and libuv cost per request) and,
-# when the machine has it, three etcd 3.4 -- all driven by the same load
-# generator (`tierkv bench`). For each row the systems run back to back, so they
-# see the same machine load. Each cell reports ops/s, p50, p99 and the CPU
-# microseconds per request of every server process (utime + stime from
-# /proc/PID/stat over the measured window, `tierkv bench --cpu-pids`): on a
-# noisy VM throughput moves by 30 % from run to run, CPU per request barely.
+# when the machine has it, three etcd 3.4 (data dirs beside tierkvd's, on the
+# same file system; etcd always fdatasyncs its WAL) -- all driven by the same
+# load generator (`tierkv bench`), issue 18's table in one run.
+#
+# The runs alternate: round r runs every row once for every system (the
+# systems' order rotated each round), so the systems see the same minutes of a
+# shared machine; each cell is the median over the rounds of each figure. Each
+# round also measures the disk and network floor of one replicated write in the
+# same directory: a 4 KiB write over blocks already written + fdatasync (p50 of
+# 300; as the fs store writes its zeroed-ahead segments; the O_APPEND variant of
+# store-bench's floor, which also logs the size, is reported beside it) and a
+# 64 B round trip over loopback on plain blocking sockets (transport-bench's
+# floor, p50 of 2,000). Each cell reports ops/s,
+# p50, p99 and the CPU microseconds per request of every server process (utime +
+# stime from /proc/PID/stat over the measured window, `tierkv bench
+# --cpu-pids`): on a noisy VM throughput moves by 30 % from run to run, CPU per
+# request barely. A second table sets the issue's done-when figures beside
+# their targets (put p50 at 1 connection beside fdatasync + round trip).
 #
 # usage: scripts/bench-http.sh [--plot FILE.svg] [build-dir]   (default: build)
 #        --plot draws throughput and p99 against connections, one line per
 #        system and op (through build-dir's cmd/benchplot/bench-plot)
-# env:   BENCH_DURATION (5s), BENCH_RUNS (3: medians), BENCH_ROWS (the rows,
-#        "op:conns ..."; default "put:1 put:16 put:64 put:256 get:64"),
+# env:   BENCH_DURATION (5s), BENCH_RUNS (3: rounds, medians), BENCH_ROWS (the
+#        rows, "op:conns ..."; default "put:1 put:16 put:64 put:256 get:64"),
 #        BENCH_DIR (a scratch directory; default $TMPDIR or /tmp, named by the pid),
 #        BENCH_PORT_BASE (17100: tierkvd raft +1..3, HTTP +101..103, the floor
 #        +190, etcd clients +201..203, peers +301..303),
 #        BENCH_SYSTEMS ("tierkv floor etcd"; etcd only where `etcd` is on the
 #        PATH -- BENCH_INSTALL_ETCD=1 installs Debian's etcd-server first)
-# Prints one table (markdown) and keeps every JSON line in $BENCH_DIR/results.jsonl
-# (each with "system" added: tierkv, floor or etcd).
+# Prints two tables (markdown) and keeps every run's JSON line in
+# $BENCH_DIR/runs.jsonl (with "system" and "round" added), the medians in
+# $BENCH_DIR/results.jsonl and each round's floors in $BENCH_DIR/floors.jsonl.
 set -uo pipefail
 
 plot=""
@@ -55,14 +68,27 @@ fi
 if [ "$with_etcd" = 1 ] && ! command -v etcd >/dev/null; then
     if [ "${BENCH_INSTALL_ETCD:-0}" = 1 ]; then
         echo "bench-http: installing etcd-server (for the comparison only)"
-        { apt-get update -qq && apt-get install -y -qq etcd-server; } >"$dir/apt.log" 2>&1 ||
+        sudo=""
+        [ "$(id -u)" -ne 0 ] && sudo=sudo
+        { $sudo apt-get update -qq &&
+            $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+                --no-install-recommends etcd-server; } >"$dir/apt.log" 2>&1 ||
             { echo "bench-http: could not install etcd-server; see $dir/apt.log" >&2; exit 1; }
+        command -v etcd >/dev/null ||
+            { echo "bench-http: etcd-server installed but no etcd on the PATH" >&2; exit 1; }
     else
         echo "bench-http: no etcd on this machine: its rows are left out" \
             "(BENCH_INSTALL_ETCD=1 installs Debian's etcd-server)"
         with_etcd=0
         systems=$(echo " $systems " | sed 's/ etcd / /; s/^ *//; s/ *$//')
     fi
+fi
+
+# Debian's package enables an etcd service (client port 2379) where systemd runs:
+# it would share the CPU with the measured servers.
+if [ "$with_etcd" = 1 ] && ss -ltn 2>/dev/null | grep -q '127.0.0.1:2379 \|\*:2379 \|\[::\]:2379 '; then
+    echo "bench-http: warning: something listens on port 2379 (Debian's etcd service?):" \
+        "stop it (systemctl stop etcd) for a fair run" >&2
 fi
 
 pids=()
@@ -101,13 +127,13 @@ for i in 1 2 3; do
 done
 for i in 1 2 3; do
     [ "$with_etcd" = 1 ] || break
-    ETCD_UNSUPPORTED_ARCH= etcd --name "e$i" --data-dir "$dir/etcd$i" \
+    etcd --name "e$i" --data-dir "$dir/etcd$i" \
         --listen-client-urls "http://127.0.0.1:$((pb + 200 + i))" \
         --advertise-client-urls "http://127.0.0.1:$((pb + 200 + i))" \
         --listen-peer-urls "http://127.0.0.1:$((pb + 300 + i))" \
         --initial-advertise-peer-urls "http://127.0.0.1:$((pb + 300 + i))" \
         --initial-cluster "$cluster" --initial-cluster-state new \
-        --log-level error >"$dir/etcd$i.log" 2>&1 &
+        --logger zap --log-level error >"$dir/etcd$i.log" 2>&1 &
     pids+=($!)
     et_pids+="${et_pids:+,}$!"
 done
@@ -131,62 +157,221 @@ wait_ready "http://127.0.0.1:$((pb + 101))/readyz" "http://127.0.0.1:$((pb + 102
 [ "$with_floor" = 1 ] && wait_ready "http://$fl_eps/"
 
 load() { cut -d' ' -f1-3 /proc/loadavg; }
-echo "bench-http: $(nproc) CPUs, load $(load), $runs run(s) of $dur per cell (medians);"
+commit=$(git -C "$(dirname "$0")" describe --always --dirty 2>/dev/null || echo unknown)
+echo "bench-http: $(date -u '+%Y-%m-%d %H:%M UTC'), commit $commit, $(nproc) CPUs," \
+    "load $(load);"
+echo "  $runs alternating round(s) of $dur per cell (medians); data in $dir" \
+    "($(df -T "$dir" | awk 'NR == 2 { print $2 }') file system)"
 echo "  tierkvd $tk_eps (pids $tk_pids)"
 [ "$with_floor" = 1 ] && echo "  floor (http-floor) $fl_eps (pid $fl_pids)"
 [ "$with_etcd" = 1 ] && echo "  etcd $(etcd --version | head -1 | sed 's/.*: //') $et_eps (pids $et_pids)"
 
+# The disk and network floor of one replicated write, measured in each round:
+# a 4 KiB write + fdatasync in $dir (the servers' file system) and a 64 B round
+# trip over loopback on plain sockets (transport-bench's floor).
+tbench="$build/cmd/transport-bench/transport-bench"
+floors="$dir/floors.jsonl"
+: >"$floors"
+measure_floors() { # round
+    local rtt=-1 line
+    if [ -x "$tbench" ]; then
+        line=$("$tbench" --only floor --segment 3 --runs 1 2>/dev/null |
+            grep '"bench":"transport"')
+        rtt=$(echo "$line" | sed -n 's/.*"floor_rtt_p50_us":\([0-9.]*\).*/\1/p')
+        [ -n "$rtt" ] || rtt=-1
+    fi
+    python3 - "$dir/fsync-floor" "$1" "$rtt" >>"$floors" <<'PY'
+import json, os, sys, time
+path, rnd, rtt = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+N, buf = 300, b"\x5a" * 4096
+
+
+def timed(fd, write):
+    lat = []
+    for i in range(N):
+        t0 = time.perf_counter_ns()
+        write(fd, i)
+        os.fdatasync(fd)
+        lat.append((time.perf_counter_ns() - t0) / 1000.0)
+    lat.sort()
+    return lat[N // 2], lat[int(N * 0.99)]
+
+
+# As the fs store writes (a segment written with zeros ahead): 4 KiB over
+# blocks already written, so fdatasync flushes data and no metadata.
+fd = os.open(path, os.O_CREAT | os.O_TRUNC | os.O_WRONLY, 0o644)
+os.write(fd, bytes(N * 4096))
+os.fsync(fd)
+over = timed(fd, lambda fd, i: os.pwrite(fd, buf, i * 4096))
+os.close(fd)
+# As store-bench's floor: 4 KiB appended, so each fdatasync also logs the size.
+fd = os.open(path, os.O_CREAT | os.O_TRUNC | os.O_WRONLY | os.O_APPEND, 0o644)
+app = timed(fd, lambda fd, i: os.write(fd, buf))
+os.close(fd)
+os.unlink(path)
+print(json.dumps({"round": rnd, "fdatasync_p50_us": over[0], "fdatasync_p99_us": over[1],
+                  "append_fdatasync_p50_us": app[0], "loopback_rtt_p50_us": rtt}))
+PY
+}
+
+runs_file="$dir/runs.jsonl"
 results="$dir/results.jsonl"
-: >"$results"
-for row in $rows; do
-    op=${row%%:*} c=${row##*:}
-    mix=write
-    [ "$op" = get ] && mix=read
-    for sys in $systems; do
-        case $sys in
-        tierkv) eps=$tk_eps cpids=$tk_pids proto=tierkv ;;
-        floor) eps=$fl_eps cpids=$fl_pids proto=tierkv ;;
-        etcd) eps=$et_eps cpids=$et_pids proto=etcd ;;
-        *) echo "bench-http: unknown system $sys" >&2; continue ;;
-        esac
-        # A short warm-up creates the keys a read row reads.
-        "$cli" -e "$eps" bench --protocol "$proto" -c "$c" -d "$dur" --warmup 1s \
-            --value-size 64 --keys 10000 --mix "$mix" --runs "$runs" --json \
-            --cpu-pids "$cpids" 2>"$dir/$sys-$op-$c.err" | grep '"bench":"http"' |
-            tail -1 | sed "s/^{/{\"system\":\"$sys\",/" | grep . >>"$results" ||
-            echo "bench-http: $sys $op c=$c failed; see $dir/$sys-$op-$c.err" >&2
+: >"$runs_file"
+order=($systems)
+for round in $(seq 1 "$runs"); do
+    measure_floors "$round"
+    for row in $rows; do
+        op=${row%%:*} c=${row##*:}
+        mix=write
+        [ "$op" = get ] && mix=read
+        for sys in "${order[@]}"; do
+            case $sys in
+            tierkv) eps=$tk_eps cpids=$tk_pids proto=tierkv ;;
+            floor) eps=$fl_eps cpids=$fl_pids proto=tierkv ;;
+            etcd) eps=$et_eps cpids=$et_pids proto=etcd ;;
+            *) echo "bench-http: unknown system $sys" >&2; continue ;;
+            esac
+            # The first round writes every key once before a read row (the
+            # prefill); later rounds read the keys already there.
+            prefill=""
+            [ "$round" -gt 1 ] && prefill=--no-prefill
+            "$cli" -e "$eps" bench --protocol "$proto" -c "$c" -d "$dur" --warmup 1s \
+                --value-size 64 --keys 10000 --mix "$mix" --runs 1 --json $prefill \
+                --cpu-pids "$cpids" 2>"$dir/$sys-$op-$c.$round.err" |
+                grep '"bench":"http"' | tail -1 |
+                sed "s/^{/{\"system\":\"$sys\",\"round\":$round,/" | grep . >>"$runs_file" ||
+                echo "bench-http: $sys $op c=$c round $round failed;" \
+                    "see $dir/$sys-$op-$c.$round.err" >&2
+        done
     done
+    order=("${order[@]:1}" "${order[0]}") # the next round starts with the next system
 done
 echo "  load at the end $(load)"
 
-python3 - "$results" <<'PY'
+python3 - "$runs_file" "$floors" "$results" "$systems" "$rows" <<'PY'
 import json, sys
-rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+runs = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+floors = [json.loads(l) for l in open(sys.argv[2]) if l.strip()]
+out, systems, rows = sys.argv[3], sys.argv[4].split(), sys.argv[5].split()
 names = {"tierkv": "tierkvd", "floor": "floor", "etcd": "etcd"}
+
+
+def median(v):
+    v = sorted(v)
+    n = len(v)
+    return v[n // 2] if n % 2 else (v[n // 2 - 1] + v[n // 2]) / 2
+
+
+# Each cell: every figure's median over the rounds (as `tierkv bench --runs`).
+cells = {}
+with open(out, "w") as f:
+    for row in rows:
+        op, conns = row.split(":")
+        for system in systems:
+            rs = [r for r in runs if r["system"] == system and r["op"] == op
+                  and r["connections"] == int(conns)]
+            if not rs:
+                continue
+            m = dict(rs[0])
+            del m["round"]
+            for k in ("ops_per_s", "p50_ms", "p90_ms", "p99_ms", "p999_ms",
+                      "cpu_us_per_op_total", "bench_cpu_us_per_op"):
+                m[k] = median([r[k] for r in rs])
+            n = min(len(r["cpu_us_per_op"]) for r in rs)
+            m["cpu_us_per_op"] = [median([r["cpu_us_per_op"][i] for r in rs]) for i in range(n)]
+            m["max_ms"] = max(r["max_ms"] for r in rs)
+            m["errors"] = sum(r["errors"] for r in rs)
+            m["ops"] = sum(r["ops"] for r in rs)
+            m["runs"] = len(rs)
+            m["ops_per_s_runs"] = [r["ops_per_s"] for r in rs]
+            cells[(system, op, int(conns))] = m
+            f.write(json.dumps(m) + "\n")
+
 print()
-print("| op | conns | system | ops/s | p50 ms | p99 ms | CPU us/req, each server | "
-      "CPU us/req, servers | bench CPU us/req |")
-print("|---|---:|---|---:|---:|---:|---|---:|---:|")
-for r in rows:
-    name = "get (linearizable)" if r["op"] == "get" else r["op"]
-    each = " + ".join("%.1f" % v for v in r.get("cpu_us_per_op", []))
-    tot = r.get("cpu_us_per_op_total", -1)
-    print("| %s | %d | %s | %s | %.3f | %.3f | %s | %s | %.1f |" % (
-        name, r["connections"], names.get(r["system"], r["system"]),
-        "{:,.0f}".format(r["ops_per_s"]), r["p50_ms"], r["p99_ms"], each or "-",
-        "%.1f" % tot if tot >= 0 else "-", r.get("bench_cpu_us_per_op", -1)))
-errs = sum(r.get("errors", 0) for r in rows)
-print("\nerrors: %d in all rows" % errs)
+print("| op | conns | system | ops/s | ops/s, each round | p50 ms | p99 ms | "
+      "CPU us/req, each server | CPU us/req, servers | bench CPU us/req |")
+print("|---|---:|---|---:|---|---:|---:|---|---:|---:|")
+for (system, op, conns), r in cells.items():
+    name = "get (linearizable)" if op == "get" else op
+    each = " + ".join("%.1f" % v for v in r["cpu_us_per_op"])
+    tot = r["cpu_us_per_op_total"]
+    print("| %s | %d | %s | %s | %s | %.3f | %.3f | %s | %s | %.1f |" % (
+        name, conns, names.get(system, system), "{:,.0f}".format(r["ops_per_s"]),
+        " / ".join("{:,.0f}".format(v) for v in r["ops_per_s_runs"]), r["p50_ms"],
+        r["p99_ms"], each or "-", "%.1f" % tot if tot >= 0 else "-",
+        r["bench_cpu_us_per_op"]))
+print("\nerrors: %d in all rows" % sum(r["errors"] for r in cells.values()))
+
+# The floor of one replicated write: one fdatasync and one loopback round trip.
+fs = median([f["fdatasync_p50_us"] for f in floors]) if floors else -1
+rtts = [f["loopback_rtt_p50_us"] for f in floors if f["loopback_rtt_p50_us"] >= 0]
+rtt = median(rtts) if rtts else -1
+print("\nfloor of one write (medians of %d rounds): 4 KiB overwrite + fdatasync p50 %.1f us "
+      "(p99 %.1f; appended: p50 %.1f), loopback round trip p50 %.1f us" % (
+          len(floors), fs, median([f["fdatasync_p99_us"] for f in floors]) if floors else -1,
+          median([f["append_fdatasync_p50_us"] for f in floors]) if floors else -1, rtt))
+floor_ms = (fs + max(rtt, 0)) / 1000.0
+
+
+def get(system, op, conns, key):
+    r = cells.get((system, op, conns))
+    return None if r is None else r[key]
+
+
+def fmt(v, f):
+    return "-" if v is None else f(v)
+
+
+def ratio(a, b):
+    if a is None or b is None or a < 0 or b <= 0:
+        return "-"
+    return ("%.2fx" if a < b else "%.1fx") % (a / b)
+
+
+def met(ok):
+    return "-" if ok is None else ("yes" if ok else "**no**")
+
+
+kops = lambda v: "{:,.0f}".format(v)
+ms = lambda v: "%.3f" % v
+us = lambda v: "%.1f" % v
+tk_put, et_put = get("tierkv", "put", 64, "ops_per_s"), get("etcd", "put", 64, "ops_per_s")
+tk_p99 = get("tierkv", "put", 64, "p99_ms")
+tk_cpu, et_cpu = (get("tierkv", "put", 64, "cpu_us_per_op_total"),
+                  get("etcd", "put", 64, "cpu_us_per_op_total"))
+tk_p50, et_p50 = get("tierkv", "put", 1, "p50_ms"), get("etcd", "put", 1, "p50_ms")
+tk_get, et_get = get("tierkv", "get", 64, "ops_per_s"), get("etcd", "get", 64, "ops_per_s")
+print()
+print("| issue 18, done when | tierkvd | etcd | tierkvd / etcd | target | met |")
+print("|---|---:|---:|---:|---|---|")
+print("| puts/s, 64 connections | %s | %s | %s | >= 10x etcd | %s |" % (
+    fmt(tk_put, kops), fmt(et_put, kops), ratio(tk_put, et_put),
+    met(None if tk_put is None or et_put is None else tk_put >= 10 * et_put)))
+print("| put p99 ms, 64 connections | %s | %s | %s | <= 4 ms | %s |" % (
+    fmt(tk_p99, ms), fmt(get("etcd", "put", 64, "p99_ms"), ms),
+    ratio(tk_p99, get("etcd", "put", 64, "p99_ms")),
+    met(None if tk_p99 is None else tk_p99 <= 4)))
+print("| CPU us per put, three servers, 64 connections | %s | %s | %s | <= 25 us | %s |" % (
+    fmt(tk_cpu, us), fmt(et_cpu, us), ratio(tk_cpu, et_cpu),
+    met(None if tk_cpu is None or tk_cpu < 0 else tk_cpu <= 25)))
+print("| put p50 ms, 1 connection (floor: fdatasync + round trip %.3f ms) | %s (%s floor) "
+      "| %s (%s floor) | %s | <= 1.5x floor | %s |" % (
+          floor_ms, fmt(tk_p50, ms), ratio(tk_p50, floor_ms), fmt(et_p50, ms),
+          ratio(et_p50, floor_ms), ratio(tk_p50, et_p50),
+          met(None if tk_p50 is None or fs < 0 else tk_p50 <= 1.5 * floor_ms)))
+print("| linearizable gets/s, 64 connections | %s | %s | %s | >= 60,000 | %s |" % (
+    fmt(tk_get, kops), fmt(et_get, kops), ratio(tk_get, et_get),
+    met(None if tk_get is None else tk_get >= 60000)))
 PY
-echo "JSON lines: $results"
+echo "JSON lines: $runs_file (each run), $results (medians), $floors (floors)"
 [ -n "$plot" ] || exit 0
 
 # The plot: bench-plot's statements from the JSON lines (cmd/benchplot/main.c).
 python3 - "$results" "$runs" "$dur" <<'PY' >"$dir/plot.spec"
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
-print("title HTTP/JSON gateways, 3 nodes on loopback, 64 B values (%s runs of %s, medians)"
-      % (sys.argv[2], sys.argv[3]))
+print("title HTTP/JSON gateways, 3 nodes on loopback, 64 B values (medians of %s "
+      "alternating rounds of %s)" % (sys.argv[2], sys.argv[3]))
 print("panel 1 1 throughput|connections|ops/s")
 print("panel 1 1 latency p99|connections|milliseconds")
 names = {"tierkv": "tierkvd", "floor": "floor", "etcd": "etcd"}
