@@ -1530,7 +1530,7 @@ static int options_fill(struct transport_tcp_options *o)
     if (o->snapshot_chunk == 0)
         o->snapshot_chunk = 1u << 20;
     if (o->snapshot_max == 0)
-        o->snapshot_max = 1ull << 30;
+        o->snapshot_max = 16ull << 30; /* 10M keys of 100 B: a 1.5 GB snapshot */
     if (o->send_queue_bytes == 0)
         o->send_queue_bytes = 8u << 20;
     if (o->backoff_min_ms == 0)

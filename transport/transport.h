@@ -233,7 +233,7 @@ struct transport_tcp_options {
     uint32_t frame_max;            /* largest frame payload; 0 = 4 MiB; the same on
                                     * every node (a larger frame closes the link) */
     uint32_t snapshot_chunk;       /* snapshot bytes per frame; 0 = 1 MiB */
-    uint64_t snapshot_max;         /* largest snapshot accepted; 0 = 1 GiB */
+    uint64_t snapshot_max;         /* largest snapshot accepted; 0 = 16 GiB */
     uint64_t send_queue_bytes;     /* per peer; 0 = 8 MiB */
     uint32_t backoff_min_ms;       /* 0 = 50 */
     uint32_t backoff_max_ms;       /* 0 = 5000 */
