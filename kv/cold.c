@@ -18,6 +18,7 @@
  * except two things any one other thread may do: read a snapshot view
  * (MDB_NOTLS), and run a whole write transaction (wbegin .. wcommit) while the
  * owner keeps reading its old view; the owner then calls wpublish. */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -64,6 +65,7 @@ struct kv_cold {
     uint64_t wcount;         /* ... as of the last commit (any thread) */
     uint64_t epoch;          /* bumped each time the read view is renewed */
     struct kv_cold_cur scur; /* the scan cursor, reused (scans do not nest) */
+    uint64_t trash_gen;      /* an environment an install replaced, not yet removed */
 };
 
 static void wcur_close(struct kv_cold *c)
@@ -224,6 +226,41 @@ static void remove_env_dir(const char *path)
     rmdir(path);
 }
 
+void kv_remove_env(const char *path)
+{
+    remove_env_dir(path);
+}
+
+bool kv__cold_trash(struct kv_cold *c, char *path, size_t cap)
+{
+    if (c->trash_gen == 0)
+        return false;
+    env_path(c, c->trash_gen, path, cap);
+    c->trash_gen = 0;
+    return true;
+}
+
+/* Every cold.<n> but the current one and the one an install may be
+ * writing: leftovers of a crash before an install's old environment was
+ * removed (kv_sm_install_trash). */
+static void remove_stale_envs(struct kv_cold *c)
+{
+    DIR *d = opendir(c->dir);
+    if (d == NULL)
+        return;
+    struct dirent *e;
+    char path[PATH_MAX];
+    while ((e = readdir(d)) != NULL) {
+        unsigned long long g;
+        char rest;
+        if (sscanf(e->d_name, "cold.%llu%c", &g, &rest) != 1 || g == c->gen)
+            continue;
+        env_path(c, g, path, sizeof(path));
+        remove_env_dir(path);
+    }
+    closedir(d);
+}
+
 int kv__cold_open(const char *dir, size_t map_bytes, bool no_sync, struct kv_cold **out)
 {
     if (dir == NULL || strlen(dir) > PATH_MAX - 64)
@@ -267,12 +304,7 @@ int kv__cold_open(const char *dir, size_t map_bytes, bool no_sync, struct kv_col
     char path[PATH_MAX];
     snprintf(path, sizeof(path), "%s/cold.tmp", dir);
     unlink(path);
-    env_path(c, c->gen + 1, path, sizeof(path));
-    remove_env_dir(path);
-    if (c->gen > 1) {
-        env_path(c, c->gen - 1, path, sizeof(path));
-        remove_env_dir(path);
-    }
+    remove_stale_envs(c);
     rc = attach(c);
     if (rc != 0)
         goto err;
@@ -972,8 +1004,14 @@ int kv__cold_new_commit(struct kv_cold_new *n, const struct kv_cold_meta *meta)
     }
     tk_free(n);
     detach(c);
-    env_path(c, c->gen, old, sizeof(old));
+    /* The old environment's files are left for the owner to remove off its
+     * loop (kv_sm_install_trash): unlinking a synced file of hundreds of MB
+     * takes ~140 ms per 300 MB here. An older one not yet taken goes now. */
+    if (c->trash_gen != 0) {
+        env_path(c, c->trash_gen, old, sizeof(old));
+        remove_env_dir(old);
+    }
+    c->trash_gen = c->gen;
     c->gen++;
-    remove_env_dir(old);
     return attach(c);
 }

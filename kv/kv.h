@@ -327,6 +327,15 @@ int kv_install_write(struct kv_install *in, const void *buf, size_t len);
 int kv_install_prepare(struct kv_install *in);
 int kv_install_commit(struct kv_install *in);
 void kv_install_abort(struct kv_install *in);
+/* After a committed install: the path of the cold environment it replaced
+ * (into `path`, at most `cap` bytes), once, for the owner to remove off its
+ * loop with kv_remove_env (unlinking a big synced file takes long); false
+ * when there is none. If never removed, the next install or open removes it.
+ * Owner thread. */
+bool kv_sm_install_trash(struct kv_sm *sm, char *path, size_t cap);
+/* Removes a cold environment directory (its data and lock files). Any
+ * thread. */
+void kv_remove_env(const char *path);
 
 /* ---- events.c: the change log ----
  *

@@ -379,6 +379,9 @@ int kv__cold_new_prepare(struct kv_cold_new *n, const struct kv_cold_meta *meta)
 /* Commits the new environment with `meta` (unless prepared), switches the current one to
  * it atomically (a symlink rename) and reopens `c` on it. */
 int kv__cold_new_commit(struct kv_cold_new *n, const struct kv_cold_meta *meta);
+/* The environment the last commit replaced, if not yet taken: its path into
+ * `path`, true once. */
+bool kv__cold_trash(struct kv_cold *c, char *path, size_t cap);
 void kv__cold_new_abort(struct kv_cold_new *n);
 
 #endif

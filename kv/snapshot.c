@@ -391,6 +391,11 @@ int kv_install_commit(struct kv_install *in)
     return 0;
 }
 
+bool kv_sm_install_trash(struct kv_sm *sm, char *path, size_t cap)
+{
+    return kv__cold_trash(sm->cold, path, cap);
+}
+
 void kv_install_abort(struct kv_install *in)
 {
     if (in == NULL)

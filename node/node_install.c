@@ -35,6 +35,7 @@
  * Loop thread, except install_work (a pool thread), which touches only
  * n->install's kv_install and blob. Called by node.c; calls node_status.c on
  * failure. */
+#include <limits.h>
 #include <stdatomic.h>
 #include <string.h>
 #include <time.h>
@@ -162,6 +163,46 @@ static void install_work(uv_work_t *w)
     install_run(&j->n->install);
 }
 
+/* The cold environment an install replaced, removed on the thread pool:
+ * unlinking its synced data file took 140 ms per 300 MB on the loop. */
+struct trash_job {
+    uv_work_t work;
+    struct node *n;
+    char path[PATH_MAX];
+};
+
+static void trash_run(uv_work_t *w)
+{
+    struct trash_job *j = w->data;
+    kv_remove_env(j->path);
+}
+
+static void trash_after(uv_work_t *w, int status)
+{
+    struct trash_job *j = w->data;
+    struct node *n = j->n;
+    (void)status;
+    tk_free(j);
+    node__handle_gone(n);
+}
+
+static void trash_remove(struct node *n)
+{
+    struct trash_job *j = tk_malloc(sizeof(*j));
+    if (!kv_sm_install_trash(n->sm, j->path, sizeof(j->path))) {
+        tk_free(j);
+        return;
+    }
+    j->n = n;
+    j->work.data = j;
+    if (uv_queue_work(n->loop.uv, &j->work, trash_run, trash_after) == 0) {
+        n->loop.handles_open++;
+        return;
+    }
+    kv_remove_env(j->path);
+    tk_free(j);
+}
+
 /* Loop thread, once the job ran: swap the new state in, reset the log store
  * to the snapshot, and let the readies held behind it count as durable. */
 static int install_finish(struct node *n)
@@ -175,6 +216,8 @@ static int install_finish(struct node *n)
     if (rc == 0 && (rc = kv_install_commit(s->in)) != 0)
         kv_install_abort(s->in); /* after a failed commit, only abort (kv.h) */
     s->in = NULL;
+    if (rc == 0)
+        trash_remove(n);
     uint64_t t1 = node__mono_ns();
     if (rc == 0)
         rc = store_reset(n->store, s->meta.index, s->meta.term);

@@ -4,11 +4,14 @@
  * with exactly-once retries, TTL by entry time, bad input, recovery after a
  * restart and snapshot stream/install. */
 #include <check.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "base/alloc.h"
 #include "base/crc32c.h"
@@ -1817,6 +1820,17 @@ START_TEST(test_install_writes_on_another_thread)
         ck_assert_int_eq(kv_install_commit(j.in), 0);
     }
     ck_assert_uint_eq(kv_sm_applied_index(b.sm), 3000);
+    /* The replaced environment is left for the owner to remove off its loop:
+     * its path once, the data still there until kv_remove_env. */
+    char trash[PATH_MAX], f[PATH_MAX + 64];
+    ck_assert(kv_sm_install_trash(b.sm, trash, sizeof(trash)));
+    ck_assert(!kv_sm_install_trash(b.sm, trash, sizeof(trash)) ||
+              !"the trash is handed out once");
+    snprintf(f, sizeof(f), "%s/data.mdb", trash);
+    ck_assert_int_eq(access(f, F_OK), 0);
+    kv_remove_env(trash);
+    ck_assert_int_ne(access(f, F_OK), 0);
+    ck_assert_int_ne(access(trash, F_OK), 0);
     ck_assert_ptr_null(kvu_get(&b, "junk", buf, sizeof(buf)));
     /* The installed file was just written: its pages are in the page cache
      * (kv_sm_cold_resident: mincore over its used part), and no more. */
@@ -1829,9 +1843,18 @@ START_TEST(test_install_writes_on_another_thread)
     ck_assert_int_eq(kv_sm_digest(a.sm, &da), 0);
     ck_assert_int_eq(kv_sm_digest(b.sm, &db), 0);
     ck_assert_uint_eq(da, db);
+    /* A replaced environment a crash left behind goes at the next open. */
+    char stale[PATH_MAX];
+    snprintf(stale, sizeof(stale), "%s/cold.99", b.cfg.dir);
+    ck_assert_int_eq(mkdir(stale, 0755), 0);
+    snprintf(f, sizeof(f), "%s/data.mdb", stale);
+    FILE *fp = fopen(f, "w");
+    ck_assert_ptr_nonnull(fp);
+    fclose(fp);
     kvu_close(&b, false); /* the swapped-in state is the durable one */
     kvu_open(&b, &b.cfg);
     ck_assert_uint_eq(kv_sm_applied_index(b.sm), 3000);
+    ck_assert_int_ne(access(stale, F_OK), 0);
     tk_free(stream);
     kvu_close(&a, true);
     kvu_close(&b, true);
