@@ -138,7 +138,7 @@ struct node_tier {
     bool snapshot;
     atomic_bool ran;
     struct raft_config config;
-    uint64_t t0, t_done;
+    uint64_t t0, t_done, t_published; /* job began; after-work began; KV published */
     /* The snapshot's descriptor, saved by the job's thread after the job
      * (an LMDB commit: its fsync waited behind the job's own on the loop). */
     bool saved;
