@@ -37,6 +37,12 @@ void *tk_malloc(size_t size)
     return p;
 }
 
+void *tk_try_malloc(size_t size)
+{
+    count(size);
+    return malloc(size != 0 ? size : 1);
+}
+
 void *tk_calloc(size_t n, size_t size)
 {
     /* An overflowing product is a caller bug; treat it like exhaustion

@@ -11,6 +11,9 @@
 #include <stdint.h>
 
 void *tk_malloc(size_t size);
+/* tk_malloc for a size a peer chose (a snapshot's announced total): NULL on
+ * failure instead of aborting. Counted like the others. */
+void *tk_try_malloc(size_t size);
 void *tk_calloc(size_t n, size_t size);
 void *tk_realloc(void *ptr, size_t size);
 void tk_free(void *ptr);

@@ -21,6 +21,18 @@ struct tk_blob *tk_blob_new(size_t len)
     return b;
 }
 
+struct tk_blob *tk_blob_try_new(size_t len)
+{
+    if (len > SIZE_MAX - sizeof(struct tk_blob))
+        return NULL;
+    struct tk_blob *b = tk_try_malloc(sizeof(*b) + len);
+    if (b == NULL)
+        return NULL;
+    atomic_init(&b->refs, 1);
+    b->len = len;
+    return b;
+}
+
 struct tk_blob *tk_blob_copy(const void *src, size_t len)
 {
     struct tk_blob *b = tk_blob_new(len);

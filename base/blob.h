@@ -20,6 +20,9 @@ struct tk_blob {
 /* A new blob of `len` bytes (uninitialised) with one reference. Never NULL. */
 struct tk_blob *tk_blob_new(size_t len);
 
+/* tk_blob_new for a length a peer chose: NULL when it cannot be had. */
+struct tk_blob *tk_blob_try_new(size_t len);
+
 /* A new blob holding a copy of `len` bytes at `src`, with one reference. */
 struct tk_blob *tk_blob_copy(const void *src, size_t len);
 

@@ -304,10 +304,10 @@ int kv__cold_open(const char *dir, size_t map_bytes, bool no_sync, struct kv_col
     char path[PATH_MAX];
     snprintf(path, sizeof(path), "%s/cold.tmp", dir);
     unlink(path);
-    remove_stale_envs(c);
     rc = attach(c);
     if (rc != 0)
         goto err;
+    remove_stale_envs(c); /* only once the current one is known good */
     *out = c;
     return 0;
 err:
@@ -997,8 +997,14 @@ int kv__cold_new_commit(struct kv_cold_new *n, const struct kv_cold_meta *meta)
     snprintf(link, sizeof(link), "%s/cold", c->dir);
     snprintf(target, sizeof(target), "cold.%llu", (unsigned long long)(c->gen + 1));
     unlink(tmp);
-    if (symlink(target, tmp) != 0 || rename(tmp, link) != 0 || fsync_dir(c->dir) != 0) {
+    if (symlink(target, tmp) != 0 || rename(tmp, link) != 0) {
         remove_env_dir(n->path);
+        tk_free(n);
+        return TK_EIO;
+    }
+    if (fsync_dir(c->dir) != 0) {
+        /* The link may already name the new environment (renamed, not known
+         * durable): keep both; the next open uses whichever it names. */
         tk_free(n);
         return TK_EIO;
     }

@@ -257,6 +257,11 @@ static int install_snapshot(struct node *n, const struct raft_snapshot_meta *met
     if (rc != 0)
         return rc;
     drain_appends(n);
+    /* A failed append must fail the node before the install makes the readies
+     * after it count as durable (install_finish raises durable_seq). */
+    rc = atomic_load(&n->persist.store_status);
+    if (rc != 0)
+        return rc;
     node__tier_wait(n, true);
     n->tier.compact_goal = 0;
     return node__install_start(n, meta, data);

@@ -138,6 +138,11 @@ bool node__install_defer(struct node *n, const struct raft_entry *entries, size_
 static int defer_flush(struct node *n)
 {
     struct node_install *s = &n->install;
+    int rc = atomic_load(&n->persist.store_status);
+    if (rc != 0) { /* an append failed: nothing more counts as durable */
+        node__install_defer_clear(n);
+        return rc;
+    }
     uint64_t durable = s->hold_seq;
     if (s->n_defer > 0 && s->defer[0].seq - 1 < durable)
         durable = s->defer[0].seq - 1;
@@ -145,7 +150,6 @@ static int defer_flush(struct node *n)
      * there, and nothing may lower it after. */
     if (durable > atomic_load(&n->persist.durable_seq))
         atomic_store_explicit(&n->persist.durable_seq, durable, memory_order_release);
-    int rc = 0;
     for (size_t i = 0; i < s->n_defer && rc == 0; i++) {
         struct node_install_batch *b = &s->defer[i];
         uint64_t seq = b->seq;

@@ -508,9 +508,12 @@ static bool meta_equal(const struct raft_snapshot_meta *a,
 uint64_t codec__snap_need(const struct codec_snap *s, const struct raft_msg_snapshot *c)
 {
     uint64_t n = c->data ? c->data->len : 0;
-    if (c->offset == 0)
-        return c->total > n ? c->total : n;
-    return s->blob != NULL ? s->cap : s->len + n;
+    return (c->offset == 0 ? 0 : s->len) + n;
+}
+
+uint64_t codec__snap_held(const struct codec_snap *s)
+{
+    return s->blob != NULL ? s->len : s->cap;
 }
 
 /* Drops the reassembly under way (a new one starts, or it failed). */
@@ -564,7 +567,14 @@ int codec__snap_feed(struct codec_snap *s, const struct raft_message *chunk,
                 tk_free(s->buf);
                 s->buf = NULL;
             }
-            s->blob = tk_blob_new(s->total);
+            /* The size is the peer's word: a failed allocation drops this
+             * snapshot, it does not abort the node. Untouched pages cost
+             * nothing, so the bytes held (charged) are those received. */
+            s->blob = tk_blob_try_new(s->total);
+            if (s->blob == NULL) {
+                snap_stop(s);
+                return TK_ETOOBIG;
+            }
             s->cap = s->total;
         }
         dst = s->blob->data;

@@ -101,7 +101,7 @@ struct tcp_conn {
     struct codec_dec dec;
     struct codec_snap snap;
     uint64_t snap_started; /* loop time of the reassembly's first chunk */
-    size_t snap_charged;   /* snap.cap, as counted in tcp.snap_bytes */
+    size_t snap_charged;   /* codec__snap_held, as counted in tcp.snap_bytes */
     struct tk_tls *tls;    /* peer TLS: the session; rbuf then holds plaintext */
     uint8_t *tls_buf;      /* peer TLS: ciphertext as read (RBUF_BYTES) */
 };
@@ -893,8 +893,9 @@ static const char *conn_handshake(struct tcp_conn *c, uint8_t kind, const uint8_
 
 static void snap_recharge(struct tcp_conn *c)
 {
-    c->t->snap_bytes = c->t->snap_bytes - c->snap_charged + c->snap.cap;
-    c->snap_charged = c->snap.cap;
+    uint64_t held = codec__snap_held(&c->snap);
+    c->t->snap_bytes = c->t->snap_bytes - c->snap_charged + held;
+    c->snap_charged = held;
 }
 
 /* Drops an unfinished reassembly and its buffer. */
@@ -923,7 +924,7 @@ static const char *conn_snapshot(struct tcp_conn *c, const struct raft_message *
         return "snapshot not completed in time";
     }
     uint64_t need = codec__snap_need(&c->snap, ch);
-    if (need > t->o.snapshot_max) {
+    if (need > t->o.snapshot_max || ch->total > t->o.snapshot_max) {
         snap_drop(c, "larger than snapshot_max");
         return "snapshot too large";
     }

@@ -211,8 +211,11 @@ void codec__snap_destroy(struct codec_snap *s);
  * (no final copy); without (an older sender) the buffer grows by doubling. */
 int codec__snap_feed(struct codec_snap *s, const struct raft_message *chunk,
                      struct raft_message *whole);
-/* The bytes the reassembly would hold once `c` is fed: at a first chunk the
- * announced total, so memory bounds are checked before it is set aside. */
+/* The bytes received the reassembly would hold once `c` is fed (a first
+ * chunk starts over), and the bytes it holds: what the memory bounds count.
+ * The blob set aside for an announced total is touched only as chunks
+ * arrive, so its untouched part is not counted. */
 uint64_t codec__snap_need(const struct codec_snap *s, const struct raft_msg_snapshot *c);
+uint64_t codec__snap_held(const struct codec_snap *s);
 
 #endif

@@ -442,12 +442,13 @@ START_TEST(test_codec_snapshot_total_reassembles_in_place)
     struct codec_snap s;
     codec__snap_init(&s, 1 << 20);
     ck_assert_uint_eq(codec__snap_need(&s, &(struct raft_msg_snapshot){.total = total}),
-                      total);
+                      0);
     ck_assert_int_eq(feed_chunk(&d, &s, &m, 0, 1000, total, &whole), 0);
     struct tk_blob *set_aside = s.blob;
     ck_assert_ptr_nonnull(set_aside);
     ck_assert_uint_eq(set_aside->len, total);
     ck_assert_uint_eq(s.cap, total);
+    ck_assert_uint_eq(codec__snap_held(&s), 1000); /* what arrived, not the total */
     ck_assert_int_eq(feed_chunk(&d, &s, &m, 1000, 1000, total, &whole), 0);
     ck_assert_ptr_eq(s.blob, set_aside);
     ck_assert_int_eq(feed_chunk(&d, &s, &m, 2000, 1000, total, &whole), 1);
@@ -471,6 +472,14 @@ START_TEST(test_codec_snapshot_total_reassembles_in_place)
     codec__snap_init(&s, 2000);
     ck_assert_int_eq(feed_chunk(&d, &s, &m, 0, 1000, total, &whole), TK_ETOOBIG);
     ck_assert_ptr_null(s.blob);
+    codec__snap_destroy(&s);
+    /* A total no allocation can give (the peer's word) drops the snapshot; it
+     * does not abort the node. */
+    codec__snap_init(&s, UINT64_MAX);
+    ck_assert_int_eq(feed_chunk(&d, &s, &m, 0, 1000, UINT64_MAX - 64, &whole),
+                     TK_ETOOBIG);
+    ck_assert_ptr_null(s.blob);
+    ck_assert(!s.active);
     codec__snap_destroy(&s);
 
     /* An older sender (no total): reassembled by doubling, then copied. */

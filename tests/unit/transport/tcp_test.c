@@ -1272,9 +1272,8 @@ START_TEST(test_snapshot_chunk_hoarding_is_bounded)
     o.snapshot_timeout_ms = 300;
     struct tnode *a = tnode_new(&loop, &o);
     base_opts(&o, 1);
-    /* One 200 KiB snapshot fits; a second does not: each is charged its
-     * announced size at its first chunk, before anything is set aside. */
-    o.snapshot_total_max = 300u << 10;
+    /* Two first chunks of 64 KiB do not fit: what is held is what arrived. */
+    o.snapshot_total_max = 96u << 10;
     struct tnode *a2 = tnode_new(&loop, &o);
     member(a, 8);
     member(a2, 8);
