@@ -73,9 +73,10 @@ struct node_loop {
     int handles_open;
 
     uint64_t turn_ns[NODE_PH_N], turn_applied; /* this loop turn's, by phase */
-    uint64_t turn_apply_bytes; /* payload applied this turn (NODE_APPLY_TURN_BYTES) */
-    uv_prepare_t prepare;      /* measures whole turns (idle_metrics) */
-    bool idle_metrics;         /* own loop with UV_METRICS_IDLE_TIME */
+    uint64_t turn_apply_bytes;   /* payload applied this turn (NODE_APPLY_TURN_BYTES) */
+    uint64_t turn_apply_entries; /* entries applied this turn (NODE_APPLY_TURN_ENTRIES) */
+    uv_prepare_t prepare;        /* measures whole turns (idle_metrics) */
+    bool idle_metrics;           /* own loop with UV_METRICS_IDLE_TIME */
     uint64_t prep_ns, prep_idle_ns; /* at the last prepare */
     uint64_t turn_cpu_ns;           /* the thread CPU time at the last turn end */
     struct raft_entry *batch;       /* batch_max entries: one drain's proposal */

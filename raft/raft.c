@@ -1654,6 +1654,8 @@ void raft_ready(struct raft *r, struct raft_ready *rd)
     if (lim > r->applying) {
         rd->committed = raft__log_at(&r->log, r->applying + 1);
         size_t cnt = (size_t)(lim - r->applying);
+        if (r->o.max_apply_entries != 0 && cnt > r->o.max_apply_entries)
+            cnt = r->o.max_apply_entries; /* the rest in the next readies */
         if (r->o.max_apply_bytes != 0) {
             /* At most max_apply_bytes of payload (and at least one entry):
              * the rest in the next readies (raft_has_ready stays true). */
@@ -1750,6 +1752,7 @@ void raft_options_default(struct raft_options *o)
     o->max_append_entries = 256;
     o->max_append_bytes = 1u << 20;
     o->max_apply_bytes = 4u << 20;
+    o->max_apply_entries = 4096;
     o->max_inflight_msgs = 64;
     o->max_inflight_bytes = 8u << 20;
     o->max_uncommitted = 65536;

@@ -337,6 +337,30 @@ START_TEST(test_committed_entries_per_ready_are_bounded_by_bytes)
 }
 END_TEST
 
+START_TEST(test_committed_entries_per_ready_are_bounded_by_count)
+{
+    /* max_apply_entries: small entries within the bytes bound still come at
+     * most that many per ready. */
+    struct raft_options o;
+    rf_options(&o);
+    o.max_apply_entries = 4;
+    struct rf_cluster *c = rf_new(3, &o);
+    rf_elect(c, 1);
+    raft_hold_apply(rf_raft(c, 2), true);
+    uint64_t first = 0;
+    ck_assert_int_eq(rf_propose(c, 1, 20, 8, &first), 0);
+    rf_run(c);
+    rf_heartbeat_rounds(c, 1, 2);
+    ck_assert_uint_ge(raft_commit(rf_raft(c, 2)), first + 19);
+    uint64_t readies = rf_node(c, 2)->n_readies;
+    raft_hold_apply(rf_raft(c, 2), false);
+    rf_drain(c, 2);
+    ck_assert_uint_eq(rf_node(c, 2)->applied_index, first + 19);
+    ck_assert_uint_ge(rf_node(c, 2)->n_readies - readies, 5);
+    rf_free(c);
+}
+END_TEST
+
 static bool drop_appends_from_1(const struct raft_message *m, void *data)
 {
     (void)data;
@@ -850,6 +874,7 @@ static Suite *replication_suite(void)
     tcase_add_test(tc, test_log_rolling_window_moves_and_grows);
     tcase_add_test(tc, test_hold_apply_keeps_committing_and_hands_out_later);
     tcase_add_test(tc, test_committed_entries_per_ready_are_bounded_by_bytes);
+    tcase_add_test(tc, test_committed_entries_per_ready_are_bounded_by_count);
     tcase_add_loop_test(tc, test_steady_state_replication_allocates_nothing, 0,
                         STEADY_MODES);
     suite_add_tcase(s, tc);
