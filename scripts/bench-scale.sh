@@ -29,7 +29,10 @@
 #        longer), SCALE_NO_LEADER_CHANGE=1 (exit 1 on a leader change),
 #        SCALE_TIME_LIMIT_S (0: none; stop loading after this many seconds),
 #        SCALE_OPT_IN=1 (exit 77, a skip, unless TIERKV_SCALE_TEST=1),
-#        SCALE_CATCHUP (1000000; 0: no catch-up measurement)
+#        SCALE_CATCHUP (1000000; 0: no catch-up measurement),
+#        SCALE_STEADY_S (0; else, once SCALE_ENTRIES are loaded, that many
+#        seconds more of steps that overwrite random keys of the first step,
+#        so the data stays its size: the steady state at 1M or 10M keys)
 set -uo pipefail
 
 plot=""
@@ -104,7 +107,8 @@ python3 "$(dirname "$0")/bench_scale.py" --http-base "$http_base" --dir "$dir" \
     --cli "$cli" --endpoints "$eps" --entries "$entries" --value "$value" \
     --conn "$conn" --step "$step" --max-turn-ms "$max_turn_ms" \
     --no-leader-change "${SCALE_NO_LEADER_CHANGE:-0}" --time-limit "$time_limit" \
-    --catchup "${SCALE_CATCHUP:-1000000}" ${plot:+--plot "$plot"} \
+    --catchup "${SCALE_CATCHUP:-1000000}" --steady "${SCALE_STEADY_S:-0}" \
+    ${plot:+--plot "$plot"} \
     --plotter "$build/cmd/benchplot/bench-plot"
 status=$?
 exit $status

@@ -11,7 +11,7 @@ import urllib.request
 
 ap = argparse.ArgumentParser()
 for a in ("http-base", "entries", "value", "conn", "step", "max-turn-ms",
-          "no-leader-change", "time-limit", "catchup"):
+          "no-leader-change", "time-limit", "catchup", "steady"):
     ap.add_argument("--" + a, type=int, default=0)
 ap.add_argument("--dir")
 ap.add_argument("--cli")
@@ -140,12 +140,16 @@ def mem(m):
 print("%9s %8s %7s %8s %7s %9s %-8s %9s %6s %9s %9s %s" % (
     "entries", "ops/s", "p99_ms", "p999_ms", "max_ms", "turn_ms", "phase", "step_turn",
     "lchg", "snap_ms", "snap_loop", "leader memory by owner"))
-def bench_step(prefix, endpoints=None):
-    """One step of load: the bench's JSON result, or None on failure."""
+def bench_step(prefix, endpoints=None, keys=0):
+    """One step of load: the bench's JSON result, or None on failure. With
+    `keys`, writes overwrite random keys among the first `keys` of `prefix`
+    (the steady state: the data stays the size it is); else each is a new
+    key."""
+    args = ["--keys", str(keys), "--key-prefix", prefix] if keys else [
+        "--keys", str(max(o.entries, 1)), "--sequential", "--key-prefix", prefix]
     r = subprocess.run([o.cli, "--endpoints", endpoints or o.endpoints, "bench", "-c", str(o.conn),
                         "-d", "%ds" % o.step, "--warmup", "0", "--mix", "write",
-                        "--value-size", str(o.value), "--keys", str(max(o.entries, 1)),
-                        "--sequential", "--key-prefix", prefix, "--no-progress"],
+                        "--value-size", str(o.value), "--no-progress"] + args,
                        capture_output=True, text=True)
     js = [l for l in r.stdout.splitlines() if l.startswith("{")]
     if not js:
@@ -161,17 +165,29 @@ applied = 0
 step_no = 0
 plot_rows = []  # (keys, ops/s, longest turn of the step in ms)
 hists = [turn_hist(metrics(p)) for p in nodes]
-while applied < o.entries:
+first_keys = 0  # keys the first step wrote: the steady state overwrites them
+steady_end = 0
+while True:
+    if applied >= o.entries and not steady_end:
+        if not o.steady:
+            break
+        steady_end = time.time() + o.steady
+        print("steady state: %d s of overwrites of random existing keys (s1/0..%d)" % (
+            o.steady, first_keys - 1), flush=True)
+    if steady_end and time.time() >= steady_end:
+        break
     step_no += 1
-    if o.time_limit and time.time() - t_start > o.time_limit:
+    if not steady_end and o.time_limit and time.time() - t_start > o.time_limit:
         print("bench-scale: time limit (%d s) reached at %d entries" % (o.time_limit, applied))
         timed_out = True
         break
     t0 = time.time()
-    b = bench_step("s%d/" % step_no)
+    b = bench_step("s1/", keys=max(first_keys, 1)) if steady_end else bench_step("s%d/" % step_no)
     if b is None:
         failed = True
         break
+    if step_no == 1:
+        first_keys = int(b.get("ops_per_s", 0) * o.step * 0.9)
     ms = [metrics(p) for p in nodes]
     new_hists = [turn_hist(m) for m in ms]
     step_turn = max([hist_bound_ms(a, z) for a, z in zip(hists, new_hists)] +
