@@ -400,14 +400,27 @@ void node__tier_hold(struct node *n)
            (unsigned long long)(held / 1000000));
 }
 
+/* Flat cost as the data grows: a snapshot reads the whole state, so one is
+ * not due before the payload applied since the last holds 1/SNAPSHOT_GROWTH
+ * of that snapshot's size. Without it, a snapshot every 100k entries at 8M
+ * keys read 1.2 GB per 100k writes, and the tier-downs (one job at a time)
+ * fell so far behind that applying was held 2-6 s at a time. With it the
+ * snapshot work per write stays about SNAPSHOT_GROWTH bytes read per byte
+ * written, at any size; the log since the last snapshot (in memory) grows to
+ * about 1/SNAPSHOT_GROWTH of the state. */
+#define SNAPSHOT_GROWTH 8
+
 static void tier_turn(struct node *n)
 {
     if (n->tier.busy)
         return;
     uint64_t applied = kv_sm_applied_index(n->sm);
-    if ((n->o.snapshot_entries != 0 &&
-         applied >= n->tier.snap_index + n->o.snapshot_entries) ||
-        (n->o.snapshot_bytes != 0 && n->tier.snap_bytes >= n->o.snapshot_bytes) ||
+    bool grown =
+        n->tier.blob == NULL || n->tier.snap_bytes >= n->tier.blob->len / SNAPSHOT_GROWTH;
+    if ((grown &&
+         ((n->o.snapshot_entries != 0 &&
+           applied >= n->tier.snap_index + n->o.snapshot_entries) ||
+          (n->o.snapshot_bytes != 0 && n->tier.snap_bytes >= n->o.snapshot_bytes))) ||
         n->tier.backup_wanted)
         node__tier_start(n, true, false);
     else if (kv_sm_tier_wanted(n->sm))
