@@ -187,6 +187,10 @@ static const struct metric_desc metric_table[] = {
      SNAP(m.snapshots)},
     {"tierkv_snapshot_installs_total", "counter", "Snapshots installed.", MK_VALUE,
      SNAP(m.installs)},
+    {"tierkv_snapshot_reads_total", "counter",
+     "Snapshots read from the cold tier beside the tier-downs (the others were "
+     "taken by a snapshot job that tiered down first).",
+     MK_VALUE, SNAP(m.snapshot_reads)},
     {"tierkv_snapshot_installs_dropped_total", "counter",
      "Newer snapshots from the leader dropped while one was being installed "
      "(the leader sends again).",

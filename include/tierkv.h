@@ -103,6 +103,7 @@ struct tk_options {
     const uint8_t *peer_token;
     size_t peer_token_len;
     bool insecure_peers;
+    size_t kv_ring_bytes; /* the KV ring's (hot tier's) memory budget: 0 = 64 MiB */
 };
 
 TK_API void tk_options_default(struct tk_options *o);

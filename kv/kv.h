@@ -308,6 +308,14 @@ uint64_t kv_snap_term(const struct kv_snap *s);
  * Returns 0 or TK_EIO. */
 int kv_snap_read(struct kv_snap *s, void *buf, size_t cap, size_t *len);
 void kv_snap_close(struct kv_snap *s);
+/* A snapshot of the cold tier as its last tier-down committed it (the
+ * stream's header gives that index and term): a read view opened without
+ * touching the ring, so tier-down jobs go on while it is read (LMDB readers
+ * do not block its writer). Owner thread; then kv_snap_read_all and
+ * kv_snap_close on any one thread. Returns 0, TK_EIO. */
+int kv_sm_snapshot_cold(struct kv_sm *sm, struct kv_snap **out);
+/* The whole stream into one blob (with one reference). Returns 0, TK_EIO. */
+int kv_snap_read_all(struct kv_snap *s, struct tk_blob **out);
 
 /* Installing a snapshot stream: begin, write the stream's bytes in any pieces,
  * optionally prepare, then commit (which checks the trailer, swaps the new

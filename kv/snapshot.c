@@ -90,15 +90,17 @@ int kv__snap_open(struct kv_sm *sm, struct kv_snap **out)
     return 0;
 }
 
-int kv__snap_read_all(struct kv_sm *sm, struct tk_blob **out, struct kv_cold_meta *meta)
+int kv_sm_snapshot_cold(struct kv_sm *sm, struct kv_snap **out)
 {
-    struct kv_snap *s;
-    int rc = kv__snap_open(sm, &s);
-    if (rc != 0)
-        return rc;
+    return kv__snap_open(sm, out);
+}
+
+int kv_snap_read_all(struct kv_snap *s, struct tk_blob **out)
+{
     /* Read straight into a blob (one allocation: header, then bytes; see
      * base/blob.h), so the owner takes it without copying. */
     size_t cap = (size_t)1 << 16, n = 0;
+    int rc;
     struct tk_blob *b = tk_blob_new(cap);
     for (;;) {
         if (cap - n < ((size_t)1 << 15)) {
@@ -111,8 +113,6 @@ int kv__snap_read_all(struct kv_sm *sm, struct tk_blob **out, struct kv_cold_met
             break;
         n += got;
     }
-    *meta = s->meta;
-    kv_snap_close(s);
     if (rc != 0) {
         tk_blob_unref(b);
         return rc;
@@ -120,6 +120,18 @@ int kv__snap_read_all(struct kv_sm *sm, struct tk_blob **out, struct kv_cold_met
     b->len = n;
     *out = b;
     return 0;
+}
+
+int kv__snap_read_all(struct kv_sm *sm, struct tk_blob **out, struct kv_cold_meta *meta)
+{
+    struct kv_snap *s;
+    int rc = kv__snap_open(sm, &s);
+    if (rc != 0)
+        return rc;
+    rc = kv_snap_read_all(s, out);
+    *meta = s->meta;
+    kv_snap_close(s);
+    return rc;
 }
 
 uint64_t kv_snap_index(const struct kv_snap *s)

@@ -141,10 +141,11 @@ struct node_options {
      * else a memory volume (taken, may be NULL: a fresh one). */
     const char *data_dir;
     struct store_mem_volume *volume;
-    bool kv_no_sync;     /* the kv cold tier without fsync (tests, benchmarks) */
-    size_t kv_map_bytes; /* LMDB map size of the kv cold tier; 0: kv's default */
-    size_t events_max;   /* the kv change log's events (kv_config.events_max) */
-    size_t events_bytes; /* ... and bytes; both 0: kv's defaults */
+    bool kv_no_sync;      /* the kv cold tier without fsync (tests, benchmarks) */
+    size_t kv_map_bytes;  /* LMDB map size of the kv cold tier; 0: kv's default */
+    size_t kv_ring_bytes; /* the kv ring's (hot tier's) budget; 0: kv's, 64 MiB */
+    size_t events_max;    /* the kv change log's events (kv_config.events_max) */
+    size_t events_bytes;  /* ... and bytes; both 0: kv's defaults */
 
     uint32_t tick_ms;        /* 10 */
     uint32_t election_ticks; /* 20: 200-400 ms */
@@ -302,6 +303,7 @@ struct node_metrics {
     uint64_t snapshots;         /* snapshots taken */
     uint64_t installs;          /* snapshots installed from a leader */
     uint64_t installs_dropped;  /* newer snapshots dropped during an install */
+    uint64_t snapshot_reads;    /* snapshots read beside the tier-downs */
     uint64_t installs_deferred; /* readies of log entries kept beside an install */
     uint64_t store_syncs;       /* log syncs (store_stats.syncs) */
     /* Appends the storage thread completed, and the times a producer had to
@@ -355,6 +357,11 @@ struct node_metrics {
     uint64_t mem_lmdb_resident;  /* of it, pages in memory (mincore) */
 };
 void node_metrics(struct node *n, struct node_metrics *out);
+
+/* The node runtime under an embedding handle (include/tierkv.h), for tests
+ * that look at its metrics. Not exported by libtierkv.so. */
+struct tk_node;
+struct node *tk_node_runtime(struct tk_node *n);
 
 /* What a loop turn's time went to (node_metrics.loop_turn_max_ns): the
  * ready loop's steps, starting a snapshot (snapshot), publishing a tier-down

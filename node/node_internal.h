@@ -161,6 +161,9 @@ struct node_tier {
      * budget during a tier-down, instead of the loop waiting for the job:
      * since when (0: not held). */
     uint64_t hold_since;
+    /* A snapshot read of the cold tier as the last tier-down left it, on the
+     * thread pool beside the tier-down jobs (node_tier.c, reader_*). */
+    struct node_snap_read *reader; /* until its after-work callback */
 };
 
 /* A snapshot from the leader being installed (node_install.c). The stream

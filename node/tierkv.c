@@ -77,6 +77,7 @@ static void to_node_options(const struct tk_options *o, struct node_options *no)
     no->cluster_id = o->cluster_id;
     no->kv_no_sync = o->kv_no_sync;
     no->kv_map_bytes = o->kv_map_bytes;
+    no->kv_ring_bytes = o->kv_ring_bytes;
     if (o->tick_ms)
         no->tick_ms = o->tick_ms;
     if (o->election_ticks)
@@ -1023,4 +1024,9 @@ int tk_watch(struct tk_node *n, const void *prefix, size_t prefix_len, uint64_t 
         struct timespec ts = {0, 10 * 1000000L};
         nanosleep(&ts, NULL);
     }
+}
+
+struct node *tk_node_runtime(struct tk_node *n)
+{
+    return n->node;
 }

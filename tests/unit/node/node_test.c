@@ -274,6 +274,51 @@ START_TEST(test_lagging_follower_catches_up_by_snapshot)
 }
 END_TEST
 
+/* With tier-downs past the last snapshot (a small ring), the next snapshot is
+ * read from the cold tier beside them (tierkv_snapshot_reads_total), and a
+ * follower that fell behind catches up from such a snapshot. */
+START_TEST(test_snapshot_read_beside_tier_downs_catches_a_follower_up)
+{
+    struct tk_options o;
+    tk_options_default(&o);
+    o.one_loop = one_loop;
+    o.spin_us = spin_us;
+    o.kv_no_sync = true;
+    o.seed = 42;
+    o.snapshot_entries = 200;
+    o.trailing_entries = 10;
+    o.kv_ring_bytes = 1u << 20;
+    struct tk_cluster *c = NULL;
+    ck_assert_int_eq(tk_cluster_start(3, &o, &c), 0);
+    struct tk_node *l = leader_of(c);
+    uint32_t f = (uint32_t)(index_of(c, l) + 1) % 3;
+    ck_assert_int_eq(tk_cluster_isolate(c, f, true), 0);
+    static char val[2048];
+    memset(val, 'v', sizeof(val) - 1);
+    char k[32];
+    struct tk_write_result res;
+    struct node_metrics m = {0};
+    int i = 0;
+    for (; i < 20000 && m.snapshot_reads < 2; i++) {
+        snprintf(k, sizeof(k), "key%06d", i % 3000);
+        put_str(l, k, val, TK_MODE_APPLIED, &res);
+        if (i % 100 == 0)
+            node_metrics(tk_node_runtime(l), &m);
+    }
+    ck_assert_msg(m.snapshot_reads >= 2, "snapshots read: %llu after %d writes",
+                  (unsigned long long)m.snapshot_reads, i);
+    ck_assert_int_eq(tk_cluster_isolate(c, f, false), 0);
+    wait_applied(c, f, res.revision);
+    struct tk_status fs;
+    tk_node_status(tk_cluster_node(c, f), &fs);
+    ck_assert_uint_gt(fs.snapshot_index, 0); /* it got there by a snapshot */
+    snprintf(k, sizeof(k), "key%06d", (i - 1) % 3000);
+    assert_value(tk_cluster_node(c, f), k, val, TK_READ_STALE);
+    assert_value(tk_cluster_node(c, f), "key000000", val, TK_READ_STALE);
+    tk_cluster_stop(c);
+}
+END_TEST
+
 struct tally {
     atomic_int done;
     atomic_int ok;
@@ -972,6 +1017,7 @@ static Suite *node_suite(void)
     tcase_add_test(tc, test_committed_mode_completes_no_later_than_applied);
     tcase_add_test(tc, test_follower_restarts_and_catches_up);
     tcase_add_test(tc, test_lagging_follower_catches_up_by_snapshot);
+    tcase_add_test(tc, test_snapshot_read_beside_tier_downs_catches_a_follower_up);
     tcase_add_test(tc, test_snapshot_by_bytes);
     tcase_add_test(tc, test_leader_dies_with_proposals_in_flight);
     tcase_add_test(tc, test_deposed_leader_fails_its_proposals_promptly);
@@ -1015,6 +1061,7 @@ static Suite *one_loop_suite(void)
     tcase_add_test(tc, test_write_on_follower_is_forwarded_to_the_leader);
     tcase_add_test(tc, test_follower_restarts_and_catches_up);
     tcase_add_test(tc, test_lagging_follower_catches_up_by_snapshot);
+    tcase_add_test(tc, test_snapshot_read_beside_tier_downs_catches_a_follower_up);
     tcase_add_test(tc, test_leader_dies_with_proposals_in_flight);
     tcase_add_test(tc, test_linearizable_read_after_leader_change_sees_acked_writes);
     tcase_add_test(tc, test_stop_with_work_in_flight_completes_everything);
@@ -1048,6 +1095,7 @@ static Suite *spin_suite(void)
         tcase_add_test(tc, test_three_nodes_elect_and_replicate);
         tcase_add_test(tc, test_write_on_follower_is_forwarded_to_the_leader);
         tcase_add_test(tc, test_lagging_follower_catches_up_by_snapshot);
+        tcase_add_test(tc, test_snapshot_read_beside_tier_downs_catches_a_follower_up);
         tcase_add_test(tc, test_stop_with_work_in_flight_completes_everything);
         suite_add_tcase(s, tc);
     }
