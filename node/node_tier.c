@@ -14,9 +14,14 @@
  * the log is compacted COMPACT_STEP entries at a time, one step per loop turn. The same
  * job moves the ring's oldest pages to LMDB when the ring is over its budget.
  *
- * Invariants: at most one job and one store compaction in flight
- * (n->tier.job until completed, n->tier.compacting); each on the pool counts
- * as an open handle (n->loop.handles_open), so the node is not freed under it.
+ * A snapshot is usually read beside the tier-downs instead (reader_*): the
+ * cold tier as the last tier-down committed it, through its own LMDB read
+ * view, while later tier-downs write.
+ *
+ * Invariants: at most one job, one snapshot read and one store compaction in
+ * flight (n->tier.job until completed, n->tier.reader, n->tier.compacting);
+ * each on the pool counts as an open handle (n->loop.handles_open), so the
+ * node is not freed under it.
  *
  * Loop thread, except tier_work (a pool thread). Called by node.c (each turn,
  * at boot, before installing a snapshot); calls node_status.c on failures. */
