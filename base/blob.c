@@ -23,7 +23,7 @@ struct tk_blob *tk_blob_new(size_t len)
 
 struct tk_blob *tk_blob_try_new(size_t len)
 {
-    if (len > SIZE_MAX - sizeof(struct tk_blob))
+    if (len > TK_BLOB_TRY_MAX)
         return NULL;
     struct tk_blob *b = tk_try_malloc(sizeof(*b) + len);
     if (b == NULL)

@@ -20,7 +20,10 @@ struct tk_blob {
 /* A new blob of `len` bytes (uninitialised) with one reference. Never NULL. */
 struct tk_blob *tk_blob_new(size_t len);
 
-/* tk_blob_new for a length a peer chose: NULL when it cannot be had. */
+/* tk_blob_new for a length a peer chose: NULL when it cannot be had, or is
+ * past TK_BLOB_TRY_MAX (no allocator is asked for more; AddressSanitizer's
+ * own limit is 1 TiB). */
+#define TK_BLOB_TRY_MAX ((size_t)1 << 40)
 struct tk_blob *tk_blob_try_new(size_t len);
 
 /* A new blob holding a copy of `len` bytes at `src`, with one reference. */
