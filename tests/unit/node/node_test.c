@@ -23,18 +23,23 @@
 static bool one_loop;    /* the tests below run again with every node on one loop */
 static uint32_t spin_us; /* ... and with loops and callers that spin before sleeping */
 
+static void test_options(struct tk_options *o, uint64_t snapshot_entries)
+{
+    tk_options_default(o);
+    o->one_loop = one_loop;
+    o->spin_us = spin_us;
+    o->kv_no_sync = true;
+    o->seed = 42;
+    if (snapshot_entries) {
+        o->snapshot_entries = snapshot_entries;
+        o->trailing_entries = 10;
+    }
+}
+
 static struct tk_cluster *start(uint32_t n, uint64_t snapshot_entries)
 {
     struct tk_options o;
-    tk_options_default(&o);
-    o.one_loop = one_loop;
-    o.spin_us = spin_us;
-    o.kv_no_sync = true;
-    o.seed = 42;
-    if (snapshot_entries) {
-        o.snapshot_entries = snapshot_entries;
-        o.trailing_entries = 10;
-    }
+    test_options(&o, snapshot_entries);
     struct tk_cluster *c = NULL;
     ck_assert_int_eq(tk_cluster_start(n, &o, &c), 0);
     return c;
@@ -280,13 +285,7 @@ END_TEST
 START_TEST(test_snapshot_read_beside_tier_downs_catches_a_follower_up)
 {
     struct tk_options o;
-    tk_options_default(&o);
-    o.one_loop = one_loop;
-    o.spin_us = spin_us;
-    o.kv_no_sync = true;
-    o.seed = 42;
-    o.snapshot_entries = 200;
-    o.trailing_entries = 10;
+    test_options(&o, 200);
     o.kv_ring_bytes = 1u << 20;
     struct tk_cluster *c = NULL;
     ck_assert_int_eq(tk_cluster_start(3, &o, &c), 0);
