@@ -318,6 +318,9 @@ uint64_t kv__cold_bytes(struct kv_cold *c);
  * the used pages: O(pages), for a scrape, not for every loop turn). */
 uint64_t kv__cold_map_bytes(struct kv_cold *c);
 uint64_t kv__cold_resident(struct kv_cold *c);
+/* The data file's descriptor (LMDB's own: not to be closed) and the bytes in
+ * use. Returns 0 or TK_EIO. */
+int kv__cold_file(struct kv_cold *c, int *fd, uint64_t *len);
 /* Drops the read view so the next read sees the latest commit. */
 void kv__cold_read_reset(struct kv_cold *c);
 int kv__cold_get(struct kv_cold *c, const void *key, size_t len, struct kv_cold_val *out);

@@ -214,6 +214,15 @@ uint64_t kv_sm_cold_resident(struct kv_sm *sm)
     return kv__cold_resident(sm->cold);
 }
 
+int kv_sm_cold_file(struct kv_sm *sm, int *fd, uint64_t *len)
+{
+    int own;
+    if (kv__cold_file(sm->cold, &own, len) != 0)
+        return TK_EIO;
+    *fd = dup(own);
+    return *fd >= 0 ? 0 : TK_EIO;
+}
+
 /* ---- apply ---- */
 
 static int advance(struct kv_sm *sm, uint64_t index, uint64_t time_ms)

@@ -237,6 +237,7 @@ struct node_metrics_state {
     struct node_metrics pub;
     struct node_latency lat; /* loop thread */
     uint64_t resident_ns;    /* when mem_lmdb_resident was last measured */
+    bool resident_busy;      /* a measure in flight on the thread pool */
 };
 
 struct node {
