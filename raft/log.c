@@ -74,13 +74,13 @@ void raft__log_append(struct raft__log *l, const struct raft_entry *e, size_t n)
          * log stays near the array's size. */
         if (l->n + n <= l->cap / 2) {
             memmove(l->ents, l->ents + l->head, l->n * sizeof(*l->ents));
+            l->head = 0;
         } else {
             size_t cap = l->cap ? l->cap : 64;
-            while (cap < 2 * (l->n + n))
+            while (cap < 2 * (l->n + n) || cap < l->head + l->n + n)
                 cap *= 2;
-            raft__log_reserve(l, cap); /* cap > l->cap here: it moves */
+            raft__log_reserve(l, cap); /* cap > l->cap here */
         }
-        l->head = 0;
     }
     for (size_t i = 0; i < n; i++) {
         struct raft_entry *d = &l->ents[l->head + l->n + i];
@@ -90,17 +90,16 @@ void raft__log_append(struct raft__log *l, const struct raft_entry *e, size_t n)
     l->n += n;
 }
 
+/* Grows the array in place where the allocator can: a big array is its own
+ * mapping, which realloc moves by remapping its pages (no copy), and the live
+ * entries keep their offset (head). A malloc and a copy of 1.6M entries held
+ * every node's loop 136-160 ms of CPU at once at 5.6M keys. */
 void raft__log_reserve(struct raft__log *l, size_t cap)
 {
     if (cap <= l->cap)
         return;
-    struct raft_entry *ents = tk_malloc(cap * sizeof(*ents));
-    if (l->n > 0)
-        memcpy(ents, l->ents + l->head, l->n * sizeof(*ents));
-    tk_free(l->ents);
-    l->ents = ents;
+    l->ents = tk_realloc(l->ents, cap * sizeof(*l->ents));
     l->cap = cap;
-    l->head = 0;
 }
 
 void raft__log_truncate(struct raft__log *l, uint64_t index)
