@@ -554,7 +554,7 @@ static void tier_turn(struct node *n)
     /* Past the last snapshot, the cold tier is read beside the tier-downs;
      * else (nothing tiered down since) a snapshot job tiers down to the
      * applied index and reads that. */
-    if (due && n->tier.reader == NULL &&
+    if (due && n->tier.reader == NULL && !(n->tier.busy && n->tier.snapshot) &&
         kv_sm_durable_index(n->sm) > n->tier.snap_index && reader_start(n))
         due = false;
     if (n->tier.busy)
