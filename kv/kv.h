@@ -24,6 +24,7 @@
 #ifndef TK_KV_KV_H
 #define TK_KV_KV_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -321,8 +322,10 @@ void kv_snap_close(struct kv_snap *s);
  * do not block its writer). Owner thread; then kv_snap_read_all and
  * kv_snap_close on any one thread. Returns 0, TK_EIO. */
 int kv_sm_snapshot_cold(struct kv_sm *sm, struct kv_snap **out);
-/* The whole stream into one blob (with one reference). Returns 0, TK_EIO. */
-int kv_snap_read_all(struct kv_snap *s, struct tk_blob **out);
+/* The whole stream into one blob (with one reference). `stop` (may be NULL)
+ * is checked between reads of 64 KiB: once set, the read ends with
+ * TK_ECLOSED. Returns 0, TK_EIO, TK_ECLOSED. */
+int kv_snap_read_all(struct kv_snap *s, struct tk_blob **out, const atomic_bool *stop);
 
 /* Installing a snapshot stream: begin, write the stream's bytes in any pieces,
  * optionally prepare, then commit (which checks the trailer, swaps the new

@@ -11,6 +11,7 @@
  * Calls run one way: sm.c -> cmd.c -> state.c, sessions.c, iter.c; sm.c ->
  * tier.c -> snapshot.c -> sessions.c; all of them -> the ring, index, view and
  * cold tier (cold.c, the only file that sees LMDB). */
+#include <fcntl.h>
 #include <string.h>
 
 #include "base/alloc.h"
@@ -219,7 +220,7 @@ int kv_sm_cold_file(struct kv_sm *sm, int *fd, uint64_t *len)
     int own;
     if (kv__cold_file(sm->cold, &own, len) != 0)
         return TK_EIO;
-    *fd = dup(own);
+    *fd = fcntl(own, F_DUPFD_CLOEXEC, 0);
     return *fd >= 0 ? 0 : TK_EIO;
 }
 

@@ -95,7 +95,7 @@ int kv_sm_snapshot_cold(struct kv_sm *sm, struct kv_snap **out)
     return kv__snap_open(sm, out);
 }
 
-int kv_snap_read_all(struct kv_snap *s, struct tk_blob **out)
+int kv_snap_read_all(struct kv_snap *s, struct tk_blob **out, const atomic_bool *stop)
 {
     /* Read straight into a blob (one allocation: header, then bytes; see
      * base/blob.h), so the owner takes it without copying. */
@@ -106,6 +106,10 @@ int kv_snap_read_all(struct kv_snap *s, struct tk_blob **out)
         if (cap - n < ((size_t)1 << 15)) {
             cap *= 2;
             b = tk_realloc(b, sizeof(*b) + cap);
+        }
+        if (stop != NULL && atomic_load_explicit(stop, memory_order_relaxed)) {
+            rc = TK_ECLOSED;
+            break;
         }
         size_t got = 0;
         rc = kv_snap_read(s, b->data + n, cap - n, &got);
@@ -128,7 +132,7 @@ int kv__snap_read_all(struct kv_sm *sm, struct tk_blob **out, struct kv_cold_met
     int rc = kv__snap_open(sm, &s);
     if (rc != 0)
         return rc;
-    rc = kv_snap_read_all(s, out);
+    rc = kv_snap_read_all(s, out, NULL);
     *meta = s->meta;
     kv_snap_close(s);
     return rc;

@@ -773,6 +773,7 @@ static void begin_close(struct node *n)
     if (n->loop.closing)
         return;
     n->loop.closing = true;
+    node__tier_stop(n);
     if (n->o.on_loop_stop != NULL)
         n->o.on_loop_stop(n, n->loop.uv, n->o.hook_data);
     node__backup_fail_all(n, TK_ESHUTDOWN);

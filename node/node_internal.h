@@ -391,6 +391,8 @@ void node__tier_start(struct node *n, bool snapshot, bool inline_run);
 /* Blocks until the job in flight (if any) has run, then completes it; with
  * `discard` its snapshot is dropped (an installed one replaces it). */
 void node__tier_wait(struct node *n, bool discard);
+/* The node stops: a snapshot read in flight ends at its next chunk. */
+void node__tier_stop(struct node *n);
 /* Holds or releases applying for the KV ring's sake; before each ready. */
 void node__tier_hold(struct node *n);
 

@@ -241,14 +241,15 @@ struct node_snap_read {
     uint64_t t0;
     int rc, save_rc;
     atomic_bool ran;
+    atomic_bool stop; /* an install or the node's stop: end the read early */
 };
 
 static void reader_work(uv_work_t *w)
 {
     struct node_snap_read *r = w->data;
-    r->rc = kv_snap_read_all(r->snap, &r->stream);
+    r->rc = kv_snap_read_all(r->snap, &r->stream, &r->stop);
     /* The descriptor names a state the cold tier holds durably already. */
-    if (r->rc == 0)
+    if (r->rc == 0 && !atomic_load(&r->stop))
         r->save_rc = store_save_snapshot(r->n->store, &r->meta);
     atomic_store_explicit(&r->ran, true, memory_order_release);
 }
@@ -261,7 +262,7 @@ static void reader_complete(struct node *n, struct node_snap_read *r, bool disca
     uint64_t t_done = node__mono_ns();
     kv_snap_close(r->snap);
     r->snap = NULL;
-    if (r->rc != 0 && !discard && !n->loop.closing) {
+    if (r->rc != 0 && !discard && !n->loop.closing && !atomic_load(&r->stop)) {
         node__fail(n, r->rc, "snapshot read");
     } else if (r->rc == 0 && !discard && !n->loop.closing && !n->persist.failed &&
                r->meta.index > n->tier.snap_index) {
@@ -312,6 +313,7 @@ static bool reader_start(struct node *n)
         return false;
     }
     atomic_init(&r->ran, false);
+    atomic_init(&r->stop, false);
     r->work.data = r;
     if (uv_queue_work(n->loop.uv, &r->work, reader_work, reader_after) != 0) {
         kv_snap_close(r->snap);
@@ -333,14 +335,25 @@ static void reader_wait(struct node *n)
     if (r == NULL)
         return;
     if (uv_cancel((uv_req_t *)&r->work) == 0) {
-        n->tier.reader = NULL; /* reader_after (UV_ECANCELED) closes its view */
+        /* Its view closes now (an install begins next, and needs none
+         * open); reader_after (UV_ECANCELED) frees it. */
+        n->tier.reader = NULL;
+        kv_snap_close(r->snap);
+        r->snap = NULL;
         return;
     }
+    atomic_store(&r->stop, true); /* a read of seconds ends at its next chunk */
     while (!atomic_load_explicit(&r->ran, memory_order_acquire)) {
         struct timespec ts = {0, 50000};
         nanosleep(&ts, NULL);
     }
     reader_complete(n, r, true);
+}
+
+void node__tier_stop(struct node *n)
+{
+    if (n->tier.reader != NULL)
+        atomic_store(&n->tier.reader->stop, true);
 }
 
 /* Only for what cannot go on beside the job (installing a snapshot); its

@@ -528,6 +528,39 @@ static void snap_stop(struct codec_snap *s)
         s->cap = 0;
 }
 
+/* Where the next n bytes go: the blob set aside for the announced total (at
+ * the first chunk), or, from an older sender, a buffer grown by doubling.
+ * NULL (the reassembly dropped) when the total cannot be set aside. */
+static uint8_t *snap_room(struct codec_snap *s, size_t n)
+{
+    if (s->total != 0) {
+        if (s->blob == NULL) {
+            if (s->buf != NULL) {
+                tk_free(s->buf);
+                s->buf = NULL;
+            }
+            /* The size is the peer's word: a failed allocation drops this
+             * snapshot, it does not abort the node. Untouched pages cost
+             * nothing, so the bytes held (charged) are those received. */
+            s->blob = tk_blob_try_new(s->total);
+            if (s->blob == NULL) {
+                snap_stop(s);
+                return NULL;
+            }
+            s->cap = s->total;
+        }
+        return s->blob->data;
+    }
+    if (s->len + n > s->cap) {
+        size_t cap = s->cap ? s->cap : 64u << 10;
+        while (cap < s->len + n)
+            cap *= 2;
+        s->buf = tk_realloc(s->buf, cap);
+        s->cap = cap;
+    }
+    return s->buf;
+}
+
 int codec__snap_feed(struct codec_snap *s, const struct raft_message *chunk,
                      struct raft_message *whole)
 {
@@ -558,37 +591,9 @@ int codec__snap_feed(struct codec_snap *s, const struct raft_message *chunk,
         whole->u.snapshot.data = tk_blob_ref(c->data);
         return 1;
     }
-    uint8_t *dst;
-    if (s->total != 0) {
-        /* The size is announced: set aside exactly that at the first chunk
-         * (pages are touched as chunks arrive) and copy each chunk once. */
-        if (s->blob == NULL) {
-            if (s->buf != NULL) {
-                tk_free(s->buf);
-                s->buf = NULL;
-            }
-            /* The size is the peer's word: a failed allocation drops this
-             * snapshot, it does not abort the node. Untouched pages cost
-             * nothing, so the bytes held (charged) are those received. */
-            s->blob = tk_blob_try_new(s->total);
-            if (s->blob == NULL) {
-                snap_stop(s);
-                return TK_ETOOBIG;
-            }
-            s->cap = s->total;
-        }
-        dst = s->blob->data;
-    } else {
-        /* An older sender: grow by doubling. */
-        if (s->len + n > s->cap) {
-            size_t cap = s->cap ? s->cap : 64u << 10;
-            while (cap < s->len + n)
-                cap *= 2;
-            s->buf = tk_realloc(s->buf, cap);
-            s->cap = cap;
-        }
-        dst = s->buf;
-    }
+    uint8_t *dst = snap_room(s, n);
+    if (dst == NULL)
+        return TK_ETOOBIG;
     if (n != 0)
         memcpy(dst + s->len, c->data->data, n);
     s->len += n;
