@@ -26,6 +26,7 @@
  * Loop thread, except tier_work (a pool thread). Called by node.c (each turn,
  * at boot, before installing a snapshot); calls node_status.c on failures. */
 #include <errno.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <sys/resource.h>
@@ -59,25 +60,37 @@ static void save_descriptor(struct node *n)
     n->tier.saved = true;
 }
 
-static void tier_work(uv_work_t *w)
+/* A pool thread about to run a tier-down or a snapshot read yields the CPU
+ * to the loops (nice 5: about a quarter of a core against a busy loop), so
+ * that it cannot delay heartbeats on a machine with fewer cores than busy
+ * threads; libuv's pool threads inherit the name of the loop that started
+ * them. Returns the priority to give back (or INT_MIN: unchanged). */
+static int background_enter(void)
 {
-    struct node *n = w->data;
-    /* libuv's pool threads inherit the name of the loop that started them. A
-     * job yields the CPU to the loops (nice 5: about a quarter of a core
-     * against a busy loop) so that it cannot delay heartbeats on a machine
-     * with fewer cores than busy threads. */
     pthread_setname_np(pthread_self(), "tk-tier");
     id_t tid = (id_t)syscall(SYS_gettid);
     errno = 0;
     int was = getpriority(PRIO_PROCESS, tid);
-    bool niced =
-        errno == 0 && was < TIER_NICE && setpriority(PRIO_PROCESS, tid, TIER_NICE) == 0;
+    if (errno == 0 && was < TIER_NICE && setpriority(PRIO_PROCESS, tid, TIER_NICE) == 0)
+        return was;
+    return INT_MIN;
+}
+
+/* The pool is the process's: give the thread back as it was, where the
+ * process may raise a priority again (CAP_SYS_NICE or RLIMIT_NICE). */
+static void background_leave(int was)
+{
+    if (was != INT_MIN)
+        (void)setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), was);
+}
+
+static void tier_work(uv_work_t *w)
+{
+    struct node *n = w->data;
+    int was = background_enter();
     kv_tier_run(n->tier.job);
     save_descriptor(n);
-    /* The pool is the process's: give the thread back as it was, where the
-     * process may raise a priority again (CAP_SYS_NICE or RLIMIT_NICE). */
-    if (niced)
-        (void)setpriority(PRIO_PROCESS, tid, was);
+    background_leave(was);
     atomic_store_explicit(&n->tier.ran, true, memory_order_release);
 }
 
@@ -247,10 +260,12 @@ struct node_snap_read {
 static void reader_work(uv_work_t *w)
 {
     struct node_snap_read *r = w->data;
+    int was = background_enter(); /* it reads the whole state: seconds */
     r->rc = kv_snap_read_all(r->snap, &r->stream, &r->stop);
     /* The descriptor names a state the cold tier holds durably already. */
     if (r->rc == 0 && !atomic_load(&r->stop))
         r->save_rc = store_save_snapshot(r->n->store, &r->meta);
+    background_leave(was);
     atomic_store_explicit(&r->ran, true, memory_order_release);
 }
 
