@@ -441,7 +441,7 @@ fail:
  * (readies hand out at most raft_options.max_apply_bytes each): a backlog of
  * big entries, after a hold or a slow disk, applied at once held the loop
  * for hundreds of ms (memcpy into fresh ring pages). */
-#define NODE_APPLY_TURN_BYTES (8u << 20)
+#define NODE_APPLY_TURN_BYTES (2u << 20)
 /* ... and at most this many entries: 8 MiB of 100-byte writes was 67k applies
  * in one turn (120 ms of CPU) after a hold at 7M keys. */
 #define NODE_APPLY_TURN_ENTRIES 8192

@@ -568,6 +568,20 @@ void node__tier_hold(struct node *n)
  * about 1/SNAPSHOT_GROWTH of the state. */
 #define SNAPSHOT_GROWTH 8
 
+/* A read beside the tier-downs pays where reading the state takes longer
+ * than the ring takes to fill: the last snapshot is READER_RING_RATIO times
+ * the ring's budget or more (1.5 GB at 10M keys against 64 MiB). Below
+ * that, a snapshot job (tier-down, then the read, niced) costs the loops
+ * less CPU beside them: in the overload suite's 200 KiB forward burst
+ * (113 MB snapshots) the two jobs side by side made loop turns late. */
+#define READER_RING_RATIO 4
+
+static bool reader_pays(const struct node *n)
+{
+    uint64_t ring = n->o.kv_ring_bytes ? n->o.kv_ring_bytes : (64u << 20);
+    return n->tier.blob != NULL && n->tier.blob->len >= READER_RING_RATIO * ring;
+}
+
 static void tier_turn(struct node *n)
 {
     uint64_t applied = kv_sm_applied_index(n->sm);
@@ -583,7 +597,8 @@ static void tier_turn(struct node *n)
      * else (nothing tiered down since) a snapshot job tiers down to the
      * applied index and reads that. */
     if (due && n->tier.reader == NULL && !(n->tier.busy && n->tier.snapshot) &&
-        kv_sm_durable_index(n->sm) > n->tier.snap_index && reader_start(n))
+        reader_pays(n) && kv_sm_durable_index(n->sm) > n->tier.snap_index &&
+        reader_start(n))
         due = false;
     if (n->tier.busy)
         return;

@@ -1751,7 +1751,7 @@ void raft_options_default(struct raft_options *o)
     o->check_quorum = true;
     o->max_append_entries = 256;
     o->max_append_bytes = 1u << 20;
-    o->max_apply_bytes = 4u << 20;
+    o->max_apply_bytes = 2u << 20;
     o->max_apply_entries = 4096;
     o->max_inflight_msgs = 64;
     o->max_inflight_bytes = 8u << 20;
