@@ -356,7 +356,7 @@ struct raft_options {
 
 /* Sensible defaults: election 10, heartbeat 1, pre-vote and check-quorum on,
  * 256 entries / 1 MiB per message, 64 messages / 8 MiB in flight, 65536
- * uncommitted entries, 4 MiB of committed entries per ready. The caller sets
+ * uncommitted entries, 2 MiB or 4096 committed entries per ready. The caller sets
  * id and seed. */
 void raft_options_default(struct raft_options *o);
 
