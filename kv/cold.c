@@ -17,7 +17,10 @@
  * with rename(2). LMDB codes become TK_EIO / TK_ECORRUPT here. Owner thread,
  * except two things any one other thread may do: read a snapshot view
  * (MDB_NOTLS), and run a whole write transaction (wbegin .. wcommit) while the
- * owner keeps reading its old view; the owner then calls wpublish. */
+ * owner keeps reading its old view; the owner then calls wpublish. An
+ * install's new environment (kv__cold_new_*) is written, prepared and
+ * published on any one thread too: that reads only the directory and the
+ * generation, which change only in kv__cold_switch (owner thread). */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -66,6 +69,7 @@ struct kv_cold {
     uint64_t epoch;          /* bumped each time the read view is renewed */
     struct kv_cold_cur scur; /* the scan cursor, reused (scans do not nest) */
     uint64_t trash_gen;      /* an environment an install replaced, not yet removed */
+    MDB_env *trash_env;      /* ... still open: closing it unmaps it (kv__cold_trash) */
 };
 
 static void wcur_close(struct kv_cold *c)
@@ -188,7 +192,9 @@ static int attach(struct kv_cold *c)
     return 0;
 }
 
-static void detach(struct kv_cold *c)
+/* Closes the transactions and the environment; with `keep`, the environment
+ * is handed there open instead (closing a big mapping takes long). */
+static void detach(struct kv_cold *c, MDB_env **keep)
 {
     if (c->scur.cur != NULL)
         mdb_cursor_close(c->scur.cur);
@@ -201,7 +207,9 @@ static void detach(struct kv_cold *c)
     if (c->wtxn != NULL)
         mdb_txn_abort(c->wtxn);
     c->wtxn = NULL;
-    if (c->env != NULL)
+    if (keep != NULL)
+        *keep = c->env;
+    else if (c->env != NULL)
         mdb_env_close(c->env);
     c->env = NULL;
 }
@@ -231,13 +239,21 @@ void kv_remove_env(const char *path)
     remove_env_dir(path);
 }
 
-bool kv__cold_trash(struct kv_cold *c, char *path, size_t cap)
+bool kv__cold_trash(struct kv_cold *c, char *path, size_t cap, void **env)
 {
     if (c->trash_gen == 0)
         return false;
     env_path(c, c->trash_gen, path, cap);
+    *env = c->trash_env;
     c->trash_gen = 0;
+    c->trash_env = NULL;
     return true;
+}
+
+void kv__trash_env_close(void *env)
+{
+    if (env != NULL)
+        mdb_env_close(env);
 }
 
 /* Every cold.<n> but the current one and the one an install may be
@@ -320,7 +336,8 @@ void kv__cold_close(struct kv_cold *c)
 {
     if (c == NULL)
         return;
-    detach(c);
+    detach(c, NULL);
+    kv__trash_env_close(c->trash_env);
     tk_free(c->dir);
     tk_free(c);
 }
@@ -993,8 +1010,53 @@ int kv__cold_new_prepare(struct kv_cold_new *n, const struct kv_cold_meta *meta)
         return lmdb_fail("install commit", rc);
     mdb_env_close(n->env);
     n->env = NULL;
+    /* Its files' names too, before the link may name it (publish). */
+    if (fsync_dir(n->path) != 0)
+        return TK_EIO;
     n->prepared = true;
     return 0;
+}
+
+int kv__cold_new_publish(struct kv_cold_new *n, bool *kept)
+{
+    struct kv_cold *c = n->c;
+    *kept = false;
+    TK_ASSERT(n->prepared);
+    char tmp[PATH_MAX], link[PATH_MAX], target[64];
+    snprintf(tmp, sizeof(tmp), "%s/cold.tmp", c->dir);
+    snprintf(link, sizeof(link), "%s/cold", c->dir);
+    snprintf(target, sizeof(target), "cold.%llu", (unsigned long long)(c->gen + 1));
+    unlink(tmp);
+    if (symlink(target, tmp) != 0 || rename(tmp, link) != 0) {
+        remove_env_dir(n->path);
+        tk_free(n);
+        return TK_EIO;
+    }
+    tk_free(n);
+    /* On a failed sync the link may already name the new environment
+     * (renamed, not known durable): both stay; the next open uses whichever
+     * it names. */
+    *kept = true;
+    return fsync_dir(c->dir);
+}
+
+int kv__cold_switch(struct kv_cold *c)
+{
+    /* The old environment's files, and its mapping, are left for the owner
+     * to drop off its loop (kv_sm_install_trash): unlinking a synced file of
+     * hundreds of MB takes ~140 ms per 300 MB here, and unmapping a big
+     * resident one takes long too. An older one not yet taken goes now. */
+    if (c->trash_gen != 0) {
+        char old[PATH_MAX];
+        env_path(c, c->trash_gen, old, sizeof(old));
+        kv__trash_env_close(c->trash_env);
+        c->trash_env = NULL;
+        remove_env_dir(old);
+    }
+    detach(c, &c->trash_env);
+    c->trash_gen = c->gen;
+    c->gen++;
+    return attach(c);
 }
 
 int kv__cold_new_commit(struct kv_cold_new *n, const struct kv_cold_meta *meta)
@@ -1007,32 +1069,7 @@ int kv__cold_new_commit(struct kv_cold_new *n, const struct kv_cold_meta *meta)
             return rc;
         }
     }
-    char tmp[PATH_MAX], link[PATH_MAX], target[64], old[PATH_MAX];
-    snprintf(tmp, sizeof(tmp), "%s/cold.tmp", c->dir);
-    snprintf(link, sizeof(link), "%s/cold", c->dir);
-    snprintf(target, sizeof(target), "cold.%llu", (unsigned long long)(c->gen + 1));
-    unlink(tmp);
-    if (symlink(target, tmp) != 0 || rename(tmp, link) != 0) {
-        remove_env_dir(n->path);
-        tk_free(n);
-        return TK_EIO;
-    }
-    if (fsync_dir(c->dir) != 0) {
-        /* The link may already name the new environment (renamed, not known
-         * durable): keep both; the next open uses whichever it names. */
-        tk_free(n);
-        return TK_EIO;
-    }
-    tk_free(n);
-    detach(c);
-    /* The old environment's files are left for the owner to remove off its
-     * loop (kv_sm_install_trash): unlinking a synced file of hundreds of MB
-     * takes ~140 ms per 300 MB here. An older one not yet taken goes now. */
-    if (c->trash_gen != 0) {
-        env_path(c, c->trash_gen, old, sizeof(old));
-        remove_env_dir(old);
-    }
-    c->trash_gen = c->gen;
-    c->gen++;
-    return attach(c);
+    bool kept;
+    int rc = kv__cold_new_publish(n, &kept);
+    return rc != 0 ? rc : kv__cold_switch(c);
 }

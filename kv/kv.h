@@ -333,24 +333,36 @@ int kv_snap_read_all(struct kv_snap *s, struct tk_blob **out, const atomic_bool 
  * term and clock) or abort. Until commit the sm keeps its old state, and the
  * owner may go on reading it. begin and commit run on the owner thread;
  * write, prepare (the new environment's LMDB commit and sync, the slow part of
- * a commit) and an abort after them on any one other thread if the owner
- * likes (they touch only the install, never the sm); commit needs no
- * tier-down job in flight and no kv_snap open (it closes the old cold tier).
+ * a commit, then its publication: from there the directory names the new
+ * environment, and a reopen, after a crash or a stop, finds the snapshot's
+ * state) and an abort after them on any one other thread if the owner
+ * likes (they touch only the install, never the sm); commit (the in-memory
+ * swap: the old hot structures and environment go to kv_sm_install_trash)
+ * needs no tier-down job in flight and no kv_snap open (it switches the cold
+ * tier).
  * Returns 0, TK_ECORRUPT (bad stream),
  * TK_EIO; install_begin returns TK_EBUSY while a kv_snap of this sm is open.
- * After a failed write, prepare or commit, only abort is allowed. */
+ * After a failed write, prepare or commit, only abort is allowed. An abort
+ * after a successful prepare (the directory already names the new state)
+ * runs on the owner thread and marks the sm failed: only kv_sm_close is
+ * left; the next open finds the snapshot's state. */
 struct kv_install;
 int kv_sm_install_begin(struct kv_sm *sm, struct kv_install **out);
 int kv_install_write(struct kv_install *in, const void *buf, size_t len);
 int kv_install_prepare(struct kv_install *in);
 int kv_install_commit(struct kv_install *in);
 void kv_install_abort(struct kv_install *in);
-/* After a committed install: the path of the cold environment it replaced
- * (into `path`, at most `cap` bytes), once, for the owner to remove off its
- * loop with kv_remove_env (unlinking a big synced file takes long); false
- * when there is none. If never removed, the next install or open removes it.
- * Owner thread. */
-bool kv_sm_install_trash(struct kv_sm *sm, char *path, size_t cap);
+/* After a committed install: what it replaced, once, for the owner to free
+ * off its loop with kv_trash_free (any thread): the old hot structures and
+ * the old cold environment, still mapped, and its files (unmapping and
+ * unlinking a big synced file take long). NULL when there is none. If never
+ * taken, the next install frees it, or kv_sm_close (and then the next open
+ * removes the files). Owner thread. */
+struct kv_trash;
+struct kv_trash *kv_sm_install_trash(struct kv_sm *sm);
+/* The replaced environment's directory ("" if none); for tests. */
+const char *kv_trash_path(const struct kv_trash *t);
+void kv_trash_free(struct kv_trash *t);
 /* Removes a cold environment directory (its data and lock files). Any
  * thread. */
 void kv_remove_env(const char *path);

@@ -379,12 +379,23 @@ int kv__cold_new_put(struct kv_cold_new *n, uint8_t table, const uint8_t *key,
 /* Commits the new environment with `meta` and syncs it; it touches neither
  * `c` nor the current environment. */
 int kv__cold_new_prepare(struct kv_cold_new *n, const struct kv_cold_meta *meta);
-/* Commits the new environment with `meta` (unless prepared), switches the current one to
- * it atomically (a symlink rename) and reopens `c` on it. */
+/* Makes the prepared environment the durable current one (a symlink
+ * rename, then the directory's sync) and frees `n`, on any one thread; it
+ * reads `c`'s generation but changes nothing of `c`, which goes on serving
+ * the old environment until kv__cold_switch. On an error, `*kept` tells
+ * whether the new environment stays (the link may name it). */
+int kv__cold_new_publish(struct kv_cold_new *n, bool *kept);
+/* Owner thread, after a publish: reopens `c` on the new environment. The old
+ * one stays open and on disk for kv__cold_trash. */
+int kv__cold_switch(struct kv_cold *c);
+/* Commits the new environment with `meta` (unless prepared), publishes it
+ * and switches `c` to it. */
 int kv__cold_new_commit(struct kv_cold_new *n, const struct kv_cold_meta *meta);
-/* The environment the last commit replaced, if not yet taken: its path into
- * `path`, true once. */
-bool kv__cold_trash(struct kv_cold *c, char *path, size_t cap);
+/* The environment the last switch replaced, if not yet taken: its path into
+ * `path` and its handle, still open, into `*env` (for kv__trash_env_close),
+ * true once. */
+bool kv__cold_trash(struct kv_cold *c, char *path, size_t cap, void **env);
+void kv__trash_env_close(void *env);
 void kv__cold_new_abort(struct kv_cold_new *n);
 
 #endif

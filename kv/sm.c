@@ -156,6 +156,7 @@ void kv_sm_close(struct kv_sm *sm)
     if (sm == NULL)
         return;
     kv__cold_close(sm->cold);
+    kv_trash_free(sm->trash);
     kv__view_free(&sm->view);
     kv__index_free(&sm->index);
     kv__ring_free(&sm->ring);

@@ -140,6 +140,7 @@ struct kv_sm {
     struct kv_index index;
     struct kv_view view;
     struct kv_cold *cold;
+    struct kv_trash *trash; /* an install's replaced hot state, not yet taken */
     struct kv_sessions sessions;
     struct kv_arena arena;
     ProtobufCAllocator pa;

@@ -11,6 +11,8 @@
  * Called by tier.c (kv_sm_snapshot, a background job's stream) and the node;
  * calls sessions.c (reloading the table after an install), the ring, index,
  * view and cold tier. */
+#include <limits.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "base/alloc.h"
@@ -43,7 +45,18 @@ struct kv_install {
     size_t pend_len, pend_cap, pend_max;
     uint32_t crc;
     uint64_t count;
-    int state; /* 0 header, 1 records, 2 done, 3 failed, 4 prepared */
+    int state; /* 0 header, 1 records, 2 done, 3 failed, 4 prepared (published) */
+};
+
+/* What an install replaced, for the owner to drop off its loop: the old hot
+ * structures (tens of MB of pages, index and view), the old cold
+ * environment's mapping and files. */
+struct kv_trash {
+    struct kv_view view;
+    struct kv_index index;
+    struct kv_ring ring;
+    void *env;
+    char path[PATH_MAX];
 };
 
 static void be64(uint8_t *p, uint64_t v)
@@ -353,8 +366,31 @@ int kv_install_prepare(struct kv_install *in)
         in->state = 3;
         return TK_EIO;
     }
+    struct kv_cold_new *n = in->n;
+    in->n = NULL; /* the publish frees it, and on a failure keeps or removes the files */
+    bool kept;
+    if (kv__cold_new_publish(n, &kept) != 0) {
+        in->state = 3;
+        return TK_EIO;
+    }
     in->state = 4;
     return 0;
+}
+
+/* The hot structures go to sm->trash whole (moved, not freed: freeing them
+ * is the owner's, off its loop) and fresh empty ones take their place. */
+static void hot_to_trash(struct kv_sm *sm)
+{
+    kv_trash_free(sm->trash); /* one never taken */
+    struct kv_trash *t = tk_calloc(1, sizeof(*t));
+    t->view = sm->view;
+    t->index = sm->index;
+    t->ring = sm->ring;
+    sm->trash = t;
+    kv__ring_init(&sm->ring, sm->cfg.page_bytes);
+    sm->ring.keep_free_bytes = sm->cfg.ring_bytes;
+    kv__index_init(&sm->index, &sm->ring);
+    kv__view_init(&sm->view);
 }
 
 int kv_install_commit(struct kv_install *in)
@@ -364,22 +400,21 @@ int kv_install_commit(struct kv_install *in)
         return TK_ECORRUPT;
     }
     struct kv_sm *sm = in->sm;
-    struct kv_cold_new *n = in->n;
-    in->n = NULL;
-    int rc = kv__cold_new_commit(n, &in->meta);
+    int rc;
+    if (in->state == 4) {
+        rc = kv__cold_switch(sm->cold);
+    } else {
+        struct kv_cold_new *n = in->n;
+        in->n = NULL;
+        rc = kv__cold_new_commit(n, &in->meta);
+    }
     if (rc != 0) {
         in->state = 3;
         sm->failed = true; /* the old tier may be closed: stop */
         return TK_EIO;
     }
     /* Drop every hot structure and take the snapshot's state. */
-    kv__view_free(&sm->view);
-    kv__index_free(&sm->index);
-    kv__ring_free(&sm->ring);
-    kv__ring_init(&sm->ring, sm->cfg.page_bytes);
-    sm->ring.keep_free_bytes = sm->cfg.ring_bytes;
-    kv__index_init(&sm->index, &sm->ring);
-    kv__view_init(&sm->view);
+    hot_to_trash(sm);
     sm->dirty_pos = 0;
     sm->n_inplace = 0;
     /* A drain pending (kv_sm_tier_drain) was of the pages just freed. */
@@ -407,15 +442,49 @@ int kv_install_commit(struct kv_install *in)
     return 0;
 }
 
-bool kv_sm_install_trash(struct kv_sm *sm, char *path, size_t cap)
+struct kv_trash *kv_sm_install_trash(struct kv_sm *sm)
 {
-    return kv__cold_trash(sm->cold, path, cap);
+    struct kv_trash *t = sm->trash;
+    void *env = NULL;
+    char path[PATH_MAX];
+    if (!kv__cold_trash(sm->cold, path, sizeof(path), &env)) {
+        sm->trash = NULL;
+        return t;
+    }
+    if (t == NULL)
+        t = tk_calloc(1, sizeof(*t));
+    sm->trash = NULL;
+    t->env = env;
+    snprintf(t->path, sizeof(t->path), "%s", path);
+    return t;
+}
+
+const char *kv_trash_path(const struct kv_trash *t)
+{
+    return t->path;
+}
+
+void kv_trash_free(struct kv_trash *t)
+{
+    if (t == NULL)
+        return;
+    kv__trash_env_close(t->env);
+    if (t->path[0] != '\0')
+        kv_remove_env(t->path);
+    kv__view_free(&t->view);
+    kv__index_free(&t->index);
+    kv__ring_free(&t->ring);
+    tk_free(t);
 }
 
 void kv_install_abort(struct kv_install *in)
 {
     if (in == NULL)
         return;
+    /* Published but not switched to: the directory names the new state, so
+     * the old one must not be written further (owner thread then). */
+    if (in->state == 4)
+        in->sm->failed = true;
     kv__cold_new_abort(in->n);
     tk_free(in->pend);
     tk_free(in);

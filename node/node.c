@@ -24,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <uv.h>
@@ -643,16 +644,46 @@ static void on_tick(uv_timer_t *h)
     }
 }
 
+struct thread_usage {
+    uint64_t cpu_ns, majflt, nvcsw, nivcsw;
+};
+
+static void read_thread_usage(struct thread_usage *u)
+{
+    struct rusage ru;
+    memset(&ru, 0, sizeof(ru));
+    getrusage(RUSAGE_THREAD, &ru);
+    u->cpu_ns =
+        ((uint64_t)ru.ru_utime.tv_sec + (uint64_t)ru.ru_stime.tv_sec) * 1000000000ull +
+        ((uint64_t)ru.ru_utime.tv_usec + (uint64_t)ru.ru_stime.tv_usec) * 1000ull;
+    u->majflt = (uint64_t)ru.ru_majflt;
+    u->nvcsw = (uint64_t)ru.ru_nvcsw;
+    u->nivcsw = (uint64_t)ru.ru_nivcsw;
+}
+
+/* The slow-turn warning. Its usage figures tell work (CPU) from waiting: for
+ * a core (involuntary switches: preempted on a loaded machine), for the disk
+ * (major page faults) or for a lock or I/O (voluntary switches, one of them
+ * the loop's own wait for events). */
+static void slow_turn_log(struct node *n, uint64_t dt, int worst,
+                          const struct thread_usage *u)
+{
+    TK_LOG(TK_LOG_WARN, n->o.id, raft_term(n->raft),
+           "a loop turn took %llu ms (election timeout %u ms): heartbeats were late; "
+           "most of it (%llu ms) in %s; %llu entries applied; %llu ms on the CPU; "
+           "%llu major faults, %llu voluntary and %llu involuntary switches",
+           (unsigned long long)(dt / 1000000), n->o.tick_ms * n->o.election_ticks,
+           (unsigned long long)(n->loop.turn_ns[worst] / 1000000), phase_name[worst],
+           (unsigned long long)n->loop.turn_applied,
+           (unsigned long long)((u->cpu_ns - n->loop.turn_cpu_ns) / 1000000),
+           (unsigned long long)(u->majflt - n->loop.turn_majflt),
+           (unsigned long long)(u->nvcsw - n->loop.turn_nvcsw),
+           (unsigned long long)(u->nivcsw - n->loop.turn_nivcsw));
+}
+
 /* A loop turn of dt ns is over: its histogram, the longest turn by phase
  * (the one most of it went to; what no phase claims is "other") and the
  * slow-turn warning. */
-static uint64_t thread_cpu_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 static void turn_end(struct node *n, uint64_t dt)
 {
     uint64_t claimed = 0;
@@ -666,21 +697,17 @@ static void turn_end(struct node *n, uint64_t dt)
     tk_hist_record(&n->m.lat.loop_turn, dt);
     if (dt > n->m.metrics.loop_turn_max_ns[worst])
         n->m.metrics.loop_turn_max_ns[worst] = dt;
-    /* The thread's CPU time tells work from waiting for a core (a loaded
-     * machine) or for the disk (page faults). */
-    uint64_t cpu = thread_cpu_ns();
+    struct thread_usage u;
+    read_thread_usage(&u);
     /* (The CPU counted since the last turn may include other nodes' work
      * when several share the loop: only a turn this long is its own.) */
     if (dt > SLOW_TURN_NS ||
-        (dt > SLOW_TURN_CPU_NS && cpu - n->loop.turn_cpu_ns > SLOW_TURN_CPU_NS))
-        TK_LOG(TK_LOG_WARN, n->o.id, raft_term(n->raft),
-               "a loop turn took %llu ms (election timeout %u ms): heartbeats were late; "
-               "most of it (%llu ms) in %s; %llu entries applied; %llu ms on the CPU",
-               (unsigned long long)(dt / 1000000), n->o.tick_ms * n->o.election_ticks,
-               (unsigned long long)(n->loop.turn_ns[worst] / 1000000), phase_name[worst],
-               (unsigned long long)n->loop.turn_applied,
-               (unsigned long long)((cpu - n->loop.turn_cpu_ns) / 1000000));
-    n->loop.turn_cpu_ns = cpu;
+        (dt > SLOW_TURN_CPU_NS && u.cpu_ns - n->loop.turn_cpu_ns > SLOW_TURN_CPU_NS))
+        slow_turn_log(n, dt, worst, &u);
+    n->loop.turn_cpu_ns = u.cpu_ns;
+    n->loop.turn_majflt = u.majflt;
+    n->loop.turn_nvcsw = u.nvcsw;
+    n->loop.turn_nivcsw = u.nivcsw;
     memset(n->loop.turn_ns, 0, sizeof(n->loop.turn_ns));
     n->loop.turn_applied = 0;
     n->loop.turn_apply_bytes = 0;

@@ -4,8 +4,11 @@
  * record by record, then be committed and synced there: seconds at a million
  * keys, with no heartbeat answered meanwhile. Now the loop only begins the
  * install (a fresh LMDB environment next to the current one) and ends it (the
- * atomic swap, dropping the hot state, resetting the log store); the records,
- * the LMDB commit and its sync run on libuv's thread pool.
+ * in-memory swap: reopening the cold tier on the new environment, fresh hot
+ * structures, the sessions reloaded); the records, the LMDB commit, its sync
+ * and publication (the directory's link renamed to it) and the log store's
+ * reset run on libuv's thread pool, and what the swap replaced (the old
+ * environment, still mapped, and the old hot structures) is freed there.
  *
  * Raft safety while it runs: the core already counts the snapshot as its log
  * (handle_snapshot: commit, applying and applied are its index), but
@@ -27,14 +30,21 @@
  *    dropped before the core sees it (node.c on_recv); the leader sends it
  *    again;
  *  - no tier-down job, snapshot or compaction starts meanwhile
- *    (node__tier_turn returns early), since the swap closes the old cold tier.
- * A crash before the swap leaves the old state and log, as before the
- * snapshot arrived; the swap (kv_install_commit) is atomic, then the store is
- * reset, as the synchronous install did.
+ *    (node__tier_turn returns early), since the swap switches the cold tier.
+ * A crash before the job publishes the new environment leaves the old state
+ * and log, as before the snapshot arrived; the publication is atomic, then
+ * the store is reset, as the synchronous install did. A crash between the
+ * two (the reset takes milliseconds to a hundred) leaves a state machine
+ * ahead of its log, which recovery refuses with a clear error, as it did
+ * before: the node must then be rebuilt from an empty data directory.
+ * Recovery cannot finish the install itself: the store does not know the
+ * snapshot's configuration yet (a pending-snapshot record would fix it).
  *
  * Loop thread, except install_work (a pool thread), which touches only
- * n->install's kv_install and blob. Called by node.c; calls node_status.c on
- * failure. */
+ * n->install's kv_install and blob (which read the cold tier's directory and
+ * generation) and the idle store, and trash_run, which frees what the swap
+ * handed it. Called by node.c;
+ * calls node_status.c on failure. */
 #include <limits.h>
 #include <stdatomic.h>
 #include <string.h>
@@ -49,20 +59,32 @@
 #include "node/node_internal.h"
 #include "store/store.h"
 
-/* Any thread: the whole stream into the new environment, its commit and
- * sync; on an error the install is aborted here, on the thread whose LMDB
- * write transaction it was. */
-static void install_run(struct node_install *s)
+/* Any thread: the whole stream into the new environment, its commit, sync
+ * and publication (from there a restart finds the snapshot's state), then
+ * the log store's reset to the snapshot (removing its segments took 123 ms
+ * of the loop at 10M keys). On an error the install is aborted here, on the
+ * thread whose LMDB write transaction it was. The store is idle meanwhile:
+ * appends wait for the install, or are kept beside it. */
+static void install_run(struct node *n)
 {
+    struct node_install *s = &n->install;
     int rc = 0;
     if (s->data != NULL && s->data->len > 0)
         rc = kv_install_write(s->in, s->data->data, s->data->len);
+    /* A store that failed meanwhile could not be reset: keep the old state
+     * (publishing it would leave a state machine ahead of its log). */
+    if (rc == 0)
+        rc = store_failed(n->store);
     if (rc == 0)
         rc = kv_install_prepare(s->in);
     if (rc != 0) {
         kv_install_abort(s->in);
         s->in = NULL;
     }
+    if (rc == 0)
+        rc = store_reset(n->store, s->meta.index, s->meta.term);
+    if (rc == 0)
+        rc = store_save_snapshot(n->store, &s->meta);
     s->rc = rc;
     atomic_store_explicit(&s->ran, true, memory_order_release);
 }
@@ -164,21 +186,22 @@ static int defer_flush(struct node *n)
 static void install_work(uv_work_t *w)
 {
     struct node_install_job *j = w->data;
-    install_run(&j->n->install);
+    install_run(j->n);
 }
 
-/* The cold environment an install replaced, removed on the thread pool:
- * unlinking its synced data file took 140 ms per 300 MB on the loop. */
+/* What an install replaced, freed on the thread pool: unlinking the old cold
+ * environment's synced data file took 140 ms per 300 MB on the loop, and
+ * unmapping it and freeing the old hot structures take long too. */
 struct trash_job {
     uv_work_t work;
     struct node *n;
-    char path[PATH_MAX];
+    struct kv_trash *t;
 };
 
 static void trash_run(uv_work_t *w)
 {
     struct trash_job *j = w->data;
-    kv_remove_env(j->path);
+    kv_trash_free(j->t);
 }
 
 static void trash_after(uv_work_t *w, int status)
@@ -192,23 +215,24 @@ static void trash_after(uv_work_t *w, int status)
 
 static void trash_remove(struct node *n)
 {
-    struct trash_job *j = tk_malloc(sizeof(*j));
-    if (!kv_sm_install_trash(n->sm, j->path, sizeof(j->path))) {
-        tk_free(j);
+    struct kv_trash *t = kv_sm_install_trash(n->sm);
+    if (t == NULL)
         return;
-    }
+    struct trash_job *j = tk_malloc(sizeof(*j));
+    j->t = t;
     j->n = n;
     j->work.data = j;
     if (uv_queue_work(n->loop.uv, &j->work, trash_run, trash_after) == 0) {
         n->loop.handles_open++;
         return;
     }
-    kv_remove_env(j->path);
+    kv_trash_free(t);
     tk_free(j);
 }
 
-/* Loop thread, once the job ran: swap the new state in, reset the log store
- * to the snapshot, and let the readies held behind it count as durable. */
+/* Loop thread, once the job ran (the new state published, the log store
+ * reset): swap the new state in, and let the readies held behind it count
+ * as durable. */
 static int install_finish(struct node *n)
 {
     struct node_install *s = &n->install;
@@ -217,16 +241,14 @@ static int install_finish(struct node *n)
     s->data = NULL;
     s->busy = false;
     int rc = s->rc;
-    if (rc == 0 && (rc = kv_install_commit(s->in)) != 0)
-        kv_install_abort(s->in); /* after a failed commit, only abort (kv.h) */
+    if (rc == 0)
+        rc = kv_install_commit(s->in);
+    if (rc != 0) /* after a failed commit, only abort (kv.h); the job's may be gone */
+        kv_install_abort(s->in);
     s->in = NULL;
     if (rc == 0)
         trash_remove(n);
     uint64_t t1 = node__mono_ns();
-    if (rc == 0)
-        rc = store_reset(n->store, s->meta.index, s->meta.term);
-    if (rc == 0)
-        rc = store_save_snapshot(n->store, &s->meta);
     if (rc != 0) {
         node__install_defer_clear(n);
         return rc;
@@ -249,7 +271,7 @@ static int install_finish(struct node *n)
     TK_LOG(
         TK_LOG_INFO, n->o.id, raft_term(n->raft),
         "installed the snapshot at %llu: %llu ms in all, %llu us of it on the loop "
-        "(swap %llu us, log store reset %llu us)",
+        "(swap %llu us, the rest %llu us)",
         (unsigned long long)s->meta.index, (unsigned long long)((now - s->t0) / 1000000),
         (unsigned long long)(s->loop_ns / 1000), (unsigned long long)((t1 - t0) / 1000),
         (unsigned long long)((now - t1) / 1000));
@@ -278,7 +300,9 @@ static void install_after(uv_work_t *w, int status)
     if (current && n->install.busy) {
         uint64_t t0 = node__mono_ns();
         if (n->loop.closing || n->persist.failed) {
-            /* Stopping: the old state and log stay, as after a crash. */
+            /* Stopping: as after a crash, the disk holds the old state and
+             * log, or, once the job published the new state, the snapshot
+             * (and, once it reset the log store, its log). */
             kv_install_abort(n->install.in);
             n->install.in = NULL;
             tk_blob_unref(n->install.data);
@@ -320,7 +344,7 @@ int node__install_start(struct node *n, const struct raft_snapshot_meta *meta,
         return 0;
     }
     tk_free(j);
-    install_run(s);
+    install_run(n);
     s->loop_ns = node__mono_ns() - t0;
     return install_finish(n);
 }
@@ -344,7 +368,7 @@ int node__install_wait(struct node *n)
      * rather than wait for a thread; its after-work callback then finds
      * nothing to do. */
     if (s->job != NULL && uv_cancel((uv_req_t *)&s->job->work) == 0)
-        install_run(s);
+        install_run(n);
     while (!atomic_load_explicit(&s->ran, memory_order_acquire)) {
         struct timespec ts = {0, 50000};
         nanosleep(&ts, NULL);

@@ -78,8 +78,10 @@ struct node_loop {
     uv_prepare_t prepare;        /* measures whole turns (idle_metrics) */
     bool idle_metrics;           /* own loop with UV_METRICS_IDLE_TIME */
     uint64_t prep_ns, prep_idle_ns; /* at the last prepare */
-    uint64_t turn_cpu_ns;           /* the thread CPU time at the last turn end */
-    struct raft_entry *batch;       /* batch_max entries: one drain's proposal */
+    /* The loop thread's usage at the last turn end (getrusage): CPU time,
+     * major page faults, voluntary and involuntary context switches. */
+    uint64_t turn_cpu_ns, turn_majflt, turn_nvcsw, turn_nivcsw;
+    struct raft_entry *batch; /* batch_max entries: one drain's proposal */
 
     struct tk_mpsc queue;
     /* Written by other threads (node_submit, node_transfer_leadership): a

@@ -1802,6 +1802,9 @@ START_TEST(test_install_writes_on_another_thread)
         if (bad)
             stream[len / 3] ^= 0x10;
         struct install_job j = {.p = stream, .len = len};
+        char link[PATH_MAX], before[64] = "", after[64] = "";
+        snprintf(link, sizeof(link), "%s/cold", b.dir);
+        ck_assert_int_gt(readlink(link, before, sizeof(before) - 1), 0);
         ck_assert_int_eq(kv_sm_install_begin(b.sm, &j.in), 0);
         pthread_t t;
         ck_assert_int_eq(pthread_create(&t, NULL, install_thread, &j), 0);
@@ -1817,18 +1820,25 @@ START_TEST(test_install_writes_on_another_thread)
             continue;
         }
         ck_assert_int_eq(j.rc, 0);
+        /* Prepared is published: the directory names the new environment
+         * (a reopen finds the snapshot), while the old state is served. */
+        ck_assert_int_gt(readlink(link, after, sizeof(after) - 1), 0);
+        ck_assert_str_ne(before, after);
+        ck_assert_str_eq(kvu_get(&b, "junk", buf, sizeof(buf)), "to be replaced");
         ck_assert_int_eq(kv_install_commit(j.in), 0);
     }
     ck_assert_uint_eq(kv_sm_applied_index(b.sm), 3000);
-    /* The replaced environment is left for the owner to remove off its loop:
-     * its path once, the data still there until kv_remove_env. */
+    /* What the install replaced is left for the owner to free off its loop:
+     * handed out once, the old environment's data still there until
+     * kv_trash_free. */
     char trash[PATH_MAX], f[PATH_MAX + 64];
-    ck_assert(kv_sm_install_trash(b.sm, trash, sizeof(trash)));
-    ck_assert(!kv_sm_install_trash(b.sm, trash, sizeof(trash)) ||
-              !"the trash is handed out once");
+    struct kv_trash *t = kv_sm_install_trash(b.sm);
+    ck_assert_ptr_nonnull(t);
+    ck_assert(kv_sm_install_trash(b.sm) == NULL || !"the trash is handed out once");
+    snprintf(trash, sizeof(trash), "%s", kv_trash_path(t));
     snprintf(f, sizeof(f), "%s/data.mdb", trash);
     ck_assert_int_eq(access(f, F_OK), 0);
-    kv_remove_env(trash);
+    kv_trash_free(t);
     ck_assert_int_ne(access(f, F_OK), 0);
     ck_assert_int_ne(access(trash, F_OK), 0);
     ck_assert_ptr_null(kvu_get(&b, "junk", buf, sizeof(buf)));
