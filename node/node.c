@@ -246,7 +246,7 @@ static void apply_entries(struct node *n, const struct raft_entry *e, size_t cnt
     }
 }
 
-#define SLOW_TURN_NS (100 * 1000000ull)    /* warn about loop turns this long */
+#define SLOW_TURN_NS (50 * 1000000ull)     /* warn about loop turns this long */
 #define SLOW_TURN_CPU_NS (40 * 1000000ull) /* or that took this much of the CPU */
 
 /* A snapshot from the leader replaces the state machine and the log: begun

@@ -142,6 +142,7 @@ struct node_tier {
     atomic_bool ran;
     struct raft_config config;
     uint64_t t0, t_done, t_published; /* job began; after-work began; KV published */
+    uint64_t cpu_done; /* the loop thread's CPU time when the after-work began */
     /* The snapshot's descriptor, saved by the job's thread after the job
      * (an LMDB commit: its fsync waited behind the job's own on the loop). */
     bool saved;
@@ -281,6 +282,14 @@ struct node {
 };
 
 /* ---- inline helpers: used on the hot path by several files ---- */
+
+/* The calling thread's CPU time (a syscall: not for every turn's hot path). */
+static inline uint64_t node__thread_cpu_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
 
 static inline uint64_t node__mono_ns(void)
 {
