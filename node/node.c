@@ -645,7 +645,7 @@ static void on_tick(uv_timer_t *h)
 }
 
 struct thread_usage {
-    uint64_t cpu_ns, majflt, nvcsw, nivcsw;
+    uint64_t cpu_ns, majflt, minflt, nvcsw, nivcsw;
 };
 
 static void read_thread_usage(struct thread_usage *u)
@@ -657,6 +657,7 @@ static void read_thread_usage(struct thread_usage *u)
         ((uint64_t)ru.ru_utime.tv_sec + (uint64_t)ru.ru_stime.tv_sec) * 1000000000ull +
         ((uint64_t)ru.ru_utime.tv_usec + (uint64_t)ru.ru_stime.tv_usec) * 1000ull;
     u->majflt = (uint64_t)ru.ru_majflt;
+    u->minflt = (uint64_t)ru.ru_minflt;
     u->nvcsw = (uint64_t)ru.ru_nvcsw;
     u->nivcsw = (uint64_t)ru.ru_nivcsw;
 }
@@ -668,17 +669,19 @@ static void read_thread_usage(struct thread_usage *u)
 static void slow_turn_log(struct node *n, uint64_t dt, int worst,
                           const struct thread_usage *u)
 {
-    TK_LOG(TK_LOG_WARN, n->o.id, raft_term(n->raft),
-           "a loop turn took %llu ms (election timeout %u ms): heartbeats were late; "
-           "most of it (%llu ms) in %s; %llu entries applied; %llu ms on the CPU; "
-           "%llu major faults, %llu voluntary and %llu involuntary switches",
-           (unsigned long long)(dt / 1000000), n->o.tick_ms * n->o.election_ticks,
-           (unsigned long long)(n->loop.turn_ns[worst] / 1000000), phase_name[worst],
-           (unsigned long long)n->loop.turn_applied,
-           (unsigned long long)((u->cpu_ns - n->loop.turn_cpu_ns) / 1000000),
-           (unsigned long long)(u->majflt - n->loop.turn_majflt),
-           (unsigned long long)(u->nvcsw - n->loop.turn_nvcsw),
-           (unsigned long long)(u->nivcsw - n->loop.turn_nivcsw));
+    TK_LOG(
+        TK_LOG_WARN, n->o.id, raft_term(n->raft),
+        "a loop turn took %llu ms (election timeout %u ms): heartbeats were late; "
+        "most of it (%llu ms) in %s; %llu entries applied; %llu ms on the CPU; "
+        "%llu major and %llu minor faults, %llu voluntary and %llu involuntary switches",
+        (unsigned long long)(dt / 1000000), n->o.tick_ms * n->o.election_ticks,
+        (unsigned long long)(n->loop.turn_ns[worst] / 1000000), phase_name[worst],
+        (unsigned long long)n->loop.turn_applied,
+        (unsigned long long)((u->cpu_ns - n->loop.turn_cpu_ns) / 1000000),
+        (unsigned long long)(u->majflt - n->loop.turn_majflt),
+        (unsigned long long)(u->minflt - n->loop.turn_minflt),
+        (unsigned long long)(u->nvcsw - n->loop.turn_nvcsw),
+        (unsigned long long)(u->nivcsw - n->loop.turn_nivcsw));
 }
 
 /* A loop turn of dt ns is over: its histogram, the longest turn by phase
@@ -706,6 +709,7 @@ static void turn_end(struct node *n, uint64_t dt)
         slow_turn_log(n, dt, worst, &u);
     n->loop.turn_cpu_ns = u.cpu_ns;
     n->loop.turn_majflt = u.majflt;
+    n->loop.turn_minflt = u.minflt;
     n->loop.turn_nvcsw = u.nvcsw;
     n->loop.turn_nivcsw = u.nivcsw;
     memset(n->loop.turn_ns, 0, sizeof(n->loop.turn_ns));

@@ -110,6 +110,8 @@ struct node_req {
     struct node_req *next;
 };
 
+struct store_fileops;
+
 struct node_options {
     uint64_t id;
     uint64_t cluster_id;
@@ -141,6 +143,9 @@ struct node_options {
      * else a memory volume (taken, may be NULL: a fresh one). */
     const char *data_dir;
     struct store_mem_volume *volume;
+    /* The fs store's file operations (tests inject faults); NULL: the real
+     * ones. */
+    const struct store_fileops *store_fileops;
     bool kv_no_sync;      /* the kv cold tier without fsync (tests, benchmarks) */
     size_t kv_map_bytes;  /* LMDB map size of the kv cold tier; 0: kv's default */
     size_t kv_ring_bytes; /* the kv ring's (hot tier's) budget; 0: kv's, 64 MiB */

@@ -33,12 +33,11 @@
  *    (node__tier_turn returns early), since the swap switches the cold tier.
  * A crash before the job publishes the new environment leaves the old state
  * and log, as before the snapshot arrived; the publication is atomic, then
- * the store is reset, as the synchronous install did. A crash between the
- * two (the reset takes milliseconds to a hundred) leaves a state machine
- * ahead of its log, which recovery refuses with a clear error, as it did
- * before: the node must then be rebuilt from an empty data directory.
- * Recovery cannot finish the install itself: the store does not know the
- * snapshot's configuration yet (a pending-snapshot record would fix it).
+ * the store is reset, as the synchronous install did. The job saves the
+ * snapshot's descriptor as pending before it publishes: a crash, or a store
+ * failure, between the publication and the reset or the descriptor's save
+ * leaves a state machine ahead of its log, and recovery (node_recover.c,
+ * finish_install) finishes the install from that descriptor.
  *
  * Loop thread, except install_work (a pool thread), which touches only
  * n->install's kv_install and blob (which read the cold tier's directory and
@@ -72,9 +71,13 @@ static void install_run(struct node *n)
     if (s->data != NULL && s->data->len > 0)
         rc = kv_install_write(s->in, s->data->data, s->data->len);
     /* A store that failed meanwhile could not be reset: keep the old state
-     * (publishing it would leave a state machine ahead of its log). */
+     * (publishing it would leave a state machine ahead of its log). The
+     * descriptor goes first, as pending: recovery finishes the install from
+     * it if the process stops between the publication and the reset. */
     if (rc == 0)
         rc = store_failed(n->store);
+    if (rc == 0)
+        rc = store_save_pending_snapshot(n->store, &s->meta);
     if (rc == 0)
         rc = kv_install_prepare(s->in);
     if (rc != 0) {

@@ -79,8 +79,9 @@ struct node_loop {
     bool idle_metrics;           /* own loop with UV_METRICS_IDLE_TIME */
     uint64_t prep_ns, prep_idle_ns; /* at the last prepare */
     /* The loop thread's usage at the last turn end (getrusage): CPU time,
-     * major page faults, voluntary and involuntary context switches. */
-    uint64_t turn_cpu_ns, turn_majflt, turn_nvcsw, turn_nivcsw;
+     * major and minor page faults, voluntary and involuntary context
+     * switches. */
+    uint64_t turn_cpu_ns, turn_majflt, turn_minflt, turn_nvcsw, turn_nivcsw;
     struct raft_entry *batch; /* batch_max entries: one drain's proposal */
 
     struct tk_mpsc queue;

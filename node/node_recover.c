@@ -49,6 +49,7 @@ static int open_log(struct node *n, struct store_boot *sb)
     struct store_options so;
     store_options_default(&so);
     so.queue_max = NODE_PERSIST_MAX;
+    so.fileops = n->o.store_fileops;
     int rc;
     if (n->o.data_dir != NULL) {
         if (mkdir(n->data_dir, 0700) != 0 && errno != EEXIST) {
@@ -108,9 +109,40 @@ static int claim_incarnation(struct node *n, const struct store_boot *sb)
     return store_save_incarnation(n->store, n->mem.incarnation);
 }
 
+/* An install published its state (the KV holds the snapshot) but the log
+ * store was not reset to it, or its descriptor not saved, before a crash or
+ * a failure (node_install.c): the pending descriptor the install saved first
+ * finishes it, as the install would have. */
+static int finish_install(struct node *n, struct store_boot *sb, uint64_t applied)
+{
+    const struct raft_snapshot_meta *p = &sb->pending;
+    if (p->index == 0 || p->index != applied || p->index <= sb->snapshot.index)
+        return 0;
+    int rc = 0;
+    if (applied > sb->last_index || applied + 1 < sb->first_index) {
+        TK_LOG(TK_LOG_WARN, n->o.id, 0,
+               "finishing a snapshot install at %llu interrupted before the log was "
+               "reset (log %llu..%llu)",
+               (unsigned long long)applied, (unsigned long long)sb->first_index,
+               (unsigned long long)sb->last_index);
+        rc = store_reset(n->store, p->index, p->term);
+        sb->first_index = p->index + 1;
+        sb->last_index = p->index;
+        sb->prev_term = p->term;
+    }
+    if (rc == 0 && sb->first_index == p->index + 1)
+        rc = store_save_snapshot(n->store, p);
+    if (rc == 0 && sb->first_index == p->index + 1)
+        sb->snapshot = *p;
+    if (rc != 0)
+        TK_LOG(TK_LOG_ERROR, n->o.id, 0, "cannot finish the snapshot install at %llu: %s",
+               (unsigned long long)applied, tk_strerror(rc));
+    return rc;
+}
+
 /* Opens the state machine under data_dir/kv and checks that the log continues
  * it. */
-static int open_sm(struct node *n, const struct store_boot *sb)
+static int open_sm(struct node *n, struct store_boot *sb)
 {
     char path[4096];
     struct kv_config kc;
@@ -134,6 +166,8 @@ static int open_sm(struct node *n, const struct store_boot *sb)
         return rc;
     }
     uint64_t applied = kv_sm_applied_index(n->sm);
+    if ((rc = finish_install(n, sb, applied)) != 0)
+        return rc;
     if (applied < sb->snapshot.index) {
         TK_LOG(TK_LOG_ERROR, n->o.id, 0,
                "state machine at %llu is behind the snapshot at %llu",

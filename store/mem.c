@@ -281,6 +281,8 @@ static int mem_save_meta(struct store *s, const struct store_meta_state *st,
         v->meta.hard_state = st->hard_state;
     if (mask & STORE_META_SNAPSHOT)
         v->meta.snapshot = st->snapshot;
+    if (mask & STORE_META_PENDING)
+        v->meta.pending = st->pending;
     if (mask & STORE_META_BOOTSTRAP) {
         v->meta.has_bootstrap = st->has_bootstrap;
         v->meta.bootstrap = st->bootstrap;

@@ -8,6 +8,7 @@
  * not leak upward. The only file of tierkv's store that includes lmdb.h. */
 #include <errno.h>
 #include <lmdb.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
 
@@ -117,6 +118,51 @@ static int get(MDB_txn *txn, MDB_dbi dbi, const char *key, void *val, size_t len
     return 0;
 }
 
+#define SNAP_BYTES                                                                       \
+    (16 + CONFIG_BYTES > LEARNERS_BYTES ? 16 + CONFIG_BYTES : LEARNERS_BYTES)
+
+/* A snapshot descriptor: index, term and voters under `key`, learners under
+ * key_learners (absent: none). Left as it is when `key` is absent. */
+static int get_snapshot(MDB_txn *txn, MDB_dbi dbi, const char *key,
+                        struct raft_snapshot_meta *out, char *err, size_t err_len)
+{
+    uint8_t b[SNAP_BYTES];
+    char lk[32];
+    bool found;
+    int rc = get(txn, dbi, key, b, 16 + CONFIG_BYTES, &found, err, err_len);
+    if (rc != 0)
+        return rc;
+    if (found) {
+        out->index = store__get64(b);
+        out->term = store__get64(b + 8);
+        if ((rc = get_config(b + 16, &out->config, true)) != 0)
+            return store__errbuf(err, err_len, rc, "meta: bad %s config", key);
+    }
+    snprintf(lk, sizeof(lk), "%s_learners", key);
+    if ((rc = get(txn, dbi, lk, b, LEARNERS_BYTES, &found, err, err_len)) != 0)
+        return rc;
+    if (found && (rc = get_learners(b, &out->config)) != 0)
+        return store__errbuf(err, err_len, rc, "meta: bad %s learners", key);
+    return 0;
+}
+
+/* Returns an LMDB code, as put does. */
+static int put_snapshot(MDB_txn *txn, MDB_dbi dbi, const char *key,
+                        const struct raft_snapshot_meta *m)
+{
+    uint8_t b[SNAP_BYTES];
+    char lk[32];
+    store__put64(b, m->index);
+    store__put64(b + 8, m->term);
+    put_config(b + 16, &m->config);
+    int rc = put(txn, dbi, key, b, 16 + CONFIG_BYTES);
+    if (rc != 0)
+        return rc;
+    put_learners(b, &m->config);
+    snprintf(lk, sizeof(lk), "%s_learners", key);
+    return put(txn, dbi, lk, b, LEARNERS_BYTES);
+}
+
 static int load(struct store_meta *m, struct store_meta_state *st, char *err,
                 size_t err_len)
 {
@@ -167,23 +213,9 @@ static int load(struct store_meta *m, struct store_meta_state *st, char *err,
             goto out;
         }
     }
-    if ((rc = get(txn, m->dbi, "snapshot", b, 16 + CONFIG_BYTES, &found, err, err_len)))
+    if ((rc = get_snapshot(txn, m->dbi, "snapshot", &st->snapshot, err, err_len)) != 0)
         goto out;
-    if (found) {
-        st->snapshot.index = store__get64(b);
-        st->snapshot.term = store__get64(b + 8);
-        if ((rc = get_config(b + 16, &st->snapshot.config, true)) != 0) {
-            store__errbuf(err, err_len, rc, "meta: bad snapshot config");
-            goto out;
-        }
-    }
-    if ((rc = get(txn, m->dbi, "snapshot_learners", b, LEARNERS_BYTES, &found, err,
-                  err_len)))
-        goto out;
-    if (found && (rc = get_learners(b, &st->snapshot.config)) != 0) {
-        store__errbuf(err, err_len, rc, "meta: bad snapshot learners");
-        goto out;
-    }
+    rc = get_snapshot(txn, m->dbi, "pending", &st->pending, err, err_len);
 out:
     mdb_txn_abort(txn);
     return rc;
@@ -265,16 +297,10 @@ int store_meta_save(struct store_meta *m, const struct store_meta_state *st,
         put_config(b, &st->bootstrap);
         rc = put(txn, m->dbi, "bootstrap", b, CONFIG_BYTES);
     }
-    if (rc == 0 && (mask & STORE_META_SNAPSHOT)) {
-        store__put64(b, st->snapshot.index);
-        store__put64(b + 8, st->snapshot.term);
-        put_config(b + 16, &st->snapshot.config);
-        rc = put(txn, m->dbi, "snapshot", b, 16 + CONFIG_BYTES);
-        if (rc == 0) {
-            put_learners(b, &st->snapshot.config);
-            rc = put(txn, m->dbi, "snapshot_learners", b, LEARNERS_BYTES);
-        }
-    }
+    if (rc == 0 && (mask & STORE_META_SNAPSHOT))
+        rc = put_snapshot(txn, m->dbi, "snapshot", &st->snapshot);
+    if (rc == 0 && (mask & STORE_META_PENDING))
+        rc = put_snapshot(txn, m->dbi, "pending", &st->pending);
     if (rc != 0) {
         mdb_txn_abort(txn);
         goto fail;

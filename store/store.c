@@ -128,6 +128,7 @@ void store__fill_boot(struct store *s, struct store_boot *boot)
     memset(boot, 0, sizeof(*boot));
     boot->hard_state = s->meta.hard_state;
     boot->snapshot = s->meta.snapshot;
+    boot->pending = s->meta.pending;
     boot->has_bootstrap = s->meta.has_bootstrap;
     boot->bootstrap = s->meta.bootstrap;
     boot->cluster_id = s->meta.cluster_id;
@@ -665,19 +666,35 @@ int store_save_hard_state(struct store *s, const struct raft_hard_state *hs)
     return rc;
 }
 
-int store_save_snapshot(struct store *s, const struct raft_snapshot_meta *m)
+/* A snapshot descriptor into the slot `mask` names (STORE_META_SNAPSHOT or
+ * STORE_META_PENDING). */
+static int save_descriptor(struct store *s, const struct raft_snapshot_meta *m,
+                           unsigned mask)
 {
     if (m->config.n_voters > RAFT_VOTERS_MAX)
         return store__err(s, TK_EINVAL, "snapshot config has %u voters",
                           m->config.n_voters);
     pthread_mutex_lock(&s->meta_mu);
     struct store_meta_state st = s->meta;
-    st.snapshot = *m;
-    int rc = save_meta(s, &st, STORE_META_SNAPSHOT);
+    if (mask == STORE_META_SNAPSHOT)
+        st.snapshot = *m;
+    else
+        st.pending = *m;
+    int rc = save_meta(s, &st, mask);
     if (rc == 0)
         s->meta = st;
     pthread_mutex_unlock(&s->meta_mu);
     return rc;
+}
+
+int store_save_snapshot(struct store *s, const struct raft_snapshot_meta *m)
+{
+    return save_descriptor(s, m, STORE_META_SNAPSHOT);
+}
+
+int store_save_pending_snapshot(struct store *s, const struct raft_snapshot_meta *m)
+{
+    return save_descriptor(s, m, STORE_META_PENDING);
 }
 
 int store_save_bootstrap(struct store *s, const struct raft_config *c)

@@ -112,6 +112,7 @@ void store_options_default(struct store_options *o);
 struct store_boot {
     struct raft_hard_state hard_state;
     struct raft_snapshot_meta snapshot; /* index 0 when none was saved */
+    struct raft_snapshot_meta pending;  /* store_save_pending_snapshot's; index 0: none */
     bool has_bootstrap;
     struct raft_config bootstrap; /* valid when has_bootstrap */
     uint64_t cluster_id;          /* 0 when never set */
@@ -223,6 +224,10 @@ void store_entries_free(struct raft_entry *entries, size_t n);
 /* Metadata, each saved with a synchronous commit before returning. Blocks. */
 int store_save_hard_state(struct store *s, const struct raft_hard_state *hs);
 int store_save_snapshot(struct store *s, const struct raft_snapshot_meta *m);
+/* The descriptor of a snapshot about to be installed, saved before the state
+ * machine publishes it: recovery finishes an install interrupted between
+ * that publication and store_reset + store_save_snapshot (boot.pending). */
+int store_save_pending_snapshot(struct store *s, const struct raft_snapshot_meta *m);
 int store_save_bootstrap(struct store *s, const struct raft_config *c);
 int store_save_ids(struct store *s, uint64_t cluster_id, uint64_t node_id);
 /* The data directory's incarnation: 16 random bytes drawn once, when it is

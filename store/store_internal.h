@@ -22,6 +22,7 @@
 struct store_meta_state {
     struct raft_hard_state hard_state;
     struct raft_snapshot_meta snapshot;
+    struct raft_snapshot_meta pending; /* an install's, saved before it is published */
     bool has_bootstrap;
     struct raft_config bootstrap;
     uint64_t cluster_id;
@@ -39,6 +40,7 @@ enum {
     STORE_META_BOOTSTRAP = 1u << 2,
     STORE_META_IDS = 1u << 3,
     STORE_META_LOG_START = 1u << 4,
+    STORE_META_PENDING = 1u << 5,
 };
 
 /* A run of consecutive entries from one append request. */

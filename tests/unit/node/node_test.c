@@ -2,6 +2,7 @@
  * and one TCP cluster, driven through the public API (include/tierkv.h). */
 #include <arpa/inet.h>
 #include <check.h>
+#include <errno.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -16,6 +17,7 @@
 #include "include/tierkv.h"
 #include "kv/kv.h"
 #include "node/node.h"
+#include "store/store.h"
 #include "tests/check_run.h"
 #include "tierkv.pb-c.h"
 #include "transport/transport.h"
@@ -708,6 +710,11 @@ static void fwd_write_done(struct node_req *req, int status, const struct kv_res
     e->done++;
 }
 
+/* fwd_env_start's node keeps its data here (fs store) when set, with these
+ * file operations. */
+static const char *fwd_data_dir;
+static const struct store_fileops *fwd_fileops;
+
 /* Node 1 follows fake node 2 and has forwarded one write to it. */
 static void fwd_env_start(struct fwd_env *e)
 {
@@ -724,6 +731,8 @@ static void fwd_env_start(struct fwd_env *e)
     o.loop = &e->loop;
     o.election_ticks = 3000; /* 30 s: node 1 never campaigns during a test */
     o.kv_no_sync = true;
+    o.data_dir = fwd_data_dir;
+    o.store_fileops = fwd_fileops;
     ck_assert_int_eq(node_start(&o, &e->n), 0);
     fake_open(e, &e->leader, 2);
     fake_open(e, &e->other, 3);
@@ -1003,6 +1012,84 @@ START_TEST(test_entries_during_an_install_wait_beside_it)
 }
 END_TEST
 
+/* The log store's unlink fails while armed. */
+static atomic_bool unlink_fails;
+
+static int unlink_faulty(const char *path)
+{
+    if (atomic_load(&unlink_fails)) {
+        errno = EIO;
+        return -1;
+    }
+    return unlink(path);
+}
+
+/* An install whose log store reset fails after the state machine published
+ * the snapshot (as a crash between the two would leave it): the node fails,
+ * and at its next start recovery finishes the install from the descriptor
+ * saved as pending, instead of refusing a state machine ahead of its log. */
+START_TEST(test_install_interrupted_after_publishing_is_finished_at_restart)
+{
+    char dir[] = "/tmp/tk-node-install-XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    static struct store_fileops ops;
+    ops = *store_fileops_default();
+    ops.unlink = unlink_faulty;
+    fwd_data_dir = dir;
+    fwd_fileops = &ops;
+    struct fwd_env e;
+    fwd_env_start(&e);
+    /* Entries 1..5 in the log: a segment for the reset to remove. */
+    struct raft_entry ents[5];
+    memset(ents, 0, sizeof(ents));
+    for (int i = 0; i < 5; i++) {
+        ents[i].term = 1;
+        ents[i].index = 1 + (uint64_t)i;
+        ents[i].type = RAFT_ENTRY_NOOP;
+    }
+    struct raft_message app = {.type = RAFT_MSG_APPEND, .from = 2, .to = 1, .term = 1};
+    app.u.append.entries = ents;
+    app.u.append.n_entries = 5;
+    app.u.append.commit = 5;
+    ck_assert_int_eq(transport_send(e.leader.t, &app), 0);
+    for (int i = 0; i < 5000 && e.leader.acked < 5; i++)
+        turn(&e, 1);
+    ck_assert_uint_eq(e.leader.acked, 5);
+    atomic_store(&unlink_fails, true);
+    struct raft_message snap = {.type = RAFT_MSG_SNAPSHOT, .from = 2, .to = 1, .term = 1};
+    snap.u.snapshot.meta.index = 100;
+    snap.u.snapshot.meta.term = 1;
+    snap.u.snapshot.meta.config.n_voters = 2;
+    snap.u.snapshot.meta.config.voters[0] = 1;
+    snap.u.snapshot.meta.config.voters[1] = 2;
+    snap.u.snapshot.done = true;
+    snap.u.snapshot.data = empty_stream(100);
+    ck_assert_int_eq(transport_send(e.leader.t, &snap), 0);
+    tk_blob_unref(snap.u.snapshot.data);
+    struct node_status st = {0};
+    for (int i = 0; i < 10000 && !st.failed; i++) {
+        turn(&e, 1);
+        node_status(e.n, &st);
+    }
+    ck_assert(st.failed || !"the install's reset failed, so the node must");
+    ck_assert_uint_lt(e.leader.acked, 100); /* never acknowledged */
+    fwd_env_stop(&e);
+    atomic_store(&unlink_fails, false);
+    fwd_fileops = NULL;
+
+    /* Restart on the same directory: the install is finished. */
+    fwd_env_start(&e);
+    node_status(e.n, &st);
+    ck_assert(!st.failed);
+    ck_assert_uint_ge(st.applied, 100);
+    fwd_env_stop(&e);
+    fwd_data_dir = NULL;
+    char cmd[128];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
 static Suite *node_suite(void)
 {
     Suite *s = suite_create("node");
@@ -1038,6 +1125,7 @@ static Suite *forward_suite(void)
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_forged_forward_answers_are_ignored);
     tcase_add_test(tc, test_entries_during_an_install_wait_beside_it);
+    tcase_add_test(tc, test_install_interrupted_after_publishing_is_finished_at_restart);
     tcase_add_test(tc, test_forward_request_from_a_non_member_is_dropped);
     tcase_add_test(tc, test_garbage_forward_frames_are_dropped);
     suite_add_tcase(s, tc);

@@ -342,6 +342,11 @@ START_TEST(test_metadata_survives_reopen)
     m.config.learners[0] = 8;
     m.config.learners[1] = 5;
     ck_assert_int_eq(store_save_snapshot(C.s, &m), 0);
+    /* An install's pending descriptor is a slot of its own. */
+    struct raft_snapshot_meta p = {.index = 90, .term = 5, .config = c};
+    p.config.n_learners = 1;
+    p.config.learners[0] = 9;
+    ck_assert_int_eq(store_save_pending_snapshot(C.s, &p), 0);
     ck_assert_int_eq(store_save_ids(C.s, 0xabcdef, 2), 0);
     hs.term = 6;
     hs.vote = 0;
@@ -360,6 +365,11 @@ START_TEST(test_metadata_survives_reopen)
     ck_assert_uint_eq(C.boot.snapshot.config.n_learners, 2);
     ck_assert_uint_eq(C.boot.snapshot.config.learners[0], 8);
     ck_assert_uint_eq(C.boot.snapshot.config.learners[1], 5);
+    ck_assert_uint_eq(C.boot.pending.index, 90);
+    ck_assert_uint_eq(C.boot.pending.term, 5);
+    ck_assert_uint_eq(C.boot.pending.config.n_voters, 3);
+    ck_assert_uint_eq(C.boot.pending.config.n_learners, 1);
+    ck_assert_uint_eq(C.boot.pending.config.learners[0], 9);
     ck_assert_uint_eq(C.boot.cluster_id, 0xabcdef);
     ck_assert_uint_eq(C.boot.node_id, 2);
     ctx_end();
