@@ -109,22 +109,44 @@ static int claim_incarnation(struct node *n, const struct store_boot *sb)
     return store_save_incarnation(n->store, n->mem.incarnation);
 }
 
+/* Does the log need the reset an interrupted install at `p` would have
+ * done? When it ends before the snapshot, or holds a different entry at its
+ * index (a diverging follower's: the install replaced it). */
+static bool install_log_stale(struct node *n, const struct store_boot *sb,
+                              const struct raft_snapshot_meta *p)
+{
+    if (p->index > sb->last_index)
+        return true;
+    if (p->index + 1 == sb->first_index)
+        return sb->prev_term != p->term;
+    uint64_t term = 0;
+    return p->index >= sb->first_index &&
+           (store_term_at(n->store, p->index, &term) != 0 || term != p->term);
+}
+
 /* An install published its state (the KV holds the snapshot) but the log
  * store was not reset to it, or its descriptor not saved, before a crash or
  * a failure (node_install.c): the pending descriptor the install saved first
- * finishes it, as the install would have. */
+ * finishes it, as the install would have. A pending descriptor left by an
+ * install that never published names an index the KV is behind, or reached
+ * by applying the log (whose entry there is then the snapshot's): nothing to
+ * do. */
 static int finish_install(struct node *n, struct store_boot *sb, uint64_t applied)
 {
     const struct raft_snapshot_meta *p = &sb->pending;
-    if (p->index == 0 || p->index != applied || p->index <= sb->snapshot.index)
+    if (p->index == 0 || p->index != applied || p->index <= sb->snapshot.index ||
+        kv_sm_applied_term(n->sm) != p->term)
         return 0;
     int rc = 0;
-    if (applied > sb->last_index || applied + 1 < sb->first_index) {
-        TK_LOG(TK_LOG_WARN, n->o.id, 0,
-               "finishing a snapshot install at %llu interrupted before the log was "
-               "reset (log %llu..%llu)",
-               (unsigned long long)applied, (unsigned long long)sb->first_index,
-               (unsigned long long)sb->last_index);
+    bool reset = install_log_stale(n, sb, p);
+    if (!reset && sb->first_index != p->index + 1)
+        return 0; /* the log reached it by applying: nothing was interrupted */
+    TK_LOG(TK_LOG_WARN, n->o.id, 0,
+           "finishing a snapshot install at %llu interrupted before %s (log %llu..%llu)",
+           (unsigned long long)applied,
+           reset ? "the log was reset" : "its descriptor was saved",
+           (unsigned long long)sb->first_index, (unsigned long long)sb->last_index);
+    if (reset) {
         rc = store_reset(n->store, p->index, p->term);
         sb->first_index = p->index + 1;
         sb->last_index = p->index;
@@ -140,8 +162,8 @@ static int finish_install(struct node *n, struct store_boot *sb, uint64_t applie
     return rc;
 }
 
-/* Opens the state machine under data_dir/kv and checks that the log continues
- * it. */
+/* Opens the state machine under data_dir/kv, finishes an interrupted
+ * install (finish_install) and checks that the log continues it. */
 static int open_sm(struct node *n, struct store_boot *sb)
 {
     char path[4096];

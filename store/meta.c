@@ -2,7 +2,8 @@
  *
  * One key per field group, fixed little-endian encodings, each write one
  * synchronous LMDB commit (no MDB_NOSYNC), so when store_meta_save returns the
- * new term, vote, ids, configuration, snapshot descriptor or log start is on
+ * new term, vote, ids, configuration, snapshot descriptor (or an install's
+ * pending one) or log start is on
  * disk. Values of the wrong size or with an invalid configuration are
  * TK_ECORRUPT at open, never an assert. LMDB errors are translated here and do
  * not leak upward. The only file of tierkv's store that includes lmdb.h. */

@@ -4,7 +4,8 @@
  * term of the entry just before first_index (so term_at works right after a
  * compaction or a snapshot install), and the metadata the node must never act
  * on before it is durable: current term and vote, cluster and node id, the
- * bootstrap configuration and the snapshot descriptor.
+ * bootstrap configuration, the snapshot descriptor and an install's pending
+ * one.
  *
  * Two backends share this interface and its semantics:
  *   fs  (store_open_fs):  segment files named by first index, records

@@ -714,6 +714,7 @@ static void fwd_write_done(struct node_req *req, int status, const struct kv_res
  * file operations. */
 static const char *fwd_data_dir;
 static const struct store_fileops *fwd_fileops;
+static uint64_t fwd_term = 1; /* the fake leader's term */
 
 /* Node 1 follows fake node 2 and has forwarded one write to it. */
 static void fwd_env_start(struct fwd_env *e)
@@ -736,7 +737,8 @@ static void fwd_env_start(struct fwd_env *e)
     ck_assert_int_eq(node_start(&o, &e->n), 0);
     fake_open(e, &e->leader, 2);
     fake_open(e, &e->other, 3);
-    struct raft_message hb = {.type = RAFT_MSG_APPEND, .from = 2, .to = 1, .term = 1};
+    struct raft_message hb = {
+        .type = RAFT_MSG_APPEND, .from = 2, .to = 1, .term = fwd_term};
     ck_assert_int_eq(transport_send(e->leader.t, &hb), 0);
     struct node_status st = {0};
     for (int i = 0; i < 2000 && st.leader != 2; i++) {
@@ -936,8 +938,8 @@ END_TEST
 /* Log entries that arrive with a snapshot, or during its install, are kept
  * beside the install and appended once the store is reset to it: the loop
  * does not wait for the install, and they are acknowledged once durable. */
-/* A real snapshot stream of an empty state at `index` (term 1). */
-static struct tk_blob *empty_stream(uint64_t index)
+/* A real snapshot stream of an empty state at `index` (entries of `term`). */
+static struct tk_blob *empty_stream_term(uint64_t index, uint64_t term)
 {
     char dir[] = "/tmp/tk-node-snap-XXXXXX";
     ck_assert_ptr_nonnull(mkdtemp(dir));
@@ -948,7 +950,7 @@ static struct tk_blob *empty_stream(uint64_t index)
     struct kv_sm *sm;
     ck_assert_int_eq(kv_sm_open(&kc, &sm), 0);
     for (uint64_t i = 1; i <= index; i++)
-        ck_assert_int_eq(kv_sm_skip(sm, i, 1, 0), 0);
+        ck_assert_int_eq(kv_sm_skip(sm, i, term, 0), 0);
     struct kv_snap *snap;
     ck_assert_int_eq(kv_sm_snapshot(sm, &snap), 0);
     ck_assert_uint_eq(kv_snap_index(snap), index);
@@ -967,6 +969,11 @@ static struct tk_blob *empty_stream(uint64_t index)
     snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
     ck_assert_int_eq(system(cmd), 0);
     return b;
+}
+
+static struct tk_blob *empty_stream(uint64_t index)
+{
+    return empty_stream_term(index, 1);
 }
 
 START_TEST(test_entries_during_an_install_wait_beside_it)
@@ -1027,43 +1034,75 @@ static int unlink_faulty(const char *path)
 /* An install whose log store reset fails after the state machine published
  * the snapshot (as a crash between the two would leave it): the node fails,
  * and at its next start recovery finishes the install from the descriptor
- * saved as pending, instead of refusing a state machine ahead of its log. */
-START_TEST(test_install_interrupted_after_publishing_is_finished_at_restart)
+ * saved as pending, instead of refusing a state machine ahead of its log (or
+ * keeping a diverging log under it): the leader's next entries are acked. */
+static char install_dir[64];
+
+static void install_teardown(void)
 {
-    char dir[] = "/tmp/tk-node-install-XXXXXX";
-    ck_assert_ptr_nonnull(mkdtemp(dir));
+    atomic_store(&unlink_fails, false);
+    fwd_data_dir = NULL;
+    fwd_fileops = NULL;
+    fwd_term = 1;
+    if (install_dir[0] != '\0') {
+        char cmd[128];
+        snprintf(cmd, sizeof(cmd), "rm -rf %s", install_dir);
+        if (system(cmd) != 0)
+            fprintf(stderr, "cannot remove %s\n", install_dir);
+        install_dir[0] = '\0';
+    }
+}
+
+static void send_entries(struct fwd_env *e, uint64_t term, uint64_t prev_index,
+                         uint64_t prev_term, uint64_t n, uint64_t commit)
+{
+    struct raft_entry ents[64];
+    ck_assert_uint_le(n, 64);
+    memset(ents, 0, sizeof(ents));
+    for (uint64_t i = 0; i < n; i++) {
+        ents[i].term = term;
+        ents[i].index = prev_index + 1 + i;
+        ents[i].type = RAFT_ENTRY_NOOP;
+    }
+    struct raft_message app = {.type = RAFT_MSG_APPEND, .from = 2, .to = 1, .term = term};
+    app.u.append.prev_index = prev_index;
+    app.u.append.prev_term = prev_term;
+    app.u.append.entries = ents;
+    app.u.append.n_entries = n;
+    app.u.append.commit = commit;
+    ck_assert_int_eq(transport_send(e->leader.t, &app), 0);
+    for (int i = 0; i < 5000 && e->leader.acked < prev_index + n; i++)
+        turn(e, 1);
+    ck_assert_uint_eq(e->leader.acked, prev_index + n);
+}
+
+/* The follower's log holds 1..`logged` (term 1; the commit stays below 100
+ * when it reaches past it) when the snapshot at 100 of `snap_term` comes. */
+static void interrupted_install(uint64_t logged, uint64_t snap_term)
+{
+    snprintf(install_dir, sizeof(install_dir), "/tmp/tk-node-install-XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(install_dir));
     static struct store_fileops ops;
     ops = *store_fileops_default();
     ops.unlink = unlink_faulty;
-    fwd_data_dir = dir;
+    fwd_data_dir = install_dir;
     fwd_fileops = &ops;
     struct fwd_env e;
     fwd_env_start(&e);
-    /* Entries 1..5 in the log: a segment for the reset to remove. */
-    struct raft_entry ents[5];
-    memset(ents, 0, sizeof(ents));
-    for (int i = 0; i < 5; i++) {
-        ents[i].term = 1;
-        ents[i].index = 1 + (uint64_t)i;
-        ents[i].type = RAFT_ENTRY_NOOP;
+    for (uint64_t done = 0; done < logged; done += 50) { /* a segment to remove */
+        uint64_t k = logged - done < 50 ? logged - done : 50;
+        send_entries(&e, 1, done, done ? 1 : 0, k, done + k < 99 ? done + k : 99);
     }
-    struct raft_message app = {.type = RAFT_MSG_APPEND, .from = 2, .to = 1, .term = 1};
-    app.u.append.entries = ents;
-    app.u.append.n_entries = 5;
-    app.u.append.commit = 5;
-    ck_assert_int_eq(transport_send(e.leader.t, &app), 0);
-    for (int i = 0; i < 5000 && e.leader.acked < 5; i++)
-        turn(&e, 1);
-    ck_assert_uint_eq(e.leader.acked, 5);
     atomic_store(&unlink_fails, true);
-    struct raft_message snap = {.type = RAFT_MSG_SNAPSHOT, .from = 2, .to = 1, .term = 1};
+    struct raft_message snap = {
+        .type = RAFT_MSG_SNAPSHOT, .from = 2, .to = 1, .term = snap_term};
     snap.u.snapshot.meta.index = 100;
-    snap.u.snapshot.meta.term = 1;
+    snap.u.snapshot.meta.term = snap_term;
     snap.u.snapshot.meta.config.n_voters = 2;
     snap.u.snapshot.meta.config.voters[0] = 1;
     snap.u.snapshot.meta.config.voters[1] = 2;
     snap.u.snapshot.done = true;
-    snap.u.snapshot.data = empty_stream(100);
+    snap.u.snapshot.data = empty_stream_term(100, snap_term);
     ck_assert_int_eq(transport_send(e.leader.t, &snap), 0);
     tk_blob_unref(snap.u.snapshot.data);
     struct node_status st = {0};
@@ -1072,21 +1111,31 @@ START_TEST(test_install_interrupted_after_publishing_is_finished_at_restart)
         node_status(e.n, &st);
     }
     ck_assert(st.failed || !"the install's reset failed, so the node must");
-    ck_assert_uint_lt(e.leader.acked, 100); /* never acknowledged */
     fwd_env_stop(&e);
     atomic_store(&unlink_fails, false);
     fwd_fileops = NULL;
 
     /* Restart on the same directory: the install is finished. */
+    fwd_term = snap_term;
     fwd_env_start(&e);
     node_status(e.n, &st);
     ck_assert(!st.failed);
     ck_assert_uint_ge(st.applied, 100);
+    ck_assert_uint_eq(st.snapshot_index, 100);
+    e.leader.acked = 0;
+    send_entries(&e, snap_term, 100, snap_term, 5, 105); /* the log goes on from it */
     fwd_env_stop(&e);
-    fwd_data_dir = NULL;
-    char cmd[128];
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-    ck_assert_int_eq(system(cmd), 0);
+}
+
+START_TEST(test_install_interrupted_after_publishing_is_finished_at_restart)
+{
+    interrupted_install(5, 1);
+}
+END_TEST
+
+START_TEST(test_install_over_a_diverging_log_interrupted_is_finished_at_restart)
+{
+    interrupted_install(150, 2);
 }
 END_TEST
 
@@ -1123,9 +1172,12 @@ static Suite *forward_suite(void)
     Suite *s = suite_create("node-forward");
     TCase *tc = tcase_create("forward");
     tcase_set_timeout(tc, 60);
+    tcase_add_checked_fixture(tc, NULL, install_teardown);
     tcase_add_test(tc, test_forged_forward_answers_are_ignored);
     tcase_add_test(tc, test_entries_during_an_install_wait_beside_it);
     tcase_add_test(tc, test_install_interrupted_after_publishing_is_finished_at_restart);
+    tcase_add_test(tc,
+                   test_install_over_a_diverging_log_interrupted_is_finished_at_restart);
     tcase_add_test(tc, test_forward_request_from_a_non_member_is_dropped);
     tcase_add_test(tc, test_garbage_forward_frames_are_dropped);
     suite_add_tcase(s, tc);
