@@ -32,7 +32,9 @@
 #        SCALE_CATCHUP (1000000; 0: no catch-up measurement),
 #        SCALE_STEADY_S (0; else, once SCALE_ENTRIES are loaded, that many
 #        seconds more of steps that overwrite random keys of the first step,
-#        so the data stays its size: the steady state at 1M or 10M keys)
+#        so the data stays its size: the steady state at 1M or 10M keys),
+#        SCALE_RATE (0: as fast as the connections go; else the steady
+#        state's writes per second, `tierkv bench --rate`)
 set -uo pipefail
 
 plot=""
@@ -108,6 +110,7 @@ python3 "$(dirname "$0")/bench_scale.py" --http-base "$http_base" --dir "$dir" \
     --conn "$conn" --step "$step" --max-turn-ms "$max_turn_ms" \
     --no-leader-change "${SCALE_NO_LEADER_CHANGE:-0}" --time-limit "$time_limit" \
     --catchup "${SCALE_CATCHUP:-1000000}" --steady "${SCALE_STEADY_S:-0}" \
+    --rate "${SCALE_RATE:-0}" \
     ${plot:+--plot "$plot"} \
     --plotter "$build/cmd/benchplot/bench-plot"
 status=$?

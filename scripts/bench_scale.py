@@ -11,7 +11,7 @@ import urllib.request
 
 ap = argparse.ArgumentParser()
 for a in ("http-base", "entries", "value", "conn", "step", "max-turn-ms",
-          "no-leader-change", "time-limit", "catchup", "steady"):
+          "no-leader-change", "time-limit", "catchup", "steady", "rate"):
     ap.add_argument("--" + a, type=int, default=0)
 ap.add_argument("--dir")
 ap.add_argument("--cli")
@@ -149,6 +149,8 @@ def bench_step(prefix, endpoints=None, keys=0):
     key."""
     args = ["--keys", str(keys), "--key-prefix", prefix] if keys else [
         "--keys", str(max(o.entries, 1)), "--sequential", "--key-prefix", prefix]
+    if keys and o.rate:
+        args += ["--rate", str(o.rate)]  # the steady state at a set rate
     r = subprocess.run([o.cli, "--endpoints", endpoints or o.endpoints, "bench", "-c", str(o.conn),
                         "-d", "%ds" % o.step, "--warmup", "0", "--mix", "write",
                         "--value-size", str(o.value), "--no-progress"] + args,
@@ -174,8 +176,9 @@ while True:
         if not o.steady:
             break
         steady_end = time.time() + o.steady
-        print("steady state: %d s of overwrites of random existing keys (s1/0..%d)" % (
-            o.steady, first_keys - 1), flush=True)
+        print("steady state: %d s of overwrites of random existing keys (s1/0..%d)%s" % (
+            o.steady, first_keys - 1, ", %d writes/s" % o.rate if o.rate else ""),
+            flush=True)
     if steady_end and time.time() >= steady_end:
         break
     step_no += 1

@@ -150,6 +150,7 @@ struct conn {
     bool got_response;
     bool done;     /* prefill: no keys left */
     bool redirect; /* reconnect at once (to the leader), not after a pause */
+    bool parked;   /* --rate: waiting for a token to send its next request */
     /* X-Tierkv-Leader-Addr of the response being parsed, for the chase. */
     bool in_value, value_is_leader;
     char field[32];
@@ -193,7 +194,7 @@ struct worker {
     struct shared *sh;
     size_t idx;
     uv_loop_t loop;
-    uv_timer_t stop_timer, progress_timer, cpu_timer;
+    uv_timer_t stop_timer, progress_timer, cpu_timer, rate_timer;
     uv_thread_t thread;
     struct conn *conns;
     size_t n_conns;
@@ -206,11 +207,76 @@ struct worker {
     struct bench_live live;                 /* its latencies (bench_progress.h) */
     bool stopping;
     char first_error[160];
+    /* --rate: this worker's share, a token bucket refilled by rate_timer
+     * (every millisecond), and the connections waiting for a token. */
+    double rate, tokens, tokens_max;
+    uint64_t tokens_ns;
+    struct conn **parked;
+    size_t n_parked;
 };
 
 static void conn_start(struct conn *c);
 static void conn_send(struct conn *c);
 static void worker_stop(struct worker *w);
+
+/* --rate: the bucket's tokens as of now (at most 10 ms of requests, so a
+ * stalled server does not get a burst of the requests it missed). */
+static void rate_refill(struct worker *w)
+{
+    uint64_t now = uv_hrtime();
+    w->tokens += (double)(now - w->tokens_ns) * w->rate / 1e9;
+    if (w->tokens > w->tokens_max)
+        w->tokens = w->tokens_max;
+    w->tokens_ns = now;
+}
+
+/* The connection's next request: at once, or (--rate) once a token is free. */
+static void conn_next(struct conn *c)
+{
+    struct worker *w = c->w;
+    if (w->rate > 0) {
+        rate_refill(w);
+        if (c->parked)
+            return; /* already waiting (it reconnected meanwhile) */
+        if (w->tokens < 1) {
+            c->parked = true;
+            w->parked[w->n_parked++] = c;
+            return;
+        }
+        w->tokens -= 1;
+    }
+    conn_send(c);
+}
+
+static void on_rate_timer(uv_timer_t *t)
+{
+    struct worker *w = t->data;
+    rate_refill(w);
+    size_t i = 0;
+    for (; i < w->n_parked && w->tokens >= 1 && !w->stopping; i++) {
+        struct conn *c = w->parked[i];
+        c->parked = false;
+        w->tokens -= 1;
+        if (c->tcp_open && !c->busy)
+            conn_send(c);
+    }
+    memmove(w->parked, w->parked + i, (w->n_parked - i) * sizeof(*w->parked));
+    w->n_parked -= i;
+}
+
+static void rate_start(struct worker *w, uint64_t rate_total, size_t n_workers)
+{
+    uv_timer_init(&w->loop, &w->rate_timer);
+    w->rate_timer.data = w;
+    w->parked = tk_calloc(w->n_conns ? w->n_conns : 1, sizeof(*w->parked));
+    if (rate_total == 0)
+        return;
+    w->rate = (double)rate_total / (double)n_workers;
+    w->tokens_max = w->rate / 100 > 1 ? w->rate / 100 : 1;
+    w->tokens = 1;
+    w->tokens_ns = uv_hrtime();
+    uv_timer_start(&w->rate_timer, on_rate_timer, 1, 1);
+}
 
 static bool in_window(const struct shared *sh, uint64_t t)
 {
@@ -379,7 +445,7 @@ static void handle_response(struct conn *c)
         conn_close(c);
         return;
     }
-    conn_send(c);
+    conn_next(c);
 }
 
 static void on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf)
@@ -599,6 +665,7 @@ static void worker_stop(struct worker *w)
     }
     uv_close((uv_handle_t *)&w->stop_timer, NULL);
     uv_close((uv_handle_t *)&w->cpu_timer, NULL);
+    uv_close((uv_handle_t *)&w->rate_timer, NULL);
     if (!uv_is_closing((uv_handle_t *)&w->progress_timer))
         uv_close((uv_handle_t *)&w->progress_timer, NULL);
 }
@@ -699,6 +766,7 @@ static int run_phase(struct shared *sh, struct worker *ws, size_t n_workers,
             memset(&sh->live_view, 0, sizeof(sh->live_view));
             uv_timer_start(&w->progress_timer, on_progress, 1000, 1000);
         }
+        rate_start(w, sh->prefill ? 0 : sh->o->rate, n_workers);
         for (size_t k = 0; k < w->n_conns; k++) {
             struct conn *c = &w->conns[k];
             c->w = w;
@@ -722,6 +790,7 @@ static int run_phase(struct shared *sh, struct worker *ws, size_t n_workers,
         if (uv_loop_close(&ws[i].loop) != 0)
             rc = TK_EIO; /* a leaked handle is a bug in this file */
         tk_free(ws[i].conns);
+        tk_free(ws[i].parked);
     }
     return rc;
 }
@@ -760,6 +829,8 @@ static const char bench_help[] =
     "  --dist uniform|zipf[:THETA]  key distribution (uniform; zipf theta 0.99)\n"
     "  --sequential            each write to the next key (loading N keys)\n"
     "  --threads 1|2           loop threads driving the connections (1)\n"
+    "  --rate N                at most N requests a second in all (a steady load;\n"
+    "                          latency counts from each request's send) (unpaced)\n"
     "  --runs N                repeat the run N times and report medians (1)\n"
     "  --seed N                PRNG seed (1)\n"
     "  --no-prefill            do not write every key once before runs with reads\n"
@@ -829,7 +900,8 @@ static int parse_bench_args(struct bench_opts *o, int argc, char **argv)
         O_STRICT,
         O_SEQ,
         O_PLOT,
-        O_CPU_PIDS
+        O_CPU_PIDS,
+        O_RATE
     };
     static const struct option opts[] = {{"protocol", required_argument, 0, O_PROTO},
                                          {"connections", required_argument, 0, 'c'},
@@ -850,6 +922,7 @@ static int parse_bench_args(struct bench_opts *o, int argc, char **argv)
                                          {"sequential", no_argument, 0, O_SEQ},
                                          {"plot", required_argument, 0, O_PLOT},
                                          {"cpu-pids", required_argument, 0, O_CPU_PIDS},
+                                         {"rate", required_argument, 0, O_RATE},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     optind = 1;
@@ -936,6 +1009,10 @@ static int parse_bench_args(struct bench_opts *o, int argc, char **argv)
             o->n_cpu_pids = bench_cpu_parse_pids(optarg, o->cpu_pids);
             if (o->n_cpu_pids < 0)
                 return bench_usage("--cpu-pids wants PID[,PID...] (8 at most)");
+            break;
+        case O_RATE:
+            if (cli_parse_u64(optarg, 1, 100000000, &o->rate) != 0)
+                return bench_usage("--rate wants 1..100000000 requests a second");
             break;
         case 'h':
             fputs(bench_help, stdout);
@@ -1194,7 +1271,8 @@ int cli_cmd_bench(struct cli_global *g, int argc, char **argv)
                turn_ms, turn_phase);
     printf(
         "{\"bench\":\"http\",\"protocol\":\"%s\",\"op\":\"%s\",\"read_fraction\":%.3f,"
-        "\"connections\":%" PRIu64 ",\"threads\":%" PRIu64 ",\"duration_s\":%.3f,"
+        "\"connections\":%" PRIu64 ",\"threads\":%" PRIu64 ",\"rate\":%" PRIu64
+        ",\"duration_s\":%.3f,"
         "\"value_size\":%" PRIu64 ",\"keys\":%" PRIu64
         ",\"dist\":\"%s\",\"runs\":%" PRIu64 ",\"ops\":%" PRIu64
         ",\"ops_per_s\":%.1f,\"p50_ms\":%.3f,\"p90_ms\":%.3f,"
@@ -1204,7 +1282,7 @@ int cli_cmd_bench(struct cli_global *g, int argc, char **argv)
         "\"bench_cpu_us_per_op\":%.2f,"
         "\"mode\":\"%s\",\"consistency\":\"%s\","
         "\"endpoints\":\"%s\"}\n",
-        proto, op_name(&o), o.read_fraction, o.connections, o.threads,
+        proto, op_name(&o), o.read_fraction, o.connections, o.threads, o.rate,
         (double)o.duration_ms / 1000, o.value_size, o.keys, dist_text, o.runs, total_ops,
         m_ops, m50, m90, m99, m999, mx, total_err, total_nf, total_redirects, turn_ms,
         cpu_json, cpu_total, cpu_med[o.n_cpu_pids], g->mode, g->consistency, eps_text);

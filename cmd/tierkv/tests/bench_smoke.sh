@@ -60,6 +60,15 @@ else
     echo "FAIL cpu-pids: cpu_us_per_op_total=$cpu bench_cpu_us_per_op=$bcpu"
     FAIL=$((FAIL + 1))
 fi
+# --rate paces the requests: the fixture answers thousands a second unpaced,
+# here about 500 (0.7x-1.15x of it, a margin for a loaded machine).
+bench rate-paced "$EP" --duration 2s --connections 8 --rate 500
+if awk -v o="$(field ops_per_s)" -v r="$(field rate)" \
+        'BEGIN { exit !(r == 500 && o >= 350 && o <= 575) }'; then
+    echo "ok   rate-paced: $(field ops_per_s) ops/s at --rate 500"; PASS=$((PASS + 1))
+else
+    echo "FAIL rate-paced: $(field ops_per_s) ops/s at --rate $(field rate)"; FAIL=$((FAIL + 1))
+fi
 bench mix-zipf-2threads "$EP" --duration 1500ms --connections 16 --threads 2 --mix 80:20 \
     --dist zipf --keys 500 --value-size 1k
 grep -q '"op":"mix"' "$DIR/out" || { echo "FAIL: op is not mix"; FAIL=$((FAIL + 1)); }
