@@ -114,6 +114,11 @@ static struct opt opts[] = {
      "... or once this many bytes of commands are (0: no byte threshold)", 0, 0},
     {"trailing-entries", "TIERKV_TRAILING_ENTRIES", "10000",
      "entries kept behind a snapshot for followers a little behind", 0, 0},
+    {"spin-us", "TIERKV_SPIN_US", "0",
+     "after a loop turn that did work, keep polling this many microseconds before "
+     "sleeping: what arrives meanwhile costs no thread wake-up, but the loop burns up to "
+     "this much CPU after each burst (0: sleep at once)",
+     0, 0},
     {"lease-checkpoint-ms", "TIERKV_LEASE_CHECKPOINT_MS", "200",
      "the leader checkpoints the leases' remaining TTLs this often (a lease outlives "
      "its TTL by at most this plus an election per leader change)",
@@ -636,6 +641,7 @@ int main(int argc, char **argv)
     no.snapshot_entries = get_u64("snapshot-entries", 1, UINT64_MAX);
     no.snapshot_bytes = get_size("snapshot-bytes", 0, UINT64_MAX);
     no.trailing_entries = get_u64("trailing-entries", 0, UINT64_MAX);
+    no.spin_us = (uint32_t)get_u64("spin-us", 0, 1000000);
     no.lease_checkpoint_ms = (uint32_t)get_u64("lease-checkpoint-ms", 10, 3600000);
     no.events_max = get_u64("watch-events", 0, 1u << 30);
     no.events_bytes = get_size("watch-events-bytes", 4096, 1ull << 40);
