@@ -1017,10 +1017,9 @@ int kv__cold_new_prepare(struct kv_cold_new *n, const struct kv_cold_meta *meta)
     return 0;
 }
 
-int kv__cold_new_publish(struct kv_cold_new *n, bool *kept)
+int kv__cold_new_publish(struct kv_cold_new *n)
 {
     struct kv_cold *c = n->c;
-    *kept = false;
     TK_ASSERT(n->prepared);
     char tmp[PATH_MAX], link[PATH_MAX], target[64];
     snprintf(tmp, sizeof(tmp), "%s/cold.tmp", c->dir);
@@ -1036,7 +1035,6 @@ int kv__cold_new_publish(struct kv_cold_new *n, bool *kept)
     /* On a failed sync the link may already name the new environment
      * (renamed, not known durable): both stay; the next open uses whichever
      * it names. */
-    *kept = true;
     return fsync_dir(c->dir);
 }
 
@@ -1069,7 +1067,6 @@ int kv__cold_new_commit(struct kv_cold_new *n, const struct kv_cold_meta *meta)
             return rc;
         }
     }
-    bool kept;
-    int rc = kv__cold_new_publish(n, &kept);
+    int rc = kv__cold_new_publish(n);
     return rc != 0 ? rc : kv__cold_switch(c);
 }

@@ -382,9 +382,10 @@ int kv__cold_new_prepare(struct kv_cold_new *n, const struct kv_cold_meta *meta)
 /* Makes the prepared environment the durable current one (a symlink
  * rename, then the directory's sync) and frees `n`, on any one thread; it
  * reads `c`'s generation but changes nothing of `c`, which goes on serving
- * the old environment until kv__cold_switch. On an error, `*kept` tells
- * whether the new environment stays (the link may name it). */
-int kv__cold_new_publish(struct kv_cold_new *n, bool *kept);
+ * the old environment until kv__cold_switch. On an error the new
+ * environment is removed, unless the rename was done (its sync failed): then
+ * the link may name it, both stay, and the next open uses whichever it names. */
+int kv__cold_new_publish(struct kv_cold_new *n);
 /* Owner thread, after a publish: reopens `c` on the new environment. The old
  * one stays open and on disk for kv__cold_trash. */
 int kv__cold_switch(struct kv_cold *c);

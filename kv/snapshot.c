@@ -368,8 +368,7 @@ int kv_install_prepare(struct kv_install *in)
     }
     struct kv_cold_new *n = in->n;
     in->n = NULL; /* the publish frees it, and on a failure keeps or removes the files */
-    bool kept;
-    if (kv__cold_new_publish(n, &kept) != 0) {
+    if (kv__cold_new_publish(n) != 0) {
         in->state = 3;
         return TK_EIO;
     }
