@@ -248,6 +248,11 @@ static void apply_entries(struct node *n, const struct raft_entry *e, size_t cnt
 
 #define SLOW_TURN_NS (50 * 1000000ull)     /* warn about loop turns this long */
 #define SLOW_TURN_CPU_NS (40 * 1000000ull) /* or that took this much of the CPU */
+/* getrusage is a system call (about 1 us on a paravirtual guest), so the
+ * usage is sampled at a turn's end at most this often, and after every turn
+ * that could be slow: a slow turn's figures cover the turn and at most this
+ * much before it. */
+#define USAGE_EVERY_NS (10 * 1000000ull)
 
 /* A snapshot from the leader replaces the state machine and the log: begun
  * here, installed on the thread pool, swapped in on a later turn
@@ -667,16 +672,18 @@ static void read_thread_usage(struct thread_usage *u)
  * (major page faults) or for a lock or I/O (voluntary switches, one of them
  * the loop's own wait for events). */
 static void slow_turn_log(struct node *n, uint64_t dt, int worst,
-                          const struct thread_usage *u)
+                          const struct thread_usage *u, uint64_t window_ns)
 {
     TK_LOG(
         TK_LOG_WARN, n->o.id, raft_term(n->raft),
         "a loop turn took %llu ms (election timeout %u ms): heartbeats were late; "
-        "most of it (%llu ms) in %s; %llu entries applied; %llu ms on the CPU; "
+        "most of it (%llu ms) in %s; %llu entries applied; over the last %llu ms: "
+        "%llu ms on the CPU; "
         "%llu major and %llu minor faults, %llu voluntary and %llu involuntary switches",
         (unsigned long long)(dt / 1000000), n->o.tick_ms * n->o.election_ticks,
         (unsigned long long)(n->loop.turn_ns[worst] / 1000000), phase_name[worst],
         (unsigned long long)n->loop.turn_applied,
+        (unsigned long long)(window_ns / 1000000),
         (unsigned long long)((u->cpu_ns - n->loop.turn_cpu_ns) / 1000000),
         (unsigned long long)(u->majflt - n->loop.turn_majflt),
         (unsigned long long)(u->minflt - n->loop.turn_minflt),
@@ -684,10 +691,32 @@ static void slow_turn_log(struct node *n, uint64_t dt, int worst,
         (unsigned long long)(u->nivcsw - n->loop.turn_nivcsw));
 }
 
-/* A loop turn of dt ns is over: its histogram, the longest turn by phase
- * (the one most of it went to; what no phase claims is "other") and the
- * slow-turn warning. */
-static void turn_end(struct node *n, uint64_t dt)
+/* The usage sample (USAGE_EVERY_NS) at the end of a turn of dt ns, ending
+ * now, and the slow-turn warning. */
+static void turn_usage(struct node *n, uint64_t dt, int worst, uint64_t now)
+{
+    if (dt <= SLOW_TURN_CPU_NS && now - n->loop.usage_at_ns < USAGE_EVERY_NS)
+        return;
+    struct thread_usage u;
+    read_thread_usage(&u);
+    /* (The CPU counted since the last sample may include other nodes' work
+     * when several share the loop, and up to USAGE_EVERY_NS before the
+     * turn: only a turn this long is its own.) */
+    if (dt > SLOW_TURN_NS ||
+        (dt > SLOW_TURN_CPU_NS && u.cpu_ns - n->loop.turn_cpu_ns > SLOW_TURN_CPU_NS))
+        slow_turn_log(n, dt, worst, &u, now - n->loop.usage_at_ns);
+    n->loop.turn_cpu_ns = u.cpu_ns;
+    n->loop.turn_majflt = u.majflt;
+    n->loop.turn_minflt = u.minflt;
+    n->loop.turn_nvcsw = u.nvcsw;
+    n->loop.turn_nivcsw = u.nivcsw;
+    n->loop.usage_at_ns = now;
+}
+
+/* A loop turn of dt ns, ending now, is over: its histogram, the longest turn
+ * by phase (the one most of it went to; what no phase claims is "other") and
+ * the slow-turn warning. */
+static void turn_end(struct node *n, uint64_t dt, uint64_t now)
 {
     uint64_t claimed = 0;
     for (int i = 0; i < PH_N; i++)
@@ -700,18 +729,7 @@ static void turn_end(struct node *n, uint64_t dt)
     tk_hist_record(&n->m.lat.loop_turn, dt);
     if (dt > n->m.metrics.loop_turn_max_ns[worst])
         n->m.metrics.loop_turn_max_ns[worst] = dt;
-    struct thread_usage u;
-    read_thread_usage(&u);
-    /* (The CPU counted since the last turn may include other nodes' work
-     * when several share the loop: only a turn this long is its own.) */
-    if (dt > SLOW_TURN_NS ||
-        (dt > SLOW_TURN_CPU_NS && u.cpu_ns - n->loop.turn_cpu_ns > SLOW_TURN_CPU_NS))
-        slow_turn_log(n, dt, worst, &u);
-    n->loop.turn_cpu_ns = u.cpu_ns;
-    n->loop.turn_majflt = u.majflt;
-    n->loop.turn_minflt = u.minflt;
-    n->loop.turn_nvcsw = u.nvcsw;
-    n->loop.turn_nivcsw = u.nivcsw;
+    turn_usage(n, dt, worst, now);
     memset(n->loop.turn_ns, 0, sizeof(n->loop.turn_ns));
     n->loop.turn_applied = 0;
     n->loop.turn_apply_bytes = 0;
@@ -726,7 +744,7 @@ static void on_prepare(uv_prepare_t *h)
     uint64_t now = node__mono_ns(), idle = uv_metrics_idle_time(n->loop.uv);
     if (n->loop.prep_ns != 0) {
         uint64_t wall = now - n->loop.prep_ns, blocked = idle - n->loop.prep_idle_ns;
-        turn_end(n, wall > blocked ? wall - blocked : 0);
+        turn_end(n, wall > blocked ? wall - blocked : 0, now);
     }
     n->loop.prep_ns = now;
     n->loop.prep_idle_ns = idle;
@@ -760,8 +778,10 @@ static void on_check(uv_check_t *h)
     persist_poll(n);
     process_ready(n);
     /* On a loop of our own, on_prepare measures the whole turn instead. */
-    if (!n->loop.idle_metrics)
-        turn_end(n, node__mono_ns() - t0);
+    if (!n->loop.idle_metrics) {
+        uint64_t now = node__mono_ns();
+        turn_end(n, now - t0, now);
+    }
     /* A burst bigger than one batch: come back next turn without sleeping. */
     if (atomic_load_explicit(&n->loop.queued, memory_order_relaxed) > 0)
         uv_async_send(&n->loop.wake);

@@ -78,10 +78,12 @@ struct node_loop {
     uv_prepare_t prepare;        /* measures whole turns (idle_metrics) */
     bool idle_metrics;           /* own loop with UV_METRICS_IDLE_TIME */
     uint64_t prep_ns, prep_idle_ns; /* at the last prepare */
-    /* The loop thread's usage at the last turn end (getrusage): CPU time,
-     * major and minor page faults, voluntary and involuntary context
-     * switches. */
+    /* The loop thread's usage at the last sample (getrusage, taken at a
+     * turn's end at most every USAGE_EVERY_NS, and after every long turn):
+     * CPU time, major and minor page faults, voluntary and involuntary
+     * context switches; usage_at_ns is when it was taken. */
     uint64_t turn_cpu_ns, turn_majflt, turn_minflt, turn_nvcsw, turn_nivcsw;
+    uint64_t usage_at_ns;
     struct raft_entry *batch; /* batch_max entries: one drain's proposal */
 
     struct tk_mpsc queue;
