@@ -24,7 +24,9 @@ struct stage {
     const uint8_t *key;
     size_t key_len;
     uint64_t hash;
-    struct kv_state st;
+    struct kv_state st;   /* as the command has made it */
+    struct kv_state prev; /* the key's state before the command, expired or
+                             not: its change-log event's previous state */
     bool dirty;
     uint64_t lease; /* a put's lease (0: none, which detaches) */
     char num[24];   /* an increment's decimal value */
@@ -113,8 +115,11 @@ static struct stage *stage_get(struct ctx *x, const uint8_t *key, size_t len)
     s->hash = kv__hash(key, len);
     s->dirty = false;
     s->lease = 0;
-    if (kv__state_lookup(x->sm, key, len, s->hash, &s->st) != 0)
+    if (kv__state_lookup_raw(x->sm, key, len, s->hash, &s->prev) != 0)
         return NULL;
+    s->st = s->prev;
+    if (s->st.live && !kv__live(x->sm, s->st.expire_ms))
+        s->st.live = false; /* as kv__state_lookup finds it */
     x->n++;
     return s;
 }
@@ -283,6 +288,13 @@ static void write_key(struct kv_sm *sm, uint64_t index, const uint8_t *key, size
     kv__state_write(sm, index, key, len, hash, st);
 }
 
+/* write_key for a staged key: its previous state is already known. */
+static void write_staged(struct kv_sm *sm, uint64_t index, const struct stage *s)
+{
+    kv__events_write_prev(sm, index, s->key, s->key_len, &s->st, &s->prev);
+    kv__state_write(sm, index, s->key, s->key_len, s->hash, &s->st);
+}
+
 /* Appends every staged change, attaching or detaching each key's lease.
  * Sets *wrote if anything was written. 0 or TK_EIO. */
 static int commit(struct ctx *x, bool *wrote)
@@ -292,7 +304,7 @@ static int commit(struct ctx *x, bool *wrote)
         struct stage *s = &x->st[i];
         if (!s->dirty)
             continue;
-        write_key(x->sm, x->index, s->key, s->key_len, s->hash, &s->st);
+        write_staged(x->sm, x->index, s);
         if (kv__lease_attach(x->sm, x->index, s->key, s->key_len, s->hash, s->lease) != 0)
             return TK_EIO;
         *wrote = true;

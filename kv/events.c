@@ -1,13 +1,16 @@
 /* The change log: the events apply caused, in a bounded ring.
  *
- * cmd.c calls kv__events_write just before it writes a key's new state, so
- * the event is what apply did (the staged state it writes) and the key's
- * current state is its previous one. Every event of an entry has the entry's
- * index as its revision, and revisions only grow, so the ring is sorted by
- * revision. It holds at most events.max events and events.max_bytes bytes;
- * making room drops the oldest, and `first` moves past the revision of every
- * event dropped, so a revision is either wholly held or not readable at all.
- * Owner thread only. Calls state.c (the previous state) and ttl.c. */
+ * cmd.c calls kv__events_write_prev (with the key's state as the command
+ * found it) or kv__events_write (which looks it up) just before it writes a
+ * key's new state, so the event is what apply did (the staged state it
+ * writes) and the key's current state is its previous one. Every event of an
+ * entry has the entry's index as its revision, and revisions only grow, so
+ * the ring is sorted by revision. It holds at most events.max events and
+ * events.max_bytes bytes; making room drops the oldest, and `first` moves past
+ * the revision of every event dropped, so a revision is either wholly held or
+ * not readable at all. The events' data go into a byte ring (struct
+ * kv_events), so recording an event allocates nothing. Owner thread only.
+ * Calls state.c (the previous state) and ttl.c. */
 #include <string.h>
 
 #include "base/alloc.h"
@@ -24,6 +27,8 @@ void kv__events_init(struct kv_events *e, size_t max, size_t max_bytes, uint64_t
     e->first = first;
     if (max > 0)
         e->slot = tk_calloc(max, sizeof(*e->slot));
+    if (max > 0 && max_bytes > 0)
+        e->buf = tk_malloc(max_bytes); /* touched as it fills */
 }
 
 static struct kv_ev *at(const struct kv_events *e, size_t i)
@@ -42,11 +47,12 @@ static void drop_oldest(struct kv_events *e)
     if (v->rev + 1 > e->first)
         e->first = v->rev + 1;
     e->bytes -= ev_bytes(v);
-    tk_free(v->data);
     v->data = NULL;
     e->head = (e->head + 1) % e->max;
     e->n--;
     e->evicted++;
+    if (e->n == 0)
+        e->wpos = 0;
 }
 
 void kv__events_reset(struct kv_events *e, uint64_t first)
@@ -63,24 +69,52 @@ void kv__events_free(struct kv_events *e)
     kv__events_reset(e, 0);
     tk_free(e->slot);
     e->slot = NULL;
+    tk_free(e->buf);
+    e->buf = NULL;
 }
 
-/* Appends v (its data taken), dropping the oldest events to make room. */
-static void push(struct kv_events *e, struct kv_ev *v)
+/* Where len bytes of data would go in buf without overwriting a held
+ * event's, or NULL: they go at wpos, or at 0 when they do not fit before
+ * the end. Held data is [oldest, wpos) or, wrapped, [oldest, end) and
+ * [0, wpos). */
+static uint8_t *place(const struct kv_events *e, size_t len)
 {
-    size_t b = ev_bytes(v);
+    if (e->n == 0)
+        return e->buf; /* wpos is 0 */
+    size_t oldest = (size_t)(at(e, 0)->data - e->buf);
+    if (oldest < e->wpos) {
+        if (len <= e->max_bytes - e->wpos)
+            return e->buf + e->wpos;
+        return len <= oldest ? e->buf : NULL;
+    }
+    return len <= oldest - e->wpos ? e->buf + e->wpos : NULL;
+}
+
+/* Makes room for v, dropping the oldest events, and sets v->data to its
+ * place in buf; false if v can never be held (its revision is then lost). */
+static bool make_room(struct kv_events *e, struct kv_ev *v)
+{
+    size_t b = ev_bytes(v), len = b - EV_OVERHEAD;
     while (e->n > 0 && (e->n == e->max || e->bytes + b > e->max_bytes))
         drop_oldest(e);
-    if (b > e->max_bytes) { /* can never be held: its revision is lost */
+    if (b > e->max_bytes) {
         if (v->rev + 1 > e->first)
             e->first = v->rev + 1;
-        tk_free(v->data);
         e->evicted++;
-        return;
+        return false;
     }
+    while ((v->data = place(e, len)) == NULL)
+        drop_oldest(e); /* place never fails on an empty ring */
+    return true;
+}
+
+/* Appends v, whose data are already in place. */
+static void push(struct kv_events *e, const struct kv_ev *v)
+{
     *at(e, e->n) = *v;
     e->n++;
-    e->bytes += b;
+    e->bytes += ev_bytes(v);
+    e->wpos = (size_t)(v->data - e->buf) + (ev_bytes(v) - EV_OVERHEAD);
 }
 
 /* Records one event: st (NULL or not live: none) is the key's new state,
@@ -102,7 +136,8 @@ static void record(struct kv_events *e, uint64_t index, int type, const uint8_t 
         v.prev_create_rev = prev->create_rev;
         v.prev_mod_rev = prev->mod_rev;
     }
-    v.data = tk_malloc(len + v.value_len + v.prev_len + 1);
+    if (!make_room(e, &v))
+        return;
     memcpy(v.data, key, len);
     if (v.value_len > 0)
         memcpy(v.data + len, st->value, v.value_len);
@@ -111,27 +146,37 @@ static void record(struct kv_events *e, uint64_t index, int type, const uint8_t 
     push(e, &v);
 }
 
-void kv__events_write(struct kv_sm *sm, uint64_t index, const uint8_t *key, size_t len,
-                      uint64_t hash, const struct kv_state *st)
+void kv__events_write_prev(struct kv_sm *sm, uint64_t index, const uint8_t *key,
+                           size_t len, const struct kv_state *st,
+                           const struct kv_state *prev)
 {
     if (st->live && st->expire_ms != 0)
         kv__ttl_push(&sm->ttl, key, len, st->expire_ms);
     struct kv_events *e = &sm->events;
     if (e->max == 0)
         return;
-    /* The command looked the key up already, so this lookup fails only if
-     * the cold tier just failed: the event then goes without its prev. */
-    struct kv_state prev;
-    if (kv__state_lookup_raw(sm, key, len, hash, &prev) != 0)
-        prev.live = false;
     int type = st->live ? KV_EVENT_PUT : sm->expiring ? KV_EVENT_EXPIRE : KV_EVENT_DELETE;
-    if (prev.live && !sm->expiring && !kv__live(sm, prev.expire_ms)) {
+    bool prev_live = prev->live;
+    if (prev_live && !sm->expiring && !kv__live(sm, prev->expire_ms)) {
         /* A write over a key whose TTL ran out before its expire command
          * came: the old version's expire comes first, at this revision. */
-        record(e, index, KV_EVENT_EXPIRE, key, len, NULL, &prev);
-        prev.live = false;
+        record(e, index, KV_EVENT_EXPIRE, key, len, NULL, prev);
+        prev_live = false;
     }
-    record(e, index, type, key, len, st, &prev);
+    struct kv_state none = {.live = false};
+    record(e, index, type, key, len, st, prev_live ? prev : &none);
+}
+
+void kv__events_write(struct kv_sm *sm, uint64_t index, const uint8_t *key, size_t len,
+                      uint64_t hash, const struct kv_state *st)
+{
+    struct kv_state prev = {.live = false};
+    /* Only if events are kept: the command looked the key up already, so
+     * this lookup fails only if the cold tier just failed: the event then
+     * goes without its prev. */
+    if (sm->events.max != 0 && kv__state_lookup_raw(sm, key, len, hash, &prev) != 0)
+        prev.live = false;
+    kv__events_write_prev(sm, index, key, len, st, &prev);
 }
 
 uint64_t kv_sm_events_first(const struct kv_sm *sm)

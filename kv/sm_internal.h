@@ -64,14 +64,20 @@ struct kv_ev {
     bool has_prev;
     uint16_t key_len;
     uint32_t value_len, prev_len;
-    uint8_t *data; /* key || value || prev value */
+    uint8_t *data; /* key || value || prev value, in the events' buf */
 };
 
-/* The change log: a circular array of at most max events and max_bytes. */
+/* The change log: a circular array of at most max events and max_bytes
+ * (their data and EV_OVERHEAD each). The events' data lie in buf, a byte
+ * ring of max_bytes in the events' order, each event's in one piece (an
+ * event that does not fit before the end starts again at 0): no allocation
+ * per event. */
 struct kv_events {
     struct kv_ev *slot;
     size_t max, head, n; /* slot[head .. head + n) mod max, oldest first */
     size_t bytes, max_bytes;
+    uint8_t *buf;     /* max_bytes, or NULL when max or max_bytes is 0 */
+    size_t wpos;      /* where the next event's data would go */
     uint64_t first;   /* every event of each revision >= first is held */
     uint64_t evicted; /* events dropped to make room */
 };
@@ -309,6 +315,11 @@ void kv__events_reset(struct kv_events *e, uint64_t first);
  * the event and tracks a TTL. */
 void kv__events_write(struct kv_sm *sm, uint64_t index, const uint8_t *key, size_t len,
                       uint64_t hash, const struct kv_state *st);
+/* kv__events_write with the key's current state, expired or not, already
+ * looked up (kv__state_lookup_raw): prev. */
+void kv__events_write_prev(struct kv_sm *sm, uint64_t index, const uint8_t *key,
+                           size_t len, const struct kv_state *st,
+                           const struct kv_state *prev);
 
 /* ---- ttl.c: keys with a TTL ---- */
 

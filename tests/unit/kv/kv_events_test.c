@@ -207,6 +207,120 @@ START_TEST(test_ring_bound_compacts_whole_revisions)
 }
 END_TEST
 
+/* The events' data live in a byte ring of events_bytes: writes of every size
+ * wrap it many times; after each, every held event keeps its own bytes
+ * (value and previous value, checked against what was written) and the held
+ * revisions run without a gap to the applied index; and recording allocates
+ * nothing. */
+#define WRAP_PUTS 600
+#define WRAP_LEN 800 /* values up to 700 B, in a ring of 3000 B: a few are held */
+#define WRAP_KEYS 7
+
+struct wrap_check {
+    const uint8_t (*vals)[WRAP_LEN]; /* by revision - base */
+    const size_t *lens;
+    const size_t *prev_rev; /* the revision of the key's previous value, 0 */
+    uint64_t base, want_rev;
+    size_t n;
+};
+
+static void wrap_cb(const struct kv_event *ev, void *data)
+{
+    struct wrap_check *w = data;
+    ck_assert_uint_eq(ev->revision, w->want_rev);
+    w->want_rev++;
+    w->n++;
+    size_t i = ev->revision - w->base;
+    ck_assert_uint_eq(ev->value_len, w->lens[i]);
+    ck_assert(memcmp(ev->value, w->vals[i], ev->value_len) == 0);
+    ck_assert_int_eq(ev->has_prev, w->prev_rev[i] != 0);
+    if (ev->has_prev) {
+        size_t j = w->prev_rev[i] - w->base;
+        ck_assert_uint_eq(ev->prev_value_len, w->lens[j]);
+        ck_assert(memcmp(ev->prev_value, w->vals[j], ev->prev_value_len) == 0);
+    }
+}
+
+/* Every event held after the put at revision last: its bytes as written,
+ * the revisions without a gap to last, within the bounds. */
+static void check_held(struct kvu *u, const uint8_t (*vals)[WRAP_LEN], const size_t *lens,
+                       const size_t *prev_rev, uint64_t base, uint64_t last, size_t *held)
+{
+    struct kv_events_stats es;
+    kv_sm_events_stats(u->sm, &es);
+    ck_assert_uint_le(es.bytes, 3000);
+    ck_assert_uint_ge(es.count, 1);
+    ck_assert_uint_eq(es.count + es.evicted, last - base + 1);
+    uint64_t first = kv_sm_events_first(u->sm), next = 0;
+    ck_assert_uint_eq(first + es.count, last + 1);
+    struct wrap_check w = {.vals = vals,
+                           .lens = lens,
+                           .prev_rev = prev_rev,
+                           .base = base,
+                           .want_rev = first};
+    ck_assert_int_eq(kv_sm_events_read(u->sm, first, 1000, 0, wrap_cb, &w, &next), 0);
+    ck_assert_uint_eq(w.n, es.count);
+    ck_assert_uint_eq(next, last + 1);
+    if (es.count > *held)
+        *held = es.count;
+}
+
+START_TEST(test_event_data_wrap_their_byte_ring)
+{
+    struct kvu u = {0};
+    kv_config_default(&u.cfg);
+    u.cfg.no_sync = true;
+    u.cfg.map_bytes = (size_t)1 << 30;
+    u.cfg.events_max = 1000;
+    u.cfg.events_bytes = 3000;
+    u.dir = kvu_tmpdir();
+    struct kv_config cfg = u.cfg;
+    kvu_open(&u, &cfg);
+    static uint8_t vals[WRAP_PUTS][WRAP_LEN];
+    static size_t lens[WRAP_PUTS], prev_rev[WRAP_PUTS];
+    uint64_t last_rev[WRAP_KEYS] = {0};
+    uint64_t base = kv_sm_applied_index(u.sm) + 1;
+    uint64_t allocs = 0; /* in apply, over the second half of the puts */
+    size_t held = 0;     /* the most events held at once */
+    for (size_t i = 0; i < WRAP_PUTS; i++) {
+        lens[i] = 1 + (i * 379) % (WRAP_LEN - 100); /* every size, out of order */
+        for (size_t b = 0; b < lens[i]; b++)
+            vals[i][b] = (uint8_t)('a' + (i + b) % 26);
+        char k[8], v[WRAP_LEN];
+        snprintf(k, sizeof(k), "k%zu", i % WRAP_KEYS);
+        memcpy(v, vals[i], lens[i]);
+        v[lens[i]] = 0;
+        Kvpb__Command c = KVPB__COMMAND__INIT;
+        Kvpb__Put p = KVPB__PUT__INIT;
+        p.key = kvu_str(k);
+        p.value = kvu_str(v);
+        c.cmd_case = KVPB__COMMAND__CMD_PUT;
+        c.put = &p;
+        size_t len;
+        uint8_t *buf = kvu_pack(&c, &len);
+        uint64_t rev = base + i;
+        struct tk_alloc_stats a0, a1;
+        tk_alloc_stats(&a0);
+        ck_assert_int_eq(kv_sm_apply(u.sm, rev, 1, u.time_ms, buf, len, &u.res), 0);
+        tk_alloc_stats(&a1);
+        tk_free(buf);
+        ck_assert_int_eq(u.res.code, 0);
+        if (i >= WRAP_PUTS / 2)
+            allocs += a1.calls - a0.calls;
+        prev_rev[i] = last_rev[i % WRAP_KEYS];
+        last_rev[i % WRAP_KEYS] = rev;
+        check_held(&u, (const uint8_t(*)[WRAP_LEN])vals, lens, prev_rev, base, rev,
+                   &held);
+    }
+    printf("event ring: up to %zu events held in 3000 bytes; %llu allocations "
+           "in the last %d puts' apply\n",
+           held, (unsigned long long)allocs, WRAP_PUTS / 2);
+    ck_assert_uint_ge(held, 3);
+    ck_assert_uint_eq(allocs, 0);
+    kvu_close(&u, true);
+}
+END_TEST
+
 START_TEST(test_restart_resumes_after_the_durable_index)
 {
     struct kvu u = {0};
@@ -327,6 +441,7 @@ int main(void)
     tcase_add_test(tc, test_apply_produces_put_and_delete_events_with_prev);
     tcase_add_test(tc, test_delete_range_and_batch_share_the_entry_revision);
     tcase_add_test(tc, test_ring_bound_compacts_whole_revisions);
+    tcase_add_test(tc, test_event_data_wrap_their_byte_ring);
     tcase_add_test(tc, test_restart_resumes_after_the_durable_index);
     tcase_add_test(tc, test_expire_command_deletes_due_keys_as_expire_events);
     tcase_add_test(tc, test_write_over_a_lapsed_key_expires_it_first);
