@@ -181,6 +181,10 @@ static const struct metric_desc metric_table[] = {
      "ReadIndex heartbeat rounds this node started as leader; one round "
      "confirms every read waiting for it.",
      MK_VALUE, SNAP(m.read_index_rounds)},
+    {"tierkv_raft_acks_merged_total", "counter",
+     "Append acks this node, as a follower, folded into the next ack to the "
+     "leader (the appends of a loop turn answered by one message).",
+     MK_VALUE, SNAP(m.acks_merged)},
     {"tierkv_applied_entries_total", "counter", "Entries applied.", MK_VALUE,
      SNAP(m.applied_entries)},
     {"tierkv_snapshots_total", "counter", "Snapshots taken.", MK_VALUE,

@@ -304,6 +304,8 @@ struct node_metrics {
     uint64_t read_index;        /* linearizable reads that asked for a read index */
     uint64_t read_index_rounds; /* leader: heartbeat rounds confirming them
                                    (raft_read_rounds) */
+    uint64_t acks_merged;       /* follower: append acks folded into the next
+                                   one to the leader (raft_acks_merged) */
     uint64_t applied_entries;
     uint64_t snapshots;         /* snapshots taken */
     uint64_t installs;          /* snapshots installed from a leader */

@@ -90,6 +90,7 @@ void node__publish_status(struct node *n)
     mt->store_wakeups = ss.wakeups;
     mt->store_bytes = ss.bytes;
     mt->read_index_rounds = raft_read_rounds(n->raft);
+    mt->acks_merged = raft_acks_merged(n->raft);
     struct kv_sm_stats ks;
     kv_sm_stats(n->sm, &ks);
     mt->kv_ring_bytes = ks.ring_bytes;

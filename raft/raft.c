@@ -165,6 +165,32 @@ static struct raft__out *out_push(struct raft *r, uint8_t type, uint64_t to)
     return o;
 }
 
+/* Queues a successful append ack. Acks to one leader only grow within a
+ * term, and the leader takes an ack of index i for every one below it (match
+ * and the inflight window move to i, the read round to the highest seen), so
+ * an ack that follows another to the same peer in the same term replaces it:
+ * a follower answers a loop turn's appends, released together when they are
+ * durable, with one message. */
+static void out_push_ack(struct raft *r, const struct raft_message *m)
+{
+    TK_ASSERT(m->type == RAFT_MSG_APPEND_RESP && !m->u.append_resp.reject);
+    if (r->n_out > 0) {
+        struct raft_message *last = &r->out[r->n_out - 1].m;
+        if (last->type == RAFT_MSG_APPEND_RESP && !last->u.append_resp.reject &&
+            last->to == m->to && last->term == m->term &&
+            last->u.append_resp.index <= m->u.append_resp.index) {
+            uint64_t ctx = last->u.append_resp.read_ctx;
+            *last = *m;
+            if (ctx > last->u.append_resp.read_ctx)
+                last->u.append_resp.read_ctx = ctx;
+            r->acks_merged++;
+            return;
+        }
+    }
+    struct raft__out *o = out_push(r, m->type, m->to);
+    o->m = *m;
+}
+
 static void out_drop_snapshot_ref(struct raft__out *o)
 {
     if (o->m.type == RAFT_MSG_SNAPSHOT) {
@@ -203,9 +229,13 @@ static void release_held(struct raft *r)
             r->held[keep++] = *h;
             continue;
         }
-        if (h->m.type == RAFT_MSG_APPEND_RESP && !h->m.u.append_resp.reject &&
-            term_at(r, h->m.u.append_resp.index) != h->check_term)
+        bool ack = h->m.type == RAFT_MSG_APPEND_RESP && !h->m.u.append_resp.reject;
+        if (ack && term_at(r, h->m.u.append_resp.index) != h->check_term)
             continue; /* the acked entries were replaced meanwhile */
+        if (ack) {
+            out_push_ack(r, &h->m);
+            continue;
+        }
         struct raft__out *o = out_push(r, h->m.type, h->m.to);
         o->m = h->m;
     }
@@ -848,8 +878,7 @@ static void send_append_resp(struct raft *r, const struct raft_message *m,
     }
 #endif
     if (ar->index <= r->stable) {
-        struct raft__out *o = out_push(r, resp.type, resp.to);
-        o->m = resp;
+        out_push_ack(r, &resp);
         return;
     }
     hold(r, &resp, term_at(r, ar->index));
@@ -1871,6 +1900,10 @@ uint64_t raft_stable_index(const struct raft *r)
 uint64_t raft_read_rounds(const struct raft *r)
 {
     return r->read_rounds;
+}
+uint64_t raft_acks_merged(const struct raft *r)
+{
+    return r->acks_merged;
 }
 const struct raft_config *raft_config(const struct raft *r)
 {

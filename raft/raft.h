@@ -494,6 +494,9 @@ uint64_t raft_stable_index(const struct raft *r); /* durable, matching prefix */
  * (thesis 6.4). One round confirms every read waiting when it starts, its own
  * and those followers asked for, so it only grows on a leader. */
 uint64_t raft_read_rounds(const struct raft *r);
+/* Append acks a follower folded into the ack after them (to the same leader
+ * in the same term) instead of sending each: a counter for metrics. */
+uint64_t raft_acks_merged(const struct raft *r);
 /* Term of the entry at `index`: 0 and TK_ECOMPACTED/TK_EUNAVAIL if unknown.
  * The snapshot index has the snapshot's term. */
 int raft_term_at(const struct raft *r, uint64_t index, uint64_t *term);

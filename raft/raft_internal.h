@@ -175,6 +175,7 @@ struct raft {
     uint64_t read_round;
     bool read_hb_needed;
     uint64_t read_rounds; /* rounds started, a counter for metrics */
+    uint64_t acks_merged; /* append acks folded into a later one (metrics) */
 
     /* Snapshot received, to hand out in the next ready. */
     bool snap_install;

@@ -473,6 +473,36 @@ START_TEST(test_append_ack_waits_for_persisted)
 }
 END_TEST
 
+/* Appends that became durable together are answered with one ack, the
+ * newest: the follower folds the older ones into it (raft_acks_merged), and
+ * the leader's match moves to the newest at once. */
+START_TEST(test_acks_released_together_are_one_message)
+{
+    struct rf_cluster *c = rf_new(3, NULL);
+    elect_settled(c);
+    rf_hold(c, 2);
+    uint64_t idx = 0;
+    for (int i = 0; i < 3; i++) {
+        ck_assert_int_eq(rf_propose(c, 1, 1, 16, &idx), 0);
+        rf_run(c); /* one append each, held by node 2 */
+    }
+    ck_assert_uint_eq(rf_store_last_index(c, 2), idx);
+    ck_assert_uint_eq(rf_queued_count(c, 2, 1, RAFT_MSG_APPEND_RESP), 0);
+    uint64_t merged0 = raft_acks_merged(rf_raft(c, 2));
+    rf_release(c, 2);
+    ck_assert_uint_eq(rf_queued_count(c, 2, 1, RAFT_MSG_APPEND_RESP), 1);
+    const struct raft_message *ack = rf_queued_find(c, 2, 1, RAFT_MSG_APPEND_RESP);
+    ck_assert(!ack->u.append_resp.reject);
+    ck_assert_uint_eq(ack->u.append_resp.index, idx);
+    ck_assert_uint_eq(raft_acks_merged(rf_raft(c, 2)) - merged0, 2);
+    rf_run(c);
+    uint64_t match = 0, next = 0;
+    raft_progress(rf_raft(c, 1), 2, &match, &next);
+    ck_assert_uint_eq(match, idx);
+    rf_free(c);
+}
+END_TEST
+
 START_TEST(test_leader_undurable_commits_with_two_follower_acks)
 {
     /* Thesis 10.2.1: the leader writes in parallel with its followers; a
@@ -864,6 +894,7 @@ static Suite *replication_suite(void)
                         (int)(sizeof(fig7_cases) / sizeof(fig7_cases[0])));
     tcase_add_test(tc, test_figure8_no_commit_of_old_term_by_counting);
     tcase_add_test(tc, test_append_ack_waits_for_persisted);
+    tcase_add_test(tc, test_acks_released_together_are_one_message);
     tcase_add_test(tc, test_leader_undurable_commits_with_two_follower_acks);
     tcase_add_test(tc, test_leader_undurable_one_follower_ack_no_commit);
     tcase_add_test(tc, test_leader_durable_without_acks_no_commit);
