@@ -28,7 +28,7 @@ void kv__events_init(struct kv_events *e, size_t max, size_t max_bytes, uint64_t
     if (max > 0)
         e->slot = tk_calloc(max, sizeof(*e->slot));
     if (max > 0 && max_bytes > 0)
-        e->buf = tk_malloc(max_bytes); /* touched as it fills */
+        e->buf = kv__map(max_bytes, 64); /* its pages come as it fills */
 }
 
 static struct kv_ev *at(const struct kv_events *e, size_t i)
@@ -69,7 +69,7 @@ void kv__events_free(struct kv_events *e)
     kv__events_reset(e, 0);
     tk_free(e->slot);
     e->slot = NULL;
-    tk_free(e->buf);
+    kv__unmap(e->buf, e->max_bytes);
     e->buf = NULL;
 }
 

@@ -45,13 +45,12 @@ static void itab_alloc(struct kv_itab *t, size_t n_buckets)
     if (bytes >= HUGE_BYTES) {
         /* Big tables live on transparent huge pages: a lookup is a random
          * access, and 4 KiB pages would add a TLB miss to most of them.
-         * calloc maps a big table fresh and zeroed by the kernel, page by
+         * A mapping of its own (kv__map) is zeroed by the kernel page by
          * page as it is first touched (by the incremental migration and the
          * inserts), instead of a memset of the whole table in the one apply
          * that grows it: that took tens of ms at 1M keys, linear in the keys. */
-        t->raw = tk_calloc(1, bytes + HUGE_BYTES);
-        t->b = (uint64_t *)(((uintptr_t)t->raw + HUGE_BYTES - 1) &
-                            ~(uintptr_t)(HUGE_BYTES - 1));
+        t->b = kv__map(bytes, HUGE_BYTES);
+        t->raw = NULL;
         madvise(t->b, bytes, MADV_HUGEPAGE);
     } else {
         t->raw = tk_malloc(bytes + 64);
@@ -64,7 +63,10 @@ static void itab_alloc(struct kv_itab *t, size_t n_buckets)
 
 static void itab_free(struct kv_itab *t)
 {
-    tk_free(t->raw);
+    if (t->raw != NULL)
+        tk_free(t->raw);
+    else
+        kv__unmap(t->b, (t->mask + 1) * 64);
     memset(t, 0, sizeof(*t));
 }
 
@@ -78,7 +80,7 @@ void kv__index_init(struct kv_index *x, const struct kv_ring *ring)
 void kv__index_free(struct kv_index *x)
 {
     itab_free(&x->cur);
-    if (x->old.raw != NULL)
+    if (x->old.b != NULL)
         itab_free(&x->old);
 }
 
@@ -186,7 +188,7 @@ static void itab_remove(struct kv_itab *t, uint64_t hash, uint64_t *entry)
 
 static void migrate_step(struct kv_index *x)
 {
-    if (x->old.raw == NULL)
+    if (x->old.b == NULL)
         return;
     for (int n = 0; n < MIGRATE_PER_OP && x->migrate_pos <= x->old.mask; n++) {
         uint64_t *bk = x->old.b + x->migrate_pos * 8;
@@ -208,7 +210,7 @@ static void migrate_step(struct kv_index *x)
 
 static void maybe_grow(struct kv_index *x)
 {
-    if (x->old.raw != NULL)
+    if (x->old.b != NULL)
         return;
     size_t slots = (x->cur.mask + 1) * SLOTS;
     if ((x->cur.count + 1) * 5 <= slots * 4)
@@ -221,7 +223,7 @@ static void maybe_grow(struct kv_index *x)
 uint64_t kv__index_find(struct kv_index *x, uint64_t hash, const void *key, size_t len,
                         bool *found)
 {
-    if (x->old.raw == NULL) {
+    if (x->old.b == NULL) {
         /* The common case, without itab_find's loops: the key's entry is the
          * first tag match in its home bucket, or no slot matches and nothing
          * overflowed from the bucket. */
@@ -239,7 +241,7 @@ uint64_t kv__index_find(struct kv_index *x, uint64_t hash, const void *key, size
         }
     }
     uint64_t *e = itab_find(&x->cur, x->ring, hash, key, len);
-    if (e == NULL && x->old.raw != NULL)
+    if (e == NULL && x->old.b != NULL)
         e = itab_find(&x->old, x->ring, hash, key, len);
     *found = e != NULL;
     return e != NULL ? (*e & ADDR_MASK) : 0;
@@ -269,7 +271,7 @@ bool kv__index_put(struct kv_index *x, uint64_t hash, const void *key, size_t le
 {
     TK_ASSERT(addr <= ADDR_MASK);
     uint64_t *e = itab_find(&x->cur, x->ring, hash, key, len);
-    if (e == NULL && x->old.raw != NULL)
+    if (e == NULL && x->old.b != NULL)
         e = itab_find(&x->old, x->ring, hash, key, len);
     bool is_new = e == NULL;
     if (e != NULL) {
@@ -303,7 +305,7 @@ bool kv__index_remove_if(struct kv_index *x, uint64_t hash, uint64_t addr)
     uint64_t want = (tag_of(hash) << KV_ADDR_BITS) | addr;
     struct kv_itab *t = &x->cur;
     uint64_t *e = itab_find_word(t, hash, want);
-    if (e == NULL && x->old.raw != NULL) {
+    if (e == NULL && x->old.b != NULL) {
         t = &x->old;
         e = itab_find_word(t, hash, want);
     }
@@ -339,7 +341,7 @@ void kv__index_purge_slot(struct kv_index *x, uint32_t slot)
 
 void kv__index_clear(struct kv_index *x)
 {
-    if (x->old.raw != NULL)
+    if (x->old.b != NULL)
         itab_free(&x->old);
     memset(x->cur.b, 0, (x->cur.mask + 1) * 64);
     x->cur.count = 0;

@@ -9,8 +9,56 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "kv/kv.h"
+
+/* ---- big buffers ---------------------------------------------------------- */
+
+/* The owner's big buffers (the ring's slabs, the index's big tables, the
+ * change log's bytes) are anonymous mappings of their own, never malloc's:
+ * the kernel hands their pages out zeroed as they are first touched, so
+ * taking one costs the loop nothing whatever the allocator is told (with
+ * MALLOC_PERTURB_, which meson's test runner sets, malloc fills every
+ * allocation: a new 18 MiB slab was 4,600 page faults in one apply, 50-90 ms
+ * of the loop on a VM with costly faults), and freeing one gives its memory
+ * back at once. kv__map returns `bytes` (rounded up to pages) aligned to
+ * `align` (a power of two; at least the page's), zeroed; it aborts when
+ * the address space is exhausted, as tk_malloc does. kv__unmap(p, bytes)
+ * removes it. */
+static inline size_t kv__map_round(size_t bytes)
+{
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    return (bytes + page - 1) / page * page;
+}
+
+static inline void *kv__map(size_t bytes, size_t align)
+{
+    size_t len = kv__map_round(bytes), page = (size_t)sysconf(_SC_PAGESIZE);
+    if (align < page)
+        align = page;
+    uint8_t *raw = mmap(NULL, len + align, PROT_READ | PROT_WRITE,
+                        MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (raw == MAP_FAILED) {
+        fprintf(stderr, "tierkv: out of memory mapping %zu bytes\n", len);
+        abort();
+    }
+    uint8_t *p = (uint8_t *)(((uintptr_t)raw + align - 1) & ~(uintptr_t)(align - 1));
+    if (p > raw)
+        (void)munmap(raw, (size_t)(p - raw));
+    if (raw + len + align > p + len)
+        (void)munmap(p + len, (size_t)(raw + len + align - (p + len)));
+    return p;
+}
+
+static inline void kv__unmap(void *p, size_t bytes)
+{
+    if (p != NULL)
+        (void)munmap(p, kv__map_round(bytes));
+}
 
 /* ---- ring ---------------------------------------------------------------- */
 
@@ -154,9 +202,11 @@ static inline uint64_t kv__ring_addr(const struct kv_page *p, size_t off)
  * by doubling, migrating a few buckets per operation. */
 struct kv_itab {
     uint64_t *b;
-    void *raw; /* the allocation b is aligned in */ /* n_buckets * 8 words; word 7 of a
-                                                       bucket is the overflow count */
-    size_t mask;                                    /* n_buckets - 1 */
+    void *raw;
+        /* the allocation b is aligned in; NULL: b is a mapping (kv__map) */ /* n_buckets
+                                                * 8 words; word 7 of a bucket is
+                                                the overflow count */
+    size_t mask; /* n_buckets - 1 */
     size_t count;
 };
 

@@ -62,6 +62,9 @@ void kv__ring_init(struct kv_ring *r, size_t page_bytes)
     r->page_bytes = page_bytes;
 }
 
+#define HUGE_BYTES ((size_t)2 << 20)
+#define SLAB_BYTES ((size_t)16 << 20)
+
 void kv__ring_free(struct kv_ring *r)
 {
     struct kv_page *p = r->head;
@@ -79,7 +82,7 @@ void kv__ring_free(struct kv_ring *r)
         p = next;
     }
     for (size_t i = 0; i < r->n_slabs; i++)
-        tk_free(r->slabs[i]);
+        kv__unmap(r->slabs[i], SLAB_BYTES);
     tk_free(r->slabs);
     tk_free(r->slots);
     tk_free(r->free_slots);
@@ -105,9 +108,6 @@ static uint32_t slot_take(struct kv_ring *r)
     return s;
 }
 
-#define HUGE_BYTES ((size_t)2 << 20)
-#define SLAB_BYTES ((size_t)16 << 20)
-
 /* A standard page carved from the current slab (a new slab when it is used
  * up). Slabs are 2 MiB aligned and advised onto transparent huge pages, so
  * random reads of the ring take fewer TLB misses. */
@@ -115,11 +115,9 @@ static struct kv_page *slab_page(struct kv_ring *r)
 {
     size_t size = (sizeof(struct kv_page) + r->page_bytes + 63) & ~(size_t)63;
     if (r->slab_next == NULL || (size_t)(r->slab_end - r->slab_next) < size) {
-        void *raw = tk_malloc(SLAB_BYTES + HUGE_BYTES);
+        uint8_t *base = kv__map(SLAB_BYTES, HUGE_BYTES);
         r->slabs = tk_realloc(r->slabs, (r->n_slabs + 1) * sizeof(*r->slabs));
-        r->slabs[r->n_slabs++] = raw;
-        uint8_t *base =
-            (uint8_t *)(((uintptr_t)raw + HUGE_BYTES - 1) & ~(uintptr_t)(HUGE_BYTES - 1));
+        r->slabs[r->n_slabs++] = base;
         madvise(base, SLAB_BYTES, MADV_HUGEPAGE);
         r->slab_next = base;
         r->slab_end = base + SLAB_BYTES;

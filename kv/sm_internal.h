@@ -234,20 +234,14 @@ static inline void *kv__grow(void *arr, size_t n, size_t *cap, size_t first, siz
  * (issue 22). kv__scratch_grow is kv__grow for them (doubling; mremap moves
  * the pages, it does not copy them); bytes for kv__scratch_free is the
  * array's capacity in bytes. */
-static inline size_t kv__scratch_round(size_t bytes)
-{
-    size_t page = (size_t)sysconf(_SC_PAGESIZE);
-    return (bytes + page - 1) / page * page;
-}
-
 static inline void *kv__scratch_grow(void *arr, size_t n, size_t *cap, size_t first,
                                      size_t elem)
 {
     if (n < *cap)
         return arr;
-    size_t old = kv__scratch_round(*cap * elem);
+    size_t old = kv__map_round(*cap * elem);
     size_t ncap = *cap ? *cap * 2 : first;
-    size_t bytes = kv__scratch_round(ncap * elem);
+    size_t bytes = kv__map_round(ncap * elem);
     void *p = arr != NULL ? mremap(arr, old, bytes, MREMAP_MAYMOVE)
                           : mmap(NULL, bytes, PROT_READ | PROT_WRITE,
                                  MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -262,7 +256,7 @@ static inline void *kv__scratch_grow(void *arr, size_t n, size_t *cap, size_t fi
 static inline void kv__scratch_free(void *arr, size_t bytes)
 {
     if (arr != NULL)
-        (void)munmap(arr, kv__scratch_round(bytes));
+        (void)munmap(arr, kv__map_round(bytes));
 }
 
 /* A record expiring at expire_ms (0: never) is live at the sm's clock. */
