@@ -746,6 +746,7 @@ static void on_prepare(uv_prepare_t *h)
         uint64_t wall = now - n->loop.prep_ns, blocked = idle - n->loop.prep_idle_ns;
         turn_end(n, wall > blocked ? wall - blocked : 0, now);
     }
+    atomic_fetch_add_explicit(&n->loop.turns, 1, memory_order_relaxed);
     n->loop.prep_ns = now;
     n->loop.prep_idle_ns = idle;
 }
@@ -955,6 +956,7 @@ static void node_thread(void *arg)
     char name[16]; /* what top -H and perf show */
     snprintf(name, sizeof(name), "tk-node-%llu", (unsigned long long)(n->o.id % 100000));
     pthread_setname_np(pthread_self(), name);
+    node__stall_mark_loop_thread(n);
     n->loop.start_rc = uv_loop_init(n->loop.uv) == 0 ? 0 : TK_EIO;
     /* The loop's own idle time, so that on_prepare can tell a turn's work
      * from the time it waited for events. */
@@ -1078,6 +1080,8 @@ int node_start(const struct node_options *o, struct node **out)
         node_free(n);
         return rc;
     }
+    if (n->loop.idle_metrics) /* its turns are counted (on_prepare) */
+        node__stall_start(n);
     *out = n;
     return 0;
 }
@@ -1086,6 +1090,7 @@ void node_stop(struct node *n)
 {
     if (n == NULL)
         return;
+    node__stall_stop(n);
     atomic_store(&n->loop.stopping, true);
     uv_async_send(&n->loop.wake);
     if (n->loop.shared)

@@ -174,6 +174,12 @@ struct node_options {
      * thread wake-up (about 40 us on a VM) but the loop burns up to this much
      * CPU after each burst. 0 = block at once. */
     uint32_t spin_us;
+    /* The stall probe (node_stall.c): a thread that, while one loop turn has
+     * run this long (and at each further multiple, up to 4 times), logs what
+     * the loop thread is doing as the kernel sees it: its state, system call,
+     * wait channel and kernel stack. It looks every stall_probe_ms / 4. Only
+     * with the node's own loop thread. 0 = off. */
+    uint32_t stall_probe_ms;
 
     /* A loop shared with other nodes (an in-process cluster on one thread:
      * no wake-ups between nodes), run by the caller on one thread. NULL: the

@@ -23,6 +23,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/types.h>
 #include <time.h>
 #include <uv.h>
 
@@ -78,6 +79,7 @@ struct node_loop {
     uv_prepare_t prepare;        /* measures whole turns (idle_metrics) */
     bool idle_metrics;           /* own loop with UV_METRICS_IDLE_TIME */
     uint64_t prep_ns, prep_idle_ns; /* at the last prepare */
+    _Atomic uint64_t turns;         /* turns ended (on_prepare): the stall probe's */
     /* The loop thread's usage at the last sample (getrusage, taken at a
      * turn's end at most every USAGE_EVERY_NS, and after every long turn):
      * CPU time, major and minor page faults, voluntary and involuntary
@@ -246,6 +248,15 @@ struct node_metrics_state {
     bool resident_busy;      /* a measure in flight on the thread pool */
 };
 
+/* The stall probe (node_stall.c): its thread and what it looks at. */
+struct node_stall {
+    pthread_t thread;
+    pthread_mutex_t mu; /* stop, and the probe's sleep */
+    pthread_cond_t cv;
+    bool stop, running;
+    _Atomic pid_t tid; /* the loop thread's, set as it starts */
+};
+
 struct node {
     struct node_options o;
     char *data_dir;  /* owned copy, or the temporary kv dir */
@@ -282,6 +293,7 @@ struct node {
         uint64_t revoked;    /* leases expired so far */
     } lease;
     struct node_metrics_state m;
+    struct node_stall stall;
 };
 
 /* ---- inline helpers: used on the hot path by several files ---- */
@@ -494,6 +506,12 @@ struct node_req *node__expire_next(struct node *n, uint64_t now_ms);
 
 /* ---- node_lease.c ---- */
 
+/* node_stall.c: the stall probe (node_options.stall_probe_ms). The loop
+ * thread marks itself as it starts; start and stop run on node_start's and
+ * node_stop's thread. */
+void node__stall_mark_loop_thread(struct node *n);
+void node__stall_start(struct node *n);
+void node__stall_stop(struct node *n);
 void node__lease_init(struct node *n);
 void node__lease_free(struct node *n);
 /* The leader's lease commands due at now_ms (a revoke of an expired lease, a

@@ -34,7 +34,10 @@
 #        seconds more of steps that overwrite random keys of the first step,
 #        so the data stays its size: the steady state at 1M or 10M keys),
 #        SCALE_RATE (0: as fast as the connections go; else the steady
-#        state's writes per second, `tierkv bench --rate`)
+#        state's writes per second, `tierkv bench --rate`),
+#        SCALE_STALL_PROBE_MS (40: the nodes' --stall-probe-ms; each turn that
+#        long is logged with what the loop waited on, and the run ends with
+#        a count of them by what; 0: off)
 set -uo pipefail
 
 plot=""
@@ -50,6 +53,7 @@ value=${SCALE_VALUE:-100}
 conn=${SCALE_CONN:-64}
 step=${SCALE_STEP_S:-10}
 snap=${SCALE_SNAPSHOT_ENTRIES:-100000}
+stall=${SCALE_STALL_PROBE_MS:-40}
 raft_base=${SCALE_RAFT_BASE:-7300}
 http_base=${SCALE_HTTP_BASE:-8300}
 max_turn_ms=${SCALE_MAX_TURN_MS:-0}
@@ -101,13 +105,13 @@ for i in 1 2 3; do
     printf '%s\n' "echo \$\$ >'$dir/n$i.pid'" \
         "exec '$bin' --id $i --members '$members' --members-http '$mhttp' \\" \
         "    --listen-http 127.0.0.1:$((http_base + i)) --data-dir '$dir/n$i' --store fs \\" \
-        "    --snapshot-entries $snap >>'$dir/n$i.log' 2>&1" >"$dir/n$i.sh"
+        "    --snapshot-entries $snap --stall-probe-ms $stall >>'$dir/n$i.log' 2>&1" >"$dir/n$i.sh"
     bash "$dir/n$i.sh" &
 done
 
 python3 "$(dirname "$0")/bench_scale.py" --http-base "$http_base" --dir "$dir" \
     --cli "$cli" --endpoints "$eps" --entries "$entries" --value "$value" \
-    --conn "$conn" --step "$step" --max-turn-ms "$max_turn_ms" \
+    --conn "$conn" --step "$step" --max-turn-ms "$max_turn_ms" --stall-ms "$stall" \
     --no-leader-change "${SCALE_NO_LEADER_CHANGE:-0}" --time-limit "$time_limit" \
     --catchup "${SCALE_CATCHUP:-1000000}" --steady "${SCALE_STEADY_S:-0}" \
     --rate "${SCALE_RATE:-0}" \

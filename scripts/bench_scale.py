@@ -11,7 +11,7 @@ import urllib.request
 
 ap = argparse.ArgumentParser()
 for a in ("http-base", "entries", "value", "conn", "step", "max-turn-ms",
-          "no-leader-change", "time-limit", "catchup", "steady", "rate"):
+          "no-leader-change", "time-limit", "catchup", "steady", "rate", "stall-ms"):
     ap.add_argument("--" + a, type=int, default=0)
 ap.add_argument("--dir")
 ap.add_argument("--cli")
@@ -228,6 +228,28 @@ if snaps:
               sum(s[1] for s in snaps) / 1000.0 / len(snaps),
               max(s[2] for s in snaps) / 1000.0, max(s[0] for s in snaps)))
 
+stall_re = re.compile(r"stall probe: the loop has been in one turn for (\d+) ms; "
+                      r"thread state (\S), syscall: (\S+)[^;]*; wait channel: ([^;]*); "
+                      r"kernel stack: (.*?)\"?$")
+
+
+def stalls():
+    """The stall probe's reports (--stall-probe-ms) of every node, counted by
+    what the loop waited on: thread state, system call, wait channel and the
+    kernel stack's first three frames; each with its longest report."""
+    seen = {}
+    for f in sorted(glob.glob(o.dir + "/n*.log")):
+        for line in open(f, errors="replace"):
+            m = stall_re.search(line)
+            if not m:
+                continue
+            frames = " < ".join(m.group(5).split(" < ")[:3])
+            k = (m.group(2), m.group(3), m.group(4), frames)
+            n, longest = seen.get(k, (0, 0))
+            seen[k] = (n + 1, max(longest, int(m.group(1))))
+    return seen
+
+
 
 def catchup():
     """Stops a follower, writes o.catchup keys, restarts it and times its
@@ -293,6 +315,16 @@ def catchup():
 
 if o.catchup and not failed and not timed_out:
     failed = not catchup()
+
+st = stalls()
+if st:
+    print("stall probe: %d reports of a loop turn still running after %s ms or more, "
+          "by what the loop waited on:" % (sum(v[0] for v in st.values()), o.stall_ms))
+    print("| reports | longest ms | state | syscall | wait channel | kernel stack |")
+    print("|---:|---:|---|---|---|---|")
+    for k, v in sorted(st.items(), key=lambda kv: -kv[1][0]):
+        print("| %d | %d | %s | %s | %s | %s |" % (v[0], v[1], k[0], k[1], k[2], k[3]))
+
 
 
 def plot():

@@ -119,6 +119,10 @@ static struct opt opts[] = {
      "sleeping: what arrives meanwhile costs no thread wake-up, but the loop burns up to "
      "this much CPU after each burst (0: sleep at once)",
      0, 0},
+    {"stall-probe-ms", "TIERKV_STALL_PROBE_MS", "0",
+     "while one loop turn has run this long, log what the loop thread waits on as the "
+     "kernel sees it: state, system call, wait channel, kernel stack (0: off)",
+     0, 0},
     {"lease-checkpoint-ms", "TIERKV_LEASE_CHECKPOINT_MS", "200",
      "the leader checkpoints the leases' remaining TTLs this often (a lease outlives "
      "its TTL by at most this plus an election per leader change)",
@@ -642,6 +646,7 @@ int main(int argc, char **argv)
     no.snapshot_bytes = get_size("snapshot-bytes", 0, UINT64_MAX);
     no.trailing_entries = get_u64("trailing-entries", 0, UINT64_MAX);
     no.spin_us = (uint32_t)get_u64("spin-us", 0, 1000000);
+    no.stall_probe_ms = (uint32_t)get_u64("stall-probe-ms", 0, 60000);
     no.lease_checkpoint_ms = (uint32_t)get_u64("lease-checkpoint-ms", 10, 3600000);
     no.events_max = get_u64("watch-events", 0, 1u << 30);
     no.events_bytes = get_size("watch-events-bytes", 4096, 1ull << 40);
