@@ -201,11 +201,8 @@ static inline uint64_t kv__ring_addr(const struct kv_page *p, size_t off)
  * this bucket but which live further on, linear probing over buckets). Grows
  * by doubling, migrating a few buckets per operation. */
 struct kv_itab {
-    uint64_t *b;
-    void *raw;
-        /* the allocation b is aligned in; NULL: b is a mapping (kv__map) */ /* n_buckets
-                                                * 8 words; word 7 of a bucket is
-                                                the overflow count */
+    uint64_t *b; /* n_buckets * 8 words; word 7 of a bucket is the overflow count */
+    void *raw;   /* the allocation b is aligned in; NULL: b is a mapping (kv__map) */
     size_t mask; /* n_buckets - 1 */
     size_t count;
 };
