@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <malloc.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -587,8 +588,27 @@ static int mkdirs(const char *path)
     return 0;
 }
 
+/* glibc grows a thread's malloc arena (a 64 MiB heap reserved PROT_NONE)
+ * one mprotect at a time, as far as each allocation needs: the node loop's
+ * arena grows with the data, so the loop called mprotect page by page, and
+ * mprotect waits for the process's mmap lock. Other threads hold that lock
+ * (mapping and unmapping LMDB environments, snapshot buffers, mincore): the
+ * stall probe caught the loop in mprotect, in D state, for up to 330 ms at
+ * 10M keys (docs/benchmarks-scale.md). With a top pad of a whole heap, each
+ * new heap is made read-write at once (one mprotect per 64 MiB); a fixed
+ * mmap threshold of 32 MiB (the most glibc takes) keeps the 128 KiB to 32 MiB
+ * allocations in the arenas instead of a mmap and munmap each. Untouched
+ * pages cost no memory; a freed arena keeps up to 64 MiB of its top. Called
+ * before any thread starts. */
+static void malloc_policy(void)
+{
+    (void)mallopt(M_TOP_PAD, 64 << 20);
+    (void)mallopt(M_MMAP_THRESHOLD, 32 << 20);
+}
+
 int main(int argc, char **argv)
 {
+    malloc_policy();
     for (size_t i = 0; i < N_OPTS; i++) {
         const char *e = getenv(opts[i].env);
         opts[i].val = e && *e ? e : opts[i].def;
