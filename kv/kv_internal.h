@@ -25,7 +25,9 @@
  * MALLOC_PERTURB_, which meson's test runner sets, malloc fills every
  * allocation: a new 18 MiB slab was 4,600 page faults in one apply, 50-90 ms
  * of the loop on a VM with costly faults), and freeing one gives its memory
- * back at once. kv__map returns `bytes` (rounded up to pages) aligned to
+ * back at once. No swap is reserved (MAP_NORESERVE): a bound as large as
+ * --watch-events-bytes allows is address space until it is written. kv__map
+ * returns `bytes` (rounded up to pages) aligned to
  * `align` (a power of two; at least the page's), zeroed; it aborts when
  * the address space is exhausted, as tk_malloc does. kv__unmap(p, bytes)
  * removes it. */
@@ -41,7 +43,7 @@ static inline void *kv__map(size_t bytes, size_t align)
     if (align < page)
         align = page;
     uint8_t *raw = mmap(NULL, len + align, PROT_READ | PROT_WRITE,
-                        MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (raw == MAP_FAILED) {
         fprintf(stderr, "tierkv: out of memory mapping %zu bytes\n", len);
         abort();

@@ -704,7 +704,8 @@ static void turn_usage(struct node *n, uint64_t dt, int worst, uint64_t now)
      * turn: only a turn this long is its own.) */
     if (dt > SLOW_TURN_NS ||
         (dt > SLOW_TURN_CPU_NS && u.cpu_ns - n->loop.turn_cpu_ns > SLOW_TURN_CPU_NS))
-        slow_turn_log(n, dt, worst, &u, now - n->loop.usage_at_ns);
+        slow_turn_log(n, dt, worst, &u,
+                      n->loop.usage_at_ns ? now - n->loop.usage_at_ns : dt);
     n->loop.turn_cpu_ns = u.cpu_ns;
     n->loop.turn_majflt = u.majflt;
     n->loop.turn_minflt = u.minflt;
