@@ -703,13 +703,10 @@ void kv__cold_wabort(struct kv_cold *c)
     c->wtxn = NULL;
 }
 
-int kv__cold_sessions(struct kv_cold *c, kv_cold_session_cb *cb, void *data)
+static int each_session(MDB_txn *txn, MDB_dbi dbi, kv_cold_session_cb *cb, void *data)
 {
-    int rc = read_view(c);
-    if (rc != 0)
-        return rc;
     MDB_cursor *cur = NULL;
-    rc = mdb_cursor_open(c->rtxn, c->sess, &cur);
+    int rc = mdb_cursor_open(txn, dbi, &cur);
     if (rc != 0)
         return lmdb_fail("cursor", rc);
     MDB_val k, v;
@@ -732,13 +729,10 @@ int kv__cold_sessions(struct kv_cold *c, kv_cold_session_cb *cb, void *data)
     return ret;
 }
 
-int kv__cold_expiring(struct kv_cold *c, kv_cold_exp_cb *cb, void *data)
+static int each_expiring(MDB_txn *txn, MDB_dbi dbi, kv_cold_exp_cb *cb, void *data)
 {
-    int rc = read_view(c);
-    if (rc != 0)
-        return rc;
     MDB_cursor *cur = NULL;
-    rc = mdb_cursor_open(c->rtxn, c->exp, &cur);
+    int rc = mdb_cursor_open(txn, dbi, &cur);
     if (rc != 0)
         return lmdb_fail("cursor", rc);
     MDB_val k, v;
@@ -756,6 +750,47 @@ int kv__cold_expiring(struct kv_cold *c, kv_cold_exp_cb *cb, void *data)
     if (ret == 0 && rc != MDB_NOTFOUND)
         ret = lmdb_fail("expiring", rc);
     return ret;
+}
+
+/* The data records whose keys start with `prefix` (at most SHORT_MAX bytes),
+ * in order, those expired at now_ms left out, as a scan shows them. */
+static int each_prefixed(MDB_txn *txn, MDB_dbi dbi, const uint8_t *prefix, size_t len,
+                         uint64_t now_ms, kv_cold_item_cb *cb, void *data)
+{
+    TK_ASSERT(len > 0 && len <= SHORT_MAX);
+    MDB_cursor *cur = NULL;
+    int rc = mdb_cursor_open(txn, dbi, &cur);
+    if (rc != 0)
+        return lmdb_fail("cursor", rc);
+    MDB_val k = {len, (void *)(uintptr_t)prefix}, v;
+    int ret = 0;
+    for (rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE); rc == 0 && ret == 0;
+         rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+        if (k.mv_size < len || memcmp(k.mv_data, prefix, len) != 0)
+            break;
+        struct kv_cold_val cv;
+        const uint8_t *key;
+        size_t key_len;
+        ret = decode_val(&k, &v, &cv, &key, &key_len);
+        if (ret == 0 && (cv.expire_ms == 0 || cv.expire_ms > now_ms))
+            ret = cb(key, key_len, &cv, data);
+    }
+    mdb_cursor_close(cur);
+    if (ret == 0 && rc != 0 && rc != MDB_NOTFOUND)
+        ret = lmdb_fail("prefix", rc);
+    return ret;
+}
+
+int kv__cold_sessions(struct kv_cold *c, kv_cold_session_cb *cb, void *data)
+{
+    int rc = read_view(c);
+    return rc != 0 ? rc : each_session(c->rtxn, c->sess, cb, data);
+}
+
+int kv__cold_expiring(struct kv_cold *c, kv_cold_exp_cb *cb, void *data)
+{
+    int rc = read_view(c);
+    return rc != 0 ? rc : each_expiring(c->rtxn, c->exp, cb, data);
 }
 
 int kv__cold_cur_open(struct kv_cold *c, struct kv_cold_cur **out)
@@ -992,7 +1027,27 @@ void kv__cold_new_abort(struct kv_cold_new *n)
     tk_free(n);
 }
 
-int kv__cold_new_prepare(struct kv_cold_new *n, const struct kv_cold_meta *meta)
+/* What the new environment holds for the owner's tables, read in one read
+ * transaction after its commit. */
+static int new_load(struct kv_cold_new *n, const struct kv_cold_meta *meta,
+                    const struct kv_cold_load *load)
+{
+    MDB_txn *txn = NULL;
+    int rc = mdb_txn_begin(n->env, NULL, MDB_RDONLY, &txn);
+    if (rc != 0)
+        return lmdb_fail("install read txn", rc);
+    rc = each_session(txn, n->dbi[2], load->session, load->data);
+    if (rc == 0)
+        rc = each_expiring(txn, n->dbi[1], load->expiring, load->data);
+    if (rc == 0)
+        rc = each_prefixed(txn, n->dbi[0], load->prefix, load->prefix_len, meta->now_ms,
+                           load->item, load->data);
+    mdb_txn_abort(txn);
+    return rc;
+}
+
+int kv__cold_new_prepare(struct kv_cold_new *n, const struct kv_cold_meta *meta,
+                         const struct kv_cold_load *load)
 {
     TK_ASSERT(!n->prepared);
     int rc = new_txn(n);
@@ -1008,6 +1063,8 @@ int kv__cold_new_prepare(struct kv_cold_new *n, const struct kv_cold_meta *meta)
         rc = mdb_env_sync(n->env, 1);
     if (rc != 0)
         return lmdb_fail("install commit", rc);
+    if (load != NULL && (rc = new_load(n, meta, load)) != 0)
+        return rc;
     mdb_env_close(n->env);
     n->env = NULL;
     /* Its files' names too, before the link may name it (publish). */
@@ -1061,7 +1118,7 @@ int kv__cold_new_commit(struct kv_cold_new *n, const struct kv_cold_meta *meta)
 {
     struct kv_cold *c = n->c;
     if (!n->prepared) {
-        int rc = kv__cold_new_prepare(n, meta);
+        int rc = kv__cold_new_prepare(n, meta, NULL);
         if (rc != 0) {
             kv__cold_new_abort(n);
             return rc;

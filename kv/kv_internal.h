@@ -425,9 +425,28 @@ struct kv_cold_new;
 int kv__cold_new_begin(struct kv_cold *c, struct kv_cold_new **out);
 int kv__cold_new_put(struct kv_cold_new *n, uint8_t table, const uint8_t *key,
                      size_t key_len, const uint8_t *val, size_t val_len);
-/* Commits the new environment with `meta` and syncs it; it touches neither
- * `c` nor the current environment. */
-int kv__cold_new_prepare(struct kv_cold_new *n, const struct kv_cold_meta *meta);
+/* A data record for a kv_cold_load: key, its length and value, borrowed for
+ * the call. Returns 0 or an error that stops the load. */
+typedef int kv_cold_item_cb(const uint8_t *key, size_t len, const struct kv_cold_val *v,
+                            void *data);
+/* What a prepare reads back from the new environment, after its commit and
+ * on its thread, so that the owner's swap has nothing left to load: every
+ * session (oldest first), every key with a TTL, and the data records whose
+ * keys start with prefix (1..KV_COLD_SHORT_MAX bytes; those expired at the
+ * meta's now_ms left out, as a scan would). */
+struct kv_cold_load {
+    kv_cold_session_cb *session;
+    kv_cold_exp_cb *expiring;
+    const uint8_t *prefix;
+    size_t prefix_len;
+    kv_cold_item_cb *item;
+    void *data;
+};
+/* Commits the new environment with `meta`, syncs it and, unless load is
+ * NULL, reads it back through load's callbacks; it touches neither `c` nor
+ * the current environment. */
+int kv__cold_new_prepare(struct kv_cold_new *n, const struct kv_cold_meta *meta,
+                         const struct kv_cold_load *load);
 /* Makes the prepared environment the durable current one (a symlink
  * rename, then the directory's sync) and frees `n`, on any one thread; it
  * reads `c`'s generation but changes nothing of `c`, which goes on serving

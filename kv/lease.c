@@ -366,36 +366,44 @@ int kv__lease_revoke(struct kv_sm *sm, uint64_t index, uint64_t id, bool expired
     return store(sm, index, NULL, id, true);
 }
 
-/* Rebuilds one lease from its record (kv__lease_load). */
-static int load_one(const struct kv_item *it, void *data)
+int kv__lease_load_rec(struct kv_leases *t, const uint8_t *key, size_t key_len,
+                       const uint8_t *v, size_t value_len)
 {
-    struct kv_sm *sm = data;
-    const uint8_t *v = it->value;
-    if (it->key_len != KV_LEASE_KEY_LEN || it->value_len < REC_HEAD || memcmp(v, "L1", 2))
+    if (key_len != KV_LEASE_KEY_LEN || value_len < REC_HEAD || memcmp(v, "L1", 2))
         return TK_ECORRUPT;
+    char hex[17];
+    memcpy(hex, key + KV_LEASE_PREFIX_LEN, 16);
+    hex[16] = '\0';
     uint64_t id = 0;
-    if (sscanf((const char *)it->key + KV_LEASE_PREFIX_LEN, "%16llx",
-               (unsigned long long *)&id) != 1)
+    if (sscanf(hex, "%16llx", (unsigned long long *)&id) != 1)
         return TK_ECORRUPT;
-    struct kv_lease *l = lease_add(&sm->leases, id, rd64(v + 2));
+    struct kv_lease *l = lease_add(t, id, rd64(v + 2));
     l->remaining_ms = rd64(v + 10);
     l->renewed = rd64(v + 18);
     uint32_t n;
     memcpy(&n, v + 26, 4);
     size_t off = REC_HEAD;
     for (uint32_t i = 0; i < n; i++) {
-        if (off + 2 > it->value_len)
+        if (off + 2 > value_len)
             return TK_ECORRUPT;
         size_t len = (size_t)v[off] | ((size_t)v[off + 1] << 8);
-        if (off + 2 + len > it->value_len)
+        if (off + 2 + len > value_len)
             return TK_ECORRUPT;
         const uint8_t *k = v + off + 2;
         uint64_t hash = kv__hash(k, len);
-        if (*lkey_slot(&sm->leases, k, len, hash) == NULL)
-            link_key(&sm->leases, l, k, len, hash);
+        if (*lkey_slot(t, k, len, hash) == NULL)
+            link_key(t, l, k, len, hash);
         off += 2 + len;
     }
     return 0;
+}
+
+/* One lease record from a scan (kv__lease_load). */
+static int load_one(const struct kv_item *it, void *data)
+{
+    struct kv_sm *sm = data;
+    return kv__lease_load_rec(&sm->leases, it->key, it->key_len, it->value,
+                              it->value_len);
 }
 
 int kv__lease_load(struct kv_sm *sm)

@@ -111,10 +111,9 @@ void kv__sess_destroy(struct kv_sessions *t)
 int kv__sess_load(uint64_t index, uint64_t client, uint64_t seq, const uint8_t *res,
                   size_t len, void *data)
 {
-    struct kv_sm *sm = data;
     if (client == 0 || len > KV_RESULT_ENCODED_MAX)
         return TK_ECORRUPT;
-    sess_add(&sm->sessions, index, client, seq, res, len);
+    sess_add(data, index, client, seq, res, len);
     return 0;
 }
 

@@ -323,6 +323,9 @@ void kv__ttl_free(struct kv_ttl *t);
 void kv__ttl_push(struct kv_ttl *t, const uint8_t *key, size_t len, uint64_t expire_ms);
 /* Forgets every key, then tracks the cold tier's (open, install). 0 or TK_EIO. */
 int kv__ttl_load(struct kv_sm *sm);
+/* Tracks one key of the cold tier's; data is the struct kv_ttl. A
+ * kv_cold_exp_cb: returns 0. */
+int kv__ttl_load_one(uint64_t expire_ms, const uint8_t *key, size_t len, void *data);
 
 /* ---- lease.c: leases ---- */
 
@@ -350,6 +353,10 @@ int kv__lease_checkpoint(struct kv_sm *sm, uint64_t index, const uint64_t *ids,
 /* Rebuilds the table from the lease records (open, install). 0, TK_EIO,
  * TK_ECORRUPT. */
 int kv__lease_load(struct kv_sm *sm);
+/* Adds the lease of one record (key under KV_LEASE_PREFIX, its value) to t.
+ * 0 or TK_ECORRUPT. */
+int kv__lease_load_rec(struct kv_leases *t, const uint8_t *key, size_t key_len,
+                       const uint8_t *v, size_t value_len);
 
 /* ---- cmd.c: the commands ---- */
 
@@ -384,7 +391,8 @@ void kv__sess_init(struct kv_sessions *t, size_t max);
 void kv__sess_destroy(struct kv_sessions *t);
 /* Forgets every remembered result (before a snapshot's are loaded). */
 void kv__sess_clear(struct kv_sessions *t);
-/* Adds one remembered result (recovery, snapshot install); data is the sm.
+/* Adds one remembered result (recovery, snapshot install); data is the
+ * struct kv_sessions.
  * A kv_cold_session_cb: returns 0, or TK_ECORRUPT for a bad record. */
 int kv__sess_load(uint64_t index, uint64_t client, uint64_t seq, const uint8_t *res,
                   size_t len, void *data);

@@ -9,8 +9,9 @@
  * Installation writes a fresh environment record by record (bounded memory:
  * one record at a time), checks the trailer, then swaps it in atomically.
  * Called by tier.c (kv_sm_snapshot, a background job's stream) and the node;
- * calls sessions.c (reloading the table after an install), the ring, index,
- * view and cold tier. */
+ * calls sessions.c, ttl.c and lease.c (an install's prepare builds their
+ * tables from the new environment, its commit swaps them in), the ring,
+ * index, view and cold tier. */
 #include <limits.h>
 #include <stdio.h>
 #include <string.h>
@@ -46,6 +47,12 @@ struct kv_install {
     uint32_t crc;
     uint64_t count;
     int state; /* 0 header, 1 records, 2 done, 3 failed, 4 prepared (published) */
+    /* The new state's sessions, TTL keys and leases, read back by prepare
+     * off the owner's thread, for commit to swap in. */
+    bool loaded;
+    struct kv_sessions sessions;
+    struct kv_ttl ttl;
+    struct kv_leases leases;
 };
 
 /* What an install replaced, for the owner to drop off its loop: the old hot
@@ -55,6 +62,10 @@ struct kv_trash {
     struct kv_view view;
     struct kv_index index;
     struct kv_ring ring;
+    bool tables; /* the sessions, TTL keys and leases a swap replaced */
+    struct kv_sessions sessions;
+    struct kv_ttl ttl;
+    struct kv_leases leases;
     void *env;
     char path[PATH_MAX];
 };
@@ -354,6 +365,33 @@ int kv_install_write(struct kv_install *in, const void *buf, size_t len)
     return 0;
 }
 
+static int load_session(uint64_t index, uint64_t client, uint64_t seq, const uint8_t *res,
+                        size_t len, void *data)
+{
+    struct kv_install *in = data;
+    return kv__sess_load(index, client, seq, res, len, &in->sessions);
+}
+
+static int load_expiring(uint64_t expire_ms, const uint8_t *key, size_t len, void *data)
+{
+    struct kv_install *in = data;
+    return kv__ttl_load_one(expire_ms, key, len, &in->ttl);
+}
+
+static int load_lease(const uint8_t *key, size_t len, const struct kv_cold_val *v,
+                      void *data)
+{
+    struct kv_install *in = data;
+    return kv__lease_load_rec(&in->leases, key, len, v->value, v->value_len);
+}
+
+static void tables_free(struct kv_sessions *s, struct kv_ttl *t, struct kv_leases *l)
+{
+    kv__sess_destroy(s);
+    kv__ttl_free(t);
+    kv__lease_free(l);
+}
+
 int kv_install_prepare(struct kv_install *in)
 {
     if (in->state == 4)
@@ -362,9 +400,24 @@ int kv_install_prepare(struct kv_install *in)
         in->state = 3;
         return TK_ECORRUPT;
     }
-    if (kv__cold_new_prepare(in->n, &in->meta) != 0) {
+    /* The tables the swap takes: built here, from the committed
+     * environment, so that the owner's commit only swaps pointers. The
+     * config is read only (fixed at open). */
+    const struct kv_config *cfg = &in->sm->cfg;
+    kv__sess_init(&in->sessions, cfg->sessions_max);
+    kv__ttl_init(&in->ttl, cfg->ttl_max);
+    kv__lease_init(&in->leases);
+    in->loaded = true;
+    struct kv_cold_load load = {.session = load_session,
+                                .expiring = load_expiring,
+                                .prefix = (const uint8_t *)KV_LEASE_PREFIX,
+                                .prefix_len = KV_LEASE_PREFIX_LEN,
+                                .item = load_lease,
+                                .data = in};
+    int rc = kv__cold_new_prepare(in->n, &in->meta, &load);
+    if (rc != 0) {
         in->state = 3;
-        return TK_EIO;
+        return rc == TK_ECORRUPT ? TK_ECORRUPT : TK_EIO;
     }
     struct kv_cold_new *n = in->n;
     in->n = NULL; /* the publish frees it, and on a failure keeps or removes the files */
@@ -420,21 +473,36 @@ int kv_install_commit(struct kv_install *in)
     sm->draining = false;
     sm->n_tier_rel = sm->drain_at = sm->drain_pages = 0;
     sm->drain_end = 0;
-    kv__sess_clear(&sm->sessions);
     sm->applied = sm->durable = in->meta.index;
     sm->applied_term = sm->durable_term = in->meta.term;
     sm->now_ms = sm->durable_now = in->meta.now_ms;
-    rc = kv__cold_sessions(sm->cold, kv__sess_load, sm);
     /* The events before the snapshot are not this state's history. */
     kv__events_reset(&sm->events, in->meta.index + 1);
-    if (rc == 0)
-        rc = kv__ttl_load(sm);
-    if (rc == 0)
-        rc = kv__lease_load(sm);
-    if (rc != 0) {
-        in->state = 3; /* the caller's abort frees it (kv.h) */
-        sm->failed = true;
-        return TK_EIO;
+    if (in->loaded) {
+        /* Prepared: the tables are built, the old ones go with the hot
+         * structures (a swap, nothing loaded or freed here). */
+        struct kv_trash *t = sm->trash;
+        t->tables = true;
+        t->sessions = sm->sessions;
+        t->ttl = sm->ttl;
+        t->leases = sm->leases;
+        sm->sessions = in->sessions;
+        in->ttl.dropped += sm->ttl.dropped;
+        sm->ttl = in->ttl;
+        sm->leases = in->leases;
+        in->loaded = false;
+    } else {
+        kv__sess_clear(&sm->sessions);
+        rc = kv__cold_sessions(sm->cold, kv__sess_load, &sm->sessions);
+        if (rc == 0)
+            rc = kv__ttl_load(sm);
+        if (rc == 0)
+            rc = kv__lease_load(sm);
+        if (rc != 0) {
+            in->state = 3; /* the caller's abort frees it (kv.h) */
+            sm->failed = true;
+            return TK_EIO;
+        }
     }
     tk_free(in->pend);
     tk_free(in);
@@ -473,6 +541,8 @@ void kv_trash_free(struct kv_trash *t)
     kv__view_free(&t->view);
     kv__index_free(&t->index);
     kv__ring_free(&t->ring);
+    if (t->tables)
+        tables_free(&t->sessions, &t->ttl, &t->leases);
     tk_free(t);
 }
 
@@ -485,6 +555,8 @@ void kv_install_abort(struct kv_install *in)
     if (in->state == 4)
         in->sm->failed = true;
     kv__cold_new_abort(in->n);
+    if (in->loaded)
+        tables_free(&in->sessions, &in->ttl, &in->leases);
     tk_free(in->pend);
     tk_free(in);
 }

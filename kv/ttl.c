@@ -87,7 +87,7 @@ void kv__ttl_push(struct kv_ttl *t, const uint8_t *key, size_t len, uint64_t exp
     push_ent(t, (struct kv_ttl_ent){.expire_ms = expire_ms, .key = k, .key_len = len});
 }
 
-static int load_one(uint64_t expire_ms, const uint8_t *key, size_t len, void *data)
+int kv__ttl_load_one(uint64_t expire_ms, const uint8_t *key, size_t len, void *data)
 {
     kv__ttl_push(data, key, len, expire_ms);
     return 0;
@@ -96,7 +96,7 @@ static int load_one(uint64_t expire_ms, const uint8_t *key, size_t len, void *da
 int kv__ttl_load(struct kv_sm *sm)
 {
     kv__ttl_free(&sm->ttl);
-    int rc = kv__cold_expiring(sm->cold, load_one, &sm->ttl);
+    int rc = kv__cold_expiring(sm->cold, kv__ttl_load_one, &sm->ttl);
     return rc == 0 ? 0 : TK_EIO;
 }
 

@@ -5,10 +5,12 @@
  * keys, with no heartbeat answered meanwhile. Now the loop only begins the
  * install (a fresh LMDB environment next to the current one) and ends it (the
  * in-memory swap: reopening the cold tier on the new environment, fresh hot
- * structures, the sessions reloaded); the records, the LMDB commit, its sync
- * and publication (the directory's link renamed to it) and the log store's
- * reset run on libuv's thread pool, and what the swap replaced (the old
- * environment, still mapped, and the old hot structures) is freed there.
+ * structures and the sessions, TTL and lease tables swapped in); the records,
+ * the LMDB commit, its sync, reading those tables back from it (kv's
+ * prepare) and its publication (the directory's link renamed to it) and the
+ * log store's reset run on libuv's thread pool, and what the swap replaced
+ * (the old environment, still mapped, the old hot structures and tables) is
+ * freed there.
  *
  * Raft safety while it runs: the core already counts the snapshot as its log
  * (handle_snapshot: commit, applying and applied are its index), but

@@ -286,6 +286,105 @@ START_TEST(test_leases_survive_restart_and_install)
 }
 END_TEST
 
+/* A node installs a snapshot off its loop: prepare, on the install's
+ * thread, reads the new state's sessions, TTL keys and leases back into new
+ * tables, so that commit, on the loop, only swaps them in. Counted in
+ * allocations: commit after a prepare allocates a handful whatever the
+ * tables hold; commit without one (which loads them itself) allocates per
+ * session, TTL key and lease. */
+static void count_key(const uint8_t *key, size_t len, void *data)
+{
+    (void)key;
+    (void)len;
+    (*(size_t *)data)++;
+}
+
+START_TEST(test_install_prepare_builds_the_tables)
+{
+    enum { TTL_KEYS = 400, SESSIONS = 50, TTL_MAX = 100 };
+    struct kvu u = {0};
+    kvu_open(&u, NULL);
+    uint64_t a = grant(&u, 5000), b = grant(&u, 7000);
+    ck_assert_int_eq(put_lease(&u, "k1", "v", a), 0);
+    ck_assert_int_eq(put_lease(&u, "k2", "v", a), 0);
+    ck_assert_int_eq(put_lease(&u, "k3", "v", b), 0);
+    char k[32];
+    for (int i = 0; i < TTL_KEYS; i++) {
+        snprintf(k, sizeof(k), "ttl%04d", i);
+        ck_assert_int_eq(kvu_put_ttl(&u, k, "v", 100000 + (uint64_t)i), 0);
+    }
+    Kvpb__Command c = KVPB__COMMAND__INIT;
+    Kvpb__Increment inc = KVPB__INCREMENT__INIT;
+    inc.key = kvu_str("ctr");
+    inc.delta = 1;
+    c.cmd_case = KVPB__COMMAND__CMD_INCR;
+    c.incr = &inc;
+    c.seq = 1;
+    for (int i = 0; i < SESSIONS; i++) {
+        c.client_id = 100 + (uint64_t)i;
+        ck_assert_int_eq(kvu_apply(&u, &c), 0);
+    }
+    struct kv_snap *s;
+    ck_assert_int_eq(kv_sm_snapshot(u.sm, &s), 0);
+    size_t len = 0, cap = 1 << 20;
+    uint8_t *stream = tk_malloc(cap);
+    size_t got;
+    do {
+        if (cap - len < 4096)
+            stream = tk_realloc(stream, cap *= 2);
+        ck_assert_int_eq(kv_snap_read(s, stream + len, 4096, &got), 0);
+        len += got;
+    } while (got > 0);
+    kv_snap_close(s);
+
+    uint64_t allocs[2];
+    for (int prepared = 1; prepared >= 0; prepared--) {
+        struct kvu v = {0};
+        kv_config_default(&v.cfg);
+        v.cfg.no_sync = true;
+        v.cfg.map_bytes = (size_t)1 << 30;
+        v.cfg.ttl_max = TTL_MAX;
+        v.dir = kvu_tmpdir();
+        struct kv_config cfg = v.cfg;
+        kvu_open(&v, &cfg);
+        ck_assert_uint_eq(grant(&v, 100), 1); /* replaced by the install */
+        struct kv_install *in;
+        ck_assert_int_eq(kv_sm_install_begin(v.sm, &in), 0);
+        ck_assert_int_eq(kv_install_write(in, stream, len), 0);
+        if (prepared)
+            ck_assert_int_eq(kv_install_prepare(in), 0);
+        struct tk_alloc_stats a0, a1;
+        tk_alloc_stats(&a0);
+        ck_assert_int_eq(kv_install_commit(in), 0);
+        tk_alloc_stats(&a1);
+        allocs[prepared] = a1.calls - a0.calls;
+        /* Either way the tables are the snapshot's. */
+        ck_assert_uint_eq(kv_sm_lease_count(v.sm), 2);
+        ck_assert_uint_eq(n_keys(&v, a), 2);
+        ck_assert_uint_eq(n_keys(&v, b), 1);
+        struct kv_sm_stats st;
+        kv_sm_stats(v.sm, &st);
+        ck_assert_uint_eq(st.ttl_dropped, TTL_KEYS - TTL_MAX); /* v's own config */
+        size_t due = 0;
+        ck_assert_int_eq(kv_sm_expired(v.sm, u.time_ms, 1000, count_key, &due), 0);
+        ck_assert_int_eq(kv_sm_expired(v.sm, u.time_ms + 200000, 1000, count_key, &due),
+                         64);
+        c.client_id = 100 + SESSIONS - 1;
+        ck_assert_int_eq(kvu_apply(&v, &c), 0);
+        ck_assert(v.res.duplicate);
+        ck_assert_int_eq(v.res.value, SESSIONS);
+        kv_trash_free(kv_sm_install_trash(v.sm));
+        kvu_close(&v, true);
+    }
+    printf("install commit: %llu allocations after a prepare, %llu without\n",
+           (unsigned long long)allocs[1], (unsigned long long)allocs[0]);
+    ck_assert_uint_lt(allocs[1], 32);
+    ck_assert_uint_gt(allocs[0], SESSIONS + TTL_MAX);
+    tk_free(stream);
+    kvu_close(&u, true);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("kv-lease");
@@ -295,6 +394,7 @@ int main(void)
     tcase_add_test(tc, test_deadline_from_checkpoint_and_keepalive);
     tcase_add_test(tc, test_reserved_prefix_refused_and_bad_grants);
     tcase_add_test(tc, test_leases_survive_restart_and_install);
+    tcase_add_test(tc, test_install_prepare_builds_the_tables);
     suite_add_tcase(s, tc);
     SRunner *r = srunner_create(s);
     srunner_run_all(r, CK_ENV);
