@@ -13,8 +13,9 @@
  * fencing token: COMMAND gets it in TIERKV_LOCK_REVISION, and a later holder
  * always has a larger one. lock revokes the lease once COMMAND exits and
  * exits with COMMAND's code; elect holds its leadership until SIGINT or
- * SIGTERM, then resigns (revokes). A process killed meanwhile loses the
- * lock when its lease runs out. */
+ * SIGTERM, then resigns (revokes). Either, signalled while it waits, revokes
+ * at once too; lock passes a signal on to COMMAND and revokes once it exits.
+ * A process killed (SIGKILL) loses the lock when its lease runs out. */
 #include <errno.h>
 #include <getopt.h>
 #include <jansson.h>
@@ -48,14 +49,20 @@ static const char lock_help[] =
     "and exits with COMMAND's exit code. COMMAND gets the lock's fencing token\n"
     "(a revision that grows with every holder) in TIERKV_LOCK_REVISION. The\n"
     "lock is a key NAME/<lease> on a lease of --ttl (default 10s) kept alive\n"
-    "meanwhile: if this process dies the lock is free once the TTL runs out.\n";
+    "meanwhile: if this process dies the lock is free once the TTL runs out.\n"
+    "On SIGINT or SIGTERM it gives the lock up at once: while waiting, it\n"
+    "withdraws; while COMMAND runs, it passes the signal on, waits for COMMAND\n"
+    "to exit, then releases the lock. It then exits 128 + the signal's number\n"
+    "(or with COMMAND's code).\n";
 
 static const char elect_help[] =
     "usage: tierkv elect [--ttl DURATION] NAME VALUE\n"
     "\n"
     "Campaigns for the leadership of NAME with VALUE and prints a line each\n"
     "time the leader changes (\"leader VALUE\", \"elected VALUE REVISION\" for\n"
-    "this process). Holds the leadership until SIGINT or SIGTERM, then resigns.\n";
+    "this process). Holds the leadership until SIGINT or SIGTERM, then resigns\n"
+    "(exit 0); a candidate signalled before it is elected withdraws (exit 128 +\n"
+    "the signal's number).\n";
 
 /* ---- requests ---------------------------------------------------------- */
 
@@ -130,6 +137,28 @@ static void sleep_ms(uint64_t ms)
     struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
     while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
         ;
+}
+
+/* ---- signals ------------------------------------------------------------ */
+
+/* SIGINT or SIGTERM while campaigning, holding or running COMMAND: the
+ * signal's number. lock and elect then give the lock up at once (revoke
+ * the lease, so that the next waiter need not wait out its TTL) and exit
+ * 128 + the signal's number. Installed without SA_RESTART, so a blocking
+ * wait is cut short. */
+static volatile sig_atomic_t resign;
+
+static void on_signal(int sig)
+{
+    resign = sig;
+}
+
+static void catch_signals(void)
+{
+    struct sigaction sa = {.sa_handler = on_signal};
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
 }
 
 /* ---- the keepalive thread ---------------------------------------------- */
@@ -254,7 +283,7 @@ static int look(struct campaign *cp, char *pred, size_t cap, unsigned long long 
 static int on_watch_line(int status, const char *line, size_t len, void *data)
 {
     struct campaign *cp = data;
-    if (status != 200)
+    if (status != 200 || resign)
         return 1;
     json_t *j = json_loadb(line, len, 0, NULL);
     int rc = 0;
@@ -278,7 +307,7 @@ static void wait_change(struct campaign *cp, const char *pred, unsigned long lon
     struct cli_client *c = &cp->g->client;
     int rc = cli_stream(&c->eps[c->preferred % c->n_eps], c->timeout_ms, path, NULL,
                         on_watch_line, cp, err, sizeof(err));
-    if (rc != 1) {
+    if (rc != 1 && !resign) {
         c->preferred++; /* that endpoint failed: the next one */
         sleep_ms(100);
     }
@@ -309,6 +338,8 @@ static int campaign(struct campaign *cp, uint64_t ttl_ms, const char *value,
     if (rc == 0 && st != 200)
         rc = cli_exit_for_status(st);
     while (rc == 0) {
+        if (resign)
+            return 128 + resign;
         if (atomic_load(&k->lost))
             return CLI_EXIT_ERROR;
         char pred[600] = "";
@@ -345,6 +376,25 @@ static int parse_ttl(int *argc, char ***argv, uint64_t *ttl_ms, const char *help
     return 0;
 }
 
+/* Waits for COMMAND to exit. A signal to us alone (kill PID) is passed on
+ * to it once, so that the lock is given up only when it has stopped; from a
+ * terminal both got it already. Polled (50 ms), so no signal is missed
+ * between a check and a blocking wait. */
+static void wait_command(pid_t pid, int *status)
+{
+    bool passed = false;
+    for (;;) {
+        pid_t r = waitpid(pid, status, WNOHANG);
+        if (r == pid || (r < 0 && errno != EINTR))
+            return;
+        if (resign && !passed) {
+            kill(pid, resign);
+            passed = true;
+        }
+        sleep_ms(50);
+    }
+}
+
 int cli_cmd_lock(struct cli_global *g, int argc, char **argv)
 {
     uint64_t ttl;
@@ -357,9 +407,10 @@ int cli_cmd_lock(struct cli_global *g, int argc, char **argv)
     }
     struct campaign cp = {.g = g, .name = argv[0]};
     struct keeper k;
+    catch_signals();
     int rc = campaign(&cp, ttl, "locked", &k);
     if (cp.lease == 0)
-        return rc;
+        return rc != 0 || !resign ? rc : 128 + resign;
     if (rc != 0) {
         keeper_stop(&k);
         revoke_lease(&g->client, cp.lease);
@@ -379,21 +430,12 @@ int cli_cmd_lock(struct cli_global *g, int argc, char **argv)
     if (pid < 0)
         status = 127 << 8;
     else
-        while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
-            ;
+        wait_command(pid, &status);
     keeper_stop(&k);
     revoke_lease(&g->client, cp.lease);
     if (WIFSIGNALED(status))
         return 128 + WTERMSIG(status);
     return WEXITSTATUS(status);
-}
-
-static volatile sig_atomic_t resign;
-
-static void on_signal(int sig)
-{
-    (void)sig;
-    resign = 1;
 }
 
 int cli_cmd_elect(struct cli_global *g, int argc, char **argv)
@@ -408,13 +450,11 @@ int cli_cmd_elect(struct cli_global *g, int argc, char **argv)
     }
     struct campaign cp = {.g = g, .name = argv[0], .elect = true};
     struct keeper k;
+    catch_signals();
     int rc = campaign(&cp, ttl, argv[1], &k);
     if (cp.lease == 0)
-        return rc;
+        return rc != 0 || !resign ? rc : 128 + resign;
     if (rc == 0) {
-        struct sigaction sa = {.sa_handler = on_signal}; /* before it says so */
-        sigaction(SIGINT, &sa, NULL);
-        sigaction(SIGTERM, &sa, NULL);
         printf("elected %s %llu\n", argv[1], cp.my_rev);
         fflush(stdout);
         while (!resign && !atomic_load(&k.lost))

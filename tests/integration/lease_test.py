@@ -15,6 +15,9 @@
   appends start and end lines to a file: no two sections overlap and the
   fencing revisions (TIERKV_LOCK_REVISION) increase;
 - tierkv elect: a second candidate takes over when the first resigns.
+- signals: a waiting `lock` given SIGINT withdraws at once (its key gone,
+  exit 130) and a holding one given SIGTERM passes it to COMMAND and releases
+  (exit 143), both long before their 30 s TTL; so does a waiting `elect`.
 
 usage: lease_test.py path/to/tierkvd [path/to/tierkv]
 """
@@ -251,6 +254,60 @@ def test_elect_takeover():
     check(b.wait(timeout=10) == 0, "second resign exit code")
 
 
+def lock_keys(name):
+    st, js = any_req("GET", "/v1/kv?prefix=%s/" % name)
+    check(st == 200, "scan %s/: %s %r" % (name, st, js))
+    return [it["key"] for it in js["items"]]
+
+
+def wait_keys(name, want, what, timeout=10.0):
+    """Polls until the scan of name/ holds `want` keys. Returns the keys and
+    the seconds it took."""
+    t0 = time.time()
+    while True:
+        keys = lock_keys(name)
+        if len(keys) == want:
+            return keys, time.time() - t0
+        check(time.time() - t0 < timeout, "%s: %d keys after %.0f s, want %d: %r" %
+              (what, len(keys), timeout, want, keys))
+        time.sleep(0.05)
+
+
+def test_signals_release_at_once():
+    if CLI is None:
+        print("     skipped: no tierkv binary given", flush=True)
+        return
+    base = [CLI, "-e", endpoints()]
+    holder = subprocess.Popen(base + ["lock", "--ttl", "30s", "sig", "--", "sleep", "60"])
+    wait_keys("sig", 1, "the holder's key")
+    waiter = subprocess.Popen(base + ["lock", "--ttl", "30s", "sig", "--", "true"])
+    wait_keys("sig", 2, "the waiter's key")
+    time.sleep(0.3)  # let it reach its watch (the test holds either way)
+    waiter.send_signal(2)
+    code = waiter.wait(timeout=10)
+    check(code == 130, "a waiting lock given SIGINT exits %r, want 130" % code)
+    _, took_w = wait_keys("sig", 1, "the waiter's key after SIGINT")
+    holder.terminate()  # SIGTERM to lock alone: sleep gets it from lock
+    code = holder.wait(timeout=10)
+    check(code == 143, "a holding lock given SIGTERM exits %r, want 143" % code)
+    _, took_h = wait_keys("sig", 0, "the holder's key after SIGTERM")
+    a = subprocess.Popen(base + ["elect", "--ttl", "30s", "sigboss", "alpha"],
+                         stdout=subprocess.PIPE, text=True)
+    check(a.stdout.readline().startswith("elected alpha"), "elect alpha")
+    b = subprocess.Popen(base + ["elect", "--ttl", "30s", "sigboss", "beta"],
+                         stdout=subprocess.PIPE, text=True)
+    check(b.stdout.readline().strip() == "leader alpha", "beta sees alpha")
+    b.send_signal(2)
+    code = b.wait(timeout=10)
+    check(code == 130, "a waiting candidate given SIGINT exits %r, want 130" % code)
+    _, took_e = wait_keys("sigboss", 1, "the candidate's key after SIGINT")
+    a.terminate()
+    check(a.wait(timeout=10) == 0, "the leader resigns with 0")
+    wait_keys("sigboss", 0, "the leader's key")
+    print("     keys gone after the signal (TTL 30 s): waiting lock %.2f s, holding lock "
+          "%.2f s, waiting candidate %.2f s" % (took_w, took_h, took_e), flush=True)
+
+
 def main():
     global C, CLI
     C = Cluster(sys.argv[1])
@@ -259,6 +316,7 @@ def main():
     C.wait_leader()
     failed = run([test_lease_api, test_check_sections_rejects_bad_files,
                   test_lock_four_processes, test_elect_takeover,
+                  test_signals_release_at_once,
                   test_expiry_across_three_leader_kills, test_restart_keeps_leases])
     if not failed:
         codes = C.stop()
