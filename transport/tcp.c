@@ -142,6 +142,7 @@ struct tcp_peer {
      * turn. type is RAFT_MSG_NONE when there is none; data is referenced. */
     struct raft_message snap;
     uint64_t snap_off; /* bytes of it framed so far */
+    bool removed;      /* transport_tcp_remove_peer: never dialed again */
 };
 
 struct tcp {
@@ -155,6 +156,10 @@ struct tcp {
     bool flush_armed;
     struct tcp_peer **peers;
     size_t n_peers;
+    /* Removed peers: kept (closed, idle) until the transport's close, since
+     * a write or a lookup in flight may still name them. */
+    struct tcp_peer **removed;
+    size_t n_removed;
     struct tcp_conn *inbound;
     size_t n_inbound;
     size_t n_pending;    /* inbound connections not yet authenticated */
@@ -1253,7 +1258,7 @@ static void peer_lost(struct tcp_peer *p, const char *why)
            (unsigned long long)p->id, why);
     if (was_up && t->base.cbs.peer != NULL)
         t->base.cbs.peer(&t->base, p->id, false, t->base.cbs.data);
-    if (t->closing)
+    if (t->closing || p->removed)
         return;
     double jitter = 0.5 + 0.5 * tk_prng_double(&t->prng);
     uint64_t delay = (uint64_t)(p->backoff_ms * jitter);
@@ -1330,6 +1335,8 @@ static void on_resolved(uv_getaddrinfo_t *req, int status, struct addrinfo *res)
         return;
     }
     t->handles_open--; /* not the last: the peer's timer is open */
+    if (p->removed)
+        return;
     if (status != 0 || a == NULL) {
         char why[160];
         snprintf(why, sizeof(why), "cannot resolve %s: %s", p->host,
@@ -1423,6 +1430,40 @@ int transport_tcp_add_peer(struct transport *base, uint64_t id, const char *host
     return 0;
 }
 
+int transport_tcp_remove_peer(struct transport *base, uint64_t id)
+{
+    struct tcp *t = (struct tcp *)base;
+    TK_ASSERT(base->ops->send == tcp_send);
+    if (t->closing)
+        return TK_ECLOSED;
+    size_t i = 0;
+    while (i < t->n_peers && t->peers[i]->id != id)
+        i++;
+    if (i == t->n_peers)
+        return TK_ENOTFOUND;
+    struct tcp_peer *p = t->peers[i];
+    t->peers[i] = t->peers[--t->n_peers];
+    t->removed = tk_realloc(t->removed, (t->n_removed + 1) * sizeof(*t->removed));
+    t->removed[t->n_removed++] = p;
+    p->removed = true;
+    uv_timer_stop(&p->backoff_timer);
+    if (p->resolving)
+        (void)uv_cancel((uv_req_t *)&p->gai); /* on_resolved dials no more */
+    if (p->conn != NULL || p->up)
+        peer_lost(p, "removed");
+    else
+        peer_drop_queue(p);
+    /* Its connections to us go too; the node refuses new ones (cbs.member). */
+    for (struct tcp_conn *c = t->inbound, *next; c != NULL; c = next) {
+        next = c->next;
+        if (c->remote_id == id)
+            conn_close(c);
+    }
+    TK_LOG(TK_LOG_INFO, t->base.id, 0, "peer %llu removed: no longer dialed",
+           (unsigned long long)id);
+    return 0;
+}
+
 /* ---- Lifecycle ---- */
 
 static void tcp_free(struct tcp *t)
@@ -1436,6 +1477,14 @@ static void tcp_free(struct tcp *t)
         tk_free(p);
     }
     tk_free(t->peers);
+    for (size_t i = 0; i < t->n_removed; i++) {
+        struct tcp_peer *p = t->removed[i];
+        TK_ASSERT(p->inflight == NULL);
+        obuf_put_list(t, p->head);
+        tk_free(p->host);
+        tk_free(p);
+    }
+    tk_free(t->removed);
     struct obuf *b = t->free_obufs;
     while (b != NULL) {
         struct obuf *next = b->next;
@@ -1495,6 +1544,8 @@ static void tcp_close(struct transport *base, transport_close_cb *cb, void *data
             (void)uv_cancel((uv_req_t *)&p->gai); /* on_resolved ends it */
         uv_close((uv_handle_t *)&p->backoff_timer, peer_timer_closed);
     }
+    for (size_t i = 0; i < t->n_removed; i++)
+        uv_close((uv_handle_t *)&t->removed[i]->backoff_timer, peer_timer_closed);
 }
 
 static const struct transport_ops tcp_ops = {

@@ -280,5 +280,10 @@ uint16_t transport_tcp_port(const struct transport *t);
  * valid name, a name with port 0). Loop thread. */
 int transport_tcp_add_peer(struct transport *t, uint64_t id, const char *host,
                            uint16_t port);
+/* Stops dialing peer `id` (a removed member): its connection, in and out,
+ * is closed, its queue dropped (a peer callback reports it down if it was
+ * up), and sends to it fail as to any unknown peer. It may be added again.
+ * Returns 0, TK_ECLOSED (closing), TK_ENOTFOUND (not a peer). Loop thread. */
+int transport_tcp_remove_peer(struct transport *t, uint64_t id);
 
 #endif

@@ -207,6 +207,12 @@ def test_grow_and_shrink(tierkvd, tierkv):
         m = members(sp)
         roles = {x["id"]: x["role"] for x in m["members"]}
         tk.check(roles == {i: "voter" for i in ids}, "back to three: %r" % m)
+        # The members that stay stop dialing the removed ones (they would
+        # otherwise redial them forever, every backoff).
+        for nd in stay:
+            for gone in gones:
+                said = "member %d is not in the configuration: no longer dialed" % gone
+                wait_for(lambda: said in nd.log(), "node %d to stop dialing %d" % (nd.id, gone))
         # A retried promotion of a voter, in a later term than its entry's (the
         # leader changed since), is still a plain success.
         rc, out, err = cli(tierkv, eps5, "member", "promote", str(max(ids)))

@@ -416,6 +416,61 @@ START_TEST(test_redials_with_exponential_backoff)
 }
 END_TEST
 
+/* A removed peer (a member removed from the configuration) is closed and
+ * never dialed again, however long it stays unreachable; sends to it fail as
+ * to a stranger; it can be added again. */
+START_TEST(test_removed_peer_is_no_longer_dialed)
+{
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    tk_log_set_level(TK_LOG_ERROR);
+    struct tnode *a = tnode(&loop, 1), *b = tnode(&loop, 2);
+    uint16_t port = transport_tcp_port(b->t);
+    member(b, 1);
+    link2(a, b);
+    ck_assert_int_eq(send_seq(a->t, 2, 0, 8), 0);
+    RUN_UNTIL(&loop, b->n_seen == 1, 10000);
+    ck_assert_uint_eq(a->ups, 1);
+
+    ck_assert_int_eq(transport_tcp_remove_peer(a->t, 2), 0);
+    ck_assert_uint_eq(a->downs, 1); /* reported down at once */
+    ck_assert_int_eq(transport_tcp_remove_peer(a->t, 2), TK_ENOTFOUND);
+    ck_assert_int_eq(send_seq(a->t, 2, 1, 8), TK_ENOTFOUND);
+    tnode_close(b); /* unreachable from now on: a dial would fail */
+    struct transport_stats st0, st1;
+    transport_stats(a->t, &st0);
+    run_for(&loop, 300); /* a redial every 10-80 ms if it still dialed */
+    transport_stats(a->t, &st1);
+    ck_assert_uint_eq(st1.conns_failed, st0.conns_failed);
+    ck_assert_uint_eq(a->ups, 1);
+
+    struct transport_tcp_options o;
+    base_opts(&o, 2);
+    o.listen_port = port;
+    struct tnode *b2 = tnode_new(&loop, &o);
+    member(b2, 1);
+    link2(a, b2); /* added again */
+    RUN_UNTIL(&loop, a->ups == 2, 10000);
+    ck_assert_int_eq(send_seq(a->t, 2, 2, 8), 0);
+    RUN_UNTIL(&loop, b2->n_seen == 1, 10000);
+    ck_assert_uint_eq(b2->seen[0], 2);
+    /* Removing one that is being dialed (refused, backing off) stops it too. */
+    member(a, 7);
+    run_for(&loop, 50);
+    ck_assert_int_eq(transport_tcp_remove_peer(a->t, 7), 0);
+    transport_stats(a->t, &st0);
+    run_for(&loop, 300);
+    transport_stats(a->t, &st1);
+    ck_assert_uint_eq(st1.conns_failed, st0.conns_failed);
+    tnode_close(a);
+    tnode_close(b2);
+    finish(&loop);
+    tnode_free(a);
+    tnode_free(b);
+    tnode_free(b2);
+}
+END_TEST
+
 /* A peer named by a host name is resolved before each dial; a name that does
  * not resolve counts as a failed dial and is retried; closing while a lookup
  * is in flight completes. */
@@ -786,11 +841,25 @@ closed:
 }
 END_TEST
 
-/* A peer that completes the handshake and then never reads. */
+static void free_on_close(uv_handle_t *h)
+{
+    free(h);
+}
+
+/* A peer that completes the handshake and then never reads. A redial (the
+ * sender's I/O deadline passing on a loaded machine) is accepted and closed:
+ * r->handle serves the first connection only. */
 static void raw_server_conn(uv_stream_t *server, int status)
 {
     ck_assert_int_eq(status, 0);
     struct raw *r = server->data;
+    if (r->connected) {
+        uv_tcp_t *extra = malloc(sizeof(*extra));
+        uv_tcp_init(server->loop, extra);
+        ck_assert_int_eq(uv_accept(server, (uv_stream_t *)extra), 0);
+        uv_close((uv_handle_t *)extra, free_on_close);
+        return;
+    }
     uv_tcp_init(server->loop, &r->handle);
     r->handle.data = r;
     ck_assert_int_eq(uv_accept(server, (uv_stream_t *)&r->handle), 0);
@@ -1320,6 +1389,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_reconnects_after_peer_restart);
     tcase_add_test(tc, test_close_from_inside_receive_callback);
     tcase_add_test(tc, test_redials_with_exponential_backoff);
+    tcase_add_test(tc, test_removed_peer_is_no_longer_dialed);
     tcase_add_test(tc, test_peer_by_host_name);
     tcase_add_test(tc, test_handshake_mismatch_closes_and_counts);
     tcase_add_test(tc, test_backpressure_when_peer_stops_reading);
