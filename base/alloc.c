@@ -11,6 +11,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 static atomic_uint_fast64_t alloc_calls;
 static atomic_uint_fast64_t alloc_bytes;
@@ -69,6 +71,30 @@ void *tk_realloc(void *ptr, size_t size)
 
 void tk_free(void *ptr)
 {
+    free(ptr);
+}
+
+#define FREE_SLICE ((size_t)16 << 20)
+
+void tk_release_pages(void *ptr, size_t len)
+{
+    if (ptr == NULL || len <= FREE_SLICE)
+        return;
+    /* Only whole pages inside [ptr, ptr + len). */
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t a = ((uintptr_t)ptr + page - 1) & ~(page - 1);
+    uintptr_t end = ((uintptr_t)ptr + len) & ~(page - 1);
+    for (; a < end; a += FREE_SLICE) {
+        size_t n = end - a < FREE_SLICE ? end - a : FREE_SLICE;
+        (void)madvise((void *)a, n, MADV_DONTNEED);
+    }
+}
+
+void tk_free_big(void *ptr, size_t len)
+{
+    /* The allocator's own header, before ptr, is left alone; the pages read
+     * back as zeros, which nothing reads: the allocation is freed next. */
+    tk_release_pages(ptr, len);
     free(ptr);
 }
 

@@ -17,6 +17,17 @@ void *tk_try_malloc(size_t size);
 void *tk_calloc(size_t n, size_t size);
 void *tk_realloc(void *ptr, size_t size);
 void tk_free(void *ptr);
+/* tk_free for a big allocation whose first `len` bytes were written: their
+ * pages are given back a slice (16 MiB) at a time first. A plain free of a
+ * mapped allocation is one munmap, which frees every page in one hold of the
+ * process's mmap lock; another thread's mmap, munmap or mremap then waits
+ * for all of it, and so do the page faults queued behind that one (a 1.2 GB
+ * snapshot stream freed on a pool thread, while the loop mapped a slab).
+ * Meant for threads that may wait (not a loop). */
+void tk_free_big(void *ptr, size_t len);
+/* Gives the whole pages of [ptr, ptr + len) back, 16 MiB at a time (they
+ * read as zeros after); nothing for 16 MiB or less. */
+void tk_release_pages(void *ptr, size_t len);
 char *tk_strdup(const char *s);
 
 struct tk_alloc_stats {

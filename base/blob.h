@@ -26,13 +26,29 @@ struct tk_blob *tk_blob_new(size_t len);
 #define TK_BLOB_TRY_MAX ((size_t)1 << 40)
 struct tk_blob *tk_blob_try_new(size_t len);
 
+/* A blob on a mapping of its own, with room for `cap` bytes and len 0, for
+ * one that grows to a size known roughly in advance (a snapshot stream):
+ * the room is address space, its pages come as they are first written, and
+ * the allocator never fills it (MALLOC_PERTURB_). The last unref gives its
+ * pages back a slice at a time, then unmaps it. NULL if it cannot be
+ * mapped. Its owner may grow it (tk_blob_map_grow) while it holds the only
+ * reference. */
+struct tk_blob *tk_blob_map(size_t cap);
+/* The room of a tk_blob_map blob, in bytes. */
+size_t tk_blob_map_cap(const struct tk_blob *b);
+/* Room for at least `cap` bytes (an mremap: the blob may move; len and the
+ * bytes stay). NULL on failure (b is then unchanged). */
+struct tk_blob *tk_blob_map_grow(struct tk_blob *b, size_t cap);
+
 /* A new blob holding a copy of `len` bytes at `src`, with one reference. */
 struct tk_blob *tk_blob_copy(const void *src, size_t len);
 
 /* Takes another reference; returns `b`. NULL is allowed and returned. */
 struct tk_blob *tk_blob_ref(struct tk_blob *b);
 
-/* Drops a reference, freeing the blob on the last one. NULL is allowed. */
+/* Drops a reference, freeing the blob on the last one (a big one with
+ * tk_free_big: the thread that drops a big blob's last reference should be
+ * one that may wait). NULL is allowed. */
 void tk_blob_unref(struct tk_blob *b);
 
 #endif

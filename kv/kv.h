@@ -324,7 +324,9 @@ void kv_snap_close(struct kv_snap *s);
 int kv_sm_snapshot_cold(struct kv_sm *sm, struct kv_snap **out);
 /* The whole stream into one blob (with one reference). `stop` (may be NULL)
  * is checked between reads of 64 KiB: once set, the read ends with
- * TK_ECLOSED. Returns 0, TK_EIO, TK_ECLOSED. */
+ * TK_ECLOSED. The blob is a mapping of its own (tk_blob_map), reserved at
+ * the cold tier's bytes in use when the snap was opened. Returns 0, TK_EIO,
+ * TK_ECLOSED, TK_ENOMEM (the mapping could not grow past that). */
 int kv_snap_read_all(struct kv_snap *s, struct tk_blob **out, const atomic_bool *stop);
 
 /* Installing a snapshot stream: begin, write the stream's bytes in any pieces,

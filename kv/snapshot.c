@@ -35,7 +35,8 @@ struct kv_snap {
     size_t stage_cap, stage_len, stage_off;
     uint32_t crc;
     uint64_t count;
-    int state; /* 0 header, 1 records, 2 trailer sent, 3 failed */
+    int state;        /* 0 header, 1 records, 2 trailer sent, 3 failed */
+    size_t size_hint; /* the cold tier's bytes in use at the open */
 };
 
 struct kv_install {
@@ -109,6 +110,7 @@ int kv__snap_open(struct kv_sm *sm, struct kv_snap **out)
         return TK_EIO;
     }
     s->sm = sm;
+    s->size_hint = (size_t)kv__cold_bytes(sm->cold);
     atomic_fetch_add(&sm->open_snaps, 1);
     *out = s;
     return 0;
@@ -119,18 +121,51 @@ int kv_sm_snapshot_cold(struct kv_sm *sm, struct kv_snap **out)
     return kv__snap_open(sm, out);
 }
 
+/* Room for `need` bytes in the stream's blob *b of *cap: a mapped one grows
+ * in place or by mremap, a malloc'd one (a mapping was refused) by realloc. */
+static int stream_room(struct tk_blob **b, size_t *cap, size_t need, bool mapped)
+{
+    if (need <= *cap)
+        return 0;
+    size_t want = *cap * 2 > need ? *cap * 2 : need;
+    if (mapped) {
+        struct tk_blob *g = tk_blob_map_grow(*b, want);
+        if (g == NULL)
+            return TK_ENOMEM;
+        *b = g;
+        *cap = tk_blob_map_cap(g);
+    } else {
+        *b = tk_realloc(*b, sizeof(**b) + want);
+        *cap = want;
+    }
+    return 0;
+}
+
 int kv_snap_read_all(struct kv_snap *s, struct tk_blob **out, const atomic_bool *stop)
 {
-    /* Read straight into a blob (one allocation: header, then bytes; see
-     * base/blob.h), so the owner takes it without copying. */
-    size_t cap = (size_t)1 << 16, n = 0;
+    /* Read straight into a blob (header, then bytes; see base/blob.h), so
+     * the owner takes it without copying. A mapping of its own, as big as
+     * the LMDB file's bytes in use (B-tree pages: more than the stream,
+     * which holds only the records): address space, its pages come as the
+     * stream fills them. Grown by doubling instead, each step past the
+     * allocator's mmap threshold was an mremap under the process's mmap lock,
+     * moving up to hundreds of MB of page tables while the loop's page
+     * faults and mappings waited; and its last unref gives the pages back a
+     * slice at a time (tk_blob_unref). */
+    size_t hint = s->size_hint + ((size_t)1 << 20), n = 0, cap;
+    struct tk_blob *b = tk_blob_map(hint);
+    bool mapped = b != NULL;
+    if (mapped) {
+        cap = tk_blob_map_cap(b);
+    } else {
+        cap = (size_t)1 << 16;
+        b = tk_blob_new(cap);
+    }
     int rc;
-    struct tk_blob *b = tk_blob_new(cap);
     for (;;) {
-        if (cap - n < ((size_t)1 << 15)) {
-            cap *= 2;
-            b = tk_realloc(b, sizeof(*b) + cap);
-        }
+        if (cap - n < ((size_t)1 << 15) &&
+            (rc = stream_room(&b, &cap, n + ((size_t)1 << 15), mapped)) != 0)
+            break;
         if (stop != NULL && atomic_load_explicit(stop, memory_order_relaxed)) {
             rc = TK_ECLOSED;
             break;

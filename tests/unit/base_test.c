@@ -8,6 +8,7 @@
  * producer's order. Tests that expect an abort run the code in a forked child
  * and inspect its exit status and stderr, so they work with CK_FORK=no too. */
 #include <check.h>
+#include <errno.h>
 #include <malloc.h>
 #include <pthread.h>
 #include <regex.h>
@@ -17,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -304,6 +306,52 @@ START_TEST(test_blob_refcount_frees_on_last_unref)
     ck_assert_uint_eq(b->data[len - 1], 0xab);
     tk_blob_unref(b);
     ck_assert_uint_le(heap_in_use(), live - len);
+}
+END_TEST
+
+/* A mapped blob (a snapshot stream's): room reserved, grown by remapping
+ * with its bytes kept, counted like any blob, unmapped on the last unref. */
+START_TEST(test_mapped_blob_grows_keeps_bytes_and_unmaps)
+{
+    struct tk_blob *b = tk_blob_map(100000);
+    ck_assert_ptr_nonnull(b);
+    ck_assert_uint_eq(b->len, 0);
+    ck_assert_uint_ge(tk_blob_map_cap(b), 100000);
+    for (size_t i = 0; i < 100000; i++)
+        b->data[i] = (uint8_t)(i * 7);
+    b->len = 100000;
+    struct tk_blob *g = tk_blob_map_grow(b, (size_t)40 << 20);
+    ck_assert_ptr_nonnull(g);
+    ck_assert_uint_ge(tk_blob_map_cap(g), (size_t)40 << 20);
+    ck_assert_ptr_eq(tk_blob_map_grow(g, 1000), g); /* room enough: unchanged */
+    ck_assert_uint_eq(g->len, 100000);
+    for (size_t i = 0; i < 100000; i++)
+        ck_assert_uint_eq(g->data[i], (uint8_t)(i * 7));
+    memset(g->data + 100000, 0xcd, ((size_t)40 << 20) - 100000);
+    g->len = (size_t)40 << 20;
+    ck_assert_ptr_eq(tk_blob_ref(g), g);
+    ck_assert_ptr_eq(tk_blob_ref(g), g);
+    tk_blob_unref(g);
+    tk_blob_unref(g);
+    ck_assert_uint_eq(g->data[g->len - 1], 0xcd); /* one reference left */
+    long page = sysconf(_SC_PAGESIZE);
+    uint8_t *last =
+        (uint8_t *)((uintptr_t)(g->data + g->len - 1) & ~(uintptr_t)(page - 1));
+    unsigned char vec;
+    ck_assert_int_eq(mincore(last, (size_t)page, &vec), 0);
+    tk_blob_unref(g);
+    ck_assert_int_eq(mincore(last, (size_t)page, &vec), -1); /* unmapped */
+    ck_assert_int_eq(errno, ENOMEM);
+
+    /* tk_release_pages: the whole pages of a big region read as zeros after
+     * (given back), the region stays usable. */
+    size_t big = (size_t)40 << 20;
+    uint8_t *p = tk_malloc(big);
+    memset(p, 0xab, big);
+    tk_release_pages(p, big);
+    ck_assert_uint_eq(p[big / 2], 0);
+    p[big / 2] = 1;
+    tk_free_big(p, big);
 }
 END_TEST
 
@@ -1258,6 +1306,7 @@ static Suite *base_suite(void)
     tcase_add_test(tc, test_blob_copy_holds_bytes_and_one_ref);
     tcase_add_test(tc, test_blob_refcount_frees_on_last_unref);
     tcase_add_test(tc, test_blob_ref_and_unref_accept_null);
+    tcase_add_test(tc, test_mapped_blob_grows_keeps_bytes_and_unmaps);
     tcase_add_test(tc, test_blob_refcount_is_exact_across_threads);
     tcase_add_test(tc, test_blob_last_unref_on_any_thread_frees_once);
     tcase_set_timeout(tc, 60);
