@@ -42,8 +42,18 @@ static inline void *kv__map(size_t bytes, size_t align)
     size_t len = kv__map_round(bytes), page = (size_t)sysconf(_SC_PAGESIZE);
     if (align < page)
         align = page;
-    uint8_t *raw = mmap(NULL, len + align, PROT_READ | PROT_WRITE,
+    /* The kernel aligns a big anonymous mapping to 2 MiB itself (Linux 6.7
+     * and later): then there is nothing to trim. Trimming is two munmaps,
+     * which take the process's mmap lock for writing; on the loop (a new
+     * ring slab) each waited for other threads' mapping work, up to 82 ms. */
+    uint8_t *raw = mmap(NULL, len, PROT_READ | PROT_WRITE,
                         MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (raw != MAP_FAILED && ((uintptr_t)raw & (align - 1)) == 0)
+        return raw;
+    if (raw != MAP_FAILED)
+        (void)munmap(raw, len);
+    raw = mmap(NULL, len + align, PROT_READ | PROT_WRITE,
+               MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (raw == MAP_FAILED) {
         fprintf(stderr, "tierkv: out of memory mapping %zu bytes\n", len);
         abort();
