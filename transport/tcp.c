@@ -157,7 +157,9 @@ struct tcp {
     struct tcp_peer **peers;
     size_t n_peers;
     /* Removed peers: kept (closed, idle) until the transport's close, since
-     * a write or a lookup in flight may still name them. */
+     * a write or a lookup in flight may still name them. One small record
+     * per member removal (an operator's action; ids are never reused), for
+     * the process's life: bounded by the removals it sees. */
     struct tcp_peer **removed;
     size_t n_removed;
     struct tcp_conn *inbound;
