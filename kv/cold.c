@@ -35,6 +35,7 @@
 
 #include "base/alloc.h"
 #include "base/assert.h"
+#include "base/dir.h"
 #include "base/err.h"
 #include "base/log.h"
 #include "kv/kv_internal.h"
@@ -261,7 +262,7 @@ void kv__trash_env_close(void *env)
  * removed (kv_sm_install_trash). */
 static void remove_stale_envs(struct kv_cold *c)
 {
-    DIR *d = opendir(c->dir);
+    DIR *d = tk_opendir(c->dir);
     if (d == NULL)
         return;
     struct dirent *e;

@@ -29,6 +29,7 @@
 
 #include "base/alloc.h"
 #include "base/blob.h"
+#include "base/dir.h"
 #include "base/err.h"
 #include "base/log.h"
 #include "kv/backup.h"
@@ -41,7 +42,7 @@
 /* 0 if `dir` is missing or empty; TK_EINVAL (with err) if it holds anything. */
 static int dir_empty(const char *dir, char *err, size_t cap)
 {
-    DIR *d = opendir(dir);
+    DIR *d = tk_opendir(dir);
     if (d == NULL && errno == ENOENT)
         return 0;
     if (d == NULL) {

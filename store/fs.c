@@ -50,6 +50,7 @@
 #include "base/alloc.h"
 #include "base/assert.h"
 #include "base/crc32c.h"
+#include "base/dir.h"
 #include "base/err.h"
 #include "base/log.h"
 #include "store/store_internal.h"
@@ -1068,7 +1069,7 @@ static int cmp_u64(const void *a, const void *b)
 static int list_segments(struct recover *rc_, uint64_t **out, size_t *n)
 {
     struct fs *f = rc_->f;
-    DIR *d = opendir(f->dir);
+    DIR *d = tk_opendir(f->dir);
     if (d == NULL)
         return store__errbuf(rc_->err, rc_->err_len, TK_EIO, "opendir %s: %s", f->dir,
                              strerror(errno));
