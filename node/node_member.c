@@ -258,39 +258,9 @@ void node__member_init(struct node *n)
     n->mem.seen_config = UINT64_MAX;
 }
 
-static bool in_config(const struct raft_config *c, uint64_t id)
-{
-    for (uint32_t i = 0; i < c->n_voters; i++)
-        if (c->voters[i] == id)
-            return true;
-    for (uint32_t i = 0; i < c->n_learners; i++)
-        if (c->learners[i] == id)
-            return true;
-    return false;
-}
-
-/* Dials the members of the configuration in force and stops dialing those
- * it no longer has (removed: the TCP transport would dial them forever). A
- * learner being added is in it once its change is appended (dial after
- * append_change); one whose removal is undone comes back with the entry
- * that undoes it. Only a configuration from the log (index > 0) removes: a
- * node joining knows none until its first snapshot, and the bootstrap one
- * is --members itself. */
 static void reconcile(struct node *n)
 {
     const struct raft_config *c = raft_config(n->raft);
-    bool from_log = raft_config_index(n->raft) > 0;
-    for (uint32_t i = 0; i < n->mem.n_peers && from_log; i++) {
-        uint64_t id = n->mem.peers[i];
-        if (n->o.hub != NULL || in_config(c, id))
-            continue;
-        int rc = transport_tcp_remove_peer(n->transport, id);
-        if (rc != 0 && rc != TK_ENOTFOUND)
-            continue; /* closing */
-        n->mem.peers[i--] = n->mem.peers[--n->mem.n_peers];
-        TK_LOG(TK_LOG_INFO, n->o.id, raft_term(n->raft),
-               "member %" PRIu64 " is not in the configuration: no longer dialed", id);
-    }
     for (uint32_t i = 0; i < c->n_voters; i++)
         dial(n, c->voters[i]);
     for (uint32_t i = 0; i < c->n_learners; i++)
