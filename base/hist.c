@@ -110,3 +110,11 @@ double tk_hist_mean(const struct tk_hist *h)
         return 0.0;
     return (double)h->sum / (double)h->count;
 }
+
+uint64_t tk_hist_count_over(const struct tk_hist *h, uint64_t value)
+{
+    uint64_t n = 0;
+    for (unsigned b = bucket_of(value) + 1; b < TK_HIST_BUCKETS; b++)
+        n += h->buckets[b];
+    return n;
+}

@@ -29,5 +29,10 @@ void tk_hist_merge(struct tk_hist *dst, const struct tk_hist *src);
  * q = 1 returns the exact max. */
 uint64_t tk_hist_quantile(const struct tk_hist *h, double q);
 double tk_hist_mean(const struct tk_hist *h);
+/* How many samples were over `value`: those in the buckets that start above
+ * it. A sample in `value`'s own bucket does not count, so this is within one
+ * bucket (< 1/TK_HIST_SUB relative) of the exact count; exact below
+ * 2 * TK_HIST_SUB. */
+uint64_t tk_hist_count_over(const struct tk_hist *h, uint64_t value);
 
 #endif

@@ -153,13 +153,20 @@ def bench_step(prefix, endpoints=None, keys=0):
         args += ["--rate", str(o.rate)]  # the steady state at a set rate
     r = subprocess.run([o.cli, "--endpoints", endpoints or o.endpoints, "bench", "-c", str(o.conn),
                         "-d", "%ds" % o.step, "--warmup", "0", "--mix", "write",
-                        "--value-size", str(o.value), "--no-progress"] + args,
+                        "--value-size", str(o.value), "--no-progress",
+                        "--slow-ms", str(SLOW_MS)] + args,
                        capture_output=True, text=True)
     js = [l for l in r.stdout.splitlines() if l.startswith("{")]
     if not js:
         print(r.stdout + r.stderr, file=sys.stderr)
         return None
+    slow.extend(l for l in r.stderr.splitlines() if "slow:" in l)
     return json.loads(js[-1])
+
+
+SLOW_MS = 100  # writes slower than this are listed with the time they were sent
+slow = []  # the bench's lines for them, in order
+steady_tail = {"ops": 0}  # the steady steps' writes, and how many were over each bound
 
 
 t_start = time.time()
@@ -210,6 +217,13 @@ while True:
         b.get("max_ms", 0), mt, mph, step_turn, terms - term0, sum(s[0] for s in snaps),
         sum(s[1] for s in snaps) / 1000.0, mem(lm)), flush=True)
     plot_rows.append((applied, b.get("ops_per_s", 0), step_turn))
+    for l in slow:
+        print("  " + l[l.find("slow:"):])
+    del slow[:]
+    if steady_end:
+        steady_tail["ops"] += b.get("ops", 0)
+        for k, v in b.get("over_ms", {}).items():
+            steady_tail[k] = steady_tail.get(k, 0) + v
     if b.get("errors", 0):
         print("bench-scale: %d errors in the step" % b["errors"])
     if o.max_turn_ms and mt > o.max_turn_ms:
@@ -220,6 +234,15 @@ while True:
         failed = True
     if failed:
         break
+if steady_tail["ops"]:
+    # The tail of every steady write together: p99.9 <= X ms holds when at
+    # most 0.1 % of them took longer than X.
+    n = steady_tail["ops"]
+    print("steady, all steps: %d writes; over 25 ms: %d (%.3f %%, p99.9 %s 25 ms); "
+          "over 50 ms: %d; over 150 ms: %d" % (
+              n, steady_tail.get("25", 0), 100.0 * steady_tail.get("25", 0) / n,
+              "<=" if steady_tail.get("25", 0) <= n / 1000 else ">",
+              steady_tail.get("50", 0), steady_tail.get("150", 0)))
 (lt, lph), snaps = logs()
 if snaps:
     print("snapshots: %d; on the loop: max %.1f ms, mean %.1f ms (the loop thread's CPU "

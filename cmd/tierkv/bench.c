@@ -28,6 +28,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/resource.h>
+#include <time.h>
 #include <unistd.h>
 #include <uv.h>
 
@@ -207,6 +208,7 @@ struct worker {
     struct bench_live live;                 /* its latencies (bench_progress.h) */
     bool stopping;
     char first_error[160];
+    uint32_t slow_printed; /* --slow-ms: lines printed, up to SLOW_LINES_MAX */
     /* --rate: this worker's share, a token bucket refilled by rate_timer
      * (every millisecond), and the connections waiting for a token. */
     double rate, tokens, tokens_max;
@@ -408,6 +410,31 @@ static bool chase_leader(struct conn *c)
     return false;
 }
 
+/* --slow-ms: a line on stderr for a request slower than that, with the
+ * wall-clock time it was sent at (to find it in the servers' logs). */
+#define SLOW_LINES_MAX 64
+
+static void note_slow(struct conn *c, uint64_t now, uint64_t took)
+{
+    struct worker *w = c->w;
+    if (w->sh->o->slow_ms == 0 || took <= w->sh->o->slow_ms * 1000000 ||
+        w->slow_printed >= SLOW_LINES_MAX)
+        return;
+    w->slow_printed++;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    uint64_t wall =
+        (uint64_t)ts.tv_sec * 1000000000 + (uint64_t)ts.tv_nsec - (now - c->t_sent);
+    time_t sec = (time_t)(wall / 1000000000);
+    struct tm tm;
+    gmtime_r(&sec, &tm);
+    char at[32];
+    strftime(at, sizeof(at), "%Y-%m-%dT%H:%M:%S", &tm);
+    fprintf(stderr, "tierkv bench: slow: %.1f ms, a %s sent at %s.%06uZ to %s\n",
+            (double)took / 1e6, c->is_read ? "read" : "write", at,
+            (unsigned)(wall % 1000000000 / 1000), w->sh->hosts[c->ep]);
+}
+
 static void handle_response(struct conn *c)
 {
     struct worker *w = c->w;
@@ -424,6 +451,7 @@ static void handle_response(struct conn *c)
         if (!sh->prefill && in_window(sh, now)) {
             w->ops++;
             tk_hist_record(&w->hist, now - c->t_sent);
+            note_slow(c, now, now - c->t_sent);
         }
     } else if (st == 404 && c->is_read) {
         atomic_fetch_add_explicit(&w->live_ops, 1, memory_order_relaxed);
@@ -795,9 +823,16 @@ static int run_phase(struct shared *sh, struct worker *ws, size_t n_workers,
     return rc;
 }
 
+/* The JSON line's "over_ms": requests slower than each of these, summed
+ * over the runs (a bench in steps adds them up to a tail over all of its
+ * steps, which percentiles do not). */
+static const uint64_t over_ms[] = {10, 25, 50, 150};
+#define N_OVER (sizeof(over_ms) / sizeof(over_ms[0]))
+
 struct run_result {
     double ops_per_s;
     uint64_t ops, errors, not_found, redirects;
+    uint64_t over[N_OVER];           /* requests slower than over_ms[i] */
     double p50, p90, p99, p999, max; /* ms */
     /* CPU microseconds per op of each --cpu-pids process and, last, of the
      * bench itself (-1: unreadable, or no op). */
@@ -831,6 +866,8 @@ static const char bench_help[] =
     "  --threads 1|2           loop threads driving the connections (1)\n"
     "  --rate N                at most N requests a second in all (a steady load;\n"
     "                          latency counts from each request's send) (unpaced)\n"
+    "  --slow-ms N             print each request slower than N ms, with the time\n"
+    "                          it was sent (64 per thread at most) (none)\n"
     "  --runs N                repeat the run N times and report medians (1)\n"
     "  --seed N                PRNG seed (1)\n"
     "  --no-prefill            do not write every key once before runs with reads\n"
@@ -901,7 +938,8 @@ static int parse_bench_args(struct bench_opts *o, int argc, char **argv)
         O_SEQ,
         O_PLOT,
         O_CPU_PIDS,
-        O_RATE
+        O_RATE,
+        O_SLOW
     };
     static const struct option opts[] = {{"protocol", required_argument, 0, O_PROTO},
                                          {"connections", required_argument, 0, 'c'},
@@ -923,6 +961,7 @@ static int parse_bench_args(struct bench_opts *o, int argc, char **argv)
                                          {"plot", required_argument, 0, O_PLOT},
                                          {"cpu-pids", required_argument, 0, O_CPU_PIDS},
                                          {"rate", required_argument, 0, O_RATE},
+                                         {"slow-ms", required_argument, 0, O_SLOW},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     optind = 1;
@@ -1013,6 +1052,10 @@ static int parse_bench_args(struct bench_opts *o, int argc, char **argv)
         case O_RATE:
             if (cli_parse_u64(optarg, 1, 100000000, &o->rate) != 0)
                 return bench_usage("--rate wants 1..100000000 requests a second");
+            break;
+        case O_SLOW:
+            if (cli_parse_u64(optarg, 1, 3600000, &o->slow_ms) != 0)
+                return bench_usage("--slow-ms wants 1..3600000");
             break;
         case 'h':
             fputs(bench_help, stdout);
@@ -1191,6 +1234,8 @@ int cli_cmd_bench(struct cli_global *g, int argc, char **argv)
         rr->p99 = (double)tk_hist_quantile(&h, 0.99) / 1e6;
         rr->p999 = (double)tk_hist_quantile(&h, 0.999) / 1e6;
         rr->max = (double)tk_hist_quantile(&h, 1.0) / 1e6;
+        for (size_t i = 0; i < N_OVER; i++)
+            rr->over[i] = tk_hist_count_over(&h, over_ms[i] * 1000000);
         for (int i = 0; i <= o.n_cpu_pids; i++) {
             int64_t a = sh->cpu_start[i], b = sh->cpu_end[i];
             rr->cpu_us[i] =
@@ -1262,6 +1307,15 @@ int cli_cmd_bench(struct cli_global *g, int argc, char **argv)
     for (int i = 0; i < o.n_cpu_pids; i++)
         cj += (size_t)snprintf(cpu_json + cj, sizeof(cpu_json) - cj, "%s%.2f",
                                i ? "," : "", cpu_med[i]);
+    char over_json[32 * N_OVER] = "";
+    size_t oj = 0;
+    for (size_t i = 0; i < N_OVER; i++) {
+        uint64_t n = 0;
+        for (uint64_t r = 0; r < o.runs; r++)
+            n += res[r].over[i];
+        oj += (size_t)snprintf(over_json + oj, sizeof(over_json) - oj,
+                               "%s\"%" PRIu64 "\":%" PRIu64, i ? "," : "", over_ms[i], n);
+    }
     char turn_phase[32];
     double turn_ms = o.protocol == CLI_PROTO_TIERKV
                          ? max_loop_turn(g, turn_phase, sizeof(turn_phase))
@@ -1269,23 +1323,24 @@ int cli_cmd_bench(struct cli_global *g, int argc, char **argv)
     if (!g->json && turn_ms >= 0)
         printf("longest loop turn of the nodes (since they started): %.1f ms, in %s\n",
                turn_ms, turn_phase);
-    printf(
-        "{\"bench\":\"http\",\"protocol\":\"%s\",\"op\":\"%s\",\"read_fraction\":%.3f,"
-        "\"connections\":%" PRIu64 ",\"threads\":%" PRIu64 ",\"rate\":%" PRIu64
-        ",\"duration_s\":%.3f,"
-        "\"value_size\":%" PRIu64 ",\"keys\":%" PRIu64
-        ",\"dist\":\"%s\",\"runs\":%" PRIu64 ",\"ops\":%" PRIu64
-        ",\"ops_per_s\":%.1f,\"p50_ms\":%.3f,\"p90_ms\":%.3f,"
-        "\"p99_ms\":%.3f,\"p999_ms\":%.3f,\"max_ms\":%.3f,\"errors\":%" PRIu64
-        ",\"not_found\":%" PRIu64 ",\"redirects\":%" PRIu64 ",\"max_loop_turn_ms\":%.1f,"
-        "\"cpu_us_per_op\":[%s],\"cpu_us_per_op_total\":%.2f,"
-        "\"bench_cpu_us_per_op\":%.2f,"
-        "\"mode\":\"%s\",\"consistency\":\"%s\","
-        "\"endpoints\":\"%s\"}\n",
-        proto, op_name(&o), o.read_fraction, o.connections, o.threads, o.rate,
-        (double)o.duration_ms / 1000, o.value_size, o.keys, dist_text, o.runs, total_ops,
-        m_ops, m50, m90, m99, m999, mx, total_err, total_nf, total_redirects, turn_ms,
-        cpu_json, cpu_total, cpu_med[o.n_cpu_pids], g->mode, g->consistency, eps_text);
+    printf("{\"bench\":\"http\",\"protocol\":\"%s\",\"op\":\"%s\",\"read_fraction\":%.3f,"
+           "\"connections\":%" PRIu64 ",\"threads\":%" PRIu64 ",\"rate\":%" PRIu64
+           ",\"duration_s\":%.3f,"
+           "\"value_size\":%" PRIu64 ",\"keys\":%" PRIu64
+           ",\"dist\":\"%s\",\"runs\":%" PRIu64 ",\"ops\":%" PRIu64
+           ",\"ops_per_s\":%.1f,\"p50_ms\":%.3f,\"p90_ms\":%.3f,"
+           "\"p99_ms\":%.3f,\"p999_ms\":%.3f,\"max_ms\":%.3f,\"errors\":%" PRIu64
+           ",\"not_found\":%" PRIu64 ",\"redirects\":%" PRIu64 ",\"over_ms\":{%s},"
+           "\"max_loop_turn_ms\":%.1f,"
+           "\"cpu_us_per_op\":[%s],\"cpu_us_per_op_total\":%.2f,"
+           "\"bench_cpu_us_per_op\":%.2f,"
+           "\"mode\":\"%s\",\"consistency\":\"%s\","
+           "\"endpoints\":\"%s\"}\n",
+           proto, op_name(&o), o.read_fraction, o.connections, o.threads, o.rate,
+           (double)o.duration_ms / 1000, o.value_size, o.keys, dist_text, o.runs,
+           total_ops, m_ops, m50, m90, m99, m999, mx, total_err, total_nf,
+           total_redirects, over_json, turn_ms, cpu_json, cpu_total,
+           cpu_med[o.n_cpu_pids], g->mode, g->consistency, eps_text);
     fflush(stdout);
     code = bench_plot_out(&o, &timeline, proto, code);
     bench_timeline_free(&timeline);

@@ -233,6 +233,7 @@ struct bench_opts {
     uint64_t seed;
     uint64_t timeout_ms; /* a request older than this is an error */
     uint64_t rate;       /* --rate: requests per second in all; 0: unpaced */
+    uint64_t slow_ms;    /* --slow-ms: print each request slower (0: none) */
     bool prefill;        /* write every key once before a run with reads */
     int progress;        /* -1 auto (a terminal), 0 off, 1 on */
     bool strict;         /* any error makes the exit code nonzero */

@@ -846,6 +846,43 @@ START_TEST(test_hist_quantiles_within_error)
 }
 END_TEST
 
+/* tk_hist_count_over brackets the exact count: never above it, and never
+ * below the count over value + value / TK_HIST_SUB (its own bucket's width). */
+START_TEST(test_hist_count_over_brackets_the_exact_count)
+{
+    enum { N = 100000 };
+    uint64_t *v = malloc(N * sizeof(*v));
+    ck_assert_ptr_nonnull(v);
+    struct tk_prng r;
+    tk_prng_seed(&r, 7);
+    struct tk_hist h;
+    tk_hist_init(&h);
+    for (size_t i = 0; i < N; i++) {
+        v[i] = tk_prng_below(&r, 200000000); /* up to 200 ms in ns */
+        tk_hist_record(&h, v[i]);
+    }
+    static const uint64_t over[] = {0, 100, 1000000, 25000000, 150000000, 199999999};
+    for (size_t k = 0; k < sizeof(over) / sizeof(over[0]); k++) {
+        uint64_t exact = 0, wider = 0, t = over[k];
+        for (size_t i = 0; i < N; i++) {
+            exact += v[i] > t;
+            wider += v[i] > t + t / TK_HIST_SUB;
+        }
+        uint64_t got = tk_hist_count_over(&h, t);
+        ck_assert_msg(got <= exact && got >= wider, "over %llu: got %llu, exact %llu",
+                      (unsigned long long)t, (unsigned long long)got,
+                      (unsigned long long)exact);
+    }
+    ck_assert_uint_eq(tk_hist_count_over(&h, UINT64_MAX), 0);
+    struct tk_hist small;
+    tk_hist_init(&small);
+    for (uint64_t i = 0; i < 100; i++)
+        tk_hist_record(&small, i);
+    ck_assert_uint_eq(tk_hist_count_over(&small, 89), 10); /* exact down there */
+    free(v);
+}
+END_TEST
+
 START_TEST(test_hist_handles_extreme_values)
 {
     struct tk_hist h;
@@ -1341,6 +1378,7 @@ static Suite *base_suite(void)
     tcase_add_test(tc, test_hist_small_values_are_exact);
     tcase_add_test(tc, test_hist_quantiles_within_error);
     tcase_add_test(tc, test_hist_handles_extreme_values);
+    tcase_add_test(tc, test_hist_count_over_brackets_the_exact_count);
     tcase_add_test(tc, test_hist_merge_equals_recording_everything);
     tcase_add_test(tc, test_hist_mean_is_exact);
     tcase_set_timeout(tc, 30);

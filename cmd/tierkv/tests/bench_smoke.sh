@@ -92,6 +92,27 @@ else
     echo "FAIL chase-leader: redirects=$(field redirects)"; FAIL=$((FAIL + 1))
 fi
 
+# A server answering each request after 30 ms: every write is over 25 ms in
+# "over_ms", and --slow-ms 20 lists each on stderr (64 at most).
+"$FAKE" --port-file "$DIR/sport" --delay-ms 30 &
+PIDS="$PIDS $!"
+i=0
+while [ ! -s "$DIR/sport" ]; do
+    i=$((i + 1)); [ $i -gt 200 ] && { echo "slow fixture did not start"; exit 1; }
+    sleep 0.05
+done
+bench slow-tail "127.0.0.1:$(cat "$DIR/sport")" --duration 1s --connections 2 --slow-ms 20
+over25=$(sed -n 's/.*"over_ms":{"10":[0-9]*,"25":\([0-9]*\),.*/\1/p' "$DIR/out")
+slow=$(grep -c "tierkv bench: slow: .* ms, a write sent at 20" "$DIR/err")
+if [ -n "$over25" ] && [ "$over25" -ge 10 ] && [ "$over25" -eq "$(field ops)" ] &&
+   [ "$slow" -eq "$over25" ]; then
+    echo "ok   slow-tail: $(field ops) writes, over 25 ms: $over25, slow lines: $slow"
+    PASS=$((PASS + 1))
+else
+    echo "FAIL slow-tail: ops=$(field ops) over 25 ms: $over25, slow lines: $slow"
+    FAIL=$((FAIL + 1))
+fi
+
 # The checker must be able to fail: nothing listens on port 1.
 "$TIERKV" --endpoints 127.0.0.1:1 bench --no-progress --warmup 0 --duration 500ms \
     --connections 2 >"$DIR/out" 2>"$DIR/err"

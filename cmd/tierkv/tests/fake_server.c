@@ -14,8 +14,12 @@
  * With --trivial it answers every request with a fixed 200 "{}" and keeps no
  * data: a floor server for measuring the load generator itself.
  *
+ * With --delay-ms N every answer waits N ms first (the one thread sleeps, so
+ * the requests of all connections queue behind each other): slow answers for
+ * the bench's tail counts.
+ *
  * Usage: tierkv-fake-server --port-file F [--follower-of HOST:PORT] [--id N]
- *        [--trivial]
+ *        [--trivial] [--delay-ms N]
  * Binds 127.0.0.1 on an ephemeral port, writes it to F, runs until killed. */
 #include <http_parser.h>
 #include <jansson.h>
@@ -23,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <time.h>
 #include <uv.h>
 
 #include "base/alloc.h"
@@ -43,6 +48,7 @@ static long long revision = 1;
 static const char *follower_of;
 static bool trivial; /* --trivial: a fixed 200 for everything (the client's ceiling) */
 static int node_id = 1;
+static long delay_ms; /* --delay-ms: each answer waits this long (the thread sleeps) */
 static char self_addr[64];
 
 struct sconn {
@@ -275,6 +281,10 @@ static void handle_etcd(struct sconn *c, const char *path)
 
 static void handle(struct sconn *c)
 {
+    if (delay_ms > 0) {
+        struct timespec ts = {delay_ms / 1000, (delay_ms % 1000) * 1000000};
+        nanosleep(&ts, NULL);
+    }
     if (trivial) {
         static const char canned[] =
             "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
@@ -604,9 +614,11 @@ int main(int argc, char **argv)
             trivial = true;
         else if (strcmp(argv[i], "--id") == 0 && i + 1 < argc)
             node_id = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--delay-ms") == 0 && i + 1 < argc)
+            delay_ms = atol(argv[++i]);
         else {
             fprintf(stderr, "usage: tierkv-fake-server --port-file F [--follower-of H:P] "
-                            "[--id N]\n");
+                            "[--id N] [--trivial] [--delay-ms N]\n");
             return 2;
         }
     }
