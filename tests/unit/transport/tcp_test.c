@@ -1380,6 +1380,50 @@ START_TEST(test_snapshot_chunk_hoarding_is_bounded)
 }
 END_TEST
 
+/* Big frames one after another (a follower catching up: 1 MiB appends) reuse
+ * the sender's output buffer and the receiver's read buffer: what either
+ * allocates per frame is the received entry's own blob (the allocator's
+ * request count in bytes), not two more buffers of the frame's size, each a
+ * fresh mapping to fault in. */
+START_TEST(test_big_frames_reuse_their_buffers)
+{
+    enum { BIG = 900 * 1024, FRAMES = 8 };
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    struct transport_tcp_options oa, ob;
+    base_opts(&oa, 1);
+    base_opts(&ob, 2);
+    oa.frame_max = ob.frame_max = 2u << 20; /* a node's: NODE_FRAME_MAX */
+    struct tnode *a = tnode_new(&loop, &oa), *b = tnode_new(&loop, &ob);
+    link2(a, b);
+    link2(b, a);
+    RUN_UNTIL(&loop, a->ups == 1 && b->ups == 1, 10000);
+    for (uint64_t i = 0; i < 2; i++) { /* the buffers' first use */
+        ck_assert_int_eq(send_seq(a->t, 2, i, BIG), 0);
+        RUN_UNTIL(&loop, b->n_seen == i + 1, 10000);
+    }
+    struct tk_alloc_stats s0, s1;
+    tk_alloc_stats(&s0);
+    for (uint64_t i = 2; i < 2 + FRAMES; i++) {
+        ck_assert_int_eq(send_seq(a->t, 2, i, BIG), 0);
+        RUN_UNTIL(&loop, b->n_seen == i + 1, 10000);
+    }
+    tk_alloc_stats(&s1);
+    ck_assert_uint_eq(b->bytes_seen, (uint64_t)(2 + FRAMES) * BIG);
+    /* send_seq's own blob and the received one: two frames' worth each. */
+    uint64_t per_frame = (s1.bytes - s0.bytes) / FRAMES;
+    ck_assert_msg(per_frame < 2 * BIG + BIG / 2,
+                  "%llu bytes allocated per %d-byte frame (3 buffers of it or more: "
+                  "the frame buffers were not reused)",
+                  (unsigned long long)per_frame, BIG);
+    tnode_close(a);
+    tnode_close(b);
+    finish(&loop);
+    tnode_free(a);
+    tnode_free(b);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("transport_tcp");
@@ -1404,6 +1448,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_handshake_and_idle_deadlines);
     tcase_add_test(tc, test_snapshot_chunk_hoarding_is_bounded);
     tcase_add_test(tc, test_incarnation_refused_and_told);
+    tcase_add_test(tc, test_big_frames_reuse_their_buffers);
     suite_add_tcase(s, tc);
     return s;
 }
