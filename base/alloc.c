@@ -98,6 +98,45 @@ void tk_free_big(void *ptr, size_t len)
     free(ptr);
 }
 
+static size_t page_round(size_t n)
+{
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    if (n > SIZE_MAX - page)
+        out_of_memory(n);
+    return (n + page - 1) & ~(page - 1);
+}
+
+void *tk_array_grow(void *p, size_t old_bytes, size_t new_bytes)
+{
+    if (new_bytes < TK_ARRAY_MAPPED_MIN)
+        return tk_realloc(p, new_bytes);
+    count(new_bytes);
+    size_t want = page_round(new_bytes);
+    void *q;
+    if (p != NULL && old_bytes >= TK_ARRAY_MAPPED_MIN) {
+        q = mremap(p, page_round(old_bytes), want, MREMAP_MAYMOVE);
+    } else {
+        q = mmap(NULL, want, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (q != MAP_FAILED && p != NULL) {
+            memcpy(q, p, old_bytes); /* under TK_ARRAY_MAPPED_MIN */
+            free(p);
+        }
+    }
+    if (q == MAP_FAILED)
+        out_of_memory(new_bytes);
+    return q;
+}
+
+void tk_array_free(void *p, size_t bytes)
+{
+    if (p == NULL)
+        return;
+    if (bytes >= TK_ARRAY_MAPPED_MIN)
+        (void)munmap(p, page_round(bytes));
+    else
+        free(p);
+}
+
 char *tk_strdup(const char *s)
 {
     size_t len = strlen(s) + 1;

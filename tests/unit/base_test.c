@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -786,6 +787,40 @@ static uint64_t exact_quantile(const uint64_t *v, size_t n, double q)
     return v[rank - 1];
 }
 
+/* tk_array_grow keeps the bytes from malloc'd sizes into a mapping and
+ * across mremaps, and grows a big array without copying it: growing 32 MiB of
+ * written entries to 64 MiB faults in next to no pages (a copy into fresh
+ * memory faults in all 8,192). */
+START_TEST(test_array_grow_keeps_bytes_and_moves_pages)
+{
+    size_t sizes[] = {4096, 512 << 10, 2 << 20, 32 << 20};
+    uint8_t *a = NULL;
+    size_t have = 0;
+    for (size_t k = 0; k < sizeof(sizes) / sizeof(sizes[0]); k++) {
+        a = tk_array_grow(a, have, sizes[k]);
+        for (size_t i = have; i < sizes[k]; i++)
+            a[i] = (uint8_t)(i * 31 + 7);
+        have = sizes[k];
+    }
+    for (size_t i = 0; i < have; i += 4093)
+        FAST_ASSERT(a[i] == (uint8_t)(i * 31 + 7));
+    struct rusage r0, r1;
+    getrusage(RUSAGE_SELF, &r0);
+    a = tk_array_grow(a, have, (size_t)64 << 20);
+    getrusage(RUSAGE_SELF, &r1);
+    long faults = r1.ru_minflt - r0.ru_minflt;
+    ck_assert_msg(faults < 1000, "%ld page faults growing 32 MiB to 64 MiB (a copy?)",
+                  faults);
+    for (size_t i = 0; i < have; i += 4093)
+        FAST_ASSERT(a[i] == (uint8_t)(i * 31 + 7));
+    a[((size_t)64 << 20) - 1] = 1; /* the new room is there */
+    tk_array_free(a, (size_t)64 << 20);
+    uint8_t *small = tk_array_grow(NULL, 0, 100);
+    small[99] = 1;
+    tk_array_free(small, 100);
+}
+END_TEST
+
 START_TEST(test_hist_empty_reports_zero)
 {
     struct tk_hist h;
@@ -1379,6 +1414,7 @@ static Suite *base_suite(void)
     tcase_add_test(tc, test_hist_quantiles_within_error);
     tcase_add_test(tc, test_hist_handles_extreme_values);
     tcase_add_test(tc, test_hist_count_over_brackets_the_exact_count);
+    tcase_add_test(tc, test_array_grow_keeps_bytes_and_moves_pages);
     tcase_add_test(tc, test_hist_merge_equals_recording_everything);
     tcase_add_test(tc, test_hist_mean_is_exact);
     tcase_set_timeout(tc, 30);
