@@ -58,6 +58,10 @@ struct tk_blob *tk_blob_map(size_t cap)
                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (p == MAP_FAILED)
         return NULL;
+    /* Huge pages where the system gives them on request: a 1.2 GB
+     * snapshot stream faulted in 4 KiB pages was 300k page faults on the
+     * thread filling it; a hint, so a refusal changes nothing. */
+    (void)madvise(p, n, MADV_HUGEPAGE);
     memcpy(p, &n, sizeof(n));
     struct tk_blob *b = (struct tk_blob *)(void *)(p + MAP_PREFIX);
     atomic_init(&b->refs, 1 | MAPPED);

@@ -451,6 +451,11 @@ fail:
 /* ... and at most this many entries: 8 MiB of 100-byte writes was 67k applies
  * in one turn (120 ms of CPU) after a hold at 7M keys. */
 #define NODE_APPLY_TURN_ENTRIES 8192
+/* ... and no new ready once this much of the turn went to applying: a
+ * follower catching up at 10M keys (overwrites of cold keys, 5-8 us each)
+ * took turns of 46-68 ms for 8,192 entries. Readies hand out at most 1,024
+ * entries (node_recover.c), so a turn applies for about this long at most. */
+#define NODE_APPLY_TURN_NS (10u * 1000 * 1000)
 
 static void process_ready(struct node *n)
 {
@@ -459,7 +464,8 @@ static void process_ready(struct node *n)
     node__tier_hold(n);
     while (!n->persist.failed && raft_has_ready(n->raft) && guard++ < 8 &&
            n->loop.turn_apply_bytes < NODE_APPLY_TURN_BYTES &&
-           n->loop.turn_apply_entries < NODE_APPLY_TURN_ENTRIES) {
+           n->loop.turn_apply_entries < NODE_APPLY_TURN_ENTRIES &&
+           n->loop.turn_ns[PH_APPLY] < NODE_APPLY_TURN_NS) {
         if (!handle_ready(n, &t))
             return;
         node__tier_hold(n); /* what this ready applied may have filled the ring */

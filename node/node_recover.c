@@ -254,6 +254,9 @@ int node__recover(struct node *n)
         ro.seed = n->o.seed;
         ro.election_ticks = n->o.election_ticks;
         ro.heartbeat_ticks = n->o.heartbeat_ticks;
+        /* Finer readies than the core's 4,096, so that the loop can stop
+         * applying after NODE_APPLY_TURN_NS (node.c) between two of them. */
+        ro.max_apply_entries = 1024;
         ro.log_reserve = log_reserve(n);
         rc = raft_new(&ro, &boot, &n->raft);
     }

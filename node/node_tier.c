@@ -45,6 +45,19 @@
 #define COMPACT_STEP_BYTES (16u << 20) /* and at most this much payload */
 #define DRAIN_STEP 4096
 #define TIER_NICE 5
+/* A snapshot read (reader_*) of a big state, and freeing its blob: nothing
+ * waits for either, so they take only what the busy threads leave (nice 19:
+ * about 1.5 % of a core against each busy one). At nice 5 a read of the whole
+ * state at 10M keys (1.2 GB, seconds of CPU on each node at about the same
+ * time) was in every steady step whose write p99.9 passed 25 ms. Below
+ * READ_NICE_BYTES (a read well under a second) they stay at TIER_NICE. */
+#define READ_NICE 19
+#define READ_NICE_BYTES (64u << 20)
+
+static int read_nice(size_t bytes)
+{
+    return bytes >= READ_NICE_BYTES ? READ_NICE : TIER_NICE;
+}
 
 /* The job's thread, after a snapshot job: saves its descriptor, so that the
  * loop does not wait for that LMDB commit. Saved before the core takes the
@@ -60,18 +73,37 @@ static void save_descriptor(struct node *n)
     n->tier.saved = true;
 }
 
+/* Whether this thread may lower its nice value back to `was` (root, or
+ * RLIMIT_NICE allows it). */
+static bool nice_restorable(int was)
+{
+    struct rlimit rl;
+    if (geteuid() == 0)
+        return true;
+    if (getrlimit(RLIMIT_NICE, &rl) != 0)
+        return false;
+    return rl.rlim_cur == RLIM_INFINITY || 20 - (long)rl.rlim_cur <= was;
+}
+
 /* A pool thread about to run a tier-down or a snapshot read yields the CPU
- * to the loops (nice 5: about a quarter of a core against a busy loop), so
- * that it cannot delay heartbeats on a machine with fewer cores than busy
- * threads; libuv's pool threads inherit the name of the loop that started
- * them. Returns the priority to give back (or INT_MIN: unchanged). */
-static int background_enter(void)
+ * to the loops (`nice`: TIER_NICE, about a quarter of a core against a busy
+ * loop; READ_NICE), so that it cannot delay heartbeats on a machine with
+ * fewer cores than busy threads; libuv's pool threads inherit the name of
+ * the loop that started them. Returns the priority to give back (or INT_MIN:
+ * unchanged). */
+static int background_enter(int nice)
 {
     pthread_setname_np(pthread_self(), "tk-tier");
     id_t tid = (id_t)syscall(SYS_gettid);
     errno = 0;
     int was = getpriority(PRIO_PROCESS, tid);
-    if (errno == 0 && was < TIER_NICE && setpriority(PRIO_PROCESS, tid, TIER_NICE) == 0)
+    if (errno != 0)
+        return INT_MIN;
+    /* A pool thread that could not come back from READ_NICE would run every
+     * later tier-down there, and the ring would outgrow them. */
+    if (nice > TIER_NICE && !nice_restorable(was))
+        nice = TIER_NICE;
+    if (was < nice && setpriority(PRIO_PROCESS, tid, nice) == 0)
         return was;
     return INT_MIN;
 }
@@ -87,7 +119,7 @@ static void background_leave(int was)
 static void tier_work(uv_work_t *w)
 {
     struct node *n = w->data;
-    int was = background_enter();
+    int was = background_enter(TIER_NICE);
     kv_tier_run(n->tier.job);
     save_descriptor(n);
     background_leave(was);
@@ -103,7 +135,9 @@ struct blob_drop {
 static void drop_run(uv_work_t *w)
 {
     struct blob_drop *d = w->data;
+    int was = background_enter(read_nice(d->blob->len)); /* up to GBs of pages */
     tk_blob_unref(d->blob);
+    background_leave(was);
 }
 
 static void drop_after(uv_work_t *w, int status)
@@ -257,20 +291,48 @@ struct node_snap_read {
     struct raft_snapshot_meta meta; /* index, term from the view; config */
     uint64_t t0;
     int rc, save_rc;
+    int nice; /* background_enter's: read_nice of the last snapshot */
     atomic_bool ran;
     atomic_bool stop; /* an install or the node's stop: end the read early */
+    atomic_int tid;   /* its pool thread while it reads at READ_NICE, else 0 */
+    bool raised;      /* reader_raise moved it back to TIER_NICE */
 };
 
 static void reader_work(uv_work_t *w)
 {
     struct node_snap_read *r = w->data;
-    int was = background_enter(); /* it reads the whole state: seconds */
+    int was = background_enter(r->nice); /* it reads the whole state: seconds */
+    if (r->nice > TIER_NICE)
+        atomic_store(&r->tid, (int)syscall(SYS_gettid));
     r->rc = kv_snap_read_all(r->snap, &r->stream, &r->stop);
     /* The descriptor names a state the cold tier holds durably already. */
     if (r->rc == 0 && !atomic_load(&r->stop))
         r->save_rc = store_save_snapshot(r->n->store, &r->meta);
+    atomic_store(&r->tid, 0);
     background_leave(was);
     atomic_store_explicit(&r->ran, true, memory_order_release);
+}
+
+/* A read at READ_NICE gets what the busy threads leave, which on a machine
+ * with no idle core is next to nothing: the log behind the last snapshot
+ * (memory) would grow for as long. After READ_NICE_NS it goes on at
+ * TIER_NICE. (Should the read end between the load of its thread and the
+ * call, the pool thread keeps TIER_NICE, the tier-downs' own.) */
+#define READ_NICE_NS (30ull * 1000 * 1000 * 1000)
+
+static void reader_raise(struct node *n, struct node_snap_read *r)
+{
+    if (r->raised || node__mono_ns() - r->t0 < READ_NICE_NS)
+        return;
+    int tid = atomic_load(&r->tid);
+    if (tid == 0)
+        return;
+    r->raised = true;
+    if (setpriority(PRIO_PROCESS, (id_t)tid, TIER_NICE) == 0)
+        TK_LOG(TK_LOG_INFO, n->o.id, raft_term(n->raft),
+               "snapshot read at %llu still going after %llu s at nice %d: on at nice %d",
+               (unsigned long long)r->meta.index,
+               (unsigned long long)(READ_NICE_NS / 1000000000), r->nice, TIER_NICE);
 }
 
 /* Loop thread, once the read ran: give the snapshot to the core (unless
@@ -332,8 +394,10 @@ static bool reader_start(struct node *n)
         tk_free(r);
         return false;
     }
+    r->nice = read_nice(n->tier.blob != NULL ? n->tier.blob->len : 0);
     atomic_init(&r->ran, false);
     atomic_init(&r->stop, false);
+    atomic_init(&r->tid, 0);
     r->work.data = r;
     if (uv_queue_work(n->loop.uv, &r->work, reader_work, reader_after) != 0) {
         kv_snap_close(r->snap);
@@ -589,6 +653,8 @@ static bool reader_pays(const struct node *n)
 
 static void tier_turn(struct node *n)
 {
+    if (n->tier.reader != NULL)
+        reader_raise(n, n->tier.reader);
     uint64_t applied = kv_sm_applied_index(n->sm);
     bool grown =
         n->tier.blob == NULL || n->tier.snap_bytes >= n->tier.blob->len / SNAPSHOT_GROWTH;
