@@ -16,13 +16,19 @@ cleanup() {
 }
 trap cleanup EXIT INT TERM
 
-"$FAKE" --port-file "$DIR/port" &
-PIDS="$PIDS $!"
-i=0
-while [ ! -s "$DIR/port" ]; do
-    i=$((i + 1)); [ $i -gt 200 ] && { echo "fake server did not start"; exit 1; }
-    sleep 0.05
-done
+# fixture PORTFILE NAME [args...]: starts tierkv-fake-server, waits for its port.
+fixture() {
+    pf=$1; name=$2; shift 2
+    "$FAKE" --port-file "$DIR/$pf" "$@" &
+    PIDS="$PIDS $!"
+    i=0
+    while [ ! -s "$DIR/$pf" ]; do
+        i=$((i + 1)); [ $i -gt 200 ] && { echo "$name did not start"; exit 1; }
+        sleep 0.05
+    done
+}
+
+fixture port "fake server"
 EP=127.0.0.1:$(cat "$DIR/port")
 
 FAIL=0
@@ -78,13 +84,7 @@ grep -q '"protocol":"etcd"' "$DIR/out" || { echo "FAIL: protocol"; FAIL=$((FAIL 
 
 # A follower that answers 503 + X-Tierkv-Leader-Addr: its connections move to
 # the leader (counted as redirects, not errors).
-"$FAKE" --port-file "$DIR/fport" --follower-of "$EP" &
-PIDS="$PIDS $!"
-i=0
-while [ ! -s "$DIR/fport" ]; do
-    i=$((i + 1)); [ $i -gt 200 ] && { echo "follower did not start"; exit 1; }
-    sleep 0.05
-done
+fixture fport follower --follower-of "$EP"
 bench chase-leader "127.0.0.1:$(cat "$DIR/fport"),$EP" --duration 1s --connections 4
 if [ "$(field redirects)" -ge 2 ] 2>/dev/null; then
     echo "ok   chase-leader redirects=$(field redirects)"; PASS=$((PASS + 1))
@@ -94,13 +94,7 @@ fi
 
 # A server answering each request after 30 ms: every write is over 25 ms in
 # "over_ms", and --slow-ms 20 lists each on stderr (64 at most).
-"$FAKE" --port-file "$DIR/sport" --delay-ms 30 &
-PIDS="$PIDS $!"
-i=0
-while [ ! -s "$DIR/sport" ]; do
-    i=$((i + 1)); [ $i -gt 200 ] && { echo "slow fixture did not start"; exit 1; }
-    sleep 0.05
-done
+fixture sport "slow fixture" --delay-ms 30
 bench slow-tail "127.0.0.1:$(cat "$DIR/sport")" --duration 1s --connections 2 --slow-ms 20
 over25=$(sed -n 's/.*"over_ms":{"10":[0-9]*,"25":\([0-9]*\),.*/\1/p' "$DIR/out")
 slow=$(grep -c "tierkv bench: slow: .* ms, a write sent at 20" "$DIR/err")
