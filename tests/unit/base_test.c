@@ -1,6 +1,6 @@
 /* Unit tests for base/: errors, assertions, allocation counting, blobs,
- * logfmt logging, little-endian helpers, CRC32C, the histogram, the PRNG and
- * both queues.
+ * logfmt logging, little-endian helpers, CRC32C, the histogram, the PRNG,
+ * both queues and per-thread nice values.
  *
  * One Check suite per module, all run by one SRunner; the process exits
  * non-zero if any test fails. The queue suites include real multi-threaded
@@ -14,6 +14,7 @@
 #include <regex.h>
 #include <sched.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,6 +33,7 @@
 #include "base/err.h"
 #include "base/hist.h"
 #include "base/log.h"
+#include "base/nice.h"
 #include "base/prng.h"
 #include "base/queue.h"
 #include "tests/check_run.h"
@@ -1350,6 +1352,129 @@ END_TEST
 
 /* ---- runner ------------------------------------------------------------- */
 
+/* ---- nice ---- */
+
+struct nice_run {
+    int start; /* > 0: the thread first sets its own nice value to this */
+    int want, floor;
+    int was, during, after, ret;
+    bool restorable;
+};
+
+/* Runs tk_nice_enter / tk_nice_leave on a thread of its own, so that the
+ * test's thread keeps its nice value. */
+static void *nice_thread(void *arg)
+{
+    struct nice_run *r = arg;
+    int tid = tk_nice_tid();
+    if (r->start > 0)
+        ck_assert_int_eq(tk_nice_set(tid, r->start), 0); /* lowering is always allowed */
+    ck_assert_int_eq(tk_nice_get(tid, &r->was), 0);
+    r->restorable = tk_nice_restorable(r->was);
+    r->ret = tk_nice_enter(r->want, r->floor);
+    ck_assert_int_eq(tk_nice_get(tid, &r->during), 0);
+    tk_nice_leave(r->ret);
+    ck_assert_int_eq(tk_nice_get(tid, &r->after), 0);
+    return NULL;
+}
+
+static void nice_run(struct nice_run *r)
+{
+    pthread_t t;
+    ck_assert_int_eq(pthread_create(&t, NULL, nice_thread, r), 0);
+    ck_assert_int_eq(pthread_join(t, NULL), 0);
+}
+
+START_TEST(test_nice_enter_goes_low_and_leave_comes_back)
+{
+    struct nice_run r = {.want = 19, .floor = 5};
+    nice_run(&r);
+    fprintf(stderr, "nice: was %d, during %d, after %d (restorable: %d)\n", r.was,
+            r.during, r.after, r.restorable);
+    if (r.restorable) {
+        ck_assert_int_eq(r.during, 19);
+        ck_assert_int_eq(r.after, r.was); /* the pool thread comes back */
+    } else {
+        /* 19 would be for good: the floor instead */
+        ck_assert_int_eq(r.during, r.was > 5 ? r.was : 5);
+    }
+    ck_assert_int_eq(r.ret, r.during > r.was ? r.was : TK_NICE_UNCHANGED);
+}
+END_TEST
+
+START_TEST(test_nice_enter_never_raises_the_priority)
+{
+    struct nice_run r = {.start = 10, .want = 5, .floor = 5};
+    nice_run(&r);
+    ck_assert_int_eq(r.was, 10);
+    ck_assert_int_eq(r.ret, TK_NICE_UNCHANGED);
+    ck_assert_int_eq(r.during, 10);
+    ck_assert_int_eq(r.after, 10);
+}
+END_TEST
+
+/* Without the right to come back (not root, RLIMIT_NICE 0), a thread asked
+ * for 19 goes only to the floor: a pool thread stuck at 19 would run every
+ * later job there. In a child, which drops root for it where it has it. */
+START_TEST(test_nice_stays_at_the_floor_when_it_could_not_come_back)
+{
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        struct rlimit rl = {0, 0};
+        if (setrlimit(RLIMIT_NICE, &rl) != 0)
+            _exit(2);
+        if (geteuid() == 0 && (setgid(65534) != 0 || setuid(65534) != 0))
+            _exit(3);
+        if (tk_nice_restorable(0))
+            _exit(4);
+        int was = 0, now = 0;
+        if (tk_nice_get(tk_nice_tid(), &was) != 0)
+            _exit(5);
+        int ret = tk_nice_enter(19, 5);
+        if (tk_nice_get(tk_nice_tid(), &now) != 0 || now != (was > 5 ? was : 5) ||
+            ret != (was < 5 ? was : TK_NICE_UNCHANGED))
+            _exit(6);
+        _exit(0);
+    }
+    int st = 0;
+    ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child: status %d", st);
+}
+END_TEST
+
+/* What reader_raise does: another thread moves a thread at 19 back to 5,
+ * where the process may. */
+static void *nice_wait(void *arg)
+{
+    atomic_int *tid = arg;
+    ck_assert_int_eq(tk_nice_set(tk_nice_tid(), 19), 0);
+    atomic_store(tid, tk_nice_tid());
+    while (atomic_load(tid) != 0)
+        sched_yield();
+    return NULL;
+}
+
+START_TEST(test_nice_set_moves_another_thread)
+{
+    atomic_int tid = 0;
+    pthread_t t;
+    ck_assert_int_eq(pthread_create(&t, NULL, nice_wait, &tid), 0);
+    while (atomic_load(&tid) == 0)
+        sched_yield();
+    int v = 0;
+    ck_assert_int_eq(tk_nice_get(atomic_load(&tid), &v), 0);
+    ck_assert_int_eq(v, 19);
+    if (tk_nice_restorable(5)) {
+        ck_assert_int_eq(tk_nice_set(atomic_load(&tid), 5), 0);
+        ck_assert_int_eq(tk_nice_get(atomic_load(&tid), &v), 0);
+        ck_assert_int_eq(v, 5);
+    }
+    atomic_store(&tid, 0);
+    ck_assert_int_eq(pthread_join(t, NULL), 0);
+}
+END_TEST
+
 static Suite *base_suite(void)
 {
     Suite *s = suite_create("base");
@@ -1445,6 +1570,13 @@ static Suite *base_suite(void)
     tcase_add_test(tc, test_mpsc_two_producers_each_item_once_in_producer_order);
     tcase_add_test(tc, test_mpsc_four_producers_through_a_tiny_queue);
     tcase_set_timeout(tc, 120);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("nice");
+    tcase_add_test(tc, test_nice_enter_goes_low_and_leave_comes_back);
+    tcase_add_test(tc, test_nice_enter_never_raises_the_priority);
+    tcase_add_test(tc, test_nice_stays_at_the_floor_when_it_could_not_come_back);
+    tcase_add_test(tc, test_nice_set_moves_another_thread);
     suite_add_tcase(s, tc);
 
     return s;
