@@ -229,6 +229,7 @@ static void apply_entries(struct node *n, const struct raft_entry *e, size_t cnt
             return;
         }
         n->m.metrics.applied_entries++;
+        node__tier_count(n, x->index, x->data != NULL ? x->data->len : 0);
         /* Writes proposed here complete in index order. */
         /* ... and those above it from an older term can never commit (see
          * complete_committed). */
@@ -1008,6 +1009,7 @@ static void node_free(struct node *n)
     if (n->sm)
         kv_sm_close(n->sm);
     tk_blob_unref(n->tier.blob); /* node_tier.c's reference to the snapshot */
+    tk_free(n->tier.marks);
     if (n->own_volume)
         store_mem_volume_free(n->volume);
     if (n->tmp_dir)

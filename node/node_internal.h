@@ -134,10 +134,26 @@ struct node_forward {
     uint32_t pool_left;                               /* tokens left in pool */
 };
 
+/* Marks of the payload bytes applied (node_tier.c, trailing_goal): one at
+ * least every NODE_MARK_ENTRIES entries and every 1/64 of snapshot_bytes (at
+ * most NODE_MARK_BYTES), the last NODE_MARKS of them: enough to reach a
+ * snapshot's trailing window 4M entries behind the applied index. */
+#define NODE_MARKS 16384
+#define NODE_MARK_ENTRIES 256
+#define NODE_MARK_BYTES (1u << 20)
+struct node_mark {
+    uint64_t index; /* the last entry it counts */
+    uint64_t bytes; /* payload bytes applied up to and with it, since boot */
+};
+
 /* Snapshots, tier-down jobs and compaction (node_tier.c). */
 struct node_tier {
     uint64_t snap_index;
-    uint64_t snap_bytes;   /* payload bytes applied since the last snapshot began */
+    uint64_t snap_bytes;     /* payload bytes applied since the last snapshot began */
+    uint64_t applied_bytes;  /* payload bytes applied since boot */
+    struct node_mark *marks; /* a ring of NODE_MARKS, the newest at mark_head - 1 */
+    uint32_t mark_head, n_marks;
+    uint64_t next_mark_index, next_mark_bytes; /* the next mark is due there */
     uint64_t compact_goal; /* compact the log up to here, a step per turn */
     /* The KV's tier-down job in flight on the thread pool. */
     uv_work_t work;
@@ -421,6 +437,19 @@ void node__tier_wait(struct node *n, bool discard);
 void node__tier_stop(struct node *n);
 /* Holds or releases applying for the KV ring's sake; before each ready. */
 void node__tier_hold(struct node *n);
+
+/* Records a mark at `index` (applied; n->tier.applied_bytes counts it). */
+void node__tier_mark(struct node *n, uint64_t index);
+
+/* Counts an applied entry of `len` payload bytes at `index` (apply's hot
+ * path: a mark only when one is due). */
+static inline void node__tier_count(struct node *n, uint64_t index, size_t len)
+{
+    n->tier.applied_bytes += len;
+    if (index >= n->tier.next_mark_index ||
+        n->tier.applied_bytes >= n->tier.next_mark_bytes)
+        node__tier_mark(n, index);
+}
 
 /* ---- node_install.c ---- */
 

@@ -25,18 +25,15 @@
  *
  * Loop thread, except tier_work (a pool thread). Called by node.c (each turn,
  * at boot, before installing a snapshot); calls node_status.c on failures. */
-#include <errno.h>
-#include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
-#include <sys/resource.h>
-#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "base/alloc.h"
 #include "base/err.h"
 #include "base/log.h"
+#include "base/nice.h"
 #include "kv/kv.h"
 #include "node/node_internal.h"
 #include "store/store.h"
@@ -73,47 +70,16 @@ static void save_descriptor(struct node *n)
     n->tier.saved = true;
 }
 
-/* Whether this thread may lower its nice value back to `was` (root, or
- * RLIMIT_NICE allows it). */
-static bool nice_restorable(int was)
-{
-    struct rlimit rl;
-    if (geteuid() == 0)
-        return true;
-    if (getrlimit(RLIMIT_NICE, &rl) != 0)
-        return false;
-    return rl.rlim_cur == RLIM_INFINITY || 20 - (long)rl.rlim_cur <= was;
-}
-
 /* A pool thread about to run a tier-down or a snapshot read yields the CPU
  * to the loops (`nice`: TIER_NICE, about a quarter of a core against a busy
- * loop; READ_NICE), so that it cannot delay heartbeats on a machine with
- * fewer cores than busy threads; libuv's pool threads inherit the name of
- * the loop that started them. Returns the priority to give back (or INT_MIN:
- * unchanged). */
+ * loop; READ_NICE, only where it can come back: base/nice.h), so that it
+ * cannot delay heartbeats on a machine with fewer cores than busy threads;
+ * libuv's pool threads inherit the name of the loop that started them.
+ * Returns the value to give back (tk_nice_leave). */
 static int background_enter(int nice)
 {
     pthread_setname_np(pthread_self(), "tk-tier");
-    id_t tid = (id_t)syscall(SYS_gettid);
-    errno = 0;
-    int was = getpriority(PRIO_PROCESS, tid);
-    if (errno != 0)
-        return INT_MIN;
-    /* A pool thread that could not come back from READ_NICE would run every
-     * later tier-down there, and the ring would outgrow them. */
-    if (nice > TIER_NICE && !nice_restorable(was))
-        nice = TIER_NICE;
-    if (was < nice && setpriority(PRIO_PROCESS, tid, nice) == 0)
-        return was;
-    return INT_MIN;
-}
-
-/* The pool is the process's: give the thread back as it was, where the
- * process may raise a priority again (CAP_SYS_NICE or RLIMIT_NICE). */
-static void background_leave(int was)
-{
-    if (was != INT_MIN)
-        (void)setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), was);
+    return tk_nice_enter(nice, TIER_NICE);
 }
 
 static void tier_work(uv_work_t *w)
@@ -122,7 +88,7 @@ static void tier_work(uv_work_t *w)
     int was = background_enter(TIER_NICE);
     kv_tier_run(n->tier.job);
     save_descriptor(n);
-    background_leave(was);
+    tk_nice_leave(was);
     atomic_store_explicit(&n->tier.ran, true, memory_order_release);
 }
 
@@ -137,7 +103,7 @@ static void drop_run(uv_work_t *w)
     struct blob_drop *d = w->data;
     int was = background_enter(read_nice(d->blob->len)); /* up to GBs of pages */
     tk_blob_unref(d->blob);
-    background_leave(was);
+    tk_nice_leave(was);
 }
 
 static void drop_after(uv_work_t *w, int status)
@@ -149,15 +115,77 @@ static void drop_after(uv_work_t *w, int status)
     node__handle_gone(n);
 }
 
+void node__tier_mark(struct node *n, uint64_t index)
+{
+    struct node_tier *t = &n->tier;
+    if (t->marks == NULL)
+        t->marks = tk_malloc(NODE_MARKS * sizeof(*t->marks));
+    t->marks[t->mark_head] =
+        (struct node_mark){.index = index, .bytes = t->applied_bytes};
+    t->mark_head = (t->mark_head + 1) % NODE_MARKS;
+    uint64_t every = n->o.snapshot_bytes / 64;
+    if (every == 0 || every > NODE_MARK_BYTES)
+        every = NODE_MARK_BYTES;
+    t->next_mark_index = index + NODE_MARK_ENTRIES;
+    t->next_mark_bytes = t->applied_bytes + every;
+    if (t->n_marks < NODE_MARKS)
+        t->n_marks++;
+}
+
+/* The k-th newest mark (k < n_marks). */
+static const struct node_mark *mark_back(const struct node_tier *t, uint32_t k)
+{
+    return &t->marks[(t->mark_head + NODE_MARKS - 1 - k) % NODE_MARKS];
+}
+
+/* The trailing window's start from the marks, never reading an entry: the
+ * old entries' blobs are cold memory, and reading 10,000 of them took up to
+ * 9.5 ms of a snapshot's turn at 1.5M keys. The bytes after `index` are
+ * bounded above by the first mark at or past it (or by every byte applied),
+ * so the window kept is at most `budget` bytes; it may stop short by one
+ * mark's spacing (NODE_MARK_ENTRIES entries, or 1/64 of the budget). False
+ * if the marks do not reach back far enough (after a restart): the caller
+ * reads the entries. */
+static bool goal_from_marks(const struct node_tier *t, uint64_t index, uint64_t floor,
+                            uint64_t budget, uint64_t *goal)
+{
+    uint64_t upper = t->applied_bytes; /* >= the bytes up to index */
+    uint32_t k = 0;
+    while (k < t->n_marks && mark_back(t, k)->index >= index) {
+        upper = mark_back(t, k)->bytes;
+        k++;
+    }
+    uint64_t keep = index; /* the window (keep, index] fits so far */
+    for (; k < t->n_marks; k++) {
+        const struct node_mark *m = mark_back(t, k);
+        if (upper - m->bytes > budget) { /* (m, index] may not fit */
+            *goal = keep;
+            return true;
+        }
+        if (m->index <= floor) { /* (floor, index] fits */
+            *goal = floor;
+            return true;
+        }
+        keep = m->index;
+    }
+    return false;
+}
+
 /* The last index to compact after a snapshot at `index`: the trailing window
  * keeps trailing_entries entries behind it, but at most snapshot_bytes bytes
  * of them (when set), so that big entries (a client writing 1 MiB values)
  * cannot make the core hold trailing_entries of them in memory (issue 19).
- * At most trailing_entries pointer reads, on the loop, once per snapshot. */
+ * From the marks (goal_from_marks); else at most trailing_entries pointer
+ * reads, on the loop, once per snapshot. */
 static uint64_t trailing_goal(struct node *n, uint64_t index)
 {
     uint64_t goal = index > n->o.trailing_entries ? index - n->o.trailing_entries : 0;
     uint64_t bytes = 0, budget = n->o.snapshot_bytes;
+    uint64_t from_marks;
+    if (budget != 0 && goal_from_marks(&n->tier, index, goal, budget, &from_marks)) {
+        goal = from_marks;
+        budget = 0;
+    }
     for (uint64_t i = index; budget != 0 && i > goal; i--) {
         const struct raft_entry *e = raft_entry_at(n->raft, i);
         if (e == NULL)
@@ -222,20 +250,24 @@ static void snapshot_taken(struct node *n, struct kv_tier_result *res,
     }
     n->tier.snap_index = meta.index;
     n->m.metrics.snapshots++;
+    uint64_t t_goal = node__mono_ns();
     n->tier.compact_goal = trailing_goal(n, meta.index);
+    t_goal = node__mono_ns() - t_goal;
     uint64_t on_loop = node__mono_ns() - t_done;
     uint64_t cpu = node__thread_cpu_ns() - n->tier.cpu_done;
     n->m.metrics.snapshot_loop_ns += on_loop;
     /* Wall time on the loop, and the loop thread's CPU time in it: where the
      * cores are all busy, the two differ by the waits for one. */
-    TK_LOG(TK_LOG_INFO, n->o.id, raft_term(n->raft),
-           "snapshot at %llu (%zu bytes): %llu ms in all, %llu us of it on the loop "
-           "(KV publish %llu us, core %llu us; %llu us on the CPU)",
-           (unsigned long long)meta.index, len,
-           (unsigned long long)((node__mono_ns() - t0) / 1000000),
-           (unsigned long long)(on_loop / 1000),
-           (unsigned long long)((t_published - t_done) / 1000),
-           (unsigned long long)(t_set / 1000), (unsigned long long)(cpu / 1000));
+    TK_LOG(
+        TK_LOG_INFO, n->o.id, raft_term(n->raft),
+        "snapshot at %llu (%zu bytes): %llu ms in all, %llu us of it on the loop "
+        "(KV publish %llu us, core %llu us, trailing window %llu us; %llu us on the CPU)",
+        (unsigned long long)meta.index, len,
+        (unsigned long long)((node__mono_ns() - t0) / 1000000),
+        (unsigned long long)(on_loop / 1000),
+        (unsigned long long)((t_published - t_done) / 1000),
+        (unsigned long long)(t_set / 1000), (unsigned long long)(t_goal / 1000),
+        (unsigned long long)(cpu / 1000));
 }
 
 /* Loop thread, once the job has run: publish it in the KV (the released
@@ -303,13 +335,13 @@ static void reader_work(uv_work_t *w)
     struct node_snap_read *r = w->data;
     int was = background_enter(r->nice); /* it reads the whole state: seconds */
     if (r->nice > TIER_NICE)
-        atomic_store(&r->tid, (int)syscall(SYS_gettid));
+        atomic_store(&r->tid, tk_nice_tid());
     r->rc = kv_snap_read_all(r->snap, &r->stream, &r->stop);
     /* The descriptor names a state the cold tier holds durably already. */
     if (r->rc == 0 && !atomic_load(&r->stop))
         r->save_rc = store_save_snapshot(r->n->store, &r->meta);
     atomic_store(&r->tid, 0);
-    background_leave(was);
+    tk_nice_leave(was);
     atomic_store_explicit(&r->ran, true, memory_order_release);
 }
 
@@ -328,7 +360,7 @@ static void reader_raise(struct node *n, struct node_snap_read *r)
     if (tid == 0)
         return;
     r->raised = true;
-    if (setpriority(PRIO_PROCESS, (id_t)tid, TIER_NICE) == 0)
+    if (tk_nice_set(tid, TIER_NICE) == 0)
         TK_LOG(TK_LOG_INFO, n->o.id, raft_term(n->raft),
                "snapshot read at %llu still going after %llu s at nice %d: on at nice %d",
                (unsigned long long)r->meta.index,
