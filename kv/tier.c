@@ -47,7 +47,7 @@ static const struct kv_rec *page_rec(const struct kv_page *p, size_t off)
 
 /* The tier-down's scratch arrays (tier_ents, tier_keys, tier_rel) grow to
  * the records of the largest tier-down; past TIER_SCRATCH_KEEP records they
- * are freed once done with (tier_publish, tier_release), so that one big
+ * are freed once done with (kv_tier_run, tier_release), so that one big
  * tier-down (a delete of a million keys: 80 MiB of them) does not keep its
  * scratch for the node's lifetime (they are mappings of their own, so the
  * memory goes back at once: kv__scratch_grow). Regrowing costs the next big
@@ -226,6 +226,12 @@ static size_t tier_sort(struct kv_sm *sm)
 static int tier_write(struct kv_tier_job *j)
 {
     struct kv_sm *sm = j->sm;
+    if (sm->cap_tier_rel > TIER_SCRATCH_KEEP) {
+        /* The last drain's, freed here rather than on the loop. */
+        kv__scratch_free(sm->tier_rel, sm->cap_tier_rel * sizeof(*sm->tier_rel));
+        sm->tier_rel = NULL;
+        sm->cap_tier_rel = 0;
+    }
     /* Collect the sound records: the changed pages' for writing, the released
      * pages' for index removal, noting damaged released pages (their keys
      * cannot be trusted for index removal later). */
@@ -301,13 +307,6 @@ static void tier_publish(struct kv_sm *sm, struct kv_tier_job *j)
         sm->n_tier_rel = 0;
     }
     sm->n_tier_ents = 0;
-    if (sm->cap_tier_ents > TIER_SCRATCH_KEEP || sm->cap_tier_keys > TIER_SCRATCH_KEEP) {
-        kv__scratch_free(sm->tier_ents, sm->cap_tier_ents * sizeof(*sm->tier_ents));
-        kv__scratch_free(sm->tier_keys, 2 * sm->cap_tier_keys * sizeof(*sm->tier_keys));
-        sm->tier_ents = NULL;
-        sm->tier_keys = NULL;
-        sm->cap_tier_ents = sm->cap_tier_keys = 0;
-    }
     tk_free(j->pages);
     j->pages = NULL;
 }
@@ -330,11 +329,6 @@ static void tier_release(struct kv_sm *sm)
     sm->n_tier_rel = 0;
     sm->drain_at = 0;
     sm->draining = false;
-    if (sm->cap_tier_rel > TIER_SCRATCH_KEEP) {
-        kv__scratch_free(sm->tier_rel, sm->cap_tier_rel * sizeof(*sm->tier_rel));
-        sm->tier_rel = NULL;
-        sm->cap_tier_rel = 0;
-    }
 }
 
 bool kv_sm_tier_drain(struct kv_sm *sm, size_t max_records)
@@ -393,10 +387,27 @@ static int tier_begin(struct kv_sm *sm, bool all, bool snapshot, struct kv_tier_
     return 0;
 }
 
+/* The job's thread, once the write is done with tier_ents and tier_keys:
+ * frees big ones there (unmapping megabytes on the loop, with the TLB
+ * shootdowns for the pool thread's CPU, took milliseconds of a turn). */
+static void tier_scratch_trim(struct kv_sm *sm)
+{
+    if (sm->cap_tier_ents <= TIER_SCRATCH_KEEP && sm->cap_tier_keys <= TIER_SCRATCH_KEEP)
+        return;
+    kv__scratch_free(sm->tier_ents, sm->cap_tier_ents * sizeof(*sm->tier_ents));
+    kv__scratch_free(sm->tier_keys, 2 * sm->cap_tier_keys * sizeof(*sm->tier_keys));
+    sm->tier_ents = NULL;
+    sm->tier_keys = NULL;
+    sm->n_tier_ents = 0;
+    sm->cap_tier_ents = sm->cap_tier_keys = 0;
+}
+
 void kv_tier_run(struct kv_tier_job *j)
 {
-    if (j->write)
+    if (j->write) {
         j->rc = tier_write(j);
+        tier_scratch_trim(j->sm);
+    }
     if (j->rc == 0 && j->snapshot)
         j->rc = kv__snap_read_all(j->sm, &j->stream, &j->stream_meta);
 }
