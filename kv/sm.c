@@ -171,6 +171,7 @@ void kv_sm_close(struct kv_sm *sm)
     kv__scratch_free(sm->tier_keys, 2 * sm->cap_tier_keys * sizeof(*sm->tier_keys));
     kv__scratch_free(sm->tier_rel, sm->cap_tier_rel * sizeof(*sm->tier_rel));
     tk_free(sm->inplace);
+    tk_free(sm->inplace_spare);
     tk_free(sm->dir);
     tk_free(sm);
 }

@@ -163,6 +163,8 @@ struct kv_sm {
     uint64_t dirty_pos;
     uint64_t *inplace;
     size_t n_inplace, cap_inplace, max_inplace;
+    uint64_t *inplace_spare; /* the last job's array, for the next pick */
+    size_t cap_inplace_spare;
     struct kv_tier_ent *tier_ents; /* tier-down: the records it writes */
     size_t n_tier_ents, cap_tier_ents;
     struct kv_tier_key *tier_keys; /* tier-down: its records by key; 2 *
@@ -208,6 +210,12 @@ struct kv_tier_job {
     uint64_t rel_end; /* the pos after them */
     uint64_t w_from;  /* pages at or past this pos hold changed records */
     size_t n_keys;    /* tier_keys[0, n_keys): the records written */
+    /* The records rewritten in place since the last job (sm->inplace at the
+     * pick: addresses in pages[], which apply does not rewrite again while
+     * the job is in flight: kv__state_rewrite_ok), checked and collected on
+     * the job's thread, not the loop (up to ring_bytes / 256 of them). */
+    uint64_t *inplace;
+    size_t n_inplace, cap_inplace;
     bool snapshot;
     bool write; /* pick found something to write or release */
     struct kv_cold_meta meta;

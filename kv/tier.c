@@ -106,13 +106,15 @@ static bool tier_pick(struct kv_sm *sm, bool all, struct kv_tier_job *j)
     sm->dirty_pos = sm->ring.next_pos;
     sm->n_tier_ents = 0;
     sm->n_tier_rel = 0;
-    for (size_t k = 0; k < sm->n_inplace; k++) {
-        uint64_t addr = sm->inplace[k];
-        if (kv__ring_check(&sm->ring, addr))
-            tier_push(sm, kv__ring_at(&sm->ring, addr), addr);
-        else
-            j->bad++;
-    }
+    /* The in-place records go to the job as they are (O(1)): it checks and
+     * collects them; the spare array takes their place. */
+    j->inplace = sm->inplace;
+    j->n_inplace = sm->n_inplace;
+    j->cap_inplace = sm->cap_inplace;
+    sm->inplace = sm->inplace_spare;
+    sm->cap_inplace = sm->cap_inplace_spare;
+    sm->inplace_spare = NULL;
+    sm->cap_inplace_spare = 0;
     sm->n_inplace = 0;
     j->meta = (struct kv_cold_meta){
         .index = sm->applied, .term = sm->applied_term, .now_ms = sm->now_ms};
@@ -221,6 +223,35 @@ static size_t tier_sort(struct kv_sm *sm)
     return kept;
 }
 
+/* Any thread: the records rewritten in place since the last job, into
+ * tier_ents (before the pages' records: a key appended since is newer). Each
+ * address names a page of the job's by its slot; the ring's own slot table
+ * is the loop's. */
+static void tier_collect_inplace(struct kv_tier_job *j)
+{
+    struct kv_sm *sm = j->sm;
+    if (j->n_inplace == 0)
+        return;
+    size_t n_slots = 0;
+    for (size_t i = 0; i < j->n_pages; i++)
+        if (j->pages[i]->slot + 1 > n_slots)
+            n_slots = j->pages[i]->slot + 1;
+    struct kv_page **by_slot = tk_calloc(n_slots, sizeof(*by_slot));
+    for (size_t i = 0; i < j->n_pages; i++)
+        by_slot[j->pages[i]->slot] = j->pages[i];
+    for (size_t k = 0; k < j->n_inplace; k++) {
+        uint64_t addr = j->inplace[k];
+        uint64_t slot = addr >> KV_ADDR_OFF_BITS;
+        size_t off = addr & ((1u << KV_ADDR_OFF_BITS) - 1);
+        struct kv_page *p = slot < n_slots ? by_slot[slot] : NULL;
+        if (p != NULL && kv__page_check(p, off))
+            tier_push(sm, (const struct kv_rec *)(const void *)(p->data + off), addr);
+        else
+            j->bad++;
+    }
+    tk_free(by_slot);
+}
+
 /* Any thread: touches only the job's sealed pages, tier_ents, tier_keys,
  * tier_rel and the cold tier's write transaction. */
 static int tier_write(struct kv_tier_job *j)
@@ -232,6 +263,7 @@ static int tier_write(struct kv_tier_job *j)
         sm->tier_rel = NULL;
         sm->cap_tier_rel = 0;
     }
+    tier_collect_inplace(j);
     /* Collect the sound records: the changed pages' for writing, the released
      * pages' for index removal, noting damaged released pages (their keys
      * cannot be trusted for index removal later). */
@@ -431,6 +463,9 @@ int kv_sm_tier_publish(struct kv_sm *sm, struct kv_tier_job *j,
     else if (wrc != 0)
         sm->failed = true;
     sm->job = NULL;
+    tk_free(sm->inplace_spare); /* NULL: the pick took it */
+    sm->inplace_spare = j->inplace;
+    sm->cap_inplace_spare = j->cap_inplace;
     memset(out, 0, sizeof(*out));
     if (wrc == 0 && j->snapshot) {
         out->index = j->stream_meta.index;
