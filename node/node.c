@@ -336,8 +336,9 @@ _Static_assert(PH_N == sizeof(((struct node *)0)->loop.turn_ns) / sizeof(uint64_
 _Static_assert(PH_N == sizeof(((struct node_metrics *)0)->loop_turn_max_ns) /
                            sizeof(uint64_t),
                "node_metrics has a slot per phase");
-static const char *const phase_name[PH_N] = {
-    "ready", "store", "send", "apply", "advance", "snapshot", "tier", "compact", "other"};
+static const char *const phase_name[PH_N] = {"ready",   "store",    "send", "apply",
+                                             "advance", "snapshot", "tier", "compact",
+                                             "recv",    "other"};
 
 const char *node_turn_phase_name(int phase)
 {
@@ -809,7 +810,9 @@ static void on_recv(struct transport *t, const struct raft_message *m, void *dat
             n->m.metrics.installs_dropped++;
             return;
         }
+        uint64_t t0 = node__mono_ns();
         (void)raft_step(n->raft, m);
+        n->loop.turn_ns[NODE_PH_RECV] += node__mono_ns() - t0;
         n->loop.activity++;
         node__kick(n);
     }

@@ -354,7 +354,7 @@ struct node_metrics {
      * without the time blocked waiting for events): the longest so far by
      * the phase most of it went to (enum node_turn_phase), and the snapshot
      * and tier-down work done on the loop. */
-    uint64_t loop_turn_max_ns[9];
+    uint64_t loop_turn_max_ns[10];
     uint64_t snapshot_loop_ns;  /* publishing snapshots, in all */
     uint64_t tier_drain_ns;     /* dropping released index entries, in all */
     uint64_t tier_drain_max_ns; /* the longest slice of it */
@@ -378,9 +378,10 @@ struct node *tk_node_runtime(struct tk_node *n);
 
 /* What a loop turn's time went to (node_metrics.loop_turn_max_ns): the
  * ready loop's steps, starting a snapshot (snapshot), publishing a tier-down
- * and dropping its index entries (tier), compacting the log (compact), and
- * the rest of the turn (other: transport reads, timers, the gateway, other
- * handles). */
+ * and dropping its index entries (tier), compacting the log (compact), the
+ * core's steps of received messages (recv: appending a leader's entries),
+ * and the rest of the turn (other: transport reads and decoding, timers, the
+ * gateway, other handles). */
 enum node_turn_phase {
     NODE_PH_READY,
     NODE_PH_STORE,
@@ -390,6 +391,7 @@ enum node_turn_phase {
     NODE_PH_SNAPSHOT,
     NODE_PH_TIER,
     NODE_PH_COMPACT,
+    NODE_PH_RECV,
     NODE_PH_OTHER,
     NODE_PH_N
 };

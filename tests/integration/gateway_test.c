@@ -762,9 +762,9 @@ START_TEST(test_metrics_export_latency_histograms_read_rounds_and_kv_size)
      * and memory by owner. */
     ck_assert(check_histogram(text, "tierkv_loop_turn_seconds") >= 1);
     double longest = 0;
-    static const char *const phases[] = {"ready", "store",   "send",
-                                         "apply", "advance", "snapshot",
-                                         "tier",  "compact", "other"};
+    static const char *const phases[] = {"ready",   "store",    "send", "apply",
+                                         "advance", "snapshot", "tier", "compact",
+                                         "recv",    "other"};
     for (size_t i = 0; i < sizeof(phases) / sizeof(phases[0]); i++) {
         char series[96];
         snprintf(series, sizeof(series), "tierkv_loop_turn_max_seconds{phase=\"%s\"}",
