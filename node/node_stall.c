@@ -15,13 +15,26 @@
  * only where /proc allows it: root). The loop itself does nothing more than
  * bump a counter per turn; each look costs the probe one open and read.
  *
+ * A turn that is on the CPU shows only "running" there; for those the first
+ * report of a turn also logs the loop thread's own stack: the probe sends it
+ * STACK_SIGNAL (a real-time signal, handled process-wide once a probe runs),
+ * whose handler writes backtrace() into one shared slot. Frames are named as
+ * backtrace_symbols names them: "tierkvd(+0x4a3b1)" for the executable's own
+ * functions (addr2line -f -e tierkvd 0x4a3b1 names them), library functions
+ * by name. The signal may cut a system call of the loop short (libuv retries
+ * what EINTR interrupts). Not under ThreadSanitizer, which defers signals.
+ *
  * Only for a node with its own loop thread (not a shared loop). Called by
  * node.c (start, stop); reads n->loop.turns and n->stall. */
 #include <errno.h>
+#include <execinfo.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -31,6 +44,97 @@
 #include "node/node_internal.h"
 
 #define STALL_REPORTS 4 /* reports per long turn */
+#define STACK_SIGNAL (SIGRTMIN + 4)
+#define STACK_FRAMES 24
+#define STACK_WAIT_US 20000 /* for the handler to have run */
+
+#if defined(__SANITIZE_THREAD__)
+#define STACK_GRAB 0
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define STACK_GRAB 0
+#endif
+#endif
+#ifndef STACK_GRAB
+#define STACK_GRAB 1
+#endif
+
+/* The one slot the handler writes (probes of several nodes in a process
+ * take turns: state goes idle -> asked (a probe) -> filled (the handler) ->
+ * idle (that probe)). */
+static struct {
+    atomic_int state;
+    int n;
+    void *frames[STACK_FRAMES];
+} grab;
+enum { GRAB_IDLE, GRAB_ASKED, GRAB_FILLED };
+static pthread_once_t grab_once = PTHREAD_ONCE_INIT;
+static bool grab_ok;
+
+static void grab_handler(int sig)
+{
+    (void)sig;
+    int saved = errno;
+    if (atomic_load(&grab.state) == GRAB_ASKED) {
+        grab.n = backtrace(grab.frames, STACK_FRAMES);
+        atomic_store(&grab.state, GRAB_FILLED);
+    }
+    errno = saved;
+}
+
+static void grab_init(void)
+{
+    void *warm[2];
+    (void)backtrace(warm, 2); /* loads the unwinder here, not in the handler */
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = grab_handler;
+    sa.sa_flags = SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    grab_ok = STACK_GRAB && sigaction(STACK_SIGNAL, &sa, NULL) == 0;
+}
+
+/* "dir/file(sym+0x1) [0xaddr]" -> "file(sym+0x1)", appended to out. */
+static size_t frame_name(const char *sym, char *out, size_t o, size_t cap, bool first)
+{
+    const char *end = strchr(sym, ' ');
+    size_t len = end != NULL ? (size_t)(end - sym) : strlen(sym);
+    const char *base = sym;
+    for (const char *c = sym; c < sym + len && *c != '('; c++)
+        if (*c == '/')
+            base = c + 1;
+    len -= (size_t)(base - sym);
+    int w = snprintf(out + o, cap - o, "%s%.*s", first ? "" : " < ", (int)len, base);
+    return w < 0 || (size_t)w >= cap - o ? o : o + (size_t)w;
+}
+
+/* The loop thread's user-space stack, innermost first, into out. */
+static void user_stack(pid_t tid, char *out, size_t cap)
+{
+    snprintf(out, cap, "unavailable");
+    pthread_once(&grab_once, grab_init);
+    int idle = GRAB_IDLE;
+    if (!grab_ok || !atomic_compare_exchange_strong(&grab.state, &idle, GRAB_ASKED))
+        return;
+    if (syscall(SYS_tgkill, getpid(), tid, STACK_SIGNAL) == 0) {
+        for (int waited = 0;
+             waited < STACK_WAIT_US && atomic_load(&grab.state) != GRAB_FILLED;
+             waited += 100)
+            usleep(100);
+    }
+    int asked = GRAB_ASKED;
+    if (atomic_compare_exchange_strong(&grab.state, &asked, GRAB_IDLE))
+        return; /* no answer in time: a late handler finds the slot idle */
+    char **syms = backtrace_symbols(grab.frames, grab.n);
+    if (syms != NULL) {
+        size_t o = 0;
+        /* frames[0] is the handler, frames[1] the signal's return trampoline */
+        for (int i = 2; i < grab.n; i++)
+            o = frame_name(syms[i], out, o, cap, i == 2);
+        free(syms);
+    }
+    atomic_store(&grab.state, GRAB_IDLE);
+}
 
 static uint64_t mono_ms(void)
 {
@@ -119,7 +223,7 @@ static void stack_names(char *s, int frames)
     memcpy(s, out, o + 1);
 }
 
-static void report(struct node *n, pid_t tid, uint64_t ms, const char *sc)
+static void report(struct node *n, pid_t tid, uint64_t ms, const char *sc, bool first)
 {
     char wchan[128], stack[2048];
     if (read_task(tid, "wchan", wchan, sizeof(wchan)) == 0 || strcmp(wchan, "0") == 0)
@@ -132,6 +236,11 @@ static void report(struct node *n, pid_t tid, uint64_t ms, const char *sc)
            "stall probe: the loop has been in one turn for %" PRIu64
            " ms; thread state %c, syscall: %s; wait channel: %s; kernel stack: %s",
            ms, task_state(tid), sc, wchan, stack);
+    if (!first)
+        return;
+    user_stack(tid, stack, sizeof(stack));
+    TK_LOG(TK_LOG_WARN, n->o.id, 0, "stall probe: the loop's stack at %" PRIu64 " ms: %s",
+           ms, stack);
 }
 
 /* One look: the turn in progress (if any) and whether it is time to report. */
@@ -151,7 +260,7 @@ static void look(struct node *n, uint64_t now, uint64_t *seen_turns, uint64_t *s
     } else if (*reported < STALL_REPORTS &&
                now - *since >= (uint64_t)(*reported + 1) * n->o.stall_probe_ms) {
         (*reported)++;
-        report(n, tid, now - *since, sc);
+        report(n, tid, now - *since, sc, *reported == 1);
     }
     *seen_turns = turns;
 }
