@@ -137,6 +137,43 @@ void tk_array_free(void *p, size_t bytes)
         free(p);
 }
 
+/* The smallest number of elements of `elem` bytes that fills whole pages. */
+static size_t page_unit(size_t elem)
+{
+    size_t page = (size_t)sysconf(_SC_PAGESIZE), a = page, b = elem;
+    while (b != 0) { /* gcd */
+        size_t t = a % b;
+        a = b;
+        b = t;
+    }
+    return page / a; /* lcm(page, elem) / elem */
+}
+
+void *tk_array_shift(void *p, size_t cap_bytes, size_t elem, size_t head, size_t n,
+                     size_t *new_head)
+{
+    size_t unit = page_unit(elem);
+    size_t drop = head / unit * unit; /* elements: whole pages */
+    if (cap_bytes < TK_ARRAY_MAPPED_MIN || drop == 0) {
+        memmove(p, (char *)p + head * elem, n * elem);
+        *new_head = 0;
+        return p;
+    }
+    size_t cap = page_round(cap_bytes), front = drop * elem;
+    /* The pages from `front` on move to an array of the whole capacity (the
+     * kernel moves page table entries; grown in place where it can), and the
+     * pages in front are unmapped. */
+    void *q = mremap((char *)p + front, cap - front, cap, MREMAP_MAYMOVE);
+    if (q == MAP_FAILED) {
+        memmove(p, (char *)p + head * elem, n * elem); /* no address space: copy */
+        *new_head = 0;
+        return p;
+    }
+    (void)munmap(p, front);
+    *new_head = head - drop;
+    return q;
+}
+
 char *tk_strdup(const char *s)
 {
     size_t len = strlen(s) + 1;

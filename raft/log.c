@@ -73,9 +73,12 @@ void raft__log_append(struct raft__log *l, const struct raft_entry *e, size_t n)
          * the array free: amortized O(1), and no memmove per append when the
          * log stays near the array's size. */
         if (l->n + n <= l->cap / 2) {
-            memmove(l->ents, l->ents + l->head, l->n * sizeof(*l->ents));
-            l->head = 0;
-        } else {
+            size_t head;
+            l->ents = tk_array_shift(l->ents, l->cap * sizeof(*l->ents), sizeof(*l->ents),
+                                     l->head, l->n, &head);
+            l->head = head;
+        }
+        if (l->head + l->n + n > l->cap) {
             size_t cap = l->cap ? l->cap : 64;
             while (cap < 2 * (l->n + n) || cap < l->head + l->n + n)
                 cap *= 2;

@@ -823,6 +823,45 @@ START_TEST(test_array_grow_keeps_bytes_and_moves_pages)
 }
 END_TEST
 
+/* tk_array_shift: a mapped array drops the pages in front of the live
+ * elements (no copy: writing the elements' new place faults in no page), a
+ * small one is memmoved to 0; the elements and the capacity stay. */
+struct shift_elem {
+    uint64_t v[5]; /* 40 bytes, like a raft_entry */
+};
+
+START_TEST(test_array_shift_moves_pages_not_bytes)
+{
+    size_t cap = (size_t)8 << 20, per = cap / sizeof(struct shift_elem);
+    struct shift_elem *a = tk_array_grow(NULL, 0, cap);
+    size_t head = per / 2 + 77, n = per / 4;
+    for (size_t i = head; i < head + n; i++) /* only these pages are touched */
+        a[i].v[0] = a[i].v[4] = i;
+    struct rusage r0, r1;
+    getrusage(RUSAGE_SELF, &r0);
+    size_t nh = 0;
+    a = tk_array_shift(a, cap, sizeof(*a), head, n, &nh);
+    getrusage(RUSAGE_SELF, &r1);
+    long faults = r1.ru_minflt - r0.ru_minflt;
+    ck_assert_msg(faults < 100, "%ld page faults shifting %zu elements (a copy?)", faults,
+                  n);
+    ck_assert_uint_lt(nh, 512); /* 512 entries of 40 bytes: 5 pages */
+    for (size_t i = 0; i < n; i++)
+        FAST_ASSERT(a[nh + i].v[0] == head + i && a[nh + i].v[4] == head + i);
+    a[per - 1].v[4] = 1; /* the capacity is still there */
+    tk_array_free(a, cap);
+
+    struct shift_elem *small = tk_array_grow(NULL, 0, 100 * sizeof(*small));
+    for (size_t i = 0; i < 100; i++)
+        small[i].v[0] = i;
+    small = tk_array_shift(small, 100 * sizeof(*small), sizeof(*small), 60, 30, &nh);
+    ck_assert_uint_eq(nh, 0);
+    for (size_t i = 0; i < 30; i++)
+        ck_assert_uint_eq(small[i].v[0], 60 + i);
+    tk_array_free(small, 100 * sizeof(*small));
+}
+END_TEST
+
 START_TEST(test_hist_empty_reports_zero)
 {
     struct tk_hist h;
@@ -1540,6 +1579,7 @@ static Suite *base_suite(void)
     tcase_add_test(tc, test_hist_handles_extreme_values);
     tcase_add_test(tc, test_hist_count_over_brackets_the_exact_count);
     tcase_add_test(tc, test_array_grow_keeps_bytes_and_moves_pages);
+    tcase_add_test(tc, test_array_shift_moves_pages_not_bytes);
     tcase_add_test(tc, test_hist_merge_equals_recording_everything);
     tcase_add_test(tc, test_hist_mean_is_exact);
     tcase_set_timeout(tc, 30);
