@@ -1013,6 +1013,7 @@ static void node_free(struct node *n)
         kv_sm_close(n->sm);
     tk_blob_unref(n->tier.blob); /* node_tier.c's reference to the snapshot */
     tk_free(n->tier.marks);
+    tk_free(n->tier.compact_blobs);
     if (n->own_volume)
         store_mem_volume_free(n->volume);
     if (n->tmp_dir)

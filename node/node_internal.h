@@ -175,6 +175,9 @@ struct node_tier {
     atomic_bool compact_ran;
     uint64_t compact_upto;
     int compact_rc;
+    /* The compacted entries' payloads (COMPACT_STEP room), freed with it. */
+    struct tk_blob **compact_blobs;
+    size_t compact_n;
     /* A reference to the snapshot blob last given to the core, so that the
      * previous one's last reference (tens of MB: freeing it unmaps them) is
      * dropped on the thread pool, not inside raft_snapshot_set. */

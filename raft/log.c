@@ -117,21 +117,26 @@ void raft__log_truncate(struct raft__log *l, uint64_t index)
     l->n = keep;
 }
 
-void raft__log_compact(struct raft__log *l, uint64_t index)
+size_t raft__log_compact(struct raft__log *l, uint64_t index, struct tk_blob **out)
 {
     if (index <= l->base_index)
-        return;
+        return 0;
     TK_ASSERT(index <= raft__log_last_index(l));
     size_t drop = (size_t)(index - l->base_index);
     uint64_t term = l->ents[l->head + drop - 1].term;
-    for (size_t i = 0; i < drop; i++)
-        tk_blob_unref(l->ents[l->head + i].data);
+    for (size_t i = 0; i < drop; i++) {
+        if (out != NULL)
+            out[i] = l->ents[l->head + i].data; /* the caller's reference now */
+        else
+            tk_blob_unref(l->ents[l->head + i].data);
+    }
     l->head += drop;
     l->n -= drop;
     l->base_index = index;
     l->base_term = term;
     if (l->n == 0)
         l->head = 0;
+    return drop;
 }
 
 void raft__log_reset(struct raft__log *l, uint64_t index, uint64_t term)

@@ -1592,14 +1592,23 @@ int raft_snapshot_set(struct raft *r, const struct raft_snapshot_meta *meta,
 
 int raft_compact(struct raft *r, uint64_t index)
 {
+    return raft_compact_take(r, index, NULL, NULL);
+}
+
+int raft_compact_take(struct raft *r, uint64_t index, struct tk_blob **out, size_t *n_out)
+{
     TK_ASSERT(r != NULL);
+    if (n_out != NULL)
+        *n_out = 0;
     if (index > r->snap.index || index > r->stable)
         return TK_EINVAL;
     if (index <= r->log.base_index)
         return 0;
     uint64_t at;
     config_at(r, index, &r->base_config, &at);
-    raft__log_compact(&r->log, index);
+    size_t n = raft__log_compact(&r->log, index, out);
+    if (n_out != NULL)
+        *n_out = n;
     if (r->config_index <= index)
         r->config_index = 0; /* its entry is gone: it is the base's now */
     /* An append waiting in the outbox for entries now gone is dropped in

@@ -475,6 +475,16 @@ int raft_catch_up(const struct raft *r, uint64_t id, struct raft_catch_up *out);
  * beyond the snapshot. */
 int raft_compact(struct raft *r, uint64_t index);
 
+/* raft_compact, handing the dropped entries' payload references to the
+ * caller instead of dropping them (a driver that frees payloads off its
+ * loop): out must have room for index - raft_first_index(r) + 1 pointers;
+ * out[i] is then the payload of entry raft_first_index(r) + i as it was
+ * before the call (NULL for an entry without one), and *n_out how many were
+ * handed over (0 on an error, or when nothing was compacted). The caller
+ * unrefs each. */
+int raft_compact_take(struct raft *r, uint64_t index, struct tk_blob **out,
+                      size_t *n_out);
+
 bool raft_has_ready(const struct raft *r);
 void raft_ready(struct raft *r, struct raft_ready *rd);
 void raft_advance(struct raft *r, const struct raft_ready *rd);

@@ -348,6 +348,58 @@ END_TEST
 
 /* ---- snapshots --------------------------------------------------------- */
 
+/* A driver that frees payloads off its loop takes the compacted entries'
+ * references instead of the core dropping them: the same blobs, in order,
+ * each still holding the reference the log held. */
+START_TEST(test_compact_take_hands_over_the_payloads)
+{
+    struct rf_cluster *c = rf_new(3, NULL);
+    elect_settled(c);
+    struct raft *r1 = rf_raft(c, 1);
+    ck_assert_int_eq(rf_propose(c, 1, 10, 8, NULL), 0);
+    rf_run(c);
+    rf_heartbeat_rounds(c, 1, 1);
+    uint64_t snap = raft_commit(r1);
+    struct raft_snapshot_meta meta;
+    memset(&meta, 0, sizeof(meta));
+    meta.index = snap;
+    meta.term = rf_term_at(c, 1, snap);
+    meta.config = *raft_config(r1);
+    struct tk_blob *data = tk_blob_copy("s", 1);
+    ck_assert_int_eq(raft_snapshot_set(r1, &meta, data), 0);
+    tk_blob_unref(data);
+
+    uint64_t first = raft_first_index(r1), upto = snap - 2;
+    ck_assert_uint_ge(upto - first + 1, 8);
+    struct tk_blob *want[64], *got[64];
+    uint_fast32_t refs[64];
+    size_t n = 99;
+    ck_assert_int_eq(raft_compact_take(r1, snap + 1, got, &n), TK_EINVAL);
+    ck_assert_uint_eq(n, 0);
+    for (uint64_t i = first; i <= upto; i++) {
+        want[i - first] = raft_entry_at(r1, i)->data;
+        refs[i - first] =
+            want[i - first] != NULL ? atomic_load(&want[i - first]->refs) : 0;
+    }
+    ck_assert_int_eq(raft_compact_take(r1, upto, got, &n), 0);
+    ck_assert_uint_eq(n, upto - first + 1);
+    ck_assert_uint_eq(raft_first_index(r1), upto + 1);
+    size_t payloads = 0;
+    for (size_t i = 0; i < n; i++) {
+        ck_assert_ptr_eq(got[i], want[i]);
+        if (got[i] == NULL)
+            continue;
+        payloads++;
+        ck_assert_uint_eq(atomic_load(&got[i]->refs), refs[i]); /* handed, not dropped */
+        tk_blob_unref(got[i]);
+    }
+    ck_assert_uint_ge(payloads, 8);
+    ck_assert_int_eq(raft_compact_take(r1, upto, got, &n), 0); /* nothing left to take */
+    ck_assert_uint_eq(n, 0);
+    rf_free(c);
+}
+END_TEST
+
 START_TEST(test_snapshot_install_replaces_log_prefix)
 {
     struct rf_cluster *c = rf_new(3, NULL);
@@ -640,6 +692,7 @@ static Suite *features_suite(void)
     tcase_add_test(tc, test_read_index_batch_served_by_one_round);
     tcase_add_test(tc, test_read_index_not_confirmed_by_earlier_round);
     tcase_add_test(tc, test_follower_read_index_through_leader);
+    tcase_add_test(tc, test_compact_take_hands_over_the_payloads);
     tcase_add_test(tc, test_snapshot_install_replaces_log_prefix);
     tcase_add_test(tc, test_config_decode_rejects_malformed_bytes);
     tcase_add_test(tc, test_propose_refusals);
