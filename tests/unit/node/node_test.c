@@ -1185,11 +1185,12 @@ static void stall_loop_stop(struct node *n, struct uv_loop_s *loop, void *data)
     uv_close((uv_handle_t *)&stall_timer, NULL);
 }
 
-START_TEST(test_stall_probe_names_what_a_long_turn_waits_on)
+/* A single node with the stall probe at 40 ms, whose loop runs `on_start`
+ * (a timer that holds a turn) as it starts. */
+static struct node *stall_node_start(struct transport_inproc_hub *hub,
+                                     void (*on_start)(struct node *, struct uv_loop_s *,
+                                                      void *))
 {
-    atomic_store(&stall_lines, 0);
-    tk_log_set_sink(stall_sink, NULL);
-    struct transport_inproc_hub *hub = transport_inproc_hub_new(3);
     struct node_options o;
     node_options_default(&o);
     o.id = 1;
@@ -1198,10 +1199,19 @@ START_TEST(test_stall_probe_names_what_a_long_turn_waits_on)
     o.hub = hub;
     o.kv_no_sync = true;
     o.stall_probe_ms = 40;
-    o.on_loop_start = stall_loop_start;
+    o.on_loop_start = on_start;
     o.on_loop_stop = stall_loop_stop;
     struct node *n = NULL;
     ck_assert_int_eq(node_start(&o, &n), 0);
+    return n;
+}
+
+START_TEST(test_stall_probe_names_what_a_long_turn_waits_on)
+{
+    atomic_store(&stall_lines, 0);
+    tk_log_set_sink(stall_sink, NULL);
+    struct transport_inproc_hub *hub = transport_inproc_hub_new(3);
+    struct node *n = stall_node_start(hub, stall_loop_start);
     /* The timer fires 100 ms in; its turn sleeps 400 ms. */
     for (int i = 0; i < 500 && atomic_load(&stall_lines) == 0; i++)
         usleep(10000);
@@ -1284,18 +1294,7 @@ START_TEST(test_stall_probe_gives_the_stack_of_a_turn_on_the_cpu)
     atomic_store(&stall_stacks, 0);
     tk_log_set_sink(stall_stack_sink, NULL);
     struct transport_inproc_hub *hub = transport_inproc_hub_new(3);
-    struct node_options o;
-    node_options_default(&o);
-    o.id = 1;
-    o.members.n_voters = 1;
-    o.members.voters[0] = 1;
-    o.hub = hub;
-    o.kv_no_sync = true;
-    o.stall_probe_ms = 40;
-    o.on_loop_start = stall_spin_start;
-    o.on_loop_stop = stall_loop_stop;
-    struct node *n = NULL;
-    ck_assert_int_eq(node_start(&o, &n), 0);
+    struct node *n = stall_node_start(hub, stall_spin_start);
     for (int i = 0; i < 500 && atomic_load(&stall_stacks) == 0; i++)
         usleep(10000);
     usleep(400000); /* past the spin */
