@@ -350,6 +350,7 @@ struct node_metrics {
     uint64_t net_pending_evicted;
     uint64_t net_conns_idle;
     uint64_t net_snapshots_dropped;
+    uint64_t net_reads_paused; /* Raft connections' reads put off to the next turn */
     /* The loop's turns (one pass of the node's loop, callbacks of every kind,
      * without the time blocked waiting for events): the longest so far by
      * the phase most of it went to (enum node_turn_phase), and the snapshot

@@ -112,6 +112,9 @@ struct tcp_conn {
     size_t snap_charged;   /* codec__snap_held, as counted in tcp.snap_bytes */
     struct tk_tls *tls;    /* peer TLS: the session; rbuf then holds plaintext */
     uint8_t *tls_buf;      /* peer TLS: ciphertext as read (RBUF_BYTES) */
+    uint64_t rx_ms;        /* loop time of rx_turn's reads */
+    size_t rx_turn;        /* bytes read at rx_ms (o.read_turn_bytes) */
+    bool read_paused;      /* until the next turn (resume_reads) */
 };
 
 struct wreq {
@@ -162,6 +165,7 @@ struct tcp {
     uv_prepare_t prepare;
     uv_check_t check;
     bool flush_armed;
+    size_t n_paused; /* connections whose reads wait for the next turn */
     struct tcp_peer **peers;
     size_t n_peers;
     /* Removed peers: kept (closed, idle) until the transport's close, since
@@ -328,16 +332,43 @@ static void flush_all(struct tcp *t)
 {
     for (size_t i = 0; i < t->n_peers; i++)
         peer_flush(t->peers[i]);
-    if (t->flush_armed) {
+    if (t->flush_armed && t->n_paused == 0) { /* else the prepare resumes them */
         uv_prepare_stop(&t->prepare);
         uv_check_stop(&t->check);
         t->flush_armed = false;
     }
 }
 
+static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf);
+static void on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf);
+
+static void resume_conn(struct tcp_conn *c)
+{
+    if (c == NULL || !c->read_paused)
+        return;
+    c->read_paused = false;
+    if (c->state != CONN_CLOSING)
+        uv_read_start((uv_stream_t *)&c->handle, on_alloc, on_read);
+}
+
+/* The next turn: the connections paused by read_turn_bytes read again. */
+static void resume_reads(struct tcp *t)
+{
+    if (t->n_paused == 0)
+        return;
+    t->n_paused = 0;
+    for (size_t i = 0; i < t->n_peers; i++)
+        resume_conn(t->peers[i]->conn);
+    for (struct tcp_conn *c = t->inbound; c != NULL; c = c->next)
+        resume_conn(c);
+}
+
 static void on_prepare(uv_prepare_t *h)
 {
-    flush_all(h->data);
+    struct tcp *t = h->data;
+    if (!t->closing)
+        resume_reads(t);
+    flush_all(t);
 }
 
 static void on_check(uv_check_t *h)
@@ -1085,6 +1116,35 @@ static void conn_tls_in(struct tcp_conn *c, const uint8_t *data, size_t len)
     }
 }
 
+/* Bytes a connection may hand in per loop turn (read_turn_bytes' default).
+ * libuv goes on reading while
+ * the socket has data (32 reads of a frame-sized buffer): a snapshot
+ * streaming in took 32 MiB in one turn, 190-244 ms of a follower's loop at
+ * 10M keys. Past this, its reads wait for the next turn (the prepare, which
+ * then runs before the poll), so that the node's own work and heartbeats go
+ * between; the kernel's socket buffer holds the rest meanwhile. */
+#define READ_TURN_BYTES (2u << 20)
+
+static void read_budget(struct tcp_conn *c, size_t n)
+{
+    struct tcp *t = c->t;
+    uint64_t now = uv_now(t->loop);
+    if (c->rx_ms != now) {
+        c->rx_ms = now;
+        c->rx_turn = 0;
+    }
+    c->rx_turn += n;
+    if (c->rx_turn < t->o.read_turn_bytes || c->state != CONN_UP || t->closing ||
+        c->read_paused)
+        return;
+    uv_read_stop((uv_stream_t *)&c->handle);
+    c->read_paused = true;
+    c->rx_turn = 0;
+    t->n_paused++;
+    t->base.stats.reads_paused++;
+    arm_flush(t);
+}
+
 static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 {
     struct tcp_conn *c = s->data;
@@ -1107,6 +1167,7 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
         conn_tls_in(c, (const uint8_t *)buf->base, (size_t)nread);
     else
         conn_input(c, (size_t)nread);
+    read_budget(c, (size_t)nread);
 }
 
 /* `n` more bytes are in rbuf (after rlen): every complete frame is handled. */
@@ -1615,6 +1676,8 @@ static int options_fill(struct transport_tcp_options *o)
         o->frame_max = FRAME_MAX_DEFAULT;
     if (o->snapshot_chunk == 0)
         o->snapshot_chunk = 1u << 20;
+    if (o->read_turn_bytes == 0)
+        o->read_turn_bytes = READ_TURN_BYTES;
     if (o->snapshot_max == 0)
         o->snapshot_max = 16ull << 30; /* 10M keys of 100 B: a 1.5 GB snapshot */
     if (o->send_queue_bytes == 0)

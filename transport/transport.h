@@ -92,6 +92,8 @@ struct transport_stats {
                                  * room for a newer one (pending cap) */
     uint64_t conns_idle;        /* TCP: authenticated inbound closed for idling */
     uint64_t snapshots_dropped; /* TCP: reassemblies dropped (deadline, memory) */
+    uint64_t reads_paused;      /* TCP: a connection's reads put off to the next
+                                 * loop turn (over 2 MiB in one turn) */
 };
 
 /* Sends `m` to node m->to, never blocking. Borrows `m` (see above).
@@ -233,6 +235,8 @@ struct transport_tcp_options {
     uint32_t frame_max;            /* largest frame payload; 0 = 4 MiB; the same on
                                     * every node (a larger frame closes the link) */
     uint32_t snapshot_chunk;       /* snapshot bytes per frame; 0 = 1 MiB */
+    uint32_t read_turn_bytes;      /* bytes a connection hands in per loop turn
+                                    * before its reads wait for the next; 0 = 2 MiB */
     uint64_t snapshot_max;         /* largest snapshot accepted; 0 = 16 GiB */
     uint64_t send_queue_bytes;     /* per peer; 0 = 8 MiB */
     uint32_t backoff_min_ms;       /* 0 = 50 */
