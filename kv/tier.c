@@ -77,9 +77,9 @@ static void tier_push_rel(struct kv_sm *sm, const struct kv_rec *h, uint64_t add
  * tier_ents (checked here, where the ring's slot table may be read) and
  * chooses the pages to release (all of them, or the oldest until the ring
  * would be under 3/4 of its budget, less the phase: each tier-down then
- * comes after the same growth, a quarter of the budget, whatever the phase). False when
- * there is nothing to do: no page to release and the cold tier at the applied index
- * already. */
+ * comes after the same growth, a quarter of the budget, whatever the
+ * phase). False when there is nothing to do: no page to release and the
+ * cold tier at the applied index already. */
 static bool tier_pick(struct kv_sm *sm, bool all, struct kv_tier_job *j)
 {
     kv__ring_seal(&sm->ring);

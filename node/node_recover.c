@@ -181,6 +181,7 @@ static size_t tier_phase(const struct node_options *o, size_t ring_bytes)
     }
     return (size_t)(ring_bytes / 4 / slots * slot);
 }
+
 /* Opens the state machine under data_dir/kv, finishes an interrupted
  * install (finish_install) and checks that the log continues it. */
 static int open_sm(struct node *n, struct store_boot *sb)

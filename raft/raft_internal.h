@@ -34,10 +34,9 @@ void raft__log_append(struct raft__log *l, const struct raft_entry *e, size_t n)
 void raft__log_reserve(struct raft__log *l, size_t cap);
 /* Drops entries with index >= `index`. */
 void raft__log_truncate(struct raft__log *l, uint64_t index);
-/* Drops entries with index <= `index` (which must be in the log or base). */
-/* Drops the entries up to `index`; their payload references go to out[]
- * (one per entry dropped, in order) when out is not NULL, else are dropped.
- * Returns how many entries were dropped. */
+/* Drops entries with index <= `index` (which must be in the log or base);
+ * their payload references go to out[] (one per entry dropped, in order)
+ * when out is not NULL, else are dropped. Returns how many were dropped. */
 size_t raft__log_compact(struct raft__log *l, uint64_t index, struct tk_blob **out);
 /* Drops everything; the log restarts after (index, term). */
 void raft__log_reset(struct raft__log *l, uint64_t index, uint64_t term);
