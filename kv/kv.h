@@ -51,11 +51,6 @@ struct kv_config {
     size_t ttl_max;       /* keys with a TTL tracked for expiry (ttl.c),
                              default 1 Mi; past it a key expires only lazily
                              at read (kv_sm_stats.ttl_dropped counts them) */
-    size_t tier_phase;    /* tier-downs are wanted this many bytes before
-                             the ring budget, and release to that much under
-                             3/4 of it (at most ring_bytes / 4; default 0):
-                             replicas applying the same writes, given
-                             different phases, tier down at different times */
 };
 
 /* Keys whose first byte is KV_RESERVED_BYTE belong to the node (its

@@ -104,8 +104,7 @@ int kv_sm_open(const struct kv_config *c, struct kv_sm **out)
 {
     if (c->dir == NULL || c->page_bytes < 4096 || c->page_bytes > (64u << 20) ||
         c->ring_bytes < c->page_bytes || c->key_max == 0 || c->key_max > 65535 ||
-        c->value_max > (64u << 20) || c->map_bytes < (1u << 20) ||
-        c->tier_phase > c->ring_bytes / 4)
+        c->value_max > (64u << 20) || c->map_bytes < (1u << 20))
         return TK_EINVAL;
     struct kv_sm *sm = tk_calloc(1, sizeof(*sm));
     sm->cfg = *c;

@@ -76,14 +76,12 @@ static void tier_push_rel(struct kv_sm *sm, const struct kv_rec *h, uint64_t add
 /* Takes the ring as it is: seals the tail, moves the in-place records into
  * tier_ents (checked here, where the ring's slot table may be read) and
  * chooses the pages to release (all of them, or the oldest until the ring
- * would be under 3/4 of its budget, less the phase: each tier-down then
- * comes after the same growth, a quarter of the budget, whatever the
- * phase). False when there is nothing to do: no page to release and the
- * cold tier at the applied index already. */
+ * would be under 3/4 of its budget). False when there is nothing to do: no
+ * page to release and the cold tier at the applied index already. */
 static bool tier_pick(struct kv_sm *sm, bool all, struct kv_tier_job *j)
 {
     kv__ring_seal(&sm->ring);
-    size_t target = all ? 0 : sm->cfg.ring_bytes / 4 * 3 - sm->cfg.tier_phase;
+    size_t target = all ? 0 : sm->cfg.ring_bytes / 4 * 3;
     size_t freed = 0, n_rel = 0;
     for (struct kv_page *p = sm->ring.head; p != NULL && sm->ring.bytes - freed > target;
          p = p->next) {
@@ -530,8 +528,7 @@ int kv_sm_snapshot(struct kv_sm *sm, struct kv_snap **out)
 bool kv_sm_tier_wanted(const struct kv_sm *sm)
 {
     return sm->job == NULL && !sm->draining && !sm->failed &&
-           (sm->ring.bytes > sm->cfg.ring_bytes - sm->cfg.tier_phase ||
-            sm->n_inplace == sm->max_inplace);
+           (sm->ring.bytes > sm->cfg.ring_bytes || sm->n_inplace == sm->max_inplace);
 }
 
 bool kv_sm_tier_urgent(const struct kv_sm *sm)

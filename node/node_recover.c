@@ -162,26 +162,6 @@ static int finish_install(struct node *n, struct store_boot *sb, uint64_t applie
     return rc;
 }
 
-/* The KV's tier-down phase (kv_config.tier_phase): replicas apply the same
- * writes, so with one budget their tier-downs (an LMDB commit of tens of MB
- * at 10M keys) came at the same moment, and on one disk every node's log
- * fsync waited behind all of them. Each voter gets its own slot, by its
- * place among the boot members (else by id), spread over the quarter of
- * the budget that each tier-down releases. */
-static size_t tier_phase(const struct node_options *o, size_t ring_bytes)
-{
-    uint64_t slot = o->id % 3, slots = 3;
-    for (uint32_t i = 0; i < o->members.n_voters; i++) {
-        if (o->members.voters[i] != o->id)
-            continue;
-        slot = 0;
-        slots = o->members.n_voters;
-        for (uint32_t j = 0; j < o->members.n_voters; j++)
-            slot += o->members.voters[j] < o->id;
-    }
-    return (size_t)(ring_bytes / 4 / slots * slot);
-}
-
 /* Opens the state machine under data_dir/kv, finishes an interrupted
  * install (finish_install) and checks that the log continues it. */
 static int open_sm(struct node *n, struct store_boot *sb)
@@ -197,7 +177,6 @@ static int open_sm(struct node *n, struct store_boot *sb)
         kc.map_bytes = n->o.kv_map_bytes;
     if (n->o.kv_ring_bytes != 0)
         kc.ring_bytes = n->o.kv_ring_bytes;
-    kc.tier_phase = tier_phase(&n->o, kc.ring_bytes);
     if (n->o.events_max != 0 || n->o.events_bytes != 0) {
         kc.events_max = n->o.events_max;
         kc.events_bytes = n->o.events_bytes ? n->o.events_bytes : kc.events_bytes;

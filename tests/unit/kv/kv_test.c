@@ -1153,86 +1153,6 @@ START_TEST(test_more_data_than_ring_budget)
 }
 END_TEST
 
-/* Replicas applying the same writes tier down at different times when
- * their phases differ (kv_config.tier_phase), each after the same growth:
- * a phase of an eighth of the budget puts one's tier-downs about half way
- * between the other's. A phase past a quarter of the budget is refused. */
-static int tier_downs_at(size_t phase, uint64_t *at, int max)
-{
-    struct kvu u = {0};
-    kv_config_default(&u.cfg);
-    u.cfg.no_sync = true;
-    u.cfg.map_bytes = (size_t)1 << 30;
-    u.cfg.page_bytes = 4096;
-    u.cfg.ring_bytes = 128 * 1024;
-    u.cfg.background_tier = true;
-    u.cfg.tier_phase = phase;
-    u.dir = kvu_tmpdir();
-    struct kv_config cfg = u.cfg;
-    kvu_open(&u, &cfg);
-    int n = 0;
-    char k[32], v[64];
-    for (int i = 0; i < 12000; i++) {
-        snprintf(k, sizeof(k), "key%06d", i);
-        snprintf(v, sizeof(v), "value-%040d", i);
-        ck_assert_int_eq(kvu_put(&u, k, v), 0);
-        if (u.sm->draining) {
-            (void)kv_sm_tier_drain(u.sm, 1u << 20);
-            continue;
-        }
-        if (!kv_sm_tier_wanted(u.sm))
-            continue;
-        struct kv_tier_job *j;
-        ck_assert_int_eq(kv_sm_tier_start(u.sm, false, &j), 0);
-        ck_assert_ptr_nonnull(j);
-        kv_tier_run(j);
-        struct kv_tier_result res;
-        ck_assert_int_eq(kv_sm_tier_publish(u.sm, j, &res), 0);
-        tk_blob_unref(res.stream);
-        if (n < max)
-            at[n++] = kv_sm_applied_index(u.sm);
-    }
-    kvu_close(&u, true);
-    return n;
-}
-
-START_TEST(test_tier_phase_staggers_tier_downs)
-{
-    enum { MAX = 64 };
-    uint64_t a[MAX], b[MAX];
-    int na = tier_downs_at(0, a, MAX);
-    int nb = tier_downs_at(128 * 1024 / 8, b, MAX);
-    ck_assert_int_ge(na, 8);
-    ck_assert_int_ge(nb, na - 1);
-    ck_assert_int_le(nb, na + 1);
-    uint64_t period = (a[na - 1] - a[1]) / (uint64_t)(na - 2);
-    ck_assert_uint_lt(b[0], a[0]); /* wanted an eighth of the budget sooner */
-    uint64_t nearest_min = UINT64_MAX;
-    for (int i = 1; i < nb; i++) {
-        uint64_t nearest = UINT64_MAX;
-        for (int j = 0; j < na; j++) {
-            uint64_t d = b[i] > a[j] ? b[i] - a[j] : a[j] - b[i];
-            nearest = d < nearest ? d : nearest;
-        }
-        nearest_min = nearest < nearest_min ? nearest : nearest_min;
-    }
-    printf("tier-downs: %d and %d, every %llu writes; phase 1/8: at least %llu writes "
-           "from the other's\n",
-           na, nb, (unsigned long long)period, (unsigned long long)nearest_min);
-    ck_assert_uint_ge(nearest_min * 4, period); /* a quarter of a period or more */
-
-    struct kvu u = {0};
-    kv_config_default(&u.cfg);
-    u.cfg.ring_bytes = 128 * 1024;
-    u.cfg.tier_phase = 128 * 1024 / 4 + 1;
-    u.cfg.dir = u.dir = kvu_tmpdir();
-    struct kv_sm *sm = NULL;
-    ck_assert_int_eq(kv_sm_open(&u.cfg, &sm), TK_EINVAL);
-    kvu_rmrf(u.dir);
-    tk_free(u.dir);
-}
-END_TEST
-
 static void *tier_thread(void *arg)
 {
     kv_tier_run(arg);
@@ -2198,7 +2118,6 @@ int main(void)
     tcase_add_test(tc, test_flipped_byte_in_ring_is_never_returned);
     tcase_add_test(tc, test_more_data_than_ring_budget);
     tcase_add_test(tc, test_background_tier_job_runs_beside_applies);
-    tcase_add_test(tc, test_tier_phase_staggers_tier_downs);
     tcase_add_test(tc, test_tier_drain_interleaves_with_apply);
     tcase_add_test(tc, test_tier_triggers_record_the_applied_index_alike);
     tcase_add_test(tc, test_rewrites_beside_background_tier_downs_recover);
