@@ -195,6 +195,10 @@ static const struct metric_desc metric_table[] = {
      "Snapshots read from the cold tier beside the tier-downs (the others were "
      "taken by a snapshot job that tiered down first).",
      MK_VALUE, SNAP(m.snapshot_reads)},
+    {"tierkv_snapshot_trailing_reads_total", "counter",
+     "Log entries read on the loop to find a snapshot's trailing window (the marks of "
+     "the bytes applied did not reach back).",
+     MK_VALUE, SNAP(m.trailing_reads)},
     {"tierkv_snapshot_installs_dropped_total", "counter",
      "Newer snapshots from the leader dropped while one was being installed "
      "(the leader sends again).",

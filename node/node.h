@@ -317,6 +317,9 @@ struct node_metrics {
     uint64_t installs;          /* snapshots installed from a leader */
     uint64_t installs_dropped;  /* newer snapshots dropped during an install */
     uint64_t snapshot_reads;    /* snapshots read beside the tier-downs */
+    uint64_t trailing_reads;    /* log entries read on the loop to find a
+                                   snapshot's trailing window (0 while the
+                                   marks of the bytes applied reach back) */
     uint64_t installs_deferred; /* readies of log entries kept beside an install */
     uint64_t store_syncs;       /* log syncs (store_stats.syncs) */
     /* Appends the storage thread completed, and the times a producer had to

@@ -227,6 +227,16 @@ static int read_boot(struct node *n, const struct store_boot *sb, struct raft_bo
     boot->bootstrap = sb->bootstrap;
     boot->applied = kv_sm_applied_index(n->sm);
     n->tier.snap_index = sb->snapshot.index;
+    /* The entries the state machine holds already are not applied again:
+     * count them here, while they are hot, so that the marks of the bytes
+     * applied reach back to the log's start (a mark of 0 bytes before its
+     * first entry) and the first snapshot after a restart finds its trailing
+     * window without reading 10,000 cold entries on the loop (5.5 ms at 10M
+     * keys). */
+    node__tier_mark(n, sb->first_index - 1);
+    for (size_t i = 0; i < *n_ents && (*ents)[i].index <= boot->applied; i++)
+        node__tier_count(n, (*ents)[i].index,
+                         (*ents)[i].data != NULL ? (*ents)[i].data->len : 0);
     return 0;
 }
 

@@ -142,11 +142,14 @@ static const struct node_mark *mark_back(const struct node_tier *t, uint32_t k)
  * 9.5 ms of a snapshot's turn at 1.5M keys. The bytes after `index` are
  * bounded above by the first mark at or past it (or by every byte applied),
  * so the window kept is at most `budget` bytes; it may stop short by one
- * mark's spacing (NODE_MARK_ENTRIES entries, or 1/64 of the budget). False
- * if the marks do not reach back far enough (after a restart): the caller
- * reads the entries. */
+ * mark's spacing (NODE_MARK_ENTRIES entries, or 1/64 of the budget). When
+ * every mark fits, the window is the whole log if the oldest mark's entry is
+ * gone from it (`whole`: boot marks the entry before the log's first, with 0
+ * bytes). False if the marks do not reach back far enough (the ring of marks
+ * wrapped, or an install reset the log behind them): the caller reads the
+ * entries. */
 static bool goal_from_marks(const struct node_tier *t, uint64_t index, uint64_t floor,
-                            uint64_t budget, uint64_t *goal)
+                            uint64_t budget, bool whole, uint64_t *goal)
 {
     uint64_t upper = t->applied_bytes; /* >= the bytes up to index */
     uint32_t k = 0;
@@ -167,7 +170,8 @@ static bool goal_from_marks(const struct node_tier *t, uint64_t index, uint64_t 
         }
         keep = m->index;
     }
-    return false;
+    *goal = floor;
+    return whole;
 }
 
 /* The last index to compact after a snapshot at `index`: the trailing window
@@ -181,7 +185,10 @@ static uint64_t trailing_goal(struct node *n, uint64_t index)
     uint64_t goal = index > n->o.trailing_entries ? index - n->o.trailing_entries : 0;
     uint64_t bytes = 0, budget = n->o.snapshot_bytes;
     uint64_t from_marks;
-    if (budget != 0 && goal_from_marks(&n->tier, index, goal, budget, &from_marks)) {
+    const struct node_tier *t = &n->tier;
+    bool whole = t->n_marks > 0 &&
+                 raft_entry_at(n->raft, mark_back(t, t->n_marks - 1)->index) == NULL;
+    if (budget != 0 && goal_from_marks(t, index, goal, budget, whole, &from_marks)) {
         goal = from_marks;
         budget = 0;
     }
@@ -189,6 +196,7 @@ static uint64_t trailing_goal(struct node *n, uint64_t index)
         const struct raft_entry *e = raft_entry_at(n->raft, i);
         if (e == NULL)
             break;
+        n->m.metrics.trailing_reads++;
         bytes += e->data != NULL ? e->data->len : 0;
         if (bytes > budget) {
             goal = i; /* entry i would take the window past its bytes */
