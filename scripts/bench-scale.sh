@@ -35,6 +35,7 @@
 #        so the data stays its size: the steady state at 1M or 10M keys),
 #        SCALE_RATE (0: as fast as the connections go; else the steady
 #        state's writes per second, `tierkv bench --rate`),
+#        SCALE_RING_BYTES (64M: the nodes' --kv-ring-bytes),
 #        SCALE_STALL_PROBE_MS (40: the nodes' --stall-probe-ms; each turn that
 #        long is logged with what the loop waited on, and the run ends with
 #        a count of them by what; 0: off)
@@ -54,6 +55,7 @@ conn=${SCALE_CONN:-64}
 step=${SCALE_STEP_S:-10}
 snap=${SCALE_SNAPSHOT_ENTRIES:-100000}
 stall=${SCALE_STALL_PROBE_MS:-40}
+ring=${SCALE_RING_BYTES:-64M}
 raft_base=${SCALE_RAFT_BASE:-7300}
 http_base=${SCALE_HTTP_BASE:-8300}
 max_turn_ms=${SCALE_MAX_TURN_MS:-0}
@@ -105,7 +107,8 @@ for i in 1 2 3; do
     printf '%s\n' "echo \$\$ >'$dir/n$i.pid'" \
         "exec '$bin' --id $i --members '$members' --members-http '$mhttp' \\" \
         "    --listen-http 127.0.0.1:$((http_base + i)) --data-dir '$dir/n$i' --store fs \\" \
-        "    --snapshot-entries $snap --stall-probe-ms $stall >>'$dir/n$i.log' 2>&1" >"$dir/n$i.sh"
+        "    --snapshot-entries $snap --stall-probe-ms $stall --kv-ring-bytes $ring \\" \
+        "    >>'$dir/n$i.log' 2>&1" >"$dir/n$i.sh"
     bash "$dir/n$i.sh" &
 done
 

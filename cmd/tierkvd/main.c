@@ -141,6 +141,11 @@ static struct opt opts[] = {
      0, 0},
     {"max-watchers", "TIERKV_MAX_WATCHERS", "10000",
      "open watches on this node (beyond: 503)", 0, 0},
+    {"kv-ring-bytes", "TIERKV_KV_RING_BYTES", "64M",
+     "memory for the newest versions (the hot tier); past it they are written to the "
+     "cold tier in the background: larger means fewer, no larger, tier-down commits "
+     "under steady overwrites",
+     0, 0},
     {"kv-no-sync", "TIERKV_KV_NO_SYNC", NULL,
      "cold tier without fsync (benchmarks only; the raft log is still synced)", 1, 0},
     {"peer-token-file", "TIERKV_PEER_TOKEN_FILE", NULL,
@@ -672,6 +677,7 @@ int main(int argc, char **argv)
     no.lease_checkpoint_ms = (uint32_t)get_u64("lease-checkpoint-ms", 10, 3600000);
     no.events_max = get_u64("watch-events", 0, 1u << 30);
     no.events_bytes = get_size("watch-events-bytes", 4096, 1ull << 40);
+    no.kv_ring_bytes = get_size("kv-ring-bytes", 1u << 20, 1ull << 40);
     no.kv_no_sync = get("kv-no-sync") != NULL && strcmp(get("kv-no-sync"), "0") != 0;
     no.seed = no.id * 0x9e3779b97f4a7c15ull ^ (uint64_t)getpid();
 

@@ -34,6 +34,7 @@ def main():
         (["--election-ticks", "2", "--heartbeat-ticks", "5"], {}, "--heartbeat-ticks"),
         (["--max-value-bytes", "2M"], {}, "--max-value-bytes"),
         (["--max-value-bytes", "12Q"], {}, "not a size"),
+        (["--kv-ring-bytes", "64K"], {}, "--kv-ring-bytes"),
         (["--listen-http", "localhost"], {}, "--listen-http"),
         (["--log-level", "loud"], {}, "--log-level"),
         (["--log-format", "xml"], {}, "--log-format"),
