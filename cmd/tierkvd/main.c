@@ -143,8 +143,7 @@ static struct opt opts[] = {
      "open watches on this node (beyond: 503)", 0, 0},
     {"kv-ring-bytes", "TIERKV_KV_RING_BYTES", "64M",
      "memory for the newest versions (the hot tier); past it they are written to the "
-     "cold tier in the background: larger means fewer, no larger, tier-down commits "
-     "under steady overwrites",
+     "cold tier in the background (larger: fewer tier-downs, more memory)",
      0, 0},
     {"kv-no-sync", "TIERKV_KV_NO_SYNC", NULL,
      "cold tier without fsync (benchmarks only; the raft log is still synced)", 1, 0},
