@@ -269,6 +269,10 @@ static const struct metric_desc metric_table[] = {
     {"tierkv_transport_reads_paused_total", "counter",
      "Raft connections' reads put off to the next loop turn (over 2 MiB read in one).",
      MK_VALUE, SNAP(m.net_reads_paused)},
+    {"tierkv_transport_snapshot_faulted_ahead_bytes_total", "counter",
+     "Bytes of big snapshots being received faulted in on the thread pool ahead of "
+     "their chunks (the loop then copies into pages already there).",
+     MK_VALUE, SNAP(m.net_snapshot_faulted_ahead)},
     {"tierkv_http_tls_failures_total", "counter",
      "HTTPS connections closed for a failed TLS handshake or a bad record.", MK_VALUE,
      SNAP(http.tls_failed)},

@@ -354,6 +354,8 @@ struct node_metrics {
     uint64_t net_conns_idle;
     uint64_t net_snapshots_dropped;
     uint64_t net_reads_paused; /* Raft connections' reads put off to the next turn */
+    uint64_t net_snapshot_faulted_ahead; /* bytes of big snapshots' reassembly
+                                            faulted in off the loop, ahead */
     /* The loop's turns (one pass of the node's loop, callbacks of every kind,
      * without the time blocked waiting for events): the longest so far by
      * the phase most of it went to (enum node_turn_phase), and the snapshot

@@ -121,6 +121,7 @@ void node__publish_status(struct node *n)
         mt->net_conns_idle = ts.conns_idle;
         mt->net_snapshots_dropped = ts.snapshots_dropped;
         mt->net_reads_paused = ts.reads_paused;
+        mt->net_snapshot_faulted_ahead = ts.snapshot_faulted_ahead;
     }
     n->m.pub = *mt;
     pthread_mutex_unlock(&n->m.mu);

@@ -71,29 +71,32 @@ struct transport_callbacks {
 
 /* Counters, cumulative since creation; read with transport_stats(). */
 struct transport_stats {
-    uint64_t msgs_sent;         /* accepted by transport_send */
-    uint64_t msgs_received;     /* delivered to recv_cb */
-    uint64_t bytes_sent;        /* TCP: bytes written to sockets */
-    uint64_t bytes_received;    /* TCP: bytes read from sockets */
-    uint64_t send_busy;         /* sends refused with TK_EBUSY (queue full) */
-    uint64_t send_dropped;      /* accepted, then dropped (faults, lost conns) */
-    uint64_t conns_accepted;    /* TCP: inbound connections accepted */
-    uint64_t conns_dialed;      /* TCP: outbound handshakes completed */
-    uint64_t conns_failed;      /* TCP: dials that failed or were refused */
-    uint64_t conns_bad;         /* TCP: closed for bad input or a bad handshake */
-    uint64_t writes;            /* TCP: uv_write calls (frames coalesce into one) */
-    uint64_t fwd_sent;          /* transport_send_forward calls accepted */
-    uint64_t fwd_received;      /* forwarded byte strings delivered */
-    uint64_t auth_failed;       /* TCP: handshakes refused: a wrong or missing token
-                                 * proof, or an id that is not a peer (member) */
-    uint64_t msgs_spoofed;      /* TCP: messages dropped, `from` (or `to`) not the
-                                 * connection's authenticated ids */
-    uint64_t pending_evicted;   /* TCP: unauthenticated connections closed to make
-                                 * room for a newer one (pending cap) */
-    uint64_t conns_idle;        /* TCP: authenticated inbound closed for idling */
-    uint64_t snapshots_dropped; /* TCP: reassemblies dropped (deadline, memory) */
-    uint64_t reads_paused;      /* TCP: a connection's reads put off to the next
-                                 * loop turn (over 2 MiB in one turn) */
+    uint64_t msgs_sent;              /* accepted by transport_send */
+    uint64_t msgs_received;          /* delivered to recv_cb */
+    uint64_t bytes_sent;             /* TCP: bytes written to sockets */
+    uint64_t bytes_received;         /* TCP: bytes read from sockets */
+    uint64_t send_busy;              /* sends refused with TK_EBUSY (queue full) */
+    uint64_t send_dropped;           /* accepted, then dropped (faults, lost conns) */
+    uint64_t conns_accepted;         /* TCP: inbound connections accepted */
+    uint64_t conns_dialed;           /* TCP: outbound handshakes completed */
+    uint64_t conns_failed;           /* TCP: dials that failed or were refused */
+    uint64_t conns_bad;              /* TCP: closed for bad input or a bad handshake */
+    uint64_t writes;                 /* TCP: uv_write calls (frames coalesce into one) */
+    uint64_t fwd_sent;               /* transport_send_forward calls accepted */
+    uint64_t fwd_received;           /* forwarded byte strings delivered */
+    uint64_t auth_failed;            /* TCP: handshakes refused: a wrong or missing token
+                                      * proof, or an id that is not a peer (member) */
+    uint64_t msgs_spoofed;           /* TCP: messages dropped, `from` (or `to`) not the
+                                      * connection's authenticated ids */
+    uint64_t pending_evicted;        /* TCP: unauthenticated connections closed to make
+                                      * room for a newer one (pending cap) */
+    uint64_t conns_idle;             /* TCP: authenticated inbound closed for idling */
+    uint64_t snapshots_dropped;      /* TCP: reassemblies dropped (deadline, memory) */
+    uint64_t reads_paused;           /* TCP: a connection's reads put off to the next
+                                      * loop turn (over 2 MiB in one turn) */
+    uint64_t snapshot_faulted_ahead; /* TCP: bytes of big snapshots' reassembly
+                                      * faulted in on the thread pool ahead
+                                      * of the chunks */
 };
 
 /* Sends `m` to node m->to, never blocking. Borrows `m` (see above).

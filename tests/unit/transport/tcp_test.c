@@ -1461,6 +1461,53 @@ START_TEST(test_reads_past_the_turn_budget_wait_for_the_next_turn)
 }
 END_TEST
 
+/* A big snapshot's reassembly is faulted in on the thread pool ahead of its
+ * chunks (tcp.c, snap_fault_ahead): the pages the loop copies into are
+ * there already. The snapshot still arrives whole and intact. */
+START_TEST(test_big_snapshot_is_faulted_in_ahead_and_arrives_whole)
+{
+    enum { SNAP = 72 << 20 };
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    struct transport_tcp_options oa, ob;
+    base_opts(&oa, 1);
+    base_opts(&ob, 2);
+    oa.frame_max = ob.frame_max = 2u << 20;
+    oa.snapshot_chunk = ob.snapshot_chunk = 1u << 20;
+    struct tnode *a = tnode_new(&loop, &oa), *b = tnode_new(&loop, &ob);
+    link2(a, b);
+    link2(b, a);
+    RUN_UNTIL(&loop, a->ups == 1 && b->ups == 1, 10000);
+    struct tk_blob *data = tk_blob_new(SNAP);
+    for (size_t i = 0; i < data->len; i += 8)
+        memcpy(data->data + i, &i, 8);
+    struct raft_message m = {.type = RAFT_MSG_SNAPSHOT, .from = 1, .to = 2, .term = 3};
+    m.u.snapshot.meta.index = 99;
+    m.u.snapshot.meta.term = 3;
+    m.u.snapshot.meta.config.n_voters = 2;
+    m.u.snapshot.meta.config.voters[0] = 1;
+    m.u.snapshot.meta.config.voters[1] = 2;
+    m.u.snapshot.done = true;
+    m.u.snapshot.data = data;
+    ck_assert_int_eq(transport_send(a->t, &m), 0);
+    RUN_UNTIL(&loop, b->snap != NULL, 30000);
+    ck_assert_uint_eq(b->snap->len, data->len);
+    ck_assert_mem_eq(b->snap->data, data->data, data->len);
+    uint64_t ahead = stats_of(b).snapshot_faulted_ahead;
+    printf("snapshot of %d bytes: %llu faulted in ahead on the thread pool\n", SNAP,
+           (unsigned long long)ahead);
+    ck_assert_uint_ge(ahead, (uint64_t)SNAP / 2);
+    ck_assert_uint_le(ahead, SNAP);
+    ck_assert_uint_eq(stats_of(b).snapshots_dropped, 0);
+    tk_blob_unref(data);
+    tnode_close(a);
+    tnode_close(b);
+    finish(&loop);
+    tnode_free(a);
+    tnode_free(b);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("transport_tcp");
@@ -1484,6 +1531,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_silent_sockets_do_not_starve_a_peer);
     tcase_add_test(tc, test_handshake_and_idle_deadlines);
     tcase_add_test(tc, test_snapshot_chunk_hoarding_is_bounded);
+    tcase_add_test(tc, test_big_snapshot_is_faulted_in_ahead_and_arrives_whole);
     tcase_add_test(tc, test_reads_past_the_turn_budget_wait_for_the_next_turn);
     tcase_add_test(tc, test_incarnation_refused_and_told);
     tcase_add_test(tc, test_big_frames_reuse_their_buffers);
