@@ -273,6 +273,10 @@ static const struct metric_desc metric_table[] = {
      "Bytes of big snapshots being received faulted in on the thread pool ahead of "
      "their chunks (the loop then copies into pages already there).",
      MK_VALUE, SNAP(m.net_snapshot_faulted_ahead)},
+    {"tierkv_transport_snapshot_fault_waits_total", "counter",
+     "Times a connection's reads waited for the pages ahead of a big snapshot's "
+     "chunks to be faulted in (the loop does not zero them itself).",
+     MK_VALUE, SNAP(m.net_snapshot_fault_waits)},
     {"tierkv_http_tls_failures_total", "counter",
      "HTTPS connections closed for a failed TLS handshake or a bad record.", MK_VALUE,
      SNAP(http.tls_failed)},

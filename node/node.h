@@ -356,6 +356,7 @@ struct node_metrics {
     uint64_t net_reads_paused; /* Raft connections' reads put off to the next turn */
     uint64_t net_snapshot_faulted_ahead; /* bytes of big snapshots' reassembly
                                             faulted in off the loop, ahead */
+    uint64_t net_snapshot_fault_waits;   /* reads stopped until that caught up */
     /* The loop's turns (one pass of the node's loop, callbacks of every kind,
      * without the time blocked waiting for events): the longest so far by
      * the phase most of it went to (enum node_turn_phase), and the snapshot

@@ -122,6 +122,7 @@ void node__publish_status(struct node *n)
         mt->net_snapshots_dropped = ts.snapshots_dropped;
         mt->net_reads_paused = ts.reads_paused;
         mt->net_snapshot_faulted_ahead = ts.snapshot_faulted_ahead;
+        mt->net_snapshot_fault_waits = ts.snapshot_fault_waits;
     }
     n->m.pub = *mt;
     pthread_mutex_unlock(&n->m.mu);

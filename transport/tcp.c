@@ -39,6 +39,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -114,6 +115,8 @@ struct tcp_conn {
     struct snap_fault *fault; /* faulting in the reassembly's pages ahead */
     const void *fault_blob;   /* the reassembly fault_end is of (compared only) */
     uint64_t fault_end;       /* its bytes faulted in or queued */
+    uint64_t fault_done;      /* its bytes faulted in (jobs completed) */
+    bool fault_wait;          /* reads stopped until the job in flight ends */
     struct tk_tls *tls;       /* peer TLS: the session; rbuf then holds plaintext */
     uint8_t *tls_buf;         /* peer TLS: ciphertext as read (RBUF_BYTES) */
     uint64_t rx_ms;           /* loop time of rx_turn's reads */
@@ -127,6 +130,7 @@ struct snap_fault {
     struct tcp_conn *conn; /* NULL once the connection is freed */
     struct tk_blob *blob;  /* the job's own reference */
     uint64_t from, to;     /* of blob->data */
+    atomic_bool started;   /* the pool runs it (else reads never wait for it) */
 };
 
 struct wreq {
@@ -359,7 +363,7 @@ static void resume_conn(struct tcp_conn *c)
     if (c == NULL || !c->read_paused)
         return;
     c->read_paused = false;
-    if (c->state != CONN_CLOSING)
+    if (c->state != CONN_CLOSING && !c->fault_wait)
         uv_read_start((uv_stream_t *)&c->handle, on_alloc, on_read);
 }
 
@@ -1006,10 +1010,13 @@ static void snap_drop(struct tcp_conn *c, const char *why)
  * bytes more than received per reassembly (not charged to snapshot_total_max:
  * a bounded, per-connection extra). */
 #define SNAP_AHEAD (32u << 20)
+#define SNAP_FAULT_JOB (8u << 20)    /* per job: a wait for one is short */
+#define SNAP_FAULT_MARGIN (4u << 20) /* a read turn's budget, twice */
 
 static void fault_run(uv_work_t *w)
 {
     struct snap_fault *f = w->data;
+    atomic_store(&f->started, true);
 #ifdef MADV_POPULATE_WRITE
     uintptr_t page = 4096;
     uintptr_t a = ((uintptr_t)f->blob->data + (uintptr_t)f->from) & ~(page - 1);
@@ -1021,21 +1028,43 @@ static void fault_run(uv_work_t *w)
 
 static void snap_fault_ahead(struct tcp_conn *c);
 
+/* Would the next chunks land in pages not faulted in yet, with a job on its
+ * way there? Then the connection's reads wait for it: the loop never zeroes
+ * the pages itself, and the snapshot arrives at the pool's pace. On this VM
+ * a first touch of memory the guest never used cost about 8 ms per 2 MiB
+ * page, and one pool thread was no faster than the stream. */
+static bool snap_fault_behind(const struct tcp_conn *c)
+{
+    const struct codec_snap *s = &c->snap;
+    return c->fault != NULL && atomic_load(&c->fault->started) && s->blob != NULL &&
+           c->fault_blob == (const void *)s->blob &&
+           s->len + SNAP_FAULT_MARGIN > c->fault_done && c->fault_done < s->total;
+}
+
 static void fault_after(uv_work_t *w, int status)
 {
     struct snap_fault *f = w->data;
     struct tcp_conn *c = f->conn;
     (void)status;
-    tk_free(f);
     if (c != NULL) {
         c->fault = NULL;
-        if (c->state != CONN_CLOSING)
-            snap_fault_ahead(c);
+        if (c->fault_blob == (const void *)f->blob) /* compared, not read */
+            c->fault_done = f->to;
+    }
+    tk_free(f);
+    if (c == NULL || c->state == CONN_CLOSING)
+        return;
+    snap_fault_ahead(c);
+    if (c->fault_wait && !snap_fault_behind(c)) {
+        c->fault_wait = false;
+        if (!c->read_paused && !c->t->closing)
+            uv_read_start((uv_stream_t *)&c->handle, on_alloc, on_read);
     }
 }
 
-/* Queues the next slice once the chunks come within half of SNAP_AHEAD of
- * what is faulted in (one job at a time per connection). */
+/* Queues the next slice of SNAP_FAULT_JOB bytes while what is faulted in or
+ * queued is less than SNAP_AHEAD ahead of the chunks (one job at a time per
+ * connection; each job's end queues the next). */
 static void snap_fault_ahead(struct tcp_conn *c)
 {
     const struct codec_snap *s = &c->snap;
@@ -1043,15 +1072,22 @@ static void snap_fault_ahead(struct tcp_conn *c)
         return;
     if (c->fault_blob != s->blob) { /* a new reassembly */
         c->fault_blob = s->blob;
-        c->fault_end = 0;
+        c->fault_end = c->fault_done = 0;
     }
     uint64_t from = c->fault_end > s->len ? c->fault_end : s->len;
-    if (from >= s->total || from - s->len > SNAP_AHEAD / 2)
+    if (from >= s->total || from - s->len >= SNAP_AHEAD)
         return;
-    uint64_t to = s->total - s->len > SNAP_AHEAD ? s->len + SNAP_AHEAD : s->total;
-    struct snap_fault *f = tk_malloc(sizeof(*f));
-    *f = (struct snap_fault){
-        .conn = c, .blob = tk_blob_ref(s->blob), .from = from, .to = to};
+    uint64_t to = from + SNAP_FAULT_JOB;
+    if (to > s->len + SNAP_AHEAD)
+        to = s->len + SNAP_AHEAD;
+    if (to > s->total)
+        to = s->total;
+    struct snap_fault *f = tk_calloc(1, sizeof(*f));
+    f->conn = c;
+    f->blob = tk_blob_ref(s->blob);
+    f->from = from;
+    f->to = to;
+    atomic_init(&f->started, false);
     f->work.data = f;
     if (uv_queue_work(c->t->loop, &f->work, fault_run, fault_after) != 0) {
         tk_blob_unref(f->blob);
@@ -1096,6 +1132,11 @@ static const char *conn_snapshot(struct tcp_conn *c, const struct raft_message *
         return rc == TK_ETOOBIG ? "snapshot too large" : "snapshot chunk out of order";
     } else {
         snap_fault_ahead(c);
+        if (snap_fault_behind(c) && !c->fault_wait) {
+            c->fault_wait = true;
+            uv_read_stop((uv_stream_t *)&c->handle);
+            t->base.stats.snapshot_fault_waits++;
+        }
     }
     return NULL;
 }

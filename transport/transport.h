@@ -97,6 +97,8 @@ struct transport_stats {
     uint64_t snapshot_faulted_ahead; /* TCP: bytes of big snapshots' reassembly
                                       * faulted in on the thread pool ahead
                                       * of the chunks */
+    uint64_t snapshot_fault_waits;   /* TCP: a connection's reads stopped until
+                                      * the pages ahead were faulted in */
 };
 
 /* Sends `m` to node m->to, never blocking. Borrows `m` (see above).

@@ -1461,12 +1461,51 @@ START_TEST(test_reads_past_the_turn_budget_wait_for_the_next_turn)
 }
 END_TEST
 
+/* Holds a pool thread until the semaphore is posted. */
+static uv_sem_t pool_gate;
+static void gate_run(uv_work_t *w)
+{
+    (void)w;
+    uv_sem_wait(&pool_gate);
+}
+static void gate_after(uv_work_t *w, int status)
+{
+    (void)w;
+    (void)status;
+}
+
+/* Sends a snapshot of `len` bytes from a to b; b's copy must be intact. */
+static void snapshot_roundtrip(uv_loop_t *loop, struct tnode *a, struct tnode *b,
+                               size_t len)
+{
+    struct tk_blob *data = tk_blob_new(len);
+    for (size_t i = 0; i + 8 <= data->len; i += 8)
+        memcpy(data->data + i, &i, 8);
+    struct raft_message m = {.type = RAFT_MSG_SNAPSHOT, .from = 1, .to = 2, .term = 3};
+    m.u.snapshot.meta.index = 99;
+    m.u.snapshot.meta.term = 3;
+    m.u.snapshot.meta.config.n_voters = 2;
+    m.u.snapshot.meta.config.voters[0] = 1;
+    m.u.snapshot.meta.config.voters[1] = 2;
+    m.u.snapshot.done = true;
+    m.u.snapshot.data = data;
+    tk_blob_unref(b->snap);
+    b->snap = NULL;
+    ck_assert_int_eq(transport_send(a->t, &m), 0);
+    RUN_UNTIL(loop, b->snap != NULL, 30000);
+    ck_assert_uint_eq(b->snap->len, data->len);
+    ck_assert_mem_eq(b->snap->data, data->data, data->len);
+    tk_blob_unref(data);
+}
+
 /* A big snapshot's reassembly is faulted in on the thread pool ahead of its
- * chunks (tcp.c, snap_fault_ahead): the pages the loop copies into are
- * there already. The snapshot still arrives whole and intact. */
+ * chunks (tcp.c, snap_fault_ahead), the reads waiting for a job that runs
+ * when the chunks catch up with it; never for one the pool has not started:
+ * with every pool thread held, the snapshot still arrives (the loop faults
+ * the pages in itself). Each arrives whole and intact. */
 START_TEST(test_big_snapshot_is_faulted_in_ahead_and_arrives_whole)
 {
-    enum { SNAP = 72 << 20 };
+    enum { SNAP = 72 << 20, POOL = 4 };
     uv_loop_t loop;
     uv_loop_init(&loop);
     struct transport_tcp_options oa, ob;
@@ -1478,31 +1517,28 @@ START_TEST(test_big_snapshot_is_faulted_in_ahead_and_arrives_whole)
     link2(a, b);
     link2(b, a);
     RUN_UNTIL(&loop, a->ups == 1 && b->ups == 1, 10000);
-    struct tk_blob *data = tk_blob_new(SNAP);
-    for (size_t i = 0; i < data->len; i += 8)
-        memcpy(data->data + i, &i, 8);
-    struct raft_message m = {.type = RAFT_MSG_SNAPSHOT, .from = 1, .to = 2, .term = 3};
-    m.u.snapshot.meta.index = 99;
-    m.u.snapshot.meta.term = 3;
-    m.u.snapshot.meta.config.n_voters = 2;
-    m.u.snapshot.meta.config.voters[0] = 1;
-    m.u.snapshot.meta.config.voters[1] = 2;
-    m.u.snapshot.done = true;
-    m.u.snapshot.data = data;
-    ck_assert_int_eq(transport_send(a->t, &m), 0);
-    RUN_UNTIL(&loop, b->snap != NULL, 30000);
-    ck_assert_uint_eq(b->snap->len, data->len);
-    ck_assert_mem_eq(b->snap->data, data->data, data->len);
-    uint64_t ahead = stats_of(b).snapshot_faulted_ahead;
-    printf("snapshot of %d bytes: %llu faulted in ahead on the thread pool\n", SNAP,
-           (unsigned long long)ahead);
-    ck_assert_uint_ge(ahead, (uint64_t)SNAP / 2);
-    ck_assert_uint_le(ahead, SNAP);
+    snapshot_roundtrip(&loop, a, b, SNAP);
+    struct transport_stats st = stats_of(b);
+    printf("snapshot of %d bytes: %llu faulted in ahead on the thread pool, reads "
+           "waited for it %llu times\n",
+           SNAP, (unsigned long long)st.snapshot_faulted_ahead,
+           (unsigned long long)st.snapshot_fault_waits);
+    ck_assert_uint_ge(st.snapshot_faulted_ahead, (uint64_t)SNAP / 2);
+    ck_assert_uint_le(st.snapshot_faulted_ahead, SNAP);
+
+    /* Every pool thread held (libuv's default pool): no job starts. */
+    ck_assert_int_eq(uv_sem_init(&pool_gate, 0), 0);
+    uv_work_t gates[POOL];
+    for (int i = 0; i < POOL; i++)
+        ck_assert_int_eq(uv_queue_work(&loop, &gates[i], gate_run, gate_after), 0);
+    snapshot_roundtrip(&loop, a, b, SNAP);
+    for (int i = 0; i < POOL; i++)
+        uv_sem_post(&pool_gate);
     ck_assert_uint_eq(stats_of(b).snapshots_dropped, 0);
-    tk_blob_unref(data);
     tnode_close(a);
     tnode_close(b);
     finish(&loop);
+    uv_sem_destroy(&pool_gate);
     tnode_free(a);
     tnode_free(b);
 }
