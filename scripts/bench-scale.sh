@@ -38,7 +38,10 @@
 #        SCALE_RING_BYTES (64M: the nodes' --kv-ring-bytes),
 #        SCALE_STALL_PROBE_MS (40: the nodes' --stall-probe-ms; each turn that
 #        long is logged with what the loop waited on, and the run ends with
-#        a count of them by what; 0: off)
+#        a count of them by what; 0: off),
+#        SCALE_HICCUP (1: run scripts/hiccup.py beside it, real-time threads
+#        that log when the machine ran nothing for over 10 ms, and report how
+#        many slow turns and writes that time explains; 0: off)
 set -uo pipefail
 
 plot=""
@@ -83,6 +86,7 @@ done
 # Each node's pid is in $dir/n$i.pid, written by $dir/n$i.sh, which starts
 # it (the catch-up restarts one with it, from bench_scale.py).
 cleanup() {
+    [ -n "${hiccup_pid:-}" ] && kill -TERM "$hiccup_pid" 2>/dev/null
     for i in 1 2 3; do
         [ -f "$dir/n$i.pid" ] && kill -TERM "$(cat "$dir/n$i.pid")" 2>/dev/null
     done
@@ -112,6 +116,10 @@ for i in 1 2 3; do
     bash "$dir/n$i.sh" &
 done
 
+if [ "${SCALE_HICCUP:-1}" = 1 ]; then
+    python3 "$(dirname "$0")/hiccup.py" --min-ms 10 >"$dir/hiccup.log" 2>&1 &
+    hiccup_pid=$!
+fi
 python3 "$(dirname "$0")/bench_scale.py" --http-base "$http_base" --dir "$dir" \
     --cli "$cli" --endpoints "$eps" --entries "$entries" --value "$value" \
     --conn "$conn" --step "$step" --max-turn-ms "$max_turn_ms" --stall-ms "$stall" \

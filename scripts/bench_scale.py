@@ -161,11 +161,13 @@ def bench_step(prefix, endpoints=None, keys=0):
         print(r.stdout + r.stderr, file=sys.stderr)
         return None
     slow.extend(l for l in r.stderr.splitlines() if "slow:" in l)
+    slow_all.extend(l for l in r.stderr.splitlines() if "slow:" in l)
     return json.loads(js[-1])
 
 
 SLOW_MS = 100  # writes slower than this are listed with the time they were sent
 slow = []  # the bench's lines for them, in order
+slow_all = []  # every step's, for the machine's share (hiccups())
 steady_tail = {"ops": 0}  # the steady steps' writes, and how many were over each bound
 
 
@@ -348,6 +350,74 @@ if st:
     for k, v in sorted(st.items(), key=lambda kv: -kv[1][0]):
         print("| %d | %d | %s | %s | %s | %s |" % (v[0], v[1], k[0], k[1], k[2], k[3]))
 
+
+def wall(date, frac):
+    return calendar.timegm(time.strptime(date, "%Y-%m-%dT%H:%M:%S")) + float("0." + frac)
+
+
+def overlap(a0, a1, gaps):
+    """The ms of hiccups (per CPU) inside [a0, a1]: the larger CPU's sum."""
+    per = {}
+    for cpu, end, ms in gaps:
+        lo, hi = max(a0, end - ms / 1000.0), min(a1, end)
+        if hi > lo:
+            per[cpu] = per.get(cpu, 0.0) + (hi - lo) * 1000.0
+    return max(per.values()) if per else 0.0
+
+
+gap_re = re.compile(r"gap cpu=(\d+) end=([\d.]+) ms=([\d.]+) steal_ms=(\d+)")
+slow_re = re.compile(r"slow: ([\d.]+) ms, a write sent at (\S+)T(\S+)\.(\d+)Z")
+turn_at_re = re.compile(r"a loop turn took (\d+) ms .* most of it \(\d+ ms\) in (\w+).*"
+                        r" (\d+) ms on the CPU")
+
+
+def hiccups():
+    """The machine's share (scripts/hiccup.py beside the run, $dir/hiccup.log):
+    how many loop turns over 50 ms and writes over 150 ms would have been
+    under those bounds without the time the machine ran nothing."""
+    try:
+        lines = open(o.dir + "/hiccup.log").read().splitlines()
+    except OSError:
+        return
+    head = [l for l in lines if l.startswith("hiccup:")]
+    gaps, steal = [], 0
+    for l in lines:
+        m = gap_re.search(l)
+        if m:
+            gaps.append((int(m.group(1)), float(m.group(2)), float(m.group(3))))
+            steal += int(m.group(4))
+    print("machine hiccups (scripts/hiccup.py: %s): %d over 10 ms, %d over 50 ms, "
+          "longest %.0f ms; steal in them %d ms" % (
+              head[0].split(" ", 2)[2] if head else "?", len(gaps),
+              sum(1 for g in gaps if g[2] > 50), max([g[2] for g in gaps] + [0]), steal))
+    turns = []
+    for f in sorted(glob.glob(o.dir + "/n*.log")):
+        for line in open(f, errors="replace"):
+            m, t = turn_at_re.search(line), ts_re.search(line)
+            if m and t and int(m.group(1)) > 50:
+                end = wall(t.group(1), t.group(2))
+                ms = int(m.group(1))
+                turns.append((ms, m.group(2), int(m.group(3)),
+                              overlap(end - ms / 1000.0, end, gaps)))
+    own = [t for t in turns if t[0] - t[3] > 50]
+    print("loop turns over 50 ms: %d; with the machine's hiccups inside them taken out, "
+          "still over 50 ms: %d" % (len(turns), len(own)))
+    for ms, ph, cpu, hic in sorted(own, reverse=True)[:10]:
+        print("  not the machine: %d ms in %s, %d ms of it on the CPU, %.0f ms of hiccups"
+              % (ms, ph, cpu, hic))
+    writes = []
+    for l in slow_all:
+        m = slow_re.search(l)
+        if m and float(m.group(1)) > 150:
+            at = wall(m.group(2) + "T" + m.group(3), m.group(4))
+            ms = float(m.group(1))
+            writes.append((ms, overlap(at, at + ms / 1000.0, gaps)))
+    print("writes over 150 ms listed by the bench (up to 64 per thread and step): %d; "
+          "with the hiccups inside them taken out, still over 150 ms: %d" % (
+              len(writes), sum(1 for ms, h in writes if ms - h > 150)))
+
+
+hiccups()
 
 
 def plot():

@@ -1,0 +1,88 @@
+#!/usr/bin/env python3
+"""hiccup.py: how long this machine stops running anything (issue 22).
+
+One process per CPU, pinned to it and, when it may (root), at real-time
+priority (SCHED_FIFO 50): it sleeps 2 ms at a time and logs every wake-up that
+came more than --min-ms late. A real-time thread that sleeps is run before any
+ordinary thread the moment its timer fires, so a gap here is time the guest
+did not run at all (the hypervisor held the virtual CPU: "steal") or spent in
+the kernel where it cannot be preempted -- never a loop that was busy or
+waited for a core behind other threads. bench_scale.py holds the nodes' slow
+loop turns against these gaps.
+
+Each gap is one line on stdout:
+  gap cpu=N end=UNIX_SECONDS ms=GAP steal_ms=STEAL
+where STEAL is that CPU's steal time (from /proc/stat) between the last reading
+before the gap (at most 100 ms before it) and its end.
+
+usage: scripts/hiccup.py [--min-ms 10] [--seconds 0 (until killed)]
+"""
+import argparse, os, signal, sys, time
+
+ap = argparse.ArgumentParser()
+ap.add_argument("--min-ms", type=float, default=10.0)
+ap.add_argument("--seconds", type=float, default=0.0)
+o = ap.parse_args()
+TICK_MS = 1000.0 / os.sysconf("SC_CLK_TCK")
+
+
+def steal_ms(cpu):
+    """This CPU's steal time so far, in ms (0 if /proc/stat does not say)."""
+    with open("/proc/stat") as f:
+        for line in f:
+            if line.startswith("cpu%d " % cpu):
+                v = line.split()
+                return int(v[8]) * TICK_MS if len(v) > 8 else 0.0
+    return 0.0
+
+
+def meter(cpu):
+    os.sched_setaffinity(0, {cpu})
+    try:
+        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(50))
+        rt = "SCHED_FIFO 50"
+    except (PermissionError, OSError):
+        rt = "ordinary priority (no permission for SCHED_FIFO)"
+    print("hiccup: cpu=%d %s, gaps over %.1f ms" % (cpu, rt, o.min_ms), flush=True)
+    end = time.monotonic() + o.seconds if o.seconds else float("inf")
+    last = time.monotonic()
+    st_at, st = last, steal_ms(cpu)
+    while last < end:
+        time.sleep(0.002)
+        now = time.monotonic()
+        gap = (now - last) * 1000.0 - 2.0
+        if gap > o.min_ms:
+            s = steal_ms(cpu)
+            print("gap cpu=%d end=%.3f ms=%.1f steal_ms=%.0f" % (
+                cpu, time.time(), gap, s - st), flush=True)
+            st_at, st = now, s
+        elif now - st_at >= 0.1:
+            st_at, st = now, steal_ms(cpu)
+        last = now
+
+
+pids = []
+for cpu in sorted(os.sched_getaffinity(0)):
+    pid = os.fork()
+    if pid == 0:
+        try:
+            meter(cpu)
+        except KeyboardInterrupt:
+            pass
+        os._exit(0)
+    pids.append(pid)
+
+
+def stop(*_):
+    for p in pids:
+        try:
+            os.kill(p, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    sys.exit(0)
+
+
+signal.signal(signal.SIGTERM, stop)
+signal.signal(signal.SIGINT, stop)
+for p in pids:
+    os.waitpid(p, 0)
