@@ -53,73 +53,10 @@ static struct tk_blob *put_cmd(int i)
     return b;
 }
 
-START_TEST(test_trailing_window_is_bounded_in_bytes)
-{
-    struct transport_inproc_hub *hub = transport_inproc_hub_new(3);
-    struct node_options o;
-    node_options_default(&o);
-    o.id = 1;
-    o.members.n_voters = 1;
-    o.members.voters[0] = 1;
-    o.hub = hub;
-    o.kv_no_sync = true;
-    o.snapshot_entries = 1000000;
-    o.snapshot_bytes = SNAP_BYTES;
-    o.trailing_entries = 10000;
-    struct node *n;
-    ck_assert_int_eq(node_start(&o, &n), 0);
-    struct node_status st = {0};
-    for (int i = 0; i < 2000 && st.leader != 1; i++) {
-        usleep(5000);
-        node_status(n, &st);
-    }
-    ck_assert_uint_eq(st.leader, 1);
-    static struct node_req reqs[WRITES];
-    for (int i = 0; i < WRITES; i++) {
-        reqs[i] = (struct node_req){
-            .mode = NODE_MODE_APPLIED, .cmd = put_cmd(i), .write_cb = write_done};
-        ck_assert_int_eq(node_submit(n, &reqs[i]), 0);
-        while (atomic_load(&done) <= i) /* one at a time: entries of one write */
-            usleep(200);
-    }
-    ck_assert_int_eq(atomic_load(&failed), 0);
-    /* Snapshots run in the background and the log is compacted in steps:
-     * poll (bounded) for the log to come down to the entries since the last
-     * snapshot (each VALUE bytes and a little) and a window of SNAP_BYTES (and
-     * the entry that crosses it). */
-    struct node_metrics m;
-    uint64_t bound = 0;
-    for (int t = 0; t < 1000; t++) {
-        struct node_status after;
-        node_status(n, &st);
-        node_metrics(n, &m);
-        node_status(n, &after); /* the same snapshot all along: m is its */
-        bound = (st.applied - st.snapshot_index + 1) * (VALUE + 256) + SNAP_BYTES + VALUE;
-        if (st.snapshot_index > 0 && m.store_log_bytes <= bound &&
-            after.snapshot_index == st.snapshot_index)
-            break;
-        usleep(10000);
-    }
-    printf("trailing window: %llu bytes of log held after %u writes of %u bytes "
-           "(snapshot at %llu of %llu; bound %llu)\n",
-           (unsigned long long)m.store_log_bytes, WRITES, VALUE,
-           (unsigned long long)st.snapshot_index, (unsigned long long)st.applied,
-           (unsigned long long)bound);
-    fflush(stdout);
-    ck_assert_uint_gt(st.snapshot_index, 0);
-    ck_assert_uint_le(m.store_log_bytes, bound);
-    /* ... and the window is there: compacting to the snapshot would also
-     * pass the bound (node_tier.c finds the window from marks of the bytes
-     * applied, a mark every 1/64 of snapshot_bytes here: every entry). */
-    ck_assert_uint_ge(m.store_log_bytes,
-                      (st.applied - st.snapshot_index) * VALUE + SNAP_BYTES - 2 * VALUE);
-    node_stop(n);
-    transport_inproc_hub_free(hub);
-}
-END_TEST
-
-/* Starts node 1 alone on `dir` and waits for it to lead. */
-static struct node *start_on(struct transport_inproc_hub *hub, const char *dir)
+/* Starts node 1 alone on `dir` (NULL: a memory volume), a snapshot every
+ * `snap_entries` entries or SNAP_BYTES of commands, and waits for it to lead. */
+static struct node *start_on(struct transport_inproc_hub *hub, const char *dir,
+                             uint64_t snap_entries)
 {
     struct node_options o;
     node_options_default(&o);
@@ -129,7 +66,7 @@ static struct node *start_on(struct transport_inproc_hub *hub, const char *dir)
     o.hub = hub;
     o.data_dir = dir;
     o.kv_no_sync = true;
-    o.snapshot_entries = 4;
+    o.snapshot_entries = snap_entries;
     o.snapshot_bytes = SNAP_BYTES;
     o.trailing_entries = 10000;
     struct node *n;
@@ -165,6 +102,47 @@ static void write_and_snapshot(struct node *n, int from, int to, uint64_t snaps)
     ck_assert_uint_ge(m.snapshots, snaps);
 }
 
+START_TEST(test_trailing_window_is_bounded_in_bytes)
+{
+    struct transport_inproc_hub *hub = transport_inproc_hub_new(3);
+    struct node *n = start_on(hub, NULL, 1000000);
+    write_and_snapshot(n, 0, WRITES, 0); /* one at a time: entries of one write */
+    struct node_status st;
+    /* Snapshots run in the background and the log is compacted in steps:
+     * poll (bounded) for the log to come down to the entries since the last
+     * snapshot (each VALUE bytes and a little) and a window of SNAP_BYTES (and
+     * the entry that crosses it). */
+    struct node_metrics m;
+    uint64_t bound = 0;
+    for (int t = 0; t < 1000; t++) {
+        struct node_status after;
+        node_status(n, &st);
+        node_metrics(n, &m);
+        node_status(n, &after); /* the same snapshot all along: m is its */
+        bound = (st.applied - st.snapshot_index + 1) * (VALUE + 256) + SNAP_BYTES + VALUE;
+        if (st.snapshot_index > 0 && m.store_log_bytes <= bound &&
+            after.snapshot_index == st.snapshot_index)
+            break;
+        usleep(10000);
+    }
+    printf("trailing window: %llu bytes of log held after %u writes of %u bytes "
+           "(snapshot at %llu of %llu; bound %llu)\n",
+           (unsigned long long)m.store_log_bytes, WRITES, VALUE,
+           (unsigned long long)st.snapshot_index, (unsigned long long)st.applied,
+           (unsigned long long)bound);
+    fflush(stdout);
+    ck_assert_uint_gt(st.snapshot_index, 0);
+    ck_assert_uint_le(m.store_log_bytes, bound);
+    /* ... and the window is there: compacting to the snapshot would also
+     * pass the bound (node_tier.c finds the window from marks of the bytes
+     * applied, a mark every 1/64 of snapshot_bytes here: every entry). */
+    ck_assert_uint_ge(m.store_log_bytes,
+                      (st.applied - st.snapshot_index) * VALUE + SNAP_BYTES - 2 * VALUE);
+    node_stop(n);
+    transport_inproc_hub_free(hub);
+}
+END_TEST
+
 /* After a restart, the first snapshots find their trailing window from the
  * marks of the bytes applied, not by reading the log's entries on the loop:
  * the entries the state machine held already at boot are counted at boot
@@ -176,10 +154,10 @@ START_TEST(test_trailing_window_after_restart_reads_no_entry)
     char dir[] = "/tmp/tk-trailing-XXXXXX";
     ck_assert_ptr_nonnull(mkdtemp(dir));
     struct transport_inproc_hub *hub = transport_inproc_hub_new(3);
-    struct node *n = start_on(hub, dir);
+    struct node *n = start_on(hub, dir, 4);
     write_and_snapshot(n, 0, 40, 3);
     node_stop(n);
-    n = start_on(hub, dir);
+    n = start_on(hub, dir, 4);
     write_and_snapshot(n, 40, 60, 2);
     struct node_metrics m;
     node_metrics(n, &m);

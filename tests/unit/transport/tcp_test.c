@@ -208,6 +208,20 @@ static void finish(uv_loop_t *loop)
     ck_assert_int_eq(uv_loop_close(loop), 0);
 }
 
+/* The whole snapshot `data` at `index` (term 3) from node 1 to node 2. */
+static struct raft_message snapshot_msg(struct tk_blob *data, uint64_t index)
+{
+    struct raft_message m = {.type = RAFT_MSG_SNAPSHOT, .from = 1, .to = 2, .term = 3};
+    m.u.snapshot.meta.index = index;
+    m.u.snapshot.meta.term = 3;
+    m.u.snapshot.meta.config.n_voters = 2;
+    m.u.snapshot.meta.config.voters[0] = 1;
+    m.u.snapshot.meta.config.voters[1] = 2;
+    m.u.snapshot.done = true;
+    m.u.snapshot.data = data;
+    return m;
+}
+
 START_TEST(test_delivers_in_order_both_ways_and_coalesces)
 {
     uv_loop_t loop;
@@ -243,14 +257,7 @@ START_TEST(test_delivers_in_order_both_ways_and_coalesces)
     struct tk_blob *data = tk_blob_new(300000);
     for (size_t i = 0; i < data->len; i++)
         data->data[i] = (uint8_t)(i * 31 + 7);
-    struct raft_message m = {.type = RAFT_MSG_SNAPSHOT, .from = 1, .to = 2, .term = 3};
-    m.u.snapshot.meta.index = 77;
-    m.u.snapshot.meta.term = 3;
-    m.u.snapshot.meta.config.n_voters = 2;
-    m.u.snapshot.meta.config.voters[0] = 1;
-    m.u.snapshot.meta.config.voters[1] = 2;
-    m.u.snapshot.done = true;
-    m.u.snapshot.data = data;
+    struct raft_message m = snapshot_msg(data, 77);
     struct transport_stats rx0, rx1;
     transport_stats(b->t, &rx0);
     struct tk_alloc_stats before, after;
@@ -1481,14 +1488,7 @@ static void snapshot_roundtrip(uv_loop_t *loop, struct tnode *a, struct tnode *b
     struct tk_blob *data = tk_blob_new(len);
     for (size_t i = 0; i + 8 <= data->len; i += 8)
         memcpy(data->data + i, &i, 8);
-    struct raft_message m = {.type = RAFT_MSG_SNAPSHOT, .from = 1, .to = 2, .term = 3};
-    m.u.snapshot.meta.index = 99;
-    m.u.snapshot.meta.term = 3;
-    m.u.snapshot.meta.config.n_voters = 2;
-    m.u.snapshot.meta.config.voters[0] = 1;
-    m.u.snapshot.meta.config.voters[1] = 2;
-    m.u.snapshot.done = true;
-    m.u.snapshot.data = data;
+    struct raft_message m = snapshot_msg(data, 99);
     tk_blob_unref(b->snap);
     b->snap = NULL;
     ck_assert_int_eq(transport_send(a->t, &m), 0);
