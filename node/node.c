@@ -18,6 +18,7 @@
  *  - Each loop turn processes at most one burst from the queue (batch_max
  *    entries, of those queued when the burst began: none a callback submits
  *    during it) and then one ready, so no turn does unbounded work. */
+#include <fcntl.h>
 #include <ftw.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -27,6 +28,7 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 #include <uv.h>
 
 #include "base/alloc.h"
@@ -659,10 +661,30 @@ static void on_tick(uv_timer_t *h)
 
 struct thread_usage {
     uint64_t cpu_ns, majflt, minflt, nvcsw, nivcsw;
+    uint64_t wait_ns; /* runnable, waiting for a core (schedstat's run_delay) */
 };
+
+/* The calling thread's time on run queues (the second field of
+ * /proc/thread-self/schedstat), or 0 where the kernel does not say. */
+static uint64_t read_run_delay(void)
+{
+    int fd = open("/proc/thread-self/schedstat", O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    char buf[96];
+    ssize_t got = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    if (got <= 0)
+        return 0;
+    buf[got] = 0;
+    char *end;
+    strtoull(buf, &end, 10); /* time on the CPU */
+    return strtoull(end, NULL, 10);
+}
 
 static void read_thread_usage(struct thread_usage *u)
 {
+    u->wait_ns = read_run_delay();
     struct rusage ru;
     memset(&ru, 0, sizeof(ru));
     getrusage(RUSAGE_THREAD, &ru);
@@ -676,7 +698,9 @@ static void read_thread_usage(struct thread_usage *u)
 }
 
 /* The slow-turn warning. Its usage figures tell work (CPU) from waiting: for
- * a core (involuntary switches: preempted on a loaded machine), for the disk
+ * a core (the time runnable on a run queue, and involuntary switches:
+ * preempted on a loaded machine; what is left of the turn beyond work and
+ * both waits is time the machine did not run the guest, steal), for the disk
  * (major page faults) or for a lock or I/O (voluntary switches, one of them
  * the loop's own wait for events). */
 static void slow_turn_log(struct node *n, uint64_t dt, int worst,
@@ -686,13 +710,14 @@ static void slow_turn_log(struct node *n, uint64_t dt, int worst,
         TK_LOG_WARN, n->o.id, raft_term(n->raft),
         "a loop turn took %llu ms (election timeout %u ms): heartbeats were late; "
         "most of it (%llu ms) in %s; %llu entries applied; over the last %llu ms: "
-        "%llu ms on the CPU; "
+        "%llu ms on the CPU, %llu ms waiting for a core; "
         "%llu major and %llu minor faults, %llu voluntary and %llu involuntary switches",
         (unsigned long long)(dt / 1000000), n->o.tick_ms * n->o.election_ticks,
         (unsigned long long)(n->loop.turn_ns[worst] / 1000000), phase_name[worst],
         (unsigned long long)n->loop.turn_applied,
         (unsigned long long)(window_ns / 1000000),
         (unsigned long long)((u->cpu_ns - n->loop.turn_cpu_ns) / 1000000),
+        (unsigned long long)((u->wait_ns - n->loop.turn_wait_ns) / 1000000),
         (unsigned long long)(u->majflt - n->loop.turn_majflt),
         (unsigned long long)(u->minflt - n->loop.turn_minflt),
         (unsigned long long)(u->nvcsw - n->loop.turn_nvcsw),
@@ -715,6 +740,7 @@ static void turn_usage(struct node *n, uint64_t dt, int worst, uint64_t now)
         slow_turn_log(n, dt, worst, &u,
                       n->loop.usage_at_ns ? now - n->loop.usage_at_ns : dt);
     n->loop.turn_cpu_ns = u.cpu_ns;
+    n->loop.turn_wait_ns = u.wait_ns;
     n->loop.turn_majflt = u.majflt;
     n->loop.turn_minflt = u.minflt;
     n->loop.turn_nvcsw = u.nvcsw;

@@ -83,8 +83,9 @@ struct node_loop {
     /* The loop thread's usage at the last sample (getrusage, taken at a
      * turn's end at most every USAGE_EVERY_NS, and after every long turn):
      * CPU time, major and minor page faults, voluntary and involuntary
-     * context switches; usage_at_ns is when it was taken. */
-    uint64_t turn_cpu_ns, turn_majflt, turn_minflt, turn_nvcsw, turn_nivcsw;
+     * context switches, time waiting for a core (schedstat); usage_at_ns is
+     * when it was taken. */
+    uint64_t turn_cpu_ns, turn_majflt, turn_minflt, turn_nvcsw, turn_nivcsw, turn_wait_ns;
     uint64_t usage_at_ns;
     struct raft_entry *batch; /* batch_max entries: one drain's proposal */
 
