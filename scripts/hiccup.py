@@ -43,7 +43,7 @@ def meter(cpu):
         rt = "SCHED_FIFO 50"
     except (PermissionError, OSError):
         rt = "ordinary priority (no permission for SCHED_FIFO)"
-    print("hiccup: cpu=%d %s, gaps over %.1f ms" % (cpu, rt, o.min_ms), flush=True)
+    os.write(1, b"hiccup: cpu=%d %s, gaps over %.1f ms\n" % (cpu, rt.encode(), o.min_ms))
     end = time.monotonic() + o.seconds if o.seconds else float("inf")
     last = time.monotonic()
     st_at, st = last, steal_ms(cpu)
@@ -53,8 +53,9 @@ def meter(cpu):
         gap = (now - last) * 1000.0 - 2.0
         if gap > o.min_ms:
             s = steal_ms(cpu)
-            print("gap cpu=%d end=%.3f ms=%.1f steal_ms=%.0f" % (
-                cpu, time.time(), gap, s - st), flush=True)
+            # One write per line: the meters of all CPUs share stdout.
+            os.write(1, b"gap cpu=%d end=%.3f ms=%.1f steal_ms=%.0f\n" % (
+                cpu, time.time(), gap, s - st))
             st_at, st = now, s
         elif now - st_at >= 0.1:
             st_at, st = now, steal_ms(cpu)
