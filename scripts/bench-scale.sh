@@ -39,8 +39,11 @@
 #        SCALE_STALL_PROBE_MS (40: the nodes' --stall-probe-ms; each turn that
 #        long is logged with what the loop waited on, and the run ends with
 #        a count of them by what; 0: off),
+#        SCALE_LOOP_NICE (0; else the nodes' loop threads are set to that nice
+#        value once they lead or follow: an experiment, not the catch-up's
+#        restarted node),
 #        SCALE_HICCUP (1: run scripts/hiccup.py beside it, real-time threads
-#        that log when the machine ran nothing for over 10 ms, and report how
+#        that log when the machine ran nothing for over 5 ms, and report how
 #        many slow turns and writes that time explains; 0: off)
 set -uo pipefail
 
@@ -117,7 +120,7 @@ for i in 1 2 3; do
 done
 
 if [ "${SCALE_HICCUP:-1}" = 1 ]; then
-    python3 "$(dirname "$0")/hiccup.py" --min-ms 10 >"$dir/hiccup.log" 2>&1 &
+    python3 "$(dirname "$0")/hiccup.py" --min-ms 5 >"$dir/hiccup.log" 2>&1 &
     hiccup_pid=$!
 fi
 python3 "$(dirname "$0")/bench_scale.py" --http-base "$http_base" --dir "$dir" \
@@ -125,7 +128,7 @@ python3 "$(dirname "$0")/bench_scale.py" --http-base "$http_base" --dir "$dir" \
     --conn "$conn" --step "$step" --max-turn-ms "$max_turn_ms" --stall-ms "$stall" \
     --no-leader-change "${SCALE_NO_LEADER_CHANGE:-0}" --time-limit "$time_limit" \
     --catchup "${SCALE_CATCHUP:-1000000}" --steady "${SCALE_STEADY_S:-0}" \
-    --rate "${SCALE_RATE:-0}" \
+    --rate "${SCALE_RATE:-0}" --loop-nice "${SCALE_LOOP_NICE:-0}" \
     ${plot:+--plot "$plot"} \
     --plotter "$build/cmd/benchplot/bench-plot"
 status=$?
