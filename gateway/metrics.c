@@ -199,6 +199,9 @@ static const struct metric_desc metric_table[] = {
      "Log entries read on the loop to find a snapshot's trailing window (the marks of "
      "the bytes applied did not reach back).",
      MK_VALUE, SNAP(m.trailing_reads)},
+    {"tierkv_snapshot_replaced_log_entries_total", "counter",
+     "Log entries that snapshots from the leader replaced, freed on the thread pool.",
+     MK_VALUE, SNAP(m.replaced_log_entries)},
     {"tierkv_snapshot_installs_dropped_total", "counter",
      "Newer snapshots from the leader dropped while one was being installed "
      "(the leader sends again).",

@@ -838,6 +838,8 @@ static void on_recv(struct transport *t, const struct raft_message *m, void *dat
         }
         uint64_t t0 = node__mono_ns();
         (void)raft_step(n->raft, m);
+        if (m->type == RAFT_MSG_SNAPSHOT)
+            node__drop_replaced_log(n);
         n->loop.turn_ns[NODE_PH_RECV] += node__mono_ns() - t0;
         n->loop.activity++;
         node__kick(n);

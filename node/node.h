@@ -313,15 +313,17 @@ struct node_metrics {
     uint64_t acks_merged;       /* follower: append acks folded into the next
                                    one to the leader (raft_acks_merged) */
     uint64_t applied_entries;
-    uint64_t snapshots;         /* snapshots taken */
-    uint64_t installs;          /* snapshots installed from a leader */
-    uint64_t installs_dropped;  /* newer snapshots dropped during an install */
-    uint64_t snapshot_reads;    /* snapshots read beside the tier-downs */
-    uint64_t trailing_reads;    /* log entries read on the loop to find a
-                                   snapshot's trailing window (0 while the
-                                   marks of the bytes applied reach back) */
-    uint64_t installs_deferred; /* readies of log entries kept beside an install */
-    uint64_t store_syncs;       /* log syncs (store_stats.syncs) */
+    uint64_t snapshots;            /* snapshots taken */
+    uint64_t installs;             /* snapshots installed from a leader */
+    uint64_t installs_dropped;     /* newer snapshots dropped during an install */
+    uint64_t snapshot_reads;       /* snapshots read beside the tier-downs */
+    uint64_t trailing_reads;       /* log entries read on the loop to find a
+                                      snapshot's trailing window (0 while the
+                                      marks of the bytes applied reach back) */
+    uint64_t replaced_log_entries; /* log entries a leader's snapshot replaced,
+                                      freed on the thread pool */
+    uint64_t installs_deferred;    /* readies of log entries kept beside an install */
+    uint64_t store_syncs;          /* log syncs (store_stats.syncs) */
     /* Appends the storage thread completed, and the times a producer had to
      * wake it (only when it slept: store_stats.wakeups); and the loop's own
      * wake-ups (its async handle's callbacks: storage completions, requests

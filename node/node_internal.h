@@ -421,6 +421,9 @@ void node__fail_list(struct node *n, struct req_list *l, int status);
  * when one is due (or waits for the one in flight if the ring is past twice
  * its budget). Fails the node on a storage error. */
 void node__tier_turn(struct node *n);
+/* Frees on the thread pool the log a snapshot from the leader replaced in the
+ * core (raft_take_dropped), if it kept one. */
+void node__drop_replaced_log(struct node *n);
 /* node_backup.c: hands the snapshot in n->tier.blob to the backups it
  * satisfies and says whether one waits for a newer snapshot (each turn, from
  * node__tier_turn); fails every waiting backup with `status` (at close). */

@@ -223,6 +223,50 @@ static void blob_drop(struct node *n, struct tk_blob *b)
     tk_blob_unref(b);
 }
 
+/* A log that a snapshot from the leader replaced (raft_take_dropped), freed
+ * on the thread pool: up to snapshot_entries + trailing_entries entries. */
+struct log_drop {
+    uv_work_t work;
+    struct node *n;
+    struct raft_dropped log;
+};
+
+static void log_drop_run(uv_work_t *w)
+{
+    struct log_drop *d = w->data;
+    int was = background_enter(TIER_NICE);
+    raft_dropped_free(&d->log);
+    tk_nice_leave(was);
+}
+
+static void log_drop_after(uv_work_t *w, int status)
+{
+    struct log_drop *d = w->data;
+    struct node *n = d->n;
+    (void)status;
+    raft_dropped_free(&d->log); /* a cancelled run (closing) left it */
+    tk_free(d);
+    node__handle_gone(n);
+}
+
+void node__drop_replaced_log(struct node *n)
+{
+    struct raft_dropped log;
+    if (!raft_take_dropped(n->raft, &log))
+        return;
+    n->m.metrics.replaced_log_entries += log.n;
+    struct log_drop *d = tk_malloc(sizeof(*d));
+    d->n = n;
+    d->log = log;
+    d->work.data = d;
+    if (uv_queue_work(n->loop.uv, &d->work, log_drop_run, log_drop_after) == 0) {
+        n->loop.handles_open++;
+        return;
+    }
+    tk_free(d);
+    raft_dropped_free(&log);
+}
+
 /* A snapshot stream is ready (a tier job's or a reader's): give it to the
  * core, save its descriptor (unless its thread did: `saved`, `save_rc`),
  * and aim the log's compaction behind it. t0: when its work began; t_done,

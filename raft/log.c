@@ -139,6 +139,16 @@ size_t raft__log_compact(struct raft__log *l, uint64_t index, struct tk_blob **o
     return drop;
 }
 
+void raft__log_reset_into(struct raft__log *l, uint64_t index, uint64_t term,
+                          struct raft__log *keep)
+{
+    if (l->n > 0 && keep->ents == NULL) {
+        *keep = *l;
+        raft__log_init(l);
+    }
+    raft__log_reset(l, index, term);
+}
+
 void raft__log_reset(struct raft__log *l, uint64_t index, uint64_t term)
 {
     for (size_t i = 0; i < l->n; i++)

@@ -1001,7 +1001,7 @@ static void handle_snapshot(struct raft *r, const struct raft_message *m)
         send_append_resp(r, m, &ar);
         return;
     }
-    raft__log_reset(&r->log, meta->index, meta->term);
+    raft__log_reset_into(&r->log, meta->index, meta->term, &r->dropped);
     if (r->stable > meta->index - 1)
         r->stable = meta->index - 1;
     r->unstable = meta->index + 1;
@@ -1631,6 +1631,25 @@ static uint64_t apply_handout(const struct raft *r)
     return r->apply_held ? r->applying : apply_limit(r);
 }
 
+bool raft_take_dropped(struct raft *r, struct raft_dropped *out)
+{
+    if (r->dropped.ents == NULL)
+        return false;
+    out->ents = r->dropped.ents;
+    out->cap = r->dropped.cap;
+    out->head = r->dropped.head;
+    out->n = r->dropped.n;
+    raft__log_init(&r->dropped);
+    return true;
+}
+
+void raft_dropped_free(struct raft_dropped *d)
+{
+    struct raft__log l = {.ents = d->ents, .cap = d->cap, .head = d->head, .n = d->n};
+    raft__log_free(&l);
+    memset(d, 0, sizeof(*d));
+}
+
 bool raft_has_ready(const struct raft *r)
 {
     TK_ASSERT(r != NULL);
@@ -1822,6 +1841,7 @@ int raft_new(const struct raft_options *o, const struct raft_boot *boot,
     r->term = boot->hard_state.term;
     r->vote = boot->hard_state.vote;
     raft__log_init(&r->log);
+    raft__log_init(&r->dropped);
     raft__log_reset(&r->log, boot->snapshot.index, boot->snapshot.term);
     if (o->log_reserve > 0)
         raft__log_reserve(&r->log, (size_t)o->log_reserve);
@@ -1851,6 +1871,7 @@ void raft_free(struct raft *r)
     for (size_t i = 0; i < r->n_out; i++)
         out_drop_snapshot_ref(&r->out[i]);
     raft__log_free(&r->log);
+    raft__log_free(&r->dropped);
     for (uint32_t i = 0; i < RAFT_MEMBERS_MAX; i++)
         raft__pr_free(&r->prs[i]);
     tk_blob_unref(r->snap_data);

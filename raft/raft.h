@@ -485,6 +485,25 @@ int raft_compact(struct raft *r, uint64_t index);
 int raft_compact_take(struct raft *r, uint64_t index, struct tk_blob **out,
                       size_t *n_out);
 
+/* The log a snapshot from the leader replaced: when raft_step installs one
+ * over a log that held entries, it keeps their array and payload references
+ * aside instead of dropping them one by one (a follower behind by a snapshot
+ * can hold a hundred thousand entries: freeing them held its loop for 240 ms),
+ * for the driver to take and free off its loop. One replaced log is kept at a
+ * time; a second replacement before the driver takes the first frees inline,
+ * as does raft_free. */
+struct raft_dropped {
+    struct raft_entry *ents;
+    size_t cap, head, n; /* the entries are ents[head, head + n) */
+};
+
+/* Takes the replaced log into *out (true), or false when none is kept. */
+bool raft_take_dropped(struct raft *r, struct raft_dropped *out);
+
+/* Drops what raft_take_dropped handed over: each entry's payload reference and
+ * the array. Any thread. */
+void raft_dropped_free(struct raft_dropped *d);
+
 bool raft_has_ready(const struct raft *r);
 void raft_ready(struct raft *r, struct raft_ready *rd);
 void raft_advance(struct raft *r, const struct raft_ready *rd);

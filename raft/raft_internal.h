@@ -38,6 +38,11 @@ void raft__log_truncate(struct raft__log *l, uint64_t index);
  * their payload references go to out[] (one per entry dropped, in order)
  * when out is not NULL, else are dropped. Returns how many were dropped. */
 size_t raft__log_compact(struct raft__log *l, uint64_t index, struct tk_blob **out);
+/* Moves the whole log into *keep (an empty log: no array) for the driver to
+ * free, or drops it inline when keep already holds one; the log restarts
+ * after (index, term). */
+void raft__log_reset_into(struct raft__log *l, uint64_t index, uint64_t term,
+                          struct raft__log *keep);
 /* Drops everything; the log restarts after (index, term). */
 void raft__log_reset(struct raft__log *l, uint64_t index, uint64_t term);
 
@@ -131,6 +136,7 @@ struct raft {
     uint64_t term;
     uint64_t vote;
     struct raft__log log;
+    struct raft__log dropped; /* a log a snapshot replaced (raft_take_dropped) */
 
     /* Membership in force and the index of the entry that set it (0: it
      * came from the snapshot or the bootstrap configuration). A leader's

@@ -10,6 +10,7 @@
  * joint_learners_next (a demoted voter is a learner from when the entry is
  * appended). */
 #include <check.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -450,6 +451,74 @@ START_TEST(test_snapshot_with_malformed_config_is_refused)
 }
 END_TEST
 
+/* A snapshot from the leader that replaces a follower's log hands the
+ * replaced entries to the driver (raft_take_dropped) instead of dropping their
+ * payloads inside raft_step: a node frees them on its thread pool, not on its
+ * loop. The core keeps its reference on each payload until the driver frees
+ * what it took; raft_free frees one the driver never took. */
+static struct raft_message snapshot_over(struct raft *r, uint64_t index)
+{
+    struct raft_message m;
+    memset(&m, 0, sizeof(m));
+    m.type = RAFT_MSG_SNAPSHOT;
+    m.from = 1;
+    m.to = raft_id(r);
+    m.term = raft_term(r);
+    m.u.snapshot.meta.index = index;
+    m.u.snapshot.meta.term = raft_term(r);
+    m.u.snapshot.meta.config.n_voters = 3;
+    for (uint64_t i = 0; i < 3; i++)
+        m.u.snapshot.meta.config.voters[i] = i + 1;
+    m.u.snapshot.done = true;
+    m.u.snapshot.data = tk_blob_copy("sm", 2);
+    return m;
+}
+
+static uint32_t refs_of(struct tk_blob *b)
+{
+    return (uint32_t)atomic_load(&b->refs);
+}
+
+START_TEST(test_snapshot_hands_the_replaced_log_to_the_driver)
+{
+    struct rf_cluster *c = rf_new(3, NULL);
+    elect_settled(c, 1);
+    ck_assert_int_eq(rf_propose(c, 1, 50, 64, NULL), 0);
+    rf_run(c);
+    struct raft *r2 = rf_raft(c, 2);
+    uint64_t last = raft_last_index(r2), first = raft_first_index(r2);
+    ck_assert_uint_ge(last - first + 1, 50);
+    struct tk_blob *b = raft_entry_at(r2, last)->data;
+    ck_assert_ptr_nonnull(b);
+    tk_blob_ref(b);
+    uint32_t refs = refs_of(b);
+
+    struct raft_dropped d;
+    ck_assert(!raft_take_dropped(r2, &d)); /* nothing replaced yet */
+    struct raft_message m = snapshot_over(r2, last + 100);
+    raft_step(r2, &m);
+    tk_blob_unref(m.u.snapshot.data);
+    ck_assert_uint_eq(raft_first_index(r2), last + 101); /* installed */
+    ck_assert_uint_eq(refs_of(b), refs);                 /* not dropped in the step */
+    ck_assert(raft_take_dropped(r2, &d));
+    ck_assert_uint_eq(d.n, last - first + 1);
+    ck_assert_ptr_eq(d.ents[d.head + d.n - 1].data, b);
+    struct raft_dropped again;
+    ck_assert(!raft_take_dropped(r2, &again)); /* taken once */
+    raft_dropped_free(&d);
+    ck_assert_uint_eq(refs_of(b), refs - 1);
+    tk_blob_unref(b);
+
+    /* Node 3's log replaced too, never taken: rf_free (raft_free) frees it,
+     * or the sanitizer build's leak check fails. */
+    struct raft *r3 = rf_raft(c, 3);
+    m = snapshot_over(r3, raft_last_index(r3) + 100);
+    raft_step(r3, &m);
+    tk_blob_unref(m.u.snapshot.data);
+    rf_free(c);
+}
+END_TEST
+
 START_TEST(test_config_encoding_both_formats)
 {
     struct raft_config cfg;
@@ -506,6 +575,7 @@ static Suite *membership_suite(void)
     tcase_add_test(tc, test_snapshot_carries_config_at_its_index);
     tcase_add_test(tc, test_config_encoding_both_formats);
     tcase_add_test(tc, test_snapshot_with_malformed_config_is_refused);
+    tcase_add_test(tc, test_snapshot_hands_the_replaced_log_to_the_driver);
     suite_add_tcase(s, tc);
     return s;
 }
