@@ -145,6 +145,7 @@ void raft__log_reset_into(struct raft__log *l, uint64_t index, uint64_t term,
     if (l->n > 0 && keep->ents == NULL) {
         *keep = *l;
         raft__log_init(l);
+        raft__log_reserve(l, keep->cap); /* the room it had, without its pages */
     }
     raft__log_reset(l, index, term);
 }
