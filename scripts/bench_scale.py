@@ -385,6 +385,7 @@ def overlap(a0, a1, gaps):
 
 gap_re = re.compile(r"gap cpu=(\d+) end=([\d.]+) ms=([\d.]+) steal_ms=(\d+)")
 slow_re = re.compile(r"slow: ([\d.]+) ms, a write sent at (\S+)T(\S+)\.(\d+)Z")
+vm_re = re.compile(r"vm end=([\d.]+) allocstall=(\d+) compact_stall=(\d+) pgscan_direct=(\d+)")
 turn_at_re = re.compile(r"a loop turn took (\d+) ms .* most of it \(\d+ ms\) in (\w+).*"
                         r" (\d+) ms on the CPU(?:, (\d+) ms waiting for a core)?")
 
@@ -406,6 +407,16 @@ def hiccups():
           "longest %.0f ms; steal in them %d ms" % (
               head[0].split(" ", 2)[2] if head else "?", len(gaps),
               sum(1 for g in gaps if g[2] > 50), max([g[2] for g in gaps] + [0]), steal))
+    # Direct reclaim and compaction: intervals of up to 100 ms (end, counts).
+    vms = [(float(m.group(1)), int(m.group(2)), int(m.group(3)), int(m.group(4)))
+           for m in vm_re.finditer("\n".join(lines))]
+    print("memory stalls (threads reclaiming or compacting before an allocation): "
+          "%d direct reclaims, %d compactions, %d pages scanned, in %d of the 100 ms "
+          "intervals" % (sum(v[1] for v in vms), sum(v[2] for v in vms),
+                         sum(v[3] for v in vms), len(vms)))
+
+    def stalls(a0, a1):
+        return sum(v[1] + v[2] for v in vms if v[0] > a0 and v[0] - 0.1 < a1)
     # Each slow turn: its length, phase, CPU and run-queue wait (from the
     # log line: over a window at least the turn's), and the hiccups in it.
     turns = []
@@ -416,7 +427,8 @@ def hiccups():
                 end = wall(t.group(1), t.group(2))
                 ms = int(m.group(1))
                 turns.append((ms, m.group(2), int(m.group(3)), int(m.group(4) or 0),
-                              overlap(end - ms / 1000.0, end, gaps)))
+                              overlap(end - ms / 1000.0, end, gaps),
+                              stalls(end - ms / 1000.0, end)))
     machine = [t for t in turns if t[0] - t[4] <= 50]
     # The run-queue wait includes the machine's gaps that came while the
     # loop waited, so the two are not added: the larger counts.
@@ -425,9 +437,9 @@ def hiccups():
     print("loop turns over 50 ms: %d; under 50 ms without the machine's hiccups in "
           "them: %d; under 50 ms without the time runnable waiting for a core (in the "
           "guest, or in those gaps): %d more; neither: %d" % (len(turns), len(machine), len(queued), len(own)))
-    for ms, ph, cpu, wait, hic in sorted(own + queued, reverse=True)[:10]:
+    for ms, ph, cpu, wait, hic, st in sorted(own + queued, reverse=True)[:10]:
         print("  %d ms in %s: %d ms on the CPU, %d ms waiting for a core, %.0f ms of "
-              "hiccups" % (ms, ph, cpu, wait, hic))
+              "hiccups, %d memory stalls on the machine meanwhile" % (ms, ph, cpu, wait, hic, st))
     writes = []
     for l in slow_all:
         m = slow_re.search(l)

@@ -15,6 +15,13 @@ Each gap is one line on stdout:
 where STEAL is that CPU's steal time (from /proc/stat) between the last reading
 before the gap (at most 100 ms before it) and its end.
 
+Beside the meters, one ordinary process reads /proc/vmstat every 100 ms and
+logs each interval in which a thread of the guest had to reclaim or compact
+memory itself before an allocation could go on (a stall inside whatever
+system call or fault allocated -- a writev's socket buffers, a page fault):
+  vm end=UNIX_SECONDS allocstall=N compact_stall=N pgscan_direct=N
+with the counts over that interval (of at most 100 ms, ending at END).
+
 usage: scripts/hiccup.py [--min-ms 10] [--seconds 0 (until killed)]
 """
 import argparse, os, signal, sys, time
@@ -62,12 +69,40 @@ def meter(cpu):
         last = now
 
 
+VM_KEYS = ("allocstall", "compact_stall", "pgscan_direct")
+
+
+def vm_counts():
+    """The direct-reclaim and compaction counters, summed over their zones."""
+    c = dict.fromkeys(VM_KEYS, 0)
+    with open("/proc/vmstat") as f:
+        for line in f:
+            k, v = line.split()
+            for key in VM_KEYS:
+                if k == key or (key == "allocstall" and k.startswith("allocstall_")):
+                    c[key] += int(v)
+    return c
+
+
+def vm_meter():
+    end = time.monotonic() + o.seconds if o.seconds else float("inf")
+    last = vm_counts()
+    while time.monotonic() < end:
+        time.sleep(0.1)
+        now = vm_counts()
+        d = [now[k] - last[k] for k in VM_KEYS]
+        if any(d):
+            os.write(1, b"vm end=%.3f allocstall=%d compact_stall=%d pgscan_direct=%d\n" % (
+                time.time(), d[0], d[1], d[2]))
+        last = now
+
+
 pids = []
-for cpu in sorted(os.sched_getaffinity(0)):
+for cpu in sorted(os.sched_getaffinity(0)) + [None]:
     pid = os.fork()
     if pid == 0:
         try:
-            meter(cpu)
+            meter(cpu) if cpu is not None else vm_meter()
         except KeyboardInterrupt:
             pass
         os._exit(0)
