@@ -194,45 +194,19 @@ static void install_work(uv_work_t *w)
     install_run(j->n);
 }
 
+static void trash_free(void *t)
+{
+    kv_trash_free(t);
+}
+
 /* What an install replaced, freed on the thread pool: unlinking the old cold
  * environment's synced data file took 140 ms per 300 MB on the loop, and
  * unmapping it and freeing the old hot structures take long too. */
-struct trash_job {
-    uv_work_t work;
-    struct node *n;
-    struct kv_trash *t;
-};
-
-static void trash_run(uv_work_t *w)
-{
-    struct trash_job *j = w->data;
-    kv_trash_free(j->t);
-}
-
-static void trash_after(uv_work_t *w, int status)
-{
-    struct trash_job *j = w->data;
-    struct node *n = j->n;
-    (void)status;
-    tk_free(j);
-    node__handle_gone(n);
-}
-
 static void trash_remove(struct node *n)
 {
     struct kv_trash *t = kv_sm_install_trash(n->sm);
-    if (t == NULL)
-        return;
-    struct trash_job *j = tk_malloc(sizeof(*j));
-    j->t = t;
-    j->n = n;
-    j->work.data = j;
-    if (uv_queue_work(n->loop.uv, &j->work, trash_run, trash_after) == 0) {
-        n->loop.handles_open++;
-        return;
-    }
-    kv_trash_free(t);
-    tk_free(j);
+    if (t != NULL)
+        node__free_on_pool(n, trash_free, t, 0); /* at the pool's own priority */
 }
 
 /* Loop thread, once the job ran (the new state published, the log store

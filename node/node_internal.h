@@ -421,6 +421,10 @@ void node__fail_list(struct node *n, struct req_list *l, int status);
  * when one is due (or waits for the one in flight if the ring is past twice
  * its budget). Fails the node on a storage error. */
 void node__tier_turn(struct node *n);
+/* Calls free_fn(arg) on a thread of libuv's pool at `nice` (0: the pool
+ * thread's own; inline if no job can be queued), so that dropping a large
+ * structure (GBs of pages, millions of entries) never holds the loop. */
+void node__free_on_pool(struct node *n, void (*free_fn)(void *), void *arg, int nice);
 /* Frees on the thread pool the log a snapshot from the leader replaced in the
  * core (raft_take_dropped), if it kept one. */
 void node__drop_replaced_log(struct node *n);

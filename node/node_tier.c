@@ -91,27 +91,46 @@ static void tier_work(uv_work_t *w)
     atomic_store_explicit(&n->tier.ran, true, memory_order_release);
 }
 
-struct blob_drop {
+/* One node__free_on_pool job: free_fn(arg) on a pool thread. */
+struct pool_free {
     uv_work_t work;
     struct node *n;
-    struct tk_blob *blob;
+    void (*free_fn)(void *);
+    void *arg;
+    int nice;
 };
 
-static void drop_run(uv_work_t *w)
+static void pool_free_run(uv_work_t *w)
 {
-    struct blob_drop *d = w->data;
-    int was = background_enter(read_nice(d->blob->len)); /* up to GBs of pages */
-    tk_blob_unref(d->blob);
+    struct pool_free *f = w->data;
+    int was = background_enter(f->nice);
+    f->free_fn(f->arg);
+    f->arg = NULL;
     tk_nice_leave(was);
 }
 
-static void drop_after(uv_work_t *w, int status)
+static void pool_free_after(uv_work_t *w, int status)
 {
-    struct blob_drop *d = w->data;
-    struct node *n = d->n;
+    struct pool_free *f = w->data;
+    struct node *n = f->n;
     (void)status;
-    tk_free(d);
+    if (f->arg != NULL) /* cancelled (closing): not run */
+        f->free_fn(f->arg);
+    tk_free(f);
     node__handle_gone(n);
+}
+
+void node__free_on_pool(struct node *n, void (*free_fn)(void *), void *arg, int nice)
+{
+    struct pool_free *f = tk_malloc(sizeof(*f));
+    *f = (struct pool_free){.n = n, .free_fn = free_fn, .arg = arg, .nice = nice};
+    f->work.data = f;
+    if (uv_queue_work(n->loop.uv, &f->work, pool_free_run, pool_free_after) == 0) {
+        n->loop.handles_open++;
+        return;
+    }
+    tk_free(f);
+    free_fn(arg);
 }
 
 void node__tier_mark(struct node *n, uint64_t index)
@@ -206,65 +225,36 @@ static uint64_t trailing_goal(struct node *n, uint64_t index)
     return goal > n->tier.compact_goal ? goal : n->tier.compact_goal;
 }
 
-/* Drops our reference to `b` on the thread pool (inline if it cannot). */
+static void blob_unref(void *b)
+{
+    tk_blob_unref(b);
+}
+
+/* Drops our reference to `b` on the thread pool: its last one frees up to
+ * GBs of pages. */
 static void blob_drop(struct node *n, struct tk_blob *b)
 {
-    if (b == NULL)
-        return;
-    struct blob_drop *d = tk_malloc(sizeof(*d));
-    d->n = n;
-    d->blob = b;
-    d->work.data = d;
-    if (uv_queue_work(n->loop.uv, &d->work, drop_run, drop_after) == 0) {
-        n->loop.handles_open++;
-        return;
-    }
-    tk_free(d);
-    tk_blob_unref(b);
+    if (b != NULL)
+        node__free_on_pool(n, blob_unref, b, read_nice(b->len));
+}
+
+static void dropped_free(void *log)
+{
+    raft_dropped_free(log);
+    tk_free(log);
 }
 
 /* A log that a snapshot from the leader replaced (raft_take_dropped), freed
  * on the thread pool: up to snapshot_entries + trailing_entries entries. */
-struct log_drop {
-    uv_work_t work;
-    struct node *n;
-    struct raft_dropped log;
-};
-
-static void log_drop_run(uv_work_t *w)
-{
-    struct log_drop *d = w->data;
-    int was = background_enter(TIER_NICE);
-    raft_dropped_free(&d->log);
-    tk_nice_leave(was);
-}
-
-static void log_drop_after(uv_work_t *w, int status)
-{
-    struct log_drop *d = w->data;
-    struct node *n = d->n;
-    (void)status;
-    raft_dropped_free(&d->log); /* a cancelled run (closing) left it */
-    tk_free(d);
-    node__handle_gone(n);
-}
-
 void node__drop_replaced_log(struct node *n)
 {
     struct raft_dropped log;
     if (!raft_take_dropped(n->raft, &log))
         return;
     n->m.metrics.replaced_log_entries += log.n;
-    struct log_drop *d = tk_malloc(sizeof(*d));
-    d->n = n;
-    d->log = log;
-    d->work.data = d;
-    if (uv_queue_work(n->loop.uv, &d->work, log_drop_run, log_drop_after) == 0) {
-        n->loop.handles_open++;
-        return;
-    }
-    tk_free(d);
-    raft_dropped_free(&log);
+    struct raft_dropped *held = tk_malloc(sizeof(*held));
+    *held = log;
+    node__free_on_pool(n, dropped_free, held, TIER_NICE);
 }
 
 /* A snapshot stream is ready (a tier job's or a reader's): give it to the
