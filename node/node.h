@@ -324,6 +324,7 @@ struct node_metrics {
                                       freed on the thread pool */
     uint64_t installs_deferred;    /* readies of log entries kept beside an install */
     uint64_t store_syncs;          /* log syncs (store_stats.syncs) */
+    uint64_t store_recycled;       /* segments recycled (store_stats.recycled) */
     /* Appends the storage thread completed, and the times a producer had to
      * wake it (only when it slept: store_stats.wakeups); and the loop's own
      * wake-ups (its async handle's callbacks: storage completions, requests

@@ -86,6 +86,7 @@ void node__publish_status(struct node *n)
     struct store_stats ss;
     store_stats(n->store, &ss);
     mt->store_syncs = ss.syncs;
+    mt->store_recycled = ss.recycled;
     mt->store_appends = ss.appends;
     mt->store_wakeups = ss.wakeups;
     mt->store_bytes = ss.bytes;

@@ -746,6 +746,7 @@ void store_stats(struct store *s, struct store_stats *out)
     out->syncs = atomic_load(&s->st_syncs);
     out->groups = atomic_load(&s->st_groups);
     out->wakeups = atomic_load(&s->st_wakeups);
+    out->recycled = atomic_load(&s->st_recycled);
 }
 
 uint64_t store_log_bytes(struct store *s)

@@ -248,6 +248,10 @@ struct store_stats {
      * is busy writing or syncing is taken with the next group at no cost.
      * Wake-ups per append = wakeups / appends (for /metrics). */
     uint64_t wakeups;
+    /* fs: compacted segments kept as the next one (renamed, their range
+     * zeroed) instead of deleted: a deletion's discards held every sync on
+     * the device for tens of ms. */
+    uint64_t recycled;
 };
 void store_stats(struct store *s, struct store_stats *out);
 

@@ -125,7 +125,8 @@ struct store {
     struct store__span *spans; /* storage thread only */
     size_t spans_cap;
 
-    atomic_uint_fast64_t st_appends, st_entries, st_bytes, st_syncs, st_groups;
+    atomic_uint_fast64_t st_appends, st_entries, st_bytes, st_syncs, st_groups,
+        st_recycled;
     atomic_uint_fast64_t st_wakeups;
     /* How long each counted sync took (ns). The writer records under
      * stats_mu, store_sync_latency copies under it; never held across I/O. */

@@ -845,6 +845,21 @@ START_TEST(test_small_writes_zero_ahead_and_large_writes_do_not)
 }
 END_TEST
 
+static bool file_exists(const char *dir, const char *name)
+{
+    char path[4200];
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    struct stat st;
+    return stat(path, &st) == 0;
+}
+
+static size_t count_segs(const char *dir)
+{
+    struct layout L;
+    scan_layout(dir, 0, &L);
+    return L.nsegs;
+}
+
 START_TEST(test_spare_segment_is_prepared_ahead)
 {
     char *dir = tl_tmpdir("spare");
@@ -856,8 +871,105 @@ START_TEST(test_spare_segment_is_prepared_ahead)
     struct stat st;
     ck_assert_int_eq(stat(path, &st), 0);
     ck_assert_int_eq(st.st_size, SEG_BYTES);
-    append_ok(s, 1, 1); /* takes the spare; the next is prepared after */
+    append_ok(s, 1, 1); /* takes the spare */
+    /* The next one waits until the segment is three quarters full (a
+     * compaction may recycle one before), and comes before it is full. */
+    ck_assert(!file_exists(dir, "segment.prepare"));
+    uint64_t x = 2;
+    while (!file_exists(dir, "segment.prepare")) {
+        ck_assert_msg(count_segs(dir) == 1, "rolled at %llu before a spare was prepared",
+                      (unsigned long long)x);
+        append_ok(s, x++, 1);
+    }
+    ck_assert_uint_ge(store_log_bytes(s), SEG_BYTES / 4 * 3);
     ck_assert_int_eq(stat(path, &st), 0);
+    ck_assert_int_eq(st.st_size, SEG_BYTES);
+    store_close(s);
+    tl_rmrf(dir);
+    free(dir);
+}
+END_TEST
+
+/* Whether the file system under `dir` zeroes a range in place. */
+static bool zero_range_works(const char *dir)
+{
+    char path[4200];
+    snprintf(path, sizeof(path), "%s/probe", dir);
+    int fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0644);
+    ck_assert_int_ge(fd, 0);
+    bool ok = ftruncate(fd, 8192) == 0 &&
+              fallocate(fd, FALLOC_FL_ZERO_RANGE | FALLOC_FL_KEEP_SIZE, 0, 8192) == 0;
+    close(fd);
+    unlink(path);
+    return ok;
+}
+
+/* A compaction keeps a segment it frees as the spare when there is none (its
+ * range zeroed, not its blocks freed: no discard holding every sync on the
+ * device); the log then rolls into it, and recovery finds only the new
+ * records in it, not the old ones it held. Where the file system cannot zero
+ * a range (tmpfs), the segment is deleted as before. */
+START_TEST(test_compaction_recycles_a_segment_as_the_spare)
+{
+    char *dir = tl_tmpdir("recycle");
+    bool zr = zero_range_works(dir);
+    if (!zr) { /* try the disk the build is on */
+        tl_rmrf(dir);
+        snprintf(dir, 4096, "./tk-store-recycle-XXXXXX");
+        ck_assert_ptr_nonnull(mkdtemp(dir));
+        zr = zero_range_works(dir);
+    }
+    struct store_options o;
+    opts_small(&o);
+    struct store *s = open_ok(dir, &o, NULL);
+    /* Three segments, the last just rolled into (no spare yet). */
+    uint64_t x = 1;
+    while (count_segs(dir) < 3 || file_exists(dir, "segment.prepare"))
+        append_ok(s, x++, 1);
+    uint64_t last = x - 1;
+    struct layout L;
+    scan_layout(dir, last, &L);
+    struct store_stats st0, st1;
+    store_stats(s, &st0);
+    ck_assert_int_eq(store_compact(s, L.first[1] - 1), 0); /* the first segment goes */
+    store_stats(s, &st1);
+    ck_assert_uint_eq(count_segs(dir), 2);
+    ck_assert(!file_exists(dir, L.path[0] + strlen(dir) + 1));
+    if (!zr) {
+        ck_assert_uint_eq(st1.recycled, st0.recycled);
+        ck_assert(!file_exists(dir, "segment.prepare"));
+    } else {
+        ck_assert_uint_eq(st1.recycled, st0.recycled + 1);
+        char path[4200];
+        snprintf(path, sizeof(path), "%s/segment.prepare", dir);
+        int fd = open(path, O_RDONLY);
+        ck_assert_int_ge(fd, 0);
+        static uint8_t buf[SEG_BYTES];
+        ck_assert_int_eq(pread(fd, buf, sizeof(buf), 0), SEG_BYTES);
+        close(fd);
+        for (size_t i = 0; i < sizeof(buf); i++)
+            ck_assert_msg(buf[i] == 0, "the recycled spare holds byte %zu = %u", i,
+                          buf[i]);
+    }
+    /* Roll into it, a few records only, and recover. */
+    size_t segs = count_segs(dir);
+    while (count_segs(dir) == segs)
+        append_ok(s, x++, 1);
+    append_ok(s, x, 2);
+    last = x + 1;
+    store_close(s);
+    struct store_boot boot;
+    s = open_ok(dir, &o, &boot);
+    ck_assert_uint_eq(boot.first_index, L.first[1]);
+    ck_assert_uint_eq(boot.last_index, last);
+    struct raft_entry *e;
+    size_t n;
+    ck_assert_int_eq(store_read(s, L.first[1], last + 1, 0, &e, &n), 0);
+    ck_assert_uint_eq(n, last - L.first[1] + 1);
+    for (size_t i = 0; i < n; i++)
+        ck_assert_msg(tl_check(&e[i], L.first[1] + i), "entry %llu damaged",
+                      (unsigned long long)(L.first[1] + i));
+    store_entries_free(e, n);
     store_close(s);
     tl_rmrf(dir);
     free(dir);
@@ -886,6 +998,7 @@ static Suite *fs_suite(void)
     tcase_add_test(tc, test_enospc_on_write_fails_the_store);
     tcase_add_test(tc, test_short_writes_are_completed);
     tcase_add_test(tc, test_spare_segment_is_prepared_ahead);
+    tcase_add_test(tc, test_compaction_recycles_a_segment_as_the_spare);
     tcase_add_test(tc, test_small_writes_zero_ahead_and_large_writes_do_not);
     tcase_add_test(tc, test_emfile_at_segment_creation_is_waited_out_not_fatal);
     suite_add_tcase(s, tc);
