@@ -272,8 +272,11 @@ static int install_snapshot(struct node *n, const struct raft_snapshot_meta *met
     rc = atomic_load(&n->persist.store_status);
     if (rc != 0)
         return rc;
-    node__tier_wait(n, true);
     n->tier.compact_goal = 0;
+    if (!node__tier_idle(n)) {
+        node__tier_stop(n); /* a snapshot read ends at its next chunk */
+        return node__install_park(n, meta, data);
+    }
     return node__install_start(n, meta, data);
 }
 
@@ -475,7 +478,8 @@ static void process_ready(struct node *n)
         node__tier_hold(n); /* what this ready applied may have filled the ring */
     }
     if (!n->persist.failed) {
-        node__tier_turn(n); /* claims its own phases */
+        node__install_unpark(n); /* begins a parked install once the tier is idle */
+        node__tier_turn(n);      /* claims its own phases */
         t = node__mono_ns();
     }
     if (!n->persist.failed && raft_has_ready(n->raft))
@@ -1048,6 +1052,7 @@ static void node_free(struct node *n)
         nftw(n->data_dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
     tk_mpsc_destroy(&n->loop.queue);
     node__install_defer_clear(n);
+    tk_blob_unref(n->install.data); /* a parked install's, at close */
     tk_free(n->persist.seq);
     tk_free(n->persist.async);
     tk_free(n->persist.ns);

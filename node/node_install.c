@@ -32,7 +32,10 @@
  *    dropped before the core sees it (node.c on_recv); the leader sends it
  *    again;
  *  - no tier-down job, snapshot or compaction starts meanwhile
- *    (node__tier_turn returns early), since the swap switches the cold tier.
+ *    (node__tier_turn returns early), since the swap switches the cold tier;
+ *    one in flight when the snapshot arrives is not waited for on the loop:
+ *    the install is parked (busy, not begun) and begins on the first turn
+ *    after that work ends (node__install_unpark), its results dropped.
  * A crash before the job publishes the new environment leaves the old state
  * and log, as before the snapshot arrived; the publication is atomic, then
  * the store is reset, as the synchronous install did. The job saves the
@@ -249,9 +252,10 @@ static int install_finish(struct node *n)
     s->loop_ns += now - t0;
     TK_LOG(
         TK_LOG_INFO, n->o.id, raft_term(n->raft),
-        "installed the snapshot at %llu: %llu ms in all, %llu us of it on the loop "
-        "(swap %llu us, the rest %llu us)",
+        "installed the snapshot at %llu: %llu ms in all (%llu ms of it parked behind "
+        "tier work), %llu us of it on the loop (swap %llu us, the rest %llu us)",
         (unsigned long long)s->meta.index, (unsigned long long)((now - s->t0) / 1000000),
+        (unsigned long long)(s->parked_ns / 1000000),
         (unsigned long long)(s->loop_ns / 1000), (unsigned long long)((t1 - t0) / 1000),
         (unsigned long long)((now - t1) / 1000));
     node__kick(n); /* the held readies are durable now */
@@ -297,35 +301,68 @@ static void install_after(uv_work_t *w, int status)
     node__handle_gone(n);
 }
 
-int node__install_start(struct node *n, const struct raft_snapshot_meta *meta,
-                        struct tk_blob *data)
+int node__install_park(struct node *n, const struct raft_snapshot_meta *meta,
+                       struct tk_blob *data)
 {
     struct node_install *s = &n->install;
     TK_ASSERT(!s->busy);
-    uint64_t t0 = node__mono_ns();
-    int rc = kv_sm_install_begin(n->sm, &s->in);
-    if (rc != 0)
-        return rc;
     s->meta = *meta;
     s->data = data != NULL ? tk_blob_ref(data) : NULL;
     s->hold_seq = 0;
     s->rc = 0;
-    s->t0 = t0;
+    s->t0 = node__mono_ns();
+    s->loop_ns = 0;
+    s->parked_ns = 0;
     s->busy = true;
+    s->parked = true;
     atomic_store(&s->ran, false);
+    return 0;
+}
+
+/* Begins the parked install: a fresh LMDB environment, and the job. */
+static int install_begin(struct node *n)
+{
+    struct node_install *s = &n->install;
+    uint64_t t0 = node__mono_ns();
+    s->parked = false;
+    s->parked_ns = t0 - s->t0;
+    int rc = kv_sm_install_begin(n->sm, &s->in);
+    if (rc != 0) {
+        tk_blob_unref(s->data);
+        s->data = NULL;
+        s->busy = false;
+        node__install_defer_clear(n);
+        return rc;
+    }
     struct node_install_job *j = tk_malloc(sizeof(*j));
     j->n = n;
     j->work.data = j;
     if (uv_queue_work(n->loop.uv, &j->work, install_work, install_after) == 0) {
         s->job = j;
         n->loop.handles_open++;
-        s->loop_ns = node__mono_ns() - t0;
+        s->loop_ns += node__mono_ns() - t0;
         return 0;
     }
     tk_free(j);
     install_run(n);
-    s->loop_ns = node__mono_ns() - t0;
+    s->loop_ns += node__mono_ns() - t0;
     return install_finish(n);
+}
+
+int node__install_start(struct node *n, const struct raft_snapshot_meta *meta,
+                        struct tk_blob *data)
+{
+    node__install_park(n, meta, data);
+    return install_begin(n);
+}
+
+void node__install_unpark(struct node *n)
+{
+    if (!n->install.parked || !node__tier_idle(n))
+        return;
+    int rc = install_begin(n);
+    if (rc != 0)
+        node__fail(n, rc, "install snapshot");
 }
 
 bool node__install_hold(struct node *n, uint64_t seq)
@@ -343,6 +380,12 @@ int node__install_wait(struct node *n)
     if (!s->busy)
         return 0;
     uint64_t t0 = node__mono_ns();
+    if (s->parked) { /* the tier's work first, here */
+        node__tier_wait(n, true);
+        int rc = install_begin(n);
+        if (rc != 0 || !s->busy)
+            return rc;
+    }
     /* Not started yet (the pool may be busy): take it back and run it here
      * rather than wait for a thread; its after-work callback then finds
      * nothing to do. */

@@ -344,7 +344,7 @@ static void tier_after(uv_work_t *w, int status)
     n->tier.busy = false;
     uint64_t t0 = node__mono_ns();
     if (n->tier.job != NULL)
-        tier_complete(n, false);
+        tier_complete(n, n->install.parked); /* a parked install replaces it */
     n->loop.turn_ns[NODE_PH_TIER] += node__mono_ns() - t0;
     node__kick(n);
     node__handle_gone(n);
@@ -439,7 +439,7 @@ static void reader_after(uv_work_t *w, int status)
     if (status == UV_ECANCELED)
         kv_snap_close(r->snap); /* reader_wait took it back before it ran */
     else if (n->tier.reader == r)
-        reader_complete(n, r, false);
+        reader_complete(n, r, n->install.parked);
     tk_blob_unref(r->stream);
     tk_free(r);
     n->loop.turn_ns[NODE_PH_SNAPSHOT] += node__mono_ns() - t0;
@@ -505,6 +505,12 @@ static void reader_wait(struct node *n)
         nanosleep(&ts, NULL);
     }
     reader_complete(n, r, true);
+}
+
+bool node__tier_idle(const struct node *n)
+{
+    return n->tier.job == NULL && !n->tier.busy && n->tier.reader == NULL &&
+           !n->tier.compacting;
 }
 
 void node__tier_stop(struct node *n)
