@@ -206,6 +206,9 @@ static const struct metric_desc metric_table[] = {
      "Newer snapshots from the leader dropped while one was being installed "
      "(the leader sends again).",
      MK_VALUE, SNAP(m.installs_dropped)},
+    {"tierkv_snapshot_installs_parked_total", "counter",
+     "Snapshots from the leader parked until the tier work in flight ended.", MK_VALUE,
+     SNAP(m.installs_parked)},
     {"tierkv_snapshot_install_deferred_appends_total", "counter",
      "Batches of log entries that arrived during a snapshot install and were "
      "appended after it, instead of the loop waiting for it.",

@@ -275,6 +275,7 @@ static int install_snapshot(struct node *n, const struct raft_snapshot_meta *met
     n->tier.compact_goal = 0;
     if (!node__tier_idle(n)) {
         node__tier_stop(n); /* a snapshot read ends at its next chunk */
+        n->m.metrics.installs_parked++;
         return node__install_park(n, meta, data);
     }
     return node__install_start(n, meta, data);

@@ -717,7 +717,8 @@ static void fwd_write_done(struct node_req *req, int status, const struct kv_res
  * file operations. */
 static const char *fwd_data_dir;
 static const struct store_fileops *fwd_fileops;
-static uint64_t fwd_term = 1; /* the fake leader's term */
+static uint64_t fwd_term = 1;         /* the fake leader's term */
+static uint64_t fwd_snapshot_entries; /* 0: the default */
 
 /* Node 1 follows fake node 2 and has forwarded one write to it. */
 static void fwd_env_start(struct fwd_env *e)
@@ -737,6 +738,8 @@ static void fwd_env_start(struct fwd_env *e)
     o.kv_no_sync = true;
     o.data_dir = fwd_data_dir;
     o.store_fileops = fwd_fileops;
+    if (fwd_snapshot_entries != 0)
+        o.snapshot_entries = fwd_snapshot_entries;
     ck_assert_int_eq(node_start(&o, &e->n), 0);
     fake_open(e, &e->leader, 2);
     fake_open(e, &e->other, 3);
@@ -1018,6 +1021,94 @@ START_TEST(test_entries_during_an_install_wait_beside_it)
     node_metrics(e.n, &m);
     ck_assert_uint_eq(m.installs, 1);
     ck_assert_uint_ge(m.installs_deferred, 1);
+    fwd_env_stop(&e);
+}
+END_TEST
+
+/* libuv's thread pool held: every pool thread waits in a blocker until
+ * released, so a job queued meanwhile stays in flight. */
+#define BLOCKERS 1024 /* libuv's largest pool */
+static uv_work_t blockers[BLOCKERS];
+static atomic_bool blockers_hold;
+static atomic_int blockers_done;
+
+static void blocker_run(uv_work_t *w)
+{
+    (void)w;
+    while (atomic_load(&blockers_hold))
+        usleep(200);
+}
+
+static void blocker_after(uv_work_t *w, int status)
+{
+    (void)w;
+    (void)status;
+    atomic_fetch_add(&blockers_done, 1);
+}
+
+static void send_entries(struct fwd_env *e, uint64_t term, uint64_t prev_index,
+                         uint64_t prev_term, uint64_t n, uint64_t commit);
+
+/* A snapshot from the leader while a tier job is in flight (here: queued,
+ * the pool held) is parked, not waited for on the loop (which ran the job
+ * there, or waited seconds for a running one: 3.4 s at 10M keys); the install
+ * begins once the job has ended, and completes. */
+START_TEST(test_snapshot_during_tier_work_is_parked)
+{
+    fwd_snapshot_entries = 20;
+    struct fwd_env e;
+    fwd_env_start(&e);
+    fwd_snapshot_entries = 0;
+    atomic_store(&blockers_hold, true);
+    atomic_store(&blockers_done, 0);
+    for (int i = 0; i < BLOCKERS; i++)
+        ck_assert_int_eq(uv_queue_work(&e.loop, &blockers[i], blocker_run, blocker_after),
+                         0);
+    /* 30 entries applied: a snapshot is due, its tier job queued behind the
+     * blockers. */
+    send_entries(&e, 1, 0, 0, 30, 30);
+    struct node_status st = {0};
+    for (int i = 0; i < 5000 && st.applied < 30; i++) {
+        turn(&e, 1);
+        node_status(e.n, &st);
+    }
+    ck_assert_uint_ge(st.applied, 30);
+    turn(&e, 20);
+    struct node_metrics m0 = {0};
+    node_metrics(e.n, &m0);
+    struct raft_message snap = {.type = RAFT_MSG_SNAPSHOT, .from = 2, .to = 1, .term = 1};
+    snap.u.snapshot.meta.index = 100;
+    snap.u.snapshot.meta.term = 1;
+    snap.u.snapshot.meta.config.n_voters = 2;
+    snap.u.snapshot.meta.config.voters[0] = 1;
+    snap.u.snapshot.meta.config.voters[1] = 2;
+    snap.u.snapshot.done = true;
+    snap.u.snapshot.data = empty_stream(100);
+    ck_assert_int_eq(transport_send(e.leader.t, &snap), 0);
+    tk_blob_unref(snap.u.snapshot.data);
+    struct node_metrics m = {0};
+    for (int i = 0; i < 2000 && m.installs_parked == 0; i++) {
+        turn(&e, 1);
+        node_metrics(e.n, &m);
+    }
+    ck_assert_uint_eq(m.installs_parked, 1);
+    turn(&e, 50); /* the loop turns on; the job is not run on it */
+    node_metrics(e.n, &m);
+    ck_assert_uint_eq(m.kv_tier_downs, m0.kv_tier_downs);
+    ck_assert_uint_eq(m.installs, 0);
+    ck_assert_uint_lt(e.leader.acked, 100);
+    atomic_store(&blockers_hold, false);
+    for (int i = 0; i < 20000 && (e.leader.acked < 100 || m.installs == 0 ||
+                                  atomic_load(&blockers_done) < BLOCKERS);
+         i++) {
+        turn(&e, 1);
+        node_metrics(e.n, &m);
+    }
+    ck_assert_uint_eq(atomic_load(&blockers_done), BLOCKERS);
+    ck_assert_uint_eq(m.installs, 1);
+    ck_assert_uint_ge(e.leader.acked, 100);
+    node_status(e.n, &st);
+    ck_assert_uint_ge(st.applied, 100);
     fwd_env_stop(&e);
 }
 END_TEST
@@ -1358,6 +1449,7 @@ static Suite *forward_suite(void)
     tcase_add_checked_fixture(tc, NULL, install_teardown);
     tcase_add_test(tc, test_forged_forward_answers_are_ignored);
     tcase_add_test(tc, test_entries_during_an_install_wait_beside_it);
+    tcase_add_test(tc, test_snapshot_during_tier_work_is_parked);
     tcase_add_test(tc, test_install_interrupted_after_publishing_is_finished_at_restart);
     tcase_add_test(tc,
                    test_install_over_a_diverging_log_interrupted_is_finished_at_restart);
