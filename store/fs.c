@@ -642,10 +642,10 @@ static int unlink_seg(struct store *s, struct seg *g)
 }
 
 /* Makes the compacted segment g the spare, when there is none, instead of
- * deleting it: deleting a preallocated segment costs a journal commit with
- * the discard of its blocks (45-60 ms for 64 MiB on a VM's disk mounted with
- * `discard`), during which every fdatasync on the device, the other nodes'
- * logs included, waited; renaming it and zeroing its range (its extents
+ * deleting it: deleting a preallocated segment and syncing the directory
+ * sends the discard of its blocks (45-60 ms for 64 MiB on a VM's disk
+ * mounted with `discard`), during which every fdatasync on the device, the
+ * other nodes' logs included, waited; renaming it and zeroing its range (its extents
  * become unwritten again, its blocks stay allocated) took 5-7 ms and held
  * no one. Returns 0 when g became the spare, 1 when it is to be deleted as
  * before (a spare is there, its size is not the segments', or the file
