@@ -982,20 +982,27 @@ static struct tk_blob *empty_stream(uint64_t index)
     return empty_stream_term(index, 1);
 }
 
-START_TEST(test_entries_during_an_install_wait_beside_it)
+/* The leader (node 2, term 1) sends node 1 the whole snapshot of an empty
+ * state at `index`, voters {1, 2}, in one message. */
+static void send_snapshot(struct fwd_env *e, uint64_t index)
 {
-    struct fwd_env e;
-    fwd_env_start(&e);
     struct raft_message snap = {.type = RAFT_MSG_SNAPSHOT, .from = 2, .to = 1, .term = 1};
-    snap.u.snapshot.meta.index = 100;
+    snap.u.snapshot.meta.index = index;
     snap.u.snapshot.meta.term = 1;
     snap.u.snapshot.meta.config.n_voters = 2;
     snap.u.snapshot.meta.config.voters[0] = 1;
     snap.u.snapshot.meta.config.voters[1] = 2;
     snap.u.snapshot.done = true;
-    snap.u.snapshot.data = empty_stream(100);
-    ck_assert_int_eq(transport_send(e.leader.t, &snap), 0);
+    snap.u.snapshot.data = empty_stream(index);
+    ck_assert_int_eq(transport_send(e->leader.t, &snap), 0);
     tk_blob_unref(snap.u.snapshot.data);
+}
+
+START_TEST(test_entries_during_an_install_wait_beside_it)
+{
+    struct fwd_env e;
+    fwd_env_start(&e);
+    send_snapshot(&e, 100);
     struct raft_entry ents[5];
     memset(ents, 0, sizeof(ents));
     for (int i = 0; i < 5; i++) {
@@ -1076,16 +1083,7 @@ START_TEST(test_snapshot_during_tier_work_is_parked)
     turn(&e, 20);
     struct node_metrics m0 = {0};
     node_metrics(e.n, &m0);
-    struct raft_message snap = {.type = RAFT_MSG_SNAPSHOT, .from = 2, .to = 1, .term = 1};
-    snap.u.snapshot.meta.index = 100;
-    snap.u.snapshot.meta.term = 1;
-    snap.u.snapshot.meta.config.n_voters = 2;
-    snap.u.snapshot.meta.config.voters[0] = 1;
-    snap.u.snapshot.meta.config.voters[1] = 2;
-    snap.u.snapshot.done = true;
-    snap.u.snapshot.data = empty_stream(100);
-    ck_assert_int_eq(transport_send(e.leader.t, &snap), 0);
-    tk_blob_unref(snap.u.snapshot.data);
+    send_snapshot(&e, 100);
     struct node_metrics m = {0};
     for (int i = 0; i < 2000 && m.installs_parked == 0; i++) {
         turn(&e, 1);
