@@ -32,25 +32,30 @@
 #define KV_TXN_OPS_MAX 128 /* ops in a batch or in then+else of a txn */
 
 struct kv_config {
-    const char *dir;      /* directory for the cold tier (created if needed) */
-    size_t page_bytes;    /* ring page size, default 256 KiB */
-    size_t ring_bytes;    /* ring budget, default 64 MiB */
-    size_t key_max;       /* default 4 KiB, at most 65535 */
-    size_t value_max;     /* default 1 MiB, at most 64 MiB */
-    size_t sessions_max;  /* remembered (client, seq) results, default 65536 */
-    size_t map_bytes;     /* LMDB map size, default 64 GiB (sparse) */
-    bool no_sync;         /* LMDB without fsync (tests, benchmarks only) */
-    bool background_tier; /* the owner runs tier-down jobs (kv_sm_tier_start)
-                             when kv_sm_tier_wanted; apply itself tiers down
-                             only past twice the ring budget */
-    bool append_only;     /* every write appends a record, none is rewritten
-                             in place: the ring is a log of every version */
-    size_t events_max;    /* change log (events.c): events held, default
-                             65536; 0 keeps no events */
-    size_t events_bytes;  /* ... and bytes held, default 16 MiB */
-    size_t ttl_max;       /* keys with a TTL tracked for expiry (ttl.c),
-                             default 1 Mi; past it a key expires only lazily
-                             at read (kv_sm_stats.ttl_dropped counts them) */
+    const char *dir;         /* directory for the cold tier (created if needed) */
+    size_t page_bytes;       /* ring page size, default 256 KiB */
+    size_t ring_bytes;       /* ring budget, default 64 MiB */
+    size_t key_max;          /* default 4 KiB, at most 65535 */
+    size_t value_max;        /* default 1 MiB, at most 64 MiB */
+    size_t sessions_max;     /* remembered (client, seq) results, default 65536 */
+    size_t map_bytes;        /* LMDB map size, default 64 GiB (sparse) */
+    bool no_sync;            /* LMDB without fsync (tests, benchmarks only) */
+    bool background_tier;    /* the owner runs tier-down jobs (kv_sm_tier_start)
+                                when kv_sm_tier_wanted; apply itself tiers down
+                                only past twice the ring budget */
+    bool append_only;        /* every write appends a record, none is rewritten
+                                in place: the ring is a log of every version */
+    size_t events_max;       /* change log (events.c): events held, default
+                                65536; 0 keeps no events */
+    size_t events_bytes;     /* ... and bytes held, default 16 MiB */
+    size_t ttl_max;          /* keys with a TTL tracked for expiry (ttl.c),
+                                default 1 Mi; past it a key expires only lazily
+                                at read (kv_sm_stats.ttl_dropped counts them) */
+    unsigned writeback_pace; /* kv_tier_run_paced: the LMDB commit's dirty pages
+                                are written out 4 MiB of the file at a time,
+                                sleeping this many times each slice's write
+                                time (at most 4 s per commit) before its
+                                fdatasync; default 3, 0 = not paced */
 };
 
 /* Keys whose first byte is KV_RESERVED_BYTE belong to the node (its
@@ -240,6 +245,12 @@ struct kv_tier_result {
 };
 int kv_sm_tier_start(struct kv_sm *sm, bool snapshot, struct kv_tier_job **out);
 void kv_tier_run(struct kv_tier_job *j);
+/* kv_tier_run for a thread that may take its time (a pool thread, never the
+ * owner's): the commit's writeback is paced (kv_config.writeback_pace) until
+ * the owner calls kv_sm_tier_hurry, which it does before it waits for the job
+ * or when it must stop applying for it. */
+void kv_tier_run_paced(struct kv_tier_job *j);
+void kv_sm_tier_hurry(struct kv_sm *sm);
 /* After kv_tier_run, on its thread: true if the job read a snapshot stream,
  * with the index and term of the state it holds. */
 bool kv_tier_snapshot_at(const struct kv_tier_job *j, uint64_t *index, uint64_t *term);
@@ -279,13 +290,16 @@ void kv_digest_free(struct kv_digest *d);
 struct kv_sm_stats {
     size_t ring_bytes; /* bytes of ring pages held */
     size_t ring_pages;
-    size_t hot_keys;      /* keys in the index */
-    uint64_t cold_keys;   /* entries in the cold tier */
-    uint64_t cold_bytes;  /* bytes of the cold tier's LMDB file in use */
-    uint64_t tier_downs;  /* tier-down transactions committed */
-    uint64_t rewrites;    /* versions written over their key's record in place */
-    uint64_t bad_records; /* ring records that failed their check on read */
-    uint64_t ttl_dropped; /* TTL keys not tracked (kv_config.ttl_max) */
+    size_t hot_keys;         /* keys in the index */
+    uint64_t cold_keys;      /* entries in the cold tier */
+    uint64_t cold_bytes;     /* bytes of the cold tier's LMDB file in use */
+    uint64_t tier_downs;     /* tier-down transactions committed */
+    uint64_t rewrites;       /* versions written over their key's record in place */
+    uint64_t bad_records;    /* ring records that failed their check on read */
+    uint64_t ttl_dropped;    /* TTL keys not tracked (kv_config.ttl_max) */
+    uint64_t paced_syncs;    /* tier-down commits' fdatasyncs paced */
+    uint64_t paced_slices;   /* 4 MiB slices they wrote out that had pages */
+    uint64_t paced_slept_ns; /* time they slept between slices */
     /* Memory by owner, bytes (ring_bytes is the ring's). */
     size_t index_bytes;      /* the hot index's tables */
     size_t view_bytes;       /* the ordered view's nodes */

@@ -35,6 +35,7 @@ void kv_config_default(struct kv_config *c)
     c->events_max = 65536;
     c->events_bytes = 16u << 20;
     c->ttl_max = 1u << 20;
+    c->writeback_pace = 3;
 }
 
 /* ---- decode arena ---- */
@@ -201,6 +202,9 @@ void kv_sm_stats(const struct kv_sm *sm, struct kv_sm_stats *out)
     out->cold_keys = kv__cold_count(sm->cold);
     out->cold_bytes = kv__cold_bytes(sm->cold);
     out->tier_downs = sm->tier_downs;
+    out->paced_syncs = sm->paced_syncs;
+    out->paced_slices = sm->paced_slices;
+    out->paced_slept_ns = sm->paced_slept_ns;
     out->rewrites = sm->rewrites;
     out->bad_records = sm->bad_records;
     out->ttl_dropped = sm->ttl.dropped;

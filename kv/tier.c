@@ -315,7 +315,10 @@ static int tier_write(struct kv_tier_job *j)
         kv__cold_wabort(sm->cold);
         return rc;
     }
-    return kv__cold_wcommit(sm->cold, &j->meta, sm->cfg.sessions_max);
+    j->pace.factor = sm->cfg.writeback_pace;
+    j->pace.hurry = &j->hurry;
+    return kv__cold_wcommit(sm->cold, &j->meta, sm->cfg.sessions_max,
+                            j->paced ? &j->pace : NULL);
 }
 
 /* Owner thread: publishes a committed write (the cold tier's new read view
@@ -324,6 +327,9 @@ static int tier_write(struct kv_tier_job *j)
 static void tier_publish(struct kv_sm *sm, struct kv_tier_job *j)
 {
     sm->bad_records += j->bad;
+    sm->paced_syncs += j->pace.syncs;
+    sm->paced_slices += j->pace.slices;
+    sm->paced_slept_ns += j->pace.slept_ns;
     if (j->rc == 0) {
         kv__cold_wpublish(sm->cold);
         sm->draining = true;
@@ -442,6 +448,19 @@ void kv_tier_run(struct kv_tier_job *j)
     }
     if (j->rc == 0 && j->snapshot)
         j->rc = kv__snap_read_all(j->sm, &j->stream, &j->stream_meta);
+}
+
+void kv_tier_run_paced(struct kv_tier_job *j)
+{
+    j->paced = true;
+    kv_tier_run(j);
+    j->paced = false;
+}
+
+void kv_sm_tier_hurry(struct kv_sm *sm)
+{
+    if (sm->job != NULL)
+        atomic_store_explicit(&sm->job->hurry, true, memory_order_relaxed);
 }
 
 bool kv_tier_snapshot_at(const struct kv_tier_job *j, uint64_t *index, uint64_t *term)

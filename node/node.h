@@ -146,11 +146,14 @@ struct node_options {
     /* The fs store's file operations (tests inject faults); NULL: the real
      * ones. */
     const struct store_fileops *store_fileops;
-    bool kv_no_sync;      /* the kv cold tier without fsync (tests, benchmarks) */
-    size_t kv_map_bytes;  /* LMDB map size of the kv cold tier; 0: kv's default */
-    size_t kv_ring_bytes; /* the kv ring's (hot tier's) budget; 0: kv's, 64 MiB */
-    size_t events_max;    /* the kv change log's events (kv_config.events_max) */
-    size_t events_bytes;  /* ... and bytes; both 0: kv's defaults */
+    bool kv_no_sync;       /* the kv cold tier without fsync (tests, benchmarks) */
+    size_t kv_map_bytes;   /* LMDB map size of the kv cold tier; 0: kv's default */
+    size_t kv_ring_bytes;  /* the kv ring's (hot tier's) budget; 0: kv's, 64 MiB */
+    int kv_writeback_pace; /* a background tier-down's LMDB writeback paced
+                              (kv_config.writeback_pace); 0: kv's, 3; < 0: not
+                              paced */
+    size_t events_max;     /* the kv change log's events (kv_config.events_max) */
+    size_t events_bytes;   /* ... and bytes; both 0: kv's defaults */
 
     uint32_t tick_ms;        /* 10 */
     uint32_t election_ticks; /* 20: 200-400 ms */
@@ -336,13 +339,15 @@ struct node_metrics {
     uint64_t store_bytes; /* payload bytes appended to the log since start
                              (store_stats.bytes; a counter, not a size) */
     /* The state machine's size (kv_sm_stats). */
-    uint64_t kv_ring_bytes;   /* ring pages held: the hot tier's memory */
-    uint64_t kv_hot_keys;     /* keys in the hot index */
-    uint64_t kv_cold_keys;    /* keys in the cold tier (LMDB) */
-    uint64_t kv_cold_bytes;   /* the cold tier's LMDB file in use */
-    uint64_t store_log_bytes; /* the Raft log's bytes (store_log_bytes) */
-    uint64_t kv_tier_downs;   /* tier-down transactions committed */
-    uint64_t kv_bad_records;  /* ring records that failed their check */
+    uint64_t kv_ring_bytes;     /* ring pages held: the hot tier's memory */
+    uint64_t kv_hot_keys;       /* keys in the hot index */
+    uint64_t kv_cold_keys;      /* keys in the cold tier (LMDB) */
+    uint64_t kv_cold_bytes;     /* the cold tier's LMDB file in use */
+    uint64_t store_log_bytes;   /* the Raft log's bytes (store_log_bytes) */
+    uint64_t kv_tier_downs;     /* tier-down transactions committed */
+    uint64_t kv_paced_syncs;    /* tier-down commits whose writeback was paced */
+    uint64_t kv_paced_slept_ns; /* ... and the time they slept between slices */
+    uint64_t kv_bad_records;    /* ring records that failed their check */
     uint64_t net_bytes_sent;
     uint64_t net_bytes_received;
     uint64_t net_reconnects;

@@ -448,7 +448,8 @@ void node__tier_start(struct node *n, bool snapshot, bool inline_run);
 void node__tier_wait(struct node *n, bool discard);
 /* No tier-down job, snapshot read or compaction in flight. */
 bool node__tier_idle(const struct node *n);
-/* The node stops: a snapshot read in flight ends at its next chunk. */
+/* The node stops, or waits for tier work: a snapshot read in flight ends at
+ * its next chunk, a paced tier-down commit stops pacing. */
 void node__tier_stop(struct node *n);
 /* Holds or releases applying for the KV ring's sake; before each ready. */
 void node__tier_hold(struct node *n);

@@ -99,6 +99,8 @@ void node__publish_status(struct node *n)
     mt->kv_cold_keys = ks.cold_keys;
     mt->kv_cold_bytes = ks.cold_bytes;
     mt->kv_tier_downs = ks.tier_downs;
+    mt->kv_paced_syncs = ks.paced_syncs;
+    mt->kv_paced_slept_ns = ks.paced_slept_ns;
     mt->kv_bad_records = ks.bad_records;
     mt->mem_index_bytes = ks.index_bytes;
     mt->mem_view_bytes = ks.view_bytes;

@@ -85,7 +85,7 @@ static void tier_work(uv_work_t *w)
 {
     struct node *n = w->data;
     int was = background_enter(TIER_NICE);
-    kv_tier_run(n->tier.job);
+    kv_tier_run_paced(n->tier.job);
     save_descriptor(n);
     tk_nice_leave(was);
     atomic_store_explicit(&n->tier.ran, true, memory_order_release);
@@ -515,6 +515,8 @@ bool node__tier_idle(const struct node *n)
 
 void node__tier_stop(struct node *n)
 {
+    if (n->sm != NULL)
+        kv_sm_tier_hurry(n->sm); /* a paced commit stops sleeping */
     if (n->tier.reader != NULL)
         atomic_store(&n->tier.reader->stop, true);
 }
@@ -523,6 +525,7 @@ void node__tier_stop(struct node *n)
  * after-work callback later finds nothing to do. */
 void node__tier_wait(struct node *n, bool discard)
 {
+    kv_sm_tier_hurry(n->sm); /* a paced commit stops sleeping */
     reader_wait(n);
     /* A store compaction in flight ends first (an install resets the log). */
     while (n->tier.compacting &&
@@ -702,6 +705,7 @@ void node__tier_hold(struct node *n)
     raft_hold_apply(n->raft, urgent);
     uint64_t now = node__mono_ns();
     if (urgent) {
+        kv_sm_tier_hurry(n->sm); /* applying waits for the job: no pacing */
         n->tier.hold_since = now;
         n->m.metrics.apply_holds++;
         return;

@@ -145,6 +145,13 @@ static struct opt opts[] = {
      "memory for the newest versions (the hot tier); past it they are written to the "
      "cold tier in the background (larger: fewer tier-downs, more memory)",
      0, 0},
+    {"kv-writeback-pace", "TIERKV_KV_WRITEBACK_PACE", "3",
+     "a background tier-down's cold-tier commit writes its pages out 4 MiB of the file "
+     "at "
+     "a time, sleeping N times each slice's write time, before its fsync: a burst of "
+     "hundreds of MB otherwise holds every raft log fsync on the same disk (0: not "
+     "paced)",
+     0, 0},
     {"kv-no-sync", "TIERKV_KV_NO_SYNC", NULL,
      "cold tier without fsync (benchmarks only; the raft log is still synced)", 1, 0},
     {"peer-token-file", "TIERKV_PEER_TOKEN_FILE", NULL,
@@ -677,6 +684,8 @@ int main(int argc, char **argv)
     no.events_max = get_u64("watch-events", 0, 1u << 30);
     no.events_bytes = get_size("watch-events-bytes", 4096, 1ull << 40);
     no.kv_ring_bytes = get_size("kv-ring-bytes", 1u << 20, 1ull << 40);
+    uint64_t pace = get_u64("kv-writeback-pace", 0, 100);
+    no.kv_writeback_pace = pace > 0 ? (int)pace : -1;
     no.kv_no_sync = get("kv-no-sync") != NULL && strcmp(get("kv-no-sync"), "0") != 0;
     no.seed = no.id * 0x9e3779b97f4a7c15ull ^ (uint64_t)getpid();
 

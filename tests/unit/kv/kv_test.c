@@ -1293,6 +1293,79 @@ START_TEST(test_snapshot_job_keeps_hot_keys_hot)
 }
 END_TEST
 
+/* A background job's commit (kv_tier_run_paced) reaches LMDB's fdatasync of
+ * its data file through kv's pacing, which liblmdb's call only does if the
+ * executable's fdatasync takes it (cold.c); an owner's inline run, a job
+ * hurried by the owner and writeback_pace = 0 do not sleep. The state is
+ * durable either way: a reopened sm reads every key from the cold tier. */
+static void tier_job(struct kvu *a, int from, bool paced, bool hurry)
+{
+    char k[16], v[600];
+    memset(v, 'v', sizeof(v) - 1);
+    v[sizeof(v) - 1] = 0;
+    for (int i = from; i < from + 2000; i++) {
+        snprintf(k, sizeof(k), "key%05d", i);
+        ck_assert_int_eq(kvu_put(a, k, v), 0);
+    }
+    struct kv_tier_job *j;
+    ck_assert_int_eq(kv_sm_tier_start(a->sm, false, &j), 0);
+    ck_assert_ptr_nonnull(j);
+    if (hurry)
+        kv_sm_tier_hurry(a->sm);
+    if (paced)
+        kv_tier_run_paced(j);
+    else
+        kv_tier_run(j);
+    struct kv_tier_result res;
+    ck_assert_int_eq(kv_sm_tier_finish(a->sm, j, &res), 0);
+}
+
+START_TEST(test_background_commit_is_paced_through_fdatasync)
+{
+    struct kvu a = {0};
+    kv_config_default(&a.cfg);
+    a.cfg.map_bytes = (size_t)1 << 30;
+    a.cfg.background_tier = true;
+    a.dir = kvu_tmpdir();
+    struct kv_config cfg = a.cfg; /* no_sync false: LMDB syncs */
+    ck_assert_uint_eq(cfg.writeback_pace, 3);
+    kvu_open(&a, &cfg);
+    struct kv_sm_stats st;
+    tier_job(&a, 0, false, false); /* the owner's run: not paced */
+    kv_sm_stats(a.sm, &st);
+    ck_assert_uint_eq(st.paced_syncs, 0);
+    tier_job(&a, 2000, true, false);
+    kv_sm_stats(a.sm, &st);
+    ck_assert_uint_eq(st.paced_syncs, 1); /* LMDB's one fdatasync per commit */
+    uint64_t slept = st.paced_slept_ns;
+    ck_assert_uint_le(slept, 4000000000u);
+    tier_job(&a, 4000, true, true); /* hurried before it ran: no nap */
+    kv_sm_stats(a.sm, &st);
+    ck_assert_uint_eq(st.paced_syncs, 2);
+    ck_assert_uint_eq(st.paced_slept_ns, slept);
+    fprintf(stderr, "paced commit: %llu slices written, %llu us slept\n",
+            (unsigned long long)st.paced_slices, (unsigned long long)(slept / 1000));
+    kvu_close(&a, false);
+    cfg.writeback_pace = 0;
+    kvu_open(&a, &cfg);
+    tier_job(&a, 6000, true, false);
+    kv_sm_stats(a.sm, &st);
+    ck_assert_uint_eq(st.paced_syncs, 0);
+    ck_assert_uint_eq(st.cold_keys, 8000);
+    kvu_close(&a, false);
+    cfg.no_sync = true;
+    kvu_open(&a, &cfg);
+    struct kv_item it;
+    for (int i = 0; i < 8000; i += 999) {
+        char k[16];
+        snprintf(k, sizeof(k), "key%05d", i);
+        ck_assert_int_eq(kv_sm_get(a.sm, k, strlen(k), &it), 0);
+        ck_assert_uint_eq(it.value_len, 599);
+    }
+    kvu_close(&a, true);
+}
+END_TEST
+
 /* Every tier-down trigger runs the same path: with an empty ring and the
  * applied index past the durable one (a NOOP entry after a flush), a
  * background job records the applied index in the cold tier as a flush does. */
@@ -2131,6 +2204,7 @@ int main(void)
     tcase_add_test(tc, test_fast_decoder_agrees_with_protobuf_c);
     tcase_add_test(tc, test_long_keys_in_the_cold_tier);
     tcase_add_test(tc, test_tier_down_writes_each_keys_newest_version);
+    tcase_add_test(tc, test_background_commit_is_paced_through_fdatasync);
     suite_add_tcase(s, tc);
     return tk_check_run(srunner_create(s));
 }
