@@ -22,6 +22,7 @@
  * published on any one thread too: that reads only the directory and the
  * generation, which change only in kv__cold_switch (owner thread). */
 #include <dirent.h>
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -31,7 +32,6 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -707,6 +707,7 @@ static int pace_writeback(int fd, struct kv_pace *p)
         if (took < PACE_MIN_NS)
             continue;
         p->slices++;
+        p->write_ns += took;
         uint64_t nap = took * p->factor;
         nap = nap < left ? nap : left;
         struct timespec ts = {(time_t)(nap / 1000000000u), (long)(nap % 1000000000u)};
@@ -718,12 +719,16 @@ static int pace_writeback(int fd, struct kv_pace *p)
     return 0;
 }
 
+typedef int sync_fn(int fd);
+static _Atomic(sync_fn *) next_fdatasync;
+
 /* The process's fdatasync(2). liblmdb calls fdatasync through its PLT, so
  * this definition in the executable (default visibility; the shared library's
  * version script keeps it local there, and LMDB then syncs unpaced) takes
  * LMDB's calls as well as everyone else's: a thread in a paced commit
- * (pace_here) writes the file out paced first; every call then goes to the
- * kernel as it would have. */
+ * (pace_here) writes the file out paced first; every call then goes on to the
+ * next definition (an LD_PRELOAD fault shim's, as tests/chaos uses, or
+ * libc's), as it would have without this one. */
 __attribute__((visibility("default"))) int fdatasync(int fd)
 {
     struct kv_pace *p = pace_here;
@@ -734,7 +739,17 @@ __attribute__((visibility("default"))) int fdatasync(int fd)
             return -1;
         }
     }
-    return (int)syscall(SYS_fdatasync, fd);
+    sync_fn *next = atomic_load_explicit(&next_fdatasync, memory_order_acquire);
+    if (next == NULL) {
+        void *sym = dlsym(RTLD_NEXT, "fdatasync");
+        memcpy(&next, &sym, sizeof(next)); /* ISO C has no object-to-function cast */
+        if (next == NULL) {
+            errno = ENOSYS;
+            return -1;
+        }
+        atomic_store_explicit(&next_fdatasync, next, memory_order_release);
+    }
+    return next(fd);
 }
 
 int kv__cold_wcommit(struct kv_cold *c, const struct kv_cold_meta *m, size_t sessions_max,

@@ -242,6 +242,9 @@ struct kv_tier_job;
 struct kv_tier_result {
     uint64_t index, term;   /* snapshot: the state the stream holds */
     struct tk_blob *stream; /* snapshot: built on kv_tier_run's thread */
+    /* kv_tier_run_paced: 4 MiB slices written out with pages in them, the
+     * time that took and the time slept between them. */
+    uint64_t paced_slices, paced_write_ns, paced_slept_ns;
 };
 int kv_sm_tier_start(struct kv_sm *sm, bool snapshot, struct kv_tier_job **out);
 void kv_tier_run(struct kv_tier_job *j);

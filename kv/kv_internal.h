@@ -402,6 +402,7 @@ struct kv_pace {
     const atomic_bool *hurry; /* set by the owner: stop sleeping */
     uint64_t syncs;           /* fdatasyncs paced */
     uint64_t slices;          /* slices that had pages to write */
+    uint64_t write_ns;        /* time writing those slices */
     uint64_t slept_ns;
 };
 

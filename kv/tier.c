@@ -486,6 +486,9 @@ int kv_sm_tier_publish(struct kv_sm *sm, struct kv_tier_job *j,
     sm->inplace_spare = j->inplace;
     sm->cap_inplace_spare = j->cap_inplace;
     memset(out, 0, sizeof(*out));
+    out->paced_slices = j->pace.slices;
+    out->paced_write_ns = j->pace.write_ns;
+    out->paced_slept_ns = j->pace.slept_ns;
     if (wrc == 0 && j->snapshot) {
         out->index = j->stream_meta.index;
         out->term = j->stream_meta.term;

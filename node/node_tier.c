@@ -327,6 +327,15 @@ static void tier_complete(struct node *n, bool discard)
         node__fail(n, rc, "tier-down");
         return;
     }
+    if (res.paced_slices != 0)
+        TK_LOG(
+            TK_LOG_DEBUG, n->o.id, raft_term(n->raft),
+            "tier-down in %llu ms: its commit wrote %llu slices of 4 MiB out in %llu ms "
+            "and slept %llu ms between them",
+            (unsigned long long)((n->tier.t_done - n->tier.t0) / 1000000),
+            (unsigned long long)res.paced_slices,
+            (unsigned long long)(res.paced_write_ns / 1000000),
+            (unsigned long long)(res.paced_slept_ns / 1000000));
     if (res.stream == NULL)
         return;
     if (!n->tier.snapshot || discard || n->loop.closing || n->persist.failed) {
