@@ -22,7 +22,6 @@
  * published on any one thread too: that reads only the directory and the
  * generation, which change only in kv__cold_switch (owner thread). */
 #include <dirent.h>
-#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -32,7 +31,6 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "base/alloc.h"
@@ -40,6 +38,7 @@
 #include "base/dir.h"
 #include "base/err.h"
 #include "base/log.h"
+#include "base/sync.h"
 #include "kv/kv_internal.h"
 
 #define SHORT_MAX KV_COLD_SHORT_MAX
@@ -666,94 +665,8 @@ static int put_meta(MDB_txn *txn, MDB_dbi dbi, const struct kv_cold_meta *m)
     return mdb_put(txn, dbi, &k, &v, 0);
 }
 
-/* ---- paced writeback (struct kv_pace) ---- */
-
-#define PACE_SLICE ((off_t)4 << 20)
-#define PACE_MIN_NS 200000 /* a slice written faster had little to write */
-#define PACE_NAP_MAX_NS (4ull * 1000000000) /* slept per sync at most */
-
-/* The commit being paced on this thread (kv__cold_wcommit sets it around
- * mdb_txn_commit), or NULL. */
-static _Thread_local struct kv_pace *pace_here;
-
-static uint64_t pace_now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-/* Writes fd's dirty pages out slice by slice (4 MiB of the file each, in file
- * order), sleeping p->factor times the time each slice took to write, until
- * the owner hurries or the naps reach PACE_NAP_MAX_NS. Returns 0 or an errno:
- * sync_file_range consumes a write error that fdatasync would then not
- * report, so the caller returns it instead. */
-static int pace_writeback(int fd, struct kv_pace *p)
-{
-    struct stat st;
-    if (fstat(fd, &st) != 0)
-        return 0; /* fdatasync writes it all */
-    p->syncs++;
-    uint64_t left = PACE_NAP_MAX_NS;
-    for (off_t off = 0; off < st.st_size && left > 0; off += PACE_SLICE) {
-        if (atomic_load_explicit(p->hurry, memory_order_relaxed))
-            break;
-        uint64_t t0 = pace_now_ns();
-        if (sync_file_range(fd, off, PACE_SLICE,
-                            SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE |
-                                SYNC_FILE_RANGE_WAIT_AFTER) != 0)
-            return errno;
-        uint64_t took = pace_now_ns() - t0;
-        if (took < PACE_MIN_NS)
-            continue;
-        p->slices++;
-        p->write_ns += took;
-        uint64_t nap = took * p->factor;
-        nap = nap < left ? nap : left;
-        struct timespec ts = {(time_t)(nap / 1000000000u), (long)(nap % 1000000000u)};
-        while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
-            ;
-        p->slept_ns += nap;
-        left -= nap;
-    }
-    return 0;
-}
-
-typedef int sync_fn(int fd);
-static _Atomic(sync_fn *) next_fdatasync;
-
-/* The process's fdatasync(2). liblmdb calls fdatasync through its PLT, so
- * this definition in the executable (default visibility; the shared library's
- * version script keeps it local there, and LMDB then syncs unpaced) takes
- * LMDB's calls as well as everyone else's: a thread in a paced commit
- * (pace_here) writes the file out paced first; every call then goes on to the
- * next definition (an LD_PRELOAD fault shim's, as tests/chaos uses, or
- * libc's), as it would have without this one. */
-__attribute__((visibility("default"))) int fdatasync(int fd)
-{
-    struct kv_pace *p = pace_here;
-    if (p != NULL && p->factor > 0) {
-        int err = pace_writeback(fd, p);
-        if (err != 0) {
-            errno = err;
-            return -1;
-        }
-    }
-    sync_fn *next = atomic_load_explicit(&next_fdatasync, memory_order_acquire);
-    if (next == NULL) {
-        void *sym = dlsym(RTLD_NEXT, "fdatasync");
-        memcpy(&next, &sym, sizeof(next)); /* ISO C has no object-to-function cast */
-        if (next == NULL) {
-            errno = ENOSYS;
-            return -1;
-        }
-        atomic_store_explicit(&next_fdatasync, next, memory_order_release);
-    }
-    return next(fd);
-}
-
 int kv__cold_wcommit(struct kv_cold *c, const struct kv_cold_meta *m, size_t sessions_max,
-                     struct kv_pace *pace)
+                     struct tk_pace *pace)
 {
     wcur_close(c);
     int rc = sweep(c, m->now_ms);
@@ -766,9 +679,9 @@ int kv__cold_wcommit(struct kv_cold *c, const struct kv_cold_meta *m, size_t ses
             lrc = mdb_stat(c->wtxn, c->data, &st);
         if (lrc == 0) {
             c->wcount = st.ms_entries;
-            pace_here = pace;
+            tk_pace_begin(pace);
             lrc = mdb_txn_commit(c->wtxn);
-            pace_here = NULL;
+            tk_pace_end();
             c->wtxn = NULL;
         }
         if (lrc != 0)

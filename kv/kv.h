@@ -53,9 +53,10 @@ struct kv_config {
                                 at read (kv_sm_stats.ttl_dropped counts them) */
     unsigned writeback_pace; /* kv_tier_run_paced: the LMDB commit's dirty pages
                                 are written out 4 MiB of the file at a time,
-                                sleeping this many times each slice's write
-                                time (at most 4 s per commit) before its
-                                fdatasync; default 3, 0 = not paced */
+                                sleeping this many times as long as each slice
+                                took, at most 4 s per commit, before its
+                                fdatasync (base/sync.h); default 3, 0 = not
+                                paced */
 };
 
 /* Keys whose first byte is KV_RESERVED_BYTE belong to the node (its

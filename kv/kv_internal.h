@@ -14,6 +14,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "base/sync.h"
 #include "kv/kv.h"
 
 /* ---- big buffers ---------------------------------------------------------- */
@@ -389,27 +390,10 @@ int kv__cold_get(struct kv_cold *c, const void *key, size_t len, struct kv_cold_
 int kv__cold_wbegin(struct kv_cold *c);
 int kv__cold_wput(struct kv_cold *c, const struct kv_rec *h);
 int kv__cold_wsession(struct kv_cold *c, const struct kv_rec *h);
-/* A background commit's paced writeback (cold.c). LMDB makes a commit
- * durable with fdatasync(2) of its data file before it writes the meta page;
- * on the thread committing with a kv_pace, that fdatasync first writes the
- * file's dirty pages out in slices, sleeping `factor` times each slice's
- * write time, so that a commit's tens or hundreds of MB reach the disk over
- * seconds instead of one burst that every other file's fsync queues behind.
- * The order LMDB relies on is kept: the data is durable before the call
- * returns, the meta page is written after. */
-struct kv_pace {
-    unsigned factor;          /* sleep per write time; 0: not paced */
-    const atomic_bool *hurry; /* set by the owner: stop sleeping */
-    uint64_t syncs;           /* fdatasyncs paced */
-    uint64_t slices;          /* slices that had pages to write */
-    uint64_t write_ns;        /* time writing those slices */
-    uint64_t slept_ns;
-};
-
 /* Drops sessions beyond sessions_max (oldest first) and expired keys at
  * meta->now_ms, stores meta, commits durably; paced when pace is not NULL. */
 int kv__cold_wcommit(struct kv_cold *c, const struct kv_cold_meta *m, size_t sessions_max,
-                     struct kv_pace *pace);
+                     struct tk_pace *pace);
 void kv__cold_wabort(struct kv_cold *c);
 /* Owner thread, after a commit: count and read view move to the new state. */
 void kv__cold_wpublish(struct kv_cold *c);

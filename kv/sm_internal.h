@@ -155,7 +155,7 @@ struct kv_sm {
     bool failed;
     atomic_int open_snaps; /* kv_snap views open on the cold tier */
     uint64_t tier_downs, bad_records, rewrites;
-    uint64_t paced_syncs, paced_slices, paced_slept_ns; /* struct kv_pace's, summed */
+    uint64_t paced_syncs, paced_slices, paced_slept_ns; /* struct tk_pace's, summed */
     /* What the next tier-down writes: the records in pages at or past
      * dirty_pos (appended since the last one began) and the records
      * rewritten in place before that (inplace, their addresses). Every record
@@ -226,7 +226,7 @@ struct kv_tier_job {
     struct kv_cold_meta stream_meta;
     bool paced;        /* kv_tier_run_paced: the commit's writeback paced */
     atomic_bool hurry; /* kv_sm_tier_hurry: stop pacing */
-    struct kv_pace pace;
+    struct tk_pace pace;
 };
 
 /* Makes room for one more element in *arr (n held, *cap allocated, elem
