@@ -146,11 +146,10 @@ static struct opt opts[] = {
      "cold tier in the background (larger: fewer tier-downs, more memory)",
      0, 0},
     {"kv-writeback-pace", "TIERKV_KV_WRITEBACK_PACE", "3",
-     "a background tier-down's cold-tier commit writes its pages out 4 MiB of the file "
-     "at "
-     "a time, sleeping N times each slice's write time, before its fsync: a burst of "
-     "hundreds of MB otherwise holds every raft log fsync on the same disk (0: not "
-     "paced)",
+     "a background tier-down's cold-tier commit writes its pages out 4 MiB of the "
+     "file at a time, sleeping N times each slice's write time, before its fsync: "
+     "a burst of hundreds of MB otherwise holds every raft log fsync on the same "
+     "disk (0: not paced)",
      0, 0},
     {"kv-no-sync", "TIERKV_KV_NO_SYNC", NULL,
      "cold tier without fsync (benchmarks only; the raft log is still synced)", 1, 0},
