@@ -27,6 +27,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 #include <uv.h>
@@ -670,15 +671,20 @@ struct thread_usage {
 };
 
 /* The calling thread's time on run queues (the second field of
- * /proc/thread-self/schedstat), or 0 where the kernel does not say. */
+ * /proc/thread-self/schedstat), or 0 where the kernel does not say. Raw
+ * system calls: ThreadSanitizer tracks descriptors by number, and libuv
+ * (not instrumented) closes its own with syscall(SYS_close), which it does
+ * not see; a number libuv freed and this open reused then looked like a race
+ * with libuv's epoll_create1 on another node's thread (a false report). */
 static uint64_t read_run_delay(void)
 {
-    int fd = open("/proc/thread-self/schedstat", O_RDONLY | O_CLOEXEC);
+    long fd = syscall(SYS_openat, AT_FDCWD, "/proc/thread-self/schedstat",
+                      O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return 0;
     char buf[96];
-    ssize_t got = read(fd, buf, sizeof(buf) - 1);
-    close(fd);
+    long got = syscall(SYS_read, fd, buf, sizeof(buf) - 1);
+    syscall(SYS_close, fd);
     if (got <= 0)
         return 0;
     buf[got] = 0;
