@@ -29,11 +29,26 @@ struct tk_blob *tk_blob_try_new(size_t len);
 /* A blob on a mapping of its own, with room for `cap` bytes and len 0, for
  * one that grows to a size known roughly in advance (a snapshot stream):
  * the room is address space, its pages come as they are first written, and
- * the allocator never fills it (MALLOC_PERTURB_). The last unref gives its
- * pages back a slice at a time, then unmaps it. NULL if it cannot be
+ * the allocator never fills it (MALLOC_PERTURB_). NULL if it cannot be
  * mapped. Its owner may grow it (tk_blob_map_grow) while it holds the only
- * reference. */
+ * reference.
+ *
+ * The last unref keeps the mapping, pages and all, as a spare (at most
+ * TK_BLOB_SPARES of them in the process, the largest kept), and the next
+ * tk_blob_map takes one: the bytes it holds are the old blob's, not zeros.
+ * On a virtual machine the first write to memory the guest has not used
+ * lately costs about a hundred times a rewrite (the host backs each page
+ * then: 1.7-3.5 s per 512 MiB on this project's VM, against 25-50 ms), and
+ * every snapshot used to fill a fresh mapping. A spare much larger than
+ * asked for is cut to size when taken; otherwise a dropped mapping gives
+ * its pages back a slice at a time, then is unmapped. */
 struct tk_blob *tk_blob_map(size_t cap);
+#define TK_BLOB_SPARES 2
+/* Bytes held by spare mappings (memory accounting). */
+size_t tk_blob_spare_bytes(void);
+/* How many spares to keep from now on (0: none; at most TK_BLOB_SPARES);
+ * spares past it are dropped. Returns the previous setting. */
+unsigned tk_blob_spares_keep(unsigned n);
 /* The room of a tk_blob_map blob, in bytes. */
 size_t tk_blob_map_cap(const struct tk_blob *b);
 /* Room for at least `cap` bytes (an mremap: the blob may move; len and the

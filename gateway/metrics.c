@@ -414,10 +414,13 @@ static void put_memory(struct jbuf *b, const char *name, const struct node_metri
     const struct {
         const char *owner;
         uint64_t v;
-    } rows[] = {
-        {"index", m->mem_index_bytes},       {"view", m->mem_view_bytes},
-        {"ring", m->kv_ring_bytes},          {"sessions", m->mem_sessions_bytes},
-        {"lmdb_mapped", m->mem_lmdb_mapped}, {"lmdb_resident", m->mem_lmdb_resident}};
+    } rows[] = {{"index", m->mem_index_bytes},
+                {"view", m->mem_view_bytes},
+                {"ring", m->kv_ring_bytes},
+                {"sessions", m->mem_sessions_bytes},
+                {"lmdb_mapped", m->mem_lmdb_mapped},
+                {"lmdb_resident", m->mem_lmdb_resident},
+                {"snapshot_spare", m->mem_snapshot_spare}};
     for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++)
         jbuf_printf(b, "%s{owner=\"%s\"} %llu\n", name, rows[i].owner,
                     (unsigned long long)rows[i].v);

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "base/alloc.h"
+#include "base/blob.h"
 #include "base/err.h"
 #include "base/log.h"
 #include "kv/kv.h"
@@ -106,6 +107,7 @@ void node__publish_status(struct node *n)
     mt->mem_view_bytes = ks.view_bytes;
     mt->mem_sessions_bytes = ks.sessions_bytes;
     mt->mem_lmdb_mapped = ks.cold_map_bytes;
+    mt->mem_snapshot_spare = tk_blob_spare_bytes();
     uint64_t now = node__mono_ns();
     if (now - n->m.resident_ns > 10000000000ull && !n->m.resident_busy) {
         n->m.resident_ns = now;

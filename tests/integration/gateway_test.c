@@ -783,6 +783,7 @@ START_TEST(test_metrics_export_latency_histograms_read_rounds_and_kv_size)
     ck_assert(sample(text, "tierkv_memory_bytes{owner=\"sessions\"}") > 0);
     ck_assert(sample(text, "tierkv_memory_bytes{owner=\"lmdb_mapped\"}") > 0);
     ck_assert(sample(text, "tierkv_memory_bytes{owner=\"lmdb_resident\"}") >= 0);
+    ck_assert(sample(text, "tierkv_memory_bytes{owner=\"snapshot_spare\"}") >= 0);
     close(s);
     fx_stop(&f);
 }

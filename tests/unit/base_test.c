@@ -316,6 +316,7 @@ END_TEST
  * with its bytes kept, counted like any blob, unmapped on the last unref. */
 START_TEST(test_mapped_blob_grows_keeps_bytes_and_unmaps)
 {
+    tk_blob_spares_keep(0); /* no spares: the last unref unmaps */
     struct tk_blob *b = tk_blob_map(100000);
     ck_assert_ptr_nonnull(b);
     ck_assert_uint_eq(b->len, 0);
@@ -355,6 +356,67 @@ START_TEST(test_mapped_blob_grows_keeps_bytes_and_unmaps)
     ck_assert_uint_eq(p[big / 2], 0);
     p[big / 2] = 1;
     tk_free_big(p, big);
+    tk_blob_spares_keep(TK_BLOB_SPARES);
+}
+END_TEST
+
+/* A mapped blob's last unref keeps its mapping as a spare, and the next
+ * tk_blob_map takes it with its pages (the old bytes, not fresh zeros):
+ * grown, or cut to size when far too large; the largest two are kept. */
+static struct tk_blob *filled_map(size_t len, uint8_t fill)
+{
+    struct tk_blob *b = tk_blob_map(len);
+    ck_assert_ptr_nonnull(b);
+    memset(b->data, fill, len);
+    b->len = len;
+    return b;
+}
+
+START_TEST(test_mapped_blob_spare_is_reused)
+{
+    const size_t mib = (size_t)1 << 20;
+    tk_blob_spares_keep(TK_BLOB_SPARES);
+    ck_assert_uint_eq(tk_blob_spare_bytes(), 0);
+    tk_blob_unref(filled_map(mib, 0x5a));
+    ck_assert_uint_ge(tk_blob_spare_bytes(), mib);
+
+    struct tk_blob *b = tk_blob_map(mib);
+    ck_assert_uint_eq(tk_blob_spare_bytes(), 0);
+    ck_assert_uint_eq(b->len, 0);
+    ck_assert_uint_eq(b->data[0], 0x5a); /* the spare's pages, not new ones */
+    ck_assert_uint_eq(b->data[mib - 1], 0x5a);
+    tk_blob_unref(b);
+
+    b = tk_blob_map(200 * mib); /* grown: the pages kept */
+    ck_assert_uint_ge(tk_blob_map_cap(b), 200 * mib);
+    ck_assert_uint_eq(b->data[mib - 1], 0x5a);
+    tk_blob_unref(b);
+    ck_assert_uint_ge(tk_blob_spare_bytes(), mib); /* written: 1 MiB of it */
+    ck_assert_uint_lt(tk_blob_spare_bytes(), 2 * mib);
+
+    b = tk_blob_map(4096); /* far too large: cut to size, its start kept */
+    ck_assert_uint_lt(tk_blob_map_cap(b), mib);
+    ck_assert_uint_eq(b->data[0], 0x5a);
+    tk_blob_unref(b);
+    ck_assert_uint_lt(tk_blob_spare_bytes(), mib);
+
+    /* Three dropped at once: the two largest stay. */
+    struct tk_blob *x = filled_map(2 * mib, 1), *y = filled_map(3 * mib, 2),
+                   *z = filled_map(4 * mib, 3);
+    ck_assert_uint_eq(tk_blob_spare_bytes(), 0); /* the small spare was taken */
+    tk_blob_unref(x);
+    tk_blob_unref(y);
+    tk_blob_unref(z);
+    ck_assert_uint_ge(tk_blob_spare_bytes(), 7 * mib);
+    ck_assert_uint_lt(tk_blob_spare_bytes(), 8 * mib);
+    b = tk_blob_map(4 * mib);
+    ck_assert_uint_eq(b->data[4 * mib - 1], 3);
+    tk_blob_unref(b);
+
+    ck_assert_uint_eq(tk_blob_spares_keep(0), TK_BLOB_SPARES);
+    ck_assert_uint_eq(tk_blob_spare_bytes(), 0);
+    tk_blob_unref(filled_map(mib, 7)); /* none kept now */
+    ck_assert_uint_eq(tk_blob_spare_bytes(), 0);
 }
 END_TEST
 
@@ -1543,6 +1605,7 @@ static Suite *base_suite(void)
     tcase_add_test(tc, test_blob_refcount_frees_on_last_unref);
     tcase_add_test(tc, test_blob_ref_and_unref_accept_null);
     tcase_add_test(tc, test_mapped_blob_grows_keeps_bytes_and_unmaps);
+    tcase_add_test(tc, test_mapped_blob_spare_is_reused);
     tcase_add_test(tc, test_blob_refcount_is_exact_across_threads);
     tcase_add_test(tc, test_blob_last_unref_on_any_thread_frees_once);
     tcase_set_timeout(tc, 60);
