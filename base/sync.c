@@ -92,6 +92,36 @@ __attribute__((visibility("default"))) int fdatasync(int fd)
     return next(fd);
 }
 
+static uint64_t thread_cpu_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+void tk_pace_cpu(struct tk_cpu_pace *p)
+{
+    if (p == NULL || p->factor == 0)
+        return;
+    uint64_t now = thread_cpu_ns();
+    if (p->mark_ns == 0 || now < p->mark_ns) {
+        p->mark_ns = now;
+        return;
+    }
+    uint64_t used = now - p->mark_ns;
+    if (used < TK_PACE_CPU_SLICE_NS)
+        return;
+    p->cpu_ns += used;
+    p->mark_ns = now;
+    if (p->hurry != NULL && atomic_load_explicit(p->hurry, memory_order_relaxed))
+        return;
+    uint64_t nap = used * p->factor;
+    struct timespec ts = {(time_t)(nap / 1000000000u), (long)(nap % 1000000000u)};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+        ;
+    p->slept_ns += nap;
+}
+
 void tk_pace_begin(struct tk_pace *p)
 {
     pace_here = p;

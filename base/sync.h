@@ -34,4 +34,21 @@ struct tk_pace {
 void tk_pace_begin(struct tk_pace *p);
 void tk_pace_end(void);
 
+/* Paced CPU work: a thread doing a long piece of background work (a snapshot
+ * read of the whole state) calls tk_pace_cpu between small steps of it. Once
+ * the thread has used TK_PACE_CPU_SLICE_NS of CPU since its last nap, it
+ * sleeps `factor` times that, until *hurry is set (NULL: never), so that the
+ * work takes at most 1 / (factor + 1) of a core however idle the machine
+ * looks: on a virtual machine, work at the lowest priority still takes the
+ * memory bandwidth, caches and host time the busy threads share. */
+#define TK_PACE_CPU_SLICE_NS 2000000ull
+struct tk_cpu_pace {
+    unsigned factor;          /* sleep per CPU time; 0: not paced */
+    const atomic_bool *hurry; /* set (by any thread): stop sleeping */
+    uint64_t mark_ns;         /* the thread's CPU time at the last nap */
+    uint64_t cpu_ns;          /* CPU time used between naps, in all */
+    uint64_t slept_ns;        /* time slept, in all */
+};
+void tk_pace_cpu(struct tk_cpu_pace *p);
+
 #endif

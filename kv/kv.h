@@ -57,6 +57,10 @@ struct kv_config {
                                 took, at most 4 s per commit, before its
                                 fdatasync (base/sync.h); default 3, 0 = not
                                 paced */
+    unsigned read_pace;      /* kv_tier_run_paced: a snapshot job's read of
+                                the stream sleeps this many times the CPU time
+                                it uses (tk_pace_cpu), until hurried; default
+                                3, 0 = not paced */
 };
 
 /* Keys whose first byte is KV_RESERVED_BYTE belong to the node (its
@@ -246,6 +250,8 @@ struct kv_tier_result {
     /* kv_tier_run_paced: 4 MiB slices written out with pages in them, the
      * time that took and the time slept between them. */
     uint64_t paced_slices, paced_write_ns, paced_slept_ns;
+    /* ... and a snapshot job's read: its CPU time and time slept (read_pace). */
+    uint64_t read_cpu_ns, read_slept_ns;
 };
 int kv_sm_tier_start(struct kv_sm *sm, bool snapshot, struct kv_tier_job **out);
 void kv_tier_run(struct kv_tier_job *j);
@@ -342,10 +348,14 @@ void kv_snap_close(struct kv_snap *s);
 int kv_sm_snapshot_cold(struct kv_sm *sm, struct kv_snap **out);
 /* The whole stream into one blob (with one reference). `stop` (may be NULL)
  * is checked between reads of 64 KiB: once set, the read ends with
- * TK_ECLOSED. The blob is a mapping of its own (tk_blob_map), reserved at
- * the cold tier's bytes in use when the snap was opened. Returns 0, TK_EIO,
+ * TK_ECLOSED; `pace` (may be NULL) is given to tk_pace_cpu between them
+ * (base/sync.h: the read then takes at most 1 / (factor + 1) of a core).
+ * The blob is a mapping of its own (tk_blob_map), reserved at the cold
+ * tier's bytes in use when the snap was opened. Returns 0, TK_EIO,
  * TK_ECLOSED, TK_ENOMEM (the mapping could not grow past that). */
-int kv_snap_read_all(struct kv_snap *s, struct tk_blob **out, const atomic_bool *stop);
+struct tk_cpu_pace;
+int kv_snap_read_all(struct kv_snap *s, struct tk_blob **out, const atomic_bool *stop,
+                     struct tk_cpu_pace *pace);
 
 /* Installing a snapshot stream: begin, write the stream's bytes in any pieces,
  * optionally prepare, then commit (which checks the trailer, swaps the new

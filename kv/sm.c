@@ -36,6 +36,7 @@ void kv_config_default(struct kv_config *c)
     c->events_bytes = 16u << 20;
     c->ttl_max = 1u << 20;
     c->writeback_pace = 3;
+    c->read_pace = 3;
 }
 
 /* ---- decode arena ---- */

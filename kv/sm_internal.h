@@ -227,6 +227,7 @@ struct kv_tier_job {
     bool paced;        /* kv_tier_run_paced: the commit's writeback paced */
     atomic_bool hurry; /* kv_sm_tier_hurry: stop pacing */
     struct tk_pace pace;
+    uint64_t read_cpu_ns, read_slept_ns; /* the snapshot read's (read_pace) */
 };
 
 /* Makes room for one more element in *arr (n held, *cap allocated, elem
@@ -393,9 +394,10 @@ bool kv__fast_decode(const uint8_t *buf, size_t len, struct Kvpb__Command *c,
  * first). Returns 0 or TK_EIO. */
 int kv__snap_open(struct kv_sm *sm, struct kv_snap **out);
 /* Any thread, while the sm's tier job is in flight (so no other writer): reads
- * the snapshot stream of the cold tier as committed into one blob. Returns 0
- * or TK_EIO. */
-int kv__snap_read_all(struct kv_sm *sm, struct tk_blob **out, struct kv_cold_meta *meta);
+ * the snapshot stream of the cold tier as committed into one blob, its CPU
+ * paced with `pace` (may be NULL). Returns 0 or TK_EIO. */
+int kv__snap_read_all(struct kv_sm *sm, struct tk_blob **out, struct kv_cold_meta *meta,
+                      struct tk_cpu_pace *pace);
 
 /* ---- sessions.c: the exactly-once table ---- */
 

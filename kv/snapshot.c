@@ -20,6 +20,7 @@
 #include "base/blob.h"
 #include "base/crc32c.h"
 #include "base/err.h"
+#include "base/sync.h"
 #include "kv/sm_internal.h"
 
 #define SNAP_MAGIC "TKVSNAP1"
@@ -141,7 +142,13 @@ static int stream_room(struct tk_blob **b, size_t *cap, size_t need, bool mapped
     return 0;
 }
 
-int kv_snap_read_all(struct kv_snap *s, struct tk_blob **out, const atomic_bool *stop)
+/* kv_snap_read_all reads this much at a time between its checks of `stop`
+ * and calls to tk_pace_cpu (a whole mapping's room in one read ran a 1.2 GB
+ * read to its end however early `stop` was set). */
+#define READ_STEP ((size_t)64 << 10)
+
+int kv_snap_read_all(struct kv_snap *s, struct tk_blob **out, const atomic_bool *stop,
+                     struct tk_cpu_pace *pace)
 {
     /* Read straight into a blob (header, then bytes; see base/blob.h), so
      * the owner takes it without copying. A mapping of its own, as big as
@@ -150,8 +157,8 @@ int kv_snap_read_all(struct kv_snap *s, struct tk_blob **out, const atomic_bool 
      * stream fills them. Grown by doubling instead, each step past the
      * allocator's mmap threshold was an mremap under the process's mmap lock,
      * moving up to hundreds of MB of page tables while the loop's page
-     * faults and mappings waited; and its last unref gives the pages back a
-     * slice at a time (tk_blob_unref). */
+     * faults and mappings waited; and its last unref keeps the mapping for
+     * the next stream (tk_blob_unref: a spare). */
     size_t hint = s->size_hint + ((size_t)1 << 20), n = 0, cap;
     struct tk_blob *b = tk_blob_map(hint);
     bool mapped = b != NULL;
@@ -170,11 +177,12 @@ int kv_snap_read_all(struct kv_snap *s, struct tk_blob **out, const atomic_bool 
             rc = TK_ECLOSED;
             break;
         }
-        size_t got = 0;
-        rc = kv_snap_read(s, b->data + n, cap - n, &got);
+        size_t got = 0, step = cap - n < READ_STEP ? cap - n : READ_STEP;
+        rc = kv_snap_read(s, b->data + n, step, &got);
         if (rc != 0 || got == 0)
             break;
         n += got;
+        tk_pace_cpu(pace);
     }
     if (rc != 0) {
         tk_blob_unref(b);
@@ -185,13 +193,14 @@ int kv_snap_read_all(struct kv_snap *s, struct tk_blob **out, const atomic_bool 
     return 0;
 }
 
-int kv__snap_read_all(struct kv_sm *sm, struct tk_blob **out, struct kv_cold_meta *meta)
+int kv__snap_read_all(struct kv_sm *sm, struct tk_blob **out, struct kv_cold_meta *meta,
+                      struct tk_cpu_pace *pace)
 {
     struct kv_snap *s;
     int rc = kv__snap_open(sm, &s);
     if (rc != 0)
         return rc;
-    rc = kv_snap_read_all(s, out, NULL);
+    rc = kv_snap_read_all(s, out, NULL, pace);
     *meta = s->meta;
     kv_snap_close(s);
     return rc;

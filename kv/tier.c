@@ -446,8 +446,13 @@ void kv_tier_run(struct kv_tier_job *j)
         j->rc = tier_write(j);
         tier_scratch_trim(j->sm);
     }
-    if (j->rc == 0 && j->snapshot)
-        j->rc = kv__snap_read_all(j->sm, &j->stream, &j->stream_meta);
+    if (j->rc == 0 && j->snapshot) {
+        struct tk_cpu_pace pace = {.factor = j->paced ? j->sm->cfg.read_pace : 0,
+                                   .hurry = &j->hurry};
+        j->rc = kv__snap_read_all(j->sm, &j->stream, &j->stream_meta, &pace);
+        j->read_cpu_ns = pace.cpu_ns;
+        j->read_slept_ns = pace.slept_ns;
+    }
 }
 
 void kv_tier_run_paced(struct kv_tier_job *j)
@@ -489,6 +494,8 @@ int kv_sm_tier_publish(struct kv_sm *sm, struct kv_tier_job *j,
     out->paced_slices = j->pace.slices;
     out->paced_write_ns = j->pace.write_ns;
     out->paced_slept_ns = j->pace.slept_ns;
+    out->read_cpu_ns = j->read_cpu_ns;
+    out->read_slept_ns = j->read_slept_ns;
     if (wrc == 0 && j->snapshot) {
         out->index = j->stream_meta.index;
         out->term = j->stream_meta.term;

@@ -152,8 +152,12 @@ struct node_options {
     int kv_writeback_pace; /* a background tier-down's LMDB writeback paced
                               (kv_config.writeback_pace); 0: kv's, 3; < 0: not
                               paced */
-    size_t events_max;     /* the kv change log's events (kv_config.events_max) */
-    size_t events_bytes;   /* ... and bytes; both 0: kv's defaults */
+    /* A snapshot's read of the whole state (beside the tier-downs, or in a
+     * snapshot job: kv_config.read_pace) sleeps N times the CPU time it uses
+     * (tk_pace_cpu); 0: 3; < 0: not paced. */
+    int snapshot_read_pace;
+    size_t events_max;   /* the kv change log's events (kv_config.events_max) */
+    size_t events_bytes; /* ... and bytes; both 0: kv's defaults */
 
     uint32_t tick_ms;        /* 10 */
     uint32_t election_ticks; /* 20: 200-400 ms */

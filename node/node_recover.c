@@ -180,6 +180,9 @@ static int open_sm(struct node *n, struct store_boot *sb)
     if (n->o.kv_writeback_pace != 0)
         kc.writeback_pace =
             n->o.kv_writeback_pace > 0 ? (unsigned)n->o.kv_writeback_pace : 0;
+    if (n->o.snapshot_read_pace != 0)
+        kc.read_pace =
+            n->o.snapshot_read_pace > 0 ? (unsigned)n->o.snapshot_read_pace : 0;
     if (n->o.events_max != 0 || n->o.events_bytes != 0) {
         kc.events_max = n->o.events_max;
         kc.events_bytes = n->o.events_bytes ? n->o.events_bytes : kc.events_bytes;

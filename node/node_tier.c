@@ -34,6 +34,7 @@
 #include "base/err.h"
 #include "base/log.h"
 #include "base/nice.h"
+#include "base/sync.h"
 #include "kv/kv.h"
 #include "node/node_internal.h"
 #include "store/store.h"
@@ -49,6 +50,13 @@
  * READ_NICE_BYTES (a read well under a second) they stay at TIER_NICE. */
 #define READ_NICE 19
 #define READ_NICE_BYTES (64u << 20)
+
+/* ... and it sleeps READ_PACE times the CPU time it uses (tk_pace_cpu; the
+ * node option snapshot_read_pace): even at nice 19, three nodes reading
+ * their whole state at once on a 2-core VM were in every steady step whose
+ * write p99.9 passed 25 ms at 3M keys (the same load with the tier-downs
+ * and no snapshots had none; docs/benchmarks-scale.md). */
+#define READ_PACE 3
 
 static int read_nice(size_t bytes)
 {
@@ -336,6 +344,12 @@ static void tier_complete(struct node *n, bool discard)
             (unsigned long long)res.paced_slices,
             (unsigned long long)(res.paced_write_ns / 1000000),
             (unsigned long long)(res.paced_slept_ns / 1000000));
+    if (res.read_slept_ns != 0)
+        TK_LOG(TK_LOG_DEBUG, n->o.id, raft_term(n->raft),
+               "snapshot job's read at %llu: %llu ms of CPU, %llu ms asleep",
+               (unsigned long long)res.index,
+               (unsigned long long)(res.read_cpu_ns / 1000000),
+               (unsigned long long)(res.read_slept_ns / 1000000));
     if (res.stream == NULL)
         return;
     if (!n->tier.snapshot || discard || n->loop.closing || n->persist.failed) {
@@ -375,9 +389,11 @@ struct node_snap_read {
     int rc, save_rc;
     int nice; /* background_enter's: read_nice of the last snapshot */
     atomic_bool ran;
-    atomic_bool stop; /* an install or the node's stop: end the read early */
-    atomic_int tid;   /* its pool thread while it reads at READ_NICE, else 0 */
-    bool raised;      /* reader_raise moved it back to TIER_NICE */
+    atomic_bool stop;  /* an install or the node's stop: end the read early */
+    atomic_bool hurry; /* reader_raise: no more pacing */
+    struct tk_cpu_pace pace;
+    atomic_int tid; /* its pool thread while it reads at READ_NICE, else 0 */
+    bool raised;    /* reader_raise moved it back to TIER_NICE */
 };
 
 static void reader_work(uv_work_t *w)
@@ -386,7 +402,7 @@ static void reader_work(uv_work_t *w)
     int was = background_enter(r->nice); /* it reads the whole state: seconds */
     if (r->nice > TIER_NICE)
         atomic_store(&r->tid, tk_nice_tid());
-    r->rc = kv_snap_read_all(r->snap, &r->stream, &r->stop);
+    r->rc = kv_snap_read_all(r->snap, &r->stream, &r->stop, &r->pace);
     /* The descriptor names a state the cold tier holds durably already. */
     if (r->rc == 0 && !atomic_load(&r->stop))
         r->save_rc = store_save_snapshot(r->n->store, &r->meta);
@@ -410,6 +426,7 @@ static void reader_raise(struct node *n, struct node_snap_read *r)
     if (tid == 0)
         return;
     r->raised = true;
+    atomic_store(&r->hurry, true);
     if (tk_nice_set(tid, TIER_NICE) == 0)
         TK_LOG(TK_LOG_INFO, n->o.id, raft_term(n->raft),
                "snapshot read at %llu still going after %llu s at nice %d: on at nice %d",
@@ -423,6 +440,12 @@ static void reader_complete(struct node *n, struct node_snap_read *r, bool disca
 {
     n->tier.reader = NULL;
     uint64_t t_done = node__mono_ns();
+    if (r->pace.factor != 0)
+        TK_LOG(TK_LOG_DEBUG, n->o.id, raft_term(n->raft),
+               "snapshot read at %llu: %llu ms of CPU, %llu ms asleep (pace %u)",
+               (unsigned long long)r->meta.index,
+               (unsigned long long)(r->pace.cpu_ns / 1000000),
+               (unsigned long long)(r->pace.slept_ns / 1000000), r->pace.factor);
     n->tier.cpu_done = node__thread_cpu_ns();
     kv_snap_close(r->snap);
     r->snap = NULL;
@@ -479,7 +502,11 @@ static bool reader_start(struct node *n)
     r->nice = read_nice(n->tier.blob != NULL ? n->tier.blob->len : 0);
     atomic_init(&r->ran, false);
     atomic_init(&r->stop, false);
+    atomic_init(&r->hurry, false);
     atomic_init(&r->tid, 0);
+    int pace = n->o.snapshot_read_pace;
+    r->pace.factor = pace == 0 ? READ_PACE : pace > 0 ? (unsigned)pace : 0;
+    r->pace.hurry = &r->hurry;
     r->work.data = r;
     if (uv_queue_work(n->loop.uv, &r->work, reader_work, reader_after) != 0) {
         kv_snap_close(r->snap);

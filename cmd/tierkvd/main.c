@@ -151,6 +151,12 @@ static struct opt opts[] = {
      "a burst of hundreds of MB otherwise holds every raft log fsync on the same "
      "disk (0: not paced)",
      0, 0},
+    {"snapshot-read-pace", "TIERKV_SNAPSHOT_READ_PACE", "3",
+     "a snapshot's read of the whole state (on the thread pool) sleeps N times the "
+     "CPU time it uses, so that it takes at most 1/(N+1) of a core: at full speed "
+     "the nodes' reads held writes on a 2-core VM even at the lowest priority "
+     "(0: not paced)",
+     0, 0},
     {"kv-no-sync", "TIERKV_KV_NO_SYNC", NULL,
      "cold tier without fsync (benchmarks only; the raft log is still synced)", 1, 0},
     {"peer-token-file", "TIERKV_PEER_TOKEN_FILE", NULL,
@@ -685,6 +691,8 @@ int main(int argc, char **argv)
     no.kv_ring_bytes = get_size("kv-ring-bytes", 1u << 20, 1ull << 40);
     uint64_t pace = get_u64("kv-writeback-pace", 0, 100);
     no.kv_writeback_pace = pace > 0 ? (int)pace : -1;
+    uint64_t read_pace = get_u64("snapshot-read-pace", 0, 100);
+    no.snapshot_read_pace = read_pace > 0 ? (int)read_pace : -1;
     no.kv_no_sync = get("kv-no-sync") != NULL && strcmp(get("kv-no-sync"), "0") != 0;
     no.seed = no.id * 0x9e3779b97f4a7c15ull ^ (uint64_t)getpid();
 

@@ -36,6 +36,7 @@
 #include "base/nice.h"
 #include "base/prng.h"
 #include "base/queue.h"
+#include "base/sync.h"
 #include "tests/check_run.h"
 
 /* Under a sanitizer, the sanitizer's allocator owns the heap and mallinfo2()
@@ -1576,6 +1577,49 @@ START_TEST(test_nice_set_moves_another_thread)
 }
 END_TEST
 
+/* tk_pace_cpu sleeps factor times the thread's CPU time in slices of at least
+ * TK_PACE_CPU_SLICE_NS; not at all at factor 0 or once hurried. */
+static uint64_t spin_paced(struct tk_cpu_pace *p, uint64_t cpu_ns)
+{
+    struct timespec a, b, w0, w1;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &a);
+    clock_gettime(CLOCK_MONOTONIC, &w0);
+    volatile uint64_t x = 0;
+    do {
+        for (int i = 0; i < 10000; i++)
+            x += (uint64_t)i;
+        tk_pace_cpu(p);
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &b);
+    } while ((uint64_t)(b.tv_sec - a.tv_sec) * 1000000000u + (uint64_t)b.tv_nsec -
+                 (uint64_t)a.tv_nsec <
+             cpu_ns);
+    clock_gettime(CLOCK_MONOTONIC, &w1);
+    return (uint64_t)(w1.tv_sec - w0.tv_sec) * 1000000000u + (uint64_t)w1.tv_nsec -
+           (uint64_t)w0.tv_nsec;
+}
+
+START_TEST(test_pace_cpu_sleeps_factor_times_the_cpu_used)
+{
+    atomic_bool hurry = false;
+    struct tk_cpu_pace p = {.factor = 2, .hurry = &hurry};
+    uint64_t wall = spin_paced(&p, 30000000);
+    ck_assert_uint_ge(p.cpu_ns, 30000000 - 2 * TK_PACE_CPU_SLICE_NS);
+    ck_assert_uint_eq(p.slept_ns, 2 * p.cpu_ns);
+    ck_assert_uint_ge(wall, p.slept_ns);
+
+    atomic_store(&hurry, true); /* hurried: counted, not slept */
+    uint64_t slept = p.slept_ns, cpu = p.cpu_ns;
+    spin_paced(&p, 10000000);
+    ck_assert_uint_gt(p.cpu_ns, cpu);
+    ck_assert_uint_eq(p.slept_ns, slept);
+
+    struct tk_cpu_pace off = {.factor = 0};
+    spin_paced(&off, 10000000);
+    ck_assert_uint_eq(off.cpu_ns + off.slept_ns, 0);
+    tk_pace_cpu(NULL);
+}
+END_TEST
+
 static Suite *base_suite(void)
 {
     Suite *s = suite_create("base");
@@ -1673,6 +1717,10 @@ static Suite *base_suite(void)
     tcase_add_test(tc, test_mpsc_two_producers_each_item_once_in_producer_order);
     tcase_add_test(tc, test_mpsc_four_producers_through_a_tiny_queue);
     tcase_set_timeout(tc, 120);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("pace");
+    tcase_add_test(tc, test_pace_cpu_sleeps_factor_times_the_cpu_used);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("nice");

@@ -1366,6 +1366,68 @@ START_TEST(test_background_commit_is_paced_through_fdatasync)
 }
 END_TEST
 
+/* A snapshot job's read of the stream (kv_tier_run_paced) sleeps read_pace
+ * times the CPU it uses (tk_pace_cpu); the owner's inline run, a hurried job
+ * and read_pace = 0 do not sleep, and the stream is whole either way. */
+static void snapshot_job(struct kvu *a, int from, bool paced, bool hurry,
+                         struct kv_tier_result *res)
+{
+    char k[16], v[600];
+    memset(v, 'r', sizeof(v) - 1);
+    v[sizeof(v) - 1] = 0;
+    for (int i = from; i < from + 1000; i++) {
+        snprintf(k, sizeof(k), "key%06d", i);
+        ck_assert_int_eq(kvu_put(a, k, v), 0);
+    }
+    struct kv_tier_job *j;
+    ck_assert_int_eq(kv_sm_tier_start(a->sm, true, &j), 0);
+    ck_assert_ptr_nonnull(j);
+    if (hurry)
+        kv_sm_tier_hurry(a->sm);
+    if (paced)
+        kv_tier_run_paced(j);
+    else
+        kv_tier_run(j);
+    ck_assert_int_eq(kv_sm_tier_finish(a->sm, j, res), 0);
+    ck_assert_ptr_nonnull(res->stream);
+    ck_assert_uint_gt(res->stream->len, (size_t)(from + 1000) * 600);
+    tk_blob_unref(res->stream);
+}
+
+START_TEST(test_snapshot_job_read_is_paced)
+{
+    struct kvu a = {0};
+    kv_config_default(&a.cfg);
+    a.cfg.map_bytes = (size_t)1 << 30;
+    a.cfg.background_tier = true;
+    a.cfg.no_sync = true;
+    a.dir = kvu_tmpdir();
+    struct kv_config cfg = a.cfg;
+    ck_assert_uint_eq(cfg.read_pace, 3);
+    kvu_open(&a, &cfg);
+    struct kv_tier_result res;
+    snapshot_job(&a, 0, false, false, &res); /* 0.6 MB: under a pace slice, maybe */
+    ck_assert_uint_eq(res.read_slept_ns, 0);
+    for (int i = 1000; i < 40000; i += 1000) /* 24 MB in the cold tier */
+        snapshot_job(&a, i, false, false, &res);
+    ck_assert_uint_eq(res.read_slept_ns, 0); /* the owner's run: not paced */
+    snapshot_job(&a, 40000, true, false, &res);
+    fprintf(stderr, "paced snapshot read: %llu us of CPU, %llu us asleep\n",
+            (unsigned long long)(res.read_cpu_ns / 1000),
+            (unsigned long long)(res.read_slept_ns / 1000));
+    ck_assert_uint_ge(res.read_cpu_ns, TK_PACE_CPU_SLICE_NS);
+    ck_assert_uint_eq(res.read_slept_ns, 3 * res.read_cpu_ns);
+    snapshot_job(&a, 41000, true, true, &res); /* hurried: no nap */
+    ck_assert_uint_eq(res.read_slept_ns, 0);
+    kvu_close(&a, false);
+    cfg.read_pace = 0;
+    kvu_open(&a, &cfg);
+    snapshot_job(&a, 42000, true, false, &res);
+    ck_assert_uint_eq(res.read_slept_ns, 0);
+    kvu_close(&a, true);
+}
+END_TEST
+
 /* Every tier-down trigger runs the same path: with an empty ring and the
  * applied index past the durable one (a NOOP entry after a flush), a
  * background job records the applied index in the cold tier as a flush does. */
@@ -2205,6 +2267,7 @@ int main(void)
     tcase_add_test(tc, test_long_keys_in_the_cold_tier);
     tcase_add_test(tc, test_tier_down_writes_each_keys_newest_version);
     tcase_add_test(tc, test_background_commit_is_paced_through_fdatasync);
+    tcase_add_test(tc, test_snapshot_job_read_is_paced);
     suite_add_tcase(s, tc);
     return tk_check_run(srunner_create(s));
 }
