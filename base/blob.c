@@ -117,6 +117,12 @@ static bool spare_park(uint8_t *p, size_t n, size_t touched)
         if (spare_n[i] < n && (slot < 0 || spare_n[i] < spare_n[slot]))
             slot = (int)i;
     }
+    /* Within the budget once the spare it replaces (if any) is dropped. */
+    size_t held = atomic_load(&spare_total);
+    if (slot >= 0 && spare_p[slot] != NULL)
+        held -= spare_touched[slot];
+    if (slot >= 0 && held + touched > TK_BLOB_SPARE_BYTES)
+        slot = -1;
     if (slot >= 0) {
         drop = spare_p[slot];
         if (drop != NULL) {

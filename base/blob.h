@@ -34,16 +34,21 @@ struct tk_blob *tk_blob_try_new(size_t len);
  * reference.
  *
  * The last unref keeps the mapping, pages and all, as a spare (at most
- * TK_BLOB_SPARES of them in the process, the largest kept), and the next
- * tk_blob_map takes one: the bytes it holds are the old blob's, not zeros.
+ * TK_BLOB_SPARES of them in the process, the largest kept, and no more than
+ * TK_BLOB_SPARE_BYTES of written pages in all), and the next tk_blob_map
+ * takes one: the bytes it holds are the old blob's, not zeros.
  * On a virtual machine the first write to memory the guest has not used
  * lately costs about a hundred times a rewrite (the host backs each page
  * then: 1.7-3.5 s per 512 MiB on this project's VM, against 25-50 ms), and
- * every snapshot used to fill a fresh mapping. A spare much larger than
- * asked for is cut to size when taken; otherwise a dropped mapping gives
- * its pages back a slice at a time, then is unmapped. */
+ * every snapshot used to fill a fresh mapping. But a spare is memory the
+ * host must go on backing: at 10M keys (1.5 GB streams, one kept per node)
+ * the VM was frozen for seconds where it never had been, so a stream past
+ * TK_BLOB_SPARE_BYTES is not kept. A spare much larger than asked for is cut
+ * to size when taken; otherwise a dropped mapping gives its pages back a
+ * slice at a time, then is unmapped. */
 struct tk_blob *tk_blob_map(size_t cap);
 #define TK_BLOB_SPARES 2
+#define TK_BLOB_SPARE_BYTES ((size_t)512 << 20)
 /* Bytes held by spare mappings (memory accounting). */
 size_t tk_blob_spare_bytes(void);
 /* How many spares to keep from now on (0: none; at most TK_BLOB_SPARES);

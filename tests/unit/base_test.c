@@ -414,6 +414,18 @@ START_TEST(test_mapped_blob_spare_is_reused)
     ck_assert_uint_eq(b->data[4 * mib - 1], 3);
     tk_blob_unref(b);
 
+    /* Past TK_BLOB_SPARE_BYTES written: not kept (its length counts as
+     * written; the pages are never touched). */
+    tk_blob_spares_keep(0);
+    tk_blob_spares_keep(TK_BLOB_SPARES);
+    b = tk_blob_map(TK_BLOB_SPARE_BYTES + mib);
+    ck_assert_ptr_nonnull(b);
+    b->len = TK_BLOB_SPARE_BYTES + mib;
+    tk_blob_unref(b);
+    ck_assert_uint_eq(tk_blob_spare_bytes(), 0);
+    tk_blob_unref(filled_map(mib, 9)); /* under it: kept */
+    ck_assert_uint_ge(tk_blob_spare_bytes(), mib);
+
     ck_assert_uint_eq(tk_blob_spares_keep(0), TK_BLOB_SPARES);
     ck_assert_uint_eq(tk_blob_spare_bytes(), 0);
     tk_blob_unref(filled_map(mib, 7)); /* none kept now */
