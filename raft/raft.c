@@ -469,6 +469,7 @@ static void become_leader(struct raft *r)
     TK_ASSERT(r->vote == r->o.id);
     TK_ASSERT(r->self_vote_durable);
     set_role(r, RAFT_LEADER, r->o.id);
+    r->snap_wanted = false;
     r->transfer_to = RAFT_NONE;
     r->committed_in_term = false;
     r->heartbeat_elapsed = 0;
@@ -607,8 +608,12 @@ static void send_snapshot(struct raft *r, struct raft__progress *pr)
     TK_ASSERT(r != NULL);
     TK_ASSERT(r->role == RAFT_LEADER);
     TK_ASSERT(pr->id != r->o.id);
-    if (r->snap_data == NULL)
-        return; /* the driver has not given a snapshot (raft_snapshot_set) */
+    if (r->snap_data == NULL) {
+        /* The driver gave the descriptor only, or none yet (after a restart):
+         * it reads the state when asked (raft_snapshot_wanted). */
+        r->snap_wanted = true;
+        return;
+    }
     struct raft__out *o = out_push(r, RAFT_MSG_SNAPSHOT, pr->id);
     o->m.u.snapshot.meta = r->snap;
     o->m.u.snapshot.offset = 0;
@@ -1586,8 +1591,16 @@ int raft_snapshot_set(struct raft *r, const struct raft_snapshot_meta *meta,
     config_at(r, meta->index, &r->snap.config, &at);
     tk_blob_unref(r->snap_data);
     r->snap_data = tk_blob_ref(data);
+    if (data != NULL)
+        r->snap_wanted = false;
     raft__check_invariants(r);
     return 0;
+}
+
+bool raft_snapshot_wanted(const struct raft *r)
+{
+    TK_ASSERT(r != NULL);
+    return r->role == RAFT_LEADER && r->snap_wanted && r->snap_data == NULL;
 }
 
 int raft_compact(struct raft *r, uint64_t index)

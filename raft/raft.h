@@ -421,6 +421,14 @@ int raft_transfer_leadership(struct raft *r, uint64_t to);
 int raft_snapshot_set(struct raft *r, const struct raft_snapshot_meta *meta,
                       struct tk_blob *data);
 
+/* raft_snapshot_set takes data = NULL too: the descriptor only (the state
+ * machine holds the state at meta->index durably and can read it out later),
+ * which is enough to compact the log behind it. A leader that then needs to
+ * send a snapshot to a follower sends nothing to it and reports it here, until
+ * the driver sets one with data (at the same or a later index); it asks again
+ * if it loses leadership and leads again. */
+bool raft_snapshot_wanted(const struct raft *r);
+
 /* The configuration in force at `index` (the newest config entry at or below
  * it, else the snapshot's or the bootstrap one): what a snapshot taken at
  * `index` must record. Returns 0, or TK_ECOMPACTED below the snapshot index and

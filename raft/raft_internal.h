@@ -148,6 +148,9 @@ struct raft {
     /* The newest local snapshot (what a lagging follower is sent). */
     struct raft_snapshot_meta snap;
     struct tk_blob *snap_data;
+    /* Leader: a follower needs a snapshot and snap_data is NULL (the driver
+     * set the snapshot's descriptor only): raft_snapshot_wanted. */
+    bool snap_wanted;
 
     /* Volatile state. */
     uint8_t role;

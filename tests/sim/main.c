@@ -19,6 +19,9 @@
  *       every link instead of repairing the network.
  *   --membership: two spare node slots and membership changes among the
  *       faults (add learner, promote, remove a voter or the leader; replace).
+ *   --lazy-snapshots: snapshots are descriptors only, their data given when a
+ *       leader asks (raft_snapshot_wanted); --lazy-snapshots-unserved (sabotage)
+ *       never gives it, which the liveness check must catch.
  *
  * Exit status: 0 on success, 1 on a violation (or none found under
  * --expect-violation), 2 on a usage error. */
@@ -44,6 +47,7 @@ struct opts {
     bool no_heal;
     bool expect_safety;
     bool membership;
+    int lazy_snapshots;
     const char *expect;
     uint32_t nodes;
     uint64_t time_ms;
@@ -57,7 +61,8 @@ static void usage(void)
                     "       raft-sim --seeds A-B [--nodes 3|5] --expect INVARIANT\n"
                     "       raft-sim --seeds A-B [--nodes 3|5] --expect-safety\n"
                     "       raft-sim --demo\n"
-                    "       (any mode: --no-rule-checks, --no-heal, --membership)\n");
+                    "       (any mode: --no-rule-checks, --no-heal, --membership,\n"
+                    "        --lazy-snapshots, --lazy-snapshots-unserved)\n");
 }
 
 static bool parse_u64(const char *s, uint64_t *out)
@@ -122,6 +127,10 @@ static int parse_args(int argc, char **argv, struct opts *o)
             o->no_heal = true;
         } else if (strcmp(a, "--membership") == 0) {
             o->membership = true;
+        } else if (strcmp(a, "--lazy-snapshots") == 0) {
+            o->lazy_snapshots = 1;
+        } else if (strcmp(a, "--lazy-snapshots-unserved") == 0) {
+            o->lazy_snapshots = 2;
         } else if (strcmp(a, "--no-rule-checks") == 0) {
             o->rule_checks = false;
         } else {
@@ -149,6 +158,7 @@ static struct sim_config config_for(const struct opts *o, uint64_t seed)
     c.rule_checks = o->rule_checks;
     c.no_heal = o->no_heal;
     c.membership = o->membership;
+    c.lazy_snapshots = o->lazy_snapshots;
     return c;
 }
 
@@ -178,6 +188,9 @@ static int run_one(const struct opts *o)
                st->snapshots_installed, st->checks);
         if (o->membership)
             printf("  %" PRIu64 " membership changes appended\n", st->changes);
+        if (o->lazy_snapshots)
+            printf("  %" PRIu64 " snapshots' data given when a leader wanted it\n",
+                   st->snapshots_served);
     }
     sim_free(s);
     return rc == 0 ? 0 : 1;
@@ -203,6 +216,9 @@ static int run_sweep(const struct opts *o)
                    o->rule_checks ? "" : " --no-rule-checks");
             if (o->membership)
                 printf(" --membership");
+            if (o->lazy_snapshots)
+                printf(o->lazy_snapshots == 1 ? " --lazy-snapshots"
+                                              : " --lazy-snapshots-unserved");
             if (o->time_ms != 0)
                 printf(" --time %" PRIu64, o->time_ms);
             printf(" --trace\n");

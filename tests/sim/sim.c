@@ -737,7 +737,7 @@ static void node_snapshot(struct sim *s, struct sim_node *nd)
         return;
     }
     struct tk_blob *data = snap_encode(meta.index, meta.term, nd->sm_hash);
-    int rc = raft_snapshot_set(nd->r, &meta, data);
+    int rc = raft_snapshot_set(nd->r, &meta, s->cfg.lazy_snapshots ? NULL : data);
     if (rc != 0) {
         sim_fail(s,
                  "VIOLATION driver: t=%" PRIu64 "ms node n%" PRIu64 " index %" PRIu64
@@ -759,6 +759,26 @@ static void node_snapshot(struct sim *s, struct sim_node *nd)
                  now_ms(s), nd->id, upto, tk_strerror(rc));
     trace(s, "n%" PRIu64 " snapshot at %" PRIu64 ", compact to %" PRIu64, nd->id,
           meta.index, upto);
+}
+
+/* --lazy-snapshots: a leader that needs a snapshot's data (a follower is
+ * behind its log's start) gets the durable snapshot's, at the index the core
+ * holds: the node reads its cold tier out. The durable snapshot is the last
+ * one taken or installed, which is the core's too. */
+static void node_serve_snapshot(struct sim *s, struct sim_node *nd)
+{
+    if (s->cfg.lazy_snapshots != 1 || nd->r == NULL || !raft_snapshot_wanted(nd->r))
+        return;
+    int rc = raft_snapshot_set(nd->r, &nd->snap, nd->snap_data);
+    if (rc != 0) {
+        sim_fail(s,
+                 "VIOLATION driver: t=%" PRIu64 "ms node n%" PRIu64 " index %" PRIu64
+                 ": raft_snapshot_set refused the wanted snapshot's data: %s",
+                 now_ms(s), nd->id, nd->snap.index, tk_strerror(rc));
+        return;
+    }
+    s->st.snapshots_served++;
+    trace(s, "n%" PRIu64 " snapshot data at %" PRIu64 " given", nd->id, nd->snap.index);
 }
 
 struct appended {
@@ -870,6 +890,8 @@ static void node_ready(struct sim *s, struct sim_node *nd)
         raft_applied(nd->r, nd->sm_index);
         node_snapshot(s, nd);
     }
+    if (!failed(s))
+        node_serve_snapshot(s, nd);
 }
 
 /* After any input to a node: observe, then drain its readies. */
@@ -905,7 +927,7 @@ static void node_boot(struct sim *s, struct sim_node *nd)
     memset(&boot, 0, sizeof(boot));
     boot.hard_state = nd->hs;
     boot.snapshot = nd->snap;
-    boot.snapshot_data = nd->snap_data;
+    boot.snapshot_data = s->cfg.lazy_snapshots ? NULL : nd->snap_data;
     boot.entries = nd->log;
     boot.n_entries = nd->n_log;
     boot.bootstrap = s->config;

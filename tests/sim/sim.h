@@ -53,8 +53,14 @@ struct sim_config {
                            * a replacement. An id is never added twice. */
     bool no_heal;         /* sabotage: the heal cuts every link instead (to
                            * prove that the liveness check can fail) */
-    FILE *trace;          /* every event, or NULL */
-    FILE *notes;          /* readable milestones (the demo), or NULL */
+    /* 1: snapshots given to the core as descriptors only (data NULL), the
+     * data given when a leader asks (raft_snapshot_wanted), as the node does
+     * for a large state; the durable snapshot (what a restart boots from)
+     * keeps it, and a restart gives the core none. 2: sabotage, the data is
+     * never given (to prove that the sweeps would see it: liveness). */
+    int lazy_snapshots;
+    FILE *trace; /* every event, or NULL */
+    FILE *notes; /* readable milestones (the demo), or NULL */
 };
 
 struct sim_stats {
@@ -76,6 +82,7 @@ struct sim_stats {
     uint64_t changes; /* membership changes appended */
     uint64_t snapshots_taken;
     uint64_t snapshots_installed;
+    uint64_t snapshots_served; /* --lazy-snapshots: data given when wanted */
     uint64_t checks;
     uint64_t end_ms;
 };

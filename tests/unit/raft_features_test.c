@@ -400,7 +400,9 @@ START_TEST(test_compact_take_hands_over_the_payloads)
 }
 END_TEST
 
-START_TEST(test_snapshot_install_replaces_log_prefix)
+/* Three nodes, node 1 leading, node 3 cut off while node 1 commits and
+ * applies 10 entries: *meta describes a snapshot at that commit index. */
+static struct rf_cluster *snapshot_setup(struct raft_snapshot_meta *meta)
 {
     struct rf_cluster *c = rf_new(3, NULL);
     elect_settled(c);
@@ -412,12 +414,19 @@ START_TEST(test_snapshot_install_replaces_log_prefix)
     uint64_t snap = raft_commit(r1);
     ck_assert_uint_eq(snap, raft_last_index(r1));
     ck_assert_uint_eq(raft_applied_index(r1), snap);
+    memset(meta, 0, sizeof(*meta));
+    meta->index = snap;
+    meta->term = rf_term_at(c, 1, snap);
+    meta->config = *raft_config(r1);
+    return c;
+}
 
+START_TEST(test_snapshot_install_replaces_log_prefix)
+{
     struct raft_snapshot_meta meta;
-    memset(&meta, 0, sizeof(meta));
-    meta.index = snap;
-    meta.term = rf_term_at(c, 1, snap);
-    meta.config = *raft_config(r1);
+    struct rf_cluster *c = snapshot_setup(&meta);
+    struct raft *r1 = rf_raft(c, 1);
+    uint64_t snap = meta.index;
     static const char bytes[] = "state machine at the snapshot";
     struct tk_blob *data = tk_blob_copy(bytes, sizeof(bytes));
     struct raft_snapshot_meta bad = meta;
@@ -463,6 +472,48 @@ START_TEST(test_snapshot_install_replaces_log_prefix)
     ck_assert_uint_eq(n3->store_snap_index, snap);
     ck_assert_uint_eq(raft_commit(r3), raft_commit(r1));
     ck_assert_uint_eq(n3->applied_index, raft_commit(r1));
+    rf_free(c);
+}
+END_TEST
+
+/* A snapshot set as a descriptor only (data NULL) compacts the log as any
+ * other; a follower that then needs it gets nothing until the driver gives
+ * the data, and the leader says so (raft_snapshot_wanted) meanwhile. */
+START_TEST(test_snapshot_descriptor_only_is_read_when_wanted)
+{
+    struct raft_snapshot_meta meta;
+    struct rf_cluster *c = snapshot_setup(&meta);
+    struct raft *r1 = rf_raft(c, 1);
+    uint64_t snap = meta.index;
+    ck_assert_int_eq(raft_snapshot_set(r1, &meta, NULL), 0);
+    ck_assert_int_eq(raft_compact(r1, snap), 0);
+    rf_drain(c, 1);
+    ck_assert(!raft_snapshot_wanted(r1)); /* nobody needs it yet */
+    ck_assert_int_eq(rf_propose(c, 1, 2, 8, NULL), 0);
+    rf_run(c);
+    c->isolated[3] = false;
+    rf_heartbeat_rounds(c, 1, 3 * (int)c->tmpl.election_ticks);
+    ck_assert_uint_eq(rf_trace_count(c, 1, 3, RAFT_MSG_SNAPSHOT), 0);
+    ck_assert(raft_snapshot_wanted(r1));
+    ck_assert(!raft_snapshot_wanted(rf_raft(c, 2)));  /* a follower never asks */
+    ck_assert_uint_eq(raft_leader(rf_raft(c, 3)), 1); /* no election meanwhile */
+
+    /* The driver reads the state out and sets it at the same index. */
+    static const char bytes[] = "state machine read out later";
+    struct tk_blob *data = tk_blob_copy(bytes, sizeof(bytes));
+    ck_assert_int_eq(raft_snapshot_set(r1, &meta, data), 0);
+    tk_blob_unref(data);
+    ck_assert(!raft_snapshot_wanted(r1));
+    rf_heartbeat_rounds(c, 1, 3 * (int)c->tmpl.election_ticks);
+    const struct raft_message *sm = rf_trace_find(c, 1, 3, RAFT_MSG_SNAPSHOT);
+    ck_assert_ptr_nonnull(sm);
+    ck_assert_uint_eq(sm->u.snapshot.meta.index, snap);
+    struct rf_node *n3 = rf_node(c, 3);
+    ck_assert(n3->installed_snapshot);
+    ck_assert_ptr_nonnull(n3->snap_data);
+    ck_assert_mem_eq(n3->snap_data->data, bytes, sizeof(bytes));
+    ck_assert_uint_eq(raft_commit(rf_raft(c, 3)), raft_commit(r1));
+    ck_assert(!raft_snapshot_wanted(r1));
     rf_free(c);
 }
 END_TEST
@@ -694,6 +745,7 @@ static Suite *features_suite(void)
     tcase_add_test(tc, test_follower_read_index_through_leader);
     tcase_add_test(tc, test_compact_take_hands_over_the_payloads);
     tcase_add_test(tc, test_snapshot_install_replaces_log_prefix);
+    tcase_add_test(tc, test_snapshot_descriptor_only_is_read_when_wanted);
     tcase_add_test(tc, test_config_decode_rejects_malformed_bytes);
     tcase_add_test(tc, test_propose_refusals);
     tcase_add_test(tc, test_invariant_check_aborts_on_a_corrupted_state);
