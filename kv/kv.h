@@ -147,6 +147,9 @@ uint64_t kv_sm_applied_term(const struct kv_sm *sm);
 /* The index the cold tier holds durably: the raft log may be compacted up to
  * it, and a restart resumes after it. */
 uint64_t kv_sm_durable_index(const struct kv_sm *sm);
+/* Bytes of the cold tier's LMDB file in use (kv_sm_stats' cold_bytes, alone):
+ * about the size of a snapshot stream of the state. */
+uint64_t kv_sm_cold_bytes(const struct kv_sm *sm);
 /* The sm's clock: the largest time_ms applied so far (reads expire by it). */
 uint64_t kv_sm_now_ms(const struct kv_sm *sm);
 
@@ -246,7 +249,8 @@ struct tk_blob;
 struct kv_tier_job;
 struct kv_tier_result {
     uint64_t index, term;   /* snapshot: the state the stream holds */
-    struct tk_blob *stream; /* snapshot: built on kv_tier_run's thread */
+    struct tk_blob *stream; /* snapshot: built on kv_tier_run's thread (NULL
+                               for kv_sm_tier_start_durable's job) */
     /* kv_tier_run_paced: 4 MiB slices written out with pages in them, the
      * time that took and the time slept between them. */
     uint64_t paced_slices, paced_write_ns, paced_slept_ns;
@@ -254,6 +258,11 @@ struct kv_tier_result {
     uint64_t read_cpu_ns, read_slept_ns;
 };
 int kv_sm_tier_start(struct kv_sm *sm, bool snapshot, struct kv_tier_job **out);
+/* kv_sm_tier_start with snapshot = true whose job reads no stream: it only
+ * leaves the cold tier at the applied index, durably, and its result (and
+ * kv_tier_snapshot_at) gives that index and term, with stream NULL: the
+ * descriptor of a snapshot that kv_sm_snapshot_cold can read out later. */
+int kv_sm_tier_start_durable(struct kv_sm *sm, struct kv_tier_job **out);
 void kv_tier_run(struct kv_tier_job *j);
 /* kv_tier_run for a thread that may take its time (a pool thread, never the
  * owner's): the commit's writeback is paced (kv_config.writeback_pace) until
@@ -261,8 +270,9 @@ void kv_tier_run(struct kv_tier_job *j);
  * or when it must stop applying for it. */
 void kv_tier_run_paced(struct kv_tier_job *j);
 void kv_sm_tier_hurry(struct kv_sm *sm);
-/* After kv_tier_run, on its thread: true if the job read a snapshot stream,
- * with the index and term of the state it holds. */
+/* After kv_tier_run, on its thread: true if the job read a snapshot stream
+ * (or is kv_sm_tier_start_durable's), with the index and term of the state
+ * it holds. */
 bool kv_tier_snapshot_at(const struct kv_tier_job *j, uint64_t *index, uint64_t *term);
 int kv_sm_tier_finish(struct kv_sm *sm, struct kv_tier_job *j,
                       struct kv_tier_result *out);

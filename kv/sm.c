@@ -217,6 +217,11 @@ void kv_sm_stats(const struct kv_sm *sm, struct kv_sm_stats *out)
     out->cold_map_bytes = kv__cold_map_bytes(sm->cold);
 }
 
+uint64_t kv_sm_cold_bytes(const struct kv_sm *sm)
+{
+    return kv__cold_bytes(sm->cold);
+}
+
 uint64_t kv_sm_cold_resident(struct kv_sm *sm)
 {
     return kv__cold_resident(sm->cold);

@@ -218,7 +218,8 @@ struct kv_tier_job {
     uint64_t *inplace;
     size_t n_inplace, cap_inplace;
     bool snapshot;
-    bool write; /* pick found something to write or release */
+    bool no_read; /* kv_sm_tier_start_durable's: a snapshot without its stream */
+    bool write;   /* pick found something to write or release */
     struct kv_cold_meta meta;
     uint64_t bad; /* records that failed their check */
     int rc;

@@ -446,7 +446,7 @@ void kv_tier_run(struct kv_tier_job *j)
         j->rc = tier_write(j);
         tier_scratch_trim(j->sm);
     }
-    if (j->rc == 0 && j->snapshot) {
+    if (j->rc == 0 && j->snapshot && !j->no_read) {
         struct tk_cpu_pace pace = {.factor = j->paced ? j->sm->cfg.read_pace : 0,
                                    .hurry = &j->hurry};
         j->rc = kv__snap_read_all(j->sm, &j->stream, &j->stream_meta, &pace);
@@ -470,10 +470,11 @@ void kv_sm_tier_hurry(struct kv_sm *sm)
 
 bool kv_tier_snapshot_at(const struct kv_tier_job *j, uint64_t *index, uint64_t *term)
 {
-    if (j->rc != 0 || !j->snapshot || j->stream == NULL)
+    if (j->rc != 0 || !j->snapshot || (j->stream == NULL && !j->no_read))
         return false;
-    *index = j->stream_meta.index;
-    *term = j->stream_meta.term;
+    const struct kv_cold_meta *m = j->no_read ? &j->meta : &j->stream_meta;
+    *index = m->index;
+    *term = m->term;
     return true;
 }
 
@@ -497,8 +498,9 @@ int kv_sm_tier_publish(struct kv_sm *sm, struct kv_tier_job *j,
     out->read_cpu_ns = j->read_cpu_ns;
     out->read_slept_ns = j->read_slept_ns;
     if (wrc == 0 && j->snapshot) {
-        out->index = j->stream_meta.index;
-        out->term = j->stream_meta.term;
+        const struct kv_cold_meta *m = j->no_read ? &j->meta : &j->stream_meta;
+        out->index = m->index;
+        out->term = m->term;
         out->stream = j->stream;
         j->stream = NULL;
     }
@@ -544,6 +546,14 @@ int kv_sm_tier_start(struct kv_sm *sm, bool snapshot, struct kv_tier_job **out)
      * gives; the ring keeps its pages as for a plain job, so the hot keys stay
      * hot. */
     return tier_begin(sm, false, snapshot, out);
+}
+
+int kv_sm_tier_start_durable(struct kv_sm *sm, struct kv_tier_job **out)
+{
+    int rc = tier_begin(sm, false, true, out);
+    if (rc == 0)
+        (*out)->no_read = true;
+    return rc;
 }
 
 int kv_sm_snapshot(struct kv_sm *sm, struct kv_snap **out)

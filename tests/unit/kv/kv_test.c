@@ -1298,17 +1298,22 @@ END_TEST
  * executable's fdatasync takes it (cold.c); an owner's inline run, a job
  * hurried by the owner and writeback_pace = 0 do not sleep. The state is
  * durable either way: a reopened sm reads every key from the cold tier. */
-static void tier_job(struct kvu *a, int from, bool paced, bool hurry)
+/* Puts n keys of 599 bytes from key number `from` on, then starts a job
+ * (a snapshot job when `snapshot`), hurries it before it runs when `hurry`,
+ * runs it paced (as the node's job thread) or as the owner would, and
+ * finishes it into *res. */
+static void run_job(struct kvu *a, int from, int n, bool snapshot, bool paced, bool hurry,
+                    struct kv_tier_result *res)
 {
     char k[16], v[600];
     memset(v, 'v', sizeof(v) - 1);
     v[sizeof(v) - 1] = 0;
-    for (int i = from; i < from + 2000; i++) {
-        snprintf(k, sizeof(k), "key%05d", i);
+    for (int i = from; i < from + n; i++) {
+        snprintf(k, sizeof(k), "key%06d", i);
         ck_assert_int_eq(kvu_put(a, k, v), 0);
     }
     struct kv_tier_job *j;
-    ck_assert_int_eq(kv_sm_tier_start(a->sm, false, &j), 0);
+    ck_assert_int_eq(kv_sm_tier_start(a->sm, snapshot, &j), 0);
     ck_assert_ptr_nonnull(j);
     if (hurry)
         kv_sm_tier_hurry(a->sm);
@@ -1316,8 +1321,13 @@ static void tier_job(struct kvu *a, int from, bool paced, bool hurry)
         kv_tier_run_paced(j);
     else
         kv_tier_run(j);
+    ck_assert_int_eq(kv_sm_tier_finish(a->sm, j, res), 0);
+}
+
+static void tier_job(struct kvu *a, int from, bool paced, bool hurry)
+{
     struct kv_tier_result res;
-    ck_assert_int_eq(kv_sm_tier_finish(a->sm, j, &res), 0);
+    run_job(a, from, 2000, false, paced, hurry, &res);
 }
 
 START_TEST(test_background_commit_is_paced_through_fdatasync)
@@ -1358,7 +1368,7 @@ START_TEST(test_background_commit_is_paced_through_fdatasync)
     struct kv_item it;
     for (int i = 0; i < 8000; i += 999) {
         char k[16];
-        snprintf(k, sizeof(k), "key%05d", i);
+        snprintf(k, sizeof(k), "key%06d", i);
         ck_assert_int_eq(kv_sm_get(a.sm, k, strlen(k), &it), 0);
         ck_assert_uint_eq(it.value_len, 599);
     }
@@ -1372,23 +1382,7 @@ END_TEST
 static void snapshot_job(struct kvu *a, int from, bool paced, bool hurry,
                          struct kv_tier_result *res)
 {
-    char k[16], v[600];
-    memset(v, 'r', sizeof(v) - 1);
-    v[sizeof(v) - 1] = 0;
-    for (int i = from; i < from + 1000; i++) {
-        snprintf(k, sizeof(k), "key%06d", i);
-        ck_assert_int_eq(kvu_put(a, k, v), 0);
-    }
-    struct kv_tier_job *j;
-    ck_assert_int_eq(kv_sm_tier_start(a->sm, true, &j), 0);
-    ck_assert_ptr_nonnull(j);
-    if (hurry)
-        kv_sm_tier_hurry(a->sm);
-    if (paced)
-        kv_tier_run_paced(j);
-    else
-        kv_tier_run(j);
-    ck_assert_int_eq(kv_sm_tier_finish(a->sm, j, res), 0);
+    run_job(a, from, 1000, true, paced, hurry, res);
     ck_assert_ptr_nonnull(res->stream);
     ck_assert_uint_gt(res->stream->len, (size_t)(from + 1000) * 600);
     tk_blob_unref(res->stream);
@@ -1424,6 +1418,51 @@ START_TEST(test_snapshot_job_read_is_paced)
     kvu_open(&a, &cfg);
     snapshot_job(&a, 42000, true, false, &res);
     ck_assert_uint_eq(res.read_slept_ns, 0);
+    kvu_close(&a, true);
+}
+END_TEST
+
+/* A durable-only job (kv_sm_tier_start_durable) tiers down to the applied
+ * index and reads nothing: its result is that index and term with no
+ * stream, and the cold tier read out later (kv_sm_snapshot_cold) holds that
+ * state; with nothing changed since, it still goes ahead. */
+START_TEST(test_durable_job_reads_no_stream)
+{
+    struct kvu a = {0};
+    kvu_open_small(&a, 1u << 20, true);
+    for (int i = 0; i < 100; i++) {
+        char k[16];
+        snprintf(k, sizeof(k), "d%03d", i);
+        ck_assert_int_eq(kvu_put(&a, k, "value"), 0);
+    }
+    uint64_t applied = kv_sm_applied_index(a.sm);
+    ck_assert_uint_lt(kv_sm_durable_index(a.sm), applied);
+    for (int round = 0; round < 2; round++) { /* the second: nothing changed */
+        struct kv_tier_job *j;
+        ck_assert_int_eq(kv_sm_tier_start_durable(a.sm, &j), 0);
+        ck_assert_ptr_nonnull(j);
+        kv_tier_run_paced(j);
+        uint64_t idx = 0, term = 0;
+        ck_assert(kv_tier_snapshot_at(j, &idx, &term));
+        ck_assert_uint_eq(idx, applied);
+        struct kv_tier_result res;
+        ck_assert_int_eq(kv_sm_tier_finish(a.sm, j, &res), 0);
+        ck_assert_ptr_null(res.stream);
+        ck_assert_uint_eq(res.index, applied);
+        ck_assert_uint_eq(res.term, kv_sm_applied_term(a.sm));
+        ck_assert_uint_eq(res.read_cpu_ns, 0);
+        ck_assert_uint_eq(kv_sm_durable_index(a.sm), applied);
+    }
+    ck_assert_uint_gt(kv_sm_cold_bytes(a.sm), 0);
+    struct kv_snap *snap;
+    ck_assert_int_eq(kv_sm_snapshot_cold(a.sm, &snap), 0);
+    ck_assert_uint_eq(kv_snap_index(snap), applied);
+    struct tk_blob *stream = NULL;
+    ck_assert_int_eq(kv_snap_read_all(snap, &stream, NULL, NULL), 0);
+    kv_snap_close(snap);
+    ck_assert_ptr_nonnull(stream);
+    ck_assert_uint_gt(stream->len, 100 * 5);
+    tk_blob_unref(stream);
     kvu_close(&a, true);
 }
 END_TEST
@@ -2268,6 +2307,7 @@ int main(void)
     tcase_add_test(tc, test_tier_down_writes_each_keys_newest_version);
     tcase_add_test(tc, test_background_commit_is_paced_through_fdatasync);
     tcase_add_test(tc, test_snapshot_job_read_is_paced);
+    tcase_add_test(tc, test_durable_job_reads_no_stream);
     suite_add_tcase(s, tc);
     return tk_check_run(srunner_create(s));
 }
