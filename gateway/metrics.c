@@ -192,9 +192,13 @@ static const struct metric_desc metric_table[] = {
     {"tierkv_snapshot_installs_total", "counter", "Snapshots installed.", MK_VALUE,
      SNAP(m.installs)},
     {"tierkv_snapshot_reads_total", "counter",
-     "Snapshots read from the cold tier beside the tier-downs (the others were "
-     "taken by a snapshot job that tiered down first).",
+     "Snapshots read out of the cold tier beside the tier-downs, when a follower or a "
+     "backup needed the stream of a large state.",
      MK_VALUE, SNAP(m.snapshot_reads)},
+    {"tierkv_snapshot_descriptors_total", "counter",
+     "Snapshots taken as a descriptor only (a large state: the log is compacted behind "
+     "the cold tier's durable state, which is read out only when needed).",
+     MK_VALUE, SNAP(m.snapshot_descriptors)},
     {"tierkv_snapshot_trailing_reads_total", "counter",
      "Log entries read on the loop to find a snapshot's trailing window (the marks of "
      "the bytes applied did not reach back).",

@@ -982,12 +982,7 @@ static int node_init(struct node *n)
     n->loop.wake.data = n->loop.ticker.data = n->loop.check.data = n->loop.idle.data = n;
     n->loop.prepare.data = n;
     n->loop.handles_open = 6;
-    if (raft_first_index(n->raft) > 1) {
-        /* The log was compacted: followers that need what is gone get a
-         * snapshot of the state machine, so one must exist now. */
-        n->tier.snap_index = 0;
-        node__tier_start(n, true, true);
-    }
+    node__tier_boot(n);
     uv_timer_start(&n->loop.ticker, on_tick, n->o.tick_ms, n->o.tick_ms);
     uv_check_start(&n->loop.check, on_check);
     if (n->loop.idle_metrics)

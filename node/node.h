@@ -324,7 +324,10 @@ struct node_metrics {
     uint64_t installs;             /* snapshots installed from a leader */
     uint64_t installs_dropped;     /* newer snapshots dropped during an install */
     uint64_t installs_parked;      /* installs begun only after tier work ended */
-    uint64_t snapshot_reads;       /* snapshots read beside the tier-downs */
+    uint64_t snapshot_reads;       /* snapshots read out of the cold tier when a
+                                      follower or a backup needed one */
+    uint64_t snapshot_descriptors; /* snapshots taken as a descriptor only (a
+                                      large state, read out when needed) */
     uint64_t trailing_reads;       /* log entries read on the loop to find a
                                       snapshot's trailing window (0 while the
                                       marks of the bytes applied reach back) */

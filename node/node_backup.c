@@ -89,6 +89,15 @@ void node__backup_fail_all(struct node *n, int status)
     }
 }
 
+uint64_t node__backup_target(const struct node *n)
+{
+    uint64_t target = 0;
+    for (const struct node_backup *b = n->backups.head; b != NULL; b = b->next)
+        if (b->target > target)
+            target = b->target;
+    return target;
+}
+
 void node__backup_turn(struct node *n)
 {
     if (n->backups.head == NULL) {

@@ -161,6 +161,7 @@ struct node_tier {
     struct kv_tier_job *job; /* until completed */
     bool busy;               /* until the after-work callback */
     bool snapshot;
+    bool descriptor; /* a snapshot job that reads no stream (descriptor_turn) */
     atomic_bool ran;
     struct raft_config config;
     uint64_t t0, t_done, t_published; /* job began; after-work began; KV published */
@@ -182,9 +183,10 @@ struct node_tier {
     /* A reference to the snapshot blob last given to the core, so that the
      * previous one's last reference (tens of MB: freeing it unmaps them) is
      * dropped on the thread pool, not inside raft_snapshot_set. */
-    struct tk_blob *blob;
+    struct tk_blob *blob;           /* NULL after a descriptor-only snapshot */
     uint64_t blob_index, blob_term; /* what `blob` holds */
-    bool backup_wanted;             /* a backup waits for a snapshot newer than `blob` */
+    uint64_t blob_at;   /* when it was read on demand (node__mono_ns), else 0 */
+    bool backup_wanted; /* a backup waits for a snapshot newer than `blob` */
     /* Applying is held (raft_hold_apply) while the KV ring is past twice its
      * budget during a tier-down, instead of the loop waiting for the job:
      * since when (0: not held). */
@@ -434,6 +436,8 @@ void node__drop_replaced_log(struct node *n);
  * satisfies and says whether one waits for a newer snapshot (each turn, from
  * node__tier_turn); fails every waiting backup with `status` (at close). */
 void node__backup_turn(struct node *n);
+/* The newest index a waiting backup needs a snapshot at or past (0: none). */
+uint64_t node__backup_target(const struct node *n);
 /* node_restore.c: --force-new-cluster's configuration entry (unless this
  * node is already the only voter), appended to the stored log and to the
  * boot log before the core reads it. */
@@ -443,6 +447,10 @@ void node__backup_fail_all(struct node *n, int status);
 /* Starts a tier-down job (a snapshot when `snapshot`), on the thread pool or,
  * with `inline_run`, at once on this thread. */
 void node__tier_start(struct node *n, bool snapshot, bool inline_run);
+/* At boot, after the core: a snapshot job at once (inline) if the log was
+ * compacted and the state is small; a large one is read out only when a
+ * follower or a backup needs it (descriptor_turn). */
+void node__tier_boot(struct node *n);
 /* Blocks until the job in flight (if any) has run, then completes it; with
  * `discard` its snapshot is dropped (an installed one replaces it). */
 void node__tier_wait(struct node *n, bool discard);

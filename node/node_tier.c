@@ -275,12 +275,17 @@ static void snapshot_taken(struct node *n, struct kv_tier_result *res,
 {
     struct raft_snapshot_meta meta = {
         .index = res->index, .term = res->term, .config = *config};
-    struct tk_blob *blob = res->stream; /* built on the pool thread: no copy */
-    size_t len = blob->len;
+    /* Built on the pool thread: no copy. NULL: a descriptor only (the state
+     * is read out when something needs it: descriptor_turn). */
+    struct tk_blob *blob = res->stream;
+    if (blob == NULL && meta.index <= n->tier.snap_index)
+        return; /* a descriptor adds nothing there (and would drop the data) */
+    size_t len = blob != NULL ? blob->len : 0;
     struct tk_blob *old = n->tier.blob; /* the core's, so its last reference */
     n->tier.blob = blob;
     n->tier.blob_index = meta.index;
     n->tier.blob_term = meta.term;
+    n->tier.blob_at = 0; /* reader_complete: a stream read on demand */
     uint64_t t_set = node__mono_ns();
     int rc = raft_snapshot_set(n->raft, &meta, blob);
     t_set = node__mono_ns() - t_set;
@@ -299,6 +304,8 @@ static void snapshot_taken(struct node *n, struct kv_tier_result *res,
     }
     n->tier.snap_index = meta.index;
     n->m.metrics.snapshots++;
+    if (blob == NULL)
+        n->m.metrics.snapshot_descriptors++;
     uint64_t t_goal = node__mono_ns();
     n->tier.compact_goal = trailing_goal(n, meta.index);
     t_goal = node__mono_ns() - t_goal;
@@ -307,11 +314,16 @@ static void snapshot_taken(struct node *n, struct kv_tier_result *res,
     n->m.metrics.snapshot_loop_ns += on_loop;
     /* Wall time on the loop, and the loop thread's CPU time in it: where the
      * cores are all busy, the two differ by the waits for one. */
+    char what[48];
+    if (blob != NULL)
+        snprintf(what, sizeof(what), "%zu bytes", len);
+    else
+        snprintf(what, sizeof(what), "a descriptor only");
     TK_LOG(
         TK_LOG_INFO, n->o.id, raft_term(n->raft),
-        "snapshot at %llu (%zu bytes): %llu ms in all, %llu us of it on the loop "
+        "snapshot at %llu (%s): %llu ms in all, %llu us of it on the loop "
         "(KV publish %llu us, core %llu us, trailing window %llu us; %llu us on the CPU)",
-        (unsigned long long)meta.index, len,
+        (unsigned long long)meta.index, what,
         (unsigned long long)((node__mono_ns() - t0) / 1000000),
         (unsigned long long)(on_loop / 1000),
         (unsigned long long)((t_published - t_done) / 1000),
@@ -350,7 +362,7 @@ static void tier_complete(struct node *n, bool discard)
                (unsigned long long)res.index,
                (unsigned long long)(res.read_cpu_ns / 1000000),
                (unsigned long long)(res.read_slept_ns / 1000000));
-    if (res.stream == NULL)
+    if (res.stream == NULL && !n->tier.descriptor)
         return;
     if (!n->tier.snapshot || discard || n->loop.closing || n->persist.failed) {
         tk_blob_unref(res.stream);
@@ -385,6 +397,7 @@ struct node_snap_read {
     struct kv_snap *snap;
     struct tk_blob *stream;
     struct raft_snapshot_meta meta; /* index, term from the view; config */
+    bool read;                      /* false: save the descriptor only */
     uint64_t t0;
     int rc, save_rc;
     int nice; /* background_enter's: read_nice of the last snapshot */
@@ -402,7 +415,8 @@ static void reader_work(uv_work_t *w)
     int was = background_enter(r->nice); /* it reads the whole state: seconds */
     if (r->nice > TIER_NICE)
         atomic_store(&r->tid, tk_nice_tid());
-    r->rc = kv_snap_read_all(r->snap, &r->stream, &r->stop, &r->pace);
+    if (r->read)
+        r->rc = kv_snap_read_all(r->snap, &r->stream, &r->stop, &r->pace);
     /* The descriptor names a state the cold tier holds durably already. */
     if (r->rc == 0 && !atomic_load(&r->stop))
         r->save_rc = store_save_snapshot(r->n->store, &r->meta);
@@ -462,12 +476,16 @@ static void reader_complete(struct node *n, struct node_snap_read *r, bool disca
     if (r->rc != 0 && !discard && !n->loop.closing && !atomic_load(&r->stop)) {
         node__fail(n, r->rc, "snapshot read");
     } else if (r->rc == 0 && !discard && !n->loop.closing && !n->persist.failed &&
-               r->meta.index > n->tier.snap_index) {
+               (r->meta.index > n->tier.snap_index ||
+                (r->read && r->meta.index == n->tier.snap_index))) {
         struct kv_tier_result res = {
             .index = r->meta.index, .term = r->meta.term, .stream = r->stream};
         r->stream = NULL; /* snapshot_taken takes it */
-        n->m.metrics.snapshot_reads++;
         snapshot_taken(n, &res, &r->meta.config, true, r->save_rc, r->t0, t_done, t_done);
+        if (r->read && n->tier.blob_index == r->meta.index) {
+            n->m.metrics.snapshot_reads++;
+            n->tier.blob_at = node__mono_ns();
+        }
     }
     tk_blob_unref(r->stream);
     r->stream = NULL;
@@ -490,9 +508,10 @@ static void reader_after(uv_work_t *w, int status)
 }
 
 /* Starts reading the cold tier as it is now (its durable index is past the
- * last snapshot). False if it could not: the caller falls back to a
- * snapshot job. */
-static bool reader_start(struct node *n)
+ * last snapshot, or at it for a `read` of a descriptor-only one); without
+ * `read`, only saves its descriptor (descriptor_turn). False if it could
+ * not. */
+static bool reader_start(struct node *n, bool read)
 {
     struct node_snap_read *r = tk_calloc(1, sizeof(*r));
     r->n = n;
@@ -503,19 +522,21 @@ static bool reader_start(struct node *n)
     }
     r->meta.index = kv_snap_index(r->snap);
     r->meta.term = kv_snap_term(r->snap);
-    if (r->meta.index <= n->tier.snap_index ||
+    if (r->meta.index < n->tier.snap_index ||
+        (r->meta.index == n->tier.snap_index && !read) ||
         raft_config_at(n->raft, r->meta.index, &r->meta.config) != 0) {
         kv_snap_close(r->snap);
         tk_free(r);
         return false;
     }
-    r->nice = read_nice(n->tier.blob != NULL ? n->tier.blob->len : 0);
+    r->read = read;
+    r->nice = read ? read_nice(kv_sm_cold_bytes(n->sm)) : TIER_NICE;
     atomic_init(&r->ran, false);
     atomic_init(&r->stop, false);
     atomic_init(&r->hurry, false);
     atomic_init(&r->tid, 0);
     int pace = n->o.snapshot_read_pace;
-    r->pace.factor = pace == 0 ? READ_PACE : pace > 0 ? (unsigned)pace : 0;
+    r->pace.factor = !read ? 0 : pace == 0 ? READ_PACE : pace > 0 ? (unsigned)pace : 0;
     r->pace.hurry = &r->hurry;
     r->work.data = r;
     if (uv_queue_work(n->loop.uv, &r->work, reader_work, reader_after) != 0) {
@@ -594,10 +615,14 @@ void node__tier_wait(struct node *n, bool discard)
     tier_complete(n, discard);
 }
 
-void node__tier_start(struct node *n, bool snapshot, bool inline_run)
+/* node__tier_start; a `descriptor` job is a snapshot job that reads no
+ * stream (kv_sm_tier_start_durable). */
+static void tier_start_job(struct node *n, bool snapshot, bool descriptor,
+                           bool inline_run)
 {
     struct kv_tier_job *j;
-    int rc = kv_sm_tier_start(n->sm, snapshot, &j);
+    int rc = descriptor ? kv_sm_tier_start_durable(n->sm, &j)
+                        : kv_sm_tier_start(n->sm, snapshot, &j);
     if (rc != 0) {
         node__fail(n, rc, "tier-down");
         return;
@@ -605,8 +630,9 @@ void node__tier_start(struct node *n, bool snapshot, bool inline_run)
     if (j == NULL)
         return;
     n->tier.job = j;
-    n->tier.snapshot = snapshot;
-    if (snapshot)
+    n->tier.snapshot = snapshot || descriptor;
+    n->tier.descriptor = descriptor;
+    if (n->tier.snapshot)
         n->tier.snap_bytes = 0; /* what was applied so far is in this snapshot */
     /* The configuration in force at the job's index (the applied index it
      * sealed at), not the newest one, which may be uncommitted and later
@@ -627,6 +653,11 @@ void node__tier_start(struct node *n, bool snapshot, bool inline_run)
     kv_tier_run(j);
     atomic_store(&n->tier.ran, true);
     tier_complete(n, false);
+}
+
+void node__tier_start(struct node *n, bool snapshot, bool inline_run)
+{
+    tier_start_job(n, snapshot, false, inline_run);
 }
 
 /* Drops the references compact_step took from the core's compacted entries. */
@@ -775,18 +806,72 @@ void node__tier_hold(struct node *n)
  * about 1/SNAPSHOT_GROWTH of the state. */
 #define SNAPSHOT_GROWTH 8
 
-/* A read beside the tier-downs pays where reading the state takes longer
- * than the ring takes to fill: the last snapshot is READER_RING_RATIO times
- * the ring's budget or more (1.5 GB at 10M keys against 64 MiB). Below
- * that, a snapshot job (tier-down, then the read, niced) costs the loops
- * less CPU beside them: in the overload suite's 200 KiB forward burst
- * (113 MB snapshots) the two jobs side by side made loop turns late. */
+/* Descriptor-only snapshots, for a large state: its LMDB file is
+ * READER_RING_RATIO times the ring's budget or more (2 GB at 10M keys
+ * against 64 MiB). A snapshot is then only its descriptor: the cold tier
+ * holds the state at the last tier-down's index durably, which is all that
+ * compacting the log behind it needs. The state is read out (reader_start,
+ * paced and niced) only when something needs the stream: a follower behind
+ * the log's start (raft_snapshot_wanted) or a backup. Reading the whole
+ * state at every snapshot, on all three nodes at about the same index, was
+ * what still held the steady state's writes at 3M and 10M keys, paced or
+ * not (docs/benchmarks-scale.md). Below the ratio, a snapshot job (tier-down,
+ * then the read, niced) costs the loops little: in the overload suite's 200
+ * KiB forward burst (113 MB snapshots) a read beside the jobs made loop
+ * turns late. */
 #define READER_RING_RATIO 4
 
-static bool reader_pays(const struct node *n)
+/* A stream read for a follower stays the core's snapshot for DATA_KEEP_NS
+ * before a newer descriptor replaces it, so that a follower installing it
+ * (11 s at 10M keys) finds the log after it still there rather than
+ * needing another. */
+#define DATA_KEEP_NS (60ull * 1000 * 1000 * 1000)
+
+static bool state_big(const struct node *n)
 {
     uint64_t ring = n->o.kv_ring_bytes ? n->o.kv_ring_bytes : (64u << 20);
-    return n->tier.blob != NULL && n->tier.blob->len >= READER_RING_RATIO * ring;
+    if (n->tier.blob != NULL && n->tier.blob->len >= READER_RING_RATIO * ring)
+        return true;
+    return kv_sm_cold_bytes(n->sm) >= READER_RING_RATIO * ring;
+}
+
+void node__tier_boot(struct node *n)
+{
+    if (raft_first_index(n->raft) <= 1 || state_big(n))
+        return;
+    /* The log was compacted: followers that need what is gone get a
+     * snapshot of the state machine, so one must exist now. */
+    n->tier.snap_index = 0;
+    node__tier_start(n, true, true);
+}
+
+/* A large state's turn (`interval`: a snapshot is due by the entries or
+ * bytes applied since the last). */
+static void descriptor_turn(struct node *n, bool interval)
+{
+    struct node_tier *t = &n->tier;
+    uint64_t durable = kv_sm_durable_index(n->sm);
+    uint64_t backup = t->backup_wanted ? node__backup_target(n) : 0;
+    bool fresh =
+        t->blob != NULL && t->blob_at != 0 && node__mono_ns() - t->blob_at < DATA_KEEP_NS;
+    if (t->reader == NULL && !(t->busy && t->snapshot)) {
+        /* The stream, where it is wanted and the cold tier holds a state
+         * at or past what is asked. */
+        bool read = raft_snapshot_wanted(n->raft) || (backup != 0 && durable >= backup);
+        if (read && durable >= t->snap_index && reader_start(n, true))
+            return;
+        /* The descriptor of the last tier-down's state. */
+        if (interval && !fresh && durable > t->snap_index && reader_start(n, false))
+            return;
+        /* Nothing tiered down since the last snapshot (or not as far as a
+         * backup asks): a tier-down to the applied index first. */
+        if (!t->busy && ((interval && !fresh) || (backup != 0 && durable < backup))) {
+            tier_start_job(n, false, true, false);
+            return;
+        }
+    }
+    if (!t->busy && kv_sm_tier_wanted(n->sm))
+        node__tier_start(n, false, false);
 }
 
 static void tier_turn(struct node *n)
@@ -794,21 +879,18 @@ static void tier_turn(struct node *n)
     if (n->tier.reader != NULL)
         reader_raise(n, n->tier.reader);
     uint64_t applied = kv_sm_applied_index(n->sm);
+    bool interval =
+        (n->o.snapshot_entries != 0 &&
+         applied >= n->tier.snap_index + n->o.snapshot_entries) ||
+        (n->o.snapshot_bytes != 0 && n->tier.snap_bytes >= n->o.snapshot_bytes);
+    bool wanted = raft_snapshot_wanted(n->raft) || n->tier.backup_wanted;
+    if ((interval || wanted || n->tier.reader != NULL) && state_big(n)) {
+        descriptor_turn(n, interval);
+        return;
+    }
     bool grown =
         n->tier.blob == NULL || n->tier.snap_bytes >= n->tier.blob->len / SNAPSHOT_GROWTH;
-    bool due =
-        (grown &&
-         ((n->o.snapshot_entries != 0 &&
-           applied >= n->tier.snap_index + n->o.snapshot_entries) ||
-          (n->o.snapshot_bytes != 0 && n->tier.snap_bytes >= n->o.snapshot_bytes))) ||
-        n->tier.backup_wanted;
-    /* Past the last snapshot, the cold tier is read beside the tier-downs;
-     * else (nothing tiered down since) a snapshot job tiers down to the
-     * applied index and reads that. */
-    if (due && n->tier.reader == NULL && !(n->tier.busy && n->tier.snapshot) &&
-        reader_pays(n) && kv_sm_durable_index(n->sm) > n->tier.snap_index &&
-        reader_start(n))
-        due = false;
+    bool due = (grown && interval) || wanted;
     if (n->tier.busy)
         return;
     if (due && n->tier.reader == NULL)
