@@ -610,8 +610,11 @@ static void send_snapshot(struct raft *r, struct raft__progress *pr)
     TK_ASSERT(pr->id != r->o.id);
     if (r->snap_data == NULL) {
         /* The driver gave the descriptor only, or none yet (after a restart):
-         * it reads the state when asked (raft_snapshot_wanted). */
-        r->snap_wanted = true;
+         * it reads the state when asked (raft_snapshot_wanted), for a
+         * follower that is answering now, not one that is down or cut off
+         * (heartbeats and the stall rule probe those on and on). */
+        if (r->answering == pr->id)
+            r->snap_wanted = true;
         return;
     }
     struct raft__out *o = out_push(r, RAFT_MSG_SNAPSHOT, pr->id);
@@ -1050,7 +1053,7 @@ static void catch_up_note(struct raft *r, struct raft__progress *pr)
 }
 
 /* The leader's side of an append or snapshot response. */
-static void handle_append_resp(struct raft *r, const struct raft_message *m)
+static void handle_append_resp_from(struct raft *r, const struct raft_message *m)
 {
     TK_ASSERT(r != NULL);
     TK_ASSERT(r->role == RAFT_LEADER);
@@ -1126,6 +1129,13 @@ static void handle_append_resp(struct raft *r, const struct raft_message *m)
         r->transfer_sent = true;
     }
     reads_release(r);
+}
+
+static void handle_append_resp(struct raft *r, const struct raft_message *m)
+{
+    r->answering = m->from; /* send_snapshot: this follower is alive */
+    handle_append_resp_from(r, m);
+    r->answering = RAFT_NONE;
 }
 
 static void handle_vote_resp(struct raft *r, const struct raft_message *m)

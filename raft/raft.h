@@ -426,7 +426,9 @@ int raft_snapshot_set(struct raft *r, const struct raft_snapshot_meta *meta,
  * which is enough to compact the log behind it. A leader that then needs to
  * send a snapshot to a follower sends nothing to it and reports it here, until
  * the driver sets one with data (at the same or a later index); it asks again
- * if it loses leadership and leads again. */
+ * if it loses leadership and leads again. It asks only on a follower's
+ * answer (an append or heartbeat response), not for one that is down or cut
+ * off. */
 bool raft_snapshot_wanted(const struct raft *r);
 
 /* The configuration in force at `index` (the newest config entry at or below

@@ -151,6 +151,7 @@ struct raft {
     /* Leader: a follower needs a snapshot and snap_data is NULL (the driver
      * set the snapshot's descriptor only): raft_snapshot_wanted. */
     bool snap_wanted;
+    uint64_t answering; /* leader: whose append response is being handled */
 
     /* Volatile state. */
     uint8_t role;
