@@ -509,9 +509,11 @@ static void reader_after(uv_work_t *w, int status)
 
 /* Starts reading the cold tier as it is now (its durable index is past the
  * last snapshot, or at it for a `read` of a descriptor-only one); without
- * `read`, only saves its descriptor (descriptor_turn). False if it could
- * not. */
-static bool reader_start(struct node *n, bool read)
+ * `read`, only saves its descriptor (descriptor_turn). An `urgent` read (a
+ * follower waits for it) goes at full speed at TIER_NICE: at 10M keys the
+ * paced read at nice 19 made a catch-up take 89 s instead of 12. False if
+ * it could not. */
+static bool reader_start(struct node *n, bool read, bool urgent)
 {
     struct node_snap_read *r = tk_calloc(1, sizeof(*r));
     r->n = n;
@@ -530,13 +532,16 @@ static bool reader_start(struct node *n, bool read)
         return false;
     }
     r->read = read;
-    r->nice = read ? read_nice(kv_sm_cold_bytes(n->sm)) : TIER_NICE;
+    r->nice = read && !urgent ? read_nice(kv_sm_cold_bytes(n->sm)) : TIER_NICE;
     atomic_init(&r->ran, false);
     atomic_init(&r->stop, false);
     atomic_init(&r->hurry, false);
     atomic_init(&r->tid, 0);
     int pace = n->o.snapshot_read_pace;
-    r->pace.factor = !read ? 0 : pace == 0 ? READ_PACE : pace > 0 ? (unsigned)pace : 0;
+    r->pace.factor = !read || urgent ? 0
+                     : pace == 0     ? READ_PACE
+                     : pace > 0      ? (unsigned)pace
+                                     : 0;
     r->pace.hurry = &r->hurry;
     r->work.data = r;
     if (uv_queue_work(n->loop.uv, &r->work, reader_work, reader_after) != 0) {
@@ -857,11 +862,19 @@ static void descriptor_turn(struct node *n, bool interval)
     if (t->reader == NULL && !(t->busy && t->snapshot)) {
         /* The stream, where it is wanted and the cold tier holds a state
          * at or past what is asked. */
-        bool read = raft_snapshot_wanted(n->raft) || (backup != 0 && durable >= backup);
-        if (read && durable >= t->snap_index && reader_start(n, true))
+        bool urgent = raft_snapshot_wanted(n->raft);
+        bool read = urgent || (backup != 0 && durable >= backup);
+        if (read && durable >= t->snap_index && reader_start(n, true, urgent)) {
+            TK_LOG(TK_LOG_INFO, n->o.id, raft_term(n->raft),
+                   "reading the state out at %llu for %s (the log starts at %llu)",
+                   (unsigned long long)t->reader->meta.index,
+                   urgent ? "a follower behind the log's start" : "a backup",
+                   (unsigned long long)raft_first_index(n->raft));
             return;
+        }
         /* The descriptor of the last tier-down's state. */
-        if (interval && !fresh && durable > t->snap_index && reader_start(n, false))
+        if (interval && !fresh && durable > t->snap_index &&
+            reader_start(n, false, false))
             return;
         /* Nothing tiered down since the last snapshot (or not as far as a
          * backup asks): a tier-down to the applied index first. */

@@ -59,6 +59,11 @@
 #define WRITE_IOV_MAX 64
 #define FWD_QUEUE_SHARE 4  /* forwarded frames: at most 1/4 of send_queue_bytes */
 #define SNAP_PUMP_CHUNKS 2 /* a snapshot under way: chunks queued ahead at most */
+/* Snapshot bytes per frame by default: a loop turn copies at most two. At
+ * 1 MiB, a leader's turns copying the first chunks of a 1.5 GB stream read
+ * just before took 40-57 ms (at about 50 MB/s: docs/benchmarks-scale.md,
+ * run AC). */
+#define SNAP_CHUNK_DEFAULT (256u << 10)
 #define RBUF_BYTES (64u << 10)
 /* A connection keeps a receive buffer up to this size between frames, and
  * the transport up to BIG_OBUFS_MAX output buffers of more than OBUF_BYTES
@@ -1797,7 +1802,7 @@ static int options_fill(struct transport_tcp_options *o)
     if (o->frame_max == 0)
         o->frame_max = FRAME_MAX_DEFAULT;
     if (o->snapshot_chunk == 0)
-        o->snapshot_chunk = 1u << 20;
+        o->snapshot_chunk = SNAP_CHUNK_DEFAULT;
     if (o->read_turn_bytes == 0)
         o->read_turn_bytes = READ_TURN_BYTES;
     if (o->snapshot_max == 0)

@@ -239,7 +239,7 @@ struct transport_tcp_options {
     uint16_t listen_port;          /* 0: pick one (see transport_tcp_port) */
     uint32_t frame_max;            /* largest frame payload; 0 = 4 MiB; the same on
                                     * every node (a larger frame closes the link) */
-    uint32_t snapshot_chunk;       /* snapshot bytes per frame; 0 = 1 MiB */
+    uint32_t snapshot_chunk;       /* snapshot bytes per frame; 0 = 256 KiB */
     uint32_t read_turn_bytes;      /* bytes a connection hands in per loop turn
                                     * before its reads wait for the next; 0 = 2 MiB */
     uint64_t snapshot_max;         /* largest snapshot accepted; 0 = 16 GiB */

@@ -312,8 +312,10 @@ START_TEST(test_snapshot_read_beside_tier_downs_catches_a_follower_up)
         if (i % 100 == 0)
             node_metrics(tk_node_runtime(l), &m);
     }
-    ck_assert_msg(m.snapshot_descriptors >= 2, "descriptors: %llu after %d writes",
-                  (unsigned long long)m.snapshot_descriptors, i);
+    ck_assert_msg(m.snapshot_descriptors >= 2,
+                  "descriptors: %llu after %d writes (snapshots %llu, reads %llu)",
+                  (unsigned long long)m.snapshot_descriptors, i,
+                  (unsigned long long)m.snapshots, (unsigned long long)m.snapshot_reads);
     ck_assert_uint_eq(m.snapshot_reads, 0); /* nobody needed the stream yet */
     ck_assert_int_eq(tk_cluster_isolate(c, f, false), 0);
     wait_applied(c, f, res.revision);
