@@ -371,13 +371,15 @@ int kv_snap_read_all(struct kv_snap *s, struct tk_blob **out, const atomic_bool 
  * optionally prepare, then commit (which checks the trailer, swaps the new
  * cold tier in atomically, empties the ring and takes the snapshot's index,
  * term and clock) or abort. Until commit the sm keeps its old state, and the
- * owner may go on reading it. begin and commit run on the owner thread;
- * write, prepare (the new environment's LMDB commit and sync, the slow part of
+ * owner may go on reading it. begin (O(1): no file is touched) and commit
+ * run on the owner thread; write (the first one makes the new LMDB
+ * environment), prepare (the new environment's LMDB commit and sync, the slow part of
  * a commit, then reading its sessions, TTL keys and leases back into new
  * tables, then its publication: from there the directory names the new
  * environment, and a reopen, after a crash or a stop, finds the snapshot's
  * state) and an abort after them on any one other thread if the owner
- * likes (they touch only the install and the sm's fixed config); commit (the
+ * likes (they touch only the install, the sm's fixed config and the new
+ * environment's directory); commit (the
  * in-memory swap, O(1) after a prepare: the old hot structures, tables and
  * environment go to kv_sm_install_trash)
  * needs no tier-down job in flight and no kv_snap open (it switches the cold

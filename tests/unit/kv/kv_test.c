@@ -1980,6 +1980,14 @@ START_TEST(test_install_writes_on_another_thread)
         snprintf(link, sizeof(link), "%s/cold", b.dir);
         ck_assert_int_gt(readlink(link, before, sizeof(before) - 1), 0);
         ck_assert_int_eq(kv_sm_install_begin(b.sm, &j.in), 0);
+        /* The new environment is the writer's to make, not the owner's
+         * (its loop): none yet. */
+        unsigned long long gen = 0;
+        ck_assert_int_eq(sscanf(before, "cold.%llu", &gen), 1);
+        char next[PATH_MAX + 32];
+        struct stat st;
+        snprintf(next, sizeof(next), "%s/cold.%llu", b.dir, gen + 1);
+        ck_assert_int_ne(stat(next, &st), 0);
         pthread_t t;
         ck_assert_int_eq(pthread_create(&t, NULL, install_thread, &j), 0);
         for (int i = 0; i < 100; i++) /* the owner reads the old state meanwhile */
