@@ -2,6 +2,8 @@
 #include "base/nice.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -54,4 +56,26 @@ void tk_nice_leave(int was)
 {
     if (was != TK_NICE_UNCHANGED)
         (void)tk_nice_set(tk_nice_tid(), was);
+}
+
+/* The second field of /proc/thread-self/schedstat. Raw system calls:
+ * ThreadSanitizer tracks descriptors by number, and libuv (not
+ * instrumented) closes its own with syscall(SYS_close), which it does not
+ * see; a number libuv freed and this open reused then looked like a race
+ * with libuv's epoll_create1 on another node's thread (a false report). */
+uint64_t tk_thread_wait_ns(void)
+{
+    long fd = syscall(SYS_openat, AT_FDCWD, "/proc/thread-self/schedstat",
+                      O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    char buf[96];
+    long got = syscall(SYS_read, fd, buf, sizeof(buf) - 1);
+    syscall(SYS_close, fd);
+    if (got <= 0)
+        return 0;
+    buf[got] = 0;
+    char *end;
+    strtoull(buf, &end, 10); /* time on the CPU */
+    return strtoull(end, NULL, 10);
 }

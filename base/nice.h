@@ -6,11 +6,14 @@
  * pool thread that could not come back would run every later job at the low
  * priority. So tk_nice_enter goes past `floor` only where the way back is
  * open, and tk_nice_leave gives back what tk_nice_enter took. Any thread;
- * each call acts on the calling thread, except tk_nice_set (any thread's). */
+ * each call acts on the calling thread, except tk_nice_set (any thread's).
+ * tk_thread_wait_ns says what the priority costs: the time a thread spent
+ * runnable, waiting for a core. */
 #ifndef TK_BASE_NICE_H
 #define TK_BASE_NICE_H
 
 #include <stdbool.h>
+#include <stdint.h>
 
 /* No change to give back (what tk_nice_enter returns when it changed nothing). */
 #define TK_NICE_UNCHANGED (-1000)
@@ -37,5 +40,9 @@ int tk_nice_set(int tid, int nice);
 
 /* Thread `tid`'s nice value into *out (0, or -errno). */
 int tk_nice_get(int tid, int *out);
+
+/* The calling thread's time runnable on a run queue, waiting for a core
+ * (from /proc: three system calls), or 0 where the kernel does not say. */
+uint64_t tk_thread_wait_ns(void);
 
 #endif

@@ -36,6 +36,7 @@
 #include "base/assert.h"
 #include "base/err.h"
 #include "base/log.h"
+#include "base/nice.h"
 #include "base/queue.h"
 #include "kv/kv.h"
 #include "node/node.h"
@@ -670,32 +671,9 @@ struct thread_usage {
     uint64_t wait_ns; /* runnable, waiting for a core (schedstat's run_delay) */
 };
 
-/* The calling thread's time on run queues (the second field of
- * /proc/thread-self/schedstat), or 0 where the kernel does not say. Raw
- * system calls: ThreadSanitizer tracks descriptors by number, and libuv
- * (not instrumented) closes its own with syscall(SYS_close), which it does
- * not see; a number libuv freed and this open reused then looked like a race
- * with libuv's epoll_create1 on another node's thread (a false report). */
-static uint64_t read_run_delay(void)
-{
-    long fd = syscall(SYS_openat, AT_FDCWD, "/proc/thread-self/schedstat",
-                      O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return 0;
-    char buf[96];
-    long got = syscall(SYS_read, fd, buf, sizeof(buf) - 1);
-    syscall(SYS_close, fd);
-    if (got <= 0)
-        return 0;
-    buf[got] = 0;
-    char *end;
-    strtoull(buf, &end, 10); /* time on the CPU */
-    return strtoull(end, NULL, 10);
-}
-
 static void read_thread_usage(struct thread_usage *u)
 {
-    u->wait_ns = read_run_delay();
+    u->wait_ns = tk_thread_wait_ns();
     struct rusage ru;
     memset(&ru, 0, sizeof(ru));
     getrusage(RUSAGE_THREAD, &ru);

@@ -165,7 +165,8 @@ struct node_tier {
     atomic_bool ran;
     struct raft_config config;
     uint64_t t0, t_done, t_published; /* job began; after-work began; KV published */
-    uint64_t cpu_done; /* the loop thread's CPU time when the after-work began */
+    uint64_t cpu_done;  /* the loop thread's CPU time when the after-work began */
+    uint64_t wait_done; /* and its time waiting for a core (tk_thread_wait_ns) */
     /* The snapshot's descriptor, saved by the job's thread after the job
      * (an LMDB commit: its fsync waited behind the job's own on the loop). */
     bool saved;

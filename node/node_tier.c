@@ -311,9 +311,12 @@ static void snapshot_taken(struct node *n, struct kv_tier_result *res,
     t_goal = node__mono_ns() - t_goal;
     uint64_t on_loop = node__mono_ns() - t_done;
     uint64_t cpu = node__thread_cpu_ns() - n->tier.cpu_done;
+    uint64_t wait = tk_thread_wait_ns() - n->tier.wait_done;
     n->m.metrics.snapshot_loop_ns += on_loop;
-    /* Wall time on the loop, and the loop thread's CPU time in it: where the
-     * cores are all busy, the two differ by the waits for one. */
+    /* Wall time on the loop, the loop thread's CPU time in it and its time
+     * runnable waiting for a core: where the cores are all busy, the first
+     * is mostly the last (what is left is I/O, locks, or the machine not
+     * running the guest). */
     char what[48];
     if (blob != NULL)
         snprintf(what, sizeof(what), "%zu bytes", len);
@@ -322,13 +325,14 @@ static void snapshot_taken(struct node *n, struct kv_tier_result *res,
     TK_LOG(
         TK_LOG_INFO, n->o.id, raft_term(n->raft),
         "snapshot at %llu (%s): %llu ms in all, %llu us of it on the loop "
-        "(KV publish %llu us, core %llu us, trailing window %llu us; %llu us on the CPU)",
+        "(KV publish %llu us, core %llu us, trailing window %llu us; %llu us on the CPU, "
+        "%llu us waiting for a core)",
         (unsigned long long)meta.index, what,
         (unsigned long long)((node__mono_ns() - t0) / 1000000),
         (unsigned long long)(on_loop / 1000),
         (unsigned long long)((t_published - t_done) / 1000),
         (unsigned long long)(t_set / 1000), (unsigned long long)(t_goal / 1000),
-        (unsigned long long)(cpu / 1000));
+        (unsigned long long)(cpu / 1000), (unsigned long long)(wait / 1000));
 }
 
 /* Loop thread, once the job has run: publish it in the KV (the released
@@ -340,6 +344,7 @@ static void tier_complete(struct node *n, bool discard)
     n->tier.job = NULL;
     n->tier.t_done = node__mono_ns();
     n->tier.cpu_done = node__thread_cpu_ns();
+    n->tier.wait_done = tk_thread_wait_ns();
     struct kv_tier_result res;
     int rc = kv_sm_tier_publish(n->sm, j, &res);
     n->tier.t_published = node__mono_ns();
@@ -471,6 +476,7 @@ static void reader_complete(struct node *n, struct node_snap_read *r, bool disca
                (unsigned long long)(r->pace.cpu_ns / 1000000),
                (unsigned long long)(r->pace.slept_ns / 1000000), r->pace.factor);
     n->tier.cpu_done = node__thread_cpu_ns();
+    n->tier.wait_done = tk_thread_wait_ns();
     kv_snap_close(r->snap);
     r->snap = NULL;
     if (r->rc != 0 && !discard && !n->loop.closing && !atomic_load(&r->stop)) {

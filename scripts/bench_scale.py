@@ -122,7 +122,7 @@ def hist_bound_ms(before, after):
             return le * 1000.0
     return float("inf")
 snap_re = re.compile(r"snapshot at (\d+) .*: (\d+) ms in all, (\d+) us of it on the loop"
-                     r"(?:.*; (\d+) us on the CPU)?")
+                     r"(?:.*; (\d+) us on the CPU)?(?:, (\d+) us waiting for a core)?")
 
 
 def logs():
@@ -136,7 +136,8 @@ def logs():
             m = snap_re.search(line)
             if m:
                 cpu = int(m.group(4)) if m.group(4) else -1
-                snaps.append((int(m.group(2)), int(m.group(3)), cpu))
+                wait = int(m.group(5)) if m.group(5) else 0
+                snaps.append((int(m.group(2)), int(m.group(3)), cpu, wait))
     return worst, snaps
 
 
@@ -266,10 +267,11 @@ if steady_tail["ops"]:
 (lt, lph), snaps = logs()
 if snaps:
     print("snapshots: %d; on the loop: max %.1f ms, mean %.1f ms (the loop thread's CPU "
-          "in it: max %.1f ms); in all: max %d ms" % (
+          "in it: max %.1f ms; less its waits for a core: max %.1f ms); in all: max %d ms" % (
               len(snaps), max(s[1] for s in snaps) / 1000.0,
               sum(s[1] for s in snaps) / 1000.0 / len(snaps),
-              max(s[2] for s in snaps) / 1000.0, max(s[0] for s in snaps)))
+              max(s[2] for s in snaps) / 1000.0,
+              max(max(s[1] - s[3], 0) for s in snaps) / 1000.0, max(s[0] for s in snaps)))
 
 stall_re = re.compile(r"stall probe: the loop has been in one turn for (\d+) ms; "
                       r"thread state (\S), syscall: (\S+)[^;]*; wait channel: ([^;]*); "
