@@ -145,17 +145,19 @@ size_t tk_blob_spare_bytes(void)
     return atomic_load(&spare_total);
 }
 
-unsigned tk_blob_spares_keep(unsigned n)
+/* Sets how many spares to keep (`keep`, or unchanged if above
+ * TK_BLOB_SPARES) and drops the spares from slot `from` on; returns the
+ * previous setting. */
+static unsigned spares_drop_from(unsigned from, unsigned keep)
 {
-    if (n > TK_BLOB_SPARES)
-        n = TK_BLOB_SPARES;
     uint8_t *drop[TK_BLOB_SPARES];
     size_t drop_n[TK_BLOB_SPARES];
     unsigned k = 0;
     pthread_mutex_lock(&spare_mu);
     unsigned old = spare_keep;
-    spare_keep = n;
-    for (unsigned i = n; i < TK_BLOB_SPARES; i++) {
+    if (keep <= TK_BLOB_SPARES)
+        spare_keep = keep;
+    for (unsigned i = from; i < TK_BLOB_SPARES; i++) {
         if (spare_p[i] == NULL)
             continue;
         drop[k] = spare_p[i];
@@ -167,6 +169,18 @@ unsigned tk_blob_spares_keep(unsigned n)
     for (unsigned i = 0; i < k; i++)
         map_drop(drop[i], drop_n[i]);
     return old;
+}
+
+unsigned tk_blob_spares_keep(unsigned n)
+{
+    if (n > TK_BLOB_SPARES)
+        n = TK_BLOB_SPARES;
+    return spares_drop_from(n, n);
+}
+
+void tk_blob_spares_drop(void)
+{
+    spares_drop_from(0, TK_BLOB_SPARES + 1);
 }
 
 /* A spare for n bytes (grown or cut by mremap, its pages kept): its start,

@@ -54,6 +54,11 @@ size_t tk_blob_spare_bytes(void);
 /* How many spares to keep from now on (0: none; at most TK_BLOB_SPARES);
  * spares past it are dropped. Returns the previous setting. */
 unsigned tk_blob_spares_keep(unsigned n);
+/* Drops every spare now (their pages go back, on the calling thread: a
+ * slice at a time, so not on a loop); later ones are kept as before. For a
+ * process whose streams have become rare (a node whose snapshots are
+ * descriptors only), where a spare would be memory held for nothing. */
+void tk_blob_spares_drop(void);
 /* The room of a tk_blob_map blob, in bytes. */
 size_t tk_blob_map_cap(const struct tk_blob *b);
 /* Room for at least `cap` bytes (an mremap: the blob may move; len and the

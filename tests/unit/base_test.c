@@ -426,6 +426,14 @@ START_TEST(test_mapped_blob_spare_is_reused)
     tk_blob_unref(filled_map(mib, 9)); /* under it: kept */
     ck_assert_uint_ge(tk_blob_spare_bytes(), mib);
 
+    /* Dropped now; the next ones are kept as before. */
+    tk_blob_unref(filled_map(2 * mib, 8)); /* on the 1 MiB spare, grown */
+    ck_assert_uint_ge(tk_blob_spare_bytes(), 2 * mib);
+    tk_blob_spares_drop();
+    ck_assert_uint_eq(tk_blob_spare_bytes(), 0);
+    tk_blob_unref(filled_map(mib, 6));
+    ck_assert_uint_ge(tk_blob_spare_bytes(), mib);
+
     ck_assert_uint_eq(tk_blob_spares_keep(0), TK_BLOB_SPARES);
     ck_assert_uint_eq(tk_blob_spare_bytes(), 0);
     tk_blob_unref(filled_map(mib, 7)); /* none kept now */
