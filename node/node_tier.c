@@ -95,6 +95,8 @@ static void tier_work(uv_work_t *w)
     int was = background_enter(TIER_NICE);
     kv_tier_run_paced(n->tier.job);
     save_descriptor(n);
+    if (n->tier.descriptor)
+        tk_blob_spares_drop(); /* as reader_work's */
     tk_nice_leave(was);
     atomic_store_explicit(&n->tier.ran, true, memory_order_release);
 }
