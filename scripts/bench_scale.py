@@ -137,7 +137,9 @@ def logs():
             if m:
                 cpu = int(m.group(4)) if m.group(4) else -1
                 wait = int(m.group(5)) if m.group(5) else 0
-                snaps.append((int(m.group(2)), int(m.group(3)), cpu, wait))
+                t = ts_re.search(line)  # when its loop work ended (hiccups())
+                snaps.append((int(m.group(2)), int(m.group(3)), cpu, wait,
+                              t.groups() if t else None))
     return worst, snaps
 
 
@@ -447,22 +449,20 @@ def hiccups():
               "hiccups, %d memory stalls on the machine meanwhile" % (ms, ph, cpu, wait, hic, st))
     # Each snapshot's loop time, less the machine's hiccups inside it (the
     # guest counts a held virtual CPU as the running thread's CPU time).
-    snaps = []
-    for f in sorted(glob.glob(o.dir + "/n*.log")):
-        for line in open(f, errors="replace"):
-            m, t = snap_re.search(line), ts_re.search(line)
-            if m and t:
-                end, us = wall(t.group(1), t.group(2)), int(m.group(3))
-                snaps.append((us / 1000.0, overlap(end - us / 1e6, end, gaps),
-                              int(m.group(4) or 0) / 1000.0, int(m.group(5) or 0) / 1000.0))
-    if snaps:
+    loop = []
+    for _, us, cpu, wait, at in logs()[1]:  # the catch-up's too
+        if at is not None:
+            end = wall(*at)
+            loop.append((us / 1000.0, overlap(end - us / 1e6, end, gaps),
+                         max(cpu, 0) / 1000.0, wait / 1000.0))
+    if loop:
         print("snapshots on the loop: max %.1f ms; less the machine's hiccups in them: "
               "max %.1f ms; over 5 ms: %d, of them still over 5 ms without the hiccups "
               "or the waits for a core: %d" % (
-                  max(x[0] for x in snaps), max(x[0] - x[1] for x in snaps),
-                  sum(1 for x in snaps if x[0] > 5),
-                  sum(1 for x in snaps if x[0] - max(x[1], x[3]) > 5)))
-        for ms, hic, cpu, wait in sorted(snaps, reverse=True)[:3]:
+                  max(x[0] for x in loop), max(x[0] - x[1] for x in loop),
+                  sum(1 for x in loop if x[0] > 5),
+                  sum(1 for x in loop if x[0] - max(x[1], x[3]) > 5)))
+        for ms, hic, cpu, wait in sorted(loop, reverse=True)[:3]:
             if ms > 5:
                 print("  %.1f ms on the loop: %.1f ms on the CPU, %.1f ms waiting for a core, "
                       "%.1f ms of hiccups" % (ms, cpu, wait, hic))
