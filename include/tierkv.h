@@ -104,6 +104,10 @@ struct tk_options {
     size_t peer_token_len;
     bool insecure_peers;
     size_t kv_ring_bytes; /* the KV ring's (hot tier's) memory budget: 0 = 64 MiB */
+    /* A follower writes and syncs an append on its own loop when its storage
+     * thread is idle and the last sync took at most this long (no hand-off to
+     * that thread and back); 0 = always hand over. tk_options_default: 1000. */
+    uint32_t follower_inline_sync_us;
 };
 
 TK_API void tk_options_default(struct tk_options *o);

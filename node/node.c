@@ -360,10 +360,10 @@ static void phase_end(struct node *n, enum node_turn_phase ph, uint64_t *t)
     *t = now;
 }
 
-/* Step: hand the ready to storage. A snapshot to install and the hard state
- * are saved synchronously; entries go to the storage thread. Returns 0, or
- * the error with *what naming the failed step. */
-static int ready_persist(struct node *n, const struct raft_ready *rd, const char **what)
+/* Step: a snapshot to install and the hard state, saved synchronously (before
+ * any of the ready's messages leave: a vote). Returns 0, or the error with
+ * *what naming the failed step. */
+static int ready_save(struct node *n, const struct raft_ready *rd, const char **what)
 {
     int rc;
     if (rd->snapshot != NULL) {
@@ -378,6 +378,15 @@ static int ready_persist(struct node *n, const struct raft_ready *rd, const char
         if (rc != 0)
             return rc;
     }
+    return 0;
+}
+
+/* Step: the entries to the storage thread, or written here (`now`,
+ * node__append_inline). Returns as ready_save. */
+static int ready_append(struct node *n, const struct raft_ready *rd, bool now,
+                        const char **what)
+{
+    int rc;
     if (rd->n_entries > 0) {
         /* During an install the entries wait beside it (they follow the
          * snapshot in the store); past the bounds on that, the loop waits. */
@@ -387,7 +396,7 @@ static int ready_persist(struct node *n, const struct raft_ready *rd, const char
             if (rc != 0)
                 return rc;
             *what = "append";
-            rc = node__store_append(n, rd->entries, rd->n_entries, rd->seq);
+            rc = node__store_append(n, rd->entries, rd->n_entries, rd->seq, now);
             if (rc != 0)
                 return rc;
         }
@@ -430,14 +439,25 @@ static bool handle_ready(struct node *n, uint64_t *t)
     if (leader != n->m.status.leader && leader != n->o.id)
         node__publish_status(n);
     phase_end(n, PH_READY, t);
+    /* The entries go to the storage thread before the messages leave (it
+     * writes while the loop sends), or, written on the loop, after them. */
     const char *what = NULL;
-    int rc = ready_persist(n, &rd, &what);
+    bool inl = node__append_inline(n);
+    int rc = ready_save(n, &rd, &what);
+    if (rc == 0 && !inl)
+        rc = ready_append(n, &rd, inl, &what);
     if (rc != 0)
         goto fail;
     phase_end(n, PH_STORE, t);
     for (size_t i = 0; i < rd.n_messages; i++)
         (void)transport_send(n->transport, &rd.messages[i]); /* Raft retries */
     phase_end(n, PH_SEND, t);
+    if (inl) {
+        rc = ready_append(n, &rd, inl, &what);
+        if (rc != 0)
+            goto fail;
+        phase_end(n, PH_STORE, t);
+    }
     ready_apply(n, &rd, t);
     raft_advance(n->raft, &rd);
     if (rd.n_committed > 0)
@@ -1013,6 +1033,7 @@ void node_options_default(struct node_options *o)
     o->snapshot_entries = 100000;
     o->trailing_entries = 10000;
     o->snapshot_bytes = (uint64_t)64 << 20;
+    o->follower_inline_sync_us = 1000;
 }
 
 static void node_free(struct node *n)

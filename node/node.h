@@ -181,6 +181,14 @@ struct node_options {
      * thread wake-up (about 40 us on a VM) but the loop burns up to this much
      * CPU after each burst. 0 = block at once. */
     uint32_t spin_us;
+    /* A follower writes and syncs an append on its loop when its storage
+     * thread is idle and the last sync took at most this long: no hand-off
+     * to the storage thread and back (two thread wake-ups on every write's
+     * path), for a loop held through one sync. After a slower sync the
+     * appends go to the storage thread until one is fast again. The leader
+     * always hands its appends over (its AppendEntries and its own sync run
+     * in parallel). 0 = followers hand every append over. */
+    uint32_t follower_inline_sync_us;
     /* The stall probe (node_stall.c): a thread that, while one loop turn has
      * run this long (and at each further multiple, up to 4 times), logs what
      * the loop thread is doing as the kernel sees it: its state, system call,

@@ -102,10 +102,19 @@ struct node_install_job {
     struct node *n;
 };
 
-int node__store_append(struct node *n, const struct raft_entry *entries, size_t cnt,
-                       uint64_t seq)
+bool node__append_inline(struct node *n)
 {
-    int rc = store_append_async(n->store, entries, cnt, seq, n, n->persist.appended);
+    return n->o.follower_inline_sync_us != 0 && raft_role(n->raft) == RAFT_FOLLOWER;
+}
+
+int node__store_append(struct node *n, const struct raft_entry *entries, size_t cnt,
+                       uint64_t seq, bool now)
+{
+    int rc =
+        now ? store_append_now_if_idle(n->store, entries, cnt, seq, n,
+                                       n->persist.appended,
+                                       n->o.follower_inline_sync_us * 1000ull)
+            : store_append_async(n->store, entries, cnt, seq, n, n->persist.appended);
     if (rc == 0)
         n->persist.async_submitted++;
     return rc;
@@ -185,7 +194,7 @@ static int defer_flush(struct node *n)
         uint64_t seq = b->seq;
         if (i + 1 == s->n_defer && s->hold_seq > seq)
             seq = s->hold_seq;
-        rc = node__store_append(n, b->ents, b->n, seq);
+        rc = node__store_append(n, b->ents, b->n, seq, false);
     }
     node__install_defer_clear(n); /* the store took its own references */
     return rc;

@@ -68,6 +68,7 @@ void tk_options_default(struct tk_options *o)
     o->snapshot_entries = no.snapshot_entries;
     o->trailing_entries = no.trailing_entries;
     o->snapshot_bytes = no.snapshot_bytes;
+    o->follower_inline_sync_us = no.follower_inline_sync_us;
 }
 
 static void to_node_options(const struct tk_options *o, struct node_options *no)
@@ -96,6 +97,7 @@ static void to_node_options(const struct tk_options *o, struct node_options *no)
         no->snapshot_bytes = o->snapshot_bytes;
     no->seed = o->seed;
     no->spin_us = o->spin_us;
+    no->follower_inline_sync_us = o->follower_inline_sync_us;
     no->peer_token = o->peer_token;
     no->peer_token_len = o->peer_token ? o->peer_token_len : 0;
 }

@@ -828,11 +828,16 @@ static int fs_sync(struct store *s)
 /* Prepares the spare ahead of need, once the last segment is three quarters
  * full: until then a compaction may yet recycle a segment into it
  * (recycle_seg), which a spare made earlier would have it delete. */
-static void fs_idle(struct store *s)
+static bool fs_idle_due(struct store *s)
 {
     struct fs *f = fsb(s);
-    if (f->spare_fd >= 0 ||
-        (f->nsegs > 0 && f->segs[f->nsegs - 1].end < f->seg_bytes / 4 * 3))
+    return f->spare_fd < 0 &&
+           (f->nsegs == 0 || f->segs[f->nsegs - 1].end >= f->seg_bytes / 4 * 3);
+}
+
+static void fs_idle(struct store *s)
+{
+    if (!fs_idle_due(s))
         return;
     /* Failure here is not fatal: roll() retries and reports. */
     (void)prepare_spare(s, false);
@@ -1077,6 +1082,7 @@ static const struct store__ops fs_ops = {
     .compact = fs_compact,
     .reset = fs_reset,
     .idle = fs_idle,
+    .idle_due = fs_idle_due,
     .bounds = fs_bounds,
     .log_bytes = fs_log_bytes,
     .term_at = fs_term_at,

@@ -297,10 +297,24 @@ static void *storage_thread(void *arg)
     pthread_setname_np(pthread_self(), "tk-store");
     pthread_mutex_lock(&s->q_mu);
     for (;;) {
-        while ((s->q_len == 0 || s->inline_busy) && !s->stopping) {
+        while (((s->q_len == 0 && !s->idle_due) || s->inline_busy) && !s->stopping) {
             s->sleeping = true;
             pthread_cond_wait(&s->q_cv, &s->q_mu);
             s->sleeping = false;
+        }
+        if (s->q_len == 0 && s->idle_due && !s->stopping) {
+            /* Asked for by an inline append (append_inline). */
+            s->idle_due = false;
+            s->thread_busy = true;
+            pthread_mutex_unlock(&s->q_mu);
+            if (atomic_load(&s->failed) == 0) {
+                pthread_mutex_lock(&s->write_mu);
+                s->ops->idle(s);
+                pthread_mutex_unlock(&s->write_mu);
+            }
+            pthread_mutex_lock(&s->q_mu);
+            s->thread_busy = false;
+            continue;
         }
         if (s->q_len == 0)
             break; /* stopping and drained */
@@ -401,19 +415,31 @@ static int append_inline(struct store *s, const struct raft_entry *entries, size
     struct store__req *r = &in;
     pthread_mutex_lock(&s->write_mu);
     write_group(s, &r, 1);
+    bool idle =
+        s->ops->idle_due != NULL && atomic_load(&s->failed) == 0 && s->ops->idle_due(s);
     pthread_mutex_unlock(&s->write_mu);
     atomic_fetch_add(&s->st_appends, 1);
     cb(data, seq, entries[n - 1].index, entries[n - 1].term, in.status);
     pthread_mutex_lock(&s->q_mu);
     s->inline_busy = false;
+    if (idle && !s->idle_due) {
+        /* The backend's work between groups (fs: the next segment) stays
+         * off the caller: the storage thread does it. */
+        s->idle_due = true;
+        if (s->sleeping) {
+            s->sleeping = false;
+            atomic_fetch_add_explicit(&s->st_wakeups, 1, memory_order_relaxed);
+            pthread_cond_signal(&s->q_cv);
+        }
+    }
     if (s->q_len > 0)
         wake_writer(s);
     pthread_mutex_unlock(&s->q_mu);
     return 0;
 }
 
-int store_append_async(struct store *s, const struct raft_entry *entries, size_t n,
-                       uint64_t seq, void *data, store_append_cb *cb)
+static int append_async(struct store *s, const struct raft_entry *entries, size_t n,
+                        uint64_t seq, void *data, store_append_cb *cb, uint64_t inline_ns)
 {
     TK_ASSERT(cb != NULL);
     int rc = atomic_load(&s->failed);
@@ -423,7 +449,8 @@ int store_append_async(struct store *s, const struct raft_entry *entries, size_t
     rc = check_batch(s, entries, n, &bytes);
     if (rc != 0)
         return rc;
-    if (s->inline_sync) {
+    if (inline_ns != 0 &&
+        atomic_load_explicit(&s->last_sync_ns, memory_order_relaxed) <= inline_ns) {
         pthread_mutex_lock(&s->q_mu);
         if (s->q_len == 0 && !s->thread_busy && !s->inline_busy && !s->stopping)
             return append_inline(s, entries, n, bytes, seq, data, cb);
@@ -452,6 +479,19 @@ int store_append_async(struct store *s, const struct raft_entry *entries, size_t
     wake_writer(s);
     pthread_mutex_unlock(&s->q_mu);
     return 0;
+}
+
+int store_append_async(struct store *s, const struct raft_entry *entries, size_t n,
+                       uint64_t seq, void *data, store_append_cb *cb)
+{
+    return append_async(s, entries, n, seq, data, cb, s->inline_sync ? UINT64_MAX : 0);
+}
+
+int store_append_now_if_idle(struct store *s, const struct raft_entry *entries, size_t n,
+                             uint64_t seq, void *data, store_append_cb *cb,
+                             uint64_t max_sync_ns)
+{
+    return append_async(s, entries, n, seq, data, cb, max_sync_ns);
 }
 
 int store_append(struct store *s, const struct raft_entry *entries, size_t n)

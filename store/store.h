@@ -155,8 +155,9 @@ int store_open_mem(struct store_mem_volume *v, const struct store_options *o,
 void store_close(struct store *s);
 
 /* Completion of an async append. Called on the storage thread (or, for a
- * memory volume without injected latency when nothing is queued ahead, on
- * the caller's thread before store_append_async returns), once per
+ * memory volume without injected latency when nothing is queued ahead, and
+ * for store_append_now_if_idle, on the caller's thread before the call
+ * returns), once per
  * request, in submission order, after the batch is durable (status 0) or
  * failed (status < 0: nothing of it may be assumed durable). `last_index` and
  * `last_term` are the batch's last entry. The callback must not call back into
@@ -174,6 +175,19 @@ typedef void store_append_cb(void *data, uint64_t seq, uint64_t last_index,
  * thread and arrive through cb as TK_EINVAL. Never blocks on disk. */
 int store_append_async(struct store *s, const struct raft_entry *entries, size_t n,
                        uint64_t seq, void *data, store_append_cb *cb);
+
+/* As store_append_async, but when nothing is queued or being written and the
+ * last sync took at most `max_sync_ns` (0: never), the batch is written and
+ * synced on the caller's thread, and cb runs there, before the call returns:
+ * no hand-off to the storage thread and back (two thread wake-ups on the
+ * write's path), for holding the caller through one sync of a disk that was
+ * fast a moment ago. Otherwise it is queued behind the others (and never
+ * blocks on disk). For a caller with nothing else to do until the batch is
+ * durable (a follower's loop). The backend's work between groups (fs: the
+ * next segment file) stays on the storage thread. */
+int store_append_now_if_idle(struct store *s, const struct raft_entry *entries, size_t n,
+                             uint64_t seq, void *data, store_append_cb *cb,
+                             uint64_t max_sync_ns);
 
 /* The synchronous form: returns once the batch is durable. Blocks. */
 int store_append(struct store *s, const struct raft_entry *entries, size_t n);

@@ -64,6 +64,9 @@ struct store__ops {
     /* Called by the writer between groups, off the latency path (fs prepares
      * the next segment file here). May be NULL. */
     void (*idle)(struct store *s);
+    /* Whether `idle` has work (write_mu held; cheap): after an inline append
+     * the storage thread is woken for it only then. May be NULL. */
+    bool (*idle_due)(struct store *s);
     /* Readers, any thread. */
     void (*bounds)(struct store *s, uint64_t *first, uint64_t *last);
     uint64_t (*log_bytes)(struct store *s); /* see store_log_bytes */
@@ -119,6 +122,7 @@ struct store {
     int linger_score;    /* >= 0: linger (storage thread; see linger()) */
     atomic_uint_fast64_t last_sync_ns; /* the last log sync took (ns) */
     bool inline_busy;                  /* a caller is writing inline (q_mu) */
+    bool idle_due; /* an inline append left `idle` work for the thread (q_mu) */
     pthread_t thread;
 
     struct store__req **group; /* storage thread only */

@@ -120,6 +120,11 @@ static struct opt opts[] = {
      "sleeping: what arrives meanwhile costs no thread wake-up, but the loop burns up to "
      "this much CPU after each burst (0: sleep at once)",
      0, 0},
+    {"follower-inline-sync-us", "TIERKV_FOLLOWER_INLINE_SYNC_US", "1000",
+     "a follower writes and syncs an append on its loop, without the hand-off to the "
+     "storage thread and back, when that thread is idle and the last sync took at most "
+     "this long (0: always hand over)",
+     0, 0},
     {"stall-probe-ms", "TIERKV_STALL_PROBE_MS", "0",
      "while one loop turn has run this long, log what the loop thread waits on as the "
      "kernel sees it: state, system call, wait channel, kernel stack (0: off)",
@@ -684,6 +689,7 @@ int main(int argc, char **argv)
     no.snapshot_bytes = get_size("snapshot-bytes", 0, UINT64_MAX);
     no.trailing_entries = get_u64("trailing-entries", 0, UINT64_MAX);
     no.spin_us = (uint32_t)get_u64("spin-us", 0, 1000000);
+    no.follower_inline_sync_us = (uint32_t)get_u64("follower-inline-sync-us", 0, 1000000);
     no.stall_probe_ms = (uint32_t)get_u64("stall-probe-ms", 0, 60000);
     no.lease_checkpoint_ms = (uint32_t)get_u64("lease-checkpoint-ms", 10, 3600000);
     no.events_max = get_u64("watch-events", 0, 1u << 30);

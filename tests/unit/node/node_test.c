@@ -1429,6 +1429,62 @@ START_TEST(test_stall_probe_gives_the_stack_of_a_turn_on_the_cpu)
 }
 END_TEST
 
+/* The followers' store appends and storage-thread wake-ups over 300 serial
+ * writes of a three-node cluster on the fs store. */
+static void follower_store_counts(uint32_t inline_us, uint64_t *appends,
+                                  uint64_t *wakeups)
+{
+    char dir[] = "/tmp/tk-node-inline-XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    struct tk_options o;
+    test_options(&o, 0);
+    o.data_dir = dir;
+    o.follower_inline_sync_us = inline_us;
+    struct tk_cluster *c = NULL;
+    ck_assert_int_eq(tk_cluster_start(3, &o, &c), 0);
+    struct tk_node *l = leader_of(c);
+    struct node_metrics m0[3], m;
+    for (uint32_t i = 0; i < 3; i++)
+        node_metrics(tk_node_runtime(tk_cluster_node(c, i)), &m0[i]);
+    struct tk_write_result res;
+    char k[32];
+    for (int i = 0; i < 300; i++) {
+        snprintf(k, sizeof(k), "k%d", i);
+        put_str(l, k, "v", TK_MODE_APPLIED, &res);
+    }
+    *appends = *wakeups = 0;
+    for (uint32_t i = 0; i < 3; i++) {
+        if (tk_cluster_node(c, i) == l)
+            continue;
+        wait_applied(c, i, res.revision);
+        node_metrics(tk_node_runtime(tk_cluster_node(c, i)), &m);
+        *appends += m.store_appends - m0[i].store_appends;
+        *wakeups += m.store_wakeups - m0[i].store_wakeups;
+    }
+    tk_cluster_stop(c);
+    char cmd[128];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+
+/* A follower whose disk is fast writes and syncs each append on its own loop
+ * (tk_options.follower_inline_sync_us): its storage thread is not woken per
+ * write, as it is with the option off. */
+START_TEST(test_followers_append_on_their_loop)
+{
+    uint64_t appends, wakeups;
+    follower_store_counts(1000000, &appends, &wakeups); /* a 1 s bound: any disk */
+    ck_assert_msg(appends >= 2 * 250 && wakeups * 4 < appends,
+                  "inline: the followers' storage threads woke %llu times for %llu "
+                  "appends",
+                  (unsigned long long)wakeups, (unsigned long long)appends);
+    follower_store_counts(0, &appends, &wakeups);
+    ck_assert_msg(appends >= 2 * 250 && wakeups * 2 > appends,
+                  "off: the followers' storage threads woke %llu times for %llu appends",
+                  (unsigned long long)wakeups, (unsigned long long)appends);
+}
+END_TEST
+
 static Suite *node_suite(void)
 {
     Suite *s = suite_create("node");
@@ -1444,6 +1500,7 @@ static Suite *node_suite(void)
     tcase_add_test(tc, test_lagging_follower_catches_up_by_snapshot);
     tcase_add_test(tc, test_snapshot_read_beside_tier_downs_catches_a_follower_up);
     tcase_add_test(tc, test_snapshot_by_bytes);
+    tcase_add_test(tc, test_followers_append_on_their_loop);
     tcase_add_test(tc, test_leader_dies_with_proposals_in_flight);
     tcase_add_test(tc, test_deposed_leader_fails_its_proposals_promptly);
     tcase_add_test(tc, test_linearizable_read_after_leader_change_sees_acked_writes);

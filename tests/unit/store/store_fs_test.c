@@ -890,6 +890,86 @@ START_TEST(test_spare_segment_is_prepared_ahead)
 }
 END_TEST
 
+/* Where and how an append completed (store_append_now_if_idle). */
+struct where {
+    pthread_mutex_t mu;
+    pthread_t thread;
+    int calls;
+    int status;
+};
+
+static void on_where(void *data, uint64_t seq, uint64_t last_index, uint64_t last_term,
+                     int status)
+{
+    struct where *w = data;
+    (void)seq;
+    (void)last_index;
+    (void)last_term;
+    pthread_mutex_lock(&w->mu);
+    w->thread = pthread_self();
+    w->calls++;
+    w->status = status;
+    pthread_mutex_unlock(&w->mu);
+}
+
+/* store_append_now_if_idle on an idle store whose last sync was fast enough:
+ * the batch is durable and its callback has run, on the caller's thread, when
+ * the call returns; the storage thread still prepares the spare segment
+ * ahead. With a bound no sync meets (0), the batch goes to the storage
+ * thread. */
+START_TEST(test_append_now_if_idle_syncs_on_the_caller)
+{
+    char *dir = tl_tmpdir("now");
+    struct store_options o;
+    opts_small(&o);
+    struct store *s = open_ok(dir, &o, NULL);
+    struct where w = {.mu = PTHREAD_MUTEX_INITIALIZER};
+    uint64_t x = 1;
+    while (store_log_bytes(s) < SEG_BYTES / 4 * 3) {
+        struct raft_entry *v = tl_batch(x, 1, 1);
+        int rc = store_append_now_if_idle(s, v, 1, x, &w, on_where, UINT64_MAX);
+        tl_free(v, 1);
+        ck_assert_msg(rc == 0, "append %llu: %s", (unsigned long long)x, tk_errname(rc));
+        pthread_mutex_lock(&w.mu);
+        ck_assert_msg(w.calls == (int)x, "append %llu: %d callbacks at the return",
+                      (unsigned long long)x, w.calls);
+        ck_assert(pthread_equal(w.thread, pthread_self()));
+        ck_assert_int_eq(w.status, 0);
+        pthread_mutex_unlock(&w.mu);
+        x++;
+    }
+    for (int t = 0; t < 2000 && !file_exists(dir, "segment.prepare"); t++)
+        usleep(5000);
+    ck_assert_msg(file_exists(dir, "segment.prepare"),
+                  "no spare segment 10 s after %llu appends on the caller",
+                  (unsigned long long)(x - 1));
+    ck_assert_uint_eq(count_segs(dir), 1);
+
+    struct raft_entry *v = tl_batch(x, 1, 1);
+    ck_assert_int_eq(store_append_now_if_idle(s, v, 1, x, &w, on_where, 0), 0);
+    tl_free(v, 1);
+    int calls = 0;
+    for (int t = 0; t < 2000 && calls < (int)x; t++) {
+        pthread_mutex_lock(&w.mu);
+        calls = w.calls;
+        pthread_mutex_unlock(&w.mu);
+        if (calls < (int)x)
+            usleep(5000);
+    }
+    ck_assert_int_eq(calls, (int)x);
+    ck_assert_msg(!pthread_equal(w.thread, pthread_self()),
+                  "bound 0: the append completed on the caller");
+    ck_assert_int_eq(w.status, 0);
+    store_close(s);
+    struct store_boot boot;
+    s = open_ok(dir, &o, &boot);
+    ck_assert_uint_eq(boot.last_index, x);
+    store_close(s);
+    tl_rmrf(dir);
+    free(dir);
+}
+END_TEST
+
 /* Whether the file system under `dir` zeroes a range in place. */
 static bool zero_range_works(const char *dir)
 {
@@ -998,6 +1078,7 @@ static Suite *fs_suite(void)
     tcase_add_test(tc, test_enospc_on_write_fails_the_store);
     tcase_add_test(tc, test_short_writes_are_completed);
     tcase_add_test(tc, test_spare_segment_is_prepared_ahead);
+    tcase_add_test(tc, test_append_now_if_idle_syncs_on_the_caller);
     tcase_add_test(tc, test_compaction_recycles_a_segment_as_the_spare);
     tcase_add_test(tc, test_small_writes_zero_ahead_and_large_writes_do_not);
     tcase_add_test(tc, test_emfile_at_segment_creation_is_waited_out_not_fatal);
