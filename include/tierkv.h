@@ -106,7 +106,8 @@ struct tk_options {
     size_t kv_ring_bytes; /* the KV ring's (hot tier's) memory budget: 0 = 64 MiB */
     /* A follower writes and syncs an append on its own loop when its storage
      * thread is idle and the last sync took at most this long (no hand-off to
-     * that thread and back); 0 = always hand over. tk_options_default: 1000. */
+     * that thread and back; a stall of the disk then holds its loop); 0 (the
+     * default) = always hand over. */
     uint32_t follower_inline_sync_us;
 };
 

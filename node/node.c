@@ -1033,7 +1033,6 @@ void node_options_default(struct node_options *o)
     o->snapshot_entries = 100000;
     o->trailing_entries = 10000;
     o->snapshot_bytes = (uint64_t)64 << 20;
-    o->follower_inline_sync_us = 1000;
 }
 
 static void node_free(struct node *n)

@@ -184,10 +184,12 @@ struct node_options {
     /* A follower writes and syncs an append on its loop when its storage
      * thread is idle and the last sync took at most this long: no hand-off
      * to the storage thread and back (two thread wake-ups on every write's
-     * path), for a loop held through one sync. After a slower sync the
-     * appends go to the storage thread until one is fast again. The leader
-     * always hands its appends over (its AppendEntries and its own sync run
-     * in parallel). 0 = followers hand every append over. */
+     * path), for a loop held through one sync, however long that one takes
+     * (a disk's stall: 59-122 ms turns at millions of keys on a shared
+     * disk). After a slower sync the appends go to the storage thread until
+     * one is fast again. The leader always hands its appends over (its
+     * AppendEntries and its own sync run in parallel). 0 (the default) =
+     * followers hand every append over. */
     uint32_t follower_inline_sync_us;
     /* The stall probe (node_stall.c): a thread that, while one loop turn has
      * run this long (and at each further multiple, up to 4 times), logs what

@@ -120,10 +120,10 @@ static struct opt opts[] = {
      "sleeping: what arrives meanwhile costs no thread wake-up, but the loop burns up to "
      "this much CPU after each burst (0: sleep at once)",
      0, 0},
-    {"follower-inline-sync-us", "TIERKV_FOLLOWER_INLINE_SYNC_US", "1000",
+    {"follower-inline-sync-us", "TIERKV_FOLLOWER_INLINE_SYNC_US", "0",
      "a follower writes and syncs an append on its loop, without the hand-off to the "
      "storage thread and back, when that thread is idle and the last sync took at most "
-     "this long (0: always hand over)",
+     "this long; a disk's stall then holds the loop (0: always hand over)",
      0, 0},
     {"stall-probe-ms", "TIERKV_STALL_PROBE_MS", "0",
      "while one loop turn has run this long, log what the loop thread waits on as the "
