@@ -478,14 +478,13 @@ static inline void node__tier_count(struct node *n, uint64_t index, size_t len)
 
 /* ---- node_install.c ---- */
 
-/* Queues entries for the storage thread (persist.appended reports them
- * durable, by seq); counts the append in flight. Returns 0 or the store's
- * error. */
 /* Whether this ready's append may be written on the loop
  * (node_options.follower_inline_sync_us): its messages then leave first. */
 bool node__append_inline(struct node *n);
-/* Hands a ready's entries to the store, counted for drain_appends; `now`:
- * written on the loop if the store is idle and fast (node__append_inline). */
+/* Queues entries for the storage thread (persist.appended reports them
+ * durable, by seq), or with `now` writes them on the loop when the store is
+ * idle and fast (node__append_inline); counts the append in flight. Returns
+ * 0 or the store's error. */
 int node__store_append(struct node *n, const struct raft_entry *entries, size_t cnt,
                        uint64_t seq, bool now);
 

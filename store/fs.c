@@ -575,14 +575,13 @@ static int roll(struct store *s, uint64_t first)
                           strerror(errno));
     f->dir_dirty = true;
     pthread_mutex_lock(&f->mu);
-    struct seg *g = seg_add(f, first, f->spare_fd);
+    (void)seg_add(f, first, f->spare_fd); /* its end 0 under f->mu: readers sum it */
     pthread_mutex_unlock(&f->mu);
     f->spare_fd = -1;
     TK_ASSERT(f->niov == 0);
     seghdr_encode(stage_reserve(f, SEG_HDR), first);
     f->stage_header = true;
     f->stage_bytes = SEG_HDR;
-    g->end = 0;
     return 0;
 }
 
@@ -825,8 +824,8 @@ static int fs_sync(struct store *s)
     return 0;
 }
 
-/* Prepares the spare ahead of need, once the last segment is three quarters
- * full: until then a compaction may yet recycle a segment into it
+/* The spare is prepared ahead of need, once the last segment is three
+ * quarters full: until then a compaction may yet recycle a segment into it
  * (recycle_seg), which a spare made earlier would have it delete. */
 static bool fs_idle_due(struct store *s)
 {
