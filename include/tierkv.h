@@ -89,7 +89,9 @@ struct tk_options {
     /* After work, a node's loop keeps polling for this long before it sleeps,
      * and a blocking tk_* call polls for its result this long before it
      * sleeps: each hand-off that lands meanwhile costs no thread wake-up
-     * (tens of us on a VM), for up to this much CPU per request. 0 = off. */
+     * (tens of us on a VM), for up to this much CPU per request. A spinner
+     * gives its CPU to any other runnable thread on each pass (sched_yield),
+     * so a thread per node works on fewer cores than threads. 0 = off. */
     uint32_t spin_us;
     /* tk_cluster_start: run every node on one loop thread instead of a
      * thread each. Lower latency for one request at a time (no wake-ups

@@ -179,7 +179,8 @@ struct node_options {
     /* After a loop turn that did work, keep polling (without sleeping) for this
      * long before blocking: a message or request arriving meanwhile costs no
      * thread wake-up (about 40 us on a VM) but the loop burns up to this much
-     * CPU after each burst. 0 = block at once. */
+     * CPU after each burst; each pass with nothing due yields the CPU to any
+     * other runnable thread first. 0 = block at once. */
     uint32_t spin_us;
     /* A follower writes and syncs an append on its loop when its storage
      * thread is idle and the last sync took at most this long: no hand-off

@@ -20,6 +20,7 @@
 #define TK_NODE_NODE_INTERNAL_H
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -386,9 +387,18 @@ static inline void node__finish(struct node *n, struct node_req *r, int status)
         node__finish_write(r, status, NULL);
 }
 
+/* Its being active keeps the loop from blocking in poll. While the node spins
+ * (spin_us) and nothing is due, the loop gives its CPU to any other runnable
+ * thread first: with three nodes and a client on two cores, spinners that do
+ * not yield hold the cores from the very threads whose hand-off they wait for
+ * (in-process serial p50 225 us against 30 us with the yield at spin_us 100:
+ * docs/benchmarks.md, "Spinning that yields"). A kick (work is due) never
+ * yields. */
 static inline void node__on_idle(uv_idle_t *h)
 {
-    (void)h; /* its being active keeps the loop from blocking in poll */
+    struct node *n = h->data;
+    if (n->loop.spinning && !n->loop.kicked)
+        sched_yield();
 }
 
 /* Something changed the core outside this node's check callback (a message,

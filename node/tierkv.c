@@ -7,6 +7,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -443,6 +444,7 @@ static int waiter_wait(struct waiter *w)
                waiter_now_ns() < end) {
             for (int i = 0; i < 64; i++)
                 TK_CPU_RELAX();
+            sched_yield(); /* the loop that will set `done` may need this CPU */
         }
     }
     /* Even when the spin saw `done`: the lock waits for waiter_done to let go

@@ -13,7 +13,10 @@
  * RAFT_PROBE_COMMITTED=1, RAFT_PROBE_ROUNDS (a cap on rounds), RAFT_PROBE_HOLD
  * (seconds to keep the cluster up afterwards, for profiling),
  * RAFT_PROBE_INFLIGHT (800), RAFT_PROBE_STORE=mem|fs, RAFT_PROBE_VALUE_BYTES
- * (16), RAFT_PROBE_ONE_LOOP=1 (in-process: all three nodes on one loop thread).
+ * (16), RAFT_PROBE_ONE_LOOP=1 (in-process: all three nodes on one loop thread),
+ * RAFT_PROBE_SPIN_US (tk_options.spin_us: loops and waiters poll, yielding,
+ * this long before sleeping; the serial phase reports the process's CPU per
+ * put beside its latency, which is what the spinning costs).
  * Last line: the longest loop turn the nodes logged (they log those over 100 ms).
  * `--all` runs inproc-applied, tcp-applied and tcp-committed alternately
  * three times and reports medians. Prints a table and one JSON line per shape.
@@ -47,6 +50,8 @@ struct shape {
 
 struct result {
     double serial_p50_us, serial_p99_us;
+    double serial_cpu_us; /* the process's CPU (all threads) per serial put:
+                             what a spinning loop (RAFT_PROBE_SPIN_US) costs */
     double sustained;
     double round_median, round_p10, round_p90;
     double alloc_per_entry;
@@ -65,6 +70,14 @@ static double now_s(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* User + system CPU time of the whole process, in seconds. */
+static double process_cpu_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
@@ -375,6 +388,7 @@ static int run_shape(const struct shape *sh, struct result *out, bool tty)
     int serial = 2000;
     double *lat = malloc(sizeof(double) * (size_t)serial);
     int ok = 0;
+    double cpu0 = process_cpu_s();
     for (int i = 0; i < serial; i++) {
         int kl = snprintf(key, sizeof(key), "s%d", i % 1000);
         uint64_t t0 = now_ns();
@@ -382,6 +396,8 @@ static int run_shape(const struct shape *sh, struct result *out, bool tty)
             0)
             lat[ok++] = (double)(now_ns() - t0) / 1000.0;
     }
+    if (ok > 0)
+        out->serial_cpu_us = (process_cpu_s() - cpu0) * 1e6 / ok;
     out->serial_p50_us = quantile(lat, (size_t)ok, 0.5);
     out->serial_p99_us = quantile(lat, (size_t)ok, 0.99);
     free(lat);
@@ -496,8 +512,9 @@ static int run_shape(const struct shape *sh, struct result *out, bool tty)
 static void print_header(void)
 {
     printf("| engine | transport / completion | store | serial p50 (p99) | pipelined "
-           "sustained | round median (p10/p90) | alloc/entry | loopback floor p50 |\n");
-    printf("|---|---|---|---|---|---|---|---|\n");
+           "sustained | round median (p10/p90) | alloc/entry | loopback floor p50 | "
+           "CPU per serial put |\n");
+    printf("|---|---|---|---|---|---|---|---|---|\n");
 }
 
 static void print_row(const struct shape *sh, const struct result *r)
@@ -506,11 +523,11 @@ static void print_row(const struct shape *sh, const struct result *r)
     if (r->floor_rtt_p50_us > 0)
         snprintf(floor, sizeof(floor), "%.1f us", r->floor_rtt_p50_us);
     printf("| tierkv | %s, %s | %s | %.1f us (%.1f us) | %.0f op/s | %.0f (%.0f/%.0f) | "
-           "%.0f B | %s |\n",
+           "%.0f B | %s | %.1f us |\n",
            strcmp(sh->net, "tcp") == 0 ? "TCP" : "in-proc",
            sh->committed ? "committed" : "applied", sh->store, r->serial_p50_us,
            r->serial_p99_us, r->sustained, r->round_median, r->round_p10, r->round_p90,
-           r->alloc_per_entry, floor);
+           r->alloc_per_entry, floor, r->serial_cpu_us);
 }
 
 /* The longest loop turn the nodes reported (they report those over 100 ms). */
@@ -533,12 +550,14 @@ static void print_json(const struct shape *sh, const struct result *r, int runs)
            "\"round_p10_ops_per_s\":%.0f,\"round_p90_ops_per_s\":%.0f,"
            "\"alloc_bytes_per_entry\":%.0f,\"entries\":%llu,"
            "\"early_ops_per_s\":%.0f,\"late_ops_per_s\":%.0f,\"max_round_ms\":%.1f,"
-           "\"failed\":%llu,\"late_alloc_bytes_per_entry\":%.0f",
+           "\"failed\":%llu,\"late_alloc_bytes_per_entry\":%.0f,"
+           "\"serial_cpu_us_per_op\":%.1f,\"spin_us\":%ld",
            sh->net, sh->committed ? "committed" : "applied", sh->store, runs,
            r->serial_p50_us, r->serial_p99_us, r->sustained, r->round_median,
            r->round_p10, r->round_p90, r->alloc_per_entry, (unsigned long long)r->entries,
            r->early_ops_per_s, r->late_ops_per_s, r->max_round_ms,
-           (unsigned long long)r->failed, r->late_alloc_per_entry);
+           (unsigned long long)r->failed, r->late_alloc_per_entry, r->serial_cpu_us,
+           env_long("RAFT_PROBE_SPIN_US", 0));
     if (strcmp(sh->net, "tcp") == 0)
         printf(",\"floor_rtt_p50_us\":%.1f", r->floor_rtt_p50_us);
     printf("}\n");
@@ -556,6 +575,7 @@ static void median_result(struct result *runs, int n, struct result *out)
     } while (0)
     MED(serial_p50_us);
     MED(serial_p99_us);
+    MED(serial_cpu_us);
     MED(sustained);
     MED(round_median);
     MED(round_p10);
@@ -596,7 +616,8 @@ int main(int argc, char **argv)
                    "RAFT_PROBE_COMMITTED=0|1\n"
                    "  RAFT_PROBE_ROUNDS RAFT_PROBE_HOLD RAFT_PROBE_INFLIGHT=800 "
                    "RAFT_PROBE_STORE=mem|fs RAFT_PROBE_VALUE_BYTES=16 "
-                   "RAFT_PROBE_ONE_LOOP=0|1 RAFT_PROBE_KV_MAP_MB=0 (default map)\n");
+                   "RAFT_PROBE_ONE_LOOP=0|1 RAFT_PROBE_SPIN_US=0 "
+                   "RAFT_PROBE_KV_MAP_MB=0 (default map)\n");
             return 0;
         } else {
             fprintf(stderr, "raft-perf-probe: unknown argument '%s' (try --help)\n",
