@@ -1571,8 +1571,11 @@ static int cmp_u64(const void *a, const void *b)
  * until the scheduler took it away (a time slice, milliseconds, at each of the
  * four hand-offs of a write: caller, leader, followers, leader); one that
  * yields on each pass hands over within a pass. Serial puts' p50 is bound at
- * 2.5 ms: 57-97 us with the yield on this VM, 32 ms without it (checked: the
- * test fails then). */
+ * 12 ms, three scheduler ticks (4 ms here): 57-97 us with the yield on this
+ * VM (90 under ASan, 200 under TSan), 32 ms (eight ticks) without it (checked:
+ * the test fails then). A CPU-bound process beside the test (make test runs
+ * two at once) gets the CPU at a yield until the next tick: with two to six
+ * busy loops on the machine the p50 was 3.9-4.1 ms. */
 START_TEST(test_spinning_threads_yield_a_shared_cpu)
 {
     cpu_set_t all, one;
@@ -1608,7 +1611,7 @@ START_TEST(test_spinning_threads_yield_a_shared_cpu)
     double p50_us = (double)lat[PUTS / 2] / 1000.0;
     fprintf(stderr, "spinning on one CPU: serial put p50 %.1f us, p99 %.1f us\n", p50_us,
             (double)lat[PUTS * 99 / 100] / 1000.0);
-    ck_assert_msg(p50_us < 2500.0,
+    ck_assert_msg(p50_us < 12000.0,
                   "serial put p50 %.1f us with four spinning threads on one CPU", p50_us);
     tk_cluster_stop(c);
 }
