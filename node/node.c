@@ -55,7 +55,12 @@ static uint64_t wall_ms(void)
 
 /* ---- storage ----------------------------------------------------------- */
 
-/* Storage thread: a batch is durable (or failed). Runs in submission order. */
+_Thread_local struct node *node__appending;
+
+/* Storage thread: a batch is durable (or failed). Runs in submission order.
+ * Or the loop thread, inside node__store_append: a memory volume, or an idle
+ * store syncing on the caller, completes before the call returns; then the
+ * loop is only kept from sleeping (no eventfd write and read of its own). */
 static void on_appended(void *data, uint64_t seq, uint64_t last_index, uint64_t last_term,
                         int status)
 {
@@ -70,7 +75,10 @@ static void on_appended(void *data, uint64_t seq, uint64_t last_index, uint64_t 
      * every append done, the loop closes its wake handle, and a send after
      * that (its eventfd gone) made libuv abort at shutdown. */
     pthread_mutex_lock(&n->persist.drain_mu);
-    uv_async_send(&n->loop.wake);
+    if (node__appending == n && status == 0)
+        node__kick(n);
+    else
+        uv_async_send(&n->loop.wake);
     n->persist.async_done++;
     pthread_cond_signal(&n->persist.drain_cv);
     pthread_mutex_unlock(&n->persist.drain_mu);

@@ -401,6 +401,10 @@ static inline void node__on_idle(uv_idle_t *h)
         sched_yield();
 }
 
+/* The node whose node__store_append runs on this thread (NULL: none): a
+ * completion that runs inside it is on the loop thread. */
+extern _Thread_local struct node *node__appending;
+
 /* Something changed the core outside this node's check callback (a message,
  * a tick, a wake-up): make sure the loop comes round to on_check without
  * sleeping. With several nodes on one loop, a message from another node's

@@ -14,10 +14,10 @@
  * (seconds to keep the cluster up afterwards, for profiling),
  * RAFT_PROBE_INFLIGHT (800), RAFT_PROBE_STORE=mem|fs, RAFT_PROBE_VALUE_BYTES
  * (16), RAFT_PROBE_ONE_LOOP=1 (in-process: all three nodes on one loop thread),
- * RAFT_PROBE_SPIN_US (tk_options.spin_us: loops and waiters poll, yielding,
- * this long before sleeping; the serial phase reports the process's CPU per
- * put beside its latency, which is what the spinning costs).
- * Last line: the longest loop turn the nodes logged (they log those over 100 ms).
+ * RAFT_PROBE_SERIAL (2000 serial puts), RAFT_PROBE_SPIN_US (tk_options.spin_us: loops and
+ * waiters poll, yielding, this long before sleeping; the serial phase reports the
+ * process's CPU per put beside its latency, which is what the spinning costs). Last line:
+ * the longest loop turn the nodes logged (they log those over 100 ms).
  * `--all` runs inproc-applied, tcp-applied and tcp-committed alternately
  * three times and reports medians. Prints a table and one JSON line per shape.
  * --plot FILE.svg draws each pipelined round's throughput against the time
@@ -385,7 +385,9 @@ static int run_shape(const struct shape *sh, struct result *out, bool tty)
         int kl = snprintf(key, sizeof(key), "w%d", i);
         (void)tk_put(pc.leader, key, (size_t)kl, value, (size_t)value_bytes, mode, NULL);
     }
-    int serial = 2000;
+    int serial = (int)env_long("RAFT_PROBE_SERIAL", 2000);
+    if (serial < 1)
+        serial = 1;
     double *lat = malloc(sizeof(double) * (size_t)serial);
     int ok = 0;
     double cpu0 = process_cpu_s();
@@ -616,7 +618,7 @@ int main(int argc, char **argv)
                    "RAFT_PROBE_COMMITTED=0|1\n"
                    "  RAFT_PROBE_ROUNDS RAFT_PROBE_HOLD RAFT_PROBE_INFLIGHT=800 "
                    "RAFT_PROBE_STORE=mem|fs RAFT_PROBE_VALUE_BYTES=16 "
-                   "RAFT_PROBE_ONE_LOOP=0|1 RAFT_PROBE_SPIN_US=0 "
+                   "RAFT_PROBE_ONE_LOOP=0|1 RAFT_PROBE_SPIN_US=0 RAFT_PROBE_SERIAL=2000 "
                    "RAFT_PROBE_KV_MAP_MB=0 (default map)\n");
             return 0;
         } else {
