@@ -1432,14 +1432,18 @@ END_TEST
 
 /* The followers' store appends and storage-thread wake-ups over 300 serial
  * writes of a three-node cluster on the fs store. */
-static void follower_store_counts(uint32_t inline_us, uint64_t *appends,
-                                  uint64_t *wakeups)
+/* Over 300 serial writes on a three-node cluster (fs store in a temporary
+ * directory, or memory volumes): the followers' appends, their storage
+ * threads' wake-ups and their loops' wake-ups through the wake handle. */
+static void follower_store_counts(bool fs, uint32_t inline_us, uint64_t *appends,
+                                  uint64_t *wakeups, uint64_t *loop_wakeups)
 {
     char dir[] = "/tmp/tk-node-inline-XXXXXX";
-    ck_assert_ptr_nonnull(mkdtemp(dir));
+    if (fs)
+        ck_assert_ptr_nonnull(mkdtemp(dir));
     struct tk_options o;
     test_options(&o, 0);
-    o.data_dir = dir;
+    o.data_dir = fs ? dir : NULL;
     o.follower_inline_sync_us = inline_us;
     struct tk_cluster *c = NULL;
     ck_assert_int_eq(tk_cluster_start(3, &o, &c), 0);
@@ -1453,7 +1457,7 @@ static void follower_store_counts(uint32_t inline_us, uint64_t *appends,
         snprintf(k, sizeof(k), "k%d", i);
         put_str(l, k, "v", TK_MODE_APPLIED, &res);
     }
-    *appends = *wakeups = 0;
+    *appends = *wakeups = *loop_wakeups = 0;
     for (uint32_t i = 0; i < 3; i++) {
         if (tk_cluster_node(c, i) == l)
             continue;
@@ -1461,28 +1465,53 @@ static void follower_store_counts(uint32_t inline_us, uint64_t *appends,
         node_metrics(tk_node_runtime(tk_cluster_node(c, i)), &m);
         *appends += m.store_appends - m0[i].store_appends;
         *wakeups += m.store_wakeups - m0[i].store_wakeups;
+        *loop_wakeups += m.loop_wakeups - m0[i].loop_wakeups;
     }
     tk_cluster_stop(c);
-    char cmd[128];
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-    ck_assert_int_eq(system(cmd), 0);
+    if (fs) {
+        char cmd[128];
+        snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+        ck_assert_int_eq(system(cmd), 0);
+    }
 }
 
 /* A follower whose disk is fast writes and syncs each append on its own loop
  * (tk_options.follower_inline_sync_us): its storage thread is not woken per
- * write, as it is with the option off. */
+ * write, as it is with the option off, and neither is its loop (the
+ * completion runs on it and only keeps it from sleeping). */
 START_TEST(test_followers_append_on_their_loop)
 {
-    uint64_t appends, wakeups;
-    follower_store_counts(1000000, &appends, &wakeups); /* a 1 s bound: any disk */
+    uint64_t appends, wakeups, loop_wakeups;
+    follower_store_counts(true, 1000000, &appends, &wakeups,
+                          &loop_wakeups); /* a 1 s bound: any disk */
+    fprintf(stderr, "followers, inline: %llu appends, storage wake-ups %llu, loop %llu\n",
+            (unsigned long long)appends, (unsigned long long)wakeups,
+            (unsigned long long)loop_wakeups);
     ck_assert_msg(appends >= 2 * 250 && wakeups * 4 < appends,
                   "inline: the followers' storage threads woke %llu times for %llu "
                   "appends",
                   (unsigned long long)wakeups, (unsigned long long)appends);
-    follower_store_counts(0, &appends, &wakeups);
+    ck_assert_msg(loop_wakeups * 4 < appends,
+                  "inline: the followers' loops were woken %llu times for %llu appends",
+                  (unsigned long long)loop_wakeups, (unsigned long long)appends);
+    follower_store_counts(true, 0, &appends, &wakeups, &loop_wakeups);
+    fprintf(stderr, "followers, off: %llu appends, storage wake-ups %llu, loop %llu\n",
+            (unsigned long long)appends, (unsigned long long)wakeups,
+            (unsigned long long)loop_wakeups);
     ck_assert_msg(appends >= 2 * 250 && wakeups * 2 > appends,
                   "off: the followers' storage threads woke %llu times for %llu appends",
                   (unsigned long long)wakeups, (unsigned long long)appends);
+    ck_assert_msg(loop_wakeups * 2 > appends,
+                  "off: the followers' loops were woken %llu times for %llu appends "
+                  "(a storage thread's completion wakes them)",
+                  (unsigned long long)loop_wakeups, (unsigned long long)appends);
+    /* Memory volumes complete an idle append on the loop too. */
+    follower_store_counts(false, 0, &appends, &wakeups, &loop_wakeups);
+    fprintf(stderr, "followers, memory: %llu appends, loop wake-ups %llu\n",
+            (unsigned long long)appends, (unsigned long long)loop_wakeups);
+    ck_assert_msg(appends >= 2 * 250 && loop_wakeups * 4 < appends,
+                  "memory: the followers' loops were woken %llu times for %llu appends",
+                  (unsigned long long)loop_wakeups, (unsigned long long)appends);
 }
 END_TEST
 
@@ -1614,6 +1643,7 @@ START_TEST(test_spinning_threads_yield_a_shared_cpu)
     ck_assert_msg(p50_us < 12000.0,
                   "serial put p50 %.1f us with four spinning threads on one CPU", p50_us);
     tk_cluster_stop(c);
+    ck_assert_int_eq(sched_setaffinity(0, sizeof(all), &all), 0); /* CK_FORK=no */
 }
 END_TEST
 
