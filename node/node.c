@@ -55,8 +55,6 @@ static uint64_t wall_ms(void)
 
 /* ---- storage ----------------------------------------------------------- */
 
-_Thread_local struct node *node__appending;
-
 /* Storage thread: a batch is durable (or failed). Runs in submission order.
  * Or the loop thread, inside node__store_append: a memory volume, or an idle
  * store syncing on the caller, completes before the call returns; then the

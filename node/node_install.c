@@ -107,6 +107,8 @@ bool node__append_inline(struct node *n)
     return n->o.follower_inline_sync_us != 0 && raft_role(n->raft) == RAFT_FOLLOWER;
 }
 
+_Thread_local struct node *node__appending;
+
 int node__store_append(struct node *n, const struct raft_entry *entries, size_t cnt,
                        uint64_t seq, bool now)
 {

@@ -401,7 +401,7 @@ static inline void node__on_idle(uv_idle_t *h)
         sched_yield();
 }
 
-/* The node whose node__store_append runs on this thread (NULL: none): a
+/* The node whose node__store_append (node_install.c) runs on this thread (NULL: none): a
  * completion that runs inside it is on the loop thread. */
 extern _Thread_local struct node *node__appending;
 
