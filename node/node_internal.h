@@ -391,9 +391,9 @@ static inline void node__finish(struct node *n, struct node_req *r, int status)
  * (spin_us) and nothing is due, the loop gives its CPU to any other runnable
  * thread first: with three nodes and a client on two cores, spinners that do
  * not yield hold the cores from the very threads whose hand-off they wait for
- * (in-process serial p50 225 us against 30 us with the yield at spin_us 100:
- * docs/benchmarks.md, "Spinning that yields"). A kick (work is due) never
- * yields. */
+ * (in-process serial p50 237 us without the yield, 26-45 us with it, at
+ * spin_us 100: docs/benchmarks.md, "Spinning that yields"). A kick (work is
+ * due) never yields. */
 static inline void node__on_idle(uv_idle_t *h)
 {
     struct node *n = h->data;
@@ -401,8 +401,8 @@ static inline void node__on_idle(uv_idle_t *h)
         sched_yield();
 }
 
-/* The node whose node__store_append (node_install.c) runs on this thread (NULL: none): a
- * completion that runs inside it is on the loop thread. */
+/* The node whose node__store_append (node_install.c) runs on this thread
+ * (NULL: none): a completion that runs inside it is on the loop thread. */
 extern _Thread_local struct node *node__appending;
 
 /* Something changed the core outside this node's check callback (a message,
