@@ -17,6 +17,7 @@
 #include <unistd.h>
 #include <uv.h>
 
+#include "base/hist.h"
 #include "base/log.h"
 #include "include/tierkv.h"
 #include "kv/kv.h"
@@ -1591,12 +1592,6 @@ static Suite *one_loop_suite(void)
     return s;
 }
 
-static int cmp_u64(const void *a, const void *b)
-{
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return x < y ? -1 : x > y;
-}
-
 /* Spinners share the cores they have: the test's process on one CPU, three
  * node loops and the caller spinning 20 ms after each piece of work. A spinner
  * that kept its CPU would hold it from the thread whose hand-off it waits for
@@ -1627,7 +1622,8 @@ START_TEST(test_spinning_threads_yield_a_shared_cpu)
     ck_assert_int_eq(tk_cluster_start(3, &o, &c), 0);
     struct tk_node *l = leader_of(c);
     enum { WARM = 20, PUTS = 200 };
-    uint64_t lat[PUTS];
+    struct tk_hist lat;
+    tk_hist_init(&lat);
     for (int i = 0; i < WARM + PUTS; i++) {
         char k[16];
         snprintf(k, sizeof(k), "s%d", i);
@@ -1636,13 +1632,12 @@ START_TEST(test_spinning_threads_yield_a_shared_cpu)
         ck_assert_int_eq(tk_put(l, k, strlen(k), "v", 1, TK_MODE_APPLIED, NULL), 0);
         clock_gettime(CLOCK_MONOTONIC, &t1);
         if (i >= WARM)
-            lat[i - WARM] = (uint64_t)(t1.tv_sec - t0.tv_sec) * 1000000000u +
-                            (uint64_t)t1.tv_nsec - (uint64_t)t0.tv_nsec;
+            tk_hist_record(&lat, (uint64_t)(t1.tv_sec - t0.tv_sec) * 1000000000u +
+                                     (uint64_t)t1.tv_nsec - (uint64_t)t0.tv_nsec);
     }
-    qsort(lat, PUTS, sizeof(lat[0]), cmp_u64);
-    double p50_us = (double)lat[PUTS / 2] / 1000.0;
+    double p50_us = (double)tk_hist_quantile(&lat, 0.5) / 1000.0;
     fprintf(stderr, "spinning on one CPU: serial put p50 %.1f us, p99 %.1f us\n", p50_us,
-            (double)lat[PUTS * 99 / 100] / 1000.0);
+            (double)tk_hist_quantile(&lat, 0.99) / 1000.0);
     ck_assert_msg(p50_us < 12000.0,
                   "serial put p50 %.1f us with four spinning threads on one CPU", p50_us);
     tk_cluster_stop(c);
