@@ -21,7 +21,8 @@
 # stime from /proc/PID/stat over the measured window, `tierkv bench
 # --cpu-pids`): on a noisy VM throughput moves by 30 % from run to run, CPU per
 # request barely. A second table sets the issue's done-when figures beside
-# their targets (put p50 at 1 connection beside fdatasync + round trip).
+# their targets (put p50 at 1 connection beside fdatasync + round trip; the
+# servers' CPU per put beside the floor's CPU per request, for reference).
 #
 # usage: scripts/bench-http.sh [--plot FILE.svg] [build-dir]   (default: build)
 #        --plot draws throughput and p99 against connections, one line per
