@@ -8,6 +8,7 @@
 #define TK_BASE_BLOB_H
 
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -17,8 +18,17 @@ struct tk_blob {
     uint8_t data[];
 };
 
-/* A new blob of `len` bytes (uninitialised) with one reference. Never NULL. */
+/* A new blob of `len` bytes (uninitialised) with one reference. Never NULL.
+ * A small one (header and bytes at most 4 KiB) is rounded up to a size class
+ * and comes from a per-thread cache of freed ones (blob.c), so a steady
+ * write load allocates none; the cache holds at most 32 MiB in the process
+ * (tk_blob_cached_bytes). */
 struct tk_blob *tk_blob_new(size_t len);
+
+/* Bytes held by the small-blob caches (memory accounting). */
+size_t tk_blob_cached_bytes(void);
+/* Whether freed small blobs are kept (not under AddressSanitizer). */
+bool tk_blob_cache_enabled(void);
 
 /* tk_blob_new for a length a peer chose: NULL when it cannot be had, or is
  * past TK_BLOB_TRY_MAX (no allocator is asked for more; AddressSanitizer's
@@ -70,6 +80,9 @@ struct tk_blob *tk_blob_copy(const void *src, size_t len);
 
 /* Takes another reference; returns `b`. NULL is allowed and returned. */
 struct tk_blob *tk_blob_ref(struct tk_blob *b);
+
+/* The number of references held (for tests and assertions). */
+uint32_t tk_blob_refs(const struct tk_blob *b);
 
 /* Drops a reference, freeing the blob on the last one (a big one with
  * tk_free_big: the thread that drops a big blob's last reference should be

@@ -424,7 +424,8 @@ static void put_memory(struct jbuf *b, const char *name, const struct node_metri
                 {"sessions", m->mem_sessions_bytes},
                 {"lmdb_mapped", m->mem_lmdb_mapped},
                 {"lmdb_resident", m->mem_lmdb_resident},
-                {"snapshot_spare", m->mem_snapshot_spare}};
+                {"snapshot_spare", m->mem_snapshot_spare},
+                {"blob_cache", m->mem_blob_cache}};
     for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++)
         jbuf_printf(b, "%s{owner=\"%s\"} %llu\n", name, rows[i].owner,
                     (unsigned long long)rows[i].v);

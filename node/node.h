@@ -403,6 +403,7 @@ struct node_metrics {
     uint64_t mem_lmdb_mapped;    /* the cold tier's map size */
     uint64_t mem_lmdb_resident;  /* of it, pages in memory (mincore) */
     uint64_t mem_snapshot_spare; /* spare snapshot stream mappings (the process's) */
+    uint64_t mem_blob_cache;     /* freed small blobs kept for reuse (the process's) */
 };
 void node_metrics(struct node *n, struct node_metrics *out);
 

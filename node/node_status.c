@@ -108,6 +108,7 @@ void node__publish_status(struct node *n)
     mt->mem_sessions_bytes = ks.sessions_bytes;
     mt->mem_lmdb_mapped = ks.cold_map_bytes;
     mt->mem_snapshot_spare = tk_blob_spare_bytes();
+    mt->mem_blob_cache = tk_blob_cached_bytes();
     uint64_t now = node__mono_ns();
     if (now - n->m.resident_ns > 10000000000ull && !n->m.resident_busy) {
         n->m.resident_ns = now;

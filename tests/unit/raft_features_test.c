@@ -378,8 +378,7 @@ START_TEST(test_compact_take_hands_over_the_payloads)
     ck_assert_uint_eq(n, 0);
     for (uint64_t i = first; i <= upto; i++) {
         want[i - first] = raft_entry_at(r1, i)->data;
-        refs[i - first] =
-            want[i - first] != NULL ? atomic_load(&want[i - first]->refs) : 0;
+        refs[i - first] = want[i - first] != NULL ? tk_blob_refs(want[i - first]) : 0;
     }
     ck_assert_int_eq(raft_compact_take(r1, upto, got, &n), 0);
     ck_assert_uint_eq(n, upto - first + 1);
@@ -390,7 +389,7 @@ START_TEST(test_compact_take_hands_over_the_payloads)
         if (got[i] == NULL)
             continue;
         payloads++;
-        ck_assert_uint_eq(atomic_load(&got[i]->refs), refs[i]); /* handed, not dropped */
+        ck_assert_uint_eq(tk_blob_refs(got[i]), refs[i]); /* handed, not dropped */
         tk_blob_unref(got[i]);
     }
     ck_assert_uint_ge(payloads, 8);

@@ -476,7 +476,7 @@ static struct raft_message snapshot_over(struct raft *r, uint64_t index)
 
 static uint32_t refs_of(struct tk_blob *b)
 {
-    return (uint32_t)atomic_load(&b->refs);
+    return tk_blob_refs(b);
 }
 
 START_TEST(test_snapshot_hands_the_replaced_log_to_the_driver)
