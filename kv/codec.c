@@ -142,9 +142,46 @@ size_t kv_result_encode(const struct kv_result *r, uint8_t *buf)
     return kvpb__result__pack(&m, buf);
 }
 
+/* Room for a result with KV_TXN_OPS_MAX ops as protobuf-c unpacks it (the
+ * message, the ops' pointer array and each op, and its scratch: past 16
+ * fields it lists the fields it scanned in slabs of 32, 64, 128, ... of 32
+ * bytes each), so a decode allocates nothing: a forwarded write's answer is
+ * decoded once per write. A result with more ops finds no room, which fails
+ * the unpack (TK_EPROTO, as a result past KV_TXN_OPS_MAX is anyway). */
+#define RESULT_ARENA_BYTES                                                               \
+    (sizeof(Kvpb__Result) +                                                              \
+     KV_TXN_OPS_MAX * (sizeof(Kvpb__OpResult *) + sizeof(Kvpb__OpResult) + 16) +         \
+     4 * (KV_TXN_OPS_MAX + 16) * 32 + 256)
+
+struct result_arena {
+    size_t used;
+    _Alignas(16) uint8_t mem[RESULT_ARENA_BYTES];
+};
+
+static void *result_arena_alloc(void *data, size_t size)
+{
+    struct result_arena *a = data;
+    size = (size + 15) & ~(size_t)15;
+    if (size > sizeof(a->mem) - a->used)
+        return NULL;
+    void *p = a->mem + a->used;
+    a->used += size;
+    return p;
+}
+
+static void result_arena_free(void *data, void *ptr)
+{
+    (void)data;
+    (void)ptr; /* the arena goes with the stack frame */
+}
+
 int kv_result_decode(const void *buf, size_t len, struct kv_result *r)
 {
-    Kvpb__Result *m = kvpb__result__unpack(NULL, len, buf);
+    struct result_arena arena;
+    arena.used = 0;
+    ProtobufCAllocator alloc = {
+        .alloc = result_arena_alloc, .free = result_arena_free, .allocator_data = &arena};
+    Kvpb__Result *m = kvpb__result__unpack(&alloc, len, buf);
     if (m == NULL)
         return TK_EPROTO;
     int rc = 0;
@@ -164,6 +201,5 @@ int kv_result_decode(const void *buf, size_t len, struct kv_result *r)
             r->ops[i].deleted = m->ops[i]->deleted;
         }
     }
-    kvpb__result__free_unpacked(m, NULL);
-    return rc;
+    return rc; /* nothing to free: the arena was the frame's */
 }

@@ -2093,6 +2093,23 @@ START_TEST(test_result_encoding_roundtrips)
     ck_assert_int_eq(d.ops[0].value, INT64_MIN);
     ck_assert_uint_eq(d.ops[1].deleted, 1);
     ck_assert_int_eq(kv_result_decode("\xff\xff", 2, &d), TK_EPROTO);
+
+    /* The most ops a result holds decode (kv_result_decode unpacks into an
+     * arena on its stack sized for them) ... */
+    static struct kv_result full;
+    full.n_ops = KV_TXN_OPS_MAX;
+    for (uint32_t i = 0; i < KV_TXN_OPS_MAX; i++)
+        full.ops[i].value = (int64_t)i - 64;
+    static uint8_t two[2 * KV_RESULT_ENCODED_MAX];
+    n = kv_result_encode(&full, two);
+    static struct kv_result fd;
+    ck_assert_int_eq(kv_result_decode(two, n, &fd), 0);
+    ck_assert_uint_eq(fd.n_ops, KV_TXN_OPS_MAX);
+    ck_assert_int_eq(fd.ops[KV_TXN_OPS_MAX - 1].value, KV_TXN_OPS_MAX - 1 - 64);
+    /* ... and twice as many (two encodings back to back: protobuf merges
+     * their repeated fields) are refused, not written past the arena. */
+    memcpy(two + n, two, n);
+    ck_assert_int_eq(kv_result_decode(two, 2 * n, &fd), TK_EPROTO);
 }
 END_TEST
 
