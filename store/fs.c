@@ -119,6 +119,11 @@ struct fs {
     /* Writer only (s->write_mu). */
     uint64_t durable; /* highest index known durable */
     int spare_fd;     /* the prepared next segment, or -1 */
+    /* A released segment's offsets array, for the next segment (grown by
+     * doubling, it would otherwise be reallocated log2(records) times per
+     * segment, on the storage thread). */
+    uint32_t *spare_offs;
+    size_t spare_offs_cap;
     bool dir_dirty;
     struct iovec iov[STAGE_IOV + ZERO_AHEAD_IOV];
     size_t niov;
@@ -336,6 +341,10 @@ static struct seg *seg_add(struct fs *f, uint64_t first, int fd)
     memset(g, 0, sizeof(*g));
     g->first = first;
     g->fd = fd;
+    g->offs = f->spare_offs; /* s->write_mu or single-threaded, as seg_release */
+    g->cap = f->spare_offs_cap;
+    f->spare_offs = NULL;
+    f->spare_offs_cap = 0;
     snprintf(g->name, sizeof(g->name), "%020llu.seg", (unsigned long long)first);
     return g;
 }
@@ -344,8 +353,15 @@ static void seg_release(struct fs *f, struct seg *g)
 {
     if (g->fd >= 0)
         f->fo->close(g->fd);
-    tk_free(g->offs);
+    if (g->cap > f->spare_offs_cap) {
+        tk_free(f->spare_offs);
+        f->spare_offs = g->offs;
+        f->spare_offs_cap = g->cap;
+    } else {
+        tk_free(g->offs);
+    }
     g->offs = NULL;
+    g->cap = 0;
     g->fd = -1;
 }
 
@@ -1054,6 +1070,7 @@ static void fs_free(struct fs *f)
 {
     for (size_t i = 0; i < f->nsegs; i++)
         seg_release(f, &f->segs[i]);
+    tk_free(f->spare_offs);
     if (f->spare_fd >= 0)
         f->fo->close(f->spare_fd);
     if (f->dirfd >= 0)

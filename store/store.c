@@ -115,6 +115,8 @@ void store__free(struct store *s)
     pthread_mutex_destroy(&s->write_mu);
     pthread_mutex_destroy(&s->meta_mu);
     pthread_mutex_destroy(&s->err_mu);
+    for (size_t i = 0; i < s->n_spare_reqs; i++)
+        tk_free(s->spare_reqs[i]);
     tk_free(s->q);
     tk_free(s->group);
     tk_free(s->spans);
@@ -165,11 +167,41 @@ static int sync_timed(struct store *s)
     return rc;
 }
 
-static void req_free(struct store__req *r)
+/* Requests are kept for reuse (STORE_REQ_SPARES, each with room for at least
+ * REQ_MIN_ENTRIES): one append per ready on every node, so a steady write
+ * load allocates none. q_mu held. */
+#define REQ_MIN_ENTRIES 64
+static struct store__req *req_take(struct store *s, size_t n)
+{
+    for (size_t i = s->n_spare_reqs; i-- > 0;) {
+        struct store__req *r = s->spare_reqs[i];
+        if (r->cap >= n) {
+            s->spare_reqs[i] = s->spare_reqs[--s->n_spare_reqs];
+            return r;
+        }
+    }
+    size_t cap = n > REQ_MIN_ENTRIES ? n : REQ_MIN_ENTRIES;
+    struct store__req *r = tk_malloc(sizeof(*r) + cap * sizeof(r->own[0]));
+    r->cap = cap;
+    return r;
+}
+
+/* A written request's references dropped, and it kept or freed. q_mu held
+ * (the references are dropped before, by the caller: not under the lock). */
+static void req_recycle(struct store *s, struct store__req *r)
+{
+    if (s->n_spare_reqs < STORE_REQ_SPARES && r->cap <= 4 * REQ_MIN_ENTRIES) {
+        s->spare_reqs[s->n_spare_reqs++] = r;
+        return;
+    }
+    tk_free(r);
+}
+
+static void req_unref(struct store__req *r)
 {
     for (size_t i = 0; i < r->n; i++)
         tk_blob_unref(r->own[i].data);
-    tk_free(r);
+    r->n = 0;
 }
 
 static void spans_reserve(struct store *s, size_t n)
@@ -339,7 +371,7 @@ static void *storage_thread(void *arg)
             struct store__req *r = s->group[i];
             atomic_fetch_add(&s->st_appends, 1);
             r->cb(r->data, r->seq, r->e[r->n - 1].index, r->e[r->n - 1].term, r->status);
-            req_free(r);
+            req_unref(r);
         }
         if (s->ops->idle != NULL && atomic_load(&s->failed) == 0) {
             pthread_mutex_lock(&s->write_mu);
@@ -347,6 +379,8 @@ static void *storage_thread(void *arg)
             pthread_mutex_unlock(&s->write_mu);
         }
         pthread_mutex_lock(&s->q_mu);
+        for (size_t i = 0; i < n; i++)
+            req_recycle(s, s->group[i]);
         s->thread_busy = false;
     }
     pthread_mutex_unlock(&s->q_mu);
@@ -456,7 +490,12 @@ static int append_async(struct store *s, const struct raft_entry *entries, size_
             return append_inline(s, entries, n, bytes, seq, data, cb);
         pthread_mutex_unlock(&s->q_mu);
     }
-    struct store__req *r = tk_malloc(sizeof(*r) + n * sizeof(r->own[0]));
+    pthread_mutex_lock(&s->q_mu);
+    if (s->q_len == s->q_cap || s->stopping) {
+        pthread_mutex_unlock(&s->q_mu);
+        return s->stopping ? TK_ECLOSED : TK_EBUSY;
+    }
+    struct store__req *r = req_take(s, n);
     r->seq = seq;
     r->data = data;
     r->cb = cb;
@@ -467,12 +506,6 @@ static int append_async(struct store *s, const struct raft_entry *entries, size_
     for (size_t i = 0; i < n; i++) {
         r->own[i] = entries[i];
         r->own[i].data = tk_blob_ref(entries[i].data);
-    }
-    pthread_mutex_lock(&s->q_mu);
-    if (s->q_len == s->q_cap || s->stopping) {
-        pthread_mutex_unlock(&s->q_mu);
-        req_free(r);
-        return s->stopping ? TK_ECLOSED : TK_EBUSY;
     }
     s->q[(s->q_head + s->q_len) % s->q_cap] = r;
     s->q_len++;

@@ -78,11 +78,14 @@ struct store__ops {
     void (*close)(struct store *s);
 };
 
+#define STORE_REQ_SPARES 32
+
 struct store__req {
     uint64_t seq;
     void *data;
     store_append_cb *cb;
     size_t n;
+    size_t cap; /* room in own[] */
     uint64_t bytes;
     int status;
     const struct raft_entry *e; /* own[] when queued (referenced copies);
@@ -109,6 +112,8 @@ struct store {
     pthread_cond_t q_cv; /* the storage thread waits here for work */
     struct store__req **q;
     size_t q_cap, q_head, q_len;
+    struct store__req *spare_reqs[STORE_REQ_SPARES]; /* written ones, for reuse */
+    size_t n_spare_reqs;
     bool stopping;
     bool thread_started;
     /* The memory volume without latency: an async append with nothing queued
