@@ -1052,6 +1052,7 @@ static void node_free(struct node *n)
     tk_blob_unref(n->tier.blob); /* node_tier.c's reference to the snapshot */
     tk_free(n->tier.marks);
     tk_free(n->tier.compact_blobs);
+    node__forward_free(n);
     if (n->own_volume)
         store_mem_volume_free(n->volume);
     if (n->tmp_dir)

@@ -51,7 +51,41 @@ struct fwd_req {
     uint64_t origin;
     uint64_t id;
     uint8_t token[NODE_TOKEN_BYTES];
+    struct fwd_req *next_spare; /* in n->fwd.spare */
 };
+
+static struct fwd_req *fwd_new(struct node *n)
+{
+    struct fwd_req *f = n->fwd.spare;
+    if (f == NULL)
+        return tk_calloc(1, sizeof(*f));
+    n->fwd.spare = f->next_spare;
+    n->fwd.n_spare--;
+    memset(f, 0, sizeof(*f));
+    return f;
+}
+
+static void fwd_release(struct fwd_req *f)
+{
+    struct node *n = f->n;
+    if (n->fwd.n_spare >= NODE_FWD_SPARES) {
+        tk_free(f);
+        return;
+    }
+    f->next_spare = n->fwd.spare;
+    n->fwd.spare = f;
+    n->fwd.n_spare++;
+}
+
+void node__forward_free(struct node *n)
+{
+    while (n->fwd.spare != NULL) {
+        struct fwd_req *f = n->fwd.spare;
+        n->fwd.spare = f->next_spare;
+        tk_free(f);
+    }
+    n->fwd.n_spare = 0;
+}
 
 /* ---- frames ---- */
 
@@ -260,7 +294,7 @@ static void forwarded_done(struct node_req *req, int status, const struct kv_res
     struct fwd_req *f = data;
     (void)req;
     answer(f->n, f->origin, f->id, f->token, status, res);
-    tk_free(f);
+    fwd_release(f);
 }
 
 /* The write to submit for a request, or NULL when it was answered here. */
@@ -278,7 +312,7 @@ static struct node_req *take_request(struct node *n, uint64_t from,
                NULL);
         return NULL;
     }
-    struct fwd_req *f = tk_calloc(1, sizeof(*f));
+    struct fwd_req *f = fwd_new(n);
     f->n = n;
     f->origin = from;
     f->id = q->id;
@@ -303,7 +337,7 @@ void node__forward_refuse(struct node_req *r, int status)
     struct fwd_req *f = r->data;
     tk_blob_unref(r->cmd);
     answer(f->n, f->origin, f->id, f->token, status, NULL);
-    tk_free(f);
+    fwd_release(f);
 }
 
 struct node_req *node__forward_recv(struct node *n, uint64_t from, const uint8_t *buf,

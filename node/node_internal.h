@@ -129,11 +129,17 @@ struct node_requests {
 };
 
 /* Writes forwarded to the leader (node_forward.c). */
+struct fwd_req;
+#define NODE_FWD_SPARES 256
 struct node_forward {
     struct req_list wait; /* in the order sent; each with its token */
     uint64_t next_id;
     uint8_t pool[NODE_TOKEN_POOL * NODE_TOKEN_BYTES]; /* random, unused */
     uint32_t pool_left;                               /* tokens left in pool */
+    /* Leader: answered forwarded writes, for the next (at most
+     * NODE_FWD_SPARES; a steady forwarded load allocates none). */
+    struct fwd_req *spare;
+    uint32_t n_spare;
 };
 
 /* Marks of the payload bytes applied (node_tier.c, trailing_goal): one at
@@ -579,6 +585,8 @@ struct node_req *node__forward_recv(struct node *n, uint64_t from, const uint8_t
 /* Answers a request node__forward_recv returned that could not be submitted,
  * with `status`, and frees it. */
 void node__forward_refuse(struct node_req *r, int status);
+/* Frees the kept forwarded-write records (node teardown). */
+void node__forward_free(struct node *n);
 
 /* ---- node_expire.c ---- */
 
