@@ -638,7 +638,7 @@ END_TEST
  * a bigger batch than any before. So: fewer than one allocation per 50
  * writes (0 in the normal build's runs). Fails with any of those pools
  * removed (750 to 4500). */
-START_TEST(test_steady_writes_allocate_nothing)
+START_TEST(test_steady_writes_allocate_nothing_per_write)
 {
     struct tk_options o;
     test_options(&o, 4200);
@@ -1640,7 +1640,7 @@ static Suite *node_suite(void)
     tcase_add_test(tc, test_stop_with_work_in_flight_completes_everything);
     tcase_add_test(tc, test_batch_and_txn);
     tcase_add_test(tc, test_tcp_cluster_replicates_and_scans);
-    tcase_add_test(tc, test_steady_writes_allocate_nothing);
+    tcase_add_test(tc, test_steady_writes_allocate_nothing_per_write);
     tcase_add_test(tc, test_tcp_node_off_loopback_needs_a_token);
     tcase_add_test(tc, test_stall_probe_names_what_a_long_turn_waits_on);
     tcase_add_test(tc, test_stall_probe_gives_the_stack_of_a_turn_on_the_cpu);
