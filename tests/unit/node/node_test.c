@@ -554,6 +554,22 @@ static uint16_t free_port(void)
     return ntohs(a.sin_port);
 }
 
+/* The leader of three nodes started with tk_node_start (a bounded poll). */
+static struct tk_node *tcp_leader(struct tk_node *const n[3])
+{
+    for (int w = 0; w < 2000; w++) {
+        for (int i = 0; i < 3; i++) {
+            struct tk_status st;
+            tk_node_status(n[i], &st);
+            if (st.is_leader)
+                return n[i];
+        }
+        usleep(5000);
+    }
+    ck_abort_msg("no leader among three nodes in 10 s");
+    return NULL;
+}
+
 /* As tierkvd: a raft address off loopback with neither a cluster token nor
  * insecure_peers is refused before anything listens or dials. */
 START_TEST(test_tcp_node_off_loopback_needs_a_token)
@@ -597,17 +613,7 @@ START_TEST(test_tcp_cluster_replicates_and_scans)
         o.id = (uint64_t)i + 1;
         ck_assert_int_eq(tk_node_start(&o, &n[i]), 0);
     }
-    struct tk_node *l = NULL;
-    for (int w = 0; w < 2000 && l == NULL; w++) {
-        for (int i = 0; i < 3; i++) {
-            struct tk_status st;
-            tk_node_status(n[i], &st);
-            if (st.is_leader)
-                l = n[i];
-        }
-        usleep(5000);
-    }
-    ck_assert_ptr_nonnull(l);
+    struct tk_node *l = tcp_leader(n);
     char k[16];
     for (int i = 0; i < 30; i++) {
         snprintf(k, sizeof(k), "p/%02d", i);
@@ -661,18 +667,7 @@ START_TEST(test_steady_writes_allocate_nothing_per_write)
         o.data_dir = dirs[i];
         ck_assert_int_eq(tk_node_start(&o, &n[i]), 0);
     }
-    struct tk_node *l = NULL, *f = NULL;
-    for (int w = 0; w < 2000 && l == NULL; w++) {
-        for (int i = 0; i < 3; i++) {
-            struct tk_status st;
-            tk_node_status(n[i], &st);
-            if (st.is_leader)
-                l = n[i];
-        }
-        if (l == NULL)
-            usleep(5000);
-    }
-    ck_assert_ptr_nonnull(l);
+    struct tk_node *l = tcp_leader(n), *f = NULL;
     f = l == n[0] ? n[1] : n[0];
     /* Past the first snapshot (4200 entries), and its compaction done on
      * every node: the blobs it gave back are in the cache. */
