@@ -94,8 +94,10 @@ struct http_conn {
     const char *hseg;   /* in the bytes being parsed: header bytes counted up to here */
     size_t body_expect; /* the request's Content-Length (0: none or chunked) */
     bool resuming, resume_again;
-    bool flush_queued;            /* in the server's flush list (holds a ref) */
-    struct http_conn *flush_next; /* ... its next */
+    bool flush_queued;             /* in the server's flush list (holds a ref) */
+    struct http_conn *flush_next;  /* ... its next */
+    bool budget_queued;            /* reads stopped by READ_TURN_BYTES (holds a ref) */
+    struct http_conn *budget_next; /* ... the next such connection */
     struct http_request *head, *tail;
     struct http_request *cur;
     struct http_request *blob_req; /* writing a blob body; later answers wait */
@@ -151,6 +153,13 @@ struct http_server {
     uv_prepare_t flush_prep;
     bool flush_prep_open;
     struct http_conn *flush_head;
+    /* Bytes read in the loop turn of uv_now read_ms (READ_TURN_BYTES), and
+     * the connections whose reads wait for the next turn (read_prep). */
+    uint64_t read_ms;
+    size_t read_turn;
+    uv_prepare_t read_prep;
+    bool read_prep_open;
+    struct http_conn *budget_head;
     /* Free requests and write requests, reused (bounded: REQ_POOL_MAX,
      * WR_POOL_MAX), so a request in steady state allocates nothing here. */
     struct http_request *req_pool;
@@ -1625,6 +1634,61 @@ static void conn_tls_in(struct http_conn *c, const char *data, size_t len)
     conn_tls_drain(c);
 }
 
+/* Bytes that all connections together hand in per loop turn
+ * (http_config.read_turn_bytes' default). libuv goes on
+ * reading a socket while it has data (32 reads of RBUF_BYTES), so many
+ * clients uploading big values put tens of MiB through one turn: 256
+ * connections of 1 MB puts held a leader's loop 171 ms (160 on the CPU,
+ * copying and faulting in the bodies) against a 200 ms election timeout.
+ * Past the budget, a connection that reads stops until the next turn
+ * (read_prep, which runs before the loop polls again) and the kernel's
+ * socket buffer holds the rest; a turn is a uv_now millisecond, as for the
+ * transport's read_turn_bytes. Small requests never come near it. */
+#define READ_TURN_BYTES (4u << 20)
+
+/* The next turn: the connections stopped by READ_TURN_BYTES read again. */
+static void on_read_prep(uv_prepare_t *h)
+{
+    struct http_server *srv = h->data;
+    struct http_conn *list = srv->budget_head;
+    srv->budget_head = NULL;
+    uv_prepare_stop(h);
+    while (list != NULL) {
+        struct http_conn *c = list;
+        list = c->budget_next;
+        c->budget_next = NULL;
+        c->budget_queued = false;
+        c->refs--;
+        if (!c->closing && !c->read_paused && !c->read_done &&
+            uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) != 0)
+            conn_close(c);
+        conn_maybe_free(c);
+    }
+}
+
+static void read_budget(struct http_conn *c, size_t n)
+{
+    struct http_server *srv = c->srv;
+    uint64_t now = uv_now(srv->loop);
+    if (srv->read_ms != now) {
+        srv->read_ms = now;
+        srv->read_turn = 0;
+    }
+    srv->read_turn += n;
+    size_t budget = srv->cfg.read_turn_bytes ? srv->cfg.read_turn_bytes : READ_TURN_BYTES;
+    if (srv->read_turn < budget || !srv->read_prep_open || srv->stopping || c->closing ||
+        c->read_paused || c->read_done || c->budget_queued)
+        return;
+    uv_read_stop((uv_stream_t *)&c->tcp);
+    c->budget_queued = true;
+    c->refs++; /* c outlives its place in the list */
+    c->budget_next = srv->budget_head;
+    if (srv->budget_head == NULL)
+        uv_prepare_start(&srv->read_prep, on_read_prep);
+    srv->budget_head = c;
+    srv->stats.reads_paused++;
+}
+
 static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 {
     struct http_conn *c = s->data;
@@ -1646,6 +1710,7 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
         conn_tls_in(c, buf->base, (size_t)nread);
     else
         conn_feed(c, buf->base, (size_t)nread);
+    read_budget(c, (size_t)nread);
 }
 
 /* ---- accepting --------------------------------------------------------- */
@@ -1780,6 +1845,9 @@ int http_server_listen(struct http_server *srv, uv_loop_t *loop, const char *hos
     uv_prepare_init(loop, &srv->flush_prep);
     srv->flush_prep.data = srv;
     srv->flush_prep_open = true;
+    uv_prepare_init(loop, &srv->read_prep);
+    srv->read_prep.data = srv;
+    srv->read_prep_open = true;
     int rc = uv_tcp_bind(&srv->listener, (const struct sockaddr *)&addr, 0);
     if (rc == 0)
         rc = uv_listen((uv_stream_t *)&srv->listener, 511, on_connection);
@@ -1830,6 +1898,11 @@ void http_server_stop(struct http_server *srv)
         on_flush_prep(&srv->flush_prep);
         srv->flush_prep_open = false;
         uv_close((uv_handle_t *)&srv->flush_prep, NULL);
+    }
+    if (srv->read_prep_open) {
+        on_read_prep(&srv->read_prep); /* their references go; reads end below */
+        srv->read_prep_open = false;
+        uv_close((uv_handle_t *)&srv->read_prep, NULL);
     }
     struct http_conn *c = srv->conns;
     while (c) {

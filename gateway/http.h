@@ -69,8 +69,10 @@ struct http_config {
     uint64_t write_timeout_ms;  /* queued response bytes not drained: close */
     size_t conn_out_max;        /* queued response bytes per connection before
                                  * reading pauses (0: 2 x body_max) */
-    size_t mem_max; /* request bodies + responses of every connection; over it:
-                     * 503 overloaded with Retry-After, closed (0: no limit) */
+    size_t mem_max;         /* request bodies + responses of every connection; over it:
+                             * 503 overloaded with Retry-After, closed (0: no limit) */
+    size_t read_turn_bytes; /* bytes all connections together hand in per loop
+                             * turn before reads wait for the next (0: 4 MiB) */
     /* A request header whose value the server digests as it arrives (any
      * length) into http_request.digest (SHA-256). A request with two is
      * refused (400 bad_header, and the connection closes). NULL: none. A
@@ -191,6 +193,8 @@ struct http_stats {
     uint64_t mem_bytes;       /* bodies + responses held now */
     uint64_t bad_requests;    /* errors answered 400, 408, 413, 414 or 431 */
     uint64_t tls_failed;      /* TLS handshakes or records that failed (closed) */
+    uint64_t reads_paused;    /* a connection's reads put off to the next loop
+                               * turn: the turn's read budget was spent */
 };
 
 void http_server_stats(const struct http_server *s, struct http_stats *out);

@@ -320,6 +320,10 @@ static const struct metric_desc metric_table[] = {
     {"tierkv_http_held_bytes", "gauge",
      "Request bodies and responses held by the HTTP server now.", MK_VALUE,
      SNAP(http.mem_bytes)},
+    {"tierkv_http_reads_paused_total", "counter",
+     "Times an HTTP connection's reads waited for the next loop turn: the "
+     "turn's read budget (4 MiB over all connections) was spent.",
+     MK_VALUE, SNAP(http.reads_paused)},
     {"tierkv_http_bad_requests_total", "counter",
      "Requests answered 400, 408, 413, 414 or 431.", MK_VALUE, SNAP(http.bad_requests)},
     {"tierkv_store_append_seconds", "histogram",
