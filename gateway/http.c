@@ -1659,9 +1659,12 @@ static void on_read_prep(uv_prepare_t *h)
         c->budget_next = NULL;
         c->budget_queued = false;
         c->refs--;
-        if (!c->closing && !c->read_paused && !c->read_done &&
-            uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) != 0)
-            conn_close(c);
+        if (!c->closing && !c->read_paused && !c->read_done) {
+            /* (Reading already if a pause of its own ended meanwhile.) */
+            int rc = uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
+            if (rc != 0 && rc != UV_EALREADY)
+                conn_close(c);
+        }
         conn_maybe_free(c);
     }
 }
