@@ -151,14 +151,13 @@ struct http_server {
      * queues the connection here and flush_prep writes each connection's
      * answers just before the loop next waits for events. */
     uv_prepare_t flush_prep;
-    bool flush_prep_open;
+    bool preps_open; /* flush_prep and read_prep: bound to the loop, not stopped */
     struct http_conn *flush_head;
     /* Bytes read in the loop turn of uv_now read_ms (READ_TURN_BYTES), and
      * the connections whose reads wait for the next turn (read_prep). */
     uint64_t read_ms;
     size_t read_turn;
     uv_prepare_t read_prep;
-    bool read_prep_open;
     struct http_conn *budget_head;
     /* Free requests and write requests, reused (bounded: REQ_POOL_MAX,
      * WR_POOL_MAX), so a request in steady state allocates nothing here. */
@@ -1036,7 +1035,7 @@ static void conn_flush_later(struct http_conn *c)
     struct http_server *srv = c->srv;
     if (c->closing)
         return;
-    if (c->inflight <= 1 || !srv->flush_prep_open || srv->stopping) {
+    if (c->inflight <= 1 || !srv->preps_open || srv->stopping) {
         conn_flush(c);
         return;
     }
@@ -1679,7 +1678,7 @@ static void read_budget(struct http_conn *c, size_t n)
     }
     srv->read_turn += n;
     size_t budget = srv->cfg.read_turn_bytes ? srv->cfg.read_turn_bytes : READ_TURN_BYTES;
-    if (srv->read_turn < budget || !srv->read_prep_open || srv->stopping || c->closing ||
+    if (srv->read_turn < budget || !srv->preps_open || srv->stopping || c->closing ||
         c->read_paused || c->read_done || c->budget_queued)
         return;
     uv_read_stop((uv_stream_t *)&c->tcp);
@@ -1847,10 +1846,9 @@ int http_server_listen(struct http_server *srv, uv_loop_t *loop, const char *hos
     srv->listening = true;
     uv_prepare_init(loop, &srv->flush_prep);
     srv->flush_prep.data = srv;
-    srv->flush_prep_open = true;
     uv_prepare_init(loop, &srv->read_prep);
     srv->read_prep.data = srv;
-    srv->read_prep_open = true;
+    srv->preps_open = true;
     int rc = uv_tcp_bind(&srv->listener, (const struct sockaddr *)&addr, 0);
     if (rc == 0)
         rc = uv_listen((uv_stream_t *)&srv->listener, 511, on_connection);
@@ -1896,15 +1894,12 @@ void http_server_stop(struct http_server *srv)
         srv->listening = false;
         uv_close((uv_handle_t *)&srv->listener, NULL);
     }
-    if (srv->flush_prep_open) {
+    if (srv->preps_open) {
         /* What this turn answered goes now; from here on, answers go at once. */
         on_flush_prep(&srv->flush_prep);
-        srv->flush_prep_open = false;
-        uv_close((uv_handle_t *)&srv->flush_prep, NULL);
-    }
-    if (srv->read_prep_open) {
         on_read_prep(&srv->read_prep); /* their references go; reads end below */
-        srv->read_prep_open = false;
+        srv->preps_open = false;
+        uv_close((uv_handle_t *)&srv->flush_prep, NULL);
         uv_close((uv_handle_t *)&srv->read_prep, NULL);
     }
     struct http_conn *c = srv->conns;
