@@ -8,6 +8,14 @@
 # (and make), whose trap stops them with SIGTERM, says so in one line and
 # exits 0 (tests/integration/ctrl_c_test.py types Ctrl-C into a pty).
 #
+# The raft ports are authenticated: on first start the script makes a cluster
+# token (32 random bytes as hex) in $data/peer-token, mode 0600 (made under
+# umask 077 in a temporary file of the same directory, then linked into
+# place), keeps it across runs (an existing one is reused; if it is open to
+# group or others it is made 0600 again, as tierkvd refuses such a file), and
+# gives it to every node with --peer-token-file. Without it any local process
+# could act as a member on the loopback raft ports.
+#
 # usage: scripts/run-cluster.sh [build-dir]        (make run does this)
 # env:   TIERKV_RUN_RAFT_BASE (7000), TIERKV_RUN_HTTP_BASE (8000): node i uses
 #        base+i; TIERKV_RUN_DATA (./data)
@@ -52,6 +60,42 @@ then
 fi
 
 mkdir -p "$data"
+
+# The cluster token: made once, then reused.
+token="$data/peer-token"
+if [ -L "$token" ] || { [ -e "$token" ] && [ ! -f "$token" ]; }; then
+    echo "run-cluster: $token is not a regular file; remove it (a new token is made)" >&2
+    exit 1
+fi
+if [ ! -s "$token" ]; then
+    rm -f "$token" # an empty one (an interrupted first start)
+    tmp=$(umask 077 && mktemp "$token.XXXXXX") || {
+        echo "run-cluster: cannot write in $data" >&2
+        exit 1
+    }
+    (umask 077 && od -An -tx1 -N32 /dev/urandom | tr -d ' \n' >"$tmp")
+    # ln, not mv: it does not replace a token another start linked meanwhile.
+    ln "$tmp" "$token" 2>/dev/null
+    rm -f "$tmp"
+    if [ ! -s "$token" ]; then
+        echo "run-cluster: cannot make the cluster token $token" >&2
+        exit 1
+    fi
+    token_state="made now"
+else
+    token_state="reused"
+fi
+# tierkvd refuses a token file open to group or others: fix ours.
+mode=$(stat -c %a "$token")
+if [ "$mode" != 600 ]; then
+    if [ ! -O "$token" ] || ! chmod 600 "$token"; then
+        echo "run-cluster: $token is mode $mode and not ours to fix;" \
+            "chmod 600 it or remove it (a new token is made)" >&2
+        exit 1
+    fi
+    token_state="$token_state (it was mode $mode, now 0600)"
+fi
+
 pids=()
 stopping=0
 stop_all() {
@@ -74,7 +118,8 @@ for i in 1 2 3; do
     # setsid: a session of its own, out of the terminal's foreground group.
     setsid "$bin" --id "$i" --members "$members" --members-http "$mhttp" \
         --listen-http "127.0.0.1:$((http_base + i))" \
-        --data-dir "$data/n$i" --store fs >>"$data/n$i.log" 2>&1 &
+        --data-dir "$data/n$i" --store fs --peer-token-file "$token" \
+        >>"$data/n$i.log" 2>&1 &
     pids+=($!)
 done
 
@@ -111,6 +156,8 @@ tierkv cluster is up: node $leader leads.
   1     http://127.0.0.1:$((http_base + 1))    127.0.0.1:$((raft_base + 1))          $data/n1
   2     http://127.0.0.1:$((http_base + 2))    127.0.0.1:$((raft_base + 2))          $data/n2
   3     http://127.0.0.1:$((http_base + 3))    127.0.0.1:$((raft_base + 3))          $data/n3
+
+Raft peers authenticate with the cluster token in $token: mode 0600, $token_state.
 
 Try (any node takes writes: a follower forwards them to the leader, node $leader):
   curl -X PUT --data-binary 'hello' http://$h1/v1/kv/greeting
