@@ -367,6 +367,19 @@ struct tk_cpu_pace;
 int kv_snap_read_all(struct kv_snap *s, struct tk_blob **out, const atomic_bool *stop,
                      struct tk_cpu_pace *pace);
 
+/* Checks a whole snapshot stream as bad input, before any install step:
+ * the header, every record decoded as the install and its loaders read it
+ * (a known table, bounded key and value lengths, keys in order, the layouts
+ * of data, session and lease values), the trailer's record count and its
+ * CRC32C over every byte before it, and nothing after it. A claimed length
+ * past the stream's end is refused, never allocated. Reads only buf and the
+ * sm's fixed config: any thread, no allocation. Returns 0, with the header's
+ * index and term in *index and *term, or TK_ECORRUPT with what is wrong in
+ * why (why_cap bytes; why may be NULL). The install runs the same checks as
+ * its bytes come. */
+int kv_snap_check(const struct kv_sm *sm, const void *buf, size_t len, uint64_t *index,
+                  uint64_t *term, char *why, size_t why_cap);
+
 /* Installing a snapshot stream: begin, write the stream's bytes in any pieces,
  * optionally prepare, then commit (which checks the trailer, swaps the new
  * cold tier in atomically, empties the ring and takes the snapshot's index,

@@ -8,11 +8,20 @@
  * transaction: the stream is that MVCC view, unaffected by later applies.
  * Installation writes a fresh environment record by record (bounded memory:
  * one record at a time), checks the trailer, then swaps it in atomically.
+ * A stream from the network is bad input until proven otherwise: one walk
+ * (struct snap_walk) decodes every record as the install and its loaders will
+ * read it (known table, bounded lengths, keys in LMDB order, the data, session
+ * and lease values' layouts), and checks the trailer's count and CRC;
+ * kv_snap_check runs it over a whole stream before anything is written (the
+ * node, before the core hears of the snapshot), and the install's parse runs
+ * the same walk as the bytes come.
  * Called by tier.c (kv_sm_snapshot, a background job's stream) and the node;
  * calls sessions.c, ttl.c and lease.c (an install's prepare builds their
  * tables from the new environment, its commit swaps them in), the ring,
  * index, view and cold tier. */
 #include <limits.h>
+#include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -27,6 +36,25 @@
 #define HDR_BYTES 32
 #define REC_HDR 9
 #define TRAILER 13
+/* The cold tier's data value header (cold.c's VHDR: expire_ms, create_rev,
+ * mod_rev, version), then for a long key (stored as its first
+ * KV_COLD_SHORT_MAX bytes and a hash) a u16 length and the full key. */
+#define VAL_HDR 32
+#define KEY_MAX 511 /* LMDB's default key size limit */
+#define LONG_STORED (KV_COLD_SHORT_MAX + 8)
+#define LEASE_HEAD 30 /* lease.c's REC_HEAD: "L1", ttl, remaining, renewed, count */
+
+/* What a walk over a stream has seen: the CRC so far, the records, and the
+ * last record's table and key (the next must sort after it). */
+struct snap_walk {
+    uint32_t crc;
+    uint64_t count;
+    uint64_t now_ms; /* the header's clock: leases expired then are not loaded */
+    uint8_t table;
+    size_t prev_len;
+    uint8_t prev[KEY_MAX];
+    char why[96]; /* what is wrong, once a step returned TK_ECORRUPT */
+};
 
 struct kv_snap {
     struct kv_sm *sm;
@@ -46,8 +74,7 @@ struct kv_install {
     struct kv_cold_meta meta;
     uint8_t *pend;
     size_t pend_len, pend_cap, pend_max;
-    uint32_t crc;
-    uint64_t count;
+    struct snap_walk walk;
     int state; /* 0 header, 1 records, 2 done, 3 failed, 4 prepared (published) */
     /* The new state's sessions, TTL keys and leases, read back by prepare
      * off the owner's thread, for commit to swap in. */
@@ -92,6 +119,204 @@ static uint64_t rd64(const uint8_t *p)
 static uint32_t rd32(const uint8_t *p)
 {
     return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
+}
+
+/* ---- the walk: one stream's structure, checked ---- */
+
+__attribute__((format(printf, 2, 3))) static int walk_fail(struct snap_walk *w,
+                                                           const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(w->why, sizeof(w->why), fmt, ap);
+    va_end(ap);
+    return TK_ECORRUPT;
+}
+
+/* LMDB's default order: bytes, then the shorter key first. */
+static int key_cmp(const uint8_t *a, size_t alen, const uint8_t *b, size_t blen)
+{
+    int c = memcmp(a, b, alen < blen ? alen : blen);
+    if (c != 0)
+        return c;
+    return alen < blen ? -1 : alen > blen;
+}
+
+static void walk_init(struct snap_walk *w)
+{
+    memset(w, 0, offsetof(struct snap_walk, prev));
+    w->why[0] = '\0';
+}
+
+/* The header (HDR_BYTES at p): 0 or TK_ECORRUPT. */
+static int walk_header(struct snap_walk *w, const uint8_t *p, struct kv_cold_meta *meta)
+{
+    if (memcmp(p, SNAP_MAGIC, 8) != 0)
+        return walk_fail(w, "not a snapshot stream (bad magic)");
+    meta->index = rd64(p + 8);
+    meta->term = rd64(p + 16);
+    meta->now_ms = rd64(p + 24);
+    w->now_ms = meta->now_ms;
+    w->crc = tk_crc32c(w->crc, p, HDR_BYTES);
+    return 0;
+}
+
+/* A lease record (lease.c's kv__lease_load_rec reads it at the install). */
+static int check_lease(struct snap_walk *w, const uint8_t *key, size_t klen,
+                       const uint8_t *v, size_t vlen)
+{
+    if (klen != KV_LEASE_KEY_LEN || vlen < LEASE_HEAD || memcmp(v, "L1", 2) != 0)
+        return walk_fail(w, "record %llu: a malformed lease",
+                         (unsigned long long)w->count);
+    for (size_t i = KV_LEASE_PREFIX_LEN; i < klen; i++)
+        if (!((key[i] >= '0' && key[i] <= '9') || (key[i] >= 'a' && key[i] <= 'f')))
+            return walk_fail(w, "record %llu: a lease key without its hex id",
+                             (unsigned long long)w->count);
+    uint32_t n;
+    memcpy(&n, v + 26, 4); /* lease.c writes it in host order */
+    size_t off = LEASE_HEAD;
+    for (uint32_t i = 0; i < n; i++) {
+        if (vlen - off < 2 ||
+            vlen - off - 2 < ((size_t)v[off] | ((size_t)v[off + 1] << 8)))
+            return walk_fail(w, "record %llu: a lease's keys overrun its value",
+                             (unsigned long long)w->count);
+        off += 2 + ((size_t)v[off] | ((size_t)v[off + 1] << 8));
+    }
+    return 0;
+}
+
+/* A data record: its value header, a long key's full key, and a live lease
+ * record's layout (as cold.c's decode_val and each_prefixed read them). */
+static int check_data(struct snap_walk *w, const uint8_t *k, size_t klen,
+                      const uint8_t *v, size_t vlen)
+{
+    if (vlen < VAL_HDR)
+        return walk_fail(w, "record %llu: a value of %zu bytes, without its header",
+                         (unsigned long long)w->count, vlen);
+    const uint8_t *key = k;
+    size_t key_len = klen, hdr = VAL_HDR;
+    if (klen == LONG_STORED) {
+        if (vlen < VAL_HDR + 2 ||
+            vlen - VAL_HDR - 2 < (((size_t)v[VAL_HDR] << 8) | v[VAL_HDR + 1]))
+            return walk_fail(w, "record %llu: a long key overruns its value",
+                             (unsigned long long)w->count);
+        key_len = ((size_t)v[VAL_HDR] << 8) | v[VAL_HDR + 1];
+        key = v + VAL_HDR + 2;
+        hdr = VAL_HDR + 2 + key_len;
+    }
+    uint64_t expire_ms = rd64(v);
+    if (klen >= KV_LEASE_PREFIX_LEN &&
+        memcmp(k, KV_LEASE_PREFIX, KV_LEASE_PREFIX_LEN) == 0 &&
+        (expire_ms == 0 || expire_ms > w->now_ms))
+        return check_lease(w, key, key_len, v + hdr, vlen - hdr);
+    return 0;
+}
+
+/* A session record (cold.c's each_session, sessions.c's kv__sess_load, and
+ * kv_result_decode when a retry is answered from it). */
+static int check_session(struct snap_walk *w, const uint8_t *k, size_t klen,
+                         const uint8_t *v, size_t vlen)
+{
+    struct kv_result r;
+    if (klen != 24 || rd64(k + 8) == 0 || vlen > KV_RESULT_ENCODED_MAX ||
+        kv_result_decode(v, vlen, &r) != 0)
+        return walk_fail(w, "record %llu: a malformed session",
+                         (unsigned long long)w->count);
+    return 0;
+}
+
+/* One record at p (REC_HDR + klen + vlen bytes, all there): 0 or
+ * TK_ECORRUPT. */
+static int walk_record(struct snap_walk *w, const uint8_t *p, size_t klen, size_t vlen)
+{
+    uint8_t table = p[0];
+    const uint8_t *k = p + REC_HDR, *v = k + klen;
+    if (table < 1 || table > 3)
+        return walk_fail(w, "record %llu: unknown table %u", (unsigned long long)w->count,
+                         (unsigned)table);
+    if (klen == 0 || klen > KEY_MAX)
+        return walk_fail(w, "record %llu: a key of %zu bytes",
+                         (unsigned long long)w->count, klen);
+    if (table < w->table ||
+        (table == w->table && key_cmp(w->prev, w->prev_len, k, klen) >= 0))
+        return walk_fail(w, "record %llu: out of order", (unsigned long long)w->count);
+    int rc = 0;
+    if (table == 1)
+        rc = check_data(w, k, klen, v, vlen);
+    else if (table == 2 && klen <= 8)
+        rc = walk_fail(w, "record %llu: an expiry key of %zu bytes",
+                       (unsigned long long)w->count, klen);
+    else if (table == 3)
+        rc = check_session(w, k, klen, v, vlen);
+    if (rc != 0)
+        return rc;
+    w->table = table;
+    memcpy(w->prev, k, klen);
+    w->prev_len = klen;
+    w->crc = tk_crc32c(w->crc, p, REC_HDR + klen + vlen);
+    w->count++;
+    return 0;
+}
+
+/* The trailer (TRAILER bytes at p, p[0] == 0xFF): 0 or TK_ECORRUPT. */
+static int walk_trailer(struct snap_walk *w, const uint8_t *p)
+{
+    if (rd64(p + 1) != w->count)
+        return walk_fail(w, "the trailer counts %llu records, the stream holds %llu",
+                         (unsigned long long)rd64(p + 1), (unsigned long long)w->count);
+    if (rd32(p + 9) != tk_crc32c(w->crc, p, 9))
+        return walk_fail(w, "checksum mismatch");
+    return 0;
+}
+
+/* The longest record an install takes (its pending buffer's bound). */
+static size_t record_max(const struct kv_sm *sm)
+{
+    return REC_HDR + 8 + 65535 + 32 + sm->cfg.value_max + 64 * 1024;
+}
+
+int kv_snap_check(const struct kv_sm *sm, const void *buf, size_t len, uint64_t *index,
+                  uint64_t *term, char *why, size_t why_cap)
+{
+    struct snap_walk w;
+    walk_init(&w);
+    struct kv_cold_meta meta = {0};
+    const uint8_t *p = buf;
+    size_t off = HDR_BYTES, max = record_max(sm);
+    int rc = 0;
+    if (buf == NULL || len < HDR_BYTES + TRAILER)
+        rc = walk_fail(&w, "%zu bytes: shorter than a header and a trailer", len);
+    if (rc == 0)
+        rc = walk_header(&w, p, &meta);
+    while (rc == 0 && len - off >= 1 && p[off] != 0xFF) {
+        if (len - off < REC_HDR) {
+            rc = walk_fail(&w, "truncated in record %llu", (unsigned long long)w.count);
+            break;
+        }
+        size_t klen = rd32(p + off + 1), vlen = rd32(p + off + 5);
+        if (REC_HDR + klen + vlen > max) /* no 64-bit overflow: each is a u32 */
+            rc = walk_fail(&w, "record %llu claims %zu bytes",
+                           (unsigned long long)w.count, REC_HDR + klen + vlen);
+        else if (REC_HDR + klen + vlen > len - off)
+            rc = walk_fail(&w, "record %llu runs past the stream's end",
+                           (unsigned long long)w.count);
+        else
+            rc = walk_record(&w, p + off, klen, vlen);
+        off += REC_HDR + klen + vlen;
+    }
+    if (rc == 0 && len - off < TRAILER)
+        rc = walk_fail(&w, "truncated: no trailer");
+    if (rc == 0)
+        rc = walk_trailer(&w, p + off);
+    if (rc == 0 && len - off != TRAILER)
+        rc = walk_fail(&w, "%zu bytes after the trailer", len - off - TRAILER);
+    if (why != NULL && why_cap > 0)
+        snprintf(why, why_cap, "%s", rc == 0 ? "" : w.why);
+    if (rc == 0) {
+        *index = meta.index;
+        *term = meta.term;
+    }
+    return rc;
 }
 
 static void stage_reserve(struct kv_snap *s, size_t n)
@@ -307,12 +532,14 @@ int kv_sm_install_begin(struct kv_sm *sm, struct kv_install **out)
         return TK_EBUSY; /* the swap would close the environment under them */
     struct kv_install *in = tk_calloc(1, sizeof(*in));
     in->sm = sm;
-    in->pend_max = REC_HDR + 8 + 65535 + 32 + sm->cfg.value_max + 64 * 1024;
+    in->pend_max = record_max(sm);
+    walk_init(&in->walk);
     *out = in; /* the new environment comes with the first write */
     return 0;
 }
 
-/* Parses what is complete in pend. Returns bytes consumed or a negative code. */
+/* Parses what is complete in pend, each record walked (struct snap_walk)
+ * before it is written. Returns bytes consumed or a negative code. */
 static long parse(struct kv_install *in)
 {
     size_t off = 0;
@@ -322,12 +549,8 @@ static long parse(struct kv_install *in)
         if (in->state == 0) {
             if (avail < HDR_BYTES)
                 break;
-            if (memcmp(p, SNAP_MAGIC, 8) != 0)
+            if (walk_header(&in->walk, p, &in->meta) != 0)
                 return TK_ECORRUPT;
-            in->meta.index = rd64(p + 8);
-            in->meta.term = rd64(p + 16);
-            in->meta.now_ms = rd64(p + 24);
-            in->crc = tk_crc32c(in->crc, p, HDR_BYTES);
             off += HDR_BYTES;
             in->state = 1;
             continue;
@@ -337,8 +560,7 @@ static long parse(struct kv_install *in)
         if (p[0] == 0xFF) {
             if (avail < TRAILER)
                 break;
-            uint32_t crc = tk_crc32c(in->crc, p, 9);
-            if (rd64(p + 1) != in->count || rd32(p + 9) != crc)
+            if (walk_trailer(&in->walk, p) != 0)
                 return TK_ECORRUPT;
             off += TRAILER;
             in->state = 2;
@@ -351,12 +573,12 @@ static long parse(struct kv_install *in)
             return TK_ECORRUPT;
         if (avail < REC_HDR + klen + vlen)
             break;
+        if (walk_record(&in->walk, p, klen, vlen) != 0)
+            return TK_ECORRUPT;
         int rc =
             kv__cold_new_put(in->n, p[0], p + REC_HDR, klen, p + REC_HDR + klen, vlen);
         if (rc != 0)
             return rc == TK_ECORRUPT ? TK_ECORRUPT : TK_EIO;
-        in->crc = tk_crc32c(in->crc, p, REC_HDR + klen + vlen);
-        in->count++;
         off += REC_HDR + klen + vlen;
     }
     return (long)off;
