@@ -851,6 +851,8 @@ static void on_recv(struct transport *t, const struct raft_message *m, void *dat
             n->m.metrics.installs_dropped++;
             return;
         }
+        if (m->type == RAFT_MSG_SNAPSHOT && node__install_check(n, m))
+            return; /* bad input: refused, the core hears nothing */
         uint64_t t0 = node__mono_ns();
         (void)raft_step(n->raft, m);
         if (m->type == RAFT_MSG_SNAPSHOT)

@@ -44,6 +44,20 @@
  * leaves a state machine ahead of its log, and recovery (node_recover.c,
  * finish_install) finishes the install from that descriptor.
  *
+ * Bad input first: a snapshot message's stream is checked whole
+ * (kv_snap_check: every record decoded, lengths bounded, the count and CRC32C
+ * of the trailer, the header's index and term against the message's) before
+ * the core sees the message (node__install_check), because the core replaces
+ * its log with a snapshot the moment it steps one, and from there an install
+ * that fails can only fail the node. The check runs on the loop, in order
+ * with the messages after it (on the pool it waited behind tier work, and
+ * entries sent after the snapshot reached the core before it): one pass
+ * over bytes the transport has just reassembled on the loop, with no
+ * allocation and no system call. A refused snapshot is counted
+ * (install.refused), logged at most once a second, and the core hears
+ * nothing: the node stays a follower with its state, and the leader sends
+ * the snapshot again (a good one then installs) or entries.
+ *
  * Loop thread, except install_work (a pool thread), which touches only
  * n->install's kv_install and blob (which read the cold tier's directory and
  * generation) and the idle store, and trash_run, which frees what the swap
@@ -51,6 +65,7 @@
  * calls node_status.c on failure. */
 #include <limits.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <string.h>
 #include <time.h>
 
@@ -313,6 +328,52 @@ static void install_after(uv_work_t *w, int status)
     }
     node__kick(n);
     node__handle_gone(n);
+}
+
+/* ---- the check before the core sees a snapshot ---- */
+
+#define REFUSED_LOG_NS (1000 * 1000000ull) /* one refusal line a second at most */
+
+static void refuse(struct node *n, const struct raft_message *m, int rc, const char *why)
+{
+    struct node_install *s = &n->install;
+    s->refused++;
+    uint64_t now = node__mono_ns();
+    if (s->refused_logged_ns != 0 && now - s->refused_logged_ns < REFUSED_LOG_NS) {
+        s->refused_quiet++;
+        return;
+    }
+    TK_LOG(TK_LOG_WARN, n->o.id, raft_term(n->raft),
+           "refused a snapshot from %llu at index %llu (%zu bytes): %s: %s (%llu more "
+           "refused since the last report)",
+           (unsigned long long)m->from, (unsigned long long)m->u.snapshot.meta.index,
+           m->u.snapshot.data != NULL ? m->u.snapshot.data->len : 0, tk_strerror(rc), why,
+           (unsigned long long)s->refused_quiet);
+    s->refused_logged_ns = now;
+    s->refused_quiet = 0;
+}
+
+bool node__install_check(struct node *n, const struct raft_message *m)
+{
+    TK_ASSERT(m->type == RAFT_MSG_SNAPSHOT);
+    const struct raft_msg_snapshot *snap = &m->u.snapshot;
+    const struct tk_blob *b = snap->data;
+    uint64_t index = 0, term = 0;
+    char why[128];
+    int rc = kv_snap_check(n->sm, b != NULL ? b->data : NULL, b != NULL ? b->len : 0,
+                           &index, &term, why, sizeof(why));
+    if (rc == 0 && (index != snap->meta.index || term != snap->meta.term)) {
+        snprintf(why, sizeof(why),
+                 "the stream is at index %llu term %llu, the message says %llu term %llu",
+                 (unsigned long long)index, (unsigned long long)term,
+                 (unsigned long long)snap->meta.index,
+                 (unsigned long long)snap->meta.term);
+        rc = TK_ECORRUPT;
+    }
+    if (rc == 0)
+        return false;
+    refuse(n, m, rc, why);
+    return true;
 }
 
 int node__install_park(struct node *n, const struct raft_snapshot_meta *meta,

@@ -234,6 +234,11 @@ struct node_install {
     bool busy;          /* from start (or park) to finish */
     bool parked;        /* busy, but not begun: node__install_unpark begins it */
     atomic_bool ran;
+    /* Snapshots from the leader refused as bad input (node__install_check):
+     * counted, logged at most once a second (refused_quiet since the last). */
+    uint64_t refused;
+    uint64_t refused_logged_ns;
+    uint64_t refused_quiet;
 };
 
 /* Backups waiting for a snapshot (node_backup.c). */
@@ -543,6 +548,13 @@ static inline bool node__installing(const struct node *n)
 {
     return n->install.busy;
 }
+/* A snapshot message from the transport (on_recv), before the core sees it
+ * (the core replaces its log with a snapshot the moment it steps one): its
+ * stream is checked (kv_snap_check, and its header against the message's
+ * index and term). True: refused as bad input (counted in install.refused,
+ * logged at most once a second), and the core must hear nothing of it (the
+ * leader sends again, or entries). False: step it. */
+bool node__install_check(struct node *n, const struct raft_message *m);
 
 /* ---- node_recover.c ---- */
 

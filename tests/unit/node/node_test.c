@@ -24,6 +24,7 @@
 #include "include/tierkv.h"
 #include "kv/kv.h"
 #include "node/node.h"
+#include "node/node_internal.h" /* install.refused */
 #include "store/store.h"
 #include "tests/check_run.h"
 #include "tierkv.pb-c.h"
@@ -1147,6 +1148,100 @@ START_TEST(test_entries_during_an_install_wait_beside_it)
 }
 END_TEST
 
+static void send_entries(struct fwd_env *e, uint64_t term, uint64_t prev_index,
+                         uint64_t prev_term, uint64_t n, uint64_t commit);
+
+/* The leader (node 2) sends node 1 a snapshot at `index` whose stream is
+ * `data` (taken). */
+static void send_snapshot_data(struct fwd_env *e, uint64_t index, struct tk_blob *data)
+{
+    struct raft_message snap = {.type = RAFT_MSG_SNAPSHOT, .from = 2, .to = 1, .term = 1};
+    snap.u.snapshot.meta.index = index;
+    snap.u.snapshot.meta.term = 1;
+    snap.u.snapshot.meta.config.n_voters = 2;
+    snap.u.snapshot.meta.config.voters[0] = 1;
+    snap.u.snapshot.meta.config.voters[1] = 2;
+    snap.u.snapshot.done = true;
+    snap.u.snapshot.data = data;
+    ck_assert_int_eq(transport_send(e->leader.t, &snap), 0);
+    tk_blob_unref(data);
+}
+
+/* Waits until node 1 has refused `want` snapshots; it stays a healthy
+ * follower of node 2 at its applied index, and acknowledged nothing. */
+static void wait_refused(struct fwd_env *e, uint64_t want, uint64_t applied)
+{
+    for (int i = 0; i < 5000 && e->n->install.refused < want; i++)
+        turn(e, 1);
+    ck_assert_uint_eq(e->n->install.refused, want);
+    turn(e, 20);
+    struct node_status st = {0};
+    node_status(e->n, &st);
+    ck_assert(!st.failed);
+    ck_assert_int_eq(st.role, RAFT_FOLLOWER);
+    ck_assert_uint_eq(st.leader, 2);
+    ck_assert_uint_eq(st.applied, applied);
+    ck_assert_uint_lt(e->leader.acked, 100);
+    struct node_metrics m = {0};
+    node_metrics(e->n, &m);
+    ck_assert_uint_eq(m.installs, 0);
+}
+
+/* Bad snapshots from the leader's id are bad input (issue 49): garbage, a
+ * flipped byte, a truncation, a stream whose header names another index
+ * than the message, and no stream at all are each refused before the core
+ * sees them, counted, and the node does not fail (before, the first one
+ * failed its storage: storage_failed, serving nothing). The good snapshot
+ * then installs, and entries after it are acked and applied. */
+START_TEST(test_bad_snapshots_are_refused_and_a_good_one_installs)
+{
+    struct fwd_env e;
+    fwd_env_start(&e);
+    send_entries(&e, 1, 0, 0, 10, 10);
+    struct node_status st = {0};
+    for (int i = 0; i < 5000 && st.applied < 10; i++) {
+        turn(&e, 1);
+        node_status(e.n, &st);
+    }
+    ck_assert_uint_ge(st.applied, 10);
+    uint64_t applied = st.applied;
+    uint8_t junk[4096];
+    for (size_t i = 0; i < sizeof(junk); i++)
+        junk[i] = (uint8_t)(i * 131 + 7);
+    send_snapshot_data(&e, 100, tk_blob_copy(junk, sizeof(junk)));
+    wait_refused(&e, 1, applied);
+    struct tk_blob *good = empty_stream(100);
+    struct tk_blob *bad = tk_blob_copy(good->data, good->len);
+    bad->data[good->len / 2] ^= 0x01;
+    send_snapshot_data(&e, 100, bad);
+    wait_refused(&e, 2, applied);
+    send_snapshot_data(&e, 100, tk_blob_copy(good->data, good->len - 1));
+    wait_refused(&e, 3, applied);
+    send_snapshot_data(&e, 100, empty_stream(99)); /* whole, but not at 100 */
+    wait_refused(&e, 4, applied);
+    send_snapshot_data(&e, 100, NULL);
+    wait_refused(&e, 5, applied);
+    /* The leader sends the good one again: it installs. */
+    send_snapshot_data(&e, 100, good);
+    struct node_metrics m = {0};
+    for (int i = 0; i < 5000 && (e.leader.acked < 100 || m.installs == 0); i++) {
+        turn(&e, 1);
+        node_metrics(e.n, &m);
+    }
+    ck_assert_uint_eq(m.installs, 1);
+    ck_assert_uint_ge(e.leader.acked, 100);
+    ck_assert_uint_eq(e.n->install.refused, 5);
+    send_entries(&e, 1, 100, 1, 5, 105);
+    for (int i = 0; i < 5000 && st.applied < 105; i++) {
+        turn(&e, 1);
+        node_status(e.n, &st);
+    }
+    ck_assert(!st.failed);
+    ck_assert_uint_ge(st.applied, 105);
+    fwd_env_stop(&e);
+}
+END_TEST
+
 /* libuv's thread pool held: every pool thread waits in a blocker until
  * released, so a job queued meanwhile stays in flight. */
 #define BLOCKERS 1024 /* libuv's largest pool */
@@ -1652,6 +1747,7 @@ static Suite *forward_suite(void)
     tcase_add_checked_fixture(tc, NULL, install_teardown);
     tcase_add_test(tc, test_forged_forward_answers_are_ignored);
     tcase_add_test(tc, test_entries_during_an_install_wait_beside_it);
+    tcase_add_test(tc, test_bad_snapshots_are_refused_and_a_good_one_installs);
     tcase_add_test(tc, test_snapshot_during_tier_work_is_parked);
     tcase_add_test(tc, test_install_interrupted_after_publishing_is_finished_at_restart);
     tcase_add_test(tc,
