@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "base/err.h"
+#include "base/secret_file.h"
 #include "cmd/tierkv/cli.h"
 #include "tls/tls.h"
 
@@ -55,8 +56,14 @@ static const char main_help[] =
     "                         system's CAs are trusted)\n"
     "  --cert FILE, --key FILE  HTTPS: a client certificate and its key (PEM; env\n"
     "                         TIERKV_CERT, TIERKV_KEY)\n"
-    "  --token TOKEN          a bearer token for --auth-file servers (env\n"
-    "                         TIERKV_TOKEN)\n"
+    "  --token-file FILE      a bearer token for --auth-file servers, read from\n"
+    "                         FILE (mode 0600 or stricter), or from the env\n"
+    "                         TIERKV_TOKEN. --token TOKEN works too, but puts\n"
+    "                         the token where ps shows it (warned)\n"
+    "  --allow-loose-permissions[=BOOL]  accept a --token-file that group or\n"
+    "                         others may read or write, with a warning (env\n"
+    "                         TIERKV_ALLOW_LOOSE_PERMISSIONS; BOOL: " TK_BOOL_ACCEPTED
+    ")\n"
     "\n"
     "Exit codes:\n"
     "  0 success\n"
@@ -69,8 +76,8 @@ static const char main_help[] =
     "  7 rejected by the server (400, 413 and other 4xx)\n";
 
 struct security_flags {
-    const char *cacert, *cert, *key, *token;
-    bool https_endpoint;
+    const char *cacert, *cert, *key, *token, *token_file;
+    bool token_on_argv, allow_loose, https_endpoint;
 };
 
 static const char *env_or_null(const char *name)
@@ -79,14 +86,54 @@ static const char *env_or_null(const char *name)
     return v != NULL && v[0] != 0 ? v : NULL;
 }
 
+/* --token-file: the token, read from a file that only its owner may read or
+ * write (base/secret_file.h), into buf. Returns 0 or CLI_EXIT_USAGE with a
+ * message printed. */
+static int read_token_file(const char *path, bool allow_loose, char *buf, size_t cap)
+{
+    char msg[TK_SECRET_MSG_MAX];
+    size_t n = 0;
+    int rc = tk_secret_file_read(path, allow_loose, buf, cap - 1, &n, msg, sizeof(msg));
+    if (rc == TK_ETOOBIG || (rc == 0 && n == 0)) {
+        fprintf(stderr,
+                "tierkv: --token-file: \"%s\" must hold a token of 1 to %zu bytes\n",
+                path, cap - 1);
+        return CLI_EXIT_USAGE;
+    }
+    if (rc != 0) {
+        fprintf(stderr, "tierkv: --token-file: %s\n", msg);
+        return CLI_EXIT_USAGE;
+    }
+    if (msg[0] != 0)
+        fprintf(stderr, "tierkv: warning: --token-file: %s\n", msg);
+    buf[n] = 0;
+    return 0;
+}
+
 /* Builds the TLS context and token the flags ask for (cli_security_set).
  * Returns 0 or CLI_EXIT_USAGE with a message printed. */
 static int security_setup(const struct security_flags *f, struct tk_tls_ctx **ctx)
 {
+    static char token_buf[CLI_TOKEN_MAX + 1];
     struct cli_security sec = {.token = f->token};
-    if (f->token != NULL &&
-        (strlen(f->token) > CLI_TOKEN_MAX || strpbrk(f->token, "\r\n"))) {
-        fprintf(stderr, "tierkv: --token: at most %d bytes, one line\n", CLI_TOKEN_MAX);
+    if (f->token_file != NULL) {
+        int rc =
+            read_token_file(f->token_file, f->allow_loose, token_buf, sizeof(token_buf));
+        if (rc != 0)
+            return rc;
+        sec.token = token_buf;
+    } else if (f->token_on_argv) {
+        fprintf(stderr, "tierkv: warning: --token puts the token on the command line, "
+                        "where ps shows it to every local user; use --token-file FILE or "
+                        "TIERKV_TOKEN\n");
+    }
+    if (sec.token != NULL &&
+        (strlen(sec.token) > CLI_TOKEN_MAX || strpbrk(sec.token, "\r\n"))) {
+        fprintf(stderr, "tierkv: the token (%s): at most %d bytes, one line\n",
+                f->token_file != NULL ? "--token-file"
+                : f->token_on_argv    ? "--token"
+                                      : "TIERKV_TOKEN",
+                CLI_TOKEN_MAX);
         return CLI_EXIT_USAGE;
     }
     if (f->cacert != NULL || f->cert != NULL || f->key != NULL || f->https_endpoint) {
@@ -166,6 +213,15 @@ int main(int argc, char **argv)
                                 .cert = env_or_null("TIERKV_CERT"),
                                 .key = env_or_null("TIERKV_KEY"),
                                 .token = env_or_null("TIERKV_TOKEN")};
+    const char *loose = env_or_null("TIERKV_ALLOW_LOOSE_PERMISSIONS");
+    if (loose != NULL && tk_parse_bool(loose, &sf.allow_loose) != 0) {
+        fprintf(stderr,
+                "tierkv: TIERKV_ALLOW_LOOSE_PERMISSIONS=\"%s\" is not a boolean: "
+                "use " TK_BOOL_ACCEPTED "\n",
+                loose);
+        free(rest);
+        return CLI_EXIT_USAGE;
+    }
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v;
@@ -201,6 +257,23 @@ int main(int argc, char **argv)
                                 : name[2] == 'k'                 ? &sf.key
                                                                  : &sf.token;
             *slot = v;
+            if (slot == &sf.token)
+                sf.token_on_argv = true;
+        } else if (is_flag(a, "--token-file")) {
+            v = flag_value(argc, argv, &i, "--token-file");
+            if (!v || !v[0]) {
+                free(rest);
+                return usage("--token-file wants a file");
+            }
+            sf.token_file = v;
+        } else if (is_flag(a, "--allow-loose-permissions")) {
+            const char *eq = strchr(a, '=');
+            if (eq != NULL && tk_parse_bool(eq + 1, &sf.allow_loose) != 0) {
+                free(rest);
+                return usage("--allow-loose-permissions=BOOL: BOOL is " TK_BOOL_ACCEPTED);
+            }
+            if (eq == NULL)
+                sf.allow_loose = true;
         } else if (strcmp(a, "--json") == 0) {
             g.json = true;
         } else if (strcmp(a, "--base64") == 0) {
@@ -273,6 +346,10 @@ int main(int argc, char **argv)
             "(at most %d)\n",
             endpoints, CLI_ENDPOINTS_MAX);
         code = CLI_EXIT_USAGE;
+        goto out;
+    }
+    if (sf.token_file != NULL && sf.token_on_argv) {
+        code = usage("--token and --token-file do not go together");
         goto out;
     }
     sf.https_endpoint = strcasestr(endpoints, "https://") != NULL;

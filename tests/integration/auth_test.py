@@ -5,8 +5,10 @@ WWW-Authenticate), probes stay open, a read-only token writing gets 403,
 rights per key prefix for keys, scans, ranges, batches and transactions,
 deleting every key and the digest need admin, the Idempotency-Key is a
 namespace per user (the same key from two users is two writes, never a
-replay of the other's answer), the CLI's --token and TIERKV_TOKEN, and a bad
-auth file refused at start with its line.
+replay of the other's answer), the CLI's token from --token-file or
+TIERKV_TOKEN (--token on argv still works, with a warning; a token file that
+group or others may read is refused unless --allow-loose-permissions), and a
+bad auth file refused at start with its line.
 
 usage: auth_test.py path/to/tierkvd path/to/tierkv
 """
@@ -76,7 +78,15 @@ def expect(port, user, method, path, want, body=None, headers=None):
     return js
 
 
-def run_checks(port, tierkv):
+def token_file(tmp, name, tok, mode=0o600):
+    path = os.path.join(tmp, name)
+    with open(path, "w") as f:
+        f.write(tok + "\n")
+    os.chmod(path, mode)
+    return path
+
+
+def run_checks(port, tierkv, tmp):
     # Authentication.
     expect(port, None, "GET", "/v1/kv/app/x", 401)
     expect(port, None, "PUT", "/v1/kv/app/x", 401, body=b"v")
@@ -148,11 +158,40 @@ def run_checks(port, tierkv):
               if ln.startswith("tierkv_http_auth_denied_total ")]
     check(st == 200 and denied and float(denied[0].split()[1]) >= 10,
           "tierkv_http_auth_denied_total: %r" % denied)
-    # The CLI.
+    # The CLI: the token from a file only its owner may read, or TIERKV_TOKEN.
     base = [tierkv, "-e", "127.0.0.1:%d" % port, "--retries", "0"]
+    rw_file = token_file(tmp, "rw.token", TOKENS["rw"])
+    p = subprocess.run(base + ["--token-file", rw_file, "put", "app/cli", "v0"],
+                       capture_output=True, timeout=30)
+    check(p.returncode == 0 and not p.stderr,
+          "tierkv --token-file put: %d %r" % (p.returncode, p.stderr))
+    st, _, js = jreq(port, "GET", "/v1/kv/app/cli", headers=auth("ro"))
+    check(st == 200 and js["value"] == "v0", "--token-file's write: %d %r" % (st, js))
+    # A token file group or others may read is refused before any request.
+    loose = token_file(tmp, "loose.token", TOKENS["rw"], 0o644)
+    p = subprocess.run(base + ["--token-file", loose, "put", "app/cli", "loose"],
+                       capture_output=True, timeout=30)
+    err = p.stderr.decode(errors="replace")
+    check(p.returncode == 2 and ('"%s" has mode 0644' % loose) in err and
+          ("chmod 600 %s" % loose) in err, "a 0644 --token-file: %d %r" % (p.returncode, err))
+    st, _, js = jreq(port, "GET", "/v1/kv/app/cli", headers=auth("ro"))
+    check(js["value"] == "v0", "the refused CLI wrote: %r" % js)
+    for extra, env in ((["--allow-loose-permissions"], None),
+                       ([], dict(os.environ, TIERKV_ALLOW_LOOSE_PERMISSIONS="yes"))):
+        p = subprocess.run(base + extra + ["--token-file", loose, "put", "app/cli", "v"],
+                           capture_output=True, timeout=30, env=env)
+        err = p.stderr.decode(errors="replace")
+        check(p.returncode == 0 and err.count("has mode 0644") == 1 and
+              "--allow-loose-permissions" in err,
+              "a 0644 --token-file, allowed by %r: %d %r" % (extra or env, p.returncode, err))
+    p = subprocess.run(base + ["--allow-loose-permissions=maybe", "get", "app/cli"],
+                       capture_output=True, timeout=30)
+    check(p.returncode == 2, "--allow-loose-permissions=maybe: %d" % p.returncode)
+    # --token on argv still works, with a warning that ps shows it.
     p = subprocess.run(base + ["--token", TOKENS["rw"], "put", "app/cli", "v"],
                        capture_output=True, timeout=30)
-    check(p.returncode == 0, "tierkv --token put: %d %r" % (p.returncode, p.stderr))
+    check(p.returncode == 0 and b"ps shows it" in p.stderr,
+          "tierkv --token put: %d %r" % (p.returncode, p.stderr))
     env = dict(os.environ, TIERKV_TOKEN=TOKENS["ro"])
     p = subprocess.run(base + ["get", "app/cli"], capture_output=True, timeout=30, env=env)
     check(p.returncode == 0 and b"app/cli" in p.stdout, "TIERKV_TOKEN get: %r" % (p,))
@@ -163,8 +202,8 @@ def run_checks(port, tierkv):
     p = subprocess.run(base + ["get", "app/cli"], capture_output=True, timeout=30)
     check(p.returncode == 7, "no token via the CLI: %d %r" % (p.returncode, p.stderr))
     # tierkv bench sends the token on every request.
-    for tok, want_errors in ((TOKENS["rw"], False), (None, True)):
-        p = subprocess.run(base + (["--token", tok] if tok else []) +
+    for tok, want_errors in ((rw_file, False), (None, True)):
+        p = subprocess.run(base + (["--token-file", tok] if tok else []) +
                            ["bench", "--duration", "1s", "--warmup", "0", "--connections",
                             "2", "--keys", "50", "--key-prefix", "app/bench/"],
                            capture_output=True, timeout=60)
@@ -174,7 +213,8 @@ def run_checks(port, tierkv):
                   "bench without a token had no errors: %r" % (p.stdout,))
         else:
             check(p.returncode == 0 and rows and rows[-1]["ops"] > 0 and
-                  rows[-1]["errors"] == 0, "bench --token: %r %r" % (p.stdout, p.stderr))
+                  rows[-1]["errors"] == 0,
+                  "bench --token-file: %r %r" % (p.stdout, p.stderr))
 
 
 def bad_files(tierkvd, tmp):
@@ -189,6 +229,7 @@ def bad_files(tierkvd, tmp):
         path = os.path.join(tmp, "bad.auth")
         with open(path, "w") as f:
             f.write(text)
+        os.chmod(path, 0o600)  # else refused for its mode, before its lines
         p = subprocess.run([tierkvd, "--store", "mem", "--listen-http", "127.0.0.1:0",
                             "--auth-file", path], capture_output=True, timeout=20)
         out = (p.stdout + p.stderr).decode(errors="replace")
@@ -207,9 +248,10 @@ def main():
         f.write("rw2   %s  write:app/   # a second writer\n" % h(TOKENS["rw2"]))
         f.write("ro    %s  read:app/ read:%s\n" % (h(TOKENS["ro"]),
                                                   urllib.parse.quote("q\xff", safe="")))
+    os.chmod(path, 0o600)  # a secret file: tierkvd refuses it otherwise
     failed = 0
     for name, fn in (("checks", lambda: run_checks(start(tierkvd, tmp, path).http_port,
-                                                   tierkv)),
+                                                   tierkv, tmp)),
                      ("bad auth files", lambda: bad_files(tierkvd, tmp))):
         try:
             fn()
