@@ -24,8 +24,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/assert.h"
 #include "base/err.h"
 #include "base/log.h"
+#include "base/secret_file.h"
 #include "gateway/gateway.h"
 #include "kv/backup.h"
 #include "kv/kv.h"
@@ -37,6 +39,10 @@
 
 static void restore_data(struct node_options *no);
 
+/* An option. A boolean (is_bool) takes no value on the command line
+ * (--flag is on) or exactly one of TK_BOOL_ACCEPTED after '=' or in its
+ * variable; parse_bools() checks every one before anything reads it, and
+ * only get_bool() reads a boolean. */
 struct opt {
     const char *flag; /* without "--" */
     const char *env;
@@ -178,8 +184,12 @@ static struct opt opts[] = {
      "peer mutual TLS: the CAs every peer's certificate must chain to (PEM)", 0, 0},
     {"insecure-peers", "TIERKV_INSECURE_PEERS", NULL,
      "allow a raft address off loopback without --peer-token-file or peer TLS (anyone "
-     "who "
-     "reaches it can act as a member; warned every minute)",
+     "who reaches it can act as a member; warned every minute)",
+     1, 0},
+    {"allow-loose-permissions", "TIERKV_ALLOW_LOOSE_PERMISSIONS", NULL,
+     "accept secret files (--peer-token-file, --peer-key-file, --key-file, --auth-file) "
+     "that group or others may read or write, with a warning; without it they are "
+     "refused (for containers that mount secrets with other modes)",
      1, 0},
     {"cert-file", "TIERKV_CERT_FILE", NULL,
      "HTTPS: the gateway's certificate chain (PEM); with --key-file the gateway speaks "
@@ -214,13 +224,16 @@ static void usage(FILE *f)
                "environment variable; a flag wins over its variable.\n\n");
     for (size_t i = 0; i < N_OPTS; i++) {
         char lhs[64];
-        snprintf(lhs, sizeof(lhs), "--%s%s", opts[i].flag, opts[i].is_bool ? "" : " V");
+        snprintf(lhs, sizeof(lhs), "--%s%s", opts[i].flag,
+                 opts[i].is_bool ? "[=BOOL]" : " V");
         fprintf(f, "  %-24s %s\n  %-24s env %s%s%s%s\n", lhs, opts[i].help, "",
                 opts[i].env, opts[i].def ? ", default " : "",
                 opts[i].def ? opts[i].def : "", "");
     }
-    fprintf(f, "  %-24s %s\n  %-24s %s\n\nSee docs/tierkvd.md.\n", "--help", "this text",
-            "--version", "print the version");
+    fprintf(f,
+            "  %-24s %s\n  %-24s %s\n\nBOOL is one of " TK_BOOL_ACCEPTED
+            " (a flag alone is true).\nSee docs/tierkvd.md.\n",
+            "--help", "this text", "--version", "print the version");
 }
 
 static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
@@ -243,10 +256,45 @@ static struct opt *find_opt(const char *flag, size_t len)
     return NULL;
 }
 
+/* A valued option's value (NULL: unset). Never a boolean's: see get_bool. */
 static const char *get(const char *flag)
 {
     struct opt *o = find_opt(flag, strlen(flag));
+    TK_ASSERT(o != NULL);
+    TK_ASSERT(!o->is_bool);
     return o->val;
+}
+
+/* A boolean option: off unless set to a true value (parse_bools() has
+ * refused every other value). */
+static bool get_bool(const char *flag)
+{
+    struct opt *o = find_opt(flag, strlen(flag));
+    TK_ASSERT(o != NULL);
+    TK_ASSERT(o->is_bool);
+    bool on = false;
+    int rc = o->val != NULL ? tk_parse_bool(o->val, &on) : 0;
+    TK_ASSERT(rc == 0);
+    return on;
+}
+
+/* Every boolean, from the command line or its variable, through the one
+ * parser: anything but TK_BOOL_ACCEPTED stops the start (exit 2), so that a
+ * value meaning "off" can never leave an option on. */
+static void parse_bools(void)
+{
+    for (size_t i = 0; i < N_OPTS; i++) {
+        const struct opt *o = &opts[i];
+        bool on;
+        if (!o->is_bool || o->val == NULL || tk_parse_bool(o->val, &on) == 0)
+            continue;
+        if (o->val == getenv(o->env)) /* not given on the command line */
+            die("%s=\"%s\" (--%s) is not a boolean: use " TK_BOOL_ACCEPTED, o->env,
+                o->val, o->flag);
+        die("--%s=\"%s\" is not a boolean: use " TK_BOOL_ACCEPTED
+            " (or --%s alone for true)",
+            o->flag, o->val, o->flag);
+    }
 }
 
 static uint64_t get_u64(const char *flag, uint64_t min, uint64_t max)
@@ -350,6 +398,51 @@ static bool is_loopback(const char *host)
     return inet_pton(AF_INET6, host, &a6) == 1 && IN6_IS_ADDR_LOOPBACK(&a6);
 }
 
+/* A secret file (--peer-token-file, --peer-key-file, --key-file,
+ * --auth-file) opened and checked (base/secret_file.h): a file group or
+ * others may read or write stops the start, unless --allow-loose-permissions
+ * is given; then it is logged once as a warning. Returns the descriptor. */
+static int open_secret(const char *flag, const char *path)
+{
+    char msg[TK_SECRET_MSG_MAX];
+    int fd;
+    if (tk_secret_file_open(path, get_bool("allow-loose-permissions"), &fd, msg,
+                            sizeof(msg)) != 0)
+        die("--%s: %s", flag, msg);
+    if (msg[0] != 0)
+        tk_logf(TK_LOG_WARN, 0, 0, NULL, "--%s: %s", flag, msg);
+    return fd;
+}
+
+/* A path a loader that takes only paths (OpenSSL, the auth file) opens to
+ * read the very file open_secret checked: /proc/self/fd/N, or the path
+ * itself where /proc is not mounted. */
+static const char *secret_path(int fd, const char *path, char *buf, size_t cap)
+{
+    tk_secret_file_fd_path(fd, buf, cap);
+    return access(buf, R_OK) == 0 ? buf : path;
+}
+
+/* A loader's message names the /proc path it was given: name the file. */
+static void name_secret(char *msg, size_t cap, const char *proc, const char *path)
+{
+    char out[1024];
+    size_t o = 0, plen = strlen(proc);
+    for (const char *m = msg; *m != 0 && o + 1 < sizeof(out);) {
+        if (plen > 0 && strncmp(m, proc, plen) == 0) {
+            o += (size_t)snprintf(out + o, sizeof(out) - o, "%s", path);
+            if (o >= sizeof(out))
+                o = sizeof(out) - 1;
+            m += plen;
+        } else {
+            out[o++] = *m++;
+        }
+    }
+    size_t n = o < cap - 1 ? o : cap - 1;
+    memcpy(msg, out, n);
+    msg[n] = 0;
+}
+
 /* --cert-file, --key-file, --client-ca-file: the gateway's HTTPS context,
  * or NULL for plain HTTP. A file that does not load stops the start. */
 static struct tk_tls_ctx *gateway_tls(struct gateway_config *gc)
@@ -361,11 +454,19 @@ static struct tk_tls_ctx *gateway_tls(struct gateway_config *gc)
     if (cert == NULL || key == NULL)
         die("HTTPS needs both --cert-file and --key-file%s",
             ca != NULL ? " (--client-ca-file alone is not enough)" : "");
-    struct tk_tls_ctx_config tc = {
-        .server = true, .cert_file = cert, .key_file = key, .ca_file = ca};
+    char proc[TK_SECRET_FD_PATH_MAX];
+    int fd = open_secret("key-file", key);
+    struct tk_tls_ctx_config tc = {.server = true,
+                                   .cert_file = cert,
+                                   .key_file = secret_path(fd, key, proc, sizeof(proc)),
+                                   .ca_file = ca};
     char err[TK_TLS_ERR_MAX];
-    if (tk_tls_ctx_new(&tc, &gc->tls, err, sizeof(err)) != 0)
+    int rc = tk_tls_ctx_new(&tc, &gc->tls, err, sizeof(err));
+    close(fd);
+    if (rc != 0) {
+        name_secret(err, sizeof(err), proc, key);
         die("HTTPS (--cert-file, --key-file, --client-ca-file): %s", err);
+    }
     return gc->tls;
 }
 
@@ -382,45 +483,62 @@ static void peer_tls(struct node_options *no)
             "--peer-trusted-ca-file");
     if (no->hub != NULL || no->listen_host == NULL)
         die("peer TLS needs --members (a single node has no raft peers)");
-    char err[TK_TLS_ERR_MAX];
-    struct tk_tls_ctx_config tc = {
-        .server = true, .cert_file = cert, .key_file = key, .ca_file = ca};
-    if (tk_tls_ctx_new(&tc, &no->peer_tls_server, err, sizeof(err)) != 0)
+    char err[TK_TLS_ERR_MAX], proc[TK_SECRET_FD_PATH_MAX];
+    int fd = open_secret("peer-key-file", key);
+    struct tk_tls_ctx_config tc = {.server = true,
+                                   .cert_file = cert,
+                                   .key_file = secret_path(fd, key, proc, sizeof(proc)),
+                                   .ca_file = ca};
+    int rc = tk_tls_ctx_new(&tc, &no->peer_tls_server, err, sizeof(err));
+    if (rc == 0) {
+        tc.server = false;
+        rc = tk_tls_ctx_new(&tc, &no->peer_tls_client, err, sizeof(err));
+    }
+    close(fd);
+    if (rc != 0) {
+        name_secret(err, sizeof(err), proc, key);
         die("peer TLS (--peer-cert-file, --peer-key-file, --peer-trusted-ca-file): %s",
             err);
-    tc.server = false;
-    if (tk_tls_ctx_new(&tc, &no->peer_tls_client, err, sizeof(err)) != 0)
-        die("peer TLS: %s", err);
+    }
 }
 
 /* --peer-token-file and --insecure-peers: reads the token into `tok` and
  * refuses a raft address off loopback with neither. Returns whether the
- * peers are open (the caller warns every minute). */
+ * peers are open (the caller warns every minute). A raft port on loopback
+ * with neither a token nor peer TLS starts, but says once that every local
+ * process can reach it. */
 static bool peer_security(struct node_options *no, uint8_t *tok, size_t cap)
 {
     const char *path = get("peer-token-file");
     if (path != NULL) {
-        FILE *f = fopen(path, "rb");
-        if (f == NULL)
-            die("--peer-token-file: cannot open \"%s\": %s", path, strerror(errno));
-        size_t n = fread(tok, 1, cap, f);
-        bool more = fgetc(f) != EOF;
-        fclose(f);
-        while (n > 0 && (tok[n - 1] == '\n' || tok[n - 1] == '\r' || tok[n - 1] == ' ' ||
-                         tok[n - 1] == '\t'))
-            n--;
-        if (more || n < TRANSPORT_TCP_TOKEN_MIN)
+        char msg[TK_SECRET_MSG_MAX];
+        size_t n = 0;
+        int rc = tk_secret_file_read(path, get_bool("allow-loose-permissions"), tok, cap,
+                                     &n, msg, sizeof(msg));
+        if (rc != 0 && rc != TK_ETOOBIG)
+            die("--peer-token-file: %s", msg);
+        if (rc == TK_ETOOBIG || n < TRANSPORT_TCP_TOKEN_MIN)
             die("--peer-token-file: \"%s\" must hold %d to %zu bytes (make one with: "
-                "openssl rand -hex 32 > FILE)",
+                "(umask 077; openssl rand -hex 32 > FILE))",
                 path, TRANSPORT_TCP_TOKEN_MIN, cap);
+        if (msg[0] != 0)
+            tk_logf(TK_LOG_WARN, no->id, 0, NULL, "--peer-token-file: %s", msg);
         no->peer_token = tok;
         no->peer_token_len = n;
         return false;
     }
-    if (no->peer_tls_server != NULL || no->hub != NULL || no->listen_host == NULL ||
-        is_loopback(no->listen_host))
+    if (no->peer_tls_server != NULL || no->hub != NULL || no->listen_host == NULL)
         return false;
-    if (get("insecure-peers") == NULL)
+    if (is_loopback(no->listen_host)) {
+        char kvs[GATEWAY_ADDR_MAX + 32];
+        snprintf(kvs, sizeof(kvs), "raft=%s:%u", no->listen_host, no->listen_port);
+        tk_logf(TK_LOG_WARN, no->id, 0, kvs,
+                "the raft port is open to every local process (no --peer-token-file nor "
+                "peer TLS): any of them can act as a member. Give every node the same "
+                "--peer-token-file (docs/operations.md)");
+        return false;
+    }
+    if (!get_bool("insecure-peers"))
         die("the raft address %s is not loopback and there is no --peer-token-file nor "
             "peer TLS: anyone who reaches it could act as a member. Give every node the "
             "same --peer-token-file, or --peer-cert-file, --peer-key-file and "
@@ -654,7 +772,7 @@ int main(int argc, char **argv)
         if (o == NULL)
             die("unknown flag \"%s\"", a);
         if (o->is_bool) {
-            o->val = eq ? eq + 1 : "1";
+            o->val = eq ? eq + 1 : "true";
         } else if (eq) {
             o->val = eq + 1;
         } else {
@@ -663,6 +781,7 @@ int main(int argc, char **argv)
             o->val = argv[++i];
         }
     }
+    parse_bools();
 
     enum tk_log_level lvl;
     if (tk_log_parse_level(get("log-level"), &lvl) != 0)
@@ -699,7 +818,7 @@ int main(int argc, char **argv)
     no.kv_writeback_pace = pace > 0 ? (int)pace : -1;
     uint64_t read_pace = get_u64("snapshot-read-pace", 0, 100);
     no.snapshot_read_pace = read_pace > 0 ? (int)read_pace : -1;
-    no.kv_no_sync = get("kv-no-sync") != NULL && strcmp(get("kv-no-sync"), "0") != 0;
+    no.kv_no_sync = get_bool("kv-no-sync");
     no.seed = no.id * 0x9e3779b97f4a7c15ull ^ (uint64_t)getpid();
 
     struct gateway_config gc;
@@ -766,7 +885,7 @@ int main(int argc, char **argv)
                 no.listen_port = members[i].port;
             }
         }
-        no.join = get("join") != NULL;
+        no.join = get_bool("join");
         if (no.join && found)
             die("--join: --id %llu is already in --members \"%s\"; a joining node "
                 "is not in the running cluster's list",
@@ -786,7 +905,7 @@ int main(int argc, char **argv)
     } else {
         if (get("listen-raft") != NULL)
             die("--listen-raft needs --members (a single node has no raft peers)");
-        if (get("join") != NULL)
+        if (get_bool("join"))
             die("--join needs --members (the running cluster's voters)");
         /* A cluster of one: no peers, so no raft socket. */
         no.members.n_voters = 1;
@@ -838,9 +957,18 @@ int main(int argc, char **argv)
     struct tk_tls_ctx *https = gateway_tls(&gc);
     struct gateway_auth *auth = NULL;
     if (get("auth-file") != NULL) {
-        char err[512];
-        if (gateway_auth_load(get("auth-file"), &auth, err, sizeof(err)) != 0)
+        /* Writable by another user, the file could gain an admin before the
+         * next start: the same rule as the keys (no group or other bits). */
+        const char *path = get("auth-file");
+        char err[512], proc[TK_SECRET_FD_PATH_MAX];
+        int fd = open_secret("auth-file", path);
+        int rc = gateway_auth_load(secret_path(fd, path, proc, sizeof(proc)), &auth, err,
+                                   sizeof(err));
+        close(fd);
+        if (rc != 0) {
+            name_secret(err, sizeof(err), proc, path);
             die("--auth-file: %s", err);
+        }
         gc.auth = auth;
     }
     struct gateway *gw;
@@ -930,8 +1058,7 @@ int main(int argc, char **argv)
 static void restore_data(struct node_options *no)
 {
     const char *file = get("restore");
-    const char *force = get("force-new-cluster");
-    no->force_new_cluster = force != NULL && strcmp(force, "0") != 0;
+    no->force_new_cluster = get_bool("force-new-cluster");
     if (file == NULL)
         return;
     if (no->data_dir == NULL)
