@@ -24,6 +24,7 @@
  *    before it is durable (applying is then the snapshot's index);
  *  - the log's array holds exactly the indexes base + 1 .. base + n;
  *  - persisted seq <= handed seq < next seq;
+ *  - the term is at most RAFT_TERM_CEIL (raft.h);
  *  - a leader leads itself and voted for itself in a term that is durable; a
  *    candidate voted for itself; neither knows another leader;
  *  - only a leader transfers leadership, waits on reads, or has committed in
@@ -91,6 +92,7 @@ static void check_config_index(const struct raft *r)
 
 static void check_role(const struct raft *r)
 {
+    TK_ASSERT(r->term <= RAFT_TERM_CEIL);
     TK_ASSERT(r->role <= RAFT_LEADER);
     if (r->role == RAFT_LEADER) {
         TK_ASSERT(r->leader == r->o.id);

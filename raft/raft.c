@@ -411,6 +411,7 @@ static void become_follower(struct raft *r, uint64_t term, uint64_t leader)
 {
     TK_ASSERT(r != NULL);
     TK_ASSERT(term >= r->term);
+    TK_ASSERT(term <= RAFT_TERM_CEIL);
     if (term != r->term) {
         r->term = term;
         r->vote = RAFT_NONE;
@@ -504,6 +505,7 @@ static void send_vote_requests(struct raft *r, bool pre, bool transfer)
 {
     TK_ASSERT(r != NULL);
     TK_ASSERT(r->role == (pre ? RAFT_PRE_CANDIDATE : RAFT_CANDIDATE));
+    TK_ASSERT(!pre || r->term < RAFT_TERM_CEIL); /* campaign() checked */
     uint64_t term = pre ? r->term + 1 : r->term;
     for (uint32_t i = 0; i < r->config.n_voters; i++) {
         uint64_t id = r->config.voters[i];
@@ -545,8 +547,8 @@ static bool may_campaign(const struct raft *r)
 static void campaign(struct raft *r, bool pre, bool transfer)
 {
     TK_ASSERT(r != NULL);
-    if (!may_campaign(r) || r->term >= RAFT_TERM_MAX)
-        return; /* at the cap, a new term would near the wrap */
+    if (!may_campaign(r) || r->term >= RAFT_TERM_CEIL)
+        return; /* at the ceiling (raft.h): no term above it, ever */
     for (uint32_t i = 0; i < RAFT_VOTERS_MAX; i++)
         r->votes[i] = -1;
     reset_election_timeout(r);
@@ -556,6 +558,7 @@ static void campaign(struct raft *r, bool pre, bool transfer)
     } else {
         if (r->role == RAFT_LEADER)
             fail_pending_reads(r);
+        TK_ASSERT(r->term < RAFT_TERM_CEIL);
         r->term++;
         r->vote = r->o.id;
         r->hs_dirty = true;
@@ -1213,7 +1216,7 @@ static void step_lower_term(struct raft *r, const struct raft_message *m)
  * must follow that node once it leads (the membership sweeps of tests/sim
  * fail without this, e.g. --seed 2808 --nodes 3 --membership). Strangers are
  * kept out by the transport instead (authenticated members only), and a
- * forged huge term by RAFT_TERM_MAX. */
+ * forged huge term, from anyone, by term_acceptable(). */
 static bool from_accepted(const struct raft *r, const struct raft_message *m)
 {
     if (m->type == RAFT_MSG_APPEND || m->type == RAFT_MSG_SNAPSHOT)
@@ -1224,13 +1227,35 @@ static bool from_accepted(const struct raft *r, const struct raft_message *m)
     return member_slot(r, m->from) >= 0;
 }
 
+/* Whether a message's term may be taken at all (raft.h, RAFT_TERM_CEIL and
+ * RAFT_TERM_LEAP): never above the ceiling, and never more than the leap above
+ * our own term. No correct peer sends such a term (a cluster would need 2^32
+ * elections without us), so it is bad input; refusing it is as safe as losing
+ * the message. Without the leap bound one forged message at the ceiling would
+ * leave this node, and through it the cluster, unable to campaign for good. */
+static bool term_acceptable(const struct raft *r, uint64_t term)
+{
+    if (term > RAFT_TERM_CEIL)
+        return false;
+#if RAFT_PLANTED_BUG == 5
+    (void)r;
+    return true; /* planted bug: any term up to the ceiling, in one message */
+#else
+    return term <= r->term || term - r->term <= RAFT_TERM_LEAP;
+#endif
+}
+
 static int step(struct raft *r, const struct raft_message *m)
 {
     if (m == NULL || m->to != r->o.id || m->type == RAFT_MSG_NONE ||
         m->type >= RAFT_MSG_TYPE_COUNT || m->from == RAFT_NONE || m->from == r->o.id)
         return TK_EINVAL;
-    if (m->term > RAFT_TERM_MAX || !from_accepted(r, m))
-        return 0; /* a forged huge term, or a stranger: dropped */
+    if (!term_acceptable(r, m->term)) {
+        r->terms_refused++;
+        return TK_ERANGE; /* before anything changes: nothing to persist */
+    }
+    if (!from_accepted(r, m))
+        return 0; /* a stranger: dropped */
     if (m->term > r->term && !step_higher_term(r, m))
         return 0;
     if (m->term < r->term) {
@@ -1852,6 +1877,13 @@ int raft_new(const struct raft_options *o, const struct raft_boot *boot,
     for (size_t i = 0; i < boot->n_entries; i++)
         if (boot->entries[i].index != base + 1 + i)
             return TK_EINVAL;
+    /* No core ever holds a term above the ceiling (raft.h): storage that
+     * does is corrupt, not a state to assert on or to campaign from. */
+    if (boot->hard_state.term > RAFT_TERM_CEIL || boot->snapshot.term > RAFT_TERM_CEIL)
+        return TK_ECORRUPT;
+    for (size_t i = 0; i < boot->n_entries; i++)
+        if (boot->entries[i].term > RAFT_TERM_CEIL)
+            return TK_ECORRUPT;
     if (boot->applied < base || boot->applied > base + boot->n_entries)
         return TK_EINVAL;
     if (!raft__config_valid(boot->snapshot.index > 0 ? &boot->snapshot.config
@@ -1957,6 +1989,10 @@ uint64_t raft_read_rounds(const struct raft *r)
 uint64_t raft_acks_merged(const struct raft *r)
 {
     return r->acks_merged;
+}
+uint64_t raft_terms_refused(const struct raft *r)
+{
+    return r->terms_refused;
 }
 const struct raft_config *raft_config(const struct raft *r)
 {

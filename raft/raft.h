@@ -73,10 +73,26 @@
 #define RAFT_LEARNERS_MAX 8
 #define RAFT_MEMBERS_MAX (RAFT_VOTERS_MAX + RAFT_LEARNERS_MAX)
 #define RAFT_NONE 0 /* no node; node ids are 1..UINT64_MAX */
-/* The largest term a message may carry: raft_step drops anything above, so a
- * forged huge term cannot exhaust the term space (2^32 elections remain, and
- * term arithmetic never wraps: a node at this term no longer campaigns). */
-#define RAFT_TERM_MAX (UINT64_MAX - (UINT64_C(1) << 32))
+/* Terms (thesis 3.3: a server moves to any higher term it sees) are bounded so
+ * that no message, from a stranger or a member, can leave a cluster unable to
+ * elect a leader, and so that term arithmetic never wraps:
+ *  - RAFT_TERM_CEIL (2^62) is the largest term a core ever holds. raft_step
+ *    refuses a message whose term is above it, raft_new refuses a boot state
+ *    with a term above it (TK_ECORRUPT), and a core at the ceiling no longer
+ *    campaigns. Below it every election is possible, and each increment is
+ *    checked: term + 1 <= 2^62 leaves 2^64 - 2^62 of room, so it never wraps.
+ *    No real cluster gets near it: 2^62 elections.
+ *  - RAFT_TERM_LEAP (2^32) is the most one message may raise a core's term by:
+ *    raft_step refuses a message whose term is more than RAFT_TERM_LEAP above
+ *    the receiver's. So any one message moves a term by at most 2^32, and
+ *    taking a cluster from term 1 to the ceiling takes about 2^30 forged
+ *    messages; a real gap is far smaller (2^32 elections of 100 ms each take
+ *    13 years).
+ * A refused message is dropped before anything changes (nothing to persist,
+ * nothing sent), as if it were lost, which Raft always tolerates, and is
+ * counted (raft_terms_refused). */
+#define RAFT_TERM_CEIL (UINT64_C(1) << 62)
+#define RAFT_TERM_LEAP (UINT64_C(1) << 32)
 
 enum raft_entry_type {
     RAFT_ENTRY_NORMAL = 0,
@@ -318,7 +334,7 @@ struct raft_boot {
 /* Planted bugs, for proving that the simulator's checks can fail. A raft library
  * compiled with -DRAFT_PLANTED_BUG=n carries bug n; the production library is
  * compiled without it and contains none of this code. tests/sim builds one
- * simulator per bug (raft-sim-bug1..4) and requires each sweep to fail. */
+ * simulator per bug (raft-sim-bug1..5) and requires each sweep to fail. */
 enum raft_bug {
     RAFT_BUG_NONE = 0,
     RAFT_BUG_VOTE_BEFORE_PERSIST = 1, /* grant a vote before it is durable */
@@ -327,6 +343,8 @@ enum raft_bug {
     RAFT_BUG_CONFIG_UNCOMMITTED = 4,  /* append a config change without the
                                          own-term commit, or with another one
                                          still uncommitted */
+    RAFT_BUG_NO_TERM_LEAP = 5,        /* take a term of any height up to
+                                         RAFT_TERM_CEIL from one message */
 };
 
 struct raft_options {
@@ -362,9 +380,11 @@ void raft_options_default(struct raft_options *o);
 
 struct raft;
 
-/* Creates a core from options and recovered state. Returns 0 or TK_EINVAL when
+/* Creates a core from options and recovered state. Returns 0, TK_EINVAL when
  * the options or boot state are inconsistent (id 0, heartbeat >= election,
- * a gap in boot entries, no configuration). */
+ * a gap in boot entries, no configuration), or TK_ECORRUPT when a term of the
+ * boot state (the hard state's, the snapshot's or an entry's) is above
+ * RAFT_TERM_CEIL: no core ever holds such a term, so the storage is bad. */
 int raft_new(const struct raft_options *o, const struct raft_boot *boot,
              struct raft **out);
 /* Frees the core and drops its references on entry payloads. */
@@ -375,8 +395,12 @@ void raft_tick(struct raft *r);
 
 /* A message from a peer. The core copies what it keeps (taking references on
  * payloads); `m` stays the caller's. Stale or malformed messages are ignored or
- * answered, never asserted on. Returns 0, or TK_EINVAL for a message addressed
- * to another node or of an unknown type (it is dropped). */
+ * answered, never asserted on. Returns 0; TK_EINVAL for a message addressed to
+ * another node or of an unknown type; TK_ERANGE for a message whose term is
+ * above RAFT_TERM_CEIL or more than RAFT_TERM_LEAP above this core's term
+ * (bad input: refused before anything changes, and counted in
+ * raft_terms_refused). A refused message is dropped; the driver need not act
+ * on the error beyond logging or counting it. */
 int raft_step(struct raft *r, const struct raft_message *m);
 
 /* Appends a batch of commands to the leader's log. The core takes references
@@ -536,6 +560,10 @@ uint64_t raft_read_rounds(const struct raft *r);
 /* Append acks a follower folded into the ack after them (to the same leader
  * in the same term) instead of sending each: a counter for metrics. */
 uint64_t raft_acks_merged(const struct raft *r);
+/* Messages raft_step refused for their term (above RAFT_TERM_CEIL, or more
+ * than RAFT_TERM_LEAP above this core's term) since raft_new: a counter for
+ * metrics. Anything but 0 means a broken or hostile peer. */
+uint64_t raft_terms_refused(const struct raft *r);
 /* Term of the entry at `index`: 0 and TK_ECOMPACTED/TK_EUNAVAIL if unknown.
  * The snapshot index has the snapshot's term. */
 int raft_term_at(const struct raft *r, uint64_t index, uint64_t *term);

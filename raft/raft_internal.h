@@ -186,8 +186,9 @@ struct raft {
     size_t n_reads, cap_reads;
     uint64_t read_round;
     bool read_hb_needed;
-    uint64_t read_rounds; /* rounds started, a counter for metrics */
-    uint64_t acks_merged; /* append acks folded into a later one (metrics) */
+    uint64_t read_rounds;   /* rounds started, a counter for metrics */
+    uint64_t acks_merged;   /* append acks folded into a later one (metrics) */
+    uint64_t terms_refused; /* messages refused for their term (metrics) */
 
     /* Snapshot received, to hand out in the next ready. */
     bool snap_install;

@@ -465,29 +465,33 @@ START_TEST(test_election_timeout_differs_across_nodes)
 }
 END_TEST
 
-/* A message whose term is near UINT64_MAX is dropped (issue 15: one forged
- * AppendEntries at 2^64-1 used to leave the cluster leaderless for good). */
-START_TEST(test_huge_term_is_dropped)
+/* A message whose term is above RAFT_TERM_CEIL, or more than RAFT_TERM_LEAP
+ * above the receiver's, is refused as bad input (issue 15: one forged
+ * AppendEntries at 2^64-1 used to leave the cluster leaderless for good;
+ * issue 49: so did one at 2^64 - 2^32 - 1). The boundary values, message by
+ * message, are in raft_terms_test.c. */
+START_TEST(test_huge_term_is_refused)
 {
     struct rf_cluster *c = rf_new(3, NULL);
     rf_elect(c, 1);
     rf_heartbeat_rounds(c, 1, 2);
     struct raft *r2 = rf_raft(c, 2);
     uint64_t term = raft_term(r2);
-    const uint64_t huge[] = {UINT64_MAX, RAFT_TERM_MAX + 1};
-    for (size_t i = 0; i < 2; i++) {
+    const uint64_t huge[] = {UINT64_MAX, RAFT_TERM_CEIL + 1, term + RAFT_TERM_LEAP + 1};
+    for (size_t i = 0; i < 3; i++) {
         struct raft_message m;
         memset(&m, 0, sizeof(m));
         m.type = RAFT_MSG_APPEND;
         m.from = 3; /* a member, lying */
         m.to = 2;
         m.term = huge[i];
-        ck_assert_int_eq(raft_step(r2, &m), 0);
+        ck_assert_int_eq(raft_step(r2, &m), TK_ERANGE);
         m.type = RAFT_MSG_VOTE;
-        ck_assert_int_eq(raft_step(r2, &m), 0);
+        ck_assert_int_eq(raft_step(r2, &m), TK_ERANGE);
         m.type = RAFT_MSG_TIMEOUT_NOW;
-        ck_assert_int_eq(raft_step(r2, &m), 0);
+        ck_assert_int_eq(raft_step(r2, &m), TK_ERANGE);
     }
+    ck_assert_uint_eq(raft_terms_refused(r2), 9);
     ck_assert_uint_eq(raft_term(r2), term);
     ck_assert_uint_eq(raft_leader(r2), 1);
     ck_assert_int_eq(raft_role(r2), RAFT_FOLLOWER);
@@ -499,16 +503,17 @@ START_TEST(test_huge_term_is_dropped)
 }
 END_TEST
 
-/* A node at the term cap never campaigns: its term cannot wrap. */
-START_TEST(test_term_at_cap_never_wraps)
+/* A node at the term ceiling never campaigns: its term cannot pass it. */
+START_TEST(test_term_at_ceiling_never_campaigns)
 {
     struct rf_cluster *c = rf_new(3, NULL);
-    rf_boot_log(c, 1, RAFT_TERM_MAX, RAFT_NONE, NULL, 0);
+    rf_boot_log(c, 1, RAFT_TERM_CEIL, RAFT_NONE, NULL, 0);
     struct raft *r1 = rf_raft(c, 1);
     for (int i = 0; i < 200; i++)
         rf_tick(c, 1);
-    ck_assert_uint_eq(raft_term(r1), RAFT_TERM_MAX);
-    ck_assert_int_ne(raft_role(r1), RAFT_CANDIDATE);
+    ck_assert_uint_eq(raft_term(r1), RAFT_TERM_CEIL);
+    ck_assert_int_eq(raft_role(r1), RAFT_FOLLOWER);
+    ck_assert_uint_eq(rf_queued_count(c, 1, 0, RAFT_MSG_VOTE), 0);
     rf_free(c);
 }
 END_TEST
@@ -569,8 +574,8 @@ static Suite *election_suite(void)
     tcase_add_test(tc, test_prevote_rejoining_node_does_not_depose_leader);
     tcase_add_test(tc, test_election_timeout_randomized_in_range);
     tcase_add_test(tc, test_election_timeout_differs_across_nodes);
-    tcase_add_test(tc, test_huge_term_is_dropped);
-    tcase_add_test(tc, test_term_at_cap_never_wraps);
+    tcase_add_test(tc, test_huge_term_is_refused);
+    tcase_add_test(tc, test_term_at_ceiling_never_campaigns);
     tcase_add_test(tc, test_non_member_cannot_change_term_or_leader);
     suite_add_tcase(s, tc);
     return s;

@@ -633,6 +633,7 @@ static const struct corruption corruptions[] = {
     {"r->vote == r->o.id", 1},
     {"pr->match < pr->next", 0},
     {"l->ents[l->head + l->n - 1].index == l->base_index + l->n", 2},
+    {"r->term <= RAFT_TERM_CEIL", 2},
 };
 
 static void corrupt(struct raft *r, int k)
@@ -655,6 +656,9 @@ static void corrupt(struct raft *r, int k)
         break;
     case 6:
         r->log.ents[r->log.head + r->log.n - 1].index++;
+        break;
+    case 7:
+        r->term = RAFT_TERM_CEIL + 1;
         break;
     default:
         break;
