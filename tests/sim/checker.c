@@ -35,6 +35,14 @@ struct ck_lm {
     uint64_t prev_term;
 };
 
+/* The leader of one term. Terms are sparse (a core may take a term up to
+ * RAFT_TERM_LEAP above its own from one message, and up to RAFT_TERM_CEIL in
+ * all), so they are keys of a table, not indexes of an array. */
+struct ck_lt {
+    uint64_t term; /* 0: empty slot */
+    uint64_t node;
+};
+
 struct ck_node {
     /* Durable state, as the simulated storage reports it. */
     uint64_t hs_term;
@@ -65,8 +73,9 @@ struct ck {
     size_t c_cap;
     uint64_t c_n;
 
-    uint64_t *leader_of; /* by term */
-    size_t leader_cap;
+    struct ck_lt *lt; /* leader by term, open addressing */
+    size_t lt_cap;    /* a power of two */
+    size_t lt_n;
 
     struct ck_lm *lm;
     size_t lm_cap; /* a power of two */
@@ -140,6 +149,8 @@ struct ck *ck_new(uint32_t n_nodes, const struct ck_ops *ops)
         ck->nodes[i].voters = n_nodes >= 32 ? UINT32_MAX : (1u << n_nodes) - 1;
     ck->lm_cap = 1024;
     ck->lm = tk_calloc(ck->lm_cap, sizeof(*ck->lm));
+    ck->lt_cap = 64;
+    ck->lt = tk_calloc(ck->lt_cap, sizeof(*ck->lt));
     return ck;
 }
 
@@ -151,7 +162,7 @@ void ck_free(struct ck *ck)
         tk_free(ck->nodes[i].terms);
     tk_free(ck->nodes);
     tk_free(ck->c);
-    tk_free(ck->leader_of);
+    tk_free(ck->lt);
     tk_free(ck->lm);
     tk_free(ck->payload_index);
     tk_free(ck);
@@ -252,6 +263,37 @@ static int recheck_durable(struct ck *ck, uint64_t node, uint64_t lo, uint64_t h
     return 0;
 }
 
+/* The slot of `term` in the leader table: the one holding it, or the empty
+ * one where it goes. */
+static struct ck_lt *lt_slot(struct ck_lt *lt, size_t cap, uint64_t term)
+{
+    size_t s = (size_t)(mix64(term) & (cap - 1));
+    while (lt[s].term != 0 && lt[s].term != term)
+        s = (s + 1) & (cap - 1);
+    return &lt[s];
+}
+
+/* The leader of `term`, 0 if none yet; with `node` not 0, records it as
+ * that leader when there was none. */
+static uint64_t leader_of(struct ck *ck, uint64_t term, uint64_t node)
+{
+    struct ck_lt *e = lt_slot(ck->lt, ck->lt_cap, term);
+    if (e->term != 0 || node == 0)
+        return e->node;
+    *e = (struct ck_lt){term, node};
+    if (++ck->lt_n * 2 > ck->lt_cap) {
+        struct ck_lt *old = ck->lt;
+        size_t old_cap = ck->lt_cap;
+        ck->lt_cap *= 2;
+        ck->lt = tk_calloc(ck->lt_cap, sizeof(*ck->lt));
+        for (size_t i = 0; i < old_cap; i++)
+            if (old[i].term != 0)
+                *lt_slot(ck->lt, ck->lt_cap, old[i].term) = old[i];
+        tk_free(old);
+    }
+    return 0;
+}
+
 int ck_leader(struct ck *ck, uint64_t node, uint64_t term)
 {
     if (ck->failed)
@@ -260,14 +302,12 @@ int ck_leader(struct ck *ck, uint64_t node, uint64_t term)
     if (nd == NULL || term == 0)
         return fail(ck, "election-safety", node, 0, term,
                     "leader with an invalid node id or term 0");
-    grow_u64(&ck->leader_of, &ck->leader_cap, term + 1);
     ck->checks++;
-    if (ck->leader_of[term] == 0)
-        ck->leader_of[term] = node;
-    else if (ck->leader_of[term] != node)
+    uint64_t other = leader_of(ck, term, node);
+    if (other != 0 && other != node)
         return fail(ck, "election-safety", node, 0, term,
                     "two leaders in term %" PRIu64 ": n%" PRIu64 " and n%" PRIu64, term,
-                    ck->leader_of[term], node);
+                    other, node);
     if (nd->led_term == term)
         return 0;
     nd->led_term = term;

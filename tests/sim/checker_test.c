@@ -117,6 +117,25 @@ START_TEST(test_two_leaders_in_one_term)
 }
 END_TEST
 
+/* Terms are sparse (raft.h: a term may leap by 2^32, up to 2^62): leaders of
+ * huge terms are told apart, and two in one huge term are still caught. */
+START_TEST(test_two_leaders_in_one_huge_term)
+{
+    struct ck *ck = new_ck();
+    const uint64_t terms[] = {3, UINT64_C(1) << 32, (UINT64_C(1) << 62) - 1,
+                              UINT64_C(1) << 62, UINT64_MAX - 1};
+    for (size_t i = 0; i < sizeof(terms) / sizeof(terms[0]); i++)
+        ck_assert_int_eq(ck_leader(ck, 1 + i % 3, terms[i]), 0);
+    for (uint64_t t = 100; t < 300; t++) /* grows the table past its start */
+        ck_assert_int_eq(ck_leader(ck, 1 + t % 3, t), 0);
+    ck_assert(!ck_failed(ck));
+    ck_assert_int_eq(ck_leader(ck, 2, UINT64_C(1) << 62), -1);
+    assert_violation(ck, "election-safety");
+    ck_assert(strstr(ck_violation(ck), "n1 and n2") != NULL);
+    ck_free(ck);
+}
+END_TEST
+
 START_TEST(test_two_entries_applied_at_one_index)
 {
     struct ck *ck = new_ck();
@@ -418,6 +437,7 @@ int main(void)
     TCase *tc = tcase_create("checker");
     tcase_add_test(tc, test_good_history_passes);
     tcase_add_test(tc, test_two_leaders_in_one_term);
+    tcase_add_test(tc, test_two_leaders_in_one_huge_term);
     tcase_add_test(tc, test_two_entries_applied_at_one_index);
     tcase_add_test(tc, test_diverging_state_detected);
     tcase_add_test(tc, test_uncommitted_apply_detected);

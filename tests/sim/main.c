@@ -22,6 +22,11 @@
  *   --lazy-snapshots: snapshots are descriptors only, their data given when a
  *       leader asks (raft_snapshot_wanted); --lazy-snapshots-unserved (sabotage)
  *       never gives it, which the liveness check must catch.
+ *   --forged-terms: the faults also step forged messages into nodes, from
+ *       member ids, with the boundary terms of raft.h (RAFT_TERM_CEIL - 1,
+ *       RAFT_TERM_CEIL, + 1, 2^63, 2^64 - 2^32 - 1, 2^64 - 1); the cluster must
+ *       still elect a leader after the heal (raft-sim-bug5, without the leap
+ *       bound, must fail it).
  *
  * Exit status: 0 on success, 1 on a violation (or none found under
  * --expect-violation), 2 on a usage error. */
@@ -48,6 +53,7 @@ struct opts {
     bool expect_safety;
     bool membership;
     int lazy_snapshots;
+    bool forged_terms;
     const char *expect;
     uint32_t nodes;
     uint64_t time_ms;
@@ -62,7 +68,8 @@ static void usage(void)
                     "       raft-sim --seeds A-B [--nodes 3|5] --expect-safety\n"
                     "       raft-sim --demo\n"
                     "       (any mode: --no-rule-checks, --no-heal, --membership,\n"
-                    "        --lazy-snapshots, --lazy-snapshots-unserved)\n");
+                    "        --lazy-snapshots, --lazy-snapshots-unserved,\n"
+                    "        --forged-terms)\n");
 }
 
 static bool parse_u64(const char *s, uint64_t *out)
@@ -131,6 +138,8 @@ static int parse_args(int argc, char **argv, struct opts *o)
             o->lazy_snapshots = 1;
         } else if (strcmp(a, "--lazy-snapshots-unserved") == 0) {
             o->lazy_snapshots = 2;
+        } else if (strcmp(a, "--forged-terms") == 0) {
+            o->forged_terms = true;
         } else if (strcmp(a, "--no-rule-checks") == 0) {
             o->rule_checks = false;
         } else {
@@ -159,6 +168,7 @@ static struct sim_config config_for(const struct opts *o, uint64_t seed)
     c.no_heal = o->no_heal;
     c.membership = o->membership;
     c.lazy_snapshots = o->lazy_snapshots;
+    c.forged_terms = o->forged_terms;
     return c;
 }
 
@@ -191,6 +201,9 @@ static int run_one(const struct opts *o)
         if (o->lazy_snapshots)
             printf("  %" PRIu64 " snapshots' data given when a leader wanted it\n",
                    st->snapshots_served);
+        if (o->forged_terms)
+            printf("  %" PRIu64 " forged messages, %" PRIu64 " refused for their term\n",
+                   st->forged, st->forged_refused);
     }
     sim_free(s);
     return rc == 0 ? 0 : 1;
@@ -219,6 +232,8 @@ static int run_sweep(const struct opts *o)
             if (o->lazy_snapshots)
                 printf(o->lazy_snapshots == 1 ? " --lazy-snapshots"
                                               : " --lazy-snapshots-unserved");
+            if (o->forged_terms)
+                printf(" --forged-terms");
             if (o->time_ms != 0)
                 printf(" --time %" PRIu64, o->time_ms);
             printf(" --trace\n");

@@ -34,6 +34,7 @@
 #define CLIENT_TAIL_MS 1000       /* clients keep proposing this long after heal */
 #define CLIENT_OUTSTANDING_MAX 48 /* commands in flight across all clients */
 #define SNAP_MAGIC 0x534e4150u
+#define FORGE_GAP_US 100000 /* --forged-terms: one forged message per 50 ms */
 
 enum ev_type {
     EV_TICK = 1,
@@ -45,6 +46,7 @@ enum ev_type {
     EV_HEAL,
     EV_CRASH,
     EV_MEMBER,
+    EV_FORGE,
 };
 
 /* A message in flight: a deep copy of what raft_ready handed out. */
@@ -1258,6 +1260,64 @@ static void ev_member(struct sim *s)
         ev_push(s, next, EV_MEMBER, 0, 0, NULL);
 }
 
+/* The terms a forged message carries (--forged-terms): the boundary values of
+ * raft.h's term bounds. A node of a simulated cluster holds a small term, so
+ * the core must refuse every one of them (each is more than RAFT_TERM_LEAP
+ * above it); the planted bug RAFT_BUG_NO_TERM_LEAP takes the first two. */
+static const uint64_t forged_terms[] = {
+    RAFT_TERM_CEIL - 1,
+    RAFT_TERM_CEIL,
+    RAFT_TERM_CEIL + 1,
+    UINT64_C(1) << 63,
+    UINT64_MAX - (UINT64_C(1) << 32), /* 2^64 - 2^32 - 1 */
+    UINT64_MAX,
+};
+
+/* A lying member (issue 49): a message with a boundary term from a member id
+ * (a voter of the receiver's configuration), stepped straight into an up
+ * node, bypassing the network and its checks, as a local process on the Raft
+ * port could. Its body claims nothing (a heartbeat of nothing, a vote request
+ * with an empty log, a refused vote, a rejected append, a TimeoutNow), so a
+ * core that took its term would be wedged (no campaign at the ceiling) without
+ * being lied to about logs or votes: what must catch it is liveness. */
+static void ev_forge(struct sim *s)
+{
+    struct sim_node *nd = pick_up(s, false);
+    if (nd != NULL) {
+        const struct raft_config *c = raft_config(nd->r);
+        uint64_t from = c->voters[tk_prng_below(&s->prng, c->n_voters)];
+        if (from != nd->id) {
+            static const uint8_t types[] = {RAFT_MSG_APPEND, RAFT_MSG_VOTE,
+                                            RAFT_MSG_VOTE_RESP, RAFT_MSG_APPEND_RESP,
+                                            RAFT_MSG_TIMEOUT_NOW};
+            struct raft_message m;
+            memset(&m, 0, sizeof(m));
+            m.type = types[tk_prng_below(&s->prng, sizeof(types))];
+            m.from = from;
+            m.to = nd->id;
+            m.term = forged_terms[tk_prng_below(&s->prng, sizeof(forged_terms) /
+                                                              sizeof(forged_terms[0]))];
+            if (m.type == RAFT_MSG_VOTE) {
+                m.u.vote.pre_vote = tk_prng_chance(&s->prng, 0.5);
+                m.u.vote.transfer = tk_prng_chance(&s->prng, 0.5);
+            } else if (m.type == RAFT_MSG_APPEND_RESP) {
+                m.u.append_resp.reject = true;
+            }
+            s->st.forged++;
+            hmix(s, 0xf0463d ^ m.type << 8 ^ from);
+            hmix(s, m.term);
+            trace(s, "forged %s n%" PRIu64 "->n%" PRIu64 " term %" PRIu64,
+                  raft_msg_type_name(m.type), from, nd->id, m.term);
+            if (raft_step(nd->r, &m) == TK_ERANGE)
+                s->st.forged_refused++;
+            node_sync(s, nd);
+        }
+    }
+    uint64_t next = s->now_us + tk_prng_range(&s->prng, 1, FORGE_GAP_US);
+    if (next < s->heal_us)
+        ev_push(s, next, EV_FORGE, 0, 0, NULL);
+}
+
 static void heal_network(struct sim *s)
 {
     memset(s->cut, 0, sizeof(s->cut));
@@ -1399,6 +1459,9 @@ static void step(struct sim *s)
         break;
     case EV_MEMBER:
         ev_member(s);
+        break;
+    case EV_FORGE:
+        ev_forge(s);
         break;
     case EV_RESTART:
         if (!s->healed)
@@ -1552,6 +1615,8 @@ int sim_run(struct sim *s)
         if (s->cfg.membership)
             ev_push(s, tk_prng_range(&s->prng, 1, s->member_gap_us), EV_MEMBER, 0, 0,
                     NULL);
+        if (s->cfg.forged_terms)
+            ev_push(s, tk_prng_range(&s->prng, 1, FORGE_GAP_US), EV_FORGE, 0, 0, NULL);
     }
     ev_push(s, tk_prng_range(&s->prng, 1, s->client_gap_us), EV_CLIENT, 0, 0, NULL);
     while (!failed(s)) {

@@ -14,6 +14,10 @@
  * nodes get InstallSnapshot. Clients propose commands, ask for read indexes
  * and transfer leadership.
  *
+ * Forged terms (with sim_config.forged_terms): the fault phase also steps
+ * messages with out-of-bound terms (raft.h, RAFT_TERM_CEIL and RAFT_TERM_LEAP)
+ * from member ids straight into nodes, as a lying member would.
+ *
  * Membership (with sim_config.membership): spare node slots start as
  * non-members; the fault phase also adds learners, promotes them, removes
  * voters (the leader included) and so replaces nodes, and the checker judges
@@ -59,8 +63,13 @@ struct sim_config {
      * keeps it, and a restart gives the core none. 2: sabotage, the data is
      * never given (to prove that the sweeps would see it: liveness). */
     int lazy_snapshots;
-    FILE *trace; /* every event, or NULL */
-    FILE *notes; /* readable milestones (the demo), or NULL */
+    bool forged_terms; /* the fault phase also steps forged messages into
+                        * nodes: from a member id, with the boundary terms of
+                        * raft.h's bounds (RAFT_TERM_CEIL - 1 .. UINT64_MAX);
+                        * every check still holds and the heal still finds
+                        * a leader */
+    FILE *trace;       /* every event, or NULL */
+    FILE *notes;       /* readable milestones (the demo), or NULL */
 };
 
 struct sim_stats {
@@ -83,6 +92,8 @@ struct sim_stats {
     uint64_t snapshots_taken;
     uint64_t snapshots_installed;
     uint64_t snapshots_served; /* --lazy-snapshots: data given when wanted */
+    uint64_t forged;           /* --forged-terms: forged messages stepped */
+    uint64_t forged_refused;   /* ... and refused for their term (TK_ERANGE) */
     uint64_t checks;
     uint64_t end_ms;
 };
