@@ -8,7 +8,10 @@ own compose project on free host ports, through the deploy/compose wrapper
   1. waits until every node answers /readyz and Docker reports it healthy;
      checks the container runs as a non-root user with its data in a volume;
      the raft port is authenticated: every node reads the same peer token,
-     made on the first `up` (the image holds none), and an impostor with
+     made on the first `up` by the image's entrypoint (the image holds
+     none), each node's PID 1 is tierkvd with that token file (mode 0600,
+     owner tierkv), `docker run IMAGE` without a token exits 2 saying how to
+     give one (--version, --help and the CLI still run), and an impostor with
      another token put in a follower's place (its address and id) is refused
      by the leader (tierkv_transport_auth_failures_total) which keeps its term;
   2. writes 1,000 keys through every node (followers forward to the leader);
@@ -574,6 +577,57 @@ def replace_node(a, dep, port_of, model, net_name, extra):
     log("node4 holds the same %d keys and digest %s at applied index %d" %
         (len(scan), digest, applied))
 
+TOKEN_PATH = "/var/lib/tierkv-secrets/peer-token"
+
+
+def check_node_token(n, argv, environ, mode_owner):
+    """A node's PID 1 is tierkvd itself (the entrypoint exec'd it) with the
+    peer token file from its environment or flags; that file is mode 0600
+    and owned by the container's user tierkv (tierkvd refuses looser ones)."""
+    check(argv and os.path.basename(argv[0]) == "tierkvd",
+          "node%d: PID 1 is %s, not tierkvd" % (n, argv))
+    path = None
+    for kv in environ:
+        if kv.startswith("TIERKV_PEER_TOKEN_FILE="):
+            path = kv.split("=", 1)[1] or None
+    for i, arg in enumerate(argv):
+        if arg == "--peer-token-file" and i + 1 < len(argv):
+            path = argv[i + 1]
+        elif arg.startswith("--peer-token-file="):
+            path = arg.split("=", 1)[1]
+    check(path == TOKEN_PATH, "node%d: tierkvd's peer token file is %r, not %s" %
+          (n, path, TOKEN_PATH))
+    check(mode_owner == "600 tierkv", "node%d: %s is mode and owner %r, not '600 tierkv'" %
+          (n, TOKEN_PATH, mode_owner))
+
+
+def check_image_refuses(image):
+    """`docker run IMAGE` without a token exits 2 saying how to give one;
+    --version, --help and the CLI still work."""
+    rc, out, err = run(["docker", "run", "--rm", image], 60, check_rc=False)
+    check(rc == 2 and "openssl rand -hex 32" in err and "TIERKV_PEER_TOKEN_FILE" in err,
+          "docker run %s without a token: exit %d (want 2 and how to give one): %s %s" %
+          (image, rc, out, err))
+    first = err.strip().splitlines()[0]
+    for env in (["-e", "TIERKV_INSECURE_PEERS=false"],
+                ["-e", "TIERKV_PEER_TOKEN_FILE=/nonexistent/peer-token"]):
+        rc2, out2, err2 = run(["docker", "run", "--rm"] + env + [image], 60, check_rc=False)
+        check(rc2 == 2, "docker run %s %s: exit %d, want 2: %s %s" %
+              (" ".join(env), image, rc2, out2, err2))
+    rc, out, err = run(["docker", "run", "--rm", image, "--version"], 60, check_rc=False)
+    check(rc == 0 and out.startswith("tierkvd "), "docker run %s --version: exit %d: %s %s" %
+          (image, rc, out, err))
+    rc, out, err = run(["docker", "run", "--rm", image, "--help"], 60, check_rc=False)
+    check(rc == 0 and "--peer-token-file" in out, "docker run %s --help: exit %d: %s" %
+          (image, rc, err))
+    rc, out, err = run(["docker", "run", "--rm", image, "tierkv", "--version"], 60,
+                       check_rc=False)
+    check(rc == 0 and out.startswith("tierkv"), "docker run %s tierkv --version: exit %d: %s %s"
+          % (image, rc, out, err))
+    log("docker run %s without a token exits 2 (%s); so do TIERKV_INSECURE_PEERS=false and a "
+        "missing token file; --version, --help and `tierkv` still run" % (image, first))
+
+
 def check_peer_auth(dep, image, port_of):
     """The raft port is authenticated: every node reads one token, made on
     the first `up` (not in the image); an impostor with another token in a
@@ -588,6 +642,20 @@ def check_peer_auth(dep, image, port_of):
               "node%d: no 64-hex peer token in $TIERKV_PEER_TOKEN_FILE (exit %d)" % (n, rc))
         tokens.add(tok)
     check(len(tokens) == 1, "the three nodes read %d different peer tokens" % len(tokens))
+    for n in (1, 2, 3):
+        rc, out, _ = run(["docker", "exec", dep.container(n), "sh", "-c",
+                          "tr '\\0' '\\n' </proc/1/cmdline; echo '--env--'; "
+                          "tr '\\0' '\\n' </proc/1/environ; echo '--stat--'; "
+                          "stat -c '%%a %%U' %s" % TOKEN_PATH], 30, check_rc=False)
+        check(rc == 0 and "--env--" in out and "--stat--" in out,
+              "node%d: cannot read PID 1's command line and environment (exit %d): %s" %
+              (n, rc, out))
+        argv, rest = out.split("--env--\n", 1)
+        environ, mode_owner = rest.split("--stat--\n", 1)
+        check_node_token(n, argv.splitlines(), environ.splitlines(), mode_owner.strip())
+    log("each node's PID 1 is tierkvd with TIERKV_PEER_TOKEN_FILE=%s (mode 0600, owner tierkv), "
+        "made by the image's entrypoint (TIERKV_PEER_TOKEN_GENERATE)" % TOKEN_PATH)
+    check_image_refuses(image)
     rc, out, _ = run(["docker", "run", "--rm", "--entrypoint", "/bin/sh", image, "-c",
                       "ls -A /var/lib/tierkv-secrets"], 60, check_rc=False)
     check(rc == 0 and out.strip() == "", "the image holds secrets: %r (exit %d)" % (out, rc))
@@ -713,6 +781,25 @@ def self_test():
         raise SystemExit("self-test: a node answering not_leader was accepted")
     finally:
         srv.shutdown()
+
+    # A node's token setup: known-bad command lines, environments and modes.
+    good = (["/usr/local/bin/tierkvd"], ["HOME=/var/lib/tierkv",
+                                         "TIERKV_PEER_TOKEN_FILE=" + TOKEN_PATH], "600 tierkv")
+    check_node_token(1, *good)
+    check_node_token(1, ["tierkvd", "--peer-token-file", TOKEN_PATH], [], "600 tierkv")
+    for name, argv, environ, mode_owner in (
+            ("PID 1 is the shell, not tierkvd", ["/bin/sh", "-c", "x"], good[1], good[2]),
+            ("no token file", good[0], ["HOME=/"], good[2]),
+            ("an empty TIERKV_PEER_TOKEN_FILE", good[0], ["TIERKV_PEER_TOKEN_FILE="], good[2]),
+            ("another token file", ["tierkvd", "--peer-token-file=/tmp/t"], good[1], good[2]),
+            ("a token file at 0644", good[0], good[1], "644 tierkv"),
+            ("a token file owned by root", good[0], good[1], "600 root")):
+        try:
+            check_node_token(1, argv, environ, mode_owner)
+        except Fail as e:
+            print("ok: rejected (%s): %s" % (name, e))
+            continue
+        raise SystemExit("self-test: check_node_token accepted a bad case: " + name)
 
     # No engine: a skip (77) with a message, not a failure.
     env = dict(os.environ, DOCKER_HOST="unix:///nonexistent/tierkv-e2e.sock")
