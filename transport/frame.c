@@ -55,10 +55,10 @@ size_t frame__hello_write(uint8_t *out, const struct frame_hello *h)
     return FRAME_HEADER_BYTES + 1 + FRAME_HELLO_BYTES;
 }
 
-size_t frame__auth_write(uint8_t *out, const uint8_t *proof)
+size_t frame__proof_write(uint8_t *out, uint8_t kind, const uint8_t *proof)
 {
     uint8_t *p = out + FRAME_HEADER_BYTES;
-    p[0] = FRAME_KIND_AUTH;
+    p[0] = kind;
     memcpy(p + 1, proof, FRAME_PROOF_BYTES);
     frame__seal(out, p, 1 + FRAME_PROOF_BYTES);
     return FRAME_HEADER_BYTES + 1 + FRAME_PROOF_BYTES;

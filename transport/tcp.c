@@ -43,7 +43,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <unistd.h>
 #include <uv.h>
 
 #include "base/alloc.h"
@@ -88,8 +90,8 @@ struct obuf {
 struct tcp;
 struct tcp_peer;
 
-/* CONN_HANDSHAKE waits for the other side's HELLO; CONN_AUTH (inbound only)
- * for the dialer's AUTH. */
+/* CONN_HANDSHAKE waits for the other side's HELLO; CONN_AUTH for the next
+ * proof: inbound, the dialer's AUTH; outgoing, the acceptor's verdict. */
 enum conn_state { CONN_CONNECTING, CONN_HANDSHAKE, CONN_AUTH, CONN_UP, CONN_CLOSING };
 
 struct tcp_conn {
@@ -102,13 +104,15 @@ struct tcp_conn {
     int handles_open;
     enum conn_state state;
     uint64_t remote_id; /* after the handshake */
-    bool refuse;        /* our HELLO tells the dialer it is refused */
     bool pending;       /* inbound, not yet authenticated: counted in n_pending */
+    uint64_t addr_key;  /* inbound: its remote address (conn_addr_key) */
     uint64_t last_rx;   /* loop time of the last read (idle deadline) */
     uint8_t *rbuf;
     size_t rlen, rcap;
-    uint8_t nonce_self[FRAME_NONCE_BYTES];
-    uint8_t nonce_peer[FRAME_NONCE_BYTES];
+    /* Both HELLO bodies of the handshake, proof fields zeroed: every proof
+     * covers them (auth.c). */
+    uint8_t hello_d[FRAME_HELLO_BYTES];
+    uint8_t hello_a[FRAME_HELLO_BYTES];
     uint8_t hello[HELLO_FRAME_BYTES];
     uv_write_t hello_req;
     uint8_t auth[AUTH_FRAME_BYTES];
@@ -802,20 +806,15 @@ static void on_hello_written(uv_write_t *req, int status)
     (void)status; /* a failure shows up as a read error or the timeout */
 }
 
-/* The proof of `label`'s side for this connection into out; zeros without a
- * token. c->nonce_peer and c->remote_id are known. Returns 0 or TK_EIO. */
+/* The proof of `label` over this connection's two HELLO bodies into out;
+ * zeros without a token. Returns 0 or TK_EIO. */
 static int conn_proof(struct tcp_conn *c, uint8_t label, uint8_t *out)
 {
     struct tcp *t = c->t;
     memset(out, 0, FRAME_PROOF_BYTES);
     if (t->token == NULL)
         return 0;
-    bool dialer = c->peer != NULL;
-    uint64_t d = dialer ? t->base.id : c->remote_id;
-    uint64_t a = dialer ? c->remote_id : t->base.id;
-    const uint8_t *nd = dialer ? c->nonce_self : c->nonce_peer;
-    const uint8_t *na = dialer ? c->nonce_peer : c->nonce_self;
-    return auth__proof(t->token, t->token_len, label, t->o.cluster_id, d, a, nd, na, out);
+    return auth__proof(t->token, t->token_len, label, c->hello_d, c->hello_a, out);
 }
 
 /* Checks the other side's proof (`label` is theirs); true without a token. */
@@ -839,24 +838,45 @@ static void conn_write(struct tcp_conn *c, uv_write_t *req, uint8_t *buf, size_t
                uv_strerror(rc));
 }
 
-/* Our HELLO: a fresh nonce, and (acceptor) our proof. Returns 0 or TK_EIO. */
+/* A proof frame (AUTH, WELCOME or REFUSE) of `label` to the other side.
+ * Returns 0 or TK_EIO. */
+static int send_proof(struct tcp_conn *c, uint8_t kind, uint8_t label)
+{
+    uint8_t proof[FRAME_PROOF_BYTES];
+    if (conn_proof(c, label, proof) != 0)
+        return TK_EIO;
+    conn_write(c, &c->auth_req, c->auth, frame__proof_write(c->auth, kind, proof));
+    return 0;
+}
+
+/* Our HELLO: a fresh nonce, and (acceptor) our proof over both HELLOs. The
+ * body is kept (hello_d or hello_a) for the proofs that follow. Returns 0 or
+ * TK_EIO. */
 static int send_hello(struct tcp_conn *c)
 {
     struct tcp *t = c->t;
     struct frame_hello h = {.cluster_id = t->o.cluster_id, .node_id = t->base.id};
     h.flags = t->token != NULL ? FRAME_HELLO_F_TOKEN : 0;
-    h.flags |= c->refuse ? FRAME_HELLO_F_REFUSED : 0;
     memcpy(h.incarnation, t->o.incarnation, FRAME_INC_BYTES);
-    if (auth__nonce(c->nonce_self) != 0)
+    if (auth__nonce(h.nonce) != 0)
         return TK_EIO;
-    memcpy(h.nonce, c->nonce_self, FRAME_NONCE_BYTES);
-    if (c->peer == NULL && conn_proof(c, 'A', h.proof) != 0)
-        return TK_EIO;
-    conn_write(c, &c->hello_req, c->hello, frame__hello_write(c->hello, &h));
+    size_t n = frame__hello_write(c->hello, &h);
+    uint8_t *body = c->hello + FRAME_HEADER_BYTES + 1;
+    bool dialer = c->peer != NULL;
+    memcpy(dialer ? c->hello_d : c->hello_a, body, FRAME_HELLO_BYTES);
+    if (!dialer) {
+        if (conn_proof(c, 'A', h.proof) != 0)
+            return TK_EIO;
+        n = frame__hello_write(c->hello, &h);
+    }
+    conn_write(c, &c->hello_req, c->hello, n);
     return 0;
 }
 
-/* Checks a HELLO; returns NULL or the reason it is refused. */
+/* Checks a HELLO's form and what can be checked without acting on it: the
+ * protocol, the cluster, the ids, membership (a lookup), the certificate's
+ * name and the token flag. Keeps the body (its proof field zeroed) as the
+ * other side's. Returns NULL or the reason it is refused. */
 static const char *hello_check(struct tcp_conn *c, const uint8_t *body, size_t len,
                                struct frame_hello *h)
 {
@@ -867,12 +887,17 @@ static const char *hello_check(struct tcp_conn *c, const uint8_t *body, size_t l
         return "hello with a wrong magic";
     if (h->version != FRAME_HELLO_VERSION)
         return "unsupported protocol version";
+    if ((h->flags & ~FRAME_HELLO_F_KNOWN) != 0)
+        return "hello with unknown flags";
     if (h->cluster_id != t->o.cluster_id)
         return "cluster id mismatch";
     if (h->node_id == RAFT_NONE || h->node_id == t->base.id)
         return "bad node id";
     if (c->peer != NULL && h->node_id != c->peer->id)
         return "node id mismatch: a different node answers at this address";
+    uint8_t *keep = c->peer != NULL ? c->hello_a : c->hello_d;
+    memcpy(keep, body, FRAME_HELLO_BYTES);
+    memset(keep + FRAME_HELLO_PROOF_OFF, 0, FRAME_PROOF_BYTES);
     const char *why = NULL;
     char name[32];
     snprintf(name, sizeof(name), "node-%llu", (unsigned long long)h->node_id);
@@ -885,22 +910,24 @@ static const char *hello_check(struct tcp_conn *c, const uint8_t *body, size_t l
     else if (((h->flags & FRAME_HELLO_F_TOKEN) != 0) != (t->token != NULL))
         why = t->token != NULL ? "the peer has no cluster token"
                                : "the peer wants a cluster token and we have none";
-    if (why == NULL && t->base.cbs.incarnation != NULL &&
-        !t->base.cbs.incarnation(&t->base, h->node_id, h->incarnation, t->base.cbs.data))
-        why = "the node's data directory is not the one this cluster knows for its id "
-              "(an amnesiac: remove it and add it as a new member)";
-    if (why == NULL && c->peer != NULL && (h->flags & FRAME_HELLO_F_REFUSED)) {
-        why = "the peer refused this node's data directory (incarnation)";
-        if (t->base.cbs.refused != NULL)
-            t->base.cbs.refused(&t->base, h->node_id, t->base.cbs.data);
-    }
     if (why != NULL) {
         t->base.stats.auth_failed++;
         return why;
     }
     c->remote_id = h->node_id;
-    memcpy(c->nonce_peer, h->nonce, FRAME_NONCE_BYTES);
     return NULL;
+}
+
+/* Asks the node whether the authenticated peer's data directory is the one
+ * the cluster knows for its id. */
+static bool incarnation_ok(struct tcp_conn *c, const uint8_t *hello)
+{
+    struct tcp *t = c->t;
+    struct frame_hello h;
+    if (t->base.cbs.incarnation == NULL ||
+        frame__hello_decode(hello, FRAME_HELLO_BYTES, &h) != 0)
+        return true;
+    return t->base.cbs.incarnation(&t->base, h.node_id, h.incarnation, t->base.cbs.data);
 }
 
 static void peer_up(struct tcp_peer *p)
@@ -937,34 +964,75 @@ static void inbound_up(struct tcp_conn *c)
     t->base.stats.conns_accepted++;
 }
 
+/* Acceptor: the dialer's AUTH. Once its proof checks, the node is asked
+ * about the dialer's data directory, and the verdict goes back with a proof
+ * of its own: WELCOME, or REFUSE and close. */
+static const char *accept_auth(struct tcp_conn *c, uint8_t kind, const uint8_t *body,
+                               size_t len)
+{
+    struct tcp *t = c->t;
+    if (kind != FRAME_KIND_AUTH || len != FRAME_PROOF_BYTES)
+        return "expected the dialer's proof";
+    if (!conn_proof_ok(c, 'D', body)) {
+        t->base.stats.auth_failed++;
+        return "wrong cluster token proof from the dialer";
+    }
+    if (!incarnation_ok(c, c->hello_d)) {
+        t->base.stats.auth_failed++;
+        /* Its AUTH was the last thing it sent before our verdict: nothing is
+         * unread, so the close after the REFUSE sends no reset. */
+        (void)send_proof(c, FRAME_KIND_REFUSE, 'R');
+        return "the node's data directory is not the one this cluster knows for its id "
+               "(an amnesiac: remove it and add it as a new member)";
+    }
+    if (send_proof(c, FRAME_KIND_WELCOME, 'W') != 0)
+        return "cannot make a proof";
+    inbound_up(c);
+    return NULL;
+}
+
+/* Dialer: the acceptor's verdict. A REFUSE is acted on only when something
+ * authenticates it: its proof (with a token) or peer TLS. */
+static const char *dial_verdict(struct tcp_conn *c, uint8_t kind, const uint8_t *body,
+                                size_t len)
+{
+    struct tcp *t = c->t;
+    if ((kind != FRAME_KIND_WELCOME && kind != FRAME_KIND_REFUSE) ||
+        len != FRAME_PROOF_BYTES)
+        return "expected the acceptor's verdict";
+    bool refused = kind == FRAME_KIND_REFUSE;
+    if (!conn_proof_ok(c, refused ? 'R' : 'W', body)) {
+        t->base.stats.auth_failed++;
+        return refused ? "a refusal with a wrong proof (forged?): ignored"
+                       : "wrong cluster token proof in the acceptor's welcome";
+    }
+    if (refused) {
+        t->base.stats.auth_failed++;
+        if (t->token == NULL && c->tls == NULL)
+            return "the peer says it refuses this node's data directory, but nothing "
+                   "authenticates it (no cluster token, no peer TLS): ignored";
+        if (t->base.cbs.refused != NULL)
+            t->base.cbs.refused(&t->base, c->remote_id, t->base.cbs.data);
+        return "the peer refused this node's data directory (incarnation)";
+    }
+    c->state = CONN_UP;
+    uv_timer_stop(&c->timer);
+    peer_up(c->peer);
+    return NULL;
+}
+
 /* A handshake frame. Returns NULL, or the reason to close. */
 static const char *conn_handshake(struct tcp_conn *c, uint8_t kind, const uint8_t *body,
                                   size_t len)
 {
     struct tcp *t = c->t;
-    if (c->state == CONN_AUTH) {
-        if (kind != FRAME_KIND_AUTH || len != FRAME_PROOF_BYTES)
-            return "expected the dialer's proof";
-        if (!conn_proof_ok(c, 'D', body)) {
-            t->base.stats.auth_failed++;
-            return "wrong cluster token proof from the dialer";
-        }
-        inbound_up(c);
-        return NULL;
-    }
+    if (c->state == CONN_AUTH)
+        return c->peer == NULL ? accept_auth(c, kind, body, len)
+                               : dial_verdict(c, kind, body, len);
     if (kind != FRAME_KIND_HELLO)
         return "first frame is not a hello";
     struct frame_hello h;
     const char *why = hello_check(c, body, len, &h);
-    if (why != NULL && c->peer == NULL && h.node_id != RAFT_NONE &&
-        strstr(why, "amnesiac") != NULL) {
-        /* Tell the dialer why before closing (its HELLO was read: nothing
-         * unread, so the close sends no reset). */
-        c->remote_id = h.node_id;
-        memcpy(c->nonce_peer, h.nonce, FRAME_NONCE_BYTES);
-        c->refuse = true;
-        (void)send_hello(c);
-    }
     if (why != NULL)
         return why;
     if (c->peer == NULL) {
@@ -973,18 +1041,20 @@ static const char *conn_handshake(struct tcp_conn *c, uint8_t kind, const uint8_
         c->state = CONN_AUTH;
         return NULL;
     }
+    /* Dialer: the acceptor's proof first; only then anything it said. */
     if (!conn_proof_ok(c, 'A', h.proof)) {
         t->base.stats.auth_failed++;
         return "wrong cluster token proof from the acceptor";
     }
-    uint8_t proof[FRAME_PROOF_BYTES];
-    if (conn_proof(c, 'D', proof) != 0)
-        return "cannot make a proof";
+    if (!incarnation_ok(c, c->hello_a)) {
+        t->base.stats.auth_failed++;
+        return "the node's data directory is not the one this cluster knows for its id "
+               "(an amnesiac: remove it and add it as a new member)";
+    }
     /* The AUTH goes first: uv_write keeps the order of writes on a stream. */
-    conn_write(c, &c->auth_req, c->auth, frame__auth_write(c->auth, proof));
-    c->state = CONN_UP;
-    uv_timer_stop(&c->timer);
-    peer_up(c->peer);
+    if (send_proof(c, FRAME_KIND_AUTH, 'D') != 0)
+        return "cannot make a proof";
+    c->state = CONN_AUTH; /* waiting for the verdict */
     return NULL;
 }
 
@@ -1352,20 +1422,114 @@ static void conn_input(struct tcp_conn *c, size_t n)
 
 /* ---- Inbound ---- */
 
-/* The pending cap is reached: the oldest unauthenticated connection (the
- * list is newest first) makes room, so a flood of silent sockets cannot keep
- * a real peer's handshake out for longer than its own round trip. */
-static void evict_oldest_pending(struct tcp *t)
+/* How far an unauthenticated connection got: 2 once its HELLO checked
+ * (waiting for the AUTH), 1 with bytes read or waiting in its socket
+ * (FIONREAD), 0 silent. A dialing member sends its HELLO as soon as it is
+ * connected, so its connection is rarely silent, and leaves rank 2 within its
+ * round trip. */
+static int pending_rank(struct tcp_conn *c)
 {
-    struct tcp_conn *oldest = NULL;
-    for (struct tcp_conn *c = t->inbound; c != NULL; c = c->next)
-        if (c->pending)
-            oldest = c;
-    if (oldest == NULL)
+    if (c->state == CONN_AUTH)
+        return 2;
+    if (c->rlen != 0 || c->last_rx != 0)
+        return 1;
+    uv_os_fd_t fd;
+    int avail = 0;
+    if (uv_fileno((uv_handle_t *)&c->handle, &fd) == 0 &&
+        ioctl(fd, FIONREAD, &avail) == 0 && avail > 0)
+        return 1;
+    return 0;
+}
+
+/* Closes one pending connection of address `key` to make room: the oldest of
+ * the lowest rank (pending_rank). An authenticated connection is never a
+ * candidate, and a member's handshake, ranked above a flood's silent or
+ * half-sent sockets, is only ever evicted by as many newer HELLOs as the cap
+ * arriving within its round trip. */
+static void evict_pending(struct tcp *t, uint64_t key)
+{
+    struct tcp_conn *cand[TRANSPORT_TCP_PENDING_MAX + 1];
+    size_t n = 0;
+    for (struct tcp_conn *c = t->inbound; c != NULL && n < TRANSPORT_TCP_PENDING_MAX + 1;
+         c = c->next)
+        if (c->pending && c->addr_key == key)
+            cand[n++] = c; /* newest first */
+    struct tcp_conn *victim = NULL;
+    int best = 3;
+    for (size_t i = n; i-- > 0 && best > 0;) { /* oldest first */
+        int r = pending_rank(cand[i]);
+        if (r < best) {
+            best = r;
+            victim = cand[i];
+        }
+    }
+    if (victim == NULL)
         return;
     t->base.stats.pending_evicted++;
     TK_LOG(TK_LOG_DEBUG, t->base.id, 0, "pending handshake evicted by a newer one");
-    conn_close(oldest);
+    conn_close(victim);
+}
+
+/* The address with the most pending connections (ties: the newest's). */
+static uint64_t busiest_pending_addr(struct tcp *t)
+{
+    uint64_t keys[TRANSPORT_TCP_PENDING_MAX + 1];
+    uint32_t counts[TRANSPORT_TCP_PENDING_MAX + 1];
+    size_t n = 0, best = 0;
+    for (struct tcp_conn *c = t->inbound; c != NULL; c = c->next) {
+        if (!c->pending)
+            continue;
+        size_t i = 0;
+        while (i < n && keys[i] != c->addr_key)
+            i++;
+        if (i == n) {
+            if (n == TRANSPORT_TCP_PENDING_MAX + 1)
+                continue;
+            keys[n] = c->addr_key;
+            counts[n++] = 0;
+        }
+        if (++counts[i] > counts[best])
+            best = i;
+    }
+    return n == 0 ? 0 : keys[best];
+}
+
+/* The remote address of an accepted connection, as a key (FNV-1a of the
+ * address bytes, not the port): the unit of the per-address cap. */
+static uint64_t conn_addr_key(struct tcp_conn *c)
+{
+    struct sockaddr_storage ss;
+    int len = sizeof(ss);
+    if (uv_tcp_getpeername(&c->handle, (struct sockaddr *)&ss, &len) != 0)
+        return 0;
+    const uint8_t *b = NULL;
+    size_t n = 0;
+    if (ss.ss_family == AF_INET) {
+        b = (const uint8_t *)&((struct sockaddr_in *)&ss)->sin_addr;
+        n = 4;
+    } else if (ss.ss_family == AF_INET6) {
+        b = (const uint8_t *)&((struct sockaddr_in6 *)&ss)->sin6_addr;
+        n = 16;
+    }
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ b[i]) * 0x100000001b3ull;
+    return h | 1; /* never 0 */
+}
+
+/* Makes room for one more pending connection from `key`: at most
+ * TRANSPORT_TCP_PENDING_PER_ADDR from one address (a flood from one host
+ * only ever evicts its own), TRANSPORT_TCP_PENDING_MAX in all (then the
+ * busiest address gives one up). */
+static void pending_admit(struct tcp *t, uint64_t key)
+{
+    size_t same = 0;
+    for (struct tcp_conn *c = t->inbound; c != NULL; c = c->next)
+        same += c->pending && c->addr_key == key;
+    if (same >= TRANSPORT_TCP_PENDING_PER_ADDR)
+        evict_pending(t, key);
+    else if (t->n_pending >= TRANSPORT_TCP_PENDING_MAX)
+        evict_pending(t, busiest_pending_addr(t));
 }
 
 /* The periodic tick: closes idle authenticated inbound connections, drops
@@ -1422,6 +1586,37 @@ static void conn_liveness(struct tcp *t, struct tcp_conn *c)
 #endif
 }
 
+/* TCP_DEFER_ACCEPT: the kernel hands us a connection only once its first
+ * bytes have come (a dialer's HELLO or TLS ClientHello, sent as soon as it is
+ * connected), so a flood of silent sockets never takes a pending slot. */
+static void listen_defer_accept(struct tcp *t)
+{
+#ifdef TCP_DEFER_ACCEPT
+    uv_os_fd_t fd;
+    int secs = (int)((t->o.handshake_timeout_ms + 999) / 1000);
+    if (uv_fileno((uv_handle_t *)&t->listener, &fd) == 0)
+        (void)setsockopt(fd, IPPROTO_TCP, TCP_DEFER_ACCEPT, &secs, sizeof(secs));
+#else
+    (void)t;
+#endif
+}
+
+/* A new connection's first read, at once: its HELLO (or ClientHello) is
+ * usually there already (TCP_DEFER_ACCEPT), and handling it now moves a
+ * member's handshake past the flood's half-sent sockets before the next
+ * accept of the same burst could evict it. */
+static void conn_first_read(struct tcp_conn *c)
+{
+    uv_os_fd_t fd;
+    if (uv_fileno((uv_handle_t *)&c->handle, &fd) != 0)
+        return;
+    uv_buf_t b;
+    on_alloc((uv_handle_t *)&c->handle, RBUF_BYTES, &b);
+    ssize_t n = read(fd, b.base, b.len);
+    if (n > 0)
+        on_read((uv_stream_t *)&c->handle, n, &b);
+}
+
 static void on_connection(uv_stream_t *server, int status)
 {
     struct tcp *t = server->data;
@@ -1435,8 +1630,8 @@ static void on_connection(uv_stream_t *server, int status)
         conn_close(c);
         return;
     }
-    if (t->n_pending >= TRANSPORT_TCP_PENDING_MAX)
-        evict_oldest_pending(t);
+    c->addr_key = conn_addr_key(c);
+    pending_admit(t, c->addr_key);
     c->next = t->inbound;
     t->inbound = c;
     t->n_inbound++;
@@ -1455,6 +1650,7 @@ static void on_connection(uv_stream_t *server, int status)
     }
     uv_timer_start(&c->timer, on_conn_timeout, t->o.handshake_timeout_ms, 0);
     uv_read_start((uv_stream_t *)&c->handle, on_alloc, on_read);
+    conn_first_read(c);
 }
 
 /* ---- Outgoing ---- */
@@ -1878,7 +2074,9 @@ int transport_tcp_new(uv_loop_t *loop, const struct transport_tcp_options *opts,
     if (o.listen_host != NULL) {
         int rc = uv_tcp_bind(&t->listener, (const struct sockaddr *)&addr, 0);
         if (rc == 0)
-            rc = uv_listen((uv_stream_t *)&t->listener, 128, on_connection);
+            listen_defer_accept(t);
+        if (rc == 0)
+            rc = uv_listen((uv_stream_t *)&t->listener, 511, on_connection);
         if (rc != 0) {
             TK_LOG(TK_LOG_ERROR, o.id, 0, "listen on %s:%u failed: %s", opts->listen_host,
                    o.listen_port, uv_strerror(rc));

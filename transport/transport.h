@@ -45,16 +45,18 @@ typedef void transport_peer_cb(struct transport *t, uint64_t id, bool up, void *
  * valid only during the call. */
 typedef void transport_forward_cb(struct transport *t, uint64_t from, const uint8_t *buf,
                                   size_t len, void *data);
-/* TCP handshake: peer `id` presents the data-directory incarnation `inc`
- * (16 bytes, all zero when it has none). Return false to refuse it (the
- * connection closes; an inbound dialer is told, see `refused`). */
+/* TCP handshake: authenticated peer `id` presents the data-directory
+ * incarnation `inc` (16 bytes, all zero when it has none). Return false to
+ * refuse it (the connection closes; an inbound dialer is told, see
+ * `refused`). Called only once the peer's proof checked. */
 typedef bool transport_incarnation_cb(struct transport *t, uint64_t id,
                                       const uint8_t *inc, void *data);
 /* TCP: may node `id`, which is not an added peer (no address known yet),
  * connect to us? (A member added at run time whose address record this node
  * has not applied yet: it must be heard to learn it.) */
 typedef bool transport_member_cb(struct transport *t, uint64_t id, void *data);
-/* TCP: peer `by` refused this node's incarnation in the handshake. */
+/* TCP: peer `by` refused this node's incarnation in the handshake (an
+ * authenticated refusal only: a cluster token's proof, or peer TLS). */
 typedef void transport_refused_cb(struct transport *t, uint64_t by, void *data);
 /* The transport is closed; called once, after which `t` is freed. */
 typedef void transport_close_cb(struct transport *t, void *data);
@@ -191,27 +193,38 @@ void transport_inproc_heal(struct transport_inproc_hub *hub);
  *
  * One connection per peer direction: we dial each peer and send on that
  * connection; peers dial us and we receive on the accepted ones. The handshake
- * (protocol version 3; an older peer is refused, so a cluster upgrades by
- * restarting every node) is three frames: the dialer's HELLO (magic, version,
- * cluster id, node id, a 32-byte random nonce, its data directory's 16-byte
- * incarnation); the acceptor's HELLO (the same, its own nonce, and its
- * proof); the dialer's AUTH (its proof). Each side asks its node whether the
- * other's incarnation is the one known for that id (callbacks.incarnation); a
- * refused dialer gets the acceptor's HELLO with FRAME_HELLO_F_REFUSED before
- * the close (callbacks.refused tells its node). With a
- * cluster token (peer_token), a proof is an HMAC-SHA256 of the token over a
- * direction label, the cluster id, both ids and both nonces, compared in
- * constant time: each side proves it knows the token, and no recorded proof
- * is valid in another handshake. The token authenticates the handshake only:
- * it does not encrypt or sign the frames after it (an on-path attacker is out
- * of scope; use a private network or a tunnel). Both sides must have a token,
- * or neither (then anyone who can reach the port may claim a member id).
+ * (protocol version 4; an older peer is refused, so a cluster upgrades by
+ * restarting every node) is four frames: the dialer's HELLO (magic, version,
+ * flags, cluster id, node id, a 32-byte random nonce, its data directory's
+ * 16-byte incarnation); the acceptor's HELLO (the same, its own nonce, and its
+ * proof); the dialer's AUTH (its proof); the acceptor's verdict, WELCOME or
+ * REFUSE (a proof each). With a cluster token (peer_token), a proof is an
+ * HMAC-SHA256 of the token over a label and both HELLOs whole, so it covers
+ * every field both sides said (ids, flags, cluster id, incarnations, both
+ * fresh nonces), compared in constant time: each side proves it knows the
+ * token, no recorded proof is valid in another handshake, and no field can be
+ * changed on the way. Nothing a peer says is acted on before its proof is
+ * checked: the acceptor asks its node about the dialer's incarnation
+ * (callbacks.incarnation) only once the AUTH checks, and the dialer asks about
+ * the acceptor's once the acceptor's HELLO checks. A refused dialer gets the
+ * REFUSE before the close, and callbacks.refused tells its node, only when
+ * the REFUSE's proof checks (or peer TLS carried it): a refusal nothing
+ * authenticates is a failed dial, logged and retried. The token authenticates
+ * the handshake only: it does not encrypt or sign the frames after it (an
+ * on-path attacker is out of scope; use peer TLS, a private network or a
+ * tunnel). Both sides must have a token, or neither (then anyone who can
+ * reach the port may claim a member id).
  *
  * An inbound connection must name a peer added with transport_tcp_add_peer
  * or one callbacks.member accepts (the members); anything else is refused. It counts as
  * pending until its AUTH is checked: pending ones have handshake_timeout_ms to finish,
- * and at most TRANSPORT_TCP_PENDING_MAX of them exist (a new one evicts the oldest), so
- * silent sockets cannot starve a real peer. Once authenticated it replaces any older
+ * at most TRANSPORT_TCP_PENDING_PER_ADDR of them come from one remote address and at most
+ * TRANSPORT_TCP_PENDING_MAX exist in all. A new one past the address's cap evicts one of
+ * that address's; past the total, one of the address with the most; in both cases the
+ * oldest that has sent nothing yet, else the oldest. An authenticated connection is never
+ * evicted, so a flood of sockets cannot shut a member out: it only evicts its own, and a
+ * member's handshake completes within its round trip. Once authenticated it replaces any
+ * older
  * inbound connection of the same id, and is closed after idle_timeout_ms without a frame
  * (dialers send a PING on an idle link). Raft messages whose `from` is not the
  * authenticated id are dropped and counted (msgs_spoofed). Snapshot reassembly is bounded
@@ -265,7 +278,8 @@ struct transport_tcp_options {
 };
 
 #define TRANSPORT_TCP_TOKEN_MIN 16
-#define TRANSPORT_TCP_PENDING_MAX 16
+#define TRANSPORT_TCP_PENDING_MAX 64
+#define TRANSPORT_TCP_PENDING_PER_ADDR 16
 
 void transport_tcp_options_default(struct transport_tcp_options *o);
 

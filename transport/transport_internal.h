@@ -6,7 +6,10 @@
  * little-endian, `length` counting the payload only and the CRC covering the
  * payload only. The payload's first byte is the frame kind:
  *   FRAME_KIND_HELLO   the handshake: a fixed 104-byte body (frame__hello_*),
- *   FRAME_KIND_AUTH    the dialer's proof, 32 bytes, ending the handshake,
+ *   FRAME_KIND_AUTH    the dialer's proof, 32 bytes,
+ *   FRAME_KIND_WELCOME the acceptor's verdict "you are in", a 32-byte proof,
+ *   FRAME_KIND_REFUSE  its verdict "your data directory is refused" (an
+ *                      amnesiac), a 32-byte proof; the acceptor then closes,
  *   FRAME_KIND_RAFT    a tierkv.RaftMessage (codec.c),
  *   FRAME_KIND_FORWARD opaque bytes of transport_send_forward (the node
  *                      layer's proposal forwarding); the sender is the
@@ -14,14 +17,17 @@
  *   FRAME_KIND_PING    empty: keeps an idle connection under its deadline.
  * Any other kind is a protocol error that closes the connection.
  *
- * Handshake (version 2): dialer -> HELLO(nonce_d); acceptor -> HELLO(nonce_a,
- * proof_a); dialer -> AUTH(proof_d). Proofs are auth__proof (auth.c); with no
- * cluster token on either side (flag FRAME_HELLO_F_TOKEN clear) they are zero
- * and not checked. Version 3 added the sender's data-directory incarnation
- * (16 bytes after the proof) and the flag FRAME_HELLO_F_REFUSED: an acceptor
- * whose node refuses the dialer's incarnation (a member id whose data
- * directory was wiped: an amnesiac) answers with its HELLO carrying that
- * flag and closes, so the dialer learns why. Older HELLOs are refused. */
+ * Handshake (version 4): dialer -> HELLO(nonce_d); acceptor -> HELLO(nonce_a,
+ * proof 'A'); dialer -> AUTH(proof 'D'); acceptor -> WELCOME(proof 'W') or
+ * REFUSE(proof 'R') and close. Every proof is auth__proof (auth.c) over both
+ * HELLO bodies whole, so it covers both ids, the flags, the cluster id, both
+ * incarnations and both nonces. Neither side acts on anything the other said
+ * before that side's proof is checked: the acceptor asks its node about the
+ * dialer's incarnation only after the AUTH, and the dialer acts on a REFUSE
+ * only when its proof checks (or, without a token, when peer TLS carried it).
+ * With no cluster token on either side (flag FRAME_HELLO_F_TOKEN clear) the
+ * proofs are zero and not checked; a REFUSE that nothing authenticates is
+ * then a failed dial, logged and retried. Older HELLOs are refused. */
 #ifndef TK_TRANSPORT_INTERNAL_H
 #define TK_TRANSPORT_INTERNAL_H
 
@@ -58,18 +64,22 @@ enum frame_kind {
     FRAME_KIND_FORWARD = 3, /* opaque node-to-node bytes (forwarding) */
     FRAME_KIND_AUTH = 4,    /* the dialer's handshake proof */
     FRAME_KIND_PING = 5,    /* empty; the dialer sends it on an idle link */
+    FRAME_KIND_WELCOME = 6, /* the acceptor's proof: the dialer is in */
+    FRAME_KIND_REFUSE = 7,  /* the acceptor's proof: the dialer is refused */
 };
 
 #define FRAME_HELLO_MAGIC 0x564b4b54u /* "TKKV" little-endian */
-#define FRAME_HELLO_VERSION 3u
+#define FRAME_HELLO_VERSION 4u
 #define FRAME_NONCE_BYTES 32u
 #define FRAME_PROOF_BYTES 32u
 #define FRAME_INC_BYTES 16u
 /* magic u32, version u16, flags u16, cluster u64, node u64, nonce, proof,
  * incarnation */
 #define FRAME_HELLO_BYTES (24u + FRAME_NONCE_BYTES + FRAME_PROOF_BYTES + FRAME_INC_BYTES)
-#define FRAME_HELLO_F_TOKEN 0x1u   /* the sender proves a cluster token */
-#define FRAME_HELLO_F_REFUSED 0x2u /* acceptor: your incarnation is refused */
+/* Where the proof sits in a HELLO body (auth__proof zeroes it there). */
+#define FRAME_HELLO_PROOF_OFF (24u + FRAME_NONCE_BYTES)
+#define FRAME_HELLO_F_TOKEN 0x1u /* the sender proves a cluster token */
+#define FRAME_HELLO_F_KNOWN FRAME_HELLO_F_TOKEN
 
 struct frame_hello {
     uint32_t magic;
@@ -99,9 +109,10 @@ int frame__parse(const uint8_t *buf, size_t len, uint32_t frame_max,
  * are filled in) to out, which has room for FRAME_HEADER_BYTES + 1 +
  * FRAME_HELLO_BYTES bytes. Returns the bytes written. */
 size_t frame__hello_write(uint8_t *out, const struct frame_hello *h);
-/* Writes a whole AUTH frame carrying `proof`; out has room for
- * FRAME_HEADER_BYTES + 1 + FRAME_PROOF_BYTES. Returns the bytes written. */
-size_t frame__auth_write(uint8_t *out, const uint8_t *proof);
+/* Writes a whole frame of `kind` (AUTH, WELCOME or REFUSE) carrying `proof`;
+ * out has room for FRAME_HEADER_BYTES + 1 + FRAME_PROOF_BYTES. Returns the
+ * bytes written. */
+size_t frame__proof_write(uint8_t *out, uint8_t kind, const uint8_t *proof);
 /* Decodes a HELLO body (after the kind byte). Returns 0 or TK_EPROTO (wrong
  * length). The caller checks magic, version and ids. */
 int frame__hello_decode(const uint8_t *body, size_t len, struct frame_hello *out);
@@ -110,11 +121,12 @@ int frame__hello_decode(const uint8_t *body, size_t len, struct frame_hello *out
 
 /* FRAME_NONCE_BYTES from OpenSSL's CSPRNG. Returns 0 or TK_EIO. */
 int auth__nonce(uint8_t *out);
-/* The handshake proof (the formula is in auth.c): label 'A' for the
- * acceptor's, 'D' for the dialer's. Returns 0 or TK_EIO. */
-int auth__proof(const uint8_t *token, size_t token_len, uint8_t label, uint64_t cluster,
-                uint64_t dialer, uint64_t acceptor, const uint8_t *nonce_dialer,
-                const uint8_t *nonce_acceptor, uint8_t *out);
+/* A handshake proof (the formula is in auth.c) over the dialer's and the
+ * acceptor's HELLO bodies (FRAME_HELLO_BYTES each; their proof fields count as
+ * zeros): label 'A' the acceptor's HELLO, 'D' the dialer's AUTH, 'W' the
+ * acceptor's WELCOME, 'R' its REFUSE. Returns 0 or TK_EIO. */
+int auth__proof(const uint8_t *token, size_t token_len, uint8_t label,
+                const uint8_t *hello_d, const uint8_t *hello_a, uint8_t *out);
 /* Constant-time comparison of n bytes. */
 bool auth__equal(const uint8_t *a, const uint8_t *b, size_t n);
 
