@@ -217,6 +217,14 @@ static const struct metric_desc metric_table[] = {
      "Batches of log entries that arrived during a snapshot install and were "
      "appended after it, instead of the loop waiting for it.",
      MK_VALUE, SNAP(m.installs_deferred)},
+    {"tierkv_snapshots_refused_total", "counter",
+     "Snapshots from a leader refused as bad input (checksum or structure), before "
+     "any install step.",
+     MK_VALUE, SNAP(m.snapshots_refused)},
+    {"tierkv_raft_terms_refused_total", "counter",
+     "Raft messages refused for their term: past the ceiling (2^62) or more than 2^32 "
+     "above this node's.",
+     MK_VALUE, SNAP(m.terms_refused)},
     {"tierkv_store_syncs_total", "counter", "Log store fsyncs.", MK_VALUE,
      SNAP(m.store_syncs)},
     {"tierkv_store_segments_recycled_total", "counter",

@@ -838,6 +838,24 @@ static void on_check(uv_check_t *h)
         uv_async_send(&n->loop.wake);
 }
 
+/* The core refused `m` for its term (past RAFT_TERM_CEIL, or more than
+ * RAFT_TERM_LEAP above ours): bad input from a peer, one line a second. */
+static void term_refused(struct node *n, const struct raft_message *m)
+{
+    uint64_t now = node__mono_ns();
+    if (n->m.terms_logged_ns != 0 && now - n->m.terms_logged_ns < 1000000000ull) {
+        n->m.terms_quiet++;
+        return;
+    }
+    TK_LOG(TK_LOG_WARN, n->o.id, raft_term(n->raft),
+           "refused a raft message from %llu with term %llu: past the ceiling or too far "
+           "above ours (%llu more since the last report)",
+           (unsigned long long)m->from, (unsigned long long)m->term,
+           (unsigned long long)n->m.terms_quiet);
+    n->m.terms_logged_ns = now;
+    n->m.terms_quiet = 0;
+}
+
 static void on_recv(struct transport *t, const struct raft_message *m, void *data)
 {
     struct node *n = data;
@@ -854,7 +872,8 @@ static void on_recv(struct transport *t, const struct raft_message *m, void *dat
         if (m->type == RAFT_MSG_SNAPSHOT && node__install_check(n, m))
             return; /* bad input: refused, the core hears nothing */
         uint64_t t0 = node__mono_ns();
-        (void)raft_step(n->raft, m);
+        if (raft_step(n->raft, m) == TK_ERANGE)
+            term_refused(n, m);
         if (m->type == RAFT_MSG_SNAPSHOT)
             node__drop_replaced_log(n);
         n->loop.turn_ns[NODE_PH_RECV] += node__mono_ns() - t0;

@@ -345,6 +345,10 @@ struct node_metrics {
     uint64_t replaced_log_entries; /* log entries a leader's snapshot replaced,
                                       freed on the thread pool */
     uint64_t installs_deferred;    /* readies of log entries kept beside an install */
+    uint64_t snapshots_refused;    /* snapshots from a leader refused as bad input
+                                      (checksum or structure), before any install step */
+    uint64_t terms_refused;        /* messages whose term is past RAFT_TERM_CEIL or more
+                                      than RAFT_TERM_LEAP above ours (raft_terms_refused) */
     uint64_t store_syncs;          /* log syncs (store_stats.syncs) */
     uint64_t store_recycled;       /* segments recycled (store_stats.recycled) */
     /* Appends the storage thread completed, and the times a producer had to

@@ -54,7 +54,7 @@
  * entries sent after the snapshot reached the core before it): one pass
  * over bytes the transport has just reassembled on the loop, with no
  * allocation and no system call. A refused snapshot is counted
- * (install.refused), logged at most once a second, and the core hears
+ * (snapshots_refused), logged at most once a second, and the core hears
  * nothing: the node stays a follower with its state, and the leader sends
  * the snapshot again (a good one then installs) or entries.
  *
@@ -337,7 +337,7 @@ static void install_after(uv_work_t *w, int status)
 static void refuse(struct node *n, const struct raft_message *m, int rc, const char *why)
 {
     struct node_install *s = &n->install;
-    s->refused++;
+    n->m.metrics.snapshots_refused++;
     uint64_t now = node__mono_ns();
     if (s->refused_logged_ns != 0 && now - s->refused_logged_ns < REFUSED_LOG_NS) {
         s->refused_quiet++;

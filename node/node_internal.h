@@ -235,8 +235,8 @@ struct node_install {
     bool parked;        /* busy, but not begun: node__install_unpark begins it */
     atomic_bool ran;
     /* Snapshots from the leader refused as bad input (node__install_check):
-     * counted, logged at most once a second (refused_quiet since the last). */
-    uint64_t refused;
+     * counted (m.metrics.snapshots_refused), logged at most once a second
+     * (refused_quiet since the last). */
     uint64_t refused_logged_ns;
     uint64_t refused_quiet;
 };
@@ -280,9 +280,11 @@ struct node_metrics_state {
                                     the loop itself may read it without) */
     struct node_metrics metrics; /* loop thread; copied under mu */
     struct node_metrics pub;
-    struct node_latency lat; /* loop thread */
-    uint64_t resident_ns;    /* when mem_lmdb_resident was last measured */
-    bool resident_busy;      /* a measure in flight on the thread pool */
+    struct node_latency lat;  /* loop thread */
+    uint64_t resident_ns;     /* when mem_lmdb_resident was last measured */
+    bool resident_busy;       /* a measure in flight on the thread pool */
+    uint64_t terms_logged_ns; /* the last "term refused" line (one a second) */
+    uint64_t terms_quiet;     /* refused since that line */
 };
 
 /* The stall probe (node_stall.c): its thread and what it looks at. */
@@ -551,7 +553,7 @@ static inline bool node__installing(const struct node *n)
 /* A snapshot message from the transport (on_recv), before the core sees it
  * (the core replaces its log with a snapshot the moment it steps one): its
  * stream is checked (kv_snap_check, and its header against the message's
- * index and term). True: refused as bad input (counted in install.refused,
+ * index and term). True: refused as bad input (counted in snapshots_refused,
  * logged at most once a second), and the core must hear nothing of it (the
  * leader sends again, or entries). False: step it. */
 bool node__install_check(struct node *n, const struct raft_message *m);

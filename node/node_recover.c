@@ -275,6 +275,15 @@ int node__recover(struct node *n)
         ro.max_apply_entries = 1024;
         ro.log_reserve = log_reserve(n);
         rc = raft_new(&ro, &boot, &n->raft);
+        if (rc == TK_ECORRUPT)
+            TK_LOG(
+                TK_LOG_ERROR, n->o.id, 0,
+                "the log in %s holds a term above the ceiling (2^62): no cluster gets "
+                "there by elections, so a forged message stored it before the term "
+                "guard existed. This node's data cannot be used: remove the member, wipe "
+                "its data directory and add it again (docs/operations.md, \"Replace a "
+                "failed node\")",
+                n->o.data_dir != NULL ? n->o.data_dir : "memory");
     }
     store_entries_free(ents, n_ents);
     return rc;

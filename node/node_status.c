@@ -93,6 +93,7 @@ void node__publish_status(struct node *n)
     mt->store_bytes = ss.bytes;
     mt->read_index_rounds = raft_read_rounds(n->raft);
     mt->acks_merged = raft_acks_merged(n->raft);
+    mt->terms_refused = raft_terms_refused(n->raft);
     struct kv_sm_stats ks;
     kv_sm_stats(n->sm, &ks);
     mt->kv_ring_bytes = ks.ring_bytes;

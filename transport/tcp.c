@@ -67,6 +67,15 @@
  * run AC). */
 #define SNAP_CHUNK_DEFAULT (256u << 10)
 #define RBUF_BYTES (64u << 10)
+/* A connection's reads before its handshake ends: a HELLO is 113 bytes, a
+ * TLS handshake's records come in pieces; a flood of half-open connections
+ * then costs little memory and no page faults. */
+#define HS_BUF_BYTES 4096u
+/* Connections accepted between two of the loop's prepare callbacks at most:
+ * libuv accepts until the queue is empty, so a connection flood faster than
+ * the accepts would hold one loop turn for as long as it lasts. The rest wait
+ * in the kernel's queue for the next turn. */
+#define ACCEPT_TURN_MAX 64
 /* A connection keeps a receive buffer up to this size between frames, and
  * the transport up to BIG_OBUFS_MAX output buffers of more than OBUF_BYTES
  * (up to this size each) for the next big frames. Freed after each frame, a
@@ -127,7 +136,8 @@ struct tcp_conn {
     uint64_t fault_done;      /* its bytes faulted in (jobs completed) */
     bool fault_wait;          /* reads stopped until the job in flight ends */
     struct tk_tls *tls;       /* peer TLS: the session; rbuf then holds plaintext */
-    uint8_t *tls_buf;         /* peer TLS: ciphertext as read (RBUF_BYTES) */
+    uint8_t *tls_buf;         /* peer TLS: ciphertext as read (tls_cap) */
+    size_t tls_cap;           /* HS_BUF_BYTES until the handshake ends, then RBUF_BYTES */
     uint64_t rx_ms;           /* loop time of rx_turn's reads */
     size_t rx_turn;           /* bytes read at rx_ms (o.read_turn_bytes) */
     bool read_paused;         /* until the next turn (resume_reads) */
@@ -201,9 +211,11 @@ struct tcp {
     size_t n_removed;
     struct tcp_conn *inbound;
     size_t n_inbound;
-    size_t n_pending;    /* inbound connections not yet authenticated */
-    uint64_t snap_bytes; /* reassembly buffers of every connection */
-    uint8_t *token;      /* the cluster token, or NULL */
+    size_t n_pending;         /* inbound connections not yet authenticated */
+    uint32_t n_accepted_turn; /* accepts since the last prepare (ACCEPT_TURN_MAX) */
+    bool accept_waiting;      /* a connection left in the listen queue until then */
+    uint64_t snap_bytes;      /* reassembly buffers of every connection */
+    uint8_t *token;           /* the cluster token, or NULL */
     size_t token_len;
     uv_timer_t tick; /* idle deadlines, snapshot deadlines, pings */
     struct obuf *free_obufs;
@@ -357,7 +369,8 @@ static void flush_all(struct tcp *t)
 {
     for (size_t i = 0; i < t->n_peers; i++)
         peer_flush(t->peers[i]);
-    if (t->flush_armed && t->n_paused == 0) { /* else the prepare resumes them */
+    if (t->flush_armed && t->n_paused == 0 && !t->accept_waiting) { /* else the prepare
+                                                                        resumes them */
         uv_prepare_stop(&t->prepare);
         uv_check_stop(&t->check);
         t->flush_armed = false;
@@ -388,11 +401,26 @@ static void resume_reads(struct tcp *t)
         resume_conn(c);
 }
 
+static void accept_one(struct tcp *t);
+
+/* The next turn: a new budget of accepts, and the connection left waiting
+ * (its uv_accept starts libuv's watch of the listener again). */
+static void resume_accepts(struct tcp *t)
+{
+    t->n_accepted_turn = 0;
+    if (t->accept_waiting) {
+        t->accept_waiting = false;
+        accept_one(t);
+    }
+}
+
 static void on_prepare(uv_prepare_t *h)
 {
     struct tcp *t = h->data;
-    if (!t->closing)
+    if (!t->closing) {
+        resume_accepts(t);
         resume_reads(t);
+    }
     flush_all(t);
 }
 
@@ -779,11 +807,16 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 {
     (void)suggested;
     struct tcp_conn *c = h->data;
-    if (c->tls_buf != NULL) {
-        *buf = uv_buf_init((char *)c->tls_buf, RBUF_BYTES); /* ciphertext */
+    size_t want = c->state == CONN_UP ? RBUF_BYTES : HS_BUF_BYTES;
+    if (c->tls != NULL) {
+        if (c->tls_cap < want) {
+            tk_free(c->tls_buf);
+            c->tls_buf = tk_malloc(want);
+            c->tls_cap = want;
+        }
+        *buf = uv_buf_init((char *)c->tls_buf, (unsigned)c->tls_cap); /* ciphertext */
         return;
     }
-    size_t want = RBUF_BYTES;
     if (c->rlen >= FRAME_HEADER_BYTES && c->state == CONN_UP) {
         /* Make room for the whole frame being read (its length was checked
          * against frame_max when the header arrived). */
@@ -1293,8 +1326,9 @@ static void conn_tls_in(struct tcp_conn *c, const uint8_t *data, size_t len)
     if (why == NULL && h == 1 && !was_ready)
         why = conn_tls_ready(c);
     while (why == NULL && c->state != CONN_CLOSING && !t->closing) {
-        if (c->rcap - c->rlen < 16384) {
-            c->rcap = c->rlen + RBUF_BYTES;
+        size_t room = c->state == CONN_UP ? RBUF_BYTES : HS_BUF_BYTES;
+        if (c->rcap - c->rlen < (room < 16384 ? room : 16384)) {
+            c->rcap = c->rlen + room;
             c->rbuf = tk_realloc(c->rbuf, c->rcap);
         }
         ssize_t n = tk_tls_read(c->tls, c->rbuf + c->rlen, c->rcap - c->rlen);
@@ -1617,11 +1651,10 @@ static void conn_first_read(struct tcp_conn *c)
         on_read((uv_stream_t *)&c->handle, n, &b);
 }
 
-static void on_connection(uv_stream_t *server, int status)
+static void accept_one(struct tcp *t)
 {
-    struct tcp *t = server->data;
-    if (status < 0 || t->closing)
-        return;
+    uv_stream_t *server = (uv_stream_t *)&t->listener;
+    t->n_accepted_turn++;
     struct tcp_conn *c = conn_new(t, NULL);
     if (uv_accept(server, (uv_stream_t *)&c->handle) != 0) {
         c->next = t->inbound;
@@ -1646,11 +1679,27 @@ static void on_connection(uv_stream_t *server, int status)
     c->state = CONN_HANDSHAKE;
     if (t->o.tls_server != NULL) {
         c->tls = tk_tls_new(t->o.tls_server, NULL); /* the name is checked at HELLO */
-        c->tls_buf = tk_malloc(RBUF_BYTES);
     }
     uv_timer_start(&c->timer, on_conn_timeout, t->o.handshake_timeout_ms, 0);
     uv_read_start((uv_stream_t *)&c->handle, on_alloc, on_read);
     conn_first_read(c);
+}
+
+/* A connection waits in the listen queue. Past ACCEPT_TURN_MAX since the last
+ * prepare, it is left there: libuv then stops watching the listener until the
+ * next uv_accept, which the prepare makes (resume_accepts). */
+static void on_connection(uv_stream_t *server, int status)
+{
+    struct tcp *t = server->data;
+    if (status < 0 || t->closing)
+        return;
+    if (t->n_accepted_turn >= ACCEPT_TURN_MAX) {
+        t->accept_waiting = true;
+        t->base.stats.accepts_deferred++;
+        arm_flush(t);
+        return;
+    }
+    accept_one(t);
 }
 
 /* ---- Outgoing ---- */
@@ -1704,7 +1753,6 @@ static void on_connect(uv_connect_t *req, int status)
     if (p->t->o.tls_client != NULL) {
         /* Peer TLS: the ClientHello now, our HELLO once TLS is up. */
         c->tls = tk_tls_new(p->t->o.tls_client, NULL);
-        c->tls_buf = tk_malloc(RBUF_BYTES);
         if (tk_tls_handshake(c->tls) < 0 ||
             tk_tls_uv_flush(c->tls, (uv_stream_t *)&c->handle) != 0) {
             peer_lost(p, "cannot start TLS");

@@ -90,6 +90,8 @@ struct transport_stats {
                                       * proof, or an id that is not a peer (member) */
     uint64_t msgs_spoofed;           /* TCP: messages dropped, `from` (or `to`) not the
                                       * connection's authenticated ids */
+    uint64_t accepts_deferred;       /* TCP: connections left in the listen queue for the
+                                        next loop turn (more than 64 in one turn) */
     uint64_t pending_evicted;        /* TCP: unauthenticated connections closed to make
                                       * room for a newer one (pending cap) */
     uint64_t conns_idle;             /* TCP: authenticated inbound closed for idling */

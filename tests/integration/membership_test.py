@@ -86,7 +86,8 @@ def joiner(cluster, tierkvd, node_id, members_flag):
             "--listen-http", "127.0.0.1:%d" % hp,
             "--data-dir", os.path.join(cluster.dir, "n%d" % node_id), "--store", "fs",
             "--tick-ms", str(cluster.tick_ms),
-            "--election-ticks", str(cluster.election_ticks), "--kv-no-sync"]
+            "--election-ticks", str(cluster.election_ticks), "--kv-no-sync"
+            ] + cluster.token_args
     nd = tk.Node(tierkvd, node_id, args, cluster.dir)
     nd.http_port = hp
     nd.raft_port = rp
@@ -298,8 +299,9 @@ def test_amnesiac_refused_then_replaced(tierkvd, tierkv):
     """Node 3 loses its data directory and comes back under its old id: the
     cluster refuses it (its /readyz says not_a_member, its log says what to
     do, the leader counts the refusal); then docs/operations.md's "Replace a
-    failed node" puts node 6 in its place."""
-    c = tk.Cluster(tierkvd, 3)
+    failed node" puts node 6 in its place. With a cluster token, as `make run`
+    starts one: a refusal is acted on only when it is authenticated."""
+    c = tk.Cluster(tierkvd, 3, token=True)
     failed = True
     try:
         c.start()

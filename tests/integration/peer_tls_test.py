@@ -175,6 +175,7 @@ def main():
     token = os.path.join(TMP, "token")
     with open(token, "w") as f:
         f.write("0123456789abcdef0123456789abcdef\n")
+    os.chmod(token, 0o600)
     tests = [
         ("good mTLS cluster", lambda: test_good_cluster(tierkvd, None, "mTLS")),
         ("mTLS beside a token",

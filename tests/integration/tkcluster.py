@@ -200,10 +200,21 @@ def status_of(resp):
 
 
 class Cluster:
-    def __init__(self, binary, n=3, extra_args=None, tick_ms=10, election_ticks=20):
+    def __init__(self, binary, n=3, extra_args=None, tick_ms=10, election_ticks=20,
+                 token=False):
+        """token=True: every node gets --peer-token-file DIR/peer-token (0600),
+        as `make run` starts them; self.token_args repeats it for joiners."""
         self.binary = binary
         self.dir = tempfile.mkdtemp(prefix="tierkv-it-")
         atexit.register(shutil.rmtree, self.dir, True)
+        self.token_args = []
+        if token:
+            path = os.path.join(self.dir, "peer-token")
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            os.write(fd, os.urandom(32).hex().encode())
+            os.close(fd)
+            self.token_args = ["--peer-token-file", path]
+            extra_args = list(extra_args or []) + self.token_args
         ports = free_ports(2 * n)
         self.raft_ports = ports[:n]
         self.http_ports = ports[n:]

@@ -24,7 +24,7 @@
 #include "include/tierkv.h"
 #include "kv/kv.h"
 #include "node/node.h"
-#include "node/node_internal.h" /* install.refused */
+#include "node/node_internal.h" /* m.metrics.snapshots_refused */
 #include "store/store.h"
 #include "tests/check_run.h"
 #include "tierkv.pb-c.h"
@@ -1171,9 +1171,9 @@ static void send_snapshot_data(struct fwd_env *e, uint64_t index, struct tk_blob
  * follower of node 2 at its applied index, and acknowledged nothing. */
 static void wait_refused(struct fwd_env *e, uint64_t want, uint64_t applied)
 {
-    for (int i = 0; i < 5000 && e->n->install.refused < want; i++)
+    for (int i = 0; i < 5000 && e->n->m.metrics.snapshots_refused < want; i++)
         turn(e, 1);
-    ck_assert_uint_eq(e->n->install.refused, want);
+    ck_assert_uint_eq(e->n->m.metrics.snapshots_refused, want);
     turn(e, 20);
     struct node_status st = {0};
     node_status(e->n, &st);
@@ -1230,7 +1230,7 @@ START_TEST(test_bad_snapshots_are_refused_and_a_good_one_installs)
     }
     ck_assert_uint_eq(m.installs, 1);
     ck_assert_uint_ge(e.leader.acked, 100);
-    ck_assert_uint_eq(e.n->install.refused, 5);
+    ck_assert_uint_eq(e.n->m.metrics.snapshots_refused, 5);
     send_entries(&e, 1, 100, 1, 5, 105);
     for (int i = 0; i < 5000 && st.applied < 105; i++) {
         turn(&e, 1);
