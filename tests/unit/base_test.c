@@ -1,6 +1,6 @@
 /* Unit tests for base/: errors, assertions, allocation counting, blobs,
  * logfmt logging, little-endian helpers, CRC32C, the histogram, the PRNG,
- * both queues and per-thread nice values.
+ * both queues, per-thread nice values and the data directory's lock.
  *
  * One Check suite per module, all run by one SRunner; the process exits
  * non-zero if any test fails. The queue suites include real multi-threaded
@@ -9,6 +9,7 @@
  * and inspect its exit status and stderr, so they work with CK_FORK=no too. */
 #include <check.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <malloc.h>
 #include <pthread.h>
 #include <regex.h>
@@ -19,8 +20,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -29,6 +32,7 @@
 #include "base/assert.h"
 #include "base/blob.h"
 #include "base/crc32c.h"
+#include "base/dirlock.h"
 #include "base/endian.h"
 #include "base/err.h"
 #include "base/hist.h"
@@ -1713,6 +1717,231 @@ START_TEST(test_pace_cpu_sleeps_factor_times_the_cpu_used)
 }
 END_TEST
 
+/* The data directory's lock (base/dirlock.h). Each test works in a fresh
+ * directory under /tmp, removed at its end. */
+static char lock_dir[64];
+
+static void lock_dir_make(void)
+{
+    snprintf(lock_dir, sizeof(lock_dir), "/tmp/tk-dirlock-XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(lock_dir));
+}
+
+static void lock_dir_path(const char *name, char *out, size_t cap)
+{
+    snprintf(out, cap, "%s/%s", lock_dir, name);
+}
+
+static void lock_dir_remove(void)
+{
+    char path[128];
+    lock_dir_path(TK_DIRLOCK_FILE, path, sizeof(path));
+    unlink(path);
+    lock_dir_path("target", path, sizeof(path));
+    unlink(path);
+    ck_assert_int_eq(rmdir(lock_dir), 0);
+}
+
+/* LOCK's text, NUL-terminated. */
+static void lock_file_text(char *buf, size_t cap)
+{
+    char path[128];
+    lock_dir_path(TK_DIRLOCK_FILE, path, sizeof(path));
+    int fd = open(path, O_RDONLY);
+    ck_assert_int_ge(fd, 0);
+    ssize_t got = read(fd, buf, cap - 1);
+    ck_assert_int_ge(got, 0);
+    buf[got] = 0;
+    close(fd);
+}
+
+START_TEST(test_dirlock_second_take_is_refused_naming_dir_and_pid)
+{
+    lock_dir_make();
+    int fd = -1, fd2 = 7;
+    char err[TK_DIRLOCK_MSG_MAX], want[64];
+    ck_assert_int_eq(tk_dirlock_take(lock_dir, &fd, err, sizeof(err)), 0);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_str_eq(err, "");
+    char text[64];
+    snprintf(want, sizeof(want), "%ld\n", (long)getpid());
+    lock_file_text(text, sizeof(text));
+    ck_assert_str_eq(text, want);
+    char path[128];
+    struct stat st;
+    lock_dir_path(TK_DIRLOCK_FILE, path, sizeof(path));
+    ck_assert_int_eq(stat(path, &st), 0);
+    ck_assert_uint_eq(st.st_mode & 0777u, 0600u);
+
+    /* A second open file description in the same process conflicts. */
+    ck_assert_int_eq(tk_dirlock_take(lock_dir, &fd2, err, sizeof(err)), TK_EBUSY);
+    ck_assert_int_eq(fd2, -1);
+    ck_assert_ptr_nonnull(strstr(err, lock_dir));
+    snprintf(want, sizeof(want), "in use by process %ld, this one", (long)getpid());
+    ck_assert_msg(strstr(err, want) != NULL, "%s", err);
+
+    /* Released, it is free again, and LOCK holds no stale pid. */
+    tk_dirlock_release(fd);
+    lock_file_text(text, sizeof(text));
+    ck_assert_str_eq(text, "");
+    ck_assert_int_eq(tk_dirlock_take(lock_dir, &fd2, err, sizeof(err)), 0);
+    ck_assert_int_ge(fd2, 0);
+    tk_dirlock_release(fd2);
+    tk_dirlock_release(-1); /* ignored */
+    lock_dir_remove();
+}
+END_TEST
+
+START_TEST(test_dirlock_held_by_another_process_until_it_dies)
+{
+    lock_dir_make();
+    int ready[2];
+    ck_assert_int_eq(pipe(ready), 0);
+    pid_t child = fork();
+    ck_assert_int_ge(child, 0);
+    if (child == 0) {
+        int fd;
+        char e[TK_DIRLOCK_MSG_MAX];
+        char ok = tk_dirlock_take(lock_dir, &fd, e, sizeof(e)) == 0 ? 'y' : 'n';
+        if (write(ready[1], &ok, 1) != 1)
+            _exit(1);
+        pause(); /* until killed: the kernel releases the lock */
+        _exit(0);
+    }
+    close(ready[1]);
+    char ok = 0;
+    ck_assert_int_eq(read(ready[0], &ok, 1), 1);
+    close(ready[0]);
+    ck_assert_int_eq(ok, 'y');
+
+    int fd = -1;
+    char err[TK_DIRLOCK_MSG_MAX], want[64];
+    ck_assert_int_eq(tk_dirlock_take(lock_dir, &fd, err, sizeof(err)), TK_EBUSY);
+    ck_assert_int_eq(fd, -1);
+    snprintf(want, sizeof(want), "in use by process %ld (", (long)child);
+    ck_assert_msg(strstr(err, want) != NULL, "%s", err);
+    ck_assert_ptr_nonnull(strstr(err, lock_dir));
+
+    /* A crash leaves LOCK with a dead pid in it; it blocks nothing. */
+    ck_assert_int_eq(kill(child, SIGKILL), 0);
+    ck_assert_int_eq(waitpid(child, NULL, 0), child);
+    char text[64];
+    snprintf(want, sizeof(want), "%ld\n", (long)child);
+    lock_file_text(text, sizeof(text));
+    ck_assert_str_eq(text, want);
+    ck_assert_int_eq(tk_dirlock_take(lock_dir, &fd, err, sizeof(err)), 0);
+    snprintf(want, sizeof(want), "%ld\n", (long)getpid());
+    lock_file_text(text, sizeof(text));
+    ck_assert_str_eq(text, want);
+    tk_dirlock_release(fd);
+    lock_dir_remove();
+}
+END_TEST
+
+START_TEST(test_dirlock_holder_without_pid_yet_is_still_refused)
+{
+    lock_dir_make();
+    char path[128];
+    lock_dir_path(TK_DIRLOCK_FILE, path, sizeof(path));
+    int held = open(path, O_RDWR | O_CREAT, 0600); /* locked, nothing written */
+    ck_assert_int_ge(held, 0);
+    ck_assert_int_eq(flock(held, LOCK_EX | LOCK_NB), 0);
+    int fd = -1;
+    char err[TK_DIRLOCK_MSG_MAX];
+    ck_assert_int_eq(tk_dirlock_take(lock_dir, &fd, err, sizeof(err)), TK_EBUSY);
+    ck_assert_msg(strstr(err, "has not written its pid") != NULL, "%s", err);
+    close(held);
+    ck_assert_int_eq(tk_dirlock_take(lock_dir, &fd, err, sizeof(err)), 0);
+    tk_dirlock_release(fd);
+    lock_dir_remove();
+}
+END_TEST
+
+START_TEST(test_dirlock_lock_removed_by_its_holder_is_taken_anew)
+{
+    lock_dir_make();
+    int a = -1, b = -1, c = -1;
+    char err[TK_DIRLOCK_MSG_MAX], path[128];
+    ck_assert_int_eq(tk_dirlock_take(lock_dir, &a, err, sizeof(err)), 0);
+    lock_dir_path(TK_DIRLOCK_FILE, path, sizeof(path));
+    ck_assert_int_eq(unlink(path), 0);
+    ck_assert_int_eq(tk_dirlock_take(lock_dir, &b, err, sizeof(err)), 0);
+    /* b holds the file the directory names: the next taker is refused. */
+    struct stat held, named;
+    ck_assert_int_eq(fstat(b, &held), 0);
+    ck_assert_int_eq(stat(path, &named), 0);
+    ck_assert_uint_eq(held.st_ino, named.st_ino);
+    ck_assert_int_eq(tk_dirlock_take(lock_dir, &c, err, sizeof(err)), TK_EBUSY);
+    tk_dirlock_release(a);
+    tk_dirlock_release(b);
+    lock_dir_remove();
+}
+END_TEST
+
+/* Holders that remove LOCK before releasing it (a refused restore does),
+ * racing takers: never two holders at once, which needs tk_dirlock_take's
+ * check that the file it locked is still the one the directory names. */
+static atomic_int lock_holders;
+static atomic_int lock_overlaps;
+
+static void *lock_churn(void *arg)
+{
+    (void)arg;
+    char err[TK_DIRLOCK_MSG_MAX], path[128];
+    lock_dir_path(TK_DIRLOCK_FILE, path, sizeof(path));
+    for (int i = 0; i < 3000; i++) {
+        int fd;
+        if (tk_dirlock_take(lock_dir, &fd, err, sizeof(err)) != 0)
+            continue;
+        if (atomic_fetch_add(&lock_holders, 1) != 0)
+            atomic_fetch_add(&lock_overlaps, 1);
+        sched_yield();
+        atomic_fetch_sub(&lock_holders, 1);
+        unlink(path);
+        tk_dirlock_release(fd);
+    }
+    return NULL;
+}
+
+START_TEST(test_dirlock_removed_while_others_take_never_has_two_holders)
+{
+    lock_dir_make();
+    pthread_t t[4];
+    for (int i = 0; i < 4; i++)
+        ck_assert_int_eq(pthread_create(&t[i], NULL, lock_churn, NULL), 0);
+    for (int i = 0; i < 4; i++)
+        ck_assert_int_eq(pthread_join(t[i], NULL), 0);
+    int overlaps = atomic_load(&lock_overlaps);
+    ck_assert_int_eq(overlaps, 0);
+    lock_dir_remove();
+}
+END_TEST
+
+START_TEST(test_dirlock_refuses_a_symlink_a_missing_dir_and_a_long_path)
+{
+    lock_dir_make();
+    int fd = 7;
+    char err[TK_DIRLOCK_MSG_MAX], path[128], target[128];
+    lock_dir_path("target", target, sizeof(target));
+    lock_dir_path(TK_DIRLOCK_FILE, path, sizeof(path));
+    ck_assert_int_eq(symlink(target, path), 0);
+    ck_assert_int_eq(tk_dirlock_take(lock_dir, &fd, err, sizeof(err)), TK_EIO);
+    ck_assert_int_eq(fd, -1);
+    ck_assert_msg(strstr(err, path) != NULL, "%s", err);
+    ck_assert_int_eq(access(target, F_OK), -1); /* nothing written through it */
+
+    char missing[128];
+    lock_dir_path("missing", missing, sizeof(missing));
+    ck_assert_int_eq(tk_dirlock_take(missing, &fd, err, sizeof(err)), TK_EIO);
+    ck_assert_ptr_nonnull(strstr(err, missing));
+
+    static char long_dir[5000];
+    memset(long_dir, 'a', sizeof(long_dir) - 1);
+    ck_assert_int_eq(tk_dirlock_take(long_dir, &fd, err, sizeof(err)), TK_EINVAL);
+    lock_dir_remove();
+}
+END_TEST
+
 static Suite *base_suite(void)
 {
     Suite *s = suite_create("base");
@@ -1823,6 +2052,15 @@ static Suite *base_suite(void)
     tcase_add_test(tc, test_nice_enter_never_raises_the_priority);
     tcase_add_test(tc, test_nice_stays_at_the_floor_when_it_could_not_come_back);
     tcase_add_test(tc, test_nice_set_moves_another_thread);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("dirlock");
+    tcase_add_test(tc, test_dirlock_second_take_is_refused_naming_dir_and_pid);
+    tcase_add_test(tc, test_dirlock_held_by_another_process_until_it_dies);
+    tcase_add_test(tc, test_dirlock_holder_without_pid_yet_is_still_refused);
+    tcase_add_test(tc, test_dirlock_lock_removed_by_its_holder_is_taken_anew);
+    tcase_add_test(tc, test_dirlock_removed_while_others_take_never_has_two_holders);
+    tcase_add_test(tc, test_dirlock_refuses_a_symlink_a_missing_dir_and_a_long_path);
     suite_add_tcase(s, tc);
 
     return s;
