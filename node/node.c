@@ -34,6 +34,7 @@
 
 #include "base/alloc.h"
 #include "base/assert.h"
+#include "base/dirlock.h"
 #include "base/err.h"
 #include "base/log.h"
 #include "base/nice.h"
@@ -1070,6 +1071,8 @@ static void node_free(struct node *n)
         store_close(n->store);
     if (n->sm)
         kv_sm_close(n->sm);
+    if (n->dir_locked) /* after the log and the KV, which wrote into it */
+        tk_dirlock_release(n->dir_lock_fd);
     tk_blob_unref(n->tier.blob); /* node_tier.c's reference to the snapshot */
     tk_free(n->tier.marks);
     tk_free(n->tier.compact_blobs);

@@ -301,6 +301,8 @@ struct node {
     char *data_dir;  /* owned copy, or the temporary kv dir */
     bool tmp_dir;    /* data_dir is ours to delete at stop */
     bool own_volume; /* we created the memory volume */
+    bool dir_locked; /* dir_lock_fd holds o.data_dir's LOCK (node_recover.c) */
+    int dir_lock_fd;
 
     struct node_loop loop;
 

@@ -1,4 +1,5 @@
-/* Recovery: opens the node's log (a directory, or a memory volume) and its
+/* Recovery: locks the node's data directory (base/dirlock.h: one process per
+ * directory), opens its log (a directory, or a memory volume) and its
  * state machine, checks that they belong to this node and continue each
  * other, and creates the Raft core from what they hold.
  *
@@ -15,6 +16,7 @@
 #include <sys/random.h>
 #include <sys/stat.h>
 
+#include "base/dirlock.h"
 #include "base/err.h"
 #include "base/log.h"
 #include "kv/kv.h"
@@ -41,7 +43,8 @@ static size_t log_reserve(const struct node *n)
     return (size_t)(2 * hold);
 }
 
-/* Opens the log under data_dir/log, or on the memory volume. */
+/* Locks the data directory (base/dirlock.h) and opens the log under
+ * data_dir/log, or opens it on the memory volume. */
 static int open_log(struct node *n, struct store_boot *sb)
 {
     char path[4096];
@@ -57,6 +60,15 @@ static int open_log(struct node *n, struct store_boot *sb)
                    n->data_dir, strerror(errno));
             return TK_EIO;
         }
+        /* Before anything in it is read: one process per data directory.
+         * node.c's node_free releases it, after the log and the KV close. */
+        char lerr[TK_DIRLOCK_MSG_MAX];
+        rc = tk_dirlock_take(n->data_dir, &n->dir_lock_fd, lerr, sizeof(lerr));
+        if (rc != 0) {
+            TK_LOG(TK_LOG_ERROR, n->o.id, 0, "%s", lerr);
+            return rc;
+        }
+        n->dir_locked = true;
         snprintf(path, sizeof(path), "%s/log", n->data_dir);
         rc = store_open_fs(path, &so, &n->store, sb, err, sizeof(err));
     } else {

@@ -2,14 +2,14 @@
  * something other than its own history.
  *
  * node_restore (offline, before node_start) makes a new node's data
- * directory from a backup file (kv/backup.h): the state machine installs the
- * file's snapshot stream, and the log is set to start right after the
- * snapshot's index with the new cluster's membership, ids and a hard state
- * at the snapshot's term; the source cluster's membership records are
- * dropped (the new members are the ones given). Every node of the new
- * cluster restored from the
- * same file therefore starts with identical state, and the first entry it
- * writes has an index (a revision) above the snapshot's.
+ * directory from a backup file (kv/backup.h), holding the directory's lock
+ * (base/dirlock.h) throughout: the state machine installs the file's
+ * snapshot stream, and the log is set to start right after the snapshot's
+ * index with the new cluster's membership, ids and a hard state at the
+ * snapshot's term; the source cluster's membership records are dropped (the
+ * new members are the ones given). Every node of the new cluster restored
+ * from the same file therefore starts with identical state, and the first
+ * entry it writes has an index (a revision) above the snapshot's.
  *
  * node__force_config (at recovery, for --force-new-cluster) appends a
  * configuration entry naming this node as the only voter after the last
@@ -30,6 +30,7 @@
 #include "base/alloc.h"
 #include "base/blob.h"
 #include "base/dir.h"
+#include "base/dirlock.h"
 #include "base/err.h"
 #include "base/log.h"
 #include "kv/backup.h"
@@ -39,7 +40,8 @@
 
 #define RESTORE_PIECE ((size_t)1 << 16)
 
-/* 0 if `dir` is missing or empty; TK_EINVAL (with err) if it holds anything. */
+/* 0 if `dir` is missing or empty (but for the LOCK this restore holds);
+ * TK_EINVAL (with err) if it holds anything else. */
 static int dir_empty(const char *dir, char *err, size_t cap)
 {
     DIR *d = tk_opendir(dir);
@@ -52,7 +54,8 @@ static int dir_empty(const char *dir, char *err, size_t cap)
     struct dirent *e;
     int rc = 0;
     while ((e = readdir(d)) != NULL) {
-        if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0) {
+        if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0 &&
+            strcmp(e->d_name, TK_DIRLOCK_FILE) != 0) {
             snprintf(
                 err, cap,
                 "%s is not empty (it holds \"%s\"): a restore never writes over data; "
@@ -167,14 +170,10 @@ static int init_log(const struct node_restore_options *o,
     return rc;
 }
 
-int node_restore(const struct node_restore_options *o, struct kv_backup_info *info,
-                 char *err, size_t cap)
+/* node_restore with the directory locked. */
+static int restore_locked(const struct node_restore_options *o,
+                          struct kv_backup_info *info, char *err, size_t cap)
 {
-    if (!raft_config_has(&o->members, o->id) || o->id == 0) {
-        snprintf(err, cap, "node %llu is not a voter of the new membership",
-                 (unsigned long long)o->id);
-        return TK_EINVAL;
-    }
     int rc = dir_empty(o->data_dir, err, cap);
     if (rc != 0)
         return rc;
@@ -189,15 +188,13 @@ int node_restore(const struct node_restore_options *o, struct kv_backup_info *in
                  (unsigned long long)in.cluster_id);
         return TK_EINVAL;
     }
-    if (mkdir(o->data_dir, 0700) != 0 && errno != EEXIST) {
-        snprintf(err, cap, "cannot create %s: %s", o->data_dir, strerror(errno));
-        return TK_EIO;
-    }
     rc = install_file(o->file, o->data_dir, o->kv_no_sync, err, cap);
     if (rc == 0)
         rc = init_log(o, &in, err, cap);
     if (rc != 0) {
-        /* Leave the directory empty, as it was, so the restore can be retried. */
+        /* Leave the directory empty, as it was, so the restore can be
+         * retried; the LOCK goes too, still held by node_restore's
+         * descriptor until it releases it. */
         nftw(o->data_dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
         mkdir(o->data_dir, 0700);
         return rc;
@@ -205,6 +202,40 @@ int node_restore(const struct node_restore_options *o, struct kv_backup_info *in
     if (info != NULL)
         *info = in;
     return 0;
+}
+
+int node_restore(const struct node_restore_options *o, struct kv_backup_info *info,
+                 char *err, size_t cap)
+{
+    if (!raft_config_has(&o->members, o->id) || o->id == 0) {
+        snprintf(err, cap, "node %llu is not a voter of the new membership",
+                 (unsigned long long)o->id);
+        return TK_EINVAL;
+    }
+    if (mkdir(o->data_dir, 0700) != 0 && errno != EEXIST) {
+        snprintf(err, cap, "cannot create %s: %s", o->data_dir, strerror(errno));
+        return TK_EIO;
+    }
+    /* Before the directory is read: a node running on it is not written
+     * over, and no node starts on it while the restore writes. */
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/" TK_DIRLOCK_FILE, o->data_dir);
+    struct stat st;
+    bool had_lock = lstat(path, &st) == 0;
+    int lock_fd;
+    int rc = tk_dirlock_take(o->data_dir, &lock_fd, err, cap);
+    if (rc != 0)
+        return rc;
+    rc = restore_locked(o, info, err, cap);
+    if (rc != 0 && !had_lock) {
+        /* A refused restore leaves the directory as it found it. Removing
+         * the LOCK while holding it is safe: a taker that locked the removed
+         * file sees it is no longer named and takes the new one
+         * (tk_dirlock_take). */
+        unlink(path);
+    }
+    tk_dirlock_release(lock_fd);
+    return rc;
 }
 
 /* The configuration in force at the end of the boot log. */

@@ -991,6 +991,9 @@ int main(int argc, char **argv)
 
     struct node *node;
     int rc = node_start(&no, &node);
+    if (rc == TK_EBUSY && no.data_dir != NULL) /* its LOCK is held: base/dirlock.h */
+        die("--data-dir: \"%s\" is in use by another process (see the line above)",
+            no.data_dir);
     if (rc != 0) {
         fprintf(stderr, "tierkvd: the node did not start: %s (%s)%s\n", tk_strerror(rc),
                 tk_errname(rc),
