@@ -2,7 +2,8 @@
  * message type as a bare body (mode byte 0) and as a framed stream (mode byte
  * 1) after a HELLO, plus a snapshot cut into three chunks. Run by hand when the
  * schema changes (see run_fuzz.sh for the build line; link it like the fuzzer,
- * without -fsanitize=fuzzer and with main). */
+ * without -fsanitize=fuzzer and with main). peer_fuzz.c writes its own seeds
+ * (PEER_FUZZ_SEEDS=DIR; run_fuzz.sh does it before each run). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -10,6 +10,10 @@
  * and decode again to the same type, ids, term and entry count, and a decode
  * must never return anything but 0 or TK_EPROTO.
  *
+ * These are pure functions here; the real TCP transport that calls them (its
+ * handshake with a cluster token, and an authenticated peer's stream) is
+ * fuzzed over loopback by peer_fuzz.c.
+ *
  * Built and run by tests/fuzz/run_fuzz.sh with clang -fsanitize=fuzzer. */
 #include <stdint.h>
 #include <stdlib.h>
