@@ -620,6 +620,23 @@ static void raw_read(uv_stream_t *s, ssize_t n, const uv_buf_t *b)
     }
 }
 
+/* A listener on 127.0.0.1 at a port the kernel picks, calling `cb`; returns
+ * the port. */
+static uint16_t listen_any(uv_loop_t *loop, uv_tcp_t *server, void *data,
+                           uv_connection_cb cb)
+{
+    uv_tcp_init(loop, server);
+    server->data = data;
+    struct sockaddr_in addr;
+    uv_ip4_addr("127.0.0.1", 0, &addr);
+    ck_assert_int_eq(uv_tcp_bind(server, (struct sockaddr *)&addr, 0), 0);
+    ck_assert_int_eq(uv_listen((uv_stream_t *)server, 64, cb), 0);
+    struct sockaddr_in bound;
+    int blen = sizeof(bound);
+    uv_tcp_getsockname(server, (struct sockaddr *)&bound, &blen);
+    return ntohs(bound.sin_port);
+}
+
 static void raw_connected(uv_connect_t *req, int status)
 {
     struct raw *r = req->data;
@@ -908,23 +925,14 @@ START_TEST(test_backpressure_when_peer_stops_reading)
     memset(&r, 0, sizeof(r));
     r.read_stop_after_hello = true;
     r.hello_node = 2;
-    uv_tcp_init(&loop, &server);
-    server.data = &r;
-    struct sockaddr_in addr;
-    uv_ip4_addr("127.0.0.1", 0, &addr);
-    ck_assert_int_eq(uv_tcp_bind(&server, (struct sockaddr *)&addr, 0), 0);
-    ck_assert_int_eq(uv_listen((uv_stream_t *)&server, 8, raw_server_conn), 0);
-    struct sockaddr_in bound;
-    int blen = sizeof(bound);
-    uv_tcp_getsockname(&server, (struct sockaddr *)&bound, &blen);
+    uint16_t port = listen_any(&loop, &server, &r, raw_server_conn);
 
     struct transport_tcp_options o;
     base_opts(&o, 1);
     o.send_queue_bytes = 1u << 20;
     o.listen_host = NULL;
     struct tnode *a = tnode_new(&loop, &o);
-    ck_assert_int_eq(transport_tcp_add_peer(a->t, 2, "127.0.0.1", ntohs(bound.sin_port)),
-                     0);
+    ck_assert_int_eq(transport_tcp_add_peer(a->t, 2, "127.0.0.1", port), 0);
     RUN_UNTIL(&loop, a->ups == 1, 10000);
     /* Keep sending 60 KiB messages; once the kernel buffers and our bounded
      * queue are full, every send is refused, however long we wait. */
@@ -1328,16 +1336,7 @@ static void relay_start(uv_loop_t *loop, struct relay *r, uint16_t target)
 {
     memset(r, 0, sizeof(*r));
     r->target = target;
-    uv_tcp_init(loop, &r->server);
-    r->server.data = r;
-    struct sockaddr_in addr;
-    uv_ip4_addr("127.0.0.1", 0, &addr);
-    ck_assert_int_eq(uv_tcp_bind(&r->server, (struct sockaddr *)&addr, 0), 0);
-    ck_assert_int_eq(uv_listen((uv_stream_t *)&r->server, 64, relay_accept), 0);
-    struct sockaddr_in bound;
-    int blen = sizeof(bound);
-    uv_tcp_getsockname(&r->server, (struct sockaddr *)&bound, &blen);
-    r->port = ntohs(bound.sin_port);
+    r->port = listen_any(loop, &r->server, r, relay_accept);
 }
 
 static void relay_stop(uv_loop_t *loop, struct relay *r)
@@ -1683,15 +1682,7 @@ START_TEST(test_forged_refusal_is_a_failed_dial)
     uv_tcp_t server;
     struct raw r;
     memset(&r, 0, sizeof(r));
-    uv_tcp_init(&loop, &server);
-    server.data = &r;
-    struct sockaddr_in addr;
-    uv_ip4_addr("127.0.0.1", 0, &addr);
-    ck_assert_int_eq(uv_tcp_bind(&server, (struct sockaddr *)&addr, 0), 0);
-    ck_assert_int_eq(uv_listen((uv_stream_t *)&server, 8, impostor_conn), 0);
-    struct sockaddr_in bound;
-    int blen = sizeof(bound);
-    uv_tcp_getsockname(&server, (struct sockaddr *)&bound, &blen);
+    uint16_t port = listen_any(&loop, &server, &r, impostor_conn);
     struct transport_tcp_options o;
     base_opts(&o, 2);
     o.peer_token = _i == 0 ? TOKEN : NULL;
@@ -1700,8 +1691,7 @@ START_TEST(test_forged_refusal_is_a_failed_dial)
     struct transport_callbacks cbs = {
         .recv = on_recv, .peer = on_peer, .refused = on_refused, .data = b};
     ck_assert_int_eq(transport_tcp_new(&loop, &o, &cbs, &b->t), 0);
-    ck_assert_int_eq(transport_tcp_add_peer(b->t, 1, "127.0.0.1", ntohs(bound.sin_port)),
-                     0);
+    ck_assert_int_eq(transport_tcp_add_peer(b->t, 1, "127.0.0.1", port), 0);
     RUN_UNTIL(&loop, r.in_len >= 3 && stats_of(b).auth_failed >= 3, 10000);
     ck_assert_uint_eq(refused_n, 0);
     ck_assert_uint_eq(b->ups, 0);
