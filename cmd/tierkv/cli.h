@@ -194,6 +194,11 @@ struct cli_global {
     char consistency[16]; /* reads: "", "linearizable" or "stale" */
 };
 
+/* An empty KEY is a usage error for every command that takes one (a GET of
+ * /v1/kv/ would list every key): prints why, names the way to list keys
+ * (tierkv scan) and returns CLI_EXIT_USAGE; 0 for a non-empty key. */
+int cli_check_key(const char *cmd, const char *key);
+
 int cli_cmd_put(struct cli_global *g, int argc, char **argv);
 int cli_cmd_get(struct cli_global *g, int argc, char **argv);
 int cli_cmd_del(struct cli_global *g, int argc, char **argv);

@@ -416,6 +416,17 @@ static int usage_error(const char *cmd, const char *msg)
     return CLI_EXIT_USAGE;
 }
 
+int cli_check_key(const char *cmd, const char *key)
+{
+    if (key[0] != '\0')
+        return 0;
+    fprintf(stderr,
+            "tierkv %s: the key is empty; to list keys use tierkv scan PREFIX "
+            "(tierkv scan \"\" lists every key)\n",
+            cmd);
+    return CLI_EXIT_USAGE;
+}
+
 /* getopt_long over a subcommand's own arguments. */
 #define SUB_GETOPT_RESET() (optind = 1, opterr = 0)
 
@@ -472,8 +483,8 @@ int cli_cmd_put(struct cli_global *g, int argc, char **argv)
     if (nargs < 1 || nargs > 2 || (nargs == 2 && file))
         return usage_error("put", "wants KEY and VALUE (or KEY with --file)");
     const char *key = argv[optind];
-    if (!key[0])
-        return usage_error("put", "the key is empty");
+    if (cli_check_key("put", key) != 0)
+        return CLI_EXIT_USAGE;
     char *value = NULL;
     size_t vlen;
     if (nargs == 2) {
@@ -551,6 +562,8 @@ int cli_cmd_get(struct cli_global *g, int argc, char **argv)
     }
     if (argc - optind != 1)
         return usage_error("get", "wants exactly one KEY");
+    if (cli_check_key("get", argv[optind]) != 0)
+        return CLI_EXIT_USAGE;
     struct strbuf path = {0};
     key_path(&path, argv[optind], NULL);
     sb_param(&path, "consistency", g->consistency);
@@ -611,6 +624,8 @@ int cli_cmd_del(struct cli_global *g, int argc, char **argv)
     }
     if (argc != 2 || argv[1][0] == '-')
         return usage_error("del", "wants exactly one KEY");
+    if (cli_check_key("del", argv[1]) != 0)
+        return CLI_EXIT_USAGE;
     struct strbuf path = {0};
     key_path(&path, argv[1], NULL);
     sb_param(&path, "mode", g->mode);
@@ -763,6 +778,8 @@ int cli_cmd_incr(struct cli_global *g, int argc, char **argv)
     }
     if (argc < 2 || argc > 3 || (argv[1][0] == '-' && argv[1][1] == '-'))
         return usage_error("incr", "wants KEY [DELTA]");
+    if (cli_check_key("incr", argv[1]) != 0)
+        return CLI_EXIT_USAGE;
     int64_t delta = 1;
     if (argc == 3 && cli_parse_i64(argv[2], &delta) != 0)
         return usage_error("incr", "DELTA must be a 64-bit integer");

@@ -401,7 +401,9 @@ int cli_cmd_lock(struct cli_global *g, int argc, char **argv)
     int p = parse_ttl(&argc, &argv, &ttl, lock_help);
     if (p != 0)
         return p == 1 ? CLI_EXIT_OK : CLI_EXIT_USAGE;
-    if (argc < 3 || strcmp(argv[1], "--") != 0 || argv[0][0] == '\0') {
+    if (argc >= 1 && cli_check_key("lock", argv[0]) != 0)
+        return CLI_EXIT_USAGE;
+    if (argc < 3 || strcmp(argv[1], "--") != 0) {
         fprintf(stderr, "tierkv: lock: wants NAME -- COMMAND (see tierkv lock --help)\n");
         return CLI_EXIT_USAGE;
     }
@@ -444,7 +446,9 @@ int cli_cmd_elect(struct cli_global *g, int argc, char **argv)
     int p = parse_ttl(&argc, &argv, &ttl, elect_help);
     if (p != 0)
         return p == 1 ? CLI_EXIT_OK : CLI_EXIT_USAGE;
-    if (argc != 2 || argv[0][0] == '\0') {
+    if (argc >= 1 && cli_check_key("elect", argv[0]) != 0)
+        return CLI_EXIT_USAGE;
+    if (argc != 2) {
         fprintf(stderr, "tierkv: elect: wants NAME VALUE (see tierkv elect --help)\n");
         return CLI_EXIT_USAGE;
     }

@@ -167,8 +167,11 @@ static int parse_args(int argc, char **argv, char *range, size_t cap,
         else
             return TK_EINVAL;
     }
-    if (rc == 0 && optind < argc && range[0] == 0 && argc - optind == 1)
+    if (rc == 0 && optind < argc && range[0] == 0 && argc - optind == 1) {
+        if (argv[optind][0] == '\0')
+            return 2; /* an empty KEY: a usage error of its own */
         rc = add_param(range, cap, "key", argv[optind++]);
+    }
     if (rc != 0 || optind != argc || range[0] == 0)
         return TK_EINVAL;
     return 0;
@@ -184,6 +187,8 @@ int cli_cmd_watch(struct cli_global *g, int argc, char **argv)
         fputs(watch_help, stdout);
         return 0;
     }
+    if (prc == 2)
+        return cli_check_key("watch", "");
     if (prc != 0) {
         fprintf(stderr, "tierkv: watch: wants KEY, or --prefix P, or --start S [--end E] "
                         "(see tierkv watch --help)\n");
