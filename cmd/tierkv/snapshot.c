@@ -1,9 +1,10 @@
-/* tierkv snapshot save FILE [--local] [--timeout D] and tierkv snapshot status
- * FILE: online backups (GET /v1/snapshot) and checking a backup file.
+/* tierkv snapshot save FILE [--local] [--force] [--timeout D] and tierkv
+ * snapshot status FILE: online backups (GET /v1/snapshot) and checking a backup file.
  *
  * save downloads into FILE.part, checks it (header, SHA-256: kv/backup.h),
  * and only then renames it to FILE, so FILE is always a whole, checked
- * backup. status checks a file and prints its header. */
+ * backup. An existing FILE is kept unless --force (refused before anything
+ * is sent or written). status checks a file and prints its header. */
 #include <errno.h>
 #include <getopt.h>
 #include <jansson.h>
@@ -18,13 +19,15 @@
 #include "kv/backup.h"
 
 static const char usage_text[] =
-    "usage: tierkv snapshot save FILE [--local] [--timeout DURATION]\n"
+    "usage: tierkv snapshot save FILE [--local] [--force] [--timeout DURATION]\n"
     "       tierkv snapshot status FILE\n"
     "  save    streams a consistent backup of the state machine (GET /v1/snapshot)\n"
     "          into FILE: from the leader, or with --local from the endpoint asked;\n"
     "          every write acknowledged before the save began is in it. The file\n"
     "          is written as FILE.part, checked, then renamed. --timeout: the whole\n"
-    "          download (default 10m).\n"
+    "          download (default 10m). An existing FILE is refused (exit 2,\n"
+    "          nothing written) unless --force: then it is replaced by the\n"
+    "          rename, only once the new backup checks out.\n"
     "  status  checks FILE (SHA-256, structure) and prints its revision, keys,\n"
     "          size and source cluster id; exits 1 if the file is damaged.\n";
 
@@ -76,8 +79,17 @@ static int save_failed(const struct cli_response *r)
     return cli_exit_for_status(r->status);
 }
 
-static int save_cmd(struct cli_global *g, const char *file, bool local, uint64_t ms)
+static int save_cmd(struct cli_global *g, const char *file, bool local, bool force,
+                    uint64_t ms)
 {
+    struct stat st;
+    if (!force && lstat(file, &st) == 0) {
+        fprintf(stderr,
+                "tierkv: snapshot save: %s exists; not overwriting it (use --force to "
+                "replace it)\n",
+                file);
+        return CLI_EXIT_USAGE;
+    }
     char part[4096];
     snprintf(part, sizeof(part), "%s.part", file);
     FILE *f = fopen(part, "w+");
@@ -128,15 +140,18 @@ int cli_cmd_snapshot(struct cli_global *g, int argc, char **argv)
 {
     static const struct option opts[] = {{"local", no_argument, 0, 'l'},
                                          {"timeout", required_argument, 0, 't'},
+                                         {"force", no_argument, 0, 'f'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
-    bool local = false;
+    bool local = false, force = false;
     uint64_t ms = 600000;
     optind = 1;
     int ch;
     while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         if (ch == 'l') {
             local = true;
+        } else if (ch == 'f') {
+            force = true;
         } else if (ch == 't') {
             if (cli_parse_duration_ms(optarg, &ms) != 0 || ms > 86400000) {
                 fprintf(stderr, "tierkv: snapshot: bad --timeout \"%s\"\n", optarg);
@@ -153,7 +168,7 @@ int cli_cmd_snapshot(struct cli_global *g, int argc, char **argv)
     }
     const char *sub = argv[optind], *file = argv[optind + 1];
     if (strcmp(sub, "save") == 0)
-        return save_cmd(g, file, local, ms);
+        return save_cmd(g, file, local, force, ms);
     if (strcmp(sub, "status") == 0)
         return status_cmd(g, file);
     fprintf(stderr, "tierkv: snapshot: unknown subcommand \"%s\" (save or status)\n",
