@@ -136,6 +136,13 @@ struct cli_client {
     int timeout_ms;   /* per attempt: connect + request + response */
     int retries;      /* extra passes over all endpoints after 503/unreachable */
     bool verbose;     /* log each attempt to stderr */
+    /* Never resend a request that may have reached the server (an attempt
+     * that timed out or lost its connection after sending): for changes that
+     * are not idempotent (membership). cli_request then returns at once. */
+    bool no_resend;
+    /* Set by cli_request: its last attempt sent the request and got no
+     * answer, so the server may have applied it. */
+    bool maybe_applied;
     /* The endpoint that gave the last answer (valid after cli_request). */
     struct cli_endpoint answered;
 };
@@ -192,6 +199,7 @@ struct cli_global {
     bool base64;          /* ask the server for base64 values and decode them */
     char mode[16];        /* writes: "", "applied" or "committed" */
     char consistency[16]; /* reads: "", "linearizable" or "stale" */
+    bool timeout_set;     /* --timeout was given (member changes keep their own) */
 };
 
 /* An empty KEY is a usage error for every command that takes one (a GET of

@@ -476,10 +476,14 @@ static const char *request_head(char *buf, size_t cap, const struct cli_endpoint
     return *len >= 0 && (size_t)*len < cap ? buf : NULL;
 }
 
-int cli_request_one(const struct cli_endpoint *ep, int timeout_ms, const char *method,
-                    const char *path, const char *content_type, const void *body,
-                    size_t body_len, struct cli_response *out, char *err, size_t err_cap)
+/* cli_request_one; *sent: the request went out whole (so a failure after it
+ * may come after the server acted on it). */
+static int request_one(const struct cli_endpoint *ep, int timeout_ms, const char *method,
+                       const char *path, const char *content_type, const void *body,
+                       size_t body_len, struct cli_response *out, char *err,
+                       size_t err_cap, bool *sent)
 {
+    *sent = false;
     int64_t deadline = now_ms() + timeout_ms;
     struct cli_conn conn;
     memset(out, 0, sizeof(*out));
@@ -517,6 +521,7 @@ int cli_request_one(const struct cli_endpoint *ep, int timeout_ms, const char *m
         conn_close_fd(&conn);
         return rc == TK_ETIMEDOUT ? TK_ETIMEDOUT : TK_EUNAVAIL;
     }
+    *sent = true;
     struct cli_resp_parser *p = cli_resp_parser_new(out);
     char buf[16384];
     for (;;) {
@@ -540,6 +545,15 @@ int cli_request_one(const struct cli_endpoint *ep, int timeout_ms, const char *m
     snprintf(err, err_cap, "%s:%s: %s", ep->host, ep->port, why);
     cli_response_free(out);
     return rc == TK_ETIMEDOUT ? TK_ETIMEDOUT : rc == TK_EPROTO ? TK_EPROTO : TK_EUNAVAIL;
+}
+
+int cli_request_one(const struct cli_endpoint *ep, int timeout_ms, const char *method,
+                    const char *path, const char *content_type, const void *body,
+                    size_t body_len, struct cli_response *out, char *err, size_t err_cap)
+{
+    bool sent;
+    return request_one(ep, timeout_ms, method, path, content_type, body, body_len, out,
+                       err, err_cap, &sent);
 }
 
 /* ---- failover ---- */
@@ -579,6 +593,7 @@ int cli_request(struct cli_client *c, const char *method, const char *path,
     bool have503 = false;
     int last_rc = TK_EUNAVAIL;
     snprintf(err, err_cap, "no endpoint given");
+    c->maybe_applied = false;
     for (int pass = 0; pass <= c->retries; pass++) {
         /* Candidates: the configured endpoints from the preferred one on; a
          * hint is inserted right after the current position. */
@@ -598,8 +613,9 @@ int cli_request(struct cli_client *c, const char *method, const char *path,
             tried[n_tried++] = cand[i];
             struct cli_response r;
             char e[512];
-            int rc = cli_request_one(&cand[i], c->timeout_ms, method, path, content_type,
-                                     body, body_len, &r, e, sizeof(e));
+            bool sent;
+            int rc = request_one(&cand[i], c->timeout_ms, method, path, content_type,
+                                 body, body_len, &r, e, sizeof(e), &sent);
             if (c->verbose)
                 fprintf(stderr, "tierkv: %s %s -> %s:%s: %s%d\n", method, path,
                         cand[i].host, cand[i].port, rc == 0 ? "HTTP " : "error ",
@@ -607,6 +623,13 @@ int cli_request(struct cli_client *c, const char *method, const char *path,
             if (rc != 0) {
                 snprintf(err, err_cap, "%s", e);
                 last_rc = rc;
+                if (sent && c->no_resend) {
+                    /* It may have been applied: the caller finds out. */
+                    cli_response_free(&last503);
+                    c->maybe_applied = true;
+                    c->answered = cand[i];
+                    return rc == TK_ETIMEDOUT ? TK_ETIMEDOUT : TK_EUNAVAIL;
+                }
                 continue;
             }
             struct cli_endpoint hint;

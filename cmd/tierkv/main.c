@@ -43,7 +43,7 @@ static const char main_help[] =
     "                         leader hint in a 503 or redirect is followed\n"
     "                         (env TIERKV_ENDPOINTS; default " CLI_DEFAULT_ENDPOINTS ")\n"
     "  --json                 print the server's JSON, one line, for scripts\n"
-    "  --timeout DURATION     per request attempt (default 5s)\n"
+    "  --timeout DURATION     per request attempt (default 5s; member changes 40s)\n"
     "  --retries N            extra passes over the endpoints when none answers or\n"
     "                         all answer 503 (default 2)\n"
     "  --mode applied|committed        when a write is acknowledged\n"
@@ -288,6 +288,7 @@ int main(int argc, char **argv)
                 return usage("--timeout wants a duration like 5s or 500ms");
             }
             g.client.timeout_ms = (int)ms;
+            g.timeout_set = true;
         } else if (is_flag(a, "--retries")) {
             uint64_t n;
             v = flag_value(argc, argv, &i, "--retries");

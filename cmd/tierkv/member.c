@@ -27,12 +27,104 @@ static const char member_help[] =
     "  remove    removes a voter or learner (the leader too: it steps down);\n"
     "            its id is never used again\n"
     "One change at a time: a second one while one is in progress gets 409\n"
-    "change_pending. Exit codes as for every command (4: a 409 refusal).\n";
+    "change_pending. A change waits 40s for its answer (the server may take 30s;\n"
+    "--timeout overrides) and is never resent: without an answer, member list\n"
+    "tells whether it took effect. Exit codes as for every command (4: a 409\n"
+    "refusal).\n";
 
 static int transport_fail(int rc, const char *err)
 {
     fprintf(stderr, "tierkv: member: %s\n", err);
     return rc == TK_ETIMEDOUT ? CLI_EXIT_TIMEOUT : CLI_EXIT_UNAVAILABLE;
+}
+
+/* The server waits up to MEMBER_PROMOTE_WAIT_MS (30 s, node/node_member.c)
+ * for a new member to catch up before it answers an add. A change's attempt
+ * waits longer than that (unless --timeout says otherwise), so the answer is
+ * the server's own. */
+#define CLI_MEMBER_TIMEOUT_MS 40000
+
+/* Sets up g->client for a change: the long timeout, and no resend of a
+ * request that may have been applied (a resent add comes back as 409
+ * change_pending: its own change). */
+static void change_client(struct cli_global *g)
+{
+    if (!g->timeout_set && g->client.timeout_ms < CLI_MEMBER_TIMEOUT_MS)
+        g->client.timeout_ms = CLI_MEMBER_TIMEOUT_MS;
+    g->client.no_resend = true;
+}
+
+enum change_kind { CH_ADD, CH_PROMOTE, CH_REMOVE };
+
+/* A change whose answer never came (rc from cli_request): when it may have
+ * been applied, asks member list whether it took effect and reports that;
+ * otherwise the transport error. Returns the exit code. */
+static int change_unanswered(struct cli_global *g, int rc, const char *err,
+                             enum change_kind kind, uint64_t id, bool learner)
+{
+    static const char *const names[] = {"add", "promote", "remove"};
+    const char *what = names[kind];
+    if (!g->client.maybe_applied)
+        return transport_fail(rc, err);
+    fprintf(stderr, "tierkv: member %s: no answer (%s); not resent, asking member list\n",
+            what, err);
+    g->client.no_resend = false;
+    struct cli_response r = {0};
+    char e2[512];
+    int lrc =
+        cli_request(&g->client, "GET", "/v1/members", NULL, NULL, 0, &r, e2, sizeof(e2));
+    if (lrc != 0 || r.status != 200) {
+        if (lrc == 0)
+            cli_response_free(&r);
+        fprintf(stderr,
+                "tierkv: member %s: cannot tell whether node %llu's change took effect "
+                "(member list failed); check with tierkv member list before retrying\n",
+                what, (unsigned long long)id);
+        return rc == TK_ETIMEDOUT ? CLI_EXIT_TIMEOUT : CLI_EXIT_UNAVAILABLE;
+    }
+    json_t *j = json_loads(r.body ? r.body : "", 0, NULL);
+    cli_response_free(&r);
+    json_t *found = NULL, *v;
+    size_t i;
+    json_array_foreach(json_object_get(j, "members"), i, v)
+    {
+        if ((uint64_t)json_integer_value(json_object_get(v, "id")) == id)
+            found = v;
+    }
+    const char *role = found ? json_string_value(json_object_get(found, "role")) : NULL;
+    bool voter = role && strcmp(role, "voter") == 0;
+    bool done = kind == CH_REMOVE ? found == NULL
+                : kind == CH_ADD  ? found != NULL && (learner || voter)
+                                  : voter;
+    int code = done                 ? CLI_EXIT_OK
+               : rc == TK_ETIMEDOUT ? CLI_EXIT_TIMEOUT
+                                    : CLI_EXIT_UNAVAILABLE;
+    if (done && g->json) {
+        json_t *o = json_pack("{s:s,s:I,s:b,s:s}", "change", what, "id", (json_int_t)id,
+                              "applied", 1, "confirmed_by", "member list");
+        char *out = json_dumps(o, JSON_COMPACT);
+        json_decref(o);
+        puts(out);
+        free(out);
+    } else if (done) {
+        printf("%s: done (member list shows node %llu %s)\n", what,
+               (unsigned long long)id,
+               kind == CH_REMOVE ? "gone"
+               : voter           ? "as a voter"
+                                 : "as a learner");
+    } else if (kind == CH_ADD && found != NULL) {
+        fprintf(stderr,
+                "tierkv: member add: node %llu was added as a learner but is not a voter "
+                "yet; tierkv member promote %llu --wait 1m\n",
+                (unsigned long long)id, (unsigned long long)id);
+    } else {
+        fprintf(stderr,
+                "tierkv: member %s: member list does not show node %llu's change: it "
+                "has not taken effect (yet); check tierkv member list before retrying\n",
+                what, (unsigned long long)id);
+    }
+    json_decref(j);
+    return code;
 }
 
 /* Prints the answer (the JSON with --json, else a line) and returns the exit
@@ -146,11 +238,12 @@ static int member_add(struct cli_global *g, int argc, char **argv)
     json_decref(b);
     struct cli_response r;
     char err[512];
+    change_client(g);
     int rc = cli_request(&g->client, "POST", "/v1/members", "application/json", body,
                          strlen(body), &r, err, sizeof(err));
     free(body);
     if (rc != 0)
-        return transport_fail(rc, err);
+        return change_unanswered(g, rc, err, CH_ADD, id, learner);
     int code = report(g, &r, "add");
     cli_response_free(&r);
     return code;
@@ -189,13 +282,15 @@ static int member_change(struct cli_global *g, int argc, char **argv, bool promo
              promote ? "/v1/members/%llu/promote" : "/v1/members/%llu",
              (unsigned long long)id);
     uint64_t deadline = mono_ms() + wait_ms;
+    change_client(g);
     for (;;) {
         struct cli_response r;
         char err[512];
         int rc = cli_request(&g->client, promote ? "POST" : "DELETE", path, NULL, NULL, 0,
                              &r, err, sizeof(err));
         if (rc != 0)
-            return transport_fail(rc, err);
+            return change_unanswered(g, rc, err, promote ? CH_PROMOTE : CH_REMOVE, id,
+                                     false);
         bool again = r.status == 409 && r.body && strstr(r.body, "not_caught_up") &&
                      mono_ms() < deadline;
         if (!again) {
