@@ -125,5 +125,66 @@ check help-bench 0 "connections" -- help bench
 export TIERKV_ENDPOINTS="$LEADER"
 check env-endpoints 0 "hello\|third" -- get greeting
 unset TIERKV_ENDPOINTS
+# logged NAME WANT_LINES PATTERN: the fixture's request log holds WANT_LINES
+# lines matching PATTERN ("." counts every line).
+logged() {
+    got=$(grep -c -- "$3" "$DIR/requests.log" 2>/dev/null)
+    if [ "${got:-0}" -eq "$2" ]; then echo "ok   $1"; PASS=$((PASS + 1))
+    else echo "FAIL $1: $got requests matching \"$3\" reached the server, want $2"
+        sed 's/^/  log: /' "$DIR/requests.log"; FAIL=$((FAIL + 1)); fi
+}
+# An empty key is a usage error (GET /v1/kv/ would list every key): exit 2, a
+# message naming scan, and nothing sent.
+start_fake logged --id 1 --request-log "$DIR/requests.log"
+L="--endpoints 127.0.0.1:$PORT"
+check get-empty-key 2 "the key is empty" -- $L get ''
+check get-empty-key-names-scan 2 "tierkv scan" -- $L get ''
+check get-empty-key-json 2 "the key is empty" -- $L --json get '' --value-only
+check put-empty-key 2 "the key is empty" -- $L put '' v
+check del-empty-key 2 "the key is empty" -- $L del ''
+check incr-empty-key 2 "the key is empty" -- $L incr '' 3
+check watch-empty-key 2 "the key is empty" -- $L watch ''
+check lock-empty-name 2 "the key is empty" -- $L lock '' -- true
+check elect-empty-name 2 "the key is empty" -- $L elect '' v
+logged empty-keys-sent-nothing 0 "."
+check get-real-key-is-sent 3 "not found" -- $L get nokey
+logged request-log-records 1 "GET /v1/kv/nokey"
+# snapshot save keeps an existing file unless --force.
+check snapshot-put 0 "" -- $L put snapkey snapvalue
+printf 'precious' >"$DIR/backup.tkv"
+check snapshot-save-refuses 2 "--force" -- $L snapshot save "$DIR/backup.tkv"
+check snapshot-save-refusal-names-file 2 "backup.tkv exists" -- $L snapshot save "$DIR/backup.tkv"
+if [ "$(cat "$DIR/backup.tkv")" = precious ] && [ ! -e "$DIR/backup.tkv.part" ]; then
+    echo "ok   snapshot-refused-file-unchanged"; PASS=$((PASS + 1))
+else echo "FAIL snapshot-refused-file-unchanged"; FAIL=$((FAIL + 1)); fi
+logged snapshot-refused-sent-nothing 0 "/v1/snapshot"
+check snapshot-save-new 0 "hash *OK" -- $L snapshot save "$DIR/new.tkv"
+# (the fixture's ?local download is not a backup: never renamed over FILE)
+check snapshot-force-bad-download 1 "does not check out" -- $L snapshot save "$DIR/backup.tkv" --force --local
+if [ "$(cat "$DIR/backup.tkv")" = precious ] && [ ! -e "$DIR/backup.tkv.part" ]; then
+    echo "ok   snapshot-bad-download-file-unchanged"; PASS=$((PASS + 1))
+else echo "FAIL snapshot-bad-download-file-unchanged"; FAIL=$((FAIL + 1)); fi
+check snapshot-force-replaces 0 "keys *1" -- $L snapshot save "$DIR/backup.tkv" --force
+if cmp -s "$DIR/backup.tkv" "$DIR/new.tkv" && [ ! -e "$DIR/backup.tkv.part" ]; then
+    echo "ok   snapshot-force-file-replaced"; PASS=$((PASS + 1))
+else echo "FAIL snapshot-force-file-replaced"; FAIL=$((FAIL + 1)); fi
+check snapshot-status-replaced 0 "cluster_id  42" -- snapshot status "$DIR/backup.tkv"
+# member add waits for the server's own answer: past the old 5 s per try, a
+# success is a success (it used to time out, resend, and get its own change
+# back as 409 change_pending: exit 4). About 6 s.
+: >"$DIR/requests.log"
+start_fake slowmember --id 1 --member-delay-ms 6000 --request-log "$DIR/requests.log"
+SLOW="--endpoints 127.0.0.1:$PORT"
+check member-add-slow-catch-up 0 "added" -- $SLOW member add 4 --raft 127.0.0.1:9
+logged member-add-sent-once 1 "POST /v1/members"
+# An answer that never comes (here --timeout 2s against a 3 s answer): not
+# resent; member list tells whether the change took effect. About 3 s.
+: >"$DIR/requests.log"
+start_fake latemember --id 1 --member-delay-ms 3000 --request-log "$DIR/requests.log"
+LATE="--endpoints 127.0.0.1:$PORT"
+check member-add-timeout-confirmed 0 "member list shows node 5 as a voter" -- $LATE --timeout 2s member add 5 --raft 127.0.0.1:9
+logged member-add-timeout-not-resent 1 "POST /v1/members"
+logged member-add-timeout-asked-list 1 "GET /v1/members"
+check member-add-existing-refused 4 "change_pending" -- $LATE member add 5 --raft 127.0.0.1:9
 echo "$PASS passed, $FAIL failed"
 [ "$FAIL" -eq 0 ]

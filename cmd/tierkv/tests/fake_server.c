@@ -18,8 +18,17 @@
  * the requests of all connections queue behind each other): slow answers for
  * the bench's tail counts.
  *
+ * Membership (GET/POST /v1/members): node 1 is a voter; an add of a new id
+ * joins at once, an add of an id already there gets 409 change_pending (what
+ * tierkvd answers a resent add). With --member-delay-ms N an add is answered
+ * only after N ms (a slow catch-up). GET /v1/snapshot answers 200 with a real
+ * backup file (kv/backup.h) of the fixture's keys, sealed as tierkvd seals
+ * one; with ?local (tierkv snapshot save --local), bytes that are no
+ * backup (the CLI must refuse them). With
+ * --request-log F each request's "METHOD URL" line is appended to F as it arrives.
+ *
  * Usage: tierkv-fake-server --port-file F [--follower-of HOST:PORT] [--id N]
- *        [--trivial] [--delay-ms N]
+ *        [--trivial] [--delay-ms N] [--member-delay-ms N] [--request-log F]
  * Binds 127.0.0.1 on an ephemeral port, writes it to F, runs until killed. */
 #include <http_parser.h>
 #include <jansson.h>
@@ -31,7 +40,9 @@
 #include <uv.h>
 
 #include "base/alloc.h"
+#include "base/crc32c.h"
 #include "cmd/tierkv/cli.h"
+#include "kv/backup.h"
 
 #define BODY_MAX (1u << 20)
 
@@ -50,6 +61,17 @@ static bool trivial; /* --trivial: a fixed 200 for everything (the client's ceil
 static int node_id = 1;
 static long delay_ms; /* --delay-ms: each answer waits this long (the thread sleeps) */
 static char self_addr[64];
+static long member_delay_ms; /* --member-delay-ms: each POST /v1/members waits */
+static FILE *request_log;    /* --request-log */
+
+struct member {
+    long long id;
+    bool learner;
+    char raft[64];
+};
+static struct member members[16] = {{1, false, "127.0.0.1:1"}};
+static size_t n_members = 1;
+static long long config_index = 1;
 
 struct sconn {
     uv_tcp_t tcp;
@@ -279,6 +301,106 @@ static void handle_etcd(struct sconn *c, const char *path)
     json_decref(j);
 }
 
+static void put_be(uint8_t *p, uint64_t v, int bytes)
+{
+    for (int i = bytes - 1; i >= 0; i--, v >>= 8)
+        p[i] = (uint8_t)v;
+}
+
+/* GET /v1/snapshot: the keys as a snapshot stream (kv/backup.c's comment has
+ * the layout) in a sealed backup file; bad: bytes that are no backup. */
+static void handle_snapshot(struct sconn *c, bool bad)
+{
+    size_t len = 32 + 13;
+    for (size_t i = 0; i < n_kv; i++)
+        len += 9 + strlen(kv[i].key) + kv[i].value_len;
+    size_t total = KV_BACKUP_HEADER_BYTES + len + KV_BACKUP_TRAILER_BYTES;
+    uint8_t *file = tk_malloc(total), *s = file + KV_BACKUP_HEADER_BYTES;
+    memset(s, 0, 32);
+    memcpy(s, "TKVSNAP1", 8);
+    put_be(s + 8, (uint64_t)revision, 8);
+    put_be(s + 16, 2, 8);
+    size_t off = 32;
+    for (size_t i = 0; i < n_kv; i++) {
+        size_t kl = strlen(kv[i].key);
+        s[off] = 1;
+        put_be(s + off + 1, kl, 4);
+        put_be(s + off + 5, kv[i].value_len, 4);
+        memcpy(s + off + 9, kv[i].key, kl);
+        memcpy(s + off + 9 + kl, kv[i].value, kv[i].value_len);
+        off += 9 + kl + kv[i].value_len;
+    }
+    s[off] = 0xFF;
+    put_be(s + off + 1, n_kv, 8);
+    put_be(s + off + 9, tk_crc32c(0, s, off + 9), 4);
+    char err[160];
+    if (bad)
+        memset(file, 'x', total);
+    else if (kv_backup_seal(s, len, 42, 0, file, s + len, NULL, err, sizeof(err)) != 0) {
+        tk_free(file);
+        respond_error(c, 500, "internal", err, NULL);
+        return;
+    }
+    struct wreq *w = tk_malloc(sizeof(*w));
+    w->buf = tk_malloc(total + 256);
+    int n = snprintf(w->buf, 256,
+                     "HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\n"
+                     "Content-Length: %zu\r\n\r\n",
+                     total);
+    memcpy(w->buf + n, file, total);
+    tk_free(file);
+    uv_buf_t b = uv_buf_init(w->buf, (unsigned)(n + total));
+    if (uv_write(&w->req, (uv_stream_t *)&c->tcp, &b, 1, on_written) != 0) {
+        tk_free(w->buf);
+        tk_free(w);
+    }
+}
+
+/* GET and POST /v1/members (see the top of the file). */
+static void handle_members(struct sconn *c, unsigned method)
+{
+    if (method == HTTP_GET) {
+        json_t *arr = json_array();
+        for (size_t i = 0; i < n_members; i++)
+            json_array_append_new(
+                arr, json_pack("{s:I,s:s,s:s,s:s,s:b}", "id", (json_int_t)members[i].id,
+                               "role", members[i].learner ? "learner" : "voter", "raft",
+                               members[i].raft, "http", "-", "leader", i == 0));
+        respond(c, 200,
+                json_pack("{s:o,s:I,s:b}", "members", arr, "config_index",
+                          (json_int_t)config_index, "committed", 1),
+                NULL);
+        return;
+    }
+    json_t *j = json_loadb(c->body ? c->body : "", c->body_len, 0, NULL);
+    json_t *id = json_object_get(j, "id");
+    const char *raft = json_string_value(json_object_get(j, "raft"));
+    if (!json_is_integer(id) || raft == NULL || n_members == 16) {
+        json_decref(j);
+        respond_error(c, 400, "bad_request", "id and raft are required", NULL);
+        return;
+    }
+    for (size_t i = 0; i < n_members; i++) {
+        if (members[i].id == json_integer_value(id)) {
+            json_decref(j);
+            respond_error(c, 409, "change_pending", "a membership change is in progress",
+                          NULL);
+            return;
+        }
+    }
+    struct member *m = &members[n_members++];
+    m->id = json_integer_value(id);
+    m->learner = json_is_true(json_object_get(j, "learner"));
+    snprintf(m->raft, sizeof(m->raft), "%s", raft);
+    json_decref(j);
+    config_index++;
+    if (member_delay_ms > 0) { /* the change is in force; the answer is late */
+        struct timespec ts = {member_delay_ms / 1000, (member_delay_ms % 1000) * 1000000};
+        nanosleep(&ts, NULL);
+    }
+    respond(c, 200, json_pack("{s:s}", "message", "added"), NULL);
+}
+
 static void handle(struct sconn *c)
 {
     if (delay_ms > 0) {
@@ -298,6 +420,10 @@ static void handle(struct sconn *c)
     }
     unsigned method = c->hp.method;
     char *url = c->url;
+    if (request_log != NULL) {
+        fprintf(request_log, "%s %s\n", http_method_str((enum http_method)method), url);
+        fflush(request_log);
+    }
     char *query = strchr(url, '?');
     if (query)
         *query++ = '\0';
@@ -324,6 +450,14 @@ static void handle(struct sconn *c)
                           "members", "id", 1, "http", leader_addr, "id", 2, "http",
                           "127.0.0.1:1"),
                 NULL);
+        return;
+    }
+    if (strcmp(url, "/v1/members") == 0) {
+        handle_members(c, method);
+        return;
+    }
+    if (strcmp(url, "/v1/snapshot") == 0) {
+        handle_snapshot(c, query != NULL && strstr(query, "local") != NULL);
         return;
     }
     if (strncmp(url, "/v3/kv/", 7) == 0 && method == HTTP_POST) {
@@ -616,9 +750,18 @@ int main(int argc, char **argv)
             node_id = atoi(argv[++i]);
         else if (strcmp(argv[i], "--delay-ms") == 0 && i + 1 < argc)
             delay_ms = atol(argv[++i]);
-        else {
+        else if (strcmp(argv[i], "--member-delay-ms") == 0 && i + 1 < argc)
+            member_delay_ms = atol(argv[++i]);
+        else if (strcmp(argv[i], "--request-log") == 0 && i + 1 < argc) {
+            request_log = fopen(argv[++i], "a");
+            if (request_log == NULL) {
+                fprintf(stderr, "tierkv-fake-server: cannot open %s\n", argv[i]);
+                return 2;
+            }
+        } else {
             fprintf(stderr, "usage: tierkv-fake-server --port-file F [--follower-of H:P] "
-                            "[--id N] [--trivial] [--delay-ms N]\n");
+                            "[--id N] [--trivial] [--delay-ms N] [--member-delay-ms N] "
+                            "[--request-log F]\n");
             return 2;
         }
     }
