@@ -129,6 +129,10 @@ struct node_options {
     uint16_t listen_port;
     const char *peer_hosts[RAFT_VOTERS_MAX]; /* by position in members */
     uint16_t peer_ports[RAFT_VOTERS_MAX];
+    /* The members' HTTP addresses (tierkvd's --members-http), by position in
+     * members, NULL when not given: the leader writes them into the member
+     * records, so every node can name the leader's address. */
+    const char *peer_http[RAFT_VOTERS_MAX];
     /* The shared cluster token of the TCP handshake (transport.h; copied by
      * the transport): NULL for none, else at least TRANSPORT_TCP_TOKEN_MIN
      * bytes, the same on every node. */
@@ -393,6 +397,13 @@ struct node_metrics {
      * the phase most of it went to (enum node_turn_phase), and the snapshot
      * and tier-down work done on the loop. */
     uint64_t loop_turn_max_ns[10];
+    /* The loop thread's CPU in turns (a lower bound, low by under 1 ms; see
+     * node/node_oplog.h): the longest turn's (of any phase); turns "held",
+     * longer than half the election timeout with NODE_HELD_CPU_NS or more of
+     * CPU; and the longest turn with that much CPU (any length). */
+    uint64_t loop_turn_max_cpu_ns;
+    uint64_t loop_turns_held;
+    uint64_t loop_turn_held_max_ns;
     uint64_t snapshot_loop_ns;  /* publishing snapshots, in all */
     uint64_t tier_drain_ns;     /* dropping released index entries, in all */
     uint64_t tier_drain_max_ns; /* the longest slice of it */
@@ -410,6 +421,8 @@ struct node_metrics {
     uint64_t mem_blob_cache;     /* freed small blobs kept for reuse (the process's) */
 };
 void node_metrics(struct node *n, struct node_metrics *out);
+/* The CPU a loop turn holds to count as held (node_metrics.loop_turns_held). */
+#define NODE_HELD_CPU_NS (20 * 1000000ull)
 
 /* The node runtime under an embedding handle (include/tierkv.h), for tests
  * that look at its metrics. Not exported by libtierkv.so. */

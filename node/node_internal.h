@@ -32,6 +32,7 @@
 #include "base/queue.h"
 #include "kv/kv.h"
 #include "node/node.h"
+#include "node/node_oplog.h"
 #include "raft/raft.h"
 
 struct store;
@@ -271,6 +272,15 @@ struct node_membership {
         char hex[40];
     } seen[NODE_PEERS_MAX]; /* the incarnation each peer last presented */
     uint32_t n_seen;
+    /* The fence of --force-new-cluster (node_member.c): the ids a forced
+     * configuration in the boot log dropped, refused as strangers even
+     * before their removed records apply; the cluster's epoch (how many
+     * forced recoveries its log went through); refusals counted for the
+     * log line's rate. */
+    uint64_t fenced[NODE_PEERS_MAX];
+    uint32_t n_fenced;
+    uint64_t epoch;
+    uint64_t fence_refused;
 };
 
 /* What other threads read: status and metrics (node_status.c). */
@@ -335,6 +345,8 @@ struct node {
     } lease;
     struct node_metrics_state m;
     struct node_stall stall;
+    struct node_oplog oplog;  /* the operator's log lines (node_oplog.h) */
+    struct node_turn_cpu cpu; /* the loop thread's CPU per turn (node_oplog.h) */
 };
 
 /* ---- inline helpers: used on the hot path by several files ---- */
@@ -581,6 +593,25 @@ void node__member_refused(struct transport *t, uint64_t by, void *data);
  * this node is joining and has none yet), so it may connect before its
  * address is known here. */
 bool node__member_known(struct transport *t, uint64_t id, void *data);
+/* The fence (--force-new-cluster, removals): true if `id` is a stranger to
+ * this cluster: not a member of the configuration in force, this node being
+ * one, and dropped by a forced configuration or removed (a removed record or
+ * a bootstrap member, once the configuration without it is committed). A
+ * fenced id is never heard (transport handshake, node.c's on_recv), so it is
+ * never followed, voted for or forwarded to. */
+bool node__member_fenced(struct node *n, uint64_t id);
+/* At recovery, before the core is made: the epoch (the reserved record
+ * NODE_EPOCH_KEY, applied or still in the boot log) into n->mem.epoch, and
+ * the ids each forced configuration of the boot log dropped into
+ * n->mem.fenced. A forced configuration is a configuration entry followed at
+ * once by an epoch record (node__force_config writes them together). */
+void node__member_boot_fence(struct node *n, const struct raft_boot *b);
+/* The commands --force-new-cluster writes after its configuration: the
+ * epoch record, and the removed record of a dropped id (its addresses and
+ * incarnation kept). Each a new blob (one reference, the caller's). */
+struct tk_blob *node__member_epoch_cmd(uint64_t epoch);
+struct tk_blob *node__member_removed_cmd(struct node *n, uint64_t id);
+#define NODE_EPOCH_KEY "\x01tierkv/epoch"
 /* Every tick: dials members whose address became known, and moves the
  * change in progress on (commit, promotion, deadline). */
 void node__member_tick(struct node *n);
