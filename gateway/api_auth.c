@@ -359,6 +359,14 @@ int api__auth_watch(struct api_req *req, const uint8_t *start, size_t start_len,
     return TK_EINVAL;
 }
 
+bool api__auth_admin(struct api_req *req)
+{
+    if (req->user == NULL || req->user->admin)
+        return true;
+    respond_403(req, "read the node's own records (admin only)");
+    return false;
+}
+
 int api__auth_read(struct api_req *req)
 {
     if (req->user == NULL || (req->route != ROUTE_KV_GET && req->route != ROUTE_KV_SCAN))

@@ -221,45 +221,128 @@ struct scan_state {
     size_t next_len;
 };
 
+static int scan_stop_at(struct scan_state *s, const uint8_t *key, size_t len)
+{
+    s->more = true;
+    s->next = tk_malloc(len + 1);
+    memcpy(s->next, key, len);
+    s->next_len = len;
+    return 1;
+}
+
+/* An item joins the page unless the page has `limit` items or the item would
+ * take it past `bytes_max` (a page holds at least one item): then it is the
+ * page's `next`, and what it wrote is taken back. Nothing is built past the
+ * page, so nothing built is thrown away. */
 static int scan_item(const struct kv_item *it, void *data)
 {
     struct scan_state *s = data;
-    if (s->count == s->limit || s->b.len > s->bytes_max) {
-        s->more = true;
-        s->next = tk_malloc(it->key_len + 1);
-        memcpy(s->next, it->key, it->key_len);
-        s->next_len = it->key_len;
-        return 1;
-    }
+    if (s->count == s->limit)
+        return scan_stop_at(s, it->key, it->key_len);
+    size_t mark = s->b.len;
     if (s->count)
         jbuf_adds(&s->b, ",");
     put_item(&s->b, it, s->b64);
+    if (s->count > 0 && s->b.len > s->bytes_max) {
+        s->b.len = mark;
+        return scan_stop_at(s, it->key, it->key_len);
+    }
     s->count++;
     return 0;
 }
 
+/* A scan's page: at most this much JSON (a quarter of the body limit, 1 MiB
+ * at the defaults: building it costs the loop a few milliseconds). */
+static size_t scan_page_bytes(const struct gateway *gw)
+{
+    return gw->cfg.body_max / 4;
+}
+
+/* The node's own records (membership, leases: keys whose first byte is
+ * KV_RESERVED_BYTE) are left out of a scan unless it asks for them
+ * (?internal=true, admin only with an auth file): the range is read in at
+ * most two pieces, before and after them, so skipping them costs nothing. */
+static const uint8_t reserved_lo[1] = {KV_RESERVED_BYTE};
+static const uint8_t reserved_hi[1] = {KV_RESERVED_BYTE + 1};
+
+static int key_cmp(const void *a, size_t alen, const void *b, size_t blen);
+
+/* The scan's pieces into out[0..return). `succ` is room for a prefix's
+ * successor (key_max + 1 bytes). */
+static size_t scan_pieces(const struct api_req *req, uint8_t *succ, struct kv_range out[2])
+{
+    struct kv_range r = {.start = req->key,
+                         .start_len = req->key_len,
+                         .end = req->key2,
+                         .end_len = req->key2_len,
+                         .by_prefix = req->by_prefix};
+    if (req->internal) {
+        out[0] = r;
+        return 1;
+    }
+    if (r.by_prefix) { /* [prefix, its successor) */
+        const uint8_t *p = r.start;
+        size_t n = r.start_len;
+        while (n > 0 && p[n - 1] == 0xff)
+            n--;
+        memcpy(succ, r.start, n);
+        if (n > 0)
+            succ[n - 1]++;
+        r.by_prefix = false;
+        r.end = succ;
+        r.end_len = n;
+    }
+    size_t k = 0;
+    bool unbounded = r.end_len == 0;
+    if (key_cmp(r.start, r.start_len, reserved_lo, 1) < 0) {
+        out[k] = r;
+        if (unbounded || key_cmp(r.end, r.end_len, reserved_lo, 1) > 0) {
+            out[k].end = reserved_lo;
+            out[k].end_len = 1;
+        }
+        k++;
+    }
+    if (unbounded || key_cmp(r.end, r.end_len, reserved_hi, 1) > 0) {
+        out[k] = r;
+        if (key_cmp(r.start, r.start_len, reserved_hi, 1) < 0) {
+            out[k].start = reserved_hi;
+            out[k].start_len = 1;
+        }
+        k++;
+    }
+    return k;
+}
+
 /* A scan reads at most limit + 1 items and KV_SCAN_SKIP_MAX records that
- * give none (deleted or expired keys still held): past those it stops with
- * more and `next`, the key to go on from (start=next). */
+ * give none (deleted or expired keys still held) per piece: past those it
+ * stops with more and `next`, the key to go on from (start=next). A page
+ * also ends at about scan_page_bytes of JSON: how much one answer may be is
+ * known before it is built (http_would_overload is asked for that much, so
+ * an answer is never built and then refused). */
 static void scan_read_cb(struct node_req *nreq, int status, struct kv_sm *sm, void *data)
 {
     (void)nreq;
     struct api_req *req = read_start(status, data);
     if (req == NULL)
         return;
-    struct scan_state s = {
-        .limit = req->limit, .b64 = req->b64, .bytes_max = req->gw->cfg.body_max * 4};
+    size_t page = scan_page_bytes(req->gw);
+    if (http_would_overload(req->http, page)) {
+        http_respond_overloaded(req->http);
+        return;
+    }
+    struct scan_state s = {.limit = req->limit, .b64 = req->b64, .bytes_max = page};
     jbuf_init(&s.b, 256);
     jbuf_adds(&s.b, "{\"items\":[");
-    struct kv_range r = {.start = req->key,
-                         .start_len = req->key_len,
-                         .end = req->key2,
-                         .end_len = req->key2_len,
-                         .by_prefix = req->by_prefix};
     size_t cap = req->gw->cfg.key_max;
+    uint8_t *succ = tk_malloc(cap + 1);
+    struct kv_range pieces[2];
+    size_t n = scan_pieces(req, succ, pieces);
     struct kv_scan_stop stop = {.key = tk_malloc(cap + 1), .cap = cap};
-    int rc = kv_sm_scan_bounded(sm, &r, (size_t)req->limit + 1, KV_SCAN_SKIP_MAX,
-                                scan_item, &s, &stop);
+    int rc = 0;
+    for (size_t i = 0; i < n && rc == 0 && !s.more && !stop.stopped; i++)
+        rc = kv_sm_scan_bounded(sm, &pieces[i], (size_t)(req->limit - s.count) + 1,
+                                KV_SCAN_SKIP_MAX, scan_item, &s, &stop);
+    tk_free(succ);
     if (rc == 0 && stop.stopped && s.next == NULL) {
         stop.key[stop.key_len++] = 0; /* just after the key read last */
         s.more = true;
@@ -499,6 +582,10 @@ void api__kv_scan(struct api_req *req, const struct query *q)
         return;
     }
     req->limit = (uint32_t)limit;
+    if (api__parse_flag(req, q, QI_INTERNAL, &req->internal) != 0)
+        return;
+    if (req->internal && !api__auth_admin(req))
+        return;
     if (api__scan_bounds(req, q) != 0)
         return;
     api__submit_read(req, cons, scan_read_cb);

@@ -49,7 +49,8 @@
     X(PREV_KV, "prev_kv")                                                                \
     X(PROGRESS, "progress_ms")                                                           \
     X(LOCAL, "local")                                                                    \
-    X(LEASE, "lease")
+    X(LEASE, "lease")                                                                    \
+    X(INTERNAL, "internal")
 
 enum gw_qindex {
 #define X(id, name) QI_##id,
@@ -100,7 +101,7 @@ typedef void api_handler_fn(struct api_req *req, const struct query *q);
     X(KV_DELETE, "kv_delete", HTTP_DELETE, "/v1/kv/{key}", api__kv_delete, Q_MODE,       \
       RF_WRITE)                                                                          \
     X(KV_SCAN, "kv_scan", HTTP_GET, "/v1/kv/", api__kv_scan,                             \
-      Q_PREFIX | Q_START | Q_END | Q_LIMIT | Q_CONSISTENCY | Q_ENCODING, 0)              \
+      Q_PREFIX | Q_START | Q_END | Q_LIMIT | Q_CONSISTENCY | Q_ENCODING | Q_INTERNAL, 0)   \
     X(KV_DELETE_RANGE, "kv_delete_range", HTTP_DELETE, "/v1/kv/", api__kv_delete_range,  \
       Q_PREFIX | Q_START | Q_END | Q_MODE, RF_WRITE)                                     \
     X(KV_INCR, "kv_incr", HTTP_POST, "/v1/kv/{key}/incr", api__kv_incr,                  \
@@ -207,6 +208,7 @@ struct api_req {
     bool b64; /* ?encoding=base64 */
     bool raw; /* ?raw */
     bool by_prefix;
+    bool internal; /* scan: ?internal (admin): the node's own records too */
     uint32_t limit;
     uint8_t *op_kinds; /* batch/txn: kind of each op (then ops, then else ops) */
     uint32_t n_ops;
@@ -249,6 +251,9 @@ int api__auth_route(struct api_req *req);
  * it (else 403). */
 int api__auth_watch(struct api_req *req, const uint8_t *start, size_t start_len,
                     const uint8_t *end, size_t end_len, bool by_prefix, bool single);
+/* Without an auth file, or for an admin: true; else answers 403 and returns
+ * false (a scan's ?internal). */
+bool api__auth_admin(struct api_req *req);
 /* At a read's submission: the user may read its key or range (else 403). */
 int api__auth_read(struct api_req *req);
 /* Before a write is packed: the user may write every key of `cmd` (and

@@ -464,6 +464,17 @@ bool http_overloaded(const struct http_request *req)
            turn_full(c->srv, 0);
 }
 
+bool http_would_overload(const struct http_request *req, size_t len)
+{
+    const struct http_conn *c = req->conn;
+    const struct http_server *srv = c->srv;
+    if (len <= 4096) /* http_respond takes small answers whatever the budgets */
+        return http_overloaded(req);
+    size_t built = uv_now(srv->loop) == srv->turn_ms ? srv->turn_built : 0;
+    return over_budget(srv, len) || c->resp_held + len > conn_out_max(srv) ||
+           (built > 0 && built + len > srv->cfg.body_max / 2);
+}
+
 void http_respond_overloaded(struct http_request *req)
 {
     struct http_server *srv = req->conn->srv;

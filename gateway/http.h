@@ -222,6 +222,11 @@ void http_respond_blob(struct http_request *req, int status, const char *content
  * responses, or the server its mem_max: a read should not be served (its
  * answer built) but answered with http_respond_overloaded. */
 bool http_overloaded(const struct http_request *req);
+/* Whether an answer of `len` bytes would be refused by http_respond (the
+ * connection's conn_out_max, the server's mem_max, the turn's budget for
+ * large answers): asked before building one of known bound, so nothing is
+ * built and then thrown away. */
+bool http_would_overload(const struct http_request *req, size_t len);
 /* 503 overloaded with Retry-After; the connection closes after it. A large
  * response that would pass either bound is turned into this by http_respond. */
 void http_respond_overloaded(struct http_request *req);
