@@ -313,6 +313,11 @@ struct node_status {
      * belongs to a data directory this one is not (it was wiped). It serves
      * nothing: remove the id and add the node again under a new one. */
     bool rejected;
+    /* This node's id was removed from the cluster: the configuration it
+     * holds leaves it out (a bootstrap member), or its member record says
+     * removed=1 and it knows no leader or is out of its configuration. Ids
+     * are never reused: to serve again it joins under a new id. */
+    bool removed;
 };
 void node_status(struct node *n, struct node_status *out);
 

@@ -7,7 +7,10 @@
  *
  * Called by node.c (each loop turn and on failures) and node_tier.c (a failed
  * tier-down, snapshot save or compaction); calls no other file of node/. */
+#include <inttypes.h>
 #include <pthread.h>
+#include <stdio.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "base/alloc.h"
@@ -68,9 +71,33 @@ static void resident_start(struct node *n)
     n->loop.handles_open++;
 }
 
+/* node_status.removed (node.h). The record (node_member.c's format, "raft=
+ * http= removed=0|1 inc=") is read only while the node has no leader or is
+ * out of its configuration, so a serving member pays nothing per turn. */
+static bool removed(struct node *n, uint64_t leader)
+{
+    bool member = raft_config_is_member(raft_config(n->raft), n->o.id);
+    if (!member && !n->o.join)
+        return true;
+    if (member && leader != 0)
+        return false;
+    char key[64];
+    int kl = snprintf(key, sizeof(key), "%s%" PRIu64, NODE_MEMBER_KEY_PREFIX, n->o.id);
+    struct kv_item it;
+    if (kl <= 0 || kv_sm_get(n->sm, key, (size_t)kl, &it) != 0)
+        return false;
+    static const char flag[] = "removed=1";
+    for (size_t i = 0; i + sizeof(flag) - 1 <= it.value_len; i++)
+        if ((i == 0 || it.value[i - 1] == ' ') &&
+            memcmp(it.value + i, flag, sizeof(flag) - 1) == 0)
+            return true;
+    return false;
+}
+
 void node__publish_status(struct node *n)
 {
     struct node_metrics *mt = &n->m.metrics;
+    bool rm = !n->persist.failed && removed(n, raft_leader(n->raft));
     pthread_mutex_lock(&n->m.mu);
     n->m.status.id = n->o.id;
     n->m.status.term = raft_term(n->raft);
@@ -84,6 +111,7 @@ void node__publish_status(struct node *n)
     n->m.status.snapshot_index = n->tier.snap_index;
     n->m.status.failed = n->persist.failed;
     n->m.status.rejected = n->mem.rejected;
+    n->m.status.removed = rm;
     struct store_stats ss;
     store_stats(n->store, &ss);
     mt->store_syncs = ss.syncs;
