@@ -69,13 +69,8 @@ void api__readyz(struct api_req *req, const struct query *q)
         http_respond_error(
             req->http, 503, "storage_failed", retry,
             "the node's storage failed; it serves nothing until restarted");
-    } else if (st.rejected) {
-        http_respond_error(req->http, 503, "not_a_member", retry,
-                           "the cluster refused this node: its id belongs to another "
-                           "data directory (this one is new or was wiped); remove the "
-                           "id and add the node as a new member");
-    } else if (st.leader == 0) {
-        http_respond_error(req->http, 503, "no_leader", retry, "no leader is known yet");
+    } else if (st.rejected || st.removed || st.leader == 0) {
+        api__respond_rc(req, TK_ENOLEADER); /* not_a_member, removed or no_leader */
     } else if (st.applied < st.commit) {
         http_respond_error(req->http, 503, "catching_up", retry,
                            "applied index %llu is behind commit index %llu",

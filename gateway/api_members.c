@@ -7,12 +7,22 @@
  * Changes run on the leader (elsewhere: 503 not_leader with X-Tierkv-Leader)
  * through node_member_change, one at a time, and answer once the
  * configuration entry commits. Called by api.c's route table; on the node's
- * loop thread. */
+ * loop thread.
+ *
+ * An add is checked here before the node sees it, against this node's view
+ * of the configuration (node_members): addresses must be host:port with a
+ * port 1-65535 and a host that is an IPv4 or [IPv6] literal or a DNS name
+ * (400); an id, Raft address or HTTP address another member has is 409
+ * `conflict`; no room under RAFT_VOTERS_MAX / RAFT_LEARNERS_MAX is 409
+ * `member_limit` naming the limit (also when the node finds it later). */
+#include <arpa/inet.h>
+#include <ctype.h>
 #include <inttypes.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "base/err.h"
 #include "gateway/gateway_internal.h"
@@ -96,6 +106,9 @@ static void respond_result(struct api_req *req, const struct node_member_result 
     case TK_ERANGE:
         status = 409, code = "not_caught_up";
         break;
+    case TK_ENOSPC: /* the core found no room (raced past the checks below) */
+        status = 409, code = "member_limit";
+        break;
     case TK_ENOTFOUND:
         status = 404, code = "not_a_member";
         break;
@@ -170,6 +183,194 @@ static int body_str(struct api_req *req, json_t *j, const char *name, char *out,
     return 0;
 }
 
+/* ---- checking an add ----------------------------------------------------- */
+
+/* A DNS name (RFC 1123): dot-separated labels of 1-63 letters, digits and
+ * hyphens, not starting or ending with a hyphen, at most 253 bytes, its last
+ * label not all digits (that is a malformed IPv4 address, not a name). */
+static bool dns_name(const char *h, size_t len)
+{
+    if (len == 0 || len > 253)
+        return false;
+    size_t start = 0;
+    bool last_digits = false; /* the label just ended was all digits */
+    for (size_t i = 0; i <= len; i++) {
+        if (i < len && h[i] != '.') {
+            unsigned char ch = (unsigned char)h[i];
+            if (!isalnum(ch) && ch != '-')
+                return false;
+            continue;
+        }
+        size_t ll = i - start;
+        if (ll == 0 || ll > 63 || h[start] == '-' || h[i - 1] == '-')
+            return false;
+        last_digits = strspn(h + start, "0123456789") >= ll;
+        start = i + 1;
+    }
+    return !last_digits;
+}
+
+/* Splits and checks "host:port" or "[v6]:port" into host (lower case, no
+ * brackets) and port; on failure answers 400 naming the field and the value
+ * and returns TK_EINVAL. */
+static int check_addr(struct api_req *req, const char *field, const char *a, char *host,
+                      size_t cap, unsigned *port)
+{
+    const char *colon = strrchr(a, ':');
+    const char *h = a;
+    size_t hl = colon ? (size_t)(colon - a) : 0;
+    if (colon == NULL || hl == 0)
+        goto bad_form;
+    if (h[0] == '[') {
+        if (hl < 3 || h[hl - 1] != ']')
+            goto bad_form;
+        h++;
+        hl -= 2;
+    } else if (memchr(h, ':', hl) != NULL) {
+        api__bad(req, "\"%s\": \"%s\": an IPv6 address goes in brackets: [addr]:port",
+                 field, a);
+        return TK_EINVAL;
+    }
+    if (hl >= cap)
+        goto bad_form;
+    memcpy(host, h, hl);
+    host[hl] = '\0';
+    const char *p = colon + 1;
+    size_t pl = strlen(p);
+    unsigned long v = 0;
+    for (size_t i = 0; i < pl && pl <= 5; i++)
+        v = isdigit((unsigned char)p[i]) ? v * 10 + (unsigned long)(p[i] - '0') : 0;
+    if (pl == 0 || pl > 5 || v == 0 || v > 65535 || strspn(p, "0123456789") != pl) {
+        api__bad(req, "\"%s\": \"%s\": the port must be a number from 1 to 65535", field,
+                 a);
+        return TK_EINVAL;
+    }
+    *port = (unsigned)v;
+    unsigned char bin[16];
+    bool v6 = h != a;
+    if (v6 ? inet_pton(AF_INET6, host, bin) != 1
+           : inet_pton(AF_INET, host, bin) != 1 && !dns_name(host, hl)) {
+        api__bad(req, "\"%s\": \"%s\": the host \"%s\" is not %s", field, a, host,
+                 v6 ? "an IPv6 address" : "an IPv4 address or a DNS name");
+        return TK_EINVAL;
+    }
+    for (char *x = host; *x; x++)
+        *x = (char)tolower((unsigned char)*x);
+    return 0;
+bad_form:
+    api__bad(req,
+             "\"%s\": \"%s\" is not host:port (host: an IPv4 address, [IPv6] or a DNS "
+             "name; port: 1-65535)",
+             field, a);
+    return TK_EINVAL;
+}
+
+/* Does the address `a` (any form node_members gives) name host:port? */
+static bool same_addr(const char *a, const char *host, unsigned port)
+{
+    if (a == NULL || a[0] == '\0')
+        return false;
+    const char *colon = strrchr(a, ':');
+    if (colon == NULL)
+        return false;
+    const char *h = a;
+    size_t hl = (size_t)(colon - a);
+    if (hl >= 2 && h[0] == '[' && h[hl - 1] == ']')
+        h++, hl -= 2;
+    return strlen(host) == hl && strncasecmp(h, host, hl) == 0 &&
+           strtoul(colon + 1, NULL, 10) == port;
+}
+
+/* The add against the configuration this node holds: an id, Raft address or
+ * HTTP address in use (409 conflict), no room (409 member_limit). Answers and
+ * returns TK_EINVAL when refused. */
+static int check_add(struct api_req *req, const struct node_member_change *c)
+{
+    struct gateway *gw = req->gw;
+    char rhost[NODE_ADDR_MAX], hhost[NODE_ADDR_MAX];
+    unsigned rport = 0, hport = 0;
+    if (check_addr(req, "raft", c->raft, rhost, sizeof(rhost), &rport) != 0 ||
+        (c->http[0] &&
+         check_addr(req, "http", c->http, hhost, sizeof(hhost), &hport) != 0))
+        return TK_EINVAL;
+    if (c->http[0] && strcmp(rhost, hhost) == 0 && rport == hport) {
+        api__bad(req, "\"raft\" and \"http\" are the same address, %s", c->raft);
+        return TK_EINVAL;
+    }
+    struct node_member m[MEMBERS_LIST_MAX];
+    uint64_t ci = 0;
+    bool committed = false;
+    size_t k = node_members(gw->node, m, MEMBERS_LIST_MAX, &ci, &committed);
+    if (k > MEMBERS_LIST_MAX)
+        k = MEMBERS_LIST_MAX;
+    size_t voters = 0, learners = 0;
+    for (size_t i = 0; i < k; i++) {
+        const char *raft = m[i].raft,
+                   *http = m[i].http[0] ? m[i].http : cfg_http(gw, m[i].id);
+        for (uint32_t j = 0; j < gw->cfg.n_members; j++)
+            if (gw->cfg.members[j].id == m[i].id && gw->cfg.members[j].raft_addr[0])
+                raft = gw->cfg.members[j].raft_addr;
+        *(m[i].voter ? &voters : &learners) += 1;
+        const char *what = NULL, *addr = NULL;
+        if (m[i].id == c->id)
+            what = "id", addr = "";
+        else if (same_addr(raft, rhost, rport) || same_addr(m[i].raft, rhost, rport))
+            what = "Raft address", addr = c->raft;
+        else if (c->http[0] && same_addr(http, hhost, hport))
+            what = "HTTP address", addr = c->http;
+        else if (c->http[0] && (same_addr(raft, hhost, hport)))
+            what = "Raft address", addr = c->http;
+        else if (same_addr(http, rhost, rport))
+            what = "HTTP address", addr = c->raft;
+        if (what == NULL)
+            continue;
+        if (addr[0] == '\0')
+            http_respond_error(req->http, 409, "conflict", NULL,
+                               "node %" PRIu64 " is already a member (%s)", c->id,
+                               m[i].voter ? "a voter" : "a learner");
+        else
+            http_respond_error(req->http, 409, "conflict", NULL,
+                               "%s is the %s of member %" PRIu64
+                               "; each member needs its own addresses",
+                               addr, what, m[i].id);
+        return TK_EINVAL;
+    }
+    /* Every add joins as a learner first; an add as a voter then needs a
+     * voter's seat too. */
+    if (learners >= RAFT_LEARNERS_MAX || (!c->learner && voters >= RAFT_VOTERS_MAX)) {
+        bool l = learners >= RAFT_LEARNERS_MAX;
+        http_respond_error(req->http, 409, "member_limit", NULL,
+                           "no room: a cluster has at most %d voters and %d learners "
+                           "(RAFT_%s_MAX) and this one has %zu %s; remove one first",
+                           RAFT_VOTERS_MAX, RAFT_LEARNERS_MAX, l ? "LEARNERS" : "VOTERS",
+                           l ? learners : voters, l ? "learners" : "voters");
+        return TK_EINVAL;
+    }
+    return 0;
+}
+
+/* A promotion needs a voter's seat. */
+static int check_promote(struct api_req *req, uint64_t id)
+{
+    struct node_member m[MEMBERS_LIST_MAX];
+    uint64_t ci = 0;
+    bool committed = false, learner = false;
+    size_t k = node_members(req->gw->node, m, MEMBERS_LIST_MAX, &ci, &committed);
+    size_t voters = 0;
+    for (size_t i = 0; i < k && i < MEMBERS_LIST_MAX; i++) {
+        voters += m[i].voter;
+        learner |= m[i].id == id && !m[i].voter;
+    }
+    if (learner && voters >= RAFT_VOTERS_MAX) {
+        http_respond_error(req->http, 409, "member_limit", NULL,
+                           "no room: a cluster has at most %d voters (RAFT_VOTERS_MAX) "
+                           "and this one has %zu; remove one first",
+                           RAFT_VOTERS_MAX, voters);
+        return TK_EINVAL;
+    }
+    return 0;
+}
+
 static int parse_add(struct api_req *req, json_t *j, struct node_member_change *c)
 {
     const char *k;
@@ -217,7 +418,7 @@ void api__members_add(struct api_req *req, const struct query *q)
     if (rc == TK_EINVAL && !json_is_object(j))
         api__bad(req, "the body must be a JSON object");
     json_decref(j);
-    if (rc == 0)
+    if (rc == 0 && check_add(req, &c) == 0)
         start_change(req, &c);
 }
 
@@ -227,7 +428,7 @@ void api__members_promote(struct api_req *req, const struct query *q)
     struct node_member_change c;
     memset(&c, 0, sizeof(c));
     c.op = NODE_MEMBER_PROMOTE;
-    if (path_id(req, &c.id) == 0)
+    if (path_id(req, &c.id) == 0 && check_promote(req, c.id) == 0)
         start_change(req, &c);
 }
 

@@ -214,6 +214,32 @@ void api__retry_after(const struct gateway *gw, char *out, size_t cap)
     snprintf(out, cap, "Retry-After: %u\r\n", gw->cfg.retry_after_s);
 }
 
+/* No leader, and why: this node is no member (refused or removed: no
+ * election will change that, so no Retry-After), or an election. */
+static void respond_no_leader(struct api_req *req, const char *retry)
+{
+    struct node_status st;
+    node_status(req->gw->node, &st);
+    if (st.rejected)
+        http_respond_error(req->http, 503, "not_a_member", NULL,
+                           "the cluster refused node %llu: its id belongs to another "
+                           "data directory (this one is new or was wiped); it serves "
+                           "nothing: remove id %llu (tierkv member remove %llu) and add "
+                           "this node again under a new id with an empty data directory "
+                           "(docs/operations.md, \"Replace a failed node\")",
+                           (unsigned long long)st.id, (unsigned long long)st.id,
+                           (unsigned long long)st.id);
+    else if (st.removed)
+        http_respond_error(req->http, 503, "removed", NULL,
+                           "node %llu was removed from the cluster and serves nothing; "
+                           "ids are never reused: to serve again, start it with an empty "
+                           "data directory and add it under a new id",
+                           (unsigned long long)st.id);
+    else
+        http_respond_error(req->http, 503, "no_leader", retry,
+                           "no leader is known (an election is in progress)");
+}
+
 void api__respond_rc(struct api_req *req, int rc)
 {
     struct gateway *gw = req->gw;
@@ -226,8 +252,7 @@ void api__respond_rc(struct api_req *req, int rc)
                            "X-Tierkv-Leader");
         break;
     case TK_ENOLEADER:
-        http_respond_error(req->http, 503, "no_leader", retry,
-                           "no leader is known (an election is in progress)");
+        respond_no_leader(req, retry);
         break;
     case TK_EBUSY:
         http_respond_error(req->http, 503, "busy", retry,

@@ -17,6 +17,7 @@
 #include "base/blob.h"
 #include "base/err.h"
 #include "base/log.h"
+#include "kv.pb-c.h"
 #include "kv/kv.h"
 #include "node/node_internal.h"
 #include "store/store.h"
@@ -71,9 +72,28 @@ static void resident_start(struct node *n)
     n->loop.handles_open++;
 }
 
-/* node_status.removed (node.h). The record (node_member.c's format, "raft=
- * http= removed=0|1 inc=") is read only while the node has no leader or is
- * out of its configuration, so a serving member pays nothing per turn. */
+/* Does the member record `v` (node_member.c's format: "raft=... http=...
+ * removed=0|1 inc=...") say removed=1? */
+static bool rec_removed(const uint8_t *v, size_t len)
+{
+    static const char flag[] = "removed=1";
+    for (size_t i = 0; i + sizeof(flag) - 1 <= len; i++)
+        if ((i == 0 || v[i - 1] == ' ') && memcmp(v + i, flag, sizeof(flag) - 1) == 0 &&
+            (i + sizeof(flag) - 1 == len || v[i + sizeof(flag) - 1] == ' '))
+            return true;
+    return false;
+}
+
+/* The newest entries a removed node's log may end with unapplied: the
+ * leader writes the record, then appends the configuration without the node
+ * and stops sending to it, so the node may hold the record without ever
+ * learning that it committed. */
+#define REMOVED_TAIL_ENTRIES 4
+
+/* node_status.removed (node.h). The record is looked for (applied, else in
+ * the last REMOVED_TAIL_ENTRIES unapplied entries) only while the node knows
+ * no leader or is out of its configuration, so a serving member pays
+ * nothing per turn. */
 static bool removed(struct node *n, uint64_t leader)
 {
     bool member = raft_config_is_member(raft_config(n->raft), n->o.id);
@@ -83,15 +103,33 @@ static bool removed(struct node *n, uint64_t leader)
         return false;
     char key[64];
     int kl = snprintf(key, sizeof(key), "%s%" PRIu64, NODE_MEMBER_KEY_PREFIX, n->o.id);
-    struct kv_item it;
-    if (kl <= 0 || kv_sm_get(n->sm, key, (size_t)kl, &it) != 0)
+    if (kl <= 0 || (size_t)kl >= sizeof(key))
         return false;
-    static const char flag[] = "removed=1";
-    for (size_t i = 0; i + sizeof(flag) - 1 <= it.value_len; i++)
-        if ((i == 0 || it.value[i - 1] == ' ') &&
-            memcmp(it.value + i, flag, sizeof(flag) - 1) == 0)
-            return true;
-    return false;
+    uint64_t lo = kv_sm_applied_index(n->sm) + 1, hi = raft_last_index(n->raft);
+    if (lo < raft_first_index(n->raft))
+        lo = raft_first_index(n->raft);
+    if (hi >= REMOVED_TAIL_ENTRIES && lo < hi - REMOVED_TAIL_ENTRIES + 1)
+        lo = hi - REMOVED_TAIL_ENTRIES + 1;
+    for (uint64_t i = hi; i >= lo && i > 0; i--) {
+        const struct raft_entry *e = raft_entry_at(n->raft, i);
+        if (e == NULL || e->type != RAFT_ENTRY_NORMAL || e->data == NULL ||
+            memmem(e->data->data, e->data->len, key, (size_t)kl) == NULL)
+            continue;
+        Kvpb__Command *c = kvpb__command__unpack(NULL, e->data->len, e->data->data);
+        if (c == NULL)
+            continue;
+        bool hit = c->cmd_case == KVPB__COMMAND__CMD_PUT && c->put != NULL &&
+                   c->put->key.len == (size_t)kl &&
+                   memcmp(c->put->key.data, key, (size_t)kl) == 0;
+        bool rm = hit && rec_removed(c->put->value.data, c->put->value.len);
+        kvpb__command__free_unpacked(c, NULL);
+        if (hit)
+            return rm;
+    }
+    struct kv_item it;
+    if (kv_sm_get(n->sm, key, (size_t)kl, &it) != 0)
+        return false;
+    return rec_removed(it.value, it.value_len);
 }
 
 void node__publish_status(struct node *n)
