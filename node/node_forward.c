@@ -175,7 +175,9 @@ static void new_token(struct node *n, uint8_t *token)
 void node__forward_write(struct node *n, struct node_req *r)
 {
     uint64_t leader = raft_leader(n->raft);
-    if (leader == RAFT_NONE || leader == n->o.id) {
+    /* A stranger is never heard, so never the leader; if it were, a write
+     * forwarded to it would be applied outside this cluster. */
+    if (leader == RAFT_NONE || leader == n->o.id || node__member_fenced(n, leader)) {
         node__finish_write(r, TK_ENOLEADER, NULL);
         return;
     }

@@ -120,6 +120,16 @@ static void boot_addr(const struct node *n, uint64_t id, char *out, size_t cap)
     }
 }
 
+/* The HTTP address of a bootstrap member (--members-http), "" if not given. */
+static void boot_http(const struct node *n, uint64_t id, char *out, size_t cap)
+{
+    out[0] = '\0';
+    for (uint32_t i = 0; i < n->o.members.n_voters; i++)
+        if (n->o.members.voters[i] == id && n->o.peer_http[i] != NULL &&
+            strchr(n->o.peer_http[i], ' ') == NULL)
+            snprintf(out, cap, "%s", n->o.peer_http[i]);
+}
+
 /* Splits "host:port" or "[v6]:port". Returns 0 or TK_EINVAL. */
 static int split_addr(const char *a, char *host, size_t cap, uint16_t *port)
 {
@@ -429,28 +439,41 @@ static void record_turn(struct node *n, uint64_t now)
         dial(n, n->mem.c.id);
 }
 
-/* Writes the member record (removed: the never-reuse tombstone). */
-/* Proposes the record of `id` (removed: the never-reuse tombstone; inc: its
- * incarnation in hex, "" when not known yet). */
-static int propose_record(struct node *n, uint64_t id, const char *raft, const char *http,
-                          bool removed, const char *inc, uint64_t *index, uint64_t *term)
+/* A put of `key` = `val` as a state machine command (a new blob). */
+static struct tk_blob *put_cmd(const char *key, size_t kl, const char *val, size_t vl)
+{
+    Kvpb__Command cmd = KVPB__COMMAND__INIT;
+    Kvpb__Put put = KVPB__PUT__INIT;
+    put.key.data = (uint8_t *)key;
+    put.key.len = kl;
+    put.value.data = (uint8_t *)val;
+    put.value.len = vl;
+    cmd.cmd_case = KVPB__COMMAND__CMD_PUT;
+    cmd.put = &put;
+    size_t len = kvpb__command__get_packed_size(&cmd);
+    struct tk_blob *b = tk_blob_new(len);
+    kvpb__command__pack(&cmd, b->data);
+    return b;
+}
+
+/* The command writing the record of `id` (removed: the never-reuse
+ * tombstone; inc: its incarnation in hex, "" when not known yet). */
+static struct tk_blob *record_cmd(uint64_t id, const char *raft, const char *http,
+                                  bool removed, const char *inc)
 {
     char key[64], val[3 * NODE_ADDR_MAX + 64];
     size_t kl = member_key(id, key, sizeof(key));
     int vl = snprintf(val, sizeof(val), "raft=%s http=%s removed=%d inc=%s",
                       raft[0] ? raft : "-", http[0] ? http : "-", removed ? 1 : 0,
                       inc[0] ? inc : "-");
-    Kvpb__Command cmd = KVPB__COMMAND__INIT;
-    Kvpb__Put put = KVPB__PUT__INIT;
-    put.key.data = (uint8_t *)key;
-    put.key.len = kl;
-    put.value.data = (uint8_t *)val;
-    put.value.len = (size_t)vl;
-    cmd.cmd_case = KVPB__COMMAND__CMD_PUT;
-    cmd.put = &put;
-    size_t len = kvpb__command__get_packed_size(&cmd);
-    struct tk_blob *b = tk_blob_new(len);
-    kvpb__command__pack(&cmd, b->data);
+    return put_cmd(key, kl, val, (size_t)vl);
+}
+
+/* Proposes the record of `id` (record_cmd). */
+static int propose_record(struct node *n, uint64_t id, const char *raft, const char *http,
+                          bool removed, const char *inc, uint64_t *index, uint64_t *term)
+{
+    struct tk_blob *b = record_cmd(id, raft, http, removed, inc);
     /* Proposed here, not through node_submit's queue: a change waits for
      * this index to apply (record_turn). */
     struct raft_entry e = {.type = RAFT_ENTRY_NORMAL, .time_ms = now_ms(), .data = b};
@@ -497,13 +520,30 @@ static void bind_incarnation(struct node *n, uint64_t id, const struct member_re
         (n->mem.busy && n->mem.c.id == id) || n->mem.n_binding == NODE_PEERS_MAX ||
         !raft_config_is_member(raft_config(n->raft), id))
         return;
-    char raft[NODE_ADDR_MAX];
+    char raft[NODE_ADDR_MAX], http[NODE_ADDR_MAX];
     snprintf(raft, sizeof(raft), "%s", r->raft);
     if (!r->found)
         boot_addr(n, id, raft, sizeof(raft));
+    /* A bootstrap member's HTTP address comes from --members-http: with it
+     * in the record, a member added later (which has no such flag) can name
+     * this one as the leader (X-Tierkv-Leader-Addr). */
+    snprintf(http, sizeof(http), "%s", r->http);
+    if (http[0] == '\0')
+        boot_http(n, id, http, sizeof(http));
     uint64_t index, term;
-    if (propose_record(n, id, raft, r->http, false, inc, &index, &term) == 0)
+    if (propose_record(n, id, raft, http, false, inc, &index, &term) == 0)
         n->mem.binding[n->mem.n_binding++] = id;
+}
+
+/* A record the leader should (re)write: no incarnation yet, or no HTTP
+ * address while --members-http gives one. */
+static bool rec_wanting(const struct node *n, uint64_t id, const struct member_rec *r)
+{
+    if (r->inc[0] == '\0')
+        return true;
+    char http[NODE_ADDR_MAX];
+    boot_http(n, id, http, sizeof(http));
+    return r->http[0] == '\0' && http[0] != '\0';
 }
 
 /* Remembers what peer `id` presented, to bind it once this node leads. */
@@ -531,9 +571,150 @@ static void bind_seen(struct node *n)
     for (uint32_t i = 0; i < n->mem.n_seen; i++) {
         struct member_rec r;
         rec_read(n, n->mem.seen[i].id, &r);
-        if (r.inc[0] == '\0')
-            bind_incarnation(n, n->mem.seen[i].id, &r, n->mem.seen[i].hex);
+        if (rec_wanting(n, n->mem.seen[i].id, &r))
+            bind_incarnation(n, n->mem.seen[i].id, &r,
+                             r.inc[0] ? r.inc : n->mem.seen[i].hex);
     }
+}
+
+/* ---- the fence ------------------------------------------------------------ */
+
+static bool fenced_at_boot(const struct node *n, uint64_t id);
+
+struct tk_blob *node__member_epoch_cmd(uint64_t epoch)
+{
+    char val[32];
+    int vl = snprintf(val, sizeof(val), "%" PRIu64, epoch);
+    return put_cmd(NODE_EPOCH_KEY, strlen(NODE_EPOCH_KEY), val, (size_t)vl);
+}
+
+struct tk_blob *node__member_removed_cmd(struct node *n, uint64_t id)
+{
+    struct member_rec r;
+    rec_read(n, id, &r);
+    if (!r.found) {
+        boot_addr(n, id, r.raft, sizeof(r.raft));
+        boot_http(n, id, r.http, sizeof(r.http));
+    }
+    return record_cmd(id, r.raft, r.http, true, r.inc);
+}
+
+/* The epoch an entry writes (a put of NODE_EPOCH_KEY), or false. */
+static bool entry_epoch(const struct raft_entry *e, uint64_t *epoch)
+{
+    size_t kl = strlen(NODE_EPOCH_KEY);
+    if (e->type != RAFT_ENTRY_NORMAL || e->data == NULL ||
+        memmem(e->data->data, e->data->len, NODE_EPOCH_KEY, kl) == NULL)
+        return false;
+    Kvpb__Command *c = kvpb__command__unpack(NULL, e->data->len, e->data->data);
+    if (c == NULL)
+        return false;
+    bool hit = c->cmd_case == KVPB__COMMAND__CMD_PUT && c->put != NULL &&
+               c->put->key.len == kl && memcmp(c->put->key.data, NODE_EPOCH_KEY, kl) == 0 &&
+               c->put->value.len > 0 && c->put->value.len < 24;
+    if (hit) {
+        char v[24];
+        memcpy(v, c->put->value.data, c->put->value.len);
+        v[c->put->value.len] = '\0';
+        *epoch = strtoull(v, NULL, 10);
+    }
+    kvpb__command__free_unpacked(c, NULL);
+    return hit;
+}
+
+static void fence_add(struct node *n, uint64_t id)
+{
+    if (id != n->o.id && !fenced_at_boot(n, id) && n->mem.n_fenced < NODE_PEERS_MAX)
+        n->mem.fenced[n->mem.n_fenced++] = id;
+}
+
+void node__member_boot_fence(struct node *n, const struct raft_boot *b)
+{
+    struct kv_item it;
+    if (kv_sm_get(n->sm, NODE_EPOCH_KEY, strlen(NODE_EPOCH_KEY), &it) == 0 &&
+        it.value_len > 0 && it.value_len < 24) {
+        char v[24];
+        memcpy(v, it.value, it.value_len);
+        v[it.value_len] = '\0';
+        n->mem.epoch = strtoull(v, NULL, 10);
+    }
+    struct raft_config prev = b->snapshot.config, cur;
+    /* Only the entry after each configuration is looked into: an epoch
+     * record is written nowhere else. */
+    for (size_t i = 0; i < b->n_entries; i++) {
+        const struct raft_entry *e = &b->entries[i];
+        uint64_t epoch = 0;
+        if (e->type != RAFT_ENTRY_CONFIG ||
+            raft_config_decode(e->data ? e->data->data : NULL, e->data ? e->data->len : 0,
+                               &cur) != 0)
+            continue;
+        if (i + 1 < b->n_entries && entry_epoch(&b->entries[i + 1], &epoch)) {
+            if (epoch > n->mem.epoch)
+                n->mem.epoch = epoch;
+            for (uint32_t k = 0; k < prev.n_voters; k++)
+                if (!raft_config_is_member(&cur, prev.voters[k]))
+                    fence_add(n, prev.voters[k]);
+            for (uint32_t k = 0; k < prev.n_learners; k++)
+                if (!raft_config_is_member(&cur, prev.learners[k]))
+                    fence_add(n, prev.learners[k]);
+        }
+        prev = cur;
+    }
+    if (n->mem.n_fenced > 0) {
+        char ids[400];
+        ids_text(n->mem.fenced, n->mem.n_fenced, ids, sizeof(ids));
+        TK_LOG(TK_LOG_INFO, n->o.id, b->hard_state.term,
+               "epoch %" PRIu64 ": ids [%s], dropped by --force-new-cluster, are refused "
+               "as strangers",
+               n->mem.epoch, ids);
+    }
+}
+
+static bool fenced_at_boot(const struct node *n, uint64_t id)
+{
+    for (uint32_t i = 0; i < n->mem.n_fenced; i++)
+        if (n->mem.fenced[i] == id)
+            return true;
+    return false;
+}
+
+bool node__member_fenced(struct node *n, uint64_t id)
+{
+    const struct raft_config *c = raft_config(n->raft);
+    if (id == n->o.id || raft_config_is_member(c, id) ||
+        !raft_config_is_member(c, n->o.id))
+        return false; /* a member, or this node is joining (it knows none) */
+    if (fenced_at_boot(n, id))
+        return true;
+    /* An uncommitted configuration may still give way to one that has `id`
+     * again (a lost removal): only a committed one fences by removal. */
+    if (raft_config_index(n->raft) > raft_commit(n->raft))
+        return false;
+    struct member_rec r;
+    rec_read(n, id, &r);
+    /* Ids are never reused: a removed one, or a bootstrap member that is no
+     * longer in the configuration, never comes back. */
+    return r.removed || raft_config_has(&n->o.members, id);
+}
+
+/* Refuses a fenced id at the handshake, with a line now and then. */
+static bool refuse_fenced(struct node *n, uint64_t id)
+{
+    if (!node__member_fenced(n, id))
+        return false;
+    n->m.metrics.members_refused++;
+    uint64_t k = ++n->mem.fence_refused;
+    if ((k & (k - 1)) == 0) /* the 1st, 2nd, 4th, 8th...: it redials */
+        TK_LOG(TK_LOG_WARN, n->o.id, raft_term(n->raft),
+               "refused node %" PRIu64 ": it is not a member of this cluster (%s; "
+               "epoch %" PRIu64 "): a stranger is never followed, voted for or "
+               "forwarded to. Wipe its data directory and add it as a new member under "
+               "a new id",
+               id,
+               fenced_at_boot(n, id) ? "dropped by --force-new-cluster"
+                                     : "removed from the configuration",
+               n->mem.epoch);
+    return true;
 }
 
 bool node__member_incarnation(struct transport *t, uint64_t id, const uint8_t *inc,
@@ -542,6 +723,8 @@ bool node__member_incarnation(struct transport *t, uint64_t id, const uint8_t *i
     struct node *n = data;
     (void)t;
     static const uint8_t zero[16];
+    if (refuse_fenced(n, id))
+        return false;
     if (memcmp(inc, zero, 16) == 0 || n->persist.failed)
         return true; /* a peer that does not say: nothing to check */
     char hex[40];
@@ -586,13 +769,14 @@ void node__member_refused(struct transport *t, uint64_t by, void *data)
         return;
     n->mem.rejected = true;
     TK_LOG(TK_LOG_ERROR, n->o.id, raft_term(n->raft),
-           "node %" PRIu64 " refused this node: the cluster knows node id %" PRIu64
+           "node %" PRIu64 " refused this node: either the cluster knows node id %" PRIu64
            " with another data directory (this one is new or was wiped, so it may have "
-           "forgotten votes and entries). This node serves nothing. Remove id %" PRIu64
-           " (tierkv member remove %" PRIu64 ") and add this node again under a new id "
-           "with an empty data directory and tierkvd --join (docs/operations.md, "
-           "\"Replace a failed node\")",
-           by, n->o.id, n->o.id, n->o.id);
+           "forgotten votes and entries), or id %" PRIu64 " is no longer a member (removed, "
+           "or dropped by --force-new-cluster on another node). This node serves nothing. "
+           "If it is still a member, remove id %" PRIu64 " (tierkv member remove %" PRIu64
+           "); then add this node again under a new id with an empty data directory and "
+           "tierkvd --join (docs/operations.md, \"Replace a failed node\")",
+           by, n->o.id, n->o.id, n->o.id, n->o.id);
     node__publish_status(n);
 }
 
@@ -738,7 +922,7 @@ void node__member_tick(struct node *n)
     for (uint32_t i = 0; i < n->mem.n_binding; i++) {
         struct member_rec r;
         rec_read(n, n->mem.binding[i], &r);
-        if (r.inc[0] != '\0' || raft_role(n->raft) != RAFT_LEADER)
+        if (!rec_wanting(n, n->mem.binding[i], &r) || raft_role(n->raft) != RAFT_LEADER)
             n->mem.binding[i--] = n->mem.binding[--n->mem.n_binding];
     }
     if (!n->mem.busy)

@@ -273,6 +273,8 @@ int node__recover(struct node *n)
     size_t n_ents = 0;
     if (rc == 0)
         rc = read_boot(n, &sb, &boot, &ents, &n_ents);
+    if (rc == 0)
+        node__member_boot_fence(n, &boot);
     if (rc == 0 && n->o.force_new_cluster)
         rc = node__force_config(n, &boot, &ents, &n_ents);
     if (rc == 0) {

@@ -14,10 +14,12 @@
  * node__force_config (at recovery, for --force-new-cluster) appends a
  * configuration entry naming this node as the only voter after the last
  * entry of its log, keeping every entry: the node then elects itself and
- * commits what it holds.
+ * commits what it holds. The fence comes with it: the epoch record and a
+ * removed record for each member dropped (node_member.c refuses them as
+ * strangers), and a second forced recovery of the same cluster is refused.
  *
  * Called by tierkvd (node_restore) and node_recover.c (node__force_config);
- * calls no other file of node/. */
+ * calls node_member.c for the records' format. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -25,6 +27,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "base/alloc.h"
@@ -133,6 +136,11 @@ static int install_file(const char *file, const char *dir, bool no_sync, char *e
         (rc = kv_sm_forget_prefix(sm, (const uint8_t *)NODE_MEMBER_KEY_PREFIX,
                                   strlen(NODE_MEMBER_KEY_PREFIX), &forgot)) != 0)
         snprintf(err, cap, "cannot drop the old membership records: %s", tk_strerror(rc));
+    /* A restored cluster is a new one: no forced recovery in its past. */
+    if (rc == 0 &&
+        (rc = kv_sm_forget_prefix(sm, (const uint8_t *)NODE_EPOCH_KEY,
+                                  strlen(NODE_EPOCH_KEY), &forgot)) != 0)
+        snprintf(err, cap, "cannot drop the old epoch record: %s", tk_strerror(rc));
     tk_free(buf);
     kv_backup_check_free(c);
     if (fd >= 0)
@@ -238,6 +246,13 @@ int node_restore(const struct node_restore_options *o, struct kv_backup_info *in
     return rc;
 }
 
+static uint64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
 /* The configuration in force at the end of the boot log. */
 static int boot_config(const struct raft_boot *b, struct raft_config *out)
 {
@@ -263,6 +278,19 @@ int node__force_config(struct node *n, struct raft_boot *boot, struct raft_entry
                "--force-new-cluster: this node is already the only voter; nothing to do");
         return 0;
     }
+    if (n->mem.epoch > 0) {
+        /* After one forced recovery the others are members added to this
+         * epoch's cluster: forcing again would fence off live nodes and run
+         * two clusters under one id. */
+        TK_LOG(TK_LOG_ERROR, n->o.id, boot->hard_state.term,
+               "--force-new-cluster refused: this cluster was already recovered with "
+               "--force-new-cluster (epoch %llu) and its configuration has other members "
+               "(%u voters, %u learners) since; a second forced recovery is never allowed. "
+               "Start without the flag; if the majority is gone for good, restore a backup "
+               "into a new cluster (docs/operations.md, \"Backup and restore\")",
+               (unsigned long long)n->mem.epoch, now.n_voters, now.n_learners);
+        return TK_ECOMPARE;
+    }
     uint64_t last = boot->snapshot.index, term = boot->snapshot.term;
     if (*n_ents > 0) {
         last = (*ents)[*n_ents - 1].index;
@@ -270,23 +298,46 @@ int node__force_config(struct node *n, struct raft_boot *boot, struct raft_entry
     }
     if (term < boot->hard_state.term)
         term = boot->hard_state.term; /* an entry of the newest term this node saw */
-    struct raft_entry e = {.term = term,
-                           .index = last + 1,
-                           .type = RAFT_ENTRY_CONFIG,
-                           .data = raft_config_encode(&only)};
-    rc = store_append(n->store, &e, 1);
+    /* The configuration, then at once the epoch record (what marks the
+     * configuration as forced, node__member_boot_fence), then a removed
+     * record for each id dropped: every member of the new cluster, whenever
+     * it joins, refuses them as strangers. */
+    struct raft_entry e[2 + RAFT_MEMBERS_MAX];
+    size_t k = 0;
+    uint64_t epoch = n->mem.epoch + 1, ms = now_ms();
+    e[k++] = (struct raft_entry){.type = RAFT_ENTRY_CONFIG, .data = raft_config_encode(&only)};
+    e[k++] = (struct raft_entry){.type = RAFT_ENTRY_NORMAL,
+                                 .time_ms = ms,
+                                 .data = node__member_epoch_cmd(epoch)};
+    for (uint32_t i = 0; i < now.n_voters + now.n_learners; i++) {
+        uint64_t id = i < now.n_voters ? now.voters[i] : now.learners[i - now.n_voters];
+        if (id != n->o.id)
+            e[k++] = (struct raft_entry){.type = RAFT_ENTRY_NORMAL,
+                                         .time_ms = ms,
+                                         .data = node__member_removed_cmd(n, id)};
+    }
+    for (size_t i = 0; i < k; i++) {
+        e[i].term = term;
+        e[i].index = last + 1 + i;
+    }
+    rc = store_append(n->store, e, k);
     if (rc != 0) {
-        tk_blob_unref(e.data);
+        for (size_t i = 0; i < k; i++)
+            tk_blob_unref(e[i].data);
         return rc;
     }
-    *ents = tk_realloc(*ents, (*n_ents + 1) * sizeof(**ents));
-    (*ents)[(*n_ents)++] = e; /* the array's reference now */
+    *ents = tk_realloc(*ents, (*n_ents + k) * sizeof(**ents));
+    for (size_t i = 0; i < k; i++)
+        (*ents)[(*n_ents)++] = e[i]; /* the array's references now */
     boot->entries = *ents;
     boot->n_entries = *n_ents;
+    node__member_boot_fence(n, boot);
     TK_LOG(TK_LOG_WARN, n->o.id, term,
-           "--force-new-cluster: entry %llu makes this node the only voter; every "
-           "entry it holds (through %llu) will be committed. Add the other nodes back "
-           "as new members.",
-           (unsigned long long)e.index, (unsigned long long)last);
+           "--force-new-cluster: entry %llu makes this node the only voter (epoch %llu); "
+           "every entry it holds (through %llu) will be committed, and the %u other "
+           "members are removed: they are refused if they come back. Add new nodes as new "
+           "members under new ids, with empty data directories and tierkvd --join.",
+           (unsigned long long)e[0].index, (unsigned long long)epoch,
+           (unsigned long long)last, (unsigned)(k - 2));
     return 0;
 }

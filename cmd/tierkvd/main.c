@@ -924,8 +924,10 @@ int main(int argc, char **argv)
         gc.members[i].id = members[i].id;
         snprintf(gc.members[i].raft_addr, GATEWAY_ADDR_MAX, "%s", members[i].text);
         for (size_t j = 0; j < n_http; j++)
-            if (mhttp[j].id == members[i].id)
+            if (mhttp[j].id == members[i].id) {
                 snprintf(gc.members[i].http_addr, GATEWAY_ADDR_MAX, "%s", mhttp[j].text);
+                no.peer_http[i] = mhttp[j].text; /* into the member records */
+            }
     }
     for (size_t j = 0; j < n_http; j++) {
         bool known = false;
@@ -991,6 +993,8 @@ int main(int argc, char **argv)
 
     struct node *node;
     int rc = node_start(&no, &node);
+    if (rc == TK_ECOMPARE && no.force_new_cluster) /* a second forced recovery */
+        die("--force-new-cluster was refused: see the line above for why");
     if (rc == TK_EBUSY && no.data_dir != NULL) /* its LOCK is held: base/dirlock.h */
         die("--data-dir: \"%s\" is in use by another process (see the line above)",
             no.data_dir);
