@@ -4,9 +4,16 @@
 # all three cleanly (SIGTERM, then wait) on Ctrl-C or when one node dies.
 #
 # Ctrl-C: the terminal sends SIGINT to its whole foreground process group.
-# The nodes run in their own sessions (setsid), so it reaches only this script
-# (and make), whose trap stops them with SIGTERM, says so in one line and
-# exits 0 (tests/integration/ctrl_c_test.py types Ctrl-C into a pty).
+# Had make been in that group, it would die of the SIGINT after this script
+# exits 0 (GNU make re-raises a fatal signal) and the shell would show
+# $? = 130. So when this script runs in the terminal's foreground group, it
+# runs itself again as a job of its own (set -m: a process group of its own,
+# given the terminal while it runs, the terminal given back when it ends):
+# Ctrl-C reaches only that copy, not make nor the shell above it. The nodes
+# run in their own sessions (setsid), out of reach too. The copy's trap stops
+# them with SIGTERM, says so in one line and exits 0, and so do this script
+# and make (tests/integration/ctrl_c_test.py types Ctrl-C into a pty, to the
+# script alone and to `make run`).
 #
 # The raft ports are authenticated: on first start the script makes a cluster
 # token (32 random bytes as hex) in $data/peer-token, mode 0600 (made under
@@ -20,6 +27,17 @@
 # env:   TIERKV_RUN_RAFT_BASE (7000), TIERKV_RUN_HTTP_BASE (8000): node i uses
 #        base+i; TIERKV_RUN_DATA (./data)
 set -uo pipefail
+
+# In the terminal's foreground group (pgrp = tpgid, fields 5 and 8 of
+# /proc/PID/stat): run the rest as a foreground job of its own (see above).
+if [ -z "${TIERKV_RUN_AS_JOB:-}" ] && [ -t 0 ] &&
+    read -r _ _ _ _ pgrp _ _ tpgid _ </proc/$$/stat 2>/dev/null &&
+    [ "$pgrp" = "$tpgid" ]; then
+    set -m
+    TIERKV_RUN_AS_JOB=1 bash "${BASH_SOURCE[0]}" "$@"
+    exit $?
+fi
+unset TIERKV_RUN_AS_JOB
 
 build=${1:-build}
 bin="$build/cmd/tierkvd/tierkvd"

@@ -10,6 +10,11 @@ line saying so, and exit 0: no "node 1 exited", no non-zero status, no node
 left running. Ports: a free random base (the script's own check refuses a
 taken port; then the test tries another base). Every wait is a bounded poll.
 
+It does so twice: the script alone, then `make run` as a newcomer types it
+(bash -c 'make run; echo ...': the recipe of the Makefile's run target, with
+BUILD set to BUILD_DIR). Under make, Ctrl-C must leave make's status 0 too,
+not 130 (make dies of a SIGINT it receives, whatever its child did).
+
 usage: ctrl_c_test.py SCRIPT BUILD_DIR
 """
 import os
@@ -37,8 +42,9 @@ def free(port):
 
 def pick_bases():
     for _ in range(50):
-        raft = random.randrange(20000, 40000, 10)
-        http = raft + 20000
+        # Below 32768: the kernel's ephemeral ports start there.
+        raft = random.randrange(10000, 21000, 10)
+        http = raft + 11000
         if all(free(b + i) for b in (raft, http) for i in (1, 2, 3)):
             return raft, http
     return None
@@ -63,8 +69,46 @@ def read_until(fd, pid, want, deadline, out):
     return False
 
 
+def run_recipe(script, build, workdir):
+    """The Makefile's run recipe (the lines after `run:`), in a makefile of
+    its own under workdir, with $(BUILD) as build. The `build` prerequisite
+    is left out: the test runs what meson built."""
+    makefile = os.path.join(os.path.dirname(os.path.abspath(script)), "..", "Makefile")
+    with open(makefile) as f:
+        lines = f.read().split("\n")
+    start = next(i for i, l in enumerate(lines) if l.startswith("run:"))
+    recipe = []
+    for l in lines[start + 1:]:
+        if not l.startswith("\t"):
+            break
+        recipe.append(l.replace("$(BUILD)", build))
+    if not any("run-cluster.sh" in l for l in recipe):
+        raise SystemExit("ctrl-c: the Makefile's run recipe does not run run-cluster.sh: %r" % recipe)
+    mk = os.path.join(workdir, "Makefile.run")
+    with open(mk, "w") as f:
+        f.write("run:\n" + "\n".join(recipe) + "\n")
+    return mk
+
+
 def main():
     script, build = sys.argv[1], sys.argv[2]
+    root = os.path.join(os.path.dirname(os.path.abspath(script)), "..")
+    rc = one_run(script, build, None)
+    if rc != 0:
+        return rc
+    mkdir = tempfile.mkdtemp(prefix="tierkv-ctrlc-make-")
+    try:
+        mk = run_recipe(script, build, mkdir)
+        return one_run(script, build, ["bash", "-c",
+                                       'cd "$1" && make -f "$2" run; echo "make-status=$?"',
+                                       "bash", root, mk])
+    finally:
+        shutil.rmtree(mkdir, ignore_errors=True)
+
+
+def one_run(script, build, argv):
+    """argv None: the script alone; else argv (make run) under the pty."""
+    what = "the script" if argv is None else "make run"
     bases = pick_bases()
     if bases is None:
         print("ctrl-c: no free ports; skipping")
@@ -74,7 +118,9 @@ def main():
                TIERKV_RUN_HTTP_BASE=str(bases[1]), TIERKV_RUN_DATA=data)
     pid, fd = pty.fork()
     if pid == 0:
-        os.execvpe("bash", ["bash", script, build], env)
+        if argv is None:
+            os.execvpe("bash", ["bash", script, build], env)
+        os.execvpe(argv[0], argv, env)
     out = bytearray()
     try:
         up = read_until(fd, pid, b"Ctrl-C stops the cluster.", time.time() + 60, out)
@@ -104,6 +150,12 @@ def main():
         tail = text.split("Ctrl-C stops the cluster.", 1)[1]
         lines = [l for l in tail.replace("\r", "").split("\n") if l.strip() and l.strip() != "^C"]
         bad = []
+        if argv is not None:
+            if "make-status=0" not in lines:
+                bad.append("make's status after Ctrl-C is not 0 (a shell shows $? = %s)"
+                           % next((l.split("=", 1)[1] for l in lines if l.startswith("make-status=")),
+                                  "none: the shell died with it"))
+            lines = [l for l in lines if not l.startswith("make-status=")]
         if not os.WIFEXITED(status) or os.WEXITSTATUS(status) != 0:
             bad.append("exit status %r, not 0" % (os.waitstatus_to_exitcode(status),))
         if "exited" in tail:
@@ -128,9 +180,9 @@ def main():
             if "signal=SIGTERM" not in log:
                 bad.append("node %d did not stop on the script's SIGTERM:\n%s" % (i, log[-800:]))
         if bad:
-            print("ctrl-c: FAIL: " + "; ".join(bad))
+            print("ctrl-c: FAIL (%s): " % what + "; ".join(bad))
             return 1
-        print("ctrl-c: ok: exit 0, one line, all three nodes stopped in %.1f s" % took)
+        print("ctrl-c: ok (%s): exit 0, one line, all three nodes stopped in %.1f s" % (what, took))
         return 0
     finally:
         try:
