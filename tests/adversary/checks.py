@@ -131,13 +131,14 @@ def check_p99(unloaded, loaded, min_samples=50):
     """unloaded/loaded: the normal client's latencies in seconds (failed
     requests count with the time they took). Fails when the loaded p99 is
     over max(10 x unloaded p99, 20 ms), or too few samples to say."""
-    if len(unloaded) < min_samples or len(loaded) < min_samples:
-        return False, "too few samples (unloaded %d, loaded %d, need %d)" % (
-            len(unloaded), len(loaded), min_samples)
     u, lo = percentile(unloaded, 99), percentile(loaded, 99)
-    bound = p99_bound(u)
-    msg = "p99 loaded %s vs unloaded %s (bound %s = max(%gx, %s); %d/%d samples)" % (
-        _ms(lo), _ms(u), _ms(bound), P99_FACTOR, _ms(P99_FLOOR_S), len(loaded), len(unloaded))
+    bound = p99_bound(u) if u is not None else None
+    msg = "p99 loaded %s vs unloaded %s (bound %s = max(%gx, %s); p50 %s vs %s; " \
+        "%d/%d samples)" % (_ms(lo), _ms(u), _ms(bound), P99_FACTOR, _ms(P99_FLOOR_S),
+                            _ms(percentile(loaded, 50)), _ms(percentile(unloaded, 50)),
+                            len(loaded), len(unloaded))
+    if len(unloaded) < min_samples or len(loaded) < min_samples:
+        return False, "too few samples (need %d): %s" % (min_samples, msg)
     return lo <= bound, msg
 
 
