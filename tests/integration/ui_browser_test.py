@@ -15,6 +15,10 @@ real three-node tierkvd cluster.
    killed, and the test reads the leader card every 50 ms: the new leader
    must show within 10 s of the kill (the test prints how fast), with no
    JavaScript exception.
+6. The page outlives its node: loaded from the leader, which is then killed,
+   it must show within 10 s (read every 50 ms) its node down ("down (last
+   answered N s ago)", its row unreachable, 2 / 3 up) and the leader the
+   other members elected, asked directly (their /ui).
 
 Exit 77 (skip) when no Chromium is installed, except under CI=true, where
 that fails. Every wait is a bounded poll.
@@ -227,6 +231,50 @@ def main():
         print("ui-browser: leader %d killed; the page showed leader %d after %.2f s" %
               (leader, new_leader, took))
         check(took <= 10.0, "the new leader showed only after %.1f s (limit 10 s)" % took)
+
+        # 6. The page outlives its node: the killed node back, the page is
+        # loaded from the leader, and that leader killed. The page must show
+        # its own node down (with when it last answered) and the leader the
+        # other members elect, read every 50 ms.
+        cluster.node(leader).start()
+        lead2 = cluster.wait_leader(timeout=30)
+        url2 = "http://127.0.0.1:%d/ui" % cluster.node(lead2).http_port
+        with DevTools(browser, profile) as dt:
+            session = dt.open(url2)
+            deadline = time.time() + 60
+            while dt.evaluate(session, "document.getElementById('up').textContent") != "3 / 3":
+                check(time.time() < deadline, "the leader's page never showed 3 members up")
+                time.sleep(0.1)
+            t_kill = time.time()
+            cluster.node(lead2).kill()
+            probe = ("[document.getElementById('leader').textContent,"
+                     " document.getElementById('selfstate')?.textContent ?? '',"
+                     " document.querySelector('tr[data-member=\"%d\"]')"
+                     "?.getAttribute('data-role') ?? '',"
+                     " document.getElementById('up').textContent]" % lead2)
+            seen, ok = None, False
+            while time.time() < t_kill + 30:
+                seen = dt.evaluate(session, probe) or ["", "", "", ""]
+                ldr, selfstate, role, up = seen
+                if (ldr.isdigit() and int(ldr) not in (0, lead2) and
+                        selfstate.startswith("down (last answered") and
+                        role == "unreachable" and up == "2 / 3"):
+                    ok = True
+                    break
+                time.sleep(0.05)
+            took2 = time.time() - t_kill
+            err = dt.evaluate(session, "document.body.getAttribute('data-js-error')")
+            check(err is None, "JavaScript error: %s" % err)
+            check(dt.exceptions == [], "JavaScript exceptions: %r" % dt.exceptions)
+        check(ok, "30 s after its node %d was killed the page shows [leader, self, its row, "
+              "up] = %r" % (lead2, seen))
+        lead3 = cluster.wait_leader(timeout=30, exclude=(lead2,))
+        check(int(seen[0]) == lead3, "the page shows leader %s; the nodes agree on %d" %
+              (seen[0], lead3))
+        print("ui-browser: node %d (serving the page, leader) killed; after %.2f s the page "
+              "showed it %r and leader %d" % (lead2, took2, seen[1], lead3))
+        check(took2 <= 10.0, "the page took %.1f s to show its node down and the new leader "
+              "(limit 10 s)" % took2)
         print("ui-browser: ok")
         return 0
     except Fail as e:
