@@ -7,6 +7,8 @@ own compose project on free host ports, through the deploy/compose wrapper
 (`docker compose` or `docker-compose`, whichever exists), then:
   1. waits until every node answers /readyz and Docker reports it healthy;
      checks the container runs as a non-root user with its data in a volume;
+     `tierkv status` inside each container reaches all three nodes (the
+     members advertise node1:8080 ..., which answer on the compose network);
      the raft port is authenticated: every node reads the same peer token,
      made on the first `up` by the image's entrypoint (the image holds
      none), each node's PID 1 is tierkvd with that token file (mode 0600,
@@ -562,8 +564,7 @@ def replace_node(a, dep, port_of, model, net_name, extra):
     run(args + [a.image], 120)
     extra.append(("container", name))
     rc, out, err = run([a.tierkv, "-e", eps, "--timeout", "60s", "member", "add", "4",
-                        "--raft", "node4:7000", "--http",
-                        "127.0.0.1:%d" % port4], 120, check_rc=False)
+                        "--raft", "node4:7000", "--http", "node4:8080"], 120, check_rc=False)
     check(rc == 0, "tierkv member add 4: exit %d: %s %s" % (rc, out, err))
     rc, out, err = run([a.tierkv, "-e", eps, "member", "list"], 60, check_rc=False)
     log("replaced node%d by node4 (tierkv member remove, tierkvd --join, tierkv member "
@@ -924,6 +925,15 @@ def main():
             check(any(m.get("Type") == "volume" and m.get("Destination") == "/var/lib/tierkv"
                       for m in mounts), "node%d: /var/lib/tierkv is not a volume: %s" % (n, mounts))
         log("containers run as uid %s, data in named volumes" % out.strip())
+        # The members advertise node1:8080 ...: inside the network, `tierkv
+        # status` on one node reaches all three (issue 54).
+        for n in (1, 2, 3):
+            rc, out = exec_cli(dep, n, ["--json", "status"])
+            check(rc == 0, "node%d: tierkv status: exit %d: %s" % (n, rc, out))
+            rows = json.loads(out)
+            check(len(rows) == 3 and all(r.get("reachable") for r in rows),
+                  "node%d: tierkv status does not reach all three: %s" % (n, out))
+        log("tierkv status in each container reaches all three nodes (node1..3:8080)")
         check_peer_auth(dep, a.image, port_of)
 
         # 2. Writes through every node.
