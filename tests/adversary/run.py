@@ -254,10 +254,19 @@ def hz_watchers(cfg, stop_ev, stats):
 
 
 def hz_scans(cfg, stop_ev, stats):
-    """cfg: port, n: n connections each asking for the whole s/ prefix
-    (~12 MiB) again as soon as the last answer is in."""
-    req = b"GET /v1/kv?prefix=s/&limit=10000 HTTP/1.1\r\nHost: a\r\n\r\n"
-    load.request_loop(cfg["port"], cfg["n"], lambda i: req, 1, stop_ev, stats)
+    """cfg: port, n: n connections each reading the whole s/ prefix (~12 MiB)
+    over and over: one request for it all where the node answers a scan
+    whole, or its pages in turn where the node pages scans (the next page's
+    start stepped by cfg["step"] keys, about a page)."""
+    step = cfg["step"]
+
+    def req(i):
+        if step >= 10000:
+            return b"GET /v1/kv?prefix=s/&limit=10000 HTTP/1.1\r\nHost: a\r\n\r\n"
+        return ("GET /v1/kv?prefix=s/&start=s/%05d&limit=10000 HTTP/1.1\r\nHost: a\r\n\r\n"
+                % ((i * step) % 10000)).encode()
+
+    load.request_loop(cfg["port"], cfg["n"], req, 1, stop_ev, stats)
 
 
 def hz_bodies(cfg, stop_ev, stats):
@@ -409,13 +418,19 @@ def plan_scans(h, lead):
     val = "s" * 1150
     h.batch_put(lead, [("s/%05d" % i, val) for i in range(10000)])
     st, body = h.req(lead, "GET", "/v1/kv?prefix=s/&limit=10000", timeout=30)
-    # (Today's tree answers a 12 MiB scan 503 overloaded: over the 8 MiB of
-    # queued answer a connection may hold. The readers ask all the same.)
-    what = "%.1f MiB" % (len(body) / 1048576.0) if st == 200 else \
-        "%d %s" % (st, body[:120].decode("utf-8", "replace"))
-    return [(hz_scans, {"port": h.port(lead), "n": 100})], \
-        "100 readers of a scan of 10000 keys x 1150 bytes (~12 MiB; answered %s) on the " \
-        "leader" % what
+    # A node that answers the scan in pages (more, next) is read page by page.
+    what, step = "%d" % st, 10000
+    if st == 200:
+        js = json.loads(body)
+        what = "%d keys, %.1f MiB" % (js["count"], len(body) / 1048576.0)
+        if js.get("more"):
+            step = max(1, js["count"])
+            what += ", in pages"
+    else:
+        what += " " + body[:100].decode("utf-8", "replace")
+    return [(hz_scans, {"port": h.port(lead), "n": 100, "step": step})], \
+        "100 readers of a scan of 10000 keys x 1150 bytes (~12 MiB; the first answer: %s) " \
+        "on the leader" % what
 
 
 def plan_bodies(h, lead):
@@ -636,8 +651,10 @@ def row(res):
     turns = res.get("turns", {})
     bv = res.get("leader_views")
     changes = "-"
-    if bv:
-        changes = str(sum(1 for n in bv[0] if bv[1].get(n) != bv[0][n]))
+    if bv and bv[0]:
+        # elections: how far the term moved (on the nodes that answered)
+        changes = str(max((bv[1][n][0] - bv[0][n][0] for n in bv[0] if n in bv[1]),
+                          default=0))
     wall = max((t["max_wall_s"] or 0 for t in turns.values()), default=None)
     hb = max((t["hist_bound_s"] or 0 for t in turns.values()), default=None)
     cpu = max((t["max_cpu_s"] or 0 for t in turns.values()), default=None)
@@ -655,7 +672,7 @@ def row(res):
 
 
 HEADER = ("%-19s %-4s %7s %11s %9s %8s %5s %9s %9s %8s %8s %6s %4s" % (
-    "case", "", "ldr-chg", "turn-hist", "slow-wall", "slow-cpu", "held", "p99-unld",
+    "case", "", "terms+", "turn-hist", "slow-wall", "slow-cpu", "held", "p99-unld",
     "p99-load", "rss-peak", "rss-end", "acked", "s"))
 
 
@@ -680,8 +697,11 @@ def main():
     names = sorted(CASES) if "all" in args.case else args.case
     results = [run_case(n, args) for n in names]
     print()
-    print("turn-hist: the histogram bound over every turn in the window; slow-*: the "
-          "longest slow-turn warning's wall and CPU (ms); rss in MiB")
+    print("terms+: elections during the case (term after - before); turn-hist: the "
+          "loop-turn histogram's bound over every turn of the case (ms); slow-wall/cpu: "
+          "the longest slow-turn warning's wall and CPU (ms; <50: none); held: turns over "
+          "100 ms with >= 20 ms CPU; p99 in ms; rss in MiB (end: after the hazard, or a "
+          "minute after with --rss-settle)")
     print(HEADER)
     for r in results:
         print(row(r))
