@@ -281,9 +281,33 @@ static bool same_addr(const char *a, const char *host, unsigned port)
            strtoul(colon + 1, NULL, 10) == port;
 }
 
+/* Whose address is host:port among the members m[0..k) (their Raft or
+ * HTTP address); sets *what to which. NULL if nobody's. */
+static const struct node_member *addr_owner(const struct gateway *gw,
+                                            const struct node_member *m, size_t k,
+                                            const char *host, unsigned port,
+                                            const char **what)
+{
+    for (size_t i = 0; i < k; i++) {
+        const char *raft = m[i].raft,
+                   *http = m[i].http[0] ? m[i].http : cfg_http(gw, m[i].id);
+        for (uint32_t j = 0; j < gw->cfg.n_members; j++)
+            if (gw->cfg.members[j].id == m[i].id && gw->cfg.members[j].raft_addr[0])
+                raft = gw->cfg.members[j].raft_addr;
+        *what = "Raft address";
+        if (same_addr(raft, host, port) || same_addr(m[i].raft, host, port))
+            return &m[i];
+        *what = "HTTP address";
+        if (same_addr(http, host, port))
+            return &m[i];
+    }
+    return NULL;
+}
+
 /* The add against the configuration this node holds: an id, Raft address or
  * HTTP address in use (409 conflict), no room (409 member_limit). Answers and
- * returns TK_EINVAL when refused. */
+ * returns TK_EINVAL when refused. While the configuration is uncommitted a
+ * change is in progress: the node answers change_pending, whatever else. */
 static int check_add(struct api_req *req, const struct node_member_change *c)
 {
     struct gateway *gw = req->gw;
@@ -303,36 +327,27 @@ static int check_add(struct api_req *req, const struct node_member_change *c)
     size_t k = node_members(gw->node, m, MEMBERS_LIST_MAX, &ci, &committed);
     if (k > MEMBERS_LIST_MAX)
         k = MEMBERS_LIST_MAX;
+    if (!committed)
+        return 0;
     size_t voters = 0, learners = 0;
     for (size_t i = 0; i < k; i++) {
-        const char *raft = m[i].raft,
-                   *http = m[i].http[0] ? m[i].http : cfg_http(gw, m[i].id);
-        for (uint32_t j = 0; j < gw->cfg.n_members; j++)
-            if (gw->cfg.members[j].id == m[i].id && gw->cfg.members[j].raft_addr[0])
-                raft = gw->cfg.members[j].raft_addr;
         *(m[i].voter ? &voters : &learners) += 1;
-        const char *what = NULL, *addr = NULL;
-        if (m[i].id == c->id)
-            what = "id", addr = "";
-        else if (same_addr(raft, rhost, rport) || same_addr(m[i].raft, rhost, rport))
-            what = "Raft address", addr = c->raft;
-        else if (c->http[0] && same_addr(http, hhost, hport))
-            what = "HTTP address", addr = c->http;
-        else if (c->http[0] && (same_addr(raft, hhost, hport)))
-            what = "Raft address", addr = c->http;
-        else if (same_addr(http, rhost, rport))
-            what = "HTTP address", addr = c->raft;
-        if (what == NULL)
-            continue;
-        if (addr[0] == '\0')
+        if (m[i].id == c->id) {
             http_respond_error(req->http, 409, "conflict", NULL,
                                "node %" PRIu64 " is already a member (%s)", c->id,
                                m[i].voter ? "a voter" : "a learner");
-        else
-            http_respond_error(req->http, 409, "conflict", NULL,
-                               "%s is the %s of member %" PRIu64
-                               "; each member needs its own addresses",
-                               addr, what, m[i].id);
+            return TK_EINVAL;
+        }
+    }
+    const char *what = NULL, *addr = c->raft;
+    const struct node_member *o = addr_owner(gw, m, k, rhost, rport, &what);
+    if (o == NULL && c->http[0])
+        o = addr_owner(gw, m, k, hhost, hport, &what), addr = c->http;
+    if (o != NULL) {
+        http_respond_error(req->http, 409, "conflict", NULL,
+                           "%s is the %s of member %" PRIu64
+                           "; each member needs its own addresses",
+                           addr, what, o->id);
         return TK_EINVAL;
     }
     /* Every add joins as a learner first; an add as a voter then needs a
