@@ -10,7 +10,9 @@ cluster token (a refusal in the handshake is only believed when proven).
    naming that member; nothing is added.
 3. Well-formed addresses of every kind (IPv4, [IPv6], a DNS name) are taken,
    as learners, until RAFT_LEARNERS_MAX (8): the next add is 409 member_limit
-   naming the limit; docs/api.md states it.
+   naming the limit; docs/api.md states it. With 16 voters (RAFT_VOTERS_MAX;
+   a bootstrap configuration of 16, 9 of them running), an add as a voter
+   and a promotion are 409 member_limit.
 4. No answer to any of it is a 500.
 5. A removed voter answers 503 `removed` on /readyz, reads and writes.
 6. A node whose data directory was wiped and that comes back under its old id
@@ -213,6 +215,38 @@ def test_not_a_member(cl, lead, wiped):
                                                           e["message"]))
 
 
+def test_voter_limit(binary):
+    """16 voters in the bootstrap configuration, 9 of them running (a
+    quorum): a learner may join, but an add as a voter and a promotion are
+    409 member_limit naming RAFT_VOTERS_MAX."""
+    cl = tkcluster.Cluster(binary, 16, token=True)
+    try:
+        for nd in cl.nodes[:9]:
+            nd.start()
+        lead = cl.node(cl.wait_leader(timeout=60))
+        st, js = post(lead.http_port, {"id": 30, "raft": "127.0.0.1:7979", "learner": True})
+        check(st == 200, "a learner beside 16 voters: %d %r" % (st, js))
+        st, js = post(lead.http_port, {"id": 31, "raft": "127.0.0.1:7978"})
+        e = err(js)
+        check(st == 409 and e.get("code") == "member_limit" and
+              "RAFT_VOTERS_MAX" in e.get("message", "") and "16 voters" in e["message"],
+              "a 17th voter: want 409 member_limit, got %d %r" % (st, js))
+        for _ in range(100):
+            st, _, js = tkcluster.jreq(lead.http_port, "POST", "/v1/members/30/promote",
+                                       timeout=40)
+            if not (st == 409 and err(js).get("code") == "change_pending"):
+                break
+            time.sleep(0.05)
+        e = err(js)
+        check(st == 409 and e.get("code") == "member_limit" and
+              "RAFT_VOTERS_MAX" in e.get("message", ""),
+              "promoting a 17th voter: want 409 member_limit, got %d %r" % (st, js))
+        print("  16 voters: an add as a voter and a promotion: 409 member_limit: %s" %
+              e["message"])
+    finally:
+        cl.stop()
+
+
 def main():
     cl = tkcluster.Cluster(sys.argv[1], 3, token=True)
     cl.start()
@@ -236,6 +270,14 @@ def main():
         print("FAIL %s: %s" % (type(e).__name__, e), flush=True)
     finally:
         cl.stop()
+    if not failed:
+        t0 = time.time()
+        try:
+            test_voter_limit(sys.argv[1])
+            print("ok   %-28s %.2fs" % ("test_voter_limit", time.time() - t0), flush=True)
+        except (Fail, OSError) as e:
+            failed = True
+            print("FAIL test_voter_limit %s: %s" % (type(e).__name__, e), flush=True)
     tkcluster.finish(cl, failed)
 
 
