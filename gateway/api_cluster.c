@@ -20,11 +20,12 @@ void api__cluster(struct api_req *req, const struct query *q)
         &b,
         "{\"id\":%llu,\"leader\":%llu,\"role\":\"%s\",\"term\":%llu,\"commit\":%llu,"
         "\"applied\":%llu,\"last_index\":%llu,\"last_term\":%llu,\"snapshot_index\":%llu,"
-        "\"members\":[",
+        "\"membership\":\"%s\",\"members\":[",
         (unsigned long long)st.id, (unsigned long long)st.leader, api__role_name(st.role),
         (unsigned long long)st.term, (unsigned long long)st.commit,
         (unsigned long long)st.applied, (unsigned long long)st.last_index,
-        (unsigned long long)st.last_term, (unsigned long long)st.snapshot_index);
+        (unsigned long long)st.last_term, (unsigned long long)st.snapshot_index,
+        st.rejected ? "not_a_member" : st.removed ? "removed" : "member");
     /* The configuration in force (members added or removed at run time
      * included); the addresses given at start win for the members they name. */
     struct node_member m[RAFT_MEMBERS_MAX];

@@ -186,6 +186,10 @@ def test_removed(cl, lead, gone):
     for method, path in (("GET", "/v1/kv/k"), ("PUT", "/v1/kv/k"), ("GET", "/v1/kv?prefix=")):
         e, _, took = wait_code(gone.http_port, method, path, "removed", 15)
         print("  node %d: %s %s: 503 removed (%.2f s)" % (gone.id, method, path, took))
+    cl_js = cl.status(gone)
+    check(cl_js and cl_js.get("membership") == "removed", "/v1/cluster: %r" % cl_js)
+    lead_js = cl.status(lead)
+    check(lead_js and lead_js.get("membership") == "member", "/v1/cluster: %r" % lead_js)
 
 
 def test_not_a_member(cl, lead, wiped):
@@ -213,6 +217,8 @@ def test_not_a_member(cl, lead, wiped):
               "%s %s: %r" % (method, path, e))
         print("  node %d: %s %s: 503 not_a_member: %s" % (wiped.id, method, path,
                                                           e["message"]))
+    cl_js = cl.status(wiped)
+    check(cl_js and cl_js.get("membership") == "not_a_member", "/v1/cluster: %r" % cl_js)
 
 
 def test_voter_limit(binary):
