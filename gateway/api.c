@@ -311,6 +311,7 @@ void gateway_config_default(struct gateway_config *c)
     c->watchers_max = 10000;
     c->watch_buffer_bytes = 1u << 20;
     c->watch_stall_ms = 3000;
+    c->watch_total_bytes = 64u << 20;
 }
 
 int gateway_new(const struct gateway_config *c, struct gateway **out)
@@ -325,6 +326,8 @@ int gateway_new(const struct gateway_config *c, struct gateway **out)
         return TK_EINVAL;
     struct gateway *gw = tk_calloc(1, sizeof(*gw));
     gw->cfg = *c;
+    if (gw->cfg.watch_total_bytes < c->watch_buffer_bytes)
+        gw->cfg.watch_total_bytes = c->watch_buffer_bytes; /* at least one watch's */
     gw->cfg.host = tk_strdup(c->host);
     gw->latency = tk_calloc(ROUTE_COUNT, sizeof(*gw->latency));
     for (int i = 0; i < ROUTE_COUNT; i++)

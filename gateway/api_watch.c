@@ -27,6 +27,13 @@
 #define WATCH_FULL_POLL_MS 10
 #define WATCH_PASS_MIN_MS 5
 #define WATCH_SHARED_MAX 4096
+/* Bytes written to watchers in one loop turn, over all of them (about 5-10
+ * ms of formatting and copying into sockets): past it the rest wait for the
+ * next turn, so a thousand watchers cannot make one long turn. */
+#define WATCH_TURN_BYTES (2u << 20)
+/* A watch cut for lagging: its last bytes (the error frame) get this long to
+ * go out, then its connection closes and frees what it held. */
+#define WATCH_CUT_GRACE_MS 2000
 
 struct watcher {
     struct watcher *prev, *next;
@@ -40,6 +47,7 @@ struct watcher {
     uint64_t progress_ms, last_write_ms;
     bool prev_kv, sse, b64;
     bool ended, busy, gone;
+    bool cut; /* ended for lagging: its connection closes soon after */
     uint64_t open_rev;      /* SSE: the revision whose message is open (0: none) */
     uint64_t full_since_ms; /* its buffer full, events waiting, since (0: not) */
     size_t full_pending;    /* the bytes pending then */
@@ -49,6 +57,18 @@ struct watcher {
 };
 
 enum { W_KEY, W_PREFIX, W_RANGE };
+
+/* What this loop turn may still write to watchers (WATCH_TURN_BYTES). */
+static size_t turn_room(struct gateway *gw)
+{
+    uint64_t now = uv_now(gw->loop);
+    if (now != gw->watch_turn_ms) {
+        gw->watch_turn_ms = now;
+        gw->watch_turn_bytes = 0;
+    }
+    return gw->watch_turn_bytes < WATCH_TURN_BYTES ? WATCH_TURN_BYTES - gw->watch_turn_bytes
+                                                   : 0;
+}
 
 /* ---- matching and formatting ---------------------------------------------- */
 
@@ -146,6 +166,7 @@ static void watch_end(struct watcher *w)
     if (w->ended)
         return;
     w->ended = true;
+    bool cut = w->cut;
     struct gateway *gw = w->gw;
     if (w->prev)
         w->prev->next = w->next;
@@ -154,7 +175,10 @@ static void watch_end(struct watcher *w)
     if (w->next)
         w->next->prev = w->prev;
     gw->n_watchers--;
-    http_stream_end(w->http);
+    if (cut)
+        http_stream_end_within(w->http, WATCH_CUT_GRACE_MS);
+    else
+        http_stream_end(w->http);
     w->http = NULL;
     uv_close((uv_handle_t *)&w->timer, on_timer_closed);
 }
@@ -165,6 +189,7 @@ static bool flush(struct watcher *w)
     if (w->out.len == 0)
         return true;
     w->busy = true;
+    w->gw->watch_turn_bytes += w->out.len;
     int rc = http_stream_write(w->http, w->out.p, w->out.len);
     w->busy = false;
     w->out.len = 0;
@@ -181,6 +206,7 @@ static void watch_fail(struct watcher *w, const char *code, const char *field,
                        uint64_t rev)
 {
     w->out.len = 0;
+    w->cut = strcmp(code, "lagging") == 0;
     if (w->sse)
         jbuf_adds(&w->out, "event: error\ndata: ");
     jbuf_printf(&w->out, "{\"error\":{\"code\":\"%s\",\"%s\":%llu}}\n%s", code, field,
@@ -247,6 +273,13 @@ static int watch_pass(struct watcher *w)
     size_t pending = http_stream_pending(w->http);
     size_t room =
         pending < gw->cfg.watch_buffer_bytes ? gw->cfg.watch_buffer_bytes - pending : 0;
+    size_t turn = turn_room(gw);
+    if (turn == 0 && room > 0 && w->next_rev <= kv_sm_applied_index(node_kv(gw->node))) {
+        gw->watch_turn_full++;
+        return PASS_MORE; /* the turn's budget is spent: the next turn */
+    }
+    if (room > turn)
+        room = turn;
     w->out.len = 0;
     w->open_rev = 0;
     /* Whole revisions until a pass's events or the room are used up (a
@@ -461,14 +494,60 @@ static void shared_read(struct gateway *gw, struct watch_shared *sh)
         sh->synced = tk_realloc(sh->synced, sh->cap * sizeof(*sh->synced));
         sh->linear = tk_realloc(sh->linear, sh->cap * sizeof(*sh->linear));
     }
+    /* Each synced watcher may write up to about twice the events' bytes (JSON,
+     * escapes) from the turn's budget; the ones past it read for themselves
+     * on a later turn. */
+    size_t each = 2 * sh->bytes + 256 * sh->n, room = turn_room(gw);
     for (struct watcher *w = gw->watchers; w != NULL; w = w->next) {
-        w->synced = shared_ok(w, sh);
+        w->synced = shared_ok(w, sh) && each <= room;
         if (w->synced) {
+            room -= each;
             w->out.len = 0;
             w->open_rev = 0;
             sh->synced[sh->n_synced++] = w;
         }
     }
+}
+
+/* All watches together hold at most watch_total_bytes that their clients have
+ * not taken: past it, the ones holding the most are cut (lagging) at once,
+ * until the rest fit. */
+static void over_total(struct gateway *gw)
+{
+    size_t total = api__watch_pending(gw);
+    while (total > gw->cfg.watch_total_bytes) {
+        struct watcher *big = NULL;
+        size_t most = 0;
+        for (struct watcher *w = gw->watchers; w != NULL; w = w->next) {
+            size_t p = http_stream_pending(w->http);
+            if (!w->ended && p > most) {
+                most = p;
+                big = w;
+            }
+        }
+        if (big == NULL)
+            return;
+        total -= most;
+        gw->watch_lagging++;
+        gw->watch_over_total++;
+        watch_fail(big, "lagging", "resume_revision", big->next_rev);
+    }
+}
+
+/* The list starts at w: the watchers a spent turn budget left out come
+ * first in the next pass. */
+static void rotate_to(struct gateway *gw, struct watcher *w)
+{
+    if (w == gw->watchers)
+        return;
+    struct watcher *tail = w;
+    while (tail->next != NULL)
+        tail = tail->next;
+    w->prev->next = NULL; /* the old head's run ends before w */
+    tail->next = gw->watchers;
+    gw->watchers->prev = tail;
+    w->prev = NULL;
+    gw->watchers = w;
 }
 
 /* The pass api__watch_applied scheduled: every watcher once, the caught-up
@@ -482,12 +561,17 @@ void api__watch_run(uv_timer_t *t)
     if (gw->watch_shared == NULL)
         gw->watch_shared = tk_calloc(1, sizeof(struct watch_shared));
     struct watch_shared *sh = gw->watch_shared;
+    over_total(gw);
     shared_read(gw, sh);
     bool more = false;
+    struct watcher *left_out = NULL;
     for (struct watcher *w = gw->watchers, *next; w != NULL; w = next) {
         next = w->next;
-        if (!w->synced && watch_pass(w) == PASS_MORE)
+        if (!w->synced && watch_pass(w) == PASS_MORE) {
             more = true;
+            if (left_out == NULL && turn_room(gw) == 0)
+                left_out = w;
+        }
     }
     if (sh->n_synced > 0) {
         index_build(sh);
@@ -504,10 +588,22 @@ void api__watch_run(uv_timer_t *t)
         w->next_rev = sh->next;
         (void)flush(w);
     }
+    if (left_out != NULL && !left_out->ended && !left_out->synced)
+        rotate_to(gw, left_out);
     if (more && !gw->watch_pass_due && gw->watchers != NULL) {
+        /* A timer started at 0 from a timer callback runs in the same turn
+         * (uv_now unchanged): after a spent budget, wait for the next one. */
         gw->watch_pass_due = true;
-        uv_timer_start(&gw->watch_timer, api__watch_run, 0, 0);
+        uv_timer_start(&gw->watch_timer, api__watch_run, turn_room(gw) == 0 ? 1 : 0, 0);
     }
+}
+
+size_t api__watch_pending(struct gateway *gw)
+{
+    size_t total = 0;
+    for (struct watcher *w = gw->watchers; w != NULL; w = w->next)
+        total += http_stream_pending(w->http);
+    return total;
 }
 
 void api__watch_stop(struct gateway *gw)

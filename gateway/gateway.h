@@ -59,6 +59,9 @@ struct gateway_config {
     uint64_t watch_stall_ms;     /* a watch whose buffer is full and whose client
                                     takes nothing for this long is cancelled
                                     (lagging): 3000 */
+    size_t watch_total_bytes;    /* all watches' bytes not yet taken by their
+                                    clients: 64 MiB; past it the watches holding
+                                    the most are cancelled (lagging) at once */
     uint32_t n_members;
     struct gateway_member members[GATEWAY_MEMBERS_MAX];
     /* HTTPS: a server context (tls/tls.h, tk_tls_ctx_new with server set;

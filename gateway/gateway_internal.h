@@ -175,6 +175,10 @@ struct gateway {
     uint64_t watch_shared_next;        /* the revision the next pass shares from */
     uint64_t watch_pass_ms;            /* uv_now of the last pass */
     uint64_t watch_lagging, watch_compacted;
+    uint64_t watch_turn_ms;    /* uv_now of the turn watch_turn_bytes counts */
+    size_t watch_turn_bytes;   /* bytes written to watchers in that turn */
+    uint64_t watch_over_total; /* watchers cut lagging: all of them held too much */
+    uint64_t watch_turn_full;  /* passes put off: the turn's watch budget spent */
     /* Metrics (metrics.c), on the loop thread. */
     uint64_t requests[ROUTE_COUNT][GW_STATUS_SLOTS];
     struct tk_hist *latency; /* [ROUTE_COUNT], nanoseconds */
@@ -324,6 +328,8 @@ struct watcher;
 void api__watch_applied(struct gateway *gw);
 /* gw->watch_timer's callback: that pass. */
 void api__watch_run(uv_timer_t *t);
+/* The bytes all watches hold that their clients have not taken. */
+size_t api__watch_pending(struct gateway *gw);
 /* Ends every watch (the loop stops). */
 void api__watch_stop(struct gateway *gw);
 
