@@ -56,6 +56,24 @@
 #define REJECT_EXTRA 64   /* connections kept open only to send a 503 */
 #define REQ_POOL_MAX 1024 /* free requests kept (about 1 KiB each) */
 #define WR_POOL_MAX 256   /* free write requests kept */
+/* Lingering close (conn_linger): a final error answer is followed by reading
+ * and dropping what the client still sends, at most this many bytes and this
+ * long, so a client that sends its whole body before it reads (a 64 MiB PUT
+ * refused at its headers) reads the 413 instead of a reset. */
+#define LINGER_BYTES ((size_t)128 << 20)
+#define LINGER_MS 5000
+/* Dropped bytes read per loop turn, all connections together: past it a
+ * discarding connection waits for the next turn (read_prep). */
+#define DISCARD_TURN_BYTES ((size_t)1 << 20)
+#define DISCARD_READ_BYTES 65536
+/* Connections accepted per loop turn (as transport/tcp.c's ACCEPT_TURN_MAX):
+ * the rest wait in the listen queue for the next turn, so a burst of
+ * thousands is never handled in one turn. */
+#define ACCEPT_TURN_MAX 64
+/* HTTPS handshakes in progress, defaults (http_config.tls_handshakes_max,
+ * tls_handshakes_per_addr). */
+#define HS_MAX_DEFAULT 256
+#define HS_PER_ADDR_DEFAULT 16
 
 enum phase { PH_IDLE, PH_HEADERS, PH_BODY };
 
@@ -112,8 +130,22 @@ struct http_conn {
     char err_msg[160];
     EVP_MD_CTX *digest; /* SHA-256 of digest_header's value (made at first use) */
     struct tk_tls *tls; /* HTTPS: the session; rbuf then holds plaintext */
-    char *tls_rbuf;     /* HTTPS: ciphertext as read (RBUF_BYTES) */
     bool tls_ready;     /* the handshake is done */
+    /* HTTPS: a handshake in progress holds one of the server's slots
+     * (tls_handshakes_max, and tls_handshakes_per_addr for its address). */
+    bool in_hs;
+    struct http_conn *hs_prev, *hs_next;
+    uint8_t addr[16]; /* the peer's address (4 or 16 bytes) */
+    uint8_t addr_len;
+    /* Lingering close: after a final error answer (413...) the write side is
+     * shut and what the client still sends is read and dropped, up to
+     * LINGER_BYTES or LINGER_MS, so that closing with unread bytes does not
+     * reset the connection before the client has read the answer. */
+    bool linger;    /* close lingering once the final answer is out */
+    bool lingering; /* discarding now (shutdown sent) */
+    bool eof;       /* the client half-closed */
+    size_t discarded;
+    uv_shutdown_t shut;
     char rbuf[RBUF_BYTES];
 };
 
@@ -167,6 +199,21 @@ struct http_server {
     uint32_t n_wr_pool;
     uint64_t turn_ms;        /* uv_now of the loop turn turn_built counts */
     size_t turn_built;       /* large response bytes built in that turn */
+    /* Bytes read only to be dropped (lingering, rejected connections) in the
+     * turn of uv_now discard_ms: at most DISCARD_TURN_BYTES. */
+    uint64_t discard_ms;
+    size_t discard_turn;
+    /* Accepts in the turn of uv_now accept_ms (ACCEPT_TURN_MAX); past it the
+     * next connection waits in the listen queue until read_prep. */
+    uint64_t accept_ms;
+    uint32_t accepted_turn;
+    bool accept_waiting;
+    /* HTTPS handshakes in progress (a list through hs_next). */
+    struct http_conn *hs_head;
+    uint32_t n_hs;
+    /* Where every TLS connection's ciphertext and every dropped byte is read
+     * (consumed before on_read returns: one buffer for all connections). */
+    char scratch[DISCARD_READ_BYTES];
     struct http_stats stats; /* conns_open is n_conns, filled on read */
 };
 
@@ -215,6 +262,8 @@ static const char *http_reason(int status)
 static const http_parser_settings parser_settings;
 static void on_stop_timer_closed(uv_handle_t *h);
 static void conn_close(struct http_conn *c);
+static void conn_linger(struct http_conn *c);
+static void on_timer(uv_timer_t *t);
 static void conn_flush(struct http_conn *c);
 static void conn_flush_later(struct http_conn *c);
 static void conn_resume(struct http_conn *c);
@@ -353,7 +402,6 @@ static void conn_maybe_free(struct http_conn *c)
         req_free(c->cur);
     EVP_MD_CTX_free(c->digest);
     tk_tls_free(c->tls);
-    tk_free(c->tls_rbuf);
     if (c->blob_req)
         req_free(c->blob_req);
     tk_free(c);
@@ -814,6 +862,10 @@ static void on_written(uv_write_t *wr, int status)
     wr_free(c->srv, w);
     if (c->closing)
         return;
+    if (close && status >= 0 && c->linger) {
+        conn_linger(c);
+        return;
+    }
     if (close) {
         conn_close(c);
         return;
@@ -888,6 +940,10 @@ static bool conn_sent_now(struct http_conn *c, struct http_request **reqs, uint3
         req_free(reqs[i]);
     TK_ASSERT(c->inflight >= n);
     c->inflight -= n;
+    if (close && c->linger) {
+        conn_linger(c);
+        return false;
+    }
     if (close || (c->read_done && c->inflight == 0 && c->cur == NULL)) {
         conn_close(c);
         return false;
@@ -1069,12 +1125,73 @@ static void on_handle_closed(uv_handle_t *h)
     conn_maybe_free(c);
 }
 
+/* The handshake is over (done, failed or cut): its slot is free. */
+static void hs_leave(struct http_conn *c)
+{
+    struct http_server *srv = c->srv;
+    if (!c->in_hs)
+        return;
+    c->in_hs = false;
+    if (c->hs_prev)
+        c->hs_prev->hs_next = c->hs_next;
+    else
+        srv->hs_head = c->hs_next;
+    if (c->hs_next)
+        c->hs_next->hs_prev = c->hs_prev;
+    c->hs_prev = c->hs_next = NULL;
+    srv->n_hs--;
+}
+
+static void on_shutdown(uv_shutdown_t *req, int status)
+{
+    struct http_conn *c = req->data;
+    if (status < 0 && !c->closing)
+        conn_close(c);
+    c->refs--;
+    conn_maybe_free(c);
+}
+
+/* The final answer is out: shut the write side (after the answer: libuv
+ * shuts down once its write queue is empty) and read and drop what the client
+ * still sends until it closes, LINGER_BYTES or LINGER_MS. Closing at once
+ * with unread bytes makes the kernel reset the connection, and a client
+ * still sending its body then gets the reset instead of the answer. */
+static void conn_linger(struct http_conn *c)
+{
+    struct http_server *srv = c->srv;
+    if (c->closing)
+        return;
+    if (c->eof || srv->stopping || c->discarded >= LINGER_BYTES) {
+        conn_close(c);
+        return;
+    }
+    c->lingering = true;
+    c->read_done = true;
+    if (c->tls != NULL) {
+        tk_tls_shutdown(c->tls); /* close_notify, then the TCP shutdown */
+        (void)tk_tls_uv_flush(c->tls, (uv_stream_t *)&c->tcp);
+    }
+    c->shut.data = c;
+    if (uv_shutdown(&c->shut, (uv_stream_t *)&c->tcp, on_shutdown) != 0) {
+        conn_close(c);
+        return;
+    }
+    c->refs++; /* until on_shutdown */
+    uv_timer_start(&c->timer, on_timer, LINGER_MS, 0);
+    if (!c->budget_queued) {
+        int rc = uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
+        if (rc != 0 && rc != UV_EALREADY)
+            conn_close(c);
+    }
+}
+
 static void conn_close(struct http_conn *c)
 {
     if (c->closing)
         return;
     c->closing = true;
     struct http_server *srv = c->srv;
+    hs_leave(c);
     if (c->prev)
         c->prev->next = c->next;
     else if (srv->conns == c)
@@ -1132,6 +1249,7 @@ static void conn_close(struct http_conn *c)
 static void conn_fail(struct http_conn *c, int status, const char *code, const char *msg)
 {
     c->read_done = true;
+    c->linger = true; /* the client may still be sending: conn_linger */
     uv_read_stop((uv_stream_t *)&c->tcp);
     struct http_request *r = c->cur ? c->cur : req_new(c);
     c->cur = NULL;
@@ -1501,6 +1619,12 @@ static void on_timer(uv_timer_t *t)
     struct http_conn *c = t->data;
     if (c->closing)
         return;
+    if (c->in_hs) {
+        /* The handshake's deadline: its slot, session and buffers go. */
+        c->srv->stats.tls_handshake_timeouts++;
+        conn_close(c);
+        return;
+    }
     if (c->out_bytes > 0 && (c->phase == PH_IDLE || c->read_done)) {
         /* Responses not drained within write_timeout_ms: a client that does
          * not read is cut off, with what it holds. */
@@ -1522,8 +1646,8 @@ static void on_timer(uv_timer_t *t)
 static void conn_timer_update(struct http_conn *c)
 {
     const struct http_config *cfg = &c->srv->cfg;
-    if (c->closing)
-        return;
+    if (c->closing || c->lingering)
+        return; /* lingering: LINGER_MS runs (conn_linger) */
     int phase = c->read_done ? PH_IDLE : c->phase;
     if (phase == PH_IDLE && c->inflight > 0 && c->out_bytes > 0) {
         /* The write deadline runs from the last progress (on_written). */
@@ -1555,8 +1679,14 @@ static void conn_timer_update(struct http_conn *c)
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 {
     struct http_conn *c = h->data;
+    char *scratch = c->srv->scratch;
     (void)suggested;
-    *buf = uv_buf_init(c->tls_rbuf != NULL ? c->tls_rbuf : c->rbuf, sizeof(c->rbuf));
+    /* Bytes to drop, and TLS ciphertext (fed to the session before on_read
+     * returns), go to the server's one scratch buffer. */
+    if (c->read_done || c->rejecting)
+        *buf = uv_buf_init(scratch, DISCARD_READ_BYTES);
+    else
+        *buf = uv_buf_init(c->tls != NULL ? scratch : c->rbuf, RBUF_BYTES);
 }
 
 /* Parses `len` bytes the client sent: every complete request goes to
@@ -1629,6 +1759,7 @@ static void conn_tls_drain(struct http_conn *c)
         return;
     if (!c->tls_ready && tk_tls_handshake_done(c->tls)) {
         c->tls_ready = true; /* the handshake deadline gives way to idle's */
+        hs_leave(c);
         conn_timer_update(c);
     }
     if (tk_tls_uv_flush(c->tls, (uv_stream_t *)&c->tcp) != 0)
@@ -1656,20 +1787,32 @@ static void conn_tls_in(struct http_conn *c, const char *data, size_t len)
  * transport's read_turn_bytes. Small requests never come near it. */
 #define READ_TURN_BYTES (4u << 20)
 
-/* The next turn: the connections stopped by READ_TURN_BYTES read again. */
+static void accept_one(struct http_server *srv);
+
+/* The next turn: the connections stopped by READ_TURN_BYTES (or
+ * DISCARD_TURN_BYTES) read again, and a connection left in the listen queue
+ * by ACCEPT_TURN_MAX is accepted (its uv_accept makes libuv watch the
+ * listener again). */
 static void on_read_prep(uv_prepare_t *h)
 {
     struct http_server *srv = h->data;
     struct http_conn *list = srv->budget_head;
     srv->budget_head = NULL;
     uv_prepare_stop(h);
+    if (srv->accept_waiting && !srv->stopping) {
+        srv->accept_waiting = false;
+        srv->accept_ms = uv_now(srv->loop);
+        srv->accepted_turn = 0;
+        accept_one(srv);
+    }
     while (list != NULL) {
         struct http_conn *c = list;
         list = c->budget_next;
         c->budget_next = NULL;
         c->budget_queued = false;
         c->refs--;
-        if (!c->closing && !c->read_paused && !c->read_done) {
+        if (!c->closing && !c->read_paused &&
+            (!c->read_done || c->lingering || c->rejecting)) {
             /* (Reading already if a pause of its own ended meanwhile.) */
             int rc = uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
             if (rc != 0 && rc != UV_EALREADY)
@@ -1678,6 +1821,8 @@ static void on_read_prep(uv_prepare_t *h)
         conn_maybe_free(c);
     }
 }
+
+static void read_wait_turn(struct http_conn *c);
 
 static void read_budget(struct http_conn *c, size_t n)
 {
@@ -1689,15 +1834,49 @@ static void read_budget(struct http_conn *c, size_t n)
     }
     srv->read_turn += n;
     size_t budget = srv->cfg.read_turn_bytes ? srv->cfg.read_turn_bytes : READ_TURN_BYTES;
-    if (srv->read_turn < budget || !srv->preps_open || srv->stopping || c->closing ||
-        c->read_paused || c->read_done || c->budget_queued)
+    if (srv->read_turn < budget || c->read_done)
+        return;
+    read_wait_turn(c);
+}
+
+/* Bytes read only to be dropped (a lingering close, a rejected connection,
+ * bytes after a final request): they count against LINGER_BYTES and the
+ * turn's DISCARD_TURN_BYTES, so a client sending fast cannot make a long
+ * turn of them. */
+static void conn_discard(struct http_conn *c, size_t n)
+{
+    struct http_server *srv = c->srv;
+    c->discarded += n;
+    srv->stats.discarded_bytes += n;
+    if (c->discarded >= LINGER_BYTES) {
+        if (c->lingering || c->rejecting)
+            conn_close(c);
+        else
+            uv_read_stop((uv_stream_t *)&c->tcp); /* conn_linger then closes */
+        return;
+    }
+    uint64_t now = uv_now(srv->loop);
+    if (srv->discard_ms != now) {
+        srv->discard_ms = now;
+        srv->discard_turn = 0;
+    }
+    srv->discard_turn += n;
+    if (srv->discard_turn >= DISCARD_TURN_BYTES)
+        read_wait_turn(c);
+}
+
+/* c stops reading until the next turn (read_prep). */
+static void read_wait_turn(struct http_conn *c)
+{
+    struct http_server *srv = c->srv;
+    if (!srv->preps_open || srv->stopping || c->closing || c->read_paused ||
+        c->budget_queued)
         return;
     uv_read_stop((uv_stream_t *)&c->tcp);
     c->budget_queued = true;
     c->refs++; /* c outlives its place in the list */
     c->budget_next = srv->budget_head;
-    if (srv->budget_head == NULL)
-        uv_prepare_start(&srv->read_prep, on_read_prep);
+    uv_prepare_start(&srv->read_prep, on_read_prep); /* (no-op when started) */
     srv->budget_head = c;
     srv->stats.reads_paused++;
 }
@@ -1709,16 +1888,22 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
         /* The peer is gone, or half-closed after its requests: answer what
          * is in flight, then close (on_written). A request cut short has
          * nobody to answer to. */
-        if (c->inflight == 0 || nread != UV_EOF || (c->head && c->head->streaming)) {
+        if (c->lingering || c->inflight == 0 || nread != UV_EOF ||
+            (c->head && c->head->streaming)) {
             conn_close(c);
         } else {
             c->read_done = true;
+            c->eof = true;
             uv_read_stop(s);
         }
         return;
     }
-    if (nread == 0 || c->read_done || c->rejecting)
+    if (nread == 0)
         return;
+    if (c->read_done || c->rejecting) {
+        conn_discard(c, (size_t)nread);
+        return;
+    }
     if (c->tls != NULL)
         conn_tls_in(c, buf->base, (size_t)nread);
     else
@@ -1762,8 +1947,9 @@ static void evict_idle(struct http_server *srv)
     uint32_t seen = 0;
     for (struct http_conn *c = srv->conns; c != NULL && seen < IDLE_SCAN_MAX;
          c = c->next, seen++)
-        if (!c->rejecting && !c->closing && !c->read_done && c->phase == PH_IDLE &&
-            c->inflight == 0 && c->cur == NULL)
+        if ((!c->rejecting && !c->closing && !c->read_done && c->phase == PH_IDLE &&
+             c->inflight == 0 && c->cur == NULL) ||
+            (c->lingering && !c->closing))
             old = c;
     if (old != NULL) {
         srv->stats.conns_evicted++;
@@ -1771,11 +1957,69 @@ static void evict_idle(struct http_server *srv)
     }
 }
 
+/* HTTPS: may c start a handshake? Not past tls_handshakes_max in progress,
+ * nor past tls_handshakes_per_addr from its address (the list holds at most
+ * tls_handshakes_max: a bounded scan). If so c takes a slot until its
+ * handshake ends (hs_leave). */
+static bool hs_admit(struct http_conn *c)
+{
+    struct http_server *srv = c->srv;
+    uint32_t max = srv->cfg.tls_handshakes_max ? srv->cfg.tls_handshakes_max
+                                               : HS_MAX_DEFAULT;
+    uint32_t per_addr = srv->cfg.tls_handshakes_per_addr ? srv->cfg.tls_handshakes_per_addr
+                                                         : HS_PER_ADDR_DEFAULT;
+    if (srv->n_hs >= max)
+        return false;
+    struct sockaddr_storage ss;
+    int len = sizeof(ss);
+    if (uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&ss, &len) != 0)
+        return false;
+    if (ss.ss_family == AF_INET) {
+        c->addr_len = 4;
+        memcpy(c->addr, &((struct sockaddr_in *)&ss)->sin_addr, 4);
+    } else {
+        c->addr_len = 16;
+        memcpy(c->addr, &((struct sockaddr_in6 *)&ss)->sin6_addr, 16);
+    }
+    uint32_t same = 0;
+    for (struct http_conn *o = srv->hs_head; o != NULL; o = o->hs_next)
+        if (o->addr_len == c->addr_len && memcmp(o->addr, c->addr, c->addr_len) == 0 &&
+            ++same >= per_addr)
+            return false;
+    c->in_hs = true;
+    c->hs_next = srv->hs_head;
+    if (srv->hs_head)
+        srv->hs_head->hs_prev = c;
+    srv->hs_head = c;
+    srv->n_hs++;
+    return true;
+}
+
+/* A connection waits in the listen queue. Past ACCEPT_TURN_MAX in this turn
+ * it is left there: libuv then stops watching the listener until the next
+ * uv_accept, which read_prep makes in the next turn. */
 static void on_connection(uv_stream_t *server, int status)
 {
     struct http_server *srv = server->data;
     if (status < 0 || srv->stopping)
         return;
+    uint64_t now = uv_now(srv->loop);
+    if (now != srv->accept_ms) {
+        srv->accept_ms = now;
+        srv->accepted_turn = 0;
+    }
+    if (srv->accepted_turn >= ACCEPT_TURN_MAX && srv->preps_open) {
+        srv->accept_waiting = true;
+        srv->stats.accepts_deferred++;
+        uv_prepare_start(&srv->read_prep, on_read_prep); /* (no-op when started) */
+        return;
+    }
+    accept_one(srv);
+}
+
+static void accept_one(struct http_server *srv)
+{
+    srv->accepted_turn++;
     if (srv->n_conns >= srv->cfg.conns_max)
         evict_idle(srv);
     struct http_conn *c = tk_calloc(1, sizeof(*c));
@@ -1793,7 +2037,7 @@ static void on_connection(uv_stream_t *server, int status)
         srv->n_rejecting++;
     else
         srv->n_conns++;
-    if (uv_accept(server, (uv_stream_t *)&c->tcp) != 0) {
+    if (uv_accept((uv_stream_t *)&srv->listener, (uv_stream_t *)&c->tcp) != 0) {
         conn_close(c);
         return;
     }
@@ -1809,14 +2053,20 @@ static void on_connection(uv_stream_t *server, int status)
         conn_reject(c);
         return;
     }
+    if (srv->cfg.tls != NULL && !hs_admit(c)) {
+        /* Over the handshake caps: closed before any TLS state exists. */
+        srv->stats.tls_refused++;
+        conn_close(c);
+        return;
+    }
     srv->stats.conns_accepted++;
     c->phase = PH_IDLE;
     uint64_t first_ms = srv->cfg.idle_timeout_ms;
     if (srv->cfg.tls != NULL) {
-        /* The handshake must finish within the header deadline. */
+        /* The handshake must finish by its deadline (on_timer frees it). */
         c->tls = tk_tls_new(srv->cfg.tls, NULL);
-        c->tls_rbuf = tk_malloc(RBUF_BYTES);
-        first_ms = srv->cfg.header_timeout_ms;
+        first_ms = srv->cfg.tls_handshake_timeout_ms ? srv->cfg.tls_handshake_timeout_ms
+                                                     : srv->cfg.header_timeout_ms;
     }
     uv_timer_start(&c->timer, on_timer, first_ms, srv->cfg.idle_timeout_ms);
     if (uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) != 0)
@@ -1937,6 +2187,7 @@ void http_server_stats(const struct http_server *srv, struct http_stats *out)
 {
     *out = srv->stats;
     out->conns_open = srv->n_conns;
+    out->tls_handshakes = srv->n_hs;
     out->mem_bytes = srv->mem_bytes;
 }
 

@@ -85,6 +85,14 @@ struct http_config {
     /* HTTPS: every connection speaks TLS on this server context (tls/tls.h;
      * borrowed, it outlives the server). NULL: plain HTTP. */
     struct tk_tls_ctx *tls;
+    /* HTTPS handshakes in progress: at most tls_handshakes_max in all (0:
+     * 256) and tls_handshakes_per_addr from one client address (0: 16); a
+     * connection over either is closed as it is accepted, before any TLS
+     * state is made. A handshake not done within tls_handshake_timeout_ms
+     * (0: header_timeout_ms) is closed and its slot and memory freed. */
+    uint32_t tls_handshakes_max;
+    uint32_t tls_handshakes_per_addr;
+    uint64_t tls_handshake_timeout_ms;
 };
 
 /* A complete request has arrived: answer it exactly once (http_respond). */
@@ -195,6 +203,14 @@ struct http_stats {
     uint64_t tls_failed;      /* TLS handshakes or records that failed (closed) */
     uint64_t reads_paused;    /* a connection's reads put off to the next loop
                                * turn: the turn's read budget was spent */
+    uint64_t tls_handshakes;  /* HTTPS handshakes in progress now */
+    uint64_t tls_refused;     /* closed at accept: over tls_handshakes_max or
+                               * tls_handshakes_per_addr */
+    uint64_t tls_handshake_timeouts; /* handshakes cut at their deadline */
+    uint64_t accepts_deferred; /* connections left in the listen queue for
+                                * the next loop turn (64 accepted per turn) */
+    uint64_t discarded_bytes;  /* bytes read and dropped: after a final error
+                                * answer (lingering close), or refused */
 };
 
 void http_server_stats(const struct http_server *s, struct http_stats *out);
