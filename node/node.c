@@ -862,6 +862,10 @@ static void on_recv(struct transport *t, const struct raft_message *m, void *dat
     struct node *n = data;
     (void)t;
     if (!n->loop.closing && !n->persist.failed && !n->mem.rejected) {
+        /* A stranger (dropped by --force-new-cluster, or removed) is never
+         * heard, whatever the transport let through (node_member.c). */
+        if (node__member_fenced(n, m->from))
+            return;
         /* One install at a time, and waiting for the one in flight would hold
          * the loop: a newer snapshot is dropped, and the leader, hearing no
          * ack, sends it again later. */
