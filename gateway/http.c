@@ -108,6 +108,7 @@ struct http_conn {
     size_t out_bytes;            /* response bytes handed to uv_write, not yet out */
     size_t resp_held;            /* response bytes built and not yet written out */
     bool write_timing;           /* the timer is the write deadline */
+    uint64_t write_limit_ms;     /* the write deadline when set (0: the config's) */
     uint32_t rbuf_off, rbuf_len; /* bytes of rbuf not parsed yet (parser paused) */
     const char *hseg;   /* in the bytes being parsed: header bytes counted up to here */
     size_t body_expect; /* the request's Content-Length (0: none or chunked) */
@@ -771,6 +772,18 @@ void http_stream_end(struct http_request *req)
     c->resp_held += req->resp_len;
     req_count_mem(req);
     conn_flush(c);
+}
+
+void http_stream_end_within(struct http_request *req, uint64_t ms)
+{
+    struct http_conn *c = req->conn;
+    if (!c->closing && ms > 0 &&
+        (c->write_limit_ms == 0 || ms < c->write_limit_ms)) {
+        c->write_limit_ms = ms;
+        c->write_timing = false; /* re-armed with the shorter deadline */
+        conn_timer_update(c);
+    }
+    http_stream_end(req);
 }
 
 /* ---- writing ----------------------------------------------------------- */
@@ -1652,7 +1665,8 @@ static void conn_timer_update(struct http_conn *c)
     if (phase == PH_IDLE && c->inflight > 0 && c->out_bytes > 0) {
         /* The write deadline runs from the last progress (on_written). */
         if (!c->write_timing)
-            uv_timer_start(&c->timer, on_timer, cfg->write_timeout_ms, 0);
+            uv_timer_start(&c->timer, on_timer,
+                           c->write_limit_ms ? c->write_limit_ms : cfg->write_timeout_ms, 0);
         c->write_timing = true;
         return;
     }

@@ -272,6 +272,11 @@ void http_stream_begin(struct http_request *req, int status, const char *content
 int http_stream_write(struct http_request *req, const void *buf, size_t len);
 size_t http_stream_pending(const struct http_request *req);
 void http_stream_end(struct http_request *req);
+/* http_stream_end, and the connection's write deadline becomes `ms` (when
+ * shorter): a stream cut for a client that takes nothing (a lagging watch)
+ * gives its last bytes that long to go out, then the connection closes and
+ * frees what it holds. */
+void http_stream_end_within(struct http_request *req, uint64_t ms);
 
 /* Runs cb(req) now, or later when the connection's order allows it (see
  * above); `is_write` says whether later reads must wait for this one's

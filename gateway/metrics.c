@@ -125,6 +125,7 @@ struct snapshot {
     uint64_t auth_denied; /* gw->auth_denied */
     /* Watches (api_watch.c) and the change log they read. */
     uint64_t watchers, watch_lagging, watch_compacted;
+    uint64_t watch_pending, watch_over_total, watch_turn_full;
     uint64_t events_held, events_bytes, events_evicted;
 };
 
@@ -393,6 +394,18 @@ static const struct metric_desc metric_table[] = {
     {"tierkv_watch_cancelled_lagging_total", "counter",
      "Watches ended because their client fell behind (lagging).", MK_VALUE,
      SNAP(watch_lagging)},
+    {"tierkv_watch_pending_bytes", "gauge",
+     "Bytes written to watches that their clients have not taken (at most "
+     "watch_total_bytes, 64 MiB).",
+     MK_VALUE, SNAP(watch_pending)},
+    {"tierkv_watch_cancelled_over_total_total", "counter",
+     "Watches cancelled (lagging) because all watches together held more than "
+     "watch_total_bytes; also counted in tierkv_watch_cancelled_lagging_total.",
+     MK_VALUE, SNAP(watch_over_total)},
+    {"tierkv_watch_turn_full_total", "counter",
+     "Watch passes put off to the next loop turn: the turn's 2 MiB for watches was "
+     "spent.",
+     MK_VALUE, SNAP(watch_turn_full)},
     {"tierkv_watch_compacted_total", "counter",
      "Watches refused or ended because their revision left the change log.", MK_VALUE,
      SNAP(watch_compacted)},
@@ -521,6 +534,9 @@ void api__metrics(struct api_req *req, const struct query *q)
     s.watchers = gw->n_watchers;
     s.watch_lagging = gw->watch_lagging;
     s.watch_compacted = gw->watch_compacted;
+    s.watch_pending = api__watch_pending(gw);
+    s.watch_over_total = gw->watch_over_total;
+    s.watch_turn_full = gw->watch_turn_full;
     s.events_held = es.count;
     s.events_bytes = es.bytes;
     s.events_evicted = es.evicted;
