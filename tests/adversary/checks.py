@@ -42,11 +42,17 @@ def check_leader(before, after):
     return True, "no leader change (term %d, leader %d)" % (term, lead)
 
 
-# The node's slow-turn warning (node/node.c slow_turn_log), the fallback
-# source of a turn's CPU time until the held-turn metrics exist.
+# The node's slow-turn warning (node/node.c), the fallback source of a turn's
+# CPU time until the held-turn metrics exist: the structured line
+#   msg="slow loop turn" turn_ms=126 timeout_ms=200 phase=other cpu_ms=10 ...
+#   wait_ms=116 ...
+# and the older sentence "a loop turn took N ms ... most of it (N ms) in PHASE;
+# ... over the last N ms: N ms on the CPU, N ms waiting for a core".
 SLOW_TURN_RE = re.compile(
     r"a loop turn took (\d+) ms .*?most of it \((\d+) ms\) in (\w+);.*?"
     r"over the last (\d+) ms: (\d+) ms on the CPU, (\d+) ms waiting for a core")
+SLOW_TURN_KV_RE = re.compile(r'msg="slow loop turn"(.*)$', re.M)
+KV_RE = re.compile(r"(\w+)=(\S+)")
 
 
 def parse_slow_turns(text):
@@ -55,6 +61,13 @@ def parse_slow_turns(text):
     for m in SLOW_TURN_RE.finditer(text):
         out.append((int(m.group(1)) / 1e3, int(m.group(5)) / 1e3, m.group(3),
                     int(m.group(6)) / 1e3))
+    for m in SLOW_TURN_KV_RE.finditer(text):
+        kv = dict(KV_RE.findall(m.group(1)))
+        try:
+            out.append((int(kv["turn_ms"]) / 1e3, int(kv["cpu_ms"]) / 1e3,
+                        kv.get("phase", "?"), int(kv.get("wait_ms", 0)) / 1e3))
+        except (KeyError, ValueError):
+            pass
     return out
 
 
@@ -65,8 +78,11 @@ def turns_from_log(text):
     it errs towards calling a turn held."""
     turns = parse_slow_turns(text)
     held = [t for t in turns if t[0] > HELD_WALL_S and t[1] >= HELD_CPU_S]
+    # (Warnings the node rate-limited are not seen here: counted, printed.)
+    suppressed = sum(int(m) for m in re.findall(r"slow loop turn.*? suppressed=(\d+)", text))
     return {
         "source": "log",
+        "suppressed": suppressed,
         "held": len(held),
         "max_wall_s": max((t[0] for t in turns), default=None),
         "max_cpu_s": max((t[1] for t in turns), default=None),
@@ -103,8 +119,9 @@ def check_turns(per_node):
     parts = []
     for nid in sorted(per_node):
         f = per_node[nid]
-        parts.append("n%d[%s] wall %s cpu %s held %d" % (
-            nid, f["source"], _ms(f["max_wall_s"]), _ms(f["max_cpu_s"]), f["held"]))
+        parts.append("n%d[%s] wall %s cpu %s held %d%s" % (
+            nid, f["source"], _ms(f["max_wall_s"]), _ms(f["max_cpu_s"]), f["held"],
+            " (%d warnings suppressed)" % f["suppressed"] if f.get("suppressed") else ""))
         if f["held"] > 0:
             bad.append("node %d: %d turn(s) over %d ms holding >= %d ms of CPU (longest %s)"
                        % (nid, f["held"], HELD_WALL_S * 1e3, HELD_CPU_S * 1e3,

@@ -48,6 +48,17 @@ expect("turns-log-preempted-ok", checks.check_turns(good), True)
 bad = dict(good)
 bad[2] = checks.turns_from_log(LOG_HELD)
 expect("turns-log-held", checks.check_turns(bad), False)
+# (the structured warning of today's node/node.c)
+KV_OK = ('ts=2026-12-06T12:19:08.786Z level=warn node=2 term=1 msg="slow loop turn" '
+         'turn_ms=126 timeout_ms=200 phase=other cpu_ms=10 applied=0 window_ms=126 '
+         'wait_ms=116 majflt=0 minflt=641 vcsw=0 ivcsw=6\n')
+KV_HELD = KV_OK + ('ts=2026-12-06T12:19:09.786Z level=warn node=2 term=1 msg="slow loop '
+                   'turn" turn_ms=310 timeout_ms=200 phase=apply cpu_ms=250 applied=9 '
+                   'window_ms=312 wait_ms=40 majflt=0 minflt=641 vcsw=0 ivcsw=6\n')
+expect("turns-kvlog-preempted-ok",
+       checks.check_turns({n: checks.turns_from_log(KV_OK) for n in (1, 2, 3)}), True)
+expect("turns-kvlog-held", checks.check_turns({1: checks.turns_from_log(KV_OK),
+                                               2: checks.turns_from_log(KV_HELD)}), False)
 # ... and from the held-turn metrics, once the node exports them.
 m0 = {"tierkv_loop_turns_held_total": 4.0}
 m_ok = {"tierkv_loop_turns_held_total": 4.0, "tierkv_loop_turn_max_cpu_seconds": 0.03,
