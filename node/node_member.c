@@ -610,7 +610,8 @@ static bool entry_epoch(const struct raft_entry *e, uint64_t *epoch)
     if (c == NULL)
         return false;
     bool hit = c->cmd_case == KVPB__COMMAND__CMD_PUT && c->put != NULL &&
-               c->put->key.len == kl && memcmp(c->put->key.data, NODE_EPOCH_KEY, kl) == 0 &&
+               c->put->key.len == kl &&
+               memcmp(c->put->key.data, NODE_EPOCH_KEY, kl) == 0 &&
                c->put->value.len > 0 && c->put->value.len < 24;
     if (hit) {
         char v[24];
@@ -768,15 +769,16 @@ void node__member_refused(struct transport *t, uint64_t by, void *data)
     if (n->mem.rejected)
         return;
     n->mem.rejected = true;
-    TK_LOG(TK_LOG_ERROR, n->o.id, raft_term(n->raft),
-           "node %" PRIu64 " refused this node: either the cluster knows node id %" PRIu64
-           " with another data directory (this one is new or was wiped, so it may have "
-           "forgotten votes and entries), or id %" PRIu64 " is no longer a member (removed, "
-           "or dropped by --force-new-cluster on another node). This node serves nothing. "
-           "If it is still a member, remove id %" PRIu64 " (tierkv member remove %" PRIu64
-           "); then add this node again under a new id with an empty data directory and "
-           "tierkvd --join (docs/operations.md, \"Replace a failed node\")",
-           by, n->o.id, n->o.id, n->o.id, n->o.id);
+    TK_LOG(
+        TK_LOG_ERROR, n->o.id, raft_term(n->raft),
+        "node %" PRIu64 " refused this node: either the cluster knows node id %" PRIu64
+        " with another data directory (this one is new or was wiped, so it may have "
+        "forgotten votes and entries), or id %" PRIu64 " is no longer a member (removed, "
+        "or dropped by --force-new-cluster on another node). This node serves nothing. "
+        "If it is still a member, remove id %" PRIu64 " (tierkv member remove %" PRIu64
+        "); then add this node again under a new id with an empty data directory and "
+        "tierkvd --join (docs/operations.md, \"Replace a failed node\")",
+        by, n->o.id, n->o.id, n->o.id, n->o.id);
     node__publish_status(n);
 }
 

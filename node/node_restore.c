@@ -137,9 +137,8 @@ static int install_file(const char *file, const char *dir, bool no_sync, char *e
                                   strlen(NODE_MEMBER_KEY_PREFIX), &forgot)) != 0)
         snprintf(err, cap, "cannot drop the old membership records: %s", tk_strerror(rc));
     /* A restored cluster is a new one: no forced recovery in its past. */
-    if (rc == 0 &&
-        (rc = kv_sm_forget_prefix(sm, (const uint8_t *)NODE_EPOCH_KEY,
-                                  strlen(NODE_EPOCH_KEY), &forgot)) != 0)
+    if (rc == 0 && (rc = kv_sm_forget_prefix(sm, (const uint8_t *)NODE_EPOCH_KEY,
+                                             strlen(NODE_EPOCH_KEY), &forgot)) != 0)
         snprintf(err, cap, "cannot drop the old epoch record: %s", tk_strerror(rc));
     tk_free(buf);
     kv_backup_check_free(c);
@@ -282,13 +281,14 @@ int node__force_config(struct node *n, struct raft_boot *boot, struct raft_entry
         /* After one forced recovery the others are members added to this
          * epoch's cluster: forcing again would fence off live nodes and run
          * two clusters under one id. */
-        TK_LOG(TK_LOG_ERROR, n->o.id, boot->hard_state.term,
-               "--force-new-cluster refused: this cluster was already recovered with "
-               "--force-new-cluster (epoch %llu) and its configuration has other members "
-               "(%u voters, %u learners) since; a second forced recovery is never allowed. "
-               "Start without the flag; if the majority is gone for good, restore a backup "
-               "into a new cluster (docs/operations.md, \"Backup and restore\")",
-               (unsigned long long)n->mem.epoch, now.n_voters, now.n_learners);
+        TK_LOG(
+            TK_LOG_ERROR, n->o.id, boot->hard_state.term,
+            "--force-new-cluster refused: this cluster was already recovered with "
+            "--force-new-cluster (epoch %llu) and its configuration has other members "
+            "(%u voters, %u learners) since; a second forced recovery is never allowed. "
+            "Start without the flag; if the majority is gone for good, restore a backup "
+            "into a new cluster (docs/operations.md, \"Backup and restore\")",
+            (unsigned long long)n->mem.epoch, now.n_voters, now.n_learners);
         return TK_ECOMPARE;
     }
     uint64_t last = boot->snapshot.index, term = boot->snapshot.term;
@@ -305,10 +305,10 @@ int node__force_config(struct node *n, struct raft_boot *boot, struct raft_entry
     struct raft_entry e[2 + RAFT_MEMBERS_MAX];
     size_t k = 0;
     uint64_t epoch = n->mem.epoch + 1, ms = now_ms();
-    e[k++] = (struct raft_entry){.type = RAFT_ENTRY_CONFIG, .data = raft_config_encode(&only)};
-    e[k++] = (struct raft_entry){.type = RAFT_ENTRY_NORMAL,
-                                 .time_ms = ms,
-                                 .data = node__member_epoch_cmd(epoch)};
+    e[k++] =
+        (struct raft_entry){.type = RAFT_ENTRY_CONFIG, .data = raft_config_encode(&only)};
+    e[k++] = (struct raft_entry){
+        .type = RAFT_ENTRY_NORMAL, .time_ms = ms, .data = node__member_epoch_cmd(epoch)};
     for (uint32_t i = 0; i < now.n_voters + now.n_learners; i++) {
         uint64_t id = i < now.n_voters ? now.voters[i] : now.learners[i - now.n_voters];
         if (id != n->o.id)
@@ -332,12 +332,13 @@ int node__force_config(struct node *n, struct raft_boot *boot, struct raft_entry
     boot->entries = *ents;
     boot->n_entries = *n_ents;
     node__member_boot_fence(n, boot);
-    TK_LOG(TK_LOG_WARN, n->o.id, term,
-           "--force-new-cluster: entry %llu makes this node the only voter (epoch %llu); "
-           "every entry it holds (through %llu) will be committed, and the %u other "
-           "members are removed: they are refused if they come back. Add new nodes as new "
-           "members under new ids, with empty data directories and tierkvd --join.",
-           (unsigned long long)e[0].index, (unsigned long long)epoch,
-           (unsigned long long)last, (unsigned)(k - 2));
+    TK_LOG(
+        TK_LOG_WARN, n->o.id, term,
+        "--force-new-cluster: entry %llu makes this node the only voter (epoch %llu); "
+        "every entry it holds (through %llu) will be committed, and the %u other "
+        "members are removed: they are refused if they come back. Add new nodes as new "
+        "members under new ids, with empty data directories and tierkvd --join.",
+        (unsigned long long)e[0].index, (unsigned long long)epoch,
+        (unsigned long long)last, (unsigned)(k - 2));
     return 0;
 }
