@@ -150,6 +150,10 @@ static struct opt opts[] = {
      "a watch whose buffer is full and whose client takes nothing for this long is "
      "cancelled (lagging)",
      0, 0},
+    {"watch-total-bytes", "TIERKV_WATCH_TOTAL_BYTES", "64M",
+     "all watches' bytes their clients have not taken; past it the watches holding "
+     "the most are cancelled (lagging) at once",
+     0, 0},
     {"max-watchers", "TIERKV_MAX_WATCHERS", "10000",
      "open watches on this node (beyond: 503)", 0, 0},
     {"kv-ring-bytes", "TIERKV_KV_RING_BYTES", "64M",
@@ -860,6 +864,10 @@ int main(int argc, char **argv)
     gc.watch_buffer_bytes = get_size("watch-buffer-bytes", 1024, 1ull << 32);
     gc.watchers_max = (uint32_t)get_u64("max-watchers", 0, 1000000);
     gc.watch_stall_ms = get_u64("watch-stall-ms", 1, 3600000);
+    gc.watch_total_bytes = get_size("watch-total-bytes", 1024, 1ull << 40);
+    if (gc.watch_total_bytes < gc.watch_buffer_bytes)
+        die("--watch-total-bytes (%zu) must be at least --watch-buffer-bytes (%zu)",
+            gc.watch_total_bytes, gc.watch_buffer_bytes);
     if (gc.scan_limit_default > gc.scan_limit_max)
         gc.scan_limit_default = gc.scan_limit_max;
 

@@ -10,7 +10,9 @@ pass's overshoot; past the total the watches holding the most are cut
 `lagging` at once (tierkv_watch_cancelled_over_total_total), and their
 connections close within the 2 s grace (the node's open watches go to 0
 while the clients still read nothing). A normal client's reads and writes
-keep working throughout; the loop's longest turn is reported.
+keep working throughout; the loop's longest turn is reported. The known-bad
+control: the same hazard on a node started with --watch-total-bytes 1G (the
+total budget off) must break the bound and cut nothing over the total.
 
 usage: watch_budget_test.py path/to/tierkvd
 """
@@ -30,8 +32,11 @@ TOTAL = 64 << 20
 OVERSHOOT = 8 << 20  # a pass may pass the bound by one revision per watch
 
 
+PORT = None
+
+
 def port():
-    return C.node(1).http_port
+    return PORT
 
 
 def metrics():
@@ -61,7 +66,8 @@ def rss_mib(pid):
     return 0
 
 
-def test_watches_that_never_read_are_cut_at_the_total():
+def hazard(pid):
+    """The watches and the writes; returns the figures."""
     socks = []
     for _ in range(WATCHERS):
         s = socket.socket()
@@ -76,7 +82,6 @@ def test_watches_that_never_read_are_cut_at_the_total():
     before = metrics()
     stop = threading.Event()
     peak = {"pending": 0.0, "rss": 0}
-    pid = C.node(1).proc.pid
 
     def sampler():
         while not stop.is_set():
@@ -120,15 +125,37 @@ def test_watches_that_never_read_are_cut_at_the_total():
           "open after %d; RSS peak %d MiB; longest loop turn %.0f ms" %
           (WATCHERS, dt, worst * 1e3, peak["pending"] / 2**20, TOTAL >> 20, cut, lag,
            after.get("tierkv_watchers", 0), peak["rss"], turn_max(after) * 1e3), flush=True)
-    check(peak["pending"] <= TOTAL + OVERSHOOT,
-          "watches held %.1f MiB (bound %d MiB)" % (peak["pending"] / 2**20, TOTAL >> 20))
-    check(cut > 0, "no watch was cut over the total")
-    check(after.get("tierkv_watchers", 0) == 0,
-          "%d watches still open" % after.get("tierkv_watchers", 0))
     st, _, js = jreq(port(), "GET", "/v1/kv/wb/1")
     check(st == 200, "read after: %s" % st)
     for s in socks:
         s.close()
+    return peak["pending"], cut, after.get("tierkv_watchers", 0)
+
+
+def test_watches_that_never_read_are_cut_at_the_total():
+    global PORT
+    PORT = C.node(1).http_port
+    pending, cut, still_open = hazard(C.node(1).proc.pid)
+    check(pending <= TOTAL + OVERSHOOT,
+          "watches held %.1f MiB (bound %d MiB)" % (pending / 2**20, TOTAL >> 20))
+    check(cut > 0, "no watch was cut over the total")
+    check(still_open == 0, "%d watches still open" % still_open)
+
+
+def test_control_without_the_total_breaks_the_bound():
+    """The same hazard with the total budget off: the checks above must fail."""
+    global PORT
+    ctl = Cluster(sys.argv[1], 1, extra_args=["--watch-total-bytes", "1G"])
+    ctl.start()
+    try:
+        ctl.wait_leader()
+        PORT = ctl.node(1).http_port
+        pending, cut, _ = hazard(ctl.node(1).proc.pid)
+    finally:
+        ctl.stop()
+    check(pending > TOTAL + OVERSHOOT and cut == 0,
+          "the control kept the bound (%.1f MiB held, %d cut): the test cannot fail"
+          % (pending / 2**20, cut))
 
 
 def main():
@@ -136,7 +163,8 @@ def main():
     C = Cluster(sys.argv[1], 1)
     C.start()
     C.wait_leader()
-    failed = run([test_watches_that_never_read_are_cut_at_the_total])
+    failed = run([test_watches_that_never_read_are_cut_at_the_total,
+                  test_control_without_the_total_breaks_the_bound])
     finish(C, failed)
 
 
