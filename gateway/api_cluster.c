@@ -14,6 +14,11 @@ void api__cluster(struct api_req *req, const struct query *q)
     (void)q;
     struct node_status st;
     node_status(gw->node, &st);
+    const char *membership = "member";
+    if (st.rejected)
+        membership = "not_a_member";
+    else if (st.removed)
+        membership = "removed";
     struct jbuf b;
     jbuf_init(&b, 512);
     jbuf_printf(
@@ -25,7 +30,7 @@ void api__cluster(struct api_req *req, const struct query *q)
         (unsigned long long)st.term, (unsigned long long)st.commit,
         (unsigned long long)st.applied, (unsigned long long)st.last_index,
         (unsigned long long)st.last_term, (unsigned long long)st.snapshot_index,
-        st.rejected ? "not_a_member" : st.removed ? "removed" : "member");
+        membership);
     /* The configuration in force (members added or removed at run time
      * included); the addresses given at start win for the members they name. */
     struct node_member m[RAFT_MEMBERS_MAX];
