@@ -23,6 +23,14 @@
 # gives it to every node with --peer-token-file. Without it any local process
 # could act as a member on the loopback raft ports.
 #
+# The client's endpoints: the script writes the three nodes' HTTP addresses
+# to $data/endpoints (one line, comma-separated). With the default data
+# directory that is ./data/endpoints, which `tierkv` reads when it is given
+# neither -e/--endpoints nor TIERKV_ENDPOINTS (docs/cli.md): after make run,
+# `tierkv get greeting` in the repository's root reaches this cluster. The
+# client needs no token: the cluster token is for the raft ports only, and
+# HTTP auth is off unless a node is given --auth-file.
+#
 # usage: scripts/run-cluster.sh [build-dir]        (make run does this)
 # env:   TIERKV_RUN_RAFT_BASE (7000), TIERKV_RUN_HTTP_BASE (8000): node i uses
 #        base+i; TIERKV_RUN_DATA (./data)
@@ -114,6 +122,13 @@ if [ "$mode" != 600 ]; then
     token_state="$token_state (it was mode $mode, now 0600)"
 fi
 
+# The client's endpoints file (see above), replaced whole.
+eps="127.0.0.1:$((http_base + 1)),127.0.0.1:$((http_base + 2)),127.0.0.1:$((http_base + 3))"
+if ! { printf '%s\n' "$eps" >"$data/endpoints.tmp" && mv -f "$data/endpoints.tmp" "$data/endpoints"; }; then
+    echo "run-cluster: cannot write $data/endpoints" >&2
+    exit 1
+fi
+
 pids=()
 stopping=0
 stop_all() {
@@ -188,12 +203,16 @@ Try (any node takes writes: a follower forwards them to the leader, node $leader
   open http://$h1/ui            (the status page, in a browser)
 EOF2
 if [ -x "$cli" ]; then
-    eps="$h1,127.0.0.1:$((http_base + 2)),127.0.0.1:$((http_base + 3))"
+    # ./data/endpoints is read from the working directory: name the
+    # endpoints when the data directory is elsewhere.
+    e=""
+    [ "$(realpath -m "$data")" = "$(realpath -m ./data)" ] || e=" --endpoints $eps"
     cat <<EOF2
-  $cli --endpoints $eps put greeting hello
-  $cli --endpoints $eps get greeting
-  $cli --endpoints $eps status
+  $cli$e put greeting hello
+  $cli$e get greeting
+  $cli$e status
 EOF2
+    [ -n "$e" ] || echo "  (tierkv finds the nodes in $data/endpoints; elsewhere: export TIERKV_ENDPOINTS=$eps)"
 fi
 echo
 echo "Logs: $data/n1.log $data/n2.log $data/n3.log. Ctrl-C stops the cluster."

@@ -4,9 +4,13 @@
  * the command and hands it the remaining arguments. The commands live in
  * commands.c and bench.c; docs/cli.md is the manual. Single-threaded except
  * for `bench`, which runs its own loop threads. */
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "base/err.h"
 #include "base/secret_file.h"
@@ -14,6 +18,11 @@
 #include "tls/tls.h"
 
 #define CLI_DEFAULT_ENDPOINTS "127.0.0.1:8080"
+/* The endpoints file `make run` writes (scripts/run-cluster.sh), relative to
+ * the working directory: the repository's root after make run. */
+#define CLI_ENDPOINTS_FILE "data/endpoints"
+/* Longer than any list of CLI_ENDPOINTS_MAX endpoints a person writes. */
+#define CLI_ENDPOINTS_FILE_MAX 4096
 
 static const char main_help[] =
     "usage: tierkv [global flags] COMMAND [args]\n"
@@ -41,7 +50,9 @@ static const char main_help[] =
     "Global flags (anywhere on the line):\n"
     "  -e, --endpoints LIST   comma-separated host:port list, tried in order; a\n"
     "                         leader hint in a 503 or redirect is followed\n"
-    "                         (env TIERKV_ENDPOINTS; default " CLI_DEFAULT_ENDPOINTS ")\n"
+    "                         (else env TIERKV_ENDPOINTS, else the file\n"
+    "                         ./" CLI_ENDPOINTS_FILE " that make run writes, else\n"
+    "                         " CLI_DEFAULT_ENDPOINTS ")\n"
     "  --json                 print the server's JSON, one line, for scripts\n"
     "  --timeout DURATION     per request attempt (default 5s; member changes 40s)\n"
     "  --retries N            extra passes over the endpoints when none answers or\n"
@@ -150,6 +161,84 @@ static int security_setup(const struct security_flags *f, struct tk_tls_ctx **ct
     return 0;
 }
 
+/* The endpoints in ./data/endpoints (what make run writes) into buf, as one
+ * comma-separated list: its lines joined, blank lines and lines starting
+ * with '#' left out. The file is read only if it is a regular file of this
+ * user that group and others cannot write: the endpoints get the request
+ * (and any token), so a directory someone else controls must not choose
+ * them. Returns true with buf filled; false if there is no such file (quiet)
+ * or it is refused or unreadable (a warning says why). */
+static bool endpoints_from_file(char *buf, size_t cap)
+{
+    int fd = open(CLI_ENDPOINTS_FILE, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) {
+        if (errno != ENOENT && errno != ENOTDIR)
+            fprintf(stderr, "tierkv: warning: ./%s: %s (not used)\n", CLI_ENDPOINTS_FILE,
+                    strerror(errno));
+        return false;
+    }
+    bool ok = false;
+    struct stat st;
+    char raw[CLI_ENDPOINTS_FILE_MAX + 1];
+    ssize_t n = 0;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        fprintf(stderr, "tierkv: warning: ./%s is not a regular file (not used)\n",
+                CLI_ENDPOINTS_FILE);
+        goto out;
+    }
+    if (st.st_uid != geteuid() || (st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
+        fprintf(stderr,
+                "tierkv: warning: ./%s is not yours alone to write (owner uid %u, mode "
+                "%04o): not used\n",
+                CLI_ENDPOINTS_FILE, (unsigned)st.st_uid, (unsigned)(st.st_mode & 07777));
+        goto out;
+    }
+    for (;;) {
+        ssize_t r = read(fd, raw + n, sizeof(raw) - 1 - (size_t)n);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0) {
+            fprintf(stderr, "tierkv: warning: ./%s: %s (not used)\n", CLI_ENDPOINTS_FILE,
+                    strerror(errno));
+            goto out;
+        }
+        if (r == 0)
+            break;
+        n += r;
+        if ((size_t)n == sizeof(raw) - 1) {
+            fprintf(stderr, "tierkv: warning: ./%s is over %d bytes (not used)\n",
+                    CLI_ENDPOINTS_FILE, CLI_ENDPOINTS_FILE_MAX);
+            goto out;
+        }
+    }
+    raw[n] = 0;
+    size_t len = 0;
+    for (char *line = raw, *next; line != NULL; line = next) {
+        next = strchr(line, '\n');
+        if (next != NULL)
+            *next++ = 0;
+        line += strspn(line, " \t\r");
+        if (line[0] == 0 || line[0] == '#')
+            continue;
+        int w = snprintf(buf + len, cap - len, "%s%s", len > 0 ? "," : "", line);
+        if (w < 0 || (size_t)w >= cap - len) {
+            fprintf(stderr, "tierkv: warning: ./%s is too long (not used)\n",
+                    CLI_ENDPOINTS_FILE);
+            goto out;
+        }
+        len += (size_t)w;
+    }
+    if (len == 0) {
+        fprintf(stderr, "tierkv: warning: ./%s lists no endpoint (not used)\n",
+                CLI_ENDPOINTS_FILE);
+        goto out;
+    }
+    ok = true;
+out:
+    close(fd);
+    return ok;
+}
+
 struct command {
     const char *name;
     int (*fn)(struct cli_global *g, int argc, char **argv);
@@ -198,9 +287,12 @@ int main(int argc, char **argv)
     memset(&g, 0, sizeof(g));
     g.client.timeout_ms = 5000;
     g.client.retries = 2;
-    const char *endpoints = getenv("TIERKV_ENDPOINTS");
-    if (!endpoints || !endpoints[0])
-        endpoints = CLI_DEFAULT_ENDPOINTS;
+    /* Where the endpoints come from, first found wins: -e/--endpoints, the
+     * env TIERKV_ENDPOINTS, ./data/endpoints, the built-in default (the file
+     * is read only when neither of the first two is given, below). */
+    const char *endpoints = env_or_null("TIERKV_ENDPOINTS");
+    const char *endpoints_from = endpoints != NULL ? "TIERKV_ENDPOINTS" : NULL;
+    static char file_endpoints[CLI_ENDPOINTS_FILE_MAX + 1];
 
     /* Pull out the global flags; keep everything else in order. */
     char **rest = calloc((size_t)argc + 1, sizeof(char *));
@@ -241,6 +333,7 @@ int main(int argc, char **argv)
                 return usage("--endpoints wants a value");
             }
             endpoints = v;
+            endpoints_from = "--endpoints";
         } else if (is_flag(a, "--cacert") || is_flag(a, "--cert") ||
                    is_flag(a, "--key") || is_flag(a, "--token")) {
             const char *name = is_flag(a, "--cacert") ? "--cacert"
@@ -339,13 +432,23 @@ int main(int argc, char **argv)
         rest[1] = "--help";
         n_rest = 2;
     }
+    if (endpoints == NULL) {
+        if (endpoints_from_file(file_endpoints, sizeof(file_endpoints))) {
+            endpoints = file_endpoints;
+            endpoints_from = "./" CLI_ENDPOINTS_FILE;
+        } else {
+            endpoints = CLI_DEFAULT_ENDPOINTS;
+            endpoints_from = "the default";
+        }
+    }
+    if (g.client.verbose)
+        fprintf(stderr, "tierkv: endpoints %s (from %s)\n", endpoints, endpoints_from);
     if (cli_parse_endpoints(endpoints, g.client.eps, CLI_ENDPOINTS_MAX,
                             &g.client.n_eps) != 0) {
-        fprintf(
-            stderr,
-            "tierkv: bad --endpoints \"%s\": want a comma-separated list of host:port "
-            "(at most %d)\n",
-            endpoints, CLI_ENDPOINTS_MAX);
+        fprintf(stderr,
+                "tierkv: bad endpoints \"%s\" (from %s): want a comma-separated list of "
+                "host:port (at most %d)\n",
+                endpoints, endpoints_from, CLI_ENDPOINTS_MAX);
         code = CLI_EXIT_USAGE;
         goto out;
     }
@@ -367,6 +470,11 @@ int main(int argc, char **argv)
         fprintf(stderr, "tierkv: unknown command \"%s\" (see tierkv --help)\n", rest[0]);
         code = CLI_EXIT_USAGE;
     }
+    if (code == CLI_EXIT_UNAVAILABLE && strcmp(endpoints_from, "the default") == 0)
+        fprintf(stderr,
+                "tierkv: no -e/--endpoints, TIERKV_ENDPOINTS or ./" CLI_ENDPOINTS_FILE
+                " (make run writes it) was given, so the default " CLI_DEFAULT_ENDPOINTS
+                " was tried\n");
 out:
     tk_tls_ctx_free(tls);
     free(rest);

@@ -15,6 +15,12 @@ It does so twice: the script alone, then `make run` as a newcomer types it
 BUILD set to BUILD_DIR). Under make, Ctrl-C must leave make's status 0 too,
 not 130 (make dies of a SIGINT it receives, whatever its child did).
 
+Before the script's Ctrl-C, the newcomer's next step: with the data
+directory at TOP/data, `tierkv put greeting hello` and `tierkv get greeting`
+run in TOP with no -e and no TIERKV_ENDPOINTS must reach the cluster (the
+script writes DATA/endpoints, which the CLI reads from ./data/endpoints).
+The CLI is BUILD_DIR/cmd/tierkv/tierkv (meson test builds it).
+
 usage: ctrl_c_test.py SCRIPT BUILD_DIR
 """
 import os
@@ -24,6 +30,7 @@ import select
 import shutil
 import signal
 import socket
+import subprocess
 import sys
 import tempfile
 import time
@@ -67,6 +74,26 @@ def read_until(fd, pid, want, deadline, out):
             return want is None
         out += data
     return False
+
+
+def newcomer_cli(build, top):
+    """tierkv put/get in top, endpoints from ./data/endpoints only: None if
+    both work, else what went wrong."""
+    cli = os.path.join(build, "cmd", "tierkv", "tierkv")
+    if not os.access(cli, os.X_OK):
+        return "%s is not built" % cli
+    env = {k: v for k, v in os.environ.items() if k != "TIERKV_ENDPOINTS"}
+    for args, want in ((["put", "greeting", "hello"], None),
+                       (["-v", "get", "greeting", "--value-only"], "hello")):
+        p = subprocess.run([cli] + args, cwd=top, env=env, capture_output=True,
+                           text=True, timeout=60)
+        if p.returncode != 0 or (want is not None and p.stdout.strip() != want):
+            return "tierkv %s: exit %d, out %r, err %r" % (
+                " ".join(args), p.returncode, p.stdout, p.stderr)
+        if want is not None and "from ./data/endpoints" not in p.stderr:
+            return "tierkv -v does not say it took ./data/endpoints: %r" % p.stderr
+    print("ctrl-c: ok: tierkv put/get in the run's directory, endpoints from ./data/endpoints")
+    return None
 
 
 def run_recipe(script, build, workdir):
@@ -113,7 +140,8 @@ def one_run(script, build, argv):
     if bases is None:
         print("ctrl-c: no free ports; skipping")
         return 77
-    data = tempfile.mkdtemp(prefix="tierkv-ctrlc-")
+    top = tempfile.mkdtemp(prefix="tierkv-ctrlc-")
+    data = os.path.join(top, "data")
     env = dict(os.environ, TIERKV_RUN_RAFT_BASE=str(bases[0]),
                TIERKV_RUN_HTTP_BASE=str(bases[1]), TIERKV_RUN_DATA=data)
     pid, fd = pty.fork()
@@ -128,6 +156,14 @@ def one_run(script, build, argv):
             print(out.decode(errors="replace"))
             print("ctrl-c: FAIL: the cluster did not come up within 60 s")
             return 1
+        if argv is None:
+            bad = newcomer_cli(build, top)
+            if bad:
+                print(out.decode(errors="replace"))
+                print("ctrl-c: FAIL: tierkv after make run: " + bad)
+                os.write(fd, b"\x03")
+                read_until(fd, pid, None, time.time() + 30, out)
+                return 1
         os.write(fd, b"\x03")
         t0 = time.time()
         read_until(fd, pid, None, time.time() + 60, out)
@@ -189,7 +225,7 @@ def one_run(script, build, argv):
             os.close(fd)
         except OSError:
             pass
-        shutil.rmtree(data, ignore_errors=True)
+        shutil.rmtree(top, ignore_errors=True)
 
 
 if __name__ == "__main__":

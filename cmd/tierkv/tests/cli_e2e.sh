@@ -117,7 +117,7 @@ check retries-then-503 5 "503" -- --endpoints "$LOST" --retries 1 --timeout 1s p
 # Usage errors.
 check no-command 2 "" --
 check unknown-command 2 "unknown command" -- $E frobnicate
-check bad-endpoints 2 "bad --endpoints" -- --endpoints "nohostport" get k
+check bad-endpoints 2 'bad endpoints "nohostport" (from --endpoints)' -- --endpoints "nohostport" get k
 check bad-mode 2 "--mode" -- $E --mode sometimes put k v
 check put-no-value-args 2 "" -- $E put
 check help 0 "Exit codes" -- --help
@@ -186,5 +186,40 @@ check member-add-timeout-confirmed 0 "member list shows node 5 as a voter" -- $L
 logged member-add-timeout-not-resent 1 "POST /v1/members"
 logged member-add-timeout-asked-list 1 "GET /v1/members"
 check member-add-existing-refused 4 "change_pending" -- $LATE member add 5 --raft 127.0.0.1:9
+# Where the endpoints come from (docs/cli.md): -e, else TIERKV_ENDPOINTS,
+# else ./data/endpoints (what make run writes), else 127.0.0.1:8080. The
+# checks run in $DIR/proj, whose data/endpoints lists a dead endpoint, then
+# the leader.
+unset TIERKV_ENDPOINTS
+mkdir -p "$DIR/proj/data"
+printf '# make run writes this\n%s\n\n%s\n' "$DEAD" "$LEADER" >"$DIR/proj/data/endpoints"
+chmod 644 "$DIR/proj/data/endpoints"
+cd "$DIR/proj" || exit 1
+check file-put 0 "" -- put fromfile yes
+check file-get 0 "^yes$" -- get fromfile --value-only
+check file-verbose-source 0 "endpoints $DEAD,$LEADER (from ./data/endpoints)" -- -v get fromfile
+export TIERKV_ENDPOINTS="$DEAD"
+check env-before-file 5 "from TIERKV_ENDPOINTS" -- -v --retries 0 get fromfile
+check flag-before-env 0 "from --endpoints" -- -v -e "$LEADER" get fromfile
+unset TIERKV_ENDPOINTS
+printf '%s\n' "nohostport" >"$DIR/proj/data/endpoints"
+check file-bad 2 'bad endpoints "nohostport" (from ./data/endpoints)' -- get fromfile
+# A file others may write is not used (the default is, whatever answers it).
+printf '%s\n' "$LEADER" >"$DIR/proj/data/endpoints"
+chmod 666 "$DIR/proj/data/endpoints"
+"$TIERKV" -v --retries 0 --timeout 1s get fromfile >"$DIR/out" 2>"$DIR/err" </dev/null
+if grep -q "not yours alone to write" "$DIR/err" && grep -q "(from the default)" "$DIR/err"; then
+    echo "ok   file-writable-by-others-ignored"; PASS=$((PASS + 1))
+else
+    echo "FAIL file-writable-by-others-ignored"; sed 's/^/  err: /' "$DIR/err"; FAIL=$((FAIL + 1))
+fi
+rm -f "$DIR/proj/data/endpoints"
+"$TIERKV" -v --retries 0 --timeout 1s get fromfile >"$DIR/out" 2>"$DIR/err" </dev/null
+if grep -q "endpoints 127.0.0.1:8080 (from the default)" "$DIR/err"; then
+    echo "ok   no-file-default"; PASS=$((PASS + 1))
+else
+    echo "FAIL no-file-default"; sed 's/^/  err: /' "$DIR/err"; FAIL=$((FAIL + 1))
+fi
+cd - >/dev/null || exit 1
 echo "$PASS passed, $FAIL failed"
 [ "$FAIL" -eq 0 ]
