@@ -368,6 +368,17 @@ static const struct metric_desc metric_table[] = {
      MK_LATENCY, LAT(loop_turn)},
     {"tierkv_loop_turn_max_seconds", "gauge",
      "The longest loop turn so far, by the phase most of it went to.", MK_TURN_MAX, 0},
+    {"tierkv_loop_turn_max_cpu_seconds", "gauge",
+     "The loop thread's CPU time in the longest loop turn so far (a lower bound, low "
+     "by under 1 ms).",
+     MK_SECONDS, SNAP(m.loop_turn_max_cpu_ns)},
+    {"tierkv_loop_turns_held_total", "counter",
+     "Loop turns longer than half the election timeout that held the CPU for 20 ms "
+     "or more.",
+     MK_VALUE, SNAP(m.loop_turns_held)},
+    {"tierkv_loop_turn_held_max_seconds", "gauge",
+     "The longest loop turn that held the CPU for 20 ms or more (0: none).", MK_SECONDS,
+     SNAP(m.loop_turn_held_max_ns)},
     {"tierkv_snapshot_loop_seconds_total", "counter",
      "Loop time spent publishing snapshots (the rest runs off the loop).", MK_SECONDS,
      SNAP(m.snapshot_loop_ns)},

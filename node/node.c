@@ -258,13 +258,19 @@ static void apply_entries(struct node *n, const struct raft_entry *e, size_t cnt
     }
 }
 
-#define SLOW_TURN_NS (50 * 1000000ull)     /* warn about loop turns this long */
-#define SLOW_TURN_CPU_NS (40 * 1000000ull) /* or that took this much of the CPU */
-/* getrusage is a system call (about 1 us on a paravirtual guest), so the
- * usage is sampled at a turn's end at most this often, and after every turn
- * that could be slow: a slow turn's figures cover the turn and at most this
- * much before it. */
+/* getrusage is a system call (3-4 us on a paravirtual guest under load), so
+ * the usage is sampled at a turn's end at most this often, and after every
+ * slow turn (half_timeout_ns): a slow turn's figures cover the turn and at
+ * most this much before it. */
 #define USAGE_EVERY_NS (10 * 1000000ull)
+
+/* Half the election timeout: a loop turn this long is slow (warned about;
+ * counted as held with NODE_HELD_CPU_NS of CPU): a follower's loop that long
+ * has used half its patience, a leader's delayed its heartbeats that long. */
+static uint64_t half_timeout_ns(const struct node *n)
+{
+    return (uint64_t)n->o.tick_ms * n->o.election_ticks * 1000000ull / 2;
+}
 
 /* A snapshot from the leader replaces the state machine and the log: begun
  * here, installed on the thread pool, swapped in on a later turn
@@ -367,6 +373,123 @@ static void phase_end(struct node *n, enum node_turn_phase ph, uint64_t *t)
     *t = now;
 }
 
+/* ---- the operator's log lines (node_oplog.h) ---------------------------- */
+
+static const char *id_text(uint64_t id, char *buf, size_t cap)
+{
+    if (id == RAFT_NONE)
+        return "none";
+    snprintf(buf, cap, "%llu", (unsigned long long)id);
+    return buf;
+}
+
+/* Members that joined, were promoted or left between the configuration seen
+ * last (was) and the one in force (c), at config index ci. */
+static void oplog_config(struct node *n, const struct raft_config *was,
+                         const struct raft_config *c, uint64_t ci)
+{
+    uint64_t term = raft_term(n->raft);
+    for (uint32_t i = 0; i < c->n_voters; i++) {
+        uint64_t id = c->voters[i];
+        if (raft_config_has_learner(was, id))
+            NODE_OPLOG(n, MEMBER_PROMOTED, TK_LOG_INFO, term, "id=%llu index=%llu",
+                       (unsigned long long)id, (unsigned long long)ci);
+        else if (!raft_config_has(was, id))
+            NODE_OPLOG(n, MEMBER_ADDED, TK_LOG_INFO, term, "id=%llu as=voter index=%llu",
+                       (unsigned long long)id, (unsigned long long)ci);
+    }
+    for (uint32_t i = 0; i < c->n_learners; i++) {
+        uint64_t id = c->learners[i];
+        if (!raft_config_is_member(was, id))
+            NODE_OPLOG(n, MEMBER_ADDED, TK_LOG_INFO, term,
+                       "id=%llu as=learner index=%llu", (unsigned long long)id,
+                       (unsigned long long)ci);
+    }
+    const uint64_t *lists[2] = {was->voters, was->learners};
+    uint32_t counts[2] = {was->n_voters, was->n_learners};
+    for (int l = 0; l < 2; l++)
+        for (uint32_t i = 0; i < counts[l]; i++)
+            if (!raft_config_is_member(c, lists[l][i]))
+                NODE_OPLOG(n, MEMBER_REMOVED, TK_LOG_INFO, term, "id=%llu index=%llu",
+                           (unsigned long long)lists[l][i], (unsigned long long)ci);
+}
+
+/* Compares what the core says (role, term, leader, configuration) with the
+ * last look and writes a line per change an operator acts on: elections,
+ * the leader, members. raft/ logs nothing; this runs after each ready step
+ * and at each turn's end of the ready loop, three loads when nothing
+ * changed. The first look only records. */
+static void oplog_observe(struct node *n)
+{
+    struct node_oplog *l = &n->oplog;
+    int role = raft_role(n->raft);
+    uint64_t term = raft_term(n->raft), leader = raft_leader(n->raft);
+    uint64_t ci = raft_config_index(n->raft);
+    if (l->seen && role == l->role && term == l->term && ci == l->config_index &&
+        (leader == RAFT_NONE || leader == l->leader))
+        return;
+    if (!l->seen) {
+        l->seen = true;
+        l->role = role;
+        l->term = term;
+        l->leader = leader;
+        l->config_index = ci;
+        l->config = *raft_config(n->raft);
+        return;
+    }
+    char a[24], b[24];
+    if (role == RAFT_CANDIDATE && (l->role != RAFT_CANDIDATE || term != l->term))
+        NODE_OPLOG(n, ELECTION_STARTED, TK_LOG_INFO, term, "last_leader=%s",
+                   id_text(l->leader, a, sizeof(a)));
+    if (role == RAFT_LEADER && l->role != RAFT_LEADER)
+        NODE_OPLOG(n, ELECTION_WON, TK_LOG_INFO, term, "voters=%u",
+                   (unsigned)raft_config(n->raft)->n_voters);
+    if (l->role == RAFT_CANDIDATE && role == RAFT_FOLLOWER)
+        NODE_OPLOG(n, ELECTION_LOST, TK_LOG_INFO, term, "leader=%s",
+                   id_text(leader, a, sizeof(a)));
+    /* A known leader only: "none" between two leaders is the elections'. */
+    if (leader != RAFT_NONE && leader != l->leader) {
+        NODE_OPLOG(n, LEADER_CHANGED, TK_LOG_INFO, term, "from=%s to=%s",
+                   id_text(l->leader, a, sizeof(a)), id_text(leader, b, sizeof(b)));
+        l->leader = leader;
+    }
+    if (ci != l->config_index) {
+        const struct raft_config *c = raft_config(n->raft);
+        oplog_config(n, &l->config, c, ci);
+        l->config = *c;
+        l->config_index = ci;
+    }
+    l->role = role;
+    l->term = term;
+}
+
+/* Transport: the connection to a peer came up or was lost. */
+static void on_peer(struct transport *t, uint64_t id, bool up, void *data)
+{
+    struct node *n = data;
+    (void)t;
+    if (n->loop.closing)
+        return;
+    if (up)
+        NODE_OPLOG(n, PEER_CONNECTED, TK_LOG_INFO, raft_term(n->raft), "peer=%llu",
+                   (unsigned long long)id);
+    else
+        NODE_OPLOG(n, PEER_LOST, TK_LOG_INFO, raft_term(n->raft), "peer=%llu",
+                   (unsigned long long)id);
+}
+
+/* A snapshot's first message to a follower. */
+static void oplog_snapshot_sent(struct node *n, const struct raft_message *m)
+{
+    const struct raft_msg_snapshot *s = &m->u.snapshot;
+    if (m->type != RAFT_MSG_SNAPSHOT || s->offset != 0)
+        return;
+    uint64_t bytes = s->total != 0 ? s->total : s->data != NULL ? s->data->len : 0;
+    NODE_OPLOG(n, SNAPSHOT_SENT, TK_LOG_INFO, raft_term(n->raft),
+               "to=%llu index=%llu bytes=%llu", (unsigned long long)m->to,
+               (unsigned long long)s->meta.index, (unsigned long long)bytes);
+}
+
 /* Step: a snapshot to install and the hard state, saved synchronously (before
  * any of the ready's messages leave: a vote). Returns 0, or the error with
  * *what naming the failed step. */
@@ -445,6 +568,7 @@ static bool handle_ready(struct node *n, uint64_t *t)
     uint64_t leader = raft_leader(n->raft);
     if (leader != n->m.status.leader && leader != n->o.id)
         node__publish_status(n);
+    oplog_observe(n);
     phase_end(n, PH_READY, t);
     /* The entries go to the storage thread before the messages leave (it
      * writes while the loop sends), or, written on the loop, after them. */
@@ -456,8 +580,10 @@ static bool handle_ready(struct node *n, uint64_t *t)
     if (rc != 0)
         goto fail;
     phase_end(n, PH_STORE, t);
-    for (size_t i = 0; i < rd.n_messages; i++)
+    for (size_t i = 0; i < rd.n_messages; i++) {
+        oplog_snapshot_sent(n, &rd.messages[i]);
         (void)transport_send(n->transport, &rd.messages[i]); /* Raft retries */
+    }
     phase_end(n, PH_SEND, t);
     if (inl) {
         rc = ready_append(n, &rd, inl, &what);
@@ -515,6 +641,7 @@ static void process_ready(struct node *n)
     if (!n->persist.failed && raft_has_ready(n->raft))
         node__kick(n); /* bounded work per turn: the rest on the next one */
     node__publish_status(n);
+    oplog_observe(n);
     if (!n->persist.failed)
         fail_orphan_reads(n); /* after publishing: its answers name no old leader */
 }
@@ -713,48 +840,43 @@ static void read_thread_usage(struct thread_usage *u)
     u->nivcsw = (uint64_t)ru.ru_nivcsw;
 }
 
-/* The slow-turn warning. Its usage figures tell work (CPU) from waiting: for
- * a core (the time runnable on a run queue, and involuntary switches:
- * preempted on a loaded machine; what is left of the turn beyond work and
- * both waits is time the machine did not run the guest, steal), for the disk
- * (major page faults) or for a lock or I/O (voluntary switches, one of them
- * the loop's own wait for events). */
-static void slow_turn_log(struct node *n, uint64_t dt, int worst,
+/* The slow-turn warning (a turn past half the election timeout). Its usage
+ * figures tell work (cpu_ms: the turn's own) from waiting, over the window
+ * since the last usage sample (window_ms: the turn and at most
+ * USAGE_EVERY_NS before it): for a core (wait_ms, the time runnable on a run
+ * queue, and involuntary switches: preempted on a loaded machine; what is
+ * left beyond work and both waits is time the machine did not run the guest,
+ * steal), for the disk (major page faults) or for a lock or I/O (voluntary
+ * switches, one of them the loop's own wait for events). */
+static void slow_turn_log(struct node *n, uint64_t dt, int worst, uint64_t cpu,
                           const struct thread_usage *u, uint64_t window_ns)
 {
-    TK_LOG(
-        TK_LOG_WARN, n->o.id, raft_term(n->raft),
-        "a loop turn took %llu ms (election timeout %u ms): heartbeats were late; "
-        "most of it (%llu ms) in %s; %llu entries applied; over the last %llu ms: "
-        "%llu ms on the CPU, %llu ms waiting for a core; "
-        "%llu major and %llu minor faults, %llu voluntary and %llu involuntary switches",
-        (unsigned long long)(dt / 1000000), n->o.tick_ms * n->o.election_ticks,
-        (unsigned long long)(n->loop.turn_ns[worst] / 1000000), phase_name[worst],
-        (unsigned long long)n->loop.turn_applied,
-        (unsigned long long)(window_ns / 1000000),
-        (unsigned long long)((u->cpu_ns - n->loop.turn_cpu_ns) / 1000000),
-        (unsigned long long)((u->wait_ns - n->loop.turn_wait_ns) / 1000000),
-        (unsigned long long)(u->majflt - n->loop.turn_majflt),
-        (unsigned long long)(u->minflt - n->loop.turn_minflt),
-        (unsigned long long)(u->nvcsw - n->loop.turn_nvcsw),
-        (unsigned long long)(u->nivcsw - n->loop.turn_nivcsw));
+    NODE_OPLOG(n, SLOW_TURN, TK_LOG_WARN, raft_term(n->raft),
+               "turn_ms=%llu timeout_ms=%u phase=%s cpu_ms=%llu applied=%llu "
+               "window_ms=%llu wait_ms=%llu majflt=%llu minflt=%llu vcsw=%llu ivcsw=%llu",
+               (unsigned long long)(dt / 1000000), n->o.tick_ms * n->o.election_ticks,
+               phase_name[worst], (unsigned long long)(cpu / 1000000),
+               (unsigned long long)n->loop.turn_applied,
+               (unsigned long long)(window_ns / 1000000),
+               (unsigned long long)((u->wait_ns - n->loop.turn_wait_ns) / 1000000),
+               (unsigned long long)(u->majflt - n->loop.turn_majflt),
+               (unsigned long long)(u->minflt - n->loop.turn_minflt),
+               (unsigned long long)(u->nvcsw - n->loop.turn_nvcsw),
+               (unsigned long long)(u->nivcsw - n->loop.turn_nivcsw));
 }
 
 /* The usage sample (USAGE_EVERY_NS) at the end of a turn of dt ns, ending
- * now, and the slow-turn warning. */
-static void turn_usage(struct node *n, uint64_t dt, int worst, uint64_t now)
+ * now, with `cpu` ns of CPU, and the slow-turn warning. */
+static void turn_usage(struct node *n, uint64_t dt, int worst, uint64_t cpu, uint64_t now)
 {
-    if (dt <= SLOW_TURN_CPU_NS && now - n->loop.usage_at_ns < USAGE_EVERY_NS)
+    bool slow = dt > half_timeout_ns(n);
+    if (!slow && now - n->loop.usage_at_ns < USAGE_EVERY_NS)
         return;
     struct thread_usage u;
     read_thread_usage(&u);
-    /* (The CPU counted since the last sample may include other nodes' work
-     * when several share the loop, and up to USAGE_EVERY_NS before the
-     * turn: only a turn this long is its own.) */
-    if (dt > SLOW_TURN_NS ||
-        (dt > SLOW_TURN_CPU_NS && u.cpu_ns - n->loop.turn_cpu_ns > SLOW_TURN_CPU_NS))
-        slow_turn_log(n, dt, worst, &u,
-                      n->loop.usage_at_ns ? now - n->loop.usage_at_ns : dt);
+    if (slow)
+        slow_turn_log(n, dt, worst, cpu,
+                      &u, n->loop.usage_at_ns ? now - n->loop.usage_at_ns : dt);
     n->loop.turn_cpu_ns = u.cpu_ns;
     n->loop.turn_wait_ns = u.wait_ns;
     n->loop.turn_majflt = u.majflt;
@@ -764,9 +886,36 @@ static void turn_usage(struct node *n, uint64_t dt, int worst, uint64_t now)
     n->loop.usage_at_ns = now;
 }
 
+/* The loop thread's CPU in the turn of dt ns ending now (node_oplog.h): the
+ * clock is read when its last read is NODE_CPU_EVERY_NS old or the turn is
+ * the longest yet, else the turn was short and its CPU is not known
+ * (UINT64_MAX). */
+static uint64_t turn_cpu(struct node *n, uint64_t dt, uint64_t now)
+{
+    struct node_turn_cpu *c = &n->cpu;
+    if (now - c->at_ns < NODE_CPU_EVERY_NS && dt <= c->max_wall) {
+        c->busy_ns += dt;
+        return UINT64_MAX;
+    }
+    uint64_t clock = node__thread_cpu_ns();
+    uint64_t used = clock - c->cpu_ns;
+    c->cpu_ns = clock;
+    c->at_ns = now;
+    uint64_t before = c->busy_ns; /* earlier turns' share, at most their time */
+    c->busy_ns = 0;
+    return used > before ? used - before : 0;
+}
+
+/* The first read of the CPU clock, as the loop starts. */
+static void turn_cpu_start(struct node *n)
+{
+    n->cpu.cpu_ns = node__thread_cpu_ns();
+    n->cpu.at_ns = node__mono_ns();
+}
+
 /* A loop turn of dt ns, ending now, is over: its histogram, the longest turn
- * by phase (the one most of it went to; what no phase claims is "other") and
- * the slow-turn warning. */
+ * by phase (the one most of it went to; what no phase claims is "other"),
+ * its CPU (the longest turn's, held turns) and the slow-turn warning. */
 static void turn_end(struct node *n, uint64_t dt, uint64_t now)
 {
     uint64_t claimed = 0;
@@ -780,7 +929,18 @@ static void turn_end(struct node *n, uint64_t dt, uint64_t now)
     tk_hist_record(&n->m.lat.loop_turn, dt);
     if (dt > n->m.metrics.loop_turn_max_ns[worst])
         n->m.metrics.loop_turn_max_ns[worst] = dt;
-    turn_usage(n, dt, worst, now);
+    uint64_t cpu = turn_cpu(n, dt, now);
+    if (dt > n->cpu.max_wall) { /* read above */
+        n->cpu.max_wall = dt;
+        n->m.metrics.loop_turn_max_cpu_ns = cpu;
+    }
+    if (cpu != UINT64_MAX && cpu >= NODE_HELD_CPU_NS) {
+        if (dt > half_timeout_ns(n))
+            n->m.metrics.loop_turns_held++;
+        if (dt > n->m.metrics.loop_turn_held_max_ns)
+            n->m.metrics.loop_turn_held_max_ns = dt;
+    }
+    turn_usage(n, dt, worst, cpu != UINT64_MAX ? cpu : 0, now);
     memset(n->loop.turn_ns, 0, sizeof(n->loop.turn_ns));
     n->loop.turn_applied = 0;
     n->loop.turn_apply_bytes = 0;
@@ -942,7 +1102,7 @@ static int rm_entry(const char *path, const struct stat *sb, int flag, struct FT
 static int open_transport(struct node *n)
 {
     struct transport_callbacks cbs = {.recv = on_recv,
-                                      .peer = NULL,
+                                      .peer = on_peer,
                                       .forward = on_forward,
                                       .incarnation = node__member_incarnation,
                                       .refused = node__member_refused,
@@ -1018,6 +1178,8 @@ static int node_init(struct node *n)
     if (n->loop.idle_metrics)
         uv_prepare_start(&n->loop.prepare, on_prepare);
     node__publish_status(n);
+    oplog_observe(n); /* records the state recovered */
+    turn_cpu_start(n);
     TK_LOG(TK_LOG_INFO, n->o.id, raft_term(n->raft), "node started (applied %llu)",
            (unsigned long long)kv_sm_applied_index(n->sm));
     if (n->o.on_loop_start != NULL)

@@ -279,10 +279,9 @@ static int install_finish(struct node *n)
         return rc;
     uint64_t now = node__mono_ns();
     s->loop_ns += now - t0;
-    TK_LOG(
-        TK_LOG_INFO, n->o.id, raft_term(n->raft),
-        "installed the snapshot at %llu: %llu ms in all (%llu ms of it parked behind "
-        "tier work), %llu us of it on the loop (swap %llu us, the rest %llu us)",
+    NODE_OPLOG(
+        n, SNAPSHOT_INSTALLED, TK_LOG_INFO, raft_term(n->raft),
+        "index=%llu total_ms=%llu parked_ms=%llu loop_us=%llu swap_us=%llu rest_us=%llu",
         (unsigned long long)s->meta.index, (unsigned long long)((now - s->t0) / 1000000),
         (unsigned long long)(s->parked_ns / 1000000),
         (unsigned long long)(s->loop_ns / 1000), (unsigned long long)((t1 - t0) / 1000),

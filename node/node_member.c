@@ -735,15 +735,12 @@ bool node__member_incarnation(struct transport *t, uint64_t id, const uint8_t *i
     if (r.found && r.inc[0] != '\0') {
         if (strcmp(r.inc, hex) == 0)
             return true;
-        uint64_t k = ++n->m.metrics.members_refused;
-        if ((k & (k - 1)) == 0) /* the 1st, 2nd, 4th, 8th...: it redials */
-            TK_LOG(
-                TK_LOG_WARN, n->o.id, raft_term(n->raft),
-                "refused node %" PRIu64
-                ": its data directory (incarnation %s) is not the "
-                "one this cluster knows for that id (%s): it lost its state; remove it "
-                "and add it as a new member",
-                id, hex, r.inc);
+        n->m.metrics.members_refused++;
+        /* It redials: the line is rate-limited (node_oplog.h). */
+        NODE_OPLOG(n, NODE_REFUSED, TK_LOG_WARN, raft_term(n->raft),
+                   "id=%" PRIu64 " incarnation=%s known=%s why=\"lost its state: remove it "
+                   "and add it as a new member\"",
+                   id, hex, r.inc);
         return false;
     }
     remember(n, id, hex);
