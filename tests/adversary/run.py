@@ -664,7 +664,7 @@ def row(res):
     return ("%-19s %-4s %7s %11s %9s %8s %5s %9s %9s %8s %8s %6s %4.0f" % (
         res["case"], "PASS" if ok else "FAIL", changes,
         "<=%s" % fmt_ms(hb) if hb is not None else "-",
-        fmt_ms(wall) if wall else "<50", fmt_ms(cpu) if cpu else "-", held,
+        fmt_ms(wall) if wall else "none", fmt_ms(cpu) if cpu else "-", held,
         fmt_ms(res.get("p99_unloaded")), fmt_ms(res.get("p99_loaded")),
         max((b or 0) for b in peaks.values()) >> 20 if peaks else "-",
         max((b or 0) for b in end.values()) >> 20 if end else "-",
@@ -699,7 +699,7 @@ def main():
     print()
     print("terms+: elections during the case (term after - before); turn-hist: the "
           "loop-turn histogram's bound over every turn of the case (ms); slow-wall/cpu: "
-          "the longest slow-turn warning's wall and CPU (ms; <50: none); held: turns over "
+          "the longest slow-turn warning's wall and CPU (ms), or the gauges with the held-turn metrics; held: turns over "
           "100 ms with >= 20 ms CPU; p99 in ms; rss in MiB (end: after the hazard, or a "
           "minute after with --rss-settle)")
     print(HEADER)
