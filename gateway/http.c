@@ -32,6 +32,7 @@
  * connection is closed or drained; requests its user still holds are freed
  * when they are answered. */
 #include <http_parser.h>
+#include <malloc.h>
 #include <openssl/evp.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -74,6 +75,16 @@
  * tls_handshakes_per_addr). */
 #define HS_MAX_DEFAULT 256
 #define HS_PER_ADDR_DEFAULT 16
+/* Time spent driving handshakes (a ClientHello costs a key exchange and a
+ * signature: about 0.5-2 ms on a busy VM) per loop turn, all connections
+ * together: past it a connection's handshake waits for the next turn. */
+#define HS_TURN_NS ((uint64_t)8 * 1000 * 1000)
+/* After a storm (this many unfinished handshakes freed, and few left in
+ * progress) malloc_trim(0) gives their memory back in the next turn: glibc
+ * keeps freed memory in the loop thread's arena otherwise (256 handshakes
+ * held 17 MiB that stayed). It walks the heaps: once per storm, not per
+ * connection. */
+#define HS_TRIM_AFTER 128
 
 enum phase { PH_IDLE, PH_HEADERS, PH_BODY };
 
@@ -212,6 +223,8 @@ struct http_server {
     /* HTTPS handshakes in progress (a list through hs_next). */
     struct http_conn *hs_head;
     uint32_t n_hs;
+    uint64_t hs_ms, hs_turn_ns; /* handshake time in the turn of uv_now hs_ms */
+    uint32_t hs_freed;          /* unfinished handshakes ended since the last trim */
     /* Where every TLS connection's ciphertext and every dropped byte is read
      * (consumed before on_read returns: one buffer for all connections). */
     char scratch[DISCARD_READ_BYTES];
@@ -265,6 +278,7 @@ static void on_stop_timer_closed(uv_handle_t *h);
 static void conn_close(struct http_conn *c);
 static void conn_linger(struct http_conn *c);
 static void on_timer(uv_timer_t *t);
+static void on_read_prep(uv_prepare_t *h);
 static void conn_flush(struct http_conn *c);
 static void conn_flush_later(struct http_conn *c);
 static void conn_resume(struct http_conn *c);
@@ -1153,6 +1167,8 @@ static void hs_leave(struct http_conn *c)
         c->hs_next->hs_prev = c->hs_prev;
     c->hs_prev = c->hs_next = NULL;
     srv->n_hs--;
+    if (!c->tls_ready && ++srv->hs_freed >= HS_TRIM_AFTER && srv->preps_open)
+        uv_prepare_start(&srv->read_prep, on_read_prep); /* the trim (no-op when started) */
 }
 
 static void on_shutdown(uv_shutdown_t *req, int status)
@@ -1780,13 +1796,39 @@ static void conn_tls_drain(struct http_conn *c)
         conn_close(c);
 }
 
+static void read_wait_turn(struct http_conn *c);
+
+/* Decrypts what c was fed; a handshake step only while the turn's
+ * HS_TURN_NS lasts, else c waits for the next turn (read_prep steps it). */
+static void conn_tls_step(struct http_conn *c)
+{
+    struct http_server *srv = c->srv;
+    if (c->tls_ready) {
+        conn_tls_drain(c);
+        return;
+    }
+    uint64_t now = uv_now(srv->loop);
+    if (srv->hs_ms != now) {
+        srv->hs_ms = now;
+        srv->hs_turn_ns = 0;
+    }
+    if (srv->hs_turn_ns >= HS_TURN_NS && srv->preps_open && !srv->stopping &&
+        !c->read_paused) {
+        read_wait_turn(c);
+        return;
+    }
+    uint64_t t0 = uv_hrtime();
+    conn_tls_drain(c);
+    srv->hs_turn_ns += uv_hrtime() - t0;
+}
+
 static void conn_tls_in(struct http_conn *c, const char *data, size_t len)
 {
     if (tk_tls_feed(c->tls, data, len) != 0) {
         conn_close(c);
         return;
     }
-    conn_tls_drain(c);
+    conn_tls_step(c);
 }
 
 /* Bytes that all connections together hand in per loop turn
@@ -1813,6 +1855,15 @@ static void on_read_prep(uv_prepare_t *h)
     struct http_conn *list = srv->budget_head;
     srv->budget_head = NULL;
     uv_prepare_stop(h);
+    uint32_t hs_max = srv->cfg.tls_handshakes_max ? srv->cfg.tls_handshakes_max
+                                                  : HS_MAX_DEFAULT;
+    if (srv->hs_freed >= HS_TRIM_AFTER && srv->n_hs <= hs_max / 16) {
+        /* The storm's sessions were freed when their handles closed, at the
+         * end of the last turn. */
+        srv->hs_freed = 0;
+        (void)malloc_trim(0);
+        srv->stats.mem_trims++;
+    }
     if (srv->accept_waiting && !srv->stopping) {
         srv->accept_waiting = false;
         srv->accept_ms = uv_now(srv->loop);
@@ -1825,6 +1876,14 @@ static void on_read_prep(uv_prepare_t *h)
         c->budget_next = NULL;
         c->budget_queued = false;
         c->refs--;
+        if (!c->closing && c->tls != NULL && !c->tls_ready && !c->read_done &&
+            !c->read_paused) {
+            conn_tls_step(c); /* a handshake put off by HS_TURN_NS */
+            if (c->budget_queued) {
+                conn_maybe_free(c);
+                continue;
+            }
+        }
         if (!c->closing && !c->read_paused &&
             (!c->read_done || c->lingering || c->rejecting)) {
             /* (Reading already if a pause of its own ended meanwhile.) */
@@ -1835,8 +1894,6 @@ static void on_read_prep(uv_prepare_t *h)
         conn_maybe_free(c);
     }
 }
-
-static void read_wait_turn(struct http_conn *c);
 
 static void read_budget(struct http_conn *c, size_t n)
 {

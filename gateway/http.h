@@ -211,6 +211,7 @@ struct http_stats {
                                 * the next loop turn (64 accepted per turn) */
     uint64_t discarded_bytes;  /* bytes read and dropped: after a final error
                                 * answer (lingering close), or refused */
+    uint64_t mem_trims;        /* malloc_trim(0) after a handshake storm */
 };
 
 void http_server_stats(const struct http_server *s, struct http_stats *out);

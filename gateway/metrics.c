@@ -353,6 +353,10 @@ static const struct metric_desc metric_table[] = {
      "Bytes read from HTTP clients and dropped: after a final error answer (a "
      "lingering close) or from refused connections.",
      MK_VALUE, SNAP(http.discarded_bytes)},
+    {"tierkv_http_mem_trims_total", "counter",
+     "malloc_trim(0) calls after an HTTPS handshake storm (the freed sessions' "
+     "memory given back).",
+     MK_VALUE, SNAP(http.mem_trims)},
     {"tierkv_store_append_seconds", "histogram",
      "Log append latency, handed to storage to durable (fsync included).", MK_LATENCY,
      LAT(append)},
