@@ -875,8 +875,8 @@ static void turn_usage(struct node *n, uint64_t dt, int worst, uint64_t cpu, uin
     struct thread_usage u;
     read_thread_usage(&u);
     if (slow)
-        slow_turn_log(n, dt, worst, cpu,
-                      &u, n->loop.usage_at_ns ? now - n->loop.usage_at_ns : dt);
+        slow_turn_log(n, dt, worst, cpu, &u,
+                      n->loop.usage_at_ns ? now - n->loop.usage_at_ns : dt);
     n->loop.turn_cpu_ns = u.cpu_ns;
     n->loop.turn_wait_ns = u.wait_ns;
     n->loop.turn_majflt = u.majflt;

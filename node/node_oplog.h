@@ -33,7 +33,7 @@
 #include "raft/raft.h"
 
 /* Each kind's name is its line's msg. */
-#define NODE_OPLOG_KINDS(X)                                                             \
+#define NODE_OPLOG_KINDS(X)                                                              \
     X(ELECTION_STARTED, "election started")                                              \
     X(ELECTION_WON, "election won")                                                      \
     X(ELECTION_LOST, "election lost")                                                    \
@@ -73,7 +73,7 @@ struct node_oplog {
     uint64_t leader;
     uint64_t config_index;
     struct raft_config config; /* the configuration then */
-    bool seen; /* the first look only records */
+    bool seen;                 /* the first look only records */
 };
 
 /* The loop thread's CPU clock at its last read (see above). */
@@ -113,12 +113,12 @@ static inline bool node__oplog_take(struct node_oplog *l, enum node_oplog_kind k
 /* Writes the line: msg is the kind's, then the caller's `k=v ...` pairs
  * (kvfmt, printf style), then suppressed=N when lines were. */
 static inline void node__oplog_write(enum tk_log_level level, uint64_t node_id,
-                                     uint64_t term, enum node_oplog_kind k, uint64_t quiet,
-                                     const char *kvfmt, ...)
+                                     uint64_t term, enum node_oplog_kind k,
+                                     uint64_t quiet, const char *kvfmt, ...)
     __attribute__((format(printf, 6, 7)));
 static inline void node__oplog_write(enum tk_log_level level, uint64_t node_id,
-                                     uint64_t term, enum node_oplog_kind k, uint64_t quiet,
-                                     const char *kvfmt, ...)
+                                     uint64_t term, enum node_oplog_kind k,
+                                     uint64_t quiet, const char *kvfmt, ...)
 {
     char kv[512];
     va_list ap;

@@ -11,9 +11,9 @@
 
 #include "base/blob.h"
 #include "base/err.h"
+#include "kv.pb-c.h"
 #include "node/node.h"
 #include "tests/check_run.h"
-#include "kv.pb-c.h"
 #include "transport/transport.h"
 
 #define MS 1000000ull
