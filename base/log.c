@@ -1,7 +1,8 @@
 /* Leveled logfmt logging.
  *
  * A line is built in a stack buffer and handed out whole: to stderr with one
- * write(2), or to the sink set by tk_log_set_sink. Layout:
+ * write(2), or to the sink set by tk_log_set_sink or tk_log_set_line_cb (at
+ * most one of the two is set). Layout:
  *   ts=<UTC, ms> level=<name> node=<id|-> term=<n|-> msg="<escaped>" [kv]\n
  * The msg is quoted with logfmt escapes (\" \\ \n \r \t, other control bytes
  * as \u00XX); a line longer than TK_LOG_LINE_MAX is cut, but the msg quote is
@@ -22,6 +23,8 @@
 static atomic_int log_level = TK_LOG_INFO;
 static tk_log_sink_cb *log_sink;
 static void *log_sink_data;
+static tk_log_line_cb *log_line_cb;
+static void *log_line_cb_data;
 
 static const char *const level_names[] = {
     [TK_LOG_DEBUG] = "debug", [TK_LOG_INFO] = "info", [TK_LOG_WARN] = "warn",
@@ -53,8 +56,18 @@ int tk_log_parse_level(const char *name, enum tk_log_level *out)
 
 void tk_log_set_sink(tk_log_sink_cb *sink, void *data)
 {
+    log_line_cb = NULL;
+    log_line_cb_data = NULL;
     log_sink = sink;
     log_sink_data = data;
+}
+
+void tk_log_set_line_cb(tk_log_line_cb *cb, void *data)
+{
+    log_sink = NULL;
+    log_sink_data = NULL;
+    log_line_cb = cb;
+    log_line_cb_data = data;
 }
 
 /* A bounded line under construction. `cap` excludes room kept back for the
@@ -189,6 +202,12 @@ void tk_logf(enum tk_log_level level, uint64_t node_id, uint64_t term, const cha
     }
     l.buf[l.len++] = '\n';
 
+    tk_log_line_cb *line_cb = log_line_cb;
+    if (line_cb != NULL) {
+        l.buf[l.len - 1] = '\0'; /* the newline */
+        line_cb(level, l.buf, l.len - 1, log_line_cb_data);
+        return;
+    }
     tk_log_sink_cb *sink = log_sink;
     if (sink != NULL)
         sink(l.buf, l.len, log_sink_data);

@@ -61,6 +61,27 @@ enum tk_consistency {
     TK_READ_STALE = 1,
 };
 
+/* How much the library logs (tk_options.log_level). Lines are logfmt:
+ *   ts=2026-11-30T04:28:00.123Z level=warn node=2 term=5 msg="..." k=v
+ * The default logs errors only: an embedding program is quiet unless it asks
+ * for more (TK_LOGLEVEL_INFO shows elections, membership and snapshots, as
+ * tierkvd logs them). A zeroed level (TK_LOGLEVEL_DEFAULT) is the default. */
+enum tk_loglevel {
+    TK_LOGLEVEL_DEFAULT = 0, /* = TK_LOGLEVEL_ERROR */
+    TK_LOGLEVEL_DEBUG = 1,
+    TK_LOGLEVEL_INFO = 2,
+    TK_LOGLEVEL_WARN = 3,
+    TK_LOGLEVEL_ERROR = 4,
+    TK_LOGLEVEL_OFF = 5, /* nothing at all */
+};
+
+/* Receives each log line at or above tk_options.log_level instead of stderr:
+ * `level` is DEBUG..ERROR, `line` is one logfmt line without a newline,
+ * NUL-terminated, borrowed for the call only. Called on the thread that logs
+ * (a node's loop or storage thread, any of them, at the same time from
+ * several): it must be thread-safe, return soon, and call no tk_* function. */
+typedef void tk_log_cb(enum tk_loglevel level, const char *line, void *data);
+
 struct tk_member {
     uint64_t id;
     const char *host; /* TCP only */
@@ -111,8 +132,19 @@ struct tk_options {
      * that thread and back; a stall of the disk then holds its loop); 0 (the
      * default) = always hand over. */
     uint32_t follower_inline_sync_us;
+    /* Logging (see enum tk_loglevel): lines below log_level are dropped; the
+     * rest go to log_cb(level, line, log_data), or to stderr when log_cb is
+     * NULL. The logger is the process's: tk_node_start and tk_cluster_start
+     * set it from their options, and it stays so (for every node of the
+     * process) until the next start sets it again. A level past
+     * TK_LOGLEVEL_OFF makes the start return TK_EINVAL. */
+    enum tk_loglevel log_level;
+    tk_log_cb *log_cb;
+    void *log_data;
 };
 
+/* Fills `o` with the defaults: log_level TK_LOGLEVEL_DEFAULT (errors only),
+ * no log_cb (stderr), the numbers shown beside each field. */
 TK_API void tk_options_default(struct tk_options *o);
 
 struct tk_node;

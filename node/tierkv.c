@@ -18,12 +18,65 @@
 #include "base/alloc.h"
 #include "base/assert.h"
 #include "base/err.h"
+#include "base/log.h"
 #include "include/tierkv.h"
 #include "kv.pb-c.h"
 #include "kv/kv.h"
 #include "node/node.h"
 #include "store/store.h"
 #include "transport/transport.h"
+
+/* The process's logger as the embedding API sets it (tk_options.log_*): base/
+ * log.c hands every line to log_to_user once log_setup has run (set once,
+ * pthread_once), which passes it to the receiver in user_log, read and
+ * replaced under its mutex, so a start never races a node that is logging.
+ * The public levels are base/log.h's plus one (0 is "the default"). */
+static_assert(TK_LOGLEVEL_DEBUG == TK_LOG_DEBUG + 1, "public log levels");
+static_assert(TK_LOGLEVEL_ERROR == TK_LOG_ERROR + 1, "public log levels");
+static_assert(TK_LOGLEVEL_OFF == TK_LOG_OFF + 1, "public log levels");
+
+static struct {
+    pthread_mutex_t mu;
+    tk_log_cb *cb; /* NULL: stderr */
+    void *data;
+} user_log = {.mu = PTHREAD_MUTEX_INITIALIZER};
+static pthread_once_t log_once = PTHREAD_ONCE_INIT;
+
+static void log_to_user(enum tk_log_level level, const char *line, size_t len, void *data)
+{
+    (void)data;
+    pthread_mutex_lock(&user_log.mu);
+    tk_log_cb *cb = user_log.cb;
+    void *cb_data = user_log.data;
+    pthread_mutex_unlock(&user_log.mu);
+    if (cb != NULL) {
+        cb((enum tk_loglevel)(level + 1), line, cb_data);
+        return;
+    }
+    /* One fprintf of the whole line: stderr is unbuffered, so one write. */
+    fprintf(stderr, "%.*s\n", (int)len, line);
+}
+
+static void log_setup(void)
+{
+    tk_log_set_line_cb(log_to_user, NULL);
+}
+
+/* Applies `o`'s logging to the process's logger. Returns 0 or TK_EINVAL. */
+static int log_apply(const struct tk_options *o)
+{
+    if ((unsigned)o->log_level > TK_LOGLEVEL_OFF)
+        return TK_EINVAL;
+    pthread_once(&log_once, log_setup);
+    pthread_mutex_lock(&user_log.mu);
+    user_log.cb = o->log_cb;
+    user_log.data = o->log_data;
+    pthread_mutex_unlock(&user_log.mu);
+    tk_log_set_level(o->log_level == TK_LOGLEVEL_DEFAULT
+                         ? TK_LOG_ERROR
+                         : (enum tk_log_level)(o->log_level - 1));
+    return 0;
+}
 
 struct tk_node {
     struct node *node;
@@ -119,7 +172,7 @@ static bool is_loopback(const char *host)
 
 int tk_node_start(const struct tk_options *o, struct tk_node **out)
 {
-    if (o->id == 0 || o->n_members > TK_MEMBERS_MAX)
+    if (o->id == 0 || o->n_members > TK_MEMBERS_MAX || log_apply(o) != 0)
         return TK_EINVAL;
     struct tk_node *tn = tk_calloc(1, sizeof(*tn));
     struct node_options no;
@@ -240,6 +293,8 @@ int tk_cluster_start(uint32_t n, const struct tk_options *o, struct tk_cluster *
         tk_options_default(&def);
         o = &def;
     }
+    if (log_apply(o) != 0)
+        return TK_EINVAL;
     struct tk_cluster *c = tk_calloc(1, sizeof(*c));
     c->n = n;
     c->one_loop = o->one_loop;

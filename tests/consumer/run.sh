@@ -7,8 +7,9 @@
 # library exports exactly the TK_API functions of the installed tierkv.h
 # (every one starting with tk_; no node_start, base64_encode, fnv1a64, ...),
 # builds docs/examples/embed.c against the shared and against the static
-# library, the public error list check (errors.c) and a Check test of the
-# consumer's own (fixture_test.c), and runs them.
+# library, the public error list check (errors.c), a Check test of the
+# consumer's own (fixture_test.c) and the logging options' test (log.c), and
+# runs them.
 #
 # usage: run.sh BUILD_DIR SOURCE_DIR     (tests/meson.build runs it)
 set -euo pipefail
@@ -58,6 +59,8 @@ $cc $warn "$src/docs/examples/embed.c" $flags -o "$tmp/embed"
 $cc $warn "$here/errors.c" $flags -o "$tmp/errors"
 # shellcheck disable=SC2086
 $cc $warn "$here/fixture_test.c" $(pkg-config --cflags --libs tierkv check) -o "$tmp/fixture_test"
+# shellcheck disable=SC2086
+$cc $warn -D_POSIX_C_SOURCE=200809L "$here/log.c" $flags -o "$tmp/log"
 # The static library, with the private dependencies pkg-config lists.
 static=$(pkg-config --static --libs tierkv | sed 's/-ltierkv\b/-Wl,-Bstatic -ltierkv -Wl,-Bdynamic/')
 # shellcheck disable=SC2086
@@ -72,4 +75,5 @@ export LD_LIBRARY_PATH="$libdir"
 "$tmp/embed" >"$tmp/embed.out" || { cat "$tmp/embed.out"; fail "embed (shared) failed"; }
 "$tmp/embed_static" >/dev/null || fail "embed (static) failed"
 CK_DEFAULT_TIMEOUT=60 "$tmp/fixture_test"
-echo "consumer: embed (shared and static), errors and fixture_test passed"
+"$tmp/log" || fail "log (tk_options.log_level, log_cb) failed"
+echo "consumer: embed (shared and static), errors, fixture_test and log passed"
