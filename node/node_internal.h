@@ -281,6 +281,7 @@ struct node_membership {
     uint32_t n_fenced;
     uint64_t epoch;
     uint64_t fence_refused;
+    uint64_t fence_last; /* the id of the last refusal logged */
 };
 
 /* What other threads read: status and metrics (node_status.c). */

@@ -705,7 +705,10 @@ static bool refuse_fenced(struct node *n, uint64_t id)
         return false;
     n->m.metrics.members_refused++;
     uint64_t k = ++n->mem.fence_refused;
-    if ((k & (k - 1)) == 0) /* the 1st, 2nd, 4th, 8th...: it redials */
+    /* The 1st, 2nd, 4th, 8th...: it redials; and whenever the id changes,
+     * so that each stranger is named at least once. */
+    if ((k & (k - 1)) == 0 || id != n->mem.fence_last) {
+        n->mem.fence_last = id;
         TK_LOG(TK_LOG_WARN, n->o.id, raft_term(n->raft),
                "refused node %" PRIu64 ": it is not a member of this cluster (%s; "
                "epoch %" PRIu64 "): a stranger is never followed, voted for or "
@@ -715,6 +718,7 @@ static bool refuse_fenced(struct node *n, uint64_t id)
                fenced_at_boot(n, id) ? "dropped by --force-new-cluster"
                                      : "removed from the configuration",
                n->mem.epoch);
+    }
     return true;
 }
 
@@ -738,7 +742,8 @@ bool node__member_incarnation(struct transport *t, uint64_t id, const uint8_t *i
         n->m.metrics.members_refused++;
         /* It redials: the line is rate-limited (node_oplog.h). */
         NODE_OPLOG(n, NODE_REFUSED, TK_LOG_WARN, raft_term(n->raft),
-                   "id=%" PRIu64 " incarnation=%s known=%s why=\"lost its state: remove it "
+                   "id=%" PRIu64
+                   " incarnation=%s known=%s why=\"lost its state: remove it "
                    "and add it as a new member\"",
                    id, hex, r.inc);
         return false;
