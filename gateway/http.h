@@ -32,7 +32,15 @@
  * connections <= mem_max (503 overloaded), connections <= conns_max (503 and
  * close; an idle keep-alive connection is closed first to make room). Each limit and
  * each timeout is per connection, in http.c: the place for later
- * per-connection limits and a TLS layer under the parser. */
+ * per-connection limits and a TLS layer under the parser.
+ * A final error answer (400, 408, 413, 431, 503 while parsing) closes lingering:
+ * the write side is shut after it and what the client still sends is dropped
+ * (128 MiB or 5 s at most, 1 MiB a loop turn over all connections), so a
+ * client still sending its body reads the answer instead of a reset. At most
+ * 64 connections are accepted per loop turn; HTTPS handshakes are capped
+ * (tls_handshakes_max, tls_handshakes_per_addr: over them a connection is
+ * closed as accepted), driven at most 8 ms a turn, and cut at
+ * tls_handshake_timeout_ms. */
 #ifndef TK_GATEWAY_HTTP_H
 #define TK_GATEWAY_HTTP_H
 
