@@ -39,6 +39,23 @@
 
 static void restore_data(struct node_options *no);
 
+/* The sections of --help, in this order (docs/tierkvd.md follows them). An
+ * option with no group (0) is listed under "Other". */
+#define OPT_GROUPS(X)                                                                    \
+    X(OTHER, "Other")                                                                    \
+    X(CLUSTER, "Cluster")                                                                \
+    X(STORAGE, "Storage")                                                                \
+    X(HTTP, "HTTP")                                                                      \
+    X(SECURITY, "Security")                                                              \
+    X(LIMITS, "Limits")                                                                  \
+    X(WATCH, "Watches")                                                                  \
+    X(TUNING, "Tuning")                                                                  \
+    X(OPERATIONS, "Operations")
+#define OPT_GROUP_ENUM(name, title) G_##name,
+enum opt_group { OPT_GROUPS(OPT_GROUP_ENUM) G_COUNT };
+#define OPT_GROUP_TITLE(name, title) title,
+static const char *const group_titles[] = {OPT_GROUPS(OPT_GROUP_TITLE)};
+
 /* An option. A boolean (is_bool) takes no value on the command line
  * (--flag is on) or exactly one of TK_BOOL_ACCEPTED after '=' or in its
  * variable; parse_bools() checks every one before anything reads it, and
@@ -50,194 +67,253 @@ struct opt {
     const char *help;
     bool is_bool;
     const char *val;
+    const char *placeholder; /* --help and the man page: --flag PLACEHOLDER */
+    enum opt_group group;    /* the --help section it is listed in */
 };
 
 static struct opt opts[] = {
     {"id", "TIERKV_ID", "1", "this node's id (a positive integer, one of --members)", 0,
-     0},
+     0, "ID", G_CLUSTER},
     {"members", "TIERKV_MEMBERS", NULL,
      "every voter as id=host:raft-port, comma-separated, e.g. "
      "1=127.0.0.1:7001,2=127.0.0.1:7002,3=127.0.0.1:7003 (unset: a single-node cluster)",
-     0, 0},
+     0, 0, "LIST", G_CLUSTER},
     {"members-http", "TIERKV_MEMBERS_HTTP", NULL,
      "optional id=host:http-port list; shown in /v1/cluster and sent as "
      "X-Tierkv-Leader-Addr",
-     0, 0},
+     0, 0, "LIST", G_CLUSTER},
     {"join", "TIERKV_JOIN", NULL,
      "join a running cluster: --members lists its voters (not this node), "
      "--listen-raft is this node's address; the node waits to be added "
      "(tierkv member add) and has no bootstrap configuration of its own",
-     1, 0},
+     1, 0, NULL, G_CLUSTER},
     {"cluster-id", "TIERKV_CLUSTER_ID", "1", "cluster id checked in the raft handshake",
-     0, 0},
+     0, 0, "ID", G_CLUSTER},
     {"listen-raft", "TIERKV_LISTEN_RAFT", NULL,
-     "raft listen address host:port (default: this node's address in --members)", 0, 0},
+     "raft listen address host:port (default: this node's address in --members)", 0, 0,
+     "HOST:PORT", G_CLUSTER},
     {"listen-http", "TIERKV_LISTEN_HTTP", "127.0.0.1:8080",
-     "HTTP listen address host:port", 0, 0},
+     "HTTP listen address host:port", 0, 0, "HOST:PORT", G_HTTP},
     {"data-dir", "TIERKV_DATA_DIR", "data",
-     "data directory (fs store), created if missing", 0, 0},
+     "data directory (fs store), created if missing", 0, 0, "DIR", G_STORAGE},
     {"store", "TIERKV_STORE", "fs",
      "fs (durable files under --data-dir) or mem (memory "
      "volume, lost on exit)",
-     0, 0},
-    {"tick-ms", "TIERKV_TICK_MS", "10", "raft tick in milliseconds", 0, 0},
+     0, 0, "fs|mem", G_STORAGE},
+    {"tick-ms", "TIERKV_TICK_MS", "10", "raft tick in milliseconds", 0, 0, "MS",
+     G_TUNING},
     {"election-ticks", "TIERKV_ELECTION_TICKS", "20",
-     "election timeout in ticks (randomized between 1x and 2x)", 0, 0},
+     "election timeout in ticks (randomized between 1x and 2x)", 0, 0, "N", G_TUNING},
     {"heartbeat-ticks", "TIERKV_HEARTBEAT_TICKS", "2", "heartbeat interval in ticks", 0,
-     0},
+     0, "N", G_TUNING},
     {"request-timeout-ms", "TIERKV_REQUEST_TIMEOUT_MS", "10000",
-     "deadline of a request inside the node (then 504)", 0, 0},
+     "deadline of a request inside the node (then 504)", 0, 0, "MS", G_HTTP},
     {"header-timeout-ms", "TIERKV_HEADER_TIMEOUT_MS", "10000",
-     "first byte to end of headers (then 408 and close)", 0, 0},
+     "first byte to end of headers (then 408 and close)", 0, 0, "MS", G_HTTP},
     {"body-timeout-ms", "TIERKV_BODY_TIMEOUT_MS", "30000",
-     "end of headers to end of body (then 408 and close)", 0, 0},
+     "end of headers to end of body (then 408 and close)", 0, 0, "MS", G_HTTP},
     {"idle-timeout-ms", "TIERKV_IDLE_TIMEOUT_MS", "60000",
-     "keep-alive connection without a request is closed after this", 0, 0},
+     "keep-alive connection without a request is closed after this", 0, 0, "MS", G_HTTP},
     {"write-timeout-ms", "TIERKV_WRITE_TIMEOUT_MS", "30000",
-     "responses queued for a client that does not read them within this: closed", 0, 0},
-    {"max-key-bytes", "TIERKV_MAX_KEY_BYTES", "4K", "largest key (at most 4K)", 0, 0},
+     "responses queued for a client that does not read them within this: closed", 0, 0,
+     "MS", G_HTTP},
+    {"max-key-bytes", "TIERKV_MAX_KEY_BYTES", "4K", "largest key (at most 4K)", 0, 0,
+     "SIZE", G_LIMITS},
     {"max-value-bytes", "TIERKV_MAX_VALUE_BYTES", "1M", "largest value (at most 1M)", 0,
-     0},
-    {"max-body-bytes", "TIERKV_MAX_BODY_BYTES", "4M", "largest request body", 0, 0},
+     0, "SIZE", G_LIMITS},
+    {"max-body-bytes", "TIERKV_MAX_BODY_BYTES", "4M", "largest request body", 0, 0,
+     "SIZE", G_LIMITS},
     {"max-header-bytes", "TIERKV_MAX_HEADER_BYTES", "16K",
-     "largest request line + headers (then 431)", 0, 0},
+     "largest request line + headers (then 431)", 0, 0, "SIZE", G_LIMITS},
     {"max-connections", "TIERKV_MAX_CONNECTIONS", NULL,
      "open HTTP connections (beyond: 503 and close); default: the descriptor limit "
      "(RLIMIT_NOFILE, raised to its hard limit at start) less a reserve for storage and "
      "peers, at most 65536",
-     0, 0},
+     0, 0, "N", G_LIMITS},
     {"max-pipeline", "TIERKV_MAX_PIPELINE", "64",
-     "requests in flight per connection before reading pauses", 0, 0},
+     "requests in flight per connection before reading pauses", 0, 0, "N", G_LIMITS},
     {"max-memory-bytes", "TIERKV_MAX_MEMORY_BYTES", "512M",
      "request bodies + queued responses of all connections (beyond: 503 overloaded)", 0,
-     0},
-    {"scan-limit-max", "TIERKV_SCAN_LIMIT_MAX", "10000", "largest ?limit of a scan", 0,
-     0},
+     0, "SIZE", G_LIMITS},
+    {"scan-limit-max", "TIERKV_SCAN_LIMIT_MAX", "10000", "largest ?limit of a scan", 0, 0,
+     "N", G_LIMITS},
     {"snapshot-entries", "TIERKV_SNAPSHOT_ENTRIES", "100000",
      "take a snapshot (and compact the log) once this many entries are applied since the "
      "last one",
-     0, 0},
+     0, 0, "N", G_STORAGE},
     {"snapshot-bytes", "TIERKV_SNAPSHOT_BYTES", "64M",
-     "... or once this many bytes of commands are (0: no byte threshold)", 0, 0},
+     "... or once this many bytes of commands are (0: no byte threshold)", 0, 0, "SIZE",
+     G_STORAGE},
     {"trailing-entries", "TIERKV_TRAILING_ENTRIES", "10000",
-     "entries kept behind a snapshot for followers a little behind", 0, 0},
+     "entries kept behind a snapshot for followers a little behind", 0, 0, "N",
+     G_STORAGE},
     {"spin-us", "TIERKV_SPIN_US", "0",
      "after a loop turn that did work, keep polling this many microseconds before "
      "sleeping: what arrives meanwhile costs no thread wake-up, but the loop burns up to "
      "this much CPU after each burst (0: sleep at once)",
-     0, 0},
+     0, 0, "US", G_TUNING},
     {"follower-inline-sync-us", "TIERKV_FOLLOWER_INLINE_SYNC_US", "0",
      "a follower writes and syncs an append on its loop, without the hand-off to the "
      "storage thread and back, when that thread is idle and the last sync took at most "
      "this long; a disk's stall then holds the loop (0: always hand over)",
-     0, 0},
+     0, 0, "US", G_TUNING},
     {"stall-probe-ms", "TIERKV_STALL_PROBE_MS", "0",
      "while one loop turn has run this long, log what the loop thread waits on as the "
      "kernel sees it: state, system call, wait channel, kernel stack (0: off)",
-     0, 0},
+     0, 0, "MS", G_OPERATIONS},
     {"lease-checkpoint-ms", "TIERKV_LEASE_CHECKPOINT_MS", "200",
      "the leader checkpoints the leases' remaining TTLs this often (a lease outlives "
      "its TTL by at most this plus an election per leader change)",
-     0, 0},
+     0, 0, "MS", G_TUNING},
     {"watch-events", "TIERKV_WATCH_EVENTS", "65536",
-     "events the change log holds for watches (older ones: compacted); 0: none", 0, 0},
+     "events the change log holds for watches (older ones: compacted); 0: none", 0, 0,
+     "N", G_WATCH},
     {"watch-events-bytes", "TIERKV_WATCH_EVENTS_BYTES", "16M",
-     "bytes the change log holds (keys, values, previous values)", 0, 0},
+     "bytes the change log holds (keys, values, previous values)", 0, 0, "SIZE", G_WATCH},
     {"watch-buffer-bytes", "TIERKV_WATCH_BUFFER_BYTES", "1M",
      "a watch's bytes its client has not taken yet before it is cancelled (lagging)", 0,
-     0},
+     0, "SIZE", G_WATCH},
     {"watch-stall-ms", "TIERKV_WATCH_STALL_MS", "3000",
      "a watch whose buffer is full and whose client takes nothing for this long is "
      "cancelled (lagging)",
-     0, 0},
+     0, 0, "MS", G_WATCH},
     {"watch-total-bytes", "TIERKV_WATCH_TOTAL_BYTES", "64M",
      "all watches' bytes their clients have not taken; past it the watches holding "
      "the most are cancelled (lagging) at once",
-     0, 0},
+     0, 0, "SIZE", G_WATCH},
     {"max-watchers", "TIERKV_MAX_WATCHERS", "10000",
-     "open watches on this node (beyond: 503)", 0, 0},
+     "open watches on this node (beyond: 503)", 0, 0, "N", G_LIMITS},
     {"kv-ring-bytes", "TIERKV_KV_RING_BYTES", "64M",
      "memory for the newest versions (the hot tier); past it they are written to the "
      "cold tier in the background (larger: fewer tier-downs, more memory)",
-     0, 0},
+     0, 0, "SIZE", G_STORAGE},
     {"kv-writeback-pace", "TIERKV_KV_WRITEBACK_PACE", "3",
      "a background tier-down's cold-tier commit writes its pages out 4 MiB of the "
      "file at a time, sleeping N times each slice's write time, before its fsync: "
      "a burst of hundreds of MB otherwise holds every raft log fsync on the same "
      "disk (0: not paced)",
-     0, 0},
+     0, 0, "N", G_STORAGE},
     {"snapshot-read-pace", "TIERKV_SNAPSHOT_READ_PACE", "3",
      "a snapshot's read of the whole state (on the thread pool) sleeps N times the "
      "CPU time it uses, so that it takes at most 1/(N+1) of a core: at full speed "
      "the nodes' reads held writes on a 2-core VM even at the lowest priority "
      "(0: not paced)",
-     0, 0},
+     0, 0, "N", G_STORAGE},
     {"kv-no-sync", "TIERKV_KV_NO_SYNC", NULL,
-     "cold tier without fsync (benchmarks only; the raft log is still synced)", 1, 0},
+     "cold tier without fsync (benchmarks only; the raft log is still synced)", 1, 0,
+     NULL, G_STORAGE},
     {"peer-token-file", "TIERKV_PEER_TOKEN_FILE", NULL,
      "file holding the cluster token (16 to 4096 bytes, the same on every node; "
      "trailing whitespace ignored) that authenticates raft peers",
-     0, 0},
+     0, 0, "FILE", G_SECURITY},
     {"peer-cert-file", "TIERKV_PEER_CERT_FILE", NULL,
      "peer mutual TLS: this node's certificate chain (PEM), naming node-<id> (a DNS SAN, "
      "or the CN); with --peer-key-file and --peer-trusted-ca-file",
-     0, 0},
+     0, 0, "FILE", G_SECURITY},
     {"peer-key-file", "TIERKV_PEER_KEY_FILE", NULL,
-     "peer mutual TLS: the private key of --peer-cert-file (PEM)", 0, 0},
+     "peer mutual TLS: the private key of --peer-cert-file (PEM)", 0, 0, "FILE",
+     G_SECURITY},
     {"peer-trusted-ca-file", "TIERKV_PEER_TRUSTED_CA_FILE", NULL,
-     "peer mutual TLS: the CAs every peer's certificate must chain to (PEM)", 0, 0},
+     "peer mutual TLS: the CAs every peer's certificate must chain to (PEM)", 0, 0,
+     "FILE", G_SECURITY},
     {"insecure-peers", "TIERKV_INSECURE_PEERS", NULL,
      "allow a raft address off loopback without --peer-token-file or peer TLS (anyone "
      "who reaches it can act as a member; warned every minute)",
-     1, 0},
+     1, 0, NULL, G_SECURITY},
     {"allow-loose-permissions", "TIERKV_ALLOW_LOOSE_PERMISSIONS", NULL,
      "accept secret files (--peer-token-file, --peer-key-file, --key-file, --auth-file) "
      "that group or others may read or write, with a warning; without it they are "
      "refused (for containers that mount secrets with other modes)",
-     1, 0},
+     1, 0, NULL, G_SECURITY},
     {"cert-file", "TIERKV_CERT_FILE", NULL,
      "HTTPS: the gateway's certificate chain (PEM); with --key-file the gateway speaks "
      "only HTTPS",
-     0, 0},
+     0, 0, "FILE", G_SECURITY},
     {"key-file", "TIERKV_KEY_FILE", NULL, "HTTPS: the private key of --cert-file (PEM)",
-     0, 0},
+     0, 0, "FILE", G_SECURITY},
     {"client-ca-file", "TIERKV_CLIENT_CA_FILE", NULL,
-     "HTTPS: require client certificates that chain to these CAs (PEM)", 0, 0},
+     "HTTPS: require client certificates that chain to these CAs (PEM)", 0, 0, "FILE",
+     G_SECURITY},
     {"auth-file", "TIERKV_AUTH_FILE", NULL,
      "bearer tokens: users, their token's SHA-256 and rights per key prefix "
      "(docs/tierkvd.md); every request but /healthz and /readyz then needs one",
-     0, 0},
+     0, 0, "FILE", G_SECURITY},
     {"restore", "TIERKV_RESTORE", NULL,
      "initialize the empty --data-dir from this backup file (tierkv snapshot save), as "
      "this node of a new cluster with its own --cluster-id, then start; refused on a "
      "non-empty directory (docs/operations.md, Backup and restore)",
-     0, 0},
+     0, 0, "FILE", G_OPERATIONS},
     {"force-new-cluster", "TIERKV_FORCE_NEW_CLUSTER", NULL,
      "disaster recovery: start as the only voter, keeping every entry of the log; then "
      "add the others back as new members (docs/operations.md, Disaster recovery)",
-     1, 0},
-    {"log-level", "TIERKV_LOG_LEVEL", "info", "debug, info, warn, error or off", 0, 0},
-    {"log-format", "TIERKV_LOG_FORMAT", "logfmt", "logfmt or json", 0, 0},
+     1, 0, NULL, G_OPERATIONS},
+    {"log-level", "TIERKV_LOG_LEVEL", "info", "debug, info, warn, error or off", 0, 0,
+     "LEVEL", G_OPERATIONS},
+    {"log-format", "TIERKV_LOG_FORMAT", "logfmt", "logfmt or json", 0, 0, "FORMAT",
+     G_OPERATIONS},
 };
 #define N_OPTS (sizeof(opts) / sizeof(opts[0]))
 
+/* --help's width: every line fits in 79 columns. */
+#define HELP_COLS 79
+#define HELP_INDENT 26 /* where the descriptions start */
+
+/* Prints `text` as words wrapped to HELP_COLS, the first line continuing at
+ * column `col` (already printed), the next ones indented HELP_INDENT. */
+static void help_wrap(FILE *f, const char *text, int col)
+{
+    const char *p = text;
+    while (*p != 0) {
+        size_t word = strcspn(p, " ");
+        bool first = col == HELP_INDENT;
+        if (!first && col + 1 + (int)word > HELP_COLS) {
+            fprintf(f, "\n%*s", HELP_INDENT, "");
+            col = HELP_INDENT;
+            first = true;
+        }
+        col += fprintf(f, "%s%.*s", first ? "" : " ", (int)word, p);
+        p += word;
+        p += strspn(p, " ");
+    }
+    fputc('\n', f);
+}
+
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: tierkvd [--flag value | --flag=value]...\n\n"
+    fprintf(f, "usage: tierkvd [--flag VALUE | --flag=VALUE]...\n\n"
                "Runs one tierkv node and its HTTP/JSON gateway. Every flag has an\n"
-               "environment variable; a flag wins over its variable.\n\n");
-    for (size_t i = 0; i < N_OPTS; i++) {
-        char lhs[64];
-        snprintf(lhs, sizeof(lhs), "--%s%s", opts[i].flag,
-                 opts[i].is_bool ? "[=BOOL]" : " V");
-        fprintf(f, "  %-24s %s\n  %-24s env %s%s%s%s\n", lhs, opts[i].help, "",
-                opts[i].env, opts[i].def ? ", default " : "",
-                opts[i].def ? opts[i].def : "", "");
+               "environment variable (shown with its default); a flag wins over its\n"
+               "variable. SIZE takes K, M, G (binary): 4096, 64K, 1M. A flag shown\n"
+               "with [=BOOL] is true alone, or takes one of " TK_BOOL_ACCEPTED ".\n");
+    for (int g = G_OTHER + 1; g <= G_COUNT; g++) {
+        int shown = g == G_COUNT ? G_OTHER : g; /* "Other" last */
+        fprintf(f, "\n%s:\n", group_titles[shown]);
+        for (size_t i = 0; i < N_OPTS; i++) {
+            const struct opt *o = &opts[i];
+            if ((int)o->group != shown)
+                continue;
+            char lhs[64];
+            int n = snprintf(lhs, sizeof(lhs), "  --%s%s%s", o->flag,
+                             o->is_bool ? "[=BOOL]" : " ",
+                             o->is_bool       ? ""
+                             : o->placeholder ? o->placeholder
+                                              : "VALUE");
+            fputs(lhs, f);
+            if (n + 1 >= HELP_INDENT)
+                fprintf(f, "\n%*s", HELP_INDENT, "");
+            else
+                fprintf(f, "%*s", HELP_INDENT - n, "");
+            help_wrap(f, o->help, HELP_INDENT);
+            char env[128];
+            snprintf(env, sizeof(env), "(env %s%s%s)", o->env, o->def ? ", default " : "",
+                     o->def ? o->def : "");
+            fprintf(f, "%*s", HELP_INDENT, "");
+            help_wrap(f, env, HELP_INDENT);
+        }
     }
-    fprintf(f,
-            "  %-24s %s\n  %-24s %s\n\nBOOL is one of " TK_BOOL_ACCEPTED
-            " (a flag alone is true).\nSee docs/tierkvd.md.\n",
-            "--help", "this text", "--version", "print the version");
+    fprintf(f, "  %-*s%s\n  %-*s%s\n\nSee docs/tierkvd.md (man tierkvd).\n",
+            HELP_INDENT - 2, "--help", "this text", HELP_INDENT - 2, "--version",
+            "print the version");
 }
 
 static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
