@@ -58,6 +58,7 @@
 #define SMALL_MAX 4096u
 #define MAG 32
 #define CACHE_MAX ((size_t)32 << 20)
+static atomic_size_t cache_max = CACHE_MAX; /* tk_blob_cache_limit */
 
 /* Allocation sizes, header included (the header is 16 bytes). */
 static const uint32_t class_size[SMALL_CLASSES + 1] = {
@@ -87,6 +88,7 @@ static struct small_depot depot[SMALL_CLASSES + 1] = {
     DEPOT_INIT, DEPOT_INIT, DEPOT_INIT, DEPOT_INIT, DEPOT_INIT, DEPOT_INIT,
     DEPOT_INIT, DEPOT_INIT, DEPOT_INIT, DEPOT_INIT, DEPOT_INIT, DEPOT_INIT};
 static atomic_size_t small_cached; /* bytes in the depot and thread caches */
+static atomic_size_t small_live;   /* bytes of small blobs in use */
 
 struct small_cache {
     struct small_free *head[SMALL_CLASSES + 1];
@@ -121,7 +123,8 @@ static void small_give(struct small_cache *t, unsigned c)
     last->next = NULL;
     struct small_depot *d = &depot[c];
     pthread_mutex_lock(&d->mu);
-    bool kept = atomic_load_explicit(&small_cached, memory_order_relaxed) <= CACHE_MAX;
+    bool kept = atomic_load_explicit(&small_cached, memory_order_relaxed) <=
+                atomic_load_explicit(&cache_max, memory_order_relaxed);
     if (kept) {
         first->next_mag = d->mags;
         d->mags = first;
@@ -213,6 +216,11 @@ static void small_put(struct tk_blob *b, unsigned c)
         small_give(t, c);
 }
 
+size_t tk_blob_cache_limit(size_t bytes)
+{
+    return atomic_exchange_explicit(&cache_max, bytes, memory_order_relaxed);
+}
+
 bool tk_blob_cache_enabled(void)
 {
     return SMALL_CACHE;
@@ -221,6 +229,11 @@ bool tk_blob_cache_enabled(void)
 size_t tk_blob_cached_bytes(void)
 {
     return atomic_load_explicit(&small_cached, memory_order_relaxed);
+}
+
+size_t tk_blob_live_small_bytes(void)
+{
+    return atomic_load_explicit(&small_live, memory_order_relaxed);
 }
 
 struct tk_blob *tk_blob_new(size_t len)
@@ -232,6 +245,7 @@ struct tk_blob *tk_blob_new(size_t len)
         b = small_take(c);
         if (b == NULL)
             b = tk_malloc(class_size[c]);
+        atomic_fetch_add_explicit(&small_live, class_size[c], memory_order_relaxed);
     } else {
         b = tk_malloc(sizeof(*b) + len);
     }
@@ -511,6 +525,7 @@ void tk_blob_unref(struct tk_blob *b)
         return;
     unsigned c = (unsigned)((old & CLASS_BITS) >> CLASS_SHIFT);
     if (c != 0) {
+        atomic_fetch_sub_explicit(&small_live, class_size[c], memory_order_relaxed);
         small_put(b, c);
         return;
     }

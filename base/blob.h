@@ -27,6 +27,14 @@ struct tk_blob *tk_blob_new(size_t len);
 
 /* Bytes held by the small-blob caches (memory accounting). */
 size_t tk_blob_cached_bytes(void);
+/* Bytes of small blobs in use now, rounded up to their size class (the
+ * Raft log's payloads of small writes, messages in flight; memory
+ * accounting). 0 under AddressSanitizer. */
+size_t tk_blob_live_small_bytes(void);
+/* Sets how many bytes the small-blob caches may hold in all (default 32
+ * MiB; tierkvd's --memory-budget lowers it); returns the previous limit. Past
+ * it, a freed magazine is freed, not kept. Any thread. */
+size_t tk_blob_cache_limit(size_t bytes);
 /* Whether freed small blobs are kept (not under AddressSanitizer). */
 bool tk_blob_cache_enabled(void);
 

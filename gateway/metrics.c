@@ -12,7 +12,9 @@
 
 #include "base/alloc.h"
 #include "base/assert.h"
+#include "base/blob.h"
 #include "gateway/gateway_internal.h"
+#include "node/node_mem.h"
 #include "raft/raft.h"
 
 /* ---- per-route counters ------------------------------------------------- */
@@ -127,6 +129,9 @@ struct snapshot {
     uint64_t watchers, watch_lagging, watch_compacted;
     uint64_t watch_pending, watch_over_total, watch_turn_full;
     uint64_t events_held, events_bytes, events_evicted;
+    /* The process's memory (node/node_mem.h) and owners outside node_metrics. */
+    struct node_mem_stats mem;
+    uint64_t mem_raft_log; /* live small blobs + the log array's entries */
 };
 
 enum metric_kind {
@@ -139,6 +144,7 @@ enum metric_kind {
     MK_SECONDS,  /* one uint64_t of struct snapshot in nanoseconds, in seconds */
     MK_TURN_MAX, /* node_metrics.loop_turn_max_ns by phase, in seconds */
     MK_MEMORY,   /* bytes by owner (node_metrics.mem_*, kv_ring_bytes) */
+    MK_RSS,      /* the process's resident bytes by kind (node_mem_stats) */
 };
 
 struct metric_desc {
@@ -403,6 +409,21 @@ static const struct metric_desc metric_table[] = {
      "Memory by owner: hot index, ordered view, ring, sessions, LMDB map and its "
      "resident part.",
      MK_MEMORY, 0},
+    {"tierkv_memory_budget_bytes", "gauge",
+     "The node's memory budget (--memory-budget; docs/operations.md).", MK_VALUE,
+     SNAP(mem.budget)},
+    {"tierkv_process_resident_bytes", "gauge",
+     "The process's resident memory by kind (RssAnon, RssFile, RssShmem).", MK_RSS, 0},
+    {"tierkv_memory_heap_free_bytes", "gauge",
+     "Free bytes glibc's arenas hold (mallinfo2 fordblks): address space, resident "
+     "only where once written and not yet trimmed.",
+     MK_VALUE, SNAP(mem.heap_free)},
+    {"tierkv_memory_trims_total", "counter",
+     "malloc_trim(0) calls by the memory trimmer after bursts.", MK_VALUE,
+     SNAP(mem.trims)},
+    {"tierkv_memory_trim_seconds_max", "gauge",
+     "The longest malloc_trim(0) call by the trimmer (on its own thread).", MK_SECONDS,
+     SNAP(mem.trim_ns_max)},
     {"tierkv_http_requests_total", "counter", "HTTP requests by route and status.",
      MK_REQUESTS, 0},
     {"tierkv_watchers", "gauge", "Watches open on this node.", MK_VALUE, SNAP(watchers)},
@@ -471,8 +492,9 @@ static void put_durations(struct jbuf *b, const struct gateway *gw)
     }
 }
 
-static void put_memory(struct jbuf *b, const char *name, const struct node_metrics *m)
+static void put_memory(struct jbuf *b, const char *name, const struct snapshot *s)
 {
+    const struct node_metrics *m = &s->m;
     const struct {
         const char *owner;
         uint64_t v;
@@ -483,7 +505,11 @@ static void put_memory(struct jbuf *b, const char *name, const struct node_metri
                 {"lmdb_mapped", m->mem_lmdb_mapped},
                 {"lmdb_resident", m->mem_lmdb_resident},
                 {"snapshot_spare", m->mem_snapshot_spare},
-                {"blob_cache", m->mem_blob_cache}};
+                {"blob_cache", m->mem_blob_cache},
+                {"change_log", s->events_bytes},
+                {"raft_log", s->mem_raft_log},
+                {"http", s->http.mem_bytes},
+                {"watch", s->watch_pending}};
     for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++)
         jbuf_printf(b, "%s{owner=\"%s\"} %llu\n", name, rows[i].owner,
                     (unsigned long long)rows[i].v);
@@ -530,7 +556,13 @@ static void put_metric(struct jbuf *b, const struct metric_desc *d,
                         (double)s->m.loop_turn_max_ns[i] / 1e9);
         break;
     case MK_MEMORY:
-        put_memory(b, d->name, &s->m);
+        put_memory(b, d->name, s);
+        break;
+    case MK_RSS:
+        jbuf_printf(b, "%s{kind=\"anon\"} %llu\n%s{kind=\"file\"} %llu\n%s{kind=\"shmem\"} %llu\n",
+                    d->name, (unsigned long long)s->mem.rss_anon, d->name,
+                    (unsigned long long)s->mem.rss_file, d->name,
+                    (unsigned long long)s->mem.rss_shmem);
         break;
     }
 }
@@ -555,6 +587,10 @@ void api__metrics(struct api_req *req, const struct query *q)
     s.events_held = es.count;
     s.events_bytes = es.bytes;
     s.events_evicted = es.evicted;
+    node_mem_stats(&s.mem, true);
+    s.mem_raft_log = tk_blob_live_small_bytes();
+    if (s.st.last_index > s.st.snapshot_index)
+        s.mem_raft_log += (s.st.last_index - s.st.snapshot_index) * sizeof(struct raft_entry);
     uv_once(&le_once, le_buckets_init);
     struct jbuf b;
     jbuf_init(&b, 8192);
