@@ -73,8 +73,8 @@ static const char main_help[] =
     "                         the token where ps shows it (warned)\n"
     "  --allow-loose-permissions[=BOOL]  accept a --token-file that group or\n"
     "                         others may read or write, with a warning (env\n"
-    "                         TIERKV_ALLOW_LOOSE_PERMISSIONS; BOOL: " TK_BOOL_ACCEPTED
-    ")\n"
+    "                         TIERKV_ALLOW_LOOSE_PERMISSIONS; BOOL:\n"
+    "                         " TK_BOOL_ACCEPTED ")\n"
     "\n"
     "Exit codes:\n"
     "  0 success\n"
