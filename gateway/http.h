@@ -220,6 +220,8 @@ struct http_stats {
     uint64_t discarded_bytes;  /* bytes read and dropped: after a final error
                                 * answer (lingering close), or refused */
     uint64_t mem_trims;        /* malloc_trim(0) after a handshake storm */
+    uint64_t requests_put_off; /* large-body requests handed over in a later
+                                * loop turn (body_max of them per turn) */
 };
 
 void http_server_stats(const struct http_server *s, struct http_stats *out);

@@ -363,6 +363,10 @@ static const struct metric_desc metric_table[] = {
      "malloc_trim(0) calls after an HTTPS handshake storm (the freed sessions' "
      "memory given back).",
      MK_VALUE, SNAP(http.mem_trims)},
+    {"tierkv_http_requests_put_off_total", "counter",
+     "Requests with a large body (64 KiB or more) handed over in a later loop turn: "
+     "the turn's share (--max-body-bytes of them) was spent.",
+     MK_VALUE, SNAP(http.requests_put_off)},
     {"tierkv_store_append_seconds", "histogram",
      "Log append latency, handed to storage to durable (fsync included).", MK_LATENCY,
      LAT(append)},

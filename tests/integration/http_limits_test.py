@@ -83,6 +83,13 @@ def turn_max(m):
     return max(v for k, v in m.items() if k.startswith("tierkv_loop_turn_max_seconds{"))
 
 
+def held_max(m):
+    """The longest loop turn that held the CPU for 20 ms or more (0: none): the
+    bounds are on it, as a turn stretched by preemption on a shared VM (the
+    wall time, printed) holds little CPU."""
+    return m["tierkv_loop_turn_held_max_seconds"] * 1000
+
+
 def cpu_s(pid):
     with open("/proc/%d/stat" % pid) as f:
         fields = f.read().rsplit(")", 1)[1].split()
@@ -262,9 +269,11 @@ def test_refused_posts_cost_little(tierkvd):
         per_ms = cpu / (rounds * clients) * 1000
         longest = turn_max(after) * 1000
         what = "chunked" if chunked else "Content-Length"
+        held = held_max(after)
         print("  %d x %d posts of 4 MiB + 1 (%s): %.2f s; node CPU %.1f ms a refused post; "
-              "longest loop turn %.1f ms (before %.1f ms)"
-              % (rounds, clients, what, dt, per_ms, longest, turn_max(before) * 1000))
+              "longest loop turn %.1f ms (before %.1f ms), longest turn holding the CPU "
+              "%.1f ms (before %.1f ms)" % (rounds, clients, what, dt, per_ms, longest,
+                                            turn_max(before) * 1000, held, held_max(before)))
         check(results == [413] * (rounds * clients), "refused posts: %r" % results)
         # Measured (2-core VM, Dec 2026, MALLOC_PERTURB_ unset as in
         # production): Content-Length 0.8-1.7 ms CPU a post (dropping 4 MiB
@@ -275,7 +284,8 @@ def test_refused_posts_cost_little(tierkvd):
         check(per_ms < (30.0 if chunked else 6.0),
               "a refused post costs the node %.1f ms of CPU" % per_ms)
         if not chunked:
-            check(longest < 60.0, "a loop turn of %.1f ms while posts were refused" % longest)
+            check(held < 60.0, "a loop turn of %.1f ms held the CPU while posts were "
+                  "refused" % held)
     nd.term()
 
 
@@ -379,12 +389,12 @@ def test_tls_handshake_storm(tierkvd):
     m = metrics(port, mc)
     held = 1200 - (m["tierkv_http_tls_refused_total"] - m1["tierkv_http_tls_refused_total"])
     rss_peak = rss_mib(pid)
-    storm_turn = turn_max(m) * 1000
+    storm_turn = held_max(m)
     print("  1,200 half-open handshakes from 100 addresses (sent in %.2f s): %d held, %d "
-          "refused; longest loop turn %.1f ms (before %.1f ms); %d accepts put off to a "
-          "later turn" % (opened, held, 1200 - held, storm_turn, turn_max(m0) * 1000,
-                          m["tierkv_http_accepts_deferred_total"]
-                          - m0["tierkv_http_accepts_deferred_total"]))
+          "refused; longest loop turn %.1f ms (before %.1f ms), holding the CPU %.1f ms; "
+          "%d accepts put off to a later turn"
+          % (opened, held, 1200 - held, turn_max(m) * 1000, turn_max(m0) * 1000, storm_turn,
+             m["tierkv_http_accepts_deferred_total"] - m0["tierkv_http_accepts_deferred_total"]))
     check(held == 256, "handshakes held: %d, want 256 (the cap)" % held)
     # Measured (2-core VM): 36-62 ms with the caps, 64 accepts and 8 ms of
     # handshakes a turn (before: 3,000 in one turn, 417 ms; 1,200 capped but
@@ -413,9 +423,10 @@ def test_tls_handshake_storm(tierkvd):
     print("  slots free %.2f s after the storm; RSS before %.1f MiB, peak %.1f MiB, "
           "after %.1f MiB" % (freed, rss0, rss_peak, rss1))
     m = metrics(port, mc)
-    after_turn = turn_max(m) * 1000
-    print("  longest loop turn by the end (the deadline's closes, malloc_trim): %.1f ms; "
-          "trims %d" % (after_turn, m["tierkv_http_mem_trims_total"]))
+    after_turn = held_max(m)
+    print("  longest loop turn by the end (the deadline's closes, malloc_trim): %.1f ms, "
+          "holding the CPU %.1f ms; trims %d"
+          % (turn_max(m) * 1000, after_turn, m["tierkv_http_mem_trims_total"]))
     # Measured: 60-80 ms (256 handshakes cut at one deadline). Bound: 3x.
     check(after_turn < 250.0, "a loop turn of %.1f ms after the storm" % after_turn)
     check(m["tierkv_http_mem_trims_total"] >= 1, "no malloc_trim after the storm")
