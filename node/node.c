@@ -478,12 +478,20 @@ static void on_peer(struct transport *t, uint64_t id, bool up, void *data)
                    (unsigned long long)id);
 }
 
-/* A snapshot's first message to a follower. */
+/* A snapshot's first message to a follower (not its resends). */
 static void oplog_snapshot_sent(struct node *n, const struct raft_message *m)
 {
     const struct raft_msg_snapshot *s = &m->u.snapshot;
     if (m->type != RAFT_MSG_SNAPSHOT || s->offset != 0)
         return;
+    struct node_oplog *l = &n->oplog;
+    uint64_t now = node__mono_ns();
+    if (m->to == l->snap_to && s->meta.index == l->snap_index &&
+        now - l->snap_ns < NODE_OPLOG_RESEND_NS)
+        return; /* a resend */
+    l->snap_to = m->to;
+    l->snap_index = s->meta.index;
+    l->snap_ns = now;
     uint64_t bytes = s->total != 0 ? s->total : s->data != NULL ? s->data->len : 0;
     NODE_OPLOG(n, SNAPSHOT_SENT, TK_LOG_INFO, raft_term(n->raft),
                "to=%llu index=%llu bytes=%llu", (unsigned long long)m->to,

@@ -64,6 +64,8 @@ enum node_oplog_kind {
 #define NODE_OPLOG_BURST 3
 #define NODE_OPLOG_EVERY_NS 1000000000ull
 
+#define NODE_OPLOG_RESEND_NS 5000000000ull
+
 /* The CPU clock is read at most this often (see above). */
 #define NODE_CPU_EVERY_NS 1000000ull
 
@@ -79,7 +81,11 @@ struct node_oplog {
     uint64_t leader;
     uint64_t config_index;
     struct raft_config config; /* the configuration then */
-    bool seen;                 /* the first look only records */
+    /* The last "snapshot sent" line: the same snapshot to the same follower
+     * again within NODE_OPLOG_RESEND_NS (the core resends it while
+     * unacknowledged) writes none. */
+    uint64_t snap_to, snap_index, snap_ns;
+    bool seen; /* the first look only records */
 };
 
 /* The loop thread's CPU clock at its last read (see above). */
