@@ -27,10 +27,14 @@
 #define WATCH_FULL_POLL_MS 10
 #define WATCH_PASS_MIN_MS 5
 #define WATCH_SHARED_MAX 4096
-/* Bytes written to watchers in one loop turn, over all of them (about 5-10
- * ms of formatting and copying into sockets): past it the rest wait for the
- * next turn, so a thousand watchers cannot make one long turn. */
-#define WATCH_TURN_BYTES (2u << 20)
+/* Bytes written to watchers in one loop turn, over all of them (about 10 ms
+ * of formatting, copying and page faults on this VM): past it the rest wait,
+ * so a thousand watchers cannot make one long turn. */
+#define WATCH_TURN_BYTES (512u << 10)
+/* And after a pass that spent it, the next pass waits twice as long as that
+ * one took: watches get at most a third of the loop while they have more to
+ * send than it can take, the rest goes to Raft and the other clients. */
+#define WATCH_DUTY_WAIT 3
 /* A watch cut for lagging: its last bytes (the error frame) get this long to
  * go out, then its connection closes and frees what it held. */
 #define WATCH_CUT_GRACE_MS 2000
@@ -62,6 +66,8 @@ enum { W_KEY, W_PREFIX, W_RANGE };
 static size_t turn_room(struct gateway *gw)
 {
     uint64_t now = uv_now(gw->loop);
+    if (now < gw->watch_quiet_until_ms)
+        return 0; /* the duty cycle's wait (api__watch_run) */
     if (now != gw->watch_turn_ms) {
         gw->watch_turn_ms = now;
         gw->watch_turn_bytes = 0;
@@ -558,6 +564,7 @@ void api__watch_run(uv_timer_t *t)
     struct gateway *gw = t->data;
     gw->watch_pass_due = false;
     gw->watch_pass_ms = uv_now(gw->loop);
+    uint64_t t0 = uv_hrtime();
     if (gw->watch_shared == NULL)
         gw->watch_shared = tk_calloc(1, sizeof(struct watch_shared));
     struct watch_shared *sh = gw->watch_shared;
@@ -592,9 +599,17 @@ void api__watch_run(uv_timer_t *t)
         rotate_to(gw, left_out);
     if (more && !gw->watch_pass_due && gw->watchers != NULL) {
         /* A timer started at 0 from a timer callback runs in the same turn
-         * (uv_now unchanged): after a spent budget, wait for the next one. */
+         * (uv_now unchanged); after a spent budget, the duty cycle's wait. */
+        uint64_t wait = 0;
+        if (turn_room(gw) == 0) {
+            uint64_t now = uv_now(gw->loop);
+            uint64_t until = now + 1 + WATCH_DUTY_WAIT * ((uv_hrtime() - t0) / 1000000);
+            if (until > gw->watch_quiet_until_ms)
+                gw->watch_quiet_until_ms = until;
+            wait = gw->watch_quiet_until_ms - now;
+        }
         gw->watch_pass_due = true;
-        uv_timer_start(&gw->watch_timer, api__watch_run, turn_room(gw) == 0 ? 1 : 0, 0);
+        uv_timer_start(&gw->watch_timer, api__watch_run, wait, 0);
     }
 }
 

@@ -177,6 +177,7 @@ struct gateway {
     uint64_t watch_lagging, watch_compacted;
     uint64_t watch_turn_ms;    /* uv_now of the turn watch_turn_bytes counts */
     size_t watch_turn_bytes;   /* bytes written to watchers in that turn */
+    uint64_t watch_quiet_until_ms; /* no watch writes before (the duty cycle) */
     uint64_t watch_over_total; /* watchers cut lagging: all of them held too much */
     uint64_t watch_turn_full;  /* passes put off: the turn's watch budget spent */
     /* Metrics (metrics.c), on the loop thread. */

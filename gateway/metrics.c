@@ -443,8 +443,8 @@ static const struct metric_desc metric_table[] = {
      "watch_total_bytes; also counted in tierkv_watch_cancelled_lagging_total.",
      MK_VALUE, SNAP(watch_over_total)},
     {"tierkv_watch_turn_full_total", "counter",
-     "Watch passes put off to the next loop turn: the turn's 2 MiB for watches was "
-     "spent.",
+     "Watch passes put off: the turn's 512 KiB for watches was spent, or the "
+     "wait after a pass that spent it (watches take at most a quarter of the loop).",
      MK_VALUE, SNAP(watch_turn_full)},
     {"tierkv_watch_compacted_total", "counter",
      "Watches refused or ended because their revision left the change log.", MK_VALUE,
