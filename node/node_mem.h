@@ -10,7 +10,10 @@
  * over) or NODE_MEM_TRIM_EVERY_S have passed, it calls malloc_trim(0), which
  * gives back the free pages of every glibc arena (their freed tops, kept up to
  * M_TOP_PAD each, and the free pages inside them). It never runs on a loop.
- * Not for the embedding library: tierkvd only. */
+ * tierkvd starts it only with TIERKV_MEM_TRIM=1: measured after a 72 MiB
+ * burst, one trim took 174 ms (each arena's lock held in turn, so a loop
+ * allocating meanwhile waits) and gave back 19 MiB (docs/benchmarks.md
+ * "Memory: who holds a node's RSS"). Not for the embedding library. */
 #ifndef TK_NODE_MEM_H
 #define TK_NODE_MEM_H
 

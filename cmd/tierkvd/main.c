@@ -911,8 +911,10 @@ int main(int argc, char **argv)
     no.events_bytes = get_size("watch-events-bytes", 4096, 1ull << 40);
     no.kv_ring_bytes = get_size("kv-ring-bytes", 1u << 20, 1ull << 40);
     /* --memory-budget: each owner's default from the split (node/node_mem.h);
-     * a flag given for an owner wins. TIERKV_MEM_TRIM=0 (hidden, for tests'
-     * known-bad controls) leaves glibc's arenas and the trimmer off. */
+     * a flag given for an owner wins. TIERKV_MEM_TRIM=1 (hidden, off by
+     * default: one malloc_trim(0) after a 72 MiB burst took 174 ms, holding
+     * each arena's lock in turn, for 19 MiB back; docs/benchmarks.md "Memory")
+     * caps glibc's arenas at 4 and starts the trimmer. */
     uint64_t mem_budget = given("memory-budget")
                               ? get_size("memory-budget", NODE_MEM_BUDGET_MIN, 1ull << 44)
                               : node_mem_default_budget();
@@ -926,7 +928,7 @@ int main(int argc, char **argv)
         no.snapshot_bytes = mem_split.raft_log;
     (void)tk_blob_cache_limit(mem_split.blob_cache);
     const char *mem_trim = getenv("TIERKV_MEM_TRIM");
-    bool trim_on = !(mem_trim && strcmp(mem_trim, "0") == 0);
+    bool trim_on = mem_trim && strcmp(mem_trim, "1") == 0;
     if (node_mem_start(mem_budget, trim_on ? 4 : 0, trim_on) != 0)
         die("cannot start the memory trimmer thread");
     uint64_t pace = get_u64("kv-writeback-pace", 0, 100);
