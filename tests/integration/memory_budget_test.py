@@ -13,7 +13,7 @@ memory must sum to no more than RssAnon and to at least a quarter of it
 (the rest is the allocator's and the threads').
 
 The known-bad control: the same burst on a node started with no
---memory-budget (on a machine of 2 GiB or more the default budget leaves
+--memory-budget (with 8 GiB of RAM or more the default budget leaves
 every owner at its built-in limit, as main was before the flag): its
 RssAnon must stay above 256 MiB + 64 MiB for the same minute, so the bound
 above can fail. (The trimmer, TIERKV_MEM_TRIM=1, is off in both: measured,
