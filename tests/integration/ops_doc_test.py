@@ -215,6 +215,12 @@ def run_block(ctx, idx, block, bindir):
         try:
             rc = p.wait(timeout=BLOCK_TIMEOUT)
         except subprocess.TimeoutExpired:
+            # Its children (a node in the foreground) are stopped with the section's.
+            try:
+                with open("/proc/%d/task/%d/children" % (p.pid, p.pid)) as f:
+                    ctx.pids += [int(x) for x in f.read().split()]
+            except OSError:
+                pass
             p.kill()
             p.wait()
             rc = "timeout (%d s)" % BLOCK_TIMEOUT
