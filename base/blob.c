@@ -89,6 +89,7 @@ static struct small_depot depot[SMALL_CLASSES + 1] = {
     DEPOT_INIT, DEPOT_INIT, DEPOT_INIT, DEPOT_INIT, DEPOT_INIT, DEPOT_INIT};
 static atomic_size_t small_cached; /* bytes in the depot and thread caches */
 static atomic_size_t small_live;   /* bytes of small blobs in use */
+static atomic_size_t map_live;     /* bytes of mapped blobs' mappings in use */
 
 struct small_cache {
     struct small_free *head[SMALL_CLASSES + 1];
@@ -229,6 +230,11 @@ bool tk_blob_cache_enabled(void)
 size_t tk_blob_cached_bytes(void)
 {
     return atomic_load_explicit(&small_cached, memory_order_relaxed);
+}
+
+size_t tk_blob_map_live_bytes(void)
+{
+    return atomic_load_explicit(&map_live, memory_order_relaxed);
 }
 
 size_t tk_blob_live_small_bytes(void)
@@ -453,6 +459,7 @@ struct tk_blob *tk_blob_map(size_t cap)
     }
     memcpy(p, &n, sizeof(n));
     memcpy(p + sizeof(n), &touched, sizeof(touched));
+    atomic_fetch_add_explicit(&map_live, n, memory_order_relaxed);
     struct tk_blob *b = (struct tk_blob *)(void *)(p + MAP_PREFIX);
     atomic_init(&b->refs, 1 | MAPPED);
     b->len = 0;
@@ -486,6 +493,7 @@ struct tk_blob *tk_blob_map_grow(struct tk_blob *b, size_t cap)
     if (q == MAP_FAILED)
         return NULL;
     memcpy(q, &n, sizeof(n));
+    atomic_fetch_add_explicit(&map_live, n - old, memory_order_relaxed);
     return (struct tk_blob *)(void *)(q + MAP_PREFIX);
 }
 
@@ -535,6 +543,7 @@ void tk_blob_unref(struct tk_blob *b)
     }
     size_t n, touched;
     uint8_t *p = map_base(b, &n);
+    atomic_fetch_sub_explicit(&map_live, n, memory_order_relaxed);
     memcpy(&touched, p + sizeof(n), sizeof(touched));
     size_t wrote = MAP_PREFIX + sizeof(*b) + b->len;
     if (touched < wrote)

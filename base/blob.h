@@ -67,6 +67,9 @@ struct tk_blob *tk_blob_try_new(size_t len);
 struct tk_blob *tk_blob_map(size_t cap);
 #define TK_BLOB_SPARES 2
 #define TK_BLOB_SPARE_BYTES ((size_t)512 << 20)
+/* Bytes of the mappings of tk_blob_map blobs in use (snapshot streams; their
+ * size, of which only the pages written are resident; memory accounting). */
+size_t tk_blob_map_live_bytes(void);
 /* Bytes held by spare mappings (memory accounting). */
 size_t tk_blob_spare_bytes(void);
 /* How many spares to keep from now on (0: none; at most TK_BLOB_SPARES);

@@ -132,6 +132,7 @@ struct snapshot {
     /* The process's memory (node/node_mem.h) and owners outside node_metrics. */
     struct node_mem_stats mem;
     uint64_t mem_raft_log; /* live small blobs + the log array's entries */
+    uint64_t mem_snapshot; /* mapped blobs in use (snapshot streams) */
 };
 
 enum metric_kind {
@@ -513,7 +514,8 @@ static void put_memory(struct jbuf *b, const char *name, const struct snapshot *
                 {"change_log", s->events_bytes},
                 {"raft_log", s->mem_raft_log},
                 {"http", s->http.mem_bytes},
-                {"watch", s->watch_pending}};
+                {"watch", s->watch_pending},
+                {"snapshot", s->mem_snapshot}};
     for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++)
         jbuf_printf(b, "%s{owner=\"%s\"} %llu\n", name, rows[i].owner,
                     (unsigned long long)rows[i].v);
@@ -592,6 +594,7 @@ void api__metrics(struct api_req *req, const struct query *q)
     s.events_bytes = es.bytes;
     s.events_evicted = es.evicted;
     node_mem_stats(&s.mem, true);
+    s.mem_snapshot = tk_blob_map_live_bytes();
     s.mem_raft_log = tk_blob_live_small_bytes();
     if (s.st.last_index > s.st.snapshot_index)
         s.mem_raft_log += (s.st.last_index - s.st.snapshot_index) * sizeof(struct raft_entry);

@@ -35,8 +35,8 @@ BUDGET = 256 << 20
 SLACK = 64 << 20
 BURST_MIB = 72
 VALUE = "v" * 100
-ANON_OWNERS = ("index", "view", "ring", "sessions", "snapshot_spare", "blob_cache",
-               "change_log", "raft_log", "http", "watch")
+ANON_OWNERS = ("index", "view", "ring", "sessions", "snapshot_spare", "snapshot",
+               "blob_cache", "change_log", "raft_log", "http", "watch")
 OWNERS = ANON_OWNERS + ("lmdb_mapped", "lmdb_resident")
 TIERKVD = None
 
