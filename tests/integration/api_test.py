@@ -389,6 +389,32 @@ def test_hostile_requests_get_expected_status():
     check(not bad, "%d/%d cases wrong:\n  %s" % (len(bad), len(cases), "\n  ".join(bad)))
 
 
+def test_a_batch_too_large_for_an_entry_is_refused_before_parsing():
+    """Four values of 1,047,600 bytes: the body is under the 4 MiB body limit,
+    but the keys and values alone pass the largest raft entry (4 MiB - 4 KiB):
+    413 from the prescan, naming the entry limit, and nothing is written; the
+    same batch with three values is a write."""
+    port = C.node(LEADER).http_port
+    val = "b" * 1047600
+
+    def body(n):
+        ops = ",".join('{"op":"put","key":"big%d","value":"%s"}' % (i, val) for i in range(n))
+        return ('{"ops":[%s]}' % ops).encode()
+
+    b4 = body(4)
+    check(len(b4) <= 4 << 20, "the body is %d bytes, over the body limit" % len(b4))
+    t0 = time.time()
+    st, _, out = request(port, "POST", "/v1/batch", b4, timeout=30)
+    dt = time.time() - t0
+    check(st == 413 and b"largest raft entry" in out and b"keys and values alone" in out,
+          "4 values: %s %r" % (st, out[:300]))
+    st, _, _ = request(port, "GET", "/v1/kv/big0")
+    check(st == 404, "a refused batch wrote big0: %s" % st)
+    st, _, out = request(port, "POST", "/v1/batch", body(3), timeout=30)
+    check(st == 200, "3 values: %s %r" % (st, out[:300]))
+    print("    refused in %.1f ms (client round trip)" % (dt * 1e3), flush=True)
+
+
 def test_mutated_requests_never_break_the_server():
     """300 valid requests with random byte flips, insertions and cuts (seeded:
     TIERKV_IT_SEED replays a run): every answer is a well-formed HTTP response
@@ -554,6 +580,7 @@ def main():
                   test_pipelined_responses_in_request_order,
                   test_64_concurrent_connections,
                   test_hostile_requests_get_expected_status,
+                  test_a_batch_too_large_for_an_entry_is_refused_before_parsing,
                   test_mutated_requests_never_break_the_server,
                   test_slow_clients_are_cut_off,
                   test_no_connection_leak,
