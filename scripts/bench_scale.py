@@ -76,7 +76,9 @@ def loop_nice(nid):
 for i in (1, 2, 3):
     loop_nice(i)
 
-turn_re = re.compile(r"a loop turn took (\d+) ms .* most of it \((\d+) ms\) in (\w+)")
+# The nodes' slow-turn warning: msg="slow loop turn" turn_ms=N ... phase=P (the
+# phase most of the turn went to; its own share is not logged: the turn's).
+turn_re = re.compile(r'msg="slow loop turn" turn_ms=(\d+)()\S* .*?\bphase=(\w+)')
 ts_re = re.compile(r"ts=(\d+-\d+-\d+T\d+:\d+:\d+)\.(\d+)Z")
 
 
@@ -393,8 +395,8 @@ def overlap(a0, a1, gaps):
 gap_re = re.compile(r"gap cpu=(\d+) end=([\d.]+) ms=([\d.]+) steal_ms=(\d+)")
 slow_re = re.compile(r"slow: ([\d.]+) ms, a write sent at (\S+)T(\S+)\.(\d+)Z")
 vm_re = re.compile(r"vm end=([\d.]+) allocstall=(\d+) compact_stall=(\d+) pgscan_direct=(\d+)")
-turn_at_re = re.compile(r"a loop turn took (\d+) ms .* most of it \(\d+ ms\) in (\w+).*"
-                        r" (\d+) ms on the CPU(?:, (\d+) ms waiting for a core)?")
+turn_at_re = re.compile(r'msg="slow loop turn" turn_ms=(\d+) .*?\bphase=(\w+) cpu_ms=(\d+)'
+                        r"(?:.*?\bwait_ms=(\d+))?")
 
 
 def hiccups():

@@ -94,9 +94,9 @@ static long env_long(const char *name, long def)
     return v && *v ? strtol(v, NULL, 10) : def;
 }
 
-/* The nodes' slow-turn warnings ("a loop turn took N ms ... in PHASE"; a
- * node logs every turn over 100 ms): the longest seen, over the whole run.
- * Other lines go to stderr as before. */
+/* The nodes' slow-turn warnings (msg="slow loop turn" turn_ms=N ... phase=P;
+ * a node logs every turn past half its election timeout): the longest seen,
+ * over the whole run. Other lines go to stderr as before. */
 static pthread_mutex_t slow_mu = PTHREAD_MUTEX_INITIALIZER;
 static unsigned long long slow_turn_max_ms;
 static unsigned long slow_turns;
@@ -106,20 +106,34 @@ static void probe_log_sink(const char *line, size_t len, void *data)
 {
     (void)data;
     fwrite(line, 1, len, stderr);
-    const char *p = memmem(line, len, "a loop turn took ", 17);
+    static const char key[] = "msg=\"slow loop turn\" turn_ms=";
+    const char *p = memmem(line, len, key, sizeof(key) - 1);
     if (p == NULL)
         return;
-    unsigned long long ms = strtoull(p + 17, NULL, 10);
-    const char *ph = memmem(p, len - (size_t)(p - line), ") in ", 5);
+    unsigned long long ms = strtoull(p + sizeof(key) - 1, NULL, 10);
+    const char *ph = memmem(p, len - (size_t)(p - line), " phase=", 7);
     pthread_mutex_lock(&slow_mu);
-    if (ms > 100) /* (a node also logs shorter turns with 40 ms of CPU) */
+    if (ms > 100)
         slow_turns++;
     if (ms > slow_turn_max_ms) {
         slow_turn_max_ms = ms;
-        if (ph == NULL || sscanf(ph + 5, "%15[a-z]", slow_turn_phase) != 1)
+        if (ph == NULL || sscanf(ph + 7, "%15[a-z_]", slow_turn_phase) != 1)
             snprintf(slow_turn_phase, sizeof(slow_turn_phase), "-");
     }
     pthread_mutex_unlock(&slow_mu);
+}
+
+/* The library's log lines (tk_options.log_cb) into the same sink: the nodes
+ * log through libtierkv's logger, which tk_*_start sets up. */
+static enum tk_log_level probe_log_level = TK_LOG_WARN;
+
+static void probe_log_cb(enum tk_loglevel level, const char *line, void *data)
+{
+    (void)level;
+    char buf[1024];
+    int n = snprintf(buf, sizeof(buf), "%s\n", line);
+    if (n > 0)
+        probe_log_sink(buf, (size_t)n < sizeof(buf) ? (size_t)n : sizeof(buf) - 1, data);
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -238,6 +252,8 @@ static int cluster_up(const struct shape *sh, struct probe_cluster *pc)
     struct tk_options o;
     tk_options_default(&o);
     o.kv_no_sync = true; /* the KV cold tier is not what is measured */
+    o.log_level = (enum tk_loglevel)(probe_log_level + 1);
+    o.log_cb = probe_log_cb;
     o.snapshot_entries = 2000000;
     o.trailing_entries = 100000;
     o.queue_max = 1u << 17;
@@ -635,6 +651,7 @@ int main(int argc, char **argv)
     }
     tk_log_set_level(lvl);
     tk_log_set_sink(probe_log_sink, NULL);
+    probe_log_level = lvl;
     bool tty = isatty(2);
     if (plot_path != NULL) {
         bench_plot_init(&plot, all ? "raft-perf-probe --all: pipelined rounds, 3 nodes"

@@ -783,7 +783,7 @@ def attack_flood(s):
     # timeout): printed, so that a leader change is explained.
     for nd in s.c.nodes:
         for ln in nd.log()[log0[nd.id]:].splitlines():
-            if "a loop turn took" in ln:
+            if 'msg="slow loop turn"' in ln:
                 print("    node %d during the flood: %s" % (nd.id, ln[ln.find("msg="):][:400]))
     lat.sort()
     p99 = lat[min(len(lat) - 1, int(len(lat) * 0.99))] * 1000 if lat else float("nan")
