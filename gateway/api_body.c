@@ -104,8 +104,8 @@ static int prescan(struct bctx *c, const uint8_t *p, size_t len)
             size_t n = (i < len ? i : len) - from;
             if (n >= PRESCAN_LONG_STRING) {
                 size_t j = i + 1;
-                while (j < len && (p[j] == ' ' || p[j] == '\t' || p[j] == '\n' ||
-                                   p[j] == '\r'))
+                while (j < len &&
+                       (p[j] == ' ' || p[j] == '\t' || p[j] == '\n' || p[j] == '\r'))
                     j++;
                 if (j >= len || p[j] != ':') { /* a value, not a member's name */
                     size_t d = decoded_len(p + from, n);

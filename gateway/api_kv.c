@@ -269,7 +269,8 @@ static int key_cmp(const void *a, size_t alen, const void *b, size_t blen);
 
 /* The scan's pieces into out[0..return). `succ` is room for a prefix's
  * successor (key_max + 1 bytes). */
-static size_t scan_pieces(const struct api_req *req, uint8_t *succ, struct kv_range out[2])
+static size_t scan_pieces(const struct api_req *req, uint8_t *succ,
+                          struct kv_range out[2])
 {
     struct kv_range r = {.start = req->key,
                          .start_len = req->key_len,

@@ -51,7 +51,7 @@ struct watcher {
     uint64_t progress_ms, last_write_ms;
     bool prev_kv, sse, b64;
     bool ended, busy, gone;
-    bool cut; /* ended for lagging: its connection closes soon after */
+    bool cut;               /* ended for lagging: its connection closes soon after */
     uint64_t open_rev;      /* SSE: the revision whose message is open (0: none) */
     uint64_t full_since_ms; /* its buffer full, events waiting, since (0: not) */
     size_t full_pending;    /* the bytes pending then */
@@ -72,8 +72,9 @@ static size_t turn_room(struct gateway *gw)
         gw->watch_turn_ms = now;
         gw->watch_turn_bytes = 0;
     }
-    return gw->watch_turn_bytes < WATCH_TURN_BYTES ? WATCH_TURN_BYTES - gw->watch_turn_bytes
-                                                   : 0;
+    return gw->watch_turn_bytes < WATCH_TURN_BYTES
+               ? WATCH_TURN_BYTES - gw->watch_turn_bytes
+               : 0;
 }
 
 /* ---- matching and formatting ---------------------------------------------- */

@@ -101,7 +101,7 @@ typedef void api_handler_fn(struct api_req *req, const struct query *q);
     X(KV_DELETE, "kv_delete", HTTP_DELETE, "/v1/kv/{key}", api__kv_delete, Q_MODE,       \
       RF_WRITE)                                                                          \
     X(KV_SCAN, "kv_scan", HTTP_GET, "/v1/kv/", api__kv_scan,                             \
-      Q_PREFIX | Q_START | Q_END | Q_LIMIT | Q_CONSISTENCY | Q_ENCODING | Q_INTERNAL, 0)   \
+      Q_PREFIX | Q_START | Q_END | Q_LIMIT | Q_CONSISTENCY | Q_ENCODING | Q_INTERNAL, 0) \
     X(KV_DELETE_RANGE, "kv_delete_range", HTTP_DELETE, "/v1/kv/", api__kv_delete_range,  \
       Q_PREFIX | Q_START | Q_END | Q_MODE, RF_WRITE)                                     \
     X(KV_INCR, "kv_incr", HTTP_POST, "/v1/kv/{key}/incr", api__kv_incr,                  \
@@ -175,11 +175,11 @@ struct gateway {
     uint64_t watch_shared_next;        /* the revision the next pass shares from */
     uint64_t watch_pass_ms;            /* uv_now of the last pass */
     uint64_t watch_lagging, watch_compacted;
-    uint64_t watch_turn_ms;    /* uv_now of the turn watch_turn_bytes counts */
-    size_t watch_turn_bytes;   /* bytes written to watchers in that turn */
+    uint64_t watch_turn_ms;        /* uv_now of the turn watch_turn_bytes counts */
+    size_t watch_turn_bytes;       /* bytes written to watchers in that turn */
     uint64_t watch_quiet_until_ms; /* no watch writes before (the duty cycle) */
-    uint64_t watch_over_total; /* watchers cut lagging: all of them held too much */
-    uint64_t watch_turn_full;  /* passes put off: the turn's watch budget spent */
+    uint64_t watch_over_total;     /* watchers cut lagging: all of them held too much */
+    uint64_t watch_turn_full;      /* passes put off: the turn's watch budget spent */
     /* Metrics (metrics.c), on the loop thread. */
     uint64_t requests[ROUTE_COUNT][GW_STATUS_SLOTS];
     struct tk_hist *latency; /* [ROUTE_COUNT], nanoseconds */

@@ -219,8 +219,8 @@ struct http_server {
     uint32_t n_req_pool;
     struct write_req *wr_pool;
     uint32_t n_wr_pool;
-    uint64_t turn_ms;        /* uv_now of the loop turn turn_built counts */
-    size_t turn_built;       /* large response bytes built in that turn */
+    uint64_t turn_ms;  /* uv_now of the loop turn turn_built counts */
+    size_t turn_built; /* large response bytes built in that turn */
     /* Bytes read only to be dropped (lingering, rejected connections) in the
      * turn of uv_now discard_ms: at most DISCARD_TURN_BYTES. */
     uint64_t discard_ms;
@@ -803,8 +803,7 @@ void http_stream_end(struct http_request *req)
 void http_stream_end_within(struct http_request *req, uint64_t ms)
 {
     struct http_conn *c = req->conn;
-    if (!c->closing && ms > 0 &&
-        (c->write_limit_ms == 0 || ms < c->write_limit_ms)) {
+    if (!c->closing && ms > 0 && (c->write_limit_ms == 0 || ms < c->write_limit_ms)) {
         c->write_limit_ms = ms;
         c->write_timing = false; /* re-armed with the shorter deadline */
         conn_timer_update(c);
@@ -1182,7 +1181,8 @@ static void hs_leave(struct http_conn *c)
     c->hs_prev = c->hs_next = NULL;
     srv->n_hs--;
     if (!c->tls_ready && ++srv->hs_freed >= HS_TRIM_AFTER && srv->preps_open)
-        uv_prepare_start(&srv->read_prep, on_read_prep); /* the trim (no-op when started) */
+        uv_prepare_start(&srv->read_prep,
+                         on_read_prep); /* the trim (no-op when started) */
 }
 
 static void on_shutdown(uv_shutdown_t *req, int status)
@@ -1721,7 +1721,8 @@ static void conn_timer_update(struct http_conn *c)
         /* The write deadline runs from the last progress (on_written). */
         if (!c->write_timing)
             uv_timer_start(&c->timer, on_timer,
-                           c->write_limit_ms ? c->write_limit_ms : cfg->write_timeout_ms, 0);
+                           c->write_limit_ms ? c->write_limit_ms : cfg->write_timeout_ms,
+                           0);
         c->write_timing = true;
         return;
     }
@@ -1894,8 +1895,8 @@ static void on_read_prep(uv_prepare_t *h)
     struct http_conn *list = srv->budget_head;
     srv->budget_head = NULL;
     uv_prepare_stop(h);
-    uint32_t hs_max = srv->cfg.tls_handshakes_max ? srv->cfg.tls_handshakes_max
-                                                  : HS_MAX_DEFAULT;
+    uint32_t hs_max =
+        srv->cfg.tls_handshakes_max ? srv->cfg.tls_handshakes_max : HS_MAX_DEFAULT;
     if (srv->hs_freed >= HS_TRIM_AFTER && srv->n_hs <= hs_max / 16) {
         /* The storm's sessions were freed when their handles closed, at the
          * end of the last turn. */
@@ -2104,10 +2105,11 @@ static void evict_idle(struct http_server *srv)
 static bool hs_admit(struct http_conn *c)
 {
     struct http_server *srv = c->srv;
-    uint32_t max = srv->cfg.tls_handshakes_max ? srv->cfg.tls_handshakes_max
-                                               : HS_MAX_DEFAULT;
-    uint32_t per_addr = srv->cfg.tls_handshakes_per_addr ? srv->cfg.tls_handshakes_per_addr
-                                                         : HS_PER_ADDR_DEFAULT;
+    uint32_t max =
+        srv->cfg.tls_handshakes_max ? srv->cfg.tls_handshakes_max : HS_MAX_DEFAULT;
+    uint32_t per_addr = srv->cfg.tls_handshakes_per_addr
+                            ? srv->cfg.tls_handshakes_per_addr
+                            : HS_PER_ADDR_DEFAULT;
     if (srv->n_hs >= max)
         return false;
     struct sockaddr_storage ss;

@@ -202,26 +202,26 @@ void http_server_free(struct http_server *s);
 struct http_stats {
     uint64_t conns_open;
     uint64_t conns_accepted;
-    uint64_t conns_rejected;  /* over conns_max */
-    uint64_t conns_timed_out; /* slow headers or body, or a client not reading */
-    uint64_t overloaded;      /* answered 503 overloaded (mem_max) */
-    uint64_t conns_evicted;   /* idle ones closed for a new one at conns_max */
-    uint64_t mem_bytes;       /* bodies + responses held now */
-    uint64_t bad_requests;    /* errors answered 400, 408, 413, 414 or 431 */
-    uint64_t tls_failed;      /* TLS handshakes or records that failed (closed) */
-    uint64_t reads_paused;    /* a connection's reads put off to the next loop
-                               * turn: the turn's read budget was spent */
-    uint64_t tls_handshakes;  /* HTTPS handshakes in progress now */
-    uint64_t tls_refused;     /* closed at accept: over tls_handshakes_max or
-                               * tls_handshakes_per_addr */
+    uint64_t conns_rejected;         /* over conns_max */
+    uint64_t conns_timed_out;        /* slow headers or body, or a client not reading */
+    uint64_t overloaded;             /* answered 503 overloaded (mem_max) */
+    uint64_t conns_evicted;          /* idle ones closed for a new one at conns_max */
+    uint64_t mem_bytes;              /* bodies + responses held now */
+    uint64_t bad_requests;           /* errors answered 400, 408, 413, 414 or 431 */
+    uint64_t tls_failed;             /* TLS handshakes or records that failed (closed) */
+    uint64_t reads_paused;           /* a connection's reads put off to the next loop
+                                      * turn: the turn's read budget was spent */
+    uint64_t tls_handshakes;         /* HTTPS handshakes in progress now */
+    uint64_t tls_refused;            /* closed at accept: over tls_handshakes_max or
+                                      * tls_handshakes_per_addr */
     uint64_t tls_handshake_timeouts; /* handshakes cut at their deadline */
-    uint64_t accepts_deferred; /* connections left in the listen queue for
-                                * the next loop turn (64 accepted per turn) */
-    uint64_t discarded_bytes;  /* bytes read and dropped: after a final error
-                                * answer (lingering close), or refused */
-    uint64_t mem_trims;        /* malloc_trim(0) after a handshake storm */
-    uint64_t requests_put_off; /* large-body requests handed over in a later
-                                * loop turn (body_max of them per turn) */
+    uint64_t accepts_deferred;       /* connections left in the listen queue for
+                                      * the next loop turn (64 accepted per turn) */
+    uint64_t discarded_bytes;        /* bytes read and dropped: after a final error
+                                      * answer (lingering close), or refused */
+    uint64_t mem_trims;              /* malloc_trim(0) after a handshake storm */
+    uint64_t requests_put_off;       /* large-body requests handed over in a later
+                                      * loop turn (body_max of them per turn) */
 };
 
 void http_server_stats(const struct http_server *s, struct http_stats *out);

@@ -565,10 +565,12 @@ static void put_metric(struct jbuf *b, const struct metric_desc *d,
         put_memory(b, d->name, s);
         break;
     case MK_RSS:
-        jbuf_printf(b, "%s{kind=\"anon\"} %llu\n%s{kind=\"file\"} %llu\n%s{kind=\"shmem\"} %llu\n",
-                    d->name, (unsigned long long)s->mem.rss_anon, d->name,
-                    (unsigned long long)s->mem.rss_file, d->name,
-                    (unsigned long long)s->mem.rss_shmem);
+        jbuf_printf(
+            b,
+            "%s{kind=\"anon\"} %llu\n%s{kind=\"file\"} %llu\n%s{kind=\"shmem\"} %llu\n",
+            d->name, (unsigned long long)s->mem.rss_anon, d->name,
+            (unsigned long long)s->mem.rss_file, d->name,
+            (unsigned long long)s->mem.rss_shmem);
         break;
     }
 }
@@ -597,7 +599,8 @@ void api__metrics(struct api_req *req, const struct query *q)
     s.mem_snapshot = tk_blob_map_live_bytes();
     s.mem_raft_log = tk_blob_live_small_bytes();
     if (s.st.last_index > s.st.snapshot_index)
-        s.mem_raft_log += (s.st.last_index - s.st.snapshot_index) * sizeof(struct raft_entry);
+        s.mem_raft_log +=
+            (s.st.last_index - s.st.snapshot_index) * sizeof(struct raft_entry);
     uv_once(&le_once, le_buckets_init);
     struct jbuf b;
     jbuf_init(&b, 8192);

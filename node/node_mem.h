@@ -27,13 +27,13 @@
 /* Each owner's limit out of a budget (bytes); every one is at most its
  * built-in default (the budget lowers limits, never raises them). */
 struct node_mem_split {
-    uint64_t ring;        /* kv ring bytes: budget / 8, at most 64 MiB */
-    uint64_t change_log;  /* the change log (watch events): / 32, at most 16 MiB */
-    uint64_t http;        /* the gateway's mem_max: / 4, at most 512 MiB, at least 8 MiB */
-    uint64_t watch;       /* watch_total_bytes: / 16, at most 64 MiB, at least 2 MiB */
-    uint64_t raft_log;    /* snapshot_bytes (the log's payload kept before a
-                             snapshot): / 16, at most 64 MiB */
-    uint64_t blob_cache;  /* the small-blob depot (base/blob.h): / 32, at most 32 MiB */
+    uint64_t ring;       /* kv ring bytes: budget / 8, at most 64 MiB */
+    uint64_t change_log; /* the change log (watch events): / 32, at most 16 MiB */
+    uint64_t http;       /* the gateway's mem_max: / 4, at most 512 MiB, at least 8 MiB */
+    uint64_t watch;      /* watch_total_bytes: / 16, at most 64 MiB, at least 2 MiB */
+    uint64_t raft_log;   /* snapshot_bytes (the log's payload kept before a
+                            snapshot): / 16, at most 64 MiB */
+    uint64_t blob_cache; /* the small-blob depot (base/blob.h): / 32, at most 32 MiB */
 };
 void node_mem_split(uint64_t budget, struct node_mem_split *out);
 
@@ -51,14 +51,14 @@ int node_mem_start(uint64_t budget, unsigned arena_max, bool trim);
 void node_mem_stop(void);
 
 struct node_mem_stats {
-    uint64_t budget;       /* 0 when node_mem_start was not called */
-    uint64_t rss_anon;     /* RssAnon of /proc/self/status, bytes */
-    uint64_t rss_file;     /* RssFile (LMDB's mapped pages, the binary) */
-    uint64_t rss_shmem;    /* RssShmem */
-    uint64_t heap_free;    /* free bytes held in glibc's arenas (mallinfo2) */
-    uint64_t trims;        /* malloc_trim(0) calls by the trimmer */
-    uint64_t trim_ns_max;  /* the longest of them */
-    uint64_t trim_ns;      /* all of them */
+    uint64_t budget;      /* 0 when node_mem_start was not called */
+    uint64_t rss_anon;    /* RssAnon of /proc/self/status, bytes */
+    uint64_t rss_file;    /* RssFile (LMDB's mapped pages, the binary) */
+    uint64_t rss_shmem;   /* RssShmem */
+    uint64_t heap_free;   /* free bytes held in glibc's arenas (mallinfo2) */
+    uint64_t trims;       /* malloc_trim(0) calls by the trimmer */
+    uint64_t trim_ns_max; /* the longest of them */
+    uint64_t trim_ns;     /* all of them */
 };
 /* Any thread; reads /proc/self/status (a few microseconds) and, with
  * `heap`, calls mallinfo2 (takes every arena's lock in turn). */
