@@ -222,6 +222,8 @@ struct http_stats {
     uint64_t mem_trims;              /* malloc_trim(0) after a handshake storm */
     uint64_t requests_put_off;       /* large-body requests handed over in a later
                                       * loop turn (body_max of them per turn) */
+    uint64_t closes_deferred;        /* connections whose peer left, closed in a
+                                      * later turn (256 closed per turn) */
 };
 
 void http_server_stats(const struct http_server *s, struct http_stats *out);

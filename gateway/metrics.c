@@ -368,6 +368,10 @@ static const struct metric_desc metric_table[] = {
      "Requests with a large body (64 KiB or more) handed over in a later loop turn: "
      "the turn's share (--max-body-bytes of them) was spent.",
      MK_VALUE, SNAP(http.requests_put_off)},
+    {"tierkv_http_closes_deferred_total", "counter",
+     "HTTP connections whose client left, closed in a later loop turn: at most 256 "
+     "are closed a turn.",
+     MK_VALUE, SNAP(http.closes_deferred)},
     {"tierkv_store_append_seconds", "histogram",
      "Log append latency, handed to storage to durable (fsync included).", MK_LATENCY,
      LAT(append)},
