@@ -521,7 +521,8 @@ void api__prefix_to_range(struct api_req *req)
 /* Byte order, a prefix first: the order of keys. */
 static int key_cmp(const void *a, size_t alen, const void *b, size_t blen)
 {
-    int c = memcmp(a, b, alen < blen ? alen : blen);
+    size_t n = alen < blen ? alen : blen;
+    int c = n > 0 ? memcmp(a, b, n) : 0; /* an empty key may be NULL */
     if (c != 0)
         return c;
     return alen < blen ? -1 : alen > blen;
