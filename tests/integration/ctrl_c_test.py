@@ -142,7 +142,11 @@ def one_run(script, build, argv):
         return 77
     top = tempfile.mkdtemp(prefix="tierkv-ctrlc-")
     data = os.path.join(top, "data")
-    env = dict(os.environ, TIERKV_RUN_RAFT_BASE=str(bases[0]),
+    # A newcomer's shell, not a make's child: under `make test` MAKELEVEL and
+    # MAKEFLAGS would make the inner make print "make[1]: Leaving directory".
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("MAKELEVEL", "MAKEFLAGS", "MFLAGS", "MAKEOVERRIDES")}
+    env.update(TIERKV_RUN_RAFT_BASE=str(bases[0]),
                TIERKV_RUN_HTTP_BASE=str(bases[1]), TIERKV_RUN_DATA=data)
     pid, fd = pty.fork()
     if pid == 0:
