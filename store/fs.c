@@ -3,9 +3,16 @@
  * Layout of a store directory:
  *   meta/                     the LMDB environment (term, vote, ids, config,
  *                             snapshot descriptor, log start)
- *   <first index, %020>.seg   segment files, preallocated to segment_bytes
+ *   <first index, %020>.seg   segment files, each preallocated to its size
  *   segment.prepare           the next segment, created and preallocated
  *                             ahead of need (renamed when the log rolls)
+ *
+ * Sizes: the first segment of a log is STORE_SEGMENT_BYTES_FIRST (1 MiB, or
+ * segment_bytes when that is smaller) and each next one twice the last, up
+ * to segment_bytes: a new node's directory holds about 3 MiB of log files,
+ * not two full segments (128 MiB at the default), and a busy log reaches full
+ * segments after 63 MiB. A record too large for the next size gets a full
+ * segment. A segment's size is its file's (recovery takes it from fstat).
  *
  * A segment starts with a 32-byte header (magic, first index, version, CRC)
  * and holds records at 8-byte aligned offsets:
@@ -92,6 +99,7 @@ struct seg {
     uint64_t end;    /* bytes used: next record goes here */
     uint64_t zeroed; /* bytes [end, zeroed) were written as zeros by the
                         store (not just preallocated): see flush() */
+    uint64_t size;   /* records fit in [0, size): the file's preallocation */
     int fd;
     bool dirty; /* written since the last sync */
     char name[32];
@@ -117,8 +125,9 @@ struct fs {
     uint64_t first, last, prev_term;
 
     /* Writer only (s->write_mu). */
-    uint64_t durable; /* highest index known durable */
-    int spare_fd;     /* the prepared next segment, or -1 */
+    uint64_t durable;    /* highest index known durable */
+    int spare_fd;        /* the prepared next segment, or -1 */
+    uint64_t spare_size; /* its size */
     /* A released segment's offsets array, for the next segment (grown by
      * doubling, it would otherwise be reallocated log2(records) times per
      * segment, on the storage thread). */
@@ -331,6 +340,24 @@ static struct seg *seg_find(struct fs *f, uint64_t index)
     return g;
 }
 
+/* The size of a log's first segment. */
+static uint64_t first_seg_size(const struct fs *f)
+{
+    return f->seg_bytes < STORE_SEGMENT_BYTES_FIRST ? f->seg_bytes
+                                                    : STORE_SEGMENT_BYTES_FIRST;
+}
+
+/* The size of the next segment: twice the last one, up to seg_bytes. */
+static uint64_t next_seg_size(const struct fs *f)
+{
+    if (f->nsegs == 0)
+        return first_seg_size(f);
+    uint64_t last = f->segs[f->nsegs - 1].size;
+    return last >= f->seg_bytes / 2   ? f->seg_bytes
+           : last < first_seg_size(f) ? first_seg_size(f)
+                                      : last * 2;
+}
+
 static struct seg *seg_add(struct fs *f, uint64_t first, int fd)
 {
     if (f->nsegs == f->segs_cap) {
@@ -420,8 +447,8 @@ static uint64_t zero_ahead(struct fs *f, const struct seg *g, uint64_t end)
     if (f->stage_bytes >= ZERO_AHEAD_SKIP || end + ZERO_AHEAD / 8 <= g->zeroed)
         return g->zeroed > end ? g->zeroed : end;
     uint64_t to = (end + ZERO_AHEAD + 4095) & ~(uint64_t)4095;
-    if (to > f->seg_bytes)
-        to = f->seg_bytes;
+    if (to > g->size)
+        to = g->size;
     for (uint64_t at = end; at < to;) {
         uint64_t l = to - at < ZERO_CHUNK ? to - at : ZERO_CHUNK;
         f->iov[f->niov].iov_base = (void *)zeros;
@@ -494,10 +521,10 @@ static int open_waiting(struct fs *f, const char *path, int flags, bool wait)
     }
 }
 
-/* Creates and preallocates the spare segment file. Writer only. Without
- * `wait` (ahead of need) a descriptor shortage fails at once; with it (the
- * log must roll now) the writer waits for one (open_waiting). */
-static int prepare_spare(struct store *s, bool wait)
+/* Creates and preallocates the spare segment file, `size` bytes. Writer
+ * only. Without `wait` (ahead of need) a descriptor shortage fails at once;
+ * with it (the log must roll now) the writer waits for one (open_waiting). */
+static int prepare_spare(struct store *s, bool wait, uint64_t size)
 {
     struct fs *f = fsb(s);
     char path[PATH_MAX];
@@ -507,12 +534,12 @@ static int prepare_spare(struct store *s, bool wait)
         return store__err(s, errno_rc(errno), "%s: create: %s", path, strerror(errno));
     /* Reserve the blocks now so that appends need no allocation, then make
      * that durable once, here, off the append path. */
-    if (f->fo->fallocate(fd, 0, 0, (off_t)f->seg_bytes) != 0 && errno != EOPNOTSUPP &&
+    if (f->fo->fallocate(fd, 0, 0, (off_t)size) != 0 && errno != EOPNOTSUPP &&
         errno != ENOSYS) {
         int e = errno;
         f->fo->close(fd);
         return store__err(s, errno_rc(e), "%s: fallocate %llu bytes: %s", path,
-                          (unsigned long long)f->seg_bytes, strerror(e));
+                          (unsigned long long)size, strerror(e));
     }
     if (f->fo->fsync(fd) != 0) {
         int e = errno;
@@ -520,6 +547,7 @@ static int prepare_spare(struct store *s, bool wait)
         return store__err(s, TK_EIO, "%s: fsync: %s", path, strerror(e));
     }
     f->spare_fd = fd;
+    f->spare_size = size;
     return 0;
 }
 
@@ -573,12 +601,24 @@ static void stage_record(struct fs *f, const struct raft_entry *e, uint64_t len)
         memset(stage_reserve(f, pad8(len) - len), 0, pad8(len) - len);
 }
 
-/* Starts a new segment whose first record is `first`. */
-static int roll(struct store *s, uint64_t first)
+/* Starts a new segment whose first record is `first` and whose header and
+ * first record take `need` bytes. */
+static int roll(struct store *s, uint64_t first, uint64_t need)
 {
     struct fs *f = fsb(s);
+    if (f->spare_fd >= 0 && f->spare_size < need) {
+        /* A small spare and a large record: a full segment instead. */
+        char path[PATH_MAX];
+        path_of(f, SPARE_NAME, path, sizeof(path));
+        f->fo->close(f->spare_fd);
+        f->spare_fd = -1;
+        if (f->fo->unlink(path) != 0)
+            return store__err(s, TK_EIO, "unlink %s: %s", path, strerror(errno));
+        f->dir_dirty = true;
+    }
     if (f->spare_fd < 0) {
-        int rc = prepare_spare(s, true);
+        uint64_t size = next_seg_size(f);
+        int rc = prepare_spare(s, true, size < need ? f->seg_bytes : size);
         if (rc != 0)
             return rc;
     }
@@ -591,7 +631,8 @@ static int roll(struct store *s, uint64_t first)
                           strerror(errno));
     f->dir_dirty = true;
     pthread_mutex_lock(&f->mu);
-    (void)seg_add(f, first, f->spare_fd); /* its end 0 under f->mu: readers sum it */
+    /* its end 0 under f->mu: readers sum it */
+    seg_add(f, first, f->spare_fd)->size = f->spare_size;
     pthread_mutex_unlock(&f->mu);
     f->spare_fd = -1;
     TK_ASSERT(f->niov == 0);
@@ -670,7 +711,7 @@ static int recycle_seg(struct store *s, struct seg *g)
     struct fs *f = fsb(s);
     struct stat st;
     if (f->spare_fd >= 0 || fstat(g->fd, &st) != 0 ||
-        (uint64_t)st.st_size != f->seg_bytes)
+        (uint64_t)st.st_size != next_seg_size(f))
         return 1;
     char from[PATH_MAX], to[PATH_MAX];
     path_of(f, g->name, from, sizeof(from));
@@ -682,13 +723,14 @@ static int recycle_seg(struct store *s, struct seg *g)
     /* A crash before the zeros are durable leaves segment.prepare, which
      * recovery removes: only a spare we synced is ever rolled into. */
     if (f->fo->fallocate(g->fd, FALLOC_FL_ZERO_RANGE | FALLOC_FL_KEEP_SIZE, 0,
-                         (off_t)f->seg_bytes) != 0) {
+                         (off_t)st.st_size) != 0) {
         if (f->fo->unlink(to) != 0)
             rc = store__err(s, TK_EIO, "unlink %s: %s", to, strerror(errno));
     } else if (f->fo->fsync(g->fd) != 0) {
         rc = store__err(s, TK_EIO, "%s: fsync: %s", to, strerror(errno));
     } else {
         f->spare_fd = g->fd;
+        f->spare_size = (uint64_t)st.st_size;
         g->fd = -1;
         atomic_fetch_add(&s->st_recycled, 1);
     }
@@ -797,11 +839,10 @@ static int fs_write(struct store *s, const struct store__span *spans, size_t nsp
              * always fits one (entry_bytes_max guarantees it). The first
              * segment after a reset or a truncation to an empty log is
              * named by its first record. */
-            if (g == NULL || at + rl > f->seg_bytes ||
-                g->first + g->n + f->nrec != e->index) {
+            if (g == NULL || at + rl > g->size || g->first + g->n + f->nrec != e->index) {
                 if ((rc = flush(s)) != 0)
                     return rc;
-                if ((rc = roll(s, e->index)) != 0)
+                if ((rc = roll(s, e->index, SEG_HDR + rl)) != 0)
                     return rc;
                 g = &f->segs[f->nsegs - 1];
                 at = SEG_HDR;
@@ -846,8 +887,8 @@ static int fs_sync(struct store *s)
 static bool fs_idle_due(struct store *s)
 {
     struct fs *f = fsb(s);
-    return f->spare_fd < 0 &&
-           (f->nsegs == 0 || f->segs[f->nsegs - 1].end >= f->seg_bytes / 4 * 3);
+    return f->spare_fd < 0 && (f->nsegs == 0 || f->segs[f->nsegs - 1].end >=
+                                                    f->segs[f->nsegs - 1].size / 4 * 3);
 }
 
 static void fs_idle(struct store *s)
@@ -855,7 +896,7 @@ static void fs_idle(struct store *s)
     if (!fs_idle_due(s))
         return;
     /* Failure here is not fatal: roll() retries and reports. */
-    (void)prepare_spare(s, false);
+    (void)prepare_spare(s, false, next_seg_size(fsb(s)));
 }
 
 static int save_log_start(struct store *s, uint64_t first, uint64_t prev_term)
@@ -1188,6 +1229,10 @@ static int load_file(struct recover *r, struct seg *g)
         return store__errbuf(r->err, r->err_len, TK_EIO, "%s/%s: fstat: %s", f->dir,
                              g->name, strerror(errno));
     unload_file(r);
+    /* Its preallocation (smaller only where the file system has no
+     * fallocate: then the next roll comes sooner). */
+    g->size = (uint64_t)st.st_size > first_seg_size(f) ? (uint64_t)st.st_size
+                                                       : first_seg_size(f);
     if ((uint64_t)st.st_size > UINT32_MAX)
         return store__errbuf(r->err, r->err_len, TK_ECORRUPT,
                              "%s/%s: %llu bytes, above 4 GiB", f->dir, g->name,
@@ -1512,7 +1557,8 @@ int store_open_fs(const char *dir, const struct store_options *o, struct store *
     unload_file(&r);
     if (rc != 0)
         goto err;
-    rc = f->spare_fd < 0 ? prepare_spare(s, false) : 0; /* or recovery recycled one */
+    rc = f->spare_fd < 0 ? prepare_spare(s, false, next_seg_size(f))
+                         : 0; /* or recovery recycled one */
     if (rc != 0) {
         store__errbuf(errmsg, errmsg_len, rc, "%s", s->errmsg);
         goto err;

@@ -69,10 +69,11 @@
 
 #define STORE_SEGMENT_BYTES_DEFAULT (64u << 20)
 #define STORE_SEGMENT_BYTES_MIN (4u << 10)
-#define STORE_QUEUE_MAX 4096              /* queued async appends, default */
-#define STORE_GROUP_BYTES_MAX (8u << 20)  /* bytes written per sync, at most */
-#define STORE_ENTRY_BYTES_MAX (16u << 20) /* payload bytes per entry */
-#define STORE_BATCH_MAX 65536             /* entries per append call */
+#define STORE_SEGMENT_BYTES_FIRST (1u << 20) /* a log's first segment: fs.c */
+#define STORE_QUEUE_MAX 4096                 /* queued async appends, default */
+#define STORE_GROUP_BYTES_MAX (8u << 20)     /* bytes written per sync, at most */
+#define STORE_ENTRY_BYTES_MAX (16u << 20)    /* payload bytes per entry */
+#define STORE_BATCH_MAX 65536                /* entries per append call */
 #define STORE_ERRMSG_MAX 512
 
 struct store;
@@ -97,7 +98,9 @@ struct store_fileops {
 const struct store_fileops *store_fileops_default(void);
 
 struct store_options {
-    /* fs: bytes per segment file (preallocated). 0 = the default (64 MiB). */
+    /* fs: bytes per segment file (preallocated), at most: a log's first
+     * segment is STORE_SEGMENT_BYTES_FIRST and each next one twice the last.
+     * 0 = the default (64 MiB). */
     uint64_t segment_bytes;
     /* Bound on queued async appends. 0 = STORE_QUEUE_MAX. */
     uint32_t queue_max;
@@ -270,7 +273,7 @@ struct store_stats {
 void store_stats(struct store *s, struct store_stats *out);
 
 /* The bytes the log holds: fs, the records in its segment files (headers and
- * padding included; each file is preallocated to the segment size, so the
+ * padding included; each file is preallocated to its size, so the
  * disk holds up to one segment more); mem, the entries and their payloads.
  * Any thread; O(segments) under the backend's index lock. */
 uint64_t store_log_bytes(struct store *s);

@@ -804,6 +804,91 @@ static uint64_t pwritev_bytes(void)
     return b;
 }
 
+static uint64_t file_size(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0 ? (uint64_t)st.st_size : 0;
+}
+
+/* Appends batches of 1000 after `*last` until the directory holds `want`
+ * segments. */
+static void append_until_segs(struct store *s, const char *dir, uint64_t *last,
+                              size_t want, struct layout *L)
+{
+    for (;;) {
+        scan_layout(dir, *last, L);
+        if (L->nsegs >= want)
+            return;
+        ck_assert_uint_lt(*last, 200000);
+        append_ok(s, *last + 1, 1000);
+        *last += 1000;
+    }
+}
+
+START_TEST(test_segments_start_small_and_double)
+{
+    char *dir = tl_tmpdir("grow");
+    struct store_options o;
+    store_options_default(&o); /* segments of at most 64 MiB */
+    struct store *s = open_ok(dir, &o, NULL);
+    append_ok(s, 1, 10);
+    struct layout L;
+    scan_layout(dir, 10, &L);
+    ck_assert_uint_eq(L.nsegs, 1);
+    ck_assert_uint_eq(file_size(L.path[0]), STORE_SEGMENT_BYTES_FIRST);
+    uint64_t last = 10;
+    append_until_segs(s, dir, &last, 4, &L);
+    for (size_t i = 0; i < 4; i++)
+        ck_assert_uint_eq(file_size(L.path[i]), (uint64_t)STORE_SEGMENT_BYTES_FIRST << i);
+    store_close(s);
+    /* Recovery takes each segment's size from its file, and the next one
+     * doubles the last. */
+    struct store_boot boot;
+    s = open_ok(dir, &o, &boot);
+    ck_assert_uint_eq(boot.last_index, last);
+    append_until_segs(s, dir, &last, 5, &L);
+    ck_assert_uint_eq(file_size(L.path[4]), (uint64_t)STORE_SEGMENT_BYTES_FIRST << 4);
+    struct raft_entry *e;
+    size_t n;
+    ck_assert_int_eq(store_read(s, 1, last + 1, 0, &e, &n), 0);
+    ck_assert_uint_eq(n, last);
+    for (size_t i = 0; i < n; i++)
+        ck_assert(tl_check(&e[i], i + 1));
+    store_entries_free(e, n);
+    store_close(s);
+    tl_rmrf(dir);
+    free(dir);
+
+    /* A record larger than the next size gets a full segment. */
+    dir = tl_tmpdir("grow-big");
+    s = open_ok(dir, &o, NULL);
+    append_ok(s, 1, 1);
+    struct raft_entry big;
+    memset(&big, 0, sizeof(big));
+    big.index = 2;
+    big.term = 1;
+    big.type = RAFT_ENTRY_NORMAL;
+    big.data = tk_blob_new(3u << 20);
+    memset(big.data->data, 0x5a, big.data->len);
+    ck_assert_int_eq(store_append(s, &big, 1), 0);
+    tk_blob_unref(big.data);
+    scan_layout(dir, 1, &L);
+    ck_assert_uint_eq(L.nsegs, 2);
+    ck_assert_uint_eq(file_size(L.path[1]), STORE_SEGMENT_BYTES_DEFAULT);
+    store_close(s);
+    s = open_ok(dir, &o, &boot);
+    ck_assert_uint_eq(boot.last_index, 2);
+    ck_assert_int_eq(store_read(s, 2, 3, 0, &e, &n), 0);
+    ck_assert_uint_eq(n, 1);
+    ck_assert_uint_eq(e[0].data->len, 3u << 20);
+    ck_assert_uint_eq(e[0].data->data[(3u << 20) - 1], 0x5a);
+    store_entries_free(e, n);
+    store_close(s);
+    tl_rmrf(dir);
+    free(dir);
+}
+END_TEST
+
 START_TEST(test_small_writes_zero_ahead_and_large_writes_do_not)
 {
     faults_reset();
@@ -1081,6 +1166,7 @@ static Suite *fs_suite(void)
     tcase_add_test(tc, test_append_now_if_idle_syncs_on_the_caller);
     tcase_add_test(tc, test_compaction_recycles_a_segment_as_the_spare);
     tcase_add_test(tc, test_small_writes_zero_ahead_and_large_writes_do_not);
+    tcase_add_test(tc, test_segments_start_small_and_double);
     tcase_add_test(tc, test_emfile_at_segment_creation_is_waited_out_not_fatal);
     suite_add_tcase(s, tc);
     return s;
