@@ -19,7 +19,8 @@ static const char member_help[] =
     "       tierkv member remove ID\n"
     "\n"
     "  list      the configuration in force: id, role (voter or learner), raft and\n"
-    "            http addresses; from the leader also match, lag and caught_up\n"
+    "            http addresses, and from the leader (asked at its http address\n"
+    "            when the endpoint is a follower) match, lag and caught_up\n"
     "  add       adds a new node (started with tierkvd --join) as a learner, then,\n"
     "            without --learner, promotes it once it has caught up\n"
     "  promote   makes a caught-up learner a voter; a lagging one is refused (409\n"
@@ -153,6 +154,57 @@ static int report(struct cli_global *g, const struct cli_response *r, const char
     return code;
 }
 
+/* Only the leader knows its followers' lag: when the list came from another
+ * node, the leader's own list (from the HTTP address in the members' records)
+ * replaces it. If the leader does not answer, the list stays, lag "-", and
+ * stderr says why. Takes `j` and returns the list to print. */
+static json_t *from_leader(struct cli_global *g, json_t *j)
+{
+    json_int_t self = json_integer_value(json_object_get(j, "id"));
+    json_int_t leader = json_integer_value(json_object_get(j, "leader"));
+    if (leader == 0 || leader == self)
+        return j;
+    const char *http = NULL;
+    size_t i;
+    json_t *v;
+    json_array_foreach(json_object_get(j, "members"), i, v)
+    {
+        if (json_integer_value(json_object_get(v, "id")) == leader)
+            http = json_string_value(json_object_get(v, "http"));
+    }
+    struct cli_endpoint ep;
+    if (http == NULL || http[0] == '\0' || cli_parse_hostport(http, &ep) != 0) {
+        fprintf(stderr,
+                "tierkv: member list: lag is known to the leader (node %lld) only, "
+                "and its records give no HTTP address\n",
+                (long long)leader);
+        return j;
+    }
+    struct cli_response r;
+    char err[512];
+    int rc = cli_request_one(&ep, g->client.timeout_ms, "GET", "/v1/members", NULL, NULL,
+                             0, &r, err, sizeof(err));
+    json_t *lj =
+        rc == 0 && r.status == 200 ? json_loads(r.body ? r.body : "", 0, NULL) : NULL;
+    if (lj != NULL && json_integer_value(json_object_get(lj, "leader")) == leader &&
+        json_integer_value(json_object_get(lj, "id")) == leader) {
+        cli_response_free(&r);
+        json_decref(j);
+        return lj;
+    }
+    fprintf(stderr,
+            "tierkv: member list: lag is known to the leader (node %lld) only, "
+            "and it did not answer at %s: %s\n",
+            (long long)leader, http,
+            rc != 0      ? err
+            : lj == NULL ? "not a members list"
+                         : "it is not the leader now");
+    json_decref(lj);
+    if (rc == 0)
+        cli_response_free(&r);
+    return j;
+}
+
 static int member_list(struct cli_global *g)
 {
     struct cli_response r;
@@ -162,12 +214,20 @@ static int member_list(struct cli_global *g)
     if (rc != 0)
         return transport_fail(rc, err);
     int code = cli_exit_for_status(r.status);
-    if (code != 0 || g->json) {
+    if (code != 0) {
         code = report(g, &r, "list");
         cli_response_free(&r);
         return code;
     }
     json_t *j = json_loads(r.body ? r.body : "", 0, NULL);
+    j = from_leader(g, j);
+    if (g->json) {
+        json_dumpf(j, stdout, JSON_COMPACT);
+        fputc('\n', stdout);
+        json_decref(j);
+        cli_response_free(&r);
+        return 0;
+    }
     json_t *m = json_object_get(j, "members");
     size_t i;
     json_t *v;

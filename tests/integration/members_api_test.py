@@ -18,6 +18,9 @@ cluster token (a refusal in the handshake is only believed when proven).
 6. A node whose data directory was wiped and that comes back under its old id
    is refused by the cluster: /readyz, reads and writes answer 503
    `not_a_member`, saying to remove the id and add the node under a new one.
+7. `tierkv member list` through a follower alone shows the lag of every
+   member (only the leader knows it: the CLI asks the leader at the HTTP
+   address of its record); the follower's own list has none.
 
 Every wait is a bounded poll; the times are printed.
 
@@ -26,6 +29,7 @@ usage: members_api_test.py TIERKVD
 import json
 import os
 import shutil
+import subprocess
 import sys
 import time
 
@@ -173,6 +177,30 @@ def test_learner_limit(cl, lead):
           "docs/api.md does not state the member limits")
 
 
+def test_list_through_a_follower(cl, lead, follower):
+    cli = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+        os.path.abspath(sys.argv[1])))), "cmd", "tierkv", "tierkv")
+    own = members(follower.http_port)
+    check(all("lag" not in m for m in own),
+          "the follower's own list has lag, which only the leader knows: %r" % own)
+    env = {k: v for k, v in os.environ.items() if k != "TIERKV_ENDPOINTS"}
+    for args, want in ((["member", "list"], None), (["--json", "member", "list"], "json")):
+        p = subprocess.run([cli, "-e", "127.0.0.1:%d" % follower.http_port] + args,
+                           env=env, capture_output=True, text=True, timeout=30)
+        check(p.returncode == 0, "tierkv %s: exit %d: %s" % (" ".join(args), p.returncode,
+                                                            p.stderr))
+        if want == "json":
+            js = json.loads(p.stdout)
+            check(js["id"] == lead.id and all(isinstance(m.get("lag"), int)
+                                              for m in js["members"]),
+                  "--json member list through a follower: not the leader's list: %r" % js)
+            continue
+        rows = [l.split() for l in p.stdout.splitlines()[1:] if l and l[0].isdigit()]
+        check(len(rows) == 3 and all(r[-1].isdigit() for r in rows),
+              "member list through a follower: a row without lag:\n%s%s" % (p.stdout,
+                                                                            p.stderr))
+
+
 def test_removed(cl, lead, gone):
     st, _, js = tkcluster.jreq(lead.http_port, "DELETE", "/v1/members/%d" % gone.id,
                                timeout=40)
@@ -261,6 +289,10 @@ def main():
         lid = cl.wait_leader(timeout=30)
         lead = cl.node(lid)
         followers = [nd for nd in cl.nodes if nd.id != lid]
+        t0 = time.time()
+        test_list_through_a_follower(cl, lead, followers[0])
+        print("ok   %-28s %.2fs" % ("test_list_through_a_follower", time.time() - t0),
+              flush=True)
         for t in (test_bad_addresses, test_conflicts, test_learner_limit):
             t0 = time.time()
             t(cl, lead)
