@@ -433,6 +433,60 @@ START_TEST(test_redials_with_exponential_backoff)
 }
 END_TEST
 
+/* Members come and go, 200 in turn (more than a node's NODE_PEERS_MAX of
+ * 64): each is dialed while a peer, and once removed its slot is gone (sends
+ * fail as to a stranger, adding it again is allowed), it is never dialed
+ * again, and the next one is dialed. A removed peer that dials in is refused
+ * at the handshake, and a live peer removed and added back comes up again. */
+START_TEST(test_members_added_and_removed_in_turn_are_let_go)
+{
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    tk_log_set_level(TK_LOG_ERROR);
+    struct tnode *a = tnode(&loop, 1), *b = tnode(&loop, 2);
+    link2(a, b);
+    link2(b, a);
+    RUN_UNTIL(&loop, a->ups == 1 && b->ups == 1, 10000);
+    struct transport_stats st0, st1;
+    enum { ROUNDS = 200 };
+    for (uint64_t k = 0; k < ROUNDS; k++) {
+        uint64_t id = 1000 + k;
+        transport_stats(a->t, &st0);
+        member(a, id); /* dialed at once: refused, port 1 */
+        RUN_UNTIL(&loop,
+                  (transport_stats(a->t, &st1), st1.conns_failed > st0.conns_failed),
+                  10000);
+        ck_assert_uint_gt(st1.conns_failed, st0.conns_failed);
+        ck_assert_int_eq(transport_tcp_remove_peer(a->t, id), 0);
+        ck_assert_int_eq(transport_tcp_remove_peer(a->t, id), TK_ENOTFOUND);
+        ck_assert_int_eq(send_seq(a->t, id, k, 8), TK_ENOTFOUND);
+    }
+    transport_stats(a->t, &st0);
+    run_for(&loop, 300); /* a redial every 10-80 ms if any were still dialed */
+    transport_stats(a->t, &st1);
+    ck_assert_uint_eq(st1.conns_failed, st0.conns_failed);
+    fprintf(stderr,
+            "members in turn: %d added and removed, %llu dials refused, 0 redials\n",
+            ROUNDS, (unsigned long long)st1.conns_failed);
+    /* The live one: removed, its redials to us are refused; added back, up. */
+    ck_assert_int_eq(transport_tcp_remove_peer(a->t, 2), 0);
+    RUN_UNTIL(&loop, (transport_stats(a->t, &st1), st1.auth_failed > st0.auth_failed),
+              10000);
+    ck_assert_uint_gt(st1.auth_failed, st0.auth_failed);
+    link2(a, b);
+    RUN_UNTIL(&loop, a->ups == 2, 10000);
+    ck_assert_uint_eq(a->ups, 2);
+    ck_assert_int_eq(send_seq(a->t, 2, 0, 8), 0);
+    RUN_UNTIL(&loop, b->n_seen >= 1, 10000);
+    ck_assert_uint_ge(b->n_seen, 1);
+    tnode_close(a);
+    tnode_close(b);
+    finish(&loop);
+    tnode_free(a);
+    tnode_free(b);
+}
+END_TEST
+
 /* A removed peer (a member removed from the configuration) is closed and
  * never dialed again, however long it stays unreachable; sends to it fail as
  * to a stranger; it can be added again. */
@@ -2138,6 +2192,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_close_from_inside_receive_callback);
     tcase_add_test(tc, test_redials_with_exponential_backoff);
     tcase_add_test(tc, test_removed_peer_is_no_longer_dialed);
+    tcase_add_test(tc, test_members_added_and_removed_in_turn_are_let_go);
     tcase_add_test(tc, test_peer_by_host_name);
     tcase_add_test(tc, test_handshake_mismatch_closes_and_counts);
     tcase_add_test(tc, test_backpressure_when_peer_stops_reading);
