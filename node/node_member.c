@@ -12,7 +12,10 @@
  * new persistence. The record is written (and applied on the leader) before
  * the configuration entry is appended, so it precedes that entry in every
  * log: any node holding the new configuration either has applied the record
- * or will, and dials the member once it has (node__member_tick).
+ * or will, and dials the member once it has (node__member_tick). Once a
+ * committed configuration drops a member, the transport forgets it and its
+ * slots in the tables below are freed (forget_removed); the fence refuses it
+ * from the configuration and its removed record, not from those tables.
  *
  * Called by node.c: node__member_init after the transport opens,
  * node__member_tick on every tick, node__member_shutdown at stop. Calls no
@@ -24,6 +27,7 @@
 #include <string.h>
 
 #include "base/alloc.h"
+#include "base/assert.h"
 #include "base/err.h"
 #include "base/log.h"
 #include "kv.pb-c.h"
@@ -268,9 +272,61 @@ void node__member_init(struct node *n)
     n->mem.seen_config = UINT64_MAX;
 }
 
+/* Drops `id` from a table of `*k` ids, if there (order is not kept). */
+static void ids_drop(uint64_t *ids, uint32_t *k, uint64_t id)
+{
+    for (uint32_t i = 0; i < *k; i++)
+        if (ids[i] == id) {
+            ids[i] = ids[--*k];
+            return;
+        }
+}
+
+/* Lets go of member `id`, removed from the configuration: the transport
+ * closes its connections and dials it no more, and its slots here are freed
+ * for the next member. Refusing it again is not these tables' job: the
+ * fence (node__member_fenced) reads the configuration and the records. */
+static void forget(struct node *n, uint64_t id)
+{
+    ids_drop(n->mem.peers, &n->mem.n_peers, id);
+    ids_drop(n->mem.binding, &n->mem.n_binding, id);
+    for (uint32_t i = 0; i < n->mem.n_seen; i++)
+        if (n->mem.seen[i].id == id) {
+            n->mem.seen[i] = n->mem.seen[--n->mem.n_seen];
+            break;
+        }
+    if (n->o.hub != NULL)
+        return; /* in-process: nothing is dialed */
+    int rc = transport_tcp_remove_peer(n->transport, id);
+    TK_ASSERT(rc == 0 || rc == TK_ENOTFOUND || rc == TK_ECLOSED);
+    if (rc == 0)
+        TK_LOG(TK_LOG_INFO, n->o.id, raft_term(n->raft),
+               "member %" PRIu64 " removed: no longer dialed", id);
+}
+
+/* Forgets the peers that the committed configuration no longer has. Only a
+ * committed one: an uncommitted removal may give way to a configuration that
+ * has the id again (node__member_fenced waits for the same). A node that is
+ * not a member itself (joining, or removed) keeps its peers. */
+static void forget_removed(struct node *n)
+{
+    const struct raft_config *c = raft_config(n->raft);
+    if (raft_config_index(n->raft) > raft_commit(n->raft) ||
+        !raft_config_is_member(c, n->o.id))
+        return;
+    for (uint32_t i = 0; i < n->mem.n_peers;) {
+        uint64_t id = n->mem.peers[i];
+        if (raft_config_is_member(c, id))
+            i++;
+        else
+            forget(n, id); /* peers[i] is now another id, or past the end */
+    }
+}
+
 static void reconcile(struct node *n)
 {
     const struct raft_config *c = raft_config(n->raft);
+    forget_removed(n);
     for (uint32_t i = 0; i < c->n_voters; i++)
         dial(n, c->voters[i]);
     for (uint32_t i = 0; i < c->n_learners; i++)
