@@ -262,8 +262,8 @@ struct kv_sm *node_kv(struct node *n);
  * for its copy). Loop thread only (the gateway's). cb runs once, on the
  * loop, later (never inside node_backup_start): status 0 with a reference on
  * `stream` that the callee owns (tk_blob_unref), or TK_EIO (the node
- * failed), TK_ESHUTDOWN (stopping). The handle is freed after cb; until
- * then node_backup_cancel frees it and cb never runs. Returns 0, or TK_EBUSY
+ * failed), TK_ESHUTDOWN (stopping). The handle is freed after cb (a node
+ * that closes runs it with TK_ESHUTDOWN). Returns 0, or TK_EBUSY
  * (NODE_BACKUPS_MAX waiting), TK_EIO, TK_ESHUTDOWN (cb will not run). */
 #define NODE_BACKUPS_MAX 4
 struct tk_blob;
@@ -272,7 +272,6 @@ typedef void node_backup_cb(int status, struct tk_blob *stream, uint64_t index,
                             uint64_t term, void *data);
 int node_backup_start(struct node *n, node_backup_cb *cb, void *data,
                       struct node_backup **out);
-void node_backup_cancel(struct node_backup *b);
 /* The cluster id this node was started with (loop or any thread). */
 uint64_t node_cluster_id(const struct node *n);
 

@@ -17,7 +17,6 @@
 #include "node/node_internal.h"
 
 struct node_backup {
-    struct node *n;
     node_backup_cb *cb;
     void *data;
     uint64_t target; /* the applied index when asked */
@@ -39,7 +38,6 @@ int node_backup_start(struct node *n, node_backup_cb *cb, void *data,
     if (n->backups.n >= NODE_BACKUPS_MAX)
         return TK_EBUSY;
     struct node_backup *b = tk_calloc(1, sizeof(*b));
-    b->n = n;
     b->cb = cb;
     b->data = data;
     b->target = kv_sm_applied_index(n->sm);
@@ -60,14 +58,6 @@ static void unlink_backup(struct node *n, struct node_backup *b)
             return;
         }
     }
-}
-
-void node_backup_cancel(struct node_backup *b)
-{
-    if (b == NULL)
-        return;
-    unlink_backup(b->n, b);
-    tk_free(b);
 }
 
 /* Runs b's callback and frees it (already unlinked). */
