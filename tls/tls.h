@@ -94,12 +94,4 @@ const char *tk_tls_error(const struct tk_tls *t);
 bool tk_tls_peer_verified(const struct tk_tls *t);
 bool tk_tls_peer_has_name(const struct tk_tls *t, const char *name);
 
-/* tls_testcert.c, for tests and benchmarks: writes a new P-256 key and a
- * self-signed certificate (its own CA) naming names[0..n_names) (DNS SANs;
- * the first is also the CN), valid from a minute ago for `days` days (a
- * negative count: expired two days before it was made), as PEM files.
- * Returns 0, TK_EINVAL (no name) or TK_EIO. */
-int tk_tls_testcert_write(const char *cert_path, const char *key_path,
-                          const char *const *names, size_t n_names, int days);
-
 #endif

@@ -1,6 +1,7 @@
 /* Self-signed certificates made in memory (libcrypto), for the tests and the
- * benchmarks that need TLS without an openssl command (tls.h,
- * tk_tls_testcert_write). Not for production: no CA, one key per call. */
+ * benchmarks that need TLS without an openssl command (tls_testcert.h,
+ * tk_tls_testcert_write). Not for production: no CA, one key per call. Built
+ * as the test-only library tk_tls_testcert, never into libtierkv. */
 #include <openssl/evp.h>
 #include <openssl/pem.h>
 #include <openssl/x509.h>
@@ -9,7 +10,7 @@
 #include <string.h>
 
 #include "base/err.h"
-#include "tls/tls.h"
+#include "tls/tls_testcert.h"
 
 static int add_ext(X509 *x, int nid, const char *value)
 {

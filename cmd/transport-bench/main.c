@@ -40,6 +40,7 @@
 #include "base/log.h"
 #include "cmd/benchplot/bench_plot.h"
 #include "tls/tls.h"
+#include "tls/tls_testcert.h"
 #include "transport/transport.h"
 
 enum seg_kind { SEG_ONEWAY, SEG_RTT, SEG_PIPELINED };

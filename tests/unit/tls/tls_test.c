@@ -1,9 +1,8 @@
 /* The TLS engine (tls/tls.h) with no socket: a server and a client session
  * pumped through memory, with certificates made at test time
- * (tk_tls_testcert_write). A partial record yields "need more" (0) and never
- * waits; the input bound holds; wrong CA, expired certificates and a missing
- * client certificate fail the handshake with a reason; peer names are
- * checked. */
+ * (tk_tls_testcert_write, tls_testcert.h). A partial record yields "need more" (0) and
+ * never waits; the input bound holds; wrong CA, expired certificates and a missing client
+ * certificate fail the handshake with a reason; peer names are checked. */
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +14,7 @@
 #include "base/err.h"
 #include "tests/check_run.h"
 #include "tls/tls.h"
+#include "tls/tls_testcert.h"
 #include "tls/tls_uv.h"
 
 static char dir[64];
