@@ -1,12 +1,7 @@
-/* Bounded lock-free queues of pointers.
+/* A bounded lock-free queue of pointers.
  *
- * Positions are free-running size_t counters; a slot is pos & mask. Both
- * queues are wait-free for the consumer and never block, sleep or poll.
- *
- * spsc: the producer owns `tail`, the consumer owns `head`. Each publishes its
- * counter with a release store after touching the slot and reads the other's
- * with an acquire load, so a slot's contents are handed over with the counter
- * (Lamport's queue with C11 orders).
+ * Positions are free-running size_t counters; a slot is pos & mask. The
+ * queue is wait-free for the consumer and never blocks, sleeps or polls.
  *
  * mpsc: Vyukov's bounded queue. Cell i starts with seq = i. A producer at
  * position pos may fill the cell when seq == pos: it claims pos with a CAS on
@@ -31,55 +26,6 @@ static int round_capacity(size_t capacity, size_t *out)
         c <<= 1;
     *out = c;
     return 0;
-}
-
-int tk_spsc_init(struct tk_spsc *q, size_t capacity)
-{
-    size_t cap;
-    int rc = round_capacity(capacity, &cap);
-    if (rc != 0)
-        return rc;
-    atomic_init(&q->head, 0);
-    atomic_init(&q->tail, 0);
-    q->mask = cap - 1;
-    q->slots = tk_calloc(cap, sizeof(*q->slots));
-    return 0;
-}
-
-void tk_spsc_destroy(struct tk_spsc *q)
-{
-    tk_free(q->slots);
-    q->slots = NULL;
-}
-
-int tk_spsc_push(struct tk_spsc *q, void *item)
-{
-    size_t tail = atomic_load_explicit(&q->tail, memory_order_relaxed);
-    size_t head = atomic_load_explicit(&q->head, memory_order_acquire);
-    if (tail - head > q->mask)
-        return TK_EBUSY;
-    q->slots[tail & q->mask] = item;
-    atomic_store_explicit(&q->tail, tail + 1, memory_order_release);
-    return 0;
-}
-
-void *tk_spsc_pop(struct tk_spsc *q)
-{
-    size_t head = atomic_load_explicit(&q->head, memory_order_relaxed);
-    size_t tail = atomic_load_explicit(&q->tail, memory_order_acquire);
-    if (head == tail)
-        return NULL;
-    void *item = q->slots[head & q->mask];
-    atomic_store_explicit(&q->head, head + 1, memory_order_release);
-    return item;
-}
-
-size_t tk_spsc_size(struct tk_spsc *q)
-{
-    /* head first: tail only grows, so tail - head cannot go negative. */
-    size_t head = atomic_load_explicit(&q->head, memory_order_acquire);
-    size_t tail = atomic_load_explicit(&q->tail, memory_order_acquire);
-    return tail - head;
 }
 
 int tk_mpsc_init(struct tk_mpsc *q, size_t capacity)

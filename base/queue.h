@@ -1,11 +1,10 @@
-/* Bounded lock-free queues of pointers.
+/* A bounded lock-free queue of pointers.
  *
  * Capacity is fixed at init (rounded up to a power of two, at most 2^30); a
- * full queue refuses a push with TK_EBUSY, it never grows. Neither queue
- * blocks, sleeps or polls: pair them with a wakeup (uv_async_send) when the
- * consumer may be asleep.
+ * full queue refuses a push with TK_EBUSY, it never grows. It never blocks,
+ * sleeps or polls: pair it with a wakeup (uv_async_send) when the consumer
+ * may be asleep.
  *
- * tk_spsc: one producer thread and one consumer thread.
  * tk_mpsc: any number of producer threads and one consumer thread (a bounded
  *          array queue with a sequence number per cell, after Vyukov). Its
  *          capacity is at least 2: a cell's sequence number cannot tell
@@ -23,24 +22,6 @@
 
 #define TK_QUEUE_CAPACITY_MAX (1u << 30)
 
-struct tk_spsc {
-    _Alignas(64) atomic_size_t head; /* next slot to pop; written by consumer */
-    _Alignas(64) atomic_size_t tail; /* next slot to push; written by producer */
-    _Alignas(64) size_t mask;
-    void **slots;
-};
-
-/* Returns 0 or TK_EINVAL (capacity 0 or above TK_QUEUE_CAPACITY_MAX). */
-int tk_spsc_init(struct tk_spsc *q, size_t capacity);
-void tk_spsc_destroy(struct tk_spsc *q);
-/* Producer only. Returns 0 or TK_EBUSY when full. `item` must not be NULL. */
-int tk_spsc_push(struct tk_spsc *q, void *item);
-/* Consumer only. Returns the oldest item, or NULL when empty. */
-void *tk_spsc_pop(struct tk_spsc *q);
-/* Approximate number of items (exact when called by the consumer with no
- * concurrent push). */
-size_t tk_spsc_size(struct tk_spsc *q);
-
 struct tk_mpsc_cell {
     atomic_size_t seq;
     void *item;
@@ -53,6 +34,7 @@ struct tk_mpsc {
     struct tk_mpsc_cell *cells;
 };
 
+/* Returns 0 or TK_EINVAL (capacity 0 or above TK_QUEUE_CAPACITY_MAX). */
 int tk_mpsc_init(struct tk_mpsc *q, size_t capacity);
 void tk_mpsc_destroy(struct tk_mpsc *q);
 /* Any thread. Returns 0 or TK_EBUSY when full. `item` must not be NULL. */

@@ -1318,58 +1318,6 @@ END_TEST
 
 /* ---- queues: single-threaded -------------------------------------------- */
 
-START_TEST(test_spsc_rejects_bad_capacity)
-{
-    struct tk_spsc q;
-    ck_assert_int_eq(tk_spsc_init(&q, 0), TK_EINVAL);
-    ck_assert_int_eq(tk_spsc_init(&q, (size_t)TK_QUEUE_CAPACITY_MAX + 1), TK_EINVAL);
-    ck_assert_int_eq(tk_spsc_init(&q, 1), 0);
-    ck_assert_int_eq(tk_spsc_push(&q, item_of(1)), 0);
-    ck_assert_int_eq(tk_spsc_push(&q, item_of(2)), TK_EBUSY);
-    ck_assert_uint_eq(value_of(tk_spsc_pop(&q)), 1);
-    ck_assert_ptr_null(tk_spsc_pop(&q));
-    tk_spsc_destroy(&q);
-}
-END_TEST
-
-START_TEST(test_spsc_is_fifo_and_refuses_push_when_full)
-{
-    struct tk_spsc q;
-    ck_assert_int_eq(tk_spsc_init(&q, 5), 0); /* rounded up to 8 */
-    ck_assert_ptr_null(tk_spsc_pop(&q));
-    for (uintptr_t i = 1; i <= 8; i++)
-        ck_assert_int_eq(tk_spsc_push(&q, item_of(i)), 0);
-    ck_assert_int_eq(tk_spsc_push(&q, item_of(9)), TK_EBUSY);
-    ck_assert_uint_eq(tk_spsc_size(&q), 8);
-    ck_assert_uint_eq(value_of(tk_spsc_pop(&q)), 1);
-    ck_assert_int_eq(tk_spsc_push(&q, item_of(9)), 0);
-    ck_assert_int_eq(tk_spsc_push(&q, item_of(10)), TK_EBUSY);
-    for (uintptr_t i = 2; i <= 9; i++)
-        ck_assert_uint_eq(value_of(tk_spsc_pop(&q)), i);
-    ck_assert_ptr_null(tk_spsc_pop(&q));
-    ck_assert_uint_eq(tk_spsc_size(&q), 0);
-    tk_spsc_destroy(&q);
-}
-END_TEST
-
-START_TEST(test_spsc_wraps_around_many_times)
-{
-    struct tk_spsc q;
-    ck_assert_int_eq(tk_spsc_init(&q, 4), 0);
-    uintptr_t next_in = 1, next_out = 1;
-    for (int round = 0; round < 1000; round++) {
-        int n = 1 + round % 4;
-        for (int i = 0; i < n; i++)
-            ck_assert_int_eq(tk_spsc_push(&q, item_of(next_in++)), 0);
-        ck_assert_uint_eq(tk_spsc_size(&q), (size_t)n);
-        for (int i = 0; i < n; i++)
-            ck_assert_uint_eq(value_of(tk_spsc_pop(&q)), next_out++);
-    }
-    ck_assert_ptr_null(tk_spsc_pop(&q));
-    tk_spsc_destroy(&q);
-}
-END_TEST
-
 START_TEST(test_mpsc_rejects_bad_capacity)
 {
     struct tk_mpsc q;
@@ -1438,18 +1386,6 @@ struct producer {
     unsigned long busy; /* pushes refused as full, then retried */
 };
 
-static void *spsc_producer(void *arg)
-{
-    struct producer *p = arg;
-    for (uintptr_t s = 1; s <= ITEMS_PER_PRODUCER; s++) {
-        while (tk_spsc_push(p->queue, item_of(p->id * ITEM_STRIDE + s)) == TK_EBUSY) {
-            p->busy++;
-            sched_yield();
-        }
-    }
-    return NULL;
-}
-
 static void *mpsc_producer(void *arg)
 {
     struct producer *p = arg;
@@ -1488,26 +1424,9 @@ static void consume_and_check(void *(*pop)(void *), void *queue, size_t n_produc
     ck_assert_ptr_null(pop(queue));
 }
 
-static void *spsc_pop_fn(void *q)
-{
-    return tk_spsc_pop(q);
-}
-
 static void *mpsc_pop_fn(void *q)
 {
     return tk_mpsc_pop(q);
-}
-
-static void run_spsc_threads(size_t capacity)
-{
-    struct tk_spsc q;
-    ck_assert_int_eq(tk_spsc_init(&q, capacity), 0);
-    struct producer p = {.queue = &q, .id = 0};
-    ck_assert_int_eq(pthread_create(&p.thread, NULL, spsc_producer, &p), 0);
-    consume_and_check(spsc_pop_fn, &q, 1);
-    ck_assert_int_eq(pthread_join(p.thread, NULL), 0);
-    ck_assert_uint_eq(tk_spsc_size(&q), 0);
-    tk_spsc_destroy(&q);
 }
 
 static void run_mpsc_threads(size_t n_producers, size_t capacity)
@@ -1524,18 +1443,6 @@ static void run_mpsc_threads(size_t n_producers, size_t capacity)
         ck_assert_int_eq(pthread_join(p[i].thread, NULL), 0);
     tk_mpsc_destroy(&q);
 }
-
-START_TEST(test_spsc_two_threads_deliver_everything_in_order)
-{
-    run_spsc_threads(1024);
-}
-END_TEST
-
-START_TEST(test_spsc_two_threads_in_order_through_a_tiny_queue)
-{
-    run_spsc_threads(2); /* full and empty all the time */
-}
-END_TEST
 
 START_TEST(test_mpsc_two_producers_each_item_once_in_producer_order)
 {
@@ -2027,17 +1934,12 @@ static Suite *base_suite(void)
     suite_add_tcase(s, tc);
 
     tc = tcase_create("queue");
-    tcase_add_test(tc, test_spsc_rejects_bad_capacity);
-    tcase_add_test(tc, test_spsc_is_fifo_and_refuses_push_when_full);
-    tcase_add_test(tc, test_spsc_wraps_around_many_times);
     tcase_add_test(tc, test_mpsc_rejects_bad_capacity);
     tcase_add_test(tc, test_mpsc_refuses_push_when_full);
     tcase_add_test(tc, test_mpsc_wraps_around_many_times);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("queue_threads");
-    tcase_add_test(tc, test_spsc_two_threads_deliver_everything_in_order);
-    tcase_add_test(tc, test_spsc_two_threads_in_order_through_a_tiny_queue);
     tcase_add_test(tc, test_mpsc_two_producers_each_item_once_in_producer_order);
     tcase_add_test(tc, test_mpsc_four_producers_through_a_tiny_queue);
     tcase_set_timeout(tc, 120);
