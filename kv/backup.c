@@ -46,19 +46,6 @@ static int fail(char *err, size_t cap, uint64_t off, const char *fmt, ...)
     return TK_ECORRUPT;
 }
 
-static uint64_t be64(const uint8_t *p)
-{
-    uint64_t v = 0;
-    for (int i = 0; i < 8; i++)
-        v = (v << 8) | p[i];
-    return v;
-}
-
-static uint32_t be32(const uint8_t *p)
-{
-    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
-}
-
 /* Walks a whole stream; *keys counts the data table's records. Offsets in
  * errors are the file's (the stream starts after the backup header). */
 static int walk_stream(const uint8_t *s, size_t len, uint64_t *keys, char *err,
@@ -73,23 +60,23 @@ static int walk_stream(const uint8_t *s, size_t len, uint64_t *keys, char *err,
     while (off < len && s[off] != 0xFF) {
         if (len - off < SNAP_REC_HDR || s[off] == 0 || s[off] > SNAP_TABLE_MAX)
             return fail(err, cap, base + off, "bad record header");
-        uint64_t body = (uint64_t)be32(s + off + 1) + be32(s + off + 5);
+        uint64_t body = (uint64_t)tk_get_be32(s + off + 1) + tk_get_be32(s + off + 5);
         if (body > len - off - SNAP_REC_HDR)
             return fail(err, cap, base + off, "record runs past the stream");
         /* Users' keys: not the node's own records (first byte 0x01,
          * kv.h KV_RESERVED_BYTE), which a restore drops. */
-        *keys += s[off] == SNAP_TABLE_DATA &&
-                 !(be32(s + off + 1) > 0 && s[off + SNAP_REC_HDR] == SNAP_RESERVED);
+        *keys += s[off] == SNAP_TABLE_DATA && !(tk_get_be32(s + off + 1) > 0 &&
+                                                s[off + SNAP_REC_HDR] == SNAP_RESERVED);
         recs++;
         off += SNAP_REC_HDR + (size_t)body;
     }
     if (len - off != SNAP_TRAILER)
         return fail(err, cap, base + off, "stream trailer missing or not at the end");
-    if (be64(s + off + 1) != recs)
-        return fail(err, cap, base + off + 1,
-                    "trailer counts %llu records, stream has %llu",
-                    (unsigned long long)be64(s + off + 1), (unsigned long long)recs);
-    if (tk_crc32c(0, s, len - 4) != be32(s + len - 4))
+    if (tk_get_be64(s + off + 1) != recs)
+        return fail(
+            err, cap, base + off + 1, "trailer counts %llu records, stream has %llu",
+            (unsigned long long)tk_get_be64(s + off + 1), (unsigned long long)recs);
+    if (tk_crc32c(0, s, len - 4) != tk_get_be32(s + len - 4))
         return fail(err, cap, base + len - 4, "stream CRC32C mismatch");
     return 0;
 }
@@ -161,8 +148,8 @@ int kv_backup_seal(const uint8_t *stream, size_t len, uint64_t cluster_id,
     struct kv_backup_info in = {
         .version = KV_BACKUP_VERSION,
         .cluster_id = cluster_id,
-        .revision = be64(stream + 8),
-        .term = be64(stream + 16),
+        .revision = tk_get_be64(stream + 8),
+        .term = tk_get_be64(stream + 16),
         .keys = keys,
         .stream_bytes = len,
         .created_ms = created_ms,

@@ -36,6 +36,7 @@
 #include "base/alloc.h"
 #include "base/assert.h"
 #include "base/dir.h"
+#include "base/endian.h"
 #include "base/err.h"
 #include "base/log.h"
 #include "base/sync.h"
@@ -103,21 +104,6 @@ static int lmdb_fail(const char *what, int rc)
     return xlate(rc);
 }
 
-static void put_be64(uint8_t *p, uint64_t v)
-{
-    for (int i = 7; i >= 0; i--) {
-        p[i] = (uint8_t)v;
-        v >>= 8;
-    }
-}
-
-static uint64_t get_be64(const uint8_t *p)
-{
-    uint64_t v; /* one load and a bswap: scans decode four per cold key */
-    memcpy(&v, p, 8);
-    return __builtin_bswap64(v);
-}
-
 /* The LMDB key of `key`: itself, or for a long key prefix || hash. */
 static size_t stored_key(const uint8_t *key, size_t len, uint8_t out[LONG_STORED])
 {
@@ -126,7 +112,7 @@ static size_t stored_key(const uint8_t *key, size_t len, uint8_t out[LONG_STORED
         return len;
     }
     memcpy(out, key, SHORT_MAX);
-    put_be64(out + SHORT_MAX, kv__hash(key, len));
+    tk_put_be64(out + SHORT_MAX, kv__hash(key, len));
     return LONG_STORED;
 }
 
@@ -455,9 +441,9 @@ int kv__cold_meta(struct kv_cold *c, struct kv_cold_meta *m)
     if (v.mv_size != 24)
         return TK_ECORRUPT;
     const uint8_t *p = v.mv_data;
-    m->index = get_be64(p);
-    m->term = get_be64(p + 8);
-    m->now_ms = get_be64(p + 16);
+    m->index = tk_get_be64(p);
+    m->term = tk_get_be64(p + 8);
+    m->now_ms = tk_get_be64(p + 16);
     return 0;
 }
 
@@ -469,10 +455,10 @@ static int decode_val(const MDB_val *k, const MDB_val *v, struct kv_cold_val *ou
     if (v->mv_size < VHDR)
         return TK_ECORRUPT;
     const uint8_t *p = v->mv_data;
-    out->expire_ms = get_be64(p);
-    out->create_rev = get_be64(p + 8);
-    out->mod_rev = get_be64(p + 16);
-    out->version = get_be64(p + 24);
+    out->expire_ms = tk_get_be64(p);
+    out->create_rev = tk_get_be64(p + 8);
+    out->mod_rev = tk_get_be64(p + 16);
+    out->version = tk_get_be64(p + 24);
     size_t hdr = VHDR;
     *key = k->mv_data;
     *key_len = k->mv_size;
@@ -555,10 +541,10 @@ int kv__cold_wput(struct kv_cold *c, const struct kv_rec *h)
     if (rc != 0)
         return lmdb_fail("put", rc);
     uint8_t *p = v.mv_data;
-    put_be64(p, h->expire_ms);
-    put_be64(p + 8, h->create_rev);
-    put_be64(p + 16, h->mod_rev);
-    put_be64(p + 24, h->version);
+    tk_put_be64(p, h->expire_ms);
+    tk_put_be64(p + 8, h->create_rev);
+    tk_put_be64(p + 16, h->mod_rev);
+    tk_put_be64(p + 24, h->version);
     if (extra > 0) {
         p[VHDR] = (uint8_t)(h->key_len >> 8);
         p[VHDR + 1] = (uint8_t)h->key_len;
@@ -568,7 +554,7 @@ int kv__cold_wput(struct kv_cold *c, const struct kv_rec *h)
         memcpy(p + VHDR + extra, kv__rec_value(h), h->value_len);
     if (h->expire_ms != 0) {
         uint8_t ek[8 + LONG_STORED];
-        put_be64(ek, h->expire_ms);
+        tk_put_be64(ek, h->expire_ms);
         memcpy(ek + 8, sk, k.mv_size);
         MDB_val xk = {8 + k.mv_size, ek}, xv = {0, NULL};
         rc = mdb_put(c->wtxn, c->exp, &xk, &xv, 0);
@@ -583,7 +569,7 @@ int kv__cold_wsession(struct kv_cold *c, const struct kv_rec *h)
     if (h->key_len != 16)
         return TK_ECORRUPT;
     uint8_t key[24];
-    put_be64(key, h->mod_rev);
+    tk_put_be64(key, h->mod_rev);
     memcpy(key + 8, kv__rec_key(h), 16);
     MDB_val k = {24, key}, v = {h->value_len, (void *)(uintptr_t)kv__rec_value(h)};
     int rc = mdb_put(c->wtxn, c->sess, &k, &v, 0);
@@ -604,12 +590,12 @@ static int sweep(struct kv_cold *c, uint64_t now_ms)
             rc = MDB_CORRUPTED;
             break;
         }
-        uint64_t exp = get_be64(k.mv_data);
+        uint64_t exp = tk_get_be64(k.mv_data);
         if (exp > now_ms)
             break;
         MDB_val dk = {k.mv_size - 8, (uint8_t *)k.mv_data + 8}, dv;
         rc = mdb_get(c->wtxn, c->data, &dk, &dv);
-        if (rc == 0 && dv.mv_size >= VHDR && get_be64(dv.mv_data) == exp) {
+        if (rc == 0 && dv.mv_size >= VHDR && tk_get_be64(dv.mv_data) == exp) {
             /* Still the key's version: only an expire command deletes it
              * (kv/ttl.c), at one revision on every replica. */
             rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT);
@@ -658,9 +644,9 @@ static int trim_sessions(struct kv_cold *c, size_t max)
 static int put_meta(MDB_txn *txn, MDB_dbi dbi, const struct kv_cold_meta *m)
 {
     uint8_t buf[24];
-    put_be64(buf, m->index);
-    put_be64(buf + 8, m->term);
-    put_be64(buf + 16, m->now_ms);
+    tk_put_be64(buf, m->index);
+    tk_put_be64(buf + 8, m->term);
+    tk_put_be64(buf + 16, m->now_ms);
     MDB_val k = {1, "m"}, v = {24, buf};
     return mdb_put(txn, dbi, &k, &v, 0);
 }
@@ -723,8 +709,8 @@ static int each_session(MDB_txn *txn, MDB_dbi dbi, kv_cold_session_cb *cb, void 
             break;
         }
         const uint8_t *p = k.mv_data;
-        ret = cb(get_be64(p), get_be64(p + 8), get_be64(p + 16), v.mv_data, v.mv_size,
-                 data);
+        ret = cb(tk_get_be64(p), tk_get_be64(p + 8), tk_get_be64(p + 16), v.mv_data,
+                 v.mv_size, data);
         if (ret != 0)
             break;
     }
@@ -748,8 +734,8 @@ static int each_expiring(MDB_txn *txn, MDB_dbi dbi, kv_cold_exp_cb *cb, void *da
             ret = TK_ECORRUPT;
             break;
         }
-        ret =
-            cb(get_be64(k.mv_data), (const uint8_t *)k.mv_data + 8, k.mv_size - 8, data);
+        ret = cb(tk_get_be64(k.mv_data), (const uint8_t *)k.mv_data + 8, k.mv_size - 8,
+                 data);
     }
     mdb_cursor_close(cur);
     if (ret == 0 && rc != MDB_NOTFOUND)
@@ -894,9 +880,9 @@ int kv__cold_snap_open(struct kv_cold *c, struct kv_cold_snap **out,
     rc = mdb_get(s->txn, c->meta, &k, &v);
     if (rc == 0 && v.mv_size == 24) {
         const uint8_t *p = v.mv_data;
-        meta->index = get_be64(p);
-        meta->term = get_be64(p + 8);
-        meta->now_ms = get_be64(p + 16);
+        meta->index = tk_get_be64(p);
+        meta->term = tk_get_be64(p + 8);
+        meta->now_ms = tk_get_be64(p + 16);
     } else if (rc != MDB_NOTFOUND) {
         mdb_txn_abort(s->txn);
         tk_free(s);

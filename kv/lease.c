@@ -24,24 +24,11 @@
 #include <string.h>
 
 #include "base/alloc.h"
+#include "base/endian.h"
 #include "base/err.h"
 #include "kv/sm_internal.h"
 
 #define REC_HEAD 30 /* "L1", ttl, remaining, renewed, count */
-
-static uint64_t rd64(const uint8_t *p)
-{
-    uint64_t v = 0;
-    for (int i = 7; i >= 0; i--)
-        v = (v << 8) | p[i];
-    return v;
-}
-
-static void wr64(uint8_t *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
 
 bool kv__lease_reserved(const uint8_t *key, size_t len)
 {
@@ -211,9 +198,9 @@ static int store(struct kv_sm *sm, uint64_t index, const struct kv_lease *l, uin
         bytes += 2 + l->keys[i]->len;
     uint8_t *v = tk_malloc(bytes);
     memcpy(v, "L1", 2);
-    wr64(v + 2, l->ttl_ms);
-    wr64(v + 10, l->remaining_ms);
-    wr64(v + 18, l->renewed);
+    tk_put_le64(v + 2, l->ttl_ms);
+    tk_put_le64(v + 10, l->remaining_ms);
+    tk_put_le64(v + 18, l->renewed);
     uint32_t n = (uint32_t)l->n_keys;
     memcpy(v + 26, &n, 4);
     size_t off = REC_HEAD;
@@ -377,9 +364,9 @@ int kv__lease_load_rec(struct kv_leases *t, const uint8_t *key, size_t key_len,
     uint64_t id = 0;
     if (sscanf(hex, "%16llx", (unsigned long long *)&id) != 1)
         return TK_ECORRUPT;
-    struct kv_lease *l = lease_add(t, id, rd64(v + 2));
-    l->remaining_ms = rd64(v + 10);
-    l->renewed = rd64(v + 18);
+    struct kv_lease *l = lease_add(t, id, tk_get_le64(v + 2));
+    l->remaining_ms = tk_get_le64(v + 10);
+    l->renewed = tk_get_le64(v + 18);
     uint32_t n;
     memcpy(&n, v + 26, 4);
     size_t off = REC_HEAD;

@@ -28,6 +28,7 @@
 #include "base/alloc.h"
 #include "base/blob.h"
 #include "base/crc32c.h"
+#include "base/endian.h"
 #include "base/err.h"
 #include "base/sync.h"
 #include "kv/sm_internal.h"
@@ -102,28 +103,6 @@ struct kv_trash {
     char path[PATH_MAX];
 };
 
-static void be64(uint8_t *p, uint64_t v)
-{
-    for (int i = 7; i >= 0; i--, v >>= 8)
-        p[i] = (uint8_t)v;
-}
-static void be32(uint8_t *p, uint32_t v)
-{
-    for (int i = 3; i >= 0; i--, v >>= 8)
-        p[i] = (uint8_t)v;
-}
-static uint64_t rd64(const uint8_t *p)
-{
-    uint64_t v = 0;
-    for (int i = 0; i < 8; i++)
-        v = (v << 8) | p[i];
-    return v;
-}
-static uint32_t rd32(const uint8_t *p)
-{
-    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
-}
-
 /* ---- the walk: one stream's structure, checked ---- */
 
 __attribute__((format(printf, 2, 3))) static int walk_fail(struct snap_walk *w,
@@ -156,9 +135,9 @@ static int walk_header(struct snap_walk *w, const uint8_t *p, struct kv_cold_met
 {
     if (memcmp(p, SNAP_MAGIC, 8) != 0)
         return walk_fail(w, "not a snapshot stream (bad magic)");
-    meta->index = rd64(p + 8);
-    meta->term = rd64(p + 16);
-    meta->now_ms = rd64(p + 24);
+    meta->index = tk_get_be64(p + 8);
+    meta->term = tk_get_be64(p + 16);
+    meta->now_ms = tk_get_be64(p + 24);
     w->now_ms = meta->now_ms;
     w->crc = tk_crc32c(w->crc, p, HDR_BYTES);
     return 0;
@@ -207,7 +186,7 @@ static int check_data(struct snap_walk *w, const uint8_t *k, size_t klen,
         key = v + VAL_HDR + 2;
         hdr = VAL_HDR + 2 + key_len;
     }
-    uint64_t expire_ms = rd64(v);
+    uint64_t expire_ms = tk_get_be64(v);
     if (klen >= KV_LEASE_PREFIX_LEN &&
         memcmp(k, KV_LEASE_PREFIX, KV_LEASE_PREFIX_LEN) == 0 &&
         (expire_ms == 0 || expire_ms > w->now_ms))
@@ -221,7 +200,7 @@ static int check_session(struct snap_walk *w, const uint8_t *k, size_t klen,
                          const uint8_t *v, size_t vlen)
 {
     struct kv_result r;
-    if (klen != 24 || rd64(k + 8) == 0 || vlen > KV_RESULT_ENCODED_MAX ||
+    if (klen != 24 || tk_get_be64(k + 8) == 0 || vlen > KV_RESULT_ENCODED_MAX ||
         kv_result_decode(v, vlen, &r) != 0)
         return walk_fail(w, "record %llu: a malformed session",
                          (unsigned long long)w->count);
@@ -271,10 +250,11 @@ static int walk_record(struct snap_walk *w, const uint8_t *p, size_t klen, size_
  * folded into w->crc): 0 or TK_ECORRUPT. */
 static int walk_trailer(struct snap_walk *w, const uint8_t *p)
 {
-    if (rd64(p + 1) != w->count)
+    if (tk_get_be64(p + 1) != w->count)
         return walk_fail(w, "the trailer counts %llu records, the stream holds %llu",
-                         (unsigned long long)rd64(p + 1), (unsigned long long)w->count);
-    if (rd32(p + 9) != tk_crc32c(w->crc, p, 9))
+                         (unsigned long long)tk_get_be64(p + 1),
+                         (unsigned long long)w->count);
+    if (tk_get_be32(p + 9) != tk_crc32c(w->crc, p, 9))
         return walk_fail(w, "checksum mismatch");
     return 0;
 }
@@ -308,7 +288,7 @@ int kv_snap_check(const struct kv_sm *sm, const void *buf, size_t len, uint64_t 
             rc = walk_fail(&w, "truncated in record %llu", (unsigned long long)w.count);
             break;
         }
-        size_t klen = rd32(p + off + 1), vlen = rd32(p + off + 5);
+        size_t klen = tk_get_be32(p + off + 1), vlen = tk_get_be32(p + off + 5);
         if (REC_HDR + klen + vlen > max) /* no 64-bit overflow: each is a u32 */
             rc = walk_fail(&w, "record %llu claims %zu bytes",
                            (unsigned long long)w.count, REC_HDR + klen + vlen);
@@ -469,9 +449,9 @@ static int fill(struct kv_snap *s)
     if (s->state == 0) {
         stage_reserve(s, HDR_BYTES);
         memcpy(s->stage, SNAP_MAGIC, 8);
-        be64(s->stage + 8, s->meta.index);
-        be64(s->stage + 16, s->meta.term);
-        be64(s->stage + 24, s->meta.now_ms);
+        tk_put_be64(s->stage + 8, s->meta.index);
+        tk_put_be64(s->stage + 16, s->meta.term);
+        tk_put_be64(s->stage + 24, s->meta.now_ms);
         s->stage_len = HDR_BYTES;
         s->state = 1;
     } else {
@@ -487,17 +467,17 @@ static int fill(struct kv_snap *s)
         if (end) {
             stage_reserve(s, TRAILER);
             s->stage[0] = 0xFF;
-            be64(s->stage + 1, s->count);
+            tk_put_be64(s->stage + 1, s->count);
             s->crc = tk_crc32c(s->crc, s->stage, 9);
-            be32(s->stage + 9, s->crc);
+            tk_put_be32(s->stage + 9, s->crc);
             s->stage_len = TRAILER;
             s->state = 2;
             return 0;
         }
         stage_reserve(s, REC_HDR + klen + vlen);
         s->stage[0] = table;
-        be32(s->stage + 1, (uint32_t)klen);
-        be32(s->stage + 5, (uint32_t)vlen);
+        tk_put_be32(s->stage + 1, (uint32_t)klen);
+        tk_put_be32(s->stage + 5, (uint32_t)vlen);
         memcpy(s->stage + REC_HDR, k, klen);
         if (vlen > 0)
             memcpy(s->stage + REC_HDR + klen, v, vlen);
@@ -593,7 +573,7 @@ static long parse(struct kv_install *in)
         }
         if (avail < REC_HDR)
             break;
-        size_t klen = rd32(p + 1), vlen = rd32(p + 5);
+        size_t klen = tk_get_be32(p + 1), vlen = tk_get_be32(p + 5);
         if (REC_HDR + klen + vlen > in->pend_max)
             return TK_ECORRUPT;
         if (avail < REC_HDR + klen + vlen)

@@ -16,6 +16,7 @@
 
 #include "base/alloc.h"
 #include "base/assert.h"
+#include "base/endian.h"
 #include "kv/kv_internal.h"
 
 #define INL_BYTES 16
@@ -27,19 +28,12 @@ union vnode {
     union vnode *free_next;
 };
 
-static inline uint64_t load_be64(const uint8_t *p)
-{
-    uint64_t w;
-    memcpy(&w, p, 8);
-    return __builtin_bswap64(w);
-}
-
 int kv__keycmp(const void *a, size_t alen, const void *b, size_t blen)
 {
     size_t n = alen < blen ? alen : blen, i = 0;
     const uint8_t *x = a, *y = b;
     for (; i + 8 <= n; i += 8) { /* short keys compare without a call */
-        uint64_t wx = load_be64(x + i), wy = load_be64(y + i);
+        uint64_t wx = tk_get_be64(x + i), wy = tk_get_be64(y + i);
         if (wx != wy)
             return wx < wy ? -1 : 1;
     }
@@ -61,8 +55,8 @@ static void probe_init(struct probe *p, const void *key, size_t len)
     uint8_t inl[INL_BYTES] = {0};
     if (len > 0) /* a scan from the start passes (NULL, 0) */
         memcpy(inl, key, len < INL_BYTES ? len : INL_BYTES);
-    p->w0 = load_be64(inl);
-    p->w1 = load_be64(inl + 8);
+    p->w0 = tk_get_be64(inl);
+    p->w1 = tk_get_be64(inl + 8);
     p->key = key;
     p->len = len;
 }
@@ -72,10 +66,10 @@ static void probe_init(struct probe *p, const void *key, size_t len)
  * both keys fit inline, the shorter key is the smaller. */
 static int vcmp(const struct kv_vent *e, const struct probe *p)
 {
-    uint64_t a0 = load_be64(e->inl);
+    uint64_t a0 = tk_get_be64(e->inl);
     if (a0 != p->w0)
         return a0 < p->w0 ? -1 : 1;
-    uint64_t a1 = load_be64(e->inl + 8);
+    uint64_t a1 = tk_get_be64(e->inl + 8);
     if (a1 != p->w1)
         return a1 < p->w1 ? -1 : 1;
     if (e->len <= INL_BYTES && p->len <= INL_BYTES)

@@ -205,11 +205,11 @@ static void path_of(const struct fs *f, const char *name, char *buf, size_t len)
 static void rec_header(uint8_t *h, const struct raft_entry *e, uint64_t synced)
 {
     uint32_t len = e->data != NULL ? (uint32_t)e->data->len : 0;
-    store__put32(h + 4, len);
-    store__put64(h + 8, e->index);
-    store__put64(h + 16, e->term);
-    store__put64(h + 24, e->time_ms);
-    store__put64(h + 32, synced);
+    tk_put_le32(h + 4, len);
+    tk_put_le64(h + 8, e->index);
+    tk_put_le64(h + 16, e->term);
+    tk_put_le64(h + 24, e->time_ms);
+    tk_put_le64(h + 32, synced);
     memset(h + 40, 0, 8);
     h[40] = e->type;
 }
@@ -228,18 +228,18 @@ static int rec_decode(const uint8_t *p, uint64_t avail, uint64_t max_len, struct
         return -1;
     bool zero = true;
     for (int i = 0; i < REC_HDR; i += 8) {
-        if (store__get64(p + i) != 0) {
+        if (tk_get_le64(p + i) != 0) {
             zero = false;
             break;
         }
     }
     if (zero)
         return 0;
-    r->len = store__get32(p + 4);
-    r->index = store__get64(p + 8);
-    r->term = store__get64(p + 16);
-    r->time_ms = store__get64(p + 24);
-    r->synced = store__get64(p + 32);
+    r->len = tk_get_le32(p + 4);
+    r->index = tk_get_le64(p + 8);
+    r->term = tk_get_le64(p + 16);
+    r->time_ms = tk_get_le64(p + 24);
+    r->synced = tk_get_le64(p + 32);
     r->type = p[40];
     /* The whole record, padding included, must be present. */
     if (r->len > max_len || REC_HDR + pad8(r->len) > avail)
@@ -251,7 +251,7 @@ static int rec_decode(const uint8_t *p, uint64_t avail, uint64_t max_len, struct
             return -1;
     uint32_t crc = tk_crc32c(0, p + 4, REC_HDR - 4);
     crc = tk_crc32c(crc, p + REC_HDR, r->len);
-    if (crc != store__get32(p))
+    if (crc != tk_get_le32(p))
         return -1;
     /* Padding is not under the CRC, so it must be zero to count. */
     for (uint64_t i = REC_HDR + r->len; i < REC_HDR + pad8(r->len); i++)
@@ -263,17 +263,17 @@ static int rec_decode(const uint8_t *p, uint64_t avail, uint64_t max_len, struct
 static void seghdr_encode(uint8_t *h, uint64_t first)
 {
     memcpy(h, SEG_MAGIC, 8);
-    store__put64(h + 8, first);
-    store__put32(h + 16, SEG_VERSION);
-    store__put32(h + 20, tk_crc32c(0, h, 20));
+    tk_put_le64(h + 8, first);
+    tk_put_le32(h + 16, SEG_VERSION);
+    tk_put_le32(h + 20, tk_crc32c(0, h, 20));
     memset(h + 24, 0, 8);
 }
 
 static bool seghdr_ok(const uint8_t *h, uint64_t size, uint64_t first)
 {
     return size >= SEG_HDR && memcmp(h, SEG_MAGIC, 8) == 0 &&
-           store__get64(h + 8) == first && store__get32(h + 16) == SEG_VERSION &&
-           store__get32(h + 20) == tk_crc32c(0, h, 20);
+           tk_get_le64(h + 8) == first && tk_get_le32(h + 16) == SEG_VERSION &&
+           tk_get_le32(h + 20) == tk_crc32c(0, h, 20);
 }
 
 /* ---- in-memory index --------------------------------------------------- */
@@ -588,12 +588,12 @@ static void stage_record(struct fs *f, const struct raft_entry *e, uint64_t len)
             memcpy(h + REC_HDR, e->data->data, len);
         memset(h + REC_HDR + len, 0, pad8(len) - len);
         /* Header and payload are contiguous and were just written. */
-        store__put32(h, tk_crc32c(0, h + 4, REC_HDR - 4 + len));
+        tk_put_le32(h, tk_crc32c(0, h + 4, REC_HDR - 4 + len));
         return;
     }
     uint8_t *h = stage_reserve(f, REC_HDR);
     rec_header(h, e, f->durable);
-    store__put32(h, tk_crc32c(tk_crc32c(0, h + 4, REC_HDR - 4), e->data->data, len));
+    tk_put_le32(h, tk_crc32c(tk_crc32c(0, h + 4, REC_HDR - 4), e->data->data, len));
     f->iov[f->niov].iov_base = e->data->data;
     f->iov[f->niov++].iov_len = len;
     f->iov_in_sbuf = false;
@@ -1280,8 +1280,8 @@ static uint64_t find_synced_after(struct recover *r, uint64_t from, uint64_t x,
     uint64_t end = nonzero_end(r->buf, from, r->size);
     for (uint64_t p = pad8(from); p + REC_HDR <= end; p += 8) {
         const uint8_t *h = r->buf + p;
-        uint64_t idx = store__get64(h + 8);
-        if (idx < x || store__get64(h + 32) < x)
+        uint64_t idx = tk_get_le64(h + 8);
+        if (idx < x || tk_get_le64(h + 32) < x)
             continue;
         struct rec rh;
         if (rec_decode(h, r->size - p, r->s->entry_bytes_max, &rh) == 1) {

@@ -47,19 +47,19 @@ static int lmdb_rc(int rc)
 static void put_config(uint8_t *p, const struct raft_config *c)
 {
     memset(p, 0, CONFIG_BYTES);
-    store__put32(p, c->n_voters);
+    tk_put_le32(p, c->n_voters);
     for (uint32_t i = 0; i < c->n_voters && i < RAFT_VOTERS_MAX; i++)
-        store__put64(p + 4 + 8 * i, c->voters[i]);
+        tk_put_le64(p + 4 + 8 * i, c->voters[i]);
 }
 
 static int get_config(const uint8_t *p, struct raft_config *c, bool allow_empty)
 {
     memset(c, 0, sizeof(*c));
-    c->n_voters = store__get32(p);
+    c->n_voters = tk_get_le32(p);
     if (c->n_voters > RAFT_VOTERS_MAX || (!allow_empty && c->n_voters == 0))
         return TK_ECORRUPT;
     for (uint32_t i = 0; i < c->n_voters; i++)
-        c->voters[i] = store__get64(p + 4 + 8 * i);
+        c->voters[i] = tk_get_le64(p + 4 + 8 * i);
     return 0;
 }
 
@@ -71,18 +71,18 @@ static int get_config(const uint8_t *p, struct raft_config *c, bool allow_empty)
 static void put_learners(uint8_t *p, const struct raft_config *c)
 {
     memset(p, 0, LEARNERS_BYTES);
-    store__put32(p, c->n_learners);
+    tk_put_le32(p, c->n_learners);
     for (uint32_t i = 0; i < c->n_learners && i < RAFT_LEARNERS_MAX; i++)
-        store__put64(p + 4 + 8 * i, c->learners[i]);
+        tk_put_le64(p + 4 + 8 * i, c->learners[i]);
 }
 
 static int get_learners(const uint8_t *p, struct raft_config *c)
 {
-    c->n_learners = store__get32(p);
+    c->n_learners = tk_get_le32(p);
     if (c->n_learners > RAFT_LEARNERS_MAX)
         return TK_ECORRUPT;
     for (uint32_t i = 0; i < c->n_learners; i++) {
-        c->learners[i] = store__get64(p + 4 + 8 * i);
+        c->learners[i] = tk_get_le64(p + 4 + 8 * i);
         if (c->learners[i] == RAFT_NONE)
             return TK_ECORRUPT;
     }
@@ -134,8 +134,8 @@ static int get_snapshot(MDB_txn *txn, MDB_dbi dbi, const char *key,
     if (rc != 0)
         return rc;
     if (found) {
-        out->index = store__get64(b);
-        out->term = store__get64(b + 8);
+        out->index = tk_get_le64(b);
+        out->term = tk_get_le64(b + 8);
         if ((rc = get_config(b + 16, &out->config, true)) != 0)
             return store__errbuf(err, err_len, rc, "meta: bad %s config", key);
     }
@@ -153,8 +153,8 @@ static int put_snapshot(MDB_txn *txn, MDB_dbi dbi, const char *key,
 {
     uint8_t b[SNAP_BYTES];
     char lk[32];
-    store__put64(b, m->index);
-    store__put64(b + 8, m->term);
+    tk_put_le64(b, m->index);
+    tk_put_le64(b + 8, m->term);
     put_config(b + 16, &m->config);
     int rc = put(txn, dbi, key, b, 16 + CONFIG_BYTES);
     if (rc != 0)
@@ -178,14 +178,14 @@ static int load(struct store_meta *m, struct store_meta_state *st, char *err,
     if ((rc = get(txn, m->dbi, "hard_state", b, 16, &found, err, err_len)))
         goto out;
     if (found) {
-        st->hard_state.term = store__get64(b);
-        st->hard_state.vote = store__get64(b + 8);
+        st->hard_state.term = tk_get_le64(b);
+        st->hard_state.vote = tk_get_le64(b + 8);
     }
     if ((rc = get(txn, m->dbi, "ids", b, 16, &found, err, err_len)))
         goto out;
     if (found) {
-        st->cluster_id = store__get64(b);
-        st->node_id = store__get64(b + 8);
+        st->cluster_id = tk_get_le64(b);
+        st->node_id = tk_get_le64(b + 8);
     }
     if ((rc = get(txn, m->dbi, "incarnation", b, 16, &found, err, err_len)))
         goto out;
@@ -197,8 +197,8 @@ static int load(struct store_meta *m, struct store_meta_state *st, char *err,
         goto out;
     if (found) {
         st->has_log_start = true;
-        st->log_first = store__get64(b);
-        st->log_prev_term = store__get64(b + 8);
+        st->log_first = tk_get_le64(b);
+        st->log_prev_term = tk_get_le64(b + 8);
         if (st->log_first == 0) {
             rc = store__errbuf(err, err_len, TK_ECORRUPT,
                                "meta: log_start has first index 0");
@@ -278,20 +278,20 @@ int store_meta_save(struct store_meta *m, const struct store_meta_state *st,
         goto fail;
     uint8_t b[16 + CONFIG_BYTES];
     if (rc == 0 && (mask & STORE_META_HARD_STATE)) {
-        store__put64(b, st->hard_state.term);
-        store__put64(b + 8, st->hard_state.vote);
+        tk_put_le64(b, st->hard_state.term);
+        tk_put_le64(b + 8, st->hard_state.vote);
         rc = put(txn, m->dbi, "hard_state", b, 16);
     }
     if (rc == 0 && (mask & STORE_META_IDS)) {
-        store__put64(b, st->cluster_id);
-        store__put64(b + 8, st->node_id);
+        tk_put_le64(b, st->cluster_id);
+        tk_put_le64(b + 8, st->node_id);
         rc = put(txn, m->dbi, "ids", b, 16);
         if (rc == 0 && st->has_incarnation)
             rc = put(txn, m->dbi, "incarnation", st->incarnation, 16);
     }
     if (rc == 0 && (mask & STORE_META_LOG_START)) {
-        store__put64(b, st->log_first);
-        store__put64(b + 8, st->log_prev_term);
+        tk_put_le64(b, st->log_first);
+        tk_put_le64(b + 8, st->log_prev_term);
         rc = put(txn, m->dbi, "log_start", b, 16);
     }
     if (rc == 0 && (mask & STORE_META_BOOTSTRAP)) {

@@ -15,6 +15,7 @@
 #include <stdarg.h>
 #include <stdatomic.h>
 
+#include "base/endian.h"
 #include "base/hist.h"
 #include "store/store.h"
 
@@ -164,31 +165,5 @@ int store_meta_open(const char *path, struct store_meta **out,
 int store_meta_save(struct store_meta *m, const struct store_meta_state *st,
                     unsigned mask, char *err, size_t err_len);
 void store_meta_close(struct store_meta *m);
-
-/* Little-endian helpers for on-disk encodings. */
-static inline void store__put64(uint8_t *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-static inline void store__put32(uint8_t *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-static inline uint64_t store__get64(const uint8_t *p)
-{
-    uint64_t v = 0;
-    for (int i = 7; i >= 0; i--)
-        v = (v << 8) | p[i];
-    return v;
-}
-static inline uint32_t store__get32(const uint8_t *p)
-{
-    uint32_t v = 0;
-    for (int i = 3; i >= 0; i--)
-        v = (v << 8) | p[i];
-    return v;
-}
 
 #endif

@@ -12,6 +12,7 @@
 
 #include "base/alloc.h"
 #include "base/crc32c.h"
+#include "base/endian.h"
 #include "base/err.h"
 #include "kv.pb-c.h"
 #include "kv/kv.h"
@@ -22,27 +23,10 @@
 #define REC_HDR 9
 #define TRAILER 13
 
-static uint32_t get32(const uint8_t *p)
-{
-    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
-}
-
-static void put32(uint8_t *p, uint32_t v)
-{
-    for (int i = 3; i >= 0; i--, v >>= 8)
-        p[i] = (uint8_t)v;
-}
-
-static void put64(uint8_t *p, uint64_t v)
-{
-    for (int i = 7; i >= 0; i--, v >>= 8)
-        p[i] = (uint8_t)v;
-}
-
 /* Recomputes the trailer's CRC over every byte before it. */
 static void reseal(uint8_t *s, size_t len)
 {
-    put32(s + len - 4, tk_crc32c(0, s, len - 4));
+    tk_put_be32(s + len - 4, tk_crc32c(0, s, len - 4));
 }
 
 /* The offset of record i (0-based) of table `table` (0: any). */
@@ -54,7 +38,7 @@ static size_t record_at(const uint8_t *s, size_t len, uint8_t table, int i)
             if (i-- == 0)
                 return off;
         }
-        off += REC_HDR + get32(s + off + 1) + get32(s + off + 5);
+        off += REC_HDR + tk_get_be32(s + off + 1) + tk_get_be32(s + off + 5);
     }
     ck_abort_msg("no record %d of table %u", i, (unsigned)table);
     return 0;
@@ -235,18 +219,18 @@ START_TEST(test_lying_counts_and_lengths_are_refused_despite_a_good_crc)
     /* The trailer counts one record more. */
     memcpy(s, e.good, e.len);
     uint8_t *count = s + e.len - TRAILER + 1;
-    put64(count, ((uint64_t)count[7] | (uint64_t)count[6] << 8) + 1);
+    tk_put_be64(count, ((uint64_t)count[7] | (uint64_t)count[6] << 8) + 1);
     reseal(s, e.len);
     refused(&e, s, e.len, true);
     /* A record's value claims a byte more (the records after it shift). */
     memcpy(s, e.good, e.len);
     size_t r = record_at(s, e.len, 1, 3);
-    put32(s + r + 5, get32(s + r + 5) + 1);
+    tk_put_be32(s + r + 5, tk_get_be32(s + r + 5) + 1);
     reseal(s, e.len);
     refused(&e, s, e.len, true);
     /* A key claims a byte less. */
     memcpy(s, e.good, e.len);
-    put32(s + r + 1, get32(s + r + 1) - 1);
+    tk_put_be32(s + r + 1, tk_get_be32(s + r + 1) - 1);
     reseal(s, e.len);
     refused(&e, s, e.len, true);
     /* A record of an unknown table. */
@@ -262,8 +246,8 @@ START_TEST(test_lying_counts_and_lengths_are_refused_despite_a_good_crc)
     /* A data value shorter than its header. */
     memcpy(s, e.good, e.len);
     size_t r0 = record_at(s, e.len, 1, 0);
-    uint32_t klen = get32(s + r0 + 1), vlen = get32(s + r0 + 5);
-    put32(s + r0 + 5, 4);
+    uint32_t klen = tk_get_be32(s + r0 + 1), vlen = tk_get_be32(s + r0 + 5);
+    tk_put_be32(s + r0 + 5, 4);
     memmove(s + r0 + REC_HDR + klen + 4, s + r0 + REC_HDR + klen + vlen,
             e.len - (r0 + REC_HDR + klen + vlen));
     size_t short_len = e.len - vlen + 4;
@@ -273,7 +257,7 @@ START_TEST(test_lying_counts_and_lengths_are_refused_despite_a_good_crc)
      * would assert). */
     memcpy(s, e.good, e.len);
     size_t sr = record_at(s, e.len, 3, 0);
-    uint32_t sk = get32(s + sr + 1), sv = get32(s + sr + 5);
+    uint32_t sk = tk_get_be32(s + sr + 1), sv = tk_get_be32(s + sr + 5);
     ck_assert_uint_gt(sv, 0);
     memset(s + sr + REC_HDR + sk, 0xFF, sv);
     reseal(s, e.len);
@@ -298,8 +282,8 @@ START_TEST(test_a_huge_claimed_length_is_refused_at_once)
     size_t len = HDR + REC_HDR + 16 + TRAILER;
     uint8_t *s = tk_calloc(1, len);
     memcpy(s, e.good, HDR + REC_HDR);
-    put32(s + HDR + 1, 0xFFFFFFFFu);
-    put32(s + HDR + 5, 0xFFFFFFFFu);
+    tk_put_be32(s + HDR + 1, 0xFFFFFFFFu);
+    tk_put_be32(s + HDR + 5, 0xFFFFFFFFu);
     s[len - TRAILER] = 0xFF;
     reseal(s, len);
     refused(&e, s, len, false);
@@ -310,8 +294,8 @@ START_TEST(test_a_huge_claimed_length_is_refused_at_once)
     b_unchanged(&e);
     /* Just past the install's record bound (a value of value_max and a
      * little), as seen by the check alone. */
-    put32(s + HDR + 1, 8);
-    put32(s + HDR + 5, (uint32_t)e.b.cfg.value_max + 200000);
+    tk_put_be32(s + HDR + 1, 8);
+    tk_put_be32(s + HDR + 5, (uint32_t)e.b.cfg.value_max + 200000);
     reseal(s, len);
     refused(&e, s, len, true);
     tk_free(s);

@@ -35,6 +35,7 @@
 
 #include "base/blob.h"
 #include "base/crc32c.h"
+#include "base/endian.h"
 #include "base/err.h"
 #include "kv/kv.h"
 #include "tests/unit/kv/kv_util.h"
@@ -59,19 +60,6 @@ static double clock_ms(clockid_t id)
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
-static uint64_t get64(const uint8_t *p)
-{
-    uint64_t v = 0;
-    for (int i = 0; i < 8; i++)
-        v = (v << 8) | p[i];
-    return v;
-}
-
-static uint32_t get32(const uint8_t *p)
-{
-    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
-}
-
 static int cmp_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
@@ -93,7 +81,7 @@ static uint32_t crc_per_record(const uint8_t *p, size_t len)
     uint32_t crc = tk_crc32c(0, p, HDR);
     size_t off = HDR;
     while (off < len && p[off] != 0xFF) {
-        size_t n = REC_HDR + (size_t)get32(p + off + 1) + get32(p + off + 5);
+        size_t n = REC_HDR + (size_t)tk_get_be32(p + off + 1) + tk_get_be32(p + off + 5);
         crc = tk_crc32c(crc, p + off, n);
         off += n;
     }
@@ -131,7 +119,8 @@ static int check_spans(struct kvu *u, struct tk_blob *b, uint64_t want_index)
     /* The last value byte of every 97th record and of the last one. */
     size_t off = HDR, last = 0, flips = 0;
     for (uint64_t i = 0; off < b->len && b->data[off] != 0xFF; i++) {
-        size_t end = off + REC_HDR + get32(b->data + off + 1) + get32(b->data + off + 5);
+        size_t end = off + REC_HDR + tk_get_be32(b->data + off + 1) +
+                     tk_get_be32(b->data + off + 5);
         last = end - 1;
         off = end;
         if (i % 97 != 0 && b->data[off] != 0xFF)
@@ -187,8 +176,8 @@ static int bench(long n, bool check)
         return failed;
     }
     double t2 = clock_ms(CLOCK_MONOTONIC);
-    uint64_t records = get64(b->data + b->len - TRAILER + 1);
-    uint32_t want_crc = get32(b->data + b->len - 4);
+    uint64_t records = tk_get_be64(b->data + b->len - TRAILER + 1);
+    uint32_t want_crc = tk_get_be32(b->data + b->len - 4);
     printf("N=%ld: built in %.1f s, stream of %zu bytes (%llu records, %.1f B each) "
            "read in %.1f s\n",
            n, (t1 - t0) / 1e3, b->len, (unsigned long long)records,
