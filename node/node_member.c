@@ -815,6 +815,13 @@ bool node__member_known(struct transport *t, uint64_t id, void *data)
     (void)t;
     if (raft_config_is_member(raft_config(n->raft), id))
         return true;
+    /* A fenced id (removed, or dropped by --force-new-cluster) is let past
+     * the HELLO, as while it was a peer, so that its proof is checked and
+     * node__member_incarnation refuses it with a REFUSE it can trust: it
+     * learns that it is out and stops campaigning. The transport forgot it
+     * (forget_removed); the refusal comes from the records. */
+    if (node__member_fenced(n, id))
+        return true;
     /* Joining and not in any configuration yet: the leader that adds this
      * node may itself be a member added after the --members it was given. */
     return n->o.join && !raft_config_is_member(raft_config(n->raft), n->o.id);

@@ -135,7 +135,9 @@ static bool removed(struct node *n, uint64_t leader)
 void node__publish_status(struct node *n)
 {
     struct node_metrics *mt = &n->m.metrics;
-    bool rm = !n->persist.failed && removed(n, raft_leader(n->raft));
+    /* A refused node hears its leader no more: it looks for its record. */
+    bool rm =
+        !n->persist.failed && removed(n, n->mem.rejected ? 0 : raft_leader(n->raft));
     pthread_mutex_lock(&n->m.mu);
     n->m.status.id = n->o.id;
     n->m.status.term = raft_term(n->raft);
@@ -148,7 +150,9 @@ void node__publish_status(struct node *n)
         n->m.status.last_term = 0;
     n->m.status.snapshot_index = n->tier.snap_index;
     n->m.status.failed = n->persist.failed;
-    n->m.status.rejected = n->mem.rejected;
+    /* A removed member that redials is refused too (node_member.c): its
+     * removed record is the more precise reason. */
+    n->m.status.rejected = n->mem.rejected && !rm;
     n->m.status.removed = rm;
     struct store_stats ss;
     store_stats(n->store, &ss);
