@@ -317,14 +317,3 @@ int pct_decode(const char *src, size_t len, uint8_t *dst, size_t *out_len,
     *out_len = o;
     return 0;
 }
-
-uint64_t fnv1a64(const void *p, size_t len)
-{
-    const uint8_t *s = p;
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (size_t i = 0; i < len; i++) {
-        h ^= s[i];
-        h *= 0x100000001b3ull;
-    }
-    return h;
-}

@@ -53,7 +53,4 @@ int base64_decode(const char *src, size_t len, uint8_t *dst, size_t *out_len);
 int pct_decode(const char *src, size_t len, uint8_t *dst, size_t *out_len,
                bool plus_space);
 
-/* 64-bit FNV-1a, for Idempotency-Key -> client id. */
-uint64_t fnv1a64(const void *p, size_t len);
-
 #endif

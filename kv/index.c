@@ -338,12 +338,3 @@ void kv__index_purge_slot(struct kv_index *x, uint32_t slot)
     purge(&x->cur, slot);
     purge(&x->old, slot);
 }
-
-void kv__index_clear(struct kv_index *x)
-{
-    if (x->old.b != NULL)
-        itab_free(&x->old);
-    memset(x->cur.b, 0, (x->cur.mask + 1) * 64);
-    x->cur.count = 0;
-    x->migrate_pos = 0;
-}

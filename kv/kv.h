@@ -150,8 +150,6 @@ uint64_t kv_sm_durable_index(const struct kv_sm *sm);
 /* Bytes of the cold tier's LMDB file in use (kv_sm_stats' cold_bytes, alone):
  * about the size of a snapshot stream of the state. */
 uint64_t kv_sm_cold_bytes(const struct kv_sm *sm);
-/* The sm's clock: the largest time_ms applied so far (reads expire by it). */
-uint64_t kv_sm_now_ms(const struct kv_sm *sm);
 
 /* Reads at the applied index. Returns 0 and fills `out`, TK_ENOTFOUND, or
  * TK_EIO. A ring record that fails its magic/CRC check is never returned: the

@@ -257,8 +257,6 @@ uint64_t kv__index_peek(const struct kv_index *x, uint64_t hash);
 /* The record at addr (an address from the index) holds this key. */
 bool kv__index_key_is(const struct kv_index *x, uint64_t addr, const void *key,
                       size_t len);
-/* Empties the index, keeping its table for reuse. */
-void kv__index_clear(struct kv_index *x);
 /* Drops every entry into ring slot `slot` (a page with a damaged record is
  * released: its keys cannot be rehashed). O(index size); rare. */
 void kv__index_purge_slot(struct kv_index *x, uint32_t slot);

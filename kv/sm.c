@@ -190,10 +190,6 @@ uint64_t kv_sm_durable_index(const struct kv_sm *sm)
 {
     return sm->durable;
 }
-uint64_t kv_sm_now_ms(const struct kv_sm *sm)
-{
-    return sm->now_ms;
-}
 
 void kv_sm_stats(const struct kv_sm *sm, struct kv_sm_stats *out)
 {
