@@ -172,7 +172,10 @@ def test_413_is_read(tierkvd):
           "the 64 MiB bodies were dropped, not read: %r" % m["tierkv_http_discarded_bytes_total"])
 
     # A client that never reads and keeps sending: cut off within the bounds
-    # (128 MiB or 5 s after the answer), and the node serves others meanwhile.
+    # (128 MiB or 5 s after the answer), and the node serves others meanwhile
+    # (a read needs the node to lead: the 413s above need no leader and may
+    # all come before its first election ends on a busy machine).
+    wait_for("the node ready", lambda: request(port, "GET", "/readyz")[0] == 200, 15)
     s = socket.create_connection(("127.0.0.1", port), timeout=10)
     s.sendall(b"PUT /v1/kv/big HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % (1 << 40))
     block = b"y" * (1 << 20)
@@ -186,8 +189,8 @@ def test_413_is_read(tierkvd):
             break
         if not served and sent > 16 * MIB:
             t1 = time.time()
-            st, _, _ = request(port, "GET", "/v1/kv/absent", timeout=10)
-            served.append((st, time.time() - t1))
+            st, _, body = request(port, "GET", "/v1/kv/absent", timeout=10)
+            served.append((st, time.time() - t1, body[:200]))
     dt = time.time() - t0
     s.close()
     print("  a client that never reads: cut after %.0f MiB in %.2f s (%r); a GET "
@@ -422,6 +425,12 @@ def https_get(port, context, timeout=10):
         c.close()
 
 
+def asan(binary):
+    """Whether `binary` was built with AddressSanitizer."""
+    with open(binary, "rb") as f:
+        return b"__asan_init" in f.read()
+
+
 def test_tls_handshake_storm(tierkvd):
     make_cert()
     deadline_ms = 6000  # well past the ~1.2 s the 1,200 take to send
@@ -506,8 +515,14 @@ def test_tls_handshake_storm(tierkvd):
     # Measured: 60-80 ms (256 handshakes cut at one deadline). Bound: 3x.
     check(after_turn < 250.0, "a loop turn of %.1f ms after the storm" % after_turn)
     check(m["tierkv_http_mem_trims_total"] >= 1, "no malloc_trim after the storm")
-    check(rss_peak - rss0 < 64, "the storm grew the node by %.1f MiB" % (rss_peak - rss0))
-    check(rss1 - rss0 < 16, "RSS after the storm: %.1f MiB over before" % (rss1 - rss0))
+    if asan(tierkvd):
+        # AddressSanitizer keeps freed memory in its quarantine (256 MiB)
+        # and malloc_trim does not reach its allocator: RSS says nothing.
+        print("  (AddressSanitizer build: RSS bounds not checked)")
+    else:
+        check(rss_peak - rss0 < 64, "the storm grew the node by %.1f MiB"
+              % (rss_peak - rss0))
+        check(rss1 - rss0 < 16, "RSS after the storm: %.1f MiB over before" % (rss1 - rss0))
     nd.term()
 
 
