@@ -26,7 +26,7 @@ void api__cluster(struct api_req *req, const struct query *q)
         "{\"id\":%llu,\"leader\":%llu,\"role\":\"%s\",\"term\":%llu,\"commit\":%llu,"
         "\"applied\":%llu,\"last_index\":%llu,\"last_term\":%llu,\"snapshot_index\":%llu,"
         "\"membership\":\"%s\",\"members\":[",
-        (unsigned long long)st.id, (unsigned long long)st.leader, api__role_name(st.role),
+        (unsigned long long)st.id, (unsigned long long)st.leader, raft_role_name(st.role),
         (unsigned long long)st.term, (unsigned long long)st.commit,
         (unsigned long long)st.applied, (unsigned long long)st.last_index,
         (unsigned long long)st.last_term, (unsigned long long)st.snapshot_index,

@@ -329,20 +329,6 @@ void api__respond_json(struct api_req *req, struct jbuf *b, uint64_t revision)
     http_respond(req->http, 200, NULL, extra, b->p, b->len);
 }
 
-const char *api__role_name(int role)
-{
-    switch (role) {
-    case RAFT_LEADER:
-        return "leader";
-    case RAFT_CANDIDATE:
-        return "candidate";
-    case RAFT_PRE_CANDIDATE:
-        return "pre_candidate";
-    default:
-        return "follower";
-    }
-}
-
 /* ---- submitting -------------------------------------------------------- */
 
 void api__submit_nreq(struct api_req *req)

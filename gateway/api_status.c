@@ -30,7 +30,7 @@ void api__ui(struct api_req *req, const struct query *q)
         "{\"id\":%llu,\"role\":\"%s\",\"term\":%llu,\"leader\":%llu,\"commit\":%llu,"
         "\"applied\":%llu,\"last_index\":%llu,\"snapshot_index\":%llu,"
         "\"ready\":%s}",
-        (unsigned long long)st.id, api__role_name(st.role), (unsigned long long)st.term,
+        (unsigned long long)st.id, raft_role_name(st.role), (unsigned long long)st.term,
         (unsigned long long)st.leader, (unsigned long long)st.commit,
         (unsigned long long)st.applied, (unsigned long long)st.last_index,
         (unsigned long long)st.snapshot_index, ready ? "true" : "false");

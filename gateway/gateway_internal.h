@@ -307,8 +307,6 @@ void api__respond_rc(struct api_req *req, int rc);
 void api__respond_json(struct api_req *req, struct jbuf *b, uint64_t revision);
 /* Retry-After: retry_after_s, as a header line. */
 void api__retry_after(const struct gateway *gw, char *out, size_t cap);
-/* "leader", "candidate", "pre_candidate" or "follower". */
-const char *api__role_name(int role);
 /* Submits a write (`cmd`, a packed kvpb.Command, taken; its answer comes to
  * cb) or a read, in the connection's order (http_dispatch). A submission the
  * node refuses is answered with api__respond_rc. */

@@ -539,7 +539,7 @@ static void put_metric(struct jbuf *b, const struct metric_desc *d,
     }
     case MK_ROLE:
         for (int r = RAFT_FOLLOWER; r <= RAFT_LEADER; r++)
-            jbuf_printf(b, "tierkv_raft_role{role=\"%s\"} %d\n", api__role_name(r),
+            jbuf_printf(b, "tierkv_raft_role{role=\"%s\"} %d\n", raft_role_name(r),
                         s->st.role == r);
         break;
     case MK_LATENCY:
