@@ -191,13 +191,14 @@ static int get_string_bytes(struct bctx *c, json_t *s, const char *what, size_t 
     const char *p = json_string_value(s);
     size_t len = json_string_length(s);
     if (c->req->b64) {
-        uint8_t *d = scratch_alloc(&c->sc, base64_decoded_max(len));
-        size_t dlen;
-        if (base64_decode(p, len, d, &dlen) != 0)
+        size_t cap = tk_base64_decoded_max(len);
+        uint8_t *d = scratch_alloc(&c->sc, cap);
+        long dlen = tk_base64_decode(p, len, d, cap);
+        if (dlen < 0)
             return api__body_fail(c, 400, "%s is not valid base64 (encoding=base64)",
                                   what);
         out->data = d;
-        out->len = dlen;
+        out->len = (size_t)dlen;
     } else {
         out->data = (uint8_t *)(uintptr_t)p;
         out->len = len;

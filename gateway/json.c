@@ -142,10 +142,10 @@ void jbuf_jstr(struct jbuf *b, const void *s, size_t len)
 
 void jbuf_jb64(struct jbuf *b, const void *s, size_t len)
 {
-    size_t n = base64_encoded_len(len);
-    jbuf_reserve(b, n + 2);
+    size_t n = tk_base64_encoded_len(len);
+    jbuf_reserve(b, n + 3); /* the quotes and tk_base64_encode's NUL */
     b->p[b->len++] = '"';
-    base64_encode(s, len, b->p + b->len);
+    tk_base64_encode(s, len, b->p + b->len);
     b->len += n;
     b->p[b->len++] = '"';
 }
@@ -190,95 +190,6 @@ bool json_utf8_valid(const void *s, size_t len)
         p += n;
     }
     return true;
-}
-
-/* ---- base64 ------------------------------------------------------------ */
-
-static const char b64chars[] =
-    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-
-size_t base64_encoded_len(size_t len)
-{
-    return (len + 2) / 3 * 4;
-}
-
-void base64_encode(const void *src, size_t len, char *dst)
-{
-    const uint8_t *s = src;
-    size_t i = 0;
-    for (; i + 3 <= len; i += 3) {
-        uint32_t v = (uint32_t)s[i] << 16 | (uint32_t)s[i + 1] << 8 | s[i + 2];
-        *dst++ = b64chars[v >> 18];
-        *dst++ = b64chars[(v >> 12) & 63];
-        *dst++ = b64chars[(v >> 6) & 63];
-        *dst++ = b64chars[v & 63];
-    }
-    if (len - i == 1) {
-        uint32_t v = (uint32_t)s[i] << 16;
-        *dst++ = b64chars[v >> 18];
-        *dst++ = b64chars[(v >> 12) & 63];
-        *dst++ = '=';
-        *dst++ = '=';
-    } else if (len - i == 2) {
-        uint32_t v = (uint32_t)s[i] << 16 | (uint32_t)s[i + 1] << 8;
-        *dst++ = b64chars[v >> 18];
-        *dst++ = b64chars[(v >> 12) & 63];
-        *dst++ = b64chars[(v >> 6) & 63];
-        *dst++ = '=';
-    }
-}
-
-size_t base64_decoded_max(size_t len)
-{
-    return len / 4 * 3 + 3;
-}
-
-static int b64val(char c)
-{
-    if (c >= 'A' && c <= 'Z')
-        return c - 'A';
-    if (c >= 'a' && c <= 'z')
-        return c - 'a' + 26;
-    if (c >= '0' && c <= '9')
-        return c - '0' + 52;
-    if (c == '+')
-        return 62;
-    if (c == '/')
-        return 63;
-    return -1;
-}
-
-int base64_decode(const char *src, size_t len, uint8_t *dst, size_t *out_len)
-{
-    if (len % 4 != 0)
-        return TK_EINVAL;
-    size_t o = 0;
-    for (size_t i = 0; i < len; i += 4) {
-        int v[4];
-        int pad = 0;
-        for (int j = 0; j < 4; j++) {
-            char c = src[i + (size_t)j];
-            if (c == '=' && i + 4 == len && j >= 2) {
-                v[j] = 0;
-                pad++;
-                continue;
-            }
-            if (pad > 0) /* data after padding */
-                return TK_EINVAL;
-            v[j] = b64val(c);
-            if (v[j] < 0)
-                return TK_EINVAL;
-        }
-        uint32_t w = (uint32_t)v[0] << 18 | (uint32_t)v[1] << 12 | (uint32_t)v[2] << 6 |
-                     (uint32_t)v[3];
-        dst[o++] = (uint8_t)(w >> 16);
-        if (pad < 2)
-            dst[o++] = (uint8_t)(w >> 8);
-        if (pad < 1)
-            dst[o++] = (uint8_t)w;
-    }
-    *out_len = o;
-    return 0;
 }
 
 /* ---- URLs and hashing -------------------------------------------------- */

@@ -9,6 +9,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/base64.h" /* tk_base64_*: values and keys with encoding=base64 */
+
 /* A growable byte buffer; aborts on out of memory (tk_realloc). */
 struct jbuf {
     char *p;
@@ -39,14 +41,6 @@ void jbuf_jb64(struct jbuf *b, const void *s, size_t len);
 
 /* True if `s` is well-formed UTF-8 (no overlongs, surrogates, > U+10FFFF). */
 bool json_utf8_valid(const void *s, size_t len);
-
-/* Standard base64 (RFC 4648, with padding). encode_len is exact; decode
- * writes at most base64_decoded_max(len) bytes and returns TK_EINVAL on a bad
- * character, bad padding or a bad length. */
-size_t base64_encoded_len(size_t len);
-void base64_encode(const void *src, size_t len, char *dst);
-size_t base64_decoded_max(size_t len);
-int base64_decode(const char *src, size_t len, uint8_t *dst, size_t *out_len);
 
 /* Percent-decodes `len` bytes into dst (at least len bytes); '+' stays '+'
  * unless plus_space. Returns TK_EINVAL on a bad escape. */

@@ -106,7 +106,7 @@ long cli_bench_build(enum cli_protocol proto, bool is_read, const char *host,
         char k64[4 * 256 / 3 + 8];
         if (key_len > 256)
             return TK_ETOOBIG;
-        size_t k64_len = cli_base64_encode(key, key_len, k64);
+        size_t k64_len = tk_base64_encode(key, key_len, k64);
         if (is_read) {
             bool ser = query && query[0];
             size_t body = 8 + k64_len + 2 + (ser ? 20 : 0);
@@ -1171,9 +1171,9 @@ int cli_cmd_bench(struct cli_global *g, int argc, char **argv)
     for (uint64_t i = 0; i < o.value_size; i++)
         value[i] = (char)('a' + tk_prng_below(&vp, 26));
     value[o.value_size] = '\0';
-    char *value_b64 = tk_malloc(cli_base64_len(o.value_size) + 1);
+    char *value_b64 = tk_malloc(tk_base64_encoded_len(o.value_size) + 1);
     sh->pl = (struct bench_payload){value, value_b64, o.value_size,
-                                    cli_base64_encode(value, o.value_size, value_b64)};
+                                    tk_base64_encode(value, o.value_size, value_b64)};
     char qw[48] = "", qr[48] = "";
     if (o.protocol == CLI_PROTO_TIERKV) {
         if (g->mode[0])

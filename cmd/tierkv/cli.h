@@ -21,6 +21,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "base/base64.h" /* tk_base64_*: the CLI sends keys and values as base64 */
 #include "base/prng.h"
 
 /* Process exit codes; docs/cli.md and `tierkv --help` list the same table. */
@@ -93,12 +94,6 @@ uint64_t cli_zipf_next(const struct cli_zipf *z, struct tk_prng *p);
  * `cap` bytes including the NUL; returns the length needed (without NUL), so a
  * result >= cap means truncated (3 * len + 1 always suffices). */
 size_t cli_url_encode(const void *src, size_t len, char *out, size_t cap);
-
-/* Standard base64 with padding. encode writes 4*ceil(len/3) bytes and a NUL;
- * decode returns the decoded length or TK_EINVAL on bad input. */
-size_t cli_base64_len(size_t len);
-size_t cli_base64_encode(const void *src, size_t len, char *out);
-long cli_base64_decode(const char *src, size_t len, unsigned char *out, size_t cap);
 
 /* ---- client.c: blocking HTTP/1.1 against a list of endpoints ---- */
 

@@ -128,7 +128,7 @@ static char *json_text(json_t *v, bool base64)
         if (base64) {
             size_t n = json_string_length(v);
             unsigned char *out = tk_malloc(n + 1);
-            long m = cli_base64_decode(json_string_value(v), n, out, n);
+            long m = tk_base64_decode(json_string_value(v), n, out, n);
             if (m >= 0) {
                 out[m] = '\0';
                 return (char *)out;
@@ -592,7 +592,7 @@ int cli_cmd_get(struct cli_global *g, int argc, char **argv)
         } else if (is_base64_field(j, "value", g->base64)) {
             size_t n = json_string_length(v);
             unsigned char *out = tk_malloc(n + 1);
-            long m = cli_base64_decode(json_string_value(v), n, out, n);
+            long m = tk_base64_decode(json_string_value(v), n, out, n);
             if (m < 0) {
                 fprintf(stderr, "tierkv: get: the value is not valid base64\n");
                 code = CLI_EXIT_ERROR;

@@ -192,20 +192,20 @@ START_TEST(test_base64_round_trip_and_rejects)
     for (int i = 0; cases[i]; i++) {
         char enc[32];
         unsigned char dec[32];
-        size_t n = cli_base64_encode(cases[i], strlen(cases[i]), enc);
-        ck_assert_uint_eq(n, cli_base64_len(strlen(cases[i])));
+        size_t n = tk_base64_encode(cases[i], strlen(cases[i]), enc);
+        ck_assert_uint_eq(n, tk_base64_encoded_len(strlen(cases[i])));
         ck_assert_str_eq(enc, want[i]);
-        long m = cli_base64_decode(enc, n, dec, sizeof(dec));
+        long m = tk_base64_decode(enc, n, dec, sizeof(dec));
         ck_assert_int_eq(m, (long)strlen(cases[i]));
         ck_assert_int_eq(memcmp(dec, cases[i], (size_t)m), 0);
     }
     unsigned char dec[8];
-    ck_assert_int_eq(cli_base64_decode("Zm9", 3, dec, 8), TK_EINVAL);
-    ck_assert_int_eq(cli_base64_decode("Zm=v", 4, dec, 8), TK_EINVAL);
-    ck_assert_int_eq(cli_base64_decode("Z===", 4, dec, 8), TK_EINVAL);
-    ck_assert_int_eq(cli_base64_decode("Zg==Zg==", 8, dec, 8), TK_EINVAL);
-    ck_assert_int_eq(cli_base64_decode("Zm9!", 4, dec, 8), TK_EINVAL);
-    ck_assert_int_eq(cli_base64_decode("Zm9vYmFy", 8, dec, 4), TK_ETOOBIG);
+    ck_assert_int_eq(tk_base64_decode("Zm9", 3, dec, 8), TK_EINVAL);
+    ck_assert_int_eq(tk_base64_decode("Zm=v", 4, dec, 8), TK_EINVAL);
+    ck_assert_int_eq(tk_base64_decode("Z===", 4, dec, 8), TK_EINVAL);
+    ck_assert_int_eq(tk_base64_decode("Zg==Zg==", 8, dec, 8), TK_EINVAL);
+    ck_assert_int_eq(tk_base64_decode("Zm9!", 4, dec, 8), TK_EINVAL);
+    ck_assert_int_eq(tk_base64_decode("Zm9vYmFy", 8, dec, 4), TK_ETOOBIG);
 }
 END_TEST
 
@@ -314,7 +314,7 @@ static void build_and_parse(enum cli_protocol proto, bool is_read, const char *q
 {
     static const char value[] = "0123456789abcdef";
     char b64[64];
-    struct bench_payload pl = {value, b64, 16, cli_base64_encode(value, 16, b64)};
+    struct bench_payload pl = {value, b64, 16, tk_base64_encode(value, 16, b64)};
     char hdr[1024];
     struct bench_iov tail[2];
     size_t n_tail;

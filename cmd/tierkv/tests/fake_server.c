@@ -143,15 +143,15 @@ static json_t *entry_json(const struct entry *e, bool b64)
     json_t *v = b64 ? NULL : json_stringn(e->value, e->value_len);
     bool marked = !b64 && !v; /* not UTF-8: base64 with a marker, as the gateway does */
     if (b64 || marked) {
-        char *enc = tk_malloc(cli_base64_len(e->value_len) + 1);
-        cli_base64_encode(e->value, e->value_len, enc);
+        char *enc = tk_malloc(tk_base64_encoded_len(e->value_len) + 1);
+        tk_base64_encode(e->value, e->value_len, enc);
         v = json_string(enc);
         tk_free(enc);
     }
     json_t *k = json_string(e->key);
     if (b64) {
-        char *enc = tk_malloc(cli_base64_len(strlen(e->key)) + 1);
-        cli_base64_encode(e->key, strlen(e->key), enc);
+        char *enc = tk_malloc(tk_base64_encoded_len(strlen(e->key)) + 1);
+        tk_base64_encode(e->key, strlen(e->key), enc);
         json_decref(k);
         k = json_string(enc);
         tk_free(enc);
@@ -261,7 +261,7 @@ static void handle_etcd(struct sconn *c, const char *path)
     json_t *j = json_loadb(c->body ? c->body : "", c->body_len, 0, NULL);
     const char *k64 = json_string_value(json_object_get(j, "key"));
     unsigned char key[1024];
-    long kl = k64 ? cli_base64_decode(k64, strlen(k64), key, sizeof(key) - 1) : -1;
+    long kl = k64 ? tk_base64_decode(k64, strlen(k64), key, sizeof(key) - 1) : -1;
     if (kl <= 0) {
         json_decref(j);
         respond_error(c, 400, "bad_request", "key must be base64", NULL);
@@ -273,7 +273,7 @@ static void handle_etcd(struct sconn *c, const char *path)
         const char *v64 = json_string_value(json_object_get(j, "value"));
         size_t vl64 = v64 ? strlen(v64) : 0;
         unsigned char *val = tk_malloc(vl64 + 1);
-        long vl = cli_base64_decode(v64 ? v64 : "", vl64, val, vl64);
+        long vl = tk_base64_decode(v64 ? v64 : "", vl64, val, vl64);
         if (vl < 0) {
             tk_free(val);
             json_decref(j);
@@ -289,8 +289,8 @@ static void handle_etcd(struct sconn *c, const char *path)
         size_t i = find((char *)key, &found);
         json_t *out = json_pack("{s:o}", "header", hdr);
         if (found) {
-            char *v64 = tk_malloc(cli_base64_len(kv[i].value_len) + 1);
-            cli_base64_encode(kv[i].value, kv[i].value_len, v64);
+            char *v64 = tk_malloc(tk_base64_encoded_len(kv[i].value_len) + 1);
+            tk_base64_encode(kv[i].value, kv[i].value_len, v64);
             json_object_set_new(out, "kvs",
                                 json_pack("[{s:s,s:s}]", "key", k64, "value", v64));
             json_object_set_new(out, "count", json_string("1"));
