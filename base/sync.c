@@ -7,6 +7,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/clock.h"
 #include "base/sync.h"
 
 #define PACE_SLICE ((off_t)4 << 20)
@@ -15,13 +16,6 @@
 
 /* The pacing of this thread's fdatasync calls (tk_pace_begin), or NULL. */
 static _Thread_local struct tk_pace *pace_here;
-
-static uint64_t pace_now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 /* Writes fd's dirty pages out slice by slice (4 MiB of the file each, in file
  * order), sleeping p->factor times the time each slice took to write, until
@@ -38,12 +32,12 @@ static int pace_writeback(int fd, struct tk_pace *p)
     for (off_t off = 0; off < st.st_size && left > 0; off += PACE_SLICE) {
         if (atomic_load_explicit(p->hurry, memory_order_relaxed))
             break;
-        uint64_t t0 = pace_now_ns();
+        uint64_t t0 = tk_mono_ns();
         if (sync_file_range(fd, off, PACE_SLICE,
                             SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE |
                                 SYNC_FILE_RANGE_WAIT_AFTER) != 0)
             return errno;
-        uint64_t took = pace_now_ns() - t0;
+        uint64_t took = tk_mono_ns() - t0;
         if (took < PACE_MIN_NS)
             continue;
         p->slices++;
@@ -92,18 +86,11 @@ __attribute__((visibility("default"))) int fdatasync(int fd)
     return next(fd);
 }
 
-static uint64_t thread_cpu_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 void tk_pace_cpu(struct tk_cpu_pace *p)
 {
     if (p == NULL || p->factor == 0)
         return;
-    uint64_t now = thread_cpu_ns();
+    uint64_t now = tk_thread_cpu_ns();
     if (p->mark_ns == 0 || now < p->mark_ns) {
         p->mark_ns = now;
         return;

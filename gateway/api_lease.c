@@ -11,6 +11,7 @@
 
 #include "base/alloc.h"
 #include "base/blob.h"
+#include "base/clock.h"
 #include "base/err.h"
 #include "gateway/api_body.h"
 #include "gateway/gateway_internal.h"
@@ -160,13 +161,6 @@ static void key_cb(const uint8_t *key, size_t len, void *data)
     jbuf_jstr(k->b, (const char *)key, len);
 }
 
-static uint64_t wall_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 static void get_cb(struct node_req *nreq, int status, struct kv_sm *sm, void *data)
 {
     (void)nreq;
@@ -181,7 +175,7 @@ static void get_cb(struct node_req *nreq, int status, struct kv_sm *sm, void *da
     jbuf_init(&b, 256);
     jbuf_adds(&b, "{\"keys\":[");
     struct keys_out k = {.b = &b};
-    if (kv_sm_lease_get(sm, req->lease_id, wall_ms(), &li, key_cb, &k) != 0) {
+    if (kv_sm_lease_get(sm, req->lease_id, tk_wall_ms(), &li, key_cb, &k) != 0) {
         jbuf_free(&b);
         http_respond_error(req->http, 404, "lease_not_found", NULL,
                            "no such lease (expired, revoked or never granted)");

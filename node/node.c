@@ -34,6 +34,7 @@
 
 #include "base/alloc.h"
 #include "base/assert.h"
+#include "base/clock.h"
 #include "base/dirlock.h"
 #include "base/err.h"
 #include "base/log.h"
@@ -46,13 +47,6 @@
 #include "transport/transport.h"
 
 /* ---- small helpers ----------------------------------------------------- */
-
-static uint64_t wall_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
 
 /* ---- storage ----------------------------------------------------------- */
 
@@ -697,7 +691,7 @@ static void drain_queue(struct node *n)
 {
     size_t nb = 0;
     struct node_req *first = NULL, *last = NULL;
-    uint64_t now = wall_ms();
+    uint64_t now = tk_wall_ms();
     void *item;
     /* Only what was queued when the drain began: a request submitted from a
      * callback of this drain (a stale read is answered at once, and a read in
@@ -803,7 +797,7 @@ static void on_tick(uv_timer_t *h)
         return;
     raft_tick(n->raft);
     node__kick(n);
-    uint64_t now = wall_ms();
+    uint64_t now = tk_wall_ms();
     expire_list(n, &n->req.applied_wait, now);
     expire_list(n, &n->req.committed_wait, now);
     expire_list(n, &n->req.read_wait, now);

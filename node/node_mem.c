@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "base/alloc.h"
+#include "base/clock.h"
 #include "base/err.h"
 
 #define MIB ((uint64_t)1 << 20)
@@ -47,13 +48,6 @@ uint64_t node_mem_default_budget(void)
     if (kib == 0)
         return 1024 * MIB;
     return min_u64(max_u64(kib * 1024 / 4, 256 * MIB), 4096 * MIB);
-}
-
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
 static struct {
@@ -98,9 +92,9 @@ void node_mem_stats(struct node_mem_stats *out, bool heap)
 
 static void trim_now(void)
 {
-    uint64_t t0 = now_ns();
+    uint64_t t0 = tk_mono_ns();
     (void)malloc_trim(0);
-    uint64_t ns = now_ns() - t0;
+    uint64_t ns = tk_mono_ns() - t0;
     atomic_fetch_add(&g.trims, 1);
     atomic_fetch_add(&g.trim_ns, ns);
     if (ns > atomic_load(&g.trim_ns_max))

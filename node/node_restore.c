@@ -32,6 +32,7 @@
 
 #include "base/alloc.h"
 #include "base/blob.h"
+#include "base/clock.h"
 #include "base/dir.h"
 #include "base/dirlock.h"
 #include "base/err.h"
@@ -245,13 +246,6 @@ int node_restore(const struct node_restore_options *o, struct kv_backup_info *in
     return rc;
 }
 
-static uint64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 /* The configuration in force at the end of the boot log. */
 static int boot_config(const struct raft_boot *b, struct raft_config *out)
 {
@@ -304,7 +298,7 @@ int node__force_config(struct node *n, struct raft_boot *boot, struct raft_entry
      * it joins, refuses them as strangers. */
     struct raft_entry e[2 + RAFT_MEMBERS_MAX];
     size_t k = 0;
-    uint64_t epoch = n->mem.epoch + 1, ms = now_ms();
+    uint64_t epoch = n->mem.epoch + 1, ms = tk_wall_ms();
     e[k++] =
         (struct raft_entry){.type = RAFT_ENTRY_CONFIG, .data = raft_config_encode(&only)};
     e[k++] = (struct raft_entry){

@@ -40,6 +40,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/clock.h"
 #include "base/log.h"
 #include "node/node_internal.h"
 
@@ -134,13 +135,6 @@ static void user_stack(pid_t tid, char *out, size_t cap)
         free(syms);
     }
     atomic_store(&grab.state, GRAB_IDLE);
-}
-
-static uint64_t mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
 /* Reads /proc/self/task/TID/<what> into buf (at most cap - 1 bytes, NUL
@@ -285,7 +279,7 @@ static void *probe_thread(void *arg)
         if (n->stall.stop)
             break;
         pthread_mutex_unlock(&n->stall.mu);
-        look(n, mono_ms(), &seen_turns, &since, &reported);
+        look(n, tk_mono_ms(), &seen_turns, &since, &reported);
         pthread_mutex_lock(&n->stall.mu);
     }
     pthread_mutex_unlock(&n->stall.mu);

@@ -17,6 +17,7 @@
 
 #include "base/alloc.h"
 #include "base/assert.h"
+#include "base/clock.h"
 #include "base/err.h"
 #include "base/log.h"
 #include "include/tierkv.h"
@@ -484,19 +485,12 @@ static void waiter_init(struct waiter *w, const struct tk_node *n)
     pthread_cond_init(&w->cv, NULL);
 }
 
-static uint64_t waiter_now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 static int waiter_wait(struct waiter *w)
 {
     if (w->spin_us != 0) {
-        uint64_t end = waiter_now_ns() + (uint64_t)w->spin_us * 1000;
+        uint64_t end = tk_mono_ns() + (uint64_t)w->spin_us * 1000;
         while (!atomic_load_explicit(&w->done, memory_order_acquire) &&
-               waiter_now_ns() < end) {
+               tk_mono_ns() < end) {
             for (int i = 0; i < 64; i++)
                 TK_CPU_RELAX();
             sched_yield(); /* the loop that will set `done` may need this CPU */
@@ -1066,7 +1060,7 @@ int tk_watch(struct tk_node *n, const void *prefix, size_t prefix_len, uint64_t 
                             .from = *from,
                             .cb = cb,
                             .data = data};
-    uint64_t end = waiter_now_ns() + (uint64_t)timeout_ms * 1000000ull;
+    uint64_t end = tk_mono_ns() + (uint64_t)timeout_ms * 1000000ull;
     for (;;) {
         waiter_init(&ww.w, n);
         int rc = read_wait(n, TK_READ_STALE, watch_read_cb, &ww.w);
@@ -1078,7 +1072,7 @@ int tk_watch(struct tk_node *n, const void *prefix, size_t prefix_len, uint64_t 
             return rc;
         ww.from = ww.stop_rev != 0 ? ww.stop_rev + 1 : ww.next;
         *from = ww.from;
-        if (ww.stop_rev != 0 || (timeout_ms != 0 && waiter_now_ns() >= end))
+        if (ww.stop_rev != 0 || (timeout_ms != 0 && tk_mono_ns() >= end))
             return 0;
         struct timespec ts = {0, 10 * 1000000L};
         nanosleep(&ts, NULL);

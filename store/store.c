@@ -24,6 +24,7 @@
 
 #include "base/alloc.h"
 #include "base/assert.h"
+#include "base/clock.h"
 #include "base/err.h"
 #include "base/log.h"
 #include "store/store_internal.h"
@@ -145,20 +146,13 @@ void store__fill_boot(struct store *s, struct store_boot *boot)
 
 /* ---- the storage thread ------------------------------------------------ */
 
-static uint64_t mono_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 /* The backend's sync, timed and counted (store_stats.syncs and
  * store_sync_latency). write_mu held. */
 static int sync_timed(struct store *s)
 {
-    uint64_t t0 = mono_ns();
+    uint64_t t0 = tk_mono_ns();
     int rc = s->ops->sync(s);
-    uint64_t ns = mono_ns() - t0;
+    uint64_t ns = tk_mono_ns() - t0;
     atomic_store_explicit(&s->last_sync_ns, ns, memory_order_relaxed);
     atomic_fetch_add(&s->st_syncs, 1);
     pthread_mutex_lock(&s->stats_mu);

@@ -36,6 +36,7 @@
 #include <unistd.h>
 
 #include "base/alloc.h"
+#include "base/clock.h"
 #include "base/err.h"
 #include "base/hist.h"
 #include "base/prng.h"
@@ -70,13 +71,6 @@ static bool append_only; /* kv_config.append_only: every write appends */
 static int only = -1;    /* --only: time this op alone (for profiling) */
 static int runs = 5;
 static struct tk_prng rng;
-
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 /* Batches are timed in this thread's CPU time: other processes share this VM,
  * and wall time would charge their time slices to us. */
@@ -614,9 +608,9 @@ static void run_scale(uint64_t n_keys, struct row rows[N_OPS], double *cold_p50,
             uint8_t k[8];
             key_of(tk_prng_below(&rng, n_keys), k);
             struct kv_item it;
-            uint64_t t0 = now_ns();
+            uint64_t t0 = tk_mono_ns();
             rc = kv_sm_get(s.sm, k, 8, &it);
-            uint64_t t1 = now_ns();
+            uint64_t t1 = tk_mono_ns();
             if (rc == 0 && !it.hot) {
                 tk_hist_record(&h, t1 - t0);
                 cold++;

@@ -47,6 +47,7 @@
 #include <unistd.h>
 
 #include "base/blob.h"
+#include "base/clock.h"
 #include "base/err.h"
 #include "base/hist.h"
 #include "base/log.h"
@@ -65,13 +66,6 @@ static double window_s;       /* --seconds: one measurement window (0 = default)
 static unsigned mem_sync_us;  /* --mem-sync-us: --only appenders on a memory
                                  volume whose syncs take this long */
 static struct bench_plot plot;
-
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 static int rm_cb(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
 {
@@ -146,14 +140,14 @@ static double floor_p50_us(bool prealloc, int n, double *p99)
     struct tk_hist h;
     tk_hist_init(&h);
     for (int i = 0; i < n; i++) {
-        uint64_t t0 = now_ns();
+        uint64_t t0 = tk_mono_ns();
         ssize_t w = prealloc ? pwrite(fd, buf, sizeof(buf), (off_t)i * 4096)
                              : write(fd, buf, sizeof(buf));
         if (w != (ssize_t)sizeof(buf) || fdatasync(fd) != 0) {
             perror("floor write");
             exit(1);
         }
-        tk_hist_record(&h, now_ns() - t0);
+        tk_hist_record(&h, tk_mono_ns() - t0);
     }
     close(fd);
     unlink(path);
@@ -186,17 +180,17 @@ static void floor_interleaved(int n, double *store_p50, double *floor_p50)
     tk_hist_init(&hf);
     for (int i = 0; i < n; i++) {
         struct raft_entry e = {.index = (uint64_t)i + 1, .term = 1, .data = blob};
-        uint64_t t0 = now_ns();
+        uint64_t t0 = tk_mono_ns();
         if (store_append(s, &e, 1) != 0) {
             fprintf(stderr, "store-bench: append: %s\n", store_errmsg(s));
             exit(1);
         }
-        uint64_t t1 = now_ns();
+        uint64_t t1 = tk_mono_ns();
         if (write(fd, buf, sizeof(buf)) != (ssize_t)sizeof(buf) || fdatasync(fd) != 0) {
             perror("floor write");
             exit(1);
         }
-        uint64_t t2 = now_ns();
+        uint64_t t2 = tk_mono_ns();
         tk_hist_record(&hs, t1 - t0);
         tk_hist_record(&hf, t2 - t1);
     }
@@ -242,7 +236,7 @@ static void on_done(void *data, uint64_t seq, uint64_t last_index, uint64_t last
     (void)seq;
     (void)last_index;
     (void)last_term;
-    uint64_t t = now_ns();
+    uint64_t t = tk_mono_ns();
     pthread_mutex_lock(&sl->mu);
     sl->done = true;
     sl->status = status;
@@ -272,7 +266,7 @@ static void on_pipe_done(void *data, uint64_t seq, uint64_t last_index,
         fprintf(stderr, "store-bench: append: %s\n", tk_errname(status));
         exit(1);
     }
-    tk_hist_record(&ps->hist, now_ns() - seq); /* seq = submit time */
+    tk_hist_record(&ps->hist, tk_mono_ns() - seq); /* seq = submit time */
     pthread_mutex_lock(&ps->mu);
     ps->inflight--;
     bool wake = ps->waiting;
@@ -307,7 +301,7 @@ static void *appender_async(void *arg)
             v[i].index = sh->next_index + i;
         sh->next_index += sh->batch;
         a->slot.done = false;
-        uint64_t t0 = now_ns();
+        uint64_t t0 = tk_mono_ns();
         int rc = store_append_async(sh->s, v, sh->batch, 0, &a->slot, on_done);
         pthread_mutex_unlock(&sh->submit_mu);
         if (rc != 0) {
@@ -406,7 +400,7 @@ static struct result run_on(struct store *s, uint64_t next_index, int mode,
     double scpu0 = store_thread_cpu_us();
     static struct tk_hist sh0, sh1; /* about 30 KiB each: not on the stack */
     store_sync_latency(s, &sh0);
-    uint64_t t0 = now_ns();
+    uint64_t t0 = tk_mono_ns();
     uint64_t budget = (uint64_t)(seconds * 1e9);
     if (mode == 2) {
         struct pipe_state ps;
@@ -416,7 +410,7 @@ static struct result run_on(struct store *s, uint64_t next_index, int mode,
         tk_hist_init(&ps.hist);
         struct tk_blob *blob;
         struct raft_entry *v = make_batch(batch, entry_bytes, &blob);
-        while (now_ns() - t0 < budget) {
+        while (tk_mono_ns() - t0 < budget) {
             pthread_mutex_lock(&ps.mu);
             while (ps.inflight >= (unsigned)appenders) {
                 ps.waiting = true;
@@ -426,7 +420,7 @@ static struct result run_on(struct store *s, uint64_t next_index, int mode,
             pthread_mutex_unlock(&ps.mu);
             for (size_t i = 0; i < batch; i++)
                 v[i].index = next_index + i;
-            int rc = store_append_async(s, v, batch, now_ns(), &ps, on_pipe_done);
+            int rc = store_append_async(s, v, batch, tk_mono_ns(), &ps, on_pipe_done);
             if (rc != 0) {
                 fprintf(stderr, "store-bench: append: %s\n", tk_errname(rc));
                 exit(1);
@@ -446,17 +440,17 @@ static struct result run_on(struct store *s, uint64_t next_index, int mode,
     } else if (mode == 0) {
         struct tk_blob *blob;
         struct raft_entry *v = make_batch(batch, entry_bytes, &blob);
-        while (now_ns() - t0 < budget) {
+        while (tk_mono_ns() - t0 < budget) {
             for (size_t i = 0; i < batch; i++)
                 v[i].index = next_index + i;
-            uint64_t a = now_ns();
+            uint64_t a = tk_mono_ns();
             int rc = store_append(s, v, batch);
             if (rc != 0) {
                 fprintf(stderr, "store-bench: append: %s: %s\n", tk_errname(rc),
                         store_errmsg(s));
                 exit(1);
             }
-            tk_hist_record(&h, now_ns() - a);
+            tk_hist_record(&h, tk_mono_ns() - a);
             next_index += batch;
             entries += batch;
         }
@@ -491,7 +485,7 @@ static struct result run_on(struct store *s, uint64_t next_index, int mode,
         entries = atomic_load(&sh.entries);
         pthread_mutex_destroy(&sh.submit_mu);
     }
-    double el = (double)(now_ns() - t0) / 1e9;
+    double el = (double)(tk_mono_ns() - t0) / 1e9;
     proc_usage(&cpu1, &csw1);
     double scpu1 = store_thread_cpu_us();
     store_stats(s, &st1);
@@ -668,9 +662,9 @@ static void recovery(uint64_t bytes, double *warm_s, double *cold_s,
     store_close(s);
     double w[16], c[16];
     for (int k = 0; k < runs; k++) {
-        uint64_t t0 = now_ns();
+        uint64_t t0 = tk_mono_ns();
         s = open_store(1, dir, &vol);
-        w[k] = (double)(now_ns() - t0) / 1e9;
+        w[k] = (double)(tk_mono_ns() - t0) / 1e9;
         if (store_last_index(s) != n) {
             fprintf(stderr, "store-bench: recovered %llu of %llu entries\n",
                     (unsigned long long)store_last_index(s), (unsigned long long)n);
@@ -678,9 +672,9 @@ static void recovery(uint64_t bytes, double *warm_s, double *cold_s,
         }
         store_close(s);
         drop_cache(dir);
-        t0 = now_ns();
+        t0 = tk_mono_ns();
         s = open_store(1, dir, &vol);
-        c[k] = (double)(now_ns() - t0) / 1e9;
+        c[k] = (double)(tk_mono_ns() - t0) / 1e9;
         store_close(s);
     }
     rmrf(dir);

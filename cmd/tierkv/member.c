@@ -9,6 +9,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/clock.h"
 #include "base/err.h"
 #include "cmd/tierkv/cli.h"
 
@@ -309,13 +310,6 @@ static int member_add(struct cli_global *g, int argc, char **argv)
     return code;
 }
 
-static uint64_t mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 /* promote (retried while 409 not_caught_up until --wait runs out) or remove. */
 static int member_change(struct cli_global *g, int argc, char **argv, bool promote)
 {
@@ -341,7 +335,7 @@ static int member_change(struct cli_global *g, int argc, char **argv, bool promo
     snprintf(path, sizeof(path),
              promote ? "/v1/members/%llu/promote" : "/v1/members/%llu",
              (unsigned long long)id);
-    uint64_t deadline = mono_ms() + wait_ms;
+    uint64_t deadline = tk_mono_ms() + wait_ms;
     change_client(g);
     for (;;) {
         struct cli_response r;
@@ -352,7 +346,7 @@ static int member_change(struct cli_global *g, int argc, char **argv, bool promo
             return change_unanswered(g, rc, err, promote ? CH_PROMOTE : CH_REMOVE, id,
                                      false);
         bool again = r.status == 409 && r.body && strstr(r.body, "not_caught_up") &&
-                     mono_ms() < deadline;
+                     tk_mono_ms() < deadline;
         if (!again) {
             int code = report(g, &r, promote ? "promote" : "remove");
             cli_response_free(&r);

@@ -60,6 +60,7 @@
 #include <uv.h>
 
 #include "base/blob.h"
+#include "base/clock.h"
 #include "base/log.h"
 #include "transport/transport_internal.h"
 
@@ -166,13 +167,6 @@ static bool on_incarnation(struct transport *t, uint64_t id, const uint8_t *inc,
 
 /* ---- Sockets, with the loop run in between ---- */
 
-static uint64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
-
 /* Runs the loop until `fd` shows one of `events` or `deadline` passes.
  * Returns the events seen, 0 at the deadline. */
 static short pump(int fd, short events, uint64_t deadline)
@@ -181,7 +175,7 @@ static short pump(int fd, short events, uint64_t deadline)
         uv_run(&g.loop, UV_RUN_NOWAIT);
         struct pollfd p[2] = {{.fd = fd, .events = events},
                               {.fd = uv_backend_fd(&g.loop), .events = POLLIN}};
-        uint64_t now = now_ms();
+        uint64_t now = tk_mono_ms();
         if (now >= deadline) {
             (void)poll(p, 1, 0);
             return p[0].revents;
@@ -204,7 +198,7 @@ static bool would_block(void)
 /* Writes all of buf; false when the connection ended first. */
 static bool write_all(int fd, const uint8_t *buf, size_t len)
 {
-    uint64_t deadline = now_ms() + PF_WAIT_MS;
+    uint64_t deadline = tk_mono_ms() + PF_WAIT_MS;
     while (len > 0) {
         ssize_t n = send(fd, buf, len, MSG_NOSIGNAL);
         if (n > 0) {
@@ -223,7 +217,7 @@ static bool write_all(int fd, const uint8_t *buf, size_t len)
 /* Reads exactly len bytes; returns fewer when the connection ended first. */
 static size_t read_all(int fd, uint8_t *buf, size_t len)
 {
-    uint64_t deadline = now_ms() + PF_WAIT_MS;
+    uint64_t deadline = tk_mono_ms() + PF_WAIT_MS;
     size_t got = 0;
     while (got < len) {
         ssize_t n = recv(fd, buf + got, len - got, 0);
@@ -246,7 +240,7 @@ static size_t finish(int fd)
 {
     size_t got = 0;
     (void)shutdown(fd, SHUT_WR);
-    uint64_t deadline = now_ms() + PF_WAIT_MS;
+    uint64_t deadline = tk_mono_ms() + PF_WAIT_MS;
     uint8_t sink[4096];
     for (;;) {
         ssize_t n = recv(fd, sink, sizeof(sink), 0);
@@ -277,7 +271,7 @@ static int dial_node1(void)
     if (connect(fd, (struct sockaddr *)&a, sizeof(a)) != 0) {
         if (errno != EINPROGRESS)
             die(strerror(errno));
-        if ((pump(fd, POLLOUT, now_ms() + PF_WAIT_MS) & POLLOUT) == 0)
+        if ((pump(fd, POLLOUT, tk_mono_ms() + PF_WAIT_MS) & POLLOUT) == 0)
             die("cannot connect to node 1");
         int err = 0;
         socklen_t len = sizeof(err);
@@ -456,7 +450,7 @@ static void run_tamper(const uint8_t *data, size_t size)
  * gave up on meanwhile (closed in the listen queue) are skipped. */
 static int accept_dial(void)
 {
-    uint64_t deadline = now_ms() + PF_WAIT_MS;
+    uint64_t deadline = tk_mono_ms() + PF_WAIT_MS;
     for (;;) {
         int fd = accept4(g.peer_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) {

@@ -5,14 +5,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/clock.h"
 #include "include/tierkv.h"
-
-static uint64_t mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
 
 START_TEST(test_lease_grant_attach_revoke_and_expire)
 {
@@ -42,17 +36,17 @@ START_TEST(test_lease_grant_attach_revoke_and_expire)
     ck_assert_int_eq(tk_lease_revoke(l, id, NULL), TK_ENOTFOUND);
 
     /* A lease of 300 ms: the leader revokes it, its key goes. */
-    uint64_t t0 = mono_ms();
+    uint64_t t0 = tk_mono_ms();
     ck_assert_int_eq(tk_lease_grant(l, 300, &id), 0);
     ck_assert_int_eq(tk_put_lease(l, "l/x", 3, "v", 1, id, &res), 0);
     int rc = 0;
     while ((rc = tk_get(l, "l/x", 3, TK_READ_LINEARIZABLE, &v)) == 0) {
         tk_value_free(&v);
-        ck_assert_uint_lt(mono_ms() - t0, 10000);
+        ck_assert_uint_lt(tk_mono_ms() - t0, 10000);
         struct timespec ts = {0, 10 * 1000000L};
         nanosleep(&ts, NULL);
     }
-    uint64_t took = mono_ms() - t0;
+    uint64_t took = tk_mono_ms() - t0;
     ck_assert_int_eq(rc, TK_ENOTFOUND);
     ck_assert_uint_ge(took, 300);
     ck_assert_int_eq(tk_lease_keepalive(f, id), TK_ENOTFOUND);
