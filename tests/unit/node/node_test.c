@@ -1484,6 +1484,110 @@ static void stall_loop_stop(struct node *n, struct uv_loop_s *loop, void *data)
     uv_close((uv_handle_t *)&stall_timer, NULL);
 }
 
+/* Members come and go, 200 in turn (more than NODE_PEERS_MAX, 64): a single
+ * TCP node adds each as a learner at an address that refuses (so it is
+ * dialed), then removes it. Every one is dialed, and every one is let go
+ * once its removal commits, so the 65th and later are dialed too. */
+#define CHURN_MEMBERS 200
+static uv_timer_t churn_timer;
+static atomic_int churn_dialed, churn_forgotten, churn_done, churn_failed;
+static int churn_step; /* loop thread: 2k adds member k, 2k+1 removes it */
+static bool churn_busy;
+
+static void churn_sink(const char *line, size_t len, void *data)
+{
+    (void)data;
+    if (memmem(line, len, "dialing member", 14) != NULL)
+        atomic_fetch_add(&churn_dialed, 1);
+    else if (memmem(line, len, "removed: no longer dialed", 25) != NULL &&
+             memmem(line, len, "msg=\"member", 11) != NULL)
+        atomic_fetch_add(&churn_forgotten, 1);
+}
+
+static void churn_changed(const struct node_member_result *res, void *data)
+{
+    (void)data;
+    churn_busy = false;
+    if (res->status != 0)
+        atomic_fetch_add(&churn_failed, 1);
+    else
+        churn_step++;
+}
+
+static void churn_fire(uv_timer_t *tm)
+{
+    struct node *n = tm->data;
+    if (churn_busy || churn_step == 2 * CHURN_MEMBERS) {
+        if (churn_step == 2 * CHURN_MEMBERS)
+            atomic_store(&churn_done, 1);
+        return;
+    }
+    struct node_member_change c;
+    memset(&c, 0, sizeof(c));
+    c.id = 100 + (uint64_t)(churn_step / 2);
+    c.op = churn_step % 2 == 0 ? NODE_MEMBER_ADD : NODE_MEMBER_REMOVE;
+    c.learner = true;
+    snprintf(c.raft, sizeof(c.raft), "127.0.0.1:1");
+    struct node_member_result res;
+    if (node_member_change(n, &c, churn_changed, NULL, &res) == 0)
+        churn_busy = true; /* else not leader yet, or busy: the next tick */
+}
+
+static void churn_loop_start(struct node *n, struct uv_loop_s *loop, void *data)
+{
+    (void)data;
+    uv_timer_init(loop, &churn_timer);
+    churn_timer.data = n;
+    uv_timer_start(&churn_timer, churn_fire, 5, 5);
+}
+
+static void churn_loop_stop(struct node *n, struct uv_loop_s *loop, void *data)
+{
+    (void)n;
+    (void)loop;
+    (void)data;
+    uv_close((uv_handle_t *)&churn_timer, NULL);
+}
+
+START_TEST(test_removed_members_are_let_go_past_the_peer_limit)
+{
+    churn_step = 0;
+    churn_busy = false;
+    atomic_store(&churn_dialed, 0);
+    atomic_store(&churn_forgotten, 0);
+    atomic_store(&churn_done, 0);
+    atomic_store(&churn_failed, 0);
+    tk_log_set_level(TK_LOG_INFO);
+    tk_log_set_sink(churn_sink, NULL);
+    struct node_options o;
+    node_options_default(&o);
+    o.id = 1;
+    o.members.n_voters = 1;
+    o.members.voters[0] = 1;
+    o.listen_host = "127.0.0.1";
+    o.listen_port = free_port();
+    o.kv_no_sync = true;
+    o.on_loop_start = churn_loop_start;
+    o.on_loop_stop = churn_loop_stop;
+    struct node *n = NULL;
+    ck_assert_int_eq(node_start(&o, &n), 0);
+    for (int i = 0; i < 5000 && !atomic_load(&churn_done) && !atomic_load(&churn_failed);
+         i++)
+        usleep(10000);
+    usleep(300000); /* the last removal's reconcile */
+    node_stop(n);
+    tk_log_set_sink(NULL, NULL);
+    tk_log_set_level(TK_LOG_WARN);
+    int dialed = atomic_load(&churn_dialed), forgotten = atomic_load(&churn_forgotten);
+    printf("member churn: %d changes, %d members dialed, %d let go, %d failed\n",
+           churn_step, dialed, forgotten, atomic_load(&churn_failed));
+    ck_assert_int_eq(atomic_load(&churn_failed), 0);
+    ck_assert_int_eq(churn_step, 2 * CHURN_MEMBERS);
+    ck_assert_int_eq(dialed, CHURN_MEMBERS);
+    ck_assert_int_eq(forgotten, CHURN_MEMBERS);
+}
+END_TEST
+
 /* A single node with the stall probe at 40 ms, whose loop runs `on_start`
  * (a timer that holds a turn) as it starts. */
 static struct node *stall_node_start(struct transport_inproc_hub *hub,
@@ -1866,6 +1970,7 @@ static Suite *spin_suite(void)
         suite_add_tcase(s, tc);
     }
     tcase_add_test(tcs[1], test_spinning_threads_yield_a_shared_cpu);
+    tcase_add_test(tcs[1], test_removed_members_are_let_go_past_the_peer_limit);
     return s;
 }
 
