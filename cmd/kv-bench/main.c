@@ -72,15 +72,6 @@ static int only = -1;    /* --only: time this op alone (for profiling) */
 static int runs = 5;
 static struct tk_prng rng;
 
-/* Batches are timed in this thread's CPU time: other processes share this VM,
- * and wall time would charge their time slices to us. */
-static uint64_t cpu_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 static int cmp_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
@@ -214,7 +205,9 @@ static double kv_run(struct kvside *s, int op, uint64_t n_keys, uint64_t *next_n
     }
     struct tk_alloc_stats a0, a1;
     tk_alloc_stats(&a0);
-    uint64_t t0 = cpu_ns();
+    /* This thread's CPU time: other processes share this VM, and wall time
+     * would charge their time slices to us. */
+    uint64_t t0 = tk_thread_cpu_ns();
     switch (op) {
     case OP_GET_HIT:
     case OP_GET_MISS:
@@ -266,7 +259,7 @@ static double kv_run(struct kvside *s, int op, uint64_t n_keys, uint64_t *next_n
         }
     }
     }
-    uint64_t t1 = cpu_ns();
+    uint64_t t1 = tk_thread_cpu_ns();
     tk_alloc_stats(&a1);
     *alloc = (double)(a1.bytes - a0.bytes) / (double)ops;
     if (op == OP_PUT_NEW)
@@ -334,7 +327,7 @@ static double l_run(struct lside *l, int op, uint64_t n_keys, uint64_t *next_new
                  : op == OP_PUT_NEW ? *next_new + i
                                     : tk_prng_below(&rng, n_keys);
     MDB_txn *txn;
-    uint64_t t0 = cpu_ns();
+    uint64_t t0 = tk_thread_cpu_ns();
     if (op == OP_PUT_OVER || op == OP_PUT_NEW || op == OP_DEL || op == OP_PUT_BATCH) {
         l_check(mdb_txn_begin(l->env, NULL, 0, &txn), "txn");
         for (size_t i = 0; i < ops; i++) {
@@ -374,7 +367,7 @@ static double l_run(struct lside *l, int op, uint64_t n_keys, uint64_t *next_new
         mdb_cursor_close(cur);
         mdb_txn_abort(txn);
     }
-    uint64_t t1 = cpu_ns();
+    uint64_t t1 = tk_thread_cpu_ns();
     if (op == OP_PUT_NEW)
         *next_new += ops;
     if (op == OP_DEL) { /* restore */
@@ -471,16 +464,16 @@ static void mem_floor(struct mem_floor *f)
         uint64_t at = 0, sum = 0;
         for (size_t i = 0; i < lines && i < iters; i++) /* warm */
             memcpy(&at, a + at, 8);
-        uint64_t t0 = cpu_ns();
+        uint64_t t0 = tk_thread_cpu_ns();
         for (size_t i = 0; i < iters; i++)
             memcpy(&at, a + at, 8);
-        uint64_t t1 = cpu_ns();
+        uint64_t t1 = tk_thread_cpu_ns();
         for (size_t i = 0; i < iters; i++) {
             uint64_t to;
             memcpy(&to, a + (size_t)pick[i] * 64, 8);
             sum += a[to + 8];
         }
-        uint64_t t2 = cpu_ns();
+        uint64_t t2 = tk_thread_cpu_ns();
         sink += at + sum;
         ch[r] = (double)(t1 - t0) / (double)iters;
         td[r] = (double)(t2 - t1) / (double)iters;
@@ -492,10 +485,10 @@ static void mem_floor(struct mem_floor *f)
      * add per cycle. */
     double gh[9];
     for (int r = 0; r < runs; r++) {
-        uint64_t x = 0, t0 = cpu_ns();
+        uint64_t x = 0, t0 = tk_thread_cpu_ns();
         for (int i = 0; i < 50000000; i++)
             __asm__ volatile("add $1, %0" : "+r"(x));
-        gh[r] = 5e7 / (double)(cpu_ns() - t0);
+        gh[r] = 5e7 / (double)(tk_thread_cpu_ns() - t0);
         sink += x;
     }
     f->ghz = median(gh, runs);

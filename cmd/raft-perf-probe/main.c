@@ -36,6 +36,7 @@
 #include <unistd.h>
 
 #include "base/alloc.h"
+#include "base/clock.h"
 #include "base/err.h"
 #include "base/hist.h"
 #include "base/log.h"
@@ -79,13 +80,6 @@ static double process_cpu_s(void)
     struct timespec ts;
     clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
 static long env_long(const char *name, long def)
@@ -203,7 +197,7 @@ static double floor_rtt_p50_us(int iters)
     char buf[64] = {0};
     double *lat = malloc(sizeof(double) * (size_t)iters);
     for (int i = 0; i < iters; i++) {
-        uint64_t t0 = now_ns();
+        uint64_t t0 = tk_mono_ns();
         if (write(c, buf, 64) != 64)
             break;
         ssize_t got = 0;
@@ -213,7 +207,7 @@ static double floor_rtt_p50_us(int iters)
                 break;
             got += r;
         }
-        lat[i] = (double)(now_ns() - t0) / 1000.0;
+        lat[i] = (double)(tk_mono_ns() - t0) / 1000.0;
     }
     close(c);
     pthread_join(t, NULL);
@@ -409,10 +403,10 @@ static int run_shape(const struct shape *sh, struct result *out, bool tty)
     double cpu0 = process_cpu_s();
     for (int i = 0; i < serial; i++) {
         int kl = snprintf(key, sizeof(key), "s%d", i % 1000);
-        uint64_t t0 = now_ns();
+        uint64_t t0 = tk_mono_ns();
         if (tk_put(pc.leader, key, (size_t)kl, value, (size_t)value_bytes, mode, NULL) ==
             0)
-            lat[ok++] = (double)(now_ns() - t0) / 1000.0;
+            lat[ok++] = (double)(tk_mono_ns() - t0) / 1000.0;
     }
     if (ok > 0)
         out->serial_cpu_us = (process_cpu_s() - cpu0) * 1e6 / ok;

@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "base/alloc.h"
+#include "base/clock.h"
 #include "base/err.h"
 #include "cmd/tierkv/cli.h"
 #include "tls/tls.h"
@@ -238,17 +239,10 @@ void cli_resp_parser_free(struct cli_resp_parser *p)
 
 /* ---- one attempt ---- */
 
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 static int wait_fd(int fd, short events, int64_t deadline)
 {
     for (;;) {
-        int64_t left = deadline - now_ms();
+        int64_t left = deadline - (int64_t)tk_mono_ms();
         if (left <= 0)
             return TK_ETIMEDOUT;
         struct pollfd pfd = {.fd = fd, .events = events};
@@ -484,7 +478,7 @@ static int request_one(const struct cli_endpoint *ep, int timeout_ms, const char
                        size_t err_cap, bool *sent)
 {
     *sent = false;
-    int64_t deadline = now_ms() + timeout_ms;
+    int64_t deadline = (int64_t)tk_mono_ms() + timeout_ms;
     struct cli_conn conn;
     memset(out, 0, sizeof(*out));
     if (body_sink != NULL) { /* an earlier attempt's bytes go */
@@ -722,7 +716,8 @@ int cli_stream(const struct cli_endpoint *ep, int connect_timeout_ms, const char
                const char *accept, cli_line_cb *cb, void *data, char *err, size_t err_cap)
 {
     int fd;
-    int rc = connect_ep(ep, now_ms() + connect_timeout_ms, &fd, err, err_cap);
+    int rc =
+        connect_ep(ep, (int64_t)tk_mono_ms() + connect_timeout_ms, &fd, err, err_cap);
     if (rc != 0)
         return rc;
     char req[8192];
@@ -730,7 +725,7 @@ int cli_stream(const struct cli_endpoint *ep, int connect_timeout_ms, const char
                      path, ep->host, ep->port, accept ? "Accept: " : "",
                      accept ? accept : "", accept ? "\r\n" : "");
     if (n < 0 || (size_t)n >= sizeof(req) ||
-        send_all(fd, req, (size_t)n, now_ms() + connect_timeout_ms) != 0) {
+        send_all(fd, req, (size_t)n, (int64_t)tk_mono_ms() + connect_timeout_ms) != 0) {
         snprintf(err, err_cap, "%s:%s: cannot send the request", ep->host, ep->port);
         close(fd);
         return TK_EUNAVAIL;
@@ -752,7 +747,7 @@ int cli_stream(const struct cli_endpoint *ep, int connect_timeout_ms, const char
         if (got < 0 && errno == EINTR)
             continue;
         if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-            int w = wait_fd(fd, POLLIN, now_ms() + 10000);
+            int w = wait_fd(fd, POLLIN, (int64_t)tk_mono_ms() + 10000);
             if (w == TK_ETIMEDOUT) { /* a live watch sends progress every second */
                 snprintf(err, err_cap, "%s:%s: nothing for 10 s", ep->host, ep->port);
                 rc = TK_ETIMEDOUT;
