@@ -6,8 +6,17 @@
 2. No two library files call each other: for every pair of object files A and
    B under the given object roots, A may use B's symbols or B may use A's, not
    both. The call graph comes from `nm` on the objects meson built.
+3. Each small helper has one home (issue 52): byte order (base/endian.h),
+   base64 (base/base64.c), clock readers (base/clock.h) and host:port
+   splitting live in base/, role names in raft/ (raft_role_name). A function
+   defined anywhere else under the --helpers roots (recursively, .c and .h,
+   fixtures/ skipped)
+   that looks like one of them is an offence, unless KNOWN_COPIES names it
+   with the reason it stays; a KNOWN_COPIES entry that no longer matches is an
+   offence too, so the list only shrinks.
 
 Usage: structure_check.py [--limit N] --src DIR... [--objs DIR...]
+                          [--helpers DIR...]
 Exits 1 and names each offence; 0 when the tree keeps both rules."""
 import argparse
 import glob
@@ -42,6 +51,95 @@ def functions(path):
         if m:
             yield m.group(1), i + 1, k - i - 1, "\n".join(comment)
         i = k + 1
+
+
+# What a private copy of a base/ (or raft/) helper looks like: (kind, home
+# directory, test on (name, signature, body)).
+BYTES_PARAM = re.compile(r"\(\s*(const\s+)?(uint8_t|unsigned char|void)\s*\*")
+HELPER_KINDS = [
+    ("byte order", "base",
+     lambda n, sig, body: re.search(
+         r"(^|_)(put|get|rd|wr|load|store|read|write)_?(be|le|u)?(16|32|64)$|^(be|le)(16|32|64)$",
+         n) is not None and BYTES_PARAM.search(sig) is not None),
+    ("base64", "base",
+     lambda n, sig, body: re.search(r"(base64|b64).*(enc|dec|len|max)", n) is not None),
+    ("clock reader", "base",
+     lambda n, sig, body: "clock_gettime(" in body and len(body.split("\n")) <= 6),
+    ("host:port splitter", "base",
+     lambda n, sig, body: re.search(r"hostport|host_port|split_addr", n) is not None),
+    ("role names", "raft",
+     lambda n, sig, body: '"candidate"' in body and ('"leader"' in body or '"follower"' in body)),
+]
+
+# Copies that stay for now, each with its reason. Keyed by path relative to a
+# --helpers root's parent (the source root) and function name.
+KNOWN_COPIES = {
+    ("node/node_member.c", "split_addr"): "node_member.c is being reshaped (issue 52 item 4)",
+    ("node/node_member.c", "now_ms"): "node_member.c is being reshaped (issue 52 item 4)",
+    ("cmd/tierkvd/main.c", "split_addr"):
+        "a listen address: port 0 (kernel-chosen) is allowed, node_member's refuses it",
+    ("cmd/tierkv/args.c", "parse_hostport_n"):
+        "an endpoint: http[s]:// and a path accepted, the port kept as text",
+    ("cmd/tierkv/args.c", "cli_parse_hostport"): "the public face of parse_hostport_n",
+    ("cmd/raft-perf-probe/main.c", "now_s"): "seconds as a double for rates",
+    ("cmd/raft-perf-probe/main.c", "process_cpu_s"): "the whole process's CPU time",
+    ("tests/sim/main.c", "wall_s"): "seconds as a double for the sweep's report",
+    ("tests/unit/kv/snap_check_bench.c", "clock_ms"): "takes the clock id to compare two",
+    ("tests/unit/node/node_turn_test.c", "clock_ns"): "takes the clock id to compare two",
+    ("tests/unit/store/store_crash_test.c", "now_s"): "seconds as a double for the report",
+}
+
+
+def definitions(path):
+    """(name, line, signature, body) of each function whose braces stand alone
+    at column 0, as functions() finds them."""
+    lines = open(path, errors="replace").read().split("\n")
+    i = 0
+    while i < len(lines):
+        if lines[i] != "{":
+            i += 1
+            continue
+        j = i - 1
+        sig = []
+        while j >= 0 and lines[j].strip() and not lines[j].startswith(("}", "#", "/*", " *")):
+            sig.insert(0, lines[j])
+            j -= 1
+        k = i + 1
+        while k < len(lines) and lines[k] != "}":
+            k += 1
+        m = re.search(r"(\w+)\s*\(", " ".join(sig))
+        if m:
+            yield m.group(1), i + 1, " ".join(sig), "\n".join(lines[i + 1:k])
+        i = k + 1
+
+
+def helper_copies(roots):
+    bad, seen = [], set()
+    for root in roots:
+        top = os.path.dirname(os.path.normpath(root))
+        for dirpath, dirs, names in os.walk(root):
+            dirs[:] = sorted(d for d in dirs if d != "fixtures")  # planted copies
+            for fn in sorted(names):
+                if not fn.endswith((".c", ".h")):
+                    continue
+                path = os.path.join(dirpath, fn)
+                rel = os.path.relpath(path, top)
+                home_dir = rel.split(os.sep)[0]
+                for name, line, sig, body in definitions(path):
+                    for kind, home, looks in HELPER_KINDS:
+                        if home_dir == home or not looks(name, sig, body):
+                            continue
+                        if (rel, name) in KNOWN_COPIES:
+                            seen.add((rel, name))
+                            continue
+                        bad.append(f"{path}:{line}: {name} is a second {kind} helper "
+                                   f"(the one copy lives in {home}/)")
+    for key, why in KNOWN_COPIES.items():
+        if key not in seen and any(
+                os.path.exists(os.path.join(os.path.dirname(os.path.normpath(r)), key[0]))
+                for r in roots):
+            bad.append(f"{key[0]}: KNOWN_COPIES names {key[1]}, which is gone: drop the entry")
+    return bad
 
 
 def long_functions(dirs, limit):
@@ -91,8 +189,10 @@ def main():
     ap.add_argument("--limit", type=int, default=80)
     ap.add_argument("--src", nargs="+", required=True)
     ap.add_argument("--objs", nargs="*", default=[])
+    ap.add_argument("--helpers", nargs="*", default=[])
     a = ap.parse_args()
     bad = long_functions(a.src, a.limit)
+    bad += helper_copies(a.helpers)
     nobj = 0
     if a.objs:
         more, nobj = mutual_calls(a.objs)
