@@ -76,8 +76,6 @@ HELPER_KINDS = [
 KNOWN_COPIES = {
     ("node/node_member.c", "split_addr"): "node_member.c is being reshaped (issue 52 item 4)",
     ("node/node_member.c", "now_ms"): "node_member.c is being reshaped (issue 52 item 4)",
-    ("cmd/tierkvd/main.c", "split_addr"):
-        "a listen address: port 0 (kernel-chosen) is allowed, node_member's refuses it",
     ("cmd/tierkv/args.c", "parse_hostport_n"):
         "an endpoint: http[s]:// and a path accepted, the port kept as text",
     ("cmd/tierkv/args.c", "cli_parse_hostport"): "the public face of parse_hostport_n",

@@ -27,6 +27,7 @@
 #include "base/assert.h"
 #include "base/blob.h"
 #include "base/err.h"
+#include "base/hostport.h"
 #include "base/log.h"
 #include "base/secret_file.h"
 #include "gateway/gateway.h"
@@ -644,38 +645,6 @@ static bool peer_security(struct node_options *no, uint8_t *tok, size_t cap)
     return true;
 }
 
-/* host:port or [v6]:port into host (without brackets) and port. */
-static int split_addr(const char *s, char *host, size_t cap, uint16_t *port)
-{
-    const char *colon;
-    const char *h = s;
-    size_t hlen;
-    if (s[0] == '[') {
-        const char *rb = strchr(s, ']');
-        if (rb == NULL || rb[1] != ':')
-            return -1;
-        h = s + 1;
-        hlen = (size_t)(rb - h);
-        colon = rb + 1;
-    } else {
-        colon = strrchr(s, ':');
-        if (colon == NULL)
-            return -1;
-        hlen = (size_t)(colon - s);
-    }
-    if (hlen == 0 || hlen >= cap)
-        return -1;
-    char *end;
-    errno = 0;
-    unsigned long p = strtoul(colon + 1, &end, 10);
-    if (errno || end == colon + 1 || *end || p > 65535)
-        return -1;
-    memcpy(host, h, hlen);
-    host[hlen] = 0;
-    *port = (uint16_t)p;
-    return 0;
-}
-
 struct member {
     uint64_t id;
     char host[GATEWAY_ADDR_MAX];
@@ -713,7 +682,8 @@ static size_t parse_members(const char *flag, const char *s, struct member *out,
             if (out[i].id == id)
                 die("--%s: node id %llu appears twice", flag, id);
         out[n].id = id;
-        if (split_addr(eq + 1, out[n].host, sizeof(out[n].host), &out[n].port) != 0 ||
+        if (tk_hostport_split(eq + 1, out[n].host, sizeof(out[n].host), &out[n].port) !=
+                0 ||
             out[n].port == 0)
             die("--%s: \"%s\" is not host:port with a port in 1..65535", flag, eq + 1);
         snprintf(out[n].text, sizeof(out[n].text), "%s", eq + 1);
@@ -941,7 +911,8 @@ int main(int argc, char **argv)
     struct gateway_config gc;
     gateway_config_default(&gc);
     char http_host[GATEWAY_ADDR_MAX];
-    if (split_addr(get("listen-http"), http_host, sizeof(http_host), &gc.port) != 0)
+    if (tk_hostport_split(get("listen-http"), http_host, sizeof(http_host), &gc.port) !=
+        0)
         die("--listen-http: \"%s\" is not host:port (example: 127.0.0.1:8080)",
             get("listen-http"));
     gc.host = http_host;
@@ -1024,8 +995,8 @@ int main(int argc, char **argv)
                 "running cluster takes --join)",
                 (unsigned long long)no.id, get("members"));
         if (get("listen-raft") != NULL) {
-            if (split_addr(get("listen-raft"), raft_host, sizeof(raft_host),
-                           &no.listen_port) != 0)
+            if (tk_hostport_split(get("listen-raft"), raft_host, sizeof(raft_host),
+                                  &no.listen_port) != 0)
                 die("--listen-raft: \"%s\" is not host:port", get("listen-raft"));
             no.listen_host = raft_host;
         }

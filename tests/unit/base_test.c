@@ -30,12 +30,15 @@
 
 #include "base/alloc.h"
 #include "base/assert.h"
+#include "base/base64.h"
 #include "base/blob.h"
+#include "base/clock.h"
 #include "base/crc32c.h"
 #include "base/dirlock.h"
 #include "base/endian.h"
 #include "base/err.h"
 #include "base/hist.h"
+#include "base/hostport.h"
 #include "base/log.h"
 #include "base/nice.h"
 #include "base/prng.h"
@@ -829,6 +832,80 @@ START_TEST(test_endian_loads_what_it_stores_at_any_offset)
             ck_assert_uint_eq(buf[off + 8], 0xAA); /* nothing written past it */
         }
     }
+}
+END_TEST
+
+START_TEST(test_endian_big_stores_most_significant_byte_first_and_loads_it_back)
+{
+    uint8_t b[9];
+    tk_put_be16(b, 0x0102);
+    ck_assert_mem_eq(b, "\x01\x02", 2);
+    ck_assert_uint_eq(tk_get_be16(b), 0x0102);
+    tk_put_be32(b, 0x01020304u);
+    ck_assert_mem_eq(b, "\x01\x02\x03\x04", 4);
+    ck_assert_uint_eq(tk_get_be32(b), 0x01020304u);
+    for (size_t off = 0; off < 2; off++) {
+        tk_put_be64(b + off, 0x0102030405060708ull);
+        ck_assert_mem_eq(b + off, "\x01\x02\x03\x04\x05\x06\x07\x08", 8);
+        ck_assert_uint_eq(tk_get_be64(b + off), 0x0102030405060708ull);
+    }
+}
+END_TEST
+
+/* ---- base64, host:port, clocks ------------------------------------------ */
+
+START_TEST(test_base64_round_trips_and_refuses_bad_input_or_no_room)
+{
+    const char *in[] = {"", "f", "fo", "foo", "foob", "fooba", "foobar"};
+    const char *want[] = {"", "Zg==", "Zm8=", "Zm9v", "Zm9vYg==", "Zm9vYmE=", "Zm9vYmFy"};
+    for (size_t i = 0; i < 7; i++) {
+        char enc[16];
+        uint8_t dec[16];
+        size_t n = tk_base64_encode(in[i], strlen(in[i]), enc);
+        ck_assert_uint_eq(n, tk_base64_encoded_len(strlen(in[i])));
+        ck_assert_str_eq(enc, want[i]);
+        ck_assert_int_eq(tk_base64_decode(enc, n, dec, sizeof(dec)), (long)strlen(in[i]));
+        ck_assert_mem_eq(dec, in[i], strlen(in[i]));
+        ck_assert_uint_le(strlen(in[i]), tk_base64_decoded_max(n));
+    }
+    uint8_t d[8];
+    ck_assert_int_eq(tk_base64_decode("Zm9", 3, d, 8), TK_EINVAL);
+    ck_assert_int_eq(tk_base64_decode("Zm=v", 4, d, 8), TK_EINVAL);
+    ck_assert_int_eq(tk_base64_decode("Z===", 4, d, 8), TK_EINVAL);
+    ck_assert_int_eq(tk_base64_decode("Zg==Zg==", 8, d, 8), TK_EINVAL);
+    ck_assert_int_eq(tk_base64_decode("Zm9!", 4, d, 8), TK_EINVAL);
+    ck_assert_int_eq(tk_base64_decode("Zm9vYmFy", 8, d, 4), TK_ETOOBIG);
+}
+END_TEST
+
+START_TEST(test_hostport_splits_names_and_bracketed_v6_and_refuses_the_rest)
+{
+    char host[16];
+    uint16_t port = 1;
+    ck_assert_int_eq(tk_hostport_split("127.0.0.1:7001", host, sizeof(host), &port), 0);
+    ck_assert_str_eq(host, "127.0.0.1");
+    ck_assert_uint_eq(port, 7001);
+    ck_assert_int_eq(tk_hostport_split("[::1]:0", host, sizeof(host), &port), 0);
+    ck_assert_str_eq(host, "::1");
+    ck_assert_uint_eq(port, 0); /* kernel-chosen: the caller decides */
+    ck_assert_int_eq(tk_hostport_split("a:65535", host, sizeof(host), &port), 0);
+    const char *bad[] = {
+        "nocolon", ":80",   "a:",      "a:65536", "a:8x",
+        "a: 80",   "a:+80", "[::1]80", "[::1:80", "averyveryverylonghost:80"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+        ck_assert_msg(tk_hostport_split(bad[i], host, sizeof(host), &port) == TK_EINVAL,
+                      "accepted %s", bad[i]);
+}
+END_TEST
+
+START_TEST(test_clock_readers_agree_in_units_and_never_go_back)
+{
+    uint64_t ns = tk_mono_ns(), ms = tk_mono_ms();
+    ck_assert_uint_ge(ms, ns / 1000000u);
+    ck_assert_uint_le(ms - ns / 1000000u, 1000u);
+    ck_assert_uint_ge(tk_mono_ns(), ns);
+    ck_assert_uint_gt(tk_wall_ms(), 1577836800000ull); /* after 2020 */
+    ck_assert_uint_gt(tk_thread_cpu_ns(), 0);
 }
 END_TEST
 
@@ -1899,6 +1976,11 @@ static Suite *base_suite(void)
     tc = tcase_create("endian");
     tcase_add_test(tc, test_endian_stores_least_significant_byte_first);
     tcase_add_test(tc, test_endian_loads_what_it_stores_at_any_offset);
+    tcase_add_test(tc,
+                   test_endian_big_stores_most_significant_byte_first_and_loads_it_back);
+    tcase_add_test(tc, test_base64_round_trips_and_refuses_bad_input_or_no_room);
+    tcase_add_test(tc, test_hostport_splits_names_and_bracketed_v6_and_refuses_the_rest);
+    tcase_add_test(tc, test_clock_readers_agree_in_units_and_never_go_back);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("crc32c");
