@@ -140,18 +140,19 @@ def percentile(xs, p):
     return s[k]
 
 
-def p99_bound(unloaded_p99_s):
-    return max(P99_FACTOR * unloaded_p99_s, P99_FLOOR_S)
+def p99_bound(unloaded_p99_s, floor_s=P99_FLOOR_S):
+    return max(P99_FACTOR * unloaded_p99_s, floor_s)
 
 
-def check_p99(unloaded, loaded, min_samples=50):
+def check_p99(unloaded, loaded, min_samples=50, floor_s=P99_FLOOR_S):
     """unloaded/loaded: the normal client's latencies in seconds (failed
     requests count with the time they took). Fails when the loaded p99 is
-    over max(10 x unloaded p99, 20 ms), or too few samples to say."""
+    over max(10 x unloaded p99, floor_s: 20 ms unless given), or too few
+    samples to say."""
     u, lo = percentile(unloaded, 99), percentile(loaded, 99)
-    bound = p99_bound(u) if u is not None else None
+    bound = p99_bound(u, floor_s) if u is not None else None
     msg = "p99 loaded %s vs unloaded %s (bound %s = max(%gx, %s); p50 %s vs %s; " \
-        "%d/%d samples)" % (_ms(lo), _ms(u), _ms(bound), P99_FACTOR, _ms(P99_FLOOR_S),
+        "%d/%d samples)" % (_ms(lo), _ms(u), _ms(bound), P99_FACTOR, _ms(floor_s),
                             _ms(percentile(loaded, 50)), _ms(percentile(unloaded, 50)),
                             len(loaded), len(unloaded))
     if len(unloaded) < min_samples or len(loaded) < min_samples:

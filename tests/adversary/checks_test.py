@@ -83,6 +83,11 @@ expect("p99-40x", checks.check_p99(unloaded, [0.003] * 290 + [0.080] * 15), Fals
 tiny = [0.0002] * 300
 expect("p99-floor-20ms", checks.check_p99(tiny, [0.0002] * 290 + [0.015] * 10), True)
 expect("p99-over-floor", checks.check_p99(tiny, [0.0002] * 290 + [0.025] * 10), False)
+# The wider floor make test passes: 25 ms is within 100 ms, 150 ms is not.
+expect("p99-floor-100ms", checks.check_p99(tiny, [0.0002] * 290 + [0.025] * 10,
+                                           floor_s=0.1), True)
+expect("p99-over-floor-100ms", checks.check_p99(tiny, [0.0002] * 290 + [0.150] * 10,
+                                                floor_s=0.1), False)
 expect("p99-too-few-samples", checks.check_p99(unloaded, [0.001] * 10), False)
 
 # (4) RSS

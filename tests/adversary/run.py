@@ -555,7 +555,8 @@ def run_case(name, args):
             unloaded = [r[1] for r in recs if r[0] < t_h0]
             loaded = [r[1] for r in recs if t_h0 <= r[0] <= t_h1]
             errs = sum(1 for r in recs if r[3] != 200)
-            ok, msg = checks.check_p99(unloaded, loaded)
+            ok, msg = checks.check_p99(unloaded, loaded,
+                                       floor_s=args.p99_floor_ms / 1000.0)
             results.append(("p99", ok, msg + "; %d non-200 (of %d), %d connects"
                             % (errs, len(recs), got["reconnects"])))
             res["p99_unloaded"] = checks.percentile(unloaded, 99)
@@ -682,6 +683,9 @@ def main():
     ap.add_argument("--case", action="append", default=[], choices=sorted(CASES) + ["all"])
     ap.add_argument("--unloaded-s", type=float, default=6.0)
     ap.add_argument("--hazard-s", type=float, default=15.0)
+    # The bound is 10x the unloaded p99 (with a 20 ms floor); make test
+    # passes a wider floor (tests/adversary/meson.build, README.md).
+    ap.add_argument("--p99-floor-ms", type=float, default=checks.P99_FLOOR_S * 1000.0)
     ap.add_argument("--rss-settle", action="store_true",
                     help="also sample each node's RSS a minute after the hazard")
     ap.add_argument("--memory-budget", type=int, default=checks.RSS_BUDGET_BYTES,
