@@ -26,9 +26,10 @@ import subprocess
 import sys
 
 
-def functions(path):
-    """(name, first body line, body lines, comment above) for each function
-    whose braces stand alone at column 0 (.clang-format puts them there)."""
+def scan(path):
+    """(name, first body line, signature, body lines, comment above) for each
+    function whose braces stand alone at column 0 (.clang-format puts them
+    there)."""
     lines = open(path, errors="replace").read().split("\n")
     i = 0
     while i < len(lines):
@@ -49,8 +50,14 @@ def functions(path):
         while k < len(lines) and lines[k] != "}":
             k += 1
         if m:
-            yield m.group(1), i + 1, k - i - 1, "\n".join(comment)
+            yield m.group(1), i + 1, " ".join(sig), lines[i + 1:k], "\n".join(comment)
         i = k + 1
+
+
+def functions(path):
+    """(name, first body line, body lines, comment above) of each function."""
+    for name, line, _, body, comment in scan(path):
+        yield name, line, len(body), comment
 
 
 # What a private copy of a base/ (or raft/) helper looks like: (kind, home
@@ -89,26 +96,9 @@ KNOWN_COPIES = {
 
 
 def definitions(path):
-    """(name, line, signature, body) of each function whose braces stand alone
-    at column 0, as functions() finds them."""
-    lines = open(path, errors="replace").read().split("\n")
-    i = 0
-    while i < len(lines):
-        if lines[i] != "{":
-            i += 1
-            continue
-        j = i - 1
-        sig = []
-        while j >= 0 and lines[j].strip() and not lines[j].startswith(("}", "#", "/*", " *")):
-            sig.insert(0, lines[j])
-            j -= 1
-        k = i + 1
-        while k < len(lines) and lines[k] != "}":
-            k += 1
-        m = re.search(r"(\w+)\s*\(", " ".join(sig))
-        if m:
-            yield m.group(1), i + 1, " ".join(sig), "\n".join(lines[i + 1:k])
-        i = k + 1
+    """(name, line, signature, body) of each function."""
+    for name, line, sig, body, _ in scan(path):
+        yield name, line, sig, "\n".join(body)
 
 
 def helper_copies(roots):
