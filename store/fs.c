@@ -7,11 +7,11 @@
  *   segment.prepare           the next segment, created and preallocated
  *                             ahead of need (renamed when the log rolls)
  *
- * Sizes: the first segment of a log is STORE_SEGMENT_BYTES_FIRST (1 MiB, or
+ * Sizes: the first segment of a log is STORE_SEGMENT_BYTES_FIRST (4 MiB, or
  * segment_bytes when that is smaller) and each next one twice the last, up
- * to segment_bytes: a new node's directory holds about 3 MiB of log files,
+ * to segment_bytes: a new node's directory holds about 4-8 MiB of log files,
  * not two full segments (128 MiB at the default), and a busy log reaches full
- * segments after 63 MiB. A record too large for the next size gets a full
+ * segments after 60 MiB. A record too large for the next size gets a full
  * segment. A segment's size is its file's (recovery takes it from fstat).
  *
  * A segment starts with a 32-byte header (magic, first index, version, CRC)
@@ -632,7 +632,20 @@ static int roll(struct store *s, uint64_t first, uint64_t need)
     f->dir_dirty = true;
     pthread_mutex_lock(&f->mu);
     /* its end 0 under f->mu: readers sum it */
-    seg_add(f, first, f->spare_fd)->size = f->spare_size;
+    struct seg *g = seg_add(f, first, f->spare_fd);
+    g->size = f->spare_size;
+    if (f->nsegs >= 2) {
+        /* Offsets for as many records as the last segment held, scaled to
+         * the new size, in one allocation: while segments grow, doubling
+         * from 256 would reallocate log2(records) times per roll. */
+        const struct seg *prev = &f->segs[f->nsegs - 2];
+        uint64_t want = prev->size > 0 ? prev->n * (g->size / prev->size) : 0;
+        want += want / 8;
+        if (want > g->cap && want <= UINT32_MAX) {
+            g->offs = tk_realloc(g->offs, want * sizeof(*g->offs));
+            g->cap = want;
+        }
+    }
     pthread_mutex_unlock(&f->mu);
     f->spare_fd = -1;
     TK_ASSERT(f->niov == 0);

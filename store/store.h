@@ -69,7 +69,7 @@
 
 #define STORE_SEGMENT_BYTES_DEFAULT (64u << 20)
 #define STORE_SEGMENT_BYTES_MIN (4u << 10)
-#define STORE_SEGMENT_BYTES_FIRST (1u << 20) /* a log's first segment: fs.c */
+#define STORE_SEGMENT_BYTES_FIRST (4u << 20) /* a log's first segment: fs.c */
 #define STORE_QUEUE_MAX 4096                 /* queued async appends, default */
 #define STORE_GROUP_BYTES_MAX (8u << 20)     /* bytes written per sync, at most */
 #define STORE_ENTRY_BYTES_MAX (16u << 20)    /* payload bytes per entry */
