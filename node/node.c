@@ -905,7 +905,10 @@ static uint64_t turn_cpu(struct node *n, uint64_t dt, uint64_t now)
     c->at_ns = now;
     uint64_t before = c->busy_ns; /* earlier turns' share, at most their time */
     c->busy_ns = 0;
-    return used > before ? used - before : 0;
+    used = used > before ? used - before : 0;
+    /* What the thread spent between turns (in epoll) is in the reading too:
+     * one thread's CPU in a turn is never more than the turn's time. */
+    return used < dt ? used : dt;
 }
 
 /* The first read of the CPU clock, as the loop starts. */
