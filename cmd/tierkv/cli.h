@@ -12,7 +12,8 @@
  * the leader hint); commands.c (put, get, del, scan, incr, txn, batch, status,
  * members); snapshot.c (backups: save, status; it links kv/backup.c's small
  * library, base and libcrypto, to check files); bench.c (the libuv load
- * generator); main.c (flags, dispatch, --help). */
+ * generator); table.c (the command table and the usage text derived from
+ * it); main.c (global flags, endpoints, dispatch through the table). */
 #ifndef TK_CMD_TIERKV_CLI_H
 #define TK_CMD_TIERKV_CLI_H
 
@@ -221,6 +222,43 @@ int cli_cmd_snapshot(struct cli_global *g, int argc, char **argv);
 int cli_cmd_lease(struct cli_global *g, int argc, char **argv);
 int cli_cmd_lock(struct cli_global *g, int argc, char **argv);
 int cli_cmd_elect(struct cli_global *g, int argc, char **argv);
+
+/* ---- table.c: the command table, dispatch's and the usage's one source ---- */
+
+/* Where the endpoints come from when -e and TIERKV_ENDPOINTS are not given
+ * (main.c reads the file; the usage names both). The file is the one `make
+ * run` writes (scripts/run-cluster.sh), relative to the working directory. */
+#define CLI_DEFAULT_ENDPOINTS "127.0.0.1:8080"
+#define CLI_ENDPOINTS_FILE "data/endpoints"
+
+/* The command needs the endpoints, TLS and token set up before it runs (every
+ * command that talks to a server); without it main runs the handler at once. */
+#define CLI_CMD_ENDPOINTS (1u << 0)
+#define CLI_USAGE_LINES_MAX 2
+
+/* One line of `tierkv --help`'s command list: "  NAME ARGS   HELP". */
+struct cli_usage_line {
+    const char *args; /* the synopsis after the name ("" for none) */
+    const char *help; /* NULL: no such line */
+};
+
+struct cli_command {
+    const char *name;
+    const char *alias; /* a second name, not listed (NULL: none) */
+    struct cli_usage_line usage[CLI_USAGE_LINES_MAX];
+    /* Gets argv[0] = the command's name as typed, then its own arguments;
+     * returns the exit code (enum cli_exit). */
+    int (*run)(struct cli_global *g, int argc, char **argv);
+    unsigned flags; /* CLI_CMD_* */
+};
+
+/* The row named `name` (or whose alias it is), or NULL. */
+const struct cli_command *cli_command_find(const char *name);
+/* All rows, in the order the usage lists them; returns their count. */
+size_t cli_commands(const struct cli_command **rows);
+/* `tierkv --help`: the commands section derived from the table, between the
+ * fixed head and the global flags and exit codes. */
+void cli_usage(FILE *f);
 
 /* ---- bench.c ---- */
 

@@ -1,9 +1,11 @@
 /* tierkv: the command-line client of a tierkv cluster.
  *
- * Parses the global flags (which may appear anywhere before a "--"), picks
- * the command and hands it the remaining arguments. The commands live in
- * commands.c and bench.c; docs/cli.md is the manual. Single-threaded except
- * for `bench`, which runs its own loop threads. */
+ * Parses the global flags (which may appear anywhere before a "--", from the
+ * global_flags table below), looks the command up in the command table
+ * (table.c), sets up the endpoints, TLS and token if the command's row asks
+ * for them, and hands it the remaining arguments. The commands live in
+ * commands.c, bench.c and the files cli.h lists; docs/cli.md is the manual.
+ * Single-threaded except for `bench`, which runs its own loop threads. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -17,74 +19,8 @@
 #include "cmd/tierkv/cli.h"
 #include "tls/tls.h"
 
-#define CLI_DEFAULT_ENDPOINTS "127.0.0.1:8080"
-/* The endpoints file `make run` writes (scripts/run-cluster.sh), relative to
- * the working directory: the repository's root after make run. */
-#define CLI_ENDPOINTS_FILE "data/endpoints"
 /* Longer than any list of CLI_ENDPOINTS_MAX endpoints a person writes. */
 #define CLI_ENDPOINTS_FILE_MAX 4096
-
-static const char main_help[] =
-    "usage: tierkv [global flags] COMMAND [args]\n"
-    "\n"
-    "Commands:\n"
-    "  put KEY [VALUE]      write a key (value from stdin or --file without VALUE)\n"
-    "  get KEY              read a key\n"
-    "  del KEY              delete a key\n"
-    "  scan [PREFIX]        list keys by prefix or --start/--end range, --limit N\n"
-    "  incr KEY [DELTA]     add DELTA (default 1) to an int64 counter\n"
-    "  txn FILE             run a transaction from a JSON file (- for stdin)\n"
-    "  batch FILE           apply an atomic batch from a JSON file\n"
-    "  status               health, role, term and indexes of every endpoint\n"
-    "  members              the cluster's members\n"
-    "  member list|add|promote|remove   membership changes (tierkv member --help)\n"
-    "  watch KEY|--prefix P follow changes as they come (tierkv watch --help)\n"
-    "  snapshot save FILE   a consistent backup (GET /v1/snapshot) into FILE\n"
-    "  snapshot status FILE check a backup file and show its revision and keys\n"
-    "  lease grant|keepalive|revoke|get  leases (tierkv lease --help)\n"
-    "  lock NAME -- CMD     run CMD holding a lease-backed lock (tierkv lock --help)\n"
-    "  elect NAME VALUE     campaign for leadership, print changes of leader\n"
-    "  bench                load generator for tierkvd or etcd (tierkv bench --help)\n"
-    "  help [COMMAND]       this text, or a command's\n"
-    "\n"
-    "Global flags (anywhere on the line):\n"
-    "  -e, --endpoints LIST   comma-separated host:port list, tried in order; a\n"
-    "                         leader hint in a 503 or redirect is followed\n"
-    "                         (else env TIERKV_ENDPOINTS, else the file\n"
-    "                         ./" CLI_ENDPOINTS_FILE " that make run writes, else\n"
-    "                         " CLI_DEFAULT_ENDPOINTS ")\n"
-    "  --json                 print the server's JSON, one line, for scripts\n"
-    "  --timeout DURATION     per request attempt (default 5s; member changes 40s)\n"
-    "  --retries N            extra passes over the endpoints when none answers or\n"
-    "                         all answer 503 (default 2)\n"
-    "  --mode applied|committed        when a write is acknowledged\n"
-    "  --consistency linearizable|stale  how reads are served\n"
-    "  --base64               ask for base64 keys/values and decode them\n"
-    "  -v, --verbose          log every attempt to stderr\n"
-    "  --cacert FILE          HTTPS: trust the server certificates these CAs sign\n"
-    "                         (PEM; env TIERKV_CACERT). HTTPS is on with any of\n"
-    "                         --cacert, --cert or an https:// endpoint (then the\n"
-    "                         system's CAs are trusted)\n"
-    "  --cert FILE, --key FILE  HTTPS: a client certificate and its key (PEM; env\n"
-    "                         TIERKV_CERT, TIERKV_KEY)\n"
-    "  --token-file FILE      a bearer token for --auth-file servers, read from\n"
-    "                         FILE (mode 0600 or stricter), or from the env\n"
-    "                         TIERKV_TOKEN. --token TOKEN works too, but puts\n"
-    "                         the token where ps shows it (warned)\n"
-    "  --allow-loose-permissions[=BOOL]  accept a --token-file that group or\n"
-    "                         others may read or write, with a warning (env\n"
-    "                         TIERKV_ALLOW_LOOSE_PERMISSIONS; BOOL:\n"
-    "                         " TK_BOOL_ACCEPTED ")\n"
-    "\n"
-    "Exit codes:\n"
-    "  0 success\n"
-    "  1 unexpected server answer or internal error\n"
-    "  2 usage error: bad flags, arguments or input file\n"
-    "  3 not found (404)\n"
-    "  4 compare failed (409), or a txn that took its else branch\n"
-    "  5 unavailable: no endpoint reachable, or no leader (503)\n"
-    "  6 timed out (client timeout, 408 or 504)\n"
-    "  7 rejected by the server (400, 413 and other 4xx)\n";
 
 struct security_flags {
     const char *cacert, *cert, *key, *token, *token_file;
@@ -239,22 +175,21 @@ out:
     return ok;
 }
 
-struct command {
-    const char *name;
-    int (*fn)(struct cli_global *g, int argc, char **argv);
+/* What main builds from its arguments and environment. */
+struct cli_main {
+    struct cli_global g;
+    struct security_flags sf;
+    /* Where the endpoints come from, first found wins: -e/--endpoints, the
+     * env TIERKV_ENDPOINTS, ./data/endpoints, the built-in default (the file
+     * is read only when neither of the first two is given: endpoints_setup). */
+    const char *endpoints, *endpoints_from;
+    char **rest; /* the arguments that are not global flags, in order */
+    int n_rest;
+    struct tk_tls_ctx *tls;
 };
 
-static const struct command commands[] = {
-    {"put", cli_cmd_put},       {"get", cli_cmd_get},
-    {"del", cli_cmd_del},       {"delete", cli_cmd_del},
-    {"scan", cli_cmd_scan},     {"incr", cli_cmd_incr},
-    {"txn", cli_cmd_txn},       {"batch", cli_cmd_batch},
-    {"status", cli_cmd_status}, {"members", cli_cmd_members},
-    {"bench", cli_cmd_bench},   {"member", cli_cmd_member},
-    {"watch", cli_cmd_watch},   {"snapshot", cli_cmd_snapshot},
-    {"lease", cli_cmd_lease},   {"lock", cli_cmd_lock},
-    {"elect", cli_cmd_elect},
-};
+/* main's steps return this to go on, or the exit code to end with. */
+#define MAIN_GO_ON (-1)
 
 static int usage(const char *msg)
 {
@@ -262,12 +197,173 @@ static int usage(const char *msg)
     return CLI_EXIT_USAGE;
 }
 
-/* The value of a global flag at argv[*i]: "--flag=value" or "--flag value". */
+/* ---- the global flags ---- */
+
+enum global_flag_kind {
+    GF_SWITCH,   /* exactly the name: --json */
+    GF_VALUE,    /* --name=V or --name V */
+    GF_NONEMPTY, /* the same, an empty V refused */
+    GF_OPT_BOOL, /* --name (true) or --name=BOOL */
+};
+
+/* Each setter stores its flag's value (NULL for a switch, or an optional
+ * BOOL not given); returns 0, or -1 for a bad value. */
+static int set_endpoints(struct cli_main *m, const char *v)
+{
+    m->endpoints = v;
+    m->endpoints_from = "--endpoints";
+    return 0;
+}
+
+static int set_cacert(struct cli_main *m, const char *v)
+{
+    m->sf.cacert = v;
+    return 0;
+}
+
+static int set_cert(struct cli_main *m, const char *v)
+{
+    m->sf.cert = v;
+    return 0;
+}
+
+static int set_key(struct cli_main *m, const char *v)
+{
+    m->sf.key = v;
+    return 0;
+}
+
+static int set_token(struct cli_main *m, const char *v)
+{
+    m->sf.token = v;
+    m->sf.token_on_argv = true;
+    return 0;
+}
+
+static int set_token_file(struct cli_main *m, const char *v)
+{
+    m->sf.token_file = v;
+    return 0;
+}
+
+static int set_allow_loose(struct cli_main *m, const char *v)
+{
+    if (v == NULL) {
+        m->sf.allow_loose = true;
+        return 0;
+    }
+    return tk_parse_bool(v, &m->sf.allow_loose) == 0 ? 0 : -1;
+}
+
+static int set_json(struct cli_main *m, const char *v)
+{
+    (void)v;
+    m->g.json = true;
+    return 0;
+}
+
+static int set_base64(struct cli_main *m, const char *v)
+{
+    (void)v;
+    m->g.base64 = true;
+    return 0;
+}
+
+static int set_verbose(struct cli_main *m, const char *v)
+{
+    (void)v;
+    m->g.client.verbose = true;
+    return 0;
+}
+
+static int set_timeout(struct cli_main *m, const char *v)
+{
+    uint64_t ms;
+    if (cli_parse_duration_ms(v, &ms) != 0 || ms > 3600000)
+        return -1;
+    m->g.client.timeout_ms = (int)ms;
+    m->g.timeout_set = true;
+    return 0;
+}
+
+static int set_retries(struct cli_main *m, const char *v)
+{
+    uint64_t n;
+    if (cli_parse_u64(v, 0, 20, &n) != 0)
+        return -1;
+    m->g.client.retries = (int)n;
+    return 0;
+}
+
+static int set_mode(struct cli_main *m, const char *v)
+{
+    if (strcmp(v, "applied") != 0 && strcmp(v, "committed") != 0)
+        return -1;
+    snprintf(m->g.mode, sizeof(m->g.mode), "%s", v);
+    return 0;
+}
+
+static int set_consistency(struct cli_main *m, const char *v)
+{
+    if (strcmp(v, "linearizable") != 0 && strcmp(v, "stale") != 0)
+        return -1;
+    snprintf(m->g.consistency, sizeof(m->g.consistency), "%s", v);
+    return 0;
+}
+
+#define TOKEN_FLAGS_BAD "--cacert, --cert, --key and --token want a value"
+
+/* The global flags; the usage text (table.c) and docs/cli.md describe them. */
+static const struct global_flag {
+    const char *name;
+    const char *short_name; /* matched exactly; NULL: none */
+    enum global_flag_kind kind;
+    int (*set)(struct cli_main *m, const char *v);
+    const char *bad; /* the usage error for a missing or bad value */
+} global_flags[] = {
+    {"--endpoints", "-e", GF_VALUE, set_endpoints, "--endpoints wants a value"},
+    {"--cacert", NULL, GF_NONEMPTY, set_cacert, TOKEN_FLAGS_BAD},
+    {"--cert", NULL, GF_NONEMPTY, set_cert, TOKEN_FLAGS_BAD},
+    {"--key", NULL, GF_NONEMPTY, set_key, TOKEN_FLAGS_BAD},
+    {"--token", NULL, GF_NONEMPTY, set_token, TOKEN_FLAGS_BAD},
+    {"--token-file", NULL, GF_NONEMPTY, set_token_file, "--token-file wants a file"},
+    {"--allow-loose-permissions", NULL, GF_OPT_BOOL, set_allow_loose,
+     "--allow-loose-permissions=BOOL: BOOL is " TK_BOOL_ACCEPTED},
+    {"--json", NULL, GF_SWITCH, set_json, NULL},
+    {"--base64", NULL, GF_SWITCH, set_base64, NULL},
+    {"--verbose", "-v", GF_SWITCH, set_verbose, NULL},
+    {"--timeout", NULL, GF_VALUE, set_timeout,
+     "--timeout wants a duration like 5s or 500ms"},
+    {"--retries", NULL, GF_VALUE, set_retries, "--retries wants 0..20"},
+    {"--mode", NULL, GF_VALUE, set_mode, "--mode is applied or committed"},
+    {"--consistency", NULL, GF_VALUE, set_consistency,
+     "--consistency is linearizable or stale"},
+};
+
+/* arg is `name` itself or "name=...". */
+static bool is_flag(const char *arg, const char *name)
+{
+    size_t n = strlen(name);
+    return strncmp(arg, name, n) == 0 && (arg[n] == '\0' || arg[n] == '=');
+}
+
+static const struct global_flag *global_flag_find(const char *arg)
+{
+    for (size_t i = 0; i < sizeof(global_flags) / sizeof(global_flags[0]); i++) {
+        const struct global_flag *f = &global_flags[i];
+        if (f->short_name != NULL && strcmp(arg, f->short_name) == 0)
+            return f;
+        if (f->kind == GF_SWITCH ? strcmp(arg, f->name) == 0 : is_flag(arg, f->name))
+            return f;
+    }
+    return NULL;
+}
+
+/* The value of a global flag at argv[*i], spelled `name`: "name=value", or
+ * "name value" (then *i moves past it); NULL if there is none. */
 static const char *flag_value(int argc, char **argv, int *i, const char *name)
 {
     size_t n = strlen(name);
-    if (strncmp(argv[*i], name, n) != 0)
-        return NULL;
     if (argv[*i][n] == '=')
         return argv[*i] + n + 1;
     if (argv[*i][n] == '\0' && *i + 1 < argc)
@@ -275,208 +371,160 @@ static const char *flag_value(int argc, char **argv, int *i, const char *name)
     return NULL;
 }
 
-static bool is_flag(const char *arg, const char *name)
+/* Applies the global flag f found at argv[*i]. Returns MAIN_GO_ON or
+ * CLI_EXIT_USAGE with the flag's message printed. */
+static int global_flag_apply(struct cli_main *m, const struct global_flag *f, int argc,
+                             char **argv, int *i)
 {
-    size_t n = strlen(name);
-    return strncmp(arg, name, n) == 0 && (arg[n] == '\0' || arg[n] == '=');
+    const char *a = argv[*i];
+    const char *v = NULL;
+    if (f->kind == GF_VALUE || f->kind == GF_NONEMPTY) {
+        bool is_short = f->short_name != NULL && strcmp(a, f->short_name) == 0;
+        v = flag_value(argc, argv, i, is_short ? f->short_name : f->name);
+        if (v == NULL || (f->kind == GF_NONEMPTY && v[0] == '\0'))
+            return usage(f->bad);
+    } else if (f->kind == GF_OPT_BOOL && strchr(a, '=') != NULL) {
+        v = strchr(a, '=') + 1;
+    }
+    return f->set(m, v) == 0 ? MAIN_GO_ON : usage(f->bad);
 }
 
-int main(int argc, char **argv)
+/* Takes the global flags out of argv (applied to m) and keeps the rest, in
+ * order, in m->rest: everything after a "--", words, and flags that are not
+ * global (a command's own). --help and --version before the command print and
+ * end. Returns MAIN_GO_ON or the exit code. */
+static int parse_global_flags(struct cli_main *m, int argc, char **argv)
 {
-    struct cli_global g;
-    memset(&g, 0, sizeof(g));
-    g.client.timeout_ms = 5000;
-    g.client.retries = 2;
-    /* Where the endpoints come from, first found wins: -e/--endpoints, the
-     * env TIERKV_ENDPOINTS, ./data/endpoints, the built-in default (the file
-     * is read only when neither of the first two is given, below). */
-    const char *endpoints = env_or_null("TIERKV_ENDPOINTS");
-    const char *endpoints_from = endpoints != NULL ? "TIERKV_ENDPOINTS" : NULL;
-    static char file_endpoints[CLI_ENDPOINTS_FILE_MAX + 1];
-
-    /* Pull out the global flags; keep everything else in order. */
-    char **rest = calloc((size_t)argc + 1, sizeof(char *));
-    if (!rest)
-        return CLI_EXIT_ERROR;
-    int n_rest = 0;
     bool dashdash = false;
-    struct tk_tls_ctx *tls = NULL;
-    struct security_flags sf = {.cacert = env_or_null("TIERKV_CACERT"),
-                                .cert = env_or_null("TIERKV_CERT"),
-                                .key = env_or_null("TIERKV_KEY"),
-                                .token = env_or_null("TIERKV_TOKEN")};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const struct global_flag *f = NULL;
+        if (dashdash || a[0] != '-' || strcmp(a, "--") == 0) {
+            dashdash = dashdash || strcmp(a, "--") == 0;
+            m->rest[m->n_rest++] = argv[i];
+        } else if ((f = global_flag_find(a)) != NULL) {
+            int rc = global_flag_apply(m, f, argc, argv, &i);
+            if (rc != MAIN_GO_ON)
+                return rc;
+        } else if (m->n_rest == 0 && (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0)) {
+            cli_usage(stdout);
+            return CLI_EXIT_OK;
+        } else if (m->n_rest == 0 && strcmp(a, "--version") == 0) {
+            printf("tierkv 0.1.0\n");
+            return CLI_EXIT_OK;
+        } else {
+            m->rest[m->n_rest++] = argv[i]; /* a command's own flag */
+        }
+    }
+    return MAIN_GO_ON;
+}
+
+/* The defaults and the environment's settings, before the flags. Returns
+ * MAIN_GO_ON or the exit code. */
+static int main_init(struct cli_main *m, int argc)
+{
+    memset(m, 0, sizeof(*m));
+    m->g.client.timeout_ms = 5000;
+    m->g.client.retries = 2;
+    m->endpoints = env_or_null("TIERKV_ENDPOINTS");
+    m->endpoints_from = m->endpoints != NULL ? "TIERKV_ENDPOINTS" : NULL;
+    m->rest = calloc((size_t)argc + 1, sizeof(char *));
+    if (m->rest == NULL)
+        return CLI_EXIT_ERROR;
+    m->sf = (struct security_flags){.cacert = env_or_null("TIERKV_CACERT"),
+                                    .cert = env_or_null("TIERKV_CERT"),
+                                    .key = env_or_null("TIERKV_KEY"),
+                                    .token = env_or_null("TIERKV_TOKEN")};
     const char *loose = env_or_null("TIERKV_ALLOW_LOOSE_PERMISSIONS");
-    if (loose != NULL && tk_parse_bool(loose, &sf.allow_loose) != 0) {
+    if (loose != NULL && tk_parse_bool(loose, &m->sf.allow_loose) != 0) {
         fprintf(stderr,
                 "tierkv: TIERKV_ALLOW_LOOSE_PERMISSIONS=\"%s\" is not a boolean: "
                 "use " TK_BOOL_ACCEPTED "\n",
                 loose);
-        free(rest);
         return CLI_EXIT_USAGE;
     }
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        const char *v;
-        if (dashdash || a[0] != '-') {
-            rest[n_rest++] = argv[i];
-            continue;
-        }
-        if (strcmp(a, "--") == 0) {
-            dashdash = true;
-            rest[n_rest++] = argv[i];
-            continue;
-        }
-        if (is_flag(a, "--endpoints") || strcmp(a, "-e") == 0) {
-            v = flag_value(argc, argv, &i, a[1] == 'e' ? "-e" : "--endpoints");
-            if (!v) {
-                free(rest);
-                return usage("--endpoints wants a value");
-            }
-            endpoints = v;
-            endpoints_from = "--endpoints";
-        } else if (is_flag(a, "--cacert") || is_flag(a, "--cert") ||
-                   is_flag(a, "--key") || is_flag(a, "--token")) {
-            const char *name = is_flag(a, "--cacert") ? "--cacert"
-                               : is_flag(a, "--cert") ? "--cert"
-                               : is_flag(a, "--key")  ? "--key"
-                                                      : "--token";
-            v = flag_value(argc, argv, &i, name);
-            if (!v || !v[0]) {
-                free(rest);
-                return usage("--cacert, --cert, --key and --token want a value");
-            }
-            const char **slot = name[2] == 'c' && name[3] == 'a' ? &sf.cacert
-                                : name[2] == 'c'                 ? &sf.cert
-                                : name[2] == 'k'                 ? &sf.key
-                                                                 : &sf.token;
-            *slot = v;
-            if (slot == &sf.token)
-                sf.token_on_argv = true;
-        } else if (is_flag(a, "--token-file")) {
-            v = flag_value(argc, argv, &i, "--token-file");
-            if (!v || !v[0]) {
-                free(rest);
-                return usage("--token-file wants a file");
-            }
-            sf.token_file = v;
-        } else if (is_flag(a, "--allow-loose-permissions")) {
-            const char *eq = strchr(a, '=');
-            if (eq != NULL && tk_parse_bool(eq + 1, &sf.allow_loose) != 0) {
-                free(rest);
-                return usage("--allow-loose-permissions=BOOL: BOOL is " TK_BOOL_ACCEPTED);
-            }
-            if (eq == NULL)
-                sf.allow_loose = true;
-        } else if (strcmp(a, "--json") == 0) {
-            g.json = true;
-        } else if (strcmp(a, "--base64") == 0) {
-            g.base64 = true;
-        } else if (strcmp(a, "--verbose") == 0 || strcmp(a, "-v") == 0) {
-            g.client.verbose = true;
-        } else if (is_flag(a, "--timeout")) {
-            uint64_t ms;
-            v = flag_value(argc, argv, &i, "--timeout");
-            if (!v || cli_parse_duration_ms(v, &ms) != 0 || ms > 3600000) {
-                free(rest);
-                return usage("--timeout wants a duration like 5s or 500ms");
-            }
-            g.client.timeout_ms = (int)ms;
-            g.timeout_set = true;
-        } else if (is_flag(a, "--retries")) {
-            uint64_t n;
-            v = flag_value(argc, argv, &i, "--retries");
-            if (!v || cli_parse_u64(v, 0, 20, &n) != 0) {
-                free(rest);
-                return usage("--retries wants 0..20");
-            }
-            g.client.retries = (int)n;
-        } else if (is_flag(a, "--mode")) {
-            v = flag_value(argc, argv, &i, "--mode");
-            if (!v || (strcmp(v, "applied") != 0 && strcmp(v, "committed") != 0)) {
-                free(rest);
-                return usage("--mode is applied or committed");
-            }
-            snprintf(g.mode, sizeof(g.mode), "%s", v);
-        } else if (is_flag(a, "--consistency")) {
-            v = flag_value(argc, argv, &i, "--consistency");
-            if (!v || (strcmp(v, "linearizable") != 0 && strcmp(v, "stale") != 0)) {
-                free(rest);
-                return usage("--consistency is linearizable or stale");
-            }
-            snprintf(g.consistency, sizeof(g.consistency), "%s", v);
-        } else if (n_rest == 0 && (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0)) {
-            fputs(main_help, stdout);
-            free(rest);
-            return 0;
-        } else if (n_rest == 0 && strcmp(a, "--version") == 0) {
-            printf("tierkv 0.1.0\n");
-            free(rest);
-            return 0;
-        } else {
-            rest[n_rest++] = argv[i]; /* a command's own flag */
-        }
-    }
-    int code;
-    if (n_rest == 0) {
-        fputs(main_help, stderr);
-        code = CLI_EXIT_USAGE;
-        goto out;
-    }
-    if (strcmp(rest[0], "help") == 0) {
-        if (n_rest == 1) {
-            fputs(main_help, stdout);
-            code = 0;
-            goto out;
-        }
-        rest[0] = rest[1];
-        rest[1] = "--help";
-        n_rest = 2;
-    }
-    if (endpoints == NULL) {
+    return MAIN_GO_ON;
+}
+
+/* ---- the command ---- */
+
+/* The endpoints (from the first source that has them), then TLS and the
+ * token: what a command that talks to a server needs. Returns 0 or
+ * CLI_EXIT_USAGE with the reason printed. */
+static int endpoints_setup(struct cli_main *m)
+{
+    static char file_endpoints[CLI_ENDPOINTS_FILE_MAX + 1];
+    if (m->endpoints == NULL) {
         if (endpoints_from_file(file_endpoints, sizeof(file_endpoints))) {
-            endpoints = file_endpoints;
-            endpoints_from = "./" CLI_ENDPOINTS_FILE;
+            m->endpoints = file_endpoints;
+            m->endpoints_from = "./" CLI_ENDPOINTS_FILE;
         } else {
-            endpoints = CLI_DEFAULT_ENDPOINTS;
-            endpoints_from = "the default";
+            m->endpoints = CLI_DEFAULT_ENDPOINTS;
+            m->endpoints_from = "the default";
         }
     }
-    if (g.client.verbose)
-        fprintf(stderr, "tierkv: endpoints %s (from %s)\n", endpoints, endpoints_from);
-    if (cli_parse_endpoints(endpoints, g.client.eps, CLI_ENDPOINTS_MAX,
-                            &g.client.n_eps) != 0) {
+    struct cli_client *c = &m->g.client;
+    if (c->verbose)
+        fprintf(stderr, "tierkv: endpoints %s (from %s)\n", m->endpoints,
+                m->endpoints_from);
+    if (cli_parse_endpoints(m->endpoints, c->eps, CLI_ENDPOINTS_MAX, &c->n_eps) != 0) {
         fprintf(stderr,
                 "tierkv: bad endpoints \"%s\" (from %s): want a comma-separated list of "
                 "host:port (at most %d)\n",
-                endpoints, endpoints_from, CLI_ENDPOINTS_MAX);
-        code = CLI_EXIT_USAGE;
-        goto out;
+                m->endpoints, m->endpoints_from, CLI_ENDPOINTS_MAX);
+        return CLI_EXIT_USAGE;
     }
-    if (sf.token_file != NULL && sf.token_on_argv) {
-        code = usage("--token and --token-file do not go together");
-        goto out;
+    if (m->sf.token_file != NULL && m->sf.token_on_argv)
+        return usage("--token and --token-file do not go together");
+    m->sf.https_endpoint = strcasestr(m->endpoints, "https://") != NULL;
+    return security_setup(&m->sf, &m->tls);
+}
+
+/* Runs the command m->rest names (`help COMMAND` is `COMMAND --help`).
+ * Returns its exit code. */
+static int run_command(struct cli_main *m)
+{
+    if (m->n_rest == 0) {
+        cli_usage(stderr);
+        return CLI_EXIT_USAGE;
     }
-    sf.https_endpoint = strcasestr(endpoints, "https://") != NULL;
-    code = security_setup(&sf, &tls);
-    if (code != 0)
-        goto out;
-    code = -1;
-    for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
-        if (strcmp(rest[0], commands[i].name) == 0) {
-            code = commands[i].fn(&g, n_rest, rest);
-            break;
-        }
-    if (code == -1) {
-        fprintf(stderr, "tierkv: unknown command \"%s\" (see tierkv --help)\n", rest[0]);
-        code = CLI_EXIT_USAGE;
+    if (strcmp(m->rest[0], "help") == 0 && m->n_rest > 1) {
+        m->rest[0] = m->rest[1];
+        m->rest[1] = "--help";
+        m->n_rest = 2;
     }
-    if (code == CLI_EXIT_UNAVAILABLE && strcmp(endpoints_from, "the default") == 0)
+    const struct cli_command *cmd = cli_command_find(m->rest[0]);
+    /* An unknown command goes through the endpoint checks too: a bad -e is
+     * reported first, whatever the command. */
+    if (cmd == NULL || (cmd->flags & CLI_CMD_ENDPOINTS) != 0) {
+        int rc = endpoints_setup(m);
+        if (rc != 0)
+            return rc;
+    }
+    if (cmd == NULL) {
+        fprintf(stderr, "tierkv: unknown command \"%s\" (see tierkv --help)\n",
+                m->rest[0]);
+        return CLI_EXIT_USAGE;
+    }
+    int code = cmd->run(&m->g, m->n_rest, m->rest);
+    if (code == CLI_EXIT_UNAVAILABLE && m->endpoints_from != NULL &&
+        strcmp(m->endpoints_from, "the default") == 0)
         fprintf(stderr,
                 "tierkv: no -e/--endpoints, TIERKV_ENDPOINTS or ./" CLI_ENDPOINTS_FILE
                 " (make run writes it) was given, so the default " CLI_DEFAULT_ENDPOINTS
                 " was tried\n");
-out:
-    tk_tls_ctx_free(tls);
-    free(rest);
+    return code;
+}
+
+int main(int argc, char **argv)
+{
+    struct cli_main m;
+    int code = main_init(&m, argc);
+    if (code == MAIN_GO_ON)
+        code = parse_global_flags(&m, argc, argv);
+    if (code == MAIN_GO_ON)
+        code = run_command(&m);
+    tk_tls_ctx_free(m.tls);
+    free(m.rest);
     return code;
 }

@@ -122,6 +122,11 @@ check bad-mode 2 "--mode" -- $E --mode sometimes put k v
 check put-no-value-args 2 "" -- $E put
 check help 0 "Exit codes" -- --help
 check help-bench 0 "connections" -- help bench
+check help-needs-no-endpoint 0 "Exit codes" -- --endpoints nohostport help
+# Every command the usage lists answers `help COMMAND` (one table drives both).
+for c in $("$TIERKV" --help | sed -n '/^Commands:/,/^$/s/^  \([a-z]*\) .*/\1/p' | sort -u); do
+    check "help-$c" 0 "usage" -- help "$c"
+done
 export TIERKV_ENDPOINTS="$LEADER"
 check env-endpoints 0 "hello\|third" -- get greeting
 unset TIERKV_ENDPOINTS

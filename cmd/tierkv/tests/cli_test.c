@@ -1,7 +1,8 @@
 /* Unit tests of the tierkv CLI's own parsing: endpoints and leader hints,
  * durations, sizes, the read/write mix, key distributions, URL and base64
  * coding, exit codes, the HTTP response parser, and the bench's request
- * builder (whose output is parsed back with http-parser). */
+ * builder (whose output is parsed back with http-parser), and the command
+ * table against the usage text derived from it. */
 #include <check.h>
 #include <http_parser.h>
 #include <stdlib.h>
@@ -400,6 +401,48 @@ START_TEST(test_bench_cpu_reads_utime_plus_stime)
 }
 END_TEST
 
+/* Every row of the command table is listed by the usage, one line per usage
+ * line, and found by its name and alias; only `help` runs without endpoints. */
+START_TEST(test_usage_lists_every_command_of_the_table)
+{
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    ck_assert_ptr_nonnull(f);
+    cli_usage(f);
+    ck_assert_int_eq(fclose(f), 0);
+    const struct cli_command *rows;
+    size_t n = cli_commands(&rows);
+    ck_assert_uint_ge(n, 17);
+    for (size_t i = 0; i < n; i++) {
+        const struct cli_command *c = &rows[i];
+        ck_assert_ptr_eq(cli_command_find(c->name), c);
+        if (c->alias != NULL)
+            ck_assert_ptr_eq(cli_command_find(c->alias), c);
+        ck_assert(c->run != NULL);
+        ck_assert_ptr_nonnull(c->usage[0].help);
+        ck_assert_int_eq((c->flags & CLI_CMD_ENDPOINTS) == 0,
+                         strcmp(c->name, "help") == 0);
+        for (size_t k = 0; k < CLI_USAGE_LINES_MAX && c->usage[k].help != NULL; k++) {
+            char want[256];
+            snprintf(want, sizeof(want), "\n  %s%s%s ", c->name,
+                     c->usage[k].args[0] ? " " : "", c->usage[k].args);
+            const char *at = strstr(text, want);
+            ck_assert_msg(at != NULL, "usage lacks \"%s\"", want + 1);
+            const char *eol = strchr(at + 1, '\n');
+            const char *help = strstr(at, c->usage[k].help);
+            ck_assert_msg(help != NULL && help < eol, "%s: help not on its line",
+                          c->name);
+        }
+    }
+    ck_assert_ptr_eq(cli_command_find("delete"), cli_command_find("del"));
+    ck_assert_ptr_null(cli_command_find("frobnicate"));
+    ck_assert_ptr_null(cli_command_find(""));
+    ck_assert_ptr_nonnull(strstr(text, "\nExit codes:\n"));
+    free(text);
+}
+END_TEST
+
 static Suite *cli_suite(void)
 {
     Suite *s = suite_create("tierkv_cli");
@@ -419,6 +462,7 @@ static Suite *cli_suite(void)
     tcase_add_test(tc, test_response_parser_rejects_garbage_and_truncation);
     tcase_add_test(tc, test_bench_requests_are_valid_http);
     tcase_add_test(tc, test_bench_cpu_reads_utime_plus_stime);
+    tcase_add_test(tc, test_usage_lists_every_command_of_the_table);
     suite_add_tcase(s, tc);
     return s;
 }
