@@ -380,6 +380,178 @@ static void proc_usage(double *cpu_us, double *csw)
     *csw = (double)ru.ru_nvcsw + (double)ru.ru_nivcsw;
 }
 
+/* What one measurement window drives: an open store whose log ends at
+ * next_index - 1, and the shape of the appends (see run_on()). */
+struct run_spec {
+    struct store *s;
+    uint64_t next_index;
+    size_t entry_bytes, batch;
+    int appenders;
+    double seconds;
+};
+
+/* The counters a window's figures are differences of, read as it opens. */
+struct window {
+    struct store_stats st;
+    double cpu_us, csw, store_cpu_us;
+    uint64_t t0;
+};
+
+/* The store's sync latencies at the window's two ends (about 30 KiB each:
+ * not on the stack). */
+static struct tk_hist sync_hist_open, sync_hist_close;
+
+static void window_open(struct store *s, struct window *w)
+{
+    store_stats(s, &w->st);
+    proc_usage(&w->cpu_us, &w->csw);
+    w->store_cpu_us = store_thread_cpu_us();
+    store_sync_latency(s, &sync_hist_open);
+    w->t0 = tk_mono_ns();
+}
+
+/* Mode 2: this thread keeps `appenders` async appends in flight until the
+ * window ends. Returns the entries appended; their latencies go into h. */
+static uint64_t drive_inflight(const struct run_spec *rs, uint64_t t0, struct tk_hist *h)
+{
+    uint64_t budget = (uint64_t)(rs->seconds * 1e9);
+    uint64_t next_index = rs->next_index, entries = 0;
+    struct pipe_state ps;
+    memset(&ps, 0, sizeof(ps));
+    pthread_mutex_init(&ps.mu, NULL);
+    pthread_cond_init(&ps.cv, NULL);
+    tk_hist_init(&ps.hist);
+    struct tk_blob *blob;
+    struct raft_entry *v = make_batch(rs->batch, rs->entry_bytes, &blob);
+    while (tk_mono_ns() - t0 < budget) {
+        pthread_mutex_lock(&ps.mu);
+        while (ps.inflight >= (unsigned)rs->appenders) {
+            ps.waiting = true;
+            pthread_cond_wait(&ps.cv, &ps.mu);
+        }
+        ps.inflight++;
+        pthread_mutex_unlock(&ps.mu);
+        for (size_t i = 0; i < rs->batch; i++)
+            v[i].index = next_index + i;
+        int rc = store_append_async(rs->s, v, rs->batch, tk_mono_ns(), &ps, on_pipe_done);
+        if (rc != 0) {
+            fprintf(stderr, "store-bench: append: %s\n", tk_errname(rc));
+            exit(1);
+        }
+        next_index += rs->batch;
+        entries += rs->batch;
+    }
+    pthread_mutex_lock(&ps.mu);
+    while (ps.inflight > 0) {
+        ps.waiting = true;
+        pthread_cond_wait(&ps.cv, &ps.mu);
+    }
+    pthread_mutex_unlock(&ps.mu);
+    tk_hist_merge(h, &ps.hist);
+    free(v);
+    tk_blob_unref(blob);
+    return entries;
+}
+
+/* Mode 0: synchronous store_append from this thread until the window ends. */
+static uint64_t drive_sync(const struct run_spec *rs, uint64_t t0, struct tk_hist *h)
+{
+    uint64_t budget = (uint64_t)(rs->seconds * 1e9);
+    uint64_t next_index = rs->next_index, entries = 0;
+    struct tk_blob *blob;
+    struct raft_entry *v = make_batch(rs->batch, rs->entry_bytes, &blob);
+    while (tk_mono_ns() - t0 < budget) {
+        for (size_t i = 0; i < rs->batch; i++)
+            v[i].index = next_index + i;
+        uint64_t a = tk_mono_ns();
+        int rc = store_append(rs->s, v, rs->batch);
+        if (rc != 0) {
+            fprintf(stderr, "store-bench: append: %s: %s\n", tk_errname(rc),
+                    store_errmsg(rs->s));
+            exit(1);
+        }
+        tk_hist_record(h, tk_mono_ns() - a);
+        next_index += rs->batch;
+        entries += rs->batch;
+    }
+    free(v);
+    tk_blob_unref(blob);
+    return entries;
+}
+
+/* Mode 1: `appenders` threads, each submitting async and waiting for its own
+ * completion, for the window's length. */
+static uint64_t drive_threads(const struct run_spec *rs, struct tk_hist *h)
+{
+    struct shared sh = {.s = rs->s,
+                        .entry_bytes = rs->entry_bytes,
+                        .batch = rs->batch,
+                        .next_index = rs->next_index};
+    pthread_mutex_init(&sh.submit_mu, NULL);
+    atomic_init(&sh.stop, false);
+    atomic_init(&sh.entries, 0);
+    struct appender *ap = calloc((size_t)rs->appenders, sizeof(*ap));
+    for (int i = 0; i < rs->appenders; i++) {
+        ap[i].sh = &sh;
+        pthread_mutex_init(&ap[i].slot.mu, NULL);
+        pthread_cond_init(&ap[i].slot.cv, NULL);
+        tk_hist_init(&ap[i].hist);
+        pthread_create(&ap[i].th, NULL, appender_async, &ap[i]);
+    }
+    double seconds = rs->seconds;
+    struct timespec ts = {.tv_sec = (time_t)seconds,
+                          .tv_nsec = (long)((seconds - (double)(time_t)seconds) * 1e9)};
+    nanosleep(&ts, NULL); /* the measurement window */
+    atomic_store(&sh.stop, true);
+    for (int i = 0; i < rs->appenders; i++) {
+        pthread_join(ap[i].th, NULL);
+        tk_hist_merge(h, &ap[i].hist);
+        pthread_mutex_destroy(&ap[i].slot.mu);
+        pthread_cond_destroy(&ap[i].slot.cv);
+    }
+    free(ap);
+    pthread_mutex_destroy(&sh.submit_mu);
+    return atomic_load(&sh.entries);
+}
+
+/* The window's figures: `entries` appended since window_open(), with the
+ * latencies in h. */
+static struct result window_close(const struct run_spec *rs, const struct window *w,
+                                  uint64_t entries, const struct tk_hist *h)
+{
+    struct result r;
+    memset(&r, 0, sizeof(r));
+    double el = (double)(tk_mono_ns() - w->t0) / 1e9;
+    double cpu1, csw1;
+    proc_usage(&cpu1, &csw1);
+    double scpu1 = store_thread_cpu_us();
+    struct store_stats st1;
+    store_stats(rs->s, &st1);
+    const struct store_stats *st0 = &w->st;
+    r.store_us_per_entry = entries ? (scpu1 - w->store_cpu_us) / (double)entries : 0;
+    r.cpu_us_per_entry = entries ? (cpu1 - w->cpu_us) / (double)entries : 0;
+    r.csw_per_entry = entries ? (csw1 - w->csw) / (double)entries : 0;
+    r.wake_per_append =
+        st1.appends > st0->appends
+            ? (double)(st1.wakeups - st0->wakeups) / (double)(st1.appends - st0->appends)
+            : 0;
+    r.entries_per_s = (double)entries / el;
+    r.mb_per_s = (double)entries * (double)rs->entry_bytes / el / 1e6;
+    r.syncs_per_entry = entries ? (double)(st1.syncs - st0->syncs) / (double)entries : 0;
+    r.p50_us = (double)tk_hist_quantile(h, 0.5) / 1000.0;
+    r.p99_us = (double)tk_hist_quantile(h, 0.99) / 1000.0;
+    /* The syncs of this window only: the difference of the two copies. */
+    struct tk_hist *sh1 = &sync_hist_close;
+    store_sync_latency(rs->s, sh1);
+    for (unsigned b = 0; b < TK_HIST_BUCKETS; b++)
+        sh1->buckets[b] -= sync_hist_open.buckets[b];
+    sh1->count -= sync_hist_open.count;
+    sh1->sum -= sync_hist_open.sum;
+    sh1->min = 0;
+    r.sync_p50_us = (double)tk_hist_quantile(sh1, 0.5) / 1000.0;
+    return r;
+}
+
 /* One timed run on an open store whose log ends at next_index - 1.
  * mode: 0 = synchronous store_append from one thread, 1 = `appenders`
  * threads each submitting async and waiting for its own completion, 2 = one
@@ -388,128 +560,20 @@ static struct result run_on(struct store *s, uint64_t next_index, int mode,
                             size_t entry_bytes, size_t batch, int appenders,
                             double seconds)
 {
-    struct result r;
-    memset(&r, 0, sizeof(r));
-    struct store_stats st0, st1;
-    store_stats(s, &st0);
+    const struct run_spec rs = {.s = s,
+                                .next_index = next_index,
+                                .entry_bytes = entry_bytes,
+                                .batch = batch,
+                                .appenders = appenders,
+                                .seconds = seconds};
     struct tk_hist h;
     tk_hist_init(&h);
-    uint64_t entries = 0;
-    double cpu0, csw0, cpu1, csw1;
-    proc_usage(&cpu0, &csw0);
-    double scpu0 = store_thread_cpu_us();
-    static struct tk_hist sh0, sh1; /* about 30 KiB each: not on the stack */
-    store_sync_latency(s, &sh0);
-    uint64_t t0 = tk_mono_ns();
-    uint64_t budget = (uint64_t)(seconds * 1e9);
-    if (mode == 2) {
-        struct pipe_state ps;
-        memset(&ps, 0, sizeof(ps));
-        pthread_mutex_init(&ps.mu, NULL);
-        pthread_cond_init(&ps.cv, NULL);
-        tk_hist_init(&ps.hist);
-        struct tk_blob *blob;
-        struct raft_entry *v = make_batch(batch, entry_bytes, &blob);
-        while (tk_mono_ns() - t0 < budget) {
-            pthread_mutex_lock(&ps.mu);
-            while (ps.inflight >= (unsigned)appenders) {
-                ps.waiting = true;
-                pthread_cond_wait(&ps.cv, &ps.mu);
-            }
-            ps.inflight++;
-            pthread_mutex_unlock(&ps.mu);
-            for (size_t i = 0; i < batch; i++)
-                v[i].index = next_index + i;
-            int rc = store_append_async(s, v, batch, tk_mono_ns(), &ps, on_pipe_done);
-            if (rc != 0) {
-                fprintf(stderr, "store-bench: append: %s\n", tk_errname(rc));
-                exit(1);
-            }
-            next_index += batch;
-            entries += batch;
-        }
-        pthread_mutex_lock(&ps.mu);
-        while (ps.inflight > 0) {
-            ps.waiting = true;
-            pthread_cond_wait(&ps.cv, &ps.mu);
-        }
-        pthread_mutex_unlock(&ps.mu);
-        tk_hist_merge(&h, &ps.hist);
-        free(v);
-        tk_blob_unref(blob);
-    } else if (mode == 0) {
-        struct tk_blob *blob;
-        struct raft_entry *v = make_batch(batch, entry_bytes, &blob);
-        while (tk_mono_ns() - t0 < budget) {
-            for (size_t i = 0; i < batch; i++)
-                v[i].index = next_index + i;
-            uint64_t a = tk_mono_ns();
-            int rc = store_append(s, v, batch);
-            if (rc != 0) {
-                fprintf(stderr, "store-bench: append: %s: %s\n", tk_errname(rc),
-                        store_errmsg(s));
-                exit(1);
-            }
-            tk_hist_record(&h, tk_mono_ns() - a);
-            next_index += batch;
-            entries += batch;
-        }
-        free(v);
-        tk_blob_unref(blob);
-    } else {
-        struct shared sh = {
-            .s = s, .entry_bytes = entry_bytes, .batch = batch, .next_index = next_index};
-        pthread_mutex_init(&sh.submit_mu, NULL);
-        atomic_init(&sh.stop, false);
-        atomic_init(&sh.entries, 0);
-        struct appender *ap = calloc((size_t)appenders, sizeof(*ap));
-        for (int i = 0; i < appenders; i++) {
-            ap[i].sh = &sh;
-            pthread_mutex_init(&ap[i].slot.mu, NULL);
-            pthread_cond_init(&ap[i].slot.cv, NULL);
-            tk_hist_init(&ap[i].hist);
-            pthread_create(&ap[i].th, NULL, appender_async, &ap[i]);
-        }
-        struct timespec ts = {.tv_sec = (time_t)seconds,
-                              .tv_nsec =
-                                  (long)((seconds - (double)(time_t)seconds) * 1e9)};
-        nanosleep(&ts, NULL); /* the measurement window */
-        atomic_store(&sh.stop, true);
-        for (int i = 0; i < appenders; i++) {
-            pthread_join(ap[i].th, NULL);
-            tk_hist_merge(&h, &ap[i].hist);
-            pthread_mutex_destroy(&ap[i].slot.mu);
-            pthread_cond_destroy(&ap[i].slot.cv);
-        }
-        free(ap);
-        entries = atomic_load(&sh.entries);
-        pthread_mutex_destroy(&sh.submit_mu);
-    }
-    double el = (double)(tk_mono_ns() - t0) / 1e9;
-    proc_usage(&cpu1, &csw1);
-    double scpu1 = store_thread_cpu_us();
-    store_stats(s, &st1);
-    r.store_us_per_entry = entries ? (scpu1 - scpu0) / (double)entries : 0;
-    r.cpu_us_per_entry = entries ? (cpu1 - cpu0) / (double)entries : 0;
-    r.csw_per_entry = entries ? (csw1 - csw0) / (double)entries : 0;
-    r.wake_per_append =
-        st1.appends > st0.appends
-            ? (double)(st1.wakeups - st0.wakeups) / (double)(st1.appends - st0.appends)
-            : 0;
-    r.entries_per_s = (double)entries / el;
-    r.mb_per_s = (double)entries * (double)entry_bytes / el / 1e6;
-    r.syncs_per_entry = entries ? (double)(st1.syncs - st0.syncs) / (double)entries : 0;
-    r.p50_us = (double)tk_hist_quantile(&h, 0.5) / 1000.0;
-    r.p99_us = (double)tk_hist_quantile(&h, 0.99) / 1000.0;
-    /* The syncs of this window only: the difference of the two copies. */
-    store_sync_latency(s, &sh1);
-    for (unsigned b = 0; b < TK_HIST_BUCKETS; b++)
-        sh1.buckets[b] -= sh0.buckets[b];
-    sh1.count -= sh0.count;
-    sh1.sum -= sh0.sum;
-    sh1.min = 0;
-    r.sync_p50_us = (double)tk_hist_quantile(&sh1, 0.5) / 1000.0;
-    return r;
+    struct window w;
+    window_open(s, &w);
+    uint64_t entries = mode == 2   ? drive_inflight(&rs, w.t0, &h)
+                       : mode == 0 ? drive_sync(&rs, w.t0, &h)
+                                   : drive_threads(&rs, &h);
+    return window_close(&rs, &w, entries, &h);
 }
 
 /* Median over `runs` fresh stores of one configuration. */
@@ -708,6 +772,12 @@ static int plot_finish(double floor_p50, double floor_p99)
     return rc;
 }
 
+/* The long log's length for the 10k- vs long-log comparison. */
+static uint64_t long_log_entries(void)
+{
+    return log_entries > 0 ? log_entries : quick ? 200000 : 5000000;
+}
+
 /* --only: one part of the bench, for A/B runs of a change to the store.
  * "appenders": the fs rows of 64 B x batch 1 (1 async appender, 64 threads,
  * 64 in flight) with CPU time and context switches per entry; "length": the
@@ -715,7 +785,7 @@ static int plot_finish(double floor_p50, double floor_p99)
 static int only_part(double secs)
 {
     if (strcmp(only, "length") == 0) {
-        uint64_t big = log_entries > 0 ? log_entries : quick ? 200000 : 5000000;
+        uint64_t big = long_log_entries();
         double at_small, at_big, cpu[2], st[2], sy[2];
         throughput_compare(10000, big, secs, &at_small, &at_big, cpu, st, sy);
         printf("fs, 64 in flight x 64 B x batch 1: %.0f entries/s (%.2f us CPU/entry) "
@@ -767,171 +837,125 @@ static int only_part(double secs)
     return 0;
 }
 
-int main(int argc, char **argv)
-{
-    const char *dir_arg = NULL;
-    bool runs_given = false;
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--quick") == 0)
-            quick = true;
-        else if (strcmp(argv[i], "--dir") == 0 && i + 1 < argc)
-            dir_arg = argv[++i];
-        else if (strcmp(argv[i], "--recovery-only") == 0)
-            recovery_only = true;
-        else if (strcmp(argv[i], "--plot") == 0 && i + 1 < argc)
-            plot_path = argv[++i];
-        else if (strcmp(argv[i], "--only") == 0 && i + 1 < argc)
-            only = argv[++i];
-        else if (strcmp(argv[i], "--log-entries") == 0 && i + 1 < argc)
-            log_entries = strtoull(argv[++i], NULL, 10);
-        else if (strcmp(argv[i], "--seconds") == 0 && i + 1 < argc)
-            window_s = atof(argv[++i]);
-        else if (strcmp(argv[i], "--mem-sync-us") == 0 && i + 1 < argc)
-            mem_sync_us = (unsigned)atoi(argv[++i]);
-        else if (strcmp(argv[i], "--runs") == 0 && i + 1 < argc) {
-            runs = atoi(argv[++i]);
-            runs_given = true;
-        } else {
-            fprintf(stderr, "usage: store-bench [--quick] [--dir DIR] "
-                            "[--runs N] [--recovery-only] [--plot FILE.svg]\n"
-                            "                   [--only appenders|length] "
-                            "[--log-entries N] [--seconds S] [--mem-sync-us N]\n");
-            return 2;
-        }
-    }
-    if (runs < 1 || runs > 16)
-        runs = 3;
-    if (only != NULL && strcmp(only, "appenders") != 0 && strcmp(only, "length") != 0) {
-        fprintf(stderr, "store-bench: --only takes appenders or length\n");
-        return 2;
-    }
-    if (quick && !runs_given)
-        runs = 2; /* a smoke run: short windows, median of two */
-    tk_log_set_level(TK_LOG_ERROR);
-    const char *tmp = getenv("TMPDIR");
-    snprintf(base_dir, sizeof(base_dir), "%s/store-bench-%d",
-             dir_arg ? dir_arg : (tmp ? tmp : "/tmp"), (int)getpid());
-    rmrf(base_dir);
-    if (mkdir(base_dir, 0755) != 0) {
-        perror(base_dir);
-        return 1;
-    }
-    double secs = window_s > 0 ? window_s : quick ? 0.05 : 1.0;
-    setvbuf(stdout, NULL, _IOLBF, 0);
-    if (plot_path != NULL) {
-        bench_plot_init(&plot, quick ? "store-bench --quick: fs, 64 B entries"
-                                     : "store-bench: fs, 64 B entries");
-        bench_plot_panel(&plot, "throughput", "entries per batch", "entries/s", true,
-                         true);
-        bench_plot_panel(&plot, "latency of a batch, p99", "entries per batch",
-                         "microseconds", true, true);
-    }
-    if (only != NULL) {
-        int rc = only_part(secs);
-        rmrf(base_dir);
-        return rc;
-    }
-    if (recovery_only) {
-        uint64_t rec_bytes = quick ? (64ull << 20) : (1ull << 30);
-        double warm, cold;
-        uint64_t rec_entries;
-        recovery(rec_bytes, &warm, &cold, &rec_entries);
-        printf("open + recover a %llu MiB log (%llu x 1 KiB entries): %.3f s "
-               "warm cache, %.3f s cold\n",
-               (unsigned long long)(rec_bytes >> 20), (unsigned long long)rec_entries,
-               warm, cold);
-        rmrf(base_dir);
-        return 0;
-    }
+/* Recovery of a 1 GiB log (--quick: 64 MiB), printed as measured. */
+struct recovery_figs {
+    uint64_t bytes, entries;
+    double warm_s, cold_s;
+};
 
-    double floor_p99, floor_pre_p99;
-    double floor_p50 = floor_p50_us(false, quick ? 100 : 3000, &floor_p99);
-    double floor_pre_p50 = floor_p50_us(true, quick ? 100 : 3000, &floor_pre_p99);
-    double il_store, il_floor;
-    floor_interleaved(quick ? 100 : 2000, &il_store, &il_floor);
-    printf("store-bench%s: dir %s, %d run(s) per figure, medians\n",
-           quick ? " --quick" : "", base_dir, runs);
-    printf("floor: 4 KiB append + fdatasync  p50 %.1f us  p99 %.1f us\n", floor_p50,
-           floor_p99);
+static void recovery_report(struct recovery_figs *f)
+{
+    f->bytes = quick ? (64ull << 20) : (1ull << 30);
+    recovery(f->bytes, &f->warm_s, &f->cold_s, &f->entries);
+    printf("open + recover a %llu MiB log (%llu x 1 KiB entries): %.3f s "
+           "warm cache, %.3f s cold\n",
+           (unsigned long long)(f->bytes >> 20), (unsigned long long)f->entries,
+           f->warm_s, f->cold_s);
+}
+
+/* The floors, in microseconds. */
+struct floors {
+    double p50, p99;           /* 4 KiB append + fdatasync */
+    double pre_p50, pre_p99;   /* 4 KiB pwrite into a preallocated file */
+    double il_store, il_floor; /* interleaved: fs batch-of-1 append vs append */
+};
+
+static void floors_measure(struct floors *f)
+{
+    f->p50 = floor_p50_us(false, quick ? 100 : 3000, &f->p99);
+    f->pre_p50 = floor_p50_us(true, quick ? 100 : 3000, &f->pre_p99);
+    floor_interleaved(quick ? 100 : 2000, &f->il_store, &f->il_floor);
+}
+
+static void floors_print(const struct floors *f)
+{
+    printf("floor: 4 KiB append + fdatasync  p50 %.1f us  p99 %.1f us\n", f->p50, f->p99);
     printf("interleaved: fs batch-of-1 (64 B) append p50 %.1f us vs 4 KiB append + "
            "fdatasync "
            "p50 %.1f us: %.2fx\n",
-           il_store, il_floor, il_store / il_floor);
+           f->il_store, f->il_floor, f->il_store / f->il_floor);
     printf("floor: 4 KiB pwrite into preallocated file + fdatasync  p50 %.1f "
            "us  p99 %.1f us\n\n",
-           floor_pre_p50, floor_pre_p99);
+           f->pre_p50, f->pre_p99);
+}
 
+/* The table's appender shapes, in the order of its rows. */
+static const struct table_shape {
+    int mode, appenders; /* run_on()'s */
+    const char *name;    /* in the table */
+    const char *legend;  /* in the plot */
+} table_shapes[4] = {{0, 1, "1 (sync)", "1 appender (sync)"},
+                     {1, 1, "1 (async)", "1 appender (async)"},
+                     {1, 64, "64 threads", "64 appender threads"},
+                     {2, 64, "64 inflight", "64 appends in flight"}};
+
+/* The table's figures the JSON line repeats: 64 B entries, batches of 1. */
+struct table_marks {
+    double fs_batch1_p50, fs_batch1_async_p50; /* 1 appender, sync and async */
+    double fs_64, fs_64_inflight, mem_64;      /* entries/s */
+};
+
+static void table_row(int backend, size_t entry, size_t batch, int shape, double secs,
+                      struct table_marks *m)
+{
+    const struct table_shape *ts = &table_shapes[shape];
+    struct result r = run_config(backend, ts->mode, entry, batch, ts->appenders, secs);
+    printf("%-4s %-6zu %-5zu %-10s %12.0f %9.1f %11.4f "
+           "%10.1f %10.1f\n",
+           backend ? "fs" : "mem", entry, batch, ts->name, r.entries_per_s, r.mb_per_s,
+           r.syncs_per_entry, r.p50_us, r.p99_us);
+    plot_row(backend, entry, batch, ts->legend, &r);
+    if (entry != 64 || batch != 1)
+        return;
+    if (backend == 1 && shape == 0)
+        m->fs_batch1_p50 = r.p50_us;
+    else if (backend == 1 && shape == 1)
+        m->fs_batch1_async_p50 = r.p50_us;
+    else if (shape == 2)
+        *(backend == 1 ? &m->fs_64 : &m->mem_64) = r.entries_per_s;
+    else if (backend == 1 && shape == 3)
+        m->fs_64_inflight = r.entries_per_s;
+}
+
+/* Every shape for 64 B and 4 KiB entries in batches of 1, 16 and 256, on the
+ * fs backend, then on the memory volume. */
+static void table_run(double secs, struct table_marks *m)
+{
     printf("%-4s %-6s %-5s %-10s %12s %9s %11s %10s %10s\n", "vol", "entry", "batch",
            "appenders", "entries/s", "MB/s", "syncs/entry", "p50 us", "p99 us");
     const size_t sizes[2] = {64, 4096};
     const size_t batches[3] = {1, 16, 256};
-    double fs_batch1_p50 = 0, fs_batch1_async_p50 = 0, fs_64 = 0;
-    double mem_64 = 0, fs_64_inflight = 0;
-    for (int backend = 1; backend >= 0; backend--) {
-        for (int si = 0; si < 2; si++) {
-            for (int bi = 0; bi < 3; bi++) {
-                /* 1 appender: the synchronous call, and the async path. */
-                for (int mode = 0; mode <= 1; mode++) {
-                    struct result r =
-                        run_config(backend, mode, sizes[si], batches[bi], 1, secs);
-                    printf("%-4s %-6zu %-5zu %-10s %12.0f %9.1f %11.4f "
-                           "%10.1f %10.1f\n",
-                           backend ? "fs" : "mem", sizes[si], batches[bi],
-                           mode == 0 ? "1 (sync)" : "1 (async)", r.entries_per_s,
-                           r.mb_per_s, r.syncs_per_entry, r.p50_us, r.p99_us);
-                    plot_row(backend, sizes[si], batches[bi],
-                             mode == 0 ? "1 appender (sync)" : "1 appender (async)", &r);
-                    if (backend == 1 && si == 0 && bi == 0) {
-                        if (mode == 0)
-                            fs_batch1_p50 = r.p50_us;
-                        else
-                            fs_batch1_async_p50 = r.p50_us;
-                    }
-                }
-                for (int mode = 1; mode <= 2; mode++) {
-                    struct result r =
-                        run_config(backend, mode, sizes[si], batches[bi], 64, secs);
-                    printf("%-4s %-6zu %-5zu %-10s %12.0f %9.1f %11.4f "
-                           "%10.1f %10.1f\n",
-                           backend ? "fs" : "mem", sizes[si], batches[bi],
-                           mode == 1 ? "64 threads" : "64 inflight", r.entries_per_s,
-                           r.mb_per_s, r.syncs_per_entry, r.p50_us, r.p99_us);
-                    plot_row(backend, sizes[si], batches[bi],
-                             mode == 1 ? "64 appender threads" : "64 appends in flight",
-                             &r);
-                    if (si == 0 && bi == 0 && mode == 1) {
-                        if (backend == 1)
-                            fs_64 = r.entries_per_s;
-                        else
-                            mem_64 = r.entries_per_s;
-                    }
-                    if (si == 0 && bi == 0 && mode == 2 && backend == 1)
-                        fs_64_inflight = r.entries_per_s;
-                }
-            }
-        }
-    }
+    for (int backend = 1; backend >= 0; backend--)
+        for (int si = 0; si < 2; si++)
+            for (int bi = 0; bi < 3; bi++)
+                for (int shape = 0; shape < 4; shape++)
+                    table_row(backend, sizes[si], batches[bi], shape, secs, m);
+}
 
-    uint64_t big = log_entries > 0 ? log_entries : quick ? 200000 : 5000000;
-    double at_10k, at_big, len_cpu[2], len_st[2], len_sy[2];
-    throughput_compare(10000, big, secs, &at_10k, &at_big, len_cpu, len_st, len_sy);
+/* What the whole bench's JSON line reports. */
+struct summary {
+    struct floors floors;
+    struct table_marks marks;
+    uint64_t long_entries;  /* the long log's length */
+    double at_10k, at_long; /* entries/s on the 10k-entry and the long log */
+    struct recovery_figs rec;
+};
+
+static void length_report(double secs, struct summary *sm)
+{
+    double cpu[2], st[2], sy[2];
+    uint64_t big = sm->long_entries = long_log_entries();
+    throughput_compare(10000, big, secs, &sm->at_10k, &sm->at_long, cpu, st, sy);
     printf("\nfs, 64 in flight x 64 B x batch 1: %.0f entries/s on a 10k-entry "
            "log, %.0f entries/s on a %llu-entry log (%.1f%%)\n",
-           at_10k, at_big, (unsigned long long)big,
-           at_10k > 0 ? 100.0 * (at_big - at_10k) / at_10k : 0);
+           sm->at_10k, sm->at_long, (unsigned long long)big,
+           sm->at_10k > 0 ? 100.0 * (sm->at_long - sm->at_10k) / sm->at_10k : 0);
+}
 
-    uint64_t rec_bytes = quick ? (64ull << 20) : (1ull << 30);
-    double warm, cold;
-    uint64_t rec_entries;
-    recovery(rec_bytes, &warm, &cold, &rec_entries);
-    printf("open + recover a %llu MiB log (%llu x 1 KiB entries): %.3f s "
-           "warm cache, %.3f s cold\n",
-           (unsigned long long)(rec_bytes >> 20), (unsigned long long)rec_entries, warm,
-           cold);
-    printf("\nbatch-of-1 p50 / floor p50: %.2fx (sync API), %.2fx (async "
-           "path)\n",
-           fs_batch1_p50 / floor_p50, fs_batch1_async_p50 / floor_p50);
-
+static void summary_print_json(const struct summary *sm)
+{
+    const struct floors *f = &sm->floors;
+    const struct table_marks *m = &sm->marks;
     printf("{\"bench\":\"store\",\"quick\":%s,\"runs\":%d,"
            "\"floor_fsync_p50_us\":%.1f,\"floor_fsync_p99_us\":%.1f,"
            "\"floor_prealloc_fsync_p50_us\":%.1f,"
@@ -944,10 +968,165 @@ int main(int argc, char **argv)
            "\"fs_5m_log_entries\":%llu,"
            "\"recover_1gib_s\":%.3f,\"recover_1gib_cold_s\":%.3f,"
            "\"recover_log_bytes\":%llu}\n",
-           quick ? "true" : "false", runs, floor_p50, floor_p99, floor_pre_p50,
-           fs_batch1_p50, fs_batch1_async_p50, il_store, il_floor, fs_64, fs_64_inflight,
-           mem_64, at_10k, at_big, (unsigned long long)big, warm, cold,
-           (unsigned long long)rec_bytes);
+           quick ? "true" : "false", runs, f->p50, f->p99, f->pre_p50, m->fs_batch1_p50,
+           m->fs_batch1_async_p50, f->il_store, f->il_floor, m->fs_64, m->fs_64_inflight,
+           m->mem_64, sm->at_10k, sm->at_long, (unsigned long long)sm->long_entries,
+           sm->rec.warm_s, sm->rec.cold_s, (unsigned long long)sm->rec.bytes);
+}
+
+/* The whole bench: the floors, the table, the 10k- vs long-log comparison,
+ * recovery, then the JSON line. */
+static int full_run(double secs)
+{
+    struct summary sm;
+    memset(&sm, 0, sizeof(sm));
+    floors_measure(&sm.floors);
+    printf("store-bench%s: dir %s, %d run(s) per figure, medians\n",
+           quick ? " --quick" : "", base_dir, runs);
+    floors_print(&sm.floors);
+    table_run(secs, &sm.marks);
+    length_report(secs, &sm);
+    recovery_report(&sm.rec);
+    printf("\nbatch-of-1 p50 / floor p50: %.2fx (sync API), %.2fx (async "
+           "path)\n",
+           sm.marks.fs_batch1_p50 / sm.floors.p50,
+           sm.marks.fs_batch1_async_p50 / sm.floors.p50);
+    summary_print_json(&sm);
     rmrf(base_dir);
-    return plot_finish(floor_p50, floor_p99) == 0 ? 0 : 1;
+    return plot_finish(sm.floors.p50, sm.floors.p99) == 0 ? 0 : 1;
+}
+
+/* ---- the command line --------------------------------------------------- */
+
+enum opt_kind { OPT_FLAG, OPT_STR, OPT_INT, OPT_UINT, OPT_U64, OPT_DOUBLE };
+
+static const char *dir_arg; /* --dir */
+static bool runs_given;     /* --runs */
+
+/* One row per option, in the order the usage message names them; a row with
+ * a placeholder takes a value, parsed by its kind into *dest. */
+static const struct bench_option {
+    const char *name, *placeholder;
+    enum opt_kind kind;
+    void *dest;
+    bool *given; /* set when the option is on the command line */
+    bool wrap;   /* the usage message starts a new line before it */
+} options[] = {
+    {"--quick", NULL, OPT_FLAG, &quick, NULL, false},
+    {"--dir", "DIR", OPT_STR, &dir_arg, NULL, false},
+    {"--runs", "N", OPT_INT, &runs, &runs_given, false},
+    {"--recovery-only", NULL, OPT_FLAG, &recovery_only, NULL, false},
+    {"--plot", "FILE.svg", OPT_STR, &plot_path, NULL, false},
+    {"--only", "appenders|length", OPT_STR, &only, NULL, true},
+    {"--log-entries", "N", OPT_U64, &log_entries, NULL, false},
+    {"--seconds", "S", OPT_DOUBLE, &window_s, NULL, false},
+    {"--mem-sync-us", "N", OPT_UINT, &mem_sync_us, NULL, false},
+};
+#define N_OPTIONS (sizeof(options) / sizeof(options[0]))
+
+static void usage(void)
+{
+    fprintf(stderr, "usage: store-bench");
+    for (size_t i = 0; i < N_OPTIONS; i++) {
+        if (options[i].wrap)
+            fprintf(stderr, "\n%18s", "");
+        if (options[i].placeholder != NULL)
+            fprintf(stderr, " [%s %s]", options[i].name, options[i].placeholder);
+        else
+            fprintf(stderr, " [%s]", options[i].name);
+    }
+    fprintf(stderr, "\n");
+}
+
+static void option_set(const struct bench_option *o, const char *v)
+{
+    switch (o->kind) {
+    case OPT_FLAG:
+        *(bool *)o->dest = true;
+        break;
+    case OPT_STR:
+        *(const char **)o->dest = v;
+        break;
+    case OPT_INT:
+        *(int *)o->dest = atoi(v);
+        break;
+    case OPT_UINT:
+        *(unsigned *)o->dest = (unsigned)atoi(v);
+        break;
+    case OPT_U64:
+        *(uint64_t *)o->dest = strtoull(v, NULL, 10);
+        break;
+    case OPT_DOUBLE:
+        *(double *)o->dest = atof(v);
+        break;
+    }
+    if (o->given != NULL)
+        *o->given = true;
+}
+
+/* Returns 0, or the exit code (2) after saying what is wrong. */
+static int parse_args(int argc, char **argv)
+{
+    for (int i = 1; i < argc; i++) {
+        const struct bench_option *o = NULL;
+        for (size_t k = 0; k < N_OPTIONS && o == NULL; k++)
+            if (strcmp(argv[i], options[k].name) == 0)
+                o = &options[k];
+        if (o == NULL || (o->kind != OPT_FLAG && i + 1 >= argc)) {
+            usage();
+            return 2;
+        }
+        option_set(o, o->kind == OPT_FLAG ? NULL : argv[++i]);
+    }
+    if (runs < 1 || runs > 16)
+        runs = 3;
+    if (only != NULL && strcmp(only, "appenders") != 0 && strcmp(only, "length") != 0) {
+        fprintf(stderr, "store-bench: --only takes appenders or length\n");
+        return 2;
+    }
+    if (quick && !runs_given)
+        runs = 2; /* a smoke run: short windows, median of two */
+    return 0;
+}
+
+static void plot_start(void)
+{
+    if (plot_path == NULL)
+        return;
+    bench_plot_init(&plot, quick ? "store-bench --quick: fs, 64 B entries"
+                                 : "store-bench: fs, 64 B entries");
+    bench_plot_panel(&plot, "throughput", "entries per batch", "entries/s", true, true);
+    bench_plot_panel(&plot, "latency of a batch, p99", "entries per batch",
+                     "microseconds", true, true);
+}
+
+int main(int argc, char **argv)
+{
+    int rc = parse_args(argc, argv);
+    if (rc != 0)
+        return rc;
+    tk_log_set_level(TK_LOG_ERROR);
+    const char *tmp = getenv("TMPDIR");
+    snprintf(base_dir, sizeof(base_dir), "%s/store-bench-%d",
+             dir_arg ? dir_arg : (tmp ? tmp : "/tmp"), (int)getpid());
+    rmrf(base_dir);
+    if (mkdir(base_dir, 0755) != 0) {
+        perror(base_dir);
+        return 1;
+    }
+    double secs = window_s > 0 ? window_s : quick ? 0.05 : 1.0;
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    plot_start();
+    if (only != NULL) {
+        rc = only_part(secs);
+        rmrf(base_dir);
+        return rc;
+    }
+    if (recovery_only) {
+        struct recovery_figs rec;
+        recovery_report(&rec);
+        rmrf(base_dir);
+        return 0;
+    }
+    return full_run(secs);
 }
