@@ -48,97 +48,8 @@
 
 /* ---- small helpers ----------------------------------------------------- */
 
-/* ---- storage ----------------------------------------------------------- */
+/* ---- storage: node_persist.c ---------------------------------------- */
 
-/* Storage thread: a batch is durable (or failed). Runs in submission order.
- * Or the loop thread, inside node__store_append: a memory volume, or an idle
- * store syncing on the caller, completes before the call returns; then the
- * loop is only kept from sleeping (no eventfd write and read of its own). */
-static void on_appended(void *data, uint64_t seq, uint64_t last_index, uint64_t last_term,
-                        int status)
-{
-    struct node *n = data;
-    (void)last_index;
-    (void)last_term;
-    if (status != 0)
-        atomic_store(&n->persist.store_status, status);
-    else
-        atomic_store_explicit(&n->persist.durable_seq, seq, memory_order_release);
-    /* The wake-up goes before the count: once drain_appends (begin_close) sees
-     * every append done, the loop closes its wake handle, and a send after
-     * that (its eventfd gone) made libuv abort at shutdown. */
-    pthread_mutex_lock(&n->persist.drain_mu);
-    if (node__appending == n && status == 0)
-        node__kick(n);
-    else
-        uv_async_send(&n->loop.wake);
-    n->persist.async_done++;
-    pthread_cond_signal(&n->persist.drain_cv);
-    pthread_mutex_unlock(&n->persist.drain_mu);
-}
-
-static void persist_push(struct node *n, uint64_t seq, bool async)
-{
-    if (n->persist.n == n->persist.cap) {
-        size_t cap = n->persist.cap ? n->persist.cap * 2 : 256;
-        TK_ASSERT(cap <= NODE_PERSIST_MAX);
-        uint64_t *s = tk_malloc(cap * sizeof(*s));
-        bool *a = tk_malloc(cap * sizeof(*a));
-        uint64_t *t = tk_malloc(cap * sizeof(*t));
-        for (size_t i = 0; i < n->persist.n; i++) {
-            size_t at = (n->persist.head + i) % n->persist.cap;
-            s[i] = n->persist.seq[at];
-            a[i] = n->persist.async[at];
-            t[i] = n->persist.ns[at];
-        }
-        tk_free(n->persist.seq);
-        tk_free(n->persist.async);
-        tk_free(n->persist.ns);
-        n->persist.seq = s;
-        n->persist.async = a;
-        n->persist.ns = t;
-        n->persist.head = 0;
-        n->persist.cap = cap;
-    }
-    size_t at = (n->persist.head + n->persist.n) % n->persist.cap;
-    n->persist.seq[at] = seq;
-    n->persist.async[at] = async;
-    n->persist.ns[at] = async ? node__mono_ns() : 0;
-    n->persist.n++;
-}
-
-/* Reports to the core every seq whose ready is durable, oldest first. */
-static void persist_poll(struct node *n)
-{
-    uint64_t durable =
-        atomic_load_explicit(&n->persist.durable_seq, memory_order_acquire);
-    uint64_t upto = 0, now = 0;
-    while (n->persist.n > 0) {
-        size_t at = n->persist.head;
-        if (n->persist.async[at] && n->persist.seq[at] > durable)
-            break;
-        if (n->persist.async[at]) {
-            if (now == 0)
-                now = node__mono_ns();
-            tk_hist_record(&n->m.lat.append, now - n->persist.ns[at]);
-        }
-        upto = n->persist.seq[at];
-        n->persist.head = (n->persist.head + 1) % n->persist.cap;
-        n->persist.n--;
-    }
-    if (upto != 0)
-        raft_persisted(n->raft, upto);
-}
-
-/* Waits until every async append submitted so far has finished: needed before
- * a snapshot replaces the log (store_reset must not race queued appends). */
-static void drain_appends(struct node *n)
-{
-    pthread_mutex_lock(&n->persist.drain_mu);
-    while (n->persist.async_done < n->persist.async_submitted)
-        pthread_cond_wait(&n->persist.drain_cv, &n->persist.drain_mu);
-    pthread_mutex_unlock(&n->persist.drain_mu);
-}
 
 /* ---- apply ------------------------------------------------------------- */
 
@@ -275,7 +186,7 @@ static int install_snapshot(struct node *n, const struct raft_snapshot_meta *met
     int rc = node__install_wait(n); /* one at a time */
     if (rc != 0)
         return rc;
-    drain_appends(n);
+    node__persist_drain(n);
     /* A failed append must fail the node before the install makes the readies
      * after it count as durable (install_finish raises durable_seq). */
     rc = atomic_load(&n->persist.store_status);
@@ -532,11 +443,11 @@ static int ready_append(struct node *n, const struct raft_ready *rd, bool now,
             if (rc != 0)
                 return rc;
         }
-        persist_push(n, rd->seq, true);
+        node__persist_push(n, rd->seq, true);
     } else if (rd->seq != 0) {
         /* Durable already (sync saves), unless a snapshot install is in
          * flight: then durable with it (pushed as pending, like an append). */
-        persist_push(n, rd->seq, node__install_hold(n, rd->seq));
+        node__persist_push(n, rd->seq, node__install_hold(n, rd->seq));
     }
     return 0;
 }
@@ -597,7 +508,7 @@ static bool handle_ready(struct node *n, uint64_t *t)
     raft_advance(n->raft, &rd);
     if (rd.n_committed > 0)
         raft_applied(n->raft, kv_sm_applied_index(n->sm));
-    persist_poll(n);
+    node__persist_poll(n);
     complete_committed(n);
     serve_reads(n);
     phase_end(n, PH_ADVANCE, t);
@@ -992,7 +903,7 @@ static void on_check(uv_check_t *h)
         n->loop.spinning = true;
         uv_idle_start(&n->loop.idle, node__on_idle);
     }
-    persist_poll(n);
+    node__persist_poll(n);
     process_ready(n);
     /* On a loop of our own, on_prepare measures the whole turn instead. */
     if (!n->loop.idle_metrics) {
@@ -1085,7 +996,7 @@ static void begin_close(struct node *n)
     node__member_shutdown(n);
     /* The storage thread wakes us from its callbacks: let those finish
      * before the wake handle goes away. */
-    drain_appends(n);
+    node__persist_drain(n);
     uv_close((uv_handle_t *)&n->loop.wake, on_handle_closed);
     uv_close((uv_handle_t *)&n->loop.ticker, on_handle_closed);
     uv_close((uv_handle_t *)&n->loop.check, on_handle_closed);
@@ -1255,16 +1166,12 @@ static void node_free(struct node *n)
     tk_mpsc_destroy(&n->loop.queue);
     node__install_defer_clear(n);
     tk_blob_unref(n->install.data); /* a parked install's, at close */
-    tk_free(n->persist.seq);
-    tk_free(n->persist.async);
-    tk_free(n->persist.ns);
+    node__persist_free(n);
     tk_free(n->loop.batch);
     node__lease_free(n);
     tk_free(n->data_dir);
     uv_sem_destroy(&n->loop.started);
     uv_sem_destroy(&n->loop.closed);
-    pthread_mutex_destroy(&n->persist.drain_mu);
-    pthread_cond_destroy(&n->persist.drain_cv);
     pthread_mutex_destroy(&n->m.mu);
     tk_free(n);
 }
@@ -1289,7 +1196,6 @@ int node_start(const struct node_options *o, struct node **out)
         n->tmp_dir = true;
     }
     tk_mpsc_init(&n->loop.queue, o->queue_max);
-    n->persist.appended = on_appended;
     node__lease_init(n);
     n->loop.batch = tk_malloc(o->batch_max * sizeof(*n->loop.batch));
     tk_hist_init(&n->m.lat.append);
@@ -1298,8 +1204,7 @@ int node_start(const struct node_options *o, struct node **out)
     tk_hist_init(&n->m.lat.batch_size);
     uv_sem_init(&n->loop.started, 0);
     uv_sem_init(&n->loop.closed, 0);
-    pthread_mutex_init(&n->persist.drain_mu, NULL);
-    pthread_cond_init(&n->persist.drain_cv, NULL);
+    node__persist_init(n);
     pthread_mutex_init(&n->m.mu, NULL);
     if (o->loop != NULL && o->hub == NULL) {
         node_free(n);

@@ -117,29 +117,6 @@ struct node_install_job {
     struct node *n;
 };
 
-bool node__append_inline(struct node *n)
-{
-    return n->o.follower_inline_sync_us != 0 && raft_role(n->raft) == RAFT_FOLLOWER;
-}
-
-_Thread_local struct node *node__appending;
-
-int node__store_append(struct node *n, const struct raft_entry *entries, size_t cnt,
-                       uint64_t seq, bool now)
-{
-    struct node *outer = node__appending;
-    node__appending = n;
-    int rc =
-        now ? store_append_now_if_idle(n->store, entries, cnt, seq, n,
-                                       n->persist.appended,
-                                       n->o.follower_inline_sync_us * 1000ull)
-            : store_append_async(n->store, entries, cnt, seq, n, n->persist.appended);
-    node__appending = outer;
-    if (rc == 0)
-        n->persist.async_submitted++;
-    return rc;
-}
-
 /* Readies of log entries kept during an install (node__install_defer). */
 struct node_install_batch {
     struct raft_entry *ents; /* copies, with references on the payloads */

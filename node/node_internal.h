@@ -112,10 +112,9 @@ struct node_persist {
     pthread_mutex_t drain_mu;
     pthread_cond_t drain_cv;
     uint64_t async_submitted; /* loop thread */
-    /* node.c's completion of an async append (records the seq durable and
-     * wakes the loop), for node__store_append. */
-    void (*appended)(void *data, uint64_t seq, uint64_t last_index, uint64_t last_term,
-                     int status); /* a store_append_cb */
+    /* The seq whose node__store_append runs now (0: none): its completion
+     * leaves the loop's wake-up to that call (node_persist.c). */
+    _Atomic uint64_t inline_seq;
     uint64_t async_done;          /* under drain_mu */
     bool failed;                  /* storage or apply failed: the node serves nothing */
 };
@@ -420,10 +419,6 @@ static inline void node__on_idle(uv_idle_t *h)
         sched_yield();
 }
 
-/* The node whose node__store_append (node_install.c) runs on this thread
- * (NULL: none): a completion that runs inside it is on the loop thread. */
-extern _Thread_local struct node *node__appending;
-
 /* Something changed the core outside this node's check callback (a message,
  * a tick, a wake-up): make sure the loop comes round to on_check without
  * sleeping. With several nodes on one loop, a message from another node's
@@ -509,17 +504,28 @@ static inline void node__tier_count(struct node *n, uint64_t index, size_t len)
         node__tier_mark(n, index);
 }
 
-/* ---- node_install.c ---- */
+/* ---- node_persist.c ---- */
 
 /* Whether this ready's append may be written on the loop
  * (node_options.follower_inline_sync_us): its messages then leave first. */
 bool node__append_inline(struct node *n);
-/* Queues entries for the storage thread (persist.appended reports them
- * durable, by seq), or with `now` writes them on the loop when the store is
+/* Queues entries for the storage thread (which reports them durable, by seq,
+ * and wakes the loop), or with `now` writes them on the loop when the store is
  * idle and fast (node__append_inline); counts the append in flight. Returns
  * 0 or the store's error. */
 int node__store_append(struct node *n, const struct raft_entry *entries, size_t cnt,
                        uint64_t seq, bool now);
+/* Records a ready's seq handed to storage (`async`) or durable already. */
+void node__persist_push(struct node *n, uint64_t seq, bool async);
+/* Reports to the core every seq whose ready is durable, oldest first. */
+void node__persist_poll(struct node *n);
+/* Waits until every append submitted so far has finished: before a snapshot
+ * replaces the log (store_reset must not race queued appends) and at close. */
+void node__persist_drain(struct node *n);
+void node__persist_init(struct node *n);
+void node__persist_free(struct node *n);
+
+/* ---- node_install.c ---- */
 
 /* Begins installing `meta`/`data` (a snapshot the core handed out): the
  * caller has drained the store's appends and the tier job. Takes a reference
