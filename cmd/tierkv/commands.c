@@ -441,7 +441,18 @@ static const char put_help[] =
     "                   a mismatch exits 4\n"
     "  --lease ID       attach the key to lease ID (tierkv lease grant)\n";
 
-int cli_cmd_put(struct cli_global *g, int argc, char **argv)
+/* tierkv put's arguments. */
+struct put_args {
+    const char *key;
+    const char *value; /* VALUE as given, or NULL: read --file (or stdin) */
+    const char *file, *lease;
+    uint64_t ttl_ms, if_version;
+    bool has_ttl, has_ifv;
+};
+
+/* Parses put's arguments into a. Returns 0, -1 when --help was printed, or
+ * CLI_EXIT_USAGE with the reason printed. */
+static int put_parse(int argc, char **argv, struct put_args *a)
 {
     static const struct option opts[] = {{"file", required_argument, 0, 'f'},
                                          {"ttl", required_argument, 0, 't'},
@@ -449,80 +460,94 @@ int cli_cmd_put(struct cli_global *g, int argc, char **argv)
                                          {"lease", required_argument, 0, 'l'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
-    const char *file = NULL, *lease = "";
-    uint64_t ttl_ms = 0, if_version = 0;
-    bool has_ttl = false, has_ifv = false;
+    *a = (struct put_args){.lease = ""};
     SUB_GETOPT_RESET();
     int o;
     while ((o = getopt_long(argc, argv, "f:h", opts, NULL)) != -1) {
         switch (o) {
         case 'f':
-            file = optarg;
+            a->file = optarg;
             break;
         case 't':
-            if (cli_parse_duration_ms(optarg, &ttl_ms) != 0)
+            if (cli_parse_duration_ms(optarg, &a->ttl_ms) != 0)
                 return usage_error("put", "--ttl wants a duration like 30s or 500ms");
-            has_ttl = true;
+            a->has_ttl = true;
             break;
         case 'v':
-            if (cli_parse_u64(optarg, 0, INT64_MAX, &if_version) != 0)
+            if (cli_parse_u64(optarg, 0, INT64_MAX, &a->if_version) != 0)
                 return usage_error("put", "--if-version wants a non-negative integer");
-            has_ifv = true;
+            a->has_ifv = true;
             break;
         case 'l':
-            lease = optarg;
+            a->lease = optarg;
             break;
         case 'h':
             fputs(put_help, stdout);
-            return 0;
+            return -1;
         default:
             return usage_error("put", "unknown option");
         }
     }
     int nargs = argc - optind;
-    if (nargs < 1 || nargs > 2 || (nargs == 2 && file))
+    if (nargs < 1 || nargs > 2 || (nargs == 2 && a->file))
         return usage_error("put", "wants KEY and VALUE (or KEY with --file)");
-    const char *key = argv[optind];
-    if (cli_check_key("put", key) != 0)
-        return CLI_EXIT_USAGE;
+    a->key = argv[optind];
+    a->value = nargs == 2 ? argv[optind + 1] : NULL;
+    return cli_check_key("put", a->key) != 0 ? CLI_EXIT_USAGE : 0;
+}
+
+/* With --ttl or --if-version the body is the JSON object {"value", "ttl_ms",
+ * "if_version"}: returns it (free() it), or NULL with the usage error printed
+ * when the value is not UTF-8. */
+static char *put_json_body(const struct put_args *a, const char *value, size_t vlen)
+{
+    json_t *v = json_stringn(value, vlen);
+    if (!v) {
+        usage_error("put", "--ttl/--if-version need a UTF-8 value");
+        return NULL;
+    }
+    json_t *j = json_object();
+    json_object_set_new(j, "value", v);
+    if (a->has_ttl)
+        json_object_set_new(j, "ttl_ms", json_integer((json_int_t)a->ttl_ms));
+    if (a->has_ifv)
+        json_object_set_new(j, "if_version", json_integer((json_int_t)a->if_version));
+    char *dumped = json_dumps(j, JSON_COMPACT);
+    json_decref(j);
+    return dumped;
+}
+
+int cli_cmd_put(struct cli_global *g, int argc, char **argv)
+{
+    struct put_args a;
+    int rc = put_parse(argc, argv, &a);
+    if (rc != 0)
+        return rc < 0 ? 0 : rc;
     char *value = NULL;
     size_t vlen;
-    if (nargs == 2) {
-        value = tk_strdup(argv[optind + 1]);
+    if (a.value != NULL) {
+        value = tk_strdup(a.value);
         vlen = strlen(value);
-    } else {
-        int rc = read_file(file ? file : "-", &value, &vlen);
-        if (rc != 0)
-            return rc;
+    } else if ((rc = read_file(a.file ? a.file : "-", &value, &vlen)) != 0) {
+        return rc;
     }
-    char *body = value;
-    size_t blen = vlen;
-    const char *ctype = "application/octet-stream";
     char *dumped = NULL;
-    if (has_ttl || has_ifv) {
-        json_t *v = json_stringn(value, vlen);
-        if (!v) {
+    if (a.has_ttl || a.has_ifv) {
+        dumped = put_json_body(&a, value, vlen);
+        if (dumped == NULL) {
             tk_free(value);
-            return usage_error("put", "--ttl/--if-version need a UTF-8 value");
+            return CLI_EXIT_USAGE;
         }
-        json_t *j = json_object();
-        json_object_set_new(j, "value", v);
-        if (has_ttl)
-            json_object_set_new(j, "ttl_ms", json_integer((json_int_t)ttl_ms));
-        if (has_ifv)
-            json_object_set_new(j, "if_version", json_integer((json_int_t)if_version));
-        dumped = json_dumps(j, JSON_COMPACT);
-        json_decref(j);
-        body = dumped;
-        blen = strlen(dumped);
-        ctype = "application/json";
     }
     struct strbuf path = {0};
-    key_path(&path, key, NULL);
+    key_path(&path, a.key, NULL);
     sb_param(&path, "mode", g->mode);
-    sb_param(&path, "lease", lease);
+    sb_param(&path, "lease", a.lease);
     struct cli_response r;
-    int rc = do_request(g, "PUT", path.p, ctype, body, blen, &r);
+    rc =
+        dumped
+            ? do_request(g, "PUT", path.p, "application/json", dumped, strlen(dumped), &r)
+            : do_request(g, "PUT", path.p, "application/octet-stream", value, vlen, &r);
     sb_free(&path);
     free(dumped);
     tk_free(value);
@@ -675,35 +700,42 @@ static json_t *scan_items(json_t *j)
     return NULL;
 }
 
-int cli_cmd_scan(struct cli_global *g, int argc, char **argv)
+/* tierkv scan's arguments (NULL: not given). */
+struct scan_args {
+    const char *prefix, *start, *end, *limit;
+};
+
+/* Parses scan's arguments into a. Returns 0, -1 when --help was printed, or
+ * CLI_EXIT_USAGE with the reason printed. */
+static int scan_parse(int argc, char **argv, struct scan_args *a)
 {
     static const struct option opts[] = {
         {"prefix", required_argument, 0, 'p'}, {"start", required_argument, 0, 's'},
         {"end", required_argument, 0, 'e'},    {"limit", required_argument, 0, 'l'},
         {"help", no_argument, 0, 'h'},         {0, 0, 0, 0}};
-    const char *prefix = NULL, *start = NULL, *end = NULL, *limit = NULL;
+    *a = (struct scan_args){0};
     uint64_t lim;
     SUB_GETOPT_RESET();
     int o;
     while ((o = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (o) {
         case 'p':
-            prefix = optarg;
+            a->prefix = optarg;
             break;
         case 's':
-            start = optarg;
+            a->start = optarg;
             break;
         case 'e':
-            end = optarg;
+            a->end = optarg;
             break;
         case 'l':
             if (cli_parse_u64(optarg, 1, UINT32_MAX, &lim) != 0)
                 return usage_error("scan", "--limit wants a positive integer");
-            limit = optarg;
+            a->limit = optarg;
             break;
         case 'h':
             fputs(scan_help, stdout);
-            return 0;
+            return -1;
         default:
             return usage_error("scan", "unknown option");
         }
@@ -711,57 +743,74 @@ int cli_cmd_scan(struct cli_global *g, int argc, char **argv)
     if (argc - optind > 1)
         return usage_error("scan", "takes at most one PREFIX");
     if (argc - optind == 1) {
-        if (prefix)
+        if (a->prefix)
             return usage_error("scan", "PREFIX given twice");
-        prefix = argv[optind];
+        a->prefix = argv[optind];
     }
-    if (prefix && (start || end))
+    if (a->prefix && (a->start || a->end))
         return usage_error("scan", "use a prefix or a range, not both");
+    return 0;
+}
+
+/* A scan answer as a table, then "N keys" and a note when more are left.
+ * Returns 0, or CLI_EXIT_ERROR when the answer holds no list of keys. */
+static int scan_print(const struct cli_response *r, bool base64)
+{
+    int code = 0;
+    json_error_t jerr;
+    json_t *j = json_loads(r->body ? r->body : "", 0, &jerr);
+    json_t *items = scan_items(j);
+    if (!items) {
+        fprintf(stderr, "tierkv: scan: the answer holds no list of keys\n");
+        code = CLI_EXIT_ERROR;
+    } else {
+        struct table t;
+        table_from_objects(&t, items, base64);
+        if (t.n_rows > 0)
+            table_print(&t, stdout);
+        table_free(&t);
+        json_t *more = json_object_get(j, "more");
+        printf("%zu key%s%s\n", json_array_size(items),
+               json_array_size(items) == 1 ? "" : "s",
+               json_is_true(more) ? " (more available: raise --limit or scan from "
+                                    "the last key)"
+                                  : "");
+    }
+    json_decref(j);
+    return code;
+}
+
+int cli_cmd_scan(struct cli_global *g, int argc, char **argv)
+{
+    struct scan_args a;
+    int rc = scan_parse(argc, argv, &a);
+    if (rc != 0)
+        return rc < 0 ? 0 : rc;
     struct strbuf path = {0};
     sb_str(&path, "/v1/kv");
-    if (prefix) {
+    if (a.prefix) {
         /* An empty prefix means every key; send it explicitly. */
         sb_str(&path, "?prefix=");
-        sb_urlenc(&path, prefix, strlen(prefix));
+        sb_urlenc(&path, a.prefix, strlen(a.prefix));
     }
-    sb_param(&path, "start", start);
-    sb_param(&path, "end", end);
-    sb_param(&path, "limit", limit);
+    sb_param(&path, "start", a.start);
+    sb_param(&path, "end", a.end);
+    sb_param(&path, "limit", a.limit);
     sb_param(&path, "consistency", g->consistency);
     if (g->base64)
         sb_param(&path, "encoding", "base64");
     struct cli_response r;
-    int rc = do_request(g, "GET", path.p, NULL, NULL, 0, &r);
+    rc = do_request(g, "GET", path.p, NULL, NULL, 0, &r);
     sb_free(&path);
     if (rc != 0)
         return -rc;
     int code = cli_exit_for_status(r.status);
-    if (code != 0) {
+    if (code != 0)
         code = report_status(g, &r, "scan");
-    } else if (g->json) {
+    else if (g->json)
         print_ok(g, &r);
-    } else {
-        json_error_t jerr;
-        json_t *j = json_loads(r.body ? r.body : "", 0, &jerr);
-        json_t *items = scan_items(j);
-        if (!items) {
-            fprintf(stderr, "tierkv: scan: the answer holds no list of keys\n");
-            code = CLI_EXIT_ERROR;
-        } else {
-            struct table t;
-            table_from_objects(&t, items, g->base64);
-            if (t.n_rows > 0)
-                table_print(&t, stdout);
-            table_free(&t);
-            json_t *more = json_object_get(j, "more");
-            printf("%zu key%s%s\n", json_array_size(items),
-                   json_array_size(items) == 1 ? "" : "s",
-                   json_is_true(more) ? " (more available: raise --limit or scan from "
-                                        "the last key)"
-                                      : "");
-        }
-        json_decref(j);
-    }
+    else
+        code = scan_print(&r, g->base64);
     cli_response_free(&r);
     return code;
 }
