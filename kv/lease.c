@@ -10,25 +10,34 @@
  * resumes from the last checkpoint and never from the full TTL.
  *
  * Persistence: each lease is one record in the data table under the reserved
- * key LEASE_PREFIX + 16 hex digits of the id, whose value is "L1", ttl_ms,
- * remaining_ms (u64 LE), the key count (u32 LE) and each key (u16 LE length,
- * bytes). Tier-down, snapshots (stream and install) and restarts carry it like
- * any key; kv__lease_load rebuilds the table from those records (open,
- * install) and the log's replay does the rest. Users cannot write or delete
- * keys under the prefix (cmd.c), and its writes make no events.
+ * key LEASE_PREFIX + 16 hex digits of the id. Its value is written as "L1",
+ * ttl_ms, remaining_ms, renewed (u64 LE), the key count (u32, host order) and
+ * each key (u16 LE length, bytes), and read in that layout (first byte 'L')
+ * or as REC_V1 then a kvpb.LeaseRecord (kv.proto), which the writer moves to
+ * once snapshot.c's walk checks records through kv__lease_check_rec. Both go
+ * through rec_decode's checks; anything else is TK_ECORRUPT with a reason.
+ * Tier-down, snapshots (stream and install) and restarts carry it like any
+ * key; kv__lease_load rebuilds the table from those records (open, install)
+ * and the log's replay does the rest. Users cannot write or delete keys under
+ * the prefix (cmd.c), and its writes make no events.
  *
  * key -> lease is a chained hash table of the attached keys. A lease holds at
  * most LEASE_KEYS_MAX keys. Owner thread only. Called by cmd.c, sm.c and
  * snapshot.c; calls state.c, events.c, iter.c, the ring, index and view. */
+#include <inttypes.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "base/alloc.h"
 #include "base/endian.h"
 #include "base/err.h"
+#include "base/log.h"
+#include "kv.pb-c.h"
 #include "kv/sm_internal.h"
 
-#define REC_HEAD 30 /* "L1", ttl, remaining, renewed, count */
+#define REC_V1 0x01 /* the value's first byte: a kvpb.LeaseRecord follows */
+#define OLD_HEAD 30 /* the "L1" value: "L1", ttl, remaining, renewed, count */
 
 bool kv__lease_reserved(const uint8_t *key, size_t len)
 {
@@ -193,7 +202,7 @@ static int store(struct kv_sm *sm, uint64_t index, const struct kv_lease *l, uin
         write_rec(sm, index, key, sizeof(key), hash, &st);
         return 0;
     }
-    size_t bytes = REC_HEAD;
+    size_t bytes = OLD_HEAD;
     for (size_t i = 0; i < l->n_keys; i++)
         bytes += 2 + l->keys[i]->len;
     uint8_t *v = tk_malloc(bytes);
@@ -203,7 +212,7 @@ static int store(struct kv_sm *sm, uint64_t index, const struct kv_lease *l, uin
     tk_put_le64(v + 18, l->renewed);
     uint32_t n = (uint32_t)l->n_keys;
     memcpy(v + 26, &n, 4);
-    size_t off = REC_HEAD;
+    size_t off = OLD_HEAD;
     for (size_t i = 0; i < l->n_keys; i++) {
         v[off] = (uint8_t)l->keys[i]->len;
         v[off + 1] = (uint8_t)(l->keys[i]->len >> 8);
@@ -353,44 +362,196 @@ int kv__lease_revoke(struct kv_sm *sm, uint64_t index, uint64_t id, bool expired
     return store(sm, index, NULL, id, true);
 }
 
-int kv__lease_load_rec(struct kv_leases *t, const uint8_t *key, size_t key_len,
-                       const uint8_t *v, size_t value_len)
+/* ---- records ---- */
+
+/* A record decoded and checked: its id (from the key), its fields and its
+ * keys, which point into the value (old format) or into pb. */
+struct lease_rec {
+    uint64_t id, ttl_ms, remaining_ms, renewed;
+    size_t n_keys;
+    ProtobufCBinaryData *keys; /* pb's, or tk_malloc'd for the old format */
+    Kvpb__LeaseRecord *pb;
+};
+
+static void *pb_alloc(void *data, size_t size)
 {
-    if (key_len != KV_LEASE_KEY_LEN || value_len < REC_HEAD || memcmp(v, "L1", 2))
-        return TK_ECORRUPT;
-    char hex[17];
-    memcpy(hex, key + KV_LEASE_PREFIX_LEN, 16);
-    hex[16] = '\0';
-    uint64_t id = 0;
-    if (sscanf(hex, "%16llx", (unsigned long long *)&id) != 1)
-        return TK_ECORRUPT;
-    struct kv_lease *l = lease_add(t, id, tk_get_le64(v + 2));
-    l->remaining_ms = tk_get_le64(v + 10);
-    l->renewed = tk_get_le64(v + 18);
-    uint32_t n;
-    memcpy(&n, v + 26, 4);
-    size_t off = REC_HEAD;
-    for (uint32_t i = 0; i < n; i++) {
-        if (off + 2 > value_len)
-            return TK_ECORRUPT;
-        size_t len = (size_t)v[off] | ((size_t)v[off + 1] << 8);
-        if (off + 2 + len > value_len)
-            return TK_ECORRUPT;
-        const uint8_t *k = v + off + 2;
-        uint64_t hash = kv__hash(k, len);
-        if (*lkey_slot(t, k, len, hash) == NULL)
-            link_key(t, l, k, len, hash);
-        off += 2 + len;
+    (void)data;
+    return tk_malloc(size > 0 ? size : 1);
+}
+
+static void pb_free(void *data, void *ptr)
+{
+    (void)data;
+    tk_free(ptr);
+}
+
+static ProtobufCAllocator pb_allocator = {.alloc = pb_alloc, .free = pb_free};
+
+static void rec_release(struct lease_rec *r)
+{
+    if (r->pb != NULL)
+        kvpb__lease_record__free_unpacked(r->pb, &pb_allocator);
+    else
+        tk_free(r->keys);
+    memset(r, 0, sizeof(*r));
+}
+
+static int rec_fail(struct lease_rec *r, char *why, size_t cap, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static int rec_fail(struct lease_rec *r, char *why, size_t cap, const char *fmt, ...)
+{
+    rec_release(r);
+    if (why != NULL && cap > 0) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(why, cap, fmt, ap);
+        va_end(ap);
     }
+    return TK_ECORRUPT;
+}
+
+/* The id in a record's key: 16 lowercase hex digits after the prefix. */
+static bool rec_id(const uint8_t *key, size_t len, uint64_t *id)
+{
+    if (len != KV_LEASE_KEY_LEN || !kv__lease_reserved(key, len))
+        return false;
+    *id = 0;
+    for (size_t i = KV_LEASE_PREFIX_LEN; i < len; i++) {
+        uint8_t c = key[i];
+        if (c >= '0' && c <= '9')
+            *id = *id << 4 | (uint64_t)(c - '0');
+        else if (c >= 'a' && c <= 'f')
+            *id = *id << 4 | (uint64_t)(c - 'a' + 10);
+        else
+            return false;
+    }
+    return true;
+}
+
+/* The value of a build before REC_V1 (see the top): its keys into r->keys. */
+static int rec_decode_old(const uint8_t *v, size_t len, struct lease_rec *r, char *why,
+                          size_t cap)
+{
+    if (len < OLD_HEAD)
+        return rec_fail(r, why, cap, "an old-format value of %zu bytes, under %d", len,
+                        OLD_HEAD);
+    r->ttl_ms = tk_get_le64(v + 2);
+    r->remaining_ms = tk_get_le64(v + 10);
+    r->renewed = tk_get_le64(v + 18);
+    uint32_t n;
+    memcpy(&n, v + 26, 4); /* host order, as it was written */
+    if (n > KV_LEASE_KEYS_MAX)
+        return rec_fail(r, why, cap, "%" PRIu32 " keys, over %d", n, KV_LEASE_KEYS_MAX);
+    r->keys = tk_malloc((n > 0 ? n : 1) * sizeof(*r->keys));
+    size_t off = OLD_HEAD;
+    for (uint32_t i = 0; i < n; i++) {
+        if (len - off < 2)
+            return rec_fail(r, why, cap, "key %" PRIu32 " of %" PRIu32 " is cut off", i,
+                            n);
+        size_t kl = (size_t)v[off] | ((size_t)v[off + 1] << 8);
+        if (len - off - 2 < kl)
+            return rec_fail(r, why, cap, "key %" PRIu32 " overruns the value", i);
+        r->keys[i].data = (uint8_t *)v + off + 2;
+        r->keys[i].len = kl;
+        off += 2 + kl;
+    }
+    if (off != len)
+        return rec_fail(r, why, cap, "%zu bytes after the keys", len - off);
+    r->n_keys = n;
     return 0;
 }
 
-/* One lease record from a scan (kv__lease_load). */
+/* Decodes and checks the record (key, value) into r, to rec_release after.
+ * 0, or TK_ECORRUPT with what is wrong in why (cap bytes, may be NULL). */
+static int rec_decode(const uint8_t *key, size_t key_len, const uint8_t *v, size_t len,
+                      struct lease_rec *r, char *why, size_t cap)
+{
+    memset(r, 0, sizeof(*r));
+    if (!rec_id(key, key_len, &r->id))
+        return rec_fail(r, why, cap, "a lease key without its 16 hex digits");
+    if (r->id == 0 || r->id > INT64_MAX)
+        return rec_fail(r, why, cap, "lease id %" PRIu64 " is out of range", r->id);
+    if (len > 0 && v[0] == REC_V1) {
+        r->pb = kvpb__lease_record__unpack(&pb_allocator, len - 1, v + 1);
+        if (r->pb == NULL)
+            return rec_fail(r, why, cap, "%zu bytes that are no LeaseRecord", len - 1);
+        r->ttl_ms = r->pb->ttl_ms;
+        r->remaining_ms = r->pb->remaining_ms;
+        r->renewed = r->pb->renewed;
+        r->n_keys = r->pb->n_keys;
+        r->keys = r->pb->keys;
+    } else if (len >= 2 && memcmp(v, "L1", 2) == 0) {
+        int rc = rec_decode_old(v, len, r, why, cap);
+        if (rc != 0)
+            return rc;
+    } else {
+        return rec_fail(r, why, cap, "an unknown format (%zu bytes, first 0x%02x)", len,
+                        len > 0 ? v[0] : 0);
+    }
+    if (r->ttl_ms == 0 || r->ttl_ms > KV_LEASE_TTL_MAX || r->remaining_ms > r->ttl_ms)
+        return rec_fail(r, why, cap, "ttl %" PRIu64 " ms, remaining %" PRIu64 " ms",
+                        r->ttl_ms, r->remaining_ms);
+    if (r->n_keys > KV_LEASE_KEYS_MAX)
+        return rec_fail(r, why, cap, "%zu keys, over %d", r->n_keys, KV_LEASE_KEYS_MAX);
+    for (size_t i = 0; i < r->n_keys; i++)
+        if (r->keys[i].len == 0 || r->keys[i].len > UINT16_MAX ||
+            kv__lease_reserved(r->keys[i].data, r->keys[i].len))
+            return rec_fail(r, why, cap, "key %zu (%zu bytes) cannot hold a lease", i,
+                            r->keys[i].len);
+    return 0;
+}
+
+int kv__lease_check_rec(const uint8_t *key, size_t key_len, const uint8_t *v,
+                        size_t value_len, char *why, size_t why_cap)
+{
+    struct lease_rec r;
+    int rc = rec_decode(key, key_len, v, value_len, &r, why, why_cap);
+    if (rc == 0)
+        rec_release(&r);
+    return rc;
+}
+
+int kv__lease_load_rec(struct kv_leases *t, const uint8_t *key, size_t key_len,
+                       const uint8_t *v, size_t value_len)
+{
+    char why[96];
+    struct lease_rec r;
+    int rc = rec_decode(key, key_len, v, value_len, &r, why, sizeof(why));
+    if (rc == 0 && kv__lease_find(t, r.id) != NULL)
+        rc = rec_fail(&r, why, sizeof(why), "lease %" PRIu64 " is there twice", r.id);
+    if (rc == 0 && t->n >= KV_LEASES_MAX)
+        rc = rec_fail(&r, why, sizeof(why), "over %d leases", KV_LEASES_MAX);
+    if (rc != 0) {
+        TK_LOG(TK_LOG_ERROR, 0, 0, "kv: a corrupt lease record: %s", why);
+        return rc;
+    }
+    struct kv_lease *l = lease_add(t, r.id, r.ttl_ms);
+    l->remaining_ms = r.remaining_ms;
+    l->renewed = r.renewed;
+    for (size_t i = 0; i < r.n_keys; i++) {
+        const uint8_t *k = r.keys[i].data;
+        size_t len = r.keys[i].len;
+        uint64_t hash = kv__hash(k, len);
+        if (*lkey_slot(t, k, len, hash) == NULL)
+            link_key(t, l, k, len, hash);
+    }
+    rec_release(&r);
+    return 0;
+}
+
+/* One lease record from a scan (kv__lease_load): a refused one stops the
+ * scan, its code kept in the struct lease_load. */
+struct lease_load {
+    struct kv_sm *sm;
+    int rc;
+};
+
 static int load_one(const struct kv_item *it, void *data)
 {
-    struct kv_sm *sm = data;
-    return kv__lease_load_rec(&sm->leases, it->key, it->key_len, it->value,
-                              it->value_len);
+    struct lease_load *ld = data;
+    ld->rc = kv__lease_load_rec(&ld->sm->leases, it->key, it->key_len, it->value,
+                                it->value_len);
+    return ld->rc;
 }
 
 int kv__lease_load(struct kv_sm *sm)
@@ -399,7 +560,10 @@ int kv__lease_load(struct kv_sm *sm)
     kv__lease_init(&sm->leases);
     struct kv_range r = {
         .start = KV_LEASE_PREFIX, .start_len = KV_LEASE_PREFIX_LEN, .by_prefix = true};
-    int rc = kv_sm_scan(sm, &r, 0, load_one, sm);
+    struct lease_load ld = {.sm = sm, .rc = 0};
+    int rc = kv_sm_scan(sm, &r, 0, load_one, &ld);
+    if (rc == 0)
+        rc = ld.rc; /* the scan stops at a refused record and says 0 */
     return rc == 0 ? 0 : rc == TK_ECORRUPT ? TK_ECORRUPT : TK_EIO;
 }
 

@@ -368,9 +368,16 @@ int kv__lease_checkpoint(struct kv_sm *sm, uint64_t index, const uint64_t *ids,
  * TK_ECORRUPT. */
 int kv__lease_load(struct kv_sm *sm);
 /* Adds the lease of one record (key under KV_LEASE_PREFIX, its value) to t.
- * 0 or TK_ECORRUPT. */
+ * 0 or TK_ECORRUPT (the reason logged): the record fails
+ * kv__lease_check_rec, or its id is in t already, or t is full. */
 int kv__lease_load_rec(struct kv_leases *t, const uint8_t *key, size_t key_len,
                        const uint8_t *v, size_t value_len);
+/* Checks one lease record (lease.c's top: 0x01 and a kvpb.LeaseRecord, or
+ * the "L1" layout): the key's hex id, the value's layout and
+ * the limits (TTL, keys per lease). 0, or TK_ECORRUPT with what is wrong in
+ * why (why_cap bytes; why may be NULL). Any thread: it touches no table. */
+int kv__lease_check_rec(const uint8_t *key, size_t key_len, const uint8_t *v,
+                        size_t value_len, char *why, size_t why_cap);
 
 /* ---- cmd.c: the commands ---- */
 

@@ -1,8 +1,13 @@
 /* Leases (kv/lease.c): grant, attach and detach by puts, keepalive,
  * checkpoint, revoke (delete or expire events at one revision), the reserved
- * prefix, and the table rebuilt after a restart and a snapshot install. */
+ * prefix, the table rebuilt after a restart and a snapshot install, and the
+ * lease record: kvpb.LeaseRecord, the "L1" layout of older builds still read,
+ * and bad records refused as TK_ECORRUPT. */
 #include <check.h>
 
+#include "base/endian.h"
+#include "base/log.h"
+#include "kv/sm_internal.h"
 #include "tests/unit/kv/kv_util.h"
 
 static int lease_cmd(struct kvu *u, Kvpb__Command *c)
@@ -385,6 +390,280 @@ START_TEST(test_install_prepare_builds_the_tables)
 }
 END_TEST
 
+/* ---- the record ---- */
+
+/* The record key of lease id. */
+static void rec_key(uint64_t id, uint8_t key[KV_LEASE_KEY_LEN])
+{
+    char hex[17];
+    snprintf(hex, sizeof(hex), "%016llx", (unsigned long long)id);
+    memcpy(key, KV_LEASE_PREFIX, KV_LEASE_PREFIX_LEN);
+    memcpy(key + KV_LEASE_PREFIX_LEN, hex, 16);
+}
+
+/* A record as builds before kvpb.LeaseRecord wrote it: "L1", ttl, remaining,
+ * renewed (u64 LE), the key count (u32, host order), each key (u16 LE length,
+ * bytes). Returns its length. */
+static size_t old_rec(uint8_t *v, uint64_t ttl, uint64_t rem, uint64_t renewed,
+                      const char *const *keys, uint32_t n)
+{
+    memcpy(v, "L1", 2);
+    tk_put_le64(v + 2, ttl);
+    tk_put_le64(v + 10, rem);
+    tk_put_le64(v + 18, renewed);
+    memcpy(v + 26, &n, 4);
+    size_t off = 30;
+    for (uint32_t i = 0; i < n; i++) {
+        size_t len = strlen(keys[i]);
+        v[off] = (uint8_t)len;
+        v[off + 1] = (uint8_t)(len >> 8);
+        memcpy(v + off + 2, keys[i], len);
+        off += 2 + len;
+    }
+    return off;
+}
+
+/* A record as written today: 0x01, then the packed kvpb.LeaseRecord. */
+static size_t new_rec(uint8_t *v, uint64_t ttl, uint64_t rem, uint64_t renewed,
+                      const char *const *keys, size_t n)
+{
+    Kvpb__LeaseRecord m = KVPB__LEASE_RECORD__INIT;
+    ProtobufCBinaryData b[4];
+    ck_assert_uint_le(n, 4);
+    for (size_t i = 0; i < n; i++)
+        b[i] = kvu_str(keys[i]);
+    m.ttl_ms = ttl;
+    m.remaining_ms = rem;
+    m.renewed = renewed;
+    m.n_keys = n;
+    m.keys = b;
+    v[0] = 0x01;
+    return 1 + kvpb__lease_record__pack(&m, v + 1);
+}
+
+static int check_rec(uint64_t id, const uint8_t *v, size_t len, char *why, size_t cap)
+{
+    uint8_t key[KV_LEASE_KEY_LEN];
+    rec_key(id, key);
+    return kv__lease_check_rec(key, sizeof(key), v, len, why, cap);
+}
+
+static const char *const two_keys[] = {"k1", "key-two"};
+
+START_TEST(test_lease_records_of_both_formats_load)
+{
+    struct kv_leases t;
+    kv__lease_init(&t);
+    uint8_t key[KV_LEASE_KEY_LEN], v[256];
+    size_t len = new_rec(v, 5000, 1234, 17, two_keys, 2);
+    rec_key(7, key);
+    ck_assert_int_eq(kv__lease_check_rec(key, sizeof(key), v, len, NULL, 0), 0);
+    ck_assert_int_eq(kv__lease_load_rec(&t, key, sizeof(key), v, len), 0);
+    /* The same id twice is a corrupt table, whatever the format. */
+    ck_assert_int_eq(kv__lease_load_rec(&t, key, sizeof(key), v, len), TK_ECORRUPT);
+    len = old_rec(v, 9000, 9000, 21, two_keys + 1, 1);
+    rec_key(0x1f, key);
+    ck_assert_int_eq(kv__lease_check_rec(key, sizeof(key), v, len, NULL, 0), 0);
+    ck_assert_int_eq(kv__lease_load_rec(&t, key, sizeof(key), v, len), 0);
+    ck_assert_uint_eq(t.n, 2);
+    const struct kv_lease *a = kv__lease_find(&t, 7), *b = kv__lease_find(&t, 0x1f);
+    ck_assert_ptr_nonnull(a);
+    ck_assert_ptr_nonnull(b);
+    ck_assert_uint_eq(a->ttl_ms, 5000);
+    ck_assert_uint_eq(a->remaining_ms, 1234);
+    ck_assert_uint_eq(a->renewed, 17);
+    ck_assert_uint_eq(a->n_keys, 2);
+    ck_assert_uint_eq(b->ttl_ms, 9000);
+    ck_assert_uint_eq(b->remaining_ms, 9000);
+    ck_assert_uint_eq(b->renewed, 21);
+    /* key-two was attached to 7 first: a key has one lease. */
+    ck_assert_uint_eq(b->n_keys, 0);
+    ck_assert_uint_eq(t.count, 2);
+    kv__lease_free(&t);
+}
+END_TEST
+
+/* One value that must be refused, with a reason. */
+static void refused(uint64_t id, const uint8_t *v, size_t len, const char *what)
+{
+    char why[96] = "";
+    ck_assert_msg(check_rec(id, v, len, why, sizeof(why)) == TK_ECORRUPT,
+                  "%s: not refused", what);
+    ck_assert_msg(why[0] != '\0', "%s: refused without a reason", what);
+}
+
+START_TEST(test_corrupt_lease_records_refused)
+{
+    uint8_t v[8192];
+    char why[96];
+    /* Every truncation of the old layout is refused. */
+    size_t full = old_rec(v, 5000, 100, 3, two_keys, 2);
+    for (size_t n = 0; n < full; n++)
+        ck_assert_msg(check_rec(1, v, n, why, sizeof(why)) == TK_ECORRUPT,
+                      "old record cut at %zu of %zu", n, full);
+    refused(1, v, full + 1, "old record with a byte after its keys");
+    uint32_t many = KV_LEASE_KEYS_MAX + 1;
+    memcpy(v + 26, &many, 4);
+    refused(1, v, full, "old record counting too many keys");
+
+    /* A protobuf value cut inside a field is refused; cut between fields it
+     * is a shorter record (the stores' CRCs catch those), still in bounds. */
+    full = new_rec(v, 5000, 100, 3, two_keys, 2);
+    size_t cut = 0;
+    for (size_t n = 0; n < full; n++) {
+        int rc = check_rec(1, v, n, why, sizeof(why));
+        ck_assert_msg(rc == 0 || rc == TK_ECORRUPT, "cut at %zu: %d", n, rc);
+        cut += rc == TK_ECORRUPT;
+    }
+    ck_assert_uint_ge(cut, full / 2);
+    refused(1, v, 1, "a record without its TTL");
+
+    /* Fields of the wrong wire type, a varint cut short, unknown formats. */
+    static const uint8_t ttl_as_bytes[] = {0x01, 0x0a, 0x01, 0x00};
+    static const uint8_t keys_as_varint[] = {0x01, 0x08, 0x05, 0x20, 0x05};
+    static const uint8_t cut_varint[] = {0x01, 0x08, 0x80};
+    static const uint8_t key_overrun[] = {0x01, 0x08, 0x05, 0x22, 0x09, 'k'};
+    static const uint8_t other_version[] = {0x02, 0x08, 0x05};
+    refused(1, ttl_as_bytes, sizeof(ttl_as_bytes), "ttl as bytes");
+    refused(1, keys_as_varint, sizeof(keys_as_varint), "keys as a varint");
+    refused(1, cut_varint, sizeof(cut_varint), "a cut varint");
+    refused(1, key_overrun, sizeof(key_overrun), "a key overrunning the value");
+    refused(1, other_version, sizeof(other_version), "version 2");
+    refused(1, (const uint8_t *)"raft=x", 6, "text");
+    refused(1, v, 0, "an empty value");
+
+    /* Out of the limits a grant, keepalive or put keeps. */
+    static const char *const empty[] = {""};
+    static const char *const reserved[] = {KV_LEASE_PREFIX "0000000000000001"};
+    refused(1, v, new_rec(v, 0, 0, 3, NULL, 0), "ttl 0");
+    refused(1, v, new_rec(v, KV_LEASE_TTL_MAX + 1, 1, 3, NULL, 0), "ttl over the max");
+    refused(1, v, new_rec(v, 5000, 5001, 3, NULL, 0), "remaining over the ttl");
+    refused(1, v, new_rec(v, 5000, 10, 3, empty, 1), "an empty key");
+    refused(1, v, new_rec(v, 5000, 10, 3, reserved, 1), "a lease record's key");
+    refused(1, v, old_rec(v, 5000, 10, 3, empty, 1), "old: an empty key");
+    size_t len = new_rec(v, 5000, 10, 3, NULL, 0);
+    for (size_t i = 0; i <= KV_LEASE_KEYS_MAX; i++) { /* repeated keys, 1 byte each */
+        v[len++] = 0x22;
+        v[len++] = 1;
+        v[len++] = 'a' + (uint8_t)(i % 26);
+    }
+    refused(1, v, len, "too many keys");
+
+    /* Keys that do not name a lease. */
+    len = new_rec(v, 5000, 10, 3, two_keys, 2);
+    uint8_t key[KV_LEASE_KEY_LEN];
+    rec_key(0xab, key);
+    key[KV_LEASE_KEY_LEN - 1] = 'B';
+    ck_assert_int_eq(kv__lease_check_rec(key, sizeof(key), v, len, why, sizeof(why)),
+                     TK_ECORRUPT);
+    ck_assert_int_eq(kv__lease_check_rec(key, sizeof(key) - 1, v, len, why, sizeof(why)),
+                     TK_ECORRUPT);
+    refused(0, v, len, "id 0");
+    refused((uint64_t)INT64_MAX + 1, v, len, "an id over INT64_MAX");
+
+    /* Random bytes after each first byte: refused or in bounds, never a
+     * crash (the sanitizer build runs this too). */
+    uint64_t x = 0x9e3779b97f4a7c15ull;
+    enum tk_log_level level = tk_log_get_level();
+    tk_log_set_level(TK_LOG_OFF); /* each refusal says why: 20,000 lines */
+    struct kv_leases t;
+    kv__lease_init(&t);
+    for (int i = 0; i < 30000; i++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        size_t n = 1 + x % 64;
+        for (size_t j = 0; j < n; j++) {
+            x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+            v[j] = (uint8_t)x;
+        }
+        v[0] = i % 3 == 0 ? 0x01 : i % 3 == 1 ? 'L' : v[0];
+        if (i % 3 == 1 && n > 1)
+            v[1] = '1';
+        rec_key((uint64_t)i + 1, key);
+        int rc = kv__lease_load_rec(&t, key, sizeof(key), v, n);
+        ck_assert_msg(rc == 0 || rc == TK_ECORRUPT, "random record %d: %d", i, rc);
+    }
+    tk_log_set_level(level);
+    for (size_t i = 0; i < t.n; i++) {
+        ck_assert_uint_ge(t.v[i]->ttl_ms, 1);
+        ck_assert_uint_le(t.v[i]->ttl_ms, KV_LEASE_TTL_MAX);
+        ck_assert_uint_le(t.v[i]->remaining_ms, t.v[i]->ttl_ms);
+        ck_assert_uint_le(t.v[i]->n_keys, KV_LEASE_KEYS_MAX);
+    }
+    kv__lease_free(&t);
+}
+END_TEST
+
+static int corrupt_lines;
+
+static void count_corrupt(const char *line, size_t len, void *data)
+{
+    (void)data;
+    static const char want[] = "a corrupt lease record: 3 bytes that are no LeaseRecord";
+    if (memmem(line, len, want, sizeof(want) - 1) != NULL)
+        corrupt_lines++;
+}
+
+/* Replaces lease id's record in u's data table by v (what an older build, or
+ * a damaged disk, left), at the applied index. */
+static void overwrite_rec(struct kvu *u, uint64_t id, const uint8_t *v, size_t len)
+{
+    uint8_t key[KV_LEASE_KEY_LEN];
+    rec_key(id, key);
+    uint64_t hash = kv__hash(key, sizeof(key));
+    struct kv_state st;
+    ck_assert_int_eq(kv__state_lookup(u->sm, key, sizeof(key), hash, &st), 0);
+    ck_assert(st.live);
+    st.value = v;
+    st.value_len = len;
+    kv__state_write(u->sm, kv_sm_applied_index(u->sm), key, sizeof(key), hash, &st);
+    ck_assert_int_eq(kv_sm_flush(u->sm), 0);
+}
+
+/* A data directory of an older build: its "L1" records load at open, and the
+ * next change of the lease rewrites it. A record that is neither refuses the
+ * open as TK_ECORRUPT. */
+START_TEST(test_old_lease_records_load_at_open)
+{
+    struct kvu u = {0};
+    kvu_open(&u, NULL);
+    uint64_t a = grant(&u, 5000);
+    ck_assert_int_eq(put_lease(&u, "k1", "v", a), 0);
+    ck_assert_int_eq(put_lease(&u, "key-two", "v", a), 0);
+    uint8_t v[256];
+    overwrite_rec(&u, a, v, old_rec(v, 5000, 1234, a, two_keys, 2));
+    struct kv_config cfg = u.cfg;
+    kvu_close(&u, false);
+    kvu_open(&u, &cfg);
+    struct kv_lease_info li;
+    ck_assert_int_eq(kv_sm_lease_get(u.sm, a, 0, &li, NULL, NULL), 0);
+    ck_assert_uint_eq(li.ttl_ms, 5000);
+    ck_assert_uint_eq(li.remaining_ms, 1234);
+    ck_assert_uint_eq(li.n_keys, 2);
+    ck_assert_int_eq(kvu_put(&u, "k1", "free"), 0); /* detaches, rewrites */
+    ck_assert_uint_eq(n_keys(&u, a), 1);
+    ck_assert_int_eq(kv_sm_flush(u.sm), 0);
+    kvu_close(&u, false);
+    kvu_open(&u, &cfg);
+    ck_assert_uint_eq(n_keys(&u, a), 1);
+    ck_assert_int_eq(lease_revoke(&u, a, false), 0);
+    ck_assert_uint_eq(u.res.deleted, 1);
+
+    uint64_t b = grant(&u, 5000);
+    static const uint8_t bad[] = {0x01, 0x0a, 0x01, 0x00};
+    overwrite_rec(&u, b, bad, sizeof(bad));
+    kvu_close(&u, false);
+    struct kv_sm *sm = NULL;
+    corrupt_lines = 0;
+    tk_log_set_sink(count_corrupt, NULL);
+    ck_assert_int_eq(kv_sm_open(&cfg, &sm), TK_ECORRUPT);
+    tk_log_set_sink(NULL, NULL);
+    ck_assert_int_eq(corrupt_lines, 1); /* says why */
+    ck_assert_ptr_null(sm);
+    kvu_rmrf(u.dir);
+    tk_free(u.dir);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("kv-lease");
@@ -395,6 +674,9 @@ int main(void)
     tcase_add_test(tc, test_reserved_prefix_refused_and_bad_grants);
     tcase_add_test(tc, test_leases_survive_restart_and_install);
     tcase_add_test(tc, test_install_prepare_builds_the_tables);
+    tcase_add_test(tc, test_lease_records_of_both_formats_load);
+    tcase_add_test(tc, test_corrupt_lease_records_refused);
+    tcase_add_test(tc, test_old_lease_records_load_at_open);
     suite_add_tcase(s, tc);
     SRunner *r = srunner_create(s);
     srunner_run_all(r, CK_ENV);
