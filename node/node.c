@@ -715,22 +715,7 @@ static void on_tick(uv_timer_t *h)
     expire_list(n, &n->req.read_ready, now);
     expire_list(n, &n->fwd.wait, now);
     node__member_tick(n);
-    struct node_req *ex = node__expire_next(n, now); /* TTLs run out: leader */
-    if (ex != NULL && node_submit(n, ex) != 0) {     /* queue full: the next tick */
-        tk_blob_unref(ex->cmd);
-        n->expire.in_flight = false;
-    }
-    struct node_req *ls[2];
-    size_t nl = node__lease_next(n, now, ls); /* leases: leader */
-    for (size_t i = 0; i < nl; i++) {
-        if (node_submit(n, ls[i]) != 0) {
-            tk_blob_unref(ls[i]->cmd);
-            if (ls[i] == &n->lease.revoke_req)
-                n->lease.revoke_busy = false;
-            else
-                n->lease.ckpt_busy = false;
-        }
-    }
+    node__duty_tick(n, now); /* the leader's own commands */
 }
 
 struct thread_usage {
@@ -1197,6 +1182,7 @@ int node_start(const struct node_options *o, struct node **out)
     }
     tk_mpsc_init(&n->loop.queue, o->queue_max);
     node__lease_init(n);
+    node__duty_init(n);
     n->loop.batch = tk_malloc(o->batch_max * sizeof(*n->loop.batch));
     tk_hist_init(&n->m.lat.append);
     tk_hist_init(&n->m.lat.fsync);

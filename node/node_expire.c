@@ -3,11 +3,8 @@
  * A key's TTL running out changes nothing by itself (reads hide it); the
  * leader lists the keys due at its clock (kv_sm_expired) and proposes one
  * kvpb.Expire naming them, which deletes them at one revision on every
- * replica. One command is in flight at a time (n->expire); when it completes,
- * however it ends, the next tick may propose the next. A new leader finds the
- * same keys due in its own copy of the state. Loop thread only. node.c calls
- * node__expire_next once per tick and submits what it returns; this file
- * calls no other node file. */
+ * replica. A leader duty (node_duty.c runs it, one command in flight at a
+ * time). Loop thread only; calls no other node file. */
 #include <string.h>
 
 #include "base/alloc.h"
@@ -35,16 +32,6 @@ static void collect_cb(const uint8_t *key, size_t len, void *data)
     c->n++;
 }
 
-static void on_expired(struct node_req *req, int status, const struct kv_result *res,
-                       void *data)
-{
-    (void)req;
-    (void)status;
-    (void)res;
-    struct node *n = data;
-    n->expire.in_flight = false;
-}
-
 static struct tk_blob *encode(struct collect *c)
 {
     Kvpb__Expire e = KVPB__EXPIRE__INIT;
@@ -59,25 +46,13 @@ static struct tk_blob *encode(struct collect *c)
     return b;
 }
 
-struct node_req *node__expire_next(struct node *n, uint64_t now_ms)
+struct tk_blob *node__expire_build(struct node *n, uint64_t now_ms)
 {
-    if (n->expire.in_flight || raft_role(n->raft) != RAFT_LEADER)
-        return NULL;
     struct collect c;
     c.n = 0;
     long got = kv_sm_expired(n->sm, now_ms, EXPIRE_KEYS_MAX, collect_cb, &c);
-    struct node_req *r = NULL;
-    if (got > 0 && c.n > 0) {
-        r = &n->expire.req;
-        memset(r, 0, sizeof(*r));
-        r->mode = NODE_MODE_APPLIED;
-        r->cmd = encode(&c);
-        r->write_cb = on_expired;
-        r->data = n;
-        n->expire.in_flight = true;
-        n->expire.proposed += c.n;
-    }
+    struct tk_blob *cmd = got > 0 && c.n > 0 ? encode(&c) : NULL;
     for (size_t i = 0; i < c.n; i++)
         tk_free(c.copy[i]);
-    return r;
+    return cmd;
 }

@@ -101,6 +101,25 @@ struct node_loop {
      * of struct node starts a line of its own.) */
 };
 
+/* A leader duty (node_duty.c): a command the leader proposes on its own,
+ * at most one in flight. */
+enum node_duty_kind {
+    NODE_DUTY_EXPIRE,     /* keys whose TTL ran out (node_expire.c) */
+    NODE_DUTY_REVOKE,     /* a lease past its deadline (node_lease.c) */
+    NODE_DUTY_CHECKPOINT, /* the leases' remaining TTLs (node_lease.c) */
+    NODE_DUTY_N
+};
+/* The duty's next command at now_ms (an encoded kvpb.Command), or NULL. */
+typedef struct tk_blob *node_duty_build(struct node *n, uint64_t now_ms);
+struct node_duty {
+    node_duty_build *build;
+    uint8_t mode;         /* enum node_mode of its command */
+    bool busy;            /* a command in flight */
+    struct node_req req;  /* that command */
+    uint64_t proposed;    /* commands submitted */
+    uint64_t done;        /* answered applied, code 0 */
+};
+
 /* Durability: seqs handed to storage, oldest first. */
 struct node_persist {
     uint64_t *seq;
@@ -331,18 +350,11 @@ struct node {
     struct node_membership mem;
     struct node_backups backups;
     struct kv_result res; /* scratch for apply and forwarded answers */
-    struct {
-        bool in_flight;      /* an expire command is proposed */
-        struct node_req req; /* it (node_expire.c) */
-        uint64_t proposed;   /* keys named in expire commands so far */
-    } expire;
-    struct {                         /* leases on the leader (node_lease.c) */
-        bool leader;                 /* as of the last tick */
-        bool revoke_busy, ckpt_busy; /* a command in flight */
-        struct node_req revoke_req, ckpt_req;
+    struct node_duty duty[NODE_DUTY_N]; /* the leader's own commands (node_duty.c) */
+    struct {                            /* leases on the leader (node_lease.c) */
+        bool leader;                    /* as of the last tick */
         uint64_t next_ckpt_ms, ckpt_after;
         uint64_t *ids, *rem; /* checkpoint scratch */
-        uint64_t revoked;    /* leases expired so far */
     } lease;
     struct node_metrics_state m;
     struct node_stall stall;
@@ -633,13 +645,16 @@ void node__forward_refuse(struct node_req *r, int status);
 /* Frees the kept forwarded-write records (node teardown). */
 void node__forward_free(struct node *n);
 
+/* ---- node_duty.c ---- */
+
+void node__duty_init(struct node *n);
+/* Once per tick: on the leader, submits each idle duty's next command. */
+void node__duty_tick(struct node *n, uint64_t now_ms);
+
 /* ---- node_expire.c ---- */
 
-/* The leader's next expire command, if keys are due at now_ms and none is in
- * flight: a request for node_submit (its callback is node_expire.c's). */
-struct node_req *node__expire_next(struct node *n, uint64_t now_ms);
-
-/* ---- node_lease.c ---- */
+/* The expire command of the keys due at now_ms (node_duty_build). */
+struct tk_blob *node__expire_build(struct node *n, uint64_t now_ms);
 
 /* node_stall.c: the stall probe (node_options.stall_probe_ms). The loop
  * thread marks itself as it starts; start and stop run on node_start's and
@@ -647,10 +662,15 @@ struct node_req *node__expire_next(struct node *n, uint64_t now_ms);
 void node__stall_mark_loop_thread(struct node *n);
 void node__stall_start(struct node *n);
 void node__stall_stop(struct node *n);
+/* ---- node_lease.c ---- */
+
 void node__lease_init(struct node *n);
 void node__lease_free(struct node *n);
-/* The leader's lease commands due at now_ms (a revoke of an expired lease, a
- * checkpoint): up to 2 requests for node_submit in out; their count. */
-size_t node__lease_next(struct node *n, uint64_t now_ms, struct node_req **out);
+/* Each tick, before the duties: on a change of role, forgets every deadline. */
+void node__lease_role(struct node *n, bool leader, uint64_t now_ms);
+/* The revoke of a lease past its deadline; the checkpoint, when due
+ * (node_duty_build). */
+struct tk_blob *node__lease_revoke_build(struct node *n, uint64_t now_ms);
+struct tk_blob *node__lease_checkpoint_build(struct node *n, uint64_t now_ms);
 
 #endif

@@ -10,9 +10,9 @@
  * remaining TTLs of up to CKPT_MAX leases (the next ones after the last
  * batch, wrapping). A lease thus outlives its TTL by at most, per leader
  * change, the checkpoint interval plus the time to elect the next leader.
- * One revoke and one checkpoint in flight at a time. Loop thread only.
- * node.c calls node__lease_next once per tick and submits what it returns;
- * this file calls no other node file. */
+ * The revoke and the checkpoint are leader duties (node_duty.c runs them,
+ * one of each in flight at a time). Loop thread only; calls no other node
+ * file. */
 #include <string.h>
 
 #include "base/alloc.h"
@@ -23,26 +23,6 @@
 
 #define CKPT_MAX 512 /* leases per checkpoint command */
 
-static void on_revoked(struct node_req *req, int status, const struct kv_result *res,
-                       void *data)
-{
-    (void)req;
-    struct node *n = data;
-    n->lease.revoke_busy = false;
-    if (status == 0 && res != NULL && res->code == 0)
-        n->lease.revoked++;
-}
-
-static void on_checkpointed(struct node_req *req, int status, const struct kv_result *res,
-                            void *data)
-{
-    (void)req;
-    (void)status;
-    (void)res;
-    struct node *n = data;
-    n->lease.ckpt_busy = false;
-}
-
 static struct tk_blob *pack(const Kvpb__Command *cmd)
 {
     size_t len = kvpb__command__get_packed_size(cmd);
@@ -51,23 +31,10 @@ static struct tk_blob *pack(const Kvpb__Command *cmd)
     return b;
 }
 
-/* Fills the node's own request `r` for `cmd` and marks it busy. */
-static struct node_req *own_req(struct node *n, struct node_req *r, uint8_t mode,
-                                const Kvpb__Command *cmd, node_write_cb *cb, bool *busy)
-{
-    memset(r, 0, sizeof(*r));
-    r->mode = mode;
-    r->cmd = pack(cmd);
-    r->write_cb = cb;
-    r->data = n;
-    *busy = true;
-    return r;
-}
-
-static struct node_req *revoke_next(struct node *n, uint64_t now_ms)
+struct tk_blob *node__lease_revoke_build(struct node *n, uint64_t now_ms)
 {
     uint64_t id, renewed;
-    if (n->lease.revoke_busy || kv_sm_lease_due(n->sm, now_ms, &id, &renewed, 1) == 0)
+    if (kv_sm_lease_count(n->sm) == 0 || kv_sm_lease_due(n->sm, now_ms, &id, &renewed, 1) == 0)
         return NULL;
     Kvpb__LeaseRevoke rv = KVPB__LEASE_REVOKE__INIT;
     rv.id = id;
@@ -76,13 +43,12 @@ static struct node_req *revoke_next(struct node *n, uint64_t now_ms)
     Kvpb__Command cmd = KVPB__COMMAND__INIT;
     cmd.cmd_case = KVPB__COMMAND__CMD_LEASE_REVOKE;
     cmd.lease_revoke = &rv;
-    return own_req(n, &n->lease.revoke_req, NODE_MODE_APPLIED, &cmd, on_revoked,
-                   &n->lease.revoke_busy);
+    return pack(&cmd);
 }
 
-static struct node_req *checkpoint_next(struct node *n, uint64_t now_ms)
+struct tk_blob *node__lease_checkpoint_build(struct node *n, uint64_t now_ms)
 {
-    if (n->lease.ckpt_busy || now_ms < n->lease.next_ckpt_ms)
+    if (kv_sm_lease_count(n->sm) == 0 || now_ms < n->lease.next_ckpt_ms)
         return NULL;
     n->lease.next_ckpt_ms = now_ms + n->o.lease_checkpoint_ms;
     uint64_t *ids = n->lease.ids, *rem = n->lease.rem;
@@ -101,8 +67,7 @@ static struct node_req *checkpoint_next(struct node *n, uint64_t now_ms)
     Kvpb__Command cmd = KVPB__COMMAND__INIT;
     cmd.cmd_case = KVPB__COMMAND__CMD_LEASE_CHECKPOINT;
     cmd.lease_checkpoint = &ck;
-    return own_req(n, &n->lease.ckpt_req, NODE_MODE_COMMITTED, &cmd, on_checkpointed,
-                   &n->lease.ckpt_busy);
+    return pack(&cmd);
 }
 
 void node__lease_init(struct node *n)
@@ -118,22 +83,11 @@ void node__lease_free(struct node *n)
     n->lease.ids = n->lease.rem = NULL;
 }
 
-size_t node__lease_next(struct node *n, uint64_t now_ms, struct node_req **out)
+void node__lease_role(struct node *n, bool leader, uint64_t now_ms)
 {
-    bool leader = raft_role(n->raft) == RAFT_LEADER;
     if (leader != n->lease.leader) {
         kv_sm_lease_reset(n->sm); /* deadlines are the leader's alone */
         n->lease.leader = leader;
         n->lease.next_ckpt_ms = now_ms + n->o.lease_checkpoint_ms;
     }
-    if (!leader || kv_sm_lease_count(n->sm) == 0)
-        return 0;
-    size_t k = 0;
-    struct node_req *r = revoke_next(n, now_ms);
-    if (r != NULL)
-        out[k++] = r;
-    r = checkpoint_next(n, now_ms);
-    if (r != NULL)
-        out[k++] = r;
-    return k;
 }
