@@ -170,7 +170,6 @@ static int scan_cb(const struct kv_item *it, void *data)
     return 0;
 }
 
-/* Runs `ops` operations of kind op on the sm; returns ns/op, sets *alloc. */
 static int mget_cb(int found, const struct kv_item *it, void *data)
 {
     (void)data;
@@ -178,42 +177,98 @@ static int mget_cb(int found, const struct kv_item *it, void *data)
     return 0;
 }
 
-static double kv_run(struct kvside *s, int op, uint64_t n_keys, uint64_t *next_new,
-                     size_t ops, double *alloc)
+/* The keys of `n` ops of kind op: random present keys, random absent ones
+ * (get miss), or new ones from next_new on (put new key). */
+static void draw_ids(int op, uint64_t n_keys, uint64_t next_new, uint64_t *ids, size_t n)
 {
-    size_t n_ids = op == OP_MGET16 ? ops * MGET_KEYS : ops;
-    uint64_t *ids = tk_malloc(n_ids * sizeof(*ids));
-    uint8_t(*mkeys)[8] = NULL;
-    struct kv_item *mitems = NULL;
-    for (size_t i = 0; i < n_ids; i++)
+    for (size_t i = 0; i < n; i++)
         ids[i] = op == OP_GET_MISS  ? n_keys * 4 + tk_prng_below(&rng, n_keys)
-                 : op == OP_PUT_NEW ? *next_new + i
+                 : op == OP_PUT_NEW ? next_new + i
                                     : tk_prng_below(&rng, n_keys);
-    struct cmdpool pool = {0};
+}
+
+/* One timed batch's inputs, made before the clock starts: the keys, a
+ * write's pre-encoded commands, a multi-get's key list. */
+struct kv_batch {
+    size_t ops, n_ids; /* n_ids: ops, or ops x MGET_KEYS for a multi-get */
+    uint64_t *ids;
+    struct cmdpool pool;
+    uint8_t (*mkeys)[8];
+    struct kv_item *mitems;
+};
+
+static void kv_batch_make(struct kv_batch *b, int op, uint64_t n_keys, uint64_t next_new,
+                          size_t ops)
+{
+    memset(b, 0, sizeof(*b));
+    b->ops = ops;
+    b->n_ids = op == OP_MGET16 ? ops * MGET_KEYS : ops;
+    b->ids = tk_malloc(b->n_ids * sizeof(*b->ids));
+    draw_ids(op, n_keys, next_new, b->ids, b->n_ids);
     if (op == OP_PUT_OVER || op == OP_PUT_NEW || op == OP_PUT_BATCH)
-        pool_fill(&pool, ops, 0, ids);
+        pool_fill(&b->pool, ops, 0, b->ids);
     else if (op == OP_DEL)
-        pool_fill(&pool, ops, 1, ids);
+        pool_fill(&b->pool, ops, 1, b->ids);
     if (op == OP_MGET16) { /* the keys are the client's: encoded beforehand */
-        mkeys = tk_malloc(n_ids * sizeof(*mkeys));
-        mitems = tk_calloc(n_ids, sizeof(*mitems));
-        for (size_t i = 0; i < n_ids; i++) {
-            key_of(ids[i], mkeys[i]);
-            mitems[i].key = mkeys[i];
-            mitems[i].key_len = 8;
+        b->mkeys = tk_malloc(b->n_ids * sizeof(*b->mkeys));
+        b->mitems = tk_calloc(b->n_ids, sizeof(*b->mitems));
+        for (size_t i = 0; i < b->n_ids; i++) {
+            key_of(b->ids[i], b->mkeys[i]);
+            b->mitems[i].key = b->mkeys[i];
+            b->mitems[i].key_len = 8;
         }
     }
-    struct tk_alloc_stats a0, a1;
-    tk_alloc_stats(&a0);
-    /* This thread's CPU time: other processes share this VM, and wall time
-     * would charge their time slices to us. */
-    uint64_t t0 = tk_thread_cpu_ns();
+}
+
+static void kv_batch_free(struct kv_batch *b)
+{
+    pool_free(&b->pool);
+    tk_free(b->ids);
+    tk_free(b->mkeys);
+    tk_free(b->mitems);
+}
+
+/* Overwrites applied as the node applies a batch of committed entries:
+ * hinting the bucket 8 ahead and the record 4 ahead. */
+static void kv_put_batched(struct kvside *s, const struct cmdpool *pool, size_t ops)
+{
+    uint64_t h[8];
+    bool have[8] = {false};
+    for (size_t i = 0; i < ops && i < 8; i++)
+        have[i] = kv_sm_prefetch(s->sm, pool->buf + i * SLOT, pool->len[i], &h[i]);
+    for (size_t i = 0; i < ops && i < 4; i++)
+        if (have[i])
+            kv_sm_prefetch_record(s->sm, h[i]);
+    for (size_t i = 0; i < ops; i++) {
+        if (i + 4 < ops && have[(i + 4) % 8])
+            kv_sm_prefetch_record(s->sm, h[(i + 4) % 8]);
+        if (i + 8 < ops)
+            have[i % 8] = kv_sm_prefetch(s->sm, pool->buf + (i + 8) * SLOT,
+                                         pool->len[i + 8], &h[i % 8]);
+        kv_apply(s, pool, i);
+    }
+}
+
+static void kv_scan(struct kvside *s, int op, const uint64_t *ids, size_t ops)
+{
+    size_t limit = op == OP_SCAN10 ? 10 : op == OP_SCAN100 ? 100 : 1000;
+    for (size_t i = 0; i < ops; i++) {
+        uint8_t k[8];
+        key_of(ids[i], k);
+        struct kv_range r = {.start = k, .start_len = 8};
+        kv_sm_scan(s->sm, &r, limit, scan_cb, NULL);
+    }
+}
+
+/* The timed part of kv_run(): b's ops of kind op. */
+static void kv_ops(struct kvside *s, int op, const struct kv_batch *b)
+{
     switch (op) {
     case OP_GET_HIT:
     case OP_GET_MISS:
-        for (size_t i = 0; i < ops; i++) {
+        for (size_t i = 0; i < b->ops; i++) {
             uint8_t k[8];
-            key_of(ids[i], k);
+            key_of(b->ids[i], k);
             struct kv_item it;
             int rc = kv_sm_get(s->sm, k, 8, &it);
             sink += rc == 0 ? it.value_len : 1;
@@ -222,61 +277,48 @@ static double kv_run(struct kvside *s, int op, uint64_t n_keys, uint64_t *next_n
     case OP_PUT_OVER:
     case OP_PUT_NEW:
     case OP_DEL:
-        for (size_t i = 0; i < ops; i++)
-            kv_apply(s, &pool, i);
+        for (size_t i = 0; i < b->ops; i++)
+            kv_apply(s, &b->pool, i);
         break;
     case OP_MGET16:
-        for (size_t i = 0; i < ops; i++)
-            kv_sm_multi_get(s->sm, mitems + i * MGET_KEYS, MGET_KEYS, mget_cb, NULL);
+        for (size_t i = 0; i < b->ops; i++)
+            kv_sm_multi_get(s->sm, b->mitems + i * MGET_KEYS, MGET_KEYS, mget_cb, NULL);
         break;
-    case OP_PUT_BATCH: {
-        /* Overwrites applied as the node applies a batch of committed
-         * entries: hinting the bucket 8 ahead and the record 4 ahead. */
-        uint64_t h[8];
-        bool have[8] = {false};
-        for (size_t i = 0; i < ops && i < 8; i++)
-            have[i] = kv_sm_prefetch(s->sm, pool.buf + i * SLOT, pool.len[i], &h[i]);
-        for (size_t i = 0; i < ops && i < 4; i++)
-            if (have[i])
-                kv_sm_prefetch_record(s->sm, h[i]);
-        for (size_t i = 0; i < ops; i++) {
-            if (i + 4 < ops && have[(i + 4) % 8])
-                kv_sm_prefetch_record(s->sm, h[(i + 4) % 8]);
-            if (i + 8 < ops)
-                have[i % 8] = kv_sm_prefetch(s->sm, pool.buf + (i + 8) * SLOT,
-                                             pool.len[i + 8], &h[i % 8]);
-            kv_apply(s, &pool, i);
-        }
+    case OP_PUT_BATCH:
+        kv_put_batched(s, &b->pool, b->ops);
         break;
+    default:
+        kv_scan(s, op, b->ids, b->ops);
     }
-    default: {
-        size_t limit = op == OP_SCAN10 ? 10 : op == OP_SCAN100 ? 100 : 1000;
-        for (size_t i = 0; i < ops; i++) {
-            uint8_t k[8];
-            key_of(ids[i], k);
-            struct kv_range r = {.start = k, .start_len = 8};
-            kv_sm_scan(s->sm, &r, limit, scan_cb, NULL);
-        }
-    }
-    }
+}
+
+/* Runs `ops` operations of kind op on the sm; returns ns/op, sets *alloc. */
+static double kv_run(struct kvside *s, int op, uint64_t n_keys, uint64_t *next_new,
+                     size_t ops, double *alloc)
+{
+    struct kv_batch b;
+    kv_batch_make(&b, op, n_keys, *next_new, ops);
+    struct tk_alloc_stats a0, a1;
+    tk_alloc_stats(&a0);
+    /* This thread's CPU time: other processes share this VM, and wall time
+     * would charge their time slices to us. */
+    uint64_t t0 = tk_thread_cpu_ns();
+    kv_ops(s, op, &b);
     uint64_t t1 = tk_thread_cpu_ns();
     tk_alloc_stats(&a1);
     *alloc = (double)(a1.bytes - a0.bytes) / (double)ops;
     if (op == OP_PUT_NEW)
         *next_new += ops;
     if (op == OP_DEL) { /* put the deleted keys back, untimed */
-        pool_free(&pool);
-        pool_fill(&pool, ops, 0, ids);
-        for (size_t i = 0; i < pool.n; i++)
-            kv_apply(s, &pool, i);
+        pool_free(&b.pool);
+        pool_fill(&b.pool, ops, 0, b.ids);
+        for (size_t i = 0; i < b.pool.n; i++)
+            kv_apply(s, &b.pool, i);
     }
-    pool_free(&pool);
-    tk_free(ids);
-    tk_free(mkeys);
-    tk_free(mitems);
+    kv_batch_free(&b);
     if (op == OP_MGET16)
         *alloc /= MGET_KEYS;
-    return (double)(t1 - t0) / (double)n_ids;
+    return (double)(t1 - t0) / (double)b.n_ids;
 }
 
 /* ---- LMDB side ---- */
@@ -322,10 +364,7 @@ static double l_run(struct lside *l, int op, uint64_t n_keys, uint64_t *next_new
     if (op == OP_MGET16) /* LMDB has no batch get: as many plain gets */
         ops *= MGET_KEYS;
     uint64_t *ids = tk_malloc(ops * sizeof(*ids));
-    for (size_t i = 0; i < ops; i++)
-        ids[i] = op == OP_GET_MISS  ? n_keys * 4 + tk_prng_below(&rng, n_keys)
-                 : op == OP_PUT_NEW ? *next_new + i
-                                    : tk_prng_below(&rng, n_keys);
+    draw_ids(op, n_keys, *next_new, ids, ops);
     MDB_txn *txn;
     uint64_t t0 = tk_thread_cpu_ns();
     if (op == OP_PUT_OVER || op == OP_PUT_NEW || op == OP_DEL || op == OP_PUT_BATCH) {
@@ -498,8 +537,135 @@ static void mem_floor(struct mem_floor *f)
     free(pick);
 }
 
-static void run_scale(uint64_t n_keys, struct row rows[N_OPS], double *cold_p50,
-                      double *cold_frac, struct mem_floor *floor)
+/* What one scale found. */
+struct scale_figs {
+    struct row rows[N_OPS];
+    double cold_p50, cold_frac; /* cold gets: p50 ns, share of random gets */
+    struct mem_floor floor;
+};
+
+/* One scale's two sides, each prefilled with n_keys keys. */
+struct scale_run {
+    uint64_t n_keys;
+    struct kvside kv;
+    struct lside lmdb;
+    uint64_t kv_new, l_new; /* each side's next new key */
+};
+
+/* Opens the sm in kdir and prefills it through apply, in chunks of
+ * pre-encoded puts. */
+static void kv_open_filled(struct scale_run *sr, char *kdir)
+{
+    struct kv_config cfg;
+    kv_config_default(&cfg);
+    cfg.dir = kdir;
+    cfg.no_sync = true;
+    cfg.map_bytes = (size_t)16 << 30;
+    cfg.append_only = append_only;
+    int rc = kv_sm_open(&cfg, &sr->kv.sm);
+    if (rc != 0)
+        die("kv_sm_open", rc);
+    for (uint64_t at = 0; at < sr->n_keys;) {
+        size_t n = sr->n_keys - at < 1000000 ? (size_t)(sr->n_keys - at) : 1000000;
+        uint64_t *ids = tk_malloc(n * sizeof(*ids));
+        for (size_t i = 0; i < n; i++)
+            ids[i] = at + i;
+        struct cmdpool p;
+        pool_fill(&p, n, 0, ids);
+        for (size_t i = 0; i < n; i++)
+            kv_apply(&sr->kv, &p, i);
+        pool_free(&p);
+        tk_free(ids);
+        at += n;
+    }
+}
+
+/* Steady state for overwrites: overwrite until the ring has been tiered down
+ * once (its pages are being recycled) or stops growing (the overwrites land
+ * in place). */
+static void kv_settle_overwrites(struct scale_run *sr)
+{
+    struct kv_sm_stats st0, st1;
+    kv_sm_stats(sr->kv.sm, &st0);
+    st1 = st0;
+    size_t grown_from;
+    double alloc;
+    do {
+        grown_from = st1.ring_bytes;
+        kv_run(&sr->kv, OP_PUT_OVER, sr->n_keys, &sr->kv_new, 100000, &alloc);
+        kv_sm_stats(sr->kv.sm, &st1);
+    } while (st1.tier_downs == st0.tier_downs && st1.ring_bytes > grown_from);
+}
+
+/* Each side runs its batches back to back, after an untimed warm-up that
+ * touches about as many keys as the set holds (up to 200k): interleaved with
+ * the other side, every batch would start with caches the other had just
+ * filled, and time DRAM refills rather than the op. Medians of the runs
+ * absorb the VM's noise. */
+static void time_op(struct scale_run *sr, int op, struct row *row)
+{
+    double kv_ns[9], l_ns[9], al[9], warm;
+    size_t ops = ops_for(op, sr->n_keys);
+    size_t warm_ops = ops / 4 + 1;
+    if (warm_ops < sr->n_keys && op != OP_PUT_NEW && op != OP_DEL && op != OP_MGET16 &&
+        op != OP_SCAN100 && op != OP_SCAN1000)
+        warm_ops = sr->n_keys < 200000 ? (size_t)sr->n_keys : 200000;
+    kv_run(&sr->kv, op, sr->n_keys, &sr->kv_new, warm_ops, &warm);
+    for (int r = 0; r < runs; r++)
+        kv_ns[r] = kv_run(&sr->kv, op, sr->n_keys, &sr->kv_new, ops, &al[r]);
+    l_run(&sr->lmdb, op, sr->n_keys, &sr->l_new, warm_ops);
+    for (int r = 0; r < runs; r++)
+        l_ns[r] = l_run(&sr->lmdb, op, sr->n_keys, &sr->l_new, ops);
+    row->kv_ns = median(kv_ns, runs);
+    row->lmdb_ns = median(l_ns, runs);
+    row->kv_alloc = median(al, runs);
+}
+
+/* One op's row; with --only, the other ops' rows are zero, but overwrites
+ * still settle first (the state the others see). */
+static void scale_op(struct scale_run *sr, int op, struct row *row)
+{
+    if (only >= 0 && op != only && op != OP_PUT_OVER) {
+        memset(row, 0, sizeof(*row));
+        return;
+    }
+    if (op == OP_PUT_OVER) {
+        kv_settle_overwrites(sr);
+        if (only >= 0 && only != OP_PUT_OVER) {
+            memset(row, 0, sizeof(*row));
+            return;
+        }
+    }
+    time_op(sr, op, row);
+}
+
+/* Per-op latency (wall time) of gets that the ring does not hold. */
+static void cold_gets(struct scale_run *sr, struct scale_figs *f)
+{
+    struct tk_hist h;
+    tk_hist_init(&h);
+    size_t cold = 0, total = quick ? 50000 : 200000;
+    for (size_t i = 0; i < total; i++) {
+        uint8_t k[8];
+        key_of(tk_prng_below(&rng, sr->n_keys), k);
+        struct kv_item it;
+        uint64_t t0 = tk_mono_ns();
+        int rc = kv_sm_get(sr->kv.sm, k, 8, &it);
+        uint64_t t1 = tk_mono_ns();
+        if (rc == 0 && !it.hot) {
+            tk_hist_record(&h, t1 - t0);
+            cold++;
+        }
+    }
+    /* A p50 of a handful of samples says nothing: report it only when
+     * cold reads are a real share of the gets. */
+    if (cold >= total / 10) {
+        f->cold_p50 = (double)tk_hist_quantile(&h, 0.5);
+        f->cold_frac = (double)cold / (double)total;
+    }
+}
+
+static void run_scale(uint64_t n_keys, struct scale_figs *f)
 {
     char dir[] = "/tmp/kv-bench-XXXXXX";
     if (mkdtemp(dir) == NULL)
@@ -507,127 +673,38 @@ static void run_scale(uint64_t n_keys, struct row rows[N_OPS], double *cold_p50,
     char kdir[600], ldir[600];
     snprintf(kdir, sizeof(kdir), "%s/kv", dir);
     snprintf(ldir, sizeof(ldir), "%s/lmdb", dir);
-    struct kv_config cfg;
-    kv_config_default(&cfg);
-    cfg.dir = kdir;
-    cfg.no_sync = true;
-    cfg.map_bytes = (size_t)16 << 30;
-    cfg.append_only = append_only;
-    struct kvside s = {0};
-    int rc = kv_sm_open(&cfg, &s.sm);
-    if (rc != 0)
-        die("kv_sm_open", rc);
-    /* Prefill through apply, in chunks of pre-encoded puts. */
-    for (uint64_t at = 0; at < n_keys;) {
-        size_t n = n_keys - at < 1000000 ? (size_t)(n_keys - at) : 1000000;
-        uint64_t *ids = tk_malloc(n * sizeof(*ids));
-        for (size_t i = 0; i < n; i++)
-            ids[i] = at + i;
-        struct cmdpool p;
-        pool_fill(&p, n, 0, ids);
-        for (size_t i = 0; i < n; i++)
-            kv_apply(&s, &p, i);
-        pool_free(&p);
-        tk_free(ids);
-        at += n;
-    }
-    struct lside l;
-    l_open(&l, ldir, n_keys);
+    struct scale_run sr = {.n_keys = n_keys};
+    kv_open_filled(&sr, kdir);
+    l_open(&sr.lmdb, ldir, n_keys);
     struct kv_sm_stats filled;
-    kv_sm_stats(s.sm, &filled);
-    floor->bytes = filled.ring_bytes + filled.hot_keys * 16; /* index: ~16 B a key */
-    mem_floor(floor);
-    uint64_t kv_new = n_keys * 16, l_new = n_keys * 16;
+    kv_sm_stats(sr.kv.sm, &filled);
+    f->floor.bytes = filled.ring_bytes + filled.hot_keys * 16; /* index: ~16 B a key */
+    mem_floor(&f->floor);
+    sr.kv_new = sr.l_new = n_keys * 16;
     /* Put-new runs last: it grows the key set, which would skew the rest. */
     static const int order[N_OPS] = {OP_GET_HIT, OP_GET_MISS, OP_PUT_OVER, OP_PUT_BATCH,
                                      OP_DEL,     OP_SCAN10,   OP_SCAN100,  OP_SCAN1000,
                                      OP_MGET16,  OP_PUT_NEW};
-    for (int oi = 0; oi < N_OPS; oi++) {
-        int op = order[oi];
-        double kv_ns[9], l_ns[9], al[9];
-        size_t ops = ops_for(op, n_keys);
-        double warm;
-        if (only >= 0 && op != only && op != OP_PUT_OVER) {
-            memset(&rows[op], 0, sizeof(rows[op]));
-            continue;
-        }
-        if (op == OP_PUT_OVER) {
-            /* Steady state: overwrite until the ring has been tiered down
-             * once (its pages are being recycled) or stops growing (the
-             * overwrites land in place). */
-            struct kv_sm_stats st0, st1;
-            kv_sm_stats(s.sm, &st0);
-            st1 = st0;
-            size_t grown_from;
-            do {
-                grown_from = st1.ring_bytes;
-                kv_run(&s, op, n_keys, &kv_new, 100000, &warm);
-                kv_sm_stats(s.sm, &st1);
-            } while (st1.tier_downs == st0.tier_downs && st1.ring_bytes > grown_from);
-            if (only >= 0 && only != OP_PUT_OVER) { /* the state the others see */
-                memset(&rows[op], 0, sizeof(rows[op]));
-                continue;
-            }
-        }
-        /* Each side runs its batches back to back, after an untimed warm-up
-         * that touches about as many keys as the set holds (up to 200k):
-         * interleaved with the other side, every batch would start with
-         * caches the other had just filled, and time DRAM refills rather
-         * than the op. Medians of the runs absorb the VM's noise. */
-        size_t warm_ops = ops / 4 + 1;
-        if (warm_ops < n_keys && op != OP_PUT_NEW && op != OP_DEL && op != OP_MGET16 &&
-            op != OP_SCAN100 && op != OP_SCAN1000)
-            warm_ops = n_keys < 200000 ? (size_t)n_keys : 200000;
-        kv_run(&s, op, n_keys, &kv_new, warm_ops, &warm);
-        for (int r = 0; r < runs; r++)
-            kv_ns[r] = kv_run(&s, op, n_keys, &kv_new, ops, &al[r]);
-        l_run(&l, op, n_keys, &l_new, warm_ops);
-        for (int r = 0; r < runs; r++)
-            l_ns[r] = l_run(&l, op, n_keys, &l_new, ops);
-        rows[op].kv_ns = median(kv_ns, runs);
-        rows[op].lmdb_ns = median(l_ns, runs);
-        rows[op].kv_alloc = median(al, runs);
-    }
-    *cold_p50 = 0;
-    *cold_frac = 0;
+    for (int oi = 0; oi < N_OPS; oi++)
+        scale_op(&sr, order[oi], &f->rows[order[oi]]);
+    f->cold_p50 = 0;
+    f->cold_frac = 0;
     struct kv_sm_stats st;
-    kv_sm_stats(s.sm, &st);
-    if (st.cold_keys > 0) {
-        /* Per-op latency of gets that the ring does not hold. */
-        struct tk_hist h;
-        tk_hist_init(&h);
-        size_t cold = 0, total = quick ? 50000 : 200000;
-        for (size_t i = 0; i < total; i++) {
-            uint8_t k[8];
-            key_of(tk_prng_below(&rng, n_keys), k);
-            struct kv_item it;
-            uint64_t t0 = tk_mono_ns();
-            rc = kv_sm_get(s.sm, k, 8, &it);
-            uint64_t t1 = tk_mono_ns();
-            if (rc == 0 && !it.hot) {
-                tk_hist_record(&h, t1 - t0);
-                cold++;
-            }
-        }
-        /* A p50 of a handful of samples says nothing: report it only when
-         * cold reads are a real share of the gets. */
-        if (cold >= total / 10) {
-            *cold_p50 = (double)tk_hist_quantile(&h, 0.5);
-            *cold_frac = (double)cold / (double)total;
-        }
-    }
+    kv_sm_stats(sr.kv.sm, &st);
+    if (st.cold_keys > 0)
+        cold_gets(&sr, f);
     fprintf(stderr,
             "  [%" PRIu64 " keys: ring %zu MiB, hot %zu, cold %" PRIu64
             ", tier-downs %" PRIu64 "]\n",
             n_keys, st.ring_bytes >> 20, st.hot_keys, st.cold_keys, st.tier_downs);
-    kv_sm_close(s.sm);
-    mdb_env_close(l.env);
+    kv_sm_close(sr.kv.sm);
+    mdb_env_close(sr.lmdb.env);
     rm_dir(dir);
 }
 
 /* --plot: ns/op against keys, tierkv (solid) beside LMDB, per op. */
 static int plot_rows(const char *path, int n_scales, const uint64_t scales[],
-                     struct row rows[][N_OPS])
+                     const struct scale_figs figs[])
 {
     static const int panel_of[N_OPS] = {0, 0, 1, 1, 1, -1, 0, -1, 0, 1};
     static struct bench_plot p;
@@ -648,8 +725,8 @@ static int plot_rows(const char *path, int n_scales, const uint64_t scales[],
         bench_plot_series_look(&p, kv, color, false); /* LMDB: same colour, dashed */
         bench_plot_series_look(&p, lm, color, true);
         for (int sc = 0; sc < n_scales; sc++) {
-            bench_plot_point(&p, kv, (double)scales[sc], rows[sc][op].kv_ns);
-            bench_plot_point(&p, lm, (double)scales[sc], rows[sc][op].lmdb_ns);
+            bench_plot_point(&p, kv, (double)scales[sc], figs[sc].rows[op].kv_ns);
+            bench_plot_point(&p, lm, (double)scales[sc], figs[sc].rows[op].lmdb_ns);
         }
     }
     int rc = bench_plot_write(&p, path);
@@ -659,47 +736,10 @@ static int plot_rows(const char *path, int n_scales, const uint64_t scales[],
     return rc;
 }
 
-int main(int argc, char **argv)
+static const char *scale_names[3] = {"1k", "100k", "10m"};
+
+static void print_table(int n_scales, const struct scale_figs figs[])
 {
-    const char *plot_path = NULL;
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--quick") == 0) {
-            quick = true;
-            continue;
-        }
-        if (strcmp(argv[i], "--plot") == 0 && i + 1 < argc) {
-            plot_path = argv[++i];
-            continue;
-        }
-        if (strcmp(argv[i], "--append-only") == 0) {
-            append_only = true;
-            continue;
-        }
-        if (strcmp(argv[i], "--only") == 0 && i + 1 < argc) {
-            i++;
-            for (int op = 0; op < N_OPS; op++)
-                if (strcmp(argv[i], op_names[op]) == 0)
-                    only = op;
-            if (only >= 0)
-                continue;
-        }
-        fprintf(stderr, "usage: kv-bench [--quick] [--append-only] [--only '<op name>'] "
-                        "[--plot FILE.svg]\n");
-        return 2;
-    }
-    if (quick)
-        runs = 3;
-    tk_prng_seed(&rng, 42);
-    uint64_t scales[3] = {1000, 100000, 10000000};
-    const char *names[3] = {"1k", "100k", "10m"};
-    int n_scales = quick ? 2 : 3;
-    struct row rows[3][N_OPS];
-    double cold_p50[3] = {0}, cold_frac[3] = {0};
-    struct mem_floor floors[3] = {{0}};
-    for (int sc = 0; sc < n_scales; sc++) {
-        fprintf(stderr, "kv-bench: %s keys...\n", names[sc]);
-        run_scale(scales[sc], rows[sc], &cold_p50[sc], &cold_frac[sc], &floors[sc]);
-    }
     printf("kv-bench: 8 B keys, 8 B values, random access, thread-CPU ns/op, median of "
            "%d runs%s%s\n",
            runs, quick ? " (quick)" : "",
@@ -707,27 +747,32 @@ int main(int argc, char **argv)
     printf("%-6s %-14s %12s %12s %9s %14s\n", "keys", "op", "tierkv ns", "lmdb ns",
            "lmdb/kv", "kv alloc B/op");
     for (int sc = 0; sc < n_scales; sc++) {
+        const char *name = scale_names[sc];
+        const struct scale_figs *f = &figs[sc];
         for (int op = 0; op < N_OPS; op++) {
-            const struct row *r = &rows[sc][op];
-            printf("%-6s %-14s %12.1f %12.1f %8.2fx %14.1f\n", names[sc], op_names[op],
+            const struct row *r = &f->rows[op];
+            printf("%-6s %-14s %12.1f %12.1f %8.2fx %14.1f\n", name, op_names[op],
                    r->kv_ns, r->lmdb_ns, r->lmdb_ns / r->kv_ns, r->kv_alloc);
         }
-        if (cold_p50[sc] > 0)
+        if (f->cold_p50 > 0)
             printf("%-6s %-14s %12.1f %12s %9s   (%.0f%% of random gets were cold)\n",
-                   names[sc], "cold get p50", cold_p50[sc], "-", "-",
-                   cold_frac[sc] * 100);
+                   name, "cold get p50", f->cold_p50, "-", "-", f->cold_frac * 100);
         printf("%-6s %-14s %12.1f %12s %9s   (memory floor over %.1f MiB: a random read "
                "waiting for the one before)\n",
-               names[sc], "floor: chase", floors[sc].chase, "-", "-",
-               (double)floors[sc].bytes / (1 << 20));
+               name, "floor: chase", f->floor.chase, "-", "-",
+               (double)f->floor.bytes / (1 << 20));
         printf("%-6s %-14s %12.1f %12s %9s   (independent ops of two dependent random "
                "reads, a get's shape; get hit / this: %.1fx)\n",
-               names[sc], "floor: 2 reads", floors[sc].two_dep, "-", "-",
-               rows[sc][OP_GET_HIT].kv_ns / floors[sc].two_dep);
+               name, "floor: 2 reads", f->floor.two_dep, "-", "-",
+               f->rows[OP_GET_HIT].kv_ns / f->floor.two_dep);
         printf("%-6s %-14s %12.2f %12s %9s   (the core's clock then, one dependent add a "
                "cycle)\n",
-               names[sc], "cpu GHz", floors[sc].ghz, "-", "-");
+               name, "cpu GHz", f->floor.ghz, "-", "-");
     }
+}
+
+static void print_json(int n_scales, const struct scale_figs figs[])
+{
     printf("{\"bench\":\"kv\",\"quick\":%s,\"append_only\":%s", quick ? "true" : "false",
            append_only ? "true" : "false");
     static const char *keys[N_OPS] = {"get",    "get_miss", "put",     "put_new",
@@ -735,20 +780,110 @@ int main(int argc, char **argv)
                                       "mget16", "put_batch"};
     for (int sc = 0; sc < n_scales; sc++)
         for (int op = 0; op < N_OPS; op++)
-            printf(",\"%s_ns_%s\":%.1f,\"lmdb_%s_ns_%s\":%.1f", keys[op], names[sc],
-                   rows[sc][op].kv_ns, keys[op], names[sc], rows[sc][op].lmdb_ns);
-    for (int sc = 0; sc < n_scales; sc++)
+            printf(",\"%s_ns_%s\":%.1f,\"lmdb_%s_ns_%s\":%.1f", keys[op], scale_names[sc],
+                   figs[sc].rows[op].kv_ns, keys[op], scale_names[sc],
+                   figs[sc].rows[op].lmdb_ns);
+    for (int sc = 0; sc < n_scales; sc++) {
+        const char *name = scale_names[sc];
+        const struct mem_floor *fl = &figs[sc].floor;
         printf(",\"mem_chase_ns_%s\":%.1f,\"mem_2reads_ns_%s\":%.1f,\"mem_floor_mib_%s\":"
                "%.1f,\"cpu_ghz_%s\":%.2f",
-               names[sc], floors[sc].chase, names[sc], floors[sc].two_dep, names[sc],
-               (double)floors[sc].bytes / (1 << 20), names[sc], floors[sc].ghz);
+               name, fl->chase, name, fl->two_dep, name, (double)fl->bytes / (1 << 20),
+               name, fl->ghz);
+    }
     printf(",\"alloc_bytes_per_get\":%.1f,\"alloc_bytes_per_put\":%.1f",
-           rows[1][OP_GET_HIT].kv_alloc, rows[1][OP_PUT_OVER].kv_alloc);
+           figs[1].rows[OP_GET_HIT].kv_alloc, figs[1].rows[OP_PUT_OVER].kv_alloc);
     if (n_scales == 3)
-        printf(",\"cold_get_p50_ns_10m\":%.1f}\n", cold_p50[2]);
+        printf(",\"cold_get_p50_ns_10m\":%.1f}\n", figs[2].cold_p50);
     else
         printf(",\"cold_get_p50_ns_10m\":null}\n");
+}
+
+/* ---- the command line ---- */
+
+static const char *plot_path; /* --plot */
+
+static int parse_flag(const char *v, void *dest)
+{
+    (void)v;
+    *(bool *)dest = true;
+    return 0;
+}
+
+static int parse_str(const char *v, void *dest)
+{
+    *(const char **)dest = v;
+    return 0;
+}
+
+/* An op as the table names it; an unknown name is an error unless an earlier
+ * --only named a known one. */
+static int parse_op(const char *v, void *dest)
+{
+    int *op_out = dest;
+    for (int op = 0; op < N_OPS; op++)
+        if (strcmp(v, op_names[op]) == 0)
+            *op_out = op;
+    return *op_out >= 0 ? 0 : -1;
+}
+
+/* One row per option, in the order the usage message names them; a row with
+ * a placeholder takes a value, which `parse` stores into *dest. */
+static const struct bench_option {
+    const char *name, *placeholder;
+    int (*parse)(const char *v, void *dest);
+    void *dest;
+} options[] = {
+    {"--quick", NULL, parse_flag, &quick},
+    {"--append-only", NULL, parse_flag, &append_only},
+    {"--only", "'<op name>'", parse_op, &only},
+    {"--plot", "FILE.svg", parse_str, &plot_path},
+};
+#define N_OPTIONS (sizeof(options) / sizeof(options[0]))
+
+/* Returns 0, or 2 after printing the usage message. */
+static int parse_args(int argc, char **argv)
+{
+    for (int i = 1; i < argc; i++) {
+        const struct bench_option *o = NULL;
+        for (size_t k = 0; k < N_OPTIONS && o == NULL; k++)
+            if (strcmp(argv[i], options[k].name) == 0)
+                o = &options[k];
+        if (o != NULL && o->placeholder == NULL && o->parse(NULL, o->dest) == 0)
+            continue;
+        if (o != NULL && o->placeholder != NULL && i + 1 < argc &&
+            o->parse(argv[++i], o->dest) == 0)
+            continue;
+        fprintf(stderr, "usage: kv-bench");
+        for (size_t k = 0; k < N_OPTIONS; k++)
+            if (options[k].placeholder != NULL)
+                fprintf(stderr, " [%s %s]", options[k].name, options[k].placeholder);
+            else
+                fprintf(stderr, " [%s]", options[k].name);
+        fprintf(stderr, "\n");
+        return 2;
+    }
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    if (parse_args(argc, argv) != 0)
+        return 2;
+    if (quick)
+        runs = 3;
+    tk_prng_seed(&rng, 42);
+    const uint64_t scales[3] = {1000, 100000, 10000000};
+    int n_scales = quick ? 2 : 3;
+    struct scale_figs figs[3];
+    memset(figs, 0, sizeof(figs));
+    for (int sc = 0; sc < n_scales; sc++) {
+        fprintf(stderr, "kv-bench: %s keys...\n", scale_names[sc]);
+        run_scale(scales[sc], &figs[sc]);
+    }
+    print_table(n_scales, figs);
+    print_json(n_scales, figs);
     if (plot_path != NULL)
-        return plot_rows(plot_path, n_scales, scales, rows) == 0 ? 0 : 1;
+        return plot_rows(plot_path, n_scales, scales, figs) == 0 ? 0 : 1;
     return 0;
 }
