@@ -579,98 +579,122 @@ static bool same_ep(const struct cli_endpoint *a, const struct cli_endpoint *b)
     return strcmp(a->host, b->host) == 0 && strcmp(a->port, b->port) == 0;
 }
 
+/* What cli_request keeps across the attempts of its passes. */
+struct failover {
+    struct cli_endpoint cand[CLI_ENDPOINTS_MAX * 2]; /* this pass's candidates */
+    size_t n_cand;
+    struct cli_response last503; /* the last 503 answer, returned if nothing better */
+    bool have503;
+    int last_rc;        /* the last connection error */
+    int retry_after_ms; /* this pass: a 503's Retry-After (0: none) */
+};
+
+/* A 503 or a 307/308 from cand[i]: a leader it names is tried right after
+ * it; a 503 is kept as the answer to return if no endpoint does better.
+ * Takes r. */
+static void note_redirect(struct cli_client *c, struct failover *f, size_t i,
+                          struct cli_response *r, char *err, size_t err_cap)
+{
+    struct cli_endpoint hint;
+    const struct cli_endpoint *ep = &f->cand[i];
+    if (response_hint(r, &hint) && f->n_cand < CLI_ENDPOINTS_MAX * 2) {
+        memmove(&f->cand[i + 2], &f->cand[i + 1], (f->n_cand - i - 1) * sizeof(hint));
+        f->cand[i + 1] = hint;
+        f->n_cand++;
+    }
+    if (r->status == 503) {
+        int ra = atoi(r->retry_after);
+        if (ra > 0 && ra <= 5)
+            f->retry_after_ms = ra * 1000;
+        cli_response_free(&f->last503);
+        f->last503 = *r;
+        f->have503 = true;
+        c->answered = *ep;
+        snprintf(err, err_cap, "%s:%s: 503 unavailable", ep->host, ep->port);
+    } else {
+        snprintf(err, err_cap, "%s:%s: redirect without a usable Location", ep->host,
+                 ep->port);
+        cli_response_free(r);
+    }
+}
+
+/* A final answer from ep: it becomes the preferred endpoint. */
+static void note_answer(struct cli_client *c, const struct cli_endpoint *ep)
+{
+    c->answered = *ep;
+    for (size_t k = 0; k < c->n_eps; k++)
+        if (same_ep(&c->eps[k], ep))
+            c->preferred = k;
+}
+
+/* Waiting for the cluster (an election), not for another thread. */
+static void pass_backoff(const struct failover *f, int pass)
+{
+    int backoff_ms = f->retry_after_ms ? f->retry_after_ms : 200 << pass;
+    struct timespec ts = {backoff_ms / 1000, (long)(backoff_ms % 1000) * 1000000};
+    nanosleep(&ts, NULL);
+}
+
 int cli_request(struct cli_client *c, const char *method, const char *path,
                 const char *content_type, const void *body, size_t body_len,
                 struct cli_response *out, char *err, size_t err_cap)
 {
-    struct cli_response last503 = {0};
-    bool have503 = false;
-    int last_rc = TK_EUNAVAIL;
+    struct failover f = {.last_rc = TK_EUNAVAIL};
     snprintf(err, err_cap, "no endpoint given");
     c->maybe_applied = false;
     for (int pass = 0; pass <= c->retries; pass++) {
         /* Candidates: the configured endpoints from the preferred one on; a
          * hint is inserted right after the current position. */
-        struct cli_endpoint cand[CLI_ENDPOINTS_MAX * 2];
-        size_t n = 0;
+        f.n_cand = 0;
+        f.retry_after_ms = 0;
         for (size_t i = 0; i < c->n_eps; i++)
-            cand[n++] = c->eps[(c->preferred + i) % c->n_eps];
+            f.cand[f.n_cand++] = c->eps[(c->preferred + i) % c->n_eps];
         struct cli_endpoint tried[CLI_ENDPOINTS_MAX * 2];
         size_t n_tried = 0;
-        int retry_after_ms = 0;
-        for (size_t i = 0; i < n; i++) {
+        for (size_t i = 0; i < f.n_cand; i++) {
             bool dup = false;
             for (size_t t = 0; t < n_tried; t++)
-                dup |= same_ep(&tried[t], &cand[i]);
+                dup |= same_ep(&tried[t], &f.cand[i]);
             if (dup || n_tried == CLI_ENDPOINTS_MAX * 2)
                 continue;
-            tried[n_tried++] = cand[i];
+            tried[n_tried++] = f.cand[i];
             struct cli_response r;
             char e[512];
             bool sent;
-            int rc = request_one(&cand[i], c->timeout_ms, method, path, content_type,
+            int rc = request_one(&f.cand[i], c->timeout_ms, method, path, content_type,
                                  body, body_len, &r, e, sizeof(e), &sent);
             if (c->verbose)
                 fprintf(stderr, "tierkv: %s %s -> %s:%s: %s%d\n", method, path,
-                        cand[i].host, cand[i].port, rc == 0 ? "HTTP " : "error ",
+                        f.cand[i].host, f.cand[i].port, rc == 0 ? "HTTP " : "error ",
                         rc == 0 ? r.status : rc);
             if (rc != 0) {
                 snprintf(err, err_cap, "%s", e);
-                last_rc = rc;
+                f.last_rc = rc;
                 if (sent && c->no_resend) {
                     /* It may have been applied: the caller finds out. */
-                    cli_response_free(&last503);
+                    cli_response_free(&f.last503);
                     c->maybe_applied = true;
-                    c->answered = cand[i];
+                    c->answered = f.cand[i];
                     return rc == TK_ETIMEDOUT ? TK_ETIMEDOUT : TK_EUNAVAIL;
                 }
                 continue;
             }
-            struct cli_endpoint hint;
-            bool redirect = r.status == 503 || r.status == 307 || r.status == 308;
-            if (!redirect) {
-                cli_response_free(&last503);
+            if (r.status != 503 && r.status != 307 && r.status != 308) {
+                cli_response_free(&f.last503);
                 *out = r;
-                c->answered = cand[i];
-                for (size_t k = 0; k < c->n_eps; k++)
-                    if (same_ep(&c->eps[k], &cand[i]))
-                        c->preferred = k;
+                note_answer(c, &f.cand[i]);
                 return 0;
             }
-            if (response_hint(&r, &hint) && n < CLI_ENDPOINTS_MAX * 2) {
-                /* Try the hinted leader next. */
-                memmove(&cand[i + 2], &cand[i + 1], (n - i - 1) * sizeof(cand[0]));
-                cand[i + 1] = hint;
-                n++;
-            }
-            if (r.status == 503) {
-                int ra = atoi(r.retry_after);
-                if (ra > 0 && ra <= 5)
-                    retry_after_ms = ra * 1000;
-                cli_response_free(&last503);
-                last503 = r;
-                have503 = true;
-                c->answered = cand[i];
-                snprintf(err, err_cap, "%s:%s: 503 unavailable", cand[i].host,
-                         cand[i].port);
-            } else {
-                snprintf(err, err_cap, "%s:%s: redirect without a usable Location",
-                         cand[i].host, cand[i].port);
-                cli_response_free(&r);
-            }
+            note_redirect(c, &f, i, &r, err, err_cap);
         }
-        if (pass < c->retries) {
-            /* Waiting for the cluster (an election), not for another thread. */
-            int backoff_ms = retry_after_ms ? retry_after_ms : 200 << pass;
-            struct timespec ts = {backoff_ms / 1000, (long)(backoff_ms % 1000) * 1000000};
-            nanosleep(&ts, NULL);
-        }
+        if (pass < c->retries)
+            pass_backoff(&f, pass);
     }
-    if (have503) {
-        *out = last503;
+    if (f.have503) {
+        *out = f.last503;
         return 0;
     }
-    return last_rc == TK_ETIMEDOUT ? TK_ETIMEDOUT : TK_EUNAVAIL;
+    return f.last_rc == TK_ETIMEDOUT ? TK_ETIMEDOUT : TK_EUNAVAIL;
 }
 
 /* ---- streamed answers (tierkv watch) ---- */
