@@ -422,7 +422,7 @@ static inline void node__finish(struct node *n, struct node_req *r, int status)
  * thread first: with three nodes and a client on two cores, spinners that do
  * not yield hold the cores from the very threads whose hand-off they wait for
  * (in-process serial p50 237 us without the yield, 26-45 us with it, at
- * spin_us 100: docs/benchmarks.md, "Spinning that yields"). A kick (work is
+ * spin_us 100: docs/history/benchmarks.md, "Spinning that yields"). A kick (work is
  * due) never yields. */
 static inline void node__on_idle(uv_idle_t *h)
 {

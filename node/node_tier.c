@@ -55,7 +55,7 @@
  * node option snapshot_read_pace): even at nice 19, three nodes reading
  * their whole state at once on a 2-core VM were in every steady step whose
  * write p99.9 passed 25 ms at 3M keys (the same load with the tier-downs
- * and no snapshots had none; docs/benchmarks-scale.md). */
+ * and no snapshots had none; docs/history/benchmarks-scale.md). */
 #define READ_PACE 3
 
 static int read_nice(size_t bytes)
@@ -835,7 +835,7 @@ void node__tier_hold(struct node *n)
  * the log's start (raft_snapshot_wanted) or a backup. Reading the whole
  * state at every snapshot, on all three nodes at about the same index, was
  * what still held the steady state's writes at 3M and 10M keys, paced or
- * not (docs/benchmarks-scale.md). Below the ratio, a snapshot job (tier-down,
+ * not (docs/history/benchmarks-scale.md). Below the ratio, a snapshot job (tier-down,
  * then the read, niced) costs the loops little: in the overload suite's 200
  * KiB forward burst (113 MB snapshots) a read beside the jobs made loop
  * turns late. */

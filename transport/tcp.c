@@ -63,7 +63,7 @@
 #define SNAP_PUMP_CHUNKS 2 /* a snapshot under way: chunks queued ahead at most */
 /* Snapshot bytes per frame by default: a loop turn copies at most two. At
  * 1 MiB, a leader's turns copying the first chunks of a 1.5 GB stream read
- * just before took 40-57 ms (at about 50 MB/s: docs/benchmarks-scale.md,
+ * just before took 40-57 ms (at about 50 MB/s: docs/history/benchmarks-scale.md,
  * run AC). */
 #define SNAP_CHUNK_DEFAULT (256u << 10)
 #define RBUF_BYTES (64u << 10)

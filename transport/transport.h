@@ -148,7 +148,7 @@ uint64_t transport_id(const struct transport *t);
  * the node id, so a single-threaded run replays. Faults make no peer events:
  * like a real network, a partition is silent.
  *
- * Measured (docs/benchmarks-transport.md): nodes sharing one loop thread hand
+ * Measured (docs/history/benchmarks-transport.md): nodes sharing one loop thread hand
  * a message over with no syscall and no malloc (3 us round trip); a loop
  * thread per node pays a cross-thread wake-up per hop (36 us on the 2-core VM).
  * Prefer one loop for the nodes of one process. */
