@@ -36,7 +36,7 @@
 #include "kv.pb-c.h"
 #include "kv/sm_internal.h"
 
-#define REC_V1 0x01 /* the value's first byte: a kvpb.LeaseRecord follows */
+#define REC_V1 KVPB__RECORD_FORMAT__RECORD_FORMAT_V1 /* a kvpb.LeaseRecord follows */
 #define OLD_HEAD 30 /* the "L1" value: "L1", ttl, remaining, renewed, count */
 
 bool kv__lease_reserved(const uint8_t *key, size_t len)
