@@ -368,32 +368,26 @@ static void plot_rounds(const struct shape *sh, const double *rate, const double
     bench_plot_hline(&plot, 0, line, sustained);
 }
 
-static int run_shape(const struct shape *sh, struct result *out, bool tty)
-{
-    memset(out, 0, sizeof(*out));
-    double seconds = (double)env_long("RAFT_PROBE_SECONDS", 5);
-    long inflight = env_long("RAFT_PROBE_INFLIGHT", 800);
-    long max_rounds = env_long("RAFT_PROBE_ROUNDS", 0);
-    long value_bytes = env_long("RAFT_PROBE_VALUE_BYTES", 16);
-    enum tk_mode mode = sh->committed ? TK_MODE_COMMITTED : TK_MODE_APPLIED;
-    if (inflight < 1 || value_bytes < 0 || value_bytes > (1 << 20))
-        return TK_EINVAL;
-
+/* One shape's run: its knobs (from the environment), its cluster and the
+ * value every put writes. */
+struct probe_run {
+    const struct shape *sh;
+    bool tty; /* stderr is a terminal: show progress */
+    double seconds;
+    long inflight, max_rounds, value_bytes;
+    enum tk_mode mode;
     struct probe_cluster pc;
-    int rc = cluster_up(sh, &pc);
-    if (rc != 0) {
-        fprintf(stderr, "probe: cluster did not start: %s\n", tk_strerror(rc));
-        cluster_down(&pc);
-        return rc;
-    }
-    char *value = calloc(1, (size_t)value_bytes + 1);
-    memset(value, 'v', (size_t)value_bytes);
-    char key[32];
+    char *value;
+};
 
-    /* Warm-up, then serial latency. */
+/* Warm-up, then serial latency: one put at a time on the leader. */
+static void run_serial(struct probe_run *pr, struct result *out)
+{
+    char key[32];
     for (int i = 0; i < 200; i++) {
         int kl = snprintf(key, sizeof(key), "w%d", i);
-        (void)tk_put(pc.leader, key, (size_t)kl, value, (size_t)value_bytes, mode, NULL);
+        (void)tk_put(pr->pc.leader, key, (size_t)kl, pr->value, (size_t)pr->value_bytes,
+                     pr->mode, NULL);
     }
     int serial = (int)env_long("RAFT_PROBE_SERIAL", 2000);
     if (serial < 1)
@@ -404,8 +398,8 @@ static int run_shape(const struct shape *sh, struct result *out, bool tty)
     for (int i = 0; i < serial; i++) {
         int kl = snprintf(key, sizeof(key), "s%d", i % 1000);
         uint64_t t0 = tk_mono_ns();
-        if (tk_put(pc.leader, key, (size_t)kl, value, (size_t)value_bytes, mode, NULL) ==
-            0)
+        if (tk_put(pr->pc.leader, key, (size_t)kl, pr->value, (size_t)pr->value_bytes,
+                   pr->mode, NULL) == 0)
             lat[ok++] = (double)(tk_mono_ns() - t0) / 1000.0;
     }
     if (ok > 0)
@@ -413,46 +407,92 @@ static int run_shape(const struct shape *sh, struct result *out, bool tty)
     out->serial_p50_us = quantile(lat, (size_t)ok, 0.5);
     out->serial_p99_us = quantile(lat, (size_t)ok, 0.99);
     free(lat);
+}
 
-    /* Pipelined rounds. */
-    size_t cap_rounds = 1 << 16;
-    double *rounds = malloc(sizeof(double) * cap_rounds);
-    double *round_end = malloc(sizeof(double) * cap_rounds);       /* seconds */
-    uint64_t *round_total = malloc(sizeof(uint64_t) * cap_rounds); /* entries */
-    size_t n_rounds = 0;
-    uint64_t entries = 0, failures = 0;
-    struct tk_alloc_stats a0, a1;
+/* One round: `inflight` puts submitted at once (keys from *k on), then a
+ * wait for every completion. Sets *t0 to its start; returns how many were
+ * submitted (r->failed says how many of those failed). */
+static long round_run(struct probe_run *pr, struct round *r, uint64_t *k, double *t0)
+{
+    atomic_store(&r->left, pr->inflight);
+    atomic_store(&r->failed, 0);
+    r->done = false;
+    *t0 = now_s();
+    char key[32];
+    long submitted = 0;
+    for (long i = 0; i < pr->inflight; i++) {
+        int kl =
+            snprintf(key, sizeof(key), "p%llu", (unsigned long long)((*k)++ % 100000));
+        if (tk_put_async(pr->pc.leader, key, (size_t)kl, pr->value,
+                         (size_t)pr->value_bytes, pr->mode, on_done, r) == 0)
+            submitted++;
+    }
+    long unsent = pr->inflight - submitted;
+    if (unsent > 0 && atomic_fetch_sub(&r->left, unsent) == unsent)
+        r->done = true;
+    pthread_mutex_lock(&r->mu);
+    while (!r->done)
+        pthread_cond_wait(&r->cv, &r->mu);
+    pthread_mutex_unlock(&r->mu);
+    return submitted;
+}
+
+/* The pipelined rounds, one entry per round. */
+struct rounds {
+    size_t n, cap;
+    double *rate;    /* entries/s of the round */
+    double *end;     /* seconds into the phase when it ended */
+    uint64_t *total; /* entries written by then */
+};
+
+/* The round figures of `out`: quantiles of the rounds' rates (sorting
+ * rd->rate), and throughput over the first and the last fifth of `wall`. */
+static void rounds_summarise(struct rounds *rd, double wall, struct result *out)
+{
+    out->round_median = quantile(rd->rate, rd->n, 0.5);
+    out->round_p10 = quantile(rd->rate, rd->n, 0.1);
+    out->round_p90 = quantile(rd->rate, rd->n, 0.9);
+    size_t e_end = 0, l_begin = 0, n = rd->n;
+    for (size_t i = 0; i < n; i++) {
+        if (rd->end[i] <= wall * 0.2)
+            e_end = i;
+        if (rd->end[i] <= wall * 0.8)
+            l_begin = i;
+    }
+    if (n > 2 && rd->end[e_end] > 0)
+        out->early_ops_per_s = (double)rd->total[e_end] / rd->end[e_end];
+    if (n > 2 && rd->end[n - 1] > rd->end[l_begin])
+        out->late_ops_per_s = (double)(rd->total[n - 1] - rd->total[l_begin]) /
+                              (rd->end[n - 1] - rd->end[l_begin]);
+}
+
+static void print_progress(const struct shape *sh, double at_s, uint64_t entries)
+{
+    fprintf(stderr, "\r  %s/%s/%s: %4.1fs  %llu entries  %.0f op/s   ", sh->net,
+            sh->committed ? "committed" : "applied", sh->store, at_s,
+            (unsigned long long)entries, (double)entries / at_s);
+}
+
+/* Pipelined rounds for pr->seconds (or pr->max_rounds rounds). */
+static void run_pipelined(struct probe_run *pr, struct result *out)
+{
+    struct rounds rd = {.cap = 1 << 16};
+    rd.rate = malloc(sizeof(double) * rd.cap);
+    rd.end = malloc(sizeof(double) * rd.cap);
+    rd.total = malloc(sizeof(uint64_t) * rd.cap);
+    uint64_t entries = 0, failures = 0, k = 0, entries_late = 0;
+    struct tk_alloc_stats a0, a1, a_late = {0};
     tk_alloc_stats(&a0);
     double t_start = now_s(), last_print = t_start;
     struct round r;
     pthread_mutex_init(&r.mu, NULL);
     pthread_cond_init(&r.cv, NULL);
-    uint64_t k = 0;
-    struct tk_alloc_stats a_late = {0};
-    uint64_t entries_late = 0;
     bool late = false;
-    while (now_s() - t_start < seconds && n_rounds < cap_rounds &&
-           (max_rounds == 0 || (long)n_rounds < max_rounds)) {
-        atomic_store(&r.left, inflight);
-        atomic_store(&r.failed, 0);
-        r.done = false;
-        double t0 = now_s();
-        long submitted = 0;
-        for (long i = 0; i < inflight; i++) {
-            int kl =
-                snprintf(key, sizeof(key), "p%llu", (unsigned long long)(k++ % 100000));
-            if (tk_put_async(pc.leader, key, (size_t)kl, value, (size_t)value_bytes, mode,
-                             on_done, &r) == 0)
-                submitted++;
-        }
-        long unsent = inflight - submitted;
-        if (unsent > 0 && atomic_fetch_sub(&r.left, unsent) == unsent)
-            r.done = true;
-        pthread_mutex_lock(&r.mu);
-        while (!r.done)
-            pthread_cond_wait(&r.cv, &r.mu);
-        pthread_mutex_unlock(&r.mu);
-        if (!late && now_s() - t_start >= seconds * 0.8) {
+    while (now_s() - t_start < pr->seconds && rd.n < rd.cap &&
+           (pr->max_rounds == 0 || (long)rd.n < pr->max_rounds)) {
+        double t0;
+        long submitted = round_run(pr, &r, &k, &t0);
+        if (!late && now_s() - t_start >= pr->seconds * 0.8) {
             late = true;
             tk_alloc_stats(&a_late);
             entries_late = entries;
@@ -461,61 +501,67 @@ static int run_shape(const struct shape *sh, struct result *out, bool tty)
         if (dt * 1000.0 > out->max_round_ms)
             out->max_round_ms = dt * 1000.0;
         long good = submitted - atomic_load(&r.failed);
-        failures += (uint64_t)(inflight - good);
+        failures += (uint64_t)(pr->inflight - good);
         entries += (uint64_t)good;
-        rounds[n_rounds] = (double)good / dt;
-        round_end[n_rounds] = now_s() - t_start;
-        round_total[n_rounds] = entries;
-        n_rounds++;
-        if (tty && now_s() - last_print > 0.5) {
+        rd.rate[rd.n] = (double)good / dt;
+        rd.end[rd.n] = now_s() - t_start;
+        rd.total[rd.n] = entries;
+        rd.n++;
+        if (pr->tty && now_s() - last_print > 0.5) {
             last_print = now_s();
-            fprintf(stderr, "\r  %s/%s/%s: %4.1fs  %llu entries  %.0f op/s   ", sh->net,
-                    sh->committed ? "committed" : "applied", sh->store,
-                    last_print - t_start, (unsigned long long)entries,
-                    (double)entries / (last_print - t_start));
+            print_progress(pr->sh, last_print - t_start, entries);
         }
     }
     double wall = now_s() - t_start;
     tk_alloc_stats(&a1);
-    if (tty)
+    if (pr->tty)
         fprintf(stderr, "\r%70s\r", "");
     out->entries = entries;
     out->sustained = (double)entries / wall;
-    plot_rounds(sh, rounds, round_end, n_rounds, out->sustained); /* quantile sorts */
-    out->round_median = quantile(rounds, n_rounds, 0.5);
-    out->round_p10 = quantile(rounds, n_rounds, 0.1);
-    out->round_p90 = quantile(rounds, n_rounds, 0.9);
+    plot_rounds(pr->sh, rd.rate, rd.end, rd.n, out->sustained); /* before the sort */
+    rounds_summarise(&rd, wall, out);
     out->alloc_per_entry = entries ? (double)(a1.bytes - a0.bytes) / (double)entries : 0;
     if (late && entries > entries_late)
         out->late_alloc_per_entry =
             (double)(a1.bytes - a_late.bytes) / (double)(entries - entries_late);
-    /* Throughput over the first and the last fifth of the run. */
-    size_t e_end = 0, l_begin = 0;
-    for (size_t i = 0; i < n_rounds; i++) {
-        if (round_end[i] <= wall * 0.2)
-            e_end = i;
-        if (round_end[i] <= wall * 0.8)
-            l_begin = i;
-    }
-    if (n_rounds > 2 && round_end[e_end] > 0)
-        out->early_ops_per_s = (double)round_total[e_end] / round_end[e_end];
-    if (n_rounds > 2 && round_end[n_rounds - 1] > round_end[l_begin])
-        out->late_ops_per_s = (double)(round_total[n_rounds - 1] - round_total[l_begin]) /
-                              (round_end[n_rounds - 1] - round_end[l_begin]);
     out->failed = failures;
     if (failures > 0)
         fprintf(stderr, "probe: %llu proposals failed (busy or lost)\n",
                 (unsigned long long)failures);
-    free(rounds);
-    free(round_end);
-    free(round_total);
+    free(rd.rate);
+    free(rd.end);
+    free(rd.total);
     pthread_mutex_destroy(&r.mu);
     pthread_cond_destroy(&r.cv);
+}
+
+static int run_shape(const struct shape *sh, struct result *out, bool tty)
+{
+    memset(out, 0, sizeof(*out));
+    struct probe_run pr = {.sh = sh,
+                           .tty = tty,
+                           .seconds = (double)env_long("RAFT_PROBE_SECONDS", 5),
+                           .inflight = env_long("RAFT_PROBE_INFLIGHT", 800),
+                           .max_rounds = env_long("RAFT_PROBE_ROUNDS", 0),
+                           .value_bytes = env_long("RAFT_PROBE_VALUE_BYTES", 16),
+                           .mode = sh->committed ? TK_MODE_COMMITTED : TK_MODE_APPLIED};
+    if (pr.inflight < 1 || pr.value_bytes < 0 || pr.value_bytes > (1 << 20))
+        return TK_EINVAL;
+    int rc = cluster_up(sh, &pr.pc);
+    if (rc != 0) {
+        fprintf(stderr, "probe: cluster did not start: %s\n", tk_strerror(rc));
+        cluster_down(&pr.pc);
+        return rc;
+    }
+    pr.value = calloc(1, (size_t)pr.value_bytes + 1);
+    memset(pr.value, 'v', (size_t)pr.value_bytes);
+    run_serial(&pr, out);
+    run_pipelined(&pr, out);
     long hold = env_long("RAFT_PROBE_HOLD", 0);
     if (hold > 0)
         sleep((unsigned)hold);
-    cluster_down(&pc);
-    free(value);
+    cluster_down(&pr.pc);
+    free(pr.value);
     if (strcmp(sh->net, "tcp") == 0)
         out->floor_rtt_p50_us = floor_rtt_p50_us(5000);
     return 0;
