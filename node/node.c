@@ -890,6 +890,11 @@ static void on_check(uv_check_t *h)
     }
     node__persist_poll(n);
     process_ready(n);
+#ifndef NDEBUG
+    const char *broken = node__check(n);
+    if (broken != NULL)
+        tk__assert_fail(broken, __FILE__, __LINE__, __func__);
+#endif
     /* On a loop of our own, on_prepare measures the whole turn instead. */
     if (!n->loop.idle_metrics) {
         uint64_t now = node__mono_ns();

@@ -645,6 +645,15 @@ void node__forward_refuse(struct node_req *r, int status);
 /* Frees the kept forwarded-write records (node teardown). */
 void node__forward_free(struct node *n);
 
+/* ---- node_check.c ---- */
+
+/* The broken invariant of the node's state (node_check.c lists them), or
+ * NULL; node.c checks after each loop turn unless NDEBUG. The parts, for the
+ * unit test: */
+const char *node__check(const struct node *n);
+const char *node__check_lists(const struct node_requests *q, const struct req_list *fwd);
+const char *node__check_persist(const struct node_persist *p);
+
 /* ---- node_duty.c ---- */
 
 void node__duty_init(struct node *n);
