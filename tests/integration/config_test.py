@@ -11,8 +11,14 @@ others may read or write are refused, naming the file, unless
 with one warning. The cases that must start run tierkvd until it logs
 "tierkvd listening", then stop it with SIGTERM.
 
-usage: config_test.py path/to/tierkvd
+Issue 52: docs/tierkvd.md's OPTIONS section is exactly what
+`tierkvd --help-markdown` prints from the option table
+(cmd/tierkvd/options.c), the table --help comes from too; with --write-docs
+this script rewrites that section from the table instead of checking it.
+
+usage: config_test.py path/to/tierkvd [--write-docs]
 """
+import difflib
 import os
 import resource
 import signal
@@ -213,8 +219,43 @@ def flag_and_secret_checks(binary, tmp):
     return failed, len(bad) + len(good)
 
 
+DOC = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                    "..", "..", "docs", "tierkvd.md"))
+
+
+def docs_options(binary, write):
+    """docs/tierkvd.md between "## OPTIONS" and the next "## " is what the
+    table prints. Returns the number of failures (0 or 1)."""
+    p = subprocess.run([binary, "--help-markdown"], capture_output=True, timeout=10)
+    table = p.stdout.decode()
+    with open(DOC, encoding="utf-8") as f:
+        doc = f.read()
+    start = doc.index("## OPTIONS\n\n") + len("## OPTIONS\n\n")
+    end = doc.index("\n## ", start) + 1
+    if p.returncode != 0 or table.count("| `--") < 50:
+        print("FAIL --help-markdown: exit %d, %d options" % (p.returncode,
+                                                              table.count("| `--")))
+        return 1
+    if write:
+        with open(DOC, "w", encoding="utf-8") as f:
+            f.write(doc[:start] + table + "\n" + doc[end:])
+        print("wrote the OPTIONS section of %s" % DOC)
+        return 0
+    if doc[start:end] == table + "\n":
+        return 0
+    diff = difflib.unified_diff(doc[start:end].split("\n"), (table + "\n").split("\n"),
+                                "docs/tierkvd.md", "tierkvd --help-markdown", lineterm="")
+    print("FAIL docs/tierkvd.md's OPTIONS differ from the option table "
+          "(cmd/tierkvd/options.c); to take the table's: "
+          "tests/integration/config_test.py build/cmd/tierkvd/tierkvd --write-docs")
+    print("\n".join(list(diff)[:40]))
+    return 1
+
+
 def main():
     binary = sys.argv[1]
+    if sys.argv[2:] == ["--write-docs"]:
+        sys.exit(docs_options(binary, True))
     tmp = tempfile.mkdtemp(prefix="tierkvd-cfg-")
     bad = [
         (["--members", "1=127.0.0.1"], {}, "--members"),
@@ -289,7 +330,8 @@ def main():
               (p.returncode, out[-300:]))
     more_failed, more = flag_and_secret_checks(binary, tmp)
     failed += more_failed
-    print("%d of %d configuration checks failed" % (failed, len(bad) + 3 + more))
+    failed += docs_options(binary, False)
+    print("%d of %d configuration checks failed" % (failed, len(bad) + 4 + more))
     subprocess.run(["rm", "-rf", tmp])
     sys.exit(1 if failed else 0)
 
