@@ -675,107 +675,85 @@ static int plot_cells(const char *path, bool quick, struct cell cells[N_IMPLS][N
     return rc;
 }
 
-int main(int argc, char **argv)
+/* A copy of `s` a tenth of its size (at least 1), to warm up with. */
+static struct seg seg_warm(const struct seg *s)
 {
-    const char *plot_path = NULL;
-    bool quick = false;
-    int runs = 3;
-    int only = -1;
-    int only_seg = -1;
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--quick") == 0) {
-            quick = true;
-            runs = 1;
-        } else if (strcmp(argv[i], "--runs") == 0 && i + 1 < argc) {
-            runs = atoi(argv[++i]);
-            if (runs < 1 || runs > RUNS_MAX)
-                runs = 3;
-        } else if (strcmp(argv[i], "--plot") == 0 && i + 1 < argc) {
-            plot_path = argv[++i];
-        } else if (strcmp(argv[i], "--segment") == 0 && i + 1 < argc) {
-            only_seg = atoi(argv[++i]);
-        } else if (strcmp(argv[i], "--only") == 0 && i + 1 < argc) {
-            i++;
-            for (int k = 0; k < N_IMPLS; k++)
-                if (strcmp(argv[i], impl_names[k]) == 0)
-                    only = k;
-            if (only < 0) {
-                fprintf(stderr, "unknown implementation %s\n", argv[i]);
-                return 2;
-            }
-        } else {
-            fprintf(stderr,
-                    "usage: %s [--quick] [--runs N] [--only IMPL] [--segment 0-4] "
-                    "[--plot FILE.svg]\n",
-                    argv[0]);
-            return 2;
-        }
-    }
-    tk_log_set_level(TK_LOG_ERROR);
-    if (quick)
-        for (int s = 0; s < N_SEGS; s++)
-            segs[s].n = segs[s].n / 10 ? segs[s].n / 10 : 1;
-    hub = transport_inproc_hub_new(1);
-    if (make_tls() != 0) {
-        fprintf(stderr, "cannot make the tcp-mtls certificate\n");
-        return 1;
-    }
+    struct seg warm = *s;
+    warm.n = warm.n / 10 ? warm.n / 10 : 1;
+    return warm;
+}
 
-    static struct cell cells[N_IMPLS][N_SEGS];
+/* One cell: segment s over implementation impl (p: its pair; NULL for the
+ * floor), warmed up, then the median of `runs` runs. */
+static struct cell measure_cell(int impl, struct pair *p, int s, int runs)
+{
+    struct seg warm = seg_warm(&segs[s]);
+    struct result r;
+    run_one(impl, p, &warm, &r);
+    double rate[RUNS_MAX], mb[RUNS_MAX], p50[RUNS_MAX], p99[RUNS_MAX], mean[RUNS_MAX];
+    for (int k = 0; k < runs; k++) {
+        run_one(impl, p, &segs[s], &r);
+        rate[k] = (double)segs[s].n / r.secs;
+        mb[k] = (double)segs[s].n * (double)segs[s].size / r.secs / 1e6;
+        p50[k] = (double)tk_hist_quantile(&r.rtt, 0.5) / 1e3;
+        p99[k] = (double)tk_hist_quantile(&r.rtt, 0.99) / 1e3;
+        mean[k] = tk_hist_mean(&r.rtt) / 1e3;
+    }
+    return (struct cell){median(rate, runs), median(mb, runs), median(p50, runs),
+                         median(p99, runs), median(mean, runs)};
+}
+
+/* The command line (see the usage message). */
+struct bench_args {
+    bool quick;
+    int runs;
+    int only;     /* --only: an index into impl_names, or -1 */
+    int only_seg; /* --segment: an index into segs, or -1 */
+    const char *plot_path;
+};
+
+static struct bench_args args = {.runs = 3, .only = -1, .only_seg = -1};
+
+/* The libuv floors for the round trip (see floor_uv_rtt): one connection,
+ * then a connection per direction. */
+static void measure_uv_floors(double p50_out[2], double p99_out[2])
+{
+    for (int two = 0; two < 2; two++) {
+        double p50[RUNS_MAX], p99[RUNS_MAX];
+        struct result ur;
+        struct seg rtt_seg = segs[3];
+        struct seg warm_rtt = seg_warm(&rtt_seg);
+        floor_uv_rtt(&warm_rtt, two, &ur);
+        for (int k = 0; k < args.runs; k++) {
+            floor_uv_rtt(&rtt_seg, two, &ur);
+            p50[k] = (double)tk_hist_quantile(&ur.rtt, 0.5) / 1e3;
+            p99[k] = (double)tk_hist_quantile(&ur.rtt, 0.99) / 1e3;
+        }
+        p50_out[two] = median(p50, args.runs);
+        p99_out[two] = median(p99, args.runs);
+    }
+}
+
+static void measure_cells(struct cell cells[N_IMPLS][N_SEGS])
+{
     for (int impl = 0; impl < N_IMPLS; impl++) {
-        if (only >= 0 && impl != only)
+        if (args.only >= 0 && impl != args.only)
             continue;
         struct pair *p = NULL;
         if (impl != 3)
             p = pair_new((enum pair_kind)impl);
-        for (int s = 0; s < N_SEGS; s++) {
-            if (only_seg >= 0 && s != only_seg)
-                continue;
-            struct seg warm = segs[s];
-            warm.n = warm.n / 10 ? warm.n / 10 : 1;
-            struct result r;
-            run_one(impl, p, &warm, &r);
-            double rate[RUNS_MAX], mb[RUNS_MAX], p50[RUNS_MAX], p99[RUNS_MAX],
-                mean[RUNS_MAX];
-            for (int k = 0; k < runs; k++) {
-                run_one(impl, p, &segs[s], &r);
-                rate[k] = (double)segs[s].n / r.secs;
-                mb[k] = (double)segs[s].n * (double)segs[s].size / r.secs / 1e6;
-                p50[k] = (double)tk_hist_quantile(&r.rtt, 0.5) / 1e3;
-                p99[k] = (double)tk_hist_quantile(&r.rtt, 0.99) / 1e3;
-                mean[k] = tk_hist_mean(&r.rtt) / 1e3;
-            }
-            cells[impl][s] =
-                (struct cell){median(rate, runs), median(mb, runs), median(p50, runs),
-                              median(p99, runs), median(mean, runs)};
-        }
+        for (int s = 0; s < N_SEGS; s++)
+            if (args.only_seg < 0 || s == args.only_seg)
+                cells[impl][s] = measure_cell(impl, p, s, args.runs);
         if (p != NULL)
             pair_free(p);
     }
-    transport_inproc_hub_free(hub);
+}
 
-    /* The libuv floors for the round trip (see floor_uv_rtt). */
-    double uvfloor_p50[2] = {0, 0}, uvfloor_p99[2] = {0, 0};
-    if (only < 0 || only == 3) {
-        for (int two = 0; two < 2; two++) {
-            double p50[RUNS_MAX], p99[RUNS_MAX];
-            struct result ur;
-            struct seg rtt_seg = segs[3];
-            struct seg warm_rtt = rtt_seg;
-            warm_rtt.n = rtt_seg.n / 10 ? rtt_seg.n / 10 : 1;
-            floor_uv_rtt(&warm_rtt, two, &ur);
-            for (int k = 0; k < runs; k++) {
-                floor_uv_rtt(&rtt_seg, two, &ur);
-                p50[k] = (double)tk_hist_quantile(&ur.rtt, 0.5) / 1e3;
-                p99[k] = (double)tk_hist_quantile(&ur.rtt, 0.99) / 1e3;
-            }
-            uvfloor_p50[two] = median(p50, runs);
-            uvfloor_p99[two] = median(p99, runs);
-        }
-    }
-
+static void print_table(struct cell cells[N_IMPLS][N_SEGS])
+{
     printf("transport-bench%s: median of %d run(s), loopback, 127.0.0.1\n",
-           quick ? " --quick" : "", runs);
+           args.quick ? " --quick" : "", args.runs);
     printf("%-24s", "segment");
     for (int i = 0; i < N_IMPLS; i++)
         printf(" | %-22s", impl_names[i]);
@@ -798,9 +776,11 @@ int main(int argc, char **argv)
         }
         printf("\n");
     }
-    printf("libuv floor, raw 64 B echo between two loops, round trip: one connection "
-           "p50 %.1f p99 %.1f us; a connection per direction p50 %.1f p99 %.1f us\n",
-           uvfloor_p50[0], uvfloor_p99[0], uvfloor_p50[1], uvfloor_p99[1]);
+}
+
+static void print_json(struct cell cells[N_IMPLS][N_SEGS], const double uvfloor_p50[2])
+{
+    const char *quick = args.quick ? "true" : "false";
     printf("{\"bench\":\"transport\",\"uvfloor_rtt_p50_us\":%.1f,"
            "\"uvfloor2_rtt_p50_us\":%.1f,",
            uvfloor_p50[0], uvfloor_p50[1]);
@@ -813,24 +793,137 @@ int main(int argc, char **argv)
            "\"tcp_stream_1k_mb_per_s\":%.0f,\"floor_stream_1k_mb_per_s\":%.0f,"
            "\"tcp_dgram_64_msgs_per_s\":%.0f,\"floor_dgram_64_msgs_per_s\":%.0f,"
            "\"inproc_dgram_64_msgs_per_s\":%.0f,\"inproc2_dgram_64_msgs_per_s\":%.0f}\n",
-           quick ? "true" : "false", runs, cells[0][3].p50_us, cells[0][3].p99_us,
-           cells[3][3].p50_us, cells[1][3].p50_us, cells[2][3].p50_us, cells[0][4].rate,
-           cells[3][4].rate, cells[1][4].rate, cells[2][4].rate, cells[0][1].mb_s,
-           cells[3][1].mb_s, cells[0][2].mb_s, cells[3][2].mb_s, cells[0][0].rate,
-           cells[3][0].rate, cells[1][0].rate, cells[2][0].rate);
+           quick, args.runs, cells[0][3].p50_us, cells[0][3].p99_us, cells[3][3].p50_us,
+           cells[1][3].p50_us, cells[2][3].p50_us, cells[0][4].rate, cells[3][4].rate,
+           cells[1][4].rate, cells[2][4].rate, cells[0][1].mb_s, cells[3][1].mb_s,
+           cells[0][2].mb_s, cells[3][2].mb_s, cells[0][0].rate, cells[3][0].rate,
+           cells[1][0].rate, cells[2][0].rate);
     printf("{\"bench\":\"transport-tls\",\"quick\":%s,\"runs\":%d,"
            "\"tcp_rtt_p50_us\":%.1f,\"tls_rtt_p50_us\":%.1f,"
            "\"tcp_pipelined_ops_per_s\":%.0f,\"tls_pipelined_ops_per_s\":%.0f,"
            "\"tcp_stream_64k_mb_per_s\":%.0f,\"tls_stream_64k_mb_per_s\":%.0f,"
            "\"tcp_stream_1k_mb_per_s\":%.0f,\"tls_stream_1k_mb_per_s\":%.0f,"
            "\"tcp_dgram_64_msgs_per_s\":%.0f,\"tls_dgram_64_msgs_per_s\":%.0f}\n",
-           quick ? "true" : "false", runs, cells[0][3].p50_us, cells[4][3].p50_us,
-           cells[0][4].rate, cells[4][4].rate, cells[0][1].mb_s, cells[4][1].mb_s,
-           cells[0][2].mb_s, cells[4][2].mb_s, cells[0][0].rate, cells[4][0].rate);
+           quick, args.runs, cells[0][3].p50_us, cells[4][3].p50_us, cells[0][4].rate,
+           cells[4][4].rate, cells[0][1].mb_s, cells[4][1].mb_s, cells[0][2].mb_s,
+           cells[4][2].mb_s, cells[0][0].rate, cells[4][0].rate);
+}
+
+/* ---- The command line ---- */
+
+/* Each parser stores its value and returns 0, or says what is wrong and
+ * returns the exit code. */
+static int parse_quick(const char *v)
+{
+    (void)v;
+    args.quick = true;
+    args.runs = 1;
+    return 0;
+}
+
+static int parse_runs(const char *v)
+{
+    args.runs = atoi(v);
+    if (args.runs < 1 || args.runs > RUNS_MAX)
+        args.runs = 3;
+    return 0;
+}
+
+static int parse_only(const char *v)
+{
+    for (int k = 0; k < N_IMPLS; k++)
+        if (strcmp(v, impl_names[k]) == 0)
+            args.only = k;
+    if (args.only < 0) {
+        fprintf(stderr, "unknown implementation %s\n", v);
+        return 2;
+    }
+    return 0;
+}
+
+static int parse_segment(const char *v)
+{
+    args.only_seg = atoi(v);
+    return 0;
+}
+
+static int parse_plot(const char *v)
+{
+    args.plot_path = v;
+    return 0;
+}
+
+/* One row per option, in the order the usage message names them; a row with
+ * a placeholder takes a value. */
+static const struct bench_option {
+    const char *name, *placeholder;
+    int (*parse)(const char *v);
+} options[] = {
+    {"--quick", NULL, parse_quick},     {"--runs", "N", parse_runs},
+    {"--only", "IMPL", parse_only},     {"--segment", "0-4", parse_segment},
+    {"--plot", "FILE.svg", parse_plot},
+};
+#define N_OPTIONS (sizeof(options) / sizeof(options[0]))
+
+static void usage(const char *argv0)
+{
+    fprintf(stderr, "usage: %s", argv0);
+    for (size_t k = 0; k < N_OPTIONS; k++)
+        if (options[k].placeholder != NULL)
+            fprintf(stderr, " [%s %s]", options[k].name, options[k].placeholder);
+        else
+            fprintf(stderr, " [%s]", options[k].name);
+    fprintf(stderr, "\n");
+}
+
+/* Returns 0, or the exit code (2) after saying what is wrong. */
+static int parse_args(int argc, char **argv)
+{
+    for (int i = 1; i < argc; i++) {
+        const struct bench_option *o = NULL;
+        for (size_t k = 0; k < N_OPTIONS && o == NULL; k++)
+            if (strcmp(argv[i], options[k].name) == 0)
+                o = &options[k];
+        if (o == NULL || (o->placeholder != NULL && i + 1 >= argc)) {
+            usage(argv[0]);
+            return 2;
+        }
+        int rc = o->parse(o->placeholder != NULL ? argv[++i] : NULL);
+        if (rc != 0)
+            return rc;
+    }
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    int rc = parse_args(argc, argv);
+    if (rc != 0)
+        return rc;
+    tk_log_set_level(TK_LOG_ERROR);
+    if (args.quick)
+        for (int s = 0; s < N_SEGS; s++)
+            segs[s].n = segs[s].n / 10 ? segs[s].n / 10 : 1;
+    hub = transport_inproc_hub_new(1);
+    if (make_tls() != 0) {
+        fprintf(stderr, "cannot make the tcp-mtls certificate\n");
+        return 1;
+    }
+    static struct cell cells[N_IMPLS][N_SEGS];
+    measure_cells(cells);
+    transport_inproc_hub_free(hub);
+    double uvfloor_p50[2] = {0, 0}, uvfloor_p99[2] = {0, 0};
+    if (args.only < 0 || args.only == 3)
+        measure_uv_floors(uvfloor_p50, uvfloor_p99);
+    print_table(cells);
+    printf("libuv floor, raw 64 B echo between two loops, round trip: one connection "
+           "p50 %.1f p99 %.1f us; a connection per direction p50 %.1f p99 %.1f us\n",
+           uvfloor_p50[0], uvfloor_p99[0], uvfloor_p50[1], uvfloor_p99[1]);
+    print_json(cells, uvfloor_p50);
     int rc_plot = 0;
     tk_tls_ctx_free(tls_server);
     tk_tls_ctx_free(tls_client);
-    if (plot_path != NULL)
-        rc_plot = plot_cells(plot_path, quick, cells, uvfloor_p50);
+    if (args.plot_path != NULL)
+        rc_plot = plot_cells(args.plot_path, args.quick, cells, uvfloor_p50);
     return rc_plot == 0 ? 0 : 1;
 }
