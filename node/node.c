@@ -715,7 +715,11 @@ static void on_tick(uv_timer_t *h)
     expire_list(n, &n->req.read_ready, now);
     expire_list(n, &n->fwd.wait, now);
     node__member_tick(n);
-    node__duty_tick(n, now); /* the leader's own commands */
+    struct node_req *due[NODE_DUTY_N]; /* the leader's own commands */
+    size_t k = node__duty_due(n, now, due);
+    for (size_t i = 0; i < k; i++)
+        if (node_submit(n, due[i]) != 0) /* queue full: the next tick */
+            node__duty_refused(due[i]);
 }
 
 struct thread_usage {

@@ -3,13 +3,14 @@
  * Each duty (struct node_duty) builds its next command from the leader's
  * state and clock: the expire command of keys whose TTL ran out
  * (node_expire.c), the revoke of a lease past its deadline and the checkpoint
- * of the leases' remaining TTLs (node_lease.c). node__duty_tick runs them once
- * per tick, on the leader only: a duty with a command in flight is skipped; a
- * command built is submitted with the duty's own request, and the duty is
- * busy until that request is answered, however it ends; one the queue refuses
- * is dropped (the next tick builds it again). A new leader finds the same work
+ * of the leases' remaining TTLs (node_lease.c). node__duty_due runs them once
+ * per tick (node__duty_due), on the leader only: a duty with a command in
+ * flight is skipped; a command built goes out in the duty's own request, and
+ * the duty is busy until that request is answered, however it ends; one the
+ * queue refuses is dropped (node__duty_refused; the next tick builds it
+ * again). A new leader finds the same work
  * due in its own copy of the state. Loop thread only. Calls node_expire.c and
- * node_lease.c for the commands, and node_submit. */
+ * node_lease.c for the commands; node.c submits them. */
 #include <string.h>
 
 #include "base/blob.h"
@@ -41,12 +42,13 @@ void node__duty_init(struct node *n)
     }
 }
 
-void node__duty_tick(struct node *n, uint64_t now_ms)
+size_t node__duty_due(struct node *n, uint64_t now_ms, struct node_req **out)
 {
     bool leader = raft_role(n->raft) == RAFT_LEADER;
     node__lease_role(n, leader, now_ms);
     if (!leader)
-        return;
+        return 0;
+    size_t k = 0;
     for (int i = 0; i < NODE_DUTY_N; i++) {
         struct node_duty *d = &n->duty[i];
         if (d->busy)
@@ -61,11 +63,17 @@ void node__duty_tick(struct node *n, uint64_t now_ms)
         r->write_cb = on_answered;
         r->data = d;
         d->busy = true;
-        if (node_submit(n, r) != 0) { /* queue full: the next tick */
-            tk_blob_unref(cmd);
-            d->busy = false;
-            continue;
-        }
         d->proposed++;
+        out[k++] = r;
     }
+    return k;
+}
+
+void node__duty_refused(struct node_req *r)
+{
+    struct node_duty *d = r->data;
+    tk_blob_unref(r->cmd);
+    r->cmd = NULL;
+    d->busy = false;
+    d->proposed--;
 }

@@ -657,8 +657,12 @@ const char *node__check_persist(const struct node_persist *p);
 /* ---- node_duty.c ---- */
 
 void node__duty_init(struct node *n);
-/* Once per tick: on the leader, submits each idle duty's next command. */
-void node__duty_tick(struct node *n, uint64_t now_ms);
+/* Once per tick: on the leader, each idle duty's next command, as requests
+ * for node_submit in out (room for NODE_DUTY_N; busy from now); their count. */
+size_t node__duty_due(struct node *n, uint64_t now_ms, struct node_req **out);
+/* A request node__duty_due gave that the queue refused: dropped, its duty
+ * idle. */
+void node__duty_refused(struct node_req *r);
 
 /* ---- node_expire.c ---- */
 

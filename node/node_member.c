@@ -42,11 +42,19 @@ enum { PH_IDLE, PH_RECORD, PH_COMMIT, PH_PROMOTE };
 
 struct member_rec {
     bool found;
+    bool corrupt; /* found, but refused by rec_decode: why says why */
     bool removed;
     char inc[40]; /* the data directory's incarnation, hex; "" until known */
     char raft[NODE_ADDR_MAX];
     char http[NODE_ADDR_MAX];
+    char why[96];
 };
+
+/* A record's value: RECORD_FORMAT_V1 then a kvpb.MemberRecord. Builds before
+ * it wrote text, "raft=<addr|-> http=<addr|-> removed=<0|1> inc=<hex|->"
+ * (inc and removed absent in the oldest): read, never written. */
+#define MEMBER_REC_V1 KVPB__RECORD_FORMAT__RECORD_FORMAT_V1
+#define MEMBER_REC_MAX 1024 /* no valid value of either format is longer */
 
 static uint64_t now_ms(void)
 {
@@ -61,8 +69,16 @@ static size_t member_key(uint64_t id, char *out, size_t cap)
     return k > 0 ? (size_t)k : 0;
 }
 
-/* Copies the value of `name=` (up to a space) from `v` into out. */
-static void rec_field(const char *v, const char *name, char *out, size_t cap)
+/* b's 16 bytes in hex (out: 33 bytes at least). */
+static void hex16(const uint8_t *b, char *out)
+{
+    for (int i = 0; i < 16; i++)
+        snprintf(out + 2 * i, 3, "%02x", b[i]);
+}
+
+/* Copies the value of `name=` (up to a space) from `v` into out; false when
+ * it is longer than cap - 1. */
+static bool rec_field(const char *v, const char *name, char *out, size_t cap)
 {
     out[0] = '\0';
     size_t nl = strlen(name);
@@ -72,38 +88,141 @@ static void rec_field(const char *v, const char *name, char *out, size_t cap)
         p += nl + 1;
         size_t len = strcspn(p, " ");
         if (len >= cap)
-            len = cap - 1;
+            return false;
         memcpy(out, p, len);
         out[len] = '\0';
-        return;
+        return true;
     }
+    return true;
+}
+
+static int rec_fail(struct member_rec *r, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static int rec_fail(struct member_rec *r, const char *fmt, ...)
+{
+    r->removed = false;
+    r->inc[0] = r->raft[0] = r->http[0] = '\0';
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(r->why, sizeof(r->why), fmt, ap);
+    va_end(ap);
+    return TK_ECORRUPT;
+}
+
+/* An address as a record holds it: printable, no space, under NODE_ADDR_MAX. */
+static bool rec_addr_ok(const char *a)
+{
+    size_t len = strlen(a);
+    for (size_t i = 0; i < len; i++)
+        if (a[i] <= ' ' || a[i] > '~')
+            return false;
+    return len < NODE_ADDR_MAX;
+}
+
+/* The text of builds before MEMBER_REC_V1 (v is NUL-terminated). */
+static int rec_decode_text(const char *v, struct member_rec *r)
+{
+    char removed[8], inc[40];
+    if (strncmp(v, "raft=", 5) != 0)
+        return rec_fail(r, "neither a MemberRecord nor the text of an older build");
+    if (!rec_field(v, "raft", r->raft, sizeof(r->raft)) ||
+        !rec_field(v, "http", r->http, sizeof(r->http)) ||
+        !rec_field(v, "removed", removed, sizeof(removed)) ||
+        !rec_field(v, "inc", inc, sizeof(inc)))
+        return rec_fail(r, "a text record with a field too long");
+    if (strcmp(removed, "1") != 0 && strcmp(removed, "0") != 0 && removed[0] != '\0')
+        return rec_fail(r, "a text record with removed=%s", removed);
+    size_t il = strspn(inc, "0123456789abcdef");
+    if (strcmp(inc, "-") != 0 && inc[0] != '\0' && (il != 32 || inc[il] != '\0'))
+        return rec_fail(r, "a text record with inc=%s", inc);
+    r->removed = strcmp(removed, "1") == 0;
+    snprintf(r->inc, sizeof(r->inc), "%s", strcmp(inc, "-") == 0 ? "" : inc);
+    if (strcmp(r->raft, "-") == 0)
+        r->raft[0] = '\0';
+    if (strcmp(r->http, "-") == 0)
+        r->http[0] = '\0';
+    return 0;
+}
+
+/* Decodes protobuf-c's allocations into a bounded buffer on the stack: a
+ * value of MEMBER_REC_MAX bytes needs a message and three copies of at most
+ * its bytes; more (unknown fields by the hundred) fails the unpack. */
+struct rec_arena {
+    size_t used;
+    _Alignas(16) uint8_t buf[2 * MEMBER_REC_MAX];
+};
+
+static void *rec_arena_alloc(void *data, size_t size)
+{
+    struct rec_arena *a = data;
+    size = (size + 15) & ~(size_t)15;
+    if (size > sizeof(a->buf) - a->used)
+        return NULL;
+    void *p = a->buf + a->used;
+    a->used += size;
+    return p;
+}
+
+static void rec_arena_free(void *data, void *ptr)
+{
+    (void)data;
+    (void)ptr; /* the arena goes with the stack frame */
+}
+
+static int rec_decode_pb(const uint8_t *v, size_t len, struct member_rec *r)
+{
+    struct rec_arena a;
+    a.used = 0;
+    ProtobufCAllocator alloc = {
+        .alloc = rec_arena_alloc, .free = rec_arena_free, .allocator_data = &a};
+    Kvpb__MemberRecord *m = kvpb__member_record__unpack(&alloc, len, v);
+    if (m == NULL)
+        return rec_fail(r, "%zu bytes that are no MemberRecord", len);
+    if (!rec_addr_ok(m->raft) || !rec_addr_ok(m->http))
+        return rec_fail(r, "an address that is no host:port");
+    if (m->incarnation.len != 0 && m->incarnation.len != 16)
+        return rec_fail(r, "an incarnation of %zu bytes, not 16", m->incarnation.len);
+    snprintf(r->raft, sizeof(r->raft), "%s", m->raft);
+    snprintf(r->http, sizeof(r->http), "%s", m->http);
+    r->removed = m->removed;
+    r->inc[0] = '\0';
+    if (m->incarnation.len == 16)
+        hex16(m->incarnation.data, r->inc);
+    return 0;
+}
+
+/* Decodes a member record's value (either format, above) into r, found.
+ * 0, or TK_ECORRUPT with r->corrupt and r->why set and no field filled. */
+static int rec_decode(const uint8_t *v, size_t len, struct member_rec *r)
+{
+    memset(r, 0, sizeof(*r));
+    r->found = true;
+    int rc;
+    if (len == 0 || len > MEMBER_REC_MAX) {
+        rc = rec_fail(r, "a value of %zu bytes", len);
+    } else if (v[0] == MEMBER_REC_V1) {
+        rc = rec_decode_pb(v + 1, len - 1, r);
+    } else if (memchr(v, '\0', len) != NULL) {
+        rc = rec_fail(r, "a text record holding a NUL byte");
+    } else {
+        char text[MEMBER_REC_MAX + 1];
+        memcpy(text, v, len);
+        text[len] = '\0';
+        rc = rec_decode_text(text, r);
+    }
+    r->corrupt = rc != 0;
+    return rc;
 }
 
 /* The record of `id` as this node has applied it. */
 static void rec_read(struct node *n, uint64_t id, struct member_rec *r)
 {
     memset(r, 0, sizeof(*r));
-    char key[64], v[3 * NODE_ADDR_MAX];
+    char key[64];
     size_t kl = member_key(id, key, sizeof(key));
     struct kv_item it;
-    if (kv_sm_get(n->sm, key, kl, &it) != 0)
-        return;
-    size_t len = it.value_len < sizeof(v) - 1 ? it.value_len : sizeof(v) - 1;
-    memcpy(v, it.value, len);
-    v[len] = '\0';
-    char removed[8];
-    r->found = true;
-    rec_field(v, "raft", r->raft, sizeof(r->raft));
-    rec_field(v, "http", r->http, sizeof(r->http));
-    rec_field(v, "removed", removed, sizeof(removed));
-    rec_field(v, "inc", r->inc, sizeof(r->inc));
-    if (strcmp(r->raft, "-") == 0)
-        r->raft[0] = '\0';
-    if (strcmp(r->http, "-") == 0)
-        r->http[0] = '\0';
-    if (strcmp(r->inc, "-") == 0)
-        r->inc[0] = '\0';
-    r->removed = strcmp(removed, "1") == 0;
+    if (kv_sm_get(n->sm, key, kl, &it) == 0)
+        (void)rec_decode(it.value, it.value_len, r); /* r->corrupt says */
 }
 
 /* The address of a bootstrap member (node_options), "" if it is not one. */
@@ -181,16 +300,9 @@ static void log_addr(struct node *n, uint64_t id, char *out, size_t cap)
             continue;
         bool hit = c->cmd_case == KVPB__COMMAND__CMD_PUT && c->put != NULL &&
                    c->put->key.len == kl && memcmp(c->put->key.data, key, kl) == 0;
-        if (hit) {
-            char v[3 * NODE_ADDR_MAX];
-            size_t len =
-                c->put->value.len < sizeof(v) - 1 ? c->put->value.len : sizeof(v) - 1;
-            memcpy(v, c->put->value.data, len);
-            v[len] = '\0';
-            rec_field(v, "raft", out, cap);
-            if (strcmp(out, "-") == 0)
-                out[0] = '\0';
-        }
+        struct member_rec r;
+        if (hit && rec_decode(c->put->value.data, c->put->value.len, &r) == 0)
+            snprintf(out, cap, "%s", r.raft);
         kvpb__command__free_unpacked(c, NULL);
         if (hit)
             return;
@@ -342,7 +454,7 @@ static void member_fill(struct node *n, uint64_t id, bool voter, struct node_mem
     m->voter = voter;
     struct member_rec r;
     rec_read(n, id, &r);
-    if (r.found) {
+    if (r.found && !r.corrupt) {
         snprintf(m->raft, sizeof(m->raft), "%s", r.raft);
         snprintf(m->http, sizeof(m->http), "%s", r.http);
     } else {
@@ -554,12 +666,6 @@ static int write_record(struct node *n, const char *raft, const char *http, bool
 
 /* ---- incarnations --------------------------------------------------------- */
 
-static void hex16(const uint8_t *b, char *out)
-{
-    for (int i = 0; i < 16; i++)
-        snprintf(out + 2 * i, 3, "%02x", b[i]);
-}
-
 static bool binding(const struct node *n, uint64_t id)
 {
     for (uint32_t i = 0; i < n->mem.n_binding; i++)
@@ -572,7 +678,7 @@ static bool binding(const struct node *n, uint64_t id)
 static void bind_incarnation(struct node *n, uint64_t id, const struct member_rec *r,
                              const char *inc)
 {
-    if (raft_role(n->raft) != RAFT_LEADER || binding(n, id) || r->removed ||
+    if (raft_role(n->raft) != RAFT_LEADER || binding(n, id) || r->removed || r->corrupt ||
         (n->mem.busy && n->mem.c.id == id) || n->mem.n_binding == NODE_PEERS_MAX ||
         !raft_config_is_member(raft_config(n->raft), id))
         return;
@@ -648,7 +754,7 @@ struct tk_blob *node__member_removed_cmd(struct node *n, uint64_t id)
 {
     struct member_rec r;
     rec_read(n, id, &r);
-    if (!r.found) {
+    if (!r.found || r.corrupt) {
         boot_addr(n, id, r.raft, sizeof(r.raft));
         boot_http(n, id, r.http, sizeof(r.http));
     }
@@ -750,8 +856,9 @@ bool node__member_fenced(struct node *n, uint64_t id)
     struct member_rec r;
     rec_read(n, id, &r);
     /* Ids are never reused: a removed one, or a bootstrap member that is no
-     * longer in the configuration, never comes back. */
-    return r.removed || raft_config_has(&n->o.members, id);
+     * longer in the configuration, never comes back; nor one whose record
+     * cannot be read (refuse_fenced says why). */
+    return r.removed || r.corrupt || raft_config_has(&n->o.members, id);
 }
 
 /* Refuses a fenced id at the handshake, with a line now and then. */
@@ -765,15 +872,20 @@ static bool refuse_fenced(struct node *n, uint64_t id)
      * so that each stranger is named at least once. */
     if ((k & (k - 1)) == 0 || id != n->mem.fence_last) {
         n->mem.fence_last = id;
+        struct member_rec r;
+        rec_read(n, id, &r);
+        char why[160];
+        snprintf(why, sizeof(why), "%s%s",
+                 fenced_at_boot(n, id) ? "dropped by --force-new-cluster"
+                 : r.corrupt           ? "its member record is corrupt: "
+                                       : "removed from the configuration",
+                 r.corrupt && !fenced_at_boot(n, id) ? r.why : "");
         TK_LOG(TK_LOG_WARN, n->o.id, raft_term(n->raft),
                "refused node %" PRIu64 ": it is not a member of this cluster (%s; "
                "epoch %" PRIu64 "): a stranger is never followed, voted for or "
                "forwarded to. Wipe its data directory and add it as a new member under "
                "a new id",
-               id,
-               fenced_at_boot(n, id) ? "dropped by --force-new-cluster"
-                                     : "removed from the configuration",
-               n->mem.epoch);
+               id, why, n->mem.epoch);
     }
     return true;
 }
@@ -855,6 +967,11 @@ static int start_add(struct node *n, const struct raft_config *c,
         return refuse(res, TK_ECOMPARE, "node %" PRIu64 " is already a member", x->id);
     struct member_rec r;
     rec_read(n, x->id, &r);
+    if (r.corrupt)
+        return refuse(res, TK_ECORRUPT,
+                      "the member record of node id %" PRIu64 " is corrupt (%s); "
+                      "add the node under a new id",
+                      x->id, r.why);
     bool was_boot = raft_config_has(&n->o.members, x->id);
     if (r.removed || was_boot)
         return refuse(res, TK_ECOMPARE,
@@ -881,7 +998,7 @@ static int start_remove(struct node *n, const struct raft_config *c,
         return refuse(res, TK_EINVAL, "node %" PRIu64 " is the last voter", id);
     struct member_rec r;
     rec_read(n, id, &r);
-    if (!r.found)
+    if (!r.found || r.corrupt)
         boot_addr(n, id, r.raft, sizeof(r.raft));
     return write_record(n, r.raft[0] ? r.raft : "-", r.http[0] ? r.http : "-", true);
 }
