@@ -22,6 +22,7 @@
 #include "base/hist.h"
 #include "base/log.h"
 #include "include/tierkv.h"
+#include "kv.pb-c.h"
 #include "kv/kv.h"
 #include "node/node.h"
 #include "node/node_internal.h" /* m.metrics.snapshots_refused */
@@ -1484,6 +1485,181 @@ static void stall_loop_stop(struct node *n, struct uv_loop_s *loop, void *data)
     uv_close((uv_handle_t *)&stall_timer, NULL);
 }
 
+/* Member records (node_member.c): the text of older builds is still read
+ * (an id it says was removed is refused, its addresses are used), a record
+ * that is neither format refuses an add with TK_ECORRUPT and fences its id,
+ * and what an add and a remove write reads back. One node on the inproc
+ * hub, driven from a timer on its loop (node_member_change and node_members
+ * are loop-thread calls); failures are kept for the test thread to report. */
+static uv_timer_t mrec_timer;
+static int mrec_step, mrec_puts;
+static atomic_int mrec_done;
+static char mrec_failed[256];
+
+#define MREC_CHECK(cond)                                                                 \
+    do {                                                                                 \
+        if (!(cond) && mrec_failed[0] == '\0')                                           \
+            snprintf(mrec_failed, sizeof(mrec_failed), "step %d: %s", mrec_step, #cond); \
+    } while (0)
+
+static void mrec_put_done(struct node_req *req, int status, const struct kv_result *res,
+                          void *data)
+{
+    (void)data;
+    MREC_CHECK(status == 0 && res->code == 0);
+    free(req);
+    mrec_puts++;
+}
+
+/* Puts a raw member record for id (its value as given) through the log. */
+static void mrec_put(struct node *n, uint64_t id, const void *v, size_t len)
+{
+    char key[64];
+    int kl = snprintf(key, sizeof(key), "%s%llu", NODE_MEMBER_KEY_PREFIX,
+                      (unsigned long long)id);
+    Kvpb__Command cmd = KVPB__COMMAND__INIT;
+    Kvpb__Put put = KVPB__PUT__INIT;
+    put.key.data = (uint8_t *)key;
+    put.key.len = (size_t)kl;
+    put.value.data = (uint8_t *)(uintptr_t)v;
+    put.value.len = len;
+    cmd.cmd_case = KVPB__COMMAND__CMD_PUT;
+    cmd.put = &put;
+    struct node_req *req = calloc(1, sizeof(*req));
+    req->cmd = tk_blob_new(kvpb__command__get_packed_size(&cmd));
+    kvpb__command__pack(&cmd, req->cmd->data);
+    req->write_cb = mrec_put_done;
+    MREC_CHECK(node_submit(n, req) == 0);
+}
+
+/* The raw value of id's record, as applied here (len 0: none). */
+static size_t mrec_get(struct node *n, uint64_t id, uint8_t *out, size_t cap)
+{
+    char key[64];
+    int kl = snprintf(key, sizeof(key), "%s%llu", NODE_MEMBER_KEY_PREFIX,
+                      (unsigned long long)id);
+    struct kv_item it;
+    if (kv_sm_get(node_kv(n), key, (size_t)kl, &it) != 0 || it.value_len > cap)
+        return 0;
+    memcpy(out, it.value, it.value_len);
+    return it.value_len;
+}
+
+static void mrec_changed(const struct node_member_result *res, void *data)
+{
+    (void)data;
+    MREC_CHECK(res->status == 0);
+    mrec_step++;
+}
+
+static int mrec_change(struct node *n, int op, uint64_t id,
+                       struct node_member_result *res)
+{
+    struct node_member_change c;
+    memset(&c, 0, sizeof(c));
+    c.op = op;
+    c.id = id;
+    c.learner = true;
+    snprintf(c.raft, sizeof(c.raft), "127.0.0.1:5");
+    snprintf(c.http, sizeof(c.http), "127.0.0.1:6");
+    return node_member_change(n, &c, mrec_changed, NULL, res);
+}
+
+static void mrec_fire(uv_timer_t *tm)
+{
+    struct node *n = tm->data;
+    struct node_member_result res;
+    uint8_t v[1024];
+    char http[NODE_ADDR_MAX];
+    struct node_status st;
+    node_status(n, &st);
+    if (mrec_step == 0 && st.role == RAFT_LEADER) {
+        static const char removed[] = "raft=127.0.0.1:1 http=- removed=1 inc=-";
+        static const char kept[] = "raft=127.0.0.1:3 http=127.0.0.1:4 removed=0 inc="
+                                   "00112233445566778899aabbccddeeff";
+        static const uint8_t bad[] = {0x01, 0x0a, 0x09, '1'}; /* raft overruns */
+        mrec_put(n, 7, removed, sizeof(removed) - 1);
+        mrec_put(n, 9, kept, sizeof(kept) - 1);
+        mrec_put(n, 8, bad, sizeof(bad));
+        mrec_put(n, 11, "removed=1 raft=x", 16); /* not as any build wrote it */
+        mrec_step = 1;
+    } else if (mrec_step == 1 && mrec_puts == 4) {
+        MREC_CHECK(mrec_change(n, NODE_MEMBER_ADD, 7, &res) == TK_ECOMPARE);
+        MREC_CHECK(mrec_change(n, NODE_MEMBER_ADD, 8, &res) == TK_ECORRUPT);
+        MREC_CHECK(strstr(res.msg, "corrupt") != NULL);
+        MREC_CHECK(mrec_change(n, NODE_MEMBER_ADD, 11, &res) == TK_ECORRUPT);
+        MREC_CHECK(node__member_fenced(n, 7));
+        MREC_CHECK(node__member_fenced(n, 8));
+        MREC_CHECK(!node__member_fenced(n, 9));
+        MREC_CHECK(!node__member_fenced(n, 12));
+        MREC_CHECK(node_member_http(n, 9, http, sizeof(http)));
+        MREC_CHECK(strcmp(http, "127.0.0.1:4") == 0);
+        MREC_CHECK(mrec_change(n, NODE_MEMBER_ADD, 10, &res) == 0);
+        mrec_step = 2; /* mrec_changed: 3 */
+    } else if (mrec_step == 3) {
+        struct node_member m[4];
+        uint64_t ci;
+        bool committed;
+        size_t k = node_members(n, m, 4, &ci, &committed);
+        MREC_CHECK(k == 2 && m[1].id == 10 && !m[1].voter);
+        MREC_CHECK(strcmp(m[1].raft, "127.0.0.1:5") == 0);
+        MREC_CHECK(strcmp(m[1].http, "127.0.0.1:6") == 0);
+        size_t len = mrec_get(n, 10, v, sizeof(v));
+        MREC_CHECK(len > 5 && memcmp(v, "raft=127.0.0.1:5 ", 17) == 0);
+        MREC_CHECK(mrec_change(n, NODE_MEMBER_REMOVE, 10, &res) == 0);
+        mrec_step = 4; /* mrec_changed: 5 */
+    } else if (mrec_step == 5 && st.commit >= st.last_index) {
+        MREC_CHECK(node__member_fenced(n, 10));
+        MREC_CHECK(mrec_change(n, NODE_MEMBER_ADD, 10, &res) == TK_ECOMPARE);
+        mrec_step = 6;
+        atomic_store(&mrec_done, 1);
+    }
+}
+
+static void mrec_loop_start(struct node *n, struct uv_loop_s *loop, void *data)
+{
+    (void)data;
+    uv_timer_init(loop, &mrec_timer);
+    mrec_timer.data = n;
+    uv_timer_start(&mrec_timer, mrec_fire, 5, 5);
+}
+
+static void mrec_loop_stop(struct node *n, struct uv_loop_s *loop, void *data)
+{
+    (void)n;
+    (void)loop;
+    (void)data;
+    uv_close((uv_handle_t *)&mrec_timer, NULL);
+}
+
+START_TEST(test_member_records_old_new_and_corrupt)
+{
+    mrec_step = mrec_puts = 0;
+    mrec_failed[0] = '\0';
+    atomic_store(&mrec_done, 0);
+    struct transport_inproc_hub *hub = transport_inproc_hub_new(3);
+    struct node_options o;
+    node_options_default(&o);
+    o.id = 1;
+    o.members.n_voters = 1;
+    o.members.voters[0] = 1;
+    o.hub = hub;
+    o.kv_no_sync = true;
+    o.on_loop_start = mrec_loop_start;
+    o.on_loop_stop = mrec_loop_stop;
+    struct node *n = NULL;
+    ck_assert_int_eq(node_start(&o, &n), 0);
+    for (int i = 0; i < 2000 && !atomic_load(&mrec_done) && mrec_failed[0] == '\0'; i++)
+        usleep(10000);
+    node_stop(n);
+    transport_inproc_hub_free(hub);
+    printf("member records: %d steps, %s\n", mrec_step,
+           mrec_failed[0] ? mrec_failed : "all held");
+    ck_assert_msg(mrec_failed[0] == '\0', "%s", mrec_failed);
+    ck_assert_msg(atomic_load(&mrec_done), "stopped at step %d", mrec_step);
+}
+END_TEST
+
 /* Members come and go, 200 in turn (more than NODE_PEERS_MAX, 64): a single
  * TCP node adds each as a learner at an address that refuses (so it is
  * dialed), then removes it. Every one is dialed, and every one is let go
@@ -1838,6 +2014,7 @@ static Suite *node_suite(void)
     tcase_add_test(tc, test_tcp_node_off_loopback_needs_a_token);
     tcase_add_test(tc, test_stall_probe_names_what_a_long_turn_waits_on);
     tcase_add_test(tc, test_stall_probe_gives_the_stack_of_a_turn_on_the_cpu);
+    tcase_add_test(tc, test_member_records_old_new_and_corrupt);
     suite_add_tcase(s, tc);
     return s;
 }
