@@ -23,6 +23,7 @@
 #include <math.h>
 #include <netdb.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -943,151 +944,211 @@ static int bench_usage(const char *msg)
     return CLI_EXIT_USAGE;
 }
 
+/* ---- the options ---- */
+
+/* Setters of the options that are not a plain number or duration: each stores
+ * its value (NULL for a switch) and returns 0, or -1 for a bad value. */
+static int set_protocol(struct bench_opts *o, const char *v)
+{
+    if (strcmp(v, "tierkv") == 0 || strcmp(v, "http") == 0)
+        o->protocol = CLI_PROTO_TIERKV;
+    else if (strcmp(v, "etcd") == 0)
+        o->protocol = CLI_PROTO_ETCD;
+    else
+        return -1;
+    return 0;
+}
+
+static int set_warmup(struct bench_opts *o, const char *v)
+{
+    if (strcmp(v, "0") == 0) {
+        o->warmup_ms = 0;
+        return 0;
+    }
+    return cli_parse_duration_ms(v, &o->warmup_ms) == 0 ? 0 : -1;
+}
+
+static int set_value_size(struct bench_opts *o, const char *v)
+{
+    return cli_parse_size(v, &o->value_size) == 0 && o->value_size <= VALUE_MAX ? 0 : -1;
+}
+
+static int set_mix(struct bench_opts *o, const char *v)
+{
+    return cli_parse_mix(v, &o->read_fraction) == 0 ? 0 : -1;
+}
+
+static int set_dist(struct bench_opts *o, const char *v)
+{
+    return cli_parse_dist(v, &o->dist, &o->zipf_theta) == 0 ? 0 : -1;
+}
+
+static int set_key_prefix(struct bench_opts *o, const char *v)
+{
+    if (strlen(v) >= sizeof(o->key_prefix))
+        return -1;
+    snprintf(o->key_prefix, sizeof(o->key_prefix), "%s", v);
+    return 0;
+}
+
+static int set_plot(struct bench_opts *o, const char *v)
+{
+    o->plot = v;
+    return 0;
+}
+
+static int set_cpu_pids(struct bench_opts *o, const char *v)
+{
+    o->n_cpu_pids = bench_cpu_parse_pids(v, o->cpu_pids);
+    return o->n_cpu_pids < 0 ? -1 : 0;
+}
+
+static int set_no_prefill(struct bench_opts *o, const char *v)
+{
+    (void)v;
+    o->prefill = false;
+    return 0;
+}
+
+static int set_progress(struct bench_opts *o, const char *v)
+{
+    (void)v;
+    o->progress = 1;
+    return 0;
+}
+
+static int set_no_progress(struct bench_opts *o, const char *v)
+{
+    (void)v;
+    o->progress = 0;
+    return 0;
+}
+
+static int set_strict(struct bench_opts *o, const char *v)
+{
+    (void)v;
+    o->strict = true;
+    return 0;
+}
+
+static int set_sequential(struct bench_opts *o, const char *v)
+{
+    (void)o;
+    (void)v;
+    bench_sequential = true;
+    return 0;
+}
+
+enum bench_flag_kind {
+    BF_U64,      /* an integer in [lo, hi] into the uint64_t at `offset` */
+    BF_DURATION, /* a duration in ms into the uint64_t at `offset` */
+    BF_VALUE,    /* set(o, value) */
+    BF_SWITCH,   /* set(o, NULL); takes no value */
+};
+
+/* getopt_long's value for bench_flags[i] is BENCH_FLAG_BASE + i. */
+#define BENCH_FLAG_BASE 256
+#define U64_AT(field) BF_U64, offsetof(struct bench_opts, field)
+
+/* bench's options, one row each; bench_help describes them. */
+static const struct bench_flag {
+    const char *name;
+    char short_name; /* 0: none */
+    enum bench_flag_kind kind;
+    size_t offset;                                   /* BF_U64, BF_DURATION */
+    uint64_t lo, hi;                                 /* BF_U64 */
+    int (*set)(struct bench_opts *o, const char *v); /* BF_VALUE, BF_SWITCH */
+    const char *bad;                                 /* the usage error for a bad value */
+} bench_flags[] = {
+    {"protocol", 0, BF_VALUE, 0, 0, 0, set_protocol, "--protocol is tierkv or etcd"},
+    {"connections", 'c', U64_AT(connections), 1, CONNECTIONS_MAX, NULL,
+     "--connections wants 1..20000"},
+    {"duration", 'd', BF_DURATION, offsetof(struct bench_opts, duration_ms), 0, 0, NULL,
+     "--duration wants a duration like 10s"},
+    {"warmup", 0, BF_VALUE, 0, 0, 0, set_warmup,
+     "--warmup wants a duration like 1s, or 0"},
+    {"value-size", 0, BF_VALUE, 0, 0, 0, set_value_size, "--value-size wants 0..1MiB"},
+    {"mix", 0, BF_VALUE, 0, 0, 0, set_mix, "--mix wants R:W (like 90:10), read or write"},
+    {"keys", 0, U64_AT(keys), 1, 100000000, NULL, "--keys wants 1..100000000"},
+    {"dist", 0, BF_VALUE, 0, 0, 0, set_dist,
+     "--dist wants uniform, zipf or zipf:THETA (0<THETA<1)"},
+    {"threads", 0, U64_AT(threads), 1, 2, NULL, "--threads wants 1 or 2"},
+    {"runs", 0, U64_AT(runs), 1, 100, NULL, "--runs wants 1..100"},
+    {"seed", 0, U64_AT(seed), 0, UINT64_MAX, NULL, "--seed wants an unsigned integer"},
+    {"no-prefill", 0, BF_SWITCH, 0, 0, 0, set_no_prefill, NULL},
+    {"key-prefix", 0, BF_VALUE, 0, 0, 0, set_key_prefix,
+     "--key-prefix is too long (63 bytes at most)"},
+    {"progress", 0, BF_SWITCH, 0, 0, 0, set_progress, NULL},
+    {"no-progress", 0, BF_SWITCH, 0, 0, 0, set_no_progress, NULL},
+    {"strict", 0, BF_SWITCH, 0, 0, 0, set_strict, NULL},
+    {"sequential", 0, BF_SWITCH, 0, 0, 0, set_sequential, NULL},
+    {"plot", 0, BF_VALUE, 0, 0, 0, set_plot, NULL},
+    {"cpu-pids", 0, BF_VALUE, 0, 0, 0, set_cpu_pids,
+     "--cpu-pids wants PID[,PID...] (8 at most)"},
+    {"rate", 0, U64_AT(rate), 1, 100000000, NULL,
+     "--rate wants 1..100000000 requests a second"},
+    {"slow-ms", 0, U64_AT(slow_ms), 1, 3600000, NULL, "--slow-ms wants 1..3600000"},
+};
+
+#undef U64_AT
+#define BENCH_FLAGS_N (sizeof(bench_flags) / sizeof(bench_flags[0]))
+
+/* The row getopt_long's answer `ch` stands for, or NULL (unknown, or a
+ * missing value). */
+static const struct bench_flag *bench_flag_for(int ch)
+{
+    if (ch >= BENCH_FLAG_BASE && ch < BENCH_FLAG_BASE + (int)BENCH_FLAGS_N)
+        return &bench_flags[ch - BENCH_FLAG_BASE];
+    for (size_t i = 0; ch != 0 && i < BENCH_FLAGS_N; i++)
+        if (bench_flags[i].short_name == ch)
+            return &bench_flags[i];
+    return NULL;
+}
+
+/* Stores f's value v into o. Returns 0 or -1 (bad value). */
+static int bench_flag_apply(struct bench_opts *o, const struct bench_flag *f,
+                            const char *v)
+{
+    uint64_t *field = (uint64_t *)(void *)((char *)o + f->offset);
+    switch (f->kind) {
+    case BF_U64:
+        return cli_parse_u64(v, f->lo, f->hi, field) == 0 ? 0 : -1;
+    case BF_DURATION:
+        return cli_parse_duration_ms(v, field) == 0 ? 0 : -1;
+    case BF_VALUE:
+        return f->set(o, v);
+    case BF_SWITCH:
+        return f->set(o, NULL);
+    }
+    return -1;
+}
+
+/* Parses bench's arguments into o. Returns 0, -1 when --help was printed, or
+ * CLI_EXIT_USAGE with the reason printed. */
 static int parse_bench_args(struct bench_opts *o, int argc, char **argv)
 {
-    enum {
-        O_PROTO = 256,
-        O_WARMUP,
-        O_VSIZE,
-        O_MIX,
-        O_KEYS,
-        O_DIST,
-        O_THREADS,
-        O_RUNS,
-        O_SEED,
-        O_NOPREFILL,
-        O_PREFIX,
-        O_PROGRESS,
-        O_NOPROGRESS,
-        O_STRICT,
-        O_SEQ,
-        O_PLOT,
-        O_CPU_PIDS,
-        O_RATE,
-        O_SLOW
-    };
-    static const struct option opts[] = {{"protocol", required_argument, 0, O_PROTO},
-                                         {"connections", required_argument, 0, 'c'},
-                                         {"duration", required_argument, 0, 'd'},
-                                         {"warmup", required_argument, 0, O_WARMUP},
-                                         {"value-size", required_argument, 0, O_VSIZE},
-                                         {"mix", required_argument, 0, O_MIX},
-                                         {"keys", required_argument, 0, O_KEYS},
-                                         {"dist", required_argument, 0, O_DIST},
-                                         {"threads", required_argument, 0, O_THREADS},
-                                         {"runs", required_argument, 0, O_RUNS},
-                                         {"seed", required_argument, 0, O_SEED},
-                                         {"no-prefill", no_argument, 0, O_NOPREFILL},
-                                         {"key-prefix", required_argument, 0, O_PREFIX},
-                                         {"progress", no_argument, 0, O_PROGRESS},
-                                         {"no-progress", no_argument, 0, O_NOPROGRESS},
-                                         {"strict", no_argument, 0, O_STRICT},
-                                         {"sequential", no_argument, 0, O_SEQ},
-                                         {"plot", required_argument, 0, O_PLOT},
-                                         {"cpu-pids", required_argument, 0, O_CPU_PIDS},
-                                         {"rate", required_argument, 0, O_RATE},
-                                         {"slow-ms", required_argument, 0, O_SLOW},
-                                         {"help", no_argument, 0, 'h'},
-                                         {0, 0, 0, 0}};
+    struct option opts[BENCH_FLAGS_N + 2];
+    for (size_t i = 0; i < BENCH_FLAGS_N; i++)
+        opts[i] = (struct option){bench_flags[i].name,
+                                  bench_flags[i].kind == BF_SWITCH ? no_argument
+                                                                   : required_argument,
+                                  NULL, BENCH_FLAG_BASE + (int)i};
+    opts[BENCH_FLAGS_N] = (struct option){"help", no_argument, NULL, 'h'};
+    opts[BENCH_FLAGS_N + 1] = (struct option){NULL, 0, NULL, 0};
     optind = 1;
     bench_sequential = false;
     opterr = 0;
     int ch;
     while ((ch = getopt_long(argc, argv, "+c:d:h", opts, NULL)) != -1) {
-        switch (ch) {
-        case O_PROTO:
-            if (strcmp(optarg, "tierkv") == 0 || strcmp(optarg, "http") == 0)
-                o->protocol = CLI_PROTO_TIERKV;
-            else if (strcmp(optarg, "etcd") == 0)
-                o->protocol = CLI_PROTO_ETCD;
-            else
-                return bench_usage("--protocol is tierkv or etcd");
-            break;
-        case 'c':
-            if (cli_parse_u64(optarg, 1, CONNECTIONS_MAX, &o->connections) != 0)
-                return bench_usage("--connections wants 1..20000");
-            break;
-        case 'd':
-            if (cli_parse_duration_ms(optarg, &o->duration_ms) != 0)
-                return bench_usage("--duration wants a duration like 10s");
-            break;
-        case O_WARMUP:
-            if (strcmp(optarg, "0") == 0)
-                o->warmup_ms = 0;
-            else if (cli_parse_duration_ms(optarg, &o->warmup_ms) != 0)
-                return bench_usage("--warmup wants a duration like 1s, or 0");
-            break;
-        case O_VSIZE:
-            if (cli_parse_size(optarg, &o->value_size) != 0 || o->value_size > VALUE_MAX)
-                return bench_usage("--value-size wants 0..1MiB");
-            break;
-        case O_MIX:
-            if (cli_parse_mix(optarg, &o->read_fraction) != 0)
-                return bench_usage("--mix wants R:W (like 90:10), read or write");
-            break;
-        case O_KEYS:
-            if (cli_parse_u64(optarg, 1, 100000000, &o->keys) != 0)
-                return bench_usage("--keys wants 1..100000000");
-            break;
-        case O_DIST:
-            if (cli_parse_dist(optarg, &o->dist, &o->zipf_theta) != 0)
-                return bench_usage(
-                    "--dist wants uniform, zipf or zipf:THETA (0<THETA<1)");
-            break;
-        case O_THREADS:
-            if (cli_parse_u64(optarg, 1, 2, &o->threads) != 0)
-                return bench_usage("--threads wants 1 or 2");
-            break;
-        case O_RUNS:
-            if (cli_parse_u64(optarg, 1, 100, &o->runs) != 0)
-                return bench_usage("--runs wants 1..100");
-            break;
-        case O_SEED:
-            if (cli_parse_u64(optarg, 0, UINT64_MAX, &o->seed) != 0)
-                return bench_usage("--seed wants an unsigned integer");
-            break;
-        case O_NOPREFILL:
-            o->prefill = false;
-            break;
-        case O_PREFIX:
-            if (strlen(optarg) >= sizeof(o->key_prefix))
-                return bench_usage("--key-prefix is too long (63 bytes at most)");
-            snprintf(o->key_prefix, sizeof(o->key_prefix), "%s", optarg);
-            break;
-        case O_PROGRESS:
-            o->progress = 1;
-            break;
-        case O_NOPROGRESS:
-            o->progress = 0;
-            break;
-        case O_STRICT:
-            o->strict = true;
-            break;
-        case O_SEQ:
-            bench_sequential = true;
-            break;
-        case O_PLOT:
-            o->plot = optarg;
-            break;
-        case O_CPU_PIDS:
-            o->n_cpu_pids = bench_cpu_parse_pids(optarg, o->cpu_pids);
-            if (o->n_cpu_pids < 0)
-                return bench_usage("--cpu-pids wants PID[,PID...] (8 at most)");
-            break;
-        case O_RATE:
-            if (cli_parse_u64(optarg, 1, 100000000, &o->rate) != 0)
-                return bench_usage("--rate wants 1..100000000 requests a second");
-            break;
-        case O_SLOW:
-            if (cli_parse_u64(optarg, 1, 3600000, &o->slow_ms) != 0)
-                return bench_usage("--slow-ms wants 1..3600000");
-            break;
-        case 'h':
+        if (ch == 'h') {
             fputs(bench_help, stdout);
             return -1;
-        default:
-            return bench_usage("unknown option or missing value");
         }
+        const struct bench_flag *f = bench_flag_for(ch);
+        if (f == NULL)
+            return bench_usage("unknown option or missing value");
+        if (bench_flag_apply(o, f, optarg) != 0)
+            return bench_usage(f->bad);
     }
     if (optind != argc)
         return bench_usage("takes no positional arguments");
