@@ -50,9 +50,10 @@ struct member_rec {
     char why[96];
 };
 
-/* A record's value: RECORD_FORMAT_V1 then a kvpb.MemberRecord. Builds before
- * it wrote text, "raft=<addr|-> http=<addr|-> removed=<0|1> inc=<hex|->"
- * (inc and removed absent in the oldest): read, never written. */
+/* A record's value is read in two formats: RECORD_FORMAT_V1 then a
+ * kvpb.MemberRecord, or the text "raft=<addr|-> http=<addr|-> removed=<0|1>
+ * inc=<hex|->" (inc and removed absent in the oldest), which record_cmd still
+ * writes until the integration tests decode the protobuf one. */
 #define MEMBER_REC_V1 KVPB__RECORD_FORMAT__RECORD_FORMAT_V1
 #define MEMBER_REC_MAX 1024 /* no valid value of either format is longer */
 
