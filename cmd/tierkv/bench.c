@@ -1190,225 +1190,307 @@ static int bench_plot_out(const struct bench_opts *o, const struct bench_timelin
     return code;
 }
 
-int cli_cmd_bench(struct cli_global *g, int argc, char **argv)
-{
+/* One `tierkv bench`: its options, the state its loops share, and what its
+ * runs measured, passed between cli_cmd_bench's steps. */
+struct bench {
+    struct cli_global *g;
     struct bench_opts o;
-    cli_bench_defaults(&o);
-    int prc = parse_bench_args(&o, argc, argv);
-    if (prc != 0)
-        return prc < 0 ? 0 : prc;
-    struct shared *sh = tk_calloc(1, sizeof(*sh));
-    int code = 0;
-    sh->o = &o;
-    sh->n_eps = g->client.n_eps;
+    struct shared *sh;
+    const char *proto;   /* "tierkv" or "etcd" */
+    char eps_text[1024]; /* the endpoints, comma-separated */
+    char dist_text[32];
+    char query_write[48], query_read[48];
+    char *value, *value_b64; /* the one value every write sends */
+    struct bench_timeline timeline;
+    struct worker *ws;
+    struct run_result *res; /* one per run */
+    uint64_t total_ops, total_err, total_nf, total_redirects;
+};
+
+/* The medians over the runs and the JSON line's parts built from them. */
+struct bench_summary {
+    double ops, p50, p90, p99, p999, max;
+    /* Each --cpu-pids process's median CPU per op and, last, the bench's; the
+     * median of the runs' sums over the processes (-1: none). */
+    double cpu_med[BENCH_CPU_PIDS_MAX + 1], cpu_total;
+    char cpu_json[64 + 24 * BENCH_CPU_PIDS_MAX];
+    char over_json[32 * N_OVER];
+    char turn_phase[32];
+    double turn_ms; /* the nodes' longest loop turn (-1: unknown) */
+};
+
+/* Resolves the endpoints into the addresses and Host lines the loops use.
+ * Returns 0 or CLI_EXIT_UNAVAILABLE with the reason printed. */
+static int bench_endpoints(struct shared *sh, const struct cli_client *c)
+{
+    const char *tok = cli_security_get()->token;
+    sh->n_eps = c->n_eps;
     for (size_t i = 0; i < sh->n_eps; i++) {
-        const struct cli_endpoint *ep = &g->client.eps[i];
+        const struct cli_endpoint *ep = &c->eps[i];
         struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
         struct addrinfo *res;
         int grc = getaddrinfo(ep->host, ep->port, &hints, &res);
         if (grc != 0) {
             fprintf(stderr, "tierkv bench: cannot resolve %s: %s\n", ep->host,
                     gai_strerror(grc));
-            code = CLI_EXIT_UNAVAILABLE;
-            goto out;
+            return CLI_EXIT_UNAVAILABLE;
         }
         memcpy(&sh->addrs[i], res->ai_addr, res->ai_addrlen);
         freeaddrinfo(res);
         snprintf(sh->hosts[i], sizeof(sh->hosts[i]),
                  strchr(ep->host, ':') ? "[%s]:%s" : "%s:%s", ep->host, ep->port);
         sh->tls_names[i] = ep->host;
-        const char *tok = cli_security_get()->token;
         snprintf(sh->host_lines[i], sizeof(sh->host_lines[i]), "%s%s%s", sh->hosts[i],
                  tok != NULL ? "\r\nAuthorization: Bearer " : "", tok != NULL ? tok : "");
     }
-    if (o.dist == CLI_DIST_ZIPF && cli_zipf_init(&sh->zipf, o.keys, o.zipf_theta) != 0) {
-        code = bench_usage("bad zipf parameters");
-        goto out;
-    }
-    /* One value for every write: printable bytes so both protocols carry it. */
-    char *value = tk_malloc(o.value_size + 1);
-    struct tk_prng vp;
-    tk_prng_seed(&vp, o.seed);
-    for (uint64_t i = 0; i < o.value_size; i++)
-        value[i] = (char)('a' + tk_prng_below(&vp, 26));
-    value[o.value_size] = '\0';
-    char *value_b64 = tk_malloc(tk_base64_encoded_len(o.value_size) + 1);
-    sh->pl = (struct bench_payload){value, value_b64, o.value_size,
-                                    tk_base64_encode(value, o.value_size, value_b64)};
-    char qw[48] = "", qr[48] = "";
-    if (o.protocol == CLI_PROTO_TIERKV) {
-        if (g->mode[0])
-            snprintf(qw, sizeof(qw), "?mode=%s", g->mode);
-        if (g->consistency[0])
-            snprintf(qr, sizeof(qr), "?consistency=%s", g->consistency);
-    } else if (strcmp(g->consistency, "stale") == 0) {
-        snprintf(qr, sizeof(qr), "serializable");
-    }
-    sh->query_write = qw;
-    sh->query_read = qr;
-    sh->progress = o.progress < 0 ? isatty(STDERR_FILENO) != 0 : o.progress != 0;
-    struct bench_timeline timeline = {0};
-    if (o.plot != NULL)
-        sh->timeline = &timeline;
-    if (o.connections < o.threads)
-        o.threads = o.connections;
-    raise_fd_limit(o.connections);
+    return 0;
+}
 
-    const char *proto = o.protocol == CLI_PROTO_TIERKV ? "tierkv" : "etcd";
-    char eps_text[1024] = "";
-    for (size_t i = 0; i < sh->n_eps; i++) {
-        size_t l = strlen(eps_text);
-        snprintf(eps_text + l, sizeof(eps_text) - l, "%s%s", i ? "," : "", sh->hosts[i]);
+/* One value for every write: printable bytes so both protocols carry it. */
+static void bench_payload_make(struct bench *b)
+{
+    uint64_t size = b->o.value_size;
+    b->value = tk_malloc(size + 1);
+    struct tk_prng vp;
+    tk_prng_seed(&vp, b->o.seed);
+    for (uint64_t i = 0; i < size; i++)
+        b->value[i] = (char)('a' + tk_prng_below(&vp, 26));
+    b->value[size] = '\0';
+    b->value_b64 = tk_malloc(tk_base64_encoded_len(size) + 1);
+    b->sh->pl = (struct bench_payload){b->value, b->value_b64, size,
+                                       tk_base64_encode(b->value, size, b->value_b64)};
+}
+
+/* The global --mode and --consistency as each protocol asks for them. */
+static void bench_queries(struct bench *b)
+{
+    const struct cli_global *g = b->g;
+    if (b->o.protocol == CLI_PROTO_TIERKV) {
+        if (g->mode[0])
+            snprintf(b->query_write, sizeof(b->query_write), "?mode=%s", g->mode);
+        if (g->consistency[0])
+            snprintf(b->query_read, sizeof(b->query_read), "?consistency=%s",
+                     g->consistency);
+    } else if (strcmp(g->consistency, "stale") == 0) {
+        snprintf(b->query_read, sizeof(b->query_read), "serializable");
     }
-    char dist_text[32];
-    if (o.dist == CLI_DIST_ZIPF)
-        snprintf(dist_text, sizeof(dist_text), "zipf:%.2f", o.zipf_theta);
+    b->sh->query_write = b->query_write;
+    b->sh->query_read = b->query_read;
+}
+
+/* Everything the runs need once the endpoints resolve, and the header line. */
+static void bench_prepare(struct bench *b)
+{
+    struct bench_opts *o = &b->o;
+    struct shared *sh = b->sh;
+    bench_payload_make(b);
+    bench_queries(b);
+    sh->progress = o->progress < 0 ? isatty(STDERR_FILENO) != 0 : o->progress != 0;
+    if (o->plot != NULL)
+        sh->timeline = &b->timeline;
+    if (o->connections < o->threads)
+        o->threads = o->connections;
+    raise_fd_limit(o->connections);
+    b->proto = o->protocol == CLI_PROTO_TIERKV ? "tierkv" : "etcd";
+    for (size_t i = 0; i < sh->n_eps; i++) {
+        size_t l = strlen(b->eps_text);
+        snprintf(b->eps_text + l, sizeof(b->eps_text) - l, "%s%s", i ? "," : "",
+                 sh->hosts[i]);
+    }
+    if (o->dist == CLI_DIST_ZIPF)
+        snprintf(b->dist_text, sizeof(b->dist_text), "zipf:%.2f", o->zipf_theta);
     else
-        snprintf(dist_text, sizeof(dist_text), "uniform");
-    if (!g->json)
+        snprintf(b->dist_text, sizeof(b->dist_text), "uniform");
+    if (!b->g->json)
         printf("tierkv bench: protocol=%s op=%s read_fraction=%.2f connections=%" PRIu64
                " threads=%" PRIu64 " duration=%.1fs value_size=%" PRIu64 " keys=%" PRIu64
                " dist=%s endpoints=%s\n",
-               proto, op_name(&o), o.read_fraction, o.connections, o.threads,
-               (double)o.duration_ms / 1000, o.value_size, o.keys, dist_text, eps_text);
+               b->proto, op_name(o), o->read_fraction, o->connections, o->threads,
+               (double)o->duration_ms / 1000, o->value_size, o->keys, b->dist_text,
+               b->eps_text);
+    b->ws = tk_calloc(o->threads, sizeof(struct worker));
+    b->res = tk_calloc(o->runs, sizeof(*b->res));
+}
 
-    struct worker *ws = tk_calloc(o.threads, sizeof(struct worker));
-    struct run_result *res = tk_calloc(o.runs, sizeof(*res));
-    uint64_t total_ops = 0, total_err = 0, total_nf = 0, total_redirects = 0;
-    if (o.prefill && o.read_fraction > 0) {
-        sh->prefill = true;
-        if (!g->json)
-            printf("prefill: writing %" PRIu64 " keys\n", o.keys);
-        fflush(stdout);
-        int rc = run_phase(sh, ws, o.threads, o.connections, 0);
-        uint64_t perr = 0;
-        for (size_t i = 0; i < o.threads; i++)
-            perr += ws[i].errors;
-        if (rc != 0 || perr > 0)
-            fprintf(stderr, "tierkv bench: prefill had %" PRIu64 " errors (first: %s)\n",
-                    perr, ws[0].first_error[0] ? ws[0].first_error : "?");
-        sh->prefill = false;
+/* Writes every key once, so that reads hit. */
+static void bench_prefill(struct bench *b)
+{
+    struct shared *sh = b->sh;
+    sh->prefill = true;
+    if (!b->g->json)
+        printf("prefill: writing %" PRIu64 " keys\n", b->o.keys);
+    fflush(stdout);
+    int rc = run_phase(sh, b->ws, b->o.threads, b->o.connections, 0);
+    uint64_t perr = 0;
+    for (size_t i = 0; i < b->o.threads; i++)
+        perr += b->ws[i].errors;
+    if (rc != 0 || perr > 0)
+        fprintf(stderr, "tierkv bench: prefill had %" PRIu64 " errors (first: %s)\n",
+                perr, b->ws[0].first_error[0] ? b->ws[0].first_error : "?");
+    sh->prefill = false;
+}
+
+/* The workers' counts and latencies of the run just measured, into rr. */
+static void run_result_collect(const struct bench *b, struct run_result *rr)
+{
+    const struct bench_opts *o = &b->o;
+    struct tk_hist h;
+    tk_hist_init(&h);
+    for (size_t i = 0; i < o->threads; i++) {
+        const struct worker *w = &b->ws[i];
+        tk_hist_merge(&h, &w->hist);
+        rr->ops += w->ops;
+        rr->errors += w->errors;
+        rr->not_found += w->not_found;
+        rr->redirects += w->redirects;
+        if (!rr->first_error[0] && w->first_error[0])
+            snprintf(rr->first_error, sizeof(rr->first_error), "%s", w->first_error);
     }
-    if (!g->json) {
+    rr->ops_per_s = (double)rr->ops / ((double)o->duration_ms / 1000);
+    rr->p50 = (double)tk_hist_quantile(&h, 0.5) / 1e6;
+    rr->p90 = (double)tk_hist_quantile(&h, 0.9) / 1e6;
+    rr->p99 = (double)tk_hist_quantile(&h, 0.99) / 1e6;
+    rr->p999 = (double)tk_hist_quantile(&h, 0.999) / 1e6;
+    rr->max = (double)tk_hist_quantile(&h, 1.0) / 1e6;
+    for (size_t i = 0; i < N_OVER; i++)
+        rr->over[i] = tk_hist_count_over(&h, over_ms[i] * 1000000);
+    for (int i = 0; i <= o->n_cpu_pids; i++) {
+        int64_t a = b->sh->cpu_start[i], e = b->sh->cpu_end[i];
+        rr->cpu_us[i] =
+            a >= 0 && e >= a && rr->ops > 0 ? (double)(e - a) / (double)rr->ops : -1;
+    }
+}
+
+/* Run r's row of the table (and its CPU line), and its errors on stderr. */
+static void run_result_print(const struct bench *b, uint64_t r,
+                             const struct run_result *rr)
+{
+    const struct bench_opts *o = &b->o;
+    if (!b->g->json) {
+        printf("%-6" PRIu64 " %12.1f %10" PRIu64
+               " %9.3f %9.3f %9.3f %9.3f %9.3f %8" PRIu64 " %9" PRIu64 "\n",
+               r + 1, rr->ops_per_s, rr->ops, rr->p50, rr->p90, rr->p99, rr->p999,
+               rr->max, rr->errors, rr->not_found);
+        fflush(stdout);
+    }
+    if (!b->g->json && o->n_cpu_pids > 0) {
+        printf("       CPU us/op:");
+        for (int i = 0; i < o->n_cpu_pids; i++)
+            printf(" pid %d %.1f,", o->cpu_pids[i], rr->cpu_us[i]);
+        printf(" bench %.1f\n", rr->cpu_us[o->n_cpu_pids]);
+        fflush(stdout);
+    }
+    if (rr->errors > 0)
+        fprintf(stderr, "tierkv bench: run %" PRIu64 ": %" PRIu64 " errors (first: %s)\n",
+                r + 1, rr->errors, rr->first_error);
+}
+
+/* The prefill (when the mix has reads), then each run, a row each. Returns 0
+ * or CLI_EXIT_ERROR (a loop that did not close cleanly). */
+static int bench_measure(struct bench *b)
+{
+    const struct bench_opts *o = &b->o;
+    int code = 0;
+    if (o->prefill && o->read_fraction > 0)
+        bench_prefill(b);
+    if (!b->g->json) {
         printf("%-6s %12s %10s %9s %9s %9s %9s %9s %8s %9s\n", "run", "ops/s", "ops",
                "p50_ms", "p90_ms", "p99_ms", "p99.9_ms", "max_ms", "errors", "not_found");
         fflush(stdout);
     }
-    for (uint64_t r = 0; r < o.runs; r++) {
-        int rc = run_phase(sh, ws, o.threads, o.connections, r + 1);
-        if (rc != 0) {
+    for (uint64_t r = 0; r < o->runs; r++) {
+        if (run_phase(b->sh, b->ws, o->threads, o->connections, r + 1) != 0) {
             fprintf(stderr,
                     "tierkv bench: internal error: a loop did not close cleanly\n");
             code = CLI_EXIT_ERROR;
         }
-        struct tk_hist h;
-        tk_hist_init(&h);
-        struct run_result *rr = &res[r];
-        for (size_t i = 0; i < o.threads; i++) {
-            tk_hist_merge(&h, &ws[i].hist);
-            rr->ops += ws[i].ops;
-            rr->errors += ws[i].errors;
-            rr->not_found += ws[i].not_found;
-            rr->redirects += ws[i].redirects;
-            if (!rr->first_error[0] && ws[i].first_error[0])
-                snprintf(rr->first_error, sizeof(rr->first_error), "%s",
-                         ws[i].first_error);
-        }
-        rr->ops_per_s = (double)rr->ops / ((double)o.duration_ms / 1000);
-        rr->p50 = (double)tk_hist_quantile(&h, 0.5) / 1e6;
-        rr->p90 = (double)tk_hist_quantile(&h, 0.9) / 1e6;
-        rr->p99 = (double)tk_hist_quantile(&h, 0.99) / 1e6;
-        rr->p999 = (double)tk_hist_quantile(&h, 0.999) / 1e6;
-        rr->max = (double)tk_hist_quantile(&h, 1.0) / 1e6;
-        for (size_t i = 0; i < N_OVER; i++)
-            rr->over[i] = tk_hist_count_over(&h, over_ms[i] * 1000000);
-        for (int i = 0; i <= o.n_cpu_pids; i++) {
-            int64_t a = sh->cpu_start[i], b = sh->cpu_end[i];
-            rr->cpu_us[i] =
-                a >= 0 && b >= a && rr->ops > 0 ? (double)(b - a) / (double)rr->ops : -1;
-        }
-        total_ops += rr->ops;
-        total_err += rr->errors;
-        total_nf += rr->not_found;
-        total_redirects += rr->redirects;
-        if (!g->json) {
-            printf("%-6" PRIu64 " %12.1f %10" PRIu64
-                   " %9.3f %9.3f %9.3f %9.3f %9.3f %8" PRIu64 " %9" PRIu64 "\n",
-                   r + 1, rr->ops_per_s, rr->ops, rr->p50, rr->p90, rr->p99, rr->p999,
-                   rr->max, rr->errors, rr->not_found);
-            fflush(stdout);
-        }
-        if (!g->json && o.n_cpu_pids > 0) {
-            printf("       CPU us/op:");
-            for (int i = 0; i < o.n_cpu_pids; i++)
-                printf(" pid %d %.1f,", o.cpu_pids[i], rr->cpu_us[i]);
-            printf(" bench %.1f\n", rr->cpu_us[o.n_cpu_pids]);
-            fflush(stdout);
-        }
-        if (rr->errors > 0)
-            fprintf(stderr,
-                    "tierkv bench: run %" PRIu64 ": %" PRIu64 " errors (first: %s)\n",
-                    r + 1, rr->errors, rr->first_error);
+        struct run_result *rr = &b->res[r];
+        run_result_collect(b, rr);
+        b->total_ops += rr->ops;
+        b->total_err += rr->errors;
+        b->total_nf += rr->not_found;
+        b->total_redirects += rr->redirects;
+        run_result_print(b, r, rr);
     }
+    return code;
+}
+
+/* The medians of the runs' throughput and percentiles, the largest max, and
+ * the table's median row when there is more than one run. */
+static void bench_medians(const struct bench *b, struct bench_summary *s)
+{
+    uint64_t runs = b->o.runs;
     double v[5][100];
-    for (uint64_t r = 0; r < o.runs; r++) {
-        v[0][r] = res[r].ops_per_s;
-        v[1][r] = res[r].p50;
-        v[2][r] = res[r].p90;
-        v[3][r] = res[r].p99;
-        v[4][r] = res[r].p999;
+    for (uint64_t r = 0; r < runs; r++) {
+        v[0][r] = b->res[r].ops_per_s;
+        v[1][r] = b->res[r].p50;
+        v[2][r] = b->res[r].p90;
+        v[3][r] = b->res[r].p99;
+        v[4][r] = b->res[r].p999;
     }
-    double m_ops = median(v[0], o.runs), m50 = median(v[1], o.runs),
-           m90 = median(v[2], o.runs), m99 = median(v[3], o.runs),
-           m999 = median(v[4], o.runs);
-    double mx = 0;
-    for (uint64_t r = 0; r < o.runs; r++)
-        mx = res[r].max > mx ? res[r].max : mx;
-    if (!g->json && o.runs > 1)
+    s->ops = median(v[0], runs);
+    s->p50 = median(v[1], runs);
+    s->p90 = median(v[2], runs);
+    s->p99 = median(v[3], runs);
+    s->p999 = median(v[4], runs);
+    s->max = 0;
+    for (uint64_t r = 0; r < runs; r++)
+        s->max = b->res[r].max > s->max ? b->res[r].max : s->max;
+    if (!b->g->json && runs > 1)
         printf("%-6s %12.1f %10" PRIu64 " %9.3f %9.3f %9.3f %9.3f %9.3f %8" PRIu64
                " %9" PRIu64 "\n",
-               "median", m_ops, total_ops, m50, m90, m99, m999, mx, total_err, total_nf);
-    /* CPU per op: each process's median over the runs, and the median of the
-     * runs' sums over the --cpu-pids processes. */
-    double cpu_med[BENCH_CPU_PIDS_MAX + 1], cpu_total = -1;
-    for (int i = 0; i <= o.n_cpu_pids; i++) {
-        for (uint64_t r = 0; r < o.runs; r++)
-            v[0][r] = res[r].cpu_us[i];
-        cpu_med[i] = median(v[0], o.runs);
+               "median", s->ops, b->total_ops, s->p50, s->p90, s->p99, s->p999, s->max,
+               b->total_err, b->total_nf);
+}
+
+/* CPU per op: each process's median over the runs, and the median of the
+ * runs' sums over the --cpu-pids processes (printed when there are any). */
+static void bench_cpu_medians(const struct bench *b, struct bench_summary *s)
+{
+    const struct bench_opts *o = &b->o;
+    double v[100];
+    s->cpu_total = -1;
+    for (int i = 0; i <= o->n_cpu_pids; i++) {
+        for (uint64_t r = 0; r < o->runs; r++)
+            v[r] = b->res[r].cpu_us[i];
+        s->cpu_med[i] = median(v, o->runs);
     }
-    if (o.n_cpu_pids > 0) {
-        for (uint64_t r = 0; r < o.runs; r++) {
-            v[0][r] = 0;
-            for (int i = 0; i < o.n_cpu_pids; i++)
-                v[0][r] =
-                    v[0][r] < 0 || res[r].cpu_us[i] < 0 ? -1 : v[0][r] + res[r].cpu_us[i];
-        }
-        cpu_total = median(v[0], o.runs);
-        if (!g->json)
-            printf("median CPU us/op: servers %.1f in all, bench %.1f\n", cpu_total,
-                   cpu_med[o.n_cpu_pids]);
+    if (o->n_cpu_pids == 0)
+        return;
+    for (uint64_t r = 0; r < o->runs; r++) {
+        v[r] = 0;
+        for (int i = 0; i < o->n_cpu_pids; i++)
+            v[r] = v[r] < 0 || b->res[r].cpu_us[i] < 0 ? -1 : v[r] + b->res[r].cpu_us[i];
     }
-    char cpu_json[64 + 24 * BENCH_CPU_PIDS_MAX] = "";
+    s->cpu_total = median(v, o->runs);
+    if (!b->g->json)
+        printf("median CPU us/op: servers %.1f in all, bench %.1f\n", s->cpu_total,
+               s->cpu_med[o->n_cpu_pids]);
+}
+
+/* The JSON line's "cpu_us_per_op" list and "over_ms" object. */
+static void bench_json_parts(const struct bench *b, struct bench_summary *s)
+{
     size_t cj = 0;
-    for (int i = 0; i < o.n_cpu_pids; i++)
-        cj += (size_t)snprintf(cpu_json + cj, sizeof(cpu_json) - cj, "%s%.2f",
-                               i ? "," : "", cpu_med[i]);
-    char over_json[32 * N_OVER] = "";
+    s->cpu_json[0] = '\0';
+    for (int i = 0; i < b->o.n_cpu_pids; i++)
+        cj += (size_t)snprintf(s->cpu_json + cj, sizeof(s->cpu_json) - cj, "%s%.2f",
+                               i ? "," : "", s->cpu_med[i]);
     size_t oj = 0;
+    s->over_json[0] = '\0';
     for (size_t i = 0; i < N_OVER; i++) {
         uint64_t n = 0;
-        for (uint64_t r = 0; r < o.runs; r++)
-            n += res[r].over[i];
-        oj += (size_t)snprintf(over_json + oj, sizeof(over_json) - oj,
+        for (uint64_t r = 0; r < b->o.runs; r++)
+            n += b->res[r].over[i];
+        oj += (size_t)snprintf(s->over_json + oj, sizeof(s->over_json) - oj,
                                "%s\"%" PRIu64 "\":%" PRIu64, i ? "," : "", over_ms[i], n);
     }
-    char turn_phase[32];
-    double turn_ms = o.protocol == CLI_PROTO_TIERKV
-                         ? max_loop_turn(g, turn_phase, sizeof(turn_phase))
-                         : -1;
-    if (!g->json && turn_ms >= 0)
-        printf("longest loop turn of the nodes (since they started): %.1f ms, in %s\n",
-               turn_ms, turn_phase);
+}
+
+/* The one JSON line (also with --json). */
+static void bench_print_json(const struct bench *b, const struct bench_summary *s)
+{
+    const struct bench_opts *o = &b->o;
     printf("{\"bench\":\"http\",\"protocol\":\"%s\",\"op\":\"%s\",\"read_fraction\":%.3f,"
            "\"connections\":%" PRIu64 ",\"threads\":%" PRIu64 ",\"rate\":%" PRIu64
            ",\"duration_s\":%.3f,"
@@ -1422,25 +1504,66 @@ int cli_cmd_bench(struct cli_global *g, int argc, char **argv)
            "\"bench_cpu_us_per_op\":%.2f,"
            "\"mode\":\"%s\",\"consistency\":\"%s\","
            "\"endpoints\":\"%s\"}\n",
-           proto, op_name(&o), o.read_fraction, o.connections, o.threads, o.rate,
-           (double)o.duration_ms / 1000, o.value_size, o.keys, dist_text, o.runs,
-           total_ops, m_ops, m50, m90, m99, m999, mx, total_err, total_nf,
-           total_redirects, over_json, turn_ms, cpu_json, cpu_total,
-           cpu_med[o.n_cpu_pids], g->mode, g->consistency, eps_text);
+           b->proto, op_name(o), o->read_fraction, o->connections, o->threads, o->rate,
+           (double)o->duration_ms / 1000, o->value_size, o->keys, b->dist_text, o->runs,
+           b->total_ops, s->ops, s->p50, s->p90, s->p99, s->p999, s->max, b->total_err,
+           b->total_nf, b->total_redirects, s->over_json, s->turn_ms, s->cpu_json,
+           s->cpu_total, s->cpu_med[o->n_cpu_pids], b->g->mode, b->g->consistency,
+           b->eps_text);
     fflush(stdout);
-    code = bench_plot_out(&o, &timeline, proto, code);
-    bench_timeline_free(&timeline);
-    if (code == 0 && total_ops == 0) {
+}
+
+/* The summary lines, the JSON line and the plot; returns the exit code, from
+ * `code` (the runs') and what the runs counted. */
+static int bench_report(struct bench *b, int code)
+{
+    struct bench_summary s;
+    bench_medians(b, &s);
+    bench_cpu_medians(b, &s);
+    bench_json_parts(b, &s);
+    s.turn_ms = b->o.protocol == CLI_PROTO_TIERKV
+                    ? max_loop_turn(b->g, s.turn_phase, sizeof(s.turn_phase))
+                    : -1;
+    if (!b->g->json && s.turn_ms >= 0)
+        printf("longest loop turn of the nodes (since they started): %.1f ms, in %s\n",
+               s.turn_ms, s.turn_phase);
+    bench_print_json(b, &s);
+    code = bench_plot_out(&b->o, &b->timeline, b->proto, code);
+    if (code == 0 && b->total_ops == 0) {
         fprintf(stderr, "tierkv bench: no request succeeded\n");
         code = CLI_EXIT_UNAVAILABLE;
-    } else if (code == 0 && o.strict && total_err > 0) {
+    } else if (code == 0 && b->o.strict && b->total_err > 0) {
         code = CLI_EXIT_ERROR;
     }
-    tk_free(res);
-    tk_free(ws);
-    tk_free(value);
-    tk_free(value_b64);
-out:
-    tk_free(sh);
+    return code;
+}
+
+int cli_cmd_bench(struct cli_global *g, int argc, char **argv)
+{
+    struct bench *b = tk_calloc(1, sizeof(*b));
+    b->g = g;
+    cli_bench_defaults(&b->o);
+    int code = parse_bench_args(&b->o, argc, argv);
+    if (code != 0) {
+        tk_free(b);
+        return code < 0 ? 0 : code;
+    }
+    b->sh = tk_calloc(1, sizeof(*b->sh));
+    b->sh->o = &b->o;
+    code = bench_endpoints(b->sh, &g->client);
+    if (code == 0 && b->o.dist == CLI_DIST_ZIPF &&
+        cli_zipf_init(&b->sh->zipf, b->o.keys, b->o.zipf_theta) != 0)
+        code = bench_usage("bad zipf parameters");
+    if (code == 0) {
+        bench_prepare(b);
+        code = bench_report(b, bench_measure(b));
+        bench_timeline_free(&b->timeline);
+        tk_free(b->res);
+        tk_free(b->ws);
+        tk_free(b->value);
+        tk_free(b->value_b64);
+    }
+    tk_free(b->sh);
+    tk_free(b);
     return code;
 }
