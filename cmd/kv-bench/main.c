@@ -40,6 +40,7 @@
 #include "base/err.h"
 #include "base/hist.h"
 #include "base/prng.h"
+#include "cmd/benchplot/bench_args.h"
 #include "cmd/benchplot/bench_plot.h"
 #include "kv.pb-c.h"
 #include "kv/kv.h"
@@ -803,19 +804,6 @@ static void print_json(int n_scales, const struct scale_figs figs[])
 
 static const char *plot_path; /* --plot */
 
-static int parse_flag(const char *v, void *dest)
-{
-    (void)v;
-    *(bool *)dest = true;
-    return 0;
-}
-
-static int parse_str(const char *v, void *dest)
-{
-    *(const char **)dest = v;
-    return 0;
-}
-
 /* An op as the table names it; an unknown name is an error unless an earlier
  * --only named a known one. */
 static int parse_op(const char *v, void *dest)
@@ -827,49 +815,20 @@ static int parse_op(const char *v, void *dest)
     return *op_out >= 0 ? 0 : -1;
 }
 
-/* One row per option, in the order the usage message names them; a row with
- * a placeholder takes a value, which `parse` stores into *dest. */
-static const struct bench_option {
-    const char *name, *placeholder;
-    int (*parse)(const char *v, void *dest);
-    void *dest;
-} options[] = {
-    {"--quick", NULL, parse_flag, &quick},
-    {"--append-only", NULL, parse_flag, &append_only},
-    {"--only", "'<op name>'", parse_op, &only},
-    {"--plot", "FILE.svg", parse_str, &plot_path},
+/* One row per option, in the order the usage message names them. */
+static const struct bench_option options[] = {
+    {"--quick", NULL, bench_parse_flag, &quick, false},
+    {"--append-only", NULL, bench_parse_flag, &append_only, false},
+    {"--only", "'<op name>'", parse_op, &only, false},
+    {"--plot", "FILE.svg", bench_parse_str, &plot_path, false},
 };
-#define N_OPTIONS (sizeof(options) / sizeof(options[0]))
-
-/* Returns 0, or 2 after printing the usage message. */
-static int parse_args(int argc, char **argv)
-{
-    for (int i = 1; i < argc; i++) {
-        const struct bench_option *o = NULL;
-        for (size_t k = 0; k < N_OPTIONS && o == NULL; k++)
-            if (strcmp(argv[i], options[k].name) == 0)
-                o = &options[k];
-        if (o != NULL && o->placeholder == NULL && o->parse(NULL, o->dest) == 0)
-            continue;
-        if (o != NULL && o->placeholder != NULL && i + 1 < argc &&
-            o->parse(argv[++i], o->dest) == 0)
-            continue;
-        fprintf(stderr, "usage: kv-bench");
-        for (size_t k = 0; k < N_OPTIONS; k++)
-            if (options[k].placeholder != NULL)
-                fprintf(stderr, " [%s %s]", options[k].name, options[k].placeholder);
-            else
-                fprintf(stderr, " [%s]", options[k].name);
-        fprintf(stderr, "\n");
-        return 2;
-    }
-    return 0;
-}
 
 int main(int argc, char **argv)
 {
-    if (parse_args(argc, argv) != 0)
-        return 2;
+    int rc = bench_args_parse("kv-bench", options, sizeof(options) / sizeof(options[0]),
+                              argc, argv);
+    if (rc != 0)
+        return rc;
     if (quick)
         runs = 3;
     tk_prng_seed(&rng, 42);

@@ -51,6 +51,7 @@
 #include "base/err.h"
 #include "base/hist.h"
 #include "base/log.h"
+#include "cmd/benchplot/bench_args.h"
 #include "cmd/benchplot/bench_plot.h"
 #include "store/store.h"
 
@@ -998,86 +999,35 @@ static int full_run(double secs)
 
 /* ---- the command line --------------------------------------------------- */
 
-enum opt_kind { OPT_FLAG, OPT_STR, OPT_INT, OPT_UINT, OPT_U64, OPT_DOUBLE };
-
 static const char *dir_arg; /* --dir */
 static bool runs_given;     /* --runs */
 
-/* One row per option, in the order the usage message names them; a row with
- * a placeholder takes a value, parsed by its kind into *dest. */
-static const struct bench_option {
-    const char *name, *placeholder;
-    enum opt_kind kind;
-    void *dest;
-    bool *given; /* set when the option is on the command line */
-    bool wrap;   /* the usage message starts a new line before it */
-} options[] = {
-    {"--quick", NULL, OPT_FLAG, &quick, NULL, false},
-    {"--dir", "DIR", OPT_STR, &dir_arg, NULL, false},
-    {"--runs", "N", OPT_INT, &runs, &runs_given, false},
-    {"--recovery-only", NULL, OPT_FLAG, &recovery_only, NULL, false},
-    {"--plot", "FILE.svg", OPT_STR, &plot_path, NULL, false},
-    {"--only", "appenders|length", OPT_STR, &only, NULL, true},
-    {"--log-entries", "N", OPT_U64, &log_entries, NULL, false},
-    {"--seconds", "S", OPT_DOUBLE, &window_s, NULL, false},
-    {"--mem-sync-us", "N", OPT_UINT, &mem_sync_us, NULL, false},
+static int parse_runs(const char *v, void *dest)
+{
+    runs_given = true;
+    return bench_parse_int(v, dest);
+}
+
+/* One row per option, in the order the usage message names them. */
+static const struct bench_option options[] = {
+    {"--quick", NULL, bench_parse_flag, &quick, false},
+    {"--dir", "DIR", bench_parse_str, &dir_arg, false},
+    {"--runs", "N", parse_runs, &runs, false},
+    {"--recovery-only", NULL, bench_parse_flag, &recovery_only, false},
+    {"--plot", "FILE.svg", bench_parse_str, &plot_path, false},
+    {"--only", "appenders|length", bench_parse_str, &only, true},
+    {"--log-entries", "N", bench_parse_u64, &log_entries, false},
+    {"--seconds", "S", bench_parse_double, &window_s, false},
+    {"--mem-sync-us", "N", bench_parse_uint, &mem_sync_us, false},
 };
-#define N_OPTIONS (sizeof(options) / sizeof(options[0]))
-
-static void usage(void)
-{
-    fprintf(stderr, "usage: store-bench");
-    for (size_t i = 0; i < N_OPTIONS; i++) {
-        if (options[i].wrap)
-            fprintf(stderr, "\n%18s", "");
-        if (options[i].placeholder != NULL)
-            fprintf(stderr, " [%s %s]", options[i].name, options[i].placeholder);
-        else
-            fprintf(stderr, " [%s]", options[i].name);
-    }
-    fprintf(stderr, "\n");
-}
-
-static void option_set(const struct bench_option *o, const char *v)
-{
-    switch (o->kind) {
-    case OPT_FLAG:
-        *(bool *)o->dest = true;
-        break;
-    case OPT_STR:
-        *(const char **)o->dest = v;
-        break;
-    case OPT_INT:
-        *(int *)o->dest = atoi(v);
-        break;
-    case OPT_UINT:
-        *(unsigned *)o->dest = (unsigned)atoi(v);
-        break;
-    case OPT_U64:
-        *(uint64_t *)o->dest = strtoull(v, NULL, 10);
-        break;
-    case OPT_DOUBLE:
-        *(double *)o->dest = atof(v);
-        break;
-    }
-    if (o->given != NULL)
-        *o->given = true;
-}
 
 /* Returns 0, or the exit code (2) after saying what is wrong. */
 static int parse_args(int argc, char **argv)
 {
-    for (int i = 1; i < argc; i++) {
-        const struct bench_option *o = NULL;
-        for (size_t k = 0; k < N_OPTIONS && o == NULL; k++)
-            if (strcmp(argv[i], options[k].name) == 0)
-                o = &options[k];
-        if (o == NULL || (o->kind != OPT_FLAG && i + 1 >= argc)) {
-            usage();
-            return 2;
-        }
-        option_set(o, o->kind == OPT_FLAG ? NULL : argv[++i]);
-    }
+    int rc = bench_args_parse("store-bench", options,
+                              sizeof(options) / sizeof(options[0]), argc, argv);
+    if (rc != 0)
+        return rc;
     if (runs < 1 || runs > 16)
         runs = 3;
     if (only != NULL && strcmp(only, "appenders") != 0 && strcmp(only, "length") != 0) {

@@ -38,6 +38,7 @@
 #include "base/err.h"
 #include "base/hist.h"
 #include "base/log.h"
+#include "cmd/benchplot/bench_args.h"
 #include "cmd/benchplot/bench_plot.h"
 #include "tls/tls.h"
 #include "tls/tls_testcert.h"
@@ -704,7 +705,7 @@ static struct cell measure_cell(int impl, struct pair *p, int s, int runs)
 }
 
 /* The command line (see the usage message). */
-struct bench_args {
+struct run_args {
     bool quick;
     int runs;
     int only;     /* --only: an index into impl_names, or -1 */
@@ -712,7 +713,7 @@ struct bench_args {
     const char *plot_path;
 };
 
-static struct bench_args args = {.runs = 3, .only = -1, .only_seg = -1};
+static struct run_args args = {.runs = 3, .only = -1, .only_seg = -1};
 
 /* The libuv floors for the round trip (see floor_uv_rtt): one connection,
  * then a connection per direction. */
@@ -811,93 +812,52 @@ static void print_json(struct cell cells[N_IMPLS][N_SEGS], const double uvfloor_
 
 /* ---- The command line ---- */
 
-/* Each parser stores its value and returns 0, or says what is wrong and
- * returns the exit code. */
-static int parse_quick(const char *v)
+/* Each parser stores its value into args and returns 0, or says what is
+ * wrong and returns the exit code (bench_args.h). */
+static int parse_quick(const char *v, void *dest)
 {
+    struct run_args *a = dest;
     (void)v;
-    args.quick = true;
-    args.runs = 1;
+    a->quick = true;
+    a->runs = 1;
     return 0;
 }
 
-static int parse_runs(const char *v)
+static int parse_runs(const char *v, void *dest)
 {
-    args.runs = atoi(v);
-    if (args.runs < 1 || args.runs > RUNS_MAX)
-        args.runs = 3;
+    struct run_args *a = dest;
+    a->runs = atoi(v);
+    if (a->runs < 1 || a->runs > RUNS_MAX)
+        a->runs = 3;
     return 0;
 }
 
-static int parse_only(const char *v)
+static int parse_only(const char *v, void *dest)
 {
+    struct run_args *a = dest;
     for (int k = 0; k < N_IMPLS; k++)
         if (strcmp(v, impl_names[k]) == 0)
-            args.only = k;
-    if (args.only < 0) {
+            a->only = k;
+    if (a->only < 0) {
         fprintf(stderr, "unknown implementation %s\n", v);
         return 2;
     }
     return 0;
 }
 
-static int parse_segment(const char *v)
-{
-    args.only_seg = atoi(v);
-    return 0;
-}
-
-static int parse_plot(const char *v)
-{
-    args.plot_path = v;
-    return 0;
-}
-
-/* One row per option, in the order the usage message names them; a row with
- * a placeholder takes a value. */
-static const struct bench_option {
-    const char *name, *placeholder;
-    int (*parse)(const char *v);
-} options[] = {
-    {"--quick", NULL, parse_quick},     {"--runs", "N", parse_runs},
-    {"--only", "IMPL", parse_only},     {"--segment", "0-4", parse_segment},
-    {"--plot", "FILE.svg", parse_plot},
+/* One row per option, in the order the usage message names them. */
+static const struct bench_option options[] = {
+    {"--quick", NULL, parse_quick, &args, false},
+    {"--runs", "N", parse_runs, &args, false},
+    {"--only", "IMPL", parse_only, &args, false},
+    {"--segment", "0-4", bench_parse_int, &args.only_seg, false},
+    {"--plot", "FILE.svg", bench_parse_str, &args.plot_path, false},
 };
-#define N_OPTIONS (sizeof(options) / sizeof(options[0]))
-
-static void usage(const char *argv0)
-{
-    fprintf(stderr, "usage: %s", argv0);
-    for (size_t k = 0; k < N_OPTIONS; k++)
-        if (options[k].placeholder != NULL)
-            fprintf(stderr, " [%s %s]", options[k].name, options[k].placeholder);
-        else
-            fprintf(stderr, " [%s]", options[k].name);
-    fprintf(stderr, "\n");
-}
-
-/* Returns 0, or the exit code (2) after saying what is wrong. */
-static int parse_args(int argc, char **argv)
-{
-    for (int i = 1; i < argc; i++) {
-        const struct bench_option *o = NULL;
-        for (size_t k = 0; k < N_OPTIONS && o == NULL; k++)
-            if (strcmp(argv[i], options[k].name) == 0)
-                o = &options[k];
-        if (o == NULL || (o->placeholder != NULL && i + 1 >= argc)) {
-            usage(argv[0]);
-            return 2;
-        }
-        int rc = o->parse(o->placeholder != NULL ? argv[++i] : NULL);
-        if (rc != 0)
-            return rc;
-    }
-    return 0;
-}
 
 int main(int argc, char **argv)
 {
-    int rc = parse_args(argc, argv);
+    int rc = bench_args_parse(argv[0], options, sizeof(options) / sizeof(options[0]),
+                              argc, argv);
     if (rc != 0)
         return rc;
     tk_log_set_level(TK_LOG_ERROR);
