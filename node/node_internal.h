@@ -113,11 +113,11 @@ enum node_duty_kind {
 typedef struct tk_blob *node_duty_build(struct node *n, uint64_t now_ms);
 struct node_duty {
     node_duty_build *build;
-    uint8_t mode;         /* enum node_mode of its command */
-    bool busy;            /* a command in flight */
-    struct node_req req;  /* that command */
-    uint64_t proposed;    /* commands submitted */
-    uint64_t done;        /* answered applied, code 0 */
+    uint8_t mode;        /* enum node_mode of its command */
+    bool busy;           /* a command in flight */
+    struct node_req req; /* that command */
+    uint64_t proposed;   /* commands submitted */
+    uint64_t done;       /* answered applied, code 0 */
 };
 
 /* Durability: seqs handed to storage, oldest first. */
@@ -134,8 +134,8 @@ struct node_persist {
     /* The seq whose node__store_append runs now (0: none): its completion
      * leaves the loop's wake-up to that call (node_persist.c). */
     _Atomic uint64_t inline_seq;
-    uint64_t async_done;          /* under drain_mu */
-    bool failed;                  /* storage or apply failed: the node serves nothing */
+    uint64_t async_done; /* under drain_mu */
+    bool failed;         /* storage or apply failed: the node serves nothing */
 };
 
 /* Requests waiting, each list in index (or arrival) order. */
@@ -349,7 +349,7 @@ struct node {
     struct node_install install;
     struct node_membership mem;
     struct node_backups backups;
-    struct kv_result res; /* scratch for apply and forwarded answers */
+    struct kv_result res;               /* scratch for apply and forwarded answers */
     struct node_duty duty[NODE_DUTY_N]; /* the leader's own commands (node_duty.c) */
     struct {                            /* leases on the leader (node_lease.c) */
         bool leader;                    /* as of the last tick */

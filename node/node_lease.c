@@ -34,7 +34,8 @@ static struct tk_blob *pack(const Kvpb__Command *cmd)
 struct tk_blob *node__lease_revoke_build(struct node *n, uint64_t now_ms)
 {
     uint64_t id, renewed;
-    if (kv_sm_lease_count(n->sm) == 0 || kv_sm_lease_due(n->sm, now_ms, &id, &renewed, 1) == 0)
+    if (kv_sm_lease_count(n->sm) == 0 ||
+        kv_sm_lease_due(n->sm, now_ms, &id, &renewed, 1) == 0)
         return NULL;
     Kvpb__LeaseRevoke rv = KVPB__LEASE_REVOKE__INIT;
     rv.id = id;
