@@ -8,16 +8,18 @@
  * the ring is sorted by revision. It holds at most events.max events and
  * events.max_bytes bytes; making room drops the oldest, and `first` moves past
  * the revision of every event dropped, so a revision is either wholly held or
- * not readable at all. The events' data go into a byte ring (struct
- * kv_events), so recording an event allocates nothing. Owner thread only.
- * Calls state.c (the previous state) and ttl.c. */
+ * not readable at all. Each event, header and data, is copied into a byte
+ * ring and its revision and place into a slot (struct kv_events), so
+ * recording one allocates nothing and dropping one reads only its slot.
+ * Owner thread only. Calls state.c (the previous state) and ttl.c. */
+#include <stdint.h>
 #include <string.h>
 
 #include "base/alloc.h"
 #include "base/err.h"
 #include "kv/sm_internal.h"
 
-#define EV_OVERHEAD sizeof(struct kv_ev)
+#define EV_HDR sizeof(struct kv_ev)
 
 void kv__events_init(struct kv_events *e, size_t max, size_t max_bytes, uint64_t first)
 {
@@ -31,28 +33,39 @@ void kv__events_init(struct kv_events *e, size_t max, size_t max_bytes, uint64_t
         e->buf = kv__map(max_bytes, 64); /* its pages come as it fills */
 }
 
-static struct kv_ev *at(const struct kv_events *e, size_t i)
+/* The i-th held slot, oldest first (i < max: no division per event). */
+static struct kv_ev_slot *at(const struct kv_events *e, size_t i)
 {
-    return &e->slot[(e->head + i) % e->max];
+    size_t j = e->head + i;
+    return &e->slot[j < e->max ? j : j - e->max];
 }
 
-static size_t ev_bytes(const struct kv_ev *v)
+static const struct kv_ev *hdr_of(const struct kv_events *e, const struct kv_ev_slot *s)
 {
-    return EV_OVERHEAD + v->key_len + v->value_len + v->prev_len;
+    return (const struct kv_ev *)(const void *)(e->buf + s->off);
 }
 
+/* Bytes from offset a on to offset b, going round the ring's end (a != b). */
+static size_t ring_dist(const struct kv_events *e, size_t a, size_t b)
+{
+    return b > a ? b - a : e->max_bytes - a + b;
+}
+
+/* Drops the oldest event: reads its slot only, not its bytes. */
 static void drop_oldest(struct kv_events *e)
 {
-    struct kv_ev *v = at(e, 0);
-    if (v->rev + 1 > e->first)
-        e->first = v->rev + 1;
-    e->bytes -= ev_bytes(v);
-    v->data = NULL;
-    e->head = (e->head + 1) % e->max;
+    const struct kv_ev_slot *s = at(e, 0);
+    if (s->rev + 1 > e->first)
+        e->first = s->rev + 1;
+    if (e->n == 1) {
+        e->bytes = 0;
+        e->wpos = 0;
+    } else {
+        e->bytes -= ring_dist(e, s->off, at(e, 1)->off);
+    }
+    e->head = e->head + 1 < e->max ? e->head + 1 : 0;
     e->n--;
     e->evicted++;
-    if (e->n == 0)
-        e->wpos = 0;
 }
 
 void kv__events_reset(struct kv_events *e, uint64_t first)
@@ -73,77 +86,82 @@ void kv__events_free(struct kv_events *e)
     e->buf = NULL;
 }
 
-/* Where len bytes of data would go in buf without overwriting a held
- * event's, or NULL: they go at wpos, or at 0 when they do not fit before
- * the end. Held data is [oldest, wpos) or, wrapped, [oldest, end) and
+/* The offset where size bytes would go in buf without overwriting a held
+ * event's, or SIZE_MAX: at wpos, or at 0 when they do not fit before the
+ * end. Held bytes are [oldest, wpos) or, wrapped, [oldest, end) and
  * [0, wpos). */
-static uint8_t *place(const struct kv_events *e, size_t len)
+static size_t place(const struct kv_events *e, size_t size)
 {
     if (e->n == 0)
-        return e->buf; /* wpos is 0 */
-    size_t oldest = (size_t)(at(e, 0)->data - e->buf);
+        return 0; /* wpos is 0 */
+    size_t oldest = at(e, 0)->off;
     if (oldest < e->wpos) {
-        if (len <= e->max_bytes - e->wpos)
-            return e->buf + e->wpos;
-        return len <= oldest ? e->buf : NULL;
+        if (size <= e->max_bytes - e->wpos)
+            return e->wpos;
+        return size <= oldest ? 0 : SIZE_MAX;
     }
-    return len <= oldest - e->wpos ? e->buf + e->wpos : NULL;
+    return size <= oldest - e->wpos ? e->wpos : SIZE_MAX;
 }
 
-/* Makes room for v, dropping the oldest events, and sets v->data to its
- * place in buf; false if v can never be held (its revision is then lost). */
-static bool make_room(struct kv_events *e, struct kv_ev *v)
+/* Makes room for an event of size bytes at revision rev, dropping the
+ * oldest events, and returns where it goes in buf; NULL if it can never be
+ * held (its revision is then lost). */
+static uint8_t *make_room(struct kv_events *e, uint64_t rev, size_t size)
 {
-    size_t b = ev_bytes(v), len = b - EV_OVERHEAD;
-    while (e->n > 0 && (e->n == e->max || e->bytes + b > e->max_bytes))
-        drop_oldest(e);
-    if (b > e->max_bytes) {
-        if (v->rev + 1 > e->first)
-            e->first = v->rev + 1;
+    if (size > e->max_bytes) {
+        while (e->n > 0)
+            drop_oldest(e); /* below the new first: not readable any more */
+        if (rev + 1 > e->first)
+            e->first = rev + 1;
         e->evicted++;
-        return false;
+        return NULL;
     }
-    while ((v->data = place(e, len)) == NULL)
+    while (e->n == e->max)
+        drop_oldest(e);
+    size_t off;
+    while ((off = place(e, size)) == SIZE_MAX)
         drop_oldest(e); /* place never fails on an empty ring */
-    return true;
-}
-
-/* Appends v, whose data are already in place. */
-static void push(struct kv_events *e, const struct kv_ev *v)
-{
-    *at(e, e->n) = *v;
+    /* What the ring now uses: the event, and the end it skipped if it
+     * starts again at 0. */
+    e->bytes += (off == e->wpos ? 0 : e->max_bytes - e->wpos) + size;
+    struct kv_ev_slot *s = at(e, e->n);
+    s->rev = rev;
+    s->off = off;
     e->n++;
-    e->bytes += ev_bytes(v);
-    e->wpos = (size_t)(v->data - e->buf) + (ev_bytes(v) - EV_OVERHEAD);
+    e->wpos = off + size;
+    return e->buf + off;
 }
 
 /* Records one event: st (NULL or not live: none) is the key's new state,
- * prev (if live) its previous one. */
+ * prev (if live) its previous one. Its header and data are written straight
+ * into their place in buf. */
 static void record(struct kv_events *e, uint64_t index, int type, const uint8_t *key,
                    size_t len, const struct kv_state *st, const struct kv_state *prev)
 {
-    struct kv_ev v = {.rev = index, .type = (uint8_t)type, .key_len = (uint16_t)len};
     bool live = st != NULL && st->live;
-    if (live) {
-        v.value_len = (uint32_t)st->value_len;
-        v.version = st->version;
-        v.create_rev = st->create_rev;
-    }
-    if (prev->live) {
-        v.has_prev = true;
-        v.prev_len = (uint32_t)prev->value_len;
-        v.prev_version = prev->version;
-        v.prev_create_rev = prev->create_rev;
-        v.prev_mod_rev = prev->mod_rev;
-    }
-    if (!make_room(e, &v))
+    size_t value_len = live ? st->value_len : 0;
+    size_t prev_len = prev->live ? prev->value_len : 0;
+    size_t size = (EV_HDR + len + value_len + prev_len + 7) & ~(size_t)7;
+    uint8_t *p = make_room(e, index, size);
+    if (p == NULL)
         return;
-    memcpy(v.data, key, len);
-    if (v.value_len > 0)
-        memcpy(v.data + len, st->value, v.value_len);
-    if (v.prev_len > 0)
-        memcpy(v.data + len + v.value_len, prev->value, v.prev_len);
-    push(e, &v);
+    struct kv_ev *v = (struct kv_ev *)(void *)p;
+    v->type = (uint8_t)type;
+    v->has_prev = prev->live;
+    v->key_len = (uint16_t)len;
+    v->value_len = (uint32_t)value_len;
+    v->prev_len = (uint32_t)prev_len;
+    v->version = live ? st->version : 0;
+    v->create_rev = live ? st->create_rev : 0;
+    v->prev_version = prev->live ? prev->version : 0;
+    v->prev_create_rev = prev->live ? prev->create_rev : 0;
+    v->prev_mod_rev = prev->live ? prev->mod_rev : 0;
+    uint8_t *d = p + EV_HDR;
+    memcpy(d, key, len);
+    if (value_len > 0)
+        memcpy(d + len, st->value, value_len);
+    if (prev_len > 0)
+        memcpy(d + len + value_len, prev->value, prev_len);
 }
 
 void kv__events_write_prev(struct kv_sm *sm, uint64_t index, const uint8_t *key,
@@ -198,19 +216,22 @@ static size_t seek(const struct kv_events *e, uint64_t rev)
     return lo;
 }
 
-static void emit(const struct kv_ev *v, kv_event_cb *cb, void *data)
+static void emit(const struct kv_events *e, const struct kv_ev_slot *s, kv_event_cb *cb,
+                 void *data)
 {
+    const struct kv_ev *v = hdr_of(e, s);
+    const uint8_t *d = (const uint8_t *)v + EV_HDR;
     struct kv_event ev = {
-        .revision = v->rev,
+        .revision = s->rev,
         .type = v->type,
-        .key = v->data,
+        .key = d,
         .key_len = v->key_len,
-        .value = v->data + v->key_len,
+        .value = d + v->key_len,
         .value_len = v->value_len,
         .version = v->version,
         .create_revision = v->create_rev,
         .has_prev = v->has_prev,
-        .prev_value = v->data + v->key_len + v->value_len,
+        .prev_value = d + v->key_len + v->value_len,
         .prev_value_len = v->prev_len,
         .prev_version = v->prev_version,
         .prev_create_revision = v->prev_create_rev,
@@ -227,13 +248,14 @@ int kv_sm_events_read(struct kv_sm *sm, uint64_t from, size_t max, size_t max_by
         return TK_ECOMPACTED;
     size_t passed = 0, bytes = 0;
     for (size_t i = seek(e, from); i < e->n; i++) {
-        const struct kv_ev *v = at(e, i);
+        const struct kv_ev_slot *s = at(e, i);
         if ((passed >= max || (max_bytes != 0 && bytes >= max_bytes)) &&
-            v->rev != at(e, i - 1)->rev) {
-            *next = v->rev;
+            s->rev != at(e, i - 1)->rev) {
+            *next = s->rev;
             return 0;
         }
-        emit(v, cb, data);
+        emit(e, s, cb, data);
+        const struct kv_ev *v = hdr_of(e, s);
         passed++;
         bytes += v->key_len + v->value_len + v->prev_len;
     }

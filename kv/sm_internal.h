@@ -56,28 +56,37 @@ struct kv_sessions {
     size_t res_bytes; /* the results held, for kv_sm_stats */
 };
 
-/* One held event (events.c): key, value and prev value in one allocation. */
+/* One held event's header (events.c), at the start of its bytes in the
+ * events' buf and followed there by key || value || prev value; the whole
+ * padded to 8 bytes, so every header is aligned. */
 struct kv_ev {
-    uint64_t rev, version, create_rev;
+    uint64_t version, create_rev;
     uint64_t prev_version, prev_create_rev, prev_mod_rev;
+    uint32_t value_len, prev_len;
+    uint16_t key_len;
     uint8_t type;
     bool has_prev;
-    uint16_t key_len;
-    uint32_t value_len, prev_len;
-    uint8_t *data; /* key || value || prev value, in the events' buf */
 };
 
-/* The change log: a circular array of at most max events and max_bytes
- * (their data and EV_OVERHEAD each). The events' data lie in buf, a byte
- * ring of max_bytes in the events' order, each event's in one piece (an
- * event that does not fit before the end starts again at 0): no allocation
- * per event. */
+/* Where a held event lies: its revision (the readers' seek) and the offset
+ * of its header in buf. */
+struct kv_ev_slot {
+    uint64_t rev;
+    size_t off;
+};
+
+/* The change log: a circular array of at most max slots, and the events
+ * themselves (header and data) in buf, a byte ring of max_bytes in the
+ * events' order, each event in one piece (an event that does not fit before
+ * the end starts again at 0): recording one is a copy into buf and a slot,
+ * no allocation. bytes counts the ring's bytes in use: the held events and
+ * the ends they skipped when they wrapped. */
 struct kv_events {
-    struct kv_ev *slot;
+    struct kv_ev_slot *slot;
     size_t max, head, n; /* slot[head .. head + n) mod max, oldest first */
     size_t bytes, max_bytes;
     uint8_t *buf;     /* max_bytes, or NULL when max or max_bytes is 0 */
-    size_t wpos;      /* where the next event's data would go */
+    size_t wpos;      /* where the next event would go */
     uint64_t first;   /* every event of each revision >= first is held */
     uint64_t evicted; /* events dropped to make room */
 };

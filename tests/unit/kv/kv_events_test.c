@@ -321,6 +321,76 @@ START_TEST(test_event_data_wrap_their_byte_ring)
 }
 END_TEST
 
+/* The slots wrap round a ring of 5 many times, beside the byte ring: after
+ * each put, the held events are the newest, whole, with their own values
+ * and previous values, and the bytes in use stay within events_bytes. An
+ * event bigger than the whole byte ring is lost: first moves past it, and
+ * nothing held before it is readable or counted. */
+START_TEST(test_slots_wrap_and_an_event_too_big_for_the_ring)
+{
+    struct kvu u = {0};
+    kv_config_default(&u.cfg);
+    u.cfg.no_sync = true;
+    u.cfg.map_bytes = (size_t)1 << 30;
+    u.cfg.events_max = 5;
+    u.cfg.events_bytes = 1024;
+    u.dir = kvu_tmpdir();
+    struct kv_config cfg = u.cfg;
+    kvu_open(&u, &cfg);
+    char k[16], v[16];
+    struct got g;
+    uint64_t next = 0;
+    struct kv_events_stats es;
+    for (int i = 0; i < 43; i++) {
+        snprintf(k, sizeof(k), "k%d", i % 3);
+        snprintf(v, sizeof(v), "v%0*d", 1 + i % 9, i); /* 2 to 10 bytes */
+        ck_assert_int_eq(kvu_put(&u, k, v), 0);
+        uint64_t last = kv_sm_applied_index(u.sm);
+        kv_sm_events_stats(u.sm, &es);
+        ck_assert_uint_eq(es.count, i < 5 ? (uint64_t)i + 1 : 5);
+        ck_assert_uint_gt(es.bytes, 0);
+        ck_assert_uint_le(es.bytes, 1024);
+        uint64_t first = kv_sm_events_first(u.sm);
+        ck_assert_uint_eq(first + es.count, last + 1);
+        ck_assert_int_eq(read_all(&u, first, 100, &g, &next), 0);
+        ck_assert_uint_eq(g.n, es.count);
+        for (size_t j = 0; j < g.n; j++) {
+            int at = i - (int)(g.n - 1 - j); /* the put that wrote it */
+            char want[16];
+            snprintf(want, sizeof(want), "v%0*d", 1 + at % 9, at);
+            ck_assert_uint_eq(g.rev[j], last - (g.n - 1 - j));
+            ck_assert_str_eq(g.value[j], want);
+            ck_assert_int_eq(g.has_prev[j], at >= 3);
+            if (at >= 3) {
+                snprintf(want, sizeof(want), "v%0*d", 1 + (at - 3) % 9, at - 3);
+                ck_assert_str_eq(g.prev[j], want);
+            }
+        }
+    }
+    static char big[2001];
+    memset(big, 'b', sizeof(big) - 1);
+    ck_assert_int_eq(kvu_put(&u, "big", big), 0);
+    uint64_t rev = kv_sm_applied_index(u.sm);
+    kv_sm_events_stats(u.sm, &es);
+    ck_assert_uint_eq(es.count, 0);
+    ck_assert_uint_eq(es.bytes, 0);
+    ck_assert_uint_eq(kv_sm_events_first(u.sm), rev + 1);
+    ck_assert_int_eq(read_all(&u, rev, 100, &g, &next), TK_ECOMPACTED);
+    ck_assert_int_eq(read_all(&u, rev + 1, 100, &g, &next), 0);
+    ck_assert_uint_eq(g.n, 0);
+    ck_assert_uint_eq(next, rev + 1);
+    ck_assert_int_eq(kvu_put(&u, "k0", "after"), 0);
+    ck_assert_int_eq(read_all(&u, rev + 1, 100, &g, &next), 0);
+    ck_assert_uint_eq(g.n, 1);
+    ck_assert_str_eq(g.value[0], "after");
+    ck_assert(g.has_prev[0]);
+    kv_sm_events_stats(u.sm, &es);
+    ck_assert_uint_eq(es.count, 1);
+    ck_assert_uint_gt(es.bytes, 0);
+    kvu_close(&u, true);
+}
+END_TEST
+
 START_TEST(test_restart_resumes_after_the_durable_index)
 {
     struct kvu u = {0};
@@ -442,6 +512,7 @@ int main(void)
     tcase_add_test(tc, test_delete_range_and_batch_share_the_entry_revision);
     tcase_add_test(tc, test_ring_bound_compacts_whole_revisions);
     tcase_add_test(tc, test_event_data_wrap_their_byte_ring);
+    tcase_add_test(tc, test_slots_wrap_and_an_event_too_big_for_the_ring);
     tcase_add_test(tc, test_restart_resumes_after_the_durable_index);
     tcase_add_test(tc, test_expire_command_deletes_due_keys_as_expire_events);
     tcase_add_test(tc, test_write_over_a_lapsed_key_expires_it_first);
