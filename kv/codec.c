@@ -16,7 +16,7 @@
 
 /* ---- fast decoding of the common commands ---- */
 
-static bool rd_varint(const uint8_t **pp, const uint8_t *end, uint64_t *out)
+static bool rd_varint_long(const uint8_t **pp, const uint8_t *end, uint64_t *out)
 {
     const uint8_t *p = *pp;
     uint64_t v = 0;
@@ -32,6 +32,17 @@ static bool rd_varint(const uint8_t **pp, const uint8_t *end, uint64_t *out)
         }
     }
     return false;
+}
+
+/* A varint: the one-byte ones (every tag and length of a small command)
+ * inline, the rest in rd_varint_long. */
+static inline bool rd_varint(const uint8_t **pp, const uint8_t *end, uint64_t *out)
+{
+    if (*pp < end && **pp < 0x80) {
+        *out = *(*pp)++;
+        return true;
+    }
+    return rd_varint_long(pp, end, out);
 }
 
 static bool rd_bytes(const uint8_t **pp, const uint8_t *end, ProtobufCBinaryData *out)
