@@ -55,16 +55,17 @@ static size_t ring_dist(const struct kv_events *e, size_t a, size_t b)
 /* Drops the oldest event: reads its slot only, not its bytes. */
 static void drop_oldest(struct kv_events *e)
 {
-    const struct kv_ev_slot *s = at(e, 0);
+    const struct kv_ev_slot *s = &e->slot[e->head];
+    size_t next = e->head + 1 < e->max ? e->head + 1 : 0;
     if (s->rev + 1 > e->first)
         e->first = s->rev + 1;
     if (e->n == 1) {
         e->bytes = 0;
         e->wpos = 0;
     } else {
-        e->bytes -= ring_dist(e, s->off, at(e, 1)->off);
+        e->bytes -= ring_dist(e, s->off, e->slot[next].off);
     }
-    e->head = e->head + 1 < e->max ? e->head + 1 : 0;
+    e->head = next;
     e->n--;
     e->evicted++;
 }
@@ -95,7 +96,7 @@ static size_t place(const struct kv_events *e, size_t size)
 {
     if (e->n == 0)
         return 0; /* wpos is 0 */
-    size_t oldest = at(e, 0)->off;
+    size_t oldest = e->slot[e->head].off;
     if (oldest < e->wpos) {
         if (size <= e->max_bytes - e->wpos)
             return e->wpos;
@@ -117,7 +118,7 @@ static uint8_t *make_room(struct kv_events *e, uint64_t rev, size_t size)
         e->evicted++;
         return NULL;
     }
-    while (e->n == e->max)
+    if (e->n == e->max) /* never more than max */
         drop_oldest(e);
     size_t off;
     while ((off = place(e, size)) == SIZE_MAX)
@@ -138,29 +139,29 @@ static uint8_t *make_room(struct kv_events *e, uint64_t rev, size_t size)
 }
 
 /* Records one event: st (NULL or not live: none) is the key's new state,
- * prev (if live) its previous one. Its header and data are written straight
- * into their place in buf. */
+ * prev (NULL: none; else live) its previous one. Its header and data are
+ * written straight into their place in buf. */
 static void record(struct kv_events *e, uint64_t index, int type, const uint8_t *key,
                    size_t len, const struct kv_state *st, const struct kv_state *prev)
 {
     bool live = st != NULL && st->live;
     size_t value_len = live ? st->value_len : 0;
-    size_t prev_len = prev->live ? prev->value_len : 0;
+    size_t prev_len = prev != NULL ? prev->value_len : 0;
     size_t size = (EV_HDR + len + value_len + prev_len + 7) & ~(size_t)7;
     uint8_t *p = make_room(e, index, size);
     if (p == NULL)
         return;
     struct kv_ev *v = (struct kv_ev *)(void *)p;
     v->type = (uint8_t)type;
-    v->has_prev = prev->live;
+    v->has_prev = prev != NULL;
     v->key_len = (uint16_t)len;
     v->value_len = (uint32_t)value_len;
     v->prev_len = (uint32_t)prev_len;
     v->version = live ? st->version : 0;
     v->create_rev = live ? st->create_rev : 0;
-    v->prev_version = prev->live ? prev->version : 0;
-    v->prev_create_rev = prev->live ? prev->create_rev : 0;
-    v->prev_mod_rev = prev->live ? prev->mod_rev : 0;
+    v->prev_version = prev != NULL ? prev->version : 0;
+    v->prev_create_rev = prev != NULL ? prev->create_rev : 0;
+    v->prev_mod_rev = prev != NULL ? prev->mod_rev : 0;
     uint8_t *d = p + EV_HDR;
     memcpy(d, key, len);
     if (value_len > 0)
@@ -186,8 +187,7 @@ void kv__events_write_prev(struct kv_sm *sm, uint64_t index, const uint8_t *key,
         record(e, index, KV_EVENT_EXPIRE, key, len, NULL, prev);
         prev_live = false;
     }
-    struct kv_state none = {.live = false};
-    record(e, index, type, key, len, st, prev_live ? prev : &none);
+    record(e, index, type, key, len, st, prev_live ? prev : NULL);
 }
 
 void kv__events_write(struct kv_sm *sm, uint64_t index, const uint8_t *key, size_t len,
