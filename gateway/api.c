@@ -19,6 +19,7 @@
 #include "base/assert.h"
 #include "base/blob.h"
 #include "base/err.h"
+#include "gateway/api_body.h"
 #include "gateway/gateway_internal.h"
 #include "kv/kv.h"
 
@@ -380,6 +381,7 @@ static void on_loop_stop(struct node *n, struct uv_loop_s *loop, void *data)
     (void)n;
     (void)loop;
     gw->stopping = true;
+    api__offload_stop(gw);
     api__watch_stop(gw);
     uv_close((uv_handle_t *)&gw->watch_timer, NULL);
     http_server_stop(gw->http);

@@ -478,21 +478,39 @@ static bool may_command(const struct api_user *u, const Kvpb__Command *c,
     }
 }
 
-int api__auth_command(struct api_req *req, const struct Kvpb__Command *cmd)
+int api__auth_verdict(const struct api_req *req, const struct Kvpb__Command *cmd)
 {
     bool everything = false;
-    if (writes_reserved(cmd)) {
+    if (writes_reserved(cmd))
+        return API_AUTH_RESERVED;
+    if (req->user == NULL || may_command(req->user, cmd, &everything))
+        return API_AUTH_OK;
+    return everything ? API_AUTH_NOT_ALL : API_AUTH_NOT_KEYS;
+}
+
+int api__auth_answer(struct api_req *req, int verdict)
+{
+    switch (verdict) {
+    case API_AUTH_OK:
+        return 0;
+    case API_AUTH_RESERVED:
         http_respond_error(
             req->http, 400, "reserved_key", NULL,
             "keys whose first byte is 0x01 are the node's own (membership, "
             "leases): a client may not write them");
         return TK_EINVAL;
+    case API_AUTH_NOT_ALL:
+        respond_403(req, "delete every key (admin only)");
+        return TK_EINVAL;
+    default:
+        respond_403(req, "write every key of this request");
+        return TK_EINVAL;
     }
-    if (req->user == NULL || may_command(req->user, cmd, &everything))
-        return 0;
-    respond_403(req, everything ? "delete every key (admin only)"
-                                : "write every key of this request");
-    return TK_EINVAL;
+}
+
+int api__auth_command(struct api_req *req, const struct Kvpb__Command *cmd)
+{
+    return api__auth_answer(req, api__auth_verdict(req, cmd));
 }
 
 void api__auth_client_id(const struct api_req *req, uint64_t *client, uint64_t *seq)

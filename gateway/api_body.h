@@ -70,4 +70,38 @@ int api__body_batch(struct bctx *c, json_t *j, Kvpb__Batch *batch);
  * n_ops and n_then. */
 int api__body_txn(struct bctx *c, json_t *j, Kvpb__Txn *t);
 
+/* ---- api_offload.c: large bodies decoded on the thread pool ---- */
+
+/* Bodies from this size are decoded off the loop; at most this many at a
+ * time per gateway. */
+#define API_OFFLOAD_BYTES (32u << 10)
+#define API_OFFLOAD_JOBS 2
+
+/* What a write's builder needs beside the request (parsed on the loop). */
+struct api_build_args {
+    struct put_args put; /* PUT: the query's options */
+    uint64_t lease;      /* PUT: ?lease */
+    bool txn;            /* POST: a txn, else a batch */
+};
+
+/* Builds a write's command from the request (any thread: reads the request
+ * and the gateway's config, writes only the request's op kinds): 0 with *cmd
+ * packed (or NULL with *verdict saying why the user may not), or TK_EINVAL
+ * with the failure in c. */
+typedef int api_build_fn(struct api_req *req, const struct api_build_args *a,
+                         struct bctx *c, struct tk_blob **cmd, int *verdict);
+
+/* Whether req's body is one to decode off the loop. */
+bool api__offload_wanted(const struct api_req *req);
+/* Runs build for req on the thread pool (req held meanwhile), then
+ * api__write_built on the loop. */
+void api__offload(struct api_req *req, int mode, api_build_fn *build,
+                  const struct api_build_args *args, node_write_cb *done_cb);
+/* At the gateway's stop: the waiting ones answered 503 (not applied). */
+void api__offload_stop(struct gateway *gw);
+/* A builder's outcome, on the loop: the failure answered (400/413, or the
+ * verdict's 400/403), else the command submitted with done_cb. */
+void api__write_built(struct api_req *req, int mode, int rc, struct bctx *c,
+                      struct tk_blob *cmd, int verdict, node_write_cb *done_cb);
+
 #endif

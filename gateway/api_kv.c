@@ -144,18 +144,30 @@ static void on_write_done(struct node_req *nreq, int status, const struct kv_res
     jbuf_free(&b);
 }
 
-/* Checks the user's rights on `cmd`, packs it (with the Idempotency-Key's
- * exactly-once id) and submits it. */
-static void submit_write(struct api_req *req, Kvpb__Command *cmd, int mode)
+/* The user's rights on `cmd` (*verdict), then, when it may, the command
+ * packed with the Idempotency-Key's exactly-once id into *out. Any thread. */
+static void pack_checked(const struct api_req *req, Kvpb__Command *cmd,
+                         struct tk_blob **out, int *verdict)
 {
-    if (api__auth_command(req, cmd) != 0)
+    *out = NULL;
+    *verdict = api__auth_verdict(req, cmd);
+    if (*verdict != API_AUTH_OK)
         return;
     if (req->http->has_digest)
         api__auth_client_id(req, &cmd->client_id, &cmd->seq);
     size_t len = kvpb__command__get_packed_size(cmd);
-    struct tk_blob *blob = tk_blob_new(len);
-    kvpb__command__pack(cmd, blob->data);
-    api__submit_write(req, blob, mode, on_write_done);
+    *out = tk_blob_new(len);
+    kvpb__command__pack(cmd, (*out)->data);
+}
+
+/* Checks the user's rights on `cmd`, packs it (with the Idempotency-Key's
+ * exactly-once id) and submits it. */
+static void submit_write(struct api_req *req, Kvpb__Command *cmd, int mode)
+{
+    struct tk_blob *blob;
+    int verdict;
+    pack_checked(req, cmd, &blob, &verdict);
+    api__write_built(req, mode, 0, NULL, blob, verdict, on_write_done);
 }
 
 /* ---- handlers ---------------------------------------------------------- */
@@ -411,44 +423,67 @@ static int put_finish(struct bctx *c, const struct put_args *a, Kvpb__Put *put,
     return 0;
 }
 
-void api__kv_put(struct api_req *req, const struct query *q)
+/* A PUT's command (api_build_fn): the value from the body (raw, or a JSON
+ * object), the query's options and the body's. */
+static int build_put(struct api_req *req, const struct api_build_args *args,
+                     struct bctx *c, struct tk_blob **out, int *verdict)
 {
     struct gateway *gw = req->gw;
-    int mode;
-    if (api__parse_mode(req, q, &mode) != 0 || api__parse_encoding(req, q) != 0)
-        return;
     Kvpb__Command cmd = KVPB__COMMAND__INIT;
     Kvpb__Put put = KVPB__PUT__INIT;
     Kvpb__Compare cond = KVPB__COMPARE__INIT;
     put.key.data = req->key;
     put.key.len = req->key_len;
-    struct put_args a = {0};
-    if (put_args_from_query(req, q, &a) != 0 ||
-        api__query_u64(req, q, QI_LEASE, &a.has_lease, &put.lease) != 0)
-        return;
-    struct bctx c = {.req = req};
+    put.lease = args->lease;
+    struct put_args a = args->put;
     json_t *j = NULL;
     int rc = 0;
     if (req->http->json_body) {
-        j = api__body_parse(req, &c);
-        rc = j == NULL ? TK_EINVAL : api__body_put(&c, j, &a, &put.value);
+        j = api__body_parse(req, c);
+        rc = j == NULL ? TK_EINVAL : api__body_put(c, j, &a, &put.value);
     } else if (req->http->body_len > gw->cfg.value_max) {
-        rc = api__body_fail(&c, 413, "value of %zu bytes exceeds the limit of %zu",
+        rc = api__body_fail(c, 413, "value of %zu bytes exceeds the limit of %zu",
                             req->http->body_len, gw->cfg.value_max);
     } else {
         put.value.data = req->http->body;
         put.value.len = req->http->body_len;
     }
     if (rc == 0)
-        rc = put_finish(&c, &a, &put, &cond);
+        rc = put_finish(c, &a, &put, &cond);
     if (rc == 0) {
         cmd.cmd_case = KVPB__COMMAND__CMD_PUT;
         cmd.put = &put;
-        submit_write(req, &cmd, mode);
+        pack_checked(req, &cmd, out, verdict);
     }
-    api__body_free(&c, j);
-    if (rc != 0)
-        api__body_respond(&c);
+    api__body_free(c, j);
+    return rc;
+}
+
+/* A write built here, or on the thread pool when its body is large. */
+static void write_from_body(struct api_req *req, int mode, api_build_fn *build,
+                            const struct api_build_args *args)
+{
+    if (api__offload_wanted(req)) {
+        api__offload(req, mode, build, args, on_write_done);
+        return;
+    }
+    struct bctx c = {.req = req};
+    struct tk_blob *cmd = NULL;
+    int verdict = API_AUTH_OK;
+    int rc = build(req, args, &c, &cmd, &verdict);
+    api__write_built(req, mode, rc, &c, cmd, verdict, on_write_done);
+}
+
+void api__kv_put(struct api_req *req, const struct query *q)
+{
+    int mode;
+    if (api__parse_mode(req, q, &mode) != 0 || api__parse_encoding(req, q) != 0)
+        return;
+    struct api_build_args a = {0};
+    if (put_args_from_query(req, q, &a.put) != 0 ||
+        api__query_u64(req, q, QI_LEASE, &a.put.has_lease, &a.lease) != 0)
+        return;
+    write_from_body(req, mode, build_put, &a);
 }
 
 void api__kv_delete(struct api_req *req, const struct query *q)
@@ -593,32 +628,38 @@ void api__kv_scan(struct api_req *req, const struct query *q)
     api__submit_read(req, cons, scan_read_cb);
 }
 
-static void handle_batch_or_txn(struct api_req *req, const struct query *q, bool txn)
+/* A batch's or a txn's command (api_build_fn), from its JSON body. */
+static int build_batch_or_txn(struct api_req *req, const struct api_build_args *args,
+                              struct bctx *c, struct tk_blob **out, int *verdict)
 {
-    int mode;
-    if (api__parse_mode(req, q, &mode) != 0 || api__parse_encoding(req, q) != 0)
-        return;
-    struct bctx c = {.req = req};
     Kvpb__Command cmd = KVPB__COMMAND__INIT;
     Kvpb__Batch batch = KVPB__BATCH__INIT;
     Kvpb__Txn t = KVPB__TXN__INIT;
-    json_t *j = api__body_parse(req, &c);
-    int rc = j == NULL ? TK_EINVAL
-             : txn     ? api__body_txn(&c, j, &t)
-                       : api__body_batch(&c, j, &batch);
+    json_t *j = api__body_parse(req, c);
+    int rc = j == NULL   ? TK_EINVAL
+             : args->txn ? api__body_txn(c, j, &t)
+                         : api__body_batch(c, j, &batch);
     if (rc == 0) {
-        if (txn) {
+        if (args->txn) {
             cmd.cmd_case = KVPB__COMMAND__CMD_TXN;
             cmd.txn = &t;
         } else {
             cmd.cmd_case = KVPB__COMMAND__CMD_BATCH;
             cmd.batch = &batch;
         }
-        submit_write(req, &cmd, mode);
+        pack_checked(req, &cmd, out, verdict);
     }
-    api__body_free(&c, j);
-    if (rc != 0)
-        api__body_respond(&c);
+    api__body_free(c, j);
+    return rc;
+}
+
+static void handle_batch_or_txn(struct api_req *req, const struct query *q, bool txn)
+{
+    int mode;
+    if (api__parse_mode(req, q, &mode) != 0 || api__parse_encoding(req, q) != 0)
+        return;
+    struct api_build_args a = {.txn = txn};
+    write_from_body(req, mode, build_batch_or_txn, &a);
 }
 
 void api__batch(struct api_req *req, const struct query *q)

@@ -165,6 +165,11 @@ struct gateway {
     int listen_rc;
     char listen_err[256];
     uv_loop_t *loop; /* the node's, from on_loop_start */
+    /* Bodies decoded on the thread pool (api_offload.c): waiting, in order;
+     * running; and counters. */
+    struct api_offload *offload_head, *offload_tail;
+    uint32_t offload_waiting, offload_running;
+    uint64_t offloaded, offload_done;
     /* Watches (api_watch.c): the open ones, a pass over them scheduled for
      * the next loop turn, and counters. */
     struct watcher *watchers;
@@ -264,6 +269,13 @@ int api__auth_read(struct api_req *req);
 /* Before a write is packed: the user may write every key of `cmd` (and
  * read its compares); deleting every key needs admin (else 403). */
 int api__auth_command(struct api_req *req, const struct Kvpb__Command *cmd);
+/* api__auth_command in two halves, for a command built off the loop
+ * (api_offload.c): the verdict (any thread; reads only the request's user and
+ * the command) and its answer (the loop: 0, or the request answered 400 or
+ * 403 and TK_EINVAL). */
+enum { API_AUTH_OK, API_AUTH_RESERVED, API_AUTH_NOT_ALL, API_AUTH_NOT_KEYS };
+int api__auth_verdict(const struct api_req *req, const struct Kvpb__Command *cmd);
+int api__auth_answer(struct api_req *req, int verdict);
 /* The exactly-once id of a write with an Idempotency-Key: 128 bits of
  * SHA-256 over the user's name and the key's SHA-256. */
 void api__auth_client_id(const struct api_req *req, uint64_t *client, uint64_t *seq);

@@ -216,6 +216,9 @@ struct http_server {
     /* Peers gone in one turn past CLOSE_TURN_MAX: closed from close_idle, that
      * many a turn (an idle handle: the loop polls without waiting meanwhile). */
     uv_idle_t close_idle;
+    /* Keeps the loop from blocking while a request put off by BIG_BODY waits
+     * for the next turn's read_prep (which then hands it over). */
+    uv_idle_t deliver_idle;
     struct http_conn *close_head;
     uint64_t close_turn_ms;
     uint32_t closes_turn;
@@ -576,6 +579,10 @@ void http_respond(struct http_request *req, int status, const char *content_type
     struct http_server *srv = c->srv;
     TK_ASSERT(!req->done);
     TK_ASSERT(!req->deferred);
+    if (req->held) { /* answered off the loop: what waited behind it may go */
+        req->held = false;
+        c->n_deferred--;
+    }
     if (body_len > 4096 && !c->closing &&
         (over_budget(srv, body_len) || c->resp_held + body_len > conn_out_max(srv) ||
          turn_full(srv, body_len))) {
@@ -632,11 +639,29 @@ static void http_submit(struct http_request *req)
     req->run_cb(req);
 }
 
+void http_hold(struct http_request *req)
+{
+    TK_ASSERT(!req->held && !req->deferred && !req->done);
+    req->held = true;
+    req->conn->n_deferred++; /* so that what follows waits behind it */
+}
+
 void http_dispatch(struct http_request *req, bool is_write, http_run_cb *cb)
 {
     struct http_conn *c = req->conn;
     req->is_write = is_write;
     req->run_cb = cb;
+    if (req->held) {
+        req->held = false;
+        if (!c->closing) { /* its place in order: held back, counted already */
+            req->deferred = true;
+            conn_resume(c);
+            return;
+        }
+        c->n_deferred--; /* the connection is gone: it runs, its answer is dropped */
+        http_submit(req);
+        return;
+    }
     if (c->n_deferred > 0 || (!req->is_write && c->pending_writes > 0)) {
         req->deferred = true;
         c->n_deferred++;
@@ -658,6 +683,10 @@ static void conn_resume(struct http_conn *c)
         c->resume_again = false;
         bool blocked = false, write_pending = false;
         for (struct http_request *r = c->head; r != NULL && !c->closing; r = r->next) {
+            if (r->held) { /* its handler is not done: nothing overtakes it */
+                blocked = true;
+                continue;
+            }
             if (r->deferred) {
                 if (blocked || (!r->is_write && write_pending)) {
                     blocked = true;
@@ -1896,12 +1925,23 @@ static void accept_one(struct http_server *srv);
  * DISCARD_TURN_BYTES) read again, and a connection left in the listen queue
  * by ACCEPT_TURN_MAX is accepted (its uv_accept makes libuv watch the
  * listener again). */
+static void on_deliver_idle(uv_idle_t *h)
+{
+    uv_idle_stop(h); /* the loop came round: read_prep runs next */
+}
+
 static void on_read_prep(uv_prepare_t *h)
 {
     struct http_server *srv = h->data;
     struct http_conn *list = srv->budget_head;
     srv->budget_head = NULL;
     uv_prepare_stop(h);
+    /* A turn ends here: the bodies put off in the last one are handed over
+     * now, the first of them whatever its size. (Counting turns by uv_now's
+     * millisecond alone, a body put off again in the same millisecond waited
+     * for the loop's next event: on a quiet server, its timers' seconds.) */
+    srv->big_ms = uv_now(srv->loop);
+    srv->big_turn = 0;
     uint32_t hs_max =
         srv->cfg.tls_handshakes_max ? srv->cfg.tls_handshakes_max : HS_MAX_DEFAULT;
     if (srv->hs_freed >= HS_TRIM_AFTER && srv->n_hs <= hs_max / 16) {
@@ -1933,6 +1973,7 @@ static void on_read_prep(uv_prepare_t *h)
             }
             if (deliver_later(srv, r->body_len)) {
                 budget_enqueue(c);
+                uv_idle_start(&srv->deliver_idle, on_deliver_idle); /* no blocking */
                 conn_maybe_free(c);
                 continue;
             }
@@ -2314,6 +2355,8 @@ int http_server_listen(struct http_server *srv, uv_loop_t *loop, const char *hos
     srv->read_prep.data = srv;
     uv_idle_init(loop, &srv->close_idle);
     srv->close_idle.data = srv;
+    uv_idle_init(loop, &srv->deliver_idle);
+    srv->deliver_idle.data = srv;
     srv->preps_open = true;
     int rc = uv_tcp_bind(&srv->listener, (const struct sockaddr *)&addr, 0);
     if (rc == 0)
@@ -2369,6 +2412,7 @@ void http_server_stop(struct http_server *srv)
         uv_close((uv_handle_t *)&srv->flush_prep, NULL);
         uv_close((uv_handle_t *)&srv->read_prep, NULL);
         uv_close((uv_handle_t *)&srv->close_idle, NULL);
+        uv_close((uv_handle_t *)&srv->deliver_idle, NULL);
     }
     struct http_conn *c = srv->conns;
     while (c) {

@@ -150,6 +150,7 @@ struct http_request {
     bool keep_alive;
     bool is_write;      /* http_dispatch: a write the connection's reads wait for */
     bool deferred;      /* held back to keep the connection's order */
+    bool held;          /* http_hold: its handler works off the loop */
     bool counted_write; /* counted in the connection's pending writes */
     bool done;
     bool close_after; /* Connection: close after this response */
@@ -295,5 +296,11 @@ void http_stream_end_within(struct http_request *req, uint64_t ms);
  * above); `is_write` says whether later reads must wait for this one's
  * answer. If the connection goes first, cb never runs (on_close does). */
 void http_dispatch(struct http_request *req, bool is_write, http_run_cb *cb);
+
+/* The request's handler needs time off the loop before it can dispatch (a
+ * large body decoded on the thread pool): the connection's later requests
+ * wait behind it, as behind a request held back, until its http_dispatch
+ * (then it takes its place in order) or its http_respond. */
+void http_hold(struct http_request *req);
 
 #endif

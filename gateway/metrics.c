@@ -125,6 +125,8 @@ struct snapshot {
     const struct node_latency *lat;
     const struct gateway *gw;
     uint64_t auth_denied; /* gw->auth_denied */
+    /* Bodies decoded on the thread pool (api_offload.c). */
+    uint64_t offloaded, offload_waiting, offload_running;
     /* Watches (api_watch.c) and the change log they read. */
     uint64_t watchers, watch_lagging, watch_compacted;
     uint64_t watch_pending, watch_over_total, watch_turn_full;
@@ -315,6 +317,14 @@ static const struct metric_desc metric_table[] = {
     {"tierkv_http_tls_failures_total", "counter",
      "HTTPS connections closed for a failed TLS handshake or a bad record.", MK_VALUE,
      SNAP(http.tls_failed)},
+    {"tierkv_http_bodies_offloaded_total", "counter",
+     "Write bodies of 32 KiB or more decoded on the thread pool instead of the loop.",
+     MK_VALUE, SNAP(offloaded)},
+    {"tierkv_http_bodies_offload_waiting", "gauge",
+     "Such bodies waiting for one of the gateway's 2 decoding slots.", MK_VALUE,
+     SNAP(offload_waiting)},
+    {"tierkv_http_bodies_offload_running", "gauge",
+     "Such bodies being decoded now.", MK_VALUE, SNAP(offload_running)},
     {"tierkv_http_auth_denied_total", "counter",
      "Requests answered 401 or 403 (--auth-file).", MK_VALUE, SNAP(auth_denied)},
     {"tierkv_http_connections", "gauge", "Open HTTP connections.", MK_VALUE,
@@ -591,6 +601,9 @@ void api__metrics(struct api_req *req, const struct query *q)
     struct kv_events_stats es;
     kv_sm_events_stats(node_kv(gw->node), &es);
     s.watchers = gw->n_watchers;
+    s.offloaded = gw->offloaded;
+    s.offload_waiting = gw->offload_waiting;
+    s.offload_running = gw->offload_running;
     s.watch_lagging = gw->watch_lagging;
     s.watch_compacted = gw->watch_compacted;
     s.watch_pending = api__watch_pending(gw);

@@ -1107,6 +1107,96 @@ START_TEST(test_body_memory_grows_with_bytes_and_the_budget_answers_503)
 }
 END_TEST
 
+/* A body of 32 KiB or more is decoded on the thread pool (api_offload.c):
+ * its answers are those of the loop's path, and the connection's later
+ * requests wait behind it: a small PUT pipelined after a large batch that
+ * writes the same key is applied after it. */
+static size_t big_batch(char *out, size_t cap, const char *path, const char *key,
+                        const char *value, size_t pad)
+{
+    char *fill = malloc(pad + 1);
+    memset(fill, 'a', pad);
+    fill[pad] = 0;
+    char body[128 + 70000];
+    int bl = snprintf(body, sizeof(body),
+                      "{\"ops\":[{\"op\":\"put\",\"key\":\"bigpad\",\"value\":\"%s\"},"
+                      "{\"op\":\"put\",\"key\":\"%s\",\"value\":\"%s\"}]}",
+                      fill, key, value);
+    free(fill);
+    return (size_t)snprintf(out, cap,
+                            "POST %s HTTP/1.1\r\nContent-Type: application/json\r\n"
+                            "Content-Length: %d\r\n\r\n%s",
+                            path, bl, body);
+}
+
+START_TEST(test_large_bodies_are_decoded_off_the_loop_in_order)
+{
+    struct fixture f;
+    fx_start(&f, NULL);
+    static char req[3 * 70000], buf[65536];
+    double before = metric(f.port, "tierkv_http_bodies_offloaded_total");
+    int s = connect_to(f.port);
+    size_t len = big_batch(req, sizeof(req), "/v1/batch", "order", "first", 40000);
+    const char *tail = "PUT /v1/kv/order HTTP/1.1\r\nContent-Length: 6\r\n\r\nsecond"
+                       "GET /v1/kv/order HTTP/1.1\r\n\r\n";
+    memcpy(req + len, tail, strlen(tail));
+    len += strlen(tail);
+    send_all(s, req, len);
+    read_responses(s, buf, sizeof(buf), 3);
+    ck_assert_msg(count_status(buf, "HTTP/1.1 200 OK") == 3, "answers: %.600s", buf);
+    ck_assert_msg(strstr(buf, "\"value\":\"second\"") != NULL,
+                  "the PUT sent after the batch overtook it: %.600s", buf);
+    /* The last write applied is the PUT's: it did not overtake the batch. */
+    const char *again = "GET /v1/kv/order HTTP/1.1\r\n\r\n";
+    send_all(s, again, strlen(again));
+    read_responses(s, buf, sizeof(buf), 1);
+    ck_assert_msg(strstr(buf, "\"value\":\"second\"") != NULL,
+                  "the PUT sent after the batch was applied before it: %.600s", buf);
+    double after = metric(f.port, "tierkv_http_bodies_offloaded_total");
+    printf("bodies offloaded: %.0f -> %.0f\n", before, after);
+    ck_assert(after >= before + 1);
+
+    /* A txn and a JSON PUT of that size; a malformed body; a reserved key. */
+    len = big_batch(req, sizeof(req), "/v1/batch", "k2", "v2", 40000);
+    send_all(s, req, len);
+    read_responses(s, buf, sizeof(buf), 1);
+    ck_assert_msg(strstr(buf, "HTTP/1.1 200 OK") == buf, "batch: %.300s", buf);
+    char *val = malloc(40001);
+    memset(val, 'b', 40000);
+    val[40000] = 0;
+    len = (size_t)snprintf(req, sizeof(req),
+                           "PUT /v1/kv/jsonput HTTP/1.1\r\nContent-Type: application/json\r\n"
+                           "Content-Length: %zu\r\n\r\n{\"value\":\"%s\"}",
+                           strlen(val) + 12, val);
+    free(val);
+    send_all(s, req, len);
+    read_responses(s, buf, sizeof(buf), 1);
+    ck_assert_msg(strstr(buf, "HTTP/1.1 200 OK") == buf, "json put: %.300s", buf);
+    len = big_batch(req, sizeof(req), "/v1/batch", "k3", "v3", 40000);
+    req[len - 2] = '}'; /* ..."}}} : malformed */
+    send_all(s, req, len);
+    read_responses(s, buf, sizeof(buf), 1);
+    ck_assert_msg(strstr(buf, "HTTP/1.1 400 ") == buf, "malformed: %.300s", buf);
+    close(s);
+    s = connect_to(f.port);
+    len = big_batch(req, sizeof(req), "/v1/batch", "\\u0001x", "v", 40000);
+    send_all(s, req, len);
+    read_responses(s, buf, sizeof(buf), 1);
+    ck_assert_msg(strstr(buf, "HTTP/1.1 400 ") == buf && strstr(buf, "reserved_key"),
+                  "reserved: %.300s", buf);
+    const char *get = "GET /v1/kv/jsonput HTTP/1.1\r\n\r\nGET /v1/kv/k3 HTTP/1.1\r\n\r\n";
+    send_all(s, get, strlen(get));
+    read_responses(s, buf, sizeof(buf), 2);
+    ck_assert_msg(strstr(buf, "\"value\":\"bbbb") != NULL, "json put read: %.300s", buf);
+    ck_assert_msg(strstr(buf, "HTTP/1.1 404 ") != NULL, "malformed batch applied: %.300s",
+                  buf);
+    close(s);
+    printf("bodies offloaded at the end: %.0f\n",
+           metric(f.port, "tierkv_http_bodies_offloaded_total"));
+    fx_stop(&f);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("gateway");
@@ -1134,6 +1224,7 @@ int main(void)
     tcase_add_test(h, test_reserved_keys_are_refused_to_clients);
     tcase_add_test(h, test_header_block_trailers_ttl_range_and_http10_keepalive);
     tcase_add_test(h, test_body_memory_grows_with_bytes_and_the_budget_answers_503);
+    tcase_add_test(h, test_large_bodies_are_decoded_off_the_loop_in_order);
     suite_add_tcase(s, h);
     return tk_check_run(srunner_create(s));
 }
