@@ -45,7 +45,7 @@ static inline bool rd_varint(const uint8_t **pp, const uint8_t *end, uint64_t *o
     return rd_varint_long(pp, end, out);
 }
 
-static bool rd_bytes(const uint8_t **pp, const uint8_t *end, ProtobufCBinaryData *out)
+static inline bool rd_bytes(const uint8_t **pp, const uint8_t *end, ProtobufCBinaryData *out)
 {
     uint64_t len;
     if (!rd_varint(pp, end, &len) || len > (uint64_t)(end - *pp))
