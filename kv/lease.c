@@ -10,16 +10,16 @@
  * resumes from the last checkpoint and never from the full TTL.
  *
  * Persistence: each lease is one record in the data table under the reserved
- * key LEASE_PREFIX + 16 hex digits of the id. Its value is written as "L1",
- * ttl_ms, remaining_ms, renewed (u64 LE), the key count (u32, host order) and
- * each key (u16 LE length, bytes), and read in that layout (first byte 'L')
- * or as REC_V1 then a kvpb.LeaseRecord (kv.proto), which the writer moves to
- * once snapshot.c's walk checks records through kv__lease_check_rec. Both go
- * through rec_decode's checks; anything else is TK_ECORRUPT with a reason.
- * Tier-down, snapshots (stream and install) and restarts carry it like any
- * key; kv__lease_load rebuilds the table from those records (open, install)
- * and the log's replay does the rest. Users cannot write or delete keys under
- * the prefix (cmd.c), and its writes make no events.
+ * key LEASE_PREFIX + 16 hex digits of the id, whose value is REC_V1 then a
+ * kvpb.LeaseRecord (kv.proto): ttl_ms, remaining_ms, renewed and the keys.
+ * Builds before it wrote "L1", ttl_ms, remaining_ms, renewed (u64 LE), the key
+ * count (u32, host order) and each key (u16 LE length, bytes): such a record
+ * (first byte 'L') is still read, never written. Both go through rec_decode's
+ * checks; anything else is TK_ECORRUPT with a reason. Tier-down, snapshots
+ * (stream and install) and restarts carry it like any key; kv__lease_load
+ * rebuilds the table from those records (open, install) and the log's replay
+ * does the rest. Users cannot write or delete keys under the prefix (cmd.c),
+ * and its writes make no events.
  *
  * key -> lease is a chained hash table of the attached keys. A lease holds at
  * most LEASE_KEYS_MAX keys. Owner thread only. Called by cmd.c, sm.c and
@@ -30,6 +30,7 @@
 #include <string.h>
 
 #include "base/alloc.h"
+#include "base/assert.h"
 #include "base/endian.h"
 #include "base/err.h"
 #include "base/log.h"
@@ -37,7 +38,7 @@
 #include "kv/sm_internal.h"
 
 #define REC_V1 KVPB__RECORD_FORMAT__RECORD_FORMAT_V1 /* a kvpb.LeaseRecord follows */
-#define OLD_HEAD 30 /* the "L1" value: "L1", ttl, remaining, renewed, count */
+#define OLD_HEAD 30 /* the old value: "L1", ttl, remaining, renewed, count */
 
 bool kv__lease_reserved(const uint8_t *key, size_t len)
 {
@@ -185,6 +186,29 @@ static void write_rec(struct kv_sm *sm, uint64_t index, const uint8_t *key, size
     kv__state_write(sm, index, key, len, hash, st);
 }
 
+/* l's record value (REC_V1, then its kvpb.LeaseRecord): a new buffer of
+ * *bytes bytes, the caller's to free. */
+static uint8_t *rec_encode(const struct kv_lease *l, size_t *bytes)
+{
+    Kvpb__LeaseRecord m = KVPB__LEASE_RECORD__INIT;
+    m.ttl_ms = l->ttl_ms;
+    m.remaining_ms = l->remaining_ms;
+    m.renewed = l->renewed;
+    m.n_keys = l->n_keys;
+    m.keys = tk_malloc((l->n_keys > 0 ? l->n_keys : 1) * sizeof(*m.keys));
+    for (size_t i = 0; i < l->n_keys; i++) {
+        m.keys[i].data = l->keys[i]->key;
+        m.keys[i].len = l->keys[i]->len;
+    }
+    *bytes = 1 + kvpb__lease_record__get_packed_size(&m);
+    uint8_t *v = tk_malloc(*bytes);
+    v[0] = REC_V1;
+    size_t packed = kvpb__lease_record__pack(&m, v + 1);
+    TK_ASSERT(packed + 1 == *bytes);
+    tk_free(m.keys);
+    return v;
+}
+
 /* Writes l's record (or its tombstone when gone). 0 or TK_EIO. */
 static int store(struct kv_sm *sm, uint64_t index, const struct kv_lease *l, uint64_t id,
                  bool gone)
@@ -202,23 +226,8 @@ static int store(struct kv_sm *sm, uint64_t index, const struct kv_lease *l, uin
         write_rec(sm, index, key, sizeof(key), hash, &st);
         return 0;
     }
-    size_t bytes = OLD_HEAD;
-    for (size_t i = 0; i < l->n_keys; i++)
-        bytes += 2 + l->keys[i]->len;
-    uint8_t *v = tk_malloc(bytes);
-    memcpy(v, "L1", 2);
-    tk_put_le64(v + 2, l->ttl_ms);
-    tk_put_le64(v + 10, l->remaining_ms);
-    tk_put_le64(v + 18, l->renewed);
-    uint32_t n = (uint32_t)l->n_keys;
-    memcpy(v + 26, &n, 4);
-    size_t off = OLD_HEAD;
-    for (size_t i = 0; i < l->n_keys; i++) {
-        v[off] = (uint8_t)l->keys[i]->len;
-        v[off + 1] = (uint8_t)(l->keys[i]->len >> 8);
-        memcpy(v + off + 2, l->keys[i]->key, l->keys[i]->len);
-        off += 2 + l->keys[i]->len;
-    }
+    size_t bytes = 0;
+    uint8_t *v = rec_encode(l, &bytes);
     st.version = st.live ? st.version + 1 : 1;
     if (!st.live)
         st.create_rev = index;

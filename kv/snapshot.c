@@ -43,7 +43,6 @@
 #define VAL_HDR 32
 #define KEY_MAX 511 /* LMDB's default key size limit */
 #define LONG_STORED (KV_COLD_SHORT_MAX + 8)
-#define LEASE_HEAD 30 /* lease.c's REC_HEAD: "L1", ttl, remaining, renewed, count */
 
 /* What a walk over a stream has seen: the CRC so far, the records, and the
  * last record's table and key (the next must sort after it). walk_record
@@ -147,23 +146,10 @@ static int walk_header(struct snap_walk *w, const uint8_t *p, struct kv_cold_met
 static int check_lease(struct snap_walk *w, const uint8_t *key, size_t klen,
                        const uint8_t *v, size_t vlen)
 {
-    if (klen != KV_LEASE_KEY_LEN || vlen < LEASE_HEAD || memcmp(v, "L1", 2) != 0)
-        return walk_fail(w, "record %llu: a malformed lease",
-                         (unsigned long long)w->count);
-    for (size_t i = KV_LEASE_PREFIX_LEN; i < klen; i++)
-        if (!((key[i] >= '0' && key[i] <= '9') || (key[i] >= 'a' && key[i] <= 'f')))
-            return walk_fail(w, "record %llu: a lease key without its hex id",
-                             (unsigned long long)w->count);
-    uint32_t n;
-    memcpy(&n, v + 26, 4); /* lease.c writes it in host order */
-    size_t off = LEASE_HEAD;
-    for (uint32_t i = 0; i < n; i++) {
-        if (vlen - off < 2 ||
-            vlen - off - 2 < ((size_t)v[off] | ((size_t)v[off + 1] << 8)))
-            return walk_fail(w, "record %llu: a lease's keys overrun its value",
-                             (unsigned long long)w->count);
-        off += 2 + ((size_t)v[off] | ((size_t)v[off + 1] << 8));
-    }
+    char why[64];
+    if (kv__lease_check_rec(key, klen, v, vlen, why, sizeof(why)) != 0)
+        return walk_fail(w, "record %llu: a malformed lease: %s",
+                         (unsigned long long)w->count, why);
     return 0;
 }
 

@@ -50,10 +50,9 @@ struct member_rec {
     char why[96];
 };
 
-/* A record's value is read in two formats: RECORD_FORMAT_V1 then a
- * kvpb.MemberRecord, or the text "raft=<addr|-> http=<addr|-> removed=<0|1>
- * inc=<hex|->" (inc and removed absent in the oldest), which record_cmd still
- * writes until the integration tests decode the protobuf one. */
+/* A record's value: RECORD_FORMAT_V1 then a kvpb.MemberRecord (record_cmd).
+ * Builds before it wrote text, "raft=<addr|-> http=<addr|-> removed=<0|1>
+ * inc=<hex|->" (inc and removed absent in the oldest): read, never written. */
 #define MEMBER_REC_V1 KVPB__RECORD_FORMAT__RECORD_FORMAT_V1
 #define MEMBER_REC_MAX 1024 /* no valid value of either format is longer */
 
@@ -625,17 +624,43 @@ static struct tk_blob *put_cmd(const char *key, size_t kl, const char *val, size
     return b;
 }
 
+/* inc's 32 hex digits as 16 bytes; false when it is not that ("": unknown). */
+static bool unhex16(const char *inc, uint8_t *out)
+{
+    if (strlen(inc) != 32 || strspn(inc, "0123456789abcdef") != 32)
+        return false;
+    for (int i = 0; i < 16; i++) {
+        unsigned v;
+        if (sscanf(inc + 2 * i, "%2x", &v) != 1)
+            return false;
+        out[i] = (uint8_t)v;
+    }
+    return true;
+}
+
 /* The command writing the record of `id` (removed: the never-reuse
- * tombstone; inc: its incarnation in hex, "" when not known yet). */
+ * tombstone; inc: its incarnation in hex, "" when not known yet): a put of
+ * MEMBER_REC_V1 then the packed kvpb.MemberRecord, as rec_decode reads it. */
 static struct tk_blob *record_cmd(uint64_t id, const char *raft, const char *http,
                                   bool removed, const char *inc)
 {
-    char key[64], val[3 * NODE_ADDR_MAX + 64];
+    Kvpb__MemberRecord m = KVPB__MEMBER_RECORD__INIT;
+    uint8_t incarnation[16];
+    m.raft = (char *)raft;
+    m.http = (char *)http;
+    m.removed = removed;
+    if (unhex16(inc, incarnation)) {
+        m.incarnation.data = incarnation;
+        m.incarnation.len = sizeof(incarnation);
+    }
+    char key[64];
+    uint8_t val[MEMBER_REC_MAX];
     size_t kl = member_key(id, key, sizeof(key));
-    int vl = snprintf(val, sizeof(val), "raft=%s http=%s removed=%d inc=%s",
-                      raft[0] ? raft : "-", http[0] ? http : "-", removed ? 1 : 0,
-                      inc[0] ? inc : "-");
-    return put_cmd(key, kl, val, (size_t)vl);
+    size_t vl = 1 + kvpb__member_record__get_packed_size(&m);
+    TK_ASSERT(vl <= sizeof(val)); /* two addresses under NODE_ADDR_MAX, 16 bytes */
+    val[0] = MEMBER_REC_V1;
+    kvpb__member_record__pack(&m, val + 1);
+    return put_cmd(key, kl, (const char *)val, vl);
 }
 
 /* Proposes the record of `id` (record_cmd). */
@@ -1001,7 +1026,7 @@ static int start_remove(struct node *n, const struct raft_config *c,
     rec_read(n, id, &r);
     if (!r.found || r.corrupt)
         boot_addr(n, id, r.raft, sizeof(r.raft));
-    return write_record(n, r.raft[0] ? r.raft : "-", r.http[0] ? r.http : "-", true);
+    return write_record(n, r.raft, r.http, true);
 }
 
 int node_member_change(struct node *n, const struct node_member_change *c,

@@ -224,10 +224,11 @@ def test_not_a_member(cl, lead, wiped):
     # The leader binds each member's data directory at first contact; wait for
     # the wiped node's binding before wiping it.
     t0 = time.time()
-    path = "/v1/kv/%01tierkv%2Fmember%2F" + str(wiped.id)
+    path = "/v1/kv/%01tierkv%2Fmember%2F" + str(wiped.id) + "?raw"
     while True:
         st, _, data = tkcluster.request(lead.http_port, "GET", path)
-        if st == 200 and b"inc=-" not in data and b"inc=" in data:
+        rec = tkcluster.member_record_text(data) if st == 200 else ""
+        if "inc=-" not in rec and "inc=" in rec:
             break
         check(time.time() < t0 + 15, "node %d's incarnation never recorded: %d %r" %
               (wiped.id, st, data))

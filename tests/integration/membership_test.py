@@ -281,10 +281,11 @@ def promote_retrying(tierkv, eps, node_id, timeout=15):
 
 
 def record(port, node_id):
-    """The member record of node_id as `port` has applied it ("" if none)."""
+    """The member record of node_id as `port` has applied it, as text ("" if
+    none; tk.member_record_text)."""
     st, _, data = tk.request(port, "GET", "/v1/kv/%%01tierkv%%2Fmember%%2F%d?raw"
                              "&consistency=stale" % node_id)
-    return data.decode() if st == 200 else ""
+    return tk.member_record_text(data) if st == 200 else ""
 
 
 def metric(port, name):

@@ -104,6 +104,41 @@ class Node:
             return ""
 
 
+def member_record_text(data):
+    """A member record's value (GET /v1/kv/%01tierkv%2Fmember%2F<id>?raw) as the
+    text "raft=... http=... removed=0|1 inc=...": the node writes a version byte
+    (1) then a kvpb.MemberRecord (proto/kv.proto: raft = 1, http = 2,
+    removed = 3, incarnation = 4); builds before it wrote that text itself."""
+    if not data or data[0] != 1:
+        return data.decode(errors="replace")
+    f = {1: b"", 2: b"", 3: 0, 4: b""}
+    i = 1
+
+    def varint():
+        nonlocal i
+        v = shift = 0
+        while True:
+            b = data[i]
+            i += 1
+            v |= (b & 0x7F) << shift
+            shift += 7
+            if b < 0x80:
+                return v
+
+    while i < len(data):
+        key = varint()
+        if key & 7 == 0:
+            f[key >> 3] = varint()
+        elif key & 7 == 2:
+            n = varint()
+            f[key >> 3] = data[i:i + n]
+            i += n
+        else:
+            raise ValueError("wire type %d in member record %r" % (key & 7, data))
+    return "raft=%s http=%s removed=%d inc=%s" % (
+        f[1].decode() or "-", f[2].decode() or "-", f[3], f[4].hex() or "-")
+
+
 def request(port, method, path, body=None, headers=None, timeout=10):
     """One request on a fresh connection: (status, headers dict lower-case, body bytes)."""
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)

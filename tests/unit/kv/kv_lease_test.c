@@ -593,6 +593,35 @@ START_TEST(test_corrupt_lease_records_refused)
 }
 END_TEST
 
+/* What a grant, puts and a checkpoint write is 0x01 then a kvpb.LeaseRecord. */
+START_TEST(test_lease_records_are_written_as_protobuf)
+{
+    struct kvu u = {0};
+    kvu_open(&u, NULL);
+    uint64_t a = grant(&u, 5000);
+    ck_assert_int_eq(put_lease(&u, "k1", "v", a), 0);
+    ck_assert_int_eq(put_lease(&u, "key-two", "v", a), 0);
+    ck_assert_int_eq(checkpoint(&u, a, 1234), 0);
+    uint8_t key[KV_LEASE_KEY_LEN];
+    rec_key(a, key);
+    struct kv_item it;
+    ck_assert_int_eq(kv_sm_get(u.sm, key, sizeof(key), &it), 0);
+    ck_assert_uint_ge(it.value_len, 1);
+    ck_assert_uint_eq(it.value[0], 0x01);
+    Kvpb__LeaseRecord *m =
+        kvpb__lease_record__unpack(NULL, it.value_len - 1, it.value + 1);
+    ck_assert_ptr_nonnull(m);
+    ck_assert_uint_eq(m->ttl_ms, 5000);
+    ck_assert_uint_eq(m->remaining_ms, 1234);
+    ck_assert_uint_eq(m->renewed, a);
+    ck_assert_uint_eq(m->n_keys, 2);
+    ck_assert_mem_eq(m->keys[0].data, "k1", 2);
+    ck_assert_mem_eq(m->keys[1].data, "key-two", 7);
+    kvpb__lease_record__free_unpacked(m, NULL);
+    kvu_close(&u, true);
+}
+END_TEST
+
 static int corrupt_lines;
 
 static void count_corrupt(const char *line, size_t len, void *data)
@@ -677,6 +706,7 @@ int main(void)
     tcase_add_test(tc, test_lease_records_of_both_formats_load);
     tcase_add_test(tc, test_corrupt_lease_records_refused);
     tcase_add_test(tc, test_old_lease_records_load_at_open);
+    tcase_add_test(tc, test_lease_records_are_written_as_protobuf);
     suite_add_tcase(s, tc);
     SRunner *r = srunner_create(s);
     srunner_run_all(r, CK_ENV);

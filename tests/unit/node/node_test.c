@@ -1488,7 +1488,7 @@ static void stall_loop_stop(struct node *n, struct uv_loop_s *loop, void *data)
 /* Member records (node_member.c): the text of older builds is still read
  * (an id it says was removed is refused, its addresses are used), a record
  * that is neither format refuses an add with TK_ECORRUPT and fences its id,
- * and what an add and a remove write reads back. One node on the inproc
+ * and an add and a remove write 0x01 and a kvpb.MemberRecord. One node on the inproc
  * hub, driven from a timer on its loop (node_member_change and node_members
  * are loop-thread calls); failures are kept for the test thread to report. */
 static uv_timer_t mrec_timer;
@@ -1545,6 +1545,23 @@ static size_t mrec_get(struct node *n, uint64_t id, uint8_t *out, size_t cap)
     return it.value_len;
 }
 
+/* Is id's record as written today (0x01, then a kvpb.MemberRecord) with these
+ * fields? */
+static bool mrec_record(struct node *n, uint64_t id, const char *raft, const char *http,
+                        bool removed)
+{
+    uint8_t v[1024];
+    size_t len = mrec_get(n, id, v, sizeof(v));
+    if (len < 1 || v[0] != KVPB__RECORD_FORMAT__RECORD_FORMAT_V1)
+        return false;
+    Kvpb__MemberRecord *m = kvpb__member_record__unpack(NULL, len - 1, v + 1);
+    bool ok = m != NULL && strcmp(m->raft, raft) == 0 && strcmp(m->http, http) == 0 &&
+              m->removed == removed && m->incarnation.len == 0;
+    if (m != NULL)
+        kvpb__member_record__free_unpacked(m, NULL);
+    return ok;
+}
+
 static void mrec_changed(const struct node_member_result *res, void *data)
 {
     (void)data;
@@ -1569,7 +1586,6 @@ static void mrec_fire(uv_timer_t *tm)
 {
     struct node *n = tm->data;
     struct node_member_result res;
-    uint8_t v[1024];
     char http[NODE_ADDR_MAX];
     struct node_status st;
     node_status(n, &st);
@@ -1604,12 +1620,12 @@ static void mrec_fire(uv_timer_t *tm)
         MREC_CHECK(k == 2 && m[1].id == 10 && !m[1].voter);
         MREC_CHECK(strcmp(m[1].raft, "127.0.0.1:5") == 0);
         MREC_CHECK(strcmp(m[1].http, "127.0.0.1:6") == 0);
-        size_t len = mrec_get(n, 10, v, sizeof(v));
-        MREC_CHECK(len > 5 && memcmp(v, "raft=127.0.0.1:5 ", 17) == 0);
+        MREC_CHECK(mrec_record(n, 10, "127.0.0.1:5", "127.0.0.1:6", false));
         MREC_CHECK(mrec_change(n, NODE_MEMBER_REMOVE, 10, &res) == 0);
         mrec_step = 4; /* mrec_changed: 5 */
     } else if (mrec_step == 5 && st.commit >= st.last_index) {
         MREC_CHECK(node__member_fenced(n, 10));
+        MREC_CHECK(mrec_record(n, 10, "127.0.0.1:5", "127.0.0.1:6", true));
         MREC_CHECK(mrec_change(n, NODE_MEMBER_ADD, 10, &res) == TK_ECOMPARE);
         mrec_step = 6;
         atomic_store(&mrec_done, 1);
