@@ -516,6 +516,31 @@ static inline void node__tier_count(struct node *n, uint64_t index, size_t len)
         node__tier_mark(n, index);
 }
 
+/* ---- node_record.c ---- */
+
+/* A record's value: RECORD_FORMAT_V1 then a kvpb.MemberRecord (node_member.c's
+ * record_cmd). Builds before it wrote text, "raft=<addr|-> http=<addr|-> removed=<0|1>
+ * inc=<hex|->" (inc and removed absent in the oldest): read, never written. */
+#define NODE_MEMBER_REC_V1 KVPB__RECORD_FORMAT__RECORD_FORMAT_V1
+#define NODE_MEMBER_REC_MAX 1024 /* no valid value of either format is longer */
+
+/* A member record, decoded. */
+struct node_member_rec {
+    bool found;
+    bool corrupt; /* found, but refused by node__member_rec_decode: why says why */
+    bool removed;
+    char inc[40]; /* the data directory's incarnation, hex; "" until known */
+    char raft[NODE_ADDR_MAX];
+    char http[NODE_ADDR_MAX];
+    char why[96];
+};
+
+/* Decodes a member record's value (either format) into r, found. 0, or
+ * TK_ECORRUPT with r->corrupt and r->why set and no field filled. */
+int node__member_rec_decode(const uint8_t *v, size_t len, struct node_member_rec *r);
+/* b's 16 bytes in hex (out: 33 bytes at least). */
+void node__hex16(const uint8_t *b, char *out);
+
 /* ---- node_persist.c ---- */
 
 /* Whether this ready's append may be written on the loop

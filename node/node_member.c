@@ -40,22 +40,6 @@ enum { PH_IDLE, PH_RECORD, PH_COMMIT, PH_PROMOTE };
  * learner's catch-up. */
 #define MEMBER_PROMOTE_WAIT_MS 30000
 
-struct member_rec {
-    bool found;
-    bool corrupt; /* found, but refused by rec_decode: why says why */
-    bool removed;
-    char inc[40]; /* the data directory's incarnation, hex; "" until known */
-    char raft[NODE_ADDR_MAX];
-    char http[NODE_ADDR_MAX];
-    char why[96];
-};
-
-/* A record's value: RECORD_FORMAT_V1 then a kvpb.MemberRecord (record_cmd).
- * Builds before it wrote text, "raft=<addr|-> http=<addr|-> removed=<0|1>
- * inc=<hex|->" (inc and removed absent in the oldest): read, never written. */
-#define MEMBER_REC_V1 KVPB__RECORD_FORMAT__RECORD_FORMAT_V1
-#define MEMBER_REC_MAX 1024 /* no valid value of either format is longer */
-
 static uint64_t now_ms(void)
 {
     struct timespec ts;
@@ -69,160 +53,15 @@ static size_t member_key(uint64_t id, char *out, size_t cap)
     return k > 0 ? (size_t)k : 0;
 }
 
-/* b's 16 bytes in hex (out: 33 bytes at least). */
-static void hex16(const uint8_t *b, char *out)
-{
-    for (int i = 0; i < 16; i++)
-        snprintf(out + 2 * i, 3, "%02x", b[i]);
-}
-
-/* Copies the value of `name=` (up to a space) from `v` into out; false when
- * it is longer than cap - 1. */
-static bool rec_field(const char *v, const char *name, char *out, size_t cap)
-{
-    out[0] = '\0';
-    size_t nl = strlen(name);
-    for (const char *p = v; (p = strstr(p, name)) != NULL; p++) {
-        if ((p != v && p[-1] != ' ') || p[nl] != '=')
-            continue;
-        p += nl + 1;
-        size_t len = strcspn(p, " ");
-        if (len >= cap)
-            return false;
-        memcpy(out, p, len);
-        out[len] = '\0';
-        return true;
-    }
-    return true;
-}
-
-static int rec_fail(struct member_rec *r, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-static int rec_fail(struct member_rec *r, const char *fmt, ...)
-{
-    r->removed = false;
-    r->inc[0] = r->raft[0] = r->http[0] = '\0';
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(r->why, sizeof(r->why), fmt, ap);
-    va_end(ap);
-    return TK_ECORRUPT;
-}
-
-/* An address as a record holds it: printable, no space, under NODE_ADDR_MAX. */
-static bool rec_addr_ok(const char *a)
-{
-    size_t len = strlen(a);
-    for (size_t i = 0; i < len; i++)
-        if (a[i] <= ' ' || a[i] > '~')
-            return false;
-    return len < NODE_ADDR_MAX;
-}
-
-/* The text of builds before MEMBER_REC_V1 (v is NUL-terminated). */
-static int rec_decode_text(const char *v, struct member_rec *r)
-{
-    char removed[8], inc[40];
-    if (strncmp(v, "raft=", 5) != 0)
-        return rec_fail(r, "neither a MemberRecord nor the text of an older build");
-    if (!rec_field(v, "raft", r->raft, sizeof(r->raft)) ||
-        !rec_field(v, "http", r->http, sizeof(r->http)) ||
-        !rec_field(v, "removed", removed, sizeof(removed)) ||
-        !rec_field(v, "inc", inc, sizeof(inc)))
-        return rec_fail(r, "a text record with a field too long");
-    if (strcmp(removed, "1") != 0 && strcmp(removed, "0") != 0 && removed[0] != '\0')
-        return rec_fail(r, "a text record with removed=%s", removed);
-    size_t il = strspn(inc, "0123456789abcdef");
-    if (strcmp(inc, "-") != 0 && inc[0] != '\0' && (il != 32 || inc[il] != '\0'))
-        return rec_fail(r, "a text record with inc=%s", inc);
-    r->removed = strcmp(removed, "1") == 0;
-    snprintf(r->inc, sizeof(r->inc), "%s", strcmp(inc, "-") == 0 ? "" : inc);
-    if (strcmp(r->raft, "-") == 0)
-        r->raft[0] = '\0';
-    if (strcmp(r->http, "-") == 0)
-        r->http[0] = '\0';
-    return 0;
-}
-
-/* Decodes protobuf-c's allocations into a bounded buffer on the stack: a
- * value of MEMBER_REC_MAX bytes needs a message and three copies of at most
- * its bytes; more (unknown fields by the hundred) fails the unpack. */
-struct rec_arena {
-    size_t used;
-    _Alignas(16) uint8_t buf[2 * MEMBER_REC_MAX];
-};
-
-static void *rec_arena_alloc(void *data, size_t size)
-{
-    struct rec_arena *a = data;
-    size = (size + 15) & ~(size_t)15;
-    if (size > sizeof(a->buf) - a->used)
-        return NULL;
-    void *p = a->buf + a->used;
-    a->used += size;
-    return p;
-}
-
-static void rec_arena_free(void *data, void *ptr)
-{
-    (void)data;
-    (void)ptr; /* the arena goes with the stack frame */
-}
-
-static int rec_decode_pb(const uint8_t *v, size_t len, struct member_rec *r)
-{
-    struct rec_arena a;
-    a.used = 0;
-    ProtobufCAllocator alloc = {
-        .alloc = rec_arena_alloc, .free = rec_arena_free, .allocator_data = &a};
-    Kvpb__MemberRecord *m = kvpb__member_record__unpack(&alloc, len, v);
-    if (m == NULL)
-        return rec_fail(r, "%zu bytes that are no MemberRecord", len);
-    if (!rec_addr_ok(m->raft) || !rec_addr_ok(m->http))
-        return rec_fail(r, "an address that is no host:port");
-    if (m->incarnation.len != 0 && m->incarnation.len != 16)
-        return rec_fail(r, "an incarnation of %zu bytes, not 16", m->incarnation.len);
-    snprintf(r->raft, sizeof(r->raft), "%s", m->raft);
-    snprintf(r->http, sizeof(r->http), "%s", m->http);
-    r->removed = m->removed;
-    r->inc[0] = '\0';
-    if (m->incarnation.len == 16)
-        hex16(m->incarnation.data, r->inc);
-    return 0;
-}
-
-/* Decodes a member record's value (either format, above) into r, found.
- * 0, or TK_ECORRUPT with r->corrupt and r->why set and no field filled. */
-static int rec_decode(const uint8_t *v, size_t len, struct member_rec *r)
-{
-    memset(r, 0, sizeof(*r));
-    r->found = true;
-    int rc;
-    if (len == 0 || len > MEMBER_REC_MAX) {
-        rc = rec_fail(r, "a value of %zu bytes", len);
-    } else if (v[0] == MEMBER_REC_V1) {
-        rc = rec_decode_pb(v + 1, len - 1, r);
-    } else if (memchr(v, '\0', len) != NULL) {
-        rc = rec_fail(r, "a text record holding a NUL byte");
-    } else {
-        char text[MEMBER_REC_MAX + 1];
-        memcpy(text, v, len);
-        text[len] = '\0';
-        rc = rec_decode_text(text, r);
-    }
-    r->corrupt = rc != 0;
-    return rc;
-}
-
 /* The record of `id` as this node has applied it. */
-static void rec_read(struct node *n, uint64_t id, struct member_rec *r)
+static void rec_read(struct node *n, uint64_t id, struct node_member_rec *r)
 {
     memset(r, 0, sizeof(*r));
     char key[64];
     size_t kl = member_key(id, key, sizeof(key));
     struct kv_item it;
     if (kv_sm_get(n->sm, key, kl, &it) == 0)
-        (void)rec_decode(it.value, it.value_len, r); /* r->corrupt says */
+        (void)node__member_rec_decode(it.value, it.value_len, r); /* r->corrupt says */
 }
 
 /* The address of a bootstrap member (node_options), "" if it is not one. */
@@ -300,8 +139,9 @@ static void log_addr(struct node *n, uint64_t id, char *out, size_t cap)
             continue;
         bool hit = c->cmd_case == KVPB__COMMAND__CMD_PUT && c->put != NULL &&
                    c->put->key.len == kl && memcmp(c->put->key.data, key, kl) == 0;
-        struct member_rec r;
-        if (hit && rec_decode(c->put->value.data, c->put->value.len, &r) == 0)
+        struct node_member_rec r;
+        if (hit &&
+            node__member_rec_decode(c->put->value.data, c->put->value.len, &r) == 0)
             snprintf(out, cap, "%s", r.raft);
         kvpb__command__free_unpacked(c, NULL);
         if (hit)
@@ -323,7 +163,7 @@ static void dial(struct node *n, uint64_t id)
     if (n->o.hub != NULL || id == n->o.id || dialed(n, id) ||
         n->mem.n_peers == NODE_PEERS_MAX)
         return;
-    struct member_rec r;
+    struct node_member_rec r;
     rec_read(n, id, &r);
     char addr[NODE_ADDR_MAX], host[NODE_ADDR_MAX];
     if (r.found && r.raft[0] != '\0')
@@ -452,7 +292,7 @@ static void member_fill(struct node *n, uint64_t id, bool voter, struct node_mem
     memset(m, 0, sizeof(*m));
     m->id = id;
     m->voter = voter;
-    struct member_rec r;
+    struct node_member_rec r;
     rec_read(n, id, &r);
     if (r.found && !r.corrupt) {
         snprintf(m->raft, sizeof(m->raft), "%s", r.raft);
@@ -487,7 +327,7 @@ size_t node_members(struct node *n, struct node_member *out, size_t cap,
 
 bool node_member_http(struct node *n, uint64_t id, char *out, size_t cap)
 {
-    struct member_rec r;
+    struct node_member_rec r;
     rec_read(n, id, &r);
     if (r.http[0] == '\0' || cap == 0)
         return false;
@@ -640,7 +480,7 @@ static bool unhex16(const char *inc, uint8_t *out)
 
 /* The command writing the record of `id` (removed: the never-reuse
  * tombstone; inc: its incarnation in hex, "" when not known yet): a put of
- * MEMBER_REC_V1 then the packed kvpb.MemberRecord, as rec_decode reads it. */
+ * NODE_MEMBER_REC_V1 then the packed kvpb.MemberRecord, as rec_decode reads it. */
 static struct tk_blob *record_cmd(uint64_t id, const char *raft, const char *http,
                                   bool removed, const char *inc)
 {
@@ -654,11 +494,11 @@ static struct tk_blob *record_cmd(uint64_t id, const char *raft, const char *htt
         m.incarnation.len = sizeof(incarnation);
     }
     char key[64];
-    uint8_t val[MEMBER_REC_MAX];
+    uint8_t val[NODE_MEMBER_REC_MAX];
     size_t kl = member_key(id, key, sizeof(key));
     size_t vl = 1 + kvpb__member_record__get_packed_size(&m);
     TK_ASSERT(vl <= sizeof(val)); /* two addresses under NODE_ADDR_MAX, 16 bytes */
-    val[0] = MEMBER_REC_V1;
+    val[0] = NODE_MEMBER_REC_V1;
     kvpb__member_record__pack(&m, val + 1);
     return put_cmd(key, kl, (const char *)val, vl);
 }
@@ -681,7 +521,7 @@ static int propose_record(struct node *n, uint64_t id, const char *raft, const c
 /* The change's record (keeping the incarnation already known). */
 static int write_record(struct node *n, const char *raft, const char *http, bool removed)
 {
-    struct member_rec r;
+    struct node_member_rec r;
     rec_read(n, n->mem.c.id, &r);
     int rc = propose_record(n, n->mem.c.id, raft, http, removed, r.inc, &n->mem.rec_index,
                             &n->mem.rec_term);
@@ -701,7 +541,7 @@ static bool binding(const struct node *n, uint64_t id)
 }
 
 /* Leader: records `inc` as member id's incarnation (first contact). */
-static void bind_incarnation(struct node *n, uint64_t id, const struct member_rec *r,
+static void bind_incarnation(struct node *n, uint64_t id, const struct node_member_rec *r,
                              const char *inc)
 {
     if (raft_role(n->raft) != RAFT_LEADER || binding(n, id) || r->removed || r->corrupt ||
@@ -725,7 +565,8 @@ static void bind_incarnation(struct node *n, uint64_t id, const struct member_re
 
 /* A record the leader should (re)write: no incarnation yet, or no HTTP
  * address while --members-http gives one. */
-static bool rec_wanting(const struct node *n, uint64_t id, const struct member_rec *r)
+static bool rec_wanting(const struct node *n, uint64_t id,
+                        const struct node_member_rec *r)
 {
     if (r->inc[0] == '\0')
         return true;
@@ -754,10 +595,10 @@ static void bind_seen(struct node *n)
     if (raft_role(n->raft) != RAFT_LEADER)
         return;
     char self[40];
-    hex16(n->mem.incarnation, self);
+    node__hex16(n->mem.incarnation, self);
     remember(n, n->o.id, self);
     for (uint32_t i = 0; i < n->mem.n_seen; i++) {
-        struct member_rec r;
+        struct node_member_rec r;
         rec_read(n, n->mem.seen[i].id, &r);
         if (rec_wanting(n, n->mem.seen[i].id, &r))
             bind_incarnation(n, n->mem.seen[i].id, &r,
@@ -778,7 +619,7 @@ struct tk_blob *node__member_epoch_cmd(uint64_t epoch)
 
 struct tk_blob *node__member_removed_cmd(struct node *n, uint64_t id)
 {
-    struct member_rec r;
+    struct node_member_rec r;
     rec_read(n, id, &r);
     if (!r.found || r.corrupt) {
         boot_addr(n, id, r.raft, sizeof(r.raft));
@@ -879,7 +720,7 @@ bool node__member_fenced(struct node *n, uint64_t id)
      * again (a lost removal): only a committed one fences by removal. */
     if (raft_config_index(n->raft) > raft_commit(n->raft))
         return false;
-    struct member_rec r;
+    struct node_member_rec r;
     rec_read(n, id, &r);
     /* Ids are never reused: a removed one, or a bootstrap member that is no
      * longer in the configuration, never comes back; nor one whose record
@@ -898,7 +739,7 @@ static bool refuse_fenced(struct node *n, uint64_t id)
      * so that each stranger is named at least once. */
     if ((k & (k - 1)) == 0 || id != n->mem.fence_last) {
         n->mem.fence_last = id;
-        struct member_rec r;
+        struct node_member_rec r;
         rec_read(n, id, &r);
         char why[160];
         snprintf(why, sizeof(why), "%s%s",
@@ -927,8 +768,8 @@ bool node__member_incarnation(struct transport *t, uint64_t id, const uint8_t *i
     if (memcmp(inc, zero, 16) == 0 || n->persist.failed)
         return true; /* a peer that does not say: nothing to check */
     char hex[40];
-    hex16(inc, hex);
-    struct member_rec r;
+    node__hex16(inc, hex);
+    struct node_member_rec r;
     rec_read(n, id, &r);
     if (r.found && r.inc[0] != '\0') {
         if (strcmp(r.inc, hex) == 0)
@@ -991,7 +832,7 @@ static int start_add(struct node *n, const struct raft_config *c,
     const struct node_member_change *x = &n->mem.c;
     if (raft_config_is_member(c, x->id))
         return refuse(res, TK_ECOMPARE, "node %" PRIu64 " is already a member", x->id);
-    struct member_rec r;
+    struct node_member_rec r;
     rec_read(n, x->id, &r);
     if (r.corrupt)
         return refuse(res, TK_ECORRUPT,
@@ -1022,7 +863,7 @@ static int start_remove(struct node *n, const struct raft_config *c,
         return refuse(res, TK_ENOTFOUND, "node %" PRIu64 " is not a member", id);
     if (c->n_voters == 1 && raft_config_has(c, id))
         return refuse(res, TK_EINVAL, "node %" PRIu64 " is the last voter", id);
-    struct member_rec r;
+    struct node_member_rec r;
     rec_read(n, id, &r);
     if (!r.found || r.corrupt)
         boot_addr(n, id, r.raft, sizeof(r.raft));
@@ -1130,7 +971,7 @@ void node__member_tick(struct node *n)
         bind_seen(n);
     }
     for (uint32_t i = 0; i < n->mem.n_binding; i++) {
-        struct member_rec r;
+        struct node_member_rec r;
         rec_read(n, n->mem.binding[i], &r);
         if (!rec_wanting(n, n->mem.binding[i], &r) || raft_role(n->raft) != RAFT_LEADER)
             n->mem.binding[i--] = n->mem.binding[--n->mem.n_binding];

@@ -72,28 +72,13 @@ static void resident_start(struct node *n)
     n->loop.handles_open++;
 }
 
-/* Does the member record `v` say removed? Its formats are node_member.c's
- * (rec_decode): RECORD_FORMAT_V1 then a kvpb.MemberRecord, or the text of
- * older builds, "raft=... http=... removed=0|1 inc=...". A value that is
- * neither or does not unpack is not read as removed here; node_member.c
- * refuses it (its fence, an add) and says why. */
+/* Does the member record `v` say removed? One that does not decode is not
+ * read as removed here; node_member.c refuses it (its fence, an add) and
+ * says why. */
 static bool rec_removed(const uint8_t *v, size_t len)
 {
-    if (len > 0 && v[0] == KVPB__RECORD_FORMAT__RECORD_FORMAT_V1) {
-        Kvpb__MemberRecord *m = kvpb__member_record__unpack(NULL, len - 1, v + 1);
-        bool rm = m != NULL && m->removed;
-        if (m != NULL)
-            kvpb__member_record__free_unpacked(m, NULL);
-        return rm;
-    }
-    static const char flag[] = "removed=1";
-    if (len < 5 || memcmp(v, "raft=", 5) != 0)
-        return false;
-    for (size_t i = 0; i + sizeof(flag) - 1 <= len; i++)
-        if ((i == 0 || v[i - 1] == ' ') && memcmp(v + i, flag, sizeof(flag) - 1) == 0 &&
-            (i + sizeof(flag) - 1 == len || v[i + sizeof(flag) - 1] == ' '))
-            return true;
-    return false;
+    struct node_member_rec r;
+    return node__member_rec_decode(v, len, &r) == 0 && r.removed;
 }
 
 /* The newest entries a removed node's log may end with unapplied: the
