@@ -26,7 +26,7 @@
  * mprotect waits for the process's mmap lock. Other threads hold that lock
  * (mapping and unmapping LMDB environments, snapshot buffers, mincore): the
  * stall probe caught the loop in mprotect, in D state, for up to 330 ms at
- * 10M keys (docs/benchmarks-scale.md). With a top pad of a whole heap, each
+ * 10M keys (docs/history/benchmarks-scale.md). With a top pad of a whole heap, each
  * new heap is made read-write at once: one mprotect per 64 MiB. Setting it
  * also fixes the mmap threshold (no dynamic raising), here at glibc's
  * default 128 KiB: a bigger block stays a mapping of its own, so growing a

@@ -155,12 +155,13 @@ static const struct opt opts[] = {
      SIZE(kv_ring_bytes, 1u << 20, 1ull << 40),
      .help = "memory for the newest versions (the hot tier); past it they are written to "
              "the cold tier in the background (larger: fewer tier-downs, more memory)",
-     .doc = "memory for the newest versions of keys (the hot tier, 1M to 1T): past it a "
-            "tier-down writes what changed to the cold tier (LMDB) in the background. A "
-            "larger ring means fewer tier-downs (at 3M keys, 29-30 per node at 128M "
-            "against 41-54 at 64M) but did not measurably change the slow writes "
-            "(docs/benchmarks-scale.md, \"A larger ring\"); RSS grows by up to the "
-            "difference"},
+     .doc =
+         "memory for the newest versions of keys (the hot tier, 1M to 1T): past it a "
+         "tier-down writes what changed to the cold tier (LMDB) in the background. A "
+         "larger ring means fewer tier-downs (at 3M keys, 29-30 per node at 128M "
+         "against 41-54 at 64M) but did not measurably change the slow writes "
+         "(docs/history/benchmarks-scale.md, \"A larger ring\"); RSS grows by up to the "
+         "difference"},
     {OPT("kv-writeback-pace", "N", "3", G_STORAGE), U64(kv_writeback_pace, 0, 100),
      .help = "a background tier-down's cold-tier commit writes its pages out 4 MiB of "
              "the file at a time, sleeping N times each slice's write time, before its "
@@ -174,7 +175,7 @@ static const struct opt opts[] = {
             "behind; LMDB's order (data durable, then the meta page) is unchanged. 0 "
             "turns it off (a disk with its own queue for the cold tier does not need "
             "it). Stops pacing as soon as the node must wait for the commit. "
-            "docs/benchmarks-scale.md, \"Pacing the tier-down's writeback\""},
+            "docs/history/benchmarks-scale.md, \"Pacing the tier-down's writeback\""},
     {OPT("snapshot-read-pace", "N", "3", G_STORAGE), U64(snapshot_read_pace, 0, 100),
      .help = "a snapshot's read of the whole state (on the thread pool) sleeps N times "
              "the CPU time it uses, so that it takes at most 1/(N+1) of a core: at full "
@@ -190,7 +191,8 @@ static const struct opt opts[] = {
             "stops pacing as soon as the node must wait for it (apply held for the ring, "
             "an install, shutdown). At full speed the three nodes' reads at the same "
             "index held writes on a 2-core VM even at nice 19. 0 turns it off. "
-            "docs/benchmarks-scale.md, \"What held the writes: the snapshot reads\""},
+            "docs/history/benchmarks-scale.md, \"What held the writes: the snapshot "
+            "reads\""},
     {OPT("kv-no-sync", NULL, NULL, G_STORAGE), BOOL(kv_no_sync),
      .help = "cold tier without fsync (benchmarks only; the raft log is still synced)",
      .doc = "the cold tier skips fsync (benchmarks only; the Raft log is still synced, "
@@ -390,9 +392,11 @@ static const struct opt opts[] = {
             "with nothing due yields the CPU to other runnable threads first. On the "
             "2-core VM with three tierkvd and the fs store it did not lower the serial "
             "latency and cost throughput: 50 us took 4-6 % of the puts/s at 64 "
-            "connections, 300 us a third (docs/benchmarks.md, \"Spinning\"); yielding "
+            "connections, 300 us a third (docs/history/benchmarks.md, \"Spinning\"); "
+            "yielding "
             "did not change that (Dec 4: 64-connection CPU per put 42-58 us at 0, 51-87 "
-            "at 50). It pays in-process (docs/benchmarks.md, \"Spinning that yields\") "
+            "at 50). It pays in-process (docs/history/benchmarks.md, \"Spinning that "
+            "yields\") "
             "and only on cores not shared with CPU-bound work"},
     {OPT("follower-inline-sync-us", "US", "0", G_TUNING),
      U64(follower_inline_sync_us, 0, 1000000),
@@ -400,17 +404,17 @@ static const struct opt opts[] = {
              "the storage thread and back, when that thread is idle and the last sync "
              "took at most this long; a disk's stall then holds the loop (0: always hand "
              "over)",
-     .doc =
-         "a follower writes and syncs an append on its own loop, without handing it "
-         "to its storage thread and being woken back (two thread wake-ups on each "
-         "write's path), when that thread is idle and the last sync took at most US "
-         "microseconds; after a slower sync its appends go to the storage thread "
-         "until one is fast again. The leader always hands its appends over. At 64 "
-         "connections on the 2-core VM, 1000: 11 % less CPU per put, 24 % lower p99; "
-         "but a sync that stalls holds the follower's loop (59-122 ms turns in "
-         "`fdatasync` at millions of keys with three nodes on one disk), so it is off "
-         "by default: for a node with a disk of its own whose syncs do not stall "
-         "(docs/benchmarks.md, \"Followers sync on their loop\"). 0: always hand over"},
+     .doc = "a follower writes and syncs an append on its own loop, without handing it "
+            "to its storage thread and being woken back (two thread wake-ups on each "
+            "write's path), when that thread is idle and the last sync took at most US "
+            "microseconds; after a slower sync its appends go to the storage thread "
+            "until one is fast again. The leader always hands its appends over. At 64 "
+            "connections on the 2-core VM, 1000: 11 % less CPU per put, 24 % lower p99; "
+            "but a sync that stalls holds the follower's loop (59-122 ms turns in "
+            "`fdatasync` at millions of keys with three nodes on one disk), so it is off "
+            "by default: for a node with a disk of its own whose syncs do not stall "
+            "(docs/history/benchmarks.md, \"Followers sync on their loop\"). 0: always "
+            "hand over"},
     {OPT("lease-checkpoint-ms", "MS", "200", G_TUNING),
      U64(lease_checkpoint_ms, 10, 3600000),
      .help = "the leader checkpoints the leases' remaining TTLs this often (a lease "

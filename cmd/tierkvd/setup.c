@@ -66,9 +66,9 @@ static void setup_node(struct tierkvd *t)
 /* --memory-budget: each owner's default from the split (node/node_mem.h);
  * a flag given for an owner wins. TIERKV_MEM_TRIM=1 (hidden, off by
  * default: one malloc_trim(0) after a 72 MiB burst took 174 ms, holding
- * each arena's lock in turn, for 19 MiB back; docs/benchmarks.md "Memory")
- * caps glibc's arenas at 4 and starts the trimmer. Fills `split` for the
- * gateway's shares. */
+ * each arena's lock in turn, for 19 MiB back; docs/history/benchmarks.md "Memory: who
+ * holds a node's RSS") caps glibc's arenas at 4 and starts the trimmer. Fills `split` for
+ * the gateway's shares. */
 static void setup_memory(struct tierkvd *t, struct node_mem_split *split)
 {
     uint64_t budget =
