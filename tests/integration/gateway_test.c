@@ -1164,10 +1164,11 @@ START_TEST(test_large_bodies_are_decoded_off_the_loop_in_order)
     char *val = malloc(40001);
     memset(val, 'b', 40000);
     val[40000] = 0;
-    len = (size_t)snprintf(req, sizeof(req),
-                           "PUT /v1/kv/jsonput HTTP/1.1\r\nContent-Type: application/json\r\n"
-                           "Content-Length: %zu\r\n\r\n{\"value\":\"%s\"}",
-                           strlen(val) + 12, val);
+    len = (size_t)snprintf(
+        req, sizeof(req),
+        "PUT /v1/kv/jsonput HTTP/1.1\r\nContent-Type: application/json\r\n"
+        "Content-Length: %zu\r\n\r\n{\"value\":\"%s\"}",
+        strlen(val) + 12, val);
     free(val);
     send_all(s, req, len);
     read_responses(s, buf, sizeof(buf), 1);
