@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "node/node_internal.h"
+#include "tests/check_run.h"
 
 static struct node_req reqs[8];
 
@@ -96,9 +97,5 @@ int main(void)
     tcase_add_test(tc, test_lists);
     tcase_add_test(tc, test_persist);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return tk_check_run(srunner_create(s));
 }
