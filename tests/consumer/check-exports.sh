@@ -7,7 +7,7 @@
 # (its defined global symbols of default visibility, readelf -s: what
 # -fvisibility=hidden leaves visible, independently of node/tierkv.map).
 # Fails when a symbol does not start with tk_, when a generic name
-# (node_start, base64_encode, fnv1a64, tk_malloc) is visible, or when the set
+# (node_start, tk_base64_encode, raft_step, tk_malloc) is visible, or when the set
 # differs from the header's TK_API functions. Prints the exported names.
 # tests/consumer/run.sh runs it on the installed copy; tests/meson.build runs
 # it on a planted library that exports a non-tk_ name and expects a failure.
@@ -37,7 +37,7 @@ grep -o '^TK_API [^(]*(' "$hdr" | sed 's/($//; s/.*[ *]//' | sort -u >"$tmp/api"
 if grep -v '^tk_' "$tmp/exported" >"$tmp/foreign"; then
     fail "exported symbols outside tk_*: $(tr '\n' ' ' <"$tmp/foreign")"
 fi
-for generic in node_start base64_encode fnv1a64 tk_malloc; do
+for generic in node_start tk_base64_encode raft_step tk_malloc; do
     if grep -qx "$generic" "$tmp/exported"; then fail "$generic is exported"; fi
 done
 if ! diff "$tmp/api" "$tmp/exported" >"$tmp/diff"; then
