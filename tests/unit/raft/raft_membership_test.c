@@ -18,7 +18,7 @@
 #include "base/err.h"
 #include "raft/raft.h"
 #include "tests/check_run.h"
-#include "tests/unit/raft_fixture.h"
+#include "tests/unit/raft/raft_fixture.h"
 
 static void elect_settled(struct rf_cluster *c, uint64_t id)
 {

@@ -16,7 +16,7 @@
 #include "raft/raft.h"
 #include "raft/raft_internal.h"
 #include "tests/check_run.h"
-#include "tests/unit/raft_fixture.h"
+#include "tests/unit/raft/raft_fixture.h"
 
 static uint64_t elect_settled(struct rf_cluster *c)
 {

@@ -12,7 +12,7 @@
 #include "raft/raft.h"
 #include "raft/raft_internal.h"
 #include "tests/check_run.h"
-#include "tests/unit/raft_fixture.h"
+#include "tests/unit/raft/raft_fixture.h"
 
 static struct raft_message append_msg(uint64_t from, uint64_t to, uint64_t term,
                                       uint64_t prev_index, uint64_t prev_term,

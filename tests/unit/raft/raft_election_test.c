@@ -11,7 +11,7 @@
 #include "base/err.h"
 #include "raft/raft.h"
 #include "tests/check_run.h"
-#include "tests/unit/raft_fixture.h"
+#include "tests/unit/raft/raft_fixture.h"
 
 static struct raft_message vote_msg(uint64_t from, uint64_t to, uint64_t term,
                                     uint64_t last_index, uint64_t last_term)

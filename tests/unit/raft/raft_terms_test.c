@@ -18,7 +18,7 @@
 #include "base/err.h"
 #include "raft/raft.h"
 #include "tests/check_run.h"
-#include "tests/unit/raft_fixture.h"
+#include "tests/unit/raft/raft_fixture.h"
 
 #define CEIL RAFT_TERM_CEIL
 

@@ -4,7 +4,7 @@
  * in order without gaps, and ready entries replace the mirrored log from
  * their first index on, exactly as a store would. A core that breaks the
  * contract fails the test that happens to drive it. */
-#include "tests/unit/raft_fixture.h"
+#include "tests/unit/raft/raft_fixture.h"
 
 #include <check.h>
 #include <stdio.h>
