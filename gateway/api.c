@@ -310,6 +310,8 @@ void gateway_config_default(struct gateway_config *c)
     c->write_timeout_ms = 30000;
     c->mem_max = (size_t)512 << 20;
     c->watchers_max = 10000;
+    c->tls_handshakes_max = 256;
+    c->tls_handshakes_per_addr = 16;
     c->watch_buffer_bytes = 1u << 20;
     c->watch_stall_ms = 3000;
     c->watch_total_bytes = 64u << 20;
@@ -349,6 +351,8 @@ int gateway_new(const struct gateway_config *c, struct gateway **out)
         .mem_max = c->mem_max,
         .digest_header = "Idempotency-Key", /* client id of a write: api_kv.c */
         .tls = c->tls,
+        .tls_handshakes_max = c->tls_handshakes_max,
+        .tls_handshakes_per_addr = c->tls_handshakes_per_addr,
         .kept_header = "Authorization", /* bearer tokens: api_auth.c */
     };
     static const struct http_callbacks cb = {

@@ -54,14 +54,20 @@ struct gateway_config {
     uint64_t write_timeout_ms;   /* responses not drained by then: close: 30000 */
     size_t mem_max;              /* bodies + responses held: 512 MiB (503 beyond) */
     uint32_t watchers_max;       /* open watches: 10000 (503 beyond) */
-    size_t watch_buffer_bytes;   /* a watch's bytes written, not yet taken by
-                                    its client: 1 MiB (then it waits) */
-    uint64_t watch_stall_ms;     /* a watch whose buffer is full and whose client
-                                    takes nothing for this long is cancelled
-                                    (lagging): 3000 */
-    size_t watch_total_bytes;    /* all watches' bytes not yet taken by their
-                                    clients: 64 MiB; past it the watches holding
-                                    the most are cancelled (lagging) at once */
+    /* HTTPS handshakes in progress: at most this many in all (256) and from
+     * one client address (16); past either a new connection is closed at
+     * accept, before any TLS state exists, and a handshake's slot is freed
+     * at its deadline (header_timeout_ms). */
+    uint32_t tls_handshakes_max;
+    uint32_t tls_handshakes_per_addr;
+    size_t watch_buffer_bytes; /* a watch's bytes written, not yet taken by
+                                  its client: 1 MiB (then it waits) */
+    uint64_t watch_stall_ms;   /* a watch whose buffer is full and whose client
+                                  takes nothing for this long is cancelled
+                                  (lagging): 3000 */
+    size_t watch_total_bytes;  /* all watches' bytes not yet taken by their
+                                  clients: 64 MiB; past it the watches holding
+                                  the most are cancelled (lagging) at once */
     uint32_t n_members;
     struct gateway_member members[GATEWAY_MEMBERS_MAX];
     /* HTTPS: a server context (tls/tls.h, tk_tls_ctx_new with server set;

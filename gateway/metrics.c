@@ -353,11 +353,11 @@ static const struct metric_desc metric_table[] = {
     {"tierkv_http_bad_requests_total", "counter",
      "Requests answered 400, 408, 413, 414 or 431.", MK_VALUE, SNAP(http.bad_requests)},
     {"tierkv_http_tls_handshakes", "gauge",
-     "HTTPS handshakes in progress now (each holds one of at most 256 slots).", MK_VALUE,
-     SNAP(http.tls_handshakes)},
+     "HTTPS handshakes in progress now (each holds one of --max-tls-handshakes slots).",
+     MK_VALUE, SNAP(http.tls_handshakes)},
     {"tierkv_http_tls_refused_total", "counter",
-     "HTTPS connections closed as accepted: 256 handshakes in progress, or 16 from "
-     "the client's address.",
+     "HTTPS connections closed as accepted: --max-tls-handshakes in progress, or "
+     "--max-tls-handshakes-per-addr from the client's address.",
      MK_VALUE, SNAP(http.tls_refused)},
     {"tierkv_http_tls_handshake_timeouts_total", "counter",
      "HTTPS handshakes cut at their deadline (--header-timeout-ms).", MK_VALUE,

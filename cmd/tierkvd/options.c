@@ -319,6 +319,17 @@ static const struct opt opts[] = {
      .unset = "from `RLIMIT_NOFILE`"},
     {OPT("max-pipeline", "N", "64", G_LIMITS), U64(max_pipeline, 1, 65536),
      .help = "requests in flight per connection before reading pauses"},
+    {OPT("max-tls-handshakes", "N", "256", G_LIMITS), U64(tls_handshakes_max, 1, 65536),
+     .help = "HTTPS handshakes in progress (beyond: closed at accept)",
+     .doc = "HTTPS handshakes in progress at once; a connection past it is closed at "
+            "accept, before any TLS state exists (about 44 KiB each), and a handshake "
+            "not done by `--header-timeout-ms` frees its slot"},
+    {OPT("max-tls-handshakes-per-addr", "N", "16", G_LIMITS),
+     U64(tls_handshakes_per_addr, 1, 65536),
+     .help = "HTTPS handshakes in progress from one client address",
+     .doc = "HTTPS handshakes in progress from one client address (at most "
+            "`--max-tls-handshakes`); past it that address's new connections are closed "
+            "at accept"},
     {OPT("memory-budget", "SIZE", NULL, G_LIMITS),
      SIZE(memory_budget, NODE_MEM_BUDGET_MIN, 1ull << 44),
      .help = "the node's memory, split into the defaults of --kv-ring-bytes, "

@@ -49,6 +49,7 @@ struct tierkvd_config {
     /* Limits */
     uint64_t max_key_bytes, max_value_bytes, max_body_bytes, max_header_bytes;
     uint64_t max_connections, max_pipeline, memory_budget, max_memory_bytes;
+    uint64_t tls_handshakes_max, tls_handshakes_per_addr;
     uint64_t scan_limit_max, max_watchers;
     /* Watches */
     uint64_t watch_events, watch_events_bytes, watch_buffer_bytes;

@@ -187,6 +187,12 @@ static void setup_gateway(struct tierkvd *t, const struct node_mem_split *split)
     setup_sizes(t);
     gc->conns_max = size_connections(t);
     gc->pipeline_max = (uint32_t)c->max_pipeline;
+    gc->tls_handshakes_max = (uint32_t)c->tls_handshakes_max;
+    gc->tls_handshakes_per_addr = (uint32_t)c->tls_handshakes_per_addr;
+    if (gc->tls_handshakes_per_addr > gc->tls_handshakes_max)
+        tierkvd_die("--max-tls-handshakes-per-addr (%u) must be at most "
+                    "--max-tls-handshakes (%u)",
+                    gc->tls_handshakes_per_addr, gc->tls_handshakes_max);
     gc->header_timeout_ms = c->header_timeout_ms;
     gc->body_timeout_ms = c->body_timeout_ms;
     gc->idle_timeout_ms = c->idle_timeout_ms;

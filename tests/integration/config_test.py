@@ -278,6 +278,10 @@ def main():
         ([], {"TIERKV_MEMBERS": "nonsense"}, "--members"),
         (["--members-http", "9=127.0.0.1:1"], {}, "--members-http"),
         (["--data-dir", "/proc/forbidden/dir"], {}, "--data-dir"),
+        # Issue 48: the HTTPS handshake caps.
+        (["--max-tls-handshakes", "4", "--max-tls-handshakes-per-addr", "8"], {},
+         "--max-tls-handshakes-per-addr (8) must be at most --max-tls-handshakes (4)"),
+        (["--max-tls-handshakes", "0"], {}, "--max-tls-handshakes"),
         # Issue 19: a body over the raft frame limit could never be replicated.
         (["--max-body-bytes", "8M"], {},
          "--max-body-bytes (8388608) exceeds the raft frame limit (4194304 bytes"),

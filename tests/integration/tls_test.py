@@ -231,6 +231,65 @@ def test_client_certificates(tierkvd, tierkv):
     nd.term()
 
 
+def test_handshake_caps(tierkvd, tierkv):
+    """--max-tls-handshakes-per-addr 2: of 6 connections from 127.0.0.1 that
+    start a ClientHello and stop, 2 hold a handshake slot and the others are
+    closed at accept; once they go, a real client gets its answer."""
+    nd = start_node(tierkvd, ["--cert-file", f("srv.pem"), "--key-file", f("srv.key"),
+                              "--max-tls-handshakes", "8",
+                              "--max-tls-handshakes-per-addr", "2"], ctx("caA"))
+    port = nd.http_port
+    socks = []
+    for _ in range(6):
+        s = socket.create_connection(("127.0.0.1", port), timeout=5)
+        s.sendall(b"\x16\x03\x01")  # a record header: a handshake begins
+        socks.append(s)
+    # Bounded poll: the refused ones are closed at once; the held ones answer
+    # nothing until their deadline (--header-timeout-ms, 10 s).
+    gone = set()
+    deadline = time.time() + 5
+    while len(gone) < 4 and time.time() < deadline:
+        for i, sk in enumerate(socks):
+            if i in gone:
+                continue
+            sk.setblocking(False)
+            try:
+                if sk.recv(64) == b"":
+                    gone.add(i)
+            except BlockingIOError:
+                pass
+            except OSError:
+                gone.add(i)
+        time.sleep(0.05)
+    time.sleep(0.3)  # a fifth closed now would be one the cap should have held
+    for i, sk in enumerate(socks):
+        try:
+            if i not in gone and sk.recv(64) == b"":
+                gone.add(i)
+        except BlockingIOError:
+            pass
+        except OSError:
+            gone.add(i)
+    closed = len(gone)
+    for s in socks:
+        s.close()
+    print("  of 6 half-open handshakes from one address, %d closed at accept" % closed)
+    check(closed == 4, "closed %d of 6, want 4 (2 held)" % closed)
+    r = None
+    deadline = time.time() + 10
+    while time.time() < deadline:
+        try:
+            r = https(port, ctx("caA"), "GET", "/metrics")
+            break
+        except (ssl.SSLError, OSError):
+            time.sleep(0.1)  # the held slots go with their connections
+    check(r is not None and r[0][0] == 200, "metrics after the half-open ones left: %r" % r)
+    line = [ln for ln in r[0][1].decode().splitlines()
+            if ln.startswith("tierkv_http_tls_refused_total")]
+    check(line and float(line[0].split()[1]) >= 4, "refused count: %r" % line)
+    nd.term()
+
+
 def test_bad_flags(tierkvd, tierkv):
     cases = [
         (["--cert-file", f("srv.pem")], "--key-file"),
@@ -266,7 +325,7 @@ def main():
     make_cert("caA", "cliOld", "client-old", days="-1", san="DNS:client-old")
     failed = 0
     for t in (test_https_and_wrong_ca, test_expired_server_cert, test_client_certificates,
-              test_bad_flags):
+              test_handshake_caps, test_bad_flags):
         t0 = time.time()
         try:
             t(tierkvd, tierkv)
