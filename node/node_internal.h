@@ -34,6 +34,7 @@
 #include "kv/kv.h"
 #include "node/node.h"
 #include "node/node_oplog.h"
+#include "node/node_reqs.h"
 #include "raft/raft.h"
 
 struct store;
@@ -47,12 +48,6 @@ struct transport;
 #define NODE_TOKEN_BYTES 16
 /* Tokens drawn from getrandom() at once. */
 #define NODE_TOKEN_POOL 16
-
-struct req_list {
-    struct node_req *head;
-    struct node_req *tail;
-    size_t n;
-};
 
 /* The loop and its scheduling. */
 struct node_loop {
@@ -136,16 +131,6 @@ struct node_persist {
     _Atomic uint64_t inline_seq;
     uint64_t async_done; /* under drain_mu */
     bool failed;         /* storage or apply failed: the node serves nothing */
-};
-
-/* Requests waiting, each list in index (or arrival) order. */
-struct node_requests {
-    struct req_list applied_wait;   /* writes, applied mode */
-    struct req_list committed_wait; /* writes, committed mode */
-    struct req_list read_wait;      /* reads waiting for a read index */
-    struct req_list read_ready;     /* reads with an index, waiting to apply */
-    uint64_t read_ctx;
-    uint64_t read_leader; /* the leader known when read_wait was last checked */
 };
 
 /* Writes forwarded to the leader (node_forward.c). */
@@ -368,30 +353,6 @@ struct node {
  * item 1) so its files need not all change at once; new code calls tk_*. */
 #define node__mono_ns() tk_mono_ns()
 #define node__thread_cpu_ns() tk_thread_cpu_ns()
-
-static inline void node__list_push(struct req_list *l, struct node_req *r)
-{
-    r->next = NULL;
-    if (l->tail)
-        l->tail->next = r;
-    else
-        l->head = r;
-    l->tail = r;
-    l->n++;
-}
-
-static inline struct node_req *node__list_pop(struct req_list *l)
-{
-    struct node_req *r = l->head;
-    if (r == NULL)
-        return NULL;
-    l->head = r->next;
-    if (l->head == NULL)
-        l->tail = NULL;
-    l->n--;
-    r->next = NULL;
-    return r;
-}
 
 static inline void node__finish_write(struct node_req *r, int status,
                                       const struct kv_result *res)
