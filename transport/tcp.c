@@ -189,6 +189,8 @@ struct tcp_peer {
     struct raft_message snap;
     uint64_t snap_off; /* bytes of it framed so far */
     bool removed;      /* transport_tcp_remove_peer: never dialed again */
+    bool timer_open;   /* backoff_timer not yet closed (removed: closing) */
+    uint32_t n_conns;  /* tcp_conns naming it (c->peer), closed or not, not freed */
 };
 
 struct tcp {
@@ -203,12 +205,13 @@ struct tcp {
     size_t n_paused; /* connections whose reads wait for the next turn */
     struct tcp_peer **peers;
     size_t n_peers;
-    /* Removed peers: kept (closed, idle) until the transport's close, since
-     * a write or a lookup in flight may still name them. One small record
-     * per member removal (an operator's action; ids are never reused), for
-     * the process's life: bounded by the removals it sees. */
-    struct tcp_peer **removed;
-    size_t n_removed;
+    /* Removed peers still named by something closing: their backoff timer
+     * (closed at the removal), a connection not yet freed, a write or a
+     * name lookup in flight. Each is freed (peer_release) as soon as the
+     * last of these ends, a loop turn or so after its removal: this holds
+     * the removals of the last few turns, never every removal seen. */
+    struct tcp_peer **releasing;
+    size_t n_releasing;
     struct tcp_conn *inbound;
     size_t n_inbound;
     size_t n_pending;         /* inbound connections not yet authenticated */
@@ -439,6 +442,7 @@ static void arm_flush(struct tcp *t)
 }
 
 static void peer_lost(struct tcp_peer *p, const char *why);
+static void peer_release(struct tcp_peer *p);
 
 static void on_write(uv_write_t *req, int status)
 {
@@ -459,6 +463,7 @@ static void on_write(uv_write_t *req, int status)
     }
     if (!t->closing && (p->head != NULL || snap_streaming(p)))
         peer_flush(p);
+    peer_release(p);
 }
 
 /* Tries w's buffers at once (uv_try_write: plaintext, nothing queued in
@@ -741,6 +746,11 @@ static void conn_closed(uv_handle_t *h)
     if (--c->handles_open == 0) {
         if (c->fault != NULL)
             c->fault->conn = NULL; /* it finishes on its own */
+        if (c->peer != NULL) {
+            TK_ASSERT(c->peer->n_conns > 0);
+            c->peer->n_conns--;
+            peer_release(c->peer);
+        }
         codec__dec_destroy(&c->dec);
         codec__snap_destroy(&c->snap);
         tk_free(c->rbuf);
@@ -792,6 +802,8 @@ static struct tcp_conn *conn_new(struct tcp *t, struct tcp_peer *peer)
     struct tcp_conn *c = tk_calloc(1, sizeof(*c));
     c->t = t;
     c->peer = peer;
+    if (peer != NULL)
+        peer->n_conns++;
     TK_ASSERT(uv_tcp_init(t->loop, &c->handle) == 0);
     TK_ASSERT(uv_timer_init(t->loop, &c->timer) == 0);
     c->handle.data = c;
@@ -1801,12 +1813,15 @@ static void on_resolved(uv_getaddrinfo_t *req, int status, struct addrinfo *res)
     }
     uv_freeaddrinfo(res);
     if (t->closing) {
+        peer_release(p);
         tcp_handle_gone(t);
         return;
     }
-    t->handles_open--; /* not the last: the peer's timer is open */
-    if (p->removed)
+    t->handles_open--; /* not the last: the transport's own handles are open */
+    if (p->removed) {
+        peer_release(p);
         return;
+    }
     if (status != 0 || a == NULL) {
         char why[160];
         snprintf(why, sizeof(why), "cannot resolve %s: %s", p->host,
@@ -1893,11 +1908,45 @@ int transport_tcp_add_peer(struct transport *base, uint64_t id, const char *host
     p->backoff_ms = t->o.backoff_min_ms;
     TK_ASSERT(uv_timer_init(t->loop, &p->backoff_timer) == 0);
     p->backoff_timer.data = p;
+    p->timer_open = true;
     t->handles_open++;
     t->peers = tk_realloc(t->peers, (t->n_peers + 1) * sizeof(*t->peers));
     t->peers[t->n_peers++] = p;
     peer_dial(p);
     return 0;
+}
+
+/* Frees removed peer `p` once nothing names it any more: its backoff timer
+ * closed, no connection of it left to free, no write or name lookup in
+ * flight. Called by each of those as it ends; a no-op for a current peer. */
+static void peer_release(struct tcp_peer *p)
+{
+    if (!p->removed || p->timer_open || p->n_conns > 0 || p->inflight != NULL ||
+        p->resolving)
+        return;
+    struct tcp *t = p->t;
+    size_t i = 0;
+    while (i < t->n_releasing && t->releasing[i] != p)
+        i++;
+    TK_ASSERT(i < t->n_releasing);
+    t->releasing[i] = t->releasing[--t->n_releasing];
+    if (t->n_releasing == 0) {
+        tk_free(t->releasing);
+        t->releasing = NULL;
+    }
+    TK_ASSERT(p->head == NULL);
+    TK_ASSERT(!snap_streaming(p));
+    tk_free(p->host);
+    tk_free(p);
+}
+
+static void removed_timer_closed(uv_handle_t *h)
+{
+    struct tcp_peer *p = h->data;
+    struct tcp *t = p->t;
+    p->timer_open = false;
+    peer_release(p);
+    tcp_handle_gone(t);
 }
 
 int transport_tcp_remove_peer(struct transport *base, uint64_t id)
@@ -1913,10 +1962,12 @@ int transport_tcp_remove_peer(struct transport *base, uint64_t id)
         return TK_ENOTFOUND;
     struct tcp_peer *p = t->peers[i];
     t->peers[i] = t->peers[--t->n_peers];
-    t->removed = tk_realloc(t->removed, (t->n_removed + 1) * sizeof(*t->removed));
-    t->removed[t->n_removed++] = p;
+    t->releasing = tk_realloc(t->releasing, (t->n_releasing + 1) * sizeof(*t->releasing));
+    t->releasing[t->n_releasing++] = p;
     p->removed = true;
-    uv_timer_stop(&p->backoff_timer);
+    /* Closed now, so the peer is never freed synchronously here: its
+     * callback (removed_timer_closed) or a later one releases it. */
+    uv_close((uv_handle_t *)&p->backoff_timer, removed_timer_closed);
     if (p->resolving)
         (void)uv_cancel((uv_req_t *)&p->gai); /* on_resolved dials no more */
     if (p->conn != NULL || p->up)
@@ -1934,6 +1985,13 @@ int transport_tcp_remove_peer(struct transport *base, uint64_t id)
     return 0;
 }
 
+size_t transport_tcp_peer_records(const struct transport *base)
+{
+    const struct tcp *t = (const struct tcp *)base;
+    TK_ASSERT(base->ops->send == tcp_send);
+    return t->n_peers + t->n_releasing;
+}
+
 /* ---- Lifecycle ---- */
 
 static void tcp_free(struct tcp *t)
@@ -1947,14 +2005,10 @@ static void tcp_free(struct tcp *t)
         tk_free(p);
     }
     tk_free(t->peers);
-    for (size_t i = 0; i < t->n_removed; i++) {
-        struct tcp_peer *p = t->removed[i];
-        TK_ASSERT(p->inflight == NULL);
-        obuf_put_list(t, p->head);
-        tk_free(p->host);
-        tk_free(p);
-    }
-    tk_free(t->removed);
+    /* Every handle is closed and every request ended: each removed peer was
+     * released by the last of its own. */
+    TK_ASSERT(t->n_releasing == 0);
+    tk_free(t->releasing);
     obuf_free_list(t->free_obufs);
     obuf_free_list(t->big_obufs);
     codec__enc_destroy(&t->enc);
@@ -2010,8 +2064,6 @@ static void tcp_close(struct transport *base, transport_close_cb *cb, void *data
             (void)uv_cancel((uv_req_t *)&p->gai); /* on_resolved ends it */
         uv_close((uv_handle_t *)&p->backoff_timer, peer_timer_closed);
     }
-    for (size_t i = 0; i < t->n_removed; i++)
-        uv_close((uv_handle_t *)&t->removed[i]->backoff_timer, peer_timer_closed);
 }
 
 static const struct transport_ops tcp_ops = {

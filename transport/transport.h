@@ -310,5 +310,11 @@ int transport_tcp_add_peer(struct transport *t, uint64_t id, const char *host,
  * up), and sends to it fail as to any unknown peer. It may be added again.
  * Returns 0, TK_ECLOSED (closing), TK_ENOTFOUND (not a peer). Loop thread. */
 int transport_tcp_remove_peer(struct transport *t, uint64_t id);
+/* The peer records the transport holds: its current peers, plus removed ones
+ * that something of theirs still names while it closes (a connection, the
+ * backoff timer, a write or a name lookup in flight). A removed peer's record
+ * is freed when the last of these ends, a loop turn or so after its removal,
+ * so the count never grows with the removals seen. Loop thread. */
+size_t transport_tcp_peer_records(const struct transport *t);
 
 #endif
