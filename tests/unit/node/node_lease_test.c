@@ -2,23 +2,18 @@
  * in-process cluster: grant, attach, keepalive, revoke, and expiry by the
  * leader once the TTL runs out, whichever node is asked. */
 #include <check.h>
-#include <string.h>
 #include <time.h>
 
 #include "base/clock.h"
 #include "include/tierkv.h"
+#include "tests/check_run.h"
+#include "tests/unit/node/node_fixture.h"
 
 START_TEST(test_lease_grant_attach_revoke_and_expire)
 {
-    struct tk_options o;
-    tk_options_default(&o);
-    o.kv_no_sync = true;
-    struct tk_cluster *c = NULL;
-    ck_assert_int_eq(tk_cluster_start(3, &o, &c), 0);
-    struct tk_node *l = NULL;
-    ck_assert_int_eq(tk_cluster_wait_leader(c, 10000, &l), 0);
-    struct tk_node *f =
-        tk_cluster_node(c, 0) == l ? tk_cluster_node(c, 1) : tk_cluster_node(c, 0);
+    struct tk_cluster *c = nf_cluster_start(3, NULL);
+    struct tk_node *l = nf_cluster_leader(c);
+    struct tk_node *f = nf_cluster_other(c, l);
     uint64_t id = 0, deleted = 0;
     ck_assert_int_eq(tk_lease_grant(l, 60000, &id), 0);
     ck_assert_uint_gt(id, 0);
@@ -61,9 +56,5 @@ int main(void)
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_lease_grant_attach_revoke_and_expire);
     suite_add_tcase(s, tc);
-    SRunner *r = srunner_create(s);
-    srunner_run_all(r, CK_ENV);
-    int failed = srunner_ntests_failed(r);
-    srunner_free(r);
-    return failed == 0 ? 0 : 1;
+    return tk_check_run(srunner_create(s));
 }

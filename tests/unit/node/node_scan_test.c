@@ -6,10 +6,10 @@
 #include <check.h>
 #include <stdio.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "include/tierkv.h"
 #include "tests/check_run.h"
+#include "tests/unit/node/node_fixture.h"
 
 #define N_KEYS 20000
 #define DEL_FROM 1000
@@ -56,32 +56,14 @@ static void batch(struct tk_node *n, int from, int to, bool del)
     }
 }
 
-static void put(struct tk_node *n, const char *k, size_t len)
-{
-    struct tk_write_result r;
-    ck_assert_int_eq(tk_put(n, k, len, "v", 1, TK_MODE_APPLIED, &r), 0);
-}
-
 START_TEST(test_scan_in_steps)
 {
-    struct tk_options o;
-    tk_options_default(&o);
-    o.id = 1;
-    o.kv_no_sync = true;
-    struct tk_node *n;
-    ck_assert_int_eq(tk_node_start(&o, &n), 0);
-    for (int t = 0; t < 1000; t++) {
-        struct tk_status st;
-        tk_node_status(n, &st);
-        if (st.is_leader)
-            break;
-        usleep(5000);
-    }
+    struct tk_node *n = nf_single_start();
     batch(n, 0, N_KEYS, false);
     batch(n, DEL_FROM, DEL_TO, true);
-    put(n, "r", 1);
-    put(n, "s0", 2); /* the prefix's end key: not in "s/" */
-    put(n, "\xff\xff", 2);
+    nf_put(n, "r", "v", TK_MODE_APPLIED, NULL);
+    nf_put(n, "s0", "v", TK_MODE_APPLIED, NULL); /* the prefix's end key: not in "s/" */
+    nf_put(n, "\xff\xff", "v", TK_MODE_APPLIED, NULL);
     int live = N_KEYS - (DEL_TO - DEL_FROM);
 
     struct seen s = {0};

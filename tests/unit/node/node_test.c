@@ -28,6 +28,7 @@
 #include "node/node_internal.h" /* m.metrics.snapshots_refused */
 #include "store/store.h"
 #include "tests/check_run.h"
+#include "tests/unit/node/node_fixture.h"
 #include "tierkv.pb-c.h"
 #include "transport/transport.h"
 
@@ -36,10 +37,9 @@ static uint32_t spin_us; /* ... and with loops and callers that spin before slee
 
 static void test_options(struct tk_options *o, uint64_t snapshot_entries)
 {
-    tk_options_default(o);
+    nf_options(o);
     o->one_loop = one_loop;
     o->spin_us = spin_us;
-    o->kv_no_sync = true;
     o->seed = 42;
     if (snapshot_entries) {
         o->snapshot_entries = snapshot_entries;
@@ -51,16 +51,7 @@ static struct tk_cluster *start(uint32_t n, uint64_t snapshot_entries)
 {
     struct tk_options o;
     test_options(&o, snapshot_entries);
-    struct tk_cluster *c = NULL;
-    ck_assert_int_eq(tk_cluster_start(n, &o, &c), 0);
-    return c;
-}
-
-static struct tk_node *leader_of(struct tk_cluster *c)
-{
-    struct tk_node *l = NULL;
-    ck_assert_int_eq(tk_cluster_wait_leader(c, 10000, &l), 0);
-    return l;
+    return nf_cluster_start(n, &o);
 }
 
 static int index_of(struct tk_cluster *c, struct tk_node *n)
@@ -84,13 +75,6 @@ static void wait_applied(struct tk_cluster *c, uint32_t i, uint64_t index)
     ck_abort_msg("node %u never applied %llu", i, (unsigned long long)index);
 }
 
-static void put_str(struct tk_node *n, const char *k, const char *v, enum tk_mode mode,
-                    struct tk_write_result *res)
-{
-    int rc = tk_put(n, k, strlen(k), v, strlen(v), mode, res);
-    ck_assert_msg(rc == 0, "put %s: %s", k, tk_strerror(rc));
-}
-
 static void assert_value(struct tk_node *n, const char *k, const char *want,
                          enum tk_consistency c)
 {
@@ -104,21 +88,9 @@ static void assert_value(struct tk_node *n, const char *k, const char *want,
 
 START_TEST(test_single_node_commits_after_own_persist)
 {
-    struct tk_options o;
-    tk_options_default(&o);
-    o.id = 1;
-    o.kv_no_sync = true;
-    struct tk_node *n;
-    ck_assert_int_eq(tk_node_start(&o, &n), 0);
-    for (int t = 0; t < 1000; t++) {
-        struct tk_status st;
-        tk_node_status(n, &st);
-        if (st.is_leader)
-            break;
-        usleep(5000);
-    }
+    struct tk_node *n = nf_single_start();
     struct tk_write_result res;
-    put_str(n, "a", "1", TK_MODE_APPLIED, &res);
+    nf_put(n, "a", "1", TK_MODE_APPLIED, &res);
     ck_assert_uint_gt(res.revision, 0);
     assert_value(n, "a", "1", TK_READ_LINEARIZABLE);
     struct tk_write_result inc;
@@ -132,9 +104,9 @@ END_TEST
 START_TEST(test_three_nodes_elect_and_replicate)
 {
     struct tk_cluster *c = start(3, 0);
-    struct tk_node *l = leader_of(c);
+    struct tk_node *l = nf_cluster_leader(c);
     struct tk_write_result res;
-    put_str(l, "k", "v", TK_MODE_APPLIED, &res);
+    nf_put(l, "k", "v", TK_MODE_APPLIED, &res);
     for (uint32_t i = 0; i < 3; i++) {
         wait_applied(c, i, res.revision);
         assert_value(tk_cluster_node(c, i), "k", "v", TK_READ_STALE);
@@ -158,7 +130,7 @@ END_TEST
 START_TEST(test_write_on_follower_is_forwarded_to_the_leader)
 {
     struct tk_cluster *c = start(3, 0);
-    struct tk_node *l = leader_of(c);
+    struct tk_node *l = nf_cluster_leader(c);
     struct tk_node *f = tk_cluster_node(c, (uint32_t)(index_of(c, l) + 1) % 3);
     for (int t = 0; t < 200 && tk_node_leader(f) == 0; t++)
         usleep(5000);
@@ -179,7 +151,7 @@ END_TEST
 START_TEST(test_write_without_leader_fails_explicitly)
 {
     struct tk_cluster *c = start(3, 0);
-    struct tk_node *l = leader_of(c);
+    struct tk_node *l = nf_cluster_leader(c);
     uint32_t fi = (uint32_t)(index_of(c, l) + 1) % 3;
     ck_assert_int_eq(tk_cluster_isolate(c, fi, true), 0);
     ck_assert_int_eq(tk_cluster_restart_node(c, fi), 0); /* knows no leader */
@@ -197,7 +169,7 @@ END_TEST
 static struct tk_node *put_on_leader(struct tk_cluster *c, const char *k, const char *v)
 {
     for (int attempt = 0; attempt < 5; attempt++) {
-        struct tk_node *l = leader_of(c);
+        struct tk_node *l = nf_cluster_leader(c);
         int rc = tk_put(l, k, strlen(k), v, strlen(v), TK_MODE_APPLIED, NULL);
         if (rc == 0)
             return l;
@@ -225,10 +197,10 @@ END_TEST
 START_TEST(test_committed_mode_completes_no_later_than_applied)
 {
     struct tk_cluster *c = start(3, 0);
-    struct tk_node *l = leader_of(c);
+    struct tk_node *l = nf_cluster_leader(c);
     struct tk_write_result rc1, ra;
-    put_str(l, "c", "1", TK_MODE_COMMITTED, &rc1);
-    put_str(l, "a", "1", TK_MODE_APPLIED, &ra);
+    nf_put(l, "c", "1", TK_MODE_COMMITTED, &rc1);
+    nf_put(l, "a", "1", TK_MODE_APPLIED, &ra);
     ck_assert_uint_gt(rc1.revision, 0);
     ck_assert_uint_gt(ra.revision, rc1.revision);
     /* When the committed-mode put returned, its entry was committed: */
@@ -242,13 +214,13 @@ END_TEST
 START_TEST(test_follower_restarts_and_catches_up)
 {
     struct tk_cluster *c = start(3, 0);
-    struct tk_node *l = leader_of(c);
+    struct tk_node *l = nf_cluster_leader(c);
     uint32_t f = (uint32_t)(index_of(c, l) + 1) % 3;
-    put_str(l, "before", "1", TK_MODE_APPLIED, NULL);
+    nf_put(l, "before", "1", TK_MODE_APPLIED, NULL);
     ck_assert_int_eq(tk_cluster_isolate(c, f, true), 0);
     struct tk_write_result res;
     for (int i = 0; i < 100; i++)
-        put_str(l, "during", "2", TK_MODE_APPLIED, &res);
+        nf_put(l, "during", "2", TK_MODE_APPLIED, &res);
     ck_assert_int_eq(tk_cluster_restart_node(c, f), 0);
     ck_assert_int_eq(tk_cluster_isolate(c, f, false), 0);
     wait_applied(c, f, res.revision);
@@ -261,14 +233,14 @@ END_TEST
 START_TEST(test_lagging_follower_catches_up_by_snapshot)
 {
     struct tk_cluster *c = start(3, 50); /* snapshot every 50 entries */
-    struct tk_node *l = leader_of(c);
+    struct tk_node *l = nf_cluster_leader(c);
     uint32_t f = (uint32_t)(index_of(c, l) + 1) % 3;
     ck_assert_int_eq(tk_cluster_isolate(c, f, true), 0);
     struct tk_write_result res;
     char k[16];
     for (int i = 0; i < 300; i++) {
         snprintf(k, sizeof(k), "k%d", i);
-        put_str(l, k, "v", TK_MODE_APPLIED, &res);
+        nf_put(l, k, "v", TK_MODE_APPLIED, &res);
     }
     /* Snapshots are taken in the background: wait for one past 100. */
     struct tk_status st;
@@ -301,9 +273,8 @@ START_TEST(test_snapshot_read_beside_tier_downs_catches_a_follower_up)
     struct tk_options o;
     test_options(&o, 200);
     o.kv_ring_bytes = 1u << 20;
-    struct tk_cluster *c = NULL;
-    ck_assert_int_eq(tk_cluster_start(3, &o, &c), 0);
-    struct tk_node *l = leader_of(c);
+    struct tk_cluster *c = nf_cluster_start(3, &o);
+    struct tk_node *l = nf_cluster_leader(c);
     uint32_t f = (uint32_t)(index_of(c, l) + 1) % 3;
     ck_assert_int_eq(tk_cluster_isolate(c, f, true), 0);
     static char val[2048];
@@ -314,7 +285,7 @@ START_TEST(test_snapshot_read_beside_tier_downs_catches_a_follower_up)
     int i = 0;
     for (; i < 20000 && m.snapshot_descriptors < 2; i++) {
         snprintf(k, sizeof(k), "key%06d", i % 3000);
-        put_str(l, k, val, TK_MODE_APPLIED, &res);
+        nf_put(l, k, val, TK_MODE_APPLIED, &res);
         if (i % 100 == 0)
             node_metrics(tk_node_runtime(l), &m);
     }
@@ -328,7 +299,7 @@ START_TEST(test_snapshot_read_beside_tier_downs_catches_a_follower_up)
     int more = 0;
     for (; more < 20000 && m.mem_snapshot_spare != 0; more++) {
         snprintf(k, sizeof(k), "key%06d", i++ % 3000);
-        put_str(l, k, val, TK_MODE_APPLIED, &res);
+        nf_put(l, k, val, TK_MODE_APPLIED, &res);
         if (more % 100 == 0)
             node_metrics(tk_node_runtime(l), &m);
     }
@@ -369,7 +340,7 @@ static void count_cb(int status, const struct tk_write_result *res, void *data)
 START_TEST(test_leader_dies_with_proposals_in_flight)
 {
     struct tk_cluster *c = start(3, 0);
-    struct tk_node *l = leader_of(c);
+    struct tk_node *l = nf_cluster_leader(c);
     uint32_t li = (uint32_t)index_of(c, l);
     struct tally t = {0};
     int sent = 0;
@@ -394,7 +365,7 @@ END_TEST
 START_TEST(test_deposed_leader_fails_its_proposals_promptly)
 {
     struct tk_cluster *c = start(3, 0);
-    struct tk_node *l = leader_of(c);
+    struct tk_node *l = nf_cluster_leader(c);
     uint32_t li = (uint32_t)index_of(c, l);
     ck_assert_int_eq(tk_cluster_isolate(c, li, true), 0);
     struct tally ta = {0}, tc = {0};
@@ -434,10 +405,10 @@ END_TEST
 START_TEST(test_linearizable_read_after_leader_change_sees_acked_writes)
 {
     struct tk_cluster *c = start(3, 0);
-    struct tk_node *l = leader_of(c);
+    struct tk_node *l = nf_cluster_leader(c);
     for (int i = 0; i < 20; i++)
-        put_str(l, "lin", i % 2 ? "odd" : "even", TK_MODE_APPLIED, NULL);
-    put_str(l, "lin", "last", TK_MODE_APPLIED, NULL);
+        nf_put(l, "lin", i % 2 ? "odd" : "even", TK_MODE_APPLIED, NULL);
+    nf_put(l, "lin", "last", TK_MODE_APPLIED, NULL);
     struct tk_status st;
     tk_node_status(l, &st);
     uint64_t to = st.id % 3 + 1;
@@ -474,12 +445,10 @@ END_TEST
 START_TEST(test_backpressure_returns_busy)
 {
     struct tk_options o;
-    tk_options_default(&o);
-    o.kv_no_sync = true;
+    nf_options(&o);
     o.queue_max = 4;
-    struct tk_cluster *c = NULL;
-    ck_assert_int_eq(tk_cluster_start(3, &o, &c), 0);
-    struct tk_node *l = leader_of(c);
+    struct tk_cluster *c = nf_cluster_start(3, &o);
+    struct tk_node *l = nf_cluster_leader(c);
     struct tally t = {0};
     int busy = 0, sent = 0;
     for (int i = 0; i < 20000 && busy == 0; i++) {
@@ -500,7 +469,7 @@ END_TEST
 START_TEST(test_stop_with_work_in_flight_completes_everything)
 {
     struct tk_cluster *c = start(3, 0);
-    struct tk_node *l = leader_of(c);
+    struct tk_node *l = nf_cluster_leader(c);
     struct tally t = {0};
     int sent = 0;
     for (int i = 0; i < 2000; i++)
@@ -514,7 +483,7 @@ END_TEST
 START_TEST(test_batch_and_txn)
 {
     struct tk_cluster *c = start(3, 0);
-    struct tk_node *l = leader_of(c);
+    struct tk_node *l = nf_cluster_leader(c);
     struct tk_op ops[2] = {{"b1", 2, "x", 1}, {"b2", 2, "y", 1}};
     struct tk_write_result res;
     ck_assert_int_eq(tk_batch(l, ops, 2, TK_MODE_APPLIED, &res), 0);
@@ -577,8 +546,7 @@ static struct tk_node *tcp_leader(struct tk_node *const n[3])
 START_TEST(test_tcp_node_off_loopback_needs_a_token)
 {
     struct tk_options o;
-    tk_options_default(&o);
-    o.kv_no_sync = true;
+    nf_options(&o);
     o.n_members = 2;
     for (int i = 0; i < 2; i++) {
         o.members[i].id = (uint64_t)i + 1;
@@ -598,8 +566,7 @@ END_TEST
 START_TEST(test_tcp_cluster_replicates_and_scans)
 {
     struct tk_options o;
-    tk_options_default(&o);
-    o.kv_no_sync = true;
+    nf_options(&o);
     o.cluster_id = 9;
     o.n_members = 3;
     static const uint8_t token[] = "a cluster token of 32 bytes long";
@@ -619,9 +586,9 @@ START_TEST(test_tcp_cluster_replicates_and_scans)
     char k[16];
     for (int i = 0; i < 30; i++) {
         snprintf(k, sizeof(k), "p/%02d", i);
-        put_str(l, k, "v", TK_MODE_APPLIED, NULL);
+        nf_put(l, k, "v", TK_MODE_APPLIED, NULL);
     }
-    put_str(l, "q", "other", TK_MODE_APPLIED, NULL);
+    nf_put(l, "q", "other", TK_MODE_APPLIED, NULL);
     int cnt = 0;
     ck_assert_int_eq(tk_scan(l, "p/", 2, 0, TK_READ_LINEARIZABLE, count_items, &cnt), 0);
     ck_assert_int_eq(cnt, 30);
@@ -680,7 +647,7 @@ START_TEST(test_steady_writes_allocate_nothing_per_write)
     int i = 0;
     for (; i < 4400; i++) {
         snprintf(k, sizeof(k), "bench/%05d", i % 1000);
-        put_str(i % 2 ? f : l, k, v, TK_MODE_APPLIED, &res);
+        nf_put(i % 2 ? f : l, k, v, TK_MODE_APPLIED, &res);
     }
     bool blob_cache = tk_blob_cache_enabled();
     for (int w = 0; w < 2000 && tk_blob_cached_bytes() < 3 * 4000 * 64 && blob_cache; w++)
@@ -689,7 +656,7 @@ START_TEST(test_steady_writes_allocate_nothing_per_write)
     tk_alloc_stats(&a0);
     for (; i < 5900; i++) {
         snprintf(k, sizeof(k), "bench/%05d", i % 1000);
-        put_str(i % 2 ? f : l, k, v, TK_MODE_APPLIED, &res);
+        nf_put(i % 2 ? f : l, k, v, TK_MODE_APPLIED, &res);
     }
     tk_alloc_stats(&a1);
     struct tk_status st;
@@ -719,21 +686,19 @@ END_TEST
 START_TEST(test_snapshot_by_bytes)
 {
     struct tk_options o;
-    tk_options_default(&o);
-    o.kv_no_sync = true;
+    nf_options(&o);
     o.seed = 42;
     o.snapshot_entries = 1000000;
     o.snapshot_bytes = 8192;
     o.trailing_entries = 10;
-    struct tk_cluster *c = NULL;
-    ck_assert_int_eq(tk_cluster_start(3, &o, &c), 0);
-    struct tk_node *l = leader_of(c);
+    struct tk_cluster *c = nf_cluster_start(3, &o);
+    struct tk_node *l = nf_cluster_leader(c);
     char k[16], v[200];
     memset(v, 'x', sizeof(v) - 1);
     v[sizeof(v) - 1] = 0;
     for (int i = 0; i < 200; i++) {
         snprintf(k, sizeof(k), "b%d", i);
-        put_str(l, k, v, TK_MODE_APPLIED, NULL);
+        nf_put(l, k, v, TK_MODE_APPLIED, NULL);
     }
     struct tk_status st;
     for (int t = 0; t < 400; t++) {
@@ -1517,17 +1482,8 @@ static void mrec_put(struct node *n, uint64_t id, const void *v, size_t len)
     char key[64];
     int kl = snprintf(key, sizeof(key), "%s%llu", NODE_MEMBER_KEY_PREFIX,
                       (unsigned long long)id);
-    Kvpb__Command cmd = KVPB__COMMAND__INIT;
-    Kvpb__Put put = KVPB__PUT__INIT;
-    put.key.data = (uint8_t *)key;
-    put.key.len = (size_t)kl;
-    put.value.data = (uint8_t *)(uintptr_t)v;
-    put.value.len = len;
-    cmd.cmd_case = KVPB__COMMAND__CMD_PUT;
-    cmd.put = &put;
     struct node_req *req = calloc(1, sizeof(*req));
-    req->cmd = tk_blob_new(kvpb__command__get_packed_size(&cmd));
-    kvpb__command__pack(&cmd, req->cmd->data);
+    req->cmd = nf_put_cmd(key, (size_t)kl, v, len);
     req->write_cb = mrec_put_done;
     MREC_CHECK(node_submit(n, req) == 0);
 }
@@ -1655,12 +1611,7 @@ START_TEST(test_member_records_old_new_and_corrupt)
     atomic_store(&mrec_done, 0);
     struct transport_inproc_hub *hub = transport_inproc_hub_new(3);
     struct node_options o;
-    node_options_default(&o);
-    o.id = 1;
-    o.members.n_voters = 1;
-    o.members.voters[0] = 1;
-    o.hub = hub;
-    o.kv_no_sync = true;
+    nf_node_options(&o, hub);
     o.on_loop_start = mrec_loop_start;
     o.on_loop_stop = mrec_loop_stop;
     struct node *n = NULL;
@@ -1752,13 +1703,9 @@ START_TEST(test_removed_members_are_let_go_past_the_peer_limit)
     tk_log_set_level(TK_LOG_INFO);
     tk_log_set_sink(churn_sink, NULL);
     struct node_options o;
-    node_options_default(&o);
-    o.id = 1;
-    o.members.n_voters = 1;
-    o.members.voters[0] = 1;
+    nf_node_options(&o, NULL);
     o.listen_host = "127.0.0.1";
     o.listen_port = free_port();
-    o.kv_no_sync = true;
     o.on_loop_start = churn_loop_start;
     o.on_loop_stop = churn_loop_stop;
     struct node *n = NULL;
@@ -1787,12 +1734,7 @@ static struct node *stall_node_start(struct transport_inproc_hub *hub,
                                                       void *))
 {
     struct node_options o;
-    node_options_default(&o);
-    o.id = 1;
-    o.members.n_voters = 1;
-    o.members.voters[0] = 1;
-    o.hub = hub;
-    o.kv_no_sync = true;
+    nf_node_options(&o, hub);
     o.stall_probe_ms = 40;
     o.on_loop_start = on_start;
     o.on_loop_stop = stall_loop_stop;
@@ -1930,9 +1872,8 @@ static void follower_store_counts(bool fs, uint32_t inline_us, uint64_t *appends
     test_options(&o, 0);
     o.data_dir = fs ? dir : NULL;
     o.follower_inline_sync_us = inline_us;
-    struct tk_cluster *c = NULL;
-    ck_assert_int_eq(tk_cluster_start(3, &o, &c), 0);
-    struct tk_node *l = leader_of(c);
+    struct tk_cluster *c = nf_cluster_start(3, &o);
+    struct tk_node *l = nf_cluster_leader(c);
     struct node_metrics m0[3], m;
     for (uint32_t i = 0; i < 3; i++)
         node_metrics(tk_node_runtime(tk_cluster_node(c, i)), &m0[i]);
@@ -1940,7 +1881,7 @@ static void follower_store_counts(bool fs, uint32_t inline_us, uint64_t *appends
     char k[32];
     for (int i = 0; i < 300; i++) {
         snprintf(k, sizeof(k), "k%d", i);
-        put_str(l, k, "v", TK_MODE_APPLIED, &res);
+        nf_put(l, k, "v", TK_MODE_APPLIED, &res);
     }
     *appends = *wakeups = *loop_wakeups = 0;
     for (uint32_t i = 0; i < 3; i++) {
@@ -2105,9 +2046,8 @@ START_TEST(test_spinning_threads_yield_a_shared_cpu)
     test_options(&o, 0);
     o.one_loop = false;
     o.spin_us = 20000;
-    struct tk_cluster *c = NULL;
-    ck_assert_int_eq(tk_cluster_start(3, &o, &c), 0);
-    struct tk_node *l = leader_of(c);
+    struct tk_cluster *c = nf_cluster_start(3, &o);
+    struct tk_node *l = nf_cluster_leader(c);
     enum { WARM = 20, PUTS = 200 };
     struct tk_hist lat;
     tk_hist_init(&lat);

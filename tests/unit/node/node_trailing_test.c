@@ -6,51 +6,27 @@
  * behind it (within two entries), not the 10000 entries the entry count
  * alone would keep (all). */
 #include <check.h>
-#include <pthread.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "base/blob.h"
-#include "kv.pb-c.h"
 #include "node/node.h"
 #include "tests/check_run.h"
+#include "tests/unit/node/node_fixture.h"
 #include "transport/transport.h"
 
 #define VALUE (8u << 10)
 #define WRITES 200
 #define SNAP_BYTES (64u << 10)
 
-static atomic_int done, failed;
-
-static void write_done(struct node_req *req, int status, const struct kv_result *res,
-                       void *data)
-{
-    (void)req;
-    (void)data;
-    if (status != 0 || res == NULL || res->code != 0)
-        atomic_fetch_add(&failed, 1);
-    atomic_fetch_add(&done, 1);
-}
-
 static struct tk_blob *put_cmd(int i)
 {
     static uint8_t val[VALUE];
     char key[16];
     snprintf(key, sizeof(key), "k%03d", i);
-    Kvpb__Put put = KVPB__PUT__INIT;
-    put.key.data = (uint8_t *)key;
-    put.key.len = strlen(key);
-    put.value.data = val;
-    put.value.len = sizeof(val);
-    Kvpb__Command c = KVPB__COMMAND__INIT;
-    c.cmd_case = KVPB__COMMAND__CMD_PUT;
-    c.put = &put;
-    struct tk_blob *b = tk_blob_new(kvpb__command__get_packed_size(&c));
-    kvpb__command__pack(&c, b->data);
-    return b;
+    return nf_put_cmd(key, strlen(key), val, sizeof(val));
 }
 
 /* Starts node 1 alone on `dir` (NULL: a memory volume), a snapshot every
@@ -59,24 +35,14 @@ static struct node *start_on(struct transport_inproc_hub *hub, const char *dir,
                              uint64_t snap_entries)
 {
     struct node_options o;
-    node_options_default(&o);
-    o.id = 1;
-    o.members.n_voters = 1;
-    o.members.voters[0] = 1;
-    o.hub = hub;
+    nf_node_options(&o, hub);
     o.data_dir = dir;
-    o.kv_no_sync = true;
     o.snapshot_entries = snap_entries;
     o.snapshot_bytes = SNAP_BYTES;
     o.trailing_entries = 10000;
     struct node *n;
     ck_assert_int_eq(node_start(&o, &n), 0);
-    struct node_status st = {0};
-    for (int i = 0; i < 2000 && st.leader != 1; i++) {
-        usleep(5000);
-        node_status(n, &st);
-    }
-    ck_assert_uint_eq(st.leader, 1);
+    nf_node_wait_leader(n, 1);
     return n;
 }
 
@@ -84,16 +50,8 @@ static struct node *start_on(struct transport_inproc_hub *hub, const char *dir,
  * to have taken `snaps` snapshots since it started. */
 static void write_and_snapshot(struct node *n, int from, int to, uint64_t snaps)
 {
-    static struct node_req reqs[WRITES];
-    atomic_store(&done, 0);
-    for (int i = from; i < to; i++) {
-        reqs[i - from] = (struct node_req){
-            .mode = NODE_MODE_APPLIED, .cmd = put_cmd(i), .write_cb = write_done};
-        ck_assert_int_eq(node_submit(n, &reqs[i - from]), 0);
-        while (atomic_load(&done) <= i - from)
-            usleep(200);
-    }
-    ck_assert_int_eq(atomic_load(&failed), 0);
+    for (int i = from; i < to; i++)
+        nf_node_write(n, put_cmd(i));
     struct node_metrics m = {0};
     for (int t = 0; t < 1000 && m.snapshots < snaps; t++) {
         usleep(10000);

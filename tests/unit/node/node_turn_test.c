@@ -6,21 +6,17 @@
 #include <check.h>
 #include <stdatomic.h>
 #include <stdio.h>
-#include <string.h>
 #include <time.h>
 
-#include "base/blob.h"
-#include "base/err.h"
-#include "kv.pb-c.h"
 #include "node/node.h"
 #include "tests/check_run.h"
+#include "tests/unit/node/node_fixture.h"
 #include "transport/transport.h"
 
 #define MS 1000000ull
 
 static atomic_uint spin_ms;  /* the next applied step spins this long on the CPU */
 static atomic_uint sleep_ms; /* ... or sleeps this long */
-static atomic_int done;
 
 static uint64_t clock_ns(clockid_t c)
 {
@@ -44,65 +40,24 @@ static void on_applied(struct node *n, struct uv_loop_s *loop, void *data)
     }
 }
 
-static void write_done(struct node_req *req, int status, const struct kv_result *res,
-                       void *data)
-{
-    (void)req;
-    (void)res;
-    (void)data;
-    ck_assert_int_eq(status, 0);
-    atomic_fetch_add(&done, 1);
-}
-
 static struct node *start(struct transport_inproc_hub **hub)
 {
     *hub = transport_inproc_hub_new(7);
     struct node_options o;
-    node_options_default(&o);
-    o.id = 1;
-    o.members.n_voters = 1;
-    o.members.voters[0] = 1;
-    o.hub = *hub;
+    nf_node_options(&o, *hub);
     o.tick_ms = 10;
     o.election_ticks = 4; /* 40 ms: half is 20 ms */
-    o.kv_no_sync = true;
     o.on_applied = on_applied;
     struct node *n = NULL;
     ck_assert_int_eq(node_start(&o, &n), 0);
-    struct node_status st = {0};
-    for (int i = 0; i < 500 && st.leader != 1; i++) { /* it elects itself */
-        struct timespec ts = {.tv_sec = 0, .tv_nsec = 10 * (long)MS};
-        nanosleep(&ts, NULL);
-        node_status(n, &st);
-    }
-    ck_assert_uint_eq(st.leader, 1);
+    nf_node_wait_leader(n, 1); /* it elects itself */
     return n;
 }
 
 /* One put through the loop; returns once applied. */
 static void put(struct node *n)
 {
-    Kvpb__Command cmd = KVPB__COMMAND__INIT;
-    Kvpb__Put p = KVPB__PUT__INIT;
-    p.key.data = (uint8_t *)"k";
-    p.key.len = 1;
-    p.value.data = (uint8_t *)"v";
-    p.value.len = 1;
-    cmd.cmd_case = KVPB__COMMAND__CMD_PUT;
-    cmd.put = &p;
-    struct node_req req;
-    memset(&req, 0, sizeof(req));
-    req.mode = NODE_MODE_APPLIED;
-    req.cmd = tk_blob_new(kvpb__command__get_packed_size(&cmd));
-    kvpb__command__pack(&cmd, req.cmd->data);
-    req.write_cb = write_done;
-    int want = atomic_load(&done) + 1;
-    ck_assert_int_eq(node_submit(n, &req), 0);
-    for (int i = 0; i < 1000 && atomic_load(&done) < want; i++) {
-        struct timespec ts = {.tv_sec = 0, .tv_nsec = 10 * (long)MS};
-        nanosleep(&ts, NULL);
-    }
-    ck_assert_int_ge(atomic_load(&done), want);
+    nf_node_write(n, nf_put_cmd("k", 1, "v", 1));
 }
 
 /* The metrics once the loop published the turn that ran the hook (turns

@@ -3,9 +3,10 @@
  * where it stopped, and waiting for more until its timeout. */
 #include <check.h>
 #include <stdio.h>
-#include <string.h>
 
 #include "include/tierkv.h"
+#include "tests/check_run.h"
+#include "tests/unit/node/node_fixture.h"
 
 struct seen {
     int n, stop_at;
@@ -25,24 +26,14 @@ static int on_event(const struct tk_event *ev, void *data)
     return s->n == s->stop_at;
 }
 
-static void put(struct tk_node *n, const char *k, struct tk_write_result *res)
-{
-    ck_assert_int_eq(tk_put(n, k, strlen(k), "v", 1, TK_MODE_APPLIED, res), 0);
-}
-
 START_TEST(test_watch_follows_the_log_on_leader_and_follower)
 {
-    struct tk_options o;
-    tk_options_default(&o);
-    o.kv_no_sync = true;
-    struct tk_cluster *c = NULL;
-    ck_assert_int_eq(tk_cluster_start(3, &o, &c), 0);
-    struct tk_node *l = NULL;
-    ck_assert_int_eq(tk_cluster_wait_leader(c, 10000, &l), 0);
+    struct tk_cluster *c = nf_cluster_start(3, NULL);
+    struct tk_node *l = nf_cluster_leader(c);
     struct tk_write_result first;
-    put(l, "w/a", &first);
-    put(l, "other", NULL);
-    put(l, "w/b", NULL);
+    nf_put(l, "w/a", "v", TK_MODE_APPLIED, &first);
+    nf_put(l, "other", "v", TK_MODE_APPLIED, NULL);
+    nf_put(l, "w/b", "v", TK_MODE_APPLIED, NULL);
     ck_assert_int_eq(tk_delete(l, "w/a", 3, TK_MODE_APPLIED, NULL), 0);
     /* From the first write: stop after 2 events, resume, get the rest. */
     struct seen s = {.stop_at = 2};
@@ -58,8 +49,7 @@ START_TEST(test_watch_follows_the_log_on_leader_and_follower)
     ck_assert_int_eq(s.type[2], TK_EVENT_DELETE);
     ck_assert_str_eq(s.key[2], "w/a");
     /* A follower passes the same history once it has applied it. */
-    struct tk_node *f =
-        tk_cluster_node(c, 0) != l ? tk_cluster_node(c, 0) : tk_cluster_node(c, 1);
+    struct tk_node *f = nf_cluster_other(c, l);
     struct seen fs = {.stop_at = 3};
     uint64_t ffrom = first.revision;
     ck_assert_int_eq(tk_watch(f, "w/", 2, &ffrom, 5000, on_event, &fs), 0);
@@ -85,9 +75,5 @@ int main(void)
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_watch_follows_the_log_on_leader_and_follower);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? 0 : 1;
+    return tk_check_run(srunner_create(s));
 }
