@@ -17,9 +17,24 @@
 #include "base/err.h"
 #include "kv/sm_internal.h"
 
+#define SESS_AHEAD 4 /* adds: how far ahead to prefetch the entry to forget */
+
 static size_t sess_slot(const struct kv_sessions *t, uint64_t client, uint64_t seq)
 {
     return (size_t)(XXH3_64bits_withSeed(&seq, sizeof(seq), client) & t->mask);
+}
+
+/* Where s's encoded result is: in the entry when it is short (no allocation
+ * for a put's), else allocated. */
+static const uint8_t *sess_res(const struct kv_sess *s)
+{
+    return s->len <= KV_SESS_INLINE ? s->r.in : s->r.res;
+}
+
+static void sess_res_free(struct kv_sess *s)
+{
+    if (s->len > KV_SESS_INLINE)
+        tk_free(s->r.res);
 }
 
 static struct kv_sess *sess_find(struct kv_sessions *t, uint64_t client, uint64_t seq)
@@ -40,7 +55,7 @@ static void sess_remove(struct kv_sessions *t, uint64_t client, uint64_t seq)
     struct kv_sess *s = sess_find(t, client, seq);
     if (s == NULL)
         return;
-    tk_free(s->res);
+    sess_res_free(s);
     t->res_bytes -= s->len;
     size_t i = (size_t)(s - t->tab);
     s->client = 0;
@@ -65,8 +80,15 @@ static void sess_add(struct kv_sessions *t, uint64_t index, uint64_t client, uin
     if (t->count == t->max) {
         struct kv_sess_id *old = &t->fifo[t->fifo_head];
         sess_remove(t, old->client, old->seq);
-        t->fifo_head = (t->fifo_head + 1) % t->max;
+        t->fifo_head = t->fifo_head + 1 < t->max ? t->fifo_head + 1 : 0;
         t->fifo_len--;
+        /* The entry a later add forgets: its slot is a random one, start
+         * loading it now (it may shift before then: only a hint). */
+        if (t->fifo_len > SESS_AHEAD) {
+            size_t a = t->fifo_head + SESS_AHEAD;
+            const struct kv_sess_id *next = &t->fifo[a < t->max ? a : a - t->max];
+            __builtin_prefetch(&t->tab[sess_slot(t, next->client, next->seq)], 0, 3);
+        }
     }
     size_t i = sess_slot(t, client, seq);
     while (t->tab[i].client != 0)
@@ -76,11 +98,13 @@ static void sess_add(struct kv_sessions *t, uint64_t index, uint64_t client, uin
     s->seq = seq;
     s->index = index;
     s->len = (uint32_t)len;
-    s->res = tk_malloc(len > 0 ? len : 1);
-    memcpy(s->res, res, len);
+    if (len > KV_SESS_INLINE)
+        s->r.res = tk_malloc(len);
+    memcpy(len > KV_SESS_INLINE ? s->r.res : s->r.in, res, len);
     t->res_bytes += len;
     t->count++;
-    t->fifo[(t->fifo_head + t->fifo_len) % t->max] = (struct kv_sess_id){client, seq};
+    size_t tail = t->fifo_head + t->fifo_len;
+    t->fifo[tail < t->max ? tail : tail - t->max] = (struct kv_sess_id){client, seq};
     t->fifo_len++;
 }
 
@@ -101,7 +125,7 @@ void kv__sess_destroy(struct kv_sessions *t)
     if (t->tab != NULL) {
         for (size_t i = 0; i <= t->mask; i++)
             if (t->tab[i].client != 0)
-                tk_free(t->tab[i].res);
+                sess_res_free(&t->tab[i]);
     }
     tk_free(t->tab);
     tk_free(t->fifo);
@@ -121,7 +145,7 @@ void kv__sess_clear(struct kv_sessions *t)
 {
     for (size_t i = 0; i <= t->mask; i++) {
         if (t->tab[i].client != 0) {
-            tk_free(t->tab[i].res);
+            sess_res_free(&t->tab[i]);
             t->tab[i].client = 0;
         }
     }
@@ -136,7 +160,7 @@ bool kv__sess_answer(struct kv_sm *sm, uint64_t client, uint64_t seq,
     struct kv_sess *dup = sess_find(&sm->sessions, client, seq);
     if (dup == NULL)
         return false;
-    int rc = kv_result_decode(dup->res, dup->len, res);
+    int rc = kv_result_decode(sess_res(dup), dup->len, res);
     TK_ASSERT(rc == 0); /* we encoded it */
     res->duplicate = true;
     return true;

@@ -34,12 +34,16 @@ struct kv_arena {
     size_t total;
 };
 
+#define KV_SESS_INLINE 8 /* bytes: results this short live in their entry */
 struct kv_sess {
     uint64_t client; /* 0: empty slot */
     uint64_t seq;
     uint64_t index;
     uint32_t len;
-    uint8_t *res; /* encoded kv_result */
+    union {                         /* the encoded kv_result: sess_res() */
+        uint8_t *res;               /* len > KV_SESS_INLINE: allocated */
+        uint8_t in[KV_SESS_INLINE]; /* else here (a put's, below index 2^35) */
+    } r;
 };
 
 struct kv_sess_id {

@@ -827,6 +827,81 @@ START_TEST(test_duplicate_returns_first_result)
 }
 END_TEST
 
+/* The exactly-once table holds a put's short result in its entry (no
+ * allocation) and a transaction's longer one allocated: through many
+ * forgets (a table of 6), every remembered command, short or long, answers
+ * its first result, and an idempotent put allocates nothing in apply. */
+START_TEST(test_sessions_hold_short_and_long_results)
+{
+    struct kvu u = {0};
+    kv_config_default(&u.cfg);
+    u.cfg.no_sync = true;
+    u.cfg.map_bytes = (size_t)1 << 30;
+    u.cfg.sessions_max = 6;
+    u.dir = kvu_tmpdir();
+    struct kv_config cfg = u.cfg;
+    kvu_open(&u, &cfg);
+    enum { N = 40 };
+    uint8_t *cmd[N];
+    size_t len[N];
+    uint64_t rev[N];
+    uint64_t allocs = 0;
+    for (int i = 0; i < N; i++) {
+        Kvpb__Command c = KVPB__COMMAND__INIT;
+        Kvpb__Put p = KVPB__PUT__INIT;
+        Kvpb__Txn t = KVPB__TXN__INIT;
+        Kvpb__Increment in[3];
+        Kvpb__Op ops[3], *pops[3];
+        c.client_id = 7 + (uint64_t)(i % 3);
+        c.seq = 100 + (uint64_t)i;
+        if (i % 2 == 0) {
+            p.key = kvu_str("k");
+            p.value = kvu_str("v");
+            c.cmd_case = KVPB__COMMAND__CMD_PUT;
+            c.put = &p;
+        } else {
+            for (int j = 0; j < 3; j++) {
+                kvpb__increment__init(&in[j]);
+                in[j].key = kvu_str(j == 0 ? "a" : j == 1 ? "b" : "c");
+                in[j].delta = 1000 + j;
+                pops[j] = mk_op(&ops[j], NULL, NULL, &in[j]);
+            }
+            t.n_then_ops = 3;
+            t.then_ops = pops;
+            c.cmd_case = KVPB__COMMAND__CMD_TXN;
+            c.txn = &t;
+        }
+        cmd[i] = kvu_pack(&c, &len[i]);
+        rev[i] = kv_sm_applied_index(u.sm) + 1;
+        struct tk_alloc_stats a0, a1;
+        tk_alloc_stats(&a0);
+        ck_assert_int_eq(kv_sm_apply(u.sm, rev[i], 1, u.time_ms, cmd[i], len[i], &u.res),
+                         0);
+        tk_alloc_stats(&a1);
+        if (i % 2 == 0 && i >= 10)
+            allocs += a1.calls - a0.calls;
+        ck_assert(!u.res.duplicate);
+        ck_assert_uint_eq(u.res.revision, rev[i]);
+        /* Every command the table still holds answers as it first did. */
+        for (int j = i; j >= 0 && j > i - 6; j--) {
+            uint64_t idx = kv_sm_applied_index(u.sm) + 1;
+            ck_assert_int_eq(kv_sm_apply(u.sm, idx, 1, u.time_ms, cmd[j], len[j], &u.res),
+                             0);
+            ck_assert(u.res.duplicate);
+            ck_assert_uint_eq(u.res.revision, rev[j]);
+            ck_assert(u.res.succeeded);
+            ck_assert_uint_eq(u.res.n_ops, j % 2 == 0 ? 0 : 3);
+            if (j % 2 == 1)
+                ck_assert_int_eq(u.res.ops[2].value, (int64_t)(j / 2 + 1) * 1002);
+        }
+    }
+    ck_assert_uint_eq(allocs, 0);
+    for (int i = 0; i < N; i++)
+        tk_free(cmd[i]);
+    kvu_close(&u, true);
+}
+END_TEST
+
 START_TEST(test_bad_input_is_an_error_result_and_consumed)
 {
     struct kvu u = {0};
@@ -2113,6 +2188,66 @@ START_TEST(test_result_encoding_roundtrips)
 }
 END_TEST
 
+/* A result without ops is encoded by hand (codec.c's encode_plain): its bytes
+ * are protobuf-c's, the same on every replica's session records, for random
+ * fields of every width: zero, small, 2^k - 1 and 2^k edges, negative. */
+static uint64_t edge_u64(struct tk_prng *r)
+{
+    switch (tk_prng_below(r, 5)) {
+    case 0:
+        return 0;
+    case 1:
+        return tk_prng_below(r, 300);
+    case 2: {
+        unsigned k = (unsigned)tk_prng_below(r, 64);
+        return ((uint64_t)1 << k) - tk_prng_below(r, 2);
+    }
+    case 3:
+        return UINT64_MAX - tk_prng_below(r, 3);
+    default:
+        return tk_prng_next(r);
+    }
+}
+
+START_TEST(test_result_encoding_without_ops_is_protobuf_c_s)
+{
+    struct tk_prng r;
+    tk_prng_seed(&r, 53);
+    for (int i = 0; i < 20000; i++) {
+        struct kv_result k = {0};
+        k.code = (int)(int32_t)edge_u64(&r);
+        k.revision = edge_u64(&r);
+        k.succeeded = tk_prng_below(&r, 2);
+        k.value = (int64_t)edge_u64(&r);
+        k.deleted = edge_u64(&r);
+        k.more = tk_prng_below(&r, 2);
+        if (i % 7 == 0)
+            k.code = 0;
+        Kvpb__Result m = KVPB__RESULT__INIT;
+        m.code = k.code;
+        m.revision = k.revision;
+        m.succeeded = k.succeeded;
+        m.value = k.value;
+        m.deleted = k.deleted;
+        m.more = k.more;
+        uint8_t want[KV_RESULT_ENCODED_MAX], got[KV_RESULT_ENCODED_MAX];
+        size_t wn = kvpb__result__pack(&m, want);
+        size_t gn = kv_result_encode(&k, got);
+        ck_assert_uint_eq(gn, wn);
+        ck_assert(memcmp(got, want, wn) == 0);
+        struct kv_result d;
+        ck_assert_int_eq(kv_result_decode(got, gn, &d), 0);
+        ck_assert_int_eq(d.code, k.code);
+        ck_assert_uint_eq(d.revision, k.revision);
+        ck_assert_int_eq(d.value, k.value);
+        ck_assert_uint_eq(d.deleted, k.deleted);
+        ck_assert_int_eq(d.succeeded, k.succeeded);
+        ck_assert_int_eq(d.more, k.more);
+        ck_assert_uint_eq(d.n_ops, 0);
+    }
+}
+END_TEST
+
 START_TEST(test_long_keys_in_the_cold_tier)
 {
     /* LMDB keys stop at 511 bytes; longer keys (up to key_max) still work. */
@@ -2309,6 +2444,7 @@ int main(void)
     tcase_add_test(tc, test_txn_then_else_and_atomic_failure);
     tcase_add_test(tc, test_ttl_expires_by_entry_time_in_both_tiers);
     tcase_add_test(tc, test_duplicate_returns_first_result);
+    tcase_add_test(tc, test_sessions_hold_short_and_long_results);
     tcase_add_test(tc, test_bad_input_is_an_error_result_and_consumed);
     tcase_add_test(tc, test_scan_merges_hot_and_cold_with_limit);
     tcase_add_test(tc, test_scan_reads_ahead_over_many_hot_keys);
@@ -2328,6 +2464,7 @@ int main(void)
     tcase_add_test(tc, test_digest_differs_on_different_state);
     tcase_add_test(tc, test_result_encoding_roundtrips);
     tcase_add_test(tc, test_fast_decoder_agrees_with_protobuf_c);
+    tcase_add_test(tc, test_result_encoding_without_ops_is_protobuf_c_s);
     tcase_add_test(tc, test_long_keys_in_the_cold_tier);
     tcase_add_test(tc, test_tier_down_writes_each_keys_newest_version);
     tcase_add_test(tc, test_background_commit_is_paced_through_fdatasync);
