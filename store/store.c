@@ -61,7 +61,7 @@ int store_failed(struct store *s)
     return atomic_load(&s->failed);
 }
 
-static int fail(struct store *s, int rc)
+int store__fail(struct store *s, int rc)
 {
     int expected = 0;
     if (atomic_compare_exchange_strong(&s->failed, &expected, rc))
@@ -252,7 +252,7 @@ static void write_group(struct store *s, struct store__req **group, size_t n)
     if (rc == 0 && written > 0)
         rc = sync_timed(s);
     if (rc != 0)
-        rc = fail(s, rc);
+        rc = store__fail(s, rc);
     for (size_t i = 0; i < n; i++) {
         if (group[i]->status == 1) {
             group[i]->status = rc;
@@ -544,7 +544,7 @@ int store_append(struct store *s, const struct raft_entry *entries, size_t n)
     if (rc == 0)
         rc = sync_timed(s);
     if (rc != 0) {
-        rc = fail(s, rc);
+        rc = store__fail(s, rc);
         goto out;
     }
     atomic_fetch_add(&s->st_appends, 1);
@@ -553,30 +553,6 @@ int store_append(struct store *s, const struct raft_entry *entries, size_t n)
     atomic_fetch_add(&s->st_bytes, bytes);
     if (s->ops->idle != NULL)
         s->ops->idle(s);
-out:
-    pthread_mutex_unlock(&s->write_mu);
-    return rc;
-}
-
-int store_truncate(struct store *s, uint64_t index)
-{
-    pthread_mutex_lock(&s->write_mu);
-    int rc = atomic_load(&s->failed);
-    if (rc != 0)
-        goto out;
-    uint64_t first, last;
-    s->ops->bounds(s, &first, &last);
-    if (index < first || index > last + 1) {
-        rc = store__err(s, TK_EINVAL, "truncate at index %llu: the log holds %llu..%llu",
-                        (unsigned long long)index, (unsigned long long)first,
-                        (unsigned long long)last);
-        goto out;
-    }
-    if (index == last + 1)
-        goto out;
-    rc = s->ops->truncate(s, index);
-    if (rc != 0)
-        rc = fail(s, rc);
 out:
     pthread_mutex_unlock(&s->write_mu);
     return rc;
@@ -611,7 +587,7 @@ int store_compact(struct store *s, uint64_t index)
     TK_ASSERT(rc == 0);
     rc = s->ops->compact(s, index, term);
     if (rc != 0) {
-        rc = fail(s, rc);
+        rc = store__fail(s, rc);
         goto out;
     }
     set_log_start(s, index, term);
@@ -628,7 +604,7 @@ int store_reset(struct store *s, uint64_t index, uint64_t term)
         goto out;
     rc = s->ops->reset(s, index, term);
     if (rc != 0) {
-        rc = fail(s, rc);
+        rc = store__fail(s, rc);
         goto out;
     }
     set_log_start(s, index, term);
@@ -717,7 +693,7 @@ static int save_meta(struct store *s, const struct store_meta_state *st, unsigne
         return rc;
     rc = s->ops->save_meta(s, st, mask);
     if (rc == TK_EIO || rc == TK_ENOSPC)
-        return fail(s, rc);
+        return store__fail(s, rc);
     return rc;
 }
 

@@ -30,12 +30,12 @@
  *     refilling), the thread waits for as many up to min(100 us, a quarter of
  *     the last sync) before it takes the group.
  *   - Every other call blocks: the metadata saves on an LMDB synchronous
- *     commit, store_append/truncate/compact/reset on the disk (and they wait
+ *     commit, store_append/compact/reset on the disk (and they wait
  *     for the storage thread to finish the group it is writing). Reads and
  *     term_at take a short lock and may run while the storage thread writes.
  *   - Calls are safe from any thread, but the log-changing calls are ordered
  *     only by the order in which they are made: the owner must not call
- *     store_append/truncate/reset while async appends it submitted earlier
+ *     store_append/reset while async appends it submitted earlier
  *     are still queued if it needs them to apply first. store_compact below
  *     the durable index is always safe.
  *
@@ -194,10 +194,6 @@ int store_append_now_if_idle(struct store *s, const struct raft_entry *entries, 
 
 /* The synchronous form: returns once the batch is durable. Blocks. */
 int store_append(struct store *s, const struct raft_entry *entries, size_t n);
-
-/* Discards every entry with index >= `index` (must be > first_index - 1 and
- * may be last_index + 1, which is a no-op), durably. Blocks. */
-int store_truncate(struct store *s, uint64_t index);
 
 /* Forgets entries up to and including `index` (which must be <= last_index),
  * durably recording the new first index; the fs backend deletes whole

@@ -59,6 +59,10 @@ struct store__ops {
      * need not be durable until `sync`. Any error fails the store. */
     int (*write)(struct store *s, const struct store__span *spans, size_t n);
     int (*sync)(struct store *s);
+    /* Discards every entry with index >= `index` (first..last), durably.
+     * The library never calls it: `write` applies Raft's rule itself. The
+     * store tests do (tests/unit/store/store_truncate.h) to check each
+     * backend's cut, which fs's `write` shares. */
     int (*truncate)(struct store *s, uint64_t index);
     int (*compact)(struct store *s, uint64_t index, uint64_t term);
     int (*reset)(struct store *s, uint64_t index, uint64_t term);
@@ -147,6 +151,9 @@ struct store {
 /* Records an error message for store_errmsg (printf-style). Returns rc. */
 int store__err(struct store *s, int rc, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* Fails the store with rc (the first failure sticks; logged once): every
+ * later call returns it. Returns the store's failure. */
+int store__fail(struct store *s, int rc);
 /* Formats into a caller buffer (open-time errors). Returns rc. */
 int store__errbuf(char *buf, size_t len, int rc, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));

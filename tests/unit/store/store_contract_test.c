@@ -14,6 +14,7 @@
 #include "base/err.h"
 #include "store/store.h"
 #include "store_testlib.h"
+#include "store_truncate.h"
 #include "tests/check_run.h"
 
 static const char *const backend_name[] = {"mem", "fs"};
@@ -226,18 +227,18 @@ START_TEST(test_truncate_drops_suffix_durably)
 {
     ctx_start(_i);
     append_range(1, 250, 1);
-    ck_assert_int_eq(store_truncate(C.s, 251), 0); /* no-op */
+    ck_assert_int_eq(tl_truncate(C.s, 251), 0); /* no-op */
     ck_assert_uint_eq(store_last_index(C.s), 250);
-    ck_assert_int_eq(store_truncate(C.s, 252), TK_EINVAL);
-    ck_assert_int_eq(store_truncate(C.s, 0), TK_EINVAL);
-    ck_assert_int_eq(store_truncate(C.s, 100), 0);
+    ck_assert_int_eq(tl_truncate(C.s, 252), TK_EINVAL);
+    ck_assert_int_eq(tl_truncate(C.s, 0), TK_EINVAL);
+    ck_assert_int_eq(tl_truncate(C.s, 100), 0);
     ck_assert_uint_eq(store_last_index(C.s), 99);
     uint64_t t;
     ck_assert_int_eq(store_term_at(C.s, 100, &t), TK_EUNAVAIL);
     ctx_reopen();
     ck_assert_uint_eq(store_last_index(C.s), 99);
     expect_range(1, 100, term1);
-    ck_assert_int_eq(store_truncate(C.s, 1), 0); /* everything */
+    ck_assert_int_eq(tl_truncate(C.s, 1), 0); /* everything */
     ck_assert_uint_eq(store_last_index(C.s), 0);
     ctx_reopen();
     ck_assert_uint_eq(store_last_index(C.s), 0);
@@ -758,7 +759,7 @@ START_TEST(test_log_bytes_follow_appends_truncation_and_compaction)
     tl_free(v, 200);
     uint64_t b1 = store_log_bytes(C.s);
     ck_assert_uint_ge(b1, b0 + payload);
-    ck_assert_int_eq(store_truncate(C.s, 101), 0);
+    ck_assert_int_eq(tl_truncate(C.s, 101), 0);
     uint64_t b2 = store_log_bytes(C.s);
     ck_assert_uint_lt(b2, b1);
     ck_assert_uint_gt(b2, b0);
@@ -811,7 +812,7 @@ START_TEST(test_rolling_compaction_in_steps)
         ck_assert_uint_eq(store_first_index(C.s), first);
         expect_range(first, next, term1);
     }
-    ck_assert_int_eq(store_truncate(C.s, next - 10), 0);
+    ck_assert_int_eq(tl_truncate(C.s, next - 10), 0);
     next -= 10;
     append_range(next, 5, 2);
     expect_range(first, next, term1);

@@ -28,6 +28,7 @@
 #include "base/prng.h"
 #include "store/store.h"
 #include "store_testlib.h"
+#include "store_truncate.h"
 #include "tests/check_run.h"
 
 #define SEG_BYTES 8192
@@ -633,7 +634,7 @@ START_TEST(test_eio_on_fdatasync_fails_the_store_without_retry)
     ck_assert_int_eq(store_append_async(s, v, 5, 1, NULL, never_called), TK_EIO);
     struct raft_hard_state hs = {.term = 3, .vote = 1};
     ck_assert_int_eq(store_save_hard_state(s, &hs), TK_EIO);
-    ck_assert_int_eq(store_truncate(s, 10), TK_EIO);
+    ck_assert_int_eq(tl_truncate(s, 10), TK_EIO);
     ck_assert_uint_eq(F.fdatasync_calls, calls); /* never retried */
     tl_free(v, 5);
     store_close(s);
