@@ -10,7 +10,6 @@
  * only. Called by cmd.c (answer and record), sm.c (init, destroy, recovery)
  * and snapshot.c (clear, reload); calls codec.c and the ring. */
 #include <string.h>
-#include <xxhash.h>
 
 #include "base/alloc.h"
 #include "base/assert.h"
@@ -19,9 +18,20 @@
 
 #define SESS_AHEAD 4 /* adds: how far ahead to prefetch the entry to forget */
 
+/* The home slot of (client, seq): murmur3's 64-bit finalizer over the two
+ * (a few multiplies, inline; XXH3 was a call of about 40 instructions, and
+ * an idempotent command hashes about 4 entries: its lookup, its add, the
+ * forgotten one and the entries shifted back after it). Slots are never
+ * stored: the table is rebuilt from the records at open. */
 static size_t sess_slot(const struct kv_sessions *t, uint64_t client, uint64_t seq)
 {
-    return (size_t)(XXH3_64bits_withSeed(&seq, sizeof(seq), client) & t->mask);
+    uint64_t h = client ^ (seq * 0x9e3779b97f4a7c15ull);
+    h ^= h >> 33;
+    h *= 0xff51afd7ed558ccdull;
+    h ^= h >> 33;
+    h *= 0xc4ceb9fe1a85ec53ull;
+    h ^= h >> 33;
+    return (size_t)(h & t->mask);
 }
 
 /* Where s's encoded result is: in the entry when it is short (no allocation
