@@ -887,6 +887,25 @@ static void send_answer(struct fake *f, uint64_t id, const uint8_t *token,
     ck_assert_int_eq(transport_send_forward(f->t, 1, buf, len), 0);
 }
 
+/* Sends a ForwardRequest `id` with a 16-byte `token` and the command `cmd`
+ * (a string) from fake `f`, as a node forwarding a write to node 1 would. */
+static void send_request(struct fake *f, uint64_t id, const uint8_t *token,
+                         const char *cmd)
+{
+    Tierkv__ForwardRequest q = TIERKV__FORWARD_REQUEST__INIT;
+    q.id = id;
+    q.token.data = (uint8_t *)token;
+    q.token.len = 16;
+    q.command.data = (uint8_t *)cmd;
+    q.command.len = strlen(cmd);
+    Tierkv__Forward fw = TIERKV__FORWARD__INIT;
+    fw.body_case = TIERKV__FORWARD__BODY_REQUEST;
+    fw.request = &q;
+    uint8_t buf[128];
+    size_t len = tierkv__forward__pack(&fw, buf);
+    ck_assert_int_eq(transport_send_forward(f->t, 1, buf, len), 0);
+}
+
 /* The forwarded request node 1 sent: its id and token. */
 static void sent_request(struct fake *f, uint64_t *id, uint8_t *token)
 {
@@ -952,19 +971,8 @@ START_TEST(test_garbage_forward_frames_are_dropped)
     ck_assert_int_eq(e.done, 0);
     /* A request to node 1, which is no leader: answered TK_ENOTLEADER, with
      * the id and token echoed. */
-    Tierkv__ForwardRequest q = TIERKV__FORWARD_REQUEST__INIT;
-    uint8_t qtoken[16] = {1, 2, 3};
-    q.id = 42;
-    q.token.data = qtoken;
-    q.token.len = 16;
-    q.command.data = (uint8_t *)"cmd";
-    q.command.len = 3;
-    Tierkv__Forward fw = TIERKV__FORWARD__INIT;
-    fw.body_case = TIERKV__FORWARD__BODY_REQUEST;
-    fw.request = &q;
-    uint8_t buf[128];
-    size_t len = tierkv__forward__pack(&fw, buf);
-    ck_assert_int_eq(transport_send_forward(e.leader.t, 1, buf, len), 0);
+    const uint8_t qtoken[16] = {1, 2, 3};
+    send_request(&e.leader, 42, qtoken, "cmd");
     for (int i = 0; i < 2000 && e.leader.frames < 2; i++)
         turn(&e, 1);
     Tierkv__Forward *a = tierkv__forward__unpack(NULL, e.leader.len, e.leader.frame);
@@ -994,19 +1002,8 @@ START_TEST(test_forward_request_from_a_non_member_is_dropped)
     uint64_t id;
     uint8_t token[16];
     sent_request(&e.leader, &id, token);
-    Tierkv__ForwardRequest q = TIERKV__FORWARD_REQUEST__INIT;
-    uint8_t qtoken[16] = {4, 5, 6};
-    q.id = 43;
-    q.token.data = qtoken;
-    q.token.len = 16;
-    q.command.data = (uint8_t *)"pwned";
-    q.command.len = 5;
-    Tierkv__Forward fw = TIERKV__FORWARD__INIT;
-    fw.body_case = TIERKV__FORWARD__BODY_REQUEST;
-    fw.request = &q;
-    uint8_t buf[128];
-    size_t len = tierkv__forward__pack(&fw, buf);
-    ck_assert_int_eq(transport_send_forward(e.other.t, 1, buf, len), 0);
+    const uint8_t qtoken[16] = {4, 5, 6};
+    send_request(&e.other, 43, qtoken, "pwned");
     struct node_metrics m = {0};
     for (int i = 0; i < 2000 && m.forward_dropped == 0; i++) {
         turn(&e, 1);
@@ -1450,13 +1447,36 @@ static void stall_loop_stop(struct node *n, struct uv_loop_s *loop, void *data)
     uv_close((uv_handle_t *)&stall_timer, NULL);
 }
 
+/* A timer on a node's loop from its start to its stop that calls `fire`
+ * (the node as the timer's data) every 5 ms: how the member tests drive
+ * loop-thread calls. Its hooks take it as hook_data. */
+struct ticker {
+    uv_timer_t timer;
+    uv_timer_cb fire;
+};
+
+static void ticker_loop_start(struct node *n, struct uv_loop_s *loop, void *data)
+{
+    struct ticker *t = data;
+    uv_timer_init(loop, &t->timer);
+    t->timer.data = n;
+    uv_timer_start(&t->timer, t->fire, 5, 5);
+}
+
+static void ticker_loop_stop(struct node *n, struct uv_loop_s *loop, void *data)
+{
+    (void)n;
+    (void)loop;
+    struct ticker *t = data;
+    uv_close((uv_handle_t *)&t->timer, NULL);
+}
+
 /* Member records (node_member.c): the text of older builds is still read
  * (an id it says was removed is refused, its addresses are used), a record
  * that is neither format refuses an add with TK_ECORRUPT and fences its id,
  * and an add and a remove write 0x01 and a kvpb.MemberRecord. One node on the inproc
  * hub, driven from a timer on its loop (node_member_change and node_members
  * are loop-thread calls); failures are kept for the test thread to report. */
-static uv_timer_t mrec_timer;
 static int mrec_step, mrec_puts;
 static atomic_int mrec_done;
 static char mrec_failed[256];
@@ -1588,22 +1608,6 @@ static void mrec_fire(uv_timer_t *tm)
     }
 }
 
-static void mrec_loop_start(struct node *n, struct uv_loop_s *loop, void *data)
-{
-    (void)data;
-    uv_timer_init(loop, &mrec_timer);
-    mrec_timer.data = n;
-    uv_timer_start(&mrec_timer, mrec_fire, 5, 5);
-}
-
-static void mrec_loop_stop(struct node *n, struct uv_loop_s *loop, void *data)
-{
-    (void)n;
-    (void)loop;
-    (void)data;
-    uv_close((uv_handle_t *)&mrec_timer, NULL);
-}
-
 START_TEST(test_member_records_old_new_and_corrupt)
 {
     mrec_step = mrec_puts = 0;
@@ -1612,8 +1616,10 @@ START_TEST(test_member_records_old_new_and_corrupt)
     struct transport_inproc_hub *hub = transport_inproc_hub_new(3);
     struct node_options o;
     nf_node_options(&o, hub);
-    o.on_loop_start = mrec_loop_start;
-    o.on_loop_stop = mrec_loop_stop;
+    struct ticker tick = {.fire = mrec_fire};
+    o.on_loop_start = ticker_loop_start;
+    o.on_loop_stop = ticker_loop_stop;
+    o.hook_data = &tick;
     struct node *n = NULL;
     ck_assert_int_eq(node_start(&o, &n), 0);
     for (int i = 0; i < 2000 && !atomic_load(&mrec_done) && mrec_failed[0] == '\0'; i++)
@@ -1632,7 +1638,6 @@ END_TEST
  * dialed), then removes it. Every one is dialed, and every one is let go
  * once its removal commits, so the 65th and later are dialed too. */
 #define CHURN_MEMBERS 200
-static uv_timer_t churn_timer;
 static atomic_int churn_dialed, churn_forgotten, churn_done, churn_failed;
 static int churn_step; /* loop thread: 2k adds member k, 2k+1 removes it */
 static bool churn_busy;
@@ -1676,22 +1681,6 @@ static void churn_fire(uv_timer_t *tm)
         churn_busy = true; /* else not leader yet, or busy: the next tick */
 }
 
-static void churn_loop_start(struct node *n, struct uv_loop_s *loop, void *data)
-{
-    (void)data;
-    uv_timer_init(loop, &churn_timer);
-    churn_timer.data = n;
-    uv_timer_start(&churn_timer, churn_fire, 5, 5);
-}
-
-static void churn_loop_stop(struct node *n, struct uv_loop_s *loop, void *data)
-{
-    (void)n;
-    (void)loop;
-    (void)data;
-    uv_close((uv_handle_t *)&churn_timer, NULL);
-}
-
 START_TEST(test_removed_members_are_let_go_past_the_peer_limit)
 {
     churn_step = 0;
@@ -1706,8 +1695,10 @@ START_TEST(test_removed_members_are_let_go_past_the_peer_limit)
     nf_node_options(&o, NULL);
     o.listen_host = "127.0.0.1";
     o.listen_port = free_port();
-    o.on_loop_start = churn_loop_start;
-    o.on_loop_stop = churn_loop_stop;
+    struct ticker tick = {.fire = churn_fire};
+    o.on_loop_start = ticker_loop_start;
+    o.on_loop_stop = ticker_loop_stop;
+    o.hook_data = &tick;
     struct node *n = NULL;
     ck_assert_int_eq(node_start(&o, &n), 0);
     for (int i = 0; i < 5000 && !atomic_load(&churn_done) && !atomic_load(&churn_failed);
