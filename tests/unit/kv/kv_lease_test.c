@@ -384,7 +384,9 @@ START_TEST(test_install_prepare_builds_the_tables)
     printf("install commit: %llu allocations after a prepare, %llu without\n",
            (unsigned long long)allocs[1], (unsigned long long)allocs[0]);
     ck_assert_uint_lt(allocs[1], 32);
-    ck_assert_uint_gt(allocs[0], SESSIONS + TTL_MAX);
+    /* Without a prepare, one per TTL key at least (a session's short result
+     * lives in its table entry: no allocation). */
+    ck_assert_uint_gt(allocs[0], TTL_MAX);
     tk_free(stream);
     kvu_close(&u, true);
 }
