@@ -231,6 +231,18 @@ eq "prestop initial: exit" $? 0
 [ -e "$tmp/boot/calls" ] && fail "prestop initial: $(calls boot)"
 eq "prestop initial: state" "$(cat "$tmp/boot/vol/k8s-member")" id=1
 
+# Scale-down: the preStop hook removes the member while tierkvd still runs;
+# the node then answers 503 removed, and the entrypoint must not rejoin.
+run leave tierkv-4
+until_call leave "member promote 5"
+printf '%s\n' '{"error":{"code":"removed","message":"x"}}' >"$tmp/leave/readyz"
+FAKE_DIR=$tmp/leave TIERKV_ENTRYPOINT_BIN=$tmp/bin TIERKV_K8S_POD_NAME=tierkv-4 \
+    TIERKV_K8S_VOLUME=$tmp/leave/vol "$ep" prestop >/dev/null 2>&1
+sleep 1 # 20 probes
+finish leave
+eq "leave: tierkvd starts" "$(grep -c '^tierkvd --' "$tmp/leave/calls")" 1
+eq "leave: adds" "$(grep -c 'member add' "$tmp/leave/calls")" 1
+
 # Removed, then back with that volume: empties it and joins under a new id.
 : >"$tmp/grow/removed-4"
 : >"$tmp/grow/vol/data/old-entry"
