@@ -215,6 +215,11 @@ size_t codec__enc_pack(struct codec_enc *e, uint8_t *out)
     return tierkv__raft_message__pack(&e->msg, out);
 }
 
+size_t codec__enc_pack_to(struct codec_enc *e, ProtobufCBuffer *buf)
+{
+    return tierkv__raft_message__pack_to_buffer(&e->msg, buf);
+}
+
 /* ---- The decoding arena ---- */
 
 struct codec_arena_chunk {

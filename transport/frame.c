@@ -11,10 +11,15 @@
 #include "base/err.h"
 #include "transport/transport_internal.h"
 
-void frame__seal(uint8_t *hdr, const uint8_t *payload, uint32_t len)
+void frame__seal_crc(uint8_t *hdr, uint32_t len, uint32_t crc)
 {
     tk_put_le32(hdr, len);
-    tk_put_le32(hdr + 4, tk_crc32c(0, payload, len));
+    tk_put_le32(hdr + 4, crc);
+}
+
+void frame__seal(uint8_t *hdr, const uint8_t *payload, uint32_t len)
+{
+    frame__seal_crc(hdr, len, tk_crc32c(0, payload, len));
 }
 
 int frame__parse(const uint8_t *buf, size_t len, uint32_t frame_max,

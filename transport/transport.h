@@ -77,6 +77,8 @@ struct transport_stats {
     uint64_t msgs_received;          /* delivered to recv_cb */
     uint64_t bytes_sent;             /* TCP: bytes written to sockets */
     uint64_t bytes_received;         /* TCP: bytes read from sockets */
+    uint64_t bytes_by_ref;           /* TCP: of bytes_sent, entries' bytes written from
+                                      * the log's own buffers, not copied into a frame */
     uint64_t send_busy;              /* sends refused with TK_EBUSY (queue full) */
     uint64_t send_dropped;           /* accepted, then dropped (faults, lost conns) */
     uint64_t conns_accepted;         /* TCP: inbound connections accepted */

@@ -94,6 +94,9 @@ struct frame_hello {
 
 /* Fills the 8-byte header at `hdr` for the `len` payload bytes at `payload`. */
 void frame__seal(uint8_t *hdr, const uint8_t *payload, uint32_t len);
+/* The same header for a payload of `len` bytes whose CRC32C the caller
+ * computed piece by piece (tk_crc32c is incremental). */
+void frame__seal_crc(uint8_t *hdr, uint32_t len, uint32_t crc);
 
 /* Looks for one frame at the start of buf[0..len).
  * Returns 1 with *payload, *payload_len (>= 1: the kind byte is included) and
@@ -170,6 +173,11 @@ size_t codec__enc_size(struct codec_enc *e);
 /* Packs the prepared message into out (room for the bound from prepare);
  * returns the bytes written, at most that bound. */
 size_t codec__enc_pack(struct codec_enc *e, uint8_t *out);
+/* Packs the prepared message through `buf`'s append, field by field: a bytes
+ * field's contents come as one call pointing at the caller's payload (a log
+ * entry's blob), so the caller may send it by reference. Returns the bytes
+ * appended; the same bytes as codec__enc_pack. */
+size_t codec__enc_pack_to(struct codec_enc *e, ProtobufCBuffer *buf);
 
 /* Decoder: an arena for protobuf-c's allocations, reset per message. Payloads
  * of 256 bytes or more are unpacked straight into tk_blobs, which the decoded

@@ -2054,6 +2054,70 @@ END_TEST
  * allocates per frame is the received entry's own blob (the allocator's
  * request count in bytes), not two more buffers of the frame's size, each a
  * fresh mapping to fault in. */
+/* Entries of 64 KiB or more go to the socket from their own blobs (tcp.c,
+ * put_frame_ref), not copied into the frame: messages mixing small and big
+ * entries, in the same frame as others, arrive whole and intact (the frame's
+ * CRC is computed over the pieces), and the big entries' bytes are counted as
+ * sent by reference, the small ones not; the references the queue took go
+ * with the writes. */
+START_TEST(test_big_entries_are_sent_by_reference)
+{
+    static const size_t sizes[] = {100,         300 * 1024,    9,
+                                   1024 * 1024, 64 * 1024 - 1, 64 * 1024};
+    enum { N = sizeof(sizes) / sizeof(sizes[0]), MSGS = 6 };
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    struct transport_tcp_options oa, ob;
+    base_opts(&oa, 1);
+    base_opts(&ob, 2);
+    oa.frame_max = ob.frame_max = 4u << 20;
+    oa.send_queue_bytes = 64u << 20;
+    struct tnode *a = tnode_new(&loop, &oa), *b = tnode_new(&loop, &ob);
+    link2(a, b);
+    link2(b, a);
+    RUN_UNTIL(&loop, a->ups == 1 && b->ups == 1, 10000);
+    uint64_t big = 0, all = 0;
+    struct tk_blob *kept = NULL; /* the last message's 1 MiB entry */
+    for (uint64_t seq = 0; seq < MSGS; seq++) { /* sent back to back: one write */
+        struct raft_entry e[N];
+        for (size_t i = 0; i < N; i++) {
+            struct tk_blob *blob = tk_blob_new(sizes[i]);
+            memset(blob->data, (int)(0x31 + i), sizes[i]);
+            memcpy(blob->data, &seq, 8);
+            blob->data[sizes[i] - 1] = (uint8_t)(seq * 7);
+            e[i] = (struct raft_entry){.term = 2, .index = seq * N + i + 1, .data = blob};
+            big += sizes[i] >= 64 * 1024 ? sizes[i] : 0;
+            all += sizes[i];
+        }
+        struct raft_message m = {.type = RAFT_MSG_APPEND, .from = 1, .to = 2, .term = 2};
+        m.u.append.prev_index = seq * N;
+        m.u.append.read_ctx = seq;
+        m.u.append.n_entries = N;
+        m.u.append.entries = e;
+        ck_assert_int_eq(transport_send(a->t, &m), 0);
+        if (seq == MSGS - 1)
+            kept = tk_blob_ref(e[3].data);
+        for (size_t i = 0; i < N; i++)
+            tk_blob_unref(e[i].data); /* the queue holds its own references */
+    }
+    ck_assert_uint_eq(atomic_load(&kept->refs), 2); /* ours and the queue's */
+    RUN_UNTIL(&loop, b->n_seen == MSGS, 10000);
+    RUN_UNTIL(&loop, atomic_load(&kept->refs) == 1, 10000); /* written: let go */
+    tk_blob_unref(kept);
+    ck_assert_uint_eq(b->bytes_seen, all);
+    struct transport_stats st = stats_of(a);
+    printf("%d messages of %d entries: %llu of %llu entry bytes sent by reference\n",
+           MSGS, N, (unsigned long long)st.bytes_by_ref, (unsigned long long)all);
+    ck_assert_uint_eq(st.bytes_by_ref, big);
+    ck_assert_uint_eq(stats_of(b).conns_bad, 0);
+    tnode_close(a);
+    tnode_close(b);
+    finish(&loop);
+    tnode_free(a);
+    tnode_free(b);
+}
+END_TEST
+
 START_TEST(test_big_frames_reuse_their_buffers)
 {
     enum { BIG = 900 * 1024, FRAMES = 8 };
@@ -2235,6 +2299,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_handshake_and_idle_deadlines);
     tcase_add_test(tc, test_snapshot_chunk_hoarding_is_bounded);
     tcase_add_test(tc, test_big_snapshot_is_faulted_in_ahead_and_arrives_whole);
+    tcase_add_test(tc, test_big_entries_are_sent_by_reference);
     tcase_add_test(tc, test_reads_past_the_turn_budget_wait_for_the_next_turn);
     tcase_add_loop_test(tc, test_incarnation_refused_and_told, 0, 2);
     tcase_add_loop_test(tc, test_handshake_tampering_is_refused, 0, 5);
