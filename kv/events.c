@@ -20,6 +20,7 @@
 #include "kv/sm_internal.h"
 
 #define EV_HDR sizeof(struct kv_ev)
+_Static_assert(sizeof(struct kv_ev) == 16, "an event header: 16 bytes, then its words");
 #define EV_AHEAD 256 /* bytes: how far ahead of wpos to prefetch */
 
 void kv__events_init(struct kv_events *e, size_t max, size_t max_bytes, uint64_t first)
@@ -163,22 +164,43 @@ static void record(struct kv_events *e, uint64_t index, int type, const uint8_t 
     bool live = st != NULL && st->live;
     size_t value_len = live ? st->value_len : 0;
     size_t prev_len = prev != NULL ? prev->value_len : 0;
-    size_t size = (EV_HDR + len + value_len + prev_len + 7) & ~(size_t)7;
+    unsigned flags = live ? KV_EV_LIVE : 0;
+    size_t words = live ? 2 : 0;
+    if (prev != NULL) {
+        flags |= KV_EV_PREV;
+        words++;
+        if (!live || prev->version + 1 != st->version) {
+            flags |= KV_EV_PREV_VERSION;
+            words++;
+        }
+        if (!live || prev->create_rev != st->create_rev) {
+            flags |= KV_EV_PREV_CREATE;
+            words++;
+        }
+    }
+    size_t size = (EV_HDR + 8 * words + len + value_len + prev_len + 7) & ~(size_t)7;
     uint8_t *p = make_room(e, index, size);
     if (p == NULL)
         return;
     struct kv_ev *v = (struct kv_ev *)(void *)p;
     v->type = (uint8_t)type;
-    v->has_prev = prev != NULL;
+    v->flags = (uint8_t)flags;
     v->key_len = (uint16_t)len;
     v->value_len = (uint32_t)value_len;
     v->prev_len = (uint32_t)prev_len;
-    v->version = live ? st->version : 0;
-    v->create_rev = live ? st->create_rev : 0;
-    v->prev_version = prev != NULL ? prev->version : 0;
-    v->prev_create_rev = prev != NULL ? prev->create_rev : 0;
-    v->prev_mod_rev = prev != NULL ? prev->mod_rev : 0;
-    uint8_t *d = p + EV_HDR;
+    uint64_t *w = v->w;
+    if (live) {
+        *w++ = st->version;
+        *w++ = st->create_rev;
+    }
+    if (prev != NULL) {
+        *w++ = prev->mod_rev;
+        if (flags & KV_EV_PREV_VERSION)
+            *w++ = prev->version;
+        if (flags & KV_EV_PREV_CREATE)
+            *w++ = prev->create_rev;
+    }
+    uint8_t *d = (uint8_t *)w;
     copy(d, key, len);
     if (value_len > 0)
         copy(d + len, st->value, value_len);
@@ -241,23 +263,29 @@ static void emit(const struct kv_events *e, const struct kv_ev_slot *s, kv_event
                  void *data)
 {
     const struct kv_ev *v = hdr_of(e, s);
-    const uint8_t *d = (const uint8_t *)v + EV_HDR;
     struct kv_event ev = {
         .revision = s->rev,
         .type = v->type,
-        .key = d,
         .key_len = v->key_len,
-        .value = d + v->key_len,
         .value_len = v->value_len,
-        .version = v->version,
-        .create_revision = v->create_rev,
-        .has_prev = v->has_prev,
-        .prev_value = d + v->key_len + v->value_len,
+        .has_prev = (v->flags & KV_EV_PREV) != 0,
         .prev_value_len = v->prev_len,
-        .prev_version = v->prev_version,
-        .prev_create_revision = v->prev_create_rev,
-        .prev_mod_revision = v->prev_mod_rev,
     };
+    const uint64_t *w = v->w;
+    if (v->flags & KV_EV_LIVE) {
+        ev.version = *w++;
+        ev.create_revision = *w++;
+    }
+    if (v->flags & KV_EV_PREV) {
+        ev.prev_mod_revision = *w++;
+        ev.prev_version = v->flags & KV_EV_PREV_VERSION ? *w++ : ev.version - 1;
+        ev.prev_create_revision =
+            v->flags & KV_EV_PREV_CREATE ? *w++ : ev.create_revision;
+    }
+    const uint8_t *d = (const uint8_t *)w;
+    ev.key = d;
+    ev.value = d + v->key_len;
+    ev.prev_value = d + v->key_len + v->value_len;
     cb(&ev, data);
 }
 

@@ -61,15 +61,21 @@ struct kv_sessions {
 };
 
 /* One held event's header (events.c), at the start of its bytes in the
- * events' buf and followed there by key || value || prev value; the whole
- * padded to 8 bytes, so every header is aligned. */
+ * events' buf: the lengths, then the revisions its flags name (w), then key
+ * || value || prev value; the whole padded to 8 bytes, so every header is
+ * aligned. A put over a live key stores 3 revisions, not 5: its previous
+ * version is its version - 1 and its previous create revision its own,
+ * unless a flag says the word is there. */
+#define KV_EV_LIVE 1u         /* w: version, create_rev */
+#define KV_EV_PREV 2u         /* w: prev_mod_rev */
+#define KV_EV_PREV_VERSION 4u /* w: prev_version (else version - 1) */
+#define KV_EV_PREV_CREATE 8u  /* w: prev_create_rev (else create_rev) */
 struct kv_ev {
-    uint64_t version, create_rev;
-    uint64_t prev_version, prev_create_rev, prev_mod_rev;
     uint32_t value_len, prev_len;
     uint16_t key_len;
     uint8_t type;
-    bool has_prev;
+    uint8_t flags; /* KV_EV_*: which words follow, in that order */
+    uint64_t w[];  /* 8-aligned: the header's fixed part is 16 bytes */
 };
 
 /* Where a held event lies: its revision (the readers' seek) and the offset

@@ -15,7 +15,8 @@ struct got {
     char value[EV_MAX][16];
     char prev[EV_MAX][16];
     bool has_prev[EV_MAX];
-    uint64_t version[EV_MAX];
+    uint64_t version[EV_MAX], create[EV_MAX];
+    uint64_t prev_version[EV_MAX], prev_create[EV_MAX], prev_mod[EV_MAX];
 };
 
 static void got_cb(const struct kv_event *ev, void *data)
@@ -31,6 +32,10 @@ static void got_cb(const struct kv_event *ev, void *data)
              (const char *)ev->prev_value);
     g->has_prev[i] = ev->has_prev;
     g->version[i] = ev->version;
+    g->create[i] = ev->create_revision;
+    g->prev_version[i] = ev->prev_version;
+    g->prev_create[i] = ev->prev_create_revision;
+    g->prev_mod[i] = ev->prev_mod_revision;
 }
 
 static int read_all(struct kvu *u, uint64_t from, size_t max, struct got *g,
@@ -391,6 +396,88 @@ START_TEST(test_slots_wrap_and_an_event_too_big_for_the_ring)
 }
 END_TEST
 
+/* Every shape of an event's header (events.c stores a put over a live key
+ * with 3 revisions, deriving the previous version and create revision):
+ * each event reads back its own version and create revision and its
+ * previous state's version, create and mod revisions. */
+static void want_ev(const struct got *g, size_t i, int type, uint64_t version,
+                    uint64_t create, bool has_prev, uint64_t pv, uint64_t pc, uint64_t pm)
+{
+    ck_assert_int_eq(g->type[i], type);
+    ck_assert_uint_eq(g->version[i], version);
+    ck_assert_uint_eq(g->create[i], create);
+    ck_assert_int_eq(g->has_prev[i], has_prev);
+    ck_assert_uint_eq(g->prev_version[i], pv);
+    ck_assert_uint_eq(g->prev_create[i], pc);
+    ck_assert_uint_eq(g->prev_mod[i], pm);
+}
+
+static int apply_txn2(struct kvu *u, Kvpb__Op *a, Kvpb__Op *b)
+{
+    Kvpb__Command c = KVPB__COMMAND__INIT;
+    Kvpb__Txn t = KVPB__TXN__INIT;
+    Kvpb__Op *ops[2] = {a, b};
+    t.n_then_ops = 2;
+    t.then_ops = ops;
+    c.cmd_case = KVPB__COMMAND__CMD_TXN;
+    c.txn = &t;
+    int rc = kvu_apply(u, &c);
+    return rc != 0 ? rc : u->res.code;
+}
+
+START_TEST(test_event_revisions_of_every_kind)
+{
+    struct kvu u = {0};
+    kvu_open(&u, NULL);
+    uint64_t r = kv_sm_applied_index(u.sm) + 1;
+    ck_assert_int_eq(kvu_put(&u, "a", "1"), 0); /* r: new */
+    ck_assert_int_eq(kvu_put(&u, "a", "2"), 0); /* r + 1: over a live key */
+    Kvpb__Put p3 = KVPB__PUT__INIT, p4 = KVPB__PUT__INIT, p7 = KVPB__PUT__INIT;
+    Kvpb__Delete d6 = KVPB__DELETE__INIT;
+    Kvpb__Op o3 = KVPB__OP__INIT, o4 = KVPB__OP__INIT, o6 = KVPB__OP__INIT,
+             o7 = KVPB__OP__INIT;
+    p3.key = p4.key = p7.key = d6.key = kvu_str("a");
+    p3.value = kvu_str("3");
+    p4.value = kvu_str("4");
+    p7.value = kvu_str("7");
+    o3.op_case = o4.op_case = o7.op_case = KVPB__OP__OP_PUT;
+    o3.put = &p3;
+    o4.put = &p4;
+    o7.put = &p7;
+    o6.op_case = KVPB__OP__OP_DEL;
+    o6.del = &d6;
+    ck_assert_int_eq(apply_txn2(&u, &o3, &o4), 0); /* r + 2: version + 2 */
+    ck_assert_int_eq(kvu_del(&u, "a"), 0);         /* r + 3: a delete */
+    ck_assert_int_eq(kvu_put(&u, "a", "5"), 0);    /* r + 4: new again */
+    ck_assert_int_eq(apply_txn2(&u, &o6, &o7), 0); /* r + 5: deleted, then new */
+    u.time_ms = 50000;
+    ck_assert_int_eq(kvu_put_ttl(&u, "t", "x", 10), 0); /* r + 6 */
+    u.time_ms = 60000;
+    ck_assert_int_eq(kvu_put(&u, "t", "y"), 0); /* r + 7: lapsed: expire, put */
+    struct got g;
+    uint64_t next;
+    ck_assert_int_eq(read_all(&u, r, 100, &g, &next), 0);
+    ck_assert_uint_eq(g.n, 9);
+    want_ev(&g, 0, KV_EVENT_PUT, 1, r, false, 0, 0, 0);
+    want_ev(&g, 1, KV_EVENT_PUT, 2, r, true, 1, r, r);
+    want_ev(&g, 2, KV_EVENT_PUT, 4, r, true, 2, r, r + 1);
+    ck_assert_str_eq(g.value[2], "4");
+    ck_assert_str_eq(g.prev[2], "2");
+    want_ev(&g, 3, KV_EVENT_DELETE, 0, 0, true, 4, r, r + 2);
+    ck_assert_str_eq(g.prev[3], "4");
+    want_ev(&g, 4, KV_EVENT_PUT, 1, r + 4, false, 0, 0, 0);
+    want_ev(&g, 5, KV_EVENT_PUT, 1, r + 5, true, 1, r + 4, r + 4);
+    ck_assert_str_eq(g.value[5], "7");
+    ck_assert_str_eq(g.prev[5], "5");
+    want_ev(&g, 6, KV_EVENT_PUT, 1, r + 6, false, 0, 0, 0);
+    want_ev(&g, 7, KV_EVENT_EXPIRE, 0, 0, true, 1, r + 6, r + 6);
+    ck_assert_str_eq(g.prev[7], "x");
+    want_ev(&g, 8, KV_EVENT_PUT, 1, r + 7, false, 0, 0, 0);
+    ck_assert_str_eq(g.value[8], "y");
+    kvu_close(&u, true);
+}
+END_TEST
+
 START_TEST(test_restart_resumes_after_the_durable_index)
 {
     struct kvu u = {0};
@@ -513,6 +600,7 @@ int main(void)
     tcase_add_test(tc, test_ring_bound_compacts_whole_revisions);
     tcase_add_test(tc, test_event_data_wrap_their_byte_ring);
     tcase_add_test(tc, test_slots_wrap_and_an_event_too_big_for_the_ring);
+    tcase_add_test(tc, test_event_revisions_of_every_kind);
     tcase_add_test(tc, test_restart_resumes_after_the_durable_index);
     tcase_add_test(tc, test_expire_command_deletes_due_keys_as_expire_events);
     tcase_add_test(tc, test_write_over_a_lapsed_key_expires_it_first);
