@@ -2077,7 +2077,7 @@ START_TEST(test_big_entries_are_sent_by_reference)
     link2(b, a);
     RUN_UNTIL(&loop, a->ups == 1 && b->ups == 1, 10000);
     uint64_t big = 0, all = 0;
-    struct tk_blob *kept = NULL; /* the last message's 1 MiB entry */
+    struct tk_blob *kept = NULL;                /* the last message's 1 MiB entry */
     for (uint64_t seq = 0; seq < MSGS; seq++) { /* sent back to back: one write */
         struct raft_entry e[N];
         for (size_t i = 0; i < N; i++) {
