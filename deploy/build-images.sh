@@ -168,11 +168,13 @@ t2=$(now)
 ctx=$(mktemp -d "${TMPDIR:-/tmp}/tierkv-image.XXXXXX")
 # shellcheck disable=SC2064
 trap "rm -rf '$ctx'" EXIT
-cp "$here/Dockerfile" "$here/tierkv-healthcheck" "$here/tierkv-entrypoint" "$ctx/"
+cp "$here/Dockerfile" "$here/tierkv-healthcheck" "$here/tierkv-entrypoint" \
+    "$here/k8s/tierkv-k8s-entrypoint" "$ctx/"
 for b in "$tierkvd" "$tierkv"; do
     strip -o "$ctx/$(basename "$b")" "$b" 2>/dev/null || cp "$b" "$ctx/"
 done
-chmod 0755 "$ctx/tierkvd" "$ctx/tierkv" "$ctx/tierkv-healthcheck" "$ctx/tierkv-entrypoint"
+chmod 0755 "$ctx/tierkvd" "$ctx/tierkv" "$ctx/tierkv-healthcheck" "$ctx/tierkv-entrypoint" \
+    "$ctx/tierkv-k8s-entrypoint"
 # The legacy builder needs nothing beyond the engine; BuildKit only if the
 # buildx plugin is there.
 if ! docker buildx version >/dev/null 2>&1; then
