@@ -218,6 +218,24 @@ static void finish(uv_loop_t *loop)
     ck_assert_int_eq(uv_loop_close(loop), 0);
 }
 
+/* a and b, each the other's peer, once both links are up. */
+static void pair_up(uv_loop_t *loop, struct tnode *a, struct tnode *b)
+{
+    link2(a, b);
+    link2(b, a);
+    RUN_UNTIL(loop, a->ups == 1 && b->ups == 1, 10000);
+}
+
+/* Closes a and b, runs the loop to its end, frees them. */
+static void pair_down(uv_loop_t *loop, struct tnode *a, struct tnode *b)
+{
+    tnode_close(a);
+    tnode_close(b);
+    finish(loop);
+    tnode_free(a);
+    tnode_free(b);
+}
+
 /* The whole snapshot `data` at `index` (term 3) from node 1 to node 2. */
 static struct raft_message snapshot_msg(struct tk_blob *data, uint64_t index)
 {
@@ -324,11 +342,7 @@ START_TEST(test_delivers_in_order_both_ways_and_coalesces)
     /* An append larger than the frame limit. */
     ck_assert_int_eq(send_seq(a->t, 2, 1, 300u << 10), TK_ETOOBIG);
 
-    tnode_close(a);
-    tnode_close(b);
-    finish(&loop);
-    tnode_free(a);
-    tnode_free(b);
+    pair_down(&loop, a, b);
 }
 END_TEST
 
@@ -448,9 +462,7 @@ START_TEST(test_members_added_and_removed_in_turn_are_let_go)
     uv_loop_init(&loop);
     tk_log_set_level(TK_LOG_ERROR);
     struct tnode *a = tnode(&loop, 1), *b = tnode(&loop, 2);
-    link2(a, b);
-    link2(b, a);
-    RUN_UNTIL(&loop, a->ups == 1 && b->ups == 1, 10000);
+    pair_up(&loop, a, b);
     struct transport_stats st0, st1;
     enum { ROUNDS = 200 };
     size_t records_max = 0;
@@ -496,11 +508,7 @@ START_TEST(test_members_added_and_removed_in_turn_are_let_go)
     ck_assert_int_eq(send_seq(a->t, 2, 0, 8), 0);
     RUN_UNTIL(&loop, b->n_seen >= 1, 10000);
     ck_assert_uint_ge(b->n_seen, 1);
-    tnode_close(a);
-    tnode_close(b);
-    finish(&loop);
-    tnode_free(a);
-    tnode_free(b);
+    pair_down(&loop, a, b);
 }
 END_TEST
 
@@ -955,11 +963,7 @@ closed:
     RUN_UNTIL(&loop, a->n_seen == before + 1, 10000);
     ck_assert_uint_eq(a->seen[before], 42);
     raw_close(&r);
-    tnode_close(a);
-    tnode_close(b);
-    finish(&loop);
-    tnode_free(a);
-    tnode_free(b);
+    pair_down(&loop, a, b);
 }
 END_TEST
 
@@ -1501,11 +1505,7 @@ START_TEST(test_handshake_tampering_is_refused)
     RUN_UNTIL(&loop, a->n_seen >= 1, 10000);
     ck_assert_uint_eq(refused_n, 0);
     relay_stop(&loop, &r);
-    tnode_close(a);
-    tnode_close(b);
-    finish(&loop);
-    tnode_free(a);
-    tnode_free(b);
+    pair_down(&loop, a, b);
 }
 END_TEST
 
@@ -1855,11 +1855,7 @@ START_TEST(test_spoofed_member_id_cannot_replace_the_member)
     raw_auth(&loop, &r2, 2, 1);
     RUN_UNTIL(&loop, b->downs == 1, 10000); /* replaced */
     raw_close(&r2);
-    tnode_close(a);
-    tnode_close(b);
-    finish(&loop);
-    tnode_free(a);
-    tnode_free(b);
+    pair_down(&loop, a, b);
 }
 END_TEST
 
@@ -1965,11 +1961,7 @@ START_TEST(test_handshake_and_idle_deadlines)
     ck_assert_uint_eq(stats_of(a).conns_idle, 1);
     raw_close(&silent);
     raw_close(&idle);
-    tnode_close(a);
-    tnode_close(b);
-    finish(&loop);
-    tnode_free(a);
-    tnode_free(b);
+    pair_down(&loop, a, b);
 }
 END_TEST
 
@@ -2073,9 +2065,7 @@ START_TEST(test_big_entries_are_sent_by_reference)
     oa.frame_max = ob.frame_max = 4u << 20;
     oa.send_queue_bytes = 64u << 20;
     struct tnode *a = tnode_new(&loop, &oa), *b = tnode_new(&loop, &ob);
-    link2(a, b);
-    link2(b, a);
-    RUN_UNTIL(&loop, a->ups == 1 && b->ups == 1, 10000);
+    pair_up(&loop, a, b);
     uint64_t big = 0, all = 0;
     struct tk_blob *kept = NULL;                /* the last message's 1 MiB entry */
     for (uint64_t seq = 0; seq < MSGS; seq++) { /* sent back to back: one write */
@@ -2110,11 +2100,7 @@ START_TEST(test_big_entries_are_sent_by_reference)
            MSGS, N, (unsigned long long)st.bytes_by_ref, (unsigned long long)all);
     ck_assert_uint_eq(st.bytes_by_ref, big);
     ck_assert_uint_eq(stats_of(b).conns_bad, 0);
-    tnode_close(a);
-    tnode_close(b);
-    finish(&loop);
-    tnode_free(a);
-    tnode_free(b);
+    pair_down(&loop, a, b);
 }
 END_TEST
 
@@ -2128,9 +2114,7 @@ START_TEST(test_big_frames_reuse_their_buffers)
     base_opts(&ob, 2);
     oa.frame_max = ob.frame_max = 2u << 20; /* a node's: NODE_FRAME_MAX */
     struct tnode *a = tnode_new(&loop, &oa), *b = tnode_new(&loop, &ob);
-    link2(a, b);
-    link2(b, a);
-    RUN_UNTIL(&loop, a->ups == 1 && b->ups == 1, 10000);
+    pair_up(&loop, a, b);
     for (uint64_t i = 0; i < 2; i++) { /* the buffers' first use */
         ck_assert_int_eq(send_seq(a->t, 2, i, BIG), 0);
         RUN_UNTIL(&loop, b->n_seen == i + 1, 10000);
@@ -2149,11 +2133,7 @@ START_TEST(test_big_frames_reuse_their_buffers)
                   "%llu bytes allocated per %d-byte frame (3 buffers of it or more: "
                   "the frame buffers were not reused)",
                   (unsigned long long)per_frame, BIG);
-    tnode_close(a);
-    tnode_close(b);
-    finish(&loop);
-    tnode_free(a);
-    tnode_free(b);
+    pair_down(&loop, a, b);
 }
 END_TEST
 
@@ -2172,9 +2152,7 @@ START_TEST(test_reads_past_the_turn_budget_wait_for_the_next_turn)
     ob.read_turn_bytes = 64u << 10;
     oa.send_queue_bytes = (uint64_t)(FRAMES + 1) * BIG;
     struct tnode *a = tnode_new(&loop, &oa), *b = tnode_new(&loop, &ob);
-    link2(a, b);
-    link2(b, a);
-    RUN_UNTIL(&loop, a->ups == 1 && b->ups == 1, 10000);
+    pair_up(&loop, a, b);
     for (uint64_t i = 0; i < FRAMES; i++)
         ck_assert_int_eq(send_seq(a->t, 2, i, BIG), 0);
     RUN_UNTIL(&loop, b->n_seen == FRAMES, 10000);
@@ -2186,11 +2164,7 @@ START_TEST(test_reads_past_the_turn_budget_wait_for_the_next_turn)
            (unsigned long long)paused, FRAMES, BIG);
     ck_assert_uint_ge(paused, 1);
     ck_assert_uint_eq(stats_of(b).conns_bad, 0);
-    tnode_close(a);
-    tnode_close(b);
-    finish(&loop);
-    tnode_free(a);
-    tnode_free(b);
+    pair_down(&loop, a, b);
 }
 END_TEST
 
@@ -2240,9 +2214,7 @@ START_TEST(test_big_snapshot_is_faulted_in_ahead_and_arrives_whole)
     oa.frame_max = ob.frame_max = 2u << 20;
     oa.snapshot_chunk = ob.snapshot_chunk = 1u << 20;
     struct tnode *a = tnode_new(&loop, &oa), *b = tnode_new(&loop, &ob);
-    link2(a, b);
-    link2(b, a);
-    RUN_UNTIL(&loop, a->ups == 1 && b->ups == 1, 10000);
+    pair_up(&loop, a, b);
     snapshot_roundtrip(&loop, a, b, SNAP);
     struct transport_stats st = stats_of(b);
     printf("snapshot of %d bytes: %llu faulted in ahead on the thread pool, reads "
