@@ -14,10 +14,22 @@
    that looks like one of them is an offence, unless KNOWN_COPIES names it
    with the reason it stays; a KNOWN_COPIES entry that no longer matches is an
    offence too, so the list only shrinks.
+4. The docs' call lists are true (issue 52 item 7). A table row of --calls-doc
+   whose first cell is a file (`name.c`) lists its calls when the table's
+   second column is "calls", or from the word "Calls " on in a row of any
+   other table. Each bare `x.c` there (outside parentheses, which hold notes)
+   is a file of the row's own module; the module is the --objs root whose
+   name (its directory's) the nearest heading above names. The files of that
+   module the row's object uses symbols of (nm) must be exactly those listed:
+   a call the row omits or one it invents is an offence. A `mod/x.c` names
+   another module's file, which the object must use too (the list need not
+   name every other module). Each object of a --calls-complete module needs a
+   row; other modules' objects without one are only noted.
 
 Usage: structure_check.py [--limit N] --src DIR... [--objs DIR...]
                           [--helpers DIR...]
-Exits 1 and names each offence; 0 when the tree keeps both rules."""
+                          [--calls-doc FILE [--calls-complete MOD...]]
+Exits 1 and names each offence; 0 when the tree keeps every rule."""
 import argparse
 import glob
 import os
@@ -172,12 +184,121 @@ def mutual_calls(roots):
     return bad, len(objs)
 
 
+def module_objects(roots):
+    """{module: {file.c: object path}} for each --objs root, the module named
+    by the root's directory."""
+    mods = {}
+    for r in roots:
+        objs = glob.glob(os.path.join(r, "**", "*.a.p", "*.o"), recursive=True)
+        mods[os.path.basename(os.path.normpath(r))] = {
+            os.path.basename(o)[: -len(".o")]: o for o in sorted(objs)}
+    return mods
+
+
+def drop_parens(text):
+    """text without its parenthesised notes (nested ones too)."""
+    out, depth = [], 0
+    for ch in text:
+        if ch == "(":
+            depth += 1
+        elif ch == ")" and depth > 0:
+            depth -= 1
+        elif depth == 0:
+            out.append(ch)
+    return "".join(out)
+
+
+def cells(line):
+    return [c.strip() for c in line.strip().strip("|").split("|")]
+
+
+def call_rows(doc, modules):
+    """(line, module or None, file, listed same-module files, listed other
+    modules' files) for each row of doc that lists a file's calls."""
+    rows, heading, header = [], "", None
+    for n, line in enumerate(open(doc, errors="replace").read().split("\n"), 1):
+        if line.startswith("#"):
+            heading = line
+        if not line.startswith("|"):
+            header = None
+            continue
+        c = cells(line)
+        if header is None:
+            header = [h.lower() for h in c]
+            continue
+        m = re.fullmatch(r"`?([\w.-]+\.c)`?", c[0])
+        if not m or set("".join(c)) <= set("-: "):
+            continue
+        rest = " | ".join(c[1:])
+        if len(header) > 1 and header[1] == "calls":
+            listed = rest
+        elif "Calls " in rest:
+            listed = rest[rest.rindex("Calls ") + len("Calls "):]
+        else:
+            continue
+        listed = drop_parens(listed).replace("`", "")
+        same = set(re.findall(r"(?<![\w/.-])([\w-]+\.c)\b", listed))
+        other = set(re.findall(r"\b([\w-]+/[\w-]+\.c)\b", listed))
+        mod = next((k for k in sorted(modules, key=len, reverse=True)
+                    if re.search(r"\b%s\b" % re.escape(k), heading)), None)
+        rows.append((n, mod, m.group(1), same, other))
+    return rows
+
+
+def doc_calls(doc, roots, complete):
+    """Offences and notes of rule 4."""
+    modules = module_objects(roots)
+    uses, owner, local = {}, {}, {}
+    for mod, objs in modules.items():
+        for f, o in objs.items():
+            defined, used = symbols(o)
+            uses[(mod, f)] = used
+            for s in defined:
+                owner[s] = (mod, f)
+                local[(mod, s)] = f
+    bad, notes, documented = [], [], set()
+    for n, mod, f, same, other in call_rows(doc, modules):
+        where = f"{doc}:{n}"
+        if mod is None:
+            bad.append(f"{where}: the row for {f} is under a heading that names no "
+                       f"module of {sorted(modules)}")
+            continue
+        if f not in modules[mod]:
+            bad.append(f"{where}: the row for {f} names no object of {mod}/")
+            continue
+        documented.add((mod, f))
+        called = {(mod, local[(mod, s)]) if (mod, s) in local else owner[s]
+                  for s in uses[(mod, f)] if (mod, s) in local or s in owner} - {(mod, f)}
+        real = {g for m2, g in called if m2 == mod}
+        for g in sorted(real - same):
+            bad.append(f"{where}: {mod}/{f} calls {g}, which its row omits")
+        for g in sorted(same - real):
+            why = "" if g in modules[mod] else f" ({g} is no object of {mod}/)"
+            bad.append(f"{where}: {mod}/{f}'s row lists {g}, which it does not call{why}")
+        for g in sorted(other):
+            m2, g2 = g.split("/")
+            if m2 in modules and (m2, g2) not in called:
+                bad.append(f"{where}: {mod}/{f}'s row lists {g}, which it does not call")
+    for mod in sorted({m for m, _ in documented} | set(complete)):
+        for f in sorted(modules.get(mod, {})):
+            if (mod, f) in documented:
+                continue
+            msg = f"{mod}/{f} has no row listing its calls in {doc}"
+            (bad if mod in complete else notes).append(msg)
+    for mod in complete:
+        if not modules.get(mod):
+            bad.append(f"--calls-complete names {mod}, which has no objects under --objs")
+    return bad, notes
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--limit", type=int, default=80)
     ap.add_argument("--src", nargs="+", required=True)
     ap.add_argument("--objs", nargs="*", default=[])
     ap.add_argument("--helpers", nargs="*", default=[])
+    ap.add_argument("--calls-doc")
+    ap.add_argument("--calls-complete", nargs="*", default=[])
     a = ap.parse_args()
     bad = long_functions(a.src, a.limit)
     bad += helper_copies(a.helpers)
@@ -187,6 +308,11 @@ def main():
         if nobj == 0:
             bad.append("no object files found under " + " ".join(a.objs))
         bad += more
+    if a.calls_doc:
+        more, notes = doc_calls(a.calls_doc, a.objs, a.calls_complete)
+        bad += more
+        for note in notes:
+            print("structure: note:", note)
     for b in bad:
         print("structure:", b)
     print(f"structure: {len(a.src)} source dirs, {nobj} objects, {len(bad)} offences")
