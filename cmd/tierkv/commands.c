@@ -683,7 +683,11 @@ int cli_cmd_del(struct cli_global *g, int argc, char **argv)
 
 static const char scan_help[] =
     "usage: tierkv scan [PREFIX] [--prefix P | --start S [--end E]] [--limit N]\n"
-    "  Lists keys in byte order (GET /v1/kv?prefix=&start=&end=&limit=).\n";
+    "                   [--internal]\n"
+    "  Lists keys in byte order (GET /v1/kv?prefix=&start=&end=&limit=).\n"
+    "  --internal  also the node's own records, hidden otherwise (keys that\n"
+    "              start with byte 0x01: members, leases, the epoch;\n"
+    "              ?internal=true, admin only with --auth-file)\n";
 
 /* The array of key/value objects in a scan answer, wherever the server put it. */
 static json_t *scan_items(json_t *j)
@@ -703,16 +707,20 @@ static json_t *scan_items(json_t *j)
 /* tierkv scan's arguments (NULL: not given). */
 struct scan_args {
     const char *prefix, *start, *end, *limit;
+    bool internal; /* --internal: ?internal=true */
 };
 
 /* Parses scan's arguments into a. Returns 0, -1 when --help was printed, or
  * CLI_EXIT_USAGE with the reason printed. */
 static int scan_parse(int argc, char **argv, struct scan_args *a)
 {
-    static const struct option opts[] = {
-        {"prefix", required_argument, 0, 'p'}, {"start", required_argument, 0, 's'},
-        {"end", required_argument, 0, 'e'},    {"limit", required_argument, 0, 'l'},
-        {"help", no_argument, 0, 'h'},         {0, 0, 0, 0}};
+    static const struct option opts[] = {{"prefix", required_argument, 0, 'p'},
+                                         {"start", required_argument, 0, 's'},
+                                         {"end", required_argument, 0, 'e'},
+                                         {"limit", required_argument, 0, 'l'},
+                                         {"internal", no_argument, 0, 'i'},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
     *a = (struct scan_args){0};
     uint64_t lim;
     SUB_GETOPT_RESET();
@@ -732,6 +740,9 @@ static int scan_parse(int argc, char **argv, struct scan_args *a)
             if (cli_parse_u64(optarg, 1, UINT32_MAX, &lim) != 0)
                 return usage_error("scan", "--limit wants a positive integer");
             a->limit = optarg;
+            break;
+        case 'i':
+            a->internal = true;
             break;
         case 'h':
             fputs(scan_help, stdout);
@@ -796,6 +807,7 @@ int cli_cmd_scan(struct cli_global *g, int argc, char **argv)
     sb_param(&path, "start", a.start);
     sb_param(&path, "end", a.end);
     sb_param(&path, "limit", a.limit);
+    sb_param(&path, "internal", a.internal ? "true" : NULL);
     sb_param(&path, "consistency", g->consistency);
     if (g->base64)
         sb_param(&path, "encoding", "base64");

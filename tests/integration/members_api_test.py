@@ -21,6 +21,8 @@ cluster token (a refusal in the handshake is only believed when proven).
 7. `tierkv member list` through a follower alone shows the lag of every
    member (only the leader knows it: the CLI asks the leader at the HTTP
    address of its record); the follower's own list has none.
+8. `tierkv scan` lists no internal record (keys starting with 0x01: the
+   member records); `tierkv scan --internal` lists every member's record.
 
 Every wait is a bounded poll; the times are printed.
 
@@ -201,6 +203,26 @@ def test_list_through_a_follower(cl, lead, follower):
                                                                             p.stderr))
 
 
+def test_scan_internal(cl, lead):
+    cli = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+        os.path.abspath(sys.argv[1])))), "cmd", "tierkv", "tierkv")
+    env = {k: v for k, v in os.environ.items() if k != "TIERKV_ENDPOINTS"}
+    st, _, _ = tkcluster.request(lead.http_port, "PUT", "/v1/kv/user-key", "v")
+    check(st == 200, "PUT user-key: %d" % st)
+    keys = {}
+    for extra in ([], ["--internal"]):
+        p = subprocess.run([cli, "-e", "127.0.0.1:%d" % lead.http_port, "--json", "scan", ""]
+                           + extra, env=env, capture_output=True, text=True, timeout=30)
+        check(p.returncode == 0, "tierkv scan %s: exit %d: %s" % (extra, p.returncode,
+                                                                 p.stderr))
+        keys[bool(extra)] = [it["key"] for it in json.loads(p.stdout)["items"]]
+    check(keys[False] == ["user-key"],
+          "tierkv scan lists internal records (or misses user-key): %r" % keys[False])
+    want = {"\x01tierkv/member/%d" % nd.id for nd in cl.nodes}
+    check(want <= set(keys[True]) and "user-key" in keys[True],
+          "tierkv scan --internal misses member records: %r" % keys[True])
+
+
 def test_removed(cl, lead, gone):
     st, _, js = tkcluster.jreq(lead.http_port, "DELETE", "/v1/members/%d" % gone.id,
                                timeout=40)
@@ -294,7 +316,8 @@ def main():
         test_list_through_a_follower(cl, lead, followers[0])
         print("ok   %-28s %.2fs" % ("test_list_through_a_follower", time.time() - t0),
               flush=True)
-        for t in (test_bad_addresses, test_conflicts, test_learner_limit):
+        for t in (test_scan_internal, test_bad_addresses, test_conflicts,
+                  test_learner_limit):
             t0 = time.time()
             t(cl, lead)
             print("ok   %-28s %.2fs" % (t.__name__, time.time() - t0), flush=True)
