@@ -2,8 +2,8 @@
  * body, a batch's ops, a txn's compares and ops. Strict: unknown fields,
  * wrong types and values past the limits are errors, recorded in the
  * struct bctx for the caller to answer (400, or 413 over a limit). Called by
- * api_kv.c only; calls jansson, json.c (base64) and nothing else of the
- * gateway. On the node's loop thread. */
+ * api_kv.c, api_offload.c and api_lease.c; calls jansson, http.c (its error
+ * answer) and nothing else of the gateway. On the node's loop thread. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>

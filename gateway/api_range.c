@@ -21,7 +21,7 @@
  * (deleted_before), so that a replayed answer gives the request's total.
  * ?mode=committed applies to the last step; the earlier ones wait for their
  * results. Called by api.c's route table; calls api_kv.c (bounds), api_reply.c,
- * api_auth.c and the node. */
+ * api_auth.c, http.c, json.c and the node. */
 #include <string.h>
 
 #include "base/alloc.h"

@@ -1,8 +1,9 @@
 /* What the gateway's handlers share (contract in gateway_internal.h): the
  * query string's parser and value checks, the answers for project error
  * codes and JSON bodies, and submitting a request to the node in its
- * connection's order. Called by api.c, api_kv.c and api_cluster.c; calls
- * only http.c, json.c and the node. On the node's loop thread. */
+ * connection's order. Called by api.c and the handlers (the api_*.c files);
+ * calls api_auth.c (read rights), http.c, json.c and the node. On the node's
+ * loop thread. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>

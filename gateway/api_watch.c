@@ -13,7 +13,8 @@
  * watcher the ring has moved past gets {"error":{"code":"compacted",
  * "compact_revision":C}} (410 before the stream began). A follower's ring
  * holds only what it applied, so it never sends more. No LMDB transaction is
- * held for a watcher: the ring is memory. Loop thread only. Called by api.c;
+ * held for a watcher: the ring is memory. Loop thread only. Called by api.c
+ * and metrics.c (api__watch_pending);
  * calls api_auth.c (the user may read the range), api_reply.c, http.c, json.c,
  * node_kv. */
 #include <stdio.h>

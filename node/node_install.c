@@ -61,8 +61,9 @@
  * Loop thread, except install_work (a pool thread), which touches only
  * n->install's kv_install and blob (which read the cold tier's directory and
  * generation) and the idle store, and trash_run, which frees what the swap
- * handed it. Called by node.c;
- * calls node_status.c on failure. */
+ * handed it. Called by node.c; calls node_persist.c (the log's reset goes
+ * through node__store_append), node_tier.c (waits for its jobs, frees on the
+ * pool) and node_status.c on failure. */
 #include <limits.h>
 #include <stdatomic.h>
 #include <stdio.h>

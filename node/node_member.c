@@ -18,8 +18,10 @@
  * from the configuration and its removed record, not from those tables.
  *
  * Called by node.c: node__member_init after the transport opens,
- * node__member_tick on every tick, node__member_shutdown at stop. Calls no
- * other node file. Loop thread only. */
+ * node__member_tick on every tick, node__member_shutdown at stop; by
+ * node_forward.c (fences), node_recover.c and node_restore.c (the boot fence,
+ * records). Calls node_record.c (a record's decoder) and node_status.c.
+ * Loop thread only. */
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>

@@ -9,7 +9,9 @@
  * applying after the state machine's index).
  *
  * Called once by node.c (node_init), on the loop's thread before the loop
- * runs; calls no other file of node/. Errors are logged with what failed. */
+ * runs; calls node_restore.c (node__force_config), node_member.c (the boot
+ * fence) and node_tier.c (node__tier_mark). Errors are logged with what
+ * failed. */
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>

@@ -5,8 +5,9 @@
  * n->m.mu (node_status, node_metrics in node.c). A failed node stays failed:
  * node__fail runs once and every waiting request ends with TK_EIO.
  *
- * Called by node.c (each loop turn and on failures) and node_tier.c (a failed
- * tier-down, snapshot save or compaction); calls no other file of node/. */
+ * Called by node.c (each loop turn and on failures), node_tier.c (a failed
+ * tier-down, snapshot save or compaction), node_install.c (a failed install)
+ * and node_member.c; calls node_record.c (is this node removed?). */
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdio.h>

@@ -24,7 +24,8 @@
  * node is not freed under it.
  *
  * Loop thread, except tier_work (a pool thread). Called by node.c (each turn,
- * at boot, before installing a snapshot); calls node_status.c on failures. */
+ * at boot, before installing a snapshot), node_install.c and node_recover.c;
+ * calls node_backup.c (each turn) and node_status.c on failures. */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <time.h>
