@@ -204,18 +204,7 @@ struct rf_cluster *rf_new_spare(size_t n, size_t voters, const struct raft_optio
 
 struct rf_cluster *rf_new(size_t n, const struct raft_options *tmpl)
 {
-    ck_assert_uint_ge(n, 1);
-    ck_assert_uint_le(n, RAFT_VOTERS_MAX);
-    struct rf_cluster *c = calloc(1, sizeof(*c));
-    ck_assert_ptr_nonnull(c);
-    c->n = n;
-    if (tmpl != NULL)
-        c->tmpl = *tmpl;
-    else
-        rf_options(&c->tmpl);
-    for (uint64_t id = 1; id <= n; id++)
-        rf_node_start(c, id, 0, RAFT_NONE, NULL, 0);
-    return c;
+    return rf_new_spare(n, n, tmpl);
 }
 
 void rf_free(struct rf_cluster *c)

@@ -93,16 +93,24 @@ static void child_on_append(void *data, uint64_t seq, uint64_t last_index,
     pthread_mutex_unlock(&K.mu);
 }
 
-static _Noreturn void child_main(const char *dir, int fd, uint64_t seed)
+/* Opens the store at dir, with this test's small segments: the child to
+ * write it, the parent to read it back after a kill. */
+static int open_store(const char *dir, struct store **s, struct store_boot *boot,
+                      char err[STORE_ERRMSG_MAX])
 {
-    K.fd = fd;
     struct store_options o;
     store_options_default(&o);
     o.segment_bytes = SEGMENT_BYTES;
+    return store_open_fs(dir, &o, s, boot, err, STORE_ERRMSG_MAX);
+}
+
+static _Noreturn void child_main(const char *dir, int fd, uint64_t seed)
+{
+    K.fd = fd;
     struct store *s;
     struct store_boot boot;
     char err[STORE_ERRMSG_MAX];
-    int rc = store_open_fs(dir, &o, &s, &boot, err, sizeof(err));
+    int rc = open_store(dir, &s, &boot, err);
     if (rc != 0) {
         fprintf(stderr, "child: open: %s: %s\n", tk_errname(rc), err);
         _exit(2);
@@ -278,13 +286,10 @@ static bool read_reports(int fd, double deadline, bool until_eof)
 
 static int verify(const char *dir, int kill_no)
 {
-    struct store_options o;
-    store_options_default(&o);
-    o.segment_bytes = SEGMENT_BYTES;
     struct store *s;
     struct store_boot boot;
     char err[STORE_ERRMSG_MAX];
-    int rc = store_open_fs(dir, &o, &s, &boot, err, sizeof(err));
+    int rc = open_store(dir, &s, &boot, err);
     if (rc != 0) {
         fprintf(stderr, "kill %d: reopen failed: %s: %s\n", kill_no, tk_errname(rc), err);
         return 1;
