@@ -318,13 +318,9 @@ START_TEST(test_install_prepare_builds_the_tables)
         snprintf(k, sizeof(k), "ttl%04d", i);
         ck_assert_int_eq(kvu_put_ttl(&u, k, "v", 100000 + (uint64_t)i), 0);
     }
-    Kvpb__Command c = KVPB__COMMAND__INIT;
-    Kvpb__Increment inc = KVPB__INCREMENT__INIT;
-    inc.key = kvu_str("ctr");
-    inc.delta = 1;
-    c.cmd_case = KVPB__COMMAND__CMD_INCR;
-    c.incr = &inc;
-    c.seq = 1;
+    Kvpb__Command c;
+    Kvpb__Increment inc;
+    kvu_incr_cmd(&c, &inc, "ctr", 1, 0, 1);
     for (int i = 0; i < SESSIONS; i++) {
         c.client_id = 100 + (uint64_t)i;
         ck_assert_int_eq(kvu_apply(&u, &c), 0);

@@ -58,20 +58,7 @@ static void env_open(struct env *e)
     memset(e, 0, sizeof(*e));
     kvu_open(&e->a, NULL);
     kvu_open(&e->b, NULL);
-    char k[32];
-    for (int i = 0; i < 50; i++) {
-        snprintf(k, sizeof(k), "key%04d", i);
-        ck_assert_int_eq(kvu_put_ttl(&e->a, k, k, i % 5 == 0 ? 100000 : 0), 0);
-    }
-    Kvpb__Command c = KVPB__COMMAND__INIT;
-    Kvpb__Increment in = KVPB__INCREMENT__INIT;
-    in.key = kvu_str("ctr");
-    in.delta = 9;
-    c.cmd_case = KVPB__COMMAND__CMD_INCR;
-    c.incr = &in;
-    c.client_id = 7;
-    c.seq = 1;
-    ck_assert_int_eq(kvu_apply(&e->a, &c), 0);
+    ck_assert_int_eq(kvu_fill_snapshot_source(&e->a, 50), 0);
     struct kv_snap *s;
     ck_assert_int_eq(kv_sm_snapshot(e->a.sm, &s), 0);
     e->index = kv_snap_index(s);

@@ -786,14 +786,9 @@ START_TEST(test_duplicate_returns_first_result)
     u.dir = kvu_tmpdir();
     struct kv_config cfg = u.cfg;
     kvu_open(&u, &cfg);
-    Kvpb__Command c = KVPB__COMMAND__INIT;
-    Kvpb__Increment in = KVPB__INCREMENT__INIT;
-    in.key = kvu_str("ctr");
-    in.delta = 1;
-    c.cmd_case = KVPB__COMMAND__CMD_INCR;
-    c.incr = &in;
-    c.client_id = 42;
-    c.seq = 1;
+    Kvpb__Command c;
+    Kvpb__Increment in;
+    kvu_incr_cmd(&c, &in, "ctr", 1, 42, 1);
     ck_assert_int_eq(kvu_apply(&u, &c), 0);
     ck_assert_int_eq(u.res.value, 1);
     ck_assert_int_eq(kvu_apply(&u, &c), 0); /* retry */
@@ -1929,20 +1924,7 @@ START_TEST(test_snapshot_stream_installs_identical_state)
     struct kvu a = {0}, b = {0};
     kvu_open(&a, NULL);
     kvu_open(&b, NULL);
-    char k[32];
-    for (int i = 0; i < 2000; i++) {
-        snprintf(k, sizeof(k), "key%04d", i);
-        ck_assert_int_eq(kvu_put_ttl(&a, k, k, i % 5 == 0 ? 100000 : 0), 0);
-    }
-    Kvpb__Command c = KVPB__COMMAND__INIT;
-    Kvpb__Increment in = KVPB__INCREMENT__INIT;
-    in.key = kvu_str("ctr");
-    in.delta = 9;
-    c.cmd_case = KVPB__COMMAND__CMD_INCR;
-    c.incr = &in;
-    c.client_id = 7;
-    c.seq = 1;
-    ck_assert_int_eq(kvu_apply(&a, &c), 0);
+    ck_assert_int_eq(kvu_fill_snapshot_source(&a, 2000), 0);
     ck_assert_int_eq(kvu_put(&b, "junk", "to be replaced"), 0);
     struct kv_snap *s;
     ck_assert_int_eq(kv_sm_snapshot(a.sm, &s), 0);
@@ -1988,7 +1970,10 @@ START_TEST(test_snapshot_stream_installs_identical_state)
     ck_assert_int_eq(kv_sm_digest(a.sm, &da), 0);
     ck_assert_int_eq(kv_sm_digest(b.sm, &db), 0);
     ck_assert_uint_eq(da, db);
-    /* The exactly-once table came along. */
+    /* The exactly-once table came along: the source's increment, again. */
+    Kvpb__Command c;
+    Kvpb__Increment in;
+    kvu_incr_cmd(&c, &in, "ctr", 9, 7, 1);
     ck_assert_int_eq(kvu_apply(&b, &c), 0);
     ck_assert(b.res.duplicate);
     ck_assert_int_eq(b.res.value, 9);

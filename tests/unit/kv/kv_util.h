@@ -156,16 +156,47 @@ static inline int kvu_del(struct kvu *u, const char *k)
     return rc != 0 ? rc : u->res.code;
 }
 
+/* Makes c the increment of k by delta (in holds it), from client_id's seq
+ * (0, 0: no exactly-once). */
+static inline void kvu_incr_cmd(Kvpb__Command *c, Kvpb__Increment *in, const char *k,
+                                int64_t delta, uint64_t client_id, uint64_t seq)
+{
+    *c = (Kvpb__Command)KVPB__COMMAND__INIT;
+    *in = (Kvpb__Increment)KVPB__INCREMENT__INIT;
+    in->key = kvu_str(k);
+    in->delta = delta;
+    c->cmd_case = KVPB__COMMAND__CMD_INCR;
+    c->incr = in;
+    c->client_id = client_id;
+    c->seq = seq;
+}
+
 static inline int kvu_incr(struct kvu *u, const char *k, int64_t delta)
 {
-    Kvpb__Command c = KVPB__COMMAND__INIT;
-    Kvpb__Increment in = KVPB__INCREMENT__INIT;
-    in.key = kvu_str(k);
-    in.delta = delta;
-    c.cmd_case = KVPB__COMMAND__CMD_INCR;
-    c.incr = &in;
+    Kvpb__Command c;
+    Kvpb__Increment in;
+    kvu_incr_cmd(&c, &in, k, delta, 0, 0);
     int rc = kvu_apply(u, &c);
     return rc != 0 ? rc : u->res.code;
+}
+
+/* A snapshot's source state: keys key0000 to key<n-1> (their own values,
+ * every fifth with a TTL of 100 s) and a remembered result (client 7's
+ * increment of "ctr" by 9, seq 1): n + 1 entries applied. Returns 0, or
+ * the first write's error. */
+static inline int kvu_fill_snapshot_source(struct kvu *u, int n)
+{
+    char k[32];
+    for (int i = 0; i < n; i++) {
+        snprintf(k, sizeof(k), "key%04d", i);
+        int rc = kvu_put_ttl(u, k, k, i % 5 == 0 ? 100000 : 0);
+        if (rc != 0)
+            return rc;
+    }
+    Kvpb__Command c;
+    Kvpb__Increment in;
+    kvu_incr_cmd(&c, &in, "ctr", 9, 7, 1);
+    return kvu_apply(u, &c);
 }
 
 /* The value of k as a NUL-terminated string in out (cap bytes), or NULL. */
