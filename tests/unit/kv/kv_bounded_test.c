@@ -21,8 +21,7 @@ static int del_range(struct kvu *u, const char *start, const char *end, uint32_t
     d.deleted_before = before;
     c.cmd_case = KVPB__COMMAND__CMD_DELETE_RANGE;
     c.delete_range = &d;
-    int rc = kvu_apply(u, &c);
-    return rc != 0 ? rc : u->res.code;
+    return kvu_apply_code(u, &c);
 }
 
 static void put_n(struct kvu *u, int from, int to)

@@ -56,8 +56,7 @@ static int apply_expire(struct kvu *u, const char **keys, size_t n)
     e.keys = k;
     c.cmd_case = KVPB__COMMAND__CMD_EXPIRE;
     c.expire = &e;
-    int rc = kvu_apply(u, &c);
-    return rc != 0 ? rc : u->res.code;
+    return kvu_apply_code(u, &c);
 }
 
 static void list_cb(const uint8_t *key, size_t len, void *data)
@@ -421,8 +420,7 @@ static int apply_txn2(struct kvu *u, Kvpb__Op *a, Kvpb__Op *b)
     t.then_ops = ops;
     c.cmd_case = KVPB__COMMAND__CMD_TXN;
     c.txn = &t;
-    int rc = kvu_apply(u, &c);
-    return rc != 0 ? rc : u->res.code;
+    return kvu_apply_code(u, &c);
 }
 
 START_TEST(test_event_revisions_of_every_kind)

@@ -10,12 +10,6 @@
 #include "kv/sm_internal.h"
 #include "tests/unit/kv/kv_util.h"
 
-static int lease_cmd(struct kvu *u, Kvpb__Command *c)
-{
-    int rc = kvu_apply(u, c);
-    return rc != 0 ? rc : u->res.code;
-}
-
 static uint64_t grant(struct kvu *u, uint64_t ttl)
 {
     Kvpb__Command c = KVPB__COMMAND__INIT;
@@ -23,7 +17,7 @@ static uint64_t grant(struct kvu *u, uint64_t ttl)
     g.ttl_ms = ttl;
     c.cmd_case = KVPB__COMMAND__CMD_LEASE_GRANT;
     c.lease_grant = &g;
-    ck_assert_int_eq(lease_cmd(u, &c), 0);
+    ck_assert_int_eq(kvu_apply_code(u, &c), 0);
     ck_assert_int_gt(u->res.value, 0);
     return (uint64_t)u->res.value;
 }
@@ -35,7 +29,7 @@ static int keepalive(struct kvu *u, uint64_t id)
     k.id = id;
     c.cmd_case = KVPB__COMMAND__CMD_LEASE_KEEPALIVE;
     c.lease_keepalive = &k;
-    return lease_cmd(u, &c);
+    return kvu_apply_code(u, &c);
 }
 
 static int lease_revoke_at(struct kvu *u, uint64_t id, bool expired, uint64_t renewed)
@@ -47,7 +41,7 @@ static int lease_revoke_at(struct kvu *u, uint64_t id, bool expired, uint64_t re
     r.renewed = renewed;
     c.cmd_case = KVPB__COMMAND__CMD_LEASE_REVOKE;
     c.lease_revoke = &r;
-    return lease_cmd(u, &c);
+    return kvu_apply_code(u, &c);
 }
 
 static int lease_revoke(struct kvu *u, uint64_t id, bool expired)
@@ -70,19 +64,12 @@ static int checkpoint(struct kvu *u, uint64_t id, uint64_t remaining)
     k.remaining_ms = &remaining;
     c.cmd_case = KVPB__COMMAND__CMD_LEASE_CHECKPOINT;
     c.lease_checkpoint = &k;
-    return lease_cmd(u, &c);
+    return kvu_apply_code(u, &c);
 }
 
 static int put_lease(struct kvu *u, const char *k, const char *v, uint64_t lease)
 {
-    Kvpb__Command c = KVPB__COMMAND__INIT;
-    Kvpb__Put p = KVPB__PUT__INIT;
-    p.key = kvu_str(k);
-    p.value = kvu_str(v);
-    p.lease = lease;
-    c.cmd_case = KVPB__COMMAND__CMD_PUT;
-    c.put = &p;
-    return lease_cmd(u, &c);
+    return kvu_put_full(u, k, v, 0, lease);
 }
 
 static void keys_cb(const uint8_t *key, size_t len, void *data)
@@ -224,15 +211,15 @@ START_TEST(test_reserved_prefix_refused_and_bad_grants)
     d.by_prefix = true;
     c.cmd_case = KVPB__COMMAND__CMD_DELETE_RANGE;
     c.delete_range = &d;
-    ck_assert_int_eq(lease_cmd(&u, &c), 0);
+    ck_assert_int_eq(kvu_apply_code(&u, &c), 0);
     ck_assert_uint_eq(kv_sm_lease_count(u.sm), 1);
     Kvpb__LeaseGrant g = KVPB__LEASE_GRANT__INIT;
     c.cmd_case = KVPB__COMMAND__CMD_LEASE_GRANT;
     c.lease_grant = &g;
-    ck_assert_int_eq(lease_cmd(&u, &c), TK_EINVAL); /* ttl 0 */
+    ck_assert_int_eq(kvu_apply_code(&u, &c), TK_EINVAL); /* ttl 0 */
     g.ttl_ms = 1000;
     g.id = id;
-    ck_assert_int_eq(lease_cmd(&u, &c), TK_ECOMPARE); /* id taken */
+    ck_assert_int_eq(kvu_apply_code(&u, &c), TK_ECOMPARE); /* id taken */
     kvu_close(&u, true);
 }
 END_TEST

@@ -396,8 +396,7 @@ static int put_cond(struct kvu *u, const char *k, const char *v, Kvpb__Compare__
     p.cond = &cmp;
     c.cmd_case = KVPB__COMMAND__CMD_PUT;
     c.put = &p;
-    int rc = kvu_apply(u, &c);
-    return rc != 0 ? rc : u->res.code;
+    return kvu_apply_code(u, &c);
 }
 
 START_TEST(test_put_compare_version_revision_value_absence)
@@ -487,8 +486,7 @@ static int del_range(struct kvu *u, const char *start, const char *end,
     }
     c.cmd_case = KVPB__COMMAND__CMD_DELETE_RANGE;
     c.delete_range = &d;
-    int rc = kvu_apply(u, &c);
-    return rc != 0 ? rc : u->res.code;
+    return kvu_apply_code(u, &c);
 }
 
 struct collect {

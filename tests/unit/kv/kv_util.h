@@ -127,17 +127,31 @@ static inline int kvu_apply(struct kvu *u, const Kvpb__Command *c)
     return rc;
 }
 
-static inline int kvu_put_ttl(struct kvu *u, const char *k, const char *v, uint64_t ttl)
+/* kvu_apply's error, else the command's result code (u->res.code). */
+static inline int kvu_apply_code(struct kvu *u, const Kvpb__Command *c)
+{
+    int rc = kvu_apply(u, c);
+    return rc != 0 ? rc : u->res.code;
+}
+
+/* Puts k = v with a TTL (ttl_ms, 0: none) and a lease (0: none). */
+static inline int kvu_put_full(struct kvu *u, const char *k, const char *v,
+                               uint64_t ttl_ms, uint64_t lease)
 {
     Kvpb__Command c = KVPB__COMMAND__INIT;
     Kvpb__Put p = KVPB__PUT__INIT;
     p.key = kvu_str(k);
     p.value = kvu_str(v);
-    p.ttl_ms = ttl;
+    p.ttl_ms = ttl_ms;
+    p.lease = lease;
     c.cmd_case = KVPB__COMMAND__CMD_PUT;
     c.put = &p;
-    int rc = kvu_apply(u, &c);
-    return rc != 0 ? rc : u->res.code;
+    return kvu_apply_code(u, &c);
+}
+
+static inline int kvu_put_ttl(struct kvu *u, const char *k, const char *v, uint64_t ttl)
+{
+    return kvu_put_full(u, k, v, ttl, 0);
 }
 
 static inline int kvu_put(struct kvu *u, const char *k, const char *v)
@@ -152,8 +166,7 @@ static inline int kvu_del(struct kvu *u, const char *k)
     d.key = kvu_str(k);
     c.cmd_case = KVPB__COMMAND__CMD_DEL;
     c.del = &d;
-    int rc = kvu_apply(u, &c);
-    return rc != 0 ? rc : u->res.code;
+    return kvu_apply_code(u, &c);
 }
 
 /* Makes c the increment of k by delta (in holds it), from client_id's seq
@@ -176,8 +189,7 @@ static inline int kvu_incr(struct kvu *u, const char *k, int64_t delta)
     Kvpb__Command c;
     Kvpb__Increment in;
     kvu_incr_cmd(&c, &in, k, delta, 0, 0);
-    int rc = kvu_apply(u, &c);
-    return rc != 0 ? rc : u->res.code;
+    return kvu_apply_code(u, &c);
 }
 
 /* A snapshot's source state: keys key0000 to key<n-1> (their own values,
