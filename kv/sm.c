@@ -134,11 +134,7 @@ int kv_sm_open(const struct kv_config *c, struct kv_sm **out)
     kv__events_init(&sm->events, c->events_max, c->events_bytes, m.index + 1);
     kv__ttl_init(&sm->ttl, c->ttl_max);
     kv__lease_init(&sm->leases);
-    rc = kv__cold_sessions(sm->cold, kv__sess_load, &sm->sessions);
-    if (rc == 0)
-        rc = kv__ttl_load(sm);
-    if (rc == 0)
-        rc = kv__lease_load(sm);
+    rc = kv__tables_load(sm);
     if (rc != 0) {
         kv_sm_close(sm);
         return rc;

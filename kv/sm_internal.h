@@ -446,4 +446,17 @@ bool kv__sess_answer(struct kv_sm *sm, uint64_t client, uint64_t seq,
 void kv__sess_record(struct kv_sm *sm, uint64_t index, uint64_t client, uint64_t seq,
                      const struct kv_result *res);
 
+/* Loads what the cold tier keeps beside the keys: the remembered results
+ * (into sm->sessions), the TTLs and the leases. For an open, and for an
+ * install whose prepare did not load them. 0, or the first error. */
+static inline int kv__tables_load(struct kv_sm *sm)
+{
+    int rc = kv__cold_sessions(sm->cold, kv__sess_load, &sm->sessions);
+    if (rc == 0)
+        rc = kv__ttl_load(sm);
+    if (rc == 0)
+        rc = kv__lease_load(sm);
+    return rc;
+}
+
 #endif

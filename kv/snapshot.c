@@ -753,11 +753,7 @@ int kv_install_commit(struct kv_install *in)
         in->loaded = false;
     } else {
         kv__sess_clear(&sm->sessions);
-        rc = kv__cold_sessions(sm->cold, kv__sess_load, &sm->sessions);
-        if (rc == 0)
-            rc = kv__ttl_load(sm);
-        if (rc == 0)
-            rc = kv__lease_load(sm);
+        rc = kv__tables_load(sm);
         if (rc != 0) {
             in->state = 3; /* the caller's abort frees it (kv.h) */
             sm->failed = true;

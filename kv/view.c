@@ -220,14 +220,25 @@ static struct kv_vleaf *descend(const struct kv_view *v, const struct probe *p,
     return n;
 }
 
-void kv__view_seek(const struct kv_view *v, const void *key, size_t len,
-                   struct kv_view_it *it)
+/* The leaf whose range holds key (the way noted in path, which may be NULL)
+ * and in *at key's slot there, or the slot it would take (*eq says which). */
+static inline struct kv_vleaf *locate(const struct kv_view *v, const void *key,
+                                      size_t len, struct path *path, uint32_t *at,
+                                      bool *eq)
 {
     struct probe p;
     probe_init(&p, key, len);
-    const struct kv_vleaf *l = descend(v, &p, NULL);
+    struct kv_vleaf *l = descend(v, &p, path);
+    *at = leaf_lower(l, &p, eq);
+    return l;
+}
+
+void kv__view_seek(const struct kv_view *v, const void *key, size_t len,
+                   struct kv_view_it *it)
+{
     bool eq;
-    uint32_t i = leaf_lower(l, &p, &eq);
+    uint32_t i;
+    const struct kv_vleaf *l = locate(v, key, len, NULL, &i, &eq);
     if (i == l->n) {
         l = l->next;
         i = 0;
@@ -297,12 +308,10 @@ __attribute__((noinline)) static void insert_up(struct kv_view *v, struct path *
 
 void kv__view_insert(struct kv_view *v, const void *key, size_t len)
 {
-    struct probe p;
-    probe_init(&p, key, len);
     struct path path;
-    struct kv_vleaf *l = descend(v, &p, &path);
     bool eq;
-    uint32_t at = leaf_lower(l, &p, &eq);
+    uint32_t at;
+    struct kv_vleaf *l = locate(v, key, len, &path, &at, &eq);
     if (eq)
         return;
     v->count++;
@@ -375,12 +384,10 @@ __attribute__((noinline)) static void remove_up(struct kv_view *v, struct path *
 
 void kv__view_remove(struct kv_view *v, const void *key, size_t len)
 {
-    struct probe p;
-    probe_init(&p, key, len);
     struct path path;
-    struct kv_vleaf *l = descend(v, &p, &path);
     bool eq;
-    uint32_t at = leaf_lower(l, &p, &eq);
+    uint32_t at;
+    struct kv_vleaf *l = locate(v, key, len, &path, &at, &eq);
     if (!eq)
         return;
     vent_clear(&l->e[at]);

@@ -41,19 +41,25 @@ struct store_mem_volume *store_mem_volume_new(void)
     return v;
 }
 
+/* Moves the live entries to the front of a new array of cap entries (cap >=
+ * v->n). The caller holds v->mu. */
+static void regrow(struct store_mem_volume *v, size_t cap)
+{
+    struct raft_entry *mem = tk_malloc(cap * sizeof(*mem));
+    if (v->n > 0)
+        memcpy(mem, v->e, v->n * sizeof(*v->e));
+    tk_free(v->mem);
+    v->mem = mem;
+    v->e = mem;
+    v->head = 0;
+    v->cap = cap;
+}
+
 void store_mem_volume_reserve(struct store_mem_volume *v, size_t cap)
 {
     pthread_mutex_lock(&v->mu);
-    if (cap > v->cap) {
-        struct raft_entry *mem = tk_malloc(cap * sizeof(*mem));
-        if (v->n > 0)
-            memcpy(mem, v->e, v->n * sizeof(*v->e));
-        tk_free(v->mem);
-        v->mem = mem;
-        v->e = mem;
-        v->head = 0;
-        v->cap = cap;
-    }
+    if (cap > v->cap)
+        regrow(v, cap);
     pthread_mutex_unlock(&v->mu);
 }
 
@@ -113,12 +119,7 @@ static int mem_write(struct store *s, const struct store__span *spans, size_t ns
             size_t cap = v->cap ? v->cap : 64;
             while (cap < 2 * (v->n + total))
                 cap *= 2;
-            struct raft_entry *mem = tk_malloc(cap * sizeof(*mem));
-            if (v->n > 0)
-                memcpy(mem, v->e, v->n * sizeof(*v->e));
-            tk_free(v->mem);
-            v->mem = mem;
-            v->cap = cap;
+            regrow(v, cap);
         }
         v->head = 0;
         v->e = v->mem;
