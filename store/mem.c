@@ -161,6 +161,17 @@ static int mem_truncate(struct store *s, uint64_t index)
     return 0;
 }
 
+/* The log now starts after (index, term), in memory and in the meta. The
+ * caller holds v->mu. */
+static void log_starts_after(struct store_mem_volume *v, uint64_t index, uint64_t term)
+{
+    v->first = index + 1;
+    v->prev_term = term;
+    v->meta.has_log_start = true;
+    v->meta.log_first = v->first;
+    v->meta.log_prev_term = term;
+}
+
 static int mem_compact(struct store *s, uint64_t index, uint64_t term)
 {
     struct store_mem_volume *v = vol(s);
@@ -176,11 +187,7 @@ static int mem_compact(struct store *s, uint64_t index, uint64_t term)
     v->e += k;
     v->n -= k;
     v->synced = v->synced > k ? v->synced - k : 0;
-    v->first = index + 1;
-    v->prev_term = term;
-    v->meta.has_log_start = true;
-    v->meta.log_first = v->first;
-    v->meta.log_prev_term = term;
+    log_starts_after(v, index, term);
     pthread_mutex_unlock(&v->mu);
     return 0;
 }
@@ -190,11 +197,7 @@ static int mem_reset(struct store *s, uint64_t index, uint64_t term)
     struct store_mem_volume *v = vol(s);
     pthread_mutex_lock(&v->mu);
     drop_from(v, 0);
-    v->first = index + 1;
-    v->prev_term = term;
-    v->meta.has_log_start = true;
-    v->meta.log_first = v->first;
-    v->meta.log_prev_term = term;
+    log_starts_after(v, index, term);
     pthread_mutex_unlock(&v->mu);
     return 0;
 }
