@@ -59,6 +59,7 @@ static void block_signals(sigset_t *set)
 static void release(struct tierkvd *t)
 {
     gateway_free(t->gw);
+    etcdapi_free(t->etcd);
     tk_tls_ctx_free(t->https);
     gateway_auth_free(t->auth);
     tk_tls_ctx_free(t->no.peer_tls_server);
@@ -91,6 +92,16 @@ static int start(struct tierkvd *t, struct node **out)
         fprintf(stderr, "tierkvd: %s (--listen-http)\n", gateway_listen_error(t->gw));
         node_stop(*out);
         return 1;
+    }
+    if (t->etcd != NULL && etcdapi_listen_status(t->etcd) != 0) {
+        fprintf(stderr, "tierkvd: %s (--listen-client)\n", etcdapi_listen_error(t->etcd));
+        node_stop(*out);
+        return 1;
+    }
+    if (t->etcd != NULL) {
+        char ckv[GATEWAY_ADDR_MAX + 32];
+        snprintf(ckv, sizeof(ckv), "etcd=%s:%u", t->client_host, etcdapi_port(t->etcd));
+        tk_logf(TK_LOG_INFO, t->no.id, 0, ckv, "etcd v3 API listening");
     }
     char kvs[512], raft_addr[GATEWAY_ADDR_MAX + 8] = "inproc";
     if (t->no.listen_host != NULL)

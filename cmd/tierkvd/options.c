@@ -201,6 +201,14 @@ static const struct opt opts[] = {
     {OPT("listen-http", "HOST:PORT", "127.0.0.1:8080", G_HTTP), STR(listen_http),
      .help = "HTTP listen address host:port",
      .doc = "where the HTTP API listens (IPv4 or `[IPv6]` literal)"},
+    {OPT("listen-client", "HOST:PORT", NULL, G_HTTP), STR(listen_client),
+     .help = "etcd v3 API (gRPC, cleartext) listen address host:port; off by default",
+     .doc = "where etcd's v3 API listens, over gRPC (HTTP/2 cleartext, h2c): etcd "
+            "clients (`clientv3`, `etcdctl`) work against this address; off when not "
+            "given. KV Range, Put and DeleteRange, Maintenance Status and Cluster "
+            "MemberList are served, other methods answer UNIMPLEMENTED "
+            "(docs/etcd-compat.md). No TLS and no authentication yet: refused with "
+            "`--cert-file` or `--auth-file`"},
     {OPT("request-timeout-ms", "MS", "10000", G_HTTP),
      U64(request_timeout_ms, 1, 3600000),
      .help = "deadline of a request inside the node (then 504)"},

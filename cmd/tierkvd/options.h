@@ -38,7 +38,7 @@ struct tierkvd_config {
     uint64_t kv_ring_bytes, kv_writeback_pace, snapshot_read_pace;
     bool kv_no_sync;
     /* HTTP */
-    const char *listen_http;
+    const char *listen_http, *listen_client;
     uint64_t request_timeout_ms, header_timeout_ms, body_timeout_ms;
     uint64_t idle_timeout_ms, write_timeout_ms;
     /* Security */

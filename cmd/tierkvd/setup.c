@@ -209,6 +209,33 @@ static void setup_gateway(struct tierkvd *t, const struct node_mem_split *split)
         gc->scan_limit_default = gc->scan_limit_max;
 }
 
+/* --listen-client: etcd's v3 API beside the gateway, on the node's loop
+ * (its hooks chain to the gateway's). Cleartext and unauthenticated for
+ * now, so it is refused beside --cert-file or --auth-file rather than
+ * opening a way around them. */
+static void setup_etcd(struct tierkvd *t)
+{
+    const struct tierkvd_config *c = t->cfg;
+    if (c->listen_client == NULL)
+        return;
+    if (c->auth_file != NULL || c->cert_file != NULL)
+        tierkvd_die("--listen-client has no TLS and no authentication yet: it cannot be "
+                    "used with --cert-file or --auth-file");
+    struct etcdapi_config ec;
+    etcdapi_config_default(&ec);
+    if (tk_hostport_split(c->listen_client, t->client_host, sizeof(t->client_host),
+                          &ec.port) != 0)
+        tierkvd_die("--listen-client: \"%s\" is not host:port (example: 127.0.0.1:2379)",
+                    c->listen_client);
+    ec.host = t->client_host;
+    ec.key_max = t->gc.key_max;
+    ec.value_max = t->gc.value_max < (1u << 20) ? t->gc.value_max : (1u << 20);
+    ec.request_timeout_ms = c->request_timeout_ms;
+    if (etcdapi_new(&ec, &t->etcd) != 0)
+        tierkvd_die("--listen-client: the etcd API's limits are inconsistent");
+    etcdapi_hook(t->etcd, &t->no);
+}
+
 static bool is_ip_literal(const char *host)
 {
     unsigned char buf[sizeof(struct in6_addr)];
@@ -440,4 +467,5 @@ void tierkvd_setup(struct tierkvd *t, const struct tierkvd_config *cfg)
         tierkvd_die(
             "the HTTP limits are inconsistent (check --max-* and --*-timeout-ms)");
     gateway_hook(t->gw, &t->no);
+    setup_etcd(t);
 }

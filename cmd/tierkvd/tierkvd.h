@@ -19,6 +19,7 @@
 #include <stdint.h>
 
 #include "cmd/tierkvd/options.h"
+#include "etcdapi/etcdapi.h"
 #include "gateway/gateway.h"
 #include "node/node.h"
 
@@ -48,6 +49,8 @@ struct tierkvd {
     struct tk_tls_ctx *https;         /* the gateway's, or NULL */
     struct gateway_auth *auth;        /* --auth-file's, or NULL */
     struct gateway *gw;
+    struct etcdapi *etcd; /* --listen-client's, or NULL */
+    char client_host[GATEWAY_ADDR_MAX];
 };
 
 /* setup.c: fills `t` from `cfg` (borrowed for the run): the node's options,

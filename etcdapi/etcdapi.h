@@ -1,0 +1,62 @@
+/* etcd's v3 API over gRPC (docs/etcd-compat.md): a gRPC listener that runs
+ * on a node's own libuv loop, beside the HTTP gateway, and turns etcd's
+ * KV, Maintenance and Cluster calls into node requests (node/node.h), as
+ * the gateway does: writes are kvpb.Commands submitted in applied mode
+ * (a follower's node forwards them to the leader), reads run in the node's
+ * read callback against the state machine.
+ *
+ * Use: fill an etcdapi_config, etcdapi_new(), etcdapi_hook() into the
+ * node_options before node_start() and after any other hook (the gateway's):
+ * it chains to the hooks it finds there. After node_start,
+ * etcdapi_listen_status() says whether the bind worked; after node_stop,
+ * etcdapi_free().
+ *
+ * Threads: etcdapi_new/hook/listen_status/port/free on the owner's thread
+ * (never concurrently with node_start/node_stop); everything else on the
+ * node's loop thread. Limits: grpc.h's (connections, streams, message and
+ * output bytes) and the range bounds here. Cleartext only (TLS: not yet). */
+#ifndef TK_ETCDAPI_ETCDAPI_H
+#define TK_ETCDAPI_ETCDAPI_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct node_options;
+struct etcdapi;
+
+struct etcdapi_config {
+    const char *host;            /* "127.0.0.1"; an IPv4 or IPv6 literal */
+    uint16_t port;               /* 0: an ephemeral port (etcdapi_port) */
+    size_t key_max;              /* 4 KiB */
+    size_t value_max;            /* 1 MiB */
+    uint32_t conns_max;          /* open connections: 1024 */
+    uint32_t range_limit_max;    /* keys one Range answers: 10000 (more beyond) */
+    uint32_t count_max;          /* keys a Range counts: 100000 (count is then
+                                    a lower bound) */
+    uint32_t delete_step;        /* keys one DeleteRange step deletes: 1000 */
+    uint64_t request_timeout_ms; /* node deadline per call; 0: the node's
+                                    (a shorter grpc-timeout wins) */
+};
+
+/* Fills `c` with the defaults above (port 2379). */
+void etcdapi_config_default(struct etcdapi_config *c);
+
+/* Checks and copies the config. Returns 0 or TK_EINVAL. */
+int etcdapi_new(const struct etcdapi_config *c, struct etcdapi **out);
+
+/* Sets o's loop hooks to the API's, keeping the ones already there (a
+ * gateway's): they run first at start and last at stop. */
+void etcdapi_hook(struct etcdapi *e, struct node_options *o);
+
+/* After node_start: 0 if the API listens, else TK_EINVAL (bad address) or
+ * TK_EIO (bind or listen failed), with a message in etcdapi_listen_error. */
+int etcdapi_listen_status(const struct etcdapi *e);
+const char *etcdapi_listen_error(const struct etcdapi *e);
+
+/* The bound port (after node_start). */
+uint16_t etcdapi_port(const struct etcdapi *e);
+
+/* After node_stop (or if node_start failed). NULL is allowed. */
+void etcdapi_free(struct etcdapi *e);
+
+#endif

@@ -1,0 +1,70 @@
+/* What etcdapi's files share: the API object, one call's state, and the
+ * helpers of etcdapi_reply.c. etcdapi.c holds the object, the hooks and the
+ * method table; etcdapi_kv.c the KV methods; etcdapi_reply.c headers,
+ * answers and error codes. Loop thread only. */
+#ifndef TK_ETCDAPI_ETCDAPI_INTERNAL_H
+#define TK_ETCDAPI_ETCDAPI_INTERNAL_H
+
+#include <protobuf-c/protobuf-c.h>
+#include <stdbool.h>
+
+#include "etcd_rpc.pb-c.h"
+#include "etcdapi/etcdapi.h"
+#include "etcdapi/grpc.h"
+#include "kv.pb-c.h"
+#include "node/node.h"
+
+struct node_options;
+
+struct etcdapi {
+    struct etcdapi_config cfg;
+    struct node *node;
+    struct uv_loop_s *loop;
+    struct grpc_server *grpc;
+    bool stopping;
+    int listen_rc;
+    char listen_err[256];
+    /* The hooks found in the node_options (the gateway's), chained. */
+    node_hook_cb *prev_start, *prev_stop, *prev_applied;
+    void *prev_data;
+};
+
+/* One call: the node request it waits on and what its answer needs. */
+struct ecall {
+    struct etcdapi *e;
+    struct grpc_call *call;
+    struct node_req nreq;
+    int64_t revision;   /* Range: the revision asked for (0: newest) */
+    uint8_t *key, *end; /* Range/DeleteRange bounds (owned) */
+    size_t key_len, end_len;
+    bool end_open; /* range_end "\0": no upper bound */
+    int64_t limit;
+    bool keys_only, count_only;
+    int64_t min_mod, max_mod, min_create, max_create;
+    uint64_t deleted; /* DeleteRange: keys deleted by earlier steps */
+    uint32_t n_ops;   /* Txn: ops of each branch, and their kinds */
+    uint32_t n_success;
+    uint8_t *op_kinds; /* 'p' put, 'd' delete */
+};
+
+typedef void etcdapi_method_fn(struct ecall *ec, const uint8_t *msg, size_t len);
+
+/* etcdapi_kv.c */
+etcdapi_method_fn etcdapi__kv_range, etcdapi__kv_put, etcdapi__kv_delete_range,
+    etcdapi__kv_txn;
+
+/* etcdapi_reply.c */
+struct ecall *etcdapi__call_new(struct etcdapi *e, struct grpc_call *call);
+/* The header every answer carries; `revision` 0: the applied index. */
+void etcdapi__header(struct etcdapi *e, uint64_t revision,
+                     Etcdserverpb__ResponseHeader *h);
+/* Packs `msg` as the call's answer, then frees the call. */
+void etcdapi__reply(struct ecall *ec, const ProtobufCMessage *msg);
+/* Fails the call with etcd's code and message for a TK_E* code. */
+void etcdapi__fail_rc(struct ecall *ec, int rc);
+void etcdapi__fail(struct ecall *ec, int code, const char *msg);
+/* Submits a write (the node takes `cmd`); its callback gets ec. */
+void etcdapi__submit_write(struct ecall *ec, const Kvpb__Command *cmd, node_write_cb *cb);
+void etcdapi__submit_read(struct ecall *ec, bool serializable, node_read_cb *cb);
+
+#endif

@@ -1,0 +1,473 @@
+/* etcd's KV service: Range, Put, DeleteRange and Txn (docs/etcd-compat.md
+ * says what each field does here). Called through etcdapi.c's method table;
+ * answers through etcdapi_reply.c. Loop thread only.
+ *
+ * Revisions: a key's mod_revision and create_revision are Raft indexes (the
+ * entry that wrote it), its version the writes since it was created; a
+ * header's revision is the applied index. Range serves the newest state
+ * only: a revision below it is answered as compacted, one above it as a
+ * future revision, with etcd's codes and messages. Keys whose first byte
+ * is 0x01 are the node's own records: reads skip them, writes refuse them.
+ *
+ * Bounds: a Range answers at most range_limit_max keys and about a
+ * message's bytes (more=true beyond), counts at most count_max keys, and
+ * reads at most KV_SCAN_SKIP_MAX deleted records per piece; a DeleteRange
+ * runs in steps of delete_step keys (each its own Raft entry). */
+#include <string.h>
+
+#include "base/alloc.h"
+#include "base/err.h"
+#include "etcd_kv.pb-c.h"
+#include "etcdapi/etcdapi_internal.h"
+#include "kv/kv.h"
+
+/* A Range answer's keys and values: at most this many bytes (under the
+ * 2 MiB message limit of grpc.c, with room for the framing). */
+#define RANGE_BYTES_MAX (2u << 20)
+
+static const uint8_t reserved_lo[1] = {KV_RESERVED_BYTE};
+static const uint8_t reserved_hi[1] = {KV_RESERVED_BYTE + 1};
+
+static int key_cmp(const void *a, size_t alen, const void *b, size_t blen)
+{
+    size_t n = alen < blen ? alen : blen;
+    int c = n > 0 ? memcmp(a, b, n) : 0;
+    if (c != 0)
+        return c;
+    return alen < blen ? -1 : alen > blen;
+}
+
+static bool reserved_key(const uint8_t *k, size_t len)
+{
+    return len > 0 && k[0] == KV_RESERVED_BYTE;
+}
+
+static uint8_t *dup_bytes(const ProtobufCBinaryData *b, size_t *len)
+{
+    uint8_t *p = tk_malloc(b->len + 1);
+    if (b->len)
+        memcpy(p, b->data, b->len);
+    *len = b->len;
+    return p;
+}
+
+/* key/range_end into ec: a single key (no range_end), [key, range_end), or
+ * from key on (range_end "\0"). Returns 0, or fails the call. */
+static int take_range(struct ecall *ec, const ProtobufCBinaryData *key,
+                      const ProtobufCBinaryData *end)
+{
+    size_t max = ec->e->cfg.key_max;
+    if (key->len == 0) {
+        etcdapi__fail(ec, GRPC_INVALID_ARGUMENT, "etcdserver: key is not provided");
+        return TK_EINVAL;
+    }
+    if (key->len > max || end->len > max) {
+        etcdapi__fail(ec, GRPC_INVALID_ARGUMENT, "etcdserver: request is too large");
+        return TK_EINVAL;
+    }
+    ec->key = dup_bytes(key, &ec->key_len);
+    if (end->len == 1 && end->data[0] == 0) {
+        ec->end_open = true;
+        if (ec->key_len == 1 && ec->key[0] == 0)
+            ec->key_len = 0; /* "\0" to "\0": every key */
+    } else if (end->len > 0) {
+        ec->end = dup_bytes(end, &ec->end_len);
+    }
+    return 0;
+}
+
+static bool is_single(const struct ecall *ec)
+{
+    return ec->end == NULL && !ec->end_open;
+}
+
+/* The range without the reserved keys: at most two pieces. */
+static size_t range_pieces(const struct ecall *ec, struct kv_range out[2])
+{
+    struct kv_range r = {.start = ec->key,
+                         .start_len = ec->key_len,
+                         .end = ec->end,
+                         .end_len = ec->end_open ? 0 : ec->end_len};
+    if (!ec->end_open && key_cmp(r.start, r.start_len, r.end, r.end_len) >= 0)
+        return 0;
+    size_t k = 0;
+    bool unbounded = ec->end_open;
+    if (key_cmp(r.start, r.start_len, reserved_lo, 1) < 0) {
+        out[k] = r;
+        if (unbounded || key_cmp(r.end, r.end_len, reserved_lo, 1) > 0) {
+            out[k].end = reserved_lo;
+            out[k].end_len = 1;
+        }
+        k++;
+    }
+    if (unbounded || key_cmp(r.end, r.end_len, reserved_hi, 1) > 0) {
+        out[k] = r;
+        if (key_cmp(r.start, r.start_len, reserved_hi, 1) < 0) {
+            out[k].start = reserved_hi;
+            out[k].start_len = 1;
+        }
+        k++;
+    }
+    return k;
+}
+
+/* ---- Range ------------------------------------------------------------------ */
+
+struct range_state {
+    struct ecall *ec;
+    Mvccpb__KeyValue *kvs;
+    Mvccpb__KeyValue **kvp;
+    uint32_t n, cap;
+    uint32_t take;  /* keys to return at most */
+    uint64_t count; /* keys in range (filtered) */
+    uint64_t bytes; /* keys and values copied */
+    bool more;
+    bool full; /* stopped building: only counting */
+};
+
+static bool range_filter(const struct ecall *ec, const struct kv_item *it)
+{
+    int64_t mod = (int64_t)it->mod_revision, cr = (int64_t)it->create_revision;
+    return (ec->min_mod == 0 || mod >= ec->min_mod) &&
+           (ec->max_mod == 0 || mod <= ec->max_mod) &&
+           (ec->min_create == 0 || cr >= ec->min_create) &&
+           (ec->max_create == 0 || cr <= ec->max_create);
+}
+
+static void kv_from_item(const struct ecall *ec, const struct kv_item *it,
+                         Mvccpb__KeyValue *kv)
+{
+    mvccpb__key_value__init(kv);
+    kv->key.data = tk_malloc(it->key_len + 1);
+    memcpy(kv->key.data, it->key, it->key_len);
+    kv->key.len = it->key_len;
+    if (!ec->keys_only && it->value_len > 0) {
+        kv->value.data = tk_malloc(it->value_len);
+        memcpy(kv->value.data, it->value, it->value_len);
+        kv->value.len = it->value_len;
+    }
+    kv->create_revision = (int64_t)it->create_revision;
+    kv->mod_revision = (int64_t)it->mod_revision;
+    kv->version = (int64_t)it->version;
+}
+
+static int range_item(const struct kv_item *it, void *data)
+{
+    struct range_state *s = data;
+    struct ecall *ec = s->ec;
+    if (!range_filter(ec, it))
+        return 0;
+    s->count++;
+    if (s->count >= ec->e->cfg.count_max)
+        return 1;
+    if (ec->count_only || s->full)
+        return 0;
+    size_t b = it->key_len + (ec->keys_only ? 0 : it->value_len) + 32;
+    if (s->n == s->take || (s->n > 0 && s->bytes + b > RANGE_BYTES_MAX)) {
+        s->more = true;
+        s->full = true;
+        return 0;
+    }
+    if (s->n == s->cap) {
+        uint32_t cap = s->cap ? s->cap * 2 : 16;
+        s->kvs = tk_realloc(s->kvs, cap * sizeof(*s->kvs));
+        s->cap = cap;
+    }
+    kv_from_item(ec, it, &s->kvs[s->n++]);
+    s->bytes += b;
+    return 0;
+}
+
+static void range_answer(struct ecall *ec, struct range_state *s, uint64_t rev)
+{
+    s->kvp = tk_calloc(s->n ? s->n : 1, sizeof(*s->kvp));
+    for (uint32_t i = 0; i < s->n; i++)
+        s->kvp[i] = &s->kvs[i];
+    Etcdserverpb__ResponseHeader h = ETCDSERVERPB__RESPONSE_HEADER__INIT;
+    etcdapi__header(ec->e, rev, &h);
+    Etcdserverpb__RangeResponse r = ETCDSERVERPB__RANGE_RESPONSE__INIT;
+    r.header = &h;
+    r.kvs = s->kvp;
+    r.n_kvs = s->n;
+    r.more = s->more;
+    r.count = (int64_t)s->count;
+    etcdapi__reply(ec, &r.base);
+}
+
+static void range_state_free(struct range_state *s)
+{
+    for (uint32_t i = 0; i < s->n; i++) {
+        tk_free(s->kvs[i].key.data);
+        tk_free(s->kvs[i].value.data);
+    }
+    tk_free(s->kvs);
+    tk_free(s->kvp);
+}
+
+static void range_read_cb(struct node_req *nreq, int status, struct kv_sm *sm, void *data)
+{
+    (void)nreq;
+    struct ecall *ec = data;
+    if (status != 0) {
+        etcdapi__fail_rc(ec, status);
+        return;
+    }
+    uint64_t applied = kv_sm_applied_index(sm);
+    if (ec->revision > 0 && (uint64_t)ec->revision > applied) {
+        etcdapi__fail(ec, GRPC_OUT_OF_RANGE,
+                      "etcdserver: mvcc: required revision is a future revision");
+        return;
+    }
+    if (ec->revision > 0 && (uint64_t)ec->revision < applied) {
+        etcdapi__fail(ec, GRPC_OUT_OF_RANGE,
+                      "etcdserver: mvcc: required revision has been compacted");
+        return;
+    }
+    if (grpc_call_gone(ec->call)) {
+        etcdapi__fail(ec, GRPC_CANCELLED, "gone");
+        return;
+    }
+    if (!ec->count_only && grpc_call_would_overload(ec->call, RANGE_BYTES_MAX)) {
+        etcdapi__fail(ec, GRPC_RESOURCE_EXHAUSTED,
+                      "etcdserver: too many requests (output not taken by the client)");
+        return;
+    }
+    struct range_state s = {.ec = ec};
+    uint64_t lim = ec->limit > 0 ? (uint64_t)ec->limit : ec->e->cfg.range_limit_max;
+    s.take =
+        (uint32_t)(lim < ec->e->cfg.range_limit_max ? lim : ec->e->cfg.range_limit_max);
+    if (ec->limit <= 0 || (uint64_t)ec->limit > ec->e->cfg.range_limit_max)
+        s.take = ec->e->cfg.range_limit_max;
+    int rc = 0;
+    if (is_single(ec)) {
+        struct kv_item it;
+        rc = reserved_key(ec->key, ec->key_len)
+                 ? TK_ENOTFOUND
+                 : kv_sm_get(sm, ec->key, ec->key_len, &it);
+        if (rc == 0)
+            range_item(&it, &s);
+        else if (rc == TK_ENOTFOUND)
+            rc = 0;
+    } else {
+        struct kv_range pieces[2];
+        size_t n = range_pieces(ec, pieces);
+        for (size_t i = 0; i < n && rc == 0 && s.count < ec->e->cfg.count_max; i++)
+            rc = kv_sm_scan_bounded(sm, &pieces[i], 0, KV_SCAN_SKIP_MAX, range_item, &s,
+                                    NULL);
+    }
+    if (rc != 0) {
+        range_state_free(&s);
+        etcdapi__fail_rc(ec, rc);
+        return;
+    }
+    if (ec->count_only)
+        s.more = false;
+    range_answer(ec, &s, applied);
+    range_state_free(&s);
+}
+
+void etcdapi__kv_range(struct ecall *ec, const uint8_t *msg, size_t len)
+{
+    Etcdserverpb__RangeRequest *rq = etcdserverpb__range_request__unpack(NULL, len, msg);
+    if (rq == NULL) {
+        etcdapi__fail(ec, GRPC_INVALID_ARGUMENT, "tierkv: a malformed RangeRequest");
+        return;
+    }
+    bool sort_ok = rq->sort_order == ETCDSERVERPB__RANGE_REQUEST__SORT_ORDER__NONE ||
+                   (rq->sort_order == ETCDSERVERPB__RANGE_REQUEST__SORT_ORDER__ASCEND &&
+                    rq->sort_target == ETCDSERVERPB__RANGE_REQUEST__SORT_TARGET__KEY);
+    bool serializable = rq->serializable;
+    int rc = 0;
+    if (!sort_ok) {
+        etcdapi__fail(ec, GRPC_UNIMPLEMENTED,
+                      "tierkv: Range sorts only by key, ascending (not yet otherwise)");
+        rc = TK_EINVAL;
+    } else if (rq->revision < 0 || rq->limit < 0) {
+        etcdapi__fail(ec, GRPC_INVALID_ARGUMENT, "tierkv: a negative revision or limit");
+        rc = TK_EINVAL;
+    } else {
+        rc = take_range(ec, &rq->key, &rq->range_end);
+    }
+    if (rc == 0) {
+        ec->revision = rq->revision;
+        ec->limit = rq->limit;
+        ec->keys_only = rq->keys_only;
+        ec->count_only = rq->count_only;
+        ec->min_mod = rq->min_mod_revision;
+        ec->max_mod = rq->max_mod_revision;
+        ec->min_create = rq->min_create_revision;
+        ec->max_create = rq->max_create_revision;
+    }
+    etcdserverpb__range_request__free_unpacked(rq, NULL);
+    if (rc == 0)
+        etcdapi__submit_read(ec, serializable, range_read_cb);
+}
+
+/* ---- Put -------------------------------------------------------------------- */
+
+static void put_done(struct node_req *nreq, int status, const struct kv_result *res,
+                     void *data)
+{
+    (void)nreq;
+    struct ecall *ec = data;
+    if (status == 0 && res->code != 0)
+        status = res->code;
+    if (status != 0) {
+        etcdapi__fail_rc(ec, status);
+        return;
+    }
+    Etcdserverpb__ResponseHeader h = ETCDSERVERPB__RESPONSE_HEADER__INIT;
+    etcdapi__header(ec->e, res->revision, &h);
+    Etcdserverpb__PutResponse r = ETCDSERVERPB__PUT_RESPONSE__INIT;
+    r.header = &h;
+    etcdapi__reply(ec, &r.base);
+}
+
+/* The checks a put shares with a txn's: 0, or a message for the client. */
+static const char *put_refusal(const struct etcdapi *e, const Etcdserverpb__PutRequest *p)
+{
+    if (p->key.len == 0)
+        return "etcdserver: key is not provided";
+    if (p->key.len > e->cfg.key_max || p->value.len > e->cfg.value_max)
+        return "etcdserver: request is too large";
+    if (reserved_key(p->key.data, p->key.len))
+        return "tierkv: keys starting with byte 0x01 are reserved";
+    if (p->lease < 0)
+        return "etcdserver: requested lease not found";
+    return NULL;
+}
+
+static const char *put_unsupported(const Etcdserverpb__PutRequest *p)
+{
+    if (p->prev_kv)
+        return "tierkv: Put's prev_kv is not supported yet";
+    if (p->ignore_value || p->ignore_lease)
+        return "tierkv: Put's ignore_value and ignore_lease are not supported yet";
+    return NULL;
+}
+
+void etcdapi__kv_put(struct ecall *ec, const uint8_t *msg, size_t len)
+{
+    Etcdserverpb__PutRequest *rq = etcdserverpb__put_request__unpack(NULL, len, msg);
+    if (rq == NULL) {
+        etcdapi__fail(ec, GRPC_INVALID_ARGUMENT, "tierkv: a malformed PutRequest");
+        return;
+    }
+    const char *bad = put_refusal(ec->e, rq);
+    const char *unsup = put_unsupported(rq);
+    if (bad != NULL) {
+        etcdapi__fail(ec, GRPC_INVALID_ARGUMENT, bad);
+    } else if (unsup != NULL) {
+        etcdapi__fail(ec, GRPC_UNIMPLEMENTED, unsup);
+    } else {
+        Kvpb__Command cmd = KVPB__COMMAND__INIT;
+        Kvpb__Put put = KVPB__PUT__INIT;
+        put.key = rq->key;
+        put.value = rq->value;
+        put.lease = (uint64_t)rq->lease;
+        cmd.cmd_case = KVPB__COMMAND__CMD_PUT;
+        cmd.put = &put;
+        etcdapi__submit_write(ec, &cmd, put_done);
+    }
+    etcdserverpb__put_request__free_unpacked(rq, NULL);
+}
+
+/* ---- DeleteRange -------------------------------------------------------------- */
+
+static void delete_step(struct ecall *ec);
+
+static void delete_done(struct node_req *nreq, int status, const struct kv_result *res,
+                        void *data)
+{
+    (void)nreq;
+    struct ecall *ec = data;
+    if (status == 0 && res->code != 0)
+        status = res->code;
+    if (status != 0) {
+        etcdapi__fail_rc(ec, status);
+        return;
+    }
+    ec->deleted = res->deleted; /* with deleted_before: the running total */
+    if (res->more && !grpc_call_gone(ec->call)) {
+        delete_step(ec);
+        return;
+    }
+    Etcdserverpb__ResponseHeader h = ETCDSERVERPB__RESPONSE_HEADER__INIT;
+    etcdapi__header(ec->e, res->revision, &h);
+    Etcdserverpb__DeleteRangeResponse r = ETCDSERVERPB__DELETE_RANGE_RESPONSE__INIT;
+    r.header = &h;
+    r.deleted = (int64_t)ec->deleted;
+    etcdapi__reply(ec, &r.base);
+}
+
+static void delete_step(struct ecall *ec)
+{
+    Kvpb__Command cmd = KVPB__COMMAND__INIT;
+    Kvpb__DeleteRange dr = KVPB__DELETE_RANGE__INIT;
+    dr.start.data = ec->key;
+    dr.start.len = ec->key_len;
+    dr.end.data = ec->end;
+    dr.end.len = ec->end_open ? 0 : ec->end_len;
+    dr.limit = ec->e->cfg.delete_step;
+    dr.deleted_before = ec->deleted;
+    cmd.cmd_case = KVPB__COMMAND__CMD_DELETE_RANGE;
+    cmd.delete_range = &dr;
+    etcdapi__submit_write(ec, &cmd, delete_done);
+}
+
+void etcdapi__kv_delete_range(struct ecall *ec, const uint8_t *msg, size_t len)
+{
+    Etcdserverpb__DeleteRangeRequest *rq =
+        etcdserverpb__delete_range_request__unpack(NULL, len, msg);
+    if (rq == NULL) {
+        etcdapi__fail(ec, GRPC_INVALID_ARGUMENT,
+                      "tierkv: a malformed DeleteRangeRequest");
+        return;
+    }
+    bool prev = rq->prev_kv;
+    int rc = prev ? TK_EINVAL : take_range(ec, &rq->key, &rq->range_end);
+    etcdserverpb__delete_range_request__free_unpacked(rq, NULL);
+    if (prev) {
+        etcdapi__fail(ec, GRPC_UNIMPLEMENTED,
+                      "tierkv: DeleteRange's prev_kv is not supported yet");
+        return;
+    }
+    if (rc != 0)
+        return;
+    if (!is_single(ec)) {
+        if (!ec->end_open && key_cmp(ec->key, ec->key_len, ec->end, ec->end_len) >= 0) {
+            /* An empty range deletes nothing (an empty end would mean "no
+             * bound" to kv's DeleteRange). */
+            Etcdserverpb__ResponseHeader h = ETCDSERVERPB__RESPONSE_HEADER__INIT;
+            etcdapi__header(ec->e, 0, &h);
+            Etcdserverpb__DeleteRangeResponse r =
+                ETCDSERVERPB__DELETE_RANGE_RESPONSE__INIT;
+            r.header = &h;
+            etcdapi__reply(ec, &r.base);
+            return;
+        }
+        delete_step(ec);
+        return;
+    }
+    if (reserved_key(ec->key, ec->key_len)) {
+        etcdapi__fail(ec, GRPC_INVALID_ARGUMENT,
+                      "tierkv: keys starting with byte 0x01 are reserved");
+        return;
+    }
+    Kvpb__Command cmd = KVPB__COMMAND__INIT;
+    Kvpb__Delete del = KVPB__DELETE__INIT;
+    del.key.data = ec->key;
+    del.key.len = ec->key_len;
+    cmd.cmd_case = KVPB__COMMAND__CMD_DEL;
+    cmd.del = &del;
+    etcdapi__submit_write(ec, &cmd, delete_done);
+}
+
+/* ---- Txn -------------------------------------------------------------------- */
+
+void etcdapi__kv_txn(struct ecall *ec, const uint8_t *msg, size_t len)
+{
+    (void)msg;
+    (void)len;
+    etcdapi__fail(ec, GRPC_UNIMPLEMENTED, "tierkv: Txn is not served yet");
+}

@@ -1,0 +1,864 @@
+/* The gRPC server over nghttp2 and libuv (contract and bounds: grpc.h).
+ *
+ * One connection (gconn) owns one nghttp2 server session, fed with
+ * nghttp2_session_mem_recv from the socket and drained with
+ * nghttp2_session_mem_send into uv_write requests. One stream (gstream) is
+ * one call; it is also the struct grpc_call the service holds. A stream is
+ * freed when nghttp2 has closed it and the service no longer holds it, in
+ * whichever order those happen.
+ *
+ * Invariants: conn->reply_bytes is the bytes of answers queued in its
+ * streams and not yet taken by nghttp2; conn->write_bytes the bytes in
+ * uv_write requests; srv->out_total their sum over the connections. The
+ * session is never deleted, and the connection never freed, inside an
+ * nghttp2 callback (in_recv): a close asked for there waits for mem_recv to
+ * return. On the loop's thread only. */
+#include <nghttp2/nghttp2.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <uv.h>
+
+#include "base/alloc.h"
+#include "base/assert.h"
+#include "base/clock.h"
+#include "base/err.h"
+#include "etcdapi/grpc.h"
+
+#define PATH_MAX_BYTES 256
+#define WRITE_CHUNK (64u * 1024u)
+#define SWEEP_MS 1000
+#define GRPC_PREFIX 5
+
+struct gconn;
+
+struct grpc_call {
+    struct grpc_server *srv;
+    struct gconn *conn; /* NULL once the connection closed */
+    int32_t id;
+    bool open;        /* nghttp2 still has the stream */
+    bool held;        /* the service holds it (owes an answer) */
+    bool answered;    /* an answer was submitted */
+    bool remote_done; /* the client's END_STREAM arrived */
+    bool rst_after;   /* reset the client's half once the answer is sent */
+    bool is_post, is_grpc;
+    size_t hdr_bytes;
+    char path[PATH_MAX_BYTES];
+    size_t path_len;
+    bool path_long;
+    uint64_t timeout_ms;
+    uint8_t *in; /* the request's DATA bytes */
+    size_t in_len, in_cap;
+    uint8_t *out; /* the answer: prefix and message */
+    size_t out_len, out_off;
+    struct grpc_call *next, *prev; /* the connection's streams */
+};
+
+struct gconn {
+    uv_tcp_t tcp;
+    struct grpc_server *srv;
+    nghttp2_session *h2;
+    struct gconn *next, *prev;
+    struct grpc_call *streams;
+    uint32_t n_streams;
+    size_t in_bytes, reply_bytes, write_bytes;
+    bool reading, closing, in_recv, close_pending, got_preface;
+    uint64_t born_ms, progress_ms, active_ms;
+};
+
+struct grpc_server {
+    struct grpc_config cfg;
+    const struct grpc_callbacks *cb;
+    void *data;
+    uv_loop_t *loop;
+    uv_tcp_t listener;
+    uv_timer_t sweep;
+    bool listening, stopping;
+    uint16_t port;
+    struct gconn *conns;
+    uint32_t n_conns, calls;
+    size_t out_total;
+};
+
+struct wreq {
+    uv_write_t req;
+    struct gconn *conn;
+    size_t len, cap;
+    uint8_t *data;
+};
+
+static void conn_close(struct gconn *c);
+static void conn_flush(struct gconn *c);
+static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf);
+
+void grpc_config_default(struct grpc_config *c)
+{
+    memset(c, 0, sizeof(*c));
+    c->conns_max = 1024;
+    c->streams_max = 128;
+    c->calls_max = 8192;
+    c->header_max = 16 * 1024;
+    c->msg_max = (2u << 20) + (64u << 10);
+    c->conn_in_max = 8u << 20;
+    c->out_max = 8u << 20;
+    c->out_total_max = 256u << 20;
+    c->preface_timeout_ms = 10000;
+    c->idle_timeout_ms = 300000;
+    c->write_timeout_ms = 30000;
+}
+
+/* ---- streams ------------------------------------------------------------ */
+
+static void stream_unlink(struct grpc_call *st)
+{
+    struct gconn *c = st->conn;
+    if (c == NULL)
+        return;
+    if (st->prev)
+        st->prev->next = st->next;
+    else
+        c->streams = st->next;
+    if (st->next)
+        st->next->prev = st->prev;
+    c->n_streams--;
+    c->in_bytes -= st->in_cap;
+    size_t unsent = st->out_len - st->out_off;
+    c->reply_bytes -= unsent;
+    c->srv->out_total -= unsent;
+    st->conn = NULL;
+}
+
+static void stream_free(struct grpc_call *st)
+{
+    tk_free(st->in);
+    tk_free(st->out);
+    tk_free(st);
+}
+
+/* nghttp2 no longer has the stream (closed, or the connection went). */
+static void stream_detach(struct grpc_call *st)
+{
+    stream_unlink(st);
+    st->open = false;
+    if (!st->held)
+        stream_free(st);
+}
+
+static void release_input(struct grpc_call *st)
+{
+    if (st->conn)
+        st->conn->in_bytes -= st->in_cap;
+    tk_free(st->in);
+    st->in = NULL;
+    st->in_len = st->in_cap = 0;
+}
+
+/* grpc-message: percent-encoded outside printable ASCII (and '%'). */
+static size_t pct_encode(const char *s, char *out, size_t cap)
+{
+    static const char hex[] = "0123456789ABCDEF";
+    size_t n = 0;
+    for (; *s && n + 4 < cap; s++) {
+        unsigned char ch = (unsigned char)*s;
+        if (ch >= 0x20 && ch <= 0x7e && ch != '%') {
+            out[n++] = (char)ch;
+        } else {
+            out[n++] = '%';
+            out[n++] = hex[ch >> 4];
+            out[n++] = hex[ch & 15];
+        }
+    }
+    out[n] = 0;
+    return n;
+}
+
+#define NV(name, value, vlen)                                                            \
+    {                                                                                    \
+        (uint8_t *)(name), (uint8_t *)(value), sizeof(name) - 1, (vlen),                 \
+            NGHTTP2_NV_FLAG_NONE                                                         \
+    }
+
+/* A trailers-only answer (one HEADERS frame that ends the stream). When the
+ * client is still sending, its half is reset (NO_ERROR) after it, as gRPC
+ * servers do, so it stops. */
+static void stream_status(struct grpc_call *st, int code, const char *msg)
+{
+    if (!st->open || st->answered || st->conn == NULL)
+        return;
+    st->answered = true;
+    char codes[12], enc[512];
+    int cl = snprintf(codes, sizeof(codes), "%d", code);
+    size_t el = pct_encode(msg, enc, sizeof(enc));
+    nghttp2_nv nva[] = {
+        NV(":status", "200", 3), NV("content-type", "application/grpc", 16),
+        NV("grpc-status", codes, (size_t)cl), NV("grpc-message", enc, el)};
+    nghttp2_session *h2 = st->conn->h2;
+    if (nghttp2_submit_response(h2, st->id, nva, el ? 4 : 3, NULL) != 0) {
+        nghttp2_submit_rst_stream(h2, NGHTTP2_FLAG_NONE, st->id, NGHTTP2_INTERNAL_ERROR);
+        return;
+    }
+    st->rst_after = true; /* on_frame_send: only after the answer went out */
+    release_input(st);
+}
+
+/* A request that is not gRPC at all: a bare HTTP status. */
+static void stream_http_status(struct grpc_call *st, const char *status)
+{
+    st->answered = true;
+    nghttp2_nv nva[] = {NV(":status", status, strlen(status))};
+    nghttp2_submit_response(st->conn->h2, st->id, nva, 1, NULL);
+    st->rst_after = true;
+}
+
+static ssize_t data_read(nghttp2_session *h2, int32_t id, uint8_t *buf, size_t length,
+                         uint32_t *flags, nghttp2_data_source *src, void *user)
+{
+    (void)user;
+    struct grpc_call *st = src->ptr;
+    struct gconn *c = st->conn;
+    size_t left = st->out_len - st->out_off;
+    size_t n = left < length ? left : length;
+    memcpy(buf, st->out + st->out_off, n);
+    st->out_off += n;
+    c->reply_bytes -= n;
+    c->srv->out_total -= n;
+    c->progress_ms = tk_mono_ms();
+    if (st->out_off == st->out_len) {
+        *flags |= NGHTTP2_DATA_FLAG_EOF | NGHTTP2_DATA_FLAG_NO_END_STREAM;
+        nghttp2_nv tr[] = {NV("grpc-status", "0", 1)};
+        if (nghttp2_submit_trailer(h2, id, tr, 1) != 0)
+            *flags &= ~(uint32_t)NGHTTP2_DATA_FLAG_NO_END_STREAM;
+        tk_free(st->out);
+        st->out = NULL;
+        st->out_len = st->out_off = 0;
+    }
+    return (ssize_t)n;
+}
+
+/* The request is complete: exactly one uncompressed message goes to the
+ * service. */
+static void stream_dispatch(struct grpc_call *st)
+{
+    struct gconn *c = st->conn;
+    struct grpc_server *srv = c->srv;
+    if (st->in_len < GRPC_PREFIX) {
+        stream_status(st, GRPC_INTERNAL,
+                      "tierkv: a unary call needs one request message");
+        return;
+    }
+    uint32_t mlen = (uint32_t)st->in[1] << 24 | (uint32_t)st->in[2] << 16 |
+                    (uint32_t)st->in[3] << 8 | st->in[4];
+    if (st->in_len != GRPC_PREFIX + (size_t)mlen) {
+        stream_status(st, GRPC_INTERNAL,
+                      "tierkv: a unary call takes exactly one whole message");
+        return;
+    }
+    if (srv->calls >= srv->cfg.calls_max) {
+        stream_status(st, GRPC_RESOURCE_EXHAUSTED, "tierkv: too many calls in progress");
+        return;
+    }
+    st->held = true;
+    srv->calls++;
+    srv->cb->on_call(st, st->path, st->path_len, st->in + GRPC_PREFIX, mlen, srv->data);
+    if (st->open)
+        release_input(st);
+}
+
+/* Takes DATA bytes; checks the declared length as soon as the prefix is in. */
+static void stream_take(struct grpc_call *st, const uint8_t *p, size_t len)
+{
+    struct gconn *c = st->conn;
+    const struct grpc_config *cfg = &c->srv->cfg;
+    size_t want = st->in_len + len;
+    if (want > GRPC_PREFIX + cfg->msg_max) {
+        stream_status(st, GRPC_RESOURCE_EXHAUSTED,
+                      "tierkv: the request is over the message limit");
+        return;
+    }
+    if (want > st->in_cap) {
+        size_t cap = st->in_cap ? st->in_cap : 256;
+        while (cap < want)
+            cap *= 2;
+        if (cap > GRPC_PREFIX + cfg->msg_max)
+            cap = GRPC_PREFIX + cfg->msg_max;
+        if (c->in_bytes - st->in_cap + cap > cfg->conn_in_max) {
+            stream_status(st, GRPC_RESOURCE_EXHAUSTED,
+                          "tierkv: too many request bytes held on this connection");
+            return;
+        }
+        c->in_bytes = c->in_bytes - st->in_cap + cap;
+        st->in = tk_realloc(st->in, cap);
+        st->in_cap = cap;
+    }
+    memcpy(st->in + st->in_len, p, len);
+    st->in_len = want;
+    if (st->in_len >= GRPC_PREFIX) {
+        uint32_t mlen = (uint32_t)st->in[1] << 24 | (uint32_t)st->in[2] << 16 |
+                        (uint32_t)st->in[3] << 8 | st->in[4];
+        if (st->in[0] != 0)
+            stream_status(st, GRPC_UNIMPLEMENTED,
+                          "tierkv: compressed messages are not supported");
+        else if (mlen > cfg->msg_max) {
+            char msg[128];
+            snprintf(msg, sizeof(msg),
+                     "tierkv: a message of %u bytes is over the limit of %zu", mlen,
+                     cfg->msg_max);
+            stream_status(st, GRPC_RESOURCE_EXHAUSTED, msg);
+        }
+    }
+}
+
+/* grpc-timeout: at most 8 digits and a unit (H M S m u n). */
+static uint64_t parse_timeout(const uint8_t *v, size_t len)
+{
+    if (len < 2 || len > 9)
+        return 0;
+    uint64_t n = 0;
+    for (size_t i = 0; i + 1 < len; i++) {
+        if (v[i] < '0' || v[i] > '9')
+            return 0;
+        n = n * 10 + (uint64_t)(v[i] - '0');
+    }
+    switch (v[len - 1]) {
+    case 'H':
+        return n * 3600000;
+    case 'M':
+        return n * 60000;
+    case 'S':
+        return n * 1000;
+    case 'm':
+        return n ? n : 1;
+    case 'u':
+        return n / 1000 ? n / 1000 : 1;
+    case 'n':
+        return n / 1000000 ? n / 1000000 : 1;
+    default:
+        return 0;
+    }
+}
+
+/* ---- nghttp2's callbacks -------------------------------------------------- */
+
+static int on_begin_headers(nghttp2_session *h2, const nghttp2_frame *f, void *user)
+{
+    struct gconn *c = user;
+    if (f->hd.type != NGHTTP2_HEADERS || f->headers.cat != NGHTTP2_HCAT_REQUEST)
+        return 0;
+    struct grpc_call *st = tk_calloc(1, sizeof(*st));
+    st->srv = c->srv;
+    st->conn = c;
+    st->id = f->hd.stream_id;
+    st->open = true;
+    st->next = c->streams;
+    if (c->streams)
+        c->streams->prev = st;
+    c->streams = st;
+    c->n_streams++;
+    c->active_ms = tk_mono_ms();
+    nghttp2_session_set_stream_user_data(h2, st->id, st);
+    return 0;
+}
+
+static int on_header(nghttp2_session *h2, const nghttp2_frame *f, const uint8_t *name,
+                     size_t nlen, const uint8_t *value, size_t vlen, uint8_t flags,
+                     void *user)
+{
+    (void)flags;
+    (void)user;
+    struct grpc_call *st = nghttp2_session_get_stream_user_data(h2, f->hd.stream_id);
+    if (st == NULL || f->hd.type != NGHTTP2_HEADERS)
+        return 0;
+    st->hdr_bytes += nlen + vlen + 32;
+    if (st->hdr_bytes > st->conn->srv->cfg.header_max)
+        return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE; /* resets the stream */
+#define IS(lit) (nlen == sizeof(lit) - 1 && memcmp(name, lit, nlen) == 0)
+    if (IS(":path")) {
+        st->path_long = vlen >= sizeof(st->path);
+        st->path_len = st->path_long ? 0 : vlen;
+        memcpy(st->path, value, st->path_len);
+        st->path[st->path_len] = 0;
+    } else if (IS(":method")) {
+        st->is_post = vlen == 4 && memcmp(value, "POST", 4) == 0;
+    } else if (IS("content-type")) {
+        st->is_grpc = vlen >= 16 && memcmp(value, "application/grpc", 16) == 0 &&
+                      (vlen == 16 || value[16] == '+' || value[16] == ';');
+    } else if (IS("grpc-timeout")) {
+        st->timeout_ms = parse_timeout(value, vlen);
+    }
+#undef IS
+    return 0;
+}
+
+static void headers_done(struct grpc_call *st)
+{
+    struct grpc_server *srv = st->conn->srv;
+    if (!st->is_post) {
+        stream_http_status(st, "405");
+        return;
+    }
+    if (!st->is_grpc) {
+        stream_http_status(st, "415");
+        return;
+    }
+    char msg[256] = "";
+    if (st->path_long) {
+        stream_status(st, GRPC_UNIMPLEMENTED, "tierkv: the method's path is too long");
+        return;
+    }
+    if (!srv->cb->accept(st->path, st->path_len, msg, sizeof(msg), srv->data)) {
+        char dflt[PATH_MAX_BYTES + 64];
+        if (msg[0] == 0)
+            snprintf(dflt, sizeof(dflt), "unknown method %s", st->path);
+        stream_status(st, GRPC_UNIMPLEMENTED, msg[0] ? msg : dflt);
+    }
+}
+
+static int on_frame_recv(nghttp2_session *h2, const nghttp2_frame *f, void *user)
+{
+    struct gconn *c = user;
+    c->got_preface = true; /* nghttp2 checked the magic before any frame */
+    if (f->hd.type != NGHTTP2_HEADERS && f->hd.type != NGHTTP2_DATA)
+        return 0;
+    struct grpc_call *st = nghttp2_session_get_stream_user_data(h2, f->hd.stream_id);
+    if (st == NULL)
+        return 0;
+    bool end = (f->hd.flags & NGHTTP2_FLAG_END_STREAM) != 0;
+    if (end)
+        st->remote_done = true;
+    if (f->hd.type == NGHTTP2_HEADERS && f->headers.cat == NGHTTP2_HCAT_REQUEST &&
+        !st->answered)
+        headers_done(st);
+    if (end && !st->answered)
+        stream_dispatch(st);
+    return 0;
+}
+
+static int on_data_chunk(nghttp2_session *h2, uint8_t flags, int32_t id,
+                         const uint8_t *data, size_t len, void *user)
+{
+    (void)flags;
+    (void)user;
+    struct grpc_call *st = nghttp2_session_get_stream_user_data(h2, id);
+    if (st != NULL && !st->answered && !st->held)
+        stream_take(st, data, len);
+    return 0;
+}
+
+/* An answer that ended our half while the client is still sending: reset
+ * its half now (NO_ERROR), as gRPC servers do, so it stops. Submitted here,
+ * after the HEADERS went out, so the reset never overtakes the answer. */
+static int on_frame_send(nghttp2_session *h2, const nghttp2_frame *f, void *user)
+{
+    (void)user;
+    if (f->hd.type != NGHTTP2_HEADERS || !(f->hd.flags & NGHTTP2_FLAG_END_STREAM))
+        return 0;
+    struct grpc_call *st = nghttp2_session_get_stream_user_data(h2, f->hd.stream_id);
+    if (st != NULL && st->rst_after && !st->remote_done)
+        nghttp2_submit_rst_stream(h2, NGHTTP2_FLAG_NONE, st->id, NGHTTP2_NO_ERROR);
+    return 0;
+}
+
+static int on_stream_close(nghttp2_session *h2, int32_t id, uint32_t code, void *user)
+{
+    (void)code;
+    struct gconn *c = user;
+    struct grpc_call *st = nghttp2_session_get_stream_user_data(h2, id);
+    if (st != NULL) {
+        nghttp2_session_set_stream_user_data(h2, id, NULL);
+        stream_detach(st);
+    }
+    c->active_ms = tk_mono_ms();
+    return 0;
+}
+
+/* ---- the connection ------------------------------------------------------ */
+
+static void on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf)
+{
+    (void)h;
+    (void)hint;
+    static char room[64 * 1024]; /* one loop thread; consumed before returning */
+    buf->base = room;
+    buf->len = sizeof(room);
+}
+
+/* Reads while the connection's output and the server's are under their
+ * bounds; a client that does not take its answers is not read from. */
+static void conn_update_reading(struct gconn *c)
+{
+    const struct grpc_config *cfg = &c->srv->cfg;
+    bool want = !c->closing && c->reply_bytes + c->write_bytes < cfg->out_max &&
+                c->srv->out_total < cfg->out_total_max;
+    if (want == c->reading)
+        return;
+    c->reading = want;
+    if (want)
+        uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
+    else
+        uv_read_stop((uv_stream_t *)&c->tcp);
+}
+
+static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
+{
+    struct gconn *c = s->data;
+    if (nread == 0)
+        return;
+    if (nread < 0) {
+        conn_close(c);
+        return;
+    }
+    c->in_recv = true;
+    ssize_t rv =
+        nghttp2_session_mem_recv(c->h2, (const uint8_t *)buf->base, (size_t)nread);
+    c->in_recv = false;
+    if (rv < 0 || c->close_pending) {
+        conn_close(c); /* a bad preface, a protocol error or a flood */
+        return;
+    }
+    conn_flush(c);
+}
+
+static void on_conn_closed(uv_handle_t *h)
+{
+    struct gconn *c = h->data;
+    c->srv->n_conns--;
+    tk_free(c);
+}
+
+static void conn_close(struct gconn *c)
+{
+    if (c->closing)
+        return;
+    if (c->in_recv) {
+        c->close_pending = true;
+        return;
+    }
+    c->closing = true;
+    struct grpc_server *srv = c->srv;
+    while (c->streams)
+        stream_detach(c->streams);
+    nghttp2_session_del(c->h2);
+    c->h2 = NULL;
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        srv->conns = c->next;
+    if (c->next)
+        c->next->prev = c->prev;
+    uv_close((uv_handle_t *)&c->tcp, on_conn_closed);
+}
+
+static void on_written(uv_write_t *req, int status)
+{
+    struct wreq *w = req->data;
+    struct gconn *c = w->conn;
+    c->write_bytes -= w->len;
+    c->srv->out_total -= w->len;
+    tk_free(w->data);
+    tk_free(w);
+    if (c->closing)
+        return;
+    if (status != 0) {
+        conn_close(c);
+        return;
+    }
+    c->progress_ms = tk_mono_ms();
+    conn_flush(c);
+}
+
+/* Moves what nghttp2 has to send into uv_write requests of about 64 KiB,
+ * while the connection's writes in flight are under out_max. */
+static void conn_flush(struct gconn *c)
+{
+    if (c->closing || c->in_recv)
+        return;
+    const struct grpc_config *cfg = &c->srv->cfg;
+    while (c->write_bytes < cfg->out_max) {
+        struct wreq *w = NULL;
+        for (;;) {
+            const uint8_t *p;
+            ssize_t n = nghttp2_session_mem_send(c->h2, &p);
+            if (n < 0) {
+                if (w) {
+                    tk_free(w->data);
+                    tk_free(w);
+                }
+                conn_close(c);
+                return;
+            }
+            if (n == 0)
+                break;
+            if (w == NULL) {
+                w = tk_calloc(1, sizeof(*w));
+                w->conn = c;
+                w->cap = WRITE_CHUNK + (size_t)n;
+                w->data = tk_malloc(w->cap);
+            } else if (w->len + (size_t)n > w->cap) {
+                w->cap = w->len + (size_t)n;
+                w->data = tk_realloc(w->data, w->cap);
+            }
+            memcpy(w->data + w->len, p, (size_t)n);
+            w->len += (size_t)n;
+            if (w->len >= WRITE_CHUNK)
+                break;
+        }
+        if (w == NULL)
+            break;
+        uv_buf_t b = uv_buf_init((char *)w->data, (unsigned)w->len);
+        w->req.data = w;
+        c->write_bytes += w->len;
+        c->srv->out_total += w->len;
+        if (uv_write(&w->req, (uv_stream_t *)&c->tcp, &b, 1, on_written) != 0) {
+            c->write_bytes -= w->len;
+            c->srv->out_total -= w->len;
+            tk_free(w->data);
+            tk_free(w);
+            conn_close(c);
+            return;
+        }
+    }
+    if (!nghttp2_session_want_read(c->h2) && !nghttp2_session_want_write(c->h2) &&
+        c->write_bytes == 0) {
+        conn_close(c); /* GOAWAY exchanged and everything sent */
+        return;
+    }
+    conn_update_reading(c);
+}
+
+static nghttp2_session_callbacks *session_callbacks(void)
+{
+    static nghttp2_session_callbacks *cbs;
+    if (cbs == NULL) {
+        nghttp2_session_callbacks_new(&cbs);
+        nghttp2_session_callbacks_set_on_begin_headers_callback(cbs, on_begin_headers);
+        nghttp2_session_callbacks_set_on_header_callback(cbs, on_header);
+        nghttp2_session_callbacks_set_on_frame_recv_callback(cbs, on_frame_recv);
+        nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cbs, on_data_chunk);
+        nghttp2_session_callbacks_set_on_stream_close_callback(cbs, on_stream_close);
+        nghttp2_session_callbacks_set_on_frame_send_callback(cbs, on_frame_send);
+    }
+    return cbs;
+}
+
+static void on_connection(uv_stream_t *l, int status)
+{
+    struct grpc_server *srv = l->data;
+    if (status != 0)
+        return;
+    struct gconn *c = tk_calloc(1, sizeof(*c));
+    c->srv = srv;
+    uv_tcp_init(srv->loop, &c->tcp);
+    c->tcp.data = c;
+    srv->n_conns++;
+    if (uv_accept(l, (uv_stream_t *)&c->tcp) != 0 || srv->stopping ||
+        srv->n_conns > srv->cfg.conns_max) {
+        c->closing = true; /* never linked: only its handle to close */
+        uv_close((uv_handle_t *)&c->tcp, on_conn_closed);
+        return;
+    }
+    uv_tcp_nodelay(&c->tcp, 1);
+    nghttp2_option *opt;
+    nghttp2_option_new(&opt);
+    nghttp2_option_set_max_reserved_remote_streams(opt, 0);
+    nghttp2_session_server_new2(&c->h2, session_callbacks(), c, opt);
+    nghttp2_option_del(opt);
+    nghttp2_settings_entry iv[] = {
+        {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, srv->cfg.streams_max},
+        {NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE, (uint32_t)srv->cfg.header_max},
+        {NGHTTP2_SETTINGS_ENABLE_PUSH, 0},
+    };
+    nghttp2_submit_settings(c->h2, NGHTTP2_FLAG_NONE, iv, sizeof(iv) / sizeof(iv[0]));
+    c->born_ms = c->progress_ms = c->active_ms = tk_mono_ms();
+    c->next = srv->conns;
+    if (srv->conns)
+        srv->conns->prev = c;
+    srv->conns = c;
+    conn_flush(c); /* the SETTINGS, and starts reading */
+}
+
+/* Once a second: connections with no preface in time, with output that
+ * makes no progress, or idle. At most conns_max of them. */
+static void on_sweep(uv_timer_t *t)
+{
+    struct grpc_server *srv = t->data;
+    uint64_t now = tk_mono_ms();
+    const struct grpc_config *cfg = &srv->cfg;
+    struct gconn *next;
+    for (struct gconn *c = srv->conns; c != NULL; c = next) {
+        next = c->next;
+        bool stalled = c->reply_bytes + c->write_bytes > 0 &&
+                       now - c->progress_ms > cfg->write_timeout_ms;
+        bool no_preface = !c->got_preface && now - c->born_ms > cfg->preface_timeout_ms;
+        bool idle = c->n_streams == 0 && now - c->active_ms > cfg->idle_timeout_ms;
+        if (stalled || no_preface || idle)
+            conn_close(c);
+    }
+}
+
+/* ---- the server ------------------------------------------------------------ */
+
+struct grpc_server *grpc_server_new(const struct grpc_config *c,
+                                    const struct grpc_callbacks *cb, void *data)
+{
+    struct grpc_server *s = tk_calloc(1, sizeof(*s));
+    s->cfg = *c;
+    s->cb = cb;
+    s->data = data;
+    return s;
+}
+
+int grpc_server_listen(struct grpc_server *s, uv_loop_t *loop, const char *host,
+                       uint16_t port, char *err, size_t err_cap)
+{
+    s->loop = loop;
+    union {
+        struct sockaddr_in v4;
+        struct sockaddr_in6 v6;
+    } addr;
+    if (uv_ip4_addr(host, port, &addr.v4) != 0 &&
+        uv_ip6_addr(host, port, &addr.v6) != 0) {
+        snprintf(err, err_cap, "client listen address \"%s\" is not an IP literal", host);
+        return TK_EINVAL;
+    }
+    uv_tcp_init(loop, &s->listener);
+    s->listener.data = s;
+    uv_timer_init(loop, &s->sweep);
+    s->sweep.data = s;
+    s->listening = true;
+    int rc = uv_tcp_bind(&s->listener, (const struct sockaddr *)&addr, 0);
+    if (rc == 0)
+        rc = uv_listen((uv_stream_t *)&s->listener, 511, on_connection);
+    if (rc != 0) {
+        snprintf(err, err_cap, "cannot listen on %s:%u: %s", host, port, uv_strerror(rc));
+        return TK_EIO;
+    }
+    uv_timer_start(&s->sweep, on_sweep, SWEEP_MS, SWEEP_MS);
+    struct sockaddr_storage ss;
+    int len = sizeof(ss);
+    if (uv_tcp_getsockname(&s->listener, (struct sockaddr *)&ss, &len) == 0)
+        s->port =
+            ntohs(ss.ss_family == AF_INET ? ((struct sockaddr_in *)&ss)->sin_port
+                                          : ((struct sockaddr_in6 *)&ss)->sin6_port);
+    if (err_cap > 0)
+        err[0] = 0;
+    return 0;
+}
+
+uint16_t grpc_server_port(const struct grpc_server *s)
+{
+    return s->port;
+}
+
+void grpc_server_stop(struct grpc_server *s)
+{
+    s->stopping = true;
+    if (s->listening) {
+        s->listening = false;
+        uv_close((uv_handle_t *)&s->listener, NULL);
+        uv_close((uv_handle_t *)&s->sweep, NULL);
+    }
+    while (s->conns)
+        conn_close(s->conns);
+}
+
+void grpc_server_free(struct grpc_server *s)
+{
+    if (s == NULL)
+        return;
+    TK_ASSERT(s->n_conns == 0);
+    TK_ASSERT(s->calls == 0);
+    tk_free(s);
+}
+
+uint32_t grpc_server_conns(const struct grpc_server *s)
+{
+    return s->n_conns;
+}
+
+uint32_t grpc_server_calls(const struct grpc_server *s)
+{
+    return s->calls;
+}
+
+/* ---- answers ------------------------------------------------------------- */
+
+uint64_t grpc_call_timeout_ms(const struct grpc_call *call)
+{
+    return call->timeout_ms;
+}
+
+bool grpc_call_gone(const struct grpc_call *call)
+{
+    return !call->open || call->conn == NULL;
+}
+
+bool grpc_call_would_overload(const struct grpc_call *call, size_t bytes)
+{
+    const struct gconn *c = call->conn;
+    if (c == NULL)
+        return false;
+    const struct grpc_config *cfg = &c->srv->cfg;
+    return c->reply_bytes + c->write_bytes + bytes > cfg->out_max ||
+           c->srv->out_total + bytes > cfg->out_total_max;
+}
+
+/* The service is done with the call: true when its client is still there
+ * to answer; else the call is freed. */
+static bool call_release(struct grpc_call *call)
+{
+    TK_ASSERT(call->held);
+    call->held = false;
+    call->srv->calls--;
+    if (!call->open || call->conn == NULL) {
+        stream_free(call);
+        return false;
+    }
+    return true;
+}
+
+void grpc_call_reply(struct grpc_call *call, size_t len, grpc_fill_cb *fill,
+                     const void *arg)
+{
+    struct grpc_server *srv = call->srv;
+    if (!call_release(call))
+        return;
+    if (len > srv->cfg.msg_max) {
+        stream_status(call, GRPC_INTERNAL,
+                      "tierkv: the answer is over the message limit");
+        conn_flush(call->conn);
+        return;
+    }
+    struct gconn *c = call->conn;
+    call->out = tk_malloc(GRPC_PREFIX + len);
+    call->out[0] = 0;
+    call->out[1] = (uint8_t)(len >> 24);
+    call->out[2] = (uint8_t)(len >> 16);
+    call->out[3] = (uint8_t)(len >> 8);
+    call->out[4] = (uint8_t)len;
+    fill(call->out + GRPC_PREFIX, len, arg);
+    call->out_len = GRPC_PREFIX + len;
+    call->out_off = 0;
+    c->reply_bytes += call->out_len;
+    srv->out_total += call->out_len;
+    call->answered = true;
+    nghttp2_nv nva[] = {NV(":status", "200", 3),
+                        NV("content-type", "application/grpc", 16)};
+    nghttp2_data_provider dp = {.source.ptr = call, .read_callback = data_read};
+    if (nghttp2_submit_response(c->h2, call->id, nva, 2, &dp) != 0)
+        nghttp2_submit_rst_stream(c->h2, NGHTTP2_FLAG_NONE, call->id,
+                                  NGHTTP2_INTERNAL_ERROR);
+    conn_flush(c);
+}
+
+void grpc_call_fail(struct grpc_call *call, int code, const char *fmt, ...)
+{
+    if (!call_release(call))
+        return;
+    char msg[384];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    stream_status(call, code, msg);
+    conn_flush(call->conn);
+}

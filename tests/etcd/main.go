@@ -1,0 +1,504 @@
+// etcd-client: etcd's own Go client (go.etcd.io/etcd/client/v3 v3.6.16)
+// against tierkvd's --listen-client (etcdapi/), and hostile HTTP/2 peers
+// against the same port. Run by etcd_test.py, which starts the cluster and
+// checks the nodes' health after each mode.
+//
+//	etcd-client -mode functional -leader HOST:PORT -follower HOST:PORT
+//	etcd-client -mode hostile -target HOST:PORT
+//
+// Prints one line per check; exits 1 on the first failure.
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+)
+
+func fail(format string, a ...any) {
+	fmt.Printf("FAIL "+format+"\n", a...)
+	os.Exit(1)
+}
+
+func ok(format string, a ...any) {
+	fmt.Printf("ok   "+format+"\n", a...)
+}
+
+func client(ep string) *clientv3.Client {
+	c, err := clientv3.New(clientv3.Config{
+		Endpoints:   []string{ep},
+		DialTimeout: 10 * time.Second,
+		Logger:      zap.NewNop(),
+	})
+	if err != nil {
+		fail("dial %s: %v", ep, err)
+	}
+	return c
+}
+
+func ctx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), 15*time.Second)
+}
+
+// The gRPC code of an error; clientv3 turns etcd's known ones into
+// rpctypes.EtcdError values, which keep it.
+func codeOf(err error) codes.Code {
+	if e, ok := err.(rpctypes.EtcdError); ok {
+		return e.Code()
+	}
+	if s, ok := status.FromError(err); ok {
+		return s.Code()
+	}
+	return codes.Unknown
+}
+
+// The header every answer carries: this cluster and member, a revision at
+// least `minRev`, a term.
+func checkHeader(what string, h *pb.ResponseHeader, member uint64, minRev int64) {
+	if h == nil || h.ClusterId == 0 || h.MemberId == 0 || h.RaftTerm == 0 {
+		fail("%s: header %+v lacks cluster, member or term", what, h)
+	}
+	if member != 0 && h.MemberId != member {
+		fail("%s: header member %d, want %d", what, h.MemberId, member)
+	}
+	if h.Revision < minRev {
+		fail("%s: header revision %d < %d", what, h.Revision, minRev)
+	}
+}
+
+func functional(leaderEp, followerEp string) {
+	lc, fc := client(leaderEp), client(followerEp)
+	defer lc.Close()
+	defer fc.Close()
+	c, cancel := ctx()
+	defer cancel()
+
+	st, err := lc.Status(c, leaderEp)
+	if err != nil {
+		fail("Status on the leader: %v", err)
+	}
+	checkHeader("Status", st.Header, 0, 1)
+	if st.Leader != st.Header.MemberId || st.RaftTerm == 0 || st.Version == "" {
+		fail("Status: leader %d member %d term %d version %q", st.Leader,
+			st.Header.MemberId, st.RaftTerm, st.Version)
+	}
+	leaderID := st.Header.MemberId
+	fst, err := fc.Status(c, followerEp)
+	if err != nil || fst.Leader != leaderID || fst.Header.MemberId == leaderID {
+		fail("Status on the follower: %v %+v", err, fst)
+	}
+	if fst.Header.ClusterId != st.Header.ClusterId {
+		fail("cluster ids differ: %d %d", fst.Header.ClusterId, st.Header.ClusterId)
+	}
+	ok("Status: leader %d, term %d, version %s", st.Leader, st.RaftTerm, st.Version)
+
+	ml, err := fc.MemberList(c)
+	if err != nil || len(ml.Members) != 3 {
+		fail("MemberList: %v %+v", err, ml)
+	}
+	checkHeader("MemberList", ml.Header, fst.Header.MemberId, 1)
+	ok("MemberList: 3 members")
+
+	// Put through the follower (forwarded to the leader) and the leader.
+	p1, err := fc.Put(c, "/etcd-test/a", "1")
+	if err != nil {
+		fail("Put via follower: %v", err)
+	}
+	checkHeader("Put", p1.Header, fst.Header.MemberId, 1)
+	p2, err := lc.Put(c, "/etcd-test/b", "2")
+	if err != nil {
+		fail("Put via leader: %v", err)
+	}
+	if p2.Header.Revision <= p1.Header.Revision {
+		fail("revisions do not grow: %d then %d", p1.Header.Revision, p2.Header.Revision)
+	}
+	p3, err := lc.Put(c, "/etcd-test/a", "11")
+	if err != nil {
+		fail("second Put: %v", err)
+	}
+	ok("Put: revisions %d < %d < %d", p1.Header.Revision, p2.Header.Revision,
+		p3.Header.Revision)
+
+	// Linearizable Get on the follower sees the leader's last write.
+	g, err := fc.Get(c, "/etcd-test/a")
+	if err != nil || len(g.Kvs) != 1 {
+		fail("Get via follower: %v %+v", err, g)
+	}
+	kv := g.Kvs[0]
+	if string(kv.Value) != "11" || kv.Version != 2 || kv.CreateRevision != p1.Header.Revision ||
+		kv.ModRevision != p3.Header.Revision || g.Count != 1 || g.More {
+		fail("Get: %+v (count %d more %v), want value 11 version 2 create %d mod %d", kv,
+			g.Count, g.More, p1.Header.Revision, p3.Header.Revision)
+	}
+	if g.Header.Revision < p3.Header.Revision {
+		fail("Get header revision %d before the write %d", g.Header.Revision,
+			p3.Header.Revision)
+	}
+	ok("Get via follower: value, version, create and mod revision")
+
+	miss, err := lc.Get(c, "/etcd-test/missing")
+	if err != nil || len(miss.Kvs) != 0 || miss.Count != 0 {
+		fail("Get of a missing key: %v %+v", err, miss)
+	}
+	ok("Get of a missing key: no kvs, count 0")
+
+	for i := 0; i < 5; i++ {
+		if _, err := lc.Put(c, fmt.Sprintf("/etcd-test/p/%d", i), "v"); err != nil {
+			fail("Put p/%d: %v", i, err)
+		}
+	}
+	pre, err := fc.Get(c, "/etcd-test/p/", clientv3.WithPrefix())
+	if err != nil || len(pre.Kvs) != 5 || pre.Count != 5 || pre.More {
+		fail("prefix Get: %v %+v", err, pre)
+	}
+	for i, kv := range pre.Kvs {
+		if string(kv.Key) != fmt.Sprintf("/etcd-test/p/%d", i) {
+			fail("prefix Get: key %d is %q", i, kv.Key)
+		}
+	}
+	lim, err := lc.Get(c, "/etcd-test/p/", clientv3.WithPrefix(), clientv3.WithLimit(2))
+	if err != nil || len(lim.Kvs) != 2 || lim.Count != 5 || !lim.More {
+		fail("prefix Get limit 2: %v %+v", err, lim)
+	}
+	cnt, err := lc.Get(c, "/etcd-test/p/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil || len(cnt.Kvs) != 0 || cnt.Count != 5 {
+		fail("count only: %v %+v", err, cnt)
+	}
+	ko, err := lc.Get(c, "/etcd-test/p/", clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil || len(ko.Kvs) != 5 || len(ko.Kvs[0].Value) != 0 {
+		fail("keys only: %v %+v", err, ko)
+	}
+	fk, err := lc.Get(c, "/etcd-test/b", clientv3.WithFromKey())
+	if err != nil || fk.Count < 1 || string(fk.Kvs[0].Key) != "/etcd-test/b" {
+		fail("from key: %v %+v", err, fk)
+	}
+	rg, err := lc.Get(c, "/etcd-test/p/1", clientv3.WithRange("/etcd-test/p/3"))
+	if err != nil || rg.Count != 2 {
+		fail("range [p/1, p/3): %v %+v", err, rg)
+	}
+	mm, err := lc.Get(c, "/etcd-test/", clientv3.WithPrefix(),
+		clientv3.WithMinModRev(p3.Header.Revision+1))
+	if err != nil || mm.Count != 5 {
+		fail("min mod revision: %v count %d", err, mm.Count)
+	}
+	ok("Range: prefix, limit+more, count only, keys only, from key, range, min mod rev")
+
+	// A historic revision: etcd's compacted error; a future one: its own.
+	_, err = lc.Get(c, "/etcd-test/a", clientv3.WithRev(p1.Header.Revision))
+	if err != rpctypes.ErrCompacted || codeOf(err) != codes.OutOfRange {
+		fail("Get at an old revision: %v (want %v)", err, rpctypes.ErrCompacted)
+	}
+	_, err = lc.Get(c, "/etcd-test/a", clientv3.WithRev(1<<40))
+	if err != rpctypes.ErrFutureRev {
+		fail("Get at a future revision: %v", err)
+	}
+	ok("Range at a revision: compacted / future revision errors")
+
+	// Delete: one key through the follower, then a prefix through the leader.
+	d1, err := fc.Delete(c, "/etcd-test/a")
+	if err != nil || d1.Deleted != 1 {
+		fail("Delete via follower: %v %+v", err, d1)
+	}
+	checkHeader("Delete", d1.Header, fst.Header.MemberId, p3.Header.Revision+1)
+	d0, err := lc.Delete(c, "/etcd-test/a")
+	if err != nil || d0.Deleted != 0 {
+		fail("Delete of a deleted key: %v %+v", err, d0)
+	}
+	dp, err := lc.Delete(c, "/etcd-test/p/", clientv3.WithPrefix())
+	if err != nil || dp.Deleted != 5 {
+		fail("Delete prefix: %v %+v", err, dp)
+	}
+	after, err := fc.Get(c, "/etcd-test/", clientv3.WithPrefix())
+	if err != nil || after.Count != 1 || string(after.Kvs[0].Key) != "/etcd-test/b" {
+		fail("after deletes: %v %+v", err, after)
+	}
+	ok("DeleteRange: one key via follower (1, then 0), a prefix (5)")
+
+	// Refusals etcd clients know.
+	_, err = lc.Put(c, "", "x")
+	if err != rpctypes.ErrEmptyKey || codeOf(err) != codes.InvalidArgument {
+		fail("Put of an empty key: %v", err)
+	}
+	// A client that sends up to 8 MiB (clientv3's own limit is 2 MiB): the
+	// server refuses the 3 MiB message itself.
+	bc, err := clientv3.New(clientv3.Config{Endpoints: []string{leaderEp},
+		DialTimeout: 10 * time.Second, Logger: zap.NewNop(), MaxCallSendMsgSize: 8 << 20})
+	if err != nil {
+		fail("dial: %v", err)
+	}
+	_, err = bc.Put(c, "/etcd-test/big", strings.Repeat("x", 3<<20))
+	bc.Close()
+	if codeOf(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "tierkv") {
+		fail("Put of 3 MiB: %v (want the server's ResourceExhausted)", err)
+	}
+	ok("refused: empty key (InvalidArgument), 3 MiB message (the server's ResourceExhausted)")
+
+	// Methods not served yet: Unimplemented, the connection still usable.
+	_, err = lc.Grant(c, 10)
+	if codeOf(err) != codes.Unimplemented {
+		fail("LeaseGrant: %v (want Unimplemented)", err)
+	}
+	_, err = lc.Compact(c, 1)
+	if codeOf(err) != codes.Unimplemented {
+		fail("Compact: %v (want Unimplemented)", err)
+	}
+	_, err = lc.Txn(c).If(clientv3.Compare(clientv3.Version("/etcd-test/b"), "=", 1)).
+		Then(clientv3.OpPut("/etcd-test/t", "1")).Commit()
+	if codeOf(err) != codes.Unimplemented {
+		fail("Txn: %v (want Unimplemented)", err)
+	}
+	wc := lc.Watch(c, "/etcd-test/")
+	select {
+	case wr := <-wc:
+		if wr.Err() == nil && !wr.Canceled {
+			fail("Watch: %+v (want an error)", wr)
+		}
+	case <-time.After(10 * time.Second):
+		fail("Watch: no answer in 10 s")
+	}
+	if _, err := lc.Get(c, "/etcd-test/b"); err != nil {
+		fail("Get after the unimplemented calls: %v", err)
+	}
+	ok("Unimplemented: LeaseGrant, Compact, Txn, Watch; the client goes on")
+}
+
+// ---- hostile peers --------------------------------------------------------
+
+// Reads until the server closes the connection, within `limit`.
+func closedWithin(conn net.Conn, limit time.Duration) bool {
+	conn.SetReadDeadline(time.Now().Add(limit))
+	_, err := io.Copy(io.Discard, conn)
+	if ne, ok := err.(net.Error); ok && ne.Timeout() {
+		return false
+	}
+	return true
+}
+
+func h2conn(target string) (net.Conn, *http2.Framer) {
+	conn, err := net.DialTimeout("tcp", target, 5*time.Second)
+	if err != nil {
+		fail("dial %s: %v", target, err)
+	}
+	conn.Write([]byte(http2.ClientPreface))
+	fr := http2.NewFramer(conn, conn)
+	fr.ReadMetaHeaders = hpack.NewDecoder(65536, nil) // one per connection
+	fr.WriteSettings()
+	return conn, fr
+}
+
+func headerBlock(path string) []byte {
+	var b bytes.Buffer
+	enc := hpack.NewEncoder(&b)
+	for _, f := range [][2]string{{":method", "POST"}, {":scheme", "http"},
+		{":path", path}, {":authority", "x"}, {"content-type", "application/grpc"},
+		{"te", "trailers"}} {
+		enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
+	}
+	return b.Bytes()
+}
+
+// The grpc-status of stream `id`, reading frames for up to 10 s.
+func grpcStatus(conn net.Conn, fr *http2.Framer, id uint32) string {
+	conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	for {
+		f, err := fr.ReadFrame()
+		if err != nil {
+			fail("reading stream %d's answer: %v", id, err)
+		}
+		if mh, ok := f.(*http2.MetaHeadersFrame); ok && mh.StreamID == id {
+			if s := mh.PseudoValue("status"); s != "" && s != "200" {
+				return "http " + s
+			}
+			for _, hf := range mh.Fields {
+				if hf.Name == "grpc-status" {
+					return hf.Value
+				}
+			}
+		}
+		if rs, ok := f.(*http2.RSTStreamFrame); ok && rs.StreamID == id {
+			return "rst " + rs.ErrCode.String()
+		}
+	}
+}
+
+func rangeMsg(key string, rangeEnd string) []byte {
+	req := &pb.RangeRequest{Key: []byte(key), RangeEnd: []byte(rangeEnd), Serializable: true}
+	m, _ := req.Marshal()
+	out := make([]byte, 5+len(m))
+	binary.BigEndian.PutUint32(out[1:], uint32(len(m)))
+	copy(out[5:], m)
+	return out
+}
+
+func hostile(target string) {
+	// 1. Garbage instead of the preface: closed at once.
+	conn, err := net.DialTimeout("tcp", target, 5*time.Second)
+	if err != nil {
+		fail("dial: %v", err)
+	}
+	conn.Write([]byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n\x00\xff garbage garbage garbage"))
+	if !closedWithin(conn, 10*time.Second) {
+		fail("garbage preface: the connection stayed open for 10 s")
+	}
+	conn.Close()
+	ok("garbage instead of the HTTP/2 preface: connection closed")
+
+	// 2. A declared message length over the bound: RESOURCE_EXHAUSTED
+	// before any of its bytes are sent.
+	conn, fr := h2conn(target)
+	fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: headerBlock(
+		"/etcdserverpb.KV/Put"), EndHeaders: true})
+	prefix := []byte{0, 0, 0, 0, 0}
+	binary.BigEndian.PutUint32(prefix[1:], 100<<20)
+	fr.WriteData(1, false, prefix)
+	if s := grpcStatus(conn, fr, 1); s != "8" {
+		fail("declared 100 MiB message: grpc-status %q, want 8", s)
+	}
+	// An unknown method on the same connection: 12 at once.
+	fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 3, BlockFragment: headerBlock(
+		"/etcdserverpb.Lease/LeaseGrant"), EndHeaders: true})
+	if s := grpcStatus(conn, fr, 3); s != "12" {
+		fail("LeaseGrant: grpc-status %q, want 12", s)
+	}
+	conn.Close()
+	ok("declared 100 MiB message: RESOURCE_EXHAUSTED (8); unknown method: 12")
+
+	// 3. Many concurrent streams on one raw connection: past 128 refused,
+	// the ones within answered.
+	conn, fr = h2conn(target)
+	const n = 300
+	for i := 0; i < n; i++ {
+		id := uint32(2*i + 1)
+		fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: headerBlock(
+			"/etcdserverpb.KV/Range"), EndHeaders: true})
+	}
+	conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	refused := 0
+	for refused == 0 {
+		f, err := fr.ReadFrame()
+		if err != nil {
+			break // the server may also end the connection: fine
+		}
+		if rs, ok := f.(*http2.RSTStreamFrame); ok && rs.ErrCode != http2.ErrCodeNo {
+			refused++
+		}
+		if _, ok := f.(*http2.GoAwayFrame); ok {
+			refused++
+		}
+	}
+	if refused == 0 {
+		fail("300 open streams: none refused")
+	}
+	conn.Close()
+	// ... and through grpc-go, which queues past the server's limit: every
+	// one of 500 concurrent calls on one connection answers.
+	cc, err := grpc.NewClient(target, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		fail("grpc dial: %v", err)
+	}
+	kvc := pb.NewKVClient(cc)
+	var wg sync.WaitGroup
+	errs := make(chan error, 500)
+	for i := 0; i < 500; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c, cancel := ctx()
+			defer cancel()
+			_, err := kvc.Range(c, &pb.RangeRequest{Key: []byte("/h/x")})
+			if err != nil {
+				errs <- err
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		fail("500 concurrent calls: %v", err)
+	}
+	cc.Close()
+	ok("300 raw streams: past the limit refused; 500 concurrent grpc calls all answered")
+
+	// 4. A client that never reads: values of 512 KiB asked again and again
+	// over one connection whose answers are never taken, for 20 s. The
+	// server holds at most out_max of answers for it (past that it answers
+	// RESOURCE_EXHAUSTED, and stops reading it once its output is over the
+	// bound); etcd_test.py checks the node's memory after.
+	lc := client(target)
+	c, cancel := ctx()
+	val := strings.Repeat("v", 512<<10)
+	for i := 0; i < 4; i++ {
+		if _, err := lc.Put(c, fmt.Sprintf("/h/big/%d", i), val); err != nil {
+			fail("Put big: %v", err)
+		}
+	}
+	cancel()
+	lc.Close()
+	conn, fr = h2conn(target)
+	if tc, ok := conn.(*net.TCPConn); ok {
+		tc.SetReadBuffer(4096)
+	}
+	msg := rangeMsg("/h/big/", "/h/big0")
+	sent, blocked := 0, false
+	deadline := time.Now().Add(20 * time.Second)
+	for id := uint32(1); time.Now().Before(deadline) && id < 1<<20; id += 2 {
+		conn.SetWriteDeadline(time.Now().Add(3 * time.Second))
+		if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id,
+			BlockFragment: headerBlock("/etcdserverpb.KV/Range"), EndHeaders: true}); err != nil {
+			blocked = true
+			break
+		}
+		if err := fr.WriteData(id, true, msg); err != nil {
+			blocked = true
+			break
+		}
+		sent++
+	}
+	fmt.Printf("     never-reading client: %d requests written; the server stopped reading: %v\n",
+		sent, blocked)
+	// Still healthy for others while that connection is held open.
+	lc = client(target)
+	c, cancel = ctx()
+	if _, err := lc.Get(c, "/h/big/0"); err != nil {
+		fail("Get beside the never-reading client: %v", err)
+	}
+	cancel()
+	lc.Close()
+	conn.Close()
+	ok("a client that never reads: others served beside it")
+}
+
+func main() {
+	mode := flag.String("mode", "functional", "functional or hostile")
+	leader := flag.String("leader", "", "the leader's --listen-client")
+	follower := flag.String("follower", "", "a follower's --listen-client")
+	target := flag.String("target", "", "hostile: the node to attack")
+	flag.Parse()
+	switch *mode {
+	case "functional":
+		functional(*leader, *follower)
+	case "hostile":
+		hostile(*target)
+	default:
+		fail("unknown mode %q", *mode)
+	}
+}
