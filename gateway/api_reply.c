@@ -223,11 +223,14 @@ static void respond_no_leader(struct api_req *req, const char *retry)
     node_status(req->gw->node, &st);
     if (st.rejected)
         http_respond_error(req->http, 503, "not_a_member", NULL,
-                           "the cluster refused node %llu: its id belongs to another "
-                           "data directory (this one is new or was wiped); it serves "
-                           "nothing: remove id %llu (tierkv member remove %llu) and add "
+                           "the cluster refused node %llu and it serves nothing. Either "
+                           "its id belongs to another data directory (this one is new or "
+                           "was wiped): remove id %llu (tierkv member remove %llu) and add "
                            "this node again under a new id with an empty data directory "
-                           "(docs/operations.md, \"Replace a failed node\")",
+                           "(docs/operations.md, \"Replace a failed node\"); or the "
+                           "cluster was recovered with --force-new-cluster without it: "
+                           "its data is stale, so empty its data directory and add it "
+                           "under a new id (the members' logs name the reason)",
                            (unsigned long long)st.id, (unsigned long long)st.id,
                            (unsigned long long)st.id);
     else if (st.removed)
