@@ -16,12 +16,7 @@
 static struct raft_message vote_msg(uint64_t from, uint64_t to, uint64_t term,
                                     uint64_t last_index, uint64_t last_term)
 {
-    struct raft_message m;
-    memset(&m, 0, sizeof(m));
-    m.type = RAFT_MSG_VOTE;
-    m.from = from;
-    m.to = to;
-    m.term = term;
+    struct raft_message m = rf_msg(RAFT_MSG_VOTE, from, to, term);
     m.u.vote.last_log_index = last_index;
     m.u.vote.last_log_term = last_term;
     return m;
@@ -175,12 +170,7 @@ START_TEST(test_higher_term_in_response_makes_leader_follower)
     struct rf_cluster *c = rf_new(3, NULL);
     uint64_t t = rf_elect(c, 1);
 
-    struct raft_message m;
-    memset(&m, 0, sizeof(m));
-    m.type = RAFT_MSG_APPEND_RESP;
-    m.from = 2;
-    m.to = 1;
-    m.term = t + 5;
+    struct raft_message m = rf_msg(RAFT_MSG_APPEND_RESP, 2, 1, t + 5);
     m.u.append_resp.reject = true;
     m.u.append_resp.index = 1;
     rf_step(c, &m);
@@ -205,12 +195,7 @@ START_TEST(test_higher_term_in_vote_response_makes_candidate_follower)
     ck_assert_uint_eq(raft_term(r), 1);
     ck_assert_uint_eq(raft_vote(r), 1);
 
-    struct raft_message m;
-    memset(&m, 0, sizeof(m));
-    m.type = RAFT_MSG_VOTE_RESP;
-    m.from = 2;
-    m.to = 1;
-    m.term = 4;
+    struct raft_message m = rf_msg(RAFT_MSG_VOTE_RESP, 2, 1, 4);
     m.u.vote_resp.granted = false;
     rf_step(c, &m);
 
@@ -229,11 +214,7 @@ START_TEST(test_higher_term_in_append_clears_vote_and_sets_leader)
     rf_step(c, &m);
     ck_assert_uint_eq(raft_vote(r), 1);
 
-    memset(&m, 0, sizeof(m));
-    m.type = RAFT_MSG_APPEND;
-    m.from = 3;
-    m.to = 2;
-    m.term = 4;
+    m = rf_msg(RAFT_MSG_APPEND, 3, 2, 4);
     rf_step(c, &m);
 
     assert_follower_of(c, 2, 4);
@@ -479,12 +460,8 @@ START_TEST(test_huge_term_is_refused)
     uint64_t term = raft_term(r2);
     const uint64_t huge[] = {UINT64_MAX, RAFT_TERM_CEIL + 1, term + RAFT_TERM_LEAP + 1};
     for (size_t i = 0; i < 3; i++) {
-        struct raft_message m;
-        memset(&m, 0, sizeof(m));
-        m.type = RAFT_MSG_APPEND;
-        m.from = 3; /* a member, lying */
-        m.to = 2;
-        m.term = huge[i];
+        /* from 3: a member, lying */
+        struct raft_message m = rf_msg(RAFT_MSG_APPEND, 3, 2, huge[i]);
         ck_assert_int_eq(raft_step(r2, &m), TK_ERANGE);
         m.type = RAFT_MSG_VOTE;
         ck_assert_int_eq(raft_step(r2, &m), TK_ERANGE);
@@ -533,12 +510,7 @@ START_TEST(test_non_member_cannot_change_term_or_leader)
     const int types[] = {RAFT_MSG_TIMEOUT_NOW, RAFT_MSG_VOTE};
     for (size_t i = 0; i < 2; i++) {
         for (uint64_t dt = 0; dt < 2; dt++) {
-            struct raft_message m;
-            memset(&m, 0, sizeof(m));
-            m.type = types[i];
-            m.from = 99;
-            m.to = 2;
-            m.term = term + dt * 5;
+            struct raft_message m = rf_msg(types[i], 99, 2, term + dt * 5);
             m.u.vote.last_log_index = 1000;
             m.u.vote.last_log_term = term + 5;
             ck_assert_int_eq(raft_step(r2, &m), 0);

@@ -672,12 +672,7 @@ static void corrupt_and_call(struct rf_cluster *c, int k)
     if (corruptions[k].call == 0) {
         raft_tick(r);
     } else if (corruptions[k].call == 1) {
-        struct raft_message m;
-        memset(&m, 0, sizeof(m));
-        m.type = RAFT_MSG_READ_INDEX_RESP;
-        m.from = 2;
-        m.to = 1;
-        m.term = raft_term(r);
+        struct raft_message m = rf_msg(RAFT_MSG_READ_INDEX_RESP, 2, 1, raft_term(r));
         raft_step(r, &m);
     } else {
         struct raft_ready rd;

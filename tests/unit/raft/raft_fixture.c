@@ -31,6 +31,17 @@ static void *rf_grow(void *v, size_t *cap, size_t need, size_t elem)
     return nv;
 }
 
+struct raft_message rf_msg(int type, uint64_t from, uint64_t to, uint64_t term)
+{
+    struct raft_message m;
+    memset(&m, 0, sizeof(m));
+    m.type = (uint8_t)type;
+    m.from = from;
+    m.to = to;
+    m.term = term;
+    return m;
+}
+
 void rf_msg_copy(struct raft_message *dst, const struct raft_message *src)
 {
     *dst = *src;

@@ -199,6 +199,9 @@ uint64_t rf_store_last_index(const struct rf_cluster *c, uint64_t id);
  * node `a`'s core log from index `from` to a's last index. */
 void rf_assert_logs_equal(struct rf_cluster *c, uint64_t a, uint64_t b, uint64_t from);
 
+/* A message of `type` (enum raft_msg_type) from -> to at term, every other
+ * field zero. */
+struct raft_message rf_msg(int type, uint64_t from, uint64_t to, uint64_t term);
 /* Deep copy and release of a message (entries array and payload refs). */
 void rf_msg_copy(struct raft_message *dst, const struct raft_message *src);
 void rf_msg_release(struct raft_message *m);

@@ -308,12 +308,7 @@ START_TEST(test_learner_never_campaigns_and_does_not_count)
     ck_assert_uint_eq(rf_queued_count(c, 4, 0, RAFT_MSG_VOTE), 0);
     ck_assert_uint_eq(rf_trace_count(c, 4, 0, RAFT_MSG_VOTE), 0);
     /* TimeoutNow makes a voter campaign; a learner ignores it. */
-    struct raft_message tn;
-    memset(&tn, 0, sizeof(tn));
-    tn.type = RAFT_MSG_TIMEOUT_NOW;
-    tn.from = 1;
-    tn.to = 4;
-    tn.term = raft_term(r1);
+    struct raft_message tn = rf_msg(RAFT_MSG_TIMEOUT_NOW, 1, 4, raft_term(r1));
     rf_step(c, &tn);
     ck_assert_int_eq(raft_role(r4), RAFT_FOLLOWER);
     rf_net_clear(c);
@@ -338,12 +333,8 @@ START_TEST(test_non_member_vote_does_not_disrupt)
     struct raft *r2 = rf_raft(c, 2);
     uint64_t term = raft_term(r2);
     for (int pre = 0; pre <= 1; pre++) {
-        struct raft_message v;
-        memset(&v, 0, sizeof(v));
-        v.type = RAFT_MSG_VOTE;
-        v.from = 4; /* a spare core, not a member */
-        v.to = 2;
-        v.term = term + 5;
+        /* from 4: a spare core, not a member */
+        struct raft_message v = rf_msg(RAFT_MSG_VOTE, 4, 2, term + 5);
         v.u.vote.last_log_index = 1000;
         v.u.vote.last_log_term = term + 4;
         v.u.vote.pre_vote = pre;
@@ -355,12 +346,7 @@ START_TEST(test_non_member_vote_does_not_disrupt)
     }
     /* The same from a learner. */
     add_learner(c, 1, 4);
-    struct raft_message v;
-    memset(&v, 0, sizeof(v));
-    v.type = RAFT_MSG_VOTE;
-    v.from = 4;
-    v.to = 3;
-    v.term = term + 5;
+    struct raft_message v = rf_msg(RAFT_MSG_VOTE, 4, 3, term + 5);
     v.u.vote.last_log_index = 1000;
     v.u.vote.last_log_term = term + 4;
     rf_step(c, &v);
@@ -430,12 +416,7 @@ START_TEST(test_snapshot_with_malformed_config_is_refused)
     uint64_t commit = raft_commit(r2);
     static const uint64_t bad[][3] = {{1, 1, 2}, {1, 0, 2}};
     for (size_t k = 0; k < 2; k++) {
-        struct raft_message m;
-        memset(&m, 0, sizeof(m));
-        m.type = RAFT_MSG_SNAPSHOT;
-        m.from = 1;
-        m.to = 2;
-        m.term = raft_term(r2);
+        struct raft_message m = rf_msg(RAFT_MSG_SNAPSHOT, 1, 2, raft_term(r2));
         m.u.snapshot.meta.index = commit + 100;
         m.u.snapshot.meta.term = raft_term(r2);
         m.u.snapshot.meta.config.n_voters = 3;
@@ -458,12 +439,7 @@ END_TEST
  * what it took; raft_free frees one the driver never took. */
 static struct raft_message snapshot_over(struct raft *r, uint64_t index)
 {
-    struct raft_message m;
-    memset(&m, 0, sizeof(m));
-    m.type = RAFT_MSG_SNAPSHOT;
-    m.from = 1;
-    m.to = raft_id(r);
-    m.term = raft_term(r);
+    struct raft_message m = rf_msg(RAFT_MSG_SNAPSHOT, 1, raft_id(r), raft_term(r));
     m.u.snapshot.meta.index = index;
     m.u.snapshot.meta.term = raft_term(r);
     m.u.snapshot.meta.config.n_voters = 3;

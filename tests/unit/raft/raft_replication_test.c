@@ -18,12 +18,7 @@ static struct raft_message append_msg(uint64_t from, uint64_t to, uint64_t term,
                                       uint64_t prev_index, uint64_t prev_term,
                                       uint64_t commit, struct raft_entry *e, uint32_t n)
 {
-    struct raft_message m;
-    memset(&m, 0, sizeof(m));
-    m.type = RAFT_MSG_APPEND;
-    m.from = from;
-    m.to = to;
-    m.term = term;
+    struct raft_message m = rf_msg(RAFT_MSG_APPEND, from, to, term);
     m.u.append.prev_index = prev_index;
     m.u.append.prev_term = prev_term;
     m.u.append.commit = commit;
