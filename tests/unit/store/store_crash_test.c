@@ -445,8 +445,7 @@ int main(int argc, char **argv)
                 seconds);
         failed = 1;
     }
-    tl_rmrf(dir);
-    free(dir);
+    tl_tmpdir_drop(dir);
     free(acked_term);
     return failed ? 1 : 0;
 }

@@ -167,11 +167,11 @@ static void copy_dir(const char *from, const char *to)
     closedir(d);
 }
 
-/* A fresh directory holding a copy of the log build(N_ENTRIES, 10) makes;
- * the log is built once per test process. */
+/* A fresh directory holding a copy of the log build(N_ENTRIES, 10) makes,
+ * its layout in *L; the log is built once per test process. */
 static char *template_dir;
 
-static char *fresh_log(const char *tag)
+static char *fresh_log(const char *tag, struct layout *L)
 {
     if (template_dir == NULL) {
         template_dir = tl_tmpdir("template");
@@ -179,14 +179,14 @@ static char *fresh_log(const char *tag)
     }
     char *dir = tl_tmpdir(tag);
     copy_dir(template_dir, dir);
+    scan_layout(dir, N_ENTRIES, L);
     return dir;
 }
 
 static void template_teardown(void)
 {
     if (template_dir != NULL) {
-        tl_rmrf(template_dir);
-        free(template_dir);
+        tl_tmpdir_drop(template_dir);
         template_dir = NULL;
     }
 }
@@ -287,6 +287,14 @@ static void expect_refusal(const char *dir, const char *file, uint64_t off,
                   (unsigned long long)index);
 }
 
+/* expect_refusal, then the directory goes. */
+static void refused_then_drop(char *dir, const char *file, uint64_t off, uint64_t index)
+{
+    char err[STORE_ERRMSG_MAX];
+    expect_refusal(dir, file, off, index, err, sizeof(err));
+    tl_tmpdir_drop(dir);
+}
+
 static void write_at(const char *path, uint64_t off, const void *buf, size_t len)
 {
     int fd = open(path, O_WRONLY);
@@ -306,9 +314,8 @@ START_TEST(test_cut_last_segment_recovers_to_last_whole_record)
     struct tk_prng p;
     tk_prng_seed(&p, 42);
     for (int iter = 0; iter < 16; iter++) {
-        char *dir = fresh_log("cut");
         struct layout L;
-        scan_layout(dir, N_ENTRIES, &L);
+        char *dir = fresh_log("cut", &L);
         ck_assert_uint_ge(L.nsegs, 3);
         size_t last = L.nsegs - 1;
         uint64_t cut = iter == 0   ? L.used[last]
@@ -316,8 +323,7 @@ START_TEST(test_cut_last_segment_recovers_to_last_whole_record)
                                    : tk_prng_below(&p, L.used[last] + 1);
         ck_assert_int_eq(truncate(L.path[last], (off_t)cut), 0);
         verify(dir, expected_last(&L, last, cut));
-        tl_rmrf(dir);
-        free(dir);
+        tl_tmpdir_drop(dir);
     }
 }
 END_TEST
@@ -328,24 +334,21 @@ START_TEST(test_zero_filled_tail_recovers_to_last_whole_record)
     tk_prng_seed(&p, 7);
     static uint8_t z[SEG_BYTES];
     for (int iter = 0; iter < 16; iter++) {
-        char *dir = fresh_log("zero");
         struct layout L;
-        scan_layout(dir, N_ENTRIES, &L);
+        char *dir = fresh_log("zero", &L);
         size_t last = L.nsegs - 1;
         uint64_t from = tk_prng_below(&p, L.used[last]);
         write_at(L.path[last], from, z, L.used[last] - from);
         verify(dir, expected_last(&L, last, from));
-        tl_rmrf(dir);
-        free(dir);
+        tl_tmpdir_drop(dir);
     }
 }
 END_TEST
 
 START_TEST(test_garbage_after_tail_is_dropped)
 {
-    char *dir = fresh_log("garbage");
     struct layout L;
-    scan_layout(dir, N_ENTRIES, &L);
+    char *dir = fresh_log("garbage", &L);
     size_t last = L.nsegs - 1;
     uint8_t junk[300];
     struct tk_prng p;
@@ -354,8 +357,7 @@ START_TEST(test_garbage_after_tail_is_dropped)
         junk[i] = (uint8_t)tk_prng_next(&p);
     write_at(L.path[last], L.used[last], junk, sizeof(junk));
     verify(dir, N_ENTRIES);
-    tl_rmrf(dir);
-    free(dir);
+    tl_tmpdir_drop(dir);
 }
 END_TEST
 
@@ -364,9 +366,8 @@ START_TEST(test_flipped_byte_in_sealed_segment_refuses_naming_it)
     struct tk_prng p;
     tk_prng_seed(&p, 99);
     for (int iter = 0; iter < 12; iter++) {
-        char *dir = fresh_log("flip");
         struct layout L;
-        scan_layout(dir, N_ENTRIES, &L);
+        char *dir = fresh_log("flip", &L);
         size_t seg = tk_prng_below(&p, L.nsegs - 1); /* not the last */
         uint64_t off = tk_prng_below(&p, L.used[seg]);
         int fd = open(L.path[seg], O_RDWR);
@@ -377,10 +378,7 @@ START_TEST(test_flipped_byte_in_sealed_segment_refuses_naming_it)
         close(fd);
         uint64_t rec_off, rec_index;
         damage_at(&L, seg, off, &rec_off, &rec_index);
-        char err[STORE_ERRMSG_MAX];
-        expect_refusal(dir, L.path[seg], rec_off, rec_index, err, sizeof(err));
-        tl_rmrf(dir);
-        free(dir);
+        refused_then_drop(dir, L.path[seg], rec_off, rec_index);
     }
 }
 END_TEST
@@ -408,10 +406,7 @@ START_TEST(test_flipped_byte_before_synced_records_in_last_segment_refuses)
     uint64_t off = SEG_HDR + 20;
     uint8_t b = 0x5a;
     write_at(L.path[last], off, &b, 1);
-    char err[STORE_ERRMSG_MAX];
-    expect_refusal(dir, L.path[last], SEG_HDR, 1, err, sizeof(err));
-    tl_rmrf(dir);
-    free(dir);
+    refused_then_drop(dir, L.path[last], SEG_HDR, 1);
 }
 END_TEST
 
@@ -419,9 +414,8 @@ END_TEST
  * holds) but carries the index after the one due there. */
 START_TEST(test_index_gap_in_sealed_segment_refuses_naming_it)
 {
-    char *dir = fresh_log("gap");
     struct layout L;
-    scan_layout(dir, N_ENTRIES, &L);
+    char *dir = fresh_log("gap", &L);
     ck_assert_uint_ge(L.nsegs, 3);
     size_t seg = L.nsegs / 2;
     /* The third record of the segment. */
@@ -452,18 +446,14 @@ START_TEST(test_index_gap_in_sealed_segment_refuses_naming_it)
     ck_assert_int_eq(pwrite(fd, rec, rl, (off_t)off), (ssize_t)rl);
     close(fd);
 
-    char err[STORE_ERRMSG_MAX];
-    expect_refusal(dir, L.path[seg], off, x, err, sizeof(err));
-    tl_rmrf(dir);
-    free(dir);
+    refused_then_drop(dir, L.path[seg], off, x);
 }
 END_TEST
 
 START_TEST(test_missing_middle_segment_refuses)
 {
-    char *dir = fresh_log("missing");
     struct layout L;
-    scan_layout(dir, N_ENTRIES, &L);
+    char *dir = fresh_log("missing", &L);
     ck_assert_uint_ge(L.nsegs, 4);
     size_t mid = L.nsegs / 2;
     ck_assert_int_eq(unlink(L.path[mid]), 0);
@@ -474,16 +464,14 @@ START_TEST(test_missing_middle_segment_refuses)
     char err[STORE_ERRMSG_MAX];
     expect_refusal(dir, L.path[mid - 1], L.used[mid - 1], L.first[mid], err, sizeof(err));
     ck_assert_ptr_nonnull(strstr(err, base_name(L.path[mid + 1])));
-    tl_rmrf(dir);
-    free(dir);
+    tl_tmpdir_drop(dir);
 }
 END_TEST
 
 START_TEST(test_missing_first_segment_refuses)
 {
-    char *dir = fresh_log("missing-first");
     struct layout L;
-    scan_layout(dir, N_ENTRIES, &L);
+    char *dir = fresh_log("missing-first", &L);
     ck_assert_int_eq(unlink(L.path[0]), 0);
     /* The message names the directory, the index the log should start at and
      * the first segment present; it has no offset (nor the missing file's
@@ -492,8 +480,7 @@ START_TEST(test_missing_first_segment_refuses)
     expect_refusal(dir, dir, NO_OFFSET, L.first[0], err, sizeof(err));
     ck_assert_ptr_nonnull(strstr(err, "missing segment"));
     ck_assert_ptr_nonnull(strstr(err, base_name(L.path[1])));
-    tl_rmrf(dir);
-    free(dir);
+    tl_tmpdir_drop(dir);
 }
 END_TEST
 
@@ -652,8 +639,7 @@ START_TEST(test_eio_on_fdatasync_fails_the_store_without_retry)
         ck_assert(tl_check(&e[i], i + 1));
     store_entries_free(e, n);
     store_close(s);
-    tl_rmrf(dir);
-    free(dir);
+    tl_tmpdir_drop(dir);
 }
 END_TEST
 
@@ -707,8 +693,7 @@ START_TEST(test_eio_in_async_group_fails_every_pending_append)
         ck_assert_int_eq(r.status[i], TK_EIO);
     ck_assert_int_eq(store_failed(s), TK_EIO);
     store_close(s);
-    tl_rmrf(dir);
-    free(dir);
+    tl_tmpdir_drop(dir);
 }
 END_TEST
 
@@ -736,8 +721,7 @@ START_TEST(test_enospc_on_write_fails_the_store)
     s = open_ok(dir, &o, &boot);
     ck_assert_uint_eq(boot.last_index, 10);
     store_close(s);
-    tl_rmrf(dir);
-    free(dir);
+    tl_tmpdir_drop(dir);
 }
 END_TEST
 
@@ -756,8 +740,7 @@ START_TEST(test_short_writes_are_completed)
     store_close(s);
     faults_reset();
     verify(dir, 259);
-    tl_rmrf(dir);
-    free(dir);
+    tl_tmpdir_drop(dir);
 }
 END_TEST
 
@@ -786,8 +769,7 @@ START_TEST(test_emfile_at_segment_creation_is_waited_out_not_fatal)
     s = open_ok(dir, &o, &boot);
     ck_assert_uint_eq(boot.last_index, 410);
     store_close(s);
-    tl_rmrf(dir);
-    free(dir);
+    tl_tmpdir_drop(dir);
 }
 END_TEST
 
@@ -857,8 +839,7 @@ START_TEST(test_segments_start_small_and_double)
         ck_assert(tl_check(&e[i], i + 1));
     store_entries_free(e, n);
     store_close(s);
-    tl_rmrf(dir);
-    free(dir);
+    tl_tmpdir_drop(dir);
 
     /* A record larger than the next size gets a full segment. */
     dir = tl_tmpdir("grow-big");
@@ -885,8 +866,7 @@ START_TEST(test_segments_start_small_and_double)
     ck_assert_uint_eq(e[0].data->data[(10u << 20) - 1], 0x5a);
     store_entries_free(e, n);
     store_close(s);
-    tl_rmrf(dir);
-    free(dir);
+    tl_tmpdir_drop(dir);
 }
 END_TEST
 
@@ -913,8 +893,7 @@ START_TEST(test_small_writes_zero_ahead_and_large_writes_do_not)
     s = open_ok(dir, &o, &boot);
     ck_assert_uint_eq(boot.last_index, 21);
     store_close(s);
-    tl_rmrf(dir);
-    free(dir);
+    tl_tmpdir_drop(dir);
 
     faults_reset();
     dir = tl_tmpdir("zero-ahead-large");
@@ -926,8 +905,7 @@ START_TEST(test_small_writes_zero_ahead_and_large_writes_do_not)
     s = open_ok(dir, &o, &boot);
     ck_assert_uint_eq(boot.last_index, 2000);
     store_close(s);
-    tl_rmrf(dir);
-    free(dir);
+    tl_tmpdir_drop(dir);
 }
 END_TEST
 
@@ -971,8 +949,7 @@ START_TEST(test_spare_segment_is_prepared_ahead)
     ck_assert_int_eq(stat(path, &st), 0);
     ck_assert_int_eq(st.st_size, SEG_BYTES);
     store_close(s);
-    tl_rmrf(dir);
-    free(dir);
+    tl_tmpdir_drop(dir);
 }
 END_TEST
 
@@ -1051,8 +1028,7 @@ START_TEST(test_append_now_if_idle_syncs_on_the_caller)
     s = open_ok(dir, &o, &boot);
     ck_assert_uint_eq(boot.last_index, x);
     store_close(s);
-    tl_rmrf(dir);
-    free(dir);
+    tl_tmpdir_drop(dir);
 }
 END_TEST
 
@@ -1137,8 +1113,7 @@ START_TEST(test_compaction_recycles_a_segment_as_the_spare)
                       (unsigned long long)(L.first[1] + i));
     store_entries_free(e, n);
     store_close(s);
-    tl_rmrf(dir);
-    free(dir);
+    tl_tmpdir_drop(dir);
 }
 END_TEST
 

@@ -92,7 +92,8 @@ static inline void tl_rmrf(const char *dir)
     nftw(dir, tl_rm_cb, 16, FTW_DEPTH | FTW_PHYS);
 }
 
-/* A fresh directory under $TMPDIR (or /tmp); the caller owns the string. */
+/* A fresh directory under $TMPDIR (or /tmp); the caller owns the string
+ * (tl_tmpdir_drop removes both). */
 static inline char *tl_tmpdir(const char *tag)
 {
     const char *base = getenv("TMPDIR");
@@ -103,6 +104,13 @@ static inline char *tl_tmpdir(const char *tag)
         abort();
     }
     return p;
+}
+
+/* Removes a tl_tmpdir directory with all it holds, and frees its name. */
+static inline void tl_tmpdir_drop(char *dir)
+{
+    tl_rmrf(dir);
+    free(dir);
 }
 
 #endif
