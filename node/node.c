@@ -588,10 +588,12 @@ static void on_forward(struct transport *t, uint64_t from, const uint8_t *buf, s
     if (n->loop.closing)
         return;
     struct node_req *r = node__forward_recv(n, from, buf, len);
-    if (r != NULL) {
+    while (r != NULL) {
+        struct node_req *next = r->next;
         int rc = node_submit(n, r);
         if (rc != 0)
             node__forward_refuse(r, rc);
+        r = next;
     }
     node__kick(n);
 }
@@ -640,6 +642,7 @@ static void drain_queue(struct node *n)
             first = r;
         last = r;
     }
+    node__forward_flush(n); /* the writes gathered for the leader */
     if (nb == 0)
         return;
     uint64_t index = 0, term = 0;
@@ -893,6 +896,7 @@ static void on_check(uv_check_t *h)
     }
     node__persist_poll(n);
     process_ready(n);
+    node__forward_flush(n); /* the answers this turn completed */
 #ifndef NDEBUG
     const char *broken = node__check(n);
     if (broken != NULL)

@@ -14,10 +14,20 @@
  * completion sends the answer, echoing the id and the token; a node that is
  * not the leader answers TK_ENOTLEADER, a failed one TK_EIO.
  *
- * Loop thread only. Called by node.c (drain_queue, on_forward); calls no other
- * file of node/. Frames are decoded from a stack arena, and a command of any
- * size costs the leader the one blob it proposes, as before the protobuf
- * format. */
+ * Batches: the writes of one drain travel to the leader in one
+ * ForwardRequests frame (NODE_FWD_BATCH_MAX of them and NODE_FWD_BATCH_BYTES
+ * at most, else several; a command over NODE_FWD_ALONE_BYTES alone, as a
+ * ForwardRequest), and the answers of one loop turn go back in one
+ * ForwardResponses frame per follower; node__forward_flush sends what was
+ * gathered. A follower batches only to a leader that said batch_ok in an
+ * answer to one of its requests, in its current term, and the leader batches
+ * answers only to requests that came in a batch or said batch_ok: a node of
+ * an older build, which drops batch frames, gets single frames both ways.
+ *
+ * Loop thread only. Called by node.c (drain_queue, on_forward, on_check);
+ * calls no other file of node/. Frames are decoded from an arena made once
+ * (struct fwd_scratch), and a command of any size costs the leader the one
+ * blob it proposes, as before the protobuf format. */
 #include <errno.h>
 #include <string.h>
 #include <sys/random.h>
@@ -40,9 +50,21 @@ _Static_assert((int)NODE_MODE_APPLIED == (int)TIERKV__FORWARD_REQUEST__MODE__APP
 
 /* Frames up to this size are packed on the stack: every answer fits. */
 #define FWD_STACK_BYTES (KV_RESULT_ENCODED_MAX + 128)
-/* The decoding arena: the messages and small bytes; a larger one (the
- * command) becomes a blob. */
-#define FWD_ARENA_BYTES 512
+/* What one element adds to a batch frame beyond its command or result: its
+ * field tags and lengths, id, token, mode, status and flags. */
+#define FWD_ELEM_BYTES 48
+/* A batch frame, packed: its elements and the message around them. */
+#define FWD_BATCH_FRAME_BYTES (NODE_FWD_BATCH_BYTES + 64)
+/* The decoding arena (reused for every frame): every bytes field and
+ * message of a batch of at most NODE_FWD_BATCH_MAX elements, each allocation
+ * rounded to 16, with room for fields a newer build may add; a frame past it
+ * fails to decode (dropped). A command over NODE_FWD_ALONE_BYTES (one a
+ * frame) becomes a blob instead. */
+#define FWD_BATCH_ARENA_BYTES (2 * NODE_FWD_BATCH_BYTES + NODE_FWD_BATCH_MAX * 256)
+_Static_assert(NODE_FWD_ALONE_BYTES + FWD_ELEM_BYTES <= NODE_FWD_BATCH_BYTES,
+               "a command that may join a batch fits in one");
+_Static_assert(KV_RESULT_ENCODED_MAX + FWD_ELEM_BYTES <= NODE_FWD_BATCH_BYTES,
+               "any answer fits in a batch");
 
 /* A forwarded write on the leader, until its completion is answered. */
 struct fwd_req {
@@ -51,6 +73,7 @@ struct fwd_req {
     uint64_t origin;
     uint64_t id;
     uint8_t token[NODE_TOKEN_BYTES];
+    bool batched;               /* its origin takes answers in batches */
     struct fwd_req *next_spare; /* in n->fwd.spare */
 };
 
@@ -85,21 +108,62 @@ void node__forward_free(struct node *n)
         tk_free(f);
     }
     n->fwd.n_spare = 0;
+    tk_free(n->fwd.scratch);
+    n->fwd.scratch = NULL;
 }
 
 /* ---- frames ---- */
 
 struct fwd_arena {
-    _Alignas(16) uint8_t mem[FWD_ARENA_BYTES];
+    uint8_t *mem; /* 16-aligned */
+    size_t cap;
     size_t used;
     struct tk_blob *blob; /* the one allocation too big for mem */
 };
+
+/* An answer gathered for a batch, until node__forward_flush sends it. */
+struct fwd_answer {
+    uint64_t to, id;
+    uint8_t token[NODE_TOKEN_BYTES];
+    int32_t status;
+    bool replayed;
+    uint32_t result_at, result_len; /* in fwd_scratch.results */
+};
+
+/* The batches' memory, made at the first batch and kept (a steady forwarded
+ * load allocates none). */
+struct fwd_scratch {
+    /* Follower: the messages of the batch being packed. */
+    Tierkv__ForwardRequest req[NODE_FWD_BATCH_MAX];
+    Tierkv__ForwardRequest *req_ptr[NODE_FWD_BATCH_MAX];
+    /* Leader: the answers of this turn, their encoded results, and the
+     * messages of the frame being packed. */
+    struct fwd_answer ans[NODE_FWD_BATCH_MAX];
+    size_t n_ans;
+    size_t ans_bytes; /* as packed, with FWD_ELEM_BYTES each */
+    uint8_t results[NODE_FWD_BATCH_BYTES];
+    size_t results_used;
+    Tierkv__ForwardResponse resp[NODE_FWD_BATCH_MAX];
+    Tierkv__ForwardResponse *resp_ptr[NODE_FWD_BATCH_MAX];
+    uint8_t frame[FWD_BATCH_FRAME_BYTES]; /* the packed frame */
+    _Alignas(16) uint8_t arena[FWD_BATCH_ARENA_BYTES];
+};
+
+static struct fwd_scratch *scratch(struct node *n)
+{
+    if (n->fwd.scratch == NULL)
+        n->fwd.scratch = tk_calloc(1, sizeof(*n->fwd.scratch));
+    return n->fwd.scratch;
+}
 
 static void *arena_alloc(void *data, size_t size)
 {
     struct fwd_arena *a = data;
     size_t rounded = (size + 15) & ~(size_t)15;
-    if (size <= rounded && rounded <= sizeof(a->mem) - a->used) {
+    /* A command that travels alone becomes the blob the leader proposes,
+     * uncopied. */
+    bool alone = size > NODE_FWD_ALONE_BYTES && a->blob == NULL;
+    if (!alone && size <= rounded && rounded <= a->cap - a->used) {
         void *p = a->mem + a->used;
         a->used += rounded;
         return p;
@@ -130,16 +194,90 @@ static int send_frame(struct node *n, uint64_t to, const Tierkv__Forward *f)
     return rc;
 }
 
-/* Answers a forwarded request; a lost answer ends in the origin's deadline. */
-static void answer(struct node *n, uint64_t to, uint64_t id, const uint8_t *token,
-                   int status, const struct kv_result *res)
+/* Sends the answers gathered for batches, one frame per follower, in the
+ * order they were gathered. A lost frame ends in the origins' deadlines. */
+static void flush_answers(struct node *n)
 {
+    struct fwd_scratch *s = n->fwd.scratch;
+    if (s == NULL || s->n_ans == 0)
+        return;
+    TK_ASSERT(s->n_ans <= NODE_FWD_BATCH_MAX);
+    bool sent[NODE_FWD_BATCH_MAX] = {false};
+    for (size_t i = 0; i < s->n_ans; i++) {
+        if (sent[i])
+            continue;
+        uint64_t to = s->ans[i].to;
+        size_t k = 0;
+        for (size_t j = i; j < s->n_ans; j++) {
+            const struct fwd_answer *a = &s->ans[j];
+            if (sent[j] || a->to != to)
+                continue;
+            sent[j] = true;
+            Tierkv__ForwardResponse *p = &s->resp[k];
+            tierkv__forward_response__init(p);
+            p->id = a->id;
+            p->token.data = (uint8_t *)a->token;
+            p->token.len = NODE_TOKEN_BYTES;
+            p->status = a->status;
+            p->result.data = s->results + a->result_at;
+            p->result.len = a->result_len;
+            p->replayed = a->replayed;
+            s->resp_ptr[k++] = p;
+        }
+        Tierkv__ForwardResponses b = TIERKV__FORWARD_RESPONSES__INIT;
+        b.n_responses = k;
+        b.responses = s->resp_ptr;
+        Tierkv__Forward f = TIERKV__FORWARD__INIT;
+        f.body_case = TIERKV__FORWARD__BODY_RESPONSES;
+        f.responses = &b;
+        size_t len = tierkv__forward__get_packed_size(&f);
+        TK_ASSERT(len <= sizeof(s->frame));
+        size_t packed = tierkv__forward__pack(&f, s->frame);
+        TK_ASSERT(packed == len);
+        if (n->transport != NULL)
+            (void)transport_send_forward(n->transport, to, s->frame, len);
+    }
+    s->n_ans = 0;
+    s->ans_bytes = 0;
+    s->results_used = 0;
+}
+
+/* Answers a forwarded request: in this turn's batch to its origin when it
+ * takes batches, else alone. A lost answer ends in the origin's deadline. */
+static void answer(struct node *n, uint64_t to, uint64_t id, const uint8_t *token,
+                   bool batched, int status, const struct kv_result *res)
+{
+    if (batched) {
+        struct fwd_scratch *s = scratch(n);
+        if (s->n_ans == NODE_FWD_BATCH_MAX ||
+            s->results_used + KV_RESULT_ENCODED_MAX > sizeof(s->results) ||
+            s->ans_bytes + KV_RESULT_ENCODED_MAX + FWD_ELEM_BYTES > NODE_FWD_BATCH_BYTES)
+            flush_answers(n);
+        struct fwd_answer *a = &s->ans[s->n_ans++];
+        a->to = to;
+        a->id = id;
+        memcpy(a->token, token, NODE_TOKEN_BYTES);
+        a->status = status;
+        a->replayed = false;
+        a->result_at = (uint32_t)s->results_used;
+        a->result_len = 0;
+        if (status == 0 && res != NULL) {
+            a->result_len = (uint32_t)kv_result_encode(res, s->results + s->results_used);
+            a->replayed = res->duplicate;
+            s->results_used += a->result_len;
+        }
+        s->ans_bytes += a->result_len + FWD_ELEM_BYTES;
+        if (n->loop.closing) /* no turn end comes to send it */
+            flush_answers(n);
+        return;
+    }
     uint8_t enc[KV_RESULT_ENCODED_MAX];
     Tierkv__ForwardResponse p = TIERKV__FORWARD_RESPONSE__INIT;
     p.id = id;
     p.token.data = (uint8_t *)token;
     p.token.len = NODE_TOKEN_BYTES;
     p.status = status;
+    p.batch_ok = true; /* a node of an older build ignores it */
     if (status == 0 && res != NULL) {
         p.result.data = enc;
         p.result.len = kv_result_encode(res, enc);
@@ -172,6 +310,71 @@ static void new_token(struct node *n, uint8_t *token)
 
 /* ---- follower ---- */
 
+static void request_init(Tierkv__ForwardRequest *q, const struct node_req *r)
+{
+    tierkv__forward_request__init(q);
+    q->id = r->ctx;
+    q->token.data = (uint8_t *)r->token;
+    q->token.len = NODE_TOKEN_BYTES;
+    q->mode = r->mode == NODE_MODE_COMMITTED ? TIERKV__FORWARD_REQUEST__MODE__COMMITTED
+                                             : TIERKV__FORWARD_REQUEST__MODE__APPLIED;
+    q->command.data = r->cmd->data;
+    q->command.len = r->cmd->len;
+    q->batch_ok = true; /* a node of an older build ignores it */
+}
+
+/* A send to the leader failed: the request ends with the reason. */
+static void send_failed(struct node_req *r, int rc)
+{
+    node__finish_write(r, rc == TK_ENOTFOUND ? TK_ENOLEADER : rc, NULL);
+}
+
+/* Sends the writes gathered in n->fwd.out in one frame and parks them, or
+ * ends them all when the send fails. */
+static void flush_out(struct node *n)
+{
+    struct req_list *out = &n->fwd.out;
+    if (out->n == 0)
+        return;
+    struct fwd_scratch *s = scratch(n);
+    size_t k = 0;
+    for (struct node_req *r = out->head; r != NULL; r = r->next) {
+        TK_ASSERT(k < NODE_FWD_BATCH_MAX);
+        request_init(&s->req[k], r);
+        s->req_ptr[k] = &s->req[k];
+        k++;
+    }
+    Tierkv__ForwardRequests b = TIERKV__FORWARD_REQUESTS__INIT;
+    b.n_requests = k;
+    b.requests = s->req_ptr;
+    Tierkv__Forward f = TIERKV__FORWARD__INIT;
+    f.body_case = TIERKV__FORWARD__BODY_REQUESTS;
+    f.requests = &b;
+    size_t len = tierkv__forward__get_packed_size(&f);
+    TK_ASSERT(len <= sizeof(s->frame));
+    size_t packed = tierkv__forward__pack(&f, s->frame);
+    TK_ASSERT(packed == len);
+    int rc = n->transport != NULL
+                 ? transport_send_forward(n->transport, n->fwd.out_to, s->frame, len)
+                 : TK_ECLOSED;
+    struct node_req *r;
+    while ((r = node__list_pop(out)) != NULL) {
+        if (rc != 0) {
+            send_failed(r, rc);
+            continue;
+        }
+        n->m.metrics.forwarded++;
+        node__list_push(&n->fwd.wait, r);
+    }
+    n->fwd.out_bytes = 0;
+}
+
+void node__forward_flush(struct node *n)
+{
+    flush_out(n);
+    flush_answers(n);
+}
+
 void node__forward_write(struct node *n, struct node_req *r)
 {
     uint64_t leader = raft_leader(n->raft);
@@ -184,24 +387,33 @@ void node__forward_write(struct node *n, struct node_req *r)
     r->ctx = ++n->fwd.next_id;
     r->asked = leader;
     new_token(n, r->token);
-    Tierkv__ForwardRequest q = TIERKV__FORWARD_REQUEST__INIT;
-    q.id = r->ctx;
-    q.token.data = r->token;
-    q.token.len = NODE_TOKEN_BYTES;
-    q.mode = r->mode == NODE_MODE_COMMITTED ? TIERKV__FORWARD_REQUEST__MODE__COMMITTED
-                                            : TIERKV__FORWARD_REQUEST__MODE__APPLIED;
-    q.command.data = r->cmd->data;
-    q.command.len = r->cmd->len;
+    struct node_forward *fw = &n->fwd;
+    size_t cost = r->cmd->len + FWD_ELEM_BYTES;
+    bool batch = fw->batch_leader == leader && fw->batch_term == raft_term(n->raft) &&
+                 r->cmd->len <= NODE_FWD_ALONE_BYTES;
+    /* What was gathered goes first: to another leader, or a full batch. */
+    if (fw->out.n > 0 &&
+        (!batch || fw->out_to != leader || fw->out.n == NODE_FWD_BATCH_MAX ||
+         fw->out_bytes + cost > NODE_FWD_BATCH_BYTES))
+        flush_out(n);
+    if (batch) {
+        fw->out_to = leader;
+        fw->out_bytes += cost;
+        node__list_push(&fw->out, r);
+        return;
+    }
+    Tierkv__ForwardRequest q;
+    request_init(&q, r);
     Tierkv__Forward f = TIERKV__FORWARD__INIT;
     f.body_case = TIERKV__FORWARD__BODY_REQUEST;
     f.request = &q;
     int rc = send_frame(n, leader, &f);
     if (rc != 0) {
-        node__finish_write(r, rc == TK_ENOTFOUND ? TK_ENOLEADER : rc, NULL);
+        send_failed(r, rc);
         return;
     }
     n->m.metrics.forwarded++;
-    node__list_push(&n->fwd.wait, r);
+    node__list_push(&fw->wait, r);
 }
 
 /* In time independent of where the tokens differ, so that a peer cannot
@@ -255,7 +467,8 @@ static bool known_error(int32_t status)
     }
 }
 
-static void take_answer(struct node *n, uint64_t from, const Tierkv__ForwardResponse *p)
+static void take_answer(struct node *n, uint64_t from, const Tierkv__ForwardResponse *p,
+                        bool batched)
 {
     if (p->token.len != NODE_TOKEN_BYTES) {
         TK_LOG(TK_LOG_WARN, n->o.id, raft_term(n->raft),
@@ -279,6 +492,12 @@ static void take_answer(struct node *n, uint64_t from, const Tierkv__ForwardResp
                (unsigned long long)p->id, (unsigned long long)from);
         return;
     }
+    /* The leader that answers one of our requests in a batch, or says it
+     * takes them, gets our next writes in batches, in this term. */
+    if (batched || p->batch_ok) {
+        n->fwd.batch_leader = from;
+        n->fwd.batch_term = raft_term(n->raft);
+    }
     if (p->status == 0) {
         int rc = kv_result_decode(p->result.data, p->result.len, &n->res);
         n->res.duplicate = p->replayed;
@@ -295,14 +514,16 @@ static void forwarded_done(struct node_req *req, int status, const struct kv_res
 {
     struct fwd_req *f = data;
     (void)req;
-    answer(f->n, f->origin, f->id, f->token, status, res);
+    answer(f->n, f->origin, f->id, f->token, f->batched, status, res);
     fwd_release(f);
 }
 
 /* The write to submit for a request, or NULL when it was answered here. */
 static struct node_req *take_request(struct node *n, uint64_t from,
-                                     const Tierkv__ForwardRequest *q, struct fwd_arena *a)
+                                     const Tierkv__ForwardRequest *q, bool batched,
+                                     struct fwd_arena *a)
 {
+    batched = batched || q->batch_ok;
     if (q->token.len != NODE_TOKEN_BYTES) {
         TK_LOG(TK_LOG_WARN, n->o.id, raft_term(n->raft),
                "forward request %llu from %llu dropped: a token of %zu bytes",
@@ -310,14 +531,15 @@ static struct node_req *take_request(struct node *n, uint64_t from,
         return NULL;
     }
     if (raft_role(n->raft) != RAFT_LEADER || n->persist.failed || n->loop.closing) {
-        answer(n, from, q->id, q->token.data, n->persist.failed ? TK_EIO : TK_ENOTLEADER,
-               NULL);
+        answer(n, from, q->id, q->token.data, batched,
+               n->persist.failed ? TK_EIO : TK_ENOTLEADER, NULL);
         return NULL;
     }
     struct fwd_req *f = fwd_new(n);
     f->n = n;
     f->origin = from;
     f->id = q->id;
+    f->batched = batched;
     memcpy(f->token, q->token.data, NODE_TOKEN_BYTES);
     f->req.mode = q->mode == TIERKV__FORWARD_REQUEST__MODE__COMMITTED
                       ? NODE_MODE_COMMITTED
@@ -338,7 +560,7 @@ void node__forward_refuse(struct node_req *r, int status)
 {
     struct fwd_req *f = r->data;
     tk_blob_unref(r->cmd);
-    answer(f->n, f->origin, f->id, f->token, status, NULL);
+    answer(f->n, f->origin, f->id, f->token, f->batched, status, NULL);
     fwd_release(f);
 }
 
@@ -355,20 +577,36 @@ struct node_req *node__forward_recv(struct node *n, uint64_t from, const uint8_t
         return NULL;
     }
     struct fwd_arena a;
+    a.mem = scratch(n)->arena;
+    a.cap = sizeof(n->fwd.scratch->arena);
     a.used = 0;
     a.blob = NULL;
     ProtobufCAllocator alloc = {
         .alloc = arena_alloc, .free = arena_free, .allocator_data = &a};
     Tierkv__Forward *f = tierkv__forward__unpack(&alloc, len, buf);
-    struct node_req *r = NULL;
-    if (f != NULL && f->body_case == TIERKV__FORWARD__BODY_REQUEST)
-        r = take_request(n, from, f->request, &a);
-    else if (f != NULL && f->body_case == TIERKV__FORWARD__BODY_RESPONSE)
-        take_answer(n, from, f->response);
-    else
+    struct node_req *first = NULL, **tail = &first;
+    if (f != NULL && f->body_case == TIERKV__FORWARD__BODY_REQUEST) {
+        first = take_request(n, from, f->request, false, &a);
+    } else if (f != NULL && f->body_case == TIERKV__FORWARD__BODY_RESPONSE) {
+        take_answer(n, from, f->response, false);
+    } else if (f != NULL && f->body_case == TIERKV__FORWARD__BODY_REQUESTS) {
+        for (size_t i = 0; i < f->requests->n_requests; i++) {
+            struct node_req *r =
+                take_request(n, from, f->requests->requests[i], true, &a);
+            if (r == NULL)
+                continue;
+            r->next = NULL;
+            *tail = r;
+            tail = &r->next;
+        }
+    } else if (f != NULL && f->body_case == TIERKV__FORWARD__BODY_RESPONSES) {
+        for (size_t i = 0; i < f->responses->n_responses; i++)
+            take_answer(n, from, f->responses->responses[i], true);
+    } else {
         TK_LOG(TK_LOG_WARN, n->o.id, raft_term(n->raft),
                "a malformed forward frame (%zu bytes) from %llu dropped", len,
                (unsigned long long)from);
+    }
     tk_blob_unref(a.blob);
-    return r;
+    return first;
 }

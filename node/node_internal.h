@@ -133,18 +133,34 @@ struct node_persist {
     bool failed;         /* storage or apply failed: the node serves nothing */
 };
 
-/* Writes forwarded to the leader (node_forward.c). */
+/* Writes forwarded to the leader (node_forward.c). A batch frame holds at
+ * most NODE_FWD_BATCH_MAX requests or answers and NODE_FWD_BATCH_BYTES of
+ * them; a command over NODE_FWD_ALONE_BYTES travels alone. */
 struct fwd_req;
+struct fwd_scratch;
 #define NODE_FWD_SPARES 256
+#define NODE_FWD_BATCH_MAX 64
+#define NODE_FWD_BATCH_BYTES (32u * 1024)
+#define NODE_FWD_ALONE_BYTES (4u * 1024)
 struct node_forward {
     struct req_list wait; /* in the order sent; each with its token */
     uint64_t next_id;
     uint8_t pool[NODE_TOKEN_POOL * NODE_TOKEN_BYTES]; /* random, unused */
     uint32_t pool_left;                               /* tokens left in pool */
+    /* Follower: the writes of this turn not sent yet (to out_to, out_bytes
+     * of them; empty between turns), and the leader that said it takes
+     * batches, in the term it said so (0: none). */
+    struct req_list out;
+    uint64_t out_to;
+    size_t out_bytes;
+    uint64_t batch_leader, batch_term;
     /* Leader: answered forwarded writes, for the next (at most
      * NODE_FWD_SPARES; a steady forwarded load allocates none). */
     struct fwd_req *spare;
     uint32_t n_spare;
+    /* Both: the batch frames' messages, answers not sent yet and decoding
+     * arena (made at the first forward frame). */
+    struct fwd_scratch *scratch;
 };
 
 /* Marks of the payload bytes applied (node_tier.c, trailing_goal): one at
@@ -616,13 +632,19 @@ void node__member_shutdown(struct node *n);
 
 /* ---- node_forward.c ---- */
 
-/* Follower: sends write `r` to the leader and parks it, or fails it at once
- * when no leader is known or the send fails. */
+/* Follower: gathers write `r` into this turn's batch to the leader (sent
+ * when full or by node__forward_flush) or sends it alone, and parks it; or
+ * fails it at once when no leader is known or the send fails. */
 void node__forward_write(struct node *n, struct node_req *r);
+/* Sends what this turn gathered: the follower's batch of writes, the
+ * leader's answers (one frame per follower). Called at the end of each drain
+ * and of each loop turn. */
+void node__forward_flush(struct node *n);
 /* A forwarding frame from peer `from`. An answer completes its parked
- * request; a request for this node, as leader, is returned for the caller to
- * submit (NULL otherwise; a refused one is answered here). Malformed or
- * unmatched frames are dropped with a log line. */
+ * request; the requests for this node, as leader, are returned for the
+ * caller to submit, a chain linked by `next` (NULL if none; a refused one is
+ * answered here). Malformed or unmatched frames are dropped with a log
+ * line. */
 struct node_req *node__forward_recv(struct node *n, uint64_t from, const uint8_t *buf,
                                     size_t len);
 /* Answers a request node__forward_recv returned that could not be submitted,

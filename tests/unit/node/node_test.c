@@ -958,7 +958,7 @@ START_TEST(test_garbage_forward_frames_are_dropped)
     uint8_t junk[64];
     for (size_t i = 0; i < sizeof(junk); i++)
         junk[i] = (uint8_t)(i * 37 + 11);
-    const uint8_t no_body[] = {0x18, 0x01};   /* a field the frame lacks */
+    const uint8_t no_body[] = {0x18, 0x01};   /* field 3, a varint: no body */
     const uint8_t cut[] = {0x12, 0x20, 0x08}; /* a response cut short */
     const uint8_t old_format[] = {2, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
     ck_assert_int_eq(transport_send_forward(e.leader.t, 1, junk, sizeof(junk)), 0);
