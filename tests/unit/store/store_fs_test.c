@@ -113,12 +113,18 @@ static void opts_small(struct store_options *o)
     o->segment_bytes = SEG_BYTES;
 }
 
-/* Appends 1..n in term 1, `batch` entries per synced append. */
-static void build(const char *dir, uint64_t n, size_t batch)
+/* Opens dir with opts_small's options (boot may be NULL). */
+static struct store *open_small(const char *dir, struct store_boot *boot)
 {
     struct store_options o;
     opts_small(&o);
-    struct store *s = open_ok(dir, &o, NULL);
+    return open_ok(dir, &o, boot);
+}
+
+/* Appends 1..n in term 1, `batch` entries per synced append. */
+static void build(const char *dir, uint64_t n, size_t batch)
+{
+    struct store *s = open_small(dir, NULL);
     for (uint64_t lo = 1; lo <= n; lo += batch) {
         size_t k = lo + batch - 1 <= n ? batch : (size_t)(n - lo + 1);
         struct raft_entry *v = tl_batch(lo, k, 1);
@@ -193,10 +199,8 @@ static void template_teardown(void)
 
 static void verify(const char *dir, uint64_t want_last)
 {
-    struct store_options o;
-    opts_small(&o);
     struct store_boot boot;
-    struct store *s = open_ok(dir, &o, &boot);
+    struct store *s = open_small(dir, &boot);
     ck_assert_uint_eq(boot.first_index, 1);
     ck_assert_msg(boot.last_index == want_last, "recovered to %llu, want %llu",
                   (unsigned long long)boot.last_index, (unsigned long long)want_last);
@@ -212,7 +216,7 @@ static void verify(const char *dir, uint64_t want_last)
     ck_assert_int_eq(store_append(s, v, 7), 0);
     tl_free(v, 7);
     store_close(s);
-    s = open_ok(dir, &o, &boot);
+    s = open_small(dir, &boot);
     ck_assert_uint_eq(boot.last_index, want_last + 7);
     ck_assert_int_eq(store_read(s, 1, want_last + 8, 0, &e, &n), 0);
     for (size_t i = 0; i < n; i++)
@@ -498,6 +502,14 @@ static struct {
     uint64_t pwritev_bytes; /* bytes the pwritev calls wrote */
 } F = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
+/* Sets one field of F under its lock. */
+#define FAULT_SET(field, value)                                                          \
+    do {                                                                                 \
+        pthread_mutex_lock(&F.mu);                                                       \
+        F.field = (value);                                                               \
+        pthread_mutex_unlock(&F.mu);                                                     \
+    } while (0)
+
 static int f_fdatasync(int fd)
 {
     pthread_mutex_lock(&F.mu);
@@ -591,6 +603,15 @@ static struct store *open_faulty(const char *dir)
     return open_ok(dir, &o, NULL);
 }
 
+/* A fresh directory (*dir, tl_tmpdir's) opened with the faulty file ops and
+ * no fault set. */
+static struct store *open_faulty_fresh(const char *tag, char **dir)
+{
+    faults_reset();
+    *dir = tl_tmpdir(tag);
+    return open_faulty(*dir);
+}
+
 static void append_ok(struct store *s, uint64_t lo, size_t n)
 {
     struct raft_entry *v = tl_batch(lo, n, 1);
@@ -601,22 +622,17 @@ static void append_ok(struct store *s, uint64_t lo, size_t n)
 
 START_TEST(test_eio_on_fdatasync_fails_the_store_without_retry)
 {
-    faults_reset();
-    char *dir = tl_tmpdir("eio");
-    struct store *s = open_faulty(dir);
+    char *dir;
+    struct store *s = open_faulty_fresh("eio", &dir);
     append_ok(s, 1, 20);
-    pthread_mutex_lock(&F.mu);
-    F.fail_fdatasync = EIO;
-    pthread_mutex_unlock(&F.mu);
+    FAULT_SET(fail_fdatasync, EIO);
     struct raft_entry *v = tl_batch(21, 5, 1);
     ck_assert_int_eq(store_append(s, v, 5), TK_EIO);
     ck_assert_int_eq(store_failed(s), TK_EIO);
     ck_assert_ptr_nonnull(strstr(store_errmsg(s), "fdatasync"));
     unsigned calls = F.fdatasync_calls;
     /* Healing the disk changes nothing: the store stays failed. */
-    pthread_mutex_lock(&F.mu);
-    F.fail_fdatasync = 0;
-    pthread_mutex_unlock(&F.mu);
+    FAULT_SET(fail_fdatasync, 0);
     ck_assert_int_eq(store_append(s, v, 5), TK_EIO);
     ck_assert_int_eq(store_append_async(s, v, 5, 1, NULL, never_called), TK_EIO);
     struct raft_hard_state hs = {.term = 3, .vote = 1};
@@ -626,10 +642,8 @@ START_TEST(test_eio_on_fdatasync_fails_the_store_without_retry)
     tl_free(v, 5);
     store_close(s);
     /* What was acknowledged before the failure is intact. */
-    struct store_options o;
-    opts_small(&o);
     struct store_boot boot;
-    s = open_ok(dir, &o, &boot);
+    s = open_small(dir, &boot);
     ck_assert_uint_ge(boot.last_index, 20);
     ck_assert_uint_eq(boot.hard_state.term, 0);
     struct raft_entry *e;
@@ -665,13 +679,10 @@ static void on_done(void *data, uint64_t seq, uint64_t last_index, uint64_t last
 
 START_TEST(test_eio_in_async_group_fails_every_pending_append)
 {
-    faults_reset();
-    char *dir = tl_tmpdir("eio-async");
-    struct store *s = open_faulty(dir);
+    char *dir;
+    struct store *s = open_faulty_fresh("eio-async", &dir);
     append_ok(s, 1, 3);
-    pthread_mutex_lock(&F.mu);
-    F.fail_fdatasync = EIO;
-    pthread_mutex_unlock(&F.mu);
+    FAULT_SET(fail_fdatasync, EIO);
     struct async_result r = {.mu = PTHREAD_MUTEX_INITIALIZER,
                              .cv = PTHREAD_COND_INITIALIZER};
     int submitted = 0;
@@ -699,26 +710,19 @@ END_TEST
 
 START_TEST(test_enospc_on_write_fails_the_store)
 {
-    faults_reset();
-    char *dir = tl_tmpdir("enospc");
-    struct store *s = open_faulty(dir);
+    char *dir;
+    struct store *s = open_faulty_fresh("enospc", &dir);
     append_ok(s, 1, 10);
-    pthread_mutex_lock(&F.mu);
-    F.fail_pwritev = ENOSPC;
-    pthread_mutex_unlock(&F.mu);
+    FAULT_SET(fail_pwritev, ENOSPC);
     struct raft_entry *v = tl_batch(11, 5, 1);
     ck_assert_int_eq(store_append(s, v, 5), TK_ENOSPC);
     ck_assert_int_eq(store_failed(s), TK_ENOSPC);
-    pthread_mutex_lock(&F.mu);
-    F.fail_pwritev = 0;
-    pthread_mutex_unlock(&F.mu);
+    FAULT_SET(fail_pwritev, 0);
     ck_assert_int_eq(store_append(s, v, 5), TK_ENOSPC);
     tl_free(v, 5);
     store_close(s);
-    struct store_options o;
-    opts_small(&o);
     struct store_boot boot;
-    s = open_ok(dir, &o, &boot);
+    s = open_small(dir, &boot);
     ck_assert_uint_eq(boot.last_index, 10);
     store_close(s);
     tl_tmpdir_drop(dir);
@@ -728,9 +732,7 @@ END_TEST
 START_TEST(test_short_writes_are_completed)
 {
     faults_reset();
-    pthread_mutex_lock(&F.mu);
-    F.short_write = 5;
-    pthread_mutex_unlock(&F.mu);
+    FAULT_SET(short_write, 5);
     char *dir = tl_tmpdir("short");
     struct store *s = open_faulty(dir);
     for (uint64_t lo = 1; lo <= 300; lo += 30)
@@ -749,9 +751,8 @@ END_TEST
  * the store never fails. */
 START_TEST(test_emfile_at_segment_creation_is_waited_out_not_fatal)
 {
-    faults_reset();
-    char *dir = tl_tmpdir("emfile");
-    struct store *s = open_faulty(dir);
+    char *dir;
+    struct store *s = open_faulty_fresh("emfile", &dir);
     append_ok(s, 1, 10);
     pthread_mutex_lock(&F.mu);
     F.emfile_opens = 8; /* the spare prepared ahead, then the roll's tries */
@@ -763,10 +764,8 @@ START_TEST(test_emfile_at_segment_creation_is_waited_out_not_fatal)
     ck_assert_uint_ge(F.open_calls, 9); /* it did roll into the shortage */
     ck_assert_uint_eq(F.emfile_opens, 0);
     store_close(s);
-    struct store_options o;
-    opts_small(&o);
     struct store_boot boot;
-    s = open_ok(dir, &o, &boot);
+    s = open_small(dir, &boot);
     ck_assert_uint_eq(boot.last_index, 410);
     store_close(s);
     tl_tmpdir_drop(dir);
@@ -927,9 +926,7 @@ static size_t count_segs(const char *dir)
 START_TEST(test_spare_segment_is_prepared_ahead)
 {
     char *dir = tl_tmpdir("spare");
-    struct store_options o;
-    opts_small(&o);
-    struct store *s = open_ok(dir, &o, NULL);
+    struct store *s = open_small(dir, NULL);
     char path[4200];
     snprintf(path, sizeof(path), "%s/segment.prepare", dir);
     struct stat st;
@@ -983,9 +980,7 @@ static void on_where(void *data, uint64_t seq, uint64_t last_index, uint64_t las
 START_TEST(test_append_now_if_idle_syncs_on_the_caller)
 {
     char *dir = tl_tmpdir("now");
-    struct store_options o;
-    opts_small(&o);
-    struct store *s = open_ok(dir, &o, NULL);
+    struct store *s = open_small(dir, NULL);
     struct where w = {.mu = PTHREAD_MUTEX_INITIALIZER};
     uint64_t x = 1;
     while (store_log_bytes(s) < SEG_BYTES / 4 * 3) {
@@ -1025,7 +1020,7 @@ START_TEST(test_append_now_if_idle_syncs_on_the_caller)
     ck_assert_int_eq(w.status, 0);
     store_close(s);
     struct store_boot boot;
-    s = open_ok(dir, &o, &boot);
+    s = open_small(dir, &boot);
     ck_assert_uint_eq(boot.last_index, x);
     store_close(s);
     tl_tmpdir_drop(dir);
@@ -1061,9 +1056,7 @@ START_TEST(test_compaction_recycles_a_segment_as_the_spare)
         ck_assert_ptr_nonnull(mkdtemp(dir));
         zr = zero_range_works(dir);
     }
-    struct store_options o;
-    opts_small(&o);
-    struct store *s = open_ok(dir, &o, NULL);
+    struct store *s = open_small(dir, NULL);
     /* Three segments, the last just rolled into (no spare yet). */
     uint64_t x = 1;
     while (count_segs(dir) < 3 || file_exists(dir, "segment.prepare"))
@@ -1101,7 +1094,7 @@ START_TEST(test_compaction_recycles_a_segment_as_the_spare)
     last = x + 1;
     store_close(s);
     struct store_boot boot;
-    s = open_ok(dir, &o, &boot);
+    s = open_small(dir, &boot);
     ck_assert_uint_eq(boot.first_index, L.first[1]);
     ck_assert_uint_eq(boot.last_index, last);
     struct raft_entry *e;
