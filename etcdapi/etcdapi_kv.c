@@ -465,9 +465,232 @@ void etcdapi__kv_delete_range(struct ecall *ec, const uint8_t *msg, size_t len)
 
 /* ---- Txn -------------------------------------------------------------------- */
 
+/* A txn's command, built from the request in arrays sized once. */
+struct txn_build {
+    Kvpb__Txn txn;
+    Kvpb__Compare *cmps, **cmpp;
+    Kvpb__Op *ops, **opp;
+    Kvpb__Put *puts;
+    Kvpb__Delete *dels;
+};
+
+static void txn_build_free(struct txn_build *b)
+{
+    tk_free(b->cmps);
+    tk_free(b->cmpp);
+    tk_free(b->ops);
+    tk_free(b->opp);
+    tk_free(b->puts);
+    tk_free(b->dels);
+}
+
+/* One compare; NULL, or why it is refused (*code: the gRPC code). */
+static const char *txn_compare(const struct etcdapi *e, const Etcdserverpb__Compare *c,
+                               Kvpb__Compare *out, int *code)
+{
+    kvpb__compare__init(out);
+    *code = GRPC_INVALID_ARGUMENT;
+    if (c->key.len == 0)
+        return "etcdserver: key is not provided";
+    if (c->key.len > e->cfg.key_max)
+        return "etcdserver: request is too large";
+    *code = GRPC_UNIMPLEMENTED;
+    if (c->range_end.len > 0)
+        return "tierkv: a Txn compare over a range is not supported yet";
+    out->key = c->key;
+    switch (c->result) {
+    case ETCDSERVERPB__COMPARE__COMPARE_RESULT__EQUAL:
+        out->op = KVPB__COMPARE__OP__EQUAL;
+        break;
+    case ETCDSERVERPB__COMPARE__COMPARE_RESULT__GREATER:
+        out->op = KVPB__COMPARE__OP__GREATER;
+        break;
+    case ETCDSERVERPB__COMPARE__COMPARE_RESULT__LESS:
+        out->op = KVPB__COMPARE__OP__LESS;
+        break;
+    case ETCDSERVERPB__COMPARE__COMPARE_RESULT__NOT_EQUAL:
+        out->op = KVPB__COMPARE__OP__NOT_EQUAL;
+        break;
+    default:
+        *code = GRPC_INVALID_ARGUMENT;
+        return "tierkv: an unknown compare result";
+    }
+    switch (c->target) {
+    case ETCDSERVERPB__COMPARE__COMPARE_TARGET__VERSION:
+        out->target = KVPB__COMPARE__TARGET__VERSION;
+        out->number = c->version;
+        break;
+    case ETCDSERVERPB__COMPARE__COMPARE_TARGET__CREATE:
+        out->target = KVPB__COMPARE__TARGET__CREATE_REVISION;
+        out->number = c->create_revision;
+        break;
+    case ETCDSERVERPB__COMPARE__COMPARE_TARGET__MOD:
+        out->target = KVPB__COMPARE__TARGET__MOD_REVISION;
+        out->number = c->mod_revision;
+        break;
+    case ETCDSERVERPB__COMPARE__COMPARE_TARGET__VALUE:
+        out->target = KVPB__COMPARE__TARGET__VALUE;
+        out->value = c->value;
+        break;
+    default:
+        return "tierkv: a Txn compare on a lease is not supported yet";
+    }
+    return NULL;
+}
+
+/* One op of a branch: a put, or a delete of one key. */
+static const char *txn_op(const struct etcdapi *e, const Etcdserverpb__RequestOp *r,
+                          struct txn_build *b, size_t i, uint8_t *kind, int *code)
+{
+    kvpb__op__init(&b->ops[i]);
+    b->opp[i] = &b->ops[i];
+    *code = GRPC_UNIMPLEMENTED;
+    if (r->request_case == ETCDSERVERPB__REQUEST_OP__REQUEST_REQUEST_PUT) {
+        const Etcdserverpb__PutRequest *p = r->request_put;
+        const char *why = put_unsupported(p);
+        if (why != NULL)
+            return why;
+        *code = GRPC_INVALID_ARGUMENT;
+        if ((why = put_refusal(e, p)) != NULL)
+            return why;
+        kvpb__put__init(&b->puts[i]);
+        b->puts[i].key = p->key;
+        b->puts[i].value = p->value;
+        b->puts[i].lease = (uint64_t)p->lease;
+        b->ops[i].op_case = KVPB__OP__OP_PUT;
+        b->ops[i].put = &b->puts[i];
+        *kind = 'p';
+        return NULL;
+    }
+    if (r->request_case == ETCDSERVERPB__REQUEST_OP__REQUEST_REQUEST_DELETE_RANGE) {
+        const Etcdserverpb__DeleteRangeRequest *d = r->request_delete_range;
+        if (d->range_end.len > 0 || d->prev_kv)
+            return "tierkv: a Txn deletes single keys only, without prev_kv (not yet "
+                   "more)";
+        *code = GRPC_INVALID_ARGUMENT;
+        if (d->key.len == 0)
+            return "etcdserver: key is not provided";
+        if (d->key.len > e->cfg.key_max)
+            return "etcdserver: request is too large";
+        if (reserved_key(d->key.data, d->key.len))
+            return "tierkv: keys starting with byte 0x01 are reserved";
+        kvpb__delete__init(&b->dels[i]);
+        b->dels[i].key = d->key;
+        b->ops[i].op_case = KVPB__OP__OP_DEL;
+        b->ops[i].del = &b->dels[i];
+        *kind = 'd';
+        return NULL;
+    }
+    return "tierkv: Range and nested Txn inside a Txn are not supported yet";
+}
+
+/* The whole request into b and ec->op_kinds; NULL or why it is refused. */
+static const char *txn_take(struct ecall *ec, const Etcdserverpb__TxnRequest *rq,
+                            struct txn_build *b, int *code)
+{
+    const struct etcdapi *e = ec->e;
+    size_t nc = rq->n_compare, no = rq->n_success + rq->n_failure;
+    *code = GRPC_INVALID_ARGUMENT;
+    if (nc > KV_TXN_OPS_MAX || no > KV_TXN_OPS_MAX)
+        return "etcdserver: too many operations in txn request";
+    b->cmps = tk_calloc(nc ? nc : 1, sizeof(*b->cmps));
+    b->cmpp = tk_calloc(nc ? nc : 1, sizeof(*b->cmpp));
+    b->ops = tk_calloc(no ? no : 1, sizeof(*b->ops));
+    b->opp = tk_calloc(no ? no : 1, sizeof(*b->opp));
+    b->puts = tk_calloc(no ? no : 1, sizeof(*b->puts));
+    b->dels = tk_calloc(no ? no : 1, sizeof(*b->dels));
+    ec->op_kinds = tk_calloc(no ? no : 1, 1);
+    for (size_t i = 0; i < nc; i++) {
+        const char *why = txn_compare(e, rq->compare[i], &b->cmps[i], code);
+        if (why != NULL)
+            return why;
+        b->cmpp[i] = &b->cmps[i];
+    }
+    for (size_t i = 0; i < no; i++) {
+        const Etcdserverpb__RequestOp *r =
+            i < rq->n_success ? rq->success[i] : rq->failure[i - rq->n_success];
+        const char *why = txn_op(e, r, b, i, &ec->op_kinds[i], code);
+        if (why != NULL)
+            return why;
+    }
+    kvpb__txn__init(&b->txn);
+    b->txn.compares = b->cmpp;
+    b->txn.n_compares = nc;
+    b->txn.then_ops = b->opp;
+    b->txn.n_then_ops = rq->n_success;
+    b->txn.else_ops = b->opp + rq->n_success;
+    b->txn.n_else_ops = rq->n_failure;
+    ec->n_ops = (uint32_t)no;
+    ec->n_success = (uint32_t)rq->n_success;
+    return NULL;
+}
+
+static void txn_done(struct node_req *nreq, int status, const struct kv_result *res,
+                     void *data)
+{
+    (void)nreq;
+    struct ecall *ec = data;
+    if (status == 0 && res->code != 0 && res->code != TK_ECOMPARE)
+        status = res->code;
+    if (status != 0) {
+        etcdapi__fail_rc(ec, status);
+        return;
+    }
+    uint32_t first = res->succeeded ? 0 : ec->n_success;
+    uint32_t n = res->succeeded ? ec->n_success : ec->n_ops - ec->n_success;
+    Etcdserverpb__ResponseHeader h = ETCDSERVERPB__RESPONSE_HEADER__INIT;
+    etcdapi__header(ec->e, res->revision, &h);
+    Etcdserverpb__ResponseOp *ro = tk_calloc(n ? n : 1, sizeof(*ro));
+    Etcdserverpb__ResponseOp **rop = tk_calloc(n ? n : 1, sizeof(*rop));
+    Etcdserverpb__PutResponse *pr = tk_calloc(n ? n : 1, sizeof(*pr));
+    Etcdserverpb__DeleteRangeResponse *dr = tk_calloc(n ? n : 1, sizeof(*dr));
+    for (uint32_t i = 0; i < n; i++) {
+        etcdserverpb__response_op__init(&ro[i]);
+        rop[i] = &ro[i];
+        if (ec->op_kinds[first + i] == 'p') {
+            etcdserverpb__put_response__init(&pr[i]);
+            pr[i].header = &h;
+            ro[i].response_case = ETCDSERVERPB__RESPONSE_OP__RESPONSE_RESPONSE_PUT;
+            ro[i].response_put = &pr[i];
+        } else {
+            etcdserverpb__delete_range_response__init(&dr[i]);
+            dr[i].header = &h;
+            dr[i].deleted = i < res->n_ops ? (int64_t)res->ops[i].deleted : 0;
+            ro[i].response_case =
+                ETCDSERVERPB__RESPONSE_OP__RESPONSE_RESPONSE_DELETE_RANGE;
+            ro[i].response_delete_range = &dr[i];
+        }
+    }
+    Etcdserverpb__TxnResponse r = ETCDSERVERPB__TXN_RESPONSE__INIT;
+    r.header = &h;
+    r.succeeded = res->succeeded;
+    r.responses = rop;
+    r.n_responses = n;
+    etcdapi__reply(ec, &r.base);
+    tk_free(dr);
+    tk_free(pr);
+    tk_free(rop);
+    tk_free(ro);
+}
+
 void etcdapi__kv_txn(struct ecall *ec, const uint8_t *msg, size_t len)
 {
-    (void)msg;
-    (void)len;
-    etcdapi__fail(ec, GRPC_UNIMPLEMENTED, "tierkv: Txn is not served yet");
+    Etcdserverpb__TxnRequest *rq = etcdserverpb__txn_request__unpack(NULL, len, msg);
+    if (rq == NULL) {
+        etcdapi__fail(ec, GRPC_INVALID_ARGUMENT, "tierkv: a malformed TxnRequest");
+        return;
+    }
+    struct txn_build b = {0};
+    int code;
+    const char *why = txn_take(ec, rq, &b, &code);
+    if (why != NULL) {
+        etcdapi__fail(ec, code, why);
+    } else {
+        Kvpb__Command cmd = KVPB__COMMAND__INIT;
+        cmd.cmd_case = KVPB__COMMAND__CMD_TXN;
+        cmd.txn = &b.txn;
+        etcdapi__submit_write(ec, &cmd, txn_done);
+    }
+    txn_build_free(&b);
+    etcdserverpb__txn_request__free_unpacked(rq, NULL);
 }

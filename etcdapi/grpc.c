@@ -78,6 +78,7 @@ struct grpc_server {
     struct gconn *conns;
     uint32_t n_conns, calls;
     size_t out_total;
+    size_t in_total; /* request bytes held by every connection */
 };
 
 struct wreq {
@@ -100,6 +101,7 @@ void grpc_config_default(struct grpc_config *c)
     c->header_max = 16 * 1024;
     c->msg_max = (2u << 20) + (64u << 10);
     c->conn_in_max = 8u << 20;
+    c->in_total_max = 256u << 20;
     c->out_max = 8u << 20;
     c->out_total_max = 256u << 20;
     c->preface_timeout_ms = 10000;
@@ -122,6 +124,7 @@ static void stream_unlink(struct grpc_call *st)
         st->next->prev = st->prev;
     c->n_streams--;
     c->in_bytes -= st->in_cap;
+    c->srv->in_total -= st->in_cap;
     size_t unsent = st->out_len - st->out_off;
     c->reply_bytes -= unsent;
     c->srv->out_total -= unsent;
@@ -146,8 +149,10 @@ static void stream_detach(struct grpc_call *st)
 
 static void release_input(struct grpc_call *st)
 {
-    if (st->conn)
+    if (st->conn) {
         st->conn->in_bytes -= st->in_cap;
+        st->conn->srv->in_total -= st->in_cap;
+    }
     tk_free(st->in);
     st->in = NULL;
     st->in_len = st->in_cap = 0;
@@ -281,12 +286,14 @@ static void stream_take(struct grpc_call *st, const uint8_t *p, size_t len)
             cap *= 2;
         if (cap > GRPC_PREFIX + cfg->msg_max)
             cap = GRPC_PREFIX + cfg->msg_max;
-        if (c->in_bytes - st->in_cap + cap > cfg->conn_in_max) {
+        if (c->in_bytes - st->in_cap + cap > cfg->conn_in_max ||
+            c->srv->in_total - st->in_cap + cap > cfg->in_total_max) {
             stream_status(st, GRPC_RESOURCE_EXHAUSTED,
-                          "tierkv: too many request bytes held on this connection");
+                          "tierkv: too many request bytes held (this connection or all)");
             return;
         }
         c->in_bytes = c->in_bytes - st->in_cap + cap;
+        c->srv->in_total = c->srv->in_total - st->in_cap + cap;
         st->in = tk_realloc(st->in, cap);
         st->in_cap = cap;
     }

@@ -16,7 +16,8 @@
  * accept), concurrent streams per connection (HTTP/2 SETTINGS; nghttp2
  * refuses more), header bytes per stream, a message's bytes (a larger
  * declared length is RESOURCE_EXHAUSTED before its bytes arrive), request
- * bytes held per connection, and output held per connection and in all:
+ * bytes held per connection and in all, and output held per connection and
+ * in all:
  * answers queued but not yet taken by the client count, and past out_max
  * the connection's input is no longer read until the client takes them;
  * grpc_call_would_overload lets the service refuse to build a large answer
@@ -66,6 +67,7 @@ struct grpc_config {
     size_t header_max;           /* header bytes per stream: 16 KiB */
     size_t msg_max;              /* one message: 2 MiB + 64 KiB */
     size_t conn_in_max;          /* request bytes held per connection: 8 MiB */
+    size_t in_total_max;         /* ... and in all: 256 MiB */
     size_t out_max;              /* output held per connection: 8 MiB */
     size_t out_total_max;        /* ... and in all: 256 MiB */
     uint64_t preface_timeout_ms; /* accept to the client's preface: 10000 */

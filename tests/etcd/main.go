@@ -233,6 +233,49 @@ func functional(leaderEp, followerEp string) {
 	}
 	ok("DeleteRange: one key via follower (1, then 0), a prefix (5)")
 
+	// Txn through the follower: compares on version, value, create and mod
+	// revision; puts and single-key deletes in either branch.
+	t1, err := fc.Txn(c).If(clientv3.Compare(clientv3.Version("/etcd-test/b"), "=", 1)).
+		Then(clientv3.OpPut("/etcd-test/t", "1"), clientv3.OpDelete("/etcd-test/b")).
+		Else(clientv3.OpPut("/etcd-test/else", "1")).Commit()
+	if err != nil || !t1.Succeeded || len(t1.Responses) != 2 ||
+		t1.Responses[0].GetResponsePut() == nil ||
+		t1.Responses[1].GetResponseDeleteRange().GetDeleted() != 1 {
+		fail("Txn version=1 then put+delete: %v %+v", err, t1)
+	}
+	checkHeader("Txn", t1.Header, fst.Header.MemberId, dp.Header.Revision+1)
+	t2, err := lc.Txn(c).If(clientv3.Compare(clientv3.Value("/etcd-test/t"), "=", "nope")).
+		Then(clientv3.OpPut("/etcd-test/x", "1")).
+		Else(clientv3.OpPut("/etcd-test/t", "2")).Commit()
+	if err != nil || t2.Succeeded || len(t2.Responses) != 1 {
+		fail("Txn value=nope else put: %v %+v", err, t2)
+	}
+	tv, err := fc.Get(c, "/etcd-test/t")
+	if err != nil || len(tv.Kvs) != 1 || string(tv.Kvs[0].Value) != "2" ||
+		tv.Kvs[0].ModRevision != t2.Header.Revision {
+		fail("after the txns: %v %+v", err, tv)
+	}
+	if x, _ := lc.Get(c, "/etcd-test/x"); x == nil || x.Count != 0 {
+		fail("the branch not taken wrote /etcd-test/x")
+	}
+	for i, want := range []bool{true, false} {
+		tl, err := lc.Txn(c).If(clientv3.Compare(clientv3.CreateRevision("/etcd-test/lock"),
+			"=", 0)).Then(clientv3.OpPut("/etcd-test/lock", "me")).Commit()
+		if err != nil || tl.Succeeded != want {
+			fail("create-revision=0 txn %d: %v %+v, want succeeded=%v", i, err, tl, want)
+		}
+	}
+	tm, err := lc.Txn(c).If(clientv3.Compare(clientv3.ModRevision("/etcd-test/t"), "<",
+		t2.Header.Revision+1)).Then(clientv3.OpDelete("/etcd-test/t")).Commit()
+	if err != nil || !tm.Succeeded || tm.Responses[0].GetResponseDeleteRange().GetDeleted() != 1 {
+		fail("mod-revision txn: %v %+v", err, tm)
+	}
+	_, err = lc.Txn(c).If().Then(clientv3.OpGet("/etcd-test/t")).Commit()
+	if codeOf(err) != codes.Unimplemented {
+		fail("Txn with a Range: %v (want Unimplemented)", err)
+	}
+	ok("Txn: version/value/create/mod compares, both branches, puts and deletes; Range in a Txn Unimplemented")
+
 	// Refusals etcd clients know.
 	_, err = lc.Put(c, "", "x")
 	if err != rpctypes.ErrEmptyKey || codeOf(err) != codes.InvalidArgument {
@@ -261,11 +304,6 @@ func functional(leaderEp, followerEp string) {
 	if codeOf(err) != codes.Unimplemented {
 		fail("Compact: %v (want Unimplemented)", err)
 	}
-	_, err = lc.Txn(c).If(clientv3.Compare(clientv3.Version("/etcd-test/b"), "=", 1)).
-		Then(clientv3.OpPut("/etcd-test/t", "1")).Commit()
-	if codeOf(err) != codes.Unimplemented {
-		fail("Txn: %v (want Unimplemented)", err)
-	}
 	wc := lc.Watch(c, "/etcd-test/")
 	select {
 	case wr := <-wc:
@@ -278,7 +316,7 @@ func functional(leaderEp, followerEp string) {
 	if _, err := lc.Get(c, "/etcd-test/b"); err != nil {
 		fail("Get after the unimplemented calls: %v", err)
 	}
-	ok("Unimplemented: LeaseGrant, Compact, Txn, Watch; the client goes on")
+	ok("Unimplemented: LeaseGrant, Compact, Watch; the client goes on")
 }
 
 // ---- hostile peers --------------------------------------------------------
