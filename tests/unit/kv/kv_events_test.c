@@ -157,11 +157,8 @@ END_TEST
 START_TEST(test_ring_bound_compacts_whole_revisions)
 {
     struct kvu u = {0};
-    kv_config_default(&u.cfg);
-    u.cfg.no_sync = true;
-    u.cfg.map_bytes = (size_t)1 << 30;
+    kvu_defaults(&u);
     u.cfg.events_max = 8;
-    u.dir = kvu_tmpdir();
     struct kv_config cfg = u.cfg;
     kvu_open(&u, &cfg);
     uint64_t first = kv_sm_events_first(u.sm);
@@ -272,12 +269,9 @@ static void check_held(struct kvu *u, const uint8_t (*vals)[WRAP_LEN], const siz
 START_TEST(test_event_data_wrap_their_byte_ring)
 {
     struct kvu u = {0};
-    kv_config_default(&u.cfg);
-    u.cfg.no_sync = true;
-    u.cfg.map_bytes = (size_t)1 << 30;
+    kvu_defaults(&u);
     u.cfg.events_max = 1000;
     u.cfg.events_bytes = 3000;
-    u.dir = kvu_tmpdir();
     struct kv_config cfg = u.cfg;
     kvu_open(&u, &cfg);
     static uint8_t vals[WRAP_PUTS][WRAP_LEN];
@@ -333,12 +327,9 @@ END_TEST
 START_TEST(test_slots_wrap_and_an_event_too_big_for_the_ring)
 {
     struct kvu u = {0};
-    kv_config_default(&u.cfg);
-    u.cfg.no_sync = true;
-    u.cfg.map_bytes = (size_t)1 << 30;
+    kvu_defaults(&u);
     u.cfg.events_max = 5;
     u.cfg.events_bytes = 1024;
-    u.dir = kvu_tmpdir();
     struct kv_config cfg = u.cfg;
     kvu_open(&u, &cfg);
     char k[16], v[16];

@@ -665,14 +665,11 @@ int main(int argc, char **argv)
     }
     tk_prng_seed(&rng, seed);
     struct kvu u = {0};
-    kv_config_default(&u.cfg);
-    u.cfg.no_sync = true;
-    u.cfg.map_bytes = (size_t)1 << 30;
+    kvu_defaults(&u);
     u.cfg.page_bytes = 16 * 1024;
     u.cfg.ring_bytes = 256 * 1024;
     u.cfg.sessions_max = SESS_MAX;
     u.cfg.append_only = append_only;
-    u.dir = kvu_tmpdir();
     struct kv_config cfg = u.cfg;
     kvu_open(&u, &cfg);
     struct model m = {.e = tk_calloc(NKEYS * 2, sizeof(struct mval))};

@@ -777,11 +777,8 @@ END_TEST
 START_TEST(test_duplicate_returns_first_result)
 {
     struct kvu u = {0};
-    kv_config_default(&u.cfg);
-    u.cfg.no_sync = true;
-    u.cfg.map_bytes = (size_t)1 << 30;
+    kvu_defaults(&u);
     u.cfg.sessions_max = 4;
-    u.dir = kvu_tmpdir();
     struct kv_config cfg = u.cfg;
     kvu_open(&u, &cfg);
     Kvpb__Command c;
@@ -827,11 +824,8 @@ END_TEST
 START_TEST(test_sessions_hold_short_and_long_results)
 {
     struct kvu u = {0};
-    kv_config_default(&u.cfg);
-    u.cfg.no_sync = true;
-    u.cfg.map_bytes = (size_t)1 << 30;
+    kvu_defaults(&u);
     u.cfg.sessions_max = 6;
-    u.dir = kvu_tmpdir();
     struct kv_config cfg = u.cfg;
     kvu_open(&u, &cfg);
     enum { N = 40 };

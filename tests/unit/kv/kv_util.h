@@ -68,14 +68,21 @@ struct kvu {
     struct kv_result res;
 };
 
+/* The tests' configuration in u->cfg (the defaults, no sync, a map of 1 GiB)
+ * and a fresh directory in u->dir: kvu_open(u, NULL) opens with it as it is,
+ * a test that changes it passes a copy. */
+static inline void kvu_defaults(struct kvu *u)
+{
+    kv_config_default(&u->cfg);
+    u->cfg.no_sync = true;
+    u->cfg.map_bytes = (size_t)1 << 30;
+    u->dir = kvu_tmpdir();
+}
+
 static inline void kvu_open(struct kvu *u, struct kv_config *cfg)
 {
-    if (cfg == NULL) {
-        kv_config_default(&u->cfg);
-        u->cfg.no_sync = true;
-        u->cfg.map_bytes = (size_t)1 << 30;
-        u->dir = kvu_tmpdir();
-    }
+    if (cfg == NULL)
+        kvu_defaults(u);
     u->cfg.dir = u->dir;
     if (cfg != NULL) {
         u->cfg = *cfg;
@@ -94,13 +101,10 @@ static inline void kvu_open(struct kvu *u, struct kv_config *cfg)
  * past the ring's budget into the cold tier). */
 static inline void kvu_open_small(struct kvu *u, size_t ring_bytes, bool background_tier)
 {
-    kv_config_default(&u->cfg);
-    u->cfg.no_sync = true;
-    u->cfg.map_bytes = (size_t)1 << 30;
+    kvu_defaults(u);
     u->cfg.page_bytes = 4096;
     u->cfg.ring_bytes = ring_bytes;
     u->cfg.background_tier = background_tier;
-    u->dir = kvu_tmpdir();
     struct kv_config cfg = u->cfg;
     kvu_open(u, &cfg);
 }

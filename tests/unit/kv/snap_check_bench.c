@@ -151,10 +151,8 @@ static int bench(long n, bool check)
 {
     struct kvu u;
     memset(&u, 0, sizeof(u));
-    kv_config_default(&u.cfg);
-    u.cfg.no_sync = true;
+    kvu_defaults(&u);
     u.cfg.map_bytes = (size_t)64 << 30; /* sparse */
-    u.dir = kvu_tmpdir();
     struct kv_config cfg = u.cfg;
     kvu_open(&u, &cfg);
 
