@@ -3,6 +3,7 @@
  * expiry (kv/ttl.c, the expire command). */
 #include <check.h>
 
+#include "tests/check_run.h"
 #include "tests/unit/kv/kv_util.h"
 
 #define EV_MAX 64
@@ -595,9 +596,5 @@ int main(void)
     tcase_add_test(tc, test_write_over_a_lapsed_key_expires_it_first);
     tcase_add_test(tc, test_expire_command_bytes_are_pinned);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? 0 : 1;
+    return tk_check_run(srunner_create(s));
 }

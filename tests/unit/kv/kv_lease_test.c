@@ -8,6 +8,7 @@
 #include "base/endian.h"
 #include "base/log.h"
 #include "kv/sm_internal.h"
+#include "tests/check_run.h"
 #include "tests/unit/kv/kv_util.h"
 
 static uint64_t grant(struct kvu *u, uint64_t ttl)
@@ -693,9 +694,5 @@ int main(void)
     tcase_add_test(tc, test_old_lease_records_load_at_open);
     tcase_add_test(tc, test_lease_records_are_written_as_protobuf);
     suite_add_tcase(s, tc);
-    SRunner *r = srunner_create(s);
-    srunner_run_all(r, CK_ENV);
-    int failed = srunner_ntests_failed(r);
-    srunner_free(r);
-    return failed == 0 ? 0 : 1;
+    return tk_check_run(srunner_create(s));
 }
