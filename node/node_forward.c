@@ -25,9 +25,10 @@
  * an older build, which drops batch frames, gets single frames both ways.
  *
  * Loop thread only. Called by node.c (drain_queue, on_forward, on_check);
- * calls no other file of node/. Frames are decoded from an arena made once
- * (struct fwd_scratch), and a command of any size costs the leader the one
- * blob it proposes, as before the protobuf format. */
+ * calls node_member.c (node__member_fenced) and no other file of node/.
+ * Frames are decoded from an arena made once (struct fwd_scratch), and a
+ * command of any size costs the leader the one blob it proposes, as before
+ * the protobuf format. */
 #include <errno.h>
 #include <string.h>
 #include <sys/random.h>
