@@ -73,6 +73,16 @@ static void replicate(struct ck *ck, uint64_t nodes_mask, uint64_t n, uint64_t t
     }
 }
 
+/* A checker whose entries 1..n of term 1 are durable on nodes_mask and
+ * node 1 (in term 1, not leading) has them committed. */
+static struct ck *committed_ck(uint64_t nodes_mask, uint64_t n)
+{
+    struct ck *ck = new_ck();
+    replicate(ck, nodes_mask, n, 1);
+    ck_assert_int_eq(ck_commit(ck, 1, 1, false, n), 0);
+    return ck;
+}
+
 static void assert_violation(struct ck *ck, const char *invariant)
 {
     ck_assert(ck_failed(ck));
@@ -138,9 +148,7 @@ END_TEST
 
 START_TEST(test_two_entries_applied_at_one_index)
 {
-    struct ck *ck = new_ck();
-    replicate(ck, 0xe, 2, 1);
-    ck_assert_int_eq(ck_commit(ck, 1, 1, false, 2), 0);
+    struct ck *ck = committed_ck(0xe, 2);
     ck_assert_int_eq(ck_applied(ck, 1, 1, 1, 101, 0, 7), 0);
     /* Node 2 applies a different payload at index 1. */
     ck_assert_int_eq(ck_applied(ck, 2, 1, 1, 999, 0, 7), -1);
@@ -151,9 +159,7 @@ END_TEST
 
 START_TEST(test_diverging_state_detected)
 {
-    struct ck *ck = new_ck();
-    replicate(ck, 0xe, 2, 1);
-    ck_assert_int_eq(ck_commit(ck, 1, 1, false, 2), 0);
+    struct ck *ck = committed_ck(0xe, 2);
     ck_assert_int_eq(ck_applied(ck, 1, 1, 1, 101, 0, 7), 0);
     ck_assert_int_eq(ck_applied(ck, 2, 1, 1, 101, 0, 8), -1);
     assert_violation(ck, "state-machine-safety");
@@ -175,9 +181,7 @@ END_TEST
 
 START_TEST(test_command_applied_twice)
 {
-    struct ck *ck = new_ck();
-    replicate(ck, 0xe, 2, 1);
-    ck_assert_int_eq(ck_commit(ck, 1, 1, false, 2), 0);
+    struct ck *ck = committed_ck(0xe, 2);
     ck_assert_int_eq(ck_applied(ck, 1, 1, 1, 101, 42, 1), 0);
     ck_assert_int_eq(ck_applied(ck, 1, 2, 1, 102, 42, 2), -1);
     assert_violation(ck, "two indexes");
@@ -208,9 +212,7 @@ END_TEST
 
 START_TEST(test_commit_index_goes_down)
 {
-    struct ck *ck = new_ck();
-    replicate(ck, 0xe, 3, 1);
-    ck_assert_int_eq(ck_commit(ck, 1, 1, false, 3), 0);
+    struct ck *ck = committed_ck(0xe, 3);
     ck_assert_int_eq(ck_commit(ck, 1, 1, false, 2), -1);
     assert_violation(ck, "commit-monotonic");
     ck_free(ck);
@@ -219,9 +221,7 @@ END_TEST
 
 START_TEST(test_commit_index_may_restart_lower)
 {
-    struct ck *ck = new_ck();
-    replicate(ck, 0xe, 3, 1);
-    ck_assert_int_eq(ck_commit(ck, 1, 1, false, 3), 0);
+    struct ck *ck = committed_ck(0xe, 3);
     ck_restart(ck, 1);
     ck_assert_int_eq(ck_commit(ck, 1, 1, false, 0), 0);
     ck_assert(!ck_failed(ck));
@@ -262,9 +262,7 @@ END_TEST
 
 START_TEST(test_committed_entry_lost_from_disk)
 {
-    struct ck *ck = new_ck();
-    replicate(ck, 0x6, 2, 1); /* durable on nodes 1 and 2 of 3 */
-    ck_assert_int_eq(ck_commit(ck, 1, 1, false, 2), 0);
+    struct ck *ck = committed_ck(0x6, 2); /* durable on nodes 1 and 2 of 3 */
     /* Node 2 overwrites index 2 with an entry of term 2. */
     uint64_t t2 = 2;
     ck_assert_int_eq(ck_durable_entries(ck, 2, 2, 1, &t2), -1);
@@ -275,9 +273,7 @@ END_TEST
 
 START_TEST(test_snapshot_covers_durability)
 {
-    struct ck *ck = new_ck();
-    replicate(ck, 0x6, 2, 1);
-    ck_assert_int_eq(ck_commit(ck, 1, 1, false, 2), 0);
+    struct ck *ck = committed_ck(0x6, 2);
     /* Node 2 replaces its log with a snapshot at 2: still durable. */
     ck_assert_int_eq(ck_durable_snapshot(ck, 2, 2, 1, false), 0);
     /* Node 3 catches up by snapshot too, then node 1 loses the log: it is
@@ -394,9 +390,7 @@ END_TEST
 
 START_TEST(test_stale_read_index)
 {
-    struct ck *ck = new_ck();
-    replicate(ck, 0xe, 3, 1);
-    ck_assert_int_eq(ck_commit(ck, 1, 1, false, 3), 0);
+    struct ck *ck = committed_ck(0xe, 3);
     uint64_t token = ck_read_begin(ck);
     ck_assert_int_eq(ck_read_done(ck, 2, token, 2), -1);
     assert_violation(ck, "read-linearizable");
@@ -406,9 +400,7 @@ END_TEST
 
 START_TEST(test_snapshot_with_other_state)
 {
-    struct ck *ck = new_ck();
-    replicate(ck, 0xe, 2, 1);
-    ck_assert_int_eq(ck_commit(ck, 1, 1, false, 2), 0);
+    struct ck *ck = committed_ck(0xe, 2);
     ck_assert_int_eq(ck_applied(ck, 1, 1, 1, 101, 0, 11), 0);
     ck_assert_int_eq(ck_applied(ck, 1, 2, 1, 102, 0, 12), 0);
     ck_assert_int_eq(ck_sm_restored(ck, 3, 2, 1, 99), -1);
