@@ -29,6 +29,11 @@
 #define WRITE_CHUNK (64u * 1024u)
 #define SWEEP_MS 1000
 #define GRPC_PREFIX 5
+/* Bytes read from all connections in one loop turn: past this, a connection
+ * that reads again waits for the next turn, so a flood of requests (or of
+ * streams nghttp2 refuses) cannot hold the loop the node's Raft work runs
+ * on (an ASan build lost its leadership to one before this bound). */
+#define TURN_BYTES_MAX (256u * 1024u)
 
 struct gconn;
 
@@ -63,6 +68,7 @@ struct gconn {
     uint32_t n_streams;
     size_t in_bytes, reply_bytes, write_bytes;
     bool reading, closing, in_recv, close_pending, got_preface;
+    bool paused; /* waits for the next loop turn (TURN_BYTES_MAX) */
     uint64_t born_ms, progress_ms, active_ms;
 };
 
@@ -73,6 +79,9 @@ struct grpc_server {
     uv_loop_t *loop;
     uv_tcp_t listener;
     uv_timer_t sweep;
+    uv_check_t resume; /* after each turn's I/O: the paused read again */
+    size_t turn_bytes; /* read this turn */
+    uint32_t n_paused;
     bool listening, stopping;
     uint16_t port;
     struct gconn *conns;
@@ -494,7 +503,8 @@ static void on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf)
 static void conn_update_reading(struct gconn *c)
 {
     const struct grpc_config *cfg = &c->srv->cfg;
-    bool want = !c->closing && c->reply_bytes + c->write_bytes < cfg->out_max &&
+    bool want = !c->closing && !c->paused &&
+                c->reply_bytes + c->write_bytes < cfg->out_max &&
                 c->srv->out_total < cfg->out_total_max;
     if (want == c->reading)
         return;
@@ -542,6 +552,10 @@ static void conn_close(struct gconn *c)
     }
     c->closing = true;
     struct grpc_server *srv = c->srv;
+    if (c->paused) {
+        c->paused = false;
+        srv->n_paused--;
+    }
     while (c->streams)
         stream_detach(c->streams);
     nghttp2_session_del(c->h2);
@@ -683,6 +697,23 @@ static void on_connection(uv_stream_t *l, int status)
     conn_flush(c); /* the SETTINGS, and starts reading */
 }
 
+/* After the turn's I/O: the byte budget starts over and the connections
+ * paused for it read again (in the next turn's poll). At most conns_max. */
+static void on_resume(uv_check_t *h)
+{
+    struct grpc_server *srv = h->data;
+    srv->turn_bytes = 0;
+    if (srv->n_paused == 0)
+        return;
+    for (struct gconn *c = srv->conns; c != NULL && srv->n_paused > 0; c = c->next) {
+        if (!c->paused)
+            continue;
+        c->paused = false;
+        srv->n_paused--;
+        conn_update_reading(c);
+    }
+}
+
 /* Once a second: connections with no preface in time, with output that
  * makes no progress, or idle. At most conns_max of them. */
 static void on_sweep(uv_timer_t *t)
@@ -731,6 +762,9 @@ int grpc_server_listen(struct grpc_server *s, uv_loop_t *loop, const char *host,
     s->listener.data = s;
     uv_timer_init(loop, &s->sweep);
     s->sweep.data = s;
+    uv_check_init(loop, &s->resume);
+    s->resume.data = s;
+    uv_check_start(&s->resume, on_resume);
     s->listening = true;
     int rc = uv_tcp_bind(&s->listener, (const struct sockaddr *)&addr, 0);
     if (rc == 0)
@@ -763,6 +797,7 @@ void grpc_server_stop(struct grpc_server *s)
         s->listening = false;
         uv_close((uv_handle_t *)&s->listener, NULL);
         uv_close((uv_handle_t *)&s->sweep, NULL);
+        uv_close((uv_handle_t *)&s->resume, NULL);
     }
     while (s->conns)
         conn_close(s->conns);
