@@ -7,7 +7,11 @@ node's /healthz answers, the cluster keeps its leader, and the leader's
 memory grew by less than RSS_GROWTH_MAX; at the end every node stops
 cleanly (exit 0).
 
-    etcd_test.py TIERKVD ETCD_CLIENT
+    etcd_test.py TIERKVD ETCD_CLIENT [--against-http]
+
+--against-http is the known-bad control (registered should_fail): the client
+is pointed at the nodes' HTTP/1.1 ports, which are no etcd server, and must
+fail its first check; the script then exits 1.
 """
 import os
 import subprocess
@@ -66,6 +70,13 @@ def main():
         fnd = [nd for nd in cluster.nodes if nd.id != leader][0]
         ep = lambda nd: "127.0.0.1:%d" % nd.client_port  # noqa: E731
         base = rss(lnd.proc.pid)
+        if "--against-http" in sys.argv:
+            r = subprocess.run([client, "-mode", "functional", "-leader",
+                                "127.0.0.1:%d" % lnd.http_port, "-follower",
+                                "127.0.0.1:%d" % fnd.http_port], timeout=240)
+            print("the client against the HTTP ports exited %d" % r.returncode, flush=True)
+            cluster.stop()
+            sys.exit(1 if r.returncode != 0 else 0)
         for args in (["-mode", "functional", "-leader", ep(lnd), "-follower", ep(fnd)],
                      ["-mode", "hostile", "-target", ep(lnd)]):
             r = subprocess.run([client] + args, timeout=240)

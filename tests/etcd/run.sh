@@ -6,7 +6,7 @@
 # does; nothing is vendored, and once cached the build needs no network.
 # Exit 77 (skip) only when `go` is not installed.
 #
-#   run.sh SOURCE_DIR BUILD_DIR TIERKVD
+#   run.sh SOURCE_DIR BUILD_DIR TIERKVD [--against-http]
 set -u
 src=$1 tierkvd=$3
 command -v go >/dev/null 2>&1 || { echo "go is not installed: skipped"; exit 77; }
@@ -15,4 +15,5 @@ tmp=$(mktemp "$out/etcd-client.XXXXXX") || exit 1
 (cd "$src/tests/etcd" && GOFLAGS=-mod=mod flock "$out/.build-lock" go build -o "$tmp" .) ||
     { rm -f "$tmp"; exit 1; }
 mv -f "$tmp" "$out/etcd-client" || exit 1
-exec python3 "$src/tests/etcd/etcd_test.py" "$tierkvd" "$out/etcd-client"
+shift 3
+exec python3 "$src/tests/etcd/etcd_test.py" "$tierkvd" "$out/etcd-client" "$@"
