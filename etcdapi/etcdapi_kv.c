@@ -232,12 +232,9 @@ static void range_read_cb(struct node_req *nreq, int status, struct kv_sm *sm, v
                       "etcdserver: too many requests (output not taken by the client)");
         return;
     }
-    struct range_state s = {.ec = ec};
-    uint64_t lim = ec->limit > 0 ? (uint64_t)ec->limit : ec->e->cfg.range_limit_max;
-    s.take =
-        (uint32_t)(lim < ec->e->cfg.range_limit_max ? lim : ec->e->cfg.range_limit_max);
-    if (ec->limit <= 0 || (uint64_t)ec->limit > ec->e->cfg.range_limit_max)
-        s.take = ec->e->cfg.range_limit_max;
+    struct range_state s = {.ec = ec, .take = ec->e->cfg.range_limit_max};
+    if (ec->limit > 0 && (uint64_t)ec->limit < s.take)
+        s.take = (uint32_t)ec->limit; /* limit 0: no limit but ours */
     int rc = 0;
     if (is_single(ec)) {
         struct kv_item it;

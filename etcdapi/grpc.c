@@ -83,6 +83,7 @@ struct grpc_server {
     size_t turn_bytes; /* read this turn */
     uint32_t n_paused;
     bool listening, stopping;
+    uint8_t read_buf[64 * 1024];
     uint16_t port;
     struct gconn *conns;
     uint32_t n_conns, calls;
@@ -489,13 +490,14 @@ static int on_stream_close(nghttp2_session *h2, int32_t id, uint32_t code, void 
 
 /* ---- the connection ------------------------------------------------------ */
 
+/* Every connection reads into the server's one buffer: a loop runs one read
+ * callback at a time and mem_recv consumes the bytes before it returns. */
 static void on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf)
 {
-    (void)h;
     (void)hint;
-    static char room[64 * 1024]; /* one loop thread; consumed before returning */
-    buf->base = room;
-    buf->len = sizeof(room);
+    struct gconn *c = h->data;
+    buf->base = (char *)c->srv->read_buf;
+    buf->len = sizeof(c->srv->read_buf);
 }
 
 /* Reads while the connection's output and the server's are under their
