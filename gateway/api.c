@@ -271,6 +271,7 @@ static void on_close(struct http_request *hreq, void *data)
     if (req == NULL)
         return;
     TK_ASSERT(!req->submitted);
+    api__admit_release(req);
     if (req->nreq.cmd != NULL) /* a write held back, never submitted */
         tk_blob_unref(req->nreq.cmd);
     api__key_free(req);
@@ -387,6 +388,7 @@ static void on_loop_stop(struct node *n, struct uv_loop_s *loop, void *data)
     (void)loop;
     gw->stopping = true;
     api__offload_stop(gw);
+    api__admit_stop(gw);
     api__watch_stop(gw);
     uv_close((uv_handle_t *)&gw->watch_timer, NULL);
     http_server_stop(gw->http);

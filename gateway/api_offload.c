@@ -61,15 +61,6 @@ void api__write_built(struct api_req *req, int mode, int rc, struct bctx *c,
     api__submit_write(req, cmd, mode, done_cb);
 }
 
-/* A write that never reached the node: 503, it was not applied. */
-static void not_applied(struct api_req *req, const char *why)
-{
-    char retry[64];
-    snprintf(retry, sizeof(retry), "Retry-After: %u\r\n", req->gw->cfg.retry_after_s);
-    http_respond_error(req->http, 503, "shutting_down", retry,
-                       "%s; the write was not applied, retry it", why);
-}
-
 static void work(uv_work_t *w)
 {
     struct api_offload *o = w->data;
@@ -86,7 +77,7 @@ static void after_work(uv_work_t *w, int status)
     gw->offload_done++;
     if (status != 0 || gw->stopping) { /* cancelled, or the node stops */
         tk_blob_unref(o->cmd);
-        not_applied(o->req, "the node is shutting down");
+        api__not_applied(o->req, "the node is shutting down");
     } else {
         api__write_built(o->req, o->mode, o->rc, &o->c, o->cmd, o->verdict, o->done_cb);
     }
@@ -104,7 +95,7 @@ static void start_next(struct gateway *gw)
         gw->offload_waiting--;
         o->work.data = o;
         if (uv_queue_work(gw->loop, &o->work, work, after_work) != 0) {
-            not_applied(o->req, "the body could not be queued for decoding");
+            api__not_applied(o->req, "the body could not be queued for decoding");
             tk_free(o);
             continue;
         }
@@ -140,7 +131,7 @@ void api__offload_stop(struct gateway *gw)
     while ((o = gw->offload_head) != NULL) {
         gw->offload_head = o->next;
         gw->offload_waiting--;
-        not_applied(o->req, "the node is shutting down");
+        api__not_applied(o->req, "the node is shutting down");
         tk_free(o);
     }
     gw->offload_tail = NULL;

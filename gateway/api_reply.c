@@ -12,6 +12,7 @@
 #include "base/assert.h"
 #include "base/blob.h"
 #include "base/err.h"
+#include "gateway/api_body.h"
 #include "gateway/gateway_internal.h"
 #include "raft/raft.h"
 
@@ -222,17 +223,18 @@ static void respond_no_leader(struct api_req *req, const char *retry)
     struct node_status st;
     node_status(req->gw->node, &st);
     if (st.rejected)
-        http_respond_error(req->http, 503, "not_a_member", NULL,
-                           "the cluster refused node %llu and it serves nothing. Either "
-                           "its id belongs to another data directory (this one is new or "
-                           "was wiped): remove id %llu (tierkv member remove %llu) and add "
-                           "this node again under a new id with an empty data directory "
-                           "(docs/operations.md, \"Replace a failed node\"); or the "
-                           "cluster was recovered with --force-new-cluster without it: "
-                           "its data is stale, so empty its data directory and add it "
-                           "under a new id (the members' logs name the reason)",
-                           (unsigned long long)st.id, (unsigned long long)st.id,
-                           (unsigned long long)st.id);
+        http_respond_error(
+            req->http, 503, "not_a_member", NULL,
+            "the cluster refused node %llu and it serves nothing. Either "
+            "its id belongs to another data directory (this one is new or "
+            "was wiped): remove id %llu (tierkv member remove %llu) and add "
+            "this node again under a new id with an empty data directory "
+            "(docs/operations.md, \"Replace a failed node\"); or the "
+            "cluster was recovered with --force-new-cluster without it: "
+            "its data is stale, so empty its data directory and add it "
+            "under a new id (the members' logs name the reason)",
+            (unsigned long long)st.id, (unsigned long long)st.id,
+            (unsigned long long)st.id);
     else if (st.removed)
         http_respond_error(req->http, 503, "removed", NULL,
                            "node %llu was removed from the cluster and serves nothing; "
@@ -363,6 +365,92 @@ static void submit_now(struct http_request *hreq)
     api__submit_nreq(hreq->data);
 }
 
+static bool admit_fits(const struct gateway *gw, uint64_t len)
+{
+    return gw->admit_inflight == 0 || gw->admit_inflight + len <= API_ADMIT_BYTES;
+}
+
+/* A write's bytes in flight, never 0 (0 marks a request not counted). */
+static uint64_t admit_len(const struct api_req *req)
+{
+    return req->nreq.cmd->len + 1;
+}
+
+static bool admit_wait(struct api_req *req)
+{
+    struct gateway *gw = req->gw;
+    if (gw->admit_head == NULL && admit_fits(gw, admit_len(req))) {
+        req->admit_bytes = admit_len(req);
+        gw->admit_inflight += req->admit_bytes;
+        return false;
+    }
+    if (!req->http->held)
+        http_hold(req->http);
+    req->admit_next = NULL;
+    if (gw->admit_tail != NULL)
+        gw->admit_tail->admit_next = req;
+    else
+        gw->admit_head = req;
+    gw->admit_tail = req;
+    gw->admit_waiting++;
+    gw->admit_waited++;
+    return true;
+}
+
+/* Submits the waiting writes that now fit, in order. Not reentrant: a write
+ * that ends at once (the node refuses it) is released inside http_dispatch
+ * and finds this loop already running. */
+static void admit_next(struct gateway *gw)
+{
+    if (gw->admitting)
+        return;
+    gw->admitting = true;
+    struct api_req *req;
+    while ((req = gw->admit_head) != NULL && admit_fits(gw, admit_len(req))) {
+        gw->admit_head = req->admit_next;
+        if (gw->admit_head == NULL)
+            gw->admit_tail = NULL;
+        gw->admit_waiting--;
+        req->admit_bytes = admit_len(req);
+        gw->admit_inflight += req->admit_bytes;
+        http_dispatch(req->http, true, submit_now);
+    }
+    gw->admitting = false;
+}
+
+void api__admit_release(struct api_req *req)
+{
+    struct gateway *gw = req->gw;
+    if (req->admit_bytes == 0)
+        return;
+    TK_ASSERT(gw->admit_inflight >= req->admit_bytes);
+    gw->admit_inflight -= req->admit_bytes;
+    req->admit_bytes = 0;
+    if (!gw->stopping)
+        admit_next(gw);
+}
+
+void api__not_applied(struct api_req *req, const char *why)
+{
+    char retry[64];
+    snprintf(retry, sizeof(retry), "Retry-After: %u\r\n", req->gw->cfg.retry_after_s);
+    http_respond_error(req->http, 503, "shutting_down", retry,
+                       "%s; the write was not applied, retry it", why);
+}
+
+void api__admit_stop(struct gateway *gw)
+{
+    struct api_req *req;
+    while ((req = gw->admit_head) != NULL) {
+        gw->admit_head = req->admit_next;
+        gw->admit_waiting--;
+        tk_blob_unref(req->nreq.cmd);
+        req->nreq.cmd = NULL;
+        api__not_applied(req, "the node is shutting down");
+    }
+    gw->admit_tail = NULL;
+}
+
 void api__submit_write(struct api_req *req, struct tk_blob *cmd, int mode,
                        node_write_cb *cb)
 {
@@ -372,6 +460,8 @@ void api__submit_write(struct api_req *req, struct tk_blob *cmd, int mode,
     req->nreq.write_cb = cb;
     req->nreq.data = req;
     req->nreq.timeout_ms = req->gw->cfg.request_timeout_ms;
+    if (cmd->len >= API_OFFLOAD_BYTES && admit_wait(req))
+        return; /* held until the large writes in flight allow it */
     http_dispatch(req->http, true, submit_now);
 }
 

@@ -170,6 +170,12 @@ struct gateway {
     struct api_offload *offload_head, *offload_tail;
     uint32_t offload_waiting, offload_running;
     uint64_t offloaded, offload_done;
+    /* Large writes waiting to be submitted (API_ADMIT_BYTES), in order; the
+     * bytes of those submitted and not yet ended; counters. */
+    struct api_req *admit_head, *admit_tail;
+    uint32_t admit_waiting;
+    bool admitting;
+    uint64_t admit_inflight, admit_waited;
     /* Watches (api_watch.c): the open ones, a pass over them scheduled for
      * the next loop turn, and counters. */
     struct watcher *watchers;
@@ -235,6 +241,8 @@ struct api_req {
     uint64_t digest_applied;
     uint32_t digest_restarts;
     uint64_t lease_id, lease_ttl; /* lease routes (api_lease.c) */
+    uint64_t admit_bytes;         /* a large write's bytes in flight (api_offload.c) */
+    struct api_req *admit_next;   /* in the gateway's admission queue */
     struct api_req *pool_next;    /* in the gateway's pool of free ones */
     /* key's room: a key up to API_KEY_ROOM - 1 bytes needs no allocation.
      * Free key with api__key_free. */
@@ -321,10 +329,30 @@ void api__respond_json(struct api_req *req, struct jbuf *b, uint64_t revision);
 void api__retry_after(const struct gateway *gw, char *out, size_t cap);
 /* Submits a write (`cmd`, a packed kvpb.Command, taken; its answer comes to
  * cb) or a read, in the connection's order (http_dispatch). A submission the
- * node refuses is answered with api__respond_rc. */
+ * node refuses is answered with api__respond_rc.
+ *
+ * Large writes are admitted in turn: a write whose command has
+ * API_OFFLOAD_BYTES or more (a raw PUT too) is submitted when no other is in
+ * flight from this gateway (submitted and not yet ended) or when the bytes in
+ * flight stay within API_ADMIT_BYTES; otherwise it waits, held (http_hold),
+ * in arrival order, and goes when a write in flight ends (api.c's on_close
+ * calls api__admit_release). Each one in the one Raft log delays every write
+ * behind it by its replication: clients posting 4 MB batches made a small
+ * PUT wait behind all of theirs (tests/adversary bodies), now behind at most
+ * one per node. A held request keeps the connection's later requests behind
+ * it, so a client's own writes keep their order. */
+#define API_ADMIT_BYTES ((uint64_t)4 << 20)
 void api__submit_write(struct api_req *req, struct tk_blob *cmd, int mode,
                        node_write_cb *cb);
 void api__submit_read(struct api_req *req, int consistency, node_read_cb *cb);
+/* req has ended: the bytes it held in flight go back, and the waiting
+ * writes that now fit go. */
+void api__admit_release(struct api_req *req);
+/* At the gateway's stop: the waiting writes answered with api__not_applied. */
+void api__admit_stop(struct gateway *gw);
+/* A write that never reached the node: 503 shutting_down with Retry-After,
+ * "<why>; the write was not applied, retry it". */
+void api__not_applied(struct api_req *req, const char *why);
 /* Hands req->nreq, as it is filled, to the node now (no http_dispatch);
  * answers a refusal (api__respond_rc, the command's blob dropped). */
 void api__submit_nreq(struct api_req *req);

@@ -127,6 +127,7 @@ struct snapshot {
     uint64_t auth_denied; /* gw->auth_denied */
     /* Bodies decoded on the thread pool (api_offload.c). */
     uint64_t offloaded, offload_waiting, offload_running;
+    uint64_t admit_waiting, admit_waited, admit_inflight;
     /* Watches (api_watch.c) and the change log they read. */
     uint64_t watchers, watch_lagging, watch_compacted;
     uint64_t watch_pending, watch_over_total, watch_turn_full;
@@ -325,6 +326,15 @@ static const struct metric_desc metric_table[] = {
      SNAP(offload_waiting)},
     {"tierkv_http_bodies_offload_running", "gauge", "Such bodies being decoded now.",
      MK_VALUE, SNAP(offload_running)},
+    {"tierkv_http_bodies_admit_waiting", "gauge",
+     "Such writes built and waiting for the large writes in flight to end.", MK_VALUE,
+     SNAP(admit_waiting)},
+    {"tierkv_http_bodies_admit_waited_total", "counter",
+     "Such writes that had to wait for the large writes in flight to end.", MK_VALUE,
+     SNAP(admit_waited)},
+    {"tierkv_http_bodies_admit_inflight_bytes", "gauge",
+     "Bytes of such writes submitted and not yet answered (4 MiB, or one write).",
+     MK_VALUE, SNAP(admit_inflight)},
     {"tierkv_http_auth_denied_total", "counter",
      "Requests answered 401 or 403 (--auth-file).", MK_VALUE, SNAP(auth_denied)},
     {"tierkv_http_connections", "gauge", "Open HTTP connections.", MK_VALUE,
@@ -604,6 +614,9 @@ void api__metrics(struct api_req *req, const struct query *q)
     s.offloaded = gw->offloaded;
     s.offload_waiting = gw->offload_waiting;
     s.offload_running = gw->offload_running;
+    s.admit_waiting = gw->admit_waiting;
+    s.admit_waited = gw->admit_waited;
+    s.admit_inflight = gw->admit_inflight;
     s.watch_lagging = gw->watch_lagging;
     s.watch_compacted = gw->watch_compacted;
     s.watch_pending = api__watch_pending(gw);
