@@ -52,6 +52,7 @@ struct grpc_call {
     size_t path_len;
     bool path_long;
     uint64_t timeout_ms;
+    uint64_t born_ms;
     uint8_t *in; /* the request's DATA bytes */
     size_t in_len, in_cap;
     uint8_t *out; /* the answer: prefix and message */
@@ -117,6 +118,7 @@ void grpc_config_default(struct grpc_config *c)
     c->preface_timeout_ms = 10000;
     c->idle_timeout_ms = 300000;
     c->write_timeout_ms = 30000;
+    c->request_timeout_ms = 30000;
 }
 
 /* ---- streams ------------------------------------------------------------ */
@@ -366,6 +368,7 @@ static int on_begin_headers(nghttp2_session *h2, const nghttp2_frame *f, void *u
     st->conn = c;
     st->id = f->hd.stream_id;
     st->open = true;
+    st->born_ms = tk_mono_ms();
     st->next = c->streams;
     if (c->streams)
         c->streams->prev = st;
@@ -716,8 +719,27 @@ static void on_resume(uv_check_t *h)
     }
 }
 
+/* A connection's requests still arriving past request_timeout_ms are
+ * answered DEADLINE_EXCEEDED (a client sending its messages slowly holds
+ * nothing for longer). At most streams_max per connection. */
+static void expire_requests(struct gconn *c, uint64_t now)
+{
+    bool any = false;
+    for (struct grpc_call *st = c->streams; st != NULL; st = st->next) {
+        if (!st->remote_done && !st->answered && !st->held &&
+            now - st->born_ms > c->srv->cfg.request_timeout_ms) {
+            stream_status(st, GRPC_DEADLINE_EXCEEDED,
+                          "tierkv: the request did not arrive in time");
+            any = true;
+        }
+    }
+    if (any)
+        conn_flush(c);
+}
+
 /* Once a second: connections with no preface in time, with output that
- * makes no progress, or idle. At most conns_max of them. */
+ * makes no progress, or idle, and requests that do not arrive. At most
+ * conns_max connections and streams_max streams each. */
 static void on_sweep(uv_timer_t *t)
 {
     struct grpc_server *srv = t->data;
@@ -732,6 +754,8 @@ static void on_sweep(uv_timer_t *t)
         bool idle = c->n_streams == 0 && now - c->active_ms > cfg->idle_timeout_ms;
         if (stalled || no_preface || idle)
             conn_close(c);
+        else if (c->n_streams > 0)
+            expire_requests(c, now);
     }
 }
 

@@ -23,7 +23,9 @@
  * grpc_call_would_overload lets the service refuse to build a large answer
  * that would not fit. A connection whose output makes no progress for
  * write_timeout_ms, that sends no preface within preface_timeout_ms, or that
- * holds no call for idle_timeout_ms is closed.
+ * holds no call for idle_timeout_ms is closed; a request whose message has
+ * not all arrived request_timeout_ms after its stream opened is answered
+ * DEADLINE_EXCEEDED.
  *
  * Threads: grpc_server_new/free on the owner's thread, everything else on
  * the loop's thread.
@@ -73,6 +75,8 @@ struct grpc_config {
     uint64_t preface_timeout_ms; /* accept to the client's preface: 10000 */
     uint64_t idle_timeout_ms;    /* no call open: 300000 */
     uint64_t write_timeout_ms;   /* output held with no progress: 30000 */
+    uint64_t request_timeout_ms; /* a request's stream open to its last byte
+                                    (then DEADLINE_EXCEEDED): 30000 */
 };
 
 struct grpc_callbacks {

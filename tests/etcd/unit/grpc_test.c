@@ -4,9 +4,9 @@
  * nghttp2's client session over blocking sockets, or send raw bytes.
  * Checks the bounds and the lifetimes grpc.h promises: a bad preface
  * closes, a declared message over the limit and an unknown method answer
- * 8 and 12, the connection cap closes the extra one at accept, and a call
- * whose client left before its answer is freed by that answer (ASan and
- * the call count tell). Every test ends with uv_loop_close == 0. */
+ * 8 and 12, a request that never ends 4, the connection cap closes the extra one at
+ * accept, and a call whose client left before its answer is freed by that answer (ASan
+ * and the call count tell). Every test ends with uv_loop_close == 0. */
 #include <arpa/inet.h>
 #include <check.h>
 #include <errno.h>
@@ -94,6 +94,7 @@ static void fixture_start(struct fixture *f, uint32_t conns_max)
     struct grpc_config c;
     grpc_config_default(&c);
     c.conns_max = conns_max;
+    c.request_timeout_ms = 300; /* the sweep runs every second */
     static const struct grpc_callbacks cb = {.accept = accept_cb, .on_call = on_call};
     f->srv = grpc_server_new(&c, &cb, f);
     char err[128];
@@ -160,6 +161,7 @@ struct cli {
     bool done;
     uint8_t body[64];
     size_t body_len, body_off;
+    bool hang; /* never ends the request (no END_STREAM) */
     uint8_t got[64];
     size_t got_len;
 };
@@ -212,11 +214,13 @@ static ssize_t cli_body(nghttp2_session *s, int32_t id, uint8_t *buf, size_t len
     (void)src;
     struct cli *c = user;
     size_t n = c->body_len - c->body_off;
+    if (n == 0 && c->hang)
+        return NGHTTP2_ERR_DEFERRED;
     if (n > len)
         n = len;
     memcpy(buf, c->body + c->body_off, n);
     c->body_off += n;
-    if (c->body_off == c->body_len)
+    if (c->body_off == c->body_len && !c->hang)
         *flags |= NGHTTP2_DATA_FLAG_EOF;
     return (ssize_t)n;
 }
@@ -228,7 +232,9 @@ static ssize_t cli_body(nghttp2_session *s, int32_t id, uint8_t *buf, size_t len
 static int cli_call(struct cli *c, uint16_t port, const char *path, const uint8_t *body,
                     size_t len, bool leave)
 {
+    bool hang = c->hang;
     memset(c, 0, sizeof(*c));
+    c->hang = hang;
     c->status = -1;
     c->fd = dial(port);
     memcpy(c->body, body, len);
@@ -328,6 +334,19 @@ START_TEST(test_declared_length_over_limit_is_resource_exhausted)
 }
 END_TEST
 
+START_TEST(test_request_that_never_ends_is_deadline_exceeded)
+{
+    struct fixture f;
+    fixture_start(&f, 16);
+    struct cli c = {.hang = true};
+    uint8_t body[32];
+    size_t n = frame(body, "abc", 100); /* 3 of 100 bytes, then nothing */
+    ck_assert_int_eq(cli_call(&c, f.port, "/t.S/Echo", body, n, false),
+                     GRPC_DEADLINE_EXCEEDED);
+    fixture_stop(&f);
+}
+END_TEST
+
 START_TEST(test_garbage_preface_is_closed)
 {
     struct fixture f;
@@ -416,6 +435,7 @@ static Suite *grpc_suite(void)
     tcase_add_test(tc, test_echo_answers_with_status_ok_and_the_message);
     tcase_add_test(tc, test_unknown_method_is_unimplemented);
     tcase_add_test(tc, test_declared_length_over_limit_is_resource_exhausted);
+    tcase_add_test(tc, test_request_that_never_ends_is_deadline_exceeded);
     tcase_add_test(tc, test_garbage_preface_is_closed);
     tcase_add_test(tc, test_connection_past_the_cap_is_closed_at_accept);
     tcase_add_test(tc, test_held_call_whose_client_left_is_freed_by_its_answer);
