@@ -5,7 +5,8 @@
  * table is UNIMPLEMENTED at once, with etcd's own services named "not
  * served yet") and on_call() once it is complete; the handler decodes the
  * message and answers through etcdapi_reply.c. Maintenance.Status and
- * Cluster.MemberList are here; the KV methods are etcdapi_kv.c's.
+ * Cluster.MemberList are here; the KV methods are etcdapi_kv.c's, the
+ * Lease ones etcdapi_lease.c's.
  * Loop thread, except etcdapi_new/hook/listen getters/free (the owner's). */
 #include <inttypes.h>
 #include <stdio.h>
@@ -23,6 +24,10 @@ static etcdapi_method_fn handle_status, handle_member_list;
     X("/etcdserverpb.KV/Put", etcdapi__kv_put)                                           \
     X("/etcdserverpb.KV/DeleteRange", etcdapi__kv_delete_range)                          \
     X("/etcdserverpb.KV/Txn", etcdapi__kv_txn)                                           \
+    X("/etcdserverpb.Lease/LeaseGrant", etcdapi__lease_grant)                            \
+    X("/etcdserverpb.Lease/LeaseRevoke", etcdapi__lease_revoke)                          \
+    X("/etcdserverpb.Lease/LeaseTimeToLive", etcdapi__lease_time_to_live)                \
+    X("/etcdserverpb.Lease/LeaseLeases", etcdapi__lease_leases)                          \
     X("/etcdserverpb.Maintenance/Status", handle_status)                                 \
     X("/etcdserverpb.Cluster/MemberList", handle_member_list)
 

@@ -53,6 +53,10 @@ typedef void etcdapi_method_fn(struct ecall *ec, const uint8_t *msg, size_t len)
 etcdapi_method_fn etcdapi__kv_range, etcdapi__kv_put, etcdapi__kv_delete_range,
     etcdapi__kv_txn;
 
+/* etcdapi_lease.c */
+etcdapi_method_fn etcdapi__lease_grant, etcdapi__lease_revoke,
+    etcdapi__lease_time_to_live, etcdapi__lease_leases;
+
 /* etcdapi_reply.c */
 struct ecall *etcdapi__call_new(struct etcdapi *e, struct grpc_call *call);
 /* The header every answer carries; `revision` 0: the applied index. */

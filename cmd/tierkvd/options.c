@@ -205,9 +205,10 @@ static const struct opt opts[] = {
      .help = "etcd v3 API (gRPC, cleartext) listen address host:port; off by default",
      .doc = "where etcd's v3 API listens, over gRPC (HTTP/2 cleartext, h2c): etcd "
             "clients (`clientv3`, `etcdctl`) work against this address; off when not "
-            "given. KV Range, Put, DeleteRange and Txn, Maintenance Status and Cluster "
-            "MemberList are served, other methods answer UNIMPLEMENTED "
-            "(docs/etcd-compat.md). No TLS and no authentication yet: refused with "
+            "given. Served: KV Range, Put, DeleteRange and Txn; Lease Grant, Revoke, "
+            "TimeToLive and Leases; Maintenance Status; Cluster MemberList. Other "
+            "methods answer UNIMPLEMENTED (docs/etcd-compat.md). No TLS and no "
+            "authentication yet: refused with "
             "`--cert-file` or `--auth-file`"},
     {OPT("request-timeout-ms", "MS", "10000", G_HTTP),
      U64(request_timeout_ms, 1, 3600000),

@@ -276,6 +276,49 @@ func functional(leaderEp, followerEp string) {
 	}
 	ok("Txn: version/value/create/mod compares, both branches, puts and deletes; Range in a Txn Unimplemented")
 
+	// Leases: grant, attach a key, time to live with keys, list, revoke
+	// (the key goes with it); etcd's errors for what is gone.
+	lg, err := fc.Grant(c, 30)
+	if err != nil || lg.ID <= 0 || lg.TTL != 30 {
+		fail("Grant via follower: %v %+v", err, lg)
+	}
+	if _, err := lc.Put(c, "/etcd-test/leased", "x", clientv3.WithLease(lg.ID)); err != nil {
+		fail("Put with the lease: %v", err)
+	}
+	tl, err := fc.TimeToLive(c, lg.ID, clientv3.WithAttachedKeys())
+	if err != nil || tl.TTL <= 0 || tl.TTL > 30 || tl.GrantedTTL != 30 || len(tl.Keys) != 1 ||
+		string(tl.Keys[0]) != "/etcd-test/leased" {
+		fail("TimeToLive: %v %+v", err, tl)
+	}
+	ll, err := lc.Leases(c)
+	found := false
+	for _, l := range ll.Leases {
+		found = found || l.ID == lg.ID
+	}
+	if err != nil || !found {
+		fail("Leases: %v %+v (want %d)", err, ll, lg.ID)
+	}
+	if _, err := lc.Revoke(c, lg.ID); err != nil {
+		fail("Revoke: %v", err)
+	}
+	gone, err := fc.Get(c, "/etcd-test/leased")
+	if err != nil || gone.Count != 0 {
+		fail("the leased key after Revoke: %v %+v", err, gone)
+	}
+	if tl, err := lc.TimeToLive(c, lg.ID); err != nil || tl.TTL != -1 {
+		fail("TimeToLive of a revoked lease: %v %+v (want TTL -1)", err, tl)
+	}
+	if _, err := lc.Revoke(c, lg.ID); err != rpctypes.ErrLeaseNotFound {
+		fail("Revoke of a revoked lease: %v", err)
+	}
+	if _, err := lc.Put(c, "/etcd-test/l2", "x", clientv3.WithLease(lg.ID)); err != rpctypes.ErrLeaseNotFound {
+		fail("Put with a revoked lease: %v", err)
+	}
+	if _, err := lc.Grant(c, 1<<40); err != rpctypes.ErrLeaseTTLTooLarge {
+		fail("Grant of a huge TTL: %v", err)
+	}
+	ok("Lease: grant, put with it, time to live with keys, leases, revoke (key gone), not found, TTL too large")
+
 	// Refusals etcd clients know.
 	_, err = lc.Put(c, "", "x")
 	if err != rpctypes.ErrEmptyKey || codeOf(err) != codes.InvalidArgument {
@@ -296,10 +339,6 @@ func functional(leaderEp, followerEp string) {
 	ok("refused: empty key (InvalidArgument), 3 MiB message (the server's ResourceExhausted)")
 
 	// Methods not served yet: Unimplemented, the connection still usable.
-	_, err = lc.Grant(c, 10)
-	if codeOf(err) != codes.Unimplemented {
-		fail("LeaseGrant: %v (want Unimplemented)", err)
-	}
 	_, err = lc.Compact(c, 1)
 	if codeOf(err) != codes.Unimplemented {
 		fail("Compact: %v (want Unimplemented)", err)
@@ -316,7 +355,11 @@ func functional(leaderEp, followerEp string) {
 	if _, err := lc.Get(c, "/etcd-test/b"); err != nil {
 		fail("Get after the unimplemented calls: %v", err)
 	}
-	ok("Unimplemented: LeaseGrant, Compact, Watch; the client goes on")
+	_, err = lc.KeepAliveOnce(c, clientv3.LeaseID(1))
+	if codeOf(err) != codes.Unimplemented {
+		fail("LeaseKeepAlive: %v (want Unimplemented)", err)
+	}
+	ok("Unimplemented: Compact, Watch, LeaseKeepAlive (streams); the client goes on")
 }
 
 // ---- hostile peers --------------------------------------------------------
@@ -413,9 +456,9 @@ func hostile(target string) {
 	}
 	// An unknown method on the same connection: 12 at once.
 	fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 3, BlockFragment: headerBlock(
-		"/etcdserverpb.Lease/LeaseGrant"), EndHeaders: true})
+		"/etcdserverpb.Watch/Watch"), EndHeaders: true})
 	if s := grpcStatus(conn, fr, 3); s != "12" {
-		fail("LeaseGrant: grpc-status %q, want 12", s)
+		fail("Watch: grpc-status %q, want 12", s)
 	}
 	conn.Close()
 	ok("declared 100 MiB message: RESOURCE_EXHAUSTED (8); unknown method: 12")

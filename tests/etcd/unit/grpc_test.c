@@ -295,7 +295,7 @@ START_TEST(test_echo_answers_with_status_ok_and_the_message)
 {
     struct fixture f;
     fixture_start(&f, 16);
-    struct cli c;
+    struct cli c = {0};
     uint8_t body[32];
     size_t n = frame(body, "hello", 5);
     ck_assert_int_eq(cli_call(&c, f.port, "/t.S/Echo", body, n, false), 0);
@@ -309,7 +309,7 @@ START_TEST(test_unknown_method_is_unimplemented)
 {
     struct fixture f;
     fixture_start(&f, 16);
-    struct cli c;
+    struct cli c = {0};
     uint8_t body[32];
     size_t n = frame(body, "x", 1);
     ck_assert_int_eq(cli_call(&c, f.port, "/t.S/Nope", body, n, false),
@@ -322,7 +322,7 @@ START_TEST(test_declared_length_over_limit_is_resource_exhausted)
 {
     struct fixture f;
     fixture_start(&f, 16);
-    struct cli c;
+    struct cli c = {0};
     uint8_t body[32];
     size_t n = frame(body, "", 100u << 20);
     ck_assert_int_eq(cli_call(&c, f.port, "/t.S/Echo", body, n, false),
@@ -385,7 +385,7 @@ START_TEST(test_held_call_whose_client_left_is_freed_by_its_answer)
 {
     struct fixture f;
     fixture_start(&f, 16);
-    struct cli c;
+    struct cli c = {0};
     uint8_t body[32];
     size_t n = frame(body, "hold", 4);
     cli_call(&c, f.port, "/t.S/Hold", body, n, true);
@@ -413,7 +413,7 @@ START_TEST(test_stop_with_an_idle_connection_and_a_call_answered_frees_all)
     struct fixture f;
     fixture_start(&f, 16);
     int fd = dial(f.port);
-    struct cli c;
+    struct cli c = {0};
     uint8_t body[32];
     size_t n = frame(body, "hold", 4);
     cli_call(&c, f.port, "/t.S/Hold", body, n, true);
