@@ -16,6 +16,7 @@
 #include <nghttp2/nghttp2.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <uv.h>
 
@@ -84,6 +85,7 @@ struct grpc_server {
     size_t turn_bytes; /* read this turn */
     uint32_t n_paused;
     bool listening, stopping;
+    nghttp2_session_callbacks *h2_callbacks;
     uint8_t read_buf[64 * 1024];
     uint16_t port;
     struct gconn *conns;
@@ -651,18 +653,28 @@ static void conn_flush(struct gconn *c)
     conn_update_reading(c);
 }
 
-static nghttp2_session_callbacks *session_callbacks(void)
+/* The session callbacks, one set per server (made on the owner's thread, so
+ * servers on different loops share nothing). */
+/* nghttp2's constructors fail only for want of memory: abort, as tk_malloc
+ * does (STYLE.md, errors). */
+static void h2_must(int rv, const char *what)
 {
-    static nghttp2_session_callbacks *cbs;
-    if (cbs == NULL) {
-        nghttp2_session_callbacks_new(&cbs);
-        nghttp2_session_callbacks_set_on_begin_headers_callback(cbs, on_begin_headers);
-        nghttp2_session_callbacks_set_on_header_callback(cbs, on_header);
-        nghttp2_session_callbacks_set_on_frame_recv_callback(cbs, on_frame_recv);
-        nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cbs, on_data_chunk);
-        nghttp2_session_callbacks_set_on_stream_close_callback(cbs, on_stream_close);
-        nghttp2_session_callbacks_set_on_frame_send_callback(cbs, on_frame_send);
+    if (rv != 0) {
+        fprintf(stderr, "tierkv: %s: %s\n", what, nghttp2_strerror(rv));
+        abort();
     }
+}
+
+static nghttp2_session_callbacks *session_callbacks_new(void)
+{
+    nghttp2_session_callbacks *cbs;
+    h2_must(nghttp2_session_callbacks_new(&cbs), "nghttp2_session_callbacks_new");
+    nghttp2_session_callbacks_set_on_begin_headers_callback(cbs, on_begin_headers);
+    nghttp2_session_callbacks_set_on_header_callback(cbs, on_header);
+    nghttp2_session_callbacks_set_on_frame_recv_callback(cbs, on_frame_recv);
+    nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cbs, on_data_chunk);
+    nghttp2_session_callbacks_set_on_stream_close_callback(cbs, on_stream_close);
+    nghttp2_session_callbacks_set_on_frame_send_callback(cbs, on_frame_send);
     return cbs;
 }
 
@@ -684,16 +696,19 @@ static void on_connection(uv_stream_t *l, int status)
     }
     uv_tcp_nodelay(&c->tcp, 1);
     nghttp2_option *opt;
-    nghttp2_option_new(&opt);
+    h2_must(nghttp2_option_new(&opt), "nghttp2_option_new");
     nghttp2_option_set_max_reserved_remote_streams(opt, 0);
-    nghttp2_session_server_new2(&c->h2, session_callbacks(), c, opt);
+    h2_must(nghttp2_session_server_new2(&c->h2, srv->h2_callbacks, c, opt),
+            "nghttp2_session_server_new2");
     nghttp2_option_del(opt);
     nghttp2_settings_entry iv[] = {
         {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, srv->cfg.streams_max},
         {NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE, (uint32_t)srv->cfg.header_max},
         {NGHTTP2_SETTINGS_ENABLE_PUSH, 0},
     };
-    nghttp2_submit_settings(c->h2, NGHTTP2_FLAG_NONE, iv, sizeof(iv) / sizeof(iv[0]));
+    h2_must(
+        nghttp2_submit_settings(c->h2, NGHTTP2_FLAG_NONE, iv, sizeof(iv) / sizeof(iv[0])),
+        "nghttp2_submit_settings");
     c->born_ms = c->progress_ms = c->active_ms = tk_mono_ms();
     c->next = srv->conns;
     if (srv->conns)
@@ -768,6 +783,7 @@ struct grpc_server *grpc_server_new(const struct grpc_config *c,
     s->cfg = *c;
     s->cb = cb;
     s->data = data;
+    s->h2_callbacks = session_callbacks_new();
     return s;
 }
 
@@ -835,6 +851,7 @@ void grpc_server_free(struct grpc_server *s)
         return;
     TK_ASSERT(s->n_conns == 0);
     TK_ASSERT(s->calls == 0);
+    nghttp2_session_callbacks_del(s->h2_callbacks);
     tk_free(s);
 }
 
