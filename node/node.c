@@ -131,7 +131,7 @@ static void apply_entries(struct node *n, const struct raft_entry *e, size_t cnt
         if (x->type == RAFT_ENTRY_NORMAL) {
             const void *p = x->data ? x->data->data : NULL;
             size_t len = x->data ? x->data->len : 0;
-            n->tier.snap_bytes += len;
+            node__tier_snap_count(n, len);
             n->loop.turn_apply_bytes += len;
             n->loop.turn_apply_entries++;
             rc = kv_sm_apply(n->sm, x->index, x->term, x->time_ms, p, len, &n->res);
@@ -191,7 +191,7 @@ static int install_snapshot(struct node *n, const struct raft_snapshot_meta *met
     rc = atomic_load(&n->persist.store_status);
     if (rc != 0)
         return rc;
-    n->tier.compact_goal = 0;
+    node__tier_compact_cancel(n);
     if (!node__tier_idle(n)) {
         node__tier_stop(n); /* a snapshot read ends at its next chunk */
         n->m.metrics.installs_parked++;
@@ -917,17 +917,17 @@ static void on_check(uv_check_t *h)
 static void term_refused(struct node *n, const struct raft_message *m)
 {
     uint64_t now = node__mono_ns();
-    if (n->m.terms_logged_ns != 0 && now - n->m.terms_logged_ns < 1000000000ull) {
-        n->m.terms_quiet++;
+    if (n->oplog.terms_logged_ns != 0 && now - n->oplog.terms_logged_ns < 1000000000ull) {
+        n->oplog.terms_quiet++;
         return;
     }
     TK_LOG(TK_LOG_WARN, n->o.id, raft_term(n->raft),
            "refused a raft message from %llu with term %llu: past the ceiling or too far "
            "above ours (%llu more since the last report)",
            (unsigned long long)m->from, (unsigned long long)m->term,
-           (unsigned long long)n->m.terms_quiet);
-    n->m.terms_logged_ns = now;
-    n->m.terms_quiet = 0;
+           (unsigned long long)n->oplog.terms_quiet);
+    n->oplog.terms_logged_ns = now;
+    n->oplog.terms_quiet = 0;
 }
 
 static void on_recv(struct transport *t, const struct raft_message *m, void *data)

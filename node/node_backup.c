@@ -5,7 +5,7 @@
  * A backup asks for a snapshot at or past the index applied when it was
  * asked. node__backup_turn, once per loop turn, hands the newest snapshot
  * blob (n->tier.blob, with its index) to every waiting backup it satisfies,
- * and raises n->tier.backup_wanted while one still waits: node_tier.c then
+ * and raises n->backups.wanted while one still waits: node_tier.c then
  * starts a snapshot job at once instead of at the next interval.
  *
  * Called by node.c (close) and node_tier.c (each turn); calls no other file
@@ -91,7 +91,7 @@ uint64_t node__backup_target(const struct node *n)
 void node__backup_turn(struct node *n)
 {
     if (n->backups.head == NULL) {
-        n->tier.backup_wanted = false;
+        n->backups.wanted = false;
         return;
     }
     if (n->persist.failed) {
@@ -115,5 +115,5 @@ void node__backup_turn(struct node *n)
         p = &n->backups.head;
         waiting = false;
     }
-    n->tier.backup_wanted = waiting;
+    n->backups.wanted = waiting;
 }

@@ -185,8 +185,7 @@ static int defer_flush(struct node *n)
         durable = s->defer[0].seq - 1;
     /* Before any append is submitted: the storage thread raises it from
      * there, and nothing may lower it after. */
-    if (durable > atomic_load(&n->persist.durable_seq))
-        atomic_store_explicit(&n->persist.durable_seq, durable, memory_order_release);
+    node__persist_durable_raise(n, durable);
     for (size_t i = 0; i < s->n_defer && rc == 0; i++) {
         struct node_install_batch *b = &s->defer[i];
         uint64_t seq = b->seq;
@@ -242,7 +241,7 @@ static int install_finish(struct node *n)
         node__install_defer_clear(n);
         return rc;
     }
-    n->tier.snap_index = s->meta.index;
+    node__tier_snap_at(n, s->meta.index);
     n->m.metrics.installs++;
     /* Writes waiting at or below the snapshot: their outcome is unknown. */
     struct node_req *r;
@@ -301,7 +300,7 @@ static void install_after(uv_work_t *w, int status)
         } else {
             install_done(n);
         }
-        n->loop.turn_ns[NODE_PH_STORE] += node__mono_ns() - t0;
+        node__turn_add(n, NODE_PH_STORE, node__mono_ns() - t0);
     }
     node__kick(n);
     node__handle_gone(n);
@@ -391,7 +390,7 @@ static int install_begin(struct node *n)
     j->work.data = j;
     if (uv_queue_work(n->loop.uv, &j->work, install_work, install_after) == 0) {
         s->job = j;
-        n->loop.handles_open++;
+        node__handle_opened(n);
         s->loop_ns += node__mono_ns() - t0;
         return 0;
     }

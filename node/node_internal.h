@@ -14,6 +14,11 @@
  * completing a write, kick) is inline here, so that the split costs no call
  * per request.
  *
+ * Each sub-struct of struct node is written by one file, its owner
+ * (docs/architecture.md's sub-struct table, which the structure test checks):
+ * another file reads it and changes it only through an owner's function, an
+ * inline one in the owner's `---- x.c ----` section below on the hot path.
+ *
  * Everything here runs on the node's loop thread unless a field says
  * otherwise (see node.c for the invariants). */
 #ifndef TK_NODE_NODE_INTERNAL_H
@@ -214,8 +219,7 @@ struct node_tier {
      * dropped on the thread pool, not inside raft_snapshot_set. */
     struct tk_blob *blob;           /* NULL after a descriptor-only snapshot */
     uint64_t blob_index, blob_term; /* what `blob` holds */
-    uint64_t blob_at;   /* when it was read on demand (node__mono_ns), else 0 */
-    bool backup_wanted; /* a backup waits for a snapshot newer than `blob` */
+    uint64_t blob_at; /* when it was read on demand (node__mono_ns), else 0 */
     /* Applying is held (raft_hold_apply) while the KV ring is past twice its
      * budget during a tier-down, instead of the loop waiting for the job:
      * since when (0: not held). */
@@ -266,6 +270,8 @@ struct node_install {
 struct node_backups {
     struct node_backup *head;
     uint32_t n;
+    /* One waits for a snapshot newer than tier.blob (node_tier.c reads it). */
+    bool wanted;
 };
 
 /* Membership changes and the peers dialed (node_member.c). */
@@ -311,11 +317,9 @@ struct node_metrics_state {
                                     the loop itself may read it without) */
     struct node_metrics metrics; /* loop thread; copied under mu */
     struct node_metrics pub;
-    struct node_latency lat;  /* loop thread */
-    uint64_t resident_ns;     /* when mem_lmdb_resident was last measured */
-    bool resident_busy;       /* a measure in flight on the thread pool */
-    uint64_t terms_logged_ns; /* the last "term refused" line (one a second) */
-    uint64_t terms_quiet;     /* refused since that line */
+    struct node_latency lat; /* loop thread */
+    uint64_t resident_ns;    /* when mem_lmdb_resident was last measured */
+    bool resident_busy;      /* a measure in flight on the thread pool */
 };
 
 /* The stall probe (node_stall.c): its thread and what it looks at. */
@@ -363,7 +367,7 @@ struct node {
     struct node_turn_cpu cpu; /* the loop thread's CPU per turn (node_oplog.h) */
 };
 
-/* ---- inline helpers: used on the hot path by several files ---- */
+/* ---- node.c: inline helpers other files use on the hot path ---- */
 
 /* Old names for base/clock.h's readers, kept while node/ is reshaped (issue 52
  * item 1) so its files need not all change at once; new code calls tk_*. */
@@ -418,6 +422,19 @@ static inline void node__kick(struct node *n)
         n->loop.kicked = true;
         uv_idle_start(&n->loop.idle, node__on_idle);
     }
+}
+
+/* One more of the node's handles (or a job on the thread pool) is open: the
+ * node's close waits for it (node__handle_gone). */
+static inline void node__handle_opened(struct node *n)
+{
+    n->loop.handles_open++;
+}
+
+/* Adds `ns` to this loop turn's time in phase `ph`. */
+static inline void node__turn_add(struct node *n, enum node_turn_phase ph, uint64_t ns)
+{
+    n->loop.turn_ns[ph] += ns;
 }
 
 /* One of the node's handles (or its tier job, or its transport) is gone. */
@@ -483,6 +500,25 @@ void node__tier_hold(struct node *n);
 /* Records a mark at `index` (applied; n->tier.applied_bytes counts it). */
 void node__tier_mark(struct node *n, uint64_t index);
 
+/* Counts `len` payload bytes of a normal entry applied towards the next
+ * snapshot (apply's hot path). */
+static inline void node__tier_snap_count(struct node *n, size_t len)
+{
+    n->tier.snap_bytes += len;
+}
+
+/* The snapshot the log now starts from is at `index` (recovery, an install). */
+static inline void node__tier_snap_at(struct node *n, uint64_t index)
+{
+    n->tier.snap_index = index;
+}
+
+/* Drops the compaction goal (a snapshot from the leader replaces the log). */
+static inline void node__tier_compact_cancel(struct node *n)
+{
+    n->tier.compact_goal = 0;
+}
+
 /* Counts an applied entry of `len` payload bytes at `index` (apply's hot
  * path: a mark only when one is due). */
 static inline void node__tier_count(struct node *n, uint64_t index, size_t len)
@@ -538,6 +574,19 @@ void node__persist_poll(struct node *n);
 void node__persist_drain(struct node *n);
 void node__persist_init(struct node *n);
 void node__persist_free(struct node *n);
+/* The node failed (node__fail): it serves nothing from now on. */
+static inline void node__persist_fail(struct node *n)
+{
+    n->persist.failed = true;
+}
+/* An install made every ready up to `seq` durable: raises durable_seq to it,
+ * before any append after the install is submitted (the storage thread
+ * raises it from there; nothing may lower it). */
+static inline void node__persist_durable_raise(struct node *n, uint64_t seq)
+{
+    if (seq > atomic_load(&n->persist.durable_seq))
+        atomic_store_explicit(&n->persist.durable_seq, seq, memory_order_release);
+}
 
 /* ---- node_install.c ---- */
 

@@ -75,6 +75,9 @@ struct node_oplog {
      * suppressed since the last one written. */
     uint64_t tat_ns[NODE_LOG_N];
     uint64_t quiet[NODE_LOG_N];
+    /* The last "term refused" line (one a second), and the refusals since. */
+    uint64_t terms_logged_ns;
+    uint64_t terms_quiet;
     /* What the core said at the last look (node.c, oplog_observe). */
     int role;
     uint64_t term;

@@ -246,7 +246,7 @@ static int read_boot(struct node *n, const struct store_boot *sb, struct raft_bo
     boot->n_entries = *n_ents;
     boot->bootstrap = sb->bootstrap;
     boot->applied = kv_sm_applied_index(n->sm);
-    n->tier.snap_index = sb->snapshot.index;
+    node__tier_snap_at(n, sb->snapshot.index);
     /* The entries the state machine holds already are not applied again:
      * count them here, while they are hot, so that the marks of the bytes
      * applied reach back to the log's start (a mark of 0 bytes before its

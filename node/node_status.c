@@ -70,7 +70,7 @@ static void resident_start(struct node *n)
         return;
     }
     n->m.resident_busy = true;
-    n->loop.handles_open++;
+    node__handle_opened(n);
 }
 
 /* Does the member record `v` say removed? One that does not decode is not
@@ -214,7 +214,7 @@ void node__fail(struct node *n, int rc, const char *what)
 {
     if (n->persist.failed)
         return;
-    n->persist.failed = true;
+    node__persist_fail(n);
     node__publish_status(n);
     TK_LOG(TK_LOG_ERROR, n->o.id, raft_term(n->raft),
            "storage failed, node stops serving: %s: %s", what, tk_strerror(rc));

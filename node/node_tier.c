@@ -137,7 +137,7 @@ void node__free_on_pool(struct node *n, void (*free_fn)(void *), void *arg, int 
     *f = (struct pool_free){.n = n, .free_fn = free_fn, .arg = arg, .nice = nice};
     f->work.data = f;
     if (uv_queue_work(n->loop.uv, &f->work, pool_free_run, pool_free_after) == 0) {
-        n->loop.handles_open++;
+        node__handle_opened(n);
         return;
     }
     tk_free(f);
@@ -388,7 +388,7 @@ static void tier_after(uv_work_t *w, int status)
     uint64_t t0 = node__mono_ns();
     if (n->tier.job != NULL)
         tier_complete(n, n->install.parked); /* a parked install replaces it */
-    n->loop.turn_ns[NODE_PH_TIER] += node__mono_ns() - t0;
+    node__turn_add(n, NODE_PH_TIER, node__mono_ns() - t0);
     node__kick(n);
     node__handle_gone(n);
 }
@@ -518,7 +518,7 @@ static void reader_after(uv_work_t *w, int status)
         reader_complete(n, r, n->install.parked);
     tk_blob_unref(r->stream);
     tk_free(r);
-    n->loop.turn_ns[NODE_PH_SNAPSHOT] += node__mono_ns() - t0;
+    node__turn_add(n, NODE_PH_SNAPSHOT, node__mono_ns() - t0);
     node__kick(n);
     node__handle_gone(n);
 }
@@ -567,7 +567,7 @@ static bool reader_start(struct node *n, bool read, bool urgent)
     }
     n->tier.reader = r;
     n->tier.snap_bytes = 0; /* what was applied so far: in this one or the next */
-    n->loop.handles_open++;
+    node__handle_opened(n);
     return true;
 }
 
@@ -667,7 +667,7 @@ static void tier_start_job(struct node *n, bool snapshot, bool descriptor,
         n->tier.work.data = n;
         if (uv_queue_work(n->loop.uv, &n->tier.work, tier_work, tier_after) == 0) {
             n->tier.busy = true;
-            n->loop.handles_open++;
+            node__handle_opened(n);
             return;
         }
     }
@@ -741,7 +741,7 @@ static void compact_step(struct node *n)
     atomic_store(&t->compact_ran, false);
     if (uv_queue_work(n->loop.uv, &t->compact_work, compact_run, compact_after) == 0) {
         t->compacting = true;
-        n->loop.handles_open++;
+        node__handle_opened(n);
         return;
     }
     compact_free(t);
@@ -776,15 +776,15 @@ void node__tier_turn(struct node *n)
     uint64_t t0 = node__mono_ns();
     compact_step(n);
     uint64_t t1 = node__mono_ns();
-    n->loop.turn_ns[NODE_PH_COMPACT] += t1 - t0;
+    node__turn_add(n, NODE_PH_COMPACT, t1 - t0);
     bool drained = n->tier.busy || drain_step(n);
     uint64_t t2 = node__mono_ns();
-    n->loop.turn_ns[NODE_PH_TIER] += t2 - t1;
+    node__turn_add(n, NODE_PH_TIER, t2 - t1);
     node__backup_turn(n);
     if (!drained)
         return; /* no new job until the last one's pages are released */
     tier_turn(n);
-    n->loop.turn_ns[NODE_PH_SNAPSHOT] += node__mono_ns() - t2;
+    node__turn_add(n, NODE_PH_SNAPSHOT, node__mono_ns() - t2);
 }
 
 /* A ring past 1.5 times its budget (writes coming faster than tier-downs
@@ -872,7 +872,7 @@ static void descriptor_turn(struct node *n, bool interval)
 {
     struct node_tier *t = &n->tier;
     uint64_t durable = kv_sm_durable_index(n->sm);
-    uint64_t backup = t->backup_wanted ? node__backup_target(n) : 0;
+    uint64_t backup = n->backups.wanted ? node__backup_target(n) : 0;
     bool fresh =
         t->blob != NULL && t->blob_at != 0 && node__mono_ns() - t->blob_at < DATA_KEEP_NS;
     if (t->reader == NULL && !(t->busy && t->snapshot)) {
@@ -912,7 +912,7 @@ static void tier_turn(struct node *n)
         (n->o.snapshot_entries != 0 &&
          applied >= n->tier.snap_index + n->o.snapshot_entries) ||
         (n->o.snapshot_bytes != 0 && n->tier.snap_bytes >= n->o.snapshot_bytes);
-    bool wanted = raft_snapshot_wanted(n->raft) || n->tier.backup_wanted;
+    bool wanted = raft_snapshot_wanted(n->raft) || n->backups.wanted;
     if ((interval || wanted || n->tier.reader != NULL) && state_big(n)) {
         descriptor_turn(n, interval);
         return;
