@@ -25,10 +25,29 @@
    another module's file, which the object must use too (the list need not
    name every other module). Each object of a --calls-complete module needs a
    row; other modules' objects without one are only noted.
+5. The node fence (issue 52 item 1): each sub-struct of struct node is
+   written by one file, its owner, named in --fence-doc's table whose header
+   starts "| sub-struct | owner |". A row's first cell is a member of struct
+   node (`loop`) or a part of one (`m.metrics`: the longest row that
+   matches an access decides); its owner is a file (`node_tier.c`) or
+   "shared", an exemption whose row says why. Every member of struct node
+   (in --fence-header) that is a struct needs a row, and every row's member
+   must exist. A write is `n->SUB...` assigned (`=`, `+=`, ...), `++`/`--`
+   on it, its address handed to an atomic write (`atomic_store`,
+   `atomic_fetch_*`, `atomic_exchange`, ...), memset or memcpy's
+   destination, or kept in a pointer that is not const (`struct x *p =
+   &n->SUB`). Its address handed to any other function (node__list_pop,
+   node__fail_list, uv_*) is not followed: that is not checked. The writes are
+   looked for in each .c of --fence-src that includes node_internal.h and in
+   the header's inline functions, each counted as the file its
+   `/* ---- x.c ---- */` section names (none: the header itself, which owns
+   nothing). A write from another file than the owner is an offence.
 
 Usage: structure_check.py [--limit N] --src DIR... [--objs DIR...]
                           [--helpers DIR...]
                           [--calls-doc FILE [--calls-complete MOD...]]
+                          [--fence-doc FILE --fence-header FILE
+                           --fence-src DIR]
 Exits 1 and names each offence; 0 when the tree keeps every rule."""
 import argparse
 import glob
@@ -291,6 +310,139 @@ def doc_calls(doc, roots, complete):
     return bad, notes
 
 
+# Rule 5: the node fence.
+FENCE_CHAIN = r"(?:\s*(?:\.|->)\s*\w+|\s*\[[^\]\[]*(?:\[[^\]]*\][^\]\[]*)*\])*"
+FENCE_ACCESS = re.compile(r"(?P<pre>\+\+|--)?\s*\bn->(?P<sub>\w+)(?P<chain>" + FENCE_CHAIN +
+                          r")\s*(?P<op>(?:<<|>>|[-+*/%&|^])?=(?!=)|\+\+|--)?")
+FENCE_ADDR = re.compile(r"\b(?P<fn>atomic_(?:store|fetch_\w+|exchange|compare_exchange_\w+|init)"
+                        r"(?:_explicit)?|memset|memcpy)\s*\(\s*&\s*n->(?P<sub>\w+)"
+                        r"(?P<chain>" + FENCE_CHAIN + r")")
+FENCE_ALIAS = re.compile(r"(?:^|[;({])\s*(?P<const>const\s+)?(?:(?:struct|union)\s+)?\w+"
+                         r"\s*\*+\s*\w+\s*=\s*&\s*n->(?P<sub>\w+)(?P<chain>" + FENCE_CHAIN + r")",
+                         re.M)
+FENCE_SECTION = re.compile(r"/\* ---- (.*?) ---- \*/")
+
+
+def blank_comments(text):
+    """text with its comments, strings and character literals blanked (lines
+    kept)."""
+    return re.sub(r'/\*.*?\*/|//[^\n]*|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'',
+                  lambda m: re.sub(r"[^\n]", " ", m.group(0)), text, flags=re.S)
+
+
+def fence_table(doc):
+    """{dotted member: (owner, line)} from the doc's sub-struct table."""
+    rows, header = {}, None
+    for n, line in enumerate(open(doc, errors="replace").read().split("\n"), 1):
+        if not line.startswith("|"):
+            header = None
+            continue
+        c = cells(line)
+        if header is None:
+            header = [h.lower() for h in c]
+            continue
+        if header[:2] != ["sub-struct", "owner"] or set("".join(c)) <= set("-: "):
+            continue
+        for key in re.findall(r"`([\w.]+)`", c[0]):
+            rows[key] = (c[1].replace("`", "").strip(), n)
+    return rows
+
+
+def struct_members(header):
+    """The members of struct node that are structs (or arrays of them)."""
+    text = blank_comments(open(header, errors="replace").read())
+    m = re.search(r"^struct node \{\n(.*?)^\};", text, re.M | re.S)
+    if not m:
+        return None
+    body, out, depth = m.group(1), set(), 0
+    for line in body.split("\n"):
+        s = line.strip()
+        if depth == 0:
+            d = re.match(r"struct\s+\w+\s+(\w+)\s*(\[[^\]]*\])?\s*;", s)
+            if d:
+                out.add(d.group(1))
+        if s.startswith("}") and depth == 1:
+            d = re.match(r"\}\s*(\w+)\s*(\[[^\]]*\])?\s*;", s)
+            if d:
+                out.add(d.group(1))
+        depth += s.count("{") - s.count("}")
+    return out
+
+
+def fence_writes(path, text, default_owner):
+    """(line, writer file, dotted path written) of each write to n->SUB in
+    text; in a header, each section's writer is the file it names."""
+    code = blank_comments(text)
+    sections = [] if default_owner else [
+        (m.start(), (re.findall(r"\b([\w-]+\.c)\b", m.group(1)) or [None])[0])
+        for m in FENCE_SECTION.finditer(text)]
+
+    def writer(pos):
+        w = default_owner
+        for start, f in sections:
+            if start <= pos:
+                w = f
+        return w
+
+    def dotted(sub, chain):
+        return ".".join([sub] + re.findall(r"(?:\.|->)\s*(\w+)", re.sub(r"\[.*?\]", "", chain)))
+
+    found = []
+    for m in FENCE_ACCESS.finditer(code):
+        if m.group("pre") or m.group("op"):
+            found.append((code.count("\n", 0, m.start("sub")) + 1, writer(m.start("sub")),
+                          dotted(m.group("sub"), m.group("chain"))))
+    for m in FENCE_ADDR.finditer(code):
+        found.append((code.count("\n", 0, m.start()) + 1, writer(m.start()),
+                      dotted(m.group("sub"), m.group("chain")) + f" (by {m.group('fn')})"))
+    for m in FENCE_ALIAS.finditer(code):
+        if m.group("const"):
+            continue
+        found.append((code.count("\n", 0, m.start("sub")) + 1, writer(m.start("sub")),
+                      dotted(m.group("sub"), m.group("chain")) + " (through a pointer that "
+                      "is not const)"))
+    return found
+
+
+def node_fence(doc, header, src):
+    """Offences of rule 5."""
+    rows = fence_table(doc)
+    members = struct_members(header)
+    if members is None:
+        return [f"{header}: no `struct node {{` found"]
+    if not rows:
+        return [f"{doc}: no table whose header starts | sub-struct | owner |"]
+    bad = []
+    for mem in sorted(members - {k for k in rows if "." not in k}):
+        bad.append(f"{header}: struct node's {mem} has no row in {doc}'s sub-struct table "
+                   "(give it an owner)")
+    for key, (owner, line) in sorted(rows.items()):
+        if key.split(".")[0] not in members:
+            bad.append(f"{doc}:{line}: the row for {key} names no member of struct node")
+        if owner != "shared" and not os.path.exists(os.path.join(src, owner)):
+            bad.append(f"{doc}:{line}: {key}'s owner {owner} is no file of {src}")
+    hname = os.path.basename(header)
+    files = [(os.path.join(src, f), f) for f in sorted(os.listdir(src)) if f.endswith(".c")]
+    for path, fname in files + [(header, None)]:
+        text = open(path, errors="replace").read()
+        if fname is not None and not re.search(r'#include\s+"[\w/]*%s"' % re.escape(hname), text):
+            continue
+        for line, who, what in fence_writes(path, text, fname):
+            field = what.split(" ")[0]
+            key = max((k for k in rows if field == k or field.startswith(k + ".")),
+                      key=len, default=None)
+            if key is None:
+                continue  # not a sub-struct (the handles, options): not fenced
+            owner = rows[key][0]
+            if owner == "shared" or owner == who:
+                continue
+            bad.append(f"{path}:{line}: {who or hname} writes n->{what}, which {owner} owns "
+                       f"({doc}'s sub-struct table): call a function of {owner}'s (static "
+                       f"inline in its section of {hname} on a hot path), or move the field "
+                       f"to the struct of the file that really writes it")
+    return bad
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--limit", type=int, default=80)
@@ -299,6 +451,9 @@ def main():
     ap.add_argument("--helpers", nargs="*", default=[])
     ap.add_argument("--calls-doc")
     ap.add_argument("--calls-complete", nargs="*", default=[])
+    ap.add_argument("--fence-doc")
+    ap.add_argument("--fence-header")
+    ap.add_argument("--fence-src")
     a = ap.parse_args()
     bad = long_functions(a.src, a.limit)
     bad += helper_copies(a.helpers)
@@ -313,6 +468,10 @@ def main():
         bad += more
         for note in notes:
             print("structure: note:", note)
+    if a.fence_doc:
+        if not (a.fence_header and a.fence_src):
+            ap.error("--fence-doc needs --fence-header and --fence-src")
+        bad += node_fence(a.fence_doc, a.fence_header, a.fence_src)
     for b in bad:
         print("structure:", b)
     print(f"structure: {len(a.src)} source dirs, {nobj} objects, {len(bad)} offences")
