@@ -244,11 +244,7 @@ static int install_finish(struct node *n)
     node__tier_snap_at(n, s->meta.index);
     n->m.metrics.installs++;
     /* Writes waiting at or below the snapshot: their outcome is unknown. */
-    struct node_req *r;
-    while ((r = n->req.applied_wait.head) != NULL && r->index <= s->meta.index) {
-        node__list_pop(&n->req.applied_wait);
-        node__finish_write(r, TK_ETIMEDOUT, NULL);
-    }
+    node__req_end_applied_upto(n, s->meta.index, TK_ETIMEDOUT);
     /* Nothing else was in flight to storage (appends wait for the install,
      * or are kept beside it), so no storage callback races this. */
     rc = defer_flush(n);

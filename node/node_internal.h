@@ -454,6 +454,29 @@ void node__fail(struct node *n, int rc, const char *what);
 /* Completes every request of `l` with `status`. */
 void node__fail_list(struct node *n, struct req_list *l, int status);
 
+/* ---- node.c: its request lists, changed for node_status.c and node_install.c ---- */
+
+/* Ends every request waiting in the applied, committed and read lists with
+ * `status` (the node failed). */
+static inline void node__req_fail_all(struct node *n, int status)
+{
+    node__fail_list(n, &n->req.applied_wait, status);
+    node__fail_list(n, &n->req.committed_wait, status);
+    node__fail_list(n, &n->req.read_wait, status);
+    node__fail_list(n, &n->req.read_ready, status);
+}
+
+/* Ends the writes waiting to apply at or below `index` with `status` (a
+ * snapshot installed past them: their outcome is unknown). */
+static inline void node__req_end_applied_upto(struct node *n, uint64_t index, int status)
+{
+    struct node_req *r;
+    while ((r = n->req.applied_wait.head) != NULL && r->index <= index) {
+        node__list_pop(&n->req.applied_wait);
+        node__finish_write(r, status, NULL);
+    }
+}
+
 /* ---- node_tier.c ---- */
 
 /* Once per loop turn: a compaction step, then a snapshot or tier-down job

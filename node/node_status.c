@@ -218,9 +218,6 @@ void node__fail(struct node *n, int rc, const char *what)
     node__publish_status(n);
     TK_LOG(TK_LOG_ERROR, n->o.id, raft_term(n->raft),
            "storage failed, node stops serving: %s: %s", what, tk_strerror(rc));
-    node__fail_list(n, &n->req.applied_wait, TK_EIO);
-    node__fail_list(n, &n->req.committed_wait, TK_EIO);
-    node__fail_list(n, &n->req.read_wait, TK_EIO);
-    node__fail_list(n, &n->req.read_ready, TK_EIO);
+    node__req_fail_all(n, TK_EIO);
     node__fail_list(n, &n->fwd.wait, TK_EIO);
 }

@@ -35,10 +35,12 @@
    must exist. A write is `n->SUB...` assigned (`=`, `+=`, ...), `++`/`--`
    on it, its address handed to an atomic write (`atomic_store`,
    `atomic_fetch_*`, `atomic_exchange`, ...), memset or memcpy's
-   destination, or kept in a pointer that is not const (`struct x *p =
-   &n->SUB`). Its address handed to any other function (node__list_pop,
-   node__fail_list, uv_*) is not followed: that is not checked. The writes are
-   looked for in each .c of --fence-src that includes node_internal.h and in
+   destination, a request list handed to node__list_pop, node__list_push
+   or node__fail_list, or its address kept in a pointer that is not const
+   (`struct x *p = &n->SUB`). Its address handed to any other function
+   (uv_*, kv_*) is not followed: that is not checked. The writes are
+   looked for in each .c of --fence-src (directories, or files) that
+   includes node_internal.h and in
    the header's inline functions, each counted as the file its
    `/* ---- x.c ---- */` section names (none: the header itself, which owns
    nothing). A write from another file than the owner is an offence.
@@ -47,7 +49,7 @@ Usage: structure_check.py [--limit N] --src DIR... [--objs DIR...]
                           [--helpers DIR...]
                           [--calls-doc FILE [--calls-complete MOD...]]
                           [--fence-doc FILE --fence-header FILE
-                           --fence-src DIR]
+                           --fence-src DIR|FILE...]
 Exits 1 and names each offence; 0 when the tree keeps every rule."""
 import argparse
 import glob
@@ -317,6 +319,10 @@ FENCE_ACCESS = re.compile(r"(?P<pre>\+\+|--)?\s*\bn->(?P<sub>\w+)(?P<chain>" + F
 FENCE_ADDR = re.compile(r"\b(?P<fn>atomic_(?:store|fetch_\w+|exchange|compare_exchange_\w+|init)"
                         r"(?:_explicit)?|memset|memcpy)\s*\(\s*&\s*n->(?P<sub>\w+)"
                         r"(?P<chain>" + FENCE_CHAIN + r")")
+# The request lists change only through these (node_reqs.h, node_status.c):
+# a list of n->SUB handed to one, as any argument, is written.
+FENCE_LIST = re.compile(r"\b(?P<fn>node__list_pop|node__list_push|node__fail_list)\s*\("
+                        r"(?:[^;()]*,)?\s*&\s*n->(?P<sub>\w+)(?P<chain>" + FENCE_CHAIN + r")")
 FENCE_ALIAS = re.compile(r"(?:^|[;({])\s*(?P<const>const\s+)?(?:(?:struct|union)\s+)?\w+"
                          r"\s*\*+\s*\w+\s*=\s*&\s*n->(?P<sub>\w+)(?P<chain>" + FENCE_CHAIN + r")",
                          re.M)
@@ -392,7 +398,7 @@ def fence_writes(path, text, default_owner):
         if m.group("pre") or m.group("op"):
             found.append((code.count("\n", 0, m.start("sub")) + 1, writer(m.start("sub")),
                           dotted(m.group("sub"), m.group("chain"))))
-    for m in FENCE_ADDR.finditer(code):
+    for m in list(FENCE_ADDR.finditer(code)) + list(FENCE_LIST.finditer(code)):
         found.append((code.count("\n", 0, m.start()) + 1, writer(m.start()),
                       dotted(m.group("sub"), m.group("chain")) + f" (by {m.group('fn')})"))
     for m in FENCE_ALIAS.finditer(code):
@@ -404,8 +410,16 @@ def fence_writes(path, text, default_owner):
     return found
 
 
-def node_fence(doc, header, src):
-    """Offences of rule 5."""
+def node_fence(doc, header, srcs):
+    """Offences of rule 5; srcs: directories (their .c files) or .c files."""
+    files = []
+    for src in srcs:
+        if os.path.isdir(src):
+            files += [(os.path.join(src, f), f) for f in sorted(os.listdir(src))
+                      if f.endswith(".c")]
+        else:
+            files.append((src, os.path.basename(src)))
+    names = {f for _, f in files}
     rows = fence_table(doc)
     members = struct_members(header)
     if members is None:
@@ -419,10 +433,10 @@ def node_fence(doc, header, src):
     for key, (owner, line) in sorted(rows.items()):
         if key.split(".")[0] not in members:
             bad.append(f"{doc}:{line}: the row for {key} names no member of struct node")
-        if owner != "shared" and not os.path.exists(os.path.join(src, owner)):
-            bad.append(f"{doc}:{line}: {key}'s owner {owner} is no file of {src}")
+        if owner != "shared" and owner not in names:
+            bad.append(f"{doc}:{line}: {key}'s owner {owner} is no file of "
+                       f"{' '.join(srcs)}")
     hname = os.path.basename(header)
-    files = [(os.path.join(src, f), f) for f in sorted(os.listdir(src)) if f.endswith(".c")]
     for path, fname in files + [(header, None)]:
         text = open(path, errors="replace").read()
         if fname is not None and not re.search(r'#include\s+"[\w/]*%s"' % re.escape(hname), text):
@@ -453,7 +467,7 @@ def main():
     ap.add_argument("--calls-complete", nargs="*", default=[])
     ap.add_argument("--fence-doc")
     ap.add_argument("--fence-header")
-    ap.add_argument("--fence-src")
+    ap.add_argument("--fence-src", nargs="*", default=[])
     a = ap.parse_args()
     bad = long_functions(a.src, a.limit)
     bad += helper_copies(a.helpers)
