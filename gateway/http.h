@@ -225,6 +225,10 @@ struct http_stats {
                                       * loop turn (body_max of them per turn) */
     uint64_t closes_deferred;        /* connections whose peer left, closed in a
                                       * later turn (256 closed per turn) */
+    uint64_t conns_parked;           /* idle connections moved off the loop's epoll
+                                      * set (after 1 s with nothing in flight) */
+    uint64_t conns_unparked;         /* ... taken back, readable (256 a turn) */
+    uint64_t conns_parked_now;       /* parked now */
 };
 
 void http_server_stats(const struct http_server *s, struct http_stats *out);

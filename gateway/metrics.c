@@ -392,6 +392,15 @@ static const struct metric_desc metric_table[] = {
      "HTTP connections whose client left, closed in a later loop turn: at most 256 "
      "are closed a turn.",
      MK_VALUE, SNAP(http.closes_deferred)},
+    {"tierkv_http_conns_parked_total", "counter",
+     "Idle HTTP connections (1 s with nothing in flight) moved off the loop's epoll set "
+     "into the server's own, which wakes at most 256 of them a loop turn.",
+     MK_VALUE, SNAP(http.conns_parked)},
+    {"tierkv_http_conns_unparked_total", "counter",
+     "Parked connections taken back when readable (a request, or the client left).",
+     MK_VALUE, SNAP(http.conns_unparked)},
+    {"tierkv_http_conns_parked", "gauge", "HTTP connections parked now.", MK_VALUE,
+     SNAP(http.conns_parked_now)},
     {"tierkv_store_append_seconds", "histogram",
      "Log append latency, handed to storage to durable (fsync included).", MK_LATENCY,
      LAT(append)},
