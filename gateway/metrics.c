@@ -183,7 +183,7 @@ static const struct metric_desc metric_table[] = {
      SNAP(m.forwarded)},
     {"tierkv_member_refused_total", "counter",
      "Raft handshakes refused: a member id presenting another data directory (an "
-     "amnesiac).",
+     "amnesiac), or a stranger (removed, or dropped by --force-new-cluster).",
      MK_VALUE, SNAP(m.members_refused)},
     {"tierkv_reads_total", "counter", "Reads served.", MK_VALUE, SNAP(m.reads)},
     {"tierkv_read_index_total", "counter",

@@ -276,6 +276,7 @@ struct node_backups {
 
 /* Membership changes and the peers dialed (node_member.c). */
 #define NODE_PEERS_MAX 64
+#define NODE_FENCE_SEEN 8
 struct node_membership {
     bool busy; /* a change in progress */
     int phase; /* node_member.c's enum */
@@ -301,13 +302,16 @@ struct node_membership {
     /* The fence of --force-new-cluster (node_member.c): the ids a forced
      * configuration in the boot log dropped, refused as strangers even
      * before their removed records apply; the cluster's epoch (how many
-     * forced recoveries its log went through); refusals counted for the
-     * log line's rate. */
+     * forced recoveries its log went through); refusals counted per
+     * refused id for the log line's rate (the NODE_FENCE_SEEN ids refused
+     * most, the least refused giving its place to a new one). */
     uint64_t fenced[NODE_PEERS_MAX];
     uint32_t n_fenced;
     uint64_t epoch;
-    uint64_t fence_refused;
-    uint64_t fence_last; /* the id of the last refusal logged */
+    struct {
+        uint64_t id;
+        uint64_t refused;
+    } fence_seen[NODE_FENCE_SEEN];
 };
 
 /* What other threads read: status and metrics (node_status.c). */

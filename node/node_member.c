@@ -730,17 +730,33 @@ bool node__member_fenced(struct node *n, uint64_t id)
     return r.removed || r.corrupt || raft_config_has(&n->o.members, id);
 }
 
+/* How many times id was refused, this one counted: its entry in
+ * mem.fence_seen, or the least refused entry's place, begun anew. */
+static uint64_t fence_count(struct node *n, uint64_t id)
+{
+    uint32_t least = 0;
+    for (uint32_t i = 0; i < NODE_FENCE_SEEN; i++) {
+        if (n->mem.fence_seen[i].id == id && n->mem.fence_seen[i].refused > 0)
+            return ++n->mem.fence_seen[i].refused;
+        if (n->mem.fence_seen[i].refused < n->mem.fence_seen[least].refused)
+            least = i;
+    }
+    n->mem.fence_seen[least].id = id;
+    n->mem.fence_seen[least].refused = 1;
+    return 1;
+}
+
 /* Refuses a fenced id at the handshake, with a line now and then. */
 static bool refuse_fenced(struct node *n, uint64_t id)
 {
     if (!node__member_fenced(n, id))
         return false;
     n->m.metrics.members_refused++;
-    uint64_t k = ++n->mem.fence_refused;
-    /* The 1st, 2nd, 4th, 8th...: it redials; and whenever the id changes,
-     * so that each stranger is named at least once. */
-    if ((k & (k - 1)) == 0 || id != n->mem.fence_last) {
-        n->mem.fence_last = id;
+    uint64_t k = fence_count(n, id);
+    /* Each stranger's 1st, 2nd, 4th, 8th... refusal: it redials every few
+     * seconds, so its lines thin out (about ten in an hour), and two
+     * strangers dialling in turn do not name each other every time. */
+    if ((k & (k - 1)) == 0) {
         struct node_member_rec r;
         rec_read(n, id, &r);
         char why[160];
@@ -753,8 +769,9 @@ static bool refuse_fenced(struct node *n, uint64_t id)
                "refused node %" PRIu64 ": it is not a member of this cluster (%s; "
                "epoch %" PRIu64 "): a stranger is never followed, voted for or "
                "forwarded to. Wipe its data directory and add it as a new member under "
-               "a new id",
-               id, why, n->mem.epoch);
+               "a new id (refusal %" PRIu64 " of it; the next line at refusal %" PRIu64
+               ")",
+               id, why, n->mem.epoch, k, 2 * k);
     }
     return true;
 }

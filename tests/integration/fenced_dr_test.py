@@ -147,6 +147,29 @@ def test_fenced_recovery(tierkvd, tierkv):
                      "node %d's log does not say it was refused" % j)
         line = [ln for ln in log3.splitlines() if "refused node 1:" in ln][0]
         print("     node 3's log: %s" % line[:160])
+        # The line's rate: each stranger's 1st, 2nd, 4th... refusal, so a
+        # refused id refused c times has bit_length(c) lines, at most
+        # bit_length(all refusals) (two old nodes redialling in turn were
+        # named at every redial before: 5 lines each at 12 refusals).
+        # Counted once 12 refusals are in (the two alternating, each named at
+        # every redial, would have written 12 lines: over the bound of 5).
+        deadline = time.time() + 30
+        while True:
+            log3 = n3.log()  # before the count: the count holds every line read
+            st, _, body = tk.request(n3.http_port, "GET", "/metrics")
+            refused = [float(ln.split()[-1]) for ln in body.decode().splitlines()
+                       if ln.startswith("tierkv_member_refused_total")]
+            tk.check(st == 200 and refused, "no tierkv_member_refused_total on node 3")
+            if refused[0] >= 12 or time.time() > deadline:
+                break
+            time.sleep(0.2)
+        for j in (1, 2):
+            lines = sum(1 for ln in log3.splitlines() if "refused node %d:" % j in ln)
+            bound = int(refused[0]).bit_length()
+            print("     node 3 refused %d handshakes; %d lines name node %d (at most %d)"
+                  % (refused[0], lines, j, bound))
+            tk.check(lines <= bound, "%d refusal lines for node %d after %d refusals"
+                     % (lines, j, refused[0]))
         st, _, data = tk.request(n3.http_port, "GET",
                                  "/v1/kv/%01tierkv%2Fepoch?raw&consistency=stale")
         tk.check(st == 200 and data == b"1", "epoch record on node 3: %d %r" % (st, data))
