@@ -4,11 +4,11 @@
  * grpc.c asks accept() before reading a call's message (a path not in the
  * table is UNIMPLEMENTED at once, with etcd's own services named "not
  * served yet") and on_call() once it is complete; the handler decodes the
- * message and answers through etcdapi_reply.c. Maintenance.Status and
- * Cluster.MemberList are here; the KV methods are etcdapi_kv.c's, the
- * Lease ones etcdapi_lease.c's.
+ * message and answers through etcdapi_reply.c. The KV methods are
+ * etcdapi_kv.c's (KV.Compact etcdapi_maint.c's), the Lease ones
+ * etcdapi_lease.c's, Cluster's etcdapi_cluster.c's, Maintenance's
+ * etcdapi_maint.c's.
  * Loop thread, except etcdapi_new/hook/listen getters/free (the owner's). */
-#include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -16,8 +16,6 @@
 #include "base/err.h"
 #include "etcdapi/etcdapi_internal.h"
 #include "kv/kv.h"
-
-static etcdapi_method_fn handle_status, handle_member_list;
 
 #define ETCD_METHODS(X)                                                                  \
     X("/etcdserverpb.KV/Range", etcdapi__kv_range)                                       \
@@ -28,8 +26,18 @@ static etcdapi_method_fn handle_status, handle_member_list;
     X("/etcdserverpb.Lease/LeaseRevoke", etcdapi__lease_revoke)                          \
     X("/etcdserverpb.Lease/LeaseTimeToLive", etcdapi__lease_time_to_live)                \
     X("/etcdserverpb.Lease/LeaseLeases", etcdapi__lease_leases)                          \
-    X("/etcdserverpb.Maintenance/Status", handle_status)                                 \
-    X("/etcdserverpb.Cluster/MemberList", handle_member_list)
+    X("/etcdserverpb.KV/Compact", etcdapi__kv_compact)                                   \
+    X("/etcdserverpb.Cluster/MemberList", etcdapi__member_list)                          \
+    X("/etcdserverpb.Cluster/MemberAdd", etcdapi__member_add)                            \
+    X("/etcdserverpb.Cluster/MemberRemove", etcdapi__member_remove)                      \
+    X("/etcdserverpb.Cluster/MemberUpdate", etcdapi__member_update)                      \
+    X("/etcdserverpb.Cluster/MemberPromote", etcdapi__member_promote)                    \
+    X("/etcdserverpb.Maintenance/Status", etcdapi__status)                               \
+    X("/etcdserverpb.Maintenance/Hash", etcdapi__hash)                                   \
+    X("/etcdserverpb.Maintenance/HashKV", etcdapi__hash_kv)                              \
+    X("/etcdserverpb.Maintenance/MoveLeader", etcdapi__move_leader)                      \
+    X("/etcdserverpb.Maintenance/Alarm", etcdapi__alarm)                                 \
+    X("/etcdserverpb.Maintenance/Defragment", etcdapi__defragment)
 
 struct method {
     const char *path;
@@ -42,10 +50,6 @@ static const struct method methods[] = {
 #undef X
 };
 #define N_METHODS (sizeof(methods) / sizeof(methods[0]))
-
-/* The version Status reports: the etcd API level served (clients compare
- * it before using newer features). */
-#define ETCD_API_VERSION "3.6.0"
 
 static const struct method *find_method(const char *path, size_t len)
 {
@@ -78,113 +82,6 @@ static void on_call(struct grpc_call *call, const char *path, size_t path_len,
         return;
     }
     m->fn(ec, msg, msg_len);
-}
-
-/* ---- Maintenance.Status and Cluster.MemberList ------------------------------ */
-
-static void handle_status(struct ecall *ec, const uint8_t *msg, size_t len)
-{
-    Etcdserverpb__StatusRequest *rq =
-        etcdserverpb__status_request__unpack(NULL, len, msg);
-    if (rq == NULL) {
-        etcdapi__fail(ec, GRPC_INVALID_ARGUMENT, "tierkv: a malformed StatusRequest");
-        return;
-    }
-    etcdserverpb__status_request__free_unpacked(rq, NULL);
-    struct etcdapi *e = ec->e;
-    struct node_status st;
-    node_status(e->node, &st);
-    struct kv_sm *sm = node_kv(e->node);
-    Etcdserverpb__ResponseHeader h = ETCDSERVERPB__RESPONSE_HEADER__INIT;
-    etcdapi__header(e, 0, &h);
-    Etcdserverpb__StatusResponse r = ETCDSERVERPB__STATUS_RESPONSE__INIT;
-    r.header = &h;
-    r.version = (char *)ETCD_API_VERSION;
-    r.dbsize = (int64_t)kv_sm_cold_bytes(sm);
-    r.dbsizeinuse = r.dbsize;
-    r.leader = st.leader;
-    r.raftindex = st.commit;
-    r.raftterm = st.term;
-    r.raftappliedindex = kv_sm_applied_index(sm);
-    struct node_member mem[RAFT_VOTERS_MAX * 2];
-    uint64_t ci;
-    bool committed;
-    size_t n = node_members(e->node, mem, sizeof(mem) / sizeof(mem[0]), &ci, &committed);
-    for (size_t i = 0; i < n && i < sizeof(mem) / sizeof(mem[0]); i++)
-        if (mem[i].id == st.id)
-            r.islearner = !mem[i].voter;
-    char *errs[1];
-    if (st.failed || st.rejected || st.removed) {
-        errs[0] = (char *)(st.failed     ? "tierkv: the node failed (storage or apply)"
-                           : st.rejected ? "tierkv: the cluster refused this node"
-                                         : "tierkv: this node was removed");
-        r.errors = errs;
-        r.n_errors = 1;
-    }
-    etcdapi__reply(ec, &r.base);
-}
-
-#define MEMBERS_CAP (RAFT_VOTERS_MAX * 2)
-
-static void handle_member_list(struct ecall *ec, const uint8_t *msg, size_t len)
-{
-    Etcdserverpb__MemberListRequest *rq =
-        etcdserverpb__member_list_request__unpack(NULL, len, msg);
-    if (rq == NULL) {
-        etcdapi__fail(ec, GRPC_INVALID_ARGUMENT, "tierkv: a malformed MemberListRequest");
-        return;
-    }
-    etcdserverpb__member_list_request__free_unpacked(rq, NULL);
-    struct etcdapi *e = ec->e;
-    struct node_member *mem = tk_calloc(MEMBERS_CAP, sizeof(*mem));
-    uint64_t ci;
-    bool committed;
-    size_t n = node_members(e->node, mem, MEMBERS_CAP, &ci, &committed);
-    if (n > MEMBERS_CAP)
-        n = MEMBERS_CAP;
-    Etcdserverpb__Member *ms = tk_calloc(n ? n : 1, sizeof(*ms));
-    Etcdserverpb__Member **mp = tk_calloc(n ? n : 1, sizeof(*mp));
-    char(*names)[24] = tk_calloc(n ? n : 1, sizeof(*names));
-    char(*peers)[NODE_ADDR_MAX + 8] = tk_calloc(n ? n : 1, sizeof(*peers));
-    char **peer_p = tk_calloc(n ? n : 1, sizeof(*peer_p));
-    char self_url[160];
-    char *self_p = self_url;
-    snprintf(self_url, sizeof(self_url), "http://%s:%u", e->cfg.host,
-             (unsigned)grpc_server_port(e->grpc));
-    struct node_status st;
-    node_status(e->node, &st);
-    for (size_t i = 0; i < n; i++) {
-        Etcdserverpb__Member *m = &ms[i];
-        etcdserverpb__member__init(m);
-        m->id = mem[i].id;
-        snprintf(names[i], sizeof(names[i]), "%" PRIu64, mem[i].id);
-        m->name = names[i];
-        if (mem[i].raft[0]) {
-            snprintf(peers[i], sizeof(peers[i]), "http://%s", mem[i].raft);
-            peer_p[i] = peers[i];
-            m->peerurls = &peer_p[i];
-            m->n_peerurls = 1;
-        }
-        if (mem[i].id == st.id) { /* other members' client addresses: not known yet */
-            m->clienturls = &self_p;
-            m->n_clienturls = 1;
-        }
-        m->islearner = !mem[i].voter;
-        mp[i] = m;
-    }
-    Etcdserverpb__ResponseHeader h = ETCDSERVERPB__RESPONSE_HEADER__INIT;
-    etcdapi__header(e, 0, &h);
-    Etcdserverpb__MemberListResponse r = ETCDSERVERPB__MEMBER_LIST_RESPONSE__INIT;
-    r.header = &h;
-    r.members = mp;
-    r.n_members = n;
-    etcdapi__reply(ec, &r.base);
-    tk_free(peer_p);
-    tk_free(peers);
-    tk_free(names);
-    tk_free(mp);
-    tk_free(ms);
-    tk_free(mem);
 }
 
 /* ---- lifecycle -------------------------------------------------------------- */

@@ -57,6 +57,14 @@ etcdapi_method_fn etcdapi__kv_range, etcdapi__kv_put, etcdapi__kv_delete_range,
 etcdapi_method_fn etcdapi__lease_grant, etcdapi__lease_revoke,
     etcdapi__lease_time_to_live, etcdapi__lease_leases;
 
+/* etcdapi_cluster.c */
+etcdapi_method_fn etcdapi__member_list, etcdapi__member_add, etcdapi__member_remove,
+    etcdapi__member_update, etcdapi__member_promote;
+
+/* etcdapi_maint.c */
+etcdapi_method_fn etcdapi__status, etcdapi__hash, etcdapi__hash_kv, etcdapi__move_leader,
+    etcdapi__alarm, etcdapi__defragment, etcdapi__kv_compact;
+
 /* etcdapi_reply.c */
 struct ecall *etcdapi__call_new(struct etcdapi *e, struct grpc_call *call);
 /* The header every answer carries; `revision` 0: the applied index. */
