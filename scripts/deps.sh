@@ -8,7 +8,7 @@ PKGS=(
     libuv1-dev libprotobuf-c-dev protobuf-c-compiler liblmdb-dev check
     libhttp-parser-dev libjansson-dev libisal-dev libxxhash-dev
     libclang-rt-14-dev debootstrap iproute2 faketime libssl-dev libnghttp2-dev
-    chromium gnuplot-nox
+    chromium gnuplot-nox etcd-client
 )
 
 missing=()

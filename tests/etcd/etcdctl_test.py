@@ -1,0 +1,258 @@
+#!/usr/bin/env python3
+"""etcd's v3 API on tierkvd (--listen-client) with etcd's own command-line
+client: Debian's etcdctl 3.4 (package etcd-client, scripts/deps.sh) against a
+3-node cluster, ETCDCTL_API=3. Every command's output is checked, not only its
+exit code: put, get (plain, --prefix, --print-value-only, -w json with its
+revisions), del, txn from stdin (both branches), member list, endpoint
+status/health/hashkv, alarm list, defrag, compaction, lease
+grant/timetolive/revoke, move-leader, etcd's membership errors, and a 4th
+node added as a learner, started with --join, promoted and removed.
+
+    etcdctl_test.py TIERKVD [--against-http]
+
+--against-http is the known-bad control (registered should_fail): etcdctl is
+pointed at the nodes' HTTP/1.1 ports, which are no etcd server, and the same
+checks must fail. Exit 77 (skip) when etcdctl is not installed.
+"""
+import base64
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..",
+                                "integration"))
+import tkcluster as tk  # noqa: E402
+
+ETCDCTL = shutil.which("etcdctl")
+
+
+def ctl(endpoints, *args, stdin=None, ok=True):
+    """etcdctl's stdout; with ok=False, (exit code, stdout + stderr)."""
+    env = dict(os.environ, ETCDCTL_API="3")
+    r = subprocess.run([ETCDCTL, "--endpoints=" + ",".join(endpoints),
+                        "--dial-timeout=3s", "--command-timeout=10s"] + list(args),
+                       input=stdin, capture_output=True, text=True, timeout=60, env=env)
+    if not ok:
+        return r.returncode, r.stdout + r.stderr
+    tk.check(r.returncode == 0, "etcdctl %s: exit %d: %s%s" % (
+        " ".join(args), r.returncode, r.stdout, r.stderr))
+    return r.stdout
+
+
+def until(fn, what, timeout=30):
+    deadline = time.time() + timeout
+    while True:
+        v = fn()
+        if v:
+            return v
+        if time.time() > deadline:
+            raise tk.Fail("timed out waiting for " + what)
+        time.sleep(0.1)
+
+
+def kv_checks(eps, lep):
+    tk.check(ctl(eps, "put", "/a/1", "one") == "OK\n", "put: not OK")
+    ctl(eps, "put", "/a/2", "two")
+    ctl(eps, "put", "/b", "bee")
+    out = ctl(eps, "get", "/a/1")
+    tk.check(out == "/a/1\none\n", "get: %r" % out)
+    out = ctl(eps, "get", "--prefix", "/a/")
+    tk.check(out == "/a/1\none\n/a/2\ntwo\n", "get --prefix: %r" % out)
+    out = ctl(eps, "get", "/b", "--print-value-only")
+    tk.check(out == "bee\n", "get --print-value-only: %r" % out)
+    ctl(eps, "put", "/a/1", "uno")
+    js = json.loads(ctl(eps, "get", "/a/1", "-w", "json"))
+    h, kv = js["header"], js["kvs"][0]
+    tk.check(base64.b64decode(kv["key"]) == b"/a/1" and
+             base64.b64decode(kv["value"]) == b"uno", "get -w json: %r" % js)
+    tk.check(kv["version"] == 2 and 0 < kv["create_revision"] < kv["mod_revision"] <=
+             h["revision"], "get -w json: revisions %r" % js)
+    tk.check(h["member_id"] in (1, 2, 3) and h["raft_term"] >= 1 and h["cluster_id"] != 0,
+             "get -w json: header %r" % h)
+    out = ctl(eps, "del", "/a/2")
+    tk.check(out == "1\n", "del: %r" % out)
+    tk.check(ctl(eps, "get", "/a/2") == "", "a deleted key is still there")
+    tk.check(ctl(eps, "del", "--prefix", "/a/") == "1\n", "del --prefix")
+    # txn from stdin: compares, blank line, success ops, blank, failure ops
+    ctl(eps, "put", "t", "x")
+    txn = 'value("t") = "x"\n\nput t-ok yes\n\nput t-ok no\n\n'
+    out = ctl(eps, "txn", stdin=txn)
+    tk.check(out.startswith("SUCCESS\n") and "OK" in out, "txn success: %r" % out)
+    tk.check(ctl(eps, "get", "t-ok", "--print-value-only") == "yes\n", "txn: success op")
+    txn = 'version("t") = "5"\n\nput t-ok yes2\n\nput t-ok no\n\n'
+    out = ctl(eps, "txn", stdin=txn)
+    tk.check(out.startswith("FAILURE\n") and "OK" in out, "txn failure: %r" % out)
+    tk.check(ctl(eps, "get", "t-ok", "--print-value-only") == "no\n", "txn: failure op")
+    # compaction: a no-op up to the newest revision, a future one refused
+    rev = json.loads(ctl(eps, "get", "t", "-w", "json"))["header"]["revision"]
+    out = ctl(eps, "compaction", str(rev))
+    tk.check(out == "compacted revision %d\n" % rev, "compaction: %r" % out)
+    rc, out = ctl(eps, "compaction", str(rev + 1000000), ok=False)
+    tk.check(rc != 0 and "required revision is a future revision" in out,
+             "compaction of a future revision: %d %r" % (rc, out))
+    rc, out = ctl(eps, "get", "t", "--rev", str(rev - 1), ok=False)
+    tk.check(rc != 0 and "required revision has been compacted" in out,
+             "an old revision: %d %r" % (rc, out))
+
+
+def lease_checks(eps):
+    out = ctl(eps, "lease", "grant", "100")
+    m = re.match(r"^lease ([0-9a-f]+) granted with TTL\(100s\)\n$", out)
+    tk.check(m, "lease grant: %r" % out)
+    lid = m.group(1)
+    ctl(eps, "put", "--lease=" + lid, "leased", "v")
+    out = ctl(eps, "lease", "timetolive", lid, "--keys")
+    m = re.match(r"^lease %s granted with TTL\(100s\), remaining\((\d+)s\), "
+                 r"attached keys\(\[leased\]\)\n$" % lid, out)
+    tk.check(m and 90 <= int(m.group(1)) <= 100, "lease timetolive: %r" % out)
+    out = ctl(eps, "lease", "revoke", lid)
+    tk.check(out == "lease %s revoked\n" % lid, "lease revoke: %r" % out)
+    tk.check(ctl(eps, "get", "leased") == "", "a revoked lease's key is still there")
+    out = ctl(eps, "lease", "timetolive", lid)
+    tk.check(out == "lease %s already expired\n" % lid, "timetolive after revoke: %r" % out)
+
+
+def endpoint_checks(cluster, eps, leader):
+    st = json.loads(ctl(eps, "endpoint", "status", "-w", "json"))
+    tk.check(len(st) == 3, "endpoint status: %r" % st)
+    for s in st:
+        tk.check(s["Status"]["leader"] == leader and s["Status"]["version"] == "3.6.0" and
+                 s["Status"]["raftIndex"] >= 1 and s["Status"]["dbSize"] >= 0,
+                 "endpoint status: %r" % s)
+    hs = json.loads(ctl(eps, "endpoint", "health", "-w", "json"))
+    tk.check(sorted(h["endpoint"] for h in hs) == sorted(eps) and
+             all(h["health"] is True and not h.get("error") for h in hs),
+             "endpoint health: %r" % hs)
+    tk.check(ctl(eps, "alarm", "list") == "", "alarm list: not empty")
+    out = ctl(eps[:1], "defrag")
+    tk.check(out.startswith("Finished defragmenting etcd member[%s]" % eps[0]),
+             "defrag: %r" % out)
+    # the replicas' hashes agree once they applied the same entries
+    def same_hash():
+        hs = json.loads(ctl(eps, "endpoint", "hashkv", "-w", "json"))
+        vals = {(h["HashKV"]["hash"], h["HashKV"]["header"]["revision"]) for h in hs}
+        return len(hs) == 3 and len(vals) == 1 and hs
+    hs = until(same_hash, "equal hashes on the 3 members")
+    tk.check(hs[0]["HashKV"]["hash"] != 0, "hashkv: %r" % hs)
+
+
+def member_list(ep):
+    return json.loads(ctl([ep], "member", "list", "-w", "json"))["members"]
+
+
+def member_checks(cluster, eps, leader, tierkvd):
+    lep = eps[leader - 1]
+    ms = member_list(eps[0])
+    tk.check(sorted(m["ID"] for m in ms) == [1, 2, 3], "member list: %r" % ms)
+    for m in ms:
+        want = "http://127.0.0.1:%d" % cluster.raft_ports[m["ID"] - 1]
+        tk.check(m["peerURLs"] == [want] and not m.get("isLearner"),
+                 "member list: %r" % m)
+    own = [m for m in ms if m.get("clientURLs")]
+    tk.check(len(own) == 1 and own[0]["ID"] == 1 and
+             own[0]["clientURLs"] == ["http://" + eps[0]], "clientURLs: %r" % ms)
+    out = ctl([eps[0]], "member", "list")
+    tk.check(re.search(r"^1, started, 1, http://127\.0\.0\.1:%d, http://%s, false$" %
+                       (cluster.raft_ports[0], re.escape(eps[0])), out, re.M),
+             "member list (table): %r" % out)
+    # etcd's errors
+    rc, out = ctl([lep], "member", "remove", "dead", ok=False)
+    tk.check(rc != 0 and "etcdserver: member not found" in out, "remove: %r" % out)
+    rc, out = ctl([lep], "member", "promote", "%x" % leader, ok=False)
+    tk.check(rc != 0 and "etcdserver: can only promote a learner member" in out,
+             "promote a voter: %r" % out)
+    rc, out = ctl([lep], "member", "add", "dup", "--peer-urls=http://127.0.0.1:%d"
+                  % cluster.raft_ports[0], ok=False)
+    tk.check(rc != 0 and "etcdserver: Peer URLs already exists" in out, "dup add: %r" % out)
+    # a 4th node: added as a learner, started with --join, promoted, removed
+    rp, hp, cp = tk.free_ports(3)
+    out = ctl([lep], "member", "add", "n4", "--learner",
+              "--peer-urls=http://127.0.0.1:%d" % rp)
+    m = re.match(r"^Member\s+([0-9a-f]+) added to cluster\s+[0-9a-f]+\n", out)
+    tk.check(m, "member add: %r" % out)
+    nid = int(m.group(1), 16)
+    tk.check(nid > 3, "member add: id %d" % nid)
+    members = ",".join("%d=127.0.0.1:%d" % (i + 1, p) for i, p in
+                       enumerate(cluster.raft_ports))
+    args = ["--id", str(nid), "--join", "--members", members,
+            "--listen-raft", "127.0.0.1:%d" % rp, "--listen-http", "127.0.0.1:%d" % hp,
+            "--listen-client", "127.0.0.1:%d" % cp,
+            "--data-dir", os.path.join(cluster.dir, "n%d" % nid), "--store", "fs",
+            "--tick-ms", str(cluster.tick_ms), "--election-ticks",
+            str(cluster.election_ticks), "--kv-no-sync"]
+    nd = tk.Node(tierkvd, nid, args, cluster.dir)
+    nd.http_port = hp
+    nd.start()
+    cluster.nodes.append(nd)
+    ms = member_list(lep)
+    tk.check(any(x["ID"] == nid and x.get("isLearner") for x in ms), "learner: %r" % ms)
+
+    def promoted():
+        rc, out = ctl([lep], "member", "promote", "%x" % nid, ok=False)
+        if rc == 0:
+            return out
+        tk.check("which is in sync with leader" in out, "promote: %r" % out)
+        return None
+    out = until(promoted, "the learner's promotion", timeout=60)
+    tk.check(re.match(r"^Member\s+%x promoted in cluster" % nid, out), "promote: %r" % out)
+    ms = member_list(lep)
+    tk.check(len(ms) == 4 and not any(x.get("isLearner") for x in ms), "4 voters: %r" % ms)
+    until(lambda: ctl(["127.0.0.1:%d" % cp], "get", "/b", "--print-value-only") == "bee\n",
+          "the new member serving reads")
+    out = ctl([lep], "member", "remove", "%x" % nid)
+    tk.check(re.match(r"^Member\s+%x removed from cluster" % nid, out), "remove: %r" % out)
+    ms = member_list(lep)
+    tk.check(sorted(x["ID"] for x in ms) == [1, 2, 3], "after remove: %r" % ms)
+    nd.kill()
+    cluster.nodes.remove(nd)
+
+
+def move_leader_checks(cluster, eps, leader):
+    to = 1 if leader != 1 else 2
+    out = ctl(eps, "move-leader", "%x" % to)
+    tk.check(re.match(r"^Leadership transferred from\s+%x to\s+%x" % (leader, to), out),
+             "move-leader: %r" % out)
+    tk.check(cluster.wait_leader(timeout=20) == to, "the leader did not move")
+    return to
+
+
+def main():
+    if ETCDCTL is None:
+        print("etcdctl is not installed (apt-get install etcd-client): skipped")
+        sys.exit(77)
+    binary = sys.argv[1]
+    cluster = tk.Cluster(binary, n=3, election_ticks=100)
+    cports = tk.free_ports(3)
+    for nd, p in zip(cluster.nodes, cports):
+        nd.args += ["--listen-client", "127.0.0.1:%d" % p]
+    cluster.start()
+    failed = 0
+    try:
+        leader = cluster.wait_leader(timeout=20)
+        eps = ["127.0.0.1:%d" % p for p in cports]
+        if "--against-http" in sys.argv:
+            eps = ["127.0.0.1:%d" % nd.http_port for nd in cluster.nodes]
+        tests = [("kv", lambda: kv_checks(eps, eps[leader - 1])),
+                 ("lease", lambda: lease_checks(eps)),
+                 ("endpoint", lambda: endpoint_checks(cluster, eps, leader)),
+                 ("member", lambda: member_checks(cluster, eps, leader, binary))]
+        for name, fn in tests:
+            t0 = time.time()
+            fn()
+            print("ok   %-10s %.2fs" % (name, time.time() - t0), flush=True)
+        leader = move_leader_checks(cluster, eps, leader)
+        print("ok   move-leader (now %d)" % leader, flush=True)
+        tk.check_graceful_stop(cluster)
+        print("ok   every node stopped cleanly", flush=True)
+    except Exception as e:  # report, then the logs
+        failed = 1
+        print("FAIL %s: %s" % (type(e).__name__, e), flush=True)
+    tk.finish(cluster, failed)
+
+
+if __name__ == "__main__":
+    main()
