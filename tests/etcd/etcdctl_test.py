@@ -137,6 +137,9 @@ def endpoint_checks(cluster, eps, leader):
         vals = {(h["HashKV"]["hash"], h["HashKV"]["header"]["revision"]) for h in hs}
         return len(hs) == 3 and len(vals) == 1 and hs
     hs = until(same_hash, "equal hashes on the 3 members")
+    rc, out = ctl(eps[:1], "endpoint", "hashkv", "--rev", "1", ok=False)
+    tk.check(rc != 0 and "required revision has been compacted" in out,
+             "hashkv at an old revision: %r" % out)
     tk.check(hs[0]["HashKV"]["hash"] != 0, "hashkv: %r" % hs)
 
 
@@ -168,6 +171,17 @@ def member_checks(cluster, eps, leader, tierkvd):
     rc, out = ctl([lep], "member", "add", "dup", "--peer-urls=http://127.0.0.1:%d"
                   % cluster.raft_ports[0], ok=False)
     tk.check(rc != 0 and "etcdserver: Peer URLs already exists" in out, "dup add: %r" % out)
+    fep = eps[[i for i in (1, 2, 3) if i != leader][0] - 1]
+    rc, out = ctl([fep], "member", "add", "f", "--peer-urls=http://127.0.0.1:1", ok=False)
+    tk.check(rc != 0 and "etcdserver: not leader" in out, "add on a follower: %r" % out)
+    own = "http://127.0.0.1:%d" % cluster.raft_ports[leader - 1]
+    out = ctl([lep], "member", "update", "%x" % leader, "--peer-urls=" + own)
+    tk.check(re.match(r"^Member\s+%x updated in cluster" % leader, out), "update: %r" % out)
+    rc, out = ctl([lep], "member", "update", "%x" % leader,
+                  "--peer-urls=http://127.0.0.1:1", ok=False)
+    tk.check(rc != 0 and "Raft address cannot change" in out, "update elsewhere: %r" % out)
+    rc, out = ctl([lep], "member", "update", "dead", "--peer-urls=" + own, ok=False)
+    tk.check(rc != 0 and "etcdserver: member not found" in out, "update unknown: %r" % out)
     # a 4th node: added as a learner, started with --join, promoted, removed
     rp, hp, cp = tk.free_ports(3)
     out = ctl([lep], "member", "add", "n4", "--learner",
@@ -213,6 +227,9 @@ def member_checks(cluster, eps, leader, tierkvd):
 
 def move_leader_checks(cluster, eps, leader):
     to = 1 if leader != 1 else 2
+    rc, out = ctl(eps, "move-leader", "dead", ok=False)
+    tk.check(rc != 0 and "etcdserver: bad leader transferee" in out,
+             "move-leader to a non-member: %r" % out)
     out = ctl(eps, "move-leader", "%x" % to)
     tk.check(re.match(r"^Leadership transferred from\s+%x to\s+%x" % (leader, to), out),
              "move-leader: %r" % out)
