@@ -7,6 +7,7 @@
  * only. */
 #include <stdio.h>
 #include <string.h>
+#include <uv.h>
 
 #include "base/alloc.h"
 #include "base/err.h"
@@ -217,9 +218,52 @@ void etcdapi__hash_kv(struct ecall *ec, const uint8_t *msg, size_t len)
 
 /* ---- MoveLeader, Alarm, Defragment ------------------------------------------ */
 
-/* Asks the leader to hand over to a voter; answered once the node passed the
- * request to Raft (etcd's waits for the new leader: a client sees it in
- * Status within an election timeout). */
+/* How often a MoveLeader looks for the new leader, and how long it waits when
+ * neither the call nor the configuration gives a deadline. */
+#define MOVE_POLL_MS 10
+#define MOVE_WAIT_MS 5000
+
+struct move_op {
+    uv_timer_t timer;
+    struct ecall *ec;
+    uint64_t to;
+    uint64_t deadline_ms; /* the loop's clock */
+};
+
+static void move_closed(uv_handle_t *h)
+{
+    tk_free(h->data);
+}
+
+/* Every MOVE_POLL_MS until the target leads, the deadline, the client leaving
+ * or the server stopping (the pending timer keeps the loop running until this
+ * answers, at most MOVE_POLL_MS after the stop). */
+static void move_poll(uv_timer_t *t)
+{
+    struct move_op *m = t->data;
+    struct etcdapi *e = m->ec->e;
+    struct node_status st;
+    node_status(e->node, &st);
+    if (e->stopping) {
+        etcdapi__fail_rc(m->ec, TK_ESHUTDOWN);
+    } else if (st.leader == m->to) {
+        Etcdserverpb__ResponseHeader h = ETCDSERVERPB__RESPONSE_HEADER__INIT;
+        etcdapi__header(e, 0, &h);
+        Etcdserverpb__MoveLeaderResponse r = ETCDSERVERPB__MOVE_LEADER_RESPONSE__INIT;
+        r.header = &h;
+        etcdapi__reply(m->ec, &r.base);
+    } else if (uv_now(t->loop) >= m->deadline_ms || grpc_call_gone(m->ec->call)) {
+        etcdapi__fail(m->ec, GRPC_UNAVAILABLE,
+                      "etcdserver: request timed out, leader transfer took too long");
+    } else {
+        return;
+    }
+    uv_timer_stop(t);
+    uv_close((uv_handle_t *)t, move_closed);
+}
+
+/* Asks the leader to hand over to a voter and answers once this node sees
+ * the target lead, as etcd's does. */
 void etcdapi__move_leader(struct ecall *ec, const uint8_t *msg, size_t len)
 {
     Etcdserverpb__MoveLeaderRequest *rq =
@@ -253,6 +297,16 @@ void etcdapi__move_leader(struct ecall *ec, const uint8_t *msg, size_t len)
             etcdapi__fail_rc(ec, rc);
             return;
         }
+        uint64_t t = e->cfg.request_timeout_ms, g = grpc_call_timeout_ms(ec->call);
+        t = g != 0 && (t == 0 || g < t) ? g : t;
+        struct move_op *m = tk_calloc(1, sizeof(*m));
+        m->ec = ec;
+        m->to = to;
+        m->deadline_ms = uv_now(e->loop) + (t != 0 ? t : MOVE_WAIT_MS);
+        uv_timer_init(e->loop, &m->timer);
+        m->timer.data = m;
+        uv_timer_start(&m->timer, move_poll, MOVE_POLL_MS, MOVE_POLL_MS);
+        return;
     }
     Etcdserverpb__ResponseHeader h = ETCDSERVERPB__RESPONSE_HEADER__INIT;
     etcdapi__header(e, 0, &h);

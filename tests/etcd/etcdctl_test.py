@@ -233,6 +233,9 @@ def move_leader_checks(cluster, eps, leader):
     out = ctl(eps, "move-leader", "%x" % to)
     tk.check(re.match(r"^Leadership transferred from\s+%x to\s+%x" % (leader, to), out),
              "move-leader: %r" % out)
+    # answered once the target leads, as etcd's: the old leader already knows
+    st = json.loads(ctl([eps[leader - 1]], "endpoint", "status", "-w", "json"))
+    tk.check(st[0]["Status"]["leader"] == to, "after move-leader: %r" % st)
     tk.check(cluster.wait_leader(timeout=20) == to, "the leader did not move")
     return to
 
