@@ -59,10 +59,70 @@ static const struct method *find_method(const char *path, size_t len)
     return NULL;
 }
 
+/* The bidirectional streams (grpc.h, streams): the path and what opens
+ * one; the stream's state then carries its ops (struct estream_ops). */
+#define ETCD_STREAMS(X)                                                                  \
+    X("/etcdserverpb.Watch/Watch", etcdapi__watch_open)                                  \
+    X("/etcdserverpb.Lease/LeaseKeepAlive", etcdapi__lease_keep_alive)
+
+struct stream_method {
+    const char *path;
+    etcdapi_stream_open_fn *open;
+};
+
+static const struct stream_method stream_methods[] = {
+#define X(path, fn) {path, fn},
+    ETCD_STREAMS(X)
+#undef X
+};
+#define N_STREAM_METHODS (sizeof(stream_methods) / sizeof(stream_methods[0]))
+
+static const struct stream_method *find_stream(const char *path, size_t len)
+{
+    for (size_t i = 0; i < N_STREAM_METHODS; i++)
+        if (strlen(stream_methods[i].path) == len &&
+            memcmp(stream_methods[i].path, path, len) == 0)
+            return &stream_methods[i];
+    return NULL;
+}
+
+static bool on_is_stream(const char *path, size_t len, void *data)
+{
+    (void)data;
+    return find_stream(path, len) != NULL;
+}
+
+static void on_stream_open(struct grpc_call *call, const char *path, size_t len,
+                           void *data)
+{
+    struct etcdapi *e = data;
+    const struct stream_method *m = find_stream(path, len);
+    if (m == NULL || e->stopping) {
+        grpc_stream_finish(call, GRPC_UNAVAILABLE, "etcdserver: server stopped");
+        return;
+    }
+    m->open(e, call); /* sets the call's user to its state (ops first) */
+}
+
+static void on_stream_msg(struct grpc_call *call, const uint8_t *msg, size_t len,
+                          void *data)
+{
+    (void)data;
+    const struct estream_ops *const *ops = grpc_call_user(call);
+    (*ops)->msg(call, msg, len);
+}
+
+static void on_stream_end(struct grpc_call *call, bool gone, void *data)
+{
+    (void)data;
+    const struct estream_ops *const *ops = grpc_call_user(call);
+    (*ops)->end(call, gone);
+}
+
 static bool on_accept(const char *path, size_t len, char *msg, size_t cap, void *data)
 {
     (void)data;
-    if (find_method(path, len) != NULL)
+    if (find_method(path, len) != NULL || find_stream(path, len) != NULL)
         return true;
     static const char pkg[] = "/etcdserverpb.";
     if (len > sizeof(pkg) - 1 && memcmp(path, pkg, sizeof(pkg) - 1) == 0)
@@ -113,7 +173,12 @@ int etcdapi_new(const struct etcdapi_config *c, struct etcdapi **out)
     struct grpc_config gc;
     grpc_config_default(&gc);
     gc.conns_max = c->conns_max;
-    static const struct grpc_callbacks cb = {.accept = on_accept, .on_call = on_call};
+    static const struct grpc_callbacks cb = {.accept = on_accept,
+                                             .on_call = on_call,
+                                             .is_stream = on_is_stream,
+                                             .on_stream_open = on_stream_open,
+                                             .on_stream_msg = on_stream_msg,
+                                             .on_stream_end = on_stream_end};
     e->grpc = grpc_server_new(&gc, &cb, e);
     *out = e;
     return 0;
@@ -128,6 +193,7 @@ static void on_loop_start(struct node *n, struct uv_loop_s *loop, void *data)
     e->loop = loop;
     e->listen_rc = grpc_server_listen(e->grpc, loop, e->cfg.host, e->cfg.port,
                                       e->listen_err, sizeof(e->listen_err));
+    etcdapi__watch_start(e);
 }
 
 /* Calls still at the node complete with TK_ESHUTDOWN after this hook; their
@@ -137,6 +203,7 @@ static void on_loop_stop(struct node *n, struct uv_loop_s *loop, void *data)
     struct etcdapi *e = data;
     e->stopping = true;
     grpc_server_stop(e->grpc);
+    etcdapi__watch_stop(e);
     if (e->prev_stop)
         e->prev_stop(n, loop, e->prev_data);
 }
@@ -146,6 +213,7 @@ static void on_applied(struct node *n, struct uv_loop_s *loop, void *data)
     struct etcdapi *e = data;
     if (e->prev_applied)
         e->prev_applied(n, loop, e->prev_data);
+    etcdapi__watch_applied(e);
 }
 
 void etcdapi_hook(struct etcdapi *e, struct node_options *o)

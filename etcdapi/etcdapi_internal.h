@@ -21,6 +21,7 @@ struct etcdapi {
     struct node *node;
     struct uv_loop_s *loop;
     struct grpc_server *grpc;
+    struct etcdapi_watch *watch; /* etcdapi_watch.c's (NULL before start) */
     bool stopping;
     int listen_rc;
     char listen_err[256];
@@ -64,6 +65,23 @@ etcdapi_method_fn etcdapi__member_list, etcdapi__member_add, etcdapi__member_rem
 /* etcdapi_maint.c */
 etcdapi_method_fn etcdapi__status, etcdapi__hash, etcdapi__hash_kv, etcdapi__move_leader,
     etcdapi__alarm, etcdapi__defragment, etcdapi__kv_compact;
+
+/* A stream's state starts with its ops (etcdapi.c's stream hooks call
+ * them): a request message, and the client's end (grpc.h). */
+struct estream_ops {
+    void (*msg)(struct grpc_call *call, const uint8_t *msg, size_t len);
+    void (*end)(struct grpc_call *call, bool gone);
+};
+typedef void etcdapi_stream_open_fn(struct etcdapi *e, struct grpc_call *call);
+
+/* etcdapi_watch.c: Watch.Watch, fed by the node's applied hook. */
+etcdapi_stream_open_fn etcdapi__watch_open;
+void etcdapi__watch_start(struct etcdapi *e);
+void etcdapi__watch_applied(struct etcdapi *e);
+void etcdapi__watch_stop(struct etcdapi *e);
+
+/* etcdapi_lease.c: Lease.LeaseKeepAlive. */
+etcdapi_stream_open_fn etcdapi__lease_keep_alive;
 
 /* etcdapi_reply.c */
 struct ecall *etcdapi__call_new(struct etcdapi *e, struct grpc_call *call);

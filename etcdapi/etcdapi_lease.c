@@ -2,11 +2,14 @@
  * LeaseTimeToLive and LeaseLeases, on tierkv's replicated leases (kv/lease.c:
  * kvpb.LeaseGrant and LeaseRevoke commands; the leader expires them,
  * node/node_lease.c). TTLs are seconds on the wire, milliseconds inside.
- * LeaseKeepAlive is a stream and not served yet. Called through etcdapi.c's
- * method table; answers through etcdapi_reply.c. Loop thread only. */
+ * LeaseKeepAlive is a stream (grpc.h, streams), at the end of this file.
+ * Called through etcdapi.c's method and stream tables; answers through
+ * etcdapi_reply.c. Loop thread only. */
 #include <string.h>
 
 #include "base/alloc.h"
+#include "base/assert.h"
+#include "base/blob.h"
 #include "base/clock.h"
 #include "base/err.h"
 #include "etcdapi/etcdapi_internal.h"
@@ -228,4 +231,161 @@ void etcdapi__lease_leases(struct ecall *ec, const uint8_t *msg, size_t len)
     }
     etcdserverpb__lease_leases_request__free_unpacked(rq, NULL);
     etcdapi__submit_read(ec, false, leases_read_cb);
+}
+
+/* ---- LeaseKeepAlive: a stream ------------------------------------------------- */
+
+/* Each request refreshes its lease through the log (a kvpb.LeaseKeepalive
+ * command, as POST /v1/leases/{id}/keepalive does) and is answered with the
+ * lease's TTL in seconds, or TTL 0 for a lease that is gone (etcd's answer:
+ * clients then report it expired). One refresh is at the node at a time;
+ * the ids asked for meanwhile wait, each once, up to KA_PENDING_MAX (a
+ * client holds a few leases per stream; more waiting is RESOURCE_EXHAUSTED).
+ * The stream's state outlives its call while a refresh is at the node. */
+#define KA_PENDING_MAX 64
+
+struct kastream {
+    const struct estream_ops *ops; /* first: etcdapi.c dispatches on it */
+    struct etcdapi *e;
+    struct grpc_call *call; /* NULL once finished */
+    struct node_req nreq;
+    bool inflight;
+    int64_t cur;
+    int64_t pending[KA_PENDING_MAX];
+    uint32_t n_pending;
+};
+
+static void ka_fill(uint8_t *out, size_t len, const void *arg)
+{
+    size_t n = protobuf_c_message_pack(arg, out);
+    TK_ASSERT(n == len);
+}
+
+static void ka_finish(struct kastream *ks, int code, const char *msg)
+{
+    if (ks->call == NULL)
+        return;
+    grpc_stream_finish(ks->call, code, "%s", msg);
+    ks->call = NULL;
+    if (!ks->inflight)
+        tk_free(ks);
+}
+
+static void ka_next(struct kastream *ks);
+
+static void ka_done(struct node_req *nreq, int status, const struct kv_result *res,
+                    void *data)
+{
+    (void)nreq;
+    struct kastream *ks = data;
+    ks->inflight = false;
+    if (ks->call == NULL) { /* the stream ended meanwhile */
+        tk_free(ks);
+        return;
+    }
+    if (status == 0 && res->code != 0)
+        status = res->code;
+    if (status != 0 && status != TK_ENOTFOUND) {
+        /* no leader, a timeout, a stop: the client retries on a new stream */
+        ka_finish(ks, GRPC_UNAVAILABLE,
+                  status == TK_ENOLEADER   ? "etcdserver: no leader"
+                  : status == TK_ESHUTDOWN ? "etcdserver: server stopped"
+                                           : "etcdserver: request timed out");
+        return;
+    }
+    Etcdserverpb__ResponseHeader h = ETCDSERVERPB__RESPONSE_HEADER__INIT;
+    etcdapi__header(ks->e, status == 0 ? res->revision : 0, &h);
+    Etcdserverpb__LeaseKeepAliveResponse r =
+        ETCDSERVERPB__LEASE_KEEP_ALIVE_RESPONSE__INIT;
+    r.header = &h;
+    r.id = ks->cur;
+    r.ttl = status == 0 ? (int64_t)(((uint64_t)res->value + 999) / 1000) : 0;
+    size_t len = protobuf_c_message_get_packed_size(&r.base);
+    int rc = grpc_stream_send(ks->call, len, ka_fill, &r.base);
+    if (rc == TK_EBUSY) {
+        ka_finish(ks, GRPC_RESOURCE_EXHAUSTED,
+                  "tierkv: the client does not take its keep-alive answers");
+        return;
+    }
+    ka_next(ks);
+}
+
+/* Submits the next waiting refresh, if any. */
+static void ka_next(struct kastream *ks)
+{
+    if (ks->inflight || ks->n_pending == 0 || ks->call == NULL)
+        return;
+    ks->cur = ks->pending[0];
+    memmove(ks->pending, ks->pending + 1, (ks->n_pending - 1) * sizeof(ks->pending[0]));
+    ks->n_pending--;
+    Kvpb__Command cmd = KVPB__COMMAND__INIT;
+    Kvpb__LeaseKeepalive k = KVPB__LEASE_KEEPALIVE__INIT;
+    k.id = (uint64_t)ks->cur;
+    cmd.cmd_case = KVPB__COMMAND__CMD_LEASE_KEEPALIVE;
+    cmd.lease_keepalive = &k;
+    size_t len = kvpb__command__get_packed_size(&cmd);
+    struct tk_blob *blob = tk_blob_new(len);
+    kvpb__command__pack(&cmd, blob->data);
+    memset(&ks->nreq, 0, sizeof(ks->nreq));
+    ks->nreq.mode = NODE_MODE_APPLIED;
+    ks->nreq.cmd = blob;
+    ks->nreq.write_cb = ka_done;
+    ks->nreq.data = ks;
+    ks->nreq.timeout_ms = ks->e->cfg.request_timeout_ms;
+    ks->inflight = true;
+    int rc = node_submit(ks->e->node, &ks->nreq);
+    if (rc != 0) { /* refused: the command is still ours */
+        ks->inflight = false;
+        tk_blob_unref(ks->nreq.cmd);
+        ks->nreq.cmd = NULL;
+        ka_finish(ks, rc == TK_EBUSY ? GRPC_RESOURCE_EXHAUSTED : GRPC_UNAVAILABLE,
+                  rc == TK_EBUSY ? "etcdserver: too many requests"
+                                 : "etcdserver: no leader");
+    }
+}
+
+static void ka_msg(struct grpc_call *call, const uint8_t *msg, size_t len)
+{
+    struct kastream *ks = grpc_call_user(call);
+    Etcdserverpb__LeaseKeepAliveRequest *rq =
+        etcdserverpb__lease_keep_alive_request__unpack(NULL, len, msg);
+    if (rq == NULL) {
+        ka_finish(ks, GRPC_INVALID_ARGUMENT, "tierkv: a malformed LeaseKeepAliveRequest");
+        return;
+    }
+    int64_t id = rq->id;
+    etcdserverpb__lease_keep_alive_request__free_unpacked(rq, NULL);
+    if (id <= 0) {
+        ka_finish(ks, GRPC_NOT_FOUND, "etcdserver: requested lease not found");
+        return;
+    }
+    bool dup = ks->inflight && ks->cur == id;
+    for (uint32_t i = 0; i < ks->n_pending && !dup; i++)
+        dup = ks->pending[i] == id;
+    if (!dup) {
+        if (ks->n_pending == KA_PENDING_MAX) {
+            ka_finish(ks, GRPC_RESOURCE_EXHAUSTED,
+                      "tierkv: too many leases waiting for a keep-alive on this stream");
+            return;
+        }
+        ks->pending[ks->n_pending++] = id;
+    }
+    ka_next(ks);
+}
+
+static void ka_end(struct grpc_call *call, bool gone)
+{
+    (void)gone;
+    ka_finish(grpc_call_user(call), GRPC_OK, "");
+}
+
+static const struct estream_ops keepalive_ops = {.msg = ka_msg, .end = ka_end};
+
+void etcdapi__lease_keep_alive(struct etcdapi *e, struct grpc_call *call)
+{
+    struct kastream *ks = tk_calloc(1, sizeof(*ks));
+    ks->ops = &keepalive_ops;
+    ks->e = e;
+    ks->call = call;
+    grpc_call_set_user(call, ks);
 }

@@ -56,8 +56,19 @@ struct grpc_call {
     uint64_t born_ms;
     uint8_t *in; /* the request's DATA bytes */
     size_t in_len, in_cap;
-    uint8_t *out; /* the answer: prefix and message */
-    size_t out_len, out_off;
+    uint8_t *out; /* the answer: prefix and message (a stream: its queue) */
+    size_t out_len, out_off, out_cap;
+    size_t msg_end; /* a stream: where the message at out_off ends (out_off
+                       when none is started); >= out_off */
+    /* A bidirectional stream (grpc.h, streams): held from its headers until
+     * the service finishes it; its answers queue in out. */
+    bool is_stream;
+    bool hdrs_sent; /* the response HEADERS (with the data source) went */
+    bool finishing; /* trailers follow the queue (fin_code, fin_msg) */
+    bool end_told;  /* on_stream_end was called */
+    int fin_code;
+    char fin_msg[256];
+    void *user;
     struct grpc_call *next, *prev; /* the connection's streams */
 };
 
@@ -70,7 +81,8 @@ struct gconn {
     uint32_t n_streams;
     size_t in_bytes, reply_bytes, write_bytes;
     bool reading, closing, in_recv, close_pending, got_preface;
-    bool paused; /* waits for the next loop turn (TURN_BYTES_MAX) */
+    bool paused;  /* waits for the next loop turn (TURN_BYTES_MAX) */
+    bool in_send; /* inside nghttp2_session_mem_send (conn_flush) */
     uint64_t born_ms, progress_ms, active_ms;
 };
 
@@ -121,6 +133,7 @@ void grpc_config_default(struct grpc_config *c)
     c->idle_timeout_ms = 300000;
     c->write_timeout_ms = 30000;
     c->request_timeout_ms = 30000;
+    c->stream_out_max = 4u << 20;
 }
 
 /* ---- streams ------------------------------------------------------------ */
@@ -157,8 +170,15 @@ static void stream_detach(struct grpc_call *st)
 {
     stream_unlink(st);
     st->open = false;
-    if (!st->held)
+    if (!st->held) {
         stream_free(st);
+        return;
+    }
+    if (st->is_stream && !st->end_told) {
+        struct grpc_server *srv = st->srv;
+        st->end_told = true;
+        srv->cb->on_stream_end(st, true, srv->data); /* may free st */
+    }
 }
 
 static void release_input(struct grpc_call *st)
@@ -220,6 +240,25 @@ static void stream_status(struct grpc_call *st, int code, const char *msg)
     release_input(st);
 }
 
+/* Ends a call with a status: trailers-only before a stream's answer began,
+ * else trailers after what its queue holds. A held stream's service hears
+ * of it when the stream closes (on_stream_end, gone). */
+static void stream_end_status(struct grpc_call *st, int code, const char *msg)
+{
+    if (!st->is_stream || !st->hdrs_sent) {
+        stream_status(st, code, msg);
+        return;
+    }
+    if (st->finishing || !st->open || st->conn == NULL)
+        return;
+    st->finishing = true;
+    st->fin_code = code;
+    snprintf(st->fin_msg, sizeof(st->fin_msg), "%s", msg);
+    st->rst_after = true;
+    release_input(st);
+    nghttp2_session_resume_data(st->conn->h2, st->id);
+}
+
 /* A request that is not gRPC at all: a bare HTTP status. */
 static void stream_http_status(struct grpc_call *st, const char *status)
 {
@@ -229,12 +268,63 @@ static void stream_http_status(struct grpc_call *st, const char *status)
     st->rst_after = true;
 }
 
+/* The trailers that end a stream's answer: its code and message. */
+static void stream_trailers(nghttp2_session *h2, struct grpc_call *st, uint32_t *flags)
+{
+    char codes[12], enc[512];
+    int cl = snprintf(codes, sizeof(codes), "%d", st->fin_code);
+    size_t el = pct_encode(st->fin_msg, enc, sizeof(enc));
+    nghttp2_nv tr[] = {NV("grpc-status", codes, (size_t)cl), NV("grpc-message", enc, el)};
+    *flags |= NGHTTP2_DATA_FLAG_EOF | NGHTTP2_DATA_FLAG_NO_END_STREAM;
+    if (nghttp2_submit_trailer(h2, st->id, tr, el ? 2 : 1) != 0)
+        *flags &= ~(uint32_t)NGHTTP2_DATA_FLAG_NO_END_STREAM;
+}
+
+/* A stream's data source: what its queue holds; nothing queued defers
+ * (grpc_stream_send resumes it) until the stream finishes. */
+static ssize_t stream_data_read(nghttp2_session *h2, struct grpc_call *st, uint8_t *buf,
+                                size_t length, uint32_t *flags)
+{
+    struct gconn *c = st->conn;
+    size_t left = st->out_len - st->out_off;
+    if (left == 0) {
+        if (!st->finishing)
+            return NGHTTP2_ERR_DEFERRED;
+        stream_trailers(h2, st, flags);
+        return 0;
+    }
+    size_t n = left < length ? left : length;
+    memcpy(buf, st->out + st->out_off, n);
+    st->out_off += n;
+    c->reply_bytes -= n;
+    c->srv->out_total -= n;
+    c->progress_ms = tk_mono_ms();
+    while (st->msg_end < st->out_off) { /* the messages begun: their prefixes */
+        const uint8_t *p = st->out + st->msg_end;
+        st->msg_end += GRPC_PREFIX + ((size_t)p[1] << 24 | (size_t)p[2] << 16 |
+                                      (size_t)p[3] << 8 | p[4]);
+    }
+    if (st->out_off == st->out_len) {
+        st->out_off = st->out_len = st->msg_end = 0;
+        if (st->out_cap > WRITE_CHUNK) { /* a large message's room goes back */
+            tk_free(st->out);
+            st->out = NULL;
+            st->out_cap = 0;
+        }
+        if (st->finishing)
+            stream_trailers(h2, st, flags);
+    }
+    return (ssize_t)n;
+}
+
 static ssize_t data_read(nghttp2_session *h2, int32_t id, uint8_t *buf, size_t length,
                          uint32_t *flags, nghttp2_data_source *src, void *user)
 {
     (void)user;
     struct grpc_call *st = src->ptr;
     struct gconn *c = st->conn;
+    if (st->is_stream)
+        return stream_data_read(h2, st, buf, length, flags);
     size_t left = st->out_len - st->out_off;
     size_t n = left < length ? left : length;
     memcpy(buf, st->out + st->out_off, n);
@@ -290,8 +380,8 @@ static void stream_take(struct grpc_call *st, const uint8_t *p, size_t len)
     const struct grpc_config *cfg = &c->srv->cfg;
     size_t want = st->in_len + len;
     if (want > GRPC_PREFIX + cfg->msg_max) {
-        stream_status(st, GRPC_RESOURCE_EXHAUSTED,
-                      "tierkv: the request is over the message limit");
+        stream_end_status(st, GRPC_RESOURCE_EXHAUSTED,
+                          "tierkv: the request is over the message limit");
         return;
     }
     if (want > st->in_cap) {
@@ -302,8 +392,9 @@ static void stream_take(struct grpc_call *st, const uint8_t *p, size_t len)
             cap = GRPC_PREFIX + cfg->msg_max;
         if (c->in_bytes - st->in_cap + cap > cfg->conn_in_max ||
             c->srv->in_total - st->in_cap + cap > cfg->in_total_max) {
-            stream_status(st, GRPC_RESOURCE_EXHAUSTED,
-                          "tierkv: too many request bytes held (this connection or all)");
+            stream_end_status(
+                st, GRPC_RESOURCE_EXHAUSTED,
+                "tierkv: too many request bytes held (this connection or all)");
             return;
         }
         c->in_bytes = c->in_bytes - st->in_cap + cap;
@@ -317,16 +408,37 @@ static void stream_take(struct grpc_call *st, const uint8_t *p, size_t len)
         uint32_t mlen = (uint32_t)st->in[1] << 24 | (uint32_t)st->in[2] << 16 |
                         (uint32_t)st->in[3] << 8 | st->in[4];
         if (st->in[0] != 0)
-            stream_status(st, GRPC_UNIMPLEMENTED,
-                          "tierkv: compressed messages are not supported");
+            stream_end_status(st, GRPC_UNIMPLEMENTED,
+                              "tierkv: compressed messages are not supported");
         else if (mlen > cfg->msg_max) {
             char msg[128];
             snprintf(msg, sizeof(msg),
                      "tierkv: a message of %u bytes is over the limit of %zu", mlen,
                      cfg->msg_max);
-            stream_status(st, GRPC_RESOURCE_EXHAUSTED, msg);
+            stream_end_status(st, GRPC_RESOURCE_EXHAUSTED, msg);
         }
     }
+}
+
+/* A stream's complete messages go to the service as they arrive; the
+ * partial one stays (at the buffer's start). An empty buffer is freed. */
+static void stream_msgs(struct grpc_call *st)
+{
+    struct grpc_server *srv = st->srv;
+    while (st->held && !st->answered && !st->finishing && st->in_len >= GRPC_PREFIX) {
+        uint32_t mlen = (uint32_t)st->in[1] << 24 | (uint32_t)st->in[2] << 16 |
+                        (uint32_t)st->in[3] << 8 | st->in[4];
+        size_t whole = GRPC_PREFIX + (size_t)mlen;
+        if (st->in[0] != 0 || mlen > srv->cfg.msg_max || st->in_len < whole)
+            break;
+        srv->cb->on_stream_msg(st, st->in + GRPC_PREFIX, mlen, srv->data);
+        if (st->in == NULL) /* the service finished it (input released) */
+            return;
+        memmove(st->in, st->in + whole, st->in_len - whole);
+        st->in_len -= whole;
+    }
+    if (st->in_len == 0 && st->in != NULL)
+        release_input(st);
 }
 
 /* grpc-timeout: at most 8 digits and a unit (H M S m u n). */
@@ -432,7 +544,19 @@ static void headers_done(struct grpc_call *st)
         if (msg[0] == 0)
             snprintf(dflt, sizeof(dflt), "unknown method %s", st->path);
         stream_status(st, GRPC_UNIMPLEMENTED, msg[0] ? msg : dflt);
+        return;
     }
+    if (srv->cb->is_stream == NULL ||
+        !srv->cb->is_stream(st->path, st->path_len, srv->data))
+        return;
+    if (srv->calls >= srv->cfg.calls_max) {
+        stream_status(st, GRPC_RESOURCE_EXHAUSTED, "tierkv: too many calls in progress");
+        return;
+    }
+    st->is_stream = true;
+    st->held = true;
+    srv->calls++;
+    srv->cb->on_stream_open(st, st->path, st->path_len, srv->data);
 }
 
 static int on_frame_recv(nghttp2_session *h2, const nghttp2_frame *f, void *user)
@@ -450,6 +574,13 @@ static int on_frame_recv(nghttp2_session *h2, const nghttp2_frame *f, void *user
     if (f->hd.type == NGHTTP2_HEADERS && f->headers.cat == NGHTTP2_HCAT_REQUEST &&
         !st->answered)
         headers_done(st);
+    if (st->is_stream) {
+        if (end && st->held && !st->end_told) { /* the client's half ended */
+            st->end_told = true;
+            c->srv->cb->on_stream_end(st, false, c->srv->data);
+        }
+        return 0;
+    }
     if (end && !st->answered)
         stream_dispatch(st);
     return 0;
@@ -461,8 +592,14 @@ static int on_data_chunk(nghttp2_session *h2, uint8_t flags, int32_t id,
     (void)flags;
     (void)user;
     struct grpc_call *st = nghttp2_session_get_stream_user_data(h2, id);
-    if (st != NULL && !st->answered && !st->held)
+    if (st == NULL || st->answered || st->finishing)
+        return 0;
+    if (st->is_stream) {
         stream_take(st, data, len);
+        stream_msgs(st);
+    } else if (!st->held) {
+        stream_take(st, data, len);
+    }
     return 0;
 }
 
@@ -598,14 +735,16 @@ static void on_written(uv_write_t *req, int status)
  * while the connection's writes in flight are under out_max. */
 static void conn_flush(struct gconn *c)
 {
-    if (c->closing || c->in_recv)
+    if (c->closing || c->in_recv || c->in_send)
         return;
     const struct grpc_config *cfg = &c->srv->cfg;
     while (c->write_bytes < cfg->out_max) {
         struct wreq *w = NULL;
         for (;;) {
             const uint8_t *p;
+            c->in_send = true;
             ssize_t n = nghttp2_session_mem_send(c->h2, &p);
+            c->in_send = false;
             if (n < 0) {
                 if (w) {
                     tk_free(w->data);
@@ -945,5 +1084,146 @@ void grpc_call_fail(struct grpc_call *call, int code, const char *fmt, ...)
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
     stream_status(call, code, msg);
+    conn_flush(call->conn);
+}
+
+/* ---- streams --------------------------------------------------------------- */
+
+void grpc_call_set_user(struct grpc_call *call, void *user)
+{
+    call->user = user;
+}
+
+void *grpc_call_user(const struct grpc_call *call)
+{
+    return call->user;
+}
+
+size_t grpc_stream_room(const struct grpc_call *call)
+{
+    const struct gconn *c = call->conn;
+    if (c == NULL || !call->open || call->answered || call->finishing)
+        return 0;
+    const struct grpc_config *cfg = &c->srv->cfg;
+    size_t queued = call->out_len - call->out_off;
+    size_t conn = c->reply_bytes + c->write_bytes;
+    size_t room = queued < cfg->stream_out_max ? cfg->stream_out_max - queued : 0;
+    size_t r2 = conn < cfg->out_max ? cfg->out_max - conn : 0;
+    size_t r3 = c->srv->out_total < cfg->out_total_max
+                    ? cfg->out_total_max - c->srv->out_total
+                    : 0;
+    if (r2 < room)
+        room = r2;
+    return r3 < room ? r3 : room;
+}
+
+size_t grpc_stream_queued(const struct grpc_call *call)
+{
+    return call->conn == NULL ? 0 : call->out_len - call->out_off;
+}
+
+int grpc_stream_send(struct grpc_call *call, size_t len, grpc_fill_cb *fill,
+                     const void *arg)
+{
+    struct gconn *c = call->conn;
+    TK_ASSERT(call->is_stream);
+    if (c == NULL || !call->open || call->answered || call->finishing || !call->held)
+        return TK_ESHUTDOWN;
+    struct grpc_server *srv = c->srv;
+    if (len > srv->cfg.msg_max)
+        return TK_ETOOBIG;
+    size_t need = GRPC_PREFIX + len, queued = call->out_len - call->out_off;
+    /* One message always fits an empty queue (under the connection's and the
+     * server's bounds); past that, the stream's own bound. */
+    if ((queued > 0 && queued + need > srv->cfg.stream_out_max) ||
+        c->reply_bytes + c->write_bytes + need > srv->cfg.out_max ||
+        srv->out_total + need > srv->cfg.out_total_max)
+        return TK_EBUSY;
+    if (call->out_off > 0) {
+        memmove(call->out, call->out + call->out_off, queued);
+        call->out_len = queued;
+        call->msg_end -= call->out_off;
+        call->out_off = 0;
+    }
+    if (call->out_len + need > call->out_cap) {
+        size_t cap = call->out_cap ? call->out_cap : 1024;
+        while (cap < call->out_len + need)
+            cap *= 2;
+        call->out = tk_realloc(call->out, cap);
+        call->out_cap = cap;
+    }
+    uint8_t *o = call->out + call->out_len;
+    o[0] = 0;
+    o[1] = (uint8_t)(len >> 24);
+    o[2] = (uint8_t)(len >> 16);
+    o[3] = (uint8_t)(len >> 8);
+    o[4] = (uint8_t)len;
+    fill(o + GRPC_PREFIX, len, arg);
+    call->out_len += need;
+    c->reply_bytes += need;
+    srv->out_total += need;
+    if (!call->hdrs_sent) {
+        call->hdrs_sent = true;
+        nghttp2_nv nva[] = {NV(":status", "200", 3),
+                            NV("content-type", "application/grpc", 16)};
+        nghttp2_data_provider dp = {.source.ptr = call, .read_callback = data_read};
+        if (nghttp2_submit_response(c->h2, call->id, nva, 2, &dp) != 0)
+            nghttp2_submit_rst_stream(c->h2, NGHTTP2_FLAG_NONE, call->id,
+                                      NGHTTP2_INTERNAL_ERROR);
+    } else {
+        nghttp2_session_resume_data(c->h2, call->id);
+    }
+    conn_flush(c);
+    return 0;
+}
+
+static void stream_finish(struct grpc_call *call, int code, const char *msg);
+
+void grpc_stream_finish(struct grpc_call *call, int code, const char *fmt, ...)
+{
+    char msg[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    stream_finish(call, code, msg);
+}
+
+void grpc_stream_abort(struct grpc_call *call, int code, const char *fmt, ...)
+{
+    char msg[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    struct gconn *c = call->conn;
+    if (c != NULL && call->out_len > call->msg_end) { /* the unbegun messages go */
+        size_t drop = call->out_len - call->msg_end;
+        c->reply_bytes -= drop;
+        c->srv->out_total -= drop;
+        call->out_len = call->msg_end;
+        if (call->out_len == call->out_off)
+            call->out_len = call->out_off = call->msg_end = 0;
+    }
+    stream_finish(call, code, msg);
+}
+
+static void stream_finish(struct grpc_call *call, int code, const char *msg)
+{
+    TK_ASSERT(call->is_stream);
+    if (!call_release(call))
+        return;
+    if (!call->answered && !call->finishing) {
+        if (!call->hdrs_sent) {
+            stream_status(call, code, msg);
+        } else {
+            call->finishing = true;
+            call->fin_code = code;
+            snprintf(call->fin_msg, sizeof(call->fin_msg), "%s", msg);
+            call->rst_after = true;
+            release_input(call);
+            nghttp2_session_resume_data(call->conn->h2, call->id);
+        }
+    }
     conn_flush(call->conn);
 }

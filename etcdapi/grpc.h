@@ -1,9 +1,9 @@
-/* A gRPC server for unary calls: HTTP/2 from nghttp2 (cleartext h2c with
- * prior knowledge, what gRPC clients use for insecure connections) over a
- * libuv TCP listener on a loop the caller runs. It knows nothing of etcd,
- * nodes or protobuf messages: it hands each call's one request message to
- * the service (grpc_callbacks) and sends the message or the status the
- * service answers with. etcdapi.c is its only user.
+/* A gRPC server for unary and bidirectional streaming calls: HTTP/2 from nghttp2
+ * (cleartext h2c with prior knowledge, what gRPC clients use for insecure connections)
+ * over a libuv TCP listener on a loop the caller runs. It knows nothing of etcd, nodes or
+ * protobuf messages: it hands each call's one request message to the service
+ * (grpc_callbacks) and sends the message or the status the service answers with.
+ * etcdapi.c is its only user.
  *
  * The wire: a request is HEADERS (:method POST, :path /pkg.Service/Method,
  * content-type application/grpc...) then DATA holding messages, each a
@@ -34,7 +34,24 @@
  * service accepts is complete and passes it to on_call; the service answers
  * exactly once (grpc_call_reply or grpc_call_fail), later or inside on_call.
  * The call stays valid until then even if its client went away (the answer
- * is then dropped); the answer frees it. */
+ * is then dropped); the answer frees it.
+ *
+ * Streams (the methods is_stream says yes to): the service holds the call
+ * from its headers (on_stream_open) until it calls grpc_stream_finish, once.
+ * Each request message goes to on_stream_msg as soon as it is whole;
+ * answers queue with grpc_stream_send and go out as the client takes them.
+ * on_stream_end says the client ended its half (gone false: the service
+ * may go on sending, then finishes) or left (gone true: the client reset
+ * the stream, the connection closed, or grpc.c ended the stream for bad
+ * input; the service must finish, and the call is freed then). It is
+ * called at most once, never from inside grpc_stream_send or _finish.
+ * Bounds: output queued per stream (stream_out_max; grpc_stream_send says
+ * TK_EBUSY past it, or past the connection's or server's output bound, and
+ * queues nothing: the service waits, grpc_stream_room tells how much fits),
+ * a held stream counts as a call (calls_max), each message msg_max, the
+ * input held per connection and in all as for unary calls. A connection
+ * whose client takes nothing for write_timeout_ms is closed (its streams
+ * then end, gone). */
 #ifndef TK_ETCDAPI_GRPC_H
 #define TK_ETCDAPI_GRPC_H
 
@@ -77,6 +94,7 @@ struct grpc_config {
     uint64_t write_timeout_ms;   /* output held with no progress: 30000 */
     uint64_t request_timeout_ms; /* a request's stream open to its last byte
                                     (then DEADLINE_EXCEEDED): 30000 */
+    size_t stream_out_max;       /* answers queued per stream: 4 MiB */
 };
 
 struct grpc_callbacks {
@@ -88,6 +106,16 @@ struct grpc_callbacks {
      * for the call's duration only). */
     void (*on_call)(struct grpc_call *call, const char *path, size_t path_len,
                     const uint8_t *msg, size_t msg_len, void *data);
+    /* Streams (NULL is_stream: none). Is `path` a bidirectional stream? */
+    bool (*is_stream)(const char *path, size_t len, void *data);
+    /* A stream's headers arrived: the service holds `call` from now on. */
+    void (*on_stream_open)(struct grpc_call *call, const char *path, size_t len,
+                           void *data);
+    /* One whole request message (borrowed for the callback only). */
+    void (*on_stream_msg)(struct grpc_call *call, const uint8_t *msg, size_t len,
+                          void *data);
+    /* The client ended its half (gone false) or left (gone true). */
+    void (*on_stream_end)(struct grpc_call *call, bool gone, void *data);
 };
 
 void grpc_config_default(struct grpc_config *c);
@@ -133,6 +161,35 @@ void grpc_call_reply(struct grpc_call *call, size_t len, grpc_fill_cb *fill,
 /* Answers with a status other than OK and a message (printf format). Frees
  * the call. */
 void grpc_call_fail(struct grpc_call *call, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* The service's pointer for a call (a stream's state). */
+void grpc_call_set_user(struct grpc_call *call, void *user);
+void *grpc_call_user(const struct grpc_call *call);
+
+/* A stream's answer of `len` bytes, `fill` writing it into the queue.
+ * Returns 0, TK_EBUSY (over an output bound: nothing queued, try again
+ * once the client took some), TK_ETOOBIG (over msg_max) or TK_ESHUTDOWN
+ * (the stream ended or its client left). */
+int grpc_stream_send(struct grpc_call *call, size_t len, grpc_fill_cb *fill,
+                     const void *arg);
+
+/* Bytes grpc_stream_send would take now (0 for an ended stream). */
+size_t grpc_stream_room(const struct grpc_call *call);
+
+/* Bytes queued for the stream and not yet taken by nghttp2. */
+size_t grpc_stream_queued(const struct grpc_call *call);
+
+/* Ends a stream: trailers with `code` and a message (printf format) after
+ * what is queued, and the client's half reset if it is still open. The
+ * service no longer holds the call (freed now if its client left). */
+void grpc_stream_finish(struct grpc_call *call, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* grpc_stream_finish for a client that does not take its answers: the
+ * queued messages not yet begun are dropped first (their memory freed at
+ * once), so the trailers follow the message being sent, if any. */
+void grpc_stream_abort(struct grpc_call *call, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
 /* For tests and /metrics: open connections, calls held by the service. */

@@ -339,27 +339,15 @@ func functional(leaderEp, followerEp string) {
 	ok("refused: empty key (InvalidArgument), 3 MiB message (the server's ResourceExhausted)")
 
 	// Methods not served yet: Unimplemented, the connection still usable.
-	_, err = lc.Compact(c, 1)
-	if codeOf(err) != codes.Unimplemented {
-		fail("Compact: %v (want Unimplemented)", err)
-	}
-	wc := lc.Watch(c, "/etcd-test/")
-	select {
-	case wr := <-wc:
-		if wr.Err() == nil && !wr.Canceled {
-			fail("Watch: %+v (want an error)", wr)
-		}
-	case <-time.After(10 * time.Second):
-		fail("Watch: no answer in 10 s")
+	if _, err = lc.Compact(c, 1); err != nil {
+		fail("Compact: %v", err)
 	}
 	if _, err := lc.Get(c, "/etcd-test/b"); err != nil {
 		fail("Get after the unimplemented calls: %v", err)
 	}
-	_, err = lc.KeepAliveOnce(c, clientv3.LeaseID(1))
-	if codeOf(err) != codes.Unimplemented {
-		fail("LeaseKeepAlive: %v (want Unimplemented)", err)
-	}
-	ok("Unimplemented: Compact, Watch, LeaseKeepAlive (streams); the client goes on")
+	ok("Compact answered; the client goes on")
+
+	streams(lc, fc) // streams.go: Watch, LeaseKeepAlive, concurrency
 }
 
 // ---- hostile peers --------------------------------------------------------
@@ -456,9 +444,9 @@ func hostile(target string) {
 	}
 	// An unknown method on the same connection: 12 at once.
 	fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 3, BlockFragment: headerBlock(
-		"/etcdserverpb.Watch/Watch"), EndHeaders: true})
+		"/etcdserverpb.Nope/Nope"), EndHeaders: true})
 	if s := grpcStatus(conn, fr, 3); s != "12" {
-		fail("Watch: grpc-status %q, want 12", s)
+		fail("an unknown method: grpc-status %q, want 12", s)
 	}
 	conn.Close()
 	ok("declared 100 MiB message: RESOURCE_EXHAUSTED (8); unknown method: 12")
@@ -566,6 +554,8 @@ func hostile(target string) {
 	lc.Close()
 	conn.Close()
 	ok("a client that never reads: others served beside it")
+
+	hostileStreams(target) // streams.go
 }
 
 func main() {
