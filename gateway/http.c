@@ -55,6 +55,7 @@
  * with nothing in flight that read and wrote nothing for PARK_IDLE_MS leaves
  * the loop's epoll set for the server's own; a sweep every PARK_SWEEP_MS
  * parks at most PARK_SWEEP_MAX, and at most PARK_TURN_MAX are woken a turn. */
+#define RBUF_POOL_MAX 256
 #define PARK_IDLE_MS 1000
 #define PARK_SWEEP_MS 100
 #define PARK_SWEEP_MAX 512
@@ -181,7 +182,11 @@ struct http_conn {
     struct http_request *deliver_wait;
     size_t discarded;
     uv_shutdown_t shut;
-    char rbuf[RBUF_BYTES];
+    /* The bytes read and not yet parsed: a buffer of RBUF_BYTES from the
+     * server's pool while it holds some (the parser paused) or a read or a
+     * decryption is under way; NULL between them (rbuf_take, rbuf_drop). */
+    char *rbuf;
+    uint32_t feeding; /* conn_feed calls in progress (rbuf_drop waits) */
 };
 
 struct write_req {
@@ -259,6 +264,10 @@ struct http_server {
     uint32_t hs_freed;          /* unfinished handshakes ended since the last trim */
     uint64_t big_ms;            /* the turn (uv_now) big_turn counts */
     size_t big_turn;            /* large body bytes handed to on_request in it */
+    /* Read buffers no connection holds (RBUF_POOL_MAX at most, a list
+     * through each one's first bytes): an idle connection holds none. */
+    void *rbuf_pool;
+    uint32_t n_rbuf_pool;
     /* Parked connections: their epoll set (-1: none, parking off), the
      * handle that sees it readable, the sweep that parks, how many now. */
     int park_fd;
@@ -444,6 +453,40 @@ static void conn_enqueue(struct http_conn *c, struct http_request *r)
     c->refs++; /* until http_respond */
 }
 
+/* c's read buffer, from the pool (or the heap) if it holds none. */
+static char *rbuf_take(struct http_conn *c)
+{
+    struct http_server *srv = c->srv;
+    if (c->rbuf == NULL) {
+        if (srv->rbuf_pool != NULL) {
+            c->rbuf = srv->rbuf_pool;
+            memcpy(&srv->rbuf_pool, c->rbuf, sizeof(void *));
+            srv->n_rbuf_pool--;
+        } else {
+            c->rbuf = tk_malloc(RBUF_BYTES);
+        }
+    }
+    return c->rbuf;
+}
+
+/* c's read buffer back to the pool, unless it holds bytes to parse (or
+ * `force`: c is being freed). 20,000 idle connections held 16 KiB each. */
+static void rbuf_drop(struct http_conn *c, bool force)
+{
+    struct http_server *srv = c->srv;
+    if (c->rbuf == NULL || ((c->rbuf_len > 0 || c->feeding > 0) && !force))
+        return;
+    if (srv->n_rbuf_pool < RBUF_POOL_MAX) {
+        memcpy(c->rbuf, &srv->rbuf_pool, sizeof(void *));
+        srv->rbuf_pool = c->rbuf;
+        srv->n_rbuf_pool++;
+    } else {
+        tk_free(c->rbuf);
+    }
+    c->rbuf = NULL;
+    c->rbuf_len = 0;
+}
+
 static void conn_maybe_free(struct http_conn *c)
 {
     if (c->refs > 0)
@@ -461,6 +504,7 @@ static void conn_maybe_free(struct http_conn *c)
     tk_tls_free(c->tls);
     if (c->blob_req)
         req_free(c->blob_req);
+    rbuf_drop(c, true);
     tk_free(c);
 }
 
@@ -882,6 +926,7 @@ static void conn_read_resume(struct http_conn *c)
             uint32_t off = c->rbuf_off, n = c->rbuf_len;
             c->rbuf_len = 0;
             conn_feed(c, c->rbuf + off, n);
+            rbuf_drop(c, false);
             if (c->closing || c->read_paused || c->read_done)
                 return;
         }
@@ -1814,7 +1859,7 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
     if (c->read_done || c->rejecting)
         *buf = uv_buf_init(scratch, DISCARD_READ_BYTES);
     else
-        *buf = uv_buf_init(c->tls != NULL ? scratch : c->rbuf, RBUF_BYTES);
+        *buf = uv_buf_init(c->tls != NULL ? scratch : rbuf_take(c), RBUF_BYTES);
 }
 
 /* Parses `len` bytes the client sent: every complete request goes to
@@ -1824,7 +1869,9 @@ static void conn_feed(struct http_conn *c, const char *data, size_t len)
 {
     uint32_t changes_before = c->phase_changes;
     c->hseg = data;
+    c->feeding++; /* rbuf stays c's meanwhile (a callback may resume reads) */
     size_t done = http_parser_execute(&c->parser, &parser_settings, data, len);
+    c->feeding--;
     if (c->closing)
         return;
     enum http_errno e = HTTP_PARSER_ERRNO(&c->parser);
@@ -1866,7 +1913,7 @@ static void conn_feed(struct http_conn *c, const char *data, size_t len)
 static void conn_tls_drain(struct http_conn *c)
 {
     while (!c->closing && !c->read_paused && !c->read_done) {
-        ssize_t n = tk_tls_read(c->tls, c->rbuf, sizeof(c->rbuf));
+        ssize_t n = tk_tls_read(c->tls, rbuf_take(c), RBUF_BYTES);
         if (n == 0)
             break;
         if (n == TK_ECLOSED && c->inflight > 0) {
@@ -1883,6 +1930,7 @@ static void conn_tls_drain(struct http_conn *c)
         }
         conn_feed(c, c->rbuf, (size_t)n);
     }
+    rbuf_drop(c, false);
     if (c->closing)
         return;
     if (!c->tls_ready && tk_tls_handshake_done(c->tls)) {
@@ -2149,6 +2197,8 @@ static void conn_close_gone(struct http_conn *c)
 static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 {
     struct http_conn *c = s->data;
+    if (nread <= 0)
+        rbuf_drop(c, false); /* (what on_alloc took, if anything) */
     if (nread < 0) {
         /* The peer is gone, or half-closed after its requests: answer what
          * is in flight, then close (on_written). A request cut short has
@@ -2170,10 +2220,12 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
         conn_discard(c, (size_t)nread);
         return;
     }
-    if (c->tls != NULL)
+    if (c->tls != NULL) {
         conn_tls_in(c, buf->base, (size_t)nread);
-    else
+    } else {
         conn_feed(c, buf->base, (size_t)nread);
+        rbuf_drop(c, false);
+    }
     read_budget(c, (size_t)nread);
 }
 
@@ -2619,6 +2671,11 @@ void http_server_free(struct http_server *srv)
         struct write_req *w = srv->wr_pool;
         srv->wr_pool = w->pool_next;
         tk_free(w);
+    }
+    while (srv->rbuf_pool != NULL) {
+        void *b = srv->rbuf_pool;
+        memcpy(&srv->rbuf_pool, b, sizeof(void *));
+        tk_free(b);
     }
     tk_free(srv);
 }
