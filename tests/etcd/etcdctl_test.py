@@ -17,8 +17,10 @@ checks must fail. Exit 77 (skip) when etcdctl is not installed.
 import base64
 import json
 import os
+import random
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -41,6 +43,29 @@ def ctl(endpoints, *args, stdin=None, ok=True):
     tk.check(r.returncode == 0, "etcdctl %s: exit %d: %s%s" % (
         " ".join(args), r.returncode, r.stdout, r.stderr))
     return r.stdout
+
+
+def low_ports(n):
+    """n distinct free ports below 32768, held together while choosing: out of
+    the kernel's ephemeral range, so the nodes' own outgoing connections
+    (peer dials made while the others start) cannot take them first."""
+    socks, ports = [], []
+    rng = random.Random()
+    for _ in range(1000):
+        if len(ports) == n:
+            break
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            s.bind(("127.0.0.1", rng.randrange(20000, 32768)))
+        except OSError:
+            s.close()
+            continue
+        socks.append(s)
+        ports.append(s.getsockname()[1])
+    for s in socks:
+        s.close()
+    tk.check(len(ports) == n, "no %d free ports below 32768" % n)
+    return ports
 
 
 def until(fn, what, timeout=30):
@@ -171,6 +196,10 @@ def member_checks(cluster, eps, leader, tierkvd):
     rc, out = ctl([lep], "member", "add", "dup", "--peer-urls=http://127.0.0.1:%d"
                   % cluster.raft_ports[0], ok=False)
     tk.check(rc != 0 and "etcdserver: Peer URLs already exists" in out, "dup add: %r" % out)
+    rc, out = ctl([lep], "member", "add", "two", "--peer-urls=http://127.0.0.1:1,"
+                  "http://127.0.0.1:2", ok=False)
+    tk.check(rc != 0 and "etcdserver: given member URLs are invalid" in out,
+             "two peer URLs: %r" % out)
     fep = eps[[i for i in (1, 2, 3) if i != leader][0] - 1]
     rc, out = ctl([fep], "member", "add", "f", "--peer-urls=http://127.0.0.1:1", ok=False)
     tk.check(rc != 0 and "etcdserver: not leader" in out, "add on a follower: %r" % out)
@@ -183,7 +212,7 @@ def member_checks(cluster, eps, leader, tierkvd):
     rc, out = ctl([lep], "member", "update", "dead", "--peer-urls=" + own, ok=False)
     tk.check(rc != 0 and "etcdserver: member not found" in out, "update unknown: %r" % out)
     # a 4th node: added as a learner, started with --join, promoted, removed
-    rp, hp, cp = tk.free_ports(3)
+    rp, hp, cp = low_ports(3)
     out = ctl([lep], "member", "add", "n4", "--learner",
               "--peer-urls=http://127.0.0.1:%d" % rp)
     m = re.match(r"^Member\s+([0-9a-f]+) added to cluster\s+[0-9a-f]+\n", out)
@@ -246,7 +275,7 @@ def main():
         sys.exit(77)
     binary = sys.argv[1]
     cluster = tk.Cluster(binary, n=3, election_ticks=100)
-    cports = tk.free_ports(3)
+    cports = low_ports(3)
     for nd, p in zip(cluster.nodes, cports):
         nd.args += ["--listen-client", "127.0.0.1:%d" % p]
     cluster.start()
