@@ -8,19 +8,20 @@
  * leader picks one: one above both its last log index and every member's
  * id. Every earlier add's record and configuration entry are in the log
  * below a later leader's last index, so a picked id is never one picked
- * before (ids, once removed, are never reused). A voter add is tierkv's: the
- * node adds a learner and promotes it once caught up (up to 30 s), so the
- * new node must be running for a voter add to succeed; etcd's path (add as
- * a learner, start the node, promote) works as in etcd. Changes run on the
- * leader only: elsewhere Unavailable `etcdserver: not leader` (etcd
- * forwards). Called by etcdapi.c's method table; calls the node. Loop
- * thread only. */
+ * before (ids, once removed, are never reused). A voter add is the node's:
+ * a learner, promoted once caught up (within 30 s, else it stays a learner);
+ * it is answered as soon as the learner is in the committed configuration
+ * (reported isLearner), so etcd's order works: add, then start the node with
+ * the answer's id. Changes run on the leader only: elsewhere Unavailable
+ * `etcdserver: not leader` (etcd forwards). Called by etcdapi.c's method table; calls the
+ * node. Loop thread only. */
 #include <ctype.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <uv.h>
 
 #include "base/alloc.h"
 #include "base/err.h"
@@ -192,13 +193,21 @@ static bool peer_url_addr(const char *url, char *out, size_t cap)
 
 /* ---- a change and its answer ---------------------------------------------- */
 
+/* One change. A voter add is answered once its learner is in the committed
+ * configuration (a timer looks every MCHANGE_POLL_MS) while the node goes on
+ * to promote it; the struct then lives until both the node's callback has
+ * run and the timer has closed. */
 struct mchange {
-    struct ecall *ec;
-    int op; /* enum node_member_op */
+    struct ecall *ec; /* NULL once answered */
+    int op;           /* enum node_member_op */
     bool learner;
     uint64_t id;
     char url[URL_MAX]; /* add: the peer URL as given */
+    uv_timer_t timer;
+    bool timing, closing, node_done;
 };
+
+#define MCHANGE_POLL_MS 10
 
 static void change_fail(struct mchange *mc, const struct node_member_result *res)
 {
@@ -236,18 +245,6 @@ static void change_fail(struct mchange *mc, const struct node_member_result *res
     case TK_EINVAL:
         snprintf(m, sizeof(m), "tierkv: %s", res->msg);
         etcdapi__fail(ec, GRPC_INVALID_ARGUMENT, m);
-        return;
-    case TK_ETIMEDOUT:
-        if (mc->op == NODE_MEMBER_ADD && !mc->learner) {
-            /* the learner was added; its promotion waited for a catch-up */
-            snprintf(m, sizeof(m),
-                     "etcdserver: request timed out (tierkv: %s; a voter add needs the "
-                     "new node running: add it as a learner, start it, promote it)",
-                     res->msg);
-            etcdapi__fail(ec, GRPC_UNAVAILABLE, m);
-            return;
-        }
-        etcdapi__fail_rc(ec, res->status);
         return;
     default:
         etcdapi__fail_rc(ec, res->status);
@@ -307,22 +304,75 @@ static void change_answer(struct mchange *mc)
     mlist_free(&l);
 }
 
+static void mchange_closed(uv_handle_t *h)
+{
+    struct mchange *mc = h->data;
+    mc->timing = false;
+    if (mc->node_done)
+        tk_free(mc);
+}
+
+static void mchange_stop_timer(struct mchange *mc)
+{
+    if (!mc->timing || mc->closing)
+        return;
+    mc->closing = true;
+    uv_timer_stop(&mc->timer);
+    uv_close((uv_handle_t *)&mc->timer, mchange_closed);
+}
+
 static void on_change_done(const struct node_member_result *res, void *data)
 {
     struct mchange *mc = data;
-    if (res->status == 0)
+    if (mc->ec != NULL && res->status == 0)
         change_answer(mc);
-    else
+    else if (mc->ec != NULL)
         change_fail(mc, res);
-    tk_free(mc);
+    mc->ec = NULL;
+    mc->node_done = true;
+    if (mc->timing)
+        mchange_stop_timer(mc); /* frees mc once closed */
+    else
+        tk_free(mc);
+}
+
+/* A voter add: answered as soon as the learner is in the committed
+ * configuration (reported as a learner, which it then is). */
+static void mchange_poll(uv_timer_t *t)
+{
+    struct mchange *mc = t->data;
+    if (mc->ec == NULL || mc->ec->e->stopping)
+        return; /* the node's callback answers (TK_ESHUTDOWN at stop) */
+    struct node_member *mem = tk_calloc(MEMBERS_CAP, sizeof(*mem));
+    uint64_t ci;
+    bool committed, in = false;
+    size_t n = node_members(mc->ec->e->node, mem, MEMBERS_CAP, &ci, &committed);
+    for (size_t i = 0; i < n && i < MEMBERS_CAP; i++)
+        in |= mem[i].id == mc->id;
+    tk_free(mem);
+    if (!in || !committed)
+        return;
+    mc->learner = true;
+    change_answer(mc);
+    mc->ec = NULL;
+    mchange_stop_timer(mc);
 }
 
 static void start_change(struct mchange *mc, const struct node_member_change *c)
 {
     struct node_member_result res;
     memset(&res, 0, sizeof(res));
-    if (node_member_change(mc->ec->e->node, c, on_change_done, mc, &res) != 0)
+    struct etcdapi *e = mc->ec->e;
+    if (node_member_change(e->node, c, on_change_done, mc, &res) != 0) {
         on_change_done(&res, mc);
+        return;
+    }
+    if (c->op == NODE_MEMBER_ADD && !c->learner) {
+        uv_timer_init(e->loop, &mc->timer);
+        mc->timer.data = mc;
+        mc->timing = true;
+        uv_timer_start(&mc->timer, mchange_poll, MCHANGE_POLL_MS, MCHANGE_POLL_MS);
+    }
 }
 
 /* Changes run on the leader; a follower answers as etcd's do without one. */
