@@ -45,7 +45,15 @@ struct ecall {
     uint64_t deleted; /* DeleteRange: keys deleted by earlier steps */
     uint32_t n_ops;   /* Txn: ops of each branch, and their kinds */
     uint32_t n_success;
-    uint8_t *op_kinds; /* 'p' put, 'd' delete */
+    uint8_t *op_kinds; /* 'p' put, 'd' delete, 'r' range */
+    /* Range: the best key by create or mod revision (a sort with limit 1) */
+    int sort_top; /* 0 none, 'c' create, 'm' mod */
+    bool sort_desc;
+    /* Txn with Range ops: the request (its bytes, owned) and the write's
+     * result, for the reads made once it applied */
+    uint8_t *txn_msg;
+    size_t txn_msg_len;
+    struct kv_result *txn_res;
 };
 
 typedef void etcdapi_method_fn(struct ecall *ec, const uint8_t *msg, size_t len);

@@ -51,20 +51,10 @@ static uint8_t *dup_bytes(const ProtobufCBinaryData *b, size_t *len)
     return p;
 }
 
-/* key/range_end into ec: a single key (no range_end), [key, range_end), or
- * from key on (range_end "\0"). Returns 0, or fails the call. */
-static int take_range(struct ecall *ec, const ProtobufCBinaryData *key,
+/* key/range_end into ec (checked already: range_refusal). */
+static void set_range(struct ecall *ec, const ProtobufCBinaryData *key,
                       const ProtobufCBinaryData *end)
 {
-    size_t max = ec->e->cfg.key_max;
-    if (key->len == 0) {
-        etcdapi__fail(ec, GRPC_INVALID_ARGUMENT, "etcdserver: key is not provided");
-        return TK_EINVAL;
-    }
-    if (key->len > max || end->len > max) {
-        etcdapi__fail(ec, GRPC_INVALID_ARGUMENT, "etcdserver: request is too large");
-        return TK_EINVAL;
-    }
     ec->key = dup_bytes(key, &ec->key_len);
     if (end->len == 1 && end->data[0] == 0) {
         ec->end_open = true;
@@ -73,7 +63,67 @@ static int take_range(struct ecall *ec, const ProtobufCBinaryData *key,
     } else if (end->len > 0) {
         ec->end = dup_bytes(end, &ec->end_len);
     }
+}
+
+static const char *range_refusal(const struct ecall *ec, const ProtobufCBinaryData *key,
+                                 const ProtobufCBinaryData *end)
+{
+    size_t max = ec->e->cfg.key_max;
+    if (key->len == 0)
+        return "etcdserver: key is not provided";
+    if (key->len > max || end->len > max)
+        return "etcdserver: request is too large";
+    return NULL;
+}
+
+/* key/range_end into ec: a single key (no range_end), [key, range_end), or
+ * from key on (range_end "\0"). Returns 0, or fails the call. */
+static int take_range(struct ecall *ec, const ProtobufCBinaryData *key,
+                      const ProtobufCBinaryData *end)
+{
+    const char *why = range_refusal(ec, key, end);
+    if (why != NULL) {
+        etcdapi__fail(ec, GRPC_INVALID_ARGUMENT, why);
+        return TK_EINVAL;
+    }
+    set_range(ec, key, end);
     return 0;
+}
+
+/* The sorts served: none, ascending by key (the scan's order), and the
+ * first or last key by create or mod revision (limit 1: what clientv3's
+ * WithFirstCreate/WithLastCreate/...Rev ask, concurrency's Mutex and
+ * Election among them; the whole range is scanned for it). */
+static bool take_sort(struct ecall *ec, const Etcdserverpb__RangeRequest *rq)
+{
+    bool asc = rq->sort_order == ETCDSERVERPB__RANGE_REQUEST__SORT_ORDER__ASCEND;
+    bool desc = rq->sort_order == ETCDSERVERPB__RANGE_REQUEST__SORT_ORDER__DESCEND;
+    if (rq->sort_order == ETCDSERVERPB__RANGE_REQUEST__SORT_ORDER__NONE ||
+        (asc && rq->sort_target == ETCDSERVERPB__RANGE_REQUEST__SORT_TARGET__KEY))
+        return true;
+    if ((asc || desc) && rq->limit == 1 &&
+        (rq->sort_target == ETCDSERVERPB__RANGE_REQUEST__SORT_TARGET__CREATE ||
+         rq->sort_target == ETCDSERVERPB__RANGE_REQUEST__SORT_TARGET__MOD)) {
+        ec->sort_top = rq->sort_target == ETCDSERVERPB__RANGE_REQUEST__SORT_TARGET__CREATE
+                           ? 'c'
+                           : 'm';
+        ec->sort_desc = desc;
+        return true;
+    }
+    return false;
+}
+
+/* A Range's fields into ec (its range already taken). */
+static void take_range_fields(struct ecall *ec, const Etcdserverpb__RangeRequest *rq)
+{
+    ec->revision = rq->revision;
+    ec->limit = rq->limit;
+    ec->keys_only = rq->keys_only;
+    ec->count_only = rq->count_only;
+    ec->min_mod = rq->min_mod_revision;
+    ec->max_mod = rq->max_mod_revision;
+    ec->min_create = rq->min_create_revision;
+    ec->max_create = rq->max_create_revision;
 }
 
 static bool is_single(const struct ecall *ec)
@@ -162,6 +212,25 @@ static int range_item(const struct kv_item *it, void *data)
         return 1;
     if (ec->count_only || s->full)
         return 0;
+    if (ec->sort_top != 0) { /* keep the best one */
+        uint64_t rev = ec->sort_top == 'c' ? it->create_revision : it->mod_revision;
+        if (s->n == 1) {
+            uint64_t cur = (uint64_t)(ec->sort_top == 'c' ? s->kvs[0].create_revision
+                                                          : s->kvs[0].mod_revision);
+            s->more = true;
+            if (ec->sort_desc ? rev <= cur : rev >= cur)
+                return 0;
+            tk_free(s->kvs[0].key.data);
+            tk_free(s->kvs[0].value.data);
+            s->n = 0;
+        }
+        if (s->cap == 0) {
+            s->kvs = tk_malloc(sizeof(*s->kvs));
+            s->cap = 1;
+        }
+        kv_from_item(ec, it, &s->kvs[s->n++]);
+        return 0;
+    }
     size_t b = it->key_len + (ec->keys_only ? 0 : it->value_len) + 32;
     if (s->n == s->take || (s->n > 0 && s->bytes + b > RANGE_BYTES_MAX)) {
         s->more = true;
@@ -204,6 +273,36 @@ static void range_state_free(struct range_state *s)
     tk_free(s->kvp);
 }
 
+/* The range's keys into s (range_state_free after, whatever it returns). */
+static int range_collect(struct ecall *ec, struct kv_sm *sm, struct range_state *s)
+{
+    memset(s, 0, sizeof(*s));
+    s->ec = ec;
+    s->take = ec->e->cfg.range_limit_max;
+    if (ec->limit > 0 && (uint64_t)ec->limit < s->take)
+        s->take = (uint32_t)ec->limit; /* limit 0: no limit but ours */
+    int rc = 0;
+    if (is_single(ec)) {
+        struct kv_item it;
+        rc = reserved_key(ec->key, ec->key_len)
+                 ? TK_ENOTFOUND
+                 : kv_sm_get(sm, ec->key, ec->key_len, &it);
+        if (rc == 0)
+            range_item(&it, s);
+        else if (rc == TK_ENOTFOUND)
+            rc = 0;
+    } else {
+        struct kv_range pieces[2];
+        size_t n = range_pieces(ec, pieces);
+        for (size_t i = 0; i < n && rc == 0 && s->count < ec->e->cfg.count_max; i++)
+            rc = kv_sm_scan_bounded(sm, &pieces[i], 0, KV_SCAN_SKIP_MAX, range_item, s,
+                                    NULL);
+    }
+    if (ec->count_only)
+        s->more = false;
+    return rc;
+}
+
 static void range_read_cb(struct node_req *nreq, int status, struct kv_sm *sm, void *data)
 {
     (void)nreq;
@@ -232,33 +331,13 @@ static void range_read_cb(struct node_req *nreq, int status, struct kv_sm *sm, v
                       "etcdserver: too many requests (output not taken by the client)");
         return;
     }
-    struct range_state s = {.ec = ec, .take = ec->e->cfg.range_limit_max};
-    if (ec->limit > 0 && (uint64_t)ec->limit < s.take)
-        s.take = (uint32_t)ec->limit; /* limit 0: no limit but ours */
-    int rc = 0;
-    if (is_single(ec)) {
-        struct kv_item it;
-        rc = reserved_key(ec->key, ec->key_len)
-                 ? TK_ENOTFOUND
-                 : kv_sm_get(sm, ec->key, ec->key_len, &it);
-        if (rc == 0)
-            range_item(&it, &s);
-        else if (rc == TK_ENOTFOUND)
-            rc = 0;
-    } else {
-        struct kv_range pieces[2];
-        size_t n = range_pieces(ec, pieces);
-        for (size_t i = 0; i < n && rc == 0 && s.count < ec->e->cfg.count_max; i++)
-            rc = kv_sm_scan_bounded(sm, &pieces[i], 0, KV_SCAN_SKIP_MAX, range_item, &s,
-                                    NULL);
-    }
+    struct range_state s;
+    int rc = range_collect(ec, sm, &s);
     if (rc != 0) {
         range_state_free(&s);
         etcdapi__fail_rc(ec, rc);
         return;
     }
-    if (ec->count_only)
-        s.more = false;
     range_answer(ec, &s, applied);
     range_state_free(&s);
 }
@@ -270,14 +349,13 @@ void etcdapi__kv_range(struct ecall *ec, const uint8_t *msg, size_t len)
         etcdapi__fail(ec, GRPC_INVALID_ARGUMENT, "tierkv: a malformed RangeRequest");
         return;
     }
-    bool sort_ok = rq->sort_order == ETCDSERVERPB__RANGE_REQUEST__SORT_ORDER__NONE ||
-                   (rq->sort_order == ETCDSERVERPB__RANGE_REQUEST__SORT_ORDER__ASCEND &&
-                    rq->sort_target == ETCDSERVERPB__RANGE_REQUEST__SORT_TARGET__KEY);
+    bool sort_ok = take_sort(ec, rq);
     bool serializable = rq->serializable;
     int rc = 0;
     if (!sort_ok) {
         etcdapi__fail(ec, GRPC_UNIMPLEMENTED,
-                      "tierkv: Range sorts only by key, ascending (not yet otherwise)");
+                      "tierkv: Range sorts only by key ascending, or the first/last by "
+                      "create or mod revision with limit 1 (not yet otherwise)");
         rc = TK_EINVAL;
     } else if (rq->revision < 0 || rq->limit < 0) {
         etcdapi__fail(ec, GRPC_INVALID_ARGUMENT, "tierkv: a negative revision or limit");
@@ -285,16 +363,8 @@ void etcdapi__kv_range(struct ecall *ec, const uint8_t *msg, size_t len)
     } else {
         rc = take_range(ec, &rq->key, &rq->range_end);
     }
-    if (rc == 0) {
-        ec->revision = rq->revision;
-        ec->limit = rq->limit;
-        ec->keys_only = rq->keys_only;
-        ec->count_only = rq->count_only;
-        ec->min_mod = rq->min_mod_revision;
-        ec->max_mod = rq->max_mod_revision;
-        ec->min_create = rq->min_create_revision;
-        ec->max_create = rq->max_create_revision;
-    }
+    if (rc == 0)
+        take_range_fields(ec, rq);
     etcdserverpb__range_request__free_unpacked(rq, NULL);
     if (rc == 0)
         etcdapi__submit_read(ec, serializable, range_read_cb);
@@ -578,7 +648,25 @@ static const char *txn_op(const struct etcdapi *e, const Etcdserverpb__RequestOp
         *kind = 'd';
         return NULL;
     }
-    return "tierkv: Range and nested Txn inside a Txn are not supported yet";
+    return "tierkv: a nested Txn inside a Txn is not supported yet";
+}
+
+/* A Range op of a Txn: read once the Txn applied (txn_read_cb). */
+static const char *txn_range(struct ecall *ec, const Etcdserverpb__RangeRequest *rr,
+                             int *code)
+{
+    struct ecall probe = {.e = ec->e};
+    *code = GRPC_INVALID_ARGUMENT;
+    const char *why = range_refusal(ec, &rr->key, &rr->range_end);
+    if (why != NULL)
+        return why;
+    *code = GRPC_UNIMPLEMENTED;
+    if (rr->revision != 0)
+        return "tierkv: a Range in a Txn reads the newest state only (no revision)";
+    if (rr->limit < 0 || !take_sort(&probe, rr))
+        return "tierkv: a Range in a Txn sorts only by key ascending, or the first/last "
+               "by create or mod revision with limit 1";
+    return NULL;
 }
 
 /* The whole request into b and ec->op_kinds; NULL or why it is refused. */
@@ -603,23 +691,137 @@ static const char *txn_take(struct ecall *ec, const Etcdserverpb__TxnRequest *rq
             return why;
         b->cmpp[i] = &b->cmps[i];
     }
+    size_t k = 0, k_then = 0; /* the command's ops (a Range is not one) */
     for (size_t i = 0; i < no; i++) {
         const Etcdserverpb__RequestOp *r =
             i < rq->n_success ? rq->success[i] : rq->failure[i - rq->n_success];
-        const char *why = txn_op(e, r, b, i, &ec->op_kinds[i], code);
+        if (i == rq->n_success)
+            k_then = k;
+        const char *why;
+        if (r->request_case == ETCDSERVERPB__REQUEST_OP__REQUEST_REQUEST_RANGE) {
+            why = txn_range(ec, r->request_range, code);
+            ec->op_kinds[i] = 'r';
+        } else {
+            why = txn_op(e, r, b, k++, &ec->op_kinds[i], code);
+        }
         if (why != NULL)
             return why;
     }
+    if (rq->n_success == no)
+        k_then = k;
     kvpb__txn__init(&b->txn);
     b->txn.compares = b->cmpp;
     b->txn.n_compares = nc;
     b->txn.then_ops = b->opp;
-    b->txn.n_then_ops = rq->n_success;
-    b->txn.else_ops = b->opp + rq->n_success;
-    b->txn.n_else_ops = rq->n_failure;
+    b->txn.n_then_ops = k_then;
+    b->txn.else_ops = b->opp + k_then;
+    b->txn.n_else_ops = k - k_then;
     ec->n_ops = (uint32_t)no;
     ec->n_success = (uint32_t)rq->n_success;
     return NULL;
+}
+
+/* The Txn's answer: its taken branch's results; its Range ops read from sm
+ * (after the Txn applied; NULL when there are none). */
+static void txn_answer(struct ecall *ec, const struct kv_result *res, struct kv_sm *sm)
+{
+    uint32_t first = res->succeeded ? 0 : ec->n_success;
+    uint32_t n = res->succeeded ? ec->n_success : ec->n_ops - ec->n_success;
+    Etcdserverpb__TxnRequest *rq = NULL;
+    if (sm != NULL)
+        rq = etcdserverpb__txn_request__unpack(NULL, ec->txn_msg_len, ec->txn_msg);
+    Etcdserverpb__ResponseHeader h = ETCDSERVERPB__RESPONSE_HEADER__INIT;
+    etcdapi__header(ec->e, res->revision, &h);
+    Etcdserverpb__ResponseOp *ro = tk_calloc(n ? n : 1, sizeof(*ro));
+    Etcdserverpb__ResponseOp **rop = tk_calloc(n ? n : 1, sizeof(*rop));
+    Etcdserverpb__PutResponse *pr = tk_calloc(n ? n : 1, sizeof(*pr));
+    Etcdserverpb__DeleteRangeResponse *dr = tk_calloc(n ? n : 1, sizeof(*dr));
+    Etcdserverpb__RangeResponse *rr = tk_calloc(n ? n : 1, sizeof(*rr));
+    struct range_state *rs = tk_calloc(n ? n : 1, sizeof(*rs));
+    struct ecall *rq_ec = tk_calloc(n ? n : 1, sizeof(*rq_ec));
+    uint32_t k = 0;     /* the command's op results (a Range is not one) */
+    uint64_t bytes = 0; /* read by the Range ops: about one answer's worth */
+    bool over = false;
+    for (uint32_t i = 0; i < n && !over; i++) {
+        etcdserverpb__response_op__init(&ro[i]);
+        rop[i] = &ro[i];
+        if (ec->op_kinds[first + i] == 'p') {
+            etcdserverpb__put_response__init(&pr[i]);
+            pr[i].header = &h;
+            ro[i].response_case = ETCDSERVERPB__RESPONSE_OP__RESPONSE_RESPONSE_PUT;
+            ro[i].response_put = &pr[i];
+            k++;
+        } else if (ec->op_kinds[first + i] == 'd') {
+            etcdserverpb__delete_range_response__init(&dr[i]);
+            dr[i].header = &h;
+            dr[i].deleted = k < res->n_ops ? (int64_t)res->ops[k].deleted : 0;
+            ro[i].response_case =
+                ETCDSERVERPB__RESPONSE_OP__RESPONSE_RESPONSE_DELETE_RANGE;
+            ro[i].response_delete_range = &dr[i];
+            k++;
+        } else {
+            etcdserverpb__range_response__init(&rr[i]);
+            rr[i].header = &h;
+            ro[i].response_case = ETCDSERVERPB__RESPONSE_OP__RESPONSE_RESPONSE_RANGE;
+            ro[i].response_range = &rr[i];
+            if (rq == NULL)
+                continue; /* (unpacked once already: cannot fail) */
+            const Etcdserverpb__RequestOp *op =
+                res->succeeded ? rq->success[i] : rq->failure[i];
+            const Etcdserverpb__RangeRequest *q = op->request_range;
+            struct ecall *qe = &rq_ec[i];
+            qe->e = ec->e;
+            set_range(qe, &q->key, &q->range_end);
+            (void)take_sort(qe, q);
+            take_range_fields(qe, q);
+            (void)range_collect(qe, sm, &rs[i]); /* an error: what was read */
+            bytes += rs[i].bytes;
+            over = bytes > RANGE_BYTES_MAX;
+            rs[i].kvp = tk_calloc(rs[i].n ? rs[i].n : 1, sizeof(*rs[i].kvp));
+            for (uint32_t j = 0; j < rs[i].n; j++)
+                rs[i].kvp[j] = &rs[i].kvs[j];
+            rr[i].kvs = rs[i].kvp;
+            rr[i].n_kvs = rs[i].n;
+            rr[i].more = rs[i].more;
+            rr[i].count = (int64_t)rs[i].count;
+        }
+    }
+    Etcdserverpb__TxnResponse r = ETCDSERVERPB__TXN_RESPONSE__INIT;
+    r.header = &h;
+    r.succeeded = res->succeeded;
+    r.responses = rop;
+    r.n_responses = n;
+    if (over)
+        etcdapi__fail(
+            ec, GRPC_RESOURCE_EXHAUSTED,
+            "tierkv: a Txn's Range ops read more than one answer holds (2 MiB)");
+    else
+        etcdapi__reply(ec, &r.base);
+    for (uint32_t i = 0; i < n; i++) {
+        range_state_free(&rs[i]);
+        tk_free(rq_ec[i].key);
+        tk_free(rq_ec[i].end);
+    }
+    tk_free(rq_ec);
+    tk_free(rs);
+    tk_free(rr);
+    tk_free(dr);
+    tk_free(pr);
+    tk_free(rop);
+    tk_free(ro);
+    if (rq != NULL)
+        etcdserverpb__txn_request__free_unpacked(rq, NULL);
+}
+
+static void txn_read_cb(struct node_req *nreq, int status, struct kv_sm *sm, void *data)
+{
+    (void)nreq;
+    struct ecall *ec = data;
+    if (status != 0) {
+        etcdapi__fail_rc(ec, status);
+        return;
+    }
+    txn_answer(ec, ec->txn_res, sm);
 }
 
 static void txn_done(struct node_req *nreq, int status, const struct kv_result *res,
@@ -635,39 +837,19 @@ static void txn_done(struct node_req *nreq, int status, const struct kv_result *
     }
     uint32_t first = res->succeeded ? 0 : ec->n_success;
     uint32_t n = res->succeeded ? ec->n_success : ec->n_ops - ec->n_success;
-    Etcdserverpb__ResponseHeader h = ETCDSERVERPB__RESPONSE_HEADER__INIT;
-    etcdapi__header(ec->e, res->revision, &h);
-    Etcdserverpb__ResponseOp *ro = tk_calloc(n ? n : 1, sizeof(*ro));
-    Etcdserverpb__ResponseOp **rop = tk_calloc(n ? n : 1, sizeof(*rop));
-    Etcdserverpb__PutResponse *pr = tk_calloc(n ? n : 1, sizeof(*pr));
-    Etcdserverpb__DeleteRangeResponse *dr = tk_calloc(n ? n : 1, sizeof(*dr));
-    for (uint32_t i = 0; i < n; i++) {
-        etcdserverpb__response_op__init(&ro[i]);
-        rop[i] = &ro[i];
-        if (ec->op_kinds[first + i] == 'p') {
-            etcdserverpb__put_response__init(&pr[i]);
-            pr[i].header = &h;
-            ro[i].response_case = ETCDSERVERPB__RESPONSE_OP__RESPONSE_RESPONSE_PUT;
-            ro[i].response_put = &pr[i];
-        } else {
-            etcdserverpb__delete_range_response__init(&dr[i]);
-            dr[i].header = &h;
-            dr[i].deleted = i < res->n_ops ? (int64_t)res->ops[i].deleted : 0;
-            ro[i].response_case =
-                ETCDSERVERPB__RESPONSE_OP__RESPONSE_RESPONSE_DELETE_RANGE;
-            ro[i].response_delete_range = &dr[i];
-        }
+    bool reads = false;
+    for (uint32_t i = 0; i < n; i++)
+        reads |= ec->op_kinds[first + i] == 'r';
+    if (!reads) {
+        txn_answer(ec, res, NULL);
+        return;
     }
-    Etcdserverpb__TxnResponse r = ETCDSERVERPB__TXN_RESPONSE__INIT;
-    r.header = &h;
-    r.succeeded = res->succeeded;
-    r.responses = rop;
-    r.n_responses = n;
-    etcdapi__reply(ec, &r.base);
-    tk_free(dr);
-    tk_free(pr);
-    tk_free(rop);
-    tk_free(ro);
+    /* The branch's Range ops read after the Txn applied, through a
+     * linearizable read (the state they see includes the Txn; later writes
+     * may be in it too: docs/etcd-compat.md). */
+    ec->txn_res = tk_malloc(sizeof(*ec->txn_res));
+    *ec->txn_res = *res;
+    etcdapi__submit_read(ec, false, txn_read_cb);
 }
 
 void etcdapi__kv_txn(struct ecall *ec, const uint8_t *msg, size_t len)
@@ -683,6 +865,10 @@ void etcdapi__kv_txn(struct ecall *ec, const uint8_t *msg, size_t len)
     if (why != NULL) {
         etcdapi__fail(ec, code, why);
     } else {
+        ec->txn_msg = tk_malloc(len ? len : 1); /* its Range ops, read later */
+        if (len > 0)
+            memcpy(ec->txn_msg, msg, len);
+        ec->txn_msg_len = len;
         Kvpb__Command cmd = KVPB__COMMAND__INIT;
         cmd.cmd_case = KVPB__COMMAND__CMD_TXN;
         cmd.txn = &b.txn;

@@ -24,6 +24,8 @@ static void call_free(struct ecall *ec)
     tk_free(ec->key);
     tk_free(ec->end);
     tk_free(ec->op_kinds);
+    tk_free(ec->txn_msg);
+    tk_free(ec->txn_res);
     tk_free(ec);
 }
 

@@ -270,11 +270,42 @@ func functional(leaderEp, followerEp string) {
 	if err != nil || !tm.Succeeded || tm.Responses[0].GetResponseDeleteRange().GetDeleted() != 1 {
 		fail("mod-revision txn: %v %+v", err, tm)
 	}
-	_, err = lc.Txn(c).If().Then(clientv3.OpGet("/etcd-test/t")).Commit()
-	if codeOf(err) != codes.Unimplemented {
-		fail("Txn with a Range: %v (want Unimplemented)", err)
+	// Range ops in a Txn (read once it applied: they see its put), and the
+	// first/last by create revision (concurrency's Mutex and Election).
+	tr, err := fc.Txn(c).If(clientv3.Compare(clientv3.CreateRevision("/etcd-test/s/b"),
+		"=", 0)).Then(clientv3.OpPut("/etcd-test/s/b", "B"),
+		clientv3.OpGet("/etcd-test/s/", clientv3.WithPrefix())).Else(
+		clientv3.OpGet("/etcd-test/s/b")).Commit()
+	if err != nil || !tr.Succeeded || len(tr.Responses) != 2 ||
+		tr.Responses[1].GetResponseRange().GetCount() != 1 ||
+		string(tr.Responses[1].GetResponseRange().Kvs[0].Value) != "B" {
+		fail("Txn put then range: %v %+v", err, tr)
 	}
-	ok("Txn: version/value/create/mod compares, both branches, puts and deletes; Range in a Txn Unimplemented")
+	if _, err := lc.Put(c, "/etcd-test/s/a", "A"); err != nil {
+		fail("Put: %v", err)
+	}
+	te, err := lc.Txn(c).If(clientv3.Compare(clientv3.CreateRevision("/etcd-test/s/b"),
+		"=", 0)).Then(clientv3.OpPut("/etcd-test/s/b", "X")).Else(
+		clientv3.OpGet("/etcd-test/s/b")).Commit()
+	if err != nil || te.Succeeded || len(te.Responses) != 1 ||
+		string(te.Responses[0].GetResponseRange().Kvs[0].Value) != "B" {
+		fail("Txn else range: %v %+v", err, te)
+	}
+	for _, tc := range []struct {
+		opt  []clientv3.OpOption
+		want string
+	}{{clientv3.WithFirstCreate(), "/etcd-test/s/b"}, {clientv3.WithLastCreate(), "/etcd-test/s/a"},
+		{clientv3.WithFirstRev(), "/etcd-test/s/b"}, {clientv3.WithLastRev(), "/etcd-test/s/a"}} {
+		g, err := fc.Get(c, "/etcd-test/s/", append(tc.opt, clientv3.WithPrefix())...)
+		if err != nil || len(g.Kvs) != 1 || string(g.Kvs[0].Key) != tc.want || !g.More {
+			fail("Get first/last by revision: %v %+v, want %s", err, g, tc.want)
+		}
+	}
+	_, err = lc.Txn(c).If().Then(clientv3.OpTxn(nil, nil, nil)).Commit()
+	if codeOf(err) != codes.Unimplemented {
+		fail("Txn with a nested Txn: %v (want Unimplemented)", err)
+	}
+	ok("Txn: version/value/create/mod compares, both branches, puts and deletes, Range ops (seeing the put); first/last by create and mod revision; a nested Txn Unimplemented")
 
 	// Leases: grant, attach a key, time to live with keys, list, revoke
 	// (the key goes with it); etcd's errors for what is gone.

@@ -217,6 +217,9 @@ func streams(lc, fc *clientv3.Client) {
 		fail("the session's lease after Close: %v %+v", err, tl)
 	}
 	ok("LeaseKeepAlive: a 2 s session lives 8 s; KeepAliveOnce answers TTL 2, not found for no lease")
+
+	mutex(lc, fc)
+	election(lc, fc)
 }
 
 // Two sessions' Mutexes on one key: the second Lock waits for the first
@@ -451,4 +454,71 @@ func hostileStreams(target string) {
 	for i := 0; i < 8; i++ {
 		lc.Delete(c, fmt.Sprintf("/h/nr/%d", i))
 	}
+}
+
+// An Election: the first campaigner leads, Observe sees it, a second
+// campaign waits until the first resigns, then leads.
+func election(lc, fc *clientv3.Client) {
+	c, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	s1, err := concurrency.NewSession(lc, concurrency.WithTTL(10))
+	if err != nil {
+		fail("NewSession: %v", err)
+	}
+	defer s1.Close()
+	s2, err := concurrency.NewSession(fc, concurrency.WithTTL(10))
+	if err != nil {
+		fail("NewSession: %v", err)
+	}
+	defer s2.Close()
+	e1 := concurrency.NewElection(s1, "/w/elect")
+	e2 := concurrency.NewElection(s2, "/w/elect")
+	if err := e1.Campaign(c, "one"); err != nil {
+		fail("Campaign 1: %v", err)
+	}
+	octx, ocancel := context.WithCancel(c)
+	defer ocancel()
+	obs := e2.Observe(octx)
+	select {
+	case r := <-obs:
+		if len(r.Kvs) != 1 || string(r.Kvs[0].Value) != "one" {
+			fail("Observe: %+v, want one", r)
+		}
+	case <-time.After(10 * time.Second):
+		fail("Observe: nothing in 10 s")
+	}
+	done := make(chan error, 1)
+	go func() { done <- e2.Campaign(c, "two") }()
+	select {
+	case err := <-done:
+		fail("Campaign 2 won while 1 led: %v", err)
+	case <-time.After(2 * time.Second):
+	}
+	if err := e1.Resign(c); err != nil {
+		fail("Resign 1: %v", err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			fail("Campaign 2: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		fail("Campaign 2 did not win within 10 s of the Resign")
+	}
+	timeout := time.After(10 * time.Second)
+	for seen := false; !seen; {
+		select {
+		case r := <-obs:
+			seen = len(r.Kvs) == 1 && string(r.Kvs[0].Value) == "two"
+		case <-timeout:
+			fail("Observe: the second leader not seen in 10 s")
+		}
+	}
+	if l, err := e1.Leader(c); err != nil || string(l.Kvs[0].Value) != "two" {
+		fail("Leader: %v %+v", err, l)
+	}
+	if err := e2.Resign(c); err != nil {
+		fail("Resign 2: %v", err)
+	}
+	ok("concurrency.Election: campaign, observe, a second campaign waits for the resign, then leads")
 }
