@@ -652,26 +652,43 @@ START_TEST(test_steady_writes_allocate_nothing_per_write)
     bool blob_cache = tk_blob_cache_enabled();
     for (int w = 0; w < 2000 && tk_blob_cached_bytes() < 3 * 4000 * 64 && blob_cache; w++)
         usleep(5000);
-    struct tk_alloc_stats a0, a1;
-    tk_alloc_stats(&a0);
-    for (; i < 5900; i++) {
-        snprintf(k, sizeof(k), "bench/%05d", i % 1000);
-        nf_put(i % 2 ? f : l, k, v, TK_MODE_APPLIED, &res);
+    /* Two windows of 1500 writes at most; the fewer allocations count. A
+     * write that allocates shows in both (4,500 or 750 in the known-bad
+     * runs); a pool outgrown once by a starved thread on a loaded machine (the
+     * store's append requests, the core's held entries: 46-71 in one window
+     * with three busy loops beside the test) shows in one. */
+    uint64_t calls[2] = {0, 0}, bytes[2] = {0, 0};
+    int windows = 0;
+    while (windows < 2) {
+        struct tk_alloc_stats a0, a1;
+        tk_alloc_stats(&a0);
+        for (int end = i + 1500; i < end; i++) {
+            snprintf(k, sizeof(k), "bench/%05d", i % 1000);
+            nf_put(i % 2 ? f : l, k, v, TK_MODE_APPLIED, &res);
+        }
+        tk_alloc_stats(&a1);
+        calls[windows] = a1.calls - a0.calls;
+        bytes[windows] = a1.bytes - a0.bytes;
+        windows++;
+        if (calls[windows - 1] < 1500 / 50)
+            break;
     }
-    tk_alloc_stats(&a1);
     struct tk_status st;
     tk_node_status(l, &st);
-    ck_assert_uint_ge(st.applied, 5900);
+    ck_assert_uint_ge(st.applied, (uint64_t)i);
     ck_assert_uint_lt(st.snapshot_index, 8000); /* no second snapshot came */
-    fprintf(stderr,
-            "steady writes: %llu allocations (%llu bytes) over 1500 writes, "
+    uint64_t least = windows == 2 && calls[1] < calls[0] ? calls[1] : calls[0];
+    for (int w = 0; w < windows; w++)
+        fprintf(
+            stderr,
+            "steady writes, window %d: %llu allocations (%llu bytes) over 1500 writes, "
             "blob cache %zu bytes\n",
-            (unsigned long long)(a1.calls - a0.calls),
-            (unsigned long long)(a1.bytes - a0.bytes), tk_blob_cached_bytes());
+            w + 1, (unsigned long long)calls[w], (unsigned long long)bytes[w],
+            tk_blob_cached_bytes());
     /* Under AddressSanitizer the blob cache is off (blob.c): each write then
      * allocates its blobs, and only that is left. */
     if (blob_cache)
-        ck_assert_uint_lt(a1.calls - a0.calls, 1500 / 50);
+        ck_assert_uint_lt(least, 1500 / 50);
     for (int j = 0; j < 3; j++)
         tk_node_stop(n[j]);
     for (int j = 0; j < 3; j++) {
