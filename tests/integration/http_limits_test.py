@@ -293,6 +293,23 @@ def test_refused_posts_cost_little(tierkvd):
     nd.term()
 
 
+def put_8_large(port, prefix, timeout=30):
+    """8 clients PUT 1 MiB values (byte 'a' + i) at once to prefix0..7; all
+    must answer 200."""
+    res = []
+
+    def put(i):
+        st, _, _ = request(port, "PUT", "/v1/kv/%s%d" % (prefix, i),
+                           body=bytes([97 + i]) * (1 << 20), timeout=timeout)
+        res.append(st)
+    ths = [threading.Thread(target=put, args=(i,)) for i in range(8)]
+    for t in ths:
+        t.start()
+    for t in ths:
+        t.join()
+    check(res == [200] * 8, "8 PUTs of 1 MiB: %r" % res)
+
+
 def test_large_bodies_put_off(tierkvd):
     """Large bodies are handed over at most 4 MiB of them a loop turn: all are
     answered, in order on a connection, and 8 batches refused after parsing
@@ -320,18 +337,7 @@ def test_large_bodies_put_off(tierkvd):
     check(got == [200, 200, 200] and b"a" * 1000 in raw[-(1 << 20) - 500:],
           "pipelined large PUTs and a GET: %r %r" % (got, raw[-200:]))
     # 8 clients, 1 MiB values at once: every value intact.
-    res = []
-
-    def put(i):
-        st, _, _ = request(port, "PUT", "/v1/kv/big%d" % i, body=bytes([97 + i]) * (1 << 20),
-                           timeout=30)
-        res.append(st)
-    ths = [threading.Thread(target=put, args=(i,)) for i in range(8)]
-    for t in ths:
-        t.start()
-    for t in ths:
-        t.join()
-    check(res == [200] * 8, "8 PUTs of 1 MiB: %r" % res)
+    put_8_large(port, "big")
     for i in range(8):
         st, _, body = request(port, "GET", "/v1/kv/big%d" % i)
         check(st == 200 and json.loads(body)["value"] == chr(97 + i) * (1 << 20),
@@ -393,18 +399,7 @@ def test_large_writes_admitted_in_turn(tierkvd):
     while waited == 0 and rounds < 5:
         rounds += 1
         before = metrics(port)
-        res = []
-
-        def put(i):
-            st, _, _ = request(port, "PUT", "/v1/kv/adm%d" % i, body=bytes([97 + i]) * (1 << 20),
-                               timeout=60)
-            res.append(st)
-        ths = [threading.Thread(target=put, args=(i,)) for i in range(8)]
-        for t in ths:
-            t.start()
-        for t in ths:
-            t.join()
-        check(res == [200] * 8, "8 PUTs of 1 MiB: %r" % res)
+        put_8_large(port, "adm", timeout=60)
         after = metrics(port)
         waited += after["tierkv_http_bodies_admit_waited_total"] - before[
             "tierkv_http_bodies_admit_waited_total"]
