@@ -30,7 +30,9 @@
 
 #include "base/alloc.h"
 #include "base/assert.h"
+#include "base/clock.h"
 #include "base/err.h"
+#include "base/hostport.h"
 #include "base/log.h"
 #include "kv.pb-c.h"
 #include "node/node_internal.h"
@@ -41,13 +43,6 @@ enum { PH_IDLE, PH_RECORD, PH_COMMIT, PH_PROMOTE };
 /* What a change waits for at most, per phase: its record, its commit, a
  * learner's catch-up. */
 #define MEMBER_PROMOTE_WAIT_MS 30000
-
-static uint64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
 
 static size_t member_key(uint64_t id, char *out, size_t cap)
 {
@@ -94,27 +89,12 @@ static void boot_http(const struct node *n, uint64_t id, char *out, size_t cap)
             snprintf(out, cap, "%s", n->o.peer_http[i]);
 }
 
-/* Splits "host:port" or "[v6]:port". Returns 0 or TK_EINVAL. */
-static int split_addr(const char *a, char *host, size_t cap, uint16_t *port)
+/* A member's address, "host:port" or "[v6]:port": 0, or TK_EINVAL (port 0
+ * too: a member is dialled there). */
+static int member_addr_parse(const char *a, char *host, size_t cap, uint16_t *port)
 {
-    const char *colon = strrchr(a, ':');
-    if (colon == NULL || colon == a)
+    if (tk_hostport_split(a, host, cap, port) != 0 || *port == 0)
         return TK_EINVAL;
-    const char *h = a;
-    size_t hl = (size_t)(colon - a);
-    if (h[0] == '[') {
-        if (hl < 3 || h[hl - 1] != ']')
-            return TK_EINVAL;
-        h++;
-        hl -= 2;
-    }
-    char *end = NULL;
-    unsigned long p = strtoul(colon + 1, &end, 10);
-    if (hl == 0 || hl >= cap || *end != '\0' || p == 0 || p > 65535 || colon[1] == '\0')
-        return TK_EINVAL;
-    memcpy(host, h, hl);
-    host[hl] = '\0';
-    *port = (uint16_t)p;
     return 0;
 }
 
@@ -175,7 +155,7 @@ static void dial(struct node *n, uint64_t id)
     if (addr[0] == '\0')
         log_addr(n, id, addr, sizeof(addr));
     uint16_t port = 0;
-    if (addr[0] == '\0' || split_addr(addr, host, sizeof(host), &port) != 0)
+    if (addr[0] == '\0' || member_addr_parse(addr, host, sizeof(host), &port) != 0)
         return; /* not known (yet): the record comes with the log */
     int rc = transport_tcp_add_peer(n->transport, id, host, port);
     if (rc != 0 && rc != TK_EINVAL)
@@ -392,7 +372,7 @@ static int append_change(struct node *n, uint8_t type, struct node_member_result
         if (index == 0 || raft_term_at(n->raft, index, &n->mem.term) != 0)
             n->mem.term = raft_term(n->raft);
         n->mem.phase = PH_COMMIT;
-        n->mem.deadline_ms = now_ms() + n->o.timeout_ms;
+        n->mem.deadline_ms = tk_wall_ms() + n->o.timeout_ms;
         node__kick(n);
         return 0;
     }
@@ -512,7 +492,7 @@ static int propose_record(struct node *n, uint64_t id, const char *raft, const c
     struct tk_blob *b = record_cmd(id, raft, http, removed, inc);
     /* Proposed here, not through node_submit's queue: a change waits for
      * this index to apply (record_turn). */
-    struct raft_entry e = {.type = RAFT_ENTRY_NORMAL, .time_ms = now_ms(), .data = b};
+    struct raft_entry e = {.type = RAFT_ENTRY_NORMAL, .time_ms = tk_wall_ms(), .data = b};
     int rc = raft_propose(n->raft, &e, 1, index, term);
     tk_blob_unref(b); /* the log holds its own reference */
     if (rc == 0)
@@ -866,7 +846,7 @@ static int start_add(struct node *n, const struct raft_config *c,
                       x->id);
     char host[NODE_ADDR_MAX];
     uint16_t port;
-    if (split_addr(x->raft, host, sizeof(host), &port) != 0)
+    if (member_addr_parse(x->raft, host, sizeof(host), &port) != 0)
         return refuse(res, TK_EINVAL, "the raft address \"%s\" is not host:port",
                       x->raft);
     if (strchr(x->raft, ' ') || strchr(x->http, ' '))
@@ -909,7 +889,7 @@ int node_member_change(struct node *n, const struct node_member_change *c,
     n->mem.cb = cb;
     n->mem.data = data;
     n->mem.index = 0;
-    n->mem.deadline_ms = now_ms() + n->o.timeout_ms;
+    n->mem.deadline_ms = tk_wall_ms() + n->o.timeout_ms;
     int rc;
     switch (c->op) {
     case NODE_MEMBER_ADD:
@@ -997,7 +977,7 @@ void node__member_tick(struct node *n)
     }
     if (!n->mem.busy)
         return;
-    uint64_t now = now_ms();
+    uint64_t now = tk_wall_ms();
     if (n->mem.phase == PH_RECORD)
         record_turn(n, now);
     else if (n->mem.phase == PH_COMMIT)

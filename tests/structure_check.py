@@ -114,8 +114,6 @@ HELPER_KINDS = [
 # Copies that stay for now, each with its reason. Keyed by path relative to a
 # --helpers root's parent (the source root) and function name.
 KNOWN_COPIES = {
-    ("node/node_member.c", "split_addr"): "node_member.c is being reshaped (issue 52 item 4)",
-    ("node/node_member.c", "now_ms"): "node_member.c is being reshaped (issue 52 item 4)",
     ("cmd/tierkv/args.c", "parse_hostport_n"):
         "an endpoint: http[s]:// and a path accepted, the port kept as text",
     ("cmd/tierkv/args.c", "cli_parse_hostport"): "the public face of parse_hostport_n",
