@@ -34,7 +34,16 @@
 #        BENCH_PORT_BASE (17100: tierkvd raft +1..3, HTTP +101..103, the floor
 #        +190, etcd clients +201..203, peers +301..303),
 #        BENCH_SYSTEMS ("tierkv floor etcd"; etcd only where `etcd` is on the
-#        PATH -- BENCH_INSTALL_ETCD=1 installs Debian's etcd-server first)
+#        PATH -- BENCH_INSTALL_ETCD=1 installs Debian's etcd-server first),
+#        BENCH_ETCD36=1 (adds "etcd36": three etcd 3.6.16 built from the Go
+#        module proxy by scripts/bench-etcd/build.sh into BENCH_GO_CACHE
+#        (default $build/bench-etcd), same flags, data beside the others',
+#        clients +211..213, peers +311..313; left out with a message when it
+#        cannot be built), BENCH_CLIENTV3=1 (adds the same rows over etcd's
+#        own Go client, scripts/bench-etcd/clientbench: "tierkv-grpc" against
+#        tierkvd's --listen-client ports +111..113, "etcd36-grpc" and
+#        "etcd-grpc" against the etcds' client ports; a row "sget:C" is a
+#        serializable get, clientv3 systems only)
 # Prints two tables (markdown) and keeps every run's JSON line in
 # $BENCH_DIR/runs.jsonl (with "system" and "round" added), the medians in
 # $BENCH_DIR/results.jsonl and each round's floors in $BENCH_DIR/floors.jsonl.
@@ -57,9 +66,23 @@ dir=${BENCH_DIR:-${TMPDIR:-/tmp}/tierkv-bench-http.$$}
 mkdir -p "$dir" || exit 1
 floor_bin="$build/cmd/http-floor/http-floor"
 systems=${BENCH_SYSTEMS:-tierkv floor etcd}
-with_etcd=0 with_floor=0
-case " $systems " in *" etcd "*) with_etcd=1 ;; esac
+[ "${BENCH_ETCD36:-0}" = 1 ] && systems+=" etcd36"
+if [ "${BENCH_CLIENTV3:-0}" = 1 ]; then
+    for s in $systems; do
+        case $s in tierkv | etcd | etcd36) systems+=" $s-grpc" ;; esac
+    done
+fi
+with_etcd=0 with_floor=0 with_etcd36=0 with_grpc=0
+case " $systems " in *" etcd "* | *" etcd-grpc "*) with_etcd=1 ;; esac
 case " $systems " in *" floor "*) with_floor=1 ;; esac
+case " $systems " in *" etcd36 "* | *" etcd36-grpc "*) with_etcd36=1 ;; esac
+case " $systems " in *-grpc" "*) with_grpc=1 ;; esac
+drop_system() { # name...: take systems out of the list
+    local s
+    for s in "$@"; do
+        systems=$(echo " $systems " | sed "s/ $s / /g; s/^ *//; s/ *\$//")
+    done
+}
 plotter="$build/cmd/benchplot/bench-plot"
 [ -z "$plot" ] || [ -x "$plotter" ] || { echo "bench-http: $plotter not found" >&2; exit 1; }
 for f in "$bin" "$cli"; do
@@ -84,13 +107,34 @@ if [ "$with_etcd" = 1 ] && ! command -v etcd >/dev/null; then
         echo "bench-http: no etcd on this machine: its rows are left out" \
             "(BENCH_INSTALL_ETCD=1 installs Debian's etcd-server)"
         with_etcd=0
-        systems=$(echo " $systems " | sed 's/ etcd / /; s/^ *//; s/ *$//')
+        drop_system etcd etcd-grpc
+    fi
+fi
+# etcd 3.6.16 and the clientv3 load generator: Go programs built once from the
+# Go module proxy into a cache directory (scripts/bench-etcd/build.sh); with no
+# Go or no network their columns are left out, the rest runs.
+gocache=${BENCH_GO_CACHE:-$build/bench-etcd}
+etcd36="$gocache/etcd36" cbench="$gocache/clientbench"
+if [ "$with_etcd36" = 1 ]; then
+    if ! "$(dirname "$0")/bench-etcd/build.sh" etcd36 "$gocache" >"$dir/build-etcd36.log" 2>&1; then
+        echo "bench-http: could not build etcd 3.6.16 (no go, or no module proxy?):" \
+            "its columns are left out; see $dir/build-etcd36.log" >&2
+        with_etcd36=0
+        drop_system etcd36 etcd36-grpc
+    fi
+fi
+if [ "$with_grpc" = 1 ]; then
+    if ! "$(dirname "$0")/bench-etcd/build.sh" clientbench "$gocache" >"$dir/build-clientbench.log" 2>&1; then
+        echo "bench-http: could not build the clientv3 load generator (no go, or no module" \
+            "proxy?): the gRPC columns are left out; see $dir/build-clientbench.log" >&2
+        with_grpc=0
+        drop_system tierkv-grpc etcd-grpc etcd36-grpc
     fi
 fi
 
 # Debian's package enables an etcd service (client port 2379) where systemd runs:
 # it would share the CPU with the measured servers.
-if [ "$with_etcd" = 1 ] && ss -ltn 2>/dev/null | grep -q '127.0.0.1:2379 \|\*:2379 \|\[::\]:2379 '; then
+if [ "$with_etcd$with_etcd36" != 00 ] && ss -ltn 2>/dev/null | grep -q '127.0.0.1:2379 \|\*:2379 \|\[::\]:2379 '; then
     echo "bench-http: warning: something listens on port 2379 (Debian's etcd service?):" \
         "stop it (systemctl stop etcd) for a fair run" >&2
 fi
@@ -103,15 +147,18 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 1' INT TERM
 
-tk_pids="" et_pids="" fl_pids=""
-members="" mhttp="" tk_eps=""
+tk_pids="" et_pids="" fl_pids="" e6_pids=""
+members="" mhttp="" tk_eps="" tkg_eps=""
 for i in 1 2 3; do
     members+="${members:+,}$i=127.0.0.1:$((pb + i))"
     mhttp+="${mhttp:+,}$i=127.0.0.1:$((pb + 100 + i))"
     tk_eps+="${tk_eps:+,}127.0.0.1:$((pb + 100 + i))"
+    tkg_eps+="${tkg_eps:+,}127.0.0.1:$((pb + 110 + i))"
 done
 for i in 1 2 3; do
-    "$bin" --id "$i" --members "$members" --members-http "$mhttp" \
+    grpc_args=()
+    [ "$with_grpc" = 1 ] && grpc_args=(--listen-client "127.0.0.1:$((pb + 110 + i))")
+    "$bin" --id "$i" --members "$members" --members-http "$mhttp" "${grpc_args[@]}" \
         --listen-http "127.0.0.1:$((pb + 100 + i))" --data-dir "$dir/tk$i" --store fs \
         --log-level warn >"$dir/tk$i.log" 2>&1 &
     pids+=($!)
@@ -124,23 +171,35 @@ if [ "$with_floor" = 1 ]; then
     fl_pids=$!
 fi
 # etcd: clients pb+201..203, peers pb+301..303.
-cluster="" et_eps=""
+et_eps=""
 for i in 1 2 3; do
-    cluster+="${cluster:+,}e$i=http://127.0.0.1:$((pb + 300 + i))"
     et_eps+="${et_eps:+,}127.0.0.1:$((pb + 200 + i))"
 done
+start_etcd() { # binary name-prefix client-offset peer-offset: three members
+    local i cl=""
+    for i in 1 2 3; do
+        cl+="${cl:+,}$2$i=http://127.0.0.1:$((pb + $4 + i))"
+    done
+    started=""
+    for i in 1 2 3; do
+        "$1" --name "$2$i" --data-dir "$dir/$2$i" \
+            --listen-client-urls "http://127.0.0.1:$((pb + $3 + i))" \
+            --advertise-client-urls "http://127.0.0.1:$((pb + $3 + i))" \
+            --listen-peer-urls "http://127.0.0.1:$((pb + $4 + i))" \
+            --initial-advertise-peer-urls "http://127.0.0.1:$((pb + $4 + i))" \
+            --initial-cluster "$cl" --initial-cluster-state new \
+            --logger zap --log-level error >"$dir/$2$i.log" 2>&1 &
+        pids+=($!)
+        started+="${started:+,}$!"
+    done
+}
+[ "$with_etcd" = 1 ] && start_etcd etcd e 200 300 && et_pids=$started
+# etcd 3.6.16: clients pb+211..213, peers pb+311..313.
+e6_eps=""
 for i in 1 2 3; do
-    [ "$with_etcd" = 1 ] || break
-    etcd --name "e$i" --data-dir "$dir/etcd$i" \
-        --listen-client-urls "http://127.0.0.1:$((pb + 200 + i))" \
-        --advertise-client-urls "http://127.0.0.1:$((pb + 200 + i))" \
-        --listen-peer-urls "http://127.0.0.1:$((pb + 300 + i))" \
-        --initial-advertise-peer-urls "http://127.0.0.1:$((pb + 300 + i))" \
-        --initial-cluster "$cluster" --initial-cluster-state new \
-        --logger zap --log-level error >"$dir/etcd$i.log" 2>&1 &
-    pids+=($!)
-    et_pids+="${et_pids:+,}$!"
+    e6_eps+="${e6_eps:+,}127.0.0.1:$((pb + 210 + i))"
 done
+[ "$with_etcd36" = 1 ] && start_etcd "$etcd36" f 210 310 && e6_pids=$started
 
 wait_ready() { # url..., at most 30 s
     local deadline=$((SECONDS + 30)) u
@@ -158,6 +217,8 @@ wait_ready "http://127.0.0.1:$((pb + 101))/readyz" "http://127.0.0.1:$((pb + 102
     "http://127.0.0.1:$((pb + 103))/readyz"
 [ "$with_etcd" = 1 ] && wait_ready "http://127.0.0.1:$((pb + 201))/health" \
     "http://127.0.0.1:$((pb + 202))/health" "http://127.0.0.1:$((pb + 203))/health"
+[ "$with_etcd36" = 1 ] && wait_ready "http://127.0.0.1:$((pb + 211))/health" \
+    "http://127.0.0.1:$((pb + 212))/health" "http://127.0.0.1:$((pb + 213))/health"
 [ "$with_floor" = 1 ] && wait_ready "http://$fl_eps/"
 
 load() { cut -d' ' -f1-3 /proc/loadavg; }
@@ -169,6 +230,9 @@ echo "  $runs alternating round(s) of $dur per cell (medians); data in $dir" \
 echo "  tierkvd $tk_eps (pids $tk_pids)"
 [ "$with_floor" = 1 ] && echo "  floor (http-floor) $fl_eps (pid $fl_pids)"
 [ "$with_etcd" = 1 ] && echo "  etcd $(etcd --version | head -1 | sed 's/.*: //') $et_eps (pids $et_pids)"
+[ "$with_etcd36" = 1 ] &&
+    echo "  etcd $("$etcd36" --version | head -1 | sed 's/.*: //') $e6_eps (pids $e6_pids)"
+[ "$with_grpc" = 1 ] && echo "  clientv3 load generator $cbench; tierkvd gRPC $tkg_eps"
 
 # The disk and network floor of one replicated write, measured in each round:
 # a 4 KiB write + fdatasync in $dir (the servers' file system) and a 64 B round
@@ -299,16 +363,29 @@ for round in $(seq 1 "$runs"); do
             tierkv) eps=$tk_eps cpids=$tk_pids proto=tierkv ;;
             floor) eps=$fl_eps cpids=$fl_pids proto=tierkv ;;
             etcd) eps=$et_eps cpids=$et_pids proto=etcd ;;
+            etcd36) eps=$e6_eps cpids=$e6_pids proto=etcd ;;
+            tierkv-grpc) eps=$tkg_eps cpids=$tk_pids proto=grpc ;;
+            etcd-grpc) eps=$et_eps cpids=$et_pids proto=grpc ;;
+            etcd36-grpc) eps=$e6_eps cpids=$e6_pids proto=grpc ;;
             *) echo "bench-http: unknown system $sys" >&2; continue ;;
             esac
+            # sget (a serializable get) exists over clientv3 only.
+            [ "$op" = sget ] && [ "$proto" != grpc ] && continue
             # The first round writes every key once before a read row (the
             # prefill); later rounds read the keys already there.
             prefill=""
             [ "$round" -gt 1 ] && prefill=--no-prefill
-            "$cli" -e "$eps" bench --protocol "$proto" -c "$c" -d "$dur" --warmup 1s \
-                --value-size 64 --keys 10000 --mix "$mix" --runs 1 --json $prefill \
-                --cpu-pids "$cpids" 2>"$dir/$sys-$op-$c.$round.err" |
-                grep '"bench":"http"' | tail -1 |
+            if [ "$proto" = grpc ]; then
+                gmix=put
+                [ "$op" = put ] || gmix=$op
+                "$cbench" -endpoints "$eps" -clients "$c" -d "$dur" -warmup 1s \
+                    -value-size 64 -keys 10000 -mix "$gmix" -json $prefill \
+                    -cpu-pids "$cpids" 2>"$dir/$sys-$op-$c.$round.err"
+            else
+                "$cli" -e "$eps" bench --protocol "$proto" -c "$c" -d "$dur" --warmup 1s \
+                    --value-size 64 --keys 10000 --mix "$mix" --runs 1 --json $prefill \
+                    --cpu-pids "$cpids" 2>"$dir/$sys-$op-$c.$round.err"
+            fi | grep '"bench":"http"\|"bench":"clientv3"' | tail -1 |
                 sed "s/^{/{\"system\":\"$sys\",\"round\":$round,/" | grep . >>"$runs_file" ||
                 echo "bench-http: $sys $op c=$c round $round failed;" \
                     "see $dir/$sys-$op-$c.$round.err" >&2
@@ -323,7 +400,9 @@ import json, sys
 runs = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 floors = [json.loads(l) for l in open(sys.argv[2]) if l.strip()]
 out, systems, rows = sys.argv[3], sys.argv[4].split(), sys.argv[5].split()
-names = {"tierkv": "tierkvd", "floor": "floor", "etcd": "etcd"}
+names = {"tierkv": "tierkvd", "floor": "floor", "etcd": "etcd", "etcd36": "etcd 3.6",
+         "tierkv-grpc": "tierkvd gRPC (clientv3)", "etcd-grpc": "etcd gRPC (clientv3)",
+         "etcd36-grpc": "etcd 3.6 gRPC (clientv3)"}
 
 
 def median(v):
@@ -362,7 +441,7 @@ print("| op | conns | system | ops/s | ops/s, each round | p50 ms | p99 ms | "
       "CPU us/req, each server | CPU us/req, servers | bench CPU us/req |")
 print("|---|---:|---|---:|---|---:|---:|---|---:|---:|")
 for (system, op, conns), r in cells.items():
-    name = "get (linearizable)" if op == "get" else op
+    name = {"get": "get (linearizable)", "sget": "get (serializable)"}.get(op, op)
     each = " + ".join("%.1f" % v for v in r["cpu_us_per_op"])
     tot = r["cpu_us_per_op_total"]
     print("| %s | %d | %s | %s | %s | %.3f | %.3f | %s | %s | %.1f |" % (
@@ -465,6 +544,29 @@ if first3 > 0:
 print("| linearizable gets/s, 64 connections | %s | %s | %s | >= 60,000 | %s |" % (
     fmt(tk_get, kops), fmt(et_get, kops), ratio(tk_get, et_get),
     met(None if tk_get is None else tk_get >= 60000)))
+
+# Issue 53's rows side by side, each system over HTTP/JSON and over etcd's own
+# client (gRPC, clientv3), where the run has them.
+cols = [x for x in ("tierkv", "tierkv-grpc", "etcd36", "etcd36-grpc", "etcd", "etcd-grpc")
+        if x in systems]
+if any(c.endswith("-grpc") for c in cols):
+    print()
+    print("| row | " + " | ".join(names[c] for c in cols) + " |")
+    print("|---|" + "---:|" * len(cols))
+    for label, op, conns, key, f in (
+            ("puts/s, 64 clients", "put", 64, "ops_per_s", kops),
+            ("put p50 ms, 64 clients", "put", 64, "p50_ms", ms),
+            ("put p99 ms, 64 clients", "put", 64, "p99_ms", ms),
+            ("CPU us per put, three servers, 64 clients", "put", 64, "cpu_us_per_op_total", us),
+            ("put p50 ms, 1 client", "put", 1, "p50_ms", ms),
+            ("put p99 ms, 1 client", "put", 1, "p99_ms", ms),
+            ("linearizable gets/s, 64 clients", "get", 64, "ops_per_s", kops),
+            ("CPU us per linearizable get, three servers", "get", 64, "cpu_us_per_op_total", us),
+            ("serializable gets/s, 64 clients", "sget", 64, "ops_per_s", kops)):
+        vals = [get(c, op, conns, key) for c in cols]
+        if all(v is None for v in vals):
+            continue
+        print("| %s | %s |" % (label, " | ".join(fmt(v, f) for v in vals)))
 PY
 echo "JSON lines: $runs_file (each run), $results (medians), $floors (floors)"
 [ -n "$plot" ] || exit 0
@@ -477,7 +579,8 @@ print("title HTTP/JSON gateways, 3 nodes on loopback, 64 B values (medians of %s
       "alternating rounds of %s)" % (sys.argv[2], sys.argv[3]))
 print("panel 1 1 throughput|connections|ops/s")
 print("panel 1 1 latency p99|connections|milliseconds")
-names = {"tierkv": "tierkvd", "floor": "floor", "etcd": "etcd"}
+names = {"tierkv": "tierkvd", "floor": "floor", "etcd": "etcd", "etcd36": "etcd 3.6",
+         "tierkv-grpc": "tierkvd gRPC", "etcd-grpc": "etcd gRPC", "etcd36-grpc": "etcd 3.6 gRPC"}
 for panel, field in ((0, "ops_per_s"), (1, "p99_ms")):
     seen = []
     for r in rows:
