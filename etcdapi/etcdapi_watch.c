@@ -74,6 +74,7 @@ struct wstream {
     uint32_t n_watches;
     int64_t next_id;
     uint64_t blocked_since_ms; /* 0: its last message was taken */
+    bool dead;                 /* ended during a walk of the streams: freed after it */
 };
 
 struct etcdapi_watch {
@@ -86,6 +87,11 @@ struct etcdapi_watch {
     size_t turn_bytes, turn_scanned;
     uint64_t cut, compacted;
     int closing; /* timers not closed yet (etcdapi__watch_stop) */
+    /* Walking the streams (a pass, a tick): a stream ended meanwhile stays
+     * linked, dead, until the walk ends (reap). Sending to one stream can
+     * end another: grpc.c's flush may close it, and its end is told. */
+    int walking;
+    uint32_t n_dead;
 };
 
 /* ---- one message's events --------------------------------------------------- */
@@ -279,23 +285,48 @@ static void watch_remove(struct wstream *ws, struct ewatch *w)
 }
 
 /* Ends the stream (the call is finished and freed by grpc.c). */
-static void stream_end(struct wstream *ws, int code, const char *msg, bool drop)
+static void stream_unlink(struct etcdapi_watch *W, struct wstream *ws)
 {
-    struct etcdapi_watch *W = ws->e->watch;
-    while (ws->watches != NULL)
-        watch_remove(ws, ws->watches);
     if (ws->prev)
         ws->prev->next = ws->next;
     else
         W->streams = ws->next;
     if (ws->next)
         ws->next->prev = ws->prev;
-    W->n_streams--;
-    if (drop)
-        grpc_stream_abort(ws->call, code, "%s", msg);
-    else
-        grpc_stream_finish(ws->call, code, "%s", msg);
     tk_free(ws);
+}
+
+/* Frees the streams that ended during a walk. At most n_streams + n_dead. */
+static void reap(struct etcdapi_watch *W)
+{
+    struct wstream *next;
+    for (struct wstream *ws = W->streams; ws != NULL && W->n_dead > 0; ws = next) {
+        next = ws->next;
+        if (ws->dead) {
+            W->n_dead--;
+            stream_unlink(W, ws);
+        }
+    }
+}
+
+static void stream_end(struct wstream *ws, int code, const char *msg, bool drop)
+{
+    struct etcdapi_watch *W = ws->e->watch;
+    TK_ASSERT(!ws->dead);
+    while (ws->watches != NULL)
+        watch_remove(ws, ws->watches);
+    W->n_streams--;
+    struct grpc_call *call = ws->call;
+    ws->call = NULL;
+    ws->dead = true;
+    if (W->walking > 0)
+        W->n_dead++; /* freed by reap, after the walk */
+    else
+        stream_unlink(W, ws);
+    if (drop) /* last: it may end other streams (grpc.c's flush) */
+        grpc_stream_abort(call, code, "%s", msg);
+    else
+        grpc_stream_finish(call, code, "%s", msg);
 }
 
 static void cut(struct wstream *ws, const char *why)
@@ -331,6 +362,8 @@ static int watch_step(struct wstream *ws, struct ewatch *w, uint64_t applied, bo
         uint64_t first = kv_sm_events_first(sm);
         rc = send_ctl(ws, w->id, false, true, (int64_t)(first - 1),
                       "etcdserver: mvcc: required revision has been compacted", 0);
+        if (ws->dead)
+            return STEP_OK;
         if (rc == TK_EBUSY)
             return STEP_BLOCKED;
         W->compacted++;
@@ -340,12 +373,15 @@ static int watch_step(struct wstream *ws, struct ewatch *w, uint64_t applied, bo
     if (c.n > 0) {
         rc = send_events(ws, w, &c);
         collect_free(&c);
+        if (ws->dead)
+            return STEP_OK;
         if (rc == TK_EBUSY)
             return STEP_BLOCKED;
         if (rc == TK_ETOOBIG) {
             (void)send_ctl(ws, w->id, false, true, 0,
                            "tierkv: a revision's events are over the message limit", 0);
-            watch_remove(ws, w);
+            if (!ws->dead)
+                watch_remove(ws, w);
             return STEP_OK;
         }
         w->last_sent_ms = uv_now(ws->e->loop);
@@ -367,6 +403,8 @@ static bool stream_pass(struct wstream *ws, uint64_t applied, uint64_t now, bool
     for (struct ewatch *w = ws->watches; w != NULL; w = next) {
         next = w->next;
         int rc = watch_step(ws, w, applied, more);
+        if (ws->dead)
+            return false;
         if (rc == STEP_BUDGET)
             return true;
         if (rc == STEP_BLOCKED) {
@@ -396,12 +434,13 @@ static void over_total(struct etcdapi_watch *W)
 {
     size_t total = 0;
     for (struct wstream *ws = W->streams; ws != NULL; ws = ws->next)
-        total += stream_queued(ws);
+        if (!ws->dead)
+            total += stream_queued(ws);
     while (total > WATCH_TOTAL_QUEUED) {
         struct wstream *big = NULL;
         size_t most = 0;
         for (struct wstream *ws = W->streams; ws != NULL; ws = ws->next) {
-            if (stream_queued(ws) > most) {
+            if (!ws->dead && stream_queued(ws) > most) {
                 most = stream_queued(ws);
                 big = ws;
             }
@@ -442,12 +481,15 @@ static void on_pass(uv_timer_t *t)
     uint64_t now = uv_now(e->loop), t0 = uv_hrtime();
     W->pass_ms = now;
     W->turn_bytes = W->turn_scanned = 0;
+    W->walking++;
     over_total(W);
     uint64_t applied = kv_sm_applied_index(node_kv(e->node));
     bool more = false;
     struct wstream *left_out = NULL, *next;
     for (struct wstream *ws = W->streams; ws != NULL; ws = next) {
         next = ws->next;
+        if (ws->dead)
+            continue;
         bool spent =
             W->turn_bytes >= WATCH_TURN_BYTES || W->turn_scanned >= WATCH_TURN_SCANNED;
         if (spent && left_out == NULL)
@@ -460,6 +502,8 @@ static void on_pass(uv_timer_t *t)
     }
     if (left_out != NULL)
         rotate_to(W, left_out);
+    W->walking--;
+    reap(W);
     if (more) {
         uint64_t wait = WATCH_RETRY_MS;
         if (W->turn_bytes >= WATCH_TURN_BYTES || W->turn_scanned >= WATCH_TURN_SCANNED)
@@ -496,9 +540,10 @@ static void on_tick(uv_timer_t *t)
     uint64_t now = uv_now(e->loop);
     uint64_t applied = kv_sm_applied_index(node_kv(e->node));
     bool any_blocked = false;
+    W->walking++;
     for (struct wstream *ws = W->streams; ws != NULL; ws = ws->next) {
         any_blocked |= ws->blocked_since_ms != 0;
-        for (struct ewatch *w = ws->watches; w != NULL; w = w->next) {
+        for (struct ewatch *w = ws->watches; w != NULL && !ws->dead; w = w->next) {
             if (!w->progress_notify || w->next_rev <= applied ||
                 now - w->last_sent_ms < WATCH_PROGRESS_MS)
                 continue;
@@ -506,6 +551,8 @@ static void on_tick(uv_timer_t *t)
                 w->last_sent_ms = now;
         }
     }
+    W->walking--;
+    reap(W);
     if (any_blocked)
         schedule(W, 0);
 }
