@@ -265,8 +265,9 @@ static void ka_finish(struct kastream *ks, int code, const char *msg)
 {
     if (ks->call == NULL)
         return;
-    grpc_stream_finish(ks->call, code, "%s", msg);
+    struct grpc_call *call = ks->call;
     ks->call = NULL;
+    grpc_stream_finish(call, code, "%s", msg);
     if (!ks->inflight)
         tk_free(ks);
 }
@@ -278,7 +279,6 @@ static void ka_done(struct node_req *nreq, int status, const struct kv_result *r
 {
     (void)nreq;
     struct kastream *ks = data;
-    ks->inflight = false;
     if (ks->call == NULL) { /* the stream ended meanwhile */
         tk_free(ks);
         return;
@@ -286,6 +286,7 @@ static void ka_done(struct node_req *nreq, int status, const struct kv_result *r
     if (status == 0 && res->code != 0)
         status = res->code;
     if (status != 0 && status != TK_ENOTFOUND) {
+        ks->inflight = false;
         /* no leader, a timeout, a stop: the client retries on a new stream */
         ka_finish(ks, GRPC_UNAVAILABLE,
                   status == TK_ENOLEADER   ? "etcdserver: no leader"
@@ -301,7 +302,14 @@ static void ka_done(struct node_req *nreq, int status, const struct kv_result *r
     r.id = ks->cur;
     r.ttl = status == 0 ? (int64_t)(((uint64_t)res->value + 999) / 1000) : 0;
     size_t len = protobuf_c_message_get_packed_size(&r.base);
+    /* Still in flight while it sends: grpc.c's flush may end this stream
+     * (a connection that fails), and ka_end then leaves ks to us. */
     int rc = grpc_stream_send(ks->call, len, ka_fill, &r.base);
+    ks->inflight = false;
+    if (ks->call == NULL) {
+        tk_free(ks);
+        return;
+    }
     if (rc == TK_EBUSY) {
         ka_finish(ks, GRPC_RESOURCE_EXHAUSTED,
                   "tierkv: the client does not take its keep-alive answers");
