@@ -723,6 +723,27 @@ static const char *txn_take(struct ecall *ec, const Etcdserverpb__TxnRequest *rq
 
 /* The Txn's answer: its taken branch's results; its Range ops read from sm
  * (after the Txn applied; NULL when there are none). */
+/* A Txn's Range op q, read from sm into rr (qe and rs hold what it read
+ * until the answer is sent). Returns the bytes read. */
+static uint64_t txn_range_op(struct ecall *ec, struct kv_sm *sm,
+                             const Etcdserverpb__RangeRequest *q, struct ecall *qe,
+                             struct range_state *rs, Etcdserverpb__RangeResponse *rr)
+{
+    qe->e = ec->e;
+    set_range(qe, &q->key, &q->range_end);
+    (void)take_sort(qe, q);
+    take_range_fields(qe, q);
+    (void)range_collect(qe, sm, rs); /* an error: what was read */
+    rs->kvp = tk_calloc(rs->n ? rs->n : 1, sizeof(*rs->kvp));
+    for (uint32_t j = 0; j < rs->n; j++)
+        rs->kvp[j] = &rs->kvs[j];
+    rr->kvs = rs->kvp;
+    rr->n_kvs = rs->n;
+    rr->more = rs->more;
+    rr->count = (int64_t)rs->count;
+    return rs->bytes;
+}
+
 static void txn_answer(struct ecall *ec, const struct kv_result *res, struct kv_sm *sm)
 {
     uint32_t first = res->succeeded ? 0 : ec->n_success;
@@ -768,22 +789,8 @@ static void txn_answer(struct ecall *ec, const struct kv_result *res, struct kv_
                 continue; /* (unpacked once already: cannot fail) */
             const Etcdserverpb__RequestOp *op =
                 res->succeeded ? rq->success[i] : rq->failure[i];
-            const Etcdserverpb__RangeRequest *q = op->request_range;
-            struct ecall *qe = &rq_ec[i];
-            qe->e = ec->e;
-            set_range(qe, &q->key, &q->range_end);
-            (void)take_sort(qe, q);
-            take_range_fields(qe, q);
-            (void)range_collect(qe, sm, &rs[i]); /* an error: what was read */
-            bytes += rs[i].bytes;
+            bytes += txn_range_op(ec, sm, op->request_range, &rq_ec[i], &rs[i], &rr[i]);
             over = bytes > RANGE_BYTES_MAX;
-            rs[i].kvp = tk_calloc(rs[i].n ? rs[i].n : 1, sizeof(*rs[i].kvp));
-            for (uint32_t j = 0; j < rs[i].n; j++)
-                rs[i].kvp[j] = &rs[i].kvs[j];
-            rr[i].kvs = rs[i].kvp;
-            rr[i].n_kvs = rs[i].n;
-            rr[i].more = rs[i].more;
-            rr[i].count = (int64_t)rs[i].count;
         }
     }
     Etcdserverpb__TxnResponse r = ETCDSERVERPB__TXN_RESPONSE__INIT;
