@@ -347,6 +347,9 @@ func main() {
 	if errs > 0 {
 		fmt.Fprintf(os.Stderr, "clientbench: %d errors (last: %s)\n", errs, lastEr)
 	}
+	if ops == 0 {
+		fmt.Fprintf(os.Stderr, "clientbench: no request completed in the measured window\n")
+	}
 	if ops == 0 || errs > 0 {
 		os.Exit(1)
 	}
