@@ -101,7 +101,7 @@ static void mlist_free(struct mlist *l)
 void etcdapi__member_list(struct ecall *ec, const uint8_t *msg, size_t len)
 {
     Etcdserverpb__MemberListRequest *rq =
-        etcdserverpb__member_list_request__unpack(NULL, len, msg);
+        etcdapi__unpack(&etcdserverpb__member_list_request__descriptor, len, msg);
     if (rq == NULL) {
         etcdapi__fail(ec, GRPC_INVALID_ARGUMENT, "tierkv: a malformed MemberListRequest");
         return;
@@ -449,7 +449,7 @@ static bool check_add(struct ecall *ec, const char *raft, bool learner, uint64_t
 void etcdapi__member_add(struct ecall *ec, const uint8_t *msg, size_t len)
 {
     Etcdserverpb__MemberAddRequest *rq =
-        etcdserverpb__member_add_request__unpack(NULL, len, msg);
+        etcdapi__unpack(&etcdserverpb__member_add_request__descriptor, len, msg);
     if (rq == NULL) {
         etcdapi__fail(ec, GRPC_INVALID_ARGUMENT, "tierkv: a malformed MemberAddRequest");
         return;
@@ -485,7 +485,7 @@ void etcdapi__member_add(struct ecall *ec, const uint8_t *msg, size_t len)
 void etcdapi__member_remove(struct ecall *ec, const uint8_t *msg, size_t len)
 {
     Etcdserverpb__MemberRemoveRequest *rq =
-        etcdserverpb__member_remove_request__unpack(NULL, len, msg);
+        etcdapi__unpack(&etcdserverpb__member_remove_request__descriptor, len, msg);
     if (rq == NULL) {
         etcdapi__fail(ec, GRPC_INVALID_ARGUMENT,
                       "tierkv: a malformed MemberRemoveRequest");
@@ -510,7 +510,7 @@ void etcdapi__member_remove(struct ecall *ec, const uint8_t *msg, size_t len)
 void etcdapi__member_promote(struct ecall *ec, const uint8_t *msg, size_t len)
 {
     Etcdserverpb__MemberPromoteRequest *rq =
-        etcdserverpb__member_promote_request__unpack(NULL, len, msg);
+        etcdapi__unpack(&etcdserverpb__member_promote_request__descriptor, len, msg);
     if (rq == NULL) {
         etcdapi__fail(ec, GRPC_INVALID_ARGUMENT,
                       "tierkv: a malformed MemberPromoteRequest");
@@ -552,7 +552,7 @@ void etcdapi__member_promote(struct ecall *ec, const uint8_t *msg, size_t len)
 void etcdapi__member_update(struct ecall *ec, const uint8_t *msg, size_t len)
 {
     Etcdserverpb__MemberUpdateRequest *rq =
-        etcdserverpb__member_update_request__unpack(NULL, len, msg);
+        etcdapi__unpack(&etcdserverpb__member_update_request__descriptor, len, msg);
     if (rq == NULL) {
         etcdapi__fail(ec, GRPC_INVALID_ARGUMENT,
                       "tierkv: a malformed MemberUpdateRequest");

@@ -100,6 +100,11 @@ void etcdapi__header(struct etcdapi *e, uint64_t revision,
 void etcdapi__reply(struct ecall *ec, const ProtobufCMessage *msg);
 /* Fails the call with etcd's code and message for a TK_E* code. */
 void etcdapi__fail_rc(struct ecall *ec, int rc);
+/* A request's message unpacked with a bounded room (a few times its size):
+ * the message, or NULL (malformed, or past the room). Free it with its
+ * type's free_unpacked(m, NULL). */
+void *etcdapi__unpack(const ProtobufCMessageDescriptor *d, size_t len,
+                      const uint8_t *msg);
 void etcdapi__fail(struct ecall *ec, int code, const char *msg);
 /* Submits a write (the node takes `cmd`); its callback gets ec. */
 void etcdapi__submit_write(struct ecall *ec, const Kvpb__Command *cmd, node_write_cb *cb);

@@ -172,7 +172,9 @@ struct range_state {
     uint64_t count; /* keys in range (filtered) */
     uint64_t bytes; /* keys and values copied */
     bool more;
-    bool full; /* stopped building: only counting */
+    bool full;          /* stopped building: only counting */
+    uint64_t visited;   /* keys looked at, filtered out or not */
+    uint64_t visit_max; /* ... at most (0: the config's count_max) */
 };
 
 static bool range_filter(const struct ecall *ec, const struct kv_item *it)
@@ -205,6 +207,13 @@ static int range_item(const struct kv_item *it, void *data)
 {
     struct range_state *s = data;
     struct ecall *ec = s->ec;
+    /* Every key looked at counts against the budget, filtered out or not:
+     * a revision filter that keeps nothing must not walk the whole keyspace
+     * in one read callback. */
+    if (++s->visited > s->visit_max) {
+        s->more = true;
+        return 1;
+    }
     if (!range_filter(ec, it))
         return 0;
     s->count++;
@@ -273,11 +282,14 @@ static void range_state_free(struct range_state *s)
     tk_free(s->kvp);
 }
 
-/* The range's keys into s (range_state_free after, whatever it returns). */
-static int range_collect(struct ecall *ec, struct kv_sm *sm, struct range_state *s)
+/* The range's keys into s (range_state_free after, whatever it returns),
+ * looking at visit_max keys at most (0: the config's count_max). */
+static int range_collect(struct ecall *ec, struct kv_sm *sm, struct range_state *s,
+                         uint64_t visit_max)
 {
     memset(s, 0, sizeof(*s));
     s->ec = ec;
+    s->visit_max = visit_max != 0 ? visit_max : ec->e->cfg.count_max;
     s->take = ec->e->cfg.range_limit_max;
     if (ec->limit > 0 && (uint64_t)ec->limit < s->take)
         s->take = (uint32_t)ec->limit; /* limit 0: no limit but ours */
@@ -294,12 +306,14 @@ static int range_collect(struct ecall *ec, struct kv_sm *sm, struct range_state 
     } else {
         struct kv_range pieces[2];
         size_t n = range_pieces(ec, pieces);
-        for (size_t i = 0; i < n && rc == 0 && s->count < ec->e->cfg.count_max; i++)
+        for (size_t i = 0; i < n && rc == 0 && s->count < ec->e->cfg.count_max &&
+                           s->visited <= s->visit_max;
+             i++)
             rc = kv_sm_scan_bounded(sm, &pieces[i], 0, KV_SCAN_SKIP_MAX, range_item, s,
                                     NULL);
     }
     if (ec->count_only)
-        s->more = false;
+        s->more = s->visited > s->visit_max; /* a count cut short says so */
     return rc;
 }
 
@@ -332,7 +346,7 @@ static void range_read_cb(struct node_req *nreq, int status, struct kv_sm *sm, v
         return;
     }
     struct range_state s;
-    int rc = range_collect(ec, sm, &s);
+    int rc = range_collect(ec, sm, &s, 0);
     if (rc != 0) {
         range_state_free(&s);
         etcdapi__fail_rc(ec, rc);
@@ -344,7 +358,8 @@ static void range_read_cb(struct node_req *nreq, int status, struct kv_sm *sm, v
 
 void etcdapi__kv_range(struct ecall *ec, const uint8_t *msg, size_t len)
 {
-    Etcdserverpb__RangeRequest *rq = etcdserverpb__range_request__unpack(NULL, len, msg);
+    Etcdserverpb__RangeRequest *rq =
+        etcdapi__unpack(&etcdserverpb__range_request__descriptor, len, msg);
     if (rq == NULL) {
         etcdapi__fail(ec, GRPC_INVALID_ARGUMENT, "tierkv: a malformed RangeRequest");
         return;
@@ -415,7 +430,8 @@ static const char *put_unsupported(const Etcdserverpb__PutRequest *p)
 
 void etcdapi__kv_put(struct ecall *ec, const uint8_t *msg, size_t len)
 {
-    Etcdserverpb__PutRequest *rq = etcdserverpb__put_request__unpack(NULL, len, msg);
+    Etcdserverpb__PutRequest *rq =
+        etcdapi__unpack(&etcdserverpb__put_request__descriptor, len, msg);
     if (rq == NULL) {
         etcdapi__fail(ec, GRPC_INVALID_ARGUMENT, "tierkv: a malformed PutRequest");
         return;
@@ -485,7 +501,7 @@ static void delete_step(struct ecall *ec)
 void etcdapi__kv_delete_range(struct ecall *ec, const uint8_t *msg, size_t len)
 {
     Etcdserverpb__DeleteRangeRequest *rq =
-        etcdserverpb__delete_range_request__unpack(NULL, len, msg);
+        etcdapi__unpack(&etcdserverpb__delete_range_request__descriptor, len, msg);
     if (rq == NULL) {
         etcdapi__fail(ec, GRPC_INVALID_ARGUMENT,
                       "tierkv: a malformed DeleteRangeRequest");
@@ -724,16 +740,20 @@ static const char *txn_take(struct ecall *ec, const Etcdserverpb__TxnRequest *rq
 /* The Txn's answer: its taken branch's results; its Range ops read from sm
  * (after the Txn applied; NULL when there are none). */
 /* A Txn's Range op q, read from sm into rr (qe and rs hold what it read
- * until the answer is sent). Returns the bytes read. */
+ * until the answer is sent), looking at *budget keys at most (the Txn's
+ * Range ops share one count_max). Returns the bytes read. */
 static uint64_t txn_range_op(struct ecall *ec, struct kv_sm *sm,
                              const Etcdserverpb__RangeRequest *q, struct ecall *qe,
-                             struct range_state *rs, Etcdserverpb__RangeResponse *rr)
+                             struct range_state *rs, Etcdserverpb__RangeResponse *rr,
+                             uint64_t *budget)
 {
     qe->e = ec->e;
     set_range(qe, &q->key, &q->range_end);
     (void)take_sort(qe, q);
     take_range_fields(qe, q);
-    (void)range_collect(qe, sm, rs); /* an error: what was read */
+    (void)range_collect(qe, sm, rs,
+                        *budget > 0 ? *budget : 1); /* an error: what was read */
+    *budget -= rs->visited < *budget ? rs->visited : *budget;
     rs->kvp = tk_calloc(rs->n ? rs->n : 1, sizeof(*rs->kvp));
     for (uint32_t j = 0; j < rs->n; j++)
         rs->kvp[j] = &rs->kvs[j];
@@ -750,7 +770,8 @@ static void txn_answer(struct ecall *ec, const struct kv_result *res, struct kv_
     uint32_t n = res->succeeded ? ec->n_success : ec->n_ops - ec->n_success;
     Etcdserverpb__TxnRequest *rq = NULL;
     if (sm != NULL)
-        rq = etcdserverpb__txn_request__unpack(NULL, ec->txn_msg_len, ec->txn_msg);
+        rq = etcdapi__unpack(&etcdserverpb__txn_request__descriptor, ec->txn_msg_len,
+                             ec->txn_msg);
     Etcdserverpb__ResponseHeader h = ETCDSERVERPB__RESPONSE_HEADER__INIT;
     etcdapi__header(ec->e, res->revision, &h);
     Etcdserverpb__ResponseOp *ro = tk_calloc(n ? n : 1, sizeof(*ro));
@@ -762,6 +783,7 @@ static void txn_answer(struct ecall *ec, const struct kv_result *res, struct kv_
     struct ecall *rq_ec = tk_calloc(n ? n : 1, sizeof(*rq_ec));
     uint32_t k = 0;     /* the command's op results (a Range is not one) */
     uint64_t bytes = 0; /* read by the Range ops: about one answer's worth */
+    uint64_t budget = ec->e->cfg.count_max; /* keys they look at, together */
     bool over = false;
     for (uint32_t i = 0; i < n && !over; i++) {
         etcdserverpb__response_op__init(&ro[i]);
@@ -789,7 +811,8 @@ static void txn_answer(struct ecall *ec, const struct kv_result *res, struct kv_
                 continue; /* (unpacked once already: cannot fail) */
             const Etcdserverpb__RequestOp *op =
                 res->succeeded ? rq->success[i] : rq->failure[i];
-            bytes += txn_range_op(ec, sm, op->request_range, &rq_ec[i], &rs[i], &rr[i]);
+            bytes += txn_range_op(ec, sm, op->request_range, &rq_ec[i], &rs[i], &rr[i],
+                                  &budget);
             over = bytes > RANGE_BYTES_MAX;
         }
     }
@@ -859,15 +882,128 @@ static void txn_done(struct node_req *nreq, int status, const struct kv_result *
     etcdapi__submit_read(ec, false, txn_read_cb);
 }
 
+/* ---- a TxnRequest's wire bytes, checked before protobuf-c unpacks them ---- */
+
+/* A varint at *p (before end): 0 and *p past it, or -1. */
+static int wire_varint(const uint8_t **p, const uint8_t *end, uint64_t *v)
+{
+    uint64_t x = 0;
+    for (unsigned shift = 0; shift < 64 && *p < end; shift += 7) {
+        uint8_t b = *(*p)++;
+        x |= (uint64_t)(b & 0x7f) << shift;
+        if ((b & 0x80) == 0) {
+            *v = x;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+/* Walks one message's fields; for each length-delimited field numbered
+ * `want` (0: none) calls back with its bytes. -1 on a malformed field, or
+ * what the callback returned when not 0. */
+static int wire_fields(const uint8_t *p, size_t len, uint32_t want,
+                       int (*cb)(const uint8_t *, size_t, void *), void *arg)
+{
+    const uint8_t *end = p + len;
+    while (p < end) {
+        uint64_t tag, v;
+        if (wire_varint(&p, end, &tag) != 0)
+            return -1;
+        switch (tag & 7) {
+        case 0:
+            if (wire_varint(&p, end, &v) != 0)
+                return -1;
+            break;
+        case 1:
+            if (end - p < 8)
+                return -1;
+            p += 8;
+            break;
+        case 5:
+            if (end - p < 4)
+                return -1;
+            p += 4;
+            break;
+        case 2:
+            if (wire_varint(&p, end, &v) != 0 || v > (uint64_t)(end - p))
+                return -1;
+            if (want != 0 && (tag >> 3) == want) {
+                int rc = cb(p, (size_t)v, arg);
+                if (rc != 0)
+                    return rc;
+            }
+            p += v;
+            break;
+        default: /* groups (3, 4) and 6, 7: etcd's messages have none */
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static int op_has_txn(const uint8_t *p, size_t len, void *arg)
+{
+    (void)p;
+    (void)len;
+    (void)arg;
+    return 1; /* RequestOp.request_txn (field 4): a nested Txn */
+}
+
+static int count_cmp(const uint8_t *p, size_t len, void *arg)
+{
+    (void)p;
+    (void)len;
+    size_t *n = arg;
+    return ++*n > KV_TXN_OPS_MAX ? 2 : 0;
+}
+
+static int count_op(const uint8_t *p, size_t len, void *arg)
+{
+    size_t *n = arg;
+    if (++*n > KV_TXN_OPS_MAX)
+        return 2;
+    return wire_fields(p, len, 4, op_has_txn, NULL);
+}
+
+/* protobuf-c unpacks a nested TxnRequest by recursion, with no bound on the
+ * depth: a Txn nested some thousand deep (tens of KB) would overflow the
+ * loop thread's stack. Refused here, from the bytes: a nested Txn (not
+ * served), and more compares or ops than a Txn takes (before protobuf-c
+ * allocates for each). */
+static const char *txn_wire_check(const uint8_t *msg, size_t len, int *code)
+{
+    size_t n_cmp = 0, n_success = 0, n_failure = 0;
+    int rc = wire_fields(msg, len, 1, count_cmp, &n_cmp);
+    if (rc == 0)
+        rc = wire_fields(msg, len, 2, count_op, &n_success);
+    if (rc == 0)
+        rc = wire_fields(msg, len, 3, count_op, &n_failure);
+    *code = rc == 1 ? GRPC_UNIMPLEMENTED : GRPC_INVALID_ARGUMENT;
+    if (rc == 1)
+        return "tierkv: a nested Txn inside a Txn is not supported yet";
+    if (rc == 2)
+        return "etcdserver: too many operations in txn request";
+    if (rc != 0)
+        return "tierkv: a malformed TxnRequest";
+    return NULL;
+}
+
 void etcdapi__kv_txn(struct ecall *ec, const uint8_t *msg, size_t len)
 {
-    Etcdserverpb__TxnRequest *rq = etcdserverpb__txn_request__unpack(NULL, len, msg);
+    int code;
+    const char *bad = txn_wire_check(msg, len, &code);
+    if (bad != NULL) {
+        etcdapi__fail(ec, code, bad);
+        return;
+    }
+    Etcdserverpb__TxnRequest *rq =
+        etcdapi__unpack(&etcdserverpb__txn_request__descriptor, len, msg);
     if (rq == NULL) {
         etcdapi__fail(ec, GRPC_INVALID_ARGUMENT, "tierkv: a malformed TxnRequest");
         return;
     }
     struct txn_build b = {0};
-    int code;
     const char *why = txn_take(ec, rq, &b, &code);
     if (why != NULL) {
         etcdapi__fail(ec, code, why);

@@ -53,7 +53,7 @@ static void grant_done(struct node_req *nreq, int status, const struct kv_result
 void etcdapi__lease_grant(struct ecall *ec, const uint8_t *msg, size_t len)
 {
     Etcdserverpb__LeaseGrantRequest *rq =
-        etcdserverpb__lease_grant_request__unpack(NULL, len, msg);
+        etcdapi__unpack(&etcdserverpb__lease_grant_request__descriptor, len, msg);
     if (rq == NULL) {
         etcdapi__fail(ec, GRPC_INVALID_ARGUMENT, "tierkv: a malformed LeaseGrantRequest");
         return;
@@ -101,7 +101,7 @@ static void revoke_done(struct node_req *nreq, int status, const struct kv_resul
 void etcdapi__lease_revoke(struct ecall *ec, const uint8_t *msg, size_t len)
 {
     Etcdserverpb__LeaseRevokeRequest *rq =
-        etcdserverpb__lease_revoke_request__unpack(NULL, len, msg);
+        etcdapi__unpack(&etcdserverpb__lease_revoke_request__descriptor, len, msg);
     if (rq == NULL) {
         etcdapi__fail(ec, GRPC_INVALID_ARGUMENT,
                       "tierkv: a malformed LeaseRevokeRequest");
@@ -176,7 +176,7 @@ static void ttl_read_cb(struct node_req *nreq, int status, struct kv_sm *sm, voi
 void etcdapi__lease_time_to_live(struct ecall *ec, const uint8_t *msg, size_t len)
 {
     Etcdserverpb__LeaseTimeToLiveRequest *rq =
-        etcdserverpb__lease_time_to_live_request__unpack(NULL, len, msg);
+        etcdapi__unpack(&etcdserverpb__lease_time_to_live_request__descriptor, len, msg);
     if (rq == NULL) {
         etcdapi__fail(ec, GRPC_INVALID_ARGUMENT,
                       "tierkv: a malformed LeaseTimeToLiveRequest");
@@ -223,7 +223,7 @@ static void leases_read_cb(struct node_req *nreq, int status, struct kv_sm *sm,
 void etcdapi__lease_leases(struct ecall *ec, const uint8_t *msg, size_t len)
 {
     Etcdserverpb__LeaseLeasesRequest *rq =
-        etcdserverpb__lease_leases_request__unpack(NULL, len, msg);
+        etcdapi__unpack(&etcdserverpb__lease_leases_request__descriptor, len, msg);
     if (rq == NULL) {
         etcdapi__fail(ec, GRPC_INVALID_ARGUMENT,
                       "tierkv: a malformed LeaseLeasesRequest");
@@ -356,7 +356,7 @@ static void ka_msg(struct grpc_call *call, const uint8_t *msg, size_t len)
 {
     struct kastream *ks = grpc_call_user(call);
     Etcdserverpb__LeaseKeepAliveRequest *rq =
-        etcdserverpb__lease_keep_alive_request__unpack(NULL, len, msg);
+        etcdapi__unpack(&etcdserverpb__lease_keep_alive_request__descriptor, len, msg);
     if (rq == NULL) {
         ka_finish(ks, GRPC_INVALID_ARGUMENT, "tierkv: a malformed LeaseKeepAliveRequest");
         return;

@@ -29,7 +29,7 @@
 void etcdapi__status(struct ecall *ec, const uint8_t *msg, size_t len)
 {
     Etcdserverpb__StatusRequest *rq =
-        etcdserverpb__status_request__unpack(NULL, len, msg);
+        etcdapi__unpack(&etcdserverpb__status_request__descriptor, len, msg);
     if (rq == NULL) {
         etcdapi__fail(ec, GRPC_INVALID_ARGUMENT, "tierkv: a malformed StatusRequest");
         return;
@@ -173,7 +173,8 @@ static void hash_start(struct ecall *ec, bool kv)
 
 void etcdapi__hash(struct ecall *ec, const uint8_t *msg, size_t len)
 {
-    Etcdserverpb__HashRequest *rq = etcdserverpb__hash_request__unpack(NULL, len, msg);
+    Etcdserverpb__HashRequest *rq =
+        etcdapi__unpack(&etcdserverpb__hash_request__descriptor, len, msg);
     if (rq == NULL) {
         etcdapi__fail(ec, GRPC_INVALID_ARGUMENT, "tierkv: a malformed HashRequest");
         return;
@@ -198,7 +199,7 @@ static bool revision_ok(struct ecall *ec, int64_t rev)
 void etcdapi__hash_kv(struct ecall *ec, const uint8_t *msg, size_t len)
 {
     Etcdserverpb__HashKVRequest *rq =
-        etcdserverpb__hash_kvrequest__unpack(NULL, len, msg);
+        etcdapi__unpack(&etcdserverpb__hash_kvrequest__descriptor, len, msg);
     if (rq == NULL) {
         etcdapi__fail(ec, GRPC_INVALID_ARGUMENT, "tierkv: a malformed HashKVRequest");
         return;
@@ -267,7 +268,7 @@ static void move_poll(uv_timer_t *t)
 void etcdapi__move_leader(struct ecall *ec, const uint8_t *msg, size_t len)
 {
     Etcdserverpb__MoveLeaderRequest *rq =
-        etcdserverpb__move_leader_request__unpack(NULL, len, msg);
+        etcdapi__unpack(&etcdserverpb__move_leader_request__descriptor, len, msg);
     if (rq == NULL) {
         etcdapi__fail(ec, GRPC_INVALID_ARGUMENT, "tierkv: a malformed MoveLeaderRequest");
         return;
@@ -319,7 +320,8 @@ void etcdapi__move_leader(struct ecall *ec, const uint8_t *msg, size_t len)
  * GET and DEACTIVATE answer none; ACTIVATE is refused. */
 void etcdapi__alarm(struct ecall *ec, const uint8_t *msg, size_t len)
 {
-    Etcdserverpb__AlarmRequest *rq = etcdserverpb__alarm_request__unpack(NULL, len, msg);
+    Etcdserverpb__AlarmRequest *rq =
+        etcdapi__unpack(&etcdserverpb__alarm_request__descriptor, len, msg);
     if (rq == NULL) {
         etcdapi__fail(ec, GRPC_INVALID_ARGUMENT, "tierkv: a malformed AlarmRequest");
         return;
@@ -340,7 +342,7 @@ void etcdapi__alarm(struct ecall *ec, const uint8_t *msg, size_t len)
 void etcdapi__defragment(struct ecall *ec, const uint8_t *msg, size_t len)
 {
     Etcdserverpb__DefragmentRequest *rq =
-        etcdserverpb__defragment_request__unpack(NULL, len, msg);
+        etcdapi__unpack(&etcdserverpb__defragment_request__descriptor, len, msg);
     if (rq == NULL) {
         etcdapi__fail(ec, GRPC_INVALID_ARGUMENT, "tierkv: a malformed DefragmentRequest");
         return;
@@ -378,7 +380,7 @@ static void compact_cb(struct node_req *nreq, int status, struct kv_sm *sm, void
 void etcdapi__kv_compact(struct ecall *ec, const uint8_t *msg, size_t len)
 {
     Etcdserverpb__CompactionRequest *rq =
-        etcdserverpb__compaction_request__unpack(NULL, len, msg);
+        etcdapi__unpack(&etcdserverpb__compaction_request__descriptor, len, msg);
     if (rq == NULL) {
         etcdapi__fail(ec, GRPC_INVALID_ARGUMENT, "tierkv: a malformed CompactionRequest");
         return;

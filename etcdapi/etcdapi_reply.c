@@ -2,6 +2,7 @@
  * an answer, etcd's status codes and messages for tierkv's errors, and
  * submitting node requests. Called by etcdapi.c and etcdapi_kv.c; calls
  * grpc.c and the node. Loop thread only. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "base/alloc.h"
@@ -56,6 +57,40 @@ void etcdapi__reply(struct ecall *ec, const ProtobufCMessage *msg)
     else
         grpc_call_reply(ec->call, len, fill_packed, msg);
     call_free(ec);
+}
+
+/* protobuf-c allocates a struct for each message, element and unknown field
+ * it meets: 2 MiB of 2-byte fields would be a million allocations. Each
+ * unpack gets UNPACK_ROOM(len) bytes at most and fails past them (the caller
+ * answers INVALID_ARGUMENT), so a request costs at most a few times its own
+ * size. Blocks come from malloc, so free_unpacked(msg, NULL) frees them. */
+#define UNPACK_ROOM(len) (4 * (len) + 16384)
+
+struct unpack_room {
+    size_t left;
+};
+
+static void *unpack_alloc(void *data, size_t size)
+{
+    struct unpack_room *r = data;
+    if (size > r->left)
+        return NULL;
+    r->left -= size;
+    return malloc(size);
+}
+
+static void unpack_free(void *data, void *p)
+{
+    (void)data;
+    free(p);
+}
+
+void *etcdapi__unpack(const ProtobufCMessageDescriptor *d, size_t len, const uint8_t *msg)
+{
+    struct unpack_room room = {UNPACK_ROOM(len)};
+    ProtobufCAllocator a = {
+        .alloc = unpack_alloc, .free = unpack_free, .allocator_data = &room};
+    return protobuf_c_message_unpack(d, &a, len, msg);
 }
 
 void etcdapi__fail(struct ecall *ec, int code, const char *msg)

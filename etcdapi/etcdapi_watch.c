@@ -543,11 +543,16 @@ static void on_tick(uv_timer_t *t)
     W->walking++;
     for (struct wstream *ws = W->streams; ws != NULL; ws = ws->next) {
         any_blocked |= ws->blocked_since_ms != 0;
-        for (struct ewatch *w = ws->watches; w != NULL && !ws->dead; w = w->next) {
+        struct ewatch *next;
+        for (struct ewatch *w = ws->watches; w != NULL && !ws->dead; w = next) {
+            next = w->next;
             if (!w->progress_notify || w->next_rev <= applied ||
                 now - w->last_sent_ms < WATCH_PROGRESS_MS)
                 continue;
-            if (send_ctl(ws, w->id, false, false, 0, NULL, 0) == 0)
+            int rc = send_ctl(ws, w->id, false, false, 0, NULL, 0);
+            if (ws->dead)
+                break; /* the send's flush ended this stream */
+            if (rc == 0)
                 w->last_sent_ms = now;
         }
     }
@@ -670,7 +675,8 @@ static void progress(struct wstream *ws)
 static void on_msg(struct grpc_call *call, const uint8_t *msg, size_t len)
 {
     struct wstream *ws = grpc_call_user(call);
-    Etcdserverpb__WatchRequest *rq = etcdserverpb__watch_request__unpack(NULL, len, msg);
+    Etcdserverpb__WatchRequest *rq =
+        etcdapi__unpack(&etcdserverpb__watch_request__descriptor, len, msg);
     if (rq == NULL) {
         stream_end(ws, GRPC_INVALID_ARGUMENT, "tierkv: a malformed WatchRequest", false);
         return;

@@ -676,6 +676,17 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
         conn_close(c); /* a bad preface, a protocol error or a flood */
         return;
     }
+    /* The turn's budget: past it, this connection reads again in the next
+     * turn (on_resume), so one turn parses and dispatches at most about
+     * TURN_BYTES_MAX of requests over all connections (libuv would read each
+     * readable one up to 32 times a turn). */
+    struct grpc_server *srv = c->srv;
+    srv->turn_bytes += (size_t)nread;
+    if (srv->turn_bytes >= TURN_BYTES_MAX && !c->paused) {
+        c->paused = true;
+        srv->n_paused++;
+        conn_update_reading(c);
+    }
     conn_flush(c);
 }
 

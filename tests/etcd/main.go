@@ -369,6 +369,31 @@ func functional(leaderEp, followerEp string) {
 	}
 	ok("refused: empty key (InvalidArgument), 3 MiB message (the server's ResourceExhausted)")
 
+	// A Txn nested thousands deep (protobuf-c unpacks by recursion, with no
+	// depth bound: it would overflow the loop's stack) and one with more
+	// compares than a Txn takes are refused from their bytes, and the node
+	// goes on.
+	nested := clientv3.OpPut("/etcd-test/deep", "x")
+	for i := 0; i < 5000; i++ {
+		nested = clientv3.OpTxn(nil, []clientv3.Op{nested}, nil)
+	}
+	_, err = lc.Txn(c).Then(nested).Commit()
+	if codeOf(err) != codes.Unimplemented || !strings.Contains(err.Error(), "nested") {
+		fail("a Txn nested 5000 deep: %v (want Unimplemented, nested)", err)
+	}
+	cmps := make([]clientv3.Cmp, 200)
+	for i := range cmps {
+		cmps[i] = clientv3.Compare(clientv3.Version("/etcd-test/b"), ">", -1)
+	}
+	_, err = lc.Txn(c).If(cmps...).Commit()
+	if codeOf(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "too many") {
+		fail("a Txn of 200 compares: %v (want InvalidArgument, too many operations)", err)
+	}
+	if _, err := lc.Get(c, "/etcd-test/b"); err != nil {
+		fail("Get after the refused Txns: %v", err)
+	}
+	ok("refused from the bytes: a Txn nested 5000 deep (Unimplemented), 200 compares (InvalidArgument)")
+
 	// Methods not served yet: Unimplemented, the connection still usable.
 	if _, err = lc.Compact(c, 1); err != nil {
 		fail("Compact: %v", err)
