@@ -28,6 +28,7 @@ struct etcdapi {
     /* The hooks found in the node_options (the gateway's), chained. */
     node_hook_cb *prev_start, *prev_stop, *prev_applied;
     void *prev_data;
+    uint32_t hashes; /* Hash/HashKV digests in progress (etcdapi_maint.c) */
 };
 
 /* One call: the node request it waits on and what its answer needs. */

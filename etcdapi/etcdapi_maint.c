@@ -81,8 +81,13 @@ struct hash_op {
 
 static void hash_step_cb(struct node_req *nreq, int status, struct kv_sm *sm, void *data);
 
+/* Digests in progress at once per node: each walks the whole state in
+ * steps, a step a loop turn; more wait for none and are refused. */
+#define HASHES_MAX 2
+
 static void hash_end(struct hash_op *h)
 {
+    h->ec->e->hashes--;
     kv_digest_free(h->d);
     tk_free(h);
 }
@@ -136,6 +141,11 @@ static void hash_step_cb(struct node_req *nreq, int status, struct kv_sm *sm, vo
         hash_end(h);
         return;
     }
+    if (grpc_call_gone(h->ec->call)) { /* nobody waits for it: no more steps */
+        etcdapi__fail(h->ec, GRPC_CANCELLED, "tierkv: the client left");
+        hash_end(h);
+        return;
+    }
     uint64_t applied = kv_sm_applied_index(sm);
     if (h->d != NULL && applied != h->applied) {
         kv_digest_free(h->d); /* the state moved: from the start */
@@ -165,6 +175,12 @@ static void hash_step_cb(struct node_req *nreq, int status, struct kv_sm *sm, vo
 
 static void hash_start(struct ecall *ec, bool kv)
 {
+    if (ec->e->hashes >= HASHES_MAX) {
+        etcdapi__fail(ec, GRPC_RESOURCE_EXHAUSTED,
+                      "tierkv: 2 hashes are being computed on this node; retry later");
+        return;
+    }
+    ec->e->hashes++;
     struct hash_op *h = tk_calloc(1, sizeof(*h));
     h->ec = ec;
     h->kv = kv;
