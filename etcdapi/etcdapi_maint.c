@@ -71,6 +71,7 @@ void etcdapi__status(struct ecall *ec, const uint8_t *msg, size_t len)
 /* ---- Hash and HashKV -------------------------------------------------------- */
 
 struct hash_op {
+    struct etcdapi *e; /* its count of digests (the call may be freed first) */
     struct ecall *ec;
     struct node_req nreq;
     bool kv; /* HashKV (else Hash) */
@@ -85,9 +86,10 @@ static void hash_step_cb(struct node_req *nreq, int status, struct kv_sm *sm, vo
  * steps, a step a loop turn; more wait for none and are refused. */
 #define HASHES_MAX 2
 
+/* After the answer: h->ec may be gone with it. */
 static void hash_end(struct hash_op *h)
 {
-    h->ec->e->hashes--;
+    h->e->hashes--;
     kv_digest_free(h->d);
     tk_free(h);
 }
@@ -182,6 +184,7 @@ static void hash_start(struct ecall *ec, bool kv)
     }
     ec->e->hashes++;
     struct hash_op *h = tk_calloc(1, sizeof(*h));
+    h->e = ec->e;
     h->ec = ec;
     h->kv = kv;
     hash_submit(h);
