@@ -173,6 +173,11 @@ int etcdapi_new(const struct etcdapi_config *c, struct etcdapi **out)
     struct grpc_config gc;
     grpc_config_default(&gc);
     gc.conns_max = c->conns_max;
+    gc.tls = c->tls;
+    if (c->handshakes_max > 0)
+        gc.handshakes_max = c->handshakes_max;
+    if (c->handshakes_per_addr > 0)
+        gc.handshakes_per_addr = c->handshakes_per_addr;
     static const struct grpc_callbacks cb = {.accept = on_accept,
                                              .on_call = on_call,
                                              .is_stream = on_is_stream,

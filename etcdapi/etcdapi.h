@@ -23,6 +23,7 @@
 
 struct node_options;
 struct etcdapi;
+struct tk_tls_ctx;
 
 struct etcdapi_config {
     const char *host;            /* "127.0.0.1"; an IPv4 or IPv6 literal */
@@ -36,6 +37,12 @@ struct etcdapi_config {
     uint32_t delete_step;        /* keys one DeleteRange step deletes: 1000 */
     uint64_t request_timeout_ms; /* node deadline per call; 0: the node's
                                     (a shorter grpc-timeout wins) */
+    /* TLS (tls/tls.h, a server context with ALPN "h2"; borrowed, outlives
+     * the API): NULL serves cleartext (h2c). Its CA, if any, makes client
+     * certificates required (grpc.h). */
+    struct tk_tls_ctx *tls;
+    uint32_t handshakes_max;      /* TLS handshakes in progress: 0, grpc's 64 */
+    uint32_t handshakes_per_addr; /* ... from one address: 0, grpc's 16 */
 };
 
 /* Fills `c` with the defaults above (port 2379). */

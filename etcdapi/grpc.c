@@ -25,6 +25,7 @@
 #include "base/clock.h"
 #include "base/err.h"
 #include "etcdapi/grpc.h"
+#include "tls/tls.h"
 
 #define PATH_MAX_BYTES 256
 #define WRITE_CHUNK (64u * 1024u)
@@ -35,6 +36,13 @@
  * streams nghttp2 refuses) cannot hold the loop the node's Raft work runs
  * on (an ASan build lost its leadership to one before this bound). */
 #define TURN_BYTES_MAX (256u * 1024u)
+/* TLS: what one read hands the session (under TK_TLS_IN_MAX with a partial
+ * record left from the read before), and the handshake steps (a key
+ * exchange and a signature each, about 0.2-1 ms here) one loop turn runs:
+ * past them a handshaking connection's bytes wait in its session and it
+ * reads again next turn. */
+#define TLS_READ_BYTES (16u * 1024u)
+#define HS_TURN_MAX 16
 
 struct gconn;
 
@@ -84,6 +92,12 @@ struct gconn {
     bool paused;  /* waits for the next loop turn (TURN_BYTES_MAX) */
     bool in_send; /* inside nghttp2_session_mem_send (conn_flush) */
     uint64_t born_ms, progress_ms, active_ms;
+    /* TLS (srv->cfg.tls): the session; a handshake in progress holds a slot
+     * (handshaking) from accept to its end; tls_pending: bytes fed and not
+     * yet decrypted, waiting for the next turn's handshake budget. */
+    struct tk_tls *tls;
+    bool handshaking, tls_pending;
+    uint8_t addr[16], addr_len;
 };
 
 struct grpc_server {
@@ -96,9 +110,11 @@ struct grpc_server {
     uv_check_t resume; /* after each turn's I/O: the paused read again */
     size_t turn_bytes; /* read this turn */
     uint32_t n_paused;
+    uint32_t n_hs, turn_hs; /* handshakes in progress; steps this turn */
     bool listening, stopping;
     nghttp2_session_callbacks *h2_callbacks;
     uint8_t read_buf[64 * 1024];
+    uint8_t plain_buf[TLS_READ_BYTES]; /* TLS: decrypted bytes for mem_recv */
     uint16_t port;
     struct gconn *conns;
     uint32_t n_conns, calls;
@@ -134,6 +150,9 @@ void grpc_config_default(struct grpc_config *c)
     c->write_timeout_ms = 30000;
     c->request_timeout_ms = 30000;
     c->stream_out_max = 4u << 20;
+    c->tls = NULL;
+    c->handshakes_max = 64;
+    c->handshakes_per_addr = 16;
 }
 
 /* ---- streams ------------------------------------------------------------ */
@@ -639,7 +658,7 @@ static void on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf)
     (void)hint;
     struct gconn *c = h->data;
     buf->base = (char *)c->srv->read_buf;
-    buf->len = sizeof(c->srv->read_buf);
+    buf->len = c->tls != NULL ? TLS_READ_BYTES : sizeof(c->srv->read_buf);
 }
 
 /* Reads while the connection's output and the server's are under their
@@ -659,34 +678,99 @@ static void conn_update_reading(struct gconn *c)
         uv_read_stop((uv_stream_t *)&c->tcp);
 }
 
+/* Plaintext into the session. False when the connection closed. */
+static bool conn_recv(struct gconn *c, const uint8_t *p, size_t len)
+{
+    c->in_recv = true;
+    ssize_t rv = nghttp2_session_mem_recv(c->h2, p, len);
+    c->in_recv = false;
+    if (rv < 0 || c->close_pending) {
+        conn_close(c); /* a bad preface, a protocol error or a flood */
+        return false;
+    }
+    return true;
+}
+
+/* The handshake is over (done, failed or the connection closed): its slot
+ * is free. */
+static void hs_leave(struct gconn *c)
+{
+    if (!c->handshaking)
+        return;
+    c->handshaking = false;
+    c->srv->n_hs--;
+}
+
+static bool conn_write_cipher(struct gconn *c);
+
+/* TLS: decrypts what the session was fed, a record at a time, into the
+ * session (nghttp2). False when the connection closed. */
+static bool conn_tls_drain(struct gconn *c)
+{
+    c->tls_pending = false;
+    for (;;) {
+        ssize_t n = tk_tls_read(c->tls, c->srv->plain_buf, sizeof(c->srv->plain_buf));
+        if (n == 0)
+            break;
+        if (n < 0) { /* close_notify, a failed handshake or a bad record */
+            (void)conn_write_cipher(c); /* the alert, if any */
+            conn_close(c);
+            return false;
+        }
+        if (!conn_recv(c, c->srv->plain_buf, (size_t)n))
+            return false;
+    }
+    if (c->handshaking && tk_tls_handshake_done(c->tls))
+        hs_leave(c);
+    return true;
+}
+
+static void conn_pause(struct gconn *c)
+{
+    if (c->paused)
+        return;
+    c->paused = true;
+    c->srv->n_paused++;
+    conn_update_reading(c);
+}
+
 static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 {
     struct gconn *c = s->data;
+    struct grpc_server *srv = c->srv;
     if (nread == 0)
         return;
     if (nread < 0) {
         conn_close(c);
         return;
     }
-    c->in_recv = true;
-    ssize_t rv =
-        nghttp2_session_mem_recv(c->h2, (const uint8_t *)buf->base, (size_t)nread);
-    c->in_recv = false;
-    if (rv < 0 || c->close_pending) {
-        conn_close(c); /* a bad preface, a protocol error or a flood */
-        return;
+    if (c->tls == NULL) {
+        if (!conn_recv(c, (const uint8_t *)buf->base, (size_t)nread))
+            return;
+    } else {
+        /* Reads of TLS_READ_BYTES, each drained before the next: the
+         * session never holds more than a partial record and one read. */
+        if (tk_tls_feed(c->tls, buf->base, (size_t)nread) != 0) {
+            conn_close(c);
+            return;
+        }
+        if (c->handshaking && srv->turn_hs >= HS_TURN_MAX) {
+            c->tls_pending = true; /* the next turn (on_resume) */
+            conn_pause(c);
+            return;
+        }
+        if (c->handshaking)
+            srv->turn_hs++;
+        if (!conn_tls_drain(c))
+            return;
     }
     /* The turn's budget: past it, this connection reads again in the next
      * turn (on_resume), so one turn parses and dispatches at most about
      * TURN_BYTES_MAX of requests over all connections (libuv would read each
      * readable one up to 32 times a turn). */
-    struct grpc_server *srv = c->srv;
     srv->turn_bytes += (size_t)nread;
-    if (srv->turn_bytes >= TURN_BYTES_MAX && !c->paused) {
-        c->paused = true;
-        srv->n_paused++;
-        conn_update_reading(c);
-    }
+    if (srv->turn_bytes >= TURN_BYTES_MAX)
+        conn_pause(c);
     conn_flush(c);
 }
 
@@ -694,6 +778,7 @@ static void on_conn_closed(uv_handle_t *h)
 {
     struct gconn *c = h->data;
     c->srv->n_conns--;
+    tk_tls_free(c->tls);
     tk_free(c);
 }
 
@@ -707,6 +792,7 @@ static void conn_close(struct gconn *c)
     }
     c->closing = true;
     struct grpc_server *srv = c->srv;
+    hs_leave(c);
     if (c->paused) {
         c->paused = false;
         srv->n_paused--;
@@ -742,13 +828,57 @@ static void on_written(uv_write_t *req, int status)
     conn_flush(c);
 }
 
-/* Moves what nghttp2 has to send into uv_write requests of about 64 KiB,
- * while the connection's writes in flight are under out_max. */
+/* Puts w on the wire (counted in write_bytes and out_total until written).
+ * False when the connection closed. */
+static bool conn_write(struct gconn *c, struct wreq *w)
+{
+    uv_buf_t b = uv_buf_init((char *)w->data, (unsigned)w->len);
+    w->req.data = w;
+    c->write_bytes += w->len;
+    c->srv->out_total += w->len;
+    if (uv_write(&w->req, (uv_stream_t *)&c->tcp, &b, 1, on_written) != 0) {
+        c->write_bytes -= w->len;
+        c->srv->out_total -= w->len;
+        tk_free(w->data);
+        tk_free(w);
+        conn_close(c);
+        return false;
+    }
+    return true;
+}
+
+/* TLS: the ciphertext the session has for the wire (handshake records,
+ * alerts, encrypted answers) in one write. False when the connection
+ * closed. */
+static bool conn_write_cipher(struct gconn *c)
+{
+    size_t n = tk_tls_out_pending(c->tls);
+    if (n == 0 || c->closing)
+        return !c->closing;
+    struct wreq *w = tk_calloc(1, sizeof(*w));
+    w->conn = c;
+    w->cap = n;
+    w->data = tk_malloc(n);
+    w->len = tk_tls_out_take(c->tls, w->data, n);
+    return conn_write(c, w);
+}
+
+/* Moves what nghttp2 has to send into uv_write requests of about 64 KiB
+ * (with TLS, encrypted first), while the connection's writes in flight are
+ * under out_max. */
 static void conn_flush(struct gconn *c)
 {
     if (c->closing || c->in_recv || c->in_send)
         return;
     const struct grpc_config *cfg = &c->srv->cfg;
+    if (c->tls != NULL) {
+        if (!conn_write_cipher(c))
+            return;
+        if (!tk_tls_handshake_done(c->tls)) { /* nghttp2 speaks after it */
+            conn_update_reading(c);
+            return;
+        }
+    }
     while (c->write_bytes < cfg->out_max) {
         struct wreq *w = NULL;
         for (;;) {
@@ -782,16 +912,17 @@ static void conn_flush(struct gconn *c)
         }
         if (w == NULL)
             break;
-        uv_buf_t b = uv_buf_init((char *)w->data, (unsigned)w->len);
-        w->req.data = w;
-        c->write_bytes += w->len;
-        c->srv->out_total += w->len;
-        if (uv_write(&w->req, (uv_stream_t *)&c->tcp, &b, 1, on_written) != 0) {
-            c->write_bytes -= w->len;
-            c->srv->out_total -= w->len;
+        if (c->tls != NULL) {
+            int rc = tk_tls_write(c->tls, w->data, w->len);
             tk_free(w->data);
             tk_free(w);
-            conn_close(c);
+            if (rc != 0) {
+                conn_close(c);
+                return;
+            }
+            if (!conn_write_cipher(c))
+                return;
+        } else if (!conn_write(c, w)) {
             return;
         }
     }
@@ -828,6 +959,36 @@ static nghttp2_session_callbacks *session_callbacks_new(void)
     return cbs;
 }
 
+/* TLS: may c start a handshake? Not past handshakes_max in progress, nor
+ * past handshakes_per_addr from its address (a scan of at most conns_max
+ * connections). If so it holds a slot until the handshake ends. */
+static bool hs_admit(struct gconn *c)
+{
+    struct grpc_server *srv = c->srv;
+    if (srv->n_hs >= srv->cfg.handshakes_max)
+        return false;
+    struct sockaddr_storage ss;
+    int len = sizeof(ss);
+    if (uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&ss, &len) != 0)
+        return false;
+    if (ss.ss_family == AF_INET) {
+        c->addr_len = 4;
+        memcpy(c->addr, &((struct sockaddr_in *)&ss)->sin_addr, 4);
+    } else {
+        c->addr_len = 16;
+        memcpy(c->addr, &((struct sockaddr_in6 *)&ss)->sin6_addr, 16);
+    }
+    uint32_t same = 0;
+    for (struct gconn *o = srv->conns; o != NULL; o = o->next)
+        if (o->handshaking && o->addr_len == c->addr_len &&
+            memcmp(o->addr, c->addr, c->addr_len) == 0 &&
+            ++same >= srv->cfg.handshakes_per_addr)
+            return false;
+    c->handshaking = true;
+    srv->n_hs++;
+    return true;
+}
+
 static void on_connection(uv_stream_t *l, int status)
 {
     struct grpc_server *srv = l->data;
@@ -845,6 +1006,14 @@ static void on_connection(uv_stream_t *l, int status)
         return;
     }
     uv_tcp_nodelay(&c->tcp, 1);
+    if (srv->cfg.tls != NULL) {
+        if (!hs_admit(c)) { /* over the handshake caps: no TLS state made */
+            c->closing = true;
+            uv_close((uv_handle_t *)&c->tcp, on_conn_closed);
+            return;
+        }
+        c->tls = tk_tls_new(srv->cfg.tls, NULL);
+    }
     nghttp2_option *opt;
     h2_must(nghttp2_option_new(&opt), "nghttp2_option_new");
     nghttp2_option_set_max_reserved_remote_streams(opt, 0);
@@ -873,11 +1042,25 @@ static void on_resume(uv_check_t *h)
 {
     struct grpc_server *srv = h->data;
     srv->turn_bytes = 0;
+    srv->turn_hs = 0;
     if (srv->n_paused == 0)
         return;
-    for (struct gconn *c = srv->conns; c != NULL && srv->n_paused > 0; c = c->next) {
+    struct gconn *next;
+    for (struct gconn *c = srv->conns; c != NULL && srv->n_paused > 0; c = next) {
+        next = c->next;
         if (!c->paused)
             continue;
+        if (c->tls_pending) { /* a handshake step put off by HS_TURN_MAX */
+            if (c->handshaking && srv->turn_hs >= HS_TURN_MAX)
+                continue;
+            if (c->handshaking)
+                srv->turn_hs++;
+            if (!conn_tls_drain(c))
+                continue; /* closed: conn_close took it off the paused */
+            conn_flush(c);
+            if (c->closing)
+                continue;
+        }
         c->paused = false;
         srv->n_paused--;
         conn_update_reading(c);

@@ -60,6 +60,7 @@
 #include <stdint.h>
 
 struct uv_loop_s;
+struct tk_tls_ctx;
 struct grpc_server;
 struct grpc_call;
 
@@ -95,6 +96,16 @@ struct grpc_config {
     uint64_t request_timeout_ms; /* a request's stream open to its last byte
                                     (then DEADLINE_EXCEEDED): 30000 */
     size_t stream_out_max;       /* answers queued per stream: 4 MiB */
+    /* TLS (tls/tls.h; borrowed, must outlive the server; its ALPN "h2"):
+     * NULL serves cleartext h2c. A handshake in progress holds one of
+     * handshakes_max slots (and of handshakes_per_addr for its client's
+     * address); past them a new connection is closed at accept. An
+     * unfinished handshake ends at preface_timeout_ms. At most
+     * HS_TURN_MAX handshake steps run in one loop turn (grpc.c); the
+     * others wait for the next. */
+    struct tk_tls_ctx *tls;
+    uint32_t handshakes_max;      /* 64 */
+    uint32_t handshakes_per_addr; /* 16 */
 };
 
 struct grpc_callbacks {

@@ -21,6 +21,8 @@
 struct tk_tls_ctx {
     SSL_CTX *ssl_ctx;
     bool server;
+    unsigned char alpn[33]; /* the ALPN protocol, wire form (alpn_len 0: none) */
+    unsigned alpn_len;
 };
 
 struct tk_tls {
@@ -82,12 +84,31 @@ static int ctx_load(SSL_CTX *sc, const struct tk_tls_ctx_config *cfg, char *err,
     return 0;
 }
 
+/* ALPN (server): picks the context's protocol if the client offers it. */
+static int alpn_select(SSL *ssl, const unsigned char **out, unsigned char *outlen,
+                       const unsigned char *in, unsigned int inlen, void *arg)
+{
+    (void)ssl;
+    const struct tk_tls_ctx *ctx = arg;
+    unsigned char *sel;
+    if (SSL_select_next_proto(&sel, outlen, ctx->alpn, ctx->alpn_len, in, inlen) !=
+        OPENSSL_NPN_NEGOTIATED)
+        return SSL_TLSEXT_ERR_ALERT_FATAL;
+    *out = sel;
+    return SSL_TLSEXT_ERR_OK;
+}
+
 int tk_tls_ctx_new(const struct tk_tls_ctx_config *cfg, struct tk_tls_ctx **out,
                    char *err, size_t err_cap)
 {
     ERR_clear_error();
     if (cfg->server && (cfg->cert_file == NULL || cfg->key_file == NULL)) {
         snprintf(err, err_cap, "a TLS server needs a certificate and its key");
+        return TK_EINVAL;
+    }
+    size_t alpn_len = cfg->alpn != NULL ? strlen(cfg->alpn) : 0;
+    if (cfg->alpn != NULL && (!cfg->server || alpn_len == 0 || alpn_len > 32)) {
+        snprintf(err, err_cap, "ALPN: a server's one protocol name of 1 to 32 bytes");
         return TK_EINVAL;
     }
     if ((cfg->cert_file == NULL) != (cfg->key_file == NULL)) {
@@ -121,6 +142,12 @@ int tk_tls_ctx_new(const struct tk_tls_ctx_config *cfg, struct tk_tls_ctx **out,
     struct tk_tls_ctx *ctx = tk_calloc(1, sizeof(*ctx));
     ctx->ssl_ctx = sc;
     ctx->server = cfg->server;
+    if (alpn_len > 0) { /* wire form: a length byte, then the name */
+        ctx->alpn[0] = (unsigned char)alpn_len;
+        memcpy(ctx->alpn + 1, cfg->alpn, alpn_len);
+        ctx->alpn_len = (unsigned)alpn_len + 1;
+        SSL_CTX_set_alpn_select_cb(sc, alpn_select, ctx);
+    }
     *out = ctx;
     if (err_cap > 0)
         err[0] = 0;

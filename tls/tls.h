@@ -39,6 +39,10 @@ struct tk_tls_ctx_config {
     const char *ca_file;
     /* Client only: skip verifying the server (tests and `--insecure`). */
     bool no_verify;
+    /* Server only: the one ALPN protocol it speaks ("h2" for gRPC; NULL:
+     * no ALPN). A client that offers ALPN without it is refused in the
+     * handshake (no_application_protocol); one that offers none is served. */
+    const char *alpn;
 };
 
 /* Builds a context (TLS 1.2 or newer). Returns 0, or TK_EINVAL with a

@@ -60,6 +60,7 @@ static void release(struct tierkvd *t)
 {
     gateway_free(t->gw);
     etcdapi_free(t->etcd);
+    tk_tls_ctx_free(t->etcd_tls);
     tk_tls_ctx_free(t->https);
     gateway_auth_free(t->auth);
     tk_tls_ctx_free(t->no.peer_tls_server);

@@ -202,14 +202,14 @@ static const struct opt opts[] = {
      .help = "HTTP listen address host:port",
      .doc = "where the HTTP API listens (IPv4 or `[IPv6]` literal)"},
     {OPT("listen-client", "HOST:PORT", NULL, G_HTTP), STR(listen_client),
-     .help = "etcd v3 API (gRPC, cleartext) listen address host:port; off by default",
-     .doc = "where etcd's v3 API listens, over gRPC (HTTP/2 cleartext, h2c): etcd "
-            "clients (`clientv3`, `etcdctl`) work against this address; off when not "
-            "given. Served: KV Range, Put, DeleteRange and Txn; Lease Grant, Revoke, "
-            "TimeToLive and Leases; Maintenance Status; Cluster MemberList. Other "
-            "methods answer UNIMPLEMENTED (docs/etcd-compat.md). No TLS and no "
-            "authentication yet: refused with "
-            "`--cert-file` or `--auth-file`"},
+     .help = "etcd v3 API (gRPC) listen address host:port; off by default",
+     .doc = "where etcd's v3 API listens, over gRPC: etcd clients (`clientv3`, "
+            "`etcdctl`) work against this address; off when not given. Cleartext "
+            "(h2c), or with `--cert-file` TLS with the same certificate (ALPN h2), "
+            "requiring client certificates with `--client-ca-file`, as etcd's "
+            "`--cert-file`, `--trusted-ca-file` and `--client-cert-auth` do. The RPCs "
+            "served and how they differ from etcd's: docs/etcd-compat.md. No token "
+            "authentication yet: refused with `--auth-file`"},
     {OPT("request-timeout-ms", "MS", "10000", G_HTTP),
      U64(request_timeout_ms, 1, 3600000),
      .help = "deadline of a request inside the node (then 504)"},
@@ -332,7 +332,8 @@ static const struct opt opts[] = {
      .help = "HTTPS handshakes in progress (beyond: closed at accept)",
      .doc = "HTTPS handshakes in progress at once; a connection past it is closed at "
             "accept, before any TLS state exists (about 44 KiB each), and a handshake "
-            "not done by `--header-timeout-ms` frees its slot"},
+            "not done by `--header-timeout-ms` frees its slot. `--listen-client` with "
+            "TLS has its own slots, as many (its deadline: 10 s)"},
     {OPT("max-tls-handshakes-per-addr", "N", "16", G_LIMITS),
      U64(tls_handshakes_per_addr, 1, 65536),
      .help = "HTTPS handshakes in progress from one client address",

@@ -85,6 +85,12 @@ void tierkvd_gateway_tls(struct tierkvd *t)
                                    .ca_file = ca};
     char err[TK_TLS_ERR_MAX];
     int rc = tk_tls_ctx_new(&tc, &t->gc.tls, err, sizeof(err));
+    /* --listen-client: the same certificate and CA, speaking gRPC's "h2"
+     * by ALPN (the gateway's context must not: it speaks HTTP/1.1). */
+    if (rc == 0 && t->cfg->listen_client != NULL) {
+        tc.alpn = "h2";
+        rc = tk_tls_ctx_new(&tc, &t->etcd_tls, err, sizeof(err));
+    }
     close(fd);
     if (rc != 0) {
         name_secret(err, sizeof(err), proc, key);

@@ -210,17 +210,17 @@ static void setup_gateway(struct tierkvd *t, const struct node_mem_split *split)
 }
 
 /* --listen-client: etcd's v3 API beside the gateway, on the node's loop
- * (its hooks chain to the gateway's). Cleartext and unauthenticated for
- * now, so it is refused beside --cert-file or --auth-file rather than
- * opening a way around them. */
+ * (its hooks chain to the gateway's). With --cert-file it serves TLS with
+ * the gateway's certificate (and, with --client-ca-file, requires client
+ * certificates), as etcd's --cert-file/--trusted-ca-file do. */
 static void setup_etcd(struct tierkvd *t)
 {
     const struct tierkvd_config *c = t->cfg;
     if (c->listen_client == NULL)
         return;
-    if (c->auth_file != NULL || c->cert_file != NULL)
-        tierkvd_die("--listen-client has no TLS and no authentication yet: it cannot be "
-                    "used with --cert-file or --auth-file");
+    if (c->auth_file != NULL)
+        tierkvd_die("--listen-client has no token authentication yet: it cannot be used "
+                    "with --auth-file (use --client-ca-file: client certificates)");
     struct etcdapi_config ec;
     etcdapi_config_default(&ec);
     if (tk_hostport_split(c->listen_client, t->client_host, sizeof(t->client_host),
@@ -231,6 +231,9 @@ static void setup_etcd(struct tierkvd *t)
     ec.key_max = t->gc.key_max;
     ec.value_max = t->gc.value_max < (1u << 20) ? t->gc.value_max : (1u << 20);
     ec.request_timeout_ms = c->request_timeout_ms;
+    ec.tls = t->etcd_tls;
+    ec.handshakes_max = t->gc.tls_handshakes_max; /* the gateway's flags */
+    ec.handshakes_per_addr = t->gc.tls_handshakes_per_addr;
     if (etcdapi_new(&ec, &t->etcd) != 0)
         tierkvd_die("--listen-client: the etcd API's limits are inconsistent");
     etcdapi_hook(t->etcd, &t->no);

@@ -615,7 +615,7 @@ func hostile(target string) {
 }
 
 func main() {
-	mode := flag.String("mode", "functional", "functional or hostile")
+	mode := flag.String("mode", "functional", "functional, hostile or tls")
 	leader := flag.String("leader", "", "the leader's --listen-client")
 	follower := flag.String("follower", "", "a follower's --listen-client")
 	target := flag.String("target", "", "hostile: the node to attack")
@@ -625,6 +625,8 @@ func main() {
 		functional(*leader, *follower)
 	case "hostile":
 		hostile(*target)
+	case "tls":
+		tlsMode(*target) // tls.go
 	default:
 		fail("unknown mode %q", *mode)
 	}

@@ -6,7 +6,9 @@
 # does; nothing is vendored, and once cached the build needs no network.
 # Exit 77 (skip) only when `go` is not installed.
 #
-#   run.sh SOURCE_DIR BUILD_DIR TIERKVD [--against-http]
+#   run.sh SOURCE_DIR BUILD_DIR TIERKVD [--script NAME.py] [ARGS...]
+#
+# NAME.py (default etcd_test.py) runs as NAME.py TIERKVD ETCD_CLIENT ARGS...
 set -u
 src=$1 tierkvd=$3
 command -v go >/dev/null 2>&1 || { echo "go is not installed: skipped"; exit 77; }
@@ -16,4 +18,9 @@ tmp=$(mktemp "$out/etcd-client.XXXXXX") || exit 1
     { rm -f "$tmp"; exit 1; }
 mv -f "$tmp" "$out/etcd-client" || exit 1
 shift 3
-exec python3 "$src/tests/etcd/etcd_test.py" "$tierkvd" "$out/etcd-client" "$@"
+script=etcd_test.py
+if [ "${1:-}" = "--script" ]; then
+    script=$2
+    shift 2
+fi
+exec python3 "$src/tests/etcd/$script" "$tierkvd" "$out/etcd-client" "$@"
