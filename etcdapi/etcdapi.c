@@ -37,7 +37,8 @@
     X("/etcdserverpb.Maintenance/HashKV", etcdapi__hash_kv)                              \
     X("/etcdserverpb.Maintenance/MoveLeader", etcdapi__move_leader)                      \
     X("/etcdserverpb.Maintenance/Alarm", etcdapi__alarm)                                 \
-    X("/etcdserverpb.Maintenance/Defragment", etcdapi__defragment)
+    X("/etcdserverpb.Maintenance/Defragment", etcdapi__defragment)                       \
+    X("/etcdserverpb.Auth/Authenticate", etcdapi__auth_authenticate)
 
 struct method {
     const char *path;
@@ -101,13 +102,16 @@ static void on_stream_open(struct grpc_call *call, const char *path, size_t len,
         grpc_stream_finish(call, GRPC_UNAVAILABLE, "etcdserver: server stopped");
         return;
     }
+    if (!etcdapi__auth_stream_open(e, call))
+        return;
     m->open(e, call); /* sets the call's user to its state (ops first) */
 }
 
 static void on_stream_msg(struct grpc_call *call, const uint8_t *msg, size_t len,
                           void *data)
 {
-    (void)data;
+    if (!etcdapi__auth_stream_msg(data, call, msg, len))
+        return;
     const struct estream_ops *const *ops = grpc_call_user(call);
     (*ops)->msg(call, msg, len);
 }
@@ -136,6 +140,8 @@ static void on_call(struct grpc_call *call, const char *path, size_t path_len,
 {
     struct etcdapi *e = data;
     const struct method *m = find_method(path, path_len);
+    if (m != NULL && !e->stopping && !etcdapi__auth_call(e, call, path, path_len, msg, msg_len))
+        return;
     struct ecall *ec = etcdapi__call_new(e, call);
     if (m == NULL || e->stopping) { /* accept() said yes; only a stop differs */
         etcdapi__fail(ec, GRPC_UNAVAILABLE, "etcdserver: server stopped");

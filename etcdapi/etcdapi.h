@@ -18,12 +18,28 @@
 #ifndef TK_ETCDAPI_ETCDAPI_H
 #define TK_ETCDAPI_ETCDAPI_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 struct node_options;
 struct etcdapi;
 struct tk_tls_ctx;
+
+/* Token authentication (etcd's Auth.Authenticate, then a "token" on every
+ * call), on principals the caller keeps (tierkvd: --auth-file's users). A
+ * user is the caller's handle; every function runs on the loop's thread. */
+struct etcdapi_auth {
+    /* The user a token names, or NULL. */
+    const void *(*user)(void *arg, const uint8_t *token, size_t len);
+    const char *(*name)(void *arg, const void *user);
+    bool (*admin)(void *arg, const void *user);
+    /* May the user read (write false) or write the key alone (elen 0),
+     * [key, end), or every key from key on (end "\0", elen 1)? */
+    bool (*may)(void *arg, const void *user, bool write, const uint8_t *key, size_t klen,
+                const uint8_t *end, size_t elen);
+    void *arg;
+};
 
 struct etcdapi_config {
     const char *host;            /* "127.0.0.1"; an IPv4 or IPv6 literal */
@@ -43,6 +59,9 @@ struct etcdapi_config {
     struct tk_tls_ctx *tls;
     uint32_t handshakes_max;      /* TLS handshakes in progress: 0, grpc's 64 */
     uint32_t handshakes_per_addr; /* ... from one address: 0, grpc's 16 */
+    /* Token authentication (borrowed, outlives the API): NULL, none (every
+     * client may do everything; Auth.* Unimplemented). */
+    const struct etcdapi_auth *auth;
 };
 
 /* Fills `c` with the defaults above (port 2379). */

@@ -89,6 +89,22 @@ void etcdapi__watch_start(struct etcdapi *e);
 void etcdapi__watch_applied(struct etcdapi *e);
 void etcdapi__watch_stop(struct etcdapi *e);
 
+/* etcdapi_kv.c: a TxnRequest's bytes checked before it is unpacked: NULL,
+ * or why it is refused (a nested Txn, too many compares or ops, malformed)
+ * with its gRPC code in *code. */
+const char *etcdapi__txn_wire_check(const uint8_t *msg, size_t len, int *code);
+
+/* etcdapi_auth.c: token authentication (etcdapi.h, etcdapi_auth). Each
+ * returns whether the call or message may go on; when not, the call was
+ * answered (a unary one failed, a stream finished, a refused watch created
+ * and canceled). Always true without cfg.auth. */
+bool etcdapi__auth_call(struct etcdapi *e, struct grpc_call *call, const char *path,
+                        size_t plen, const uint8_t *msg, size_t len);
+bool etcdapi__auth_stream_open(struct etcdapi *e, struct grpc_call *call);
+bool etcdapi__auth_stream_msg(struct etcdapi *e, struct grpc_call *call,
+                              const uint8_t *msg, size_t len);
+etcdapi_method_fn etcdapi__auth_authenticate;
+
 /* etcdapi_lease.c: Lease.LeaseKeepAlive. */
 etcdapi_stream_open_fn etcdapi__lease_keep_alive;
 

@@ -971,7 +971,7 @@ static int count_op(const uint8_t *p, size_t len, void *arg)
  * loop thread's stack. Refused here, from the bytes: a nested Txn (not
  * served), and more compares or ops than a Txn takes (before protobuf-c
  * allocates for each). */
-static const char *txn_wire_check(const uint8_t *msg, size_t len, int *code)
+const char *etcdapi__txn_wire_check(const uint8_t *msg, size_t len, int *code)
 {
     size_t n_cmp = 0, n_success = 0, n_failure = 0;
     int rc = wire_fields(msg, len, 1, count_cmp, &n_cmp);
@@ -992,7 +992,7 @@ static const char *txn_wire_check(const uint8_t *msg, size_t len, int *code)
 void etcdapi__kv_txn(struct ecall *ec, const uint8_t *msg, size_t len)
 {
     int code;
-    const char *bad = txn_wire_check(msg, len, &code);
+    const char *bad = etcdapi__txn_wire_check(msg, len, &code);
     if (bad != NULL) {
         etcdapi__fail(ec, code, bad);
         return;

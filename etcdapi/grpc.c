@@ -62,6 +62,9 @@ struct grpc_call {
     bool path_long;
     uint64_t timeout_ms;
     uint64_t born_ms;
+    char token[GRPC_TOKEN_MAX + 1]; /* "token" metadata (has_token) */
+    size_t token_len;
+    bool has_token;
     uint8_t *in; /* the request's DATA bytes */
     size_t in_len, in_cap;
     uint8_t *out; /* the answer: prefix and message (a stream: its queue) */
@@ -537,6 +540,11 @@ static int on_header(nghttp2_session *h2, const nghttp2_frame *f, const uint8_t 
                       (vlen == 16 || value[16] == '+' || value[16] == ';');
     } else if (IS("grpc-timeout")) {
         st->timeout_ms = parse_timeout(value, vlen);
+    } else if (IS("token") || IS("authorization")) {
+        st->has_token = true; /* a longer one: empty, which names no one */
+        st->token_len = vlen <= GRPC_TOKEN_MAX ? vlen : 0;
+        memcpy(st->token, value, st->token_len);
+        st->token[st->token_len] = 0;
     }
 #undef IS
     return 0;
@@ -1199,6 +1207,18 @@ uint32_t grpc_server_calls(const struct grpc_server *s)
 }
 
 /* ---- answers ------------------------------------------------------------- */
+
+const char *grpc_call_token(const struct grpc_call *call, size_t *len)
+{
+    *len = call->token_len;
+    return call->has_token ? call->token : NULL;
+}
+
+const char *grpc_call_path(const struct grpc_call *call, size_t *len)
+{
+    *len = call->path_len;
+    return call->path;
+}
 
 uint64_t grpc_call_timeout_ms(const struct grpc_call *call)
 {

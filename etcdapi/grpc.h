@@ -78,6 +78,8 @@ enum grpc_code {
     GRPC_INTERNAL = 13,
     GRPC_UNAVAILABLE = 14,
     GRPC_RESOURCE_EXHAUSTED = 8,
+    GRPC_PERMISSION_DENIED = 7,
+    GRPC_UNAUTHENTICATED = 16,
 };
 
 struct grpc_config {
@@ -149,6 +151,15 @@ void grpc_server_stop(struct grpc_server *s);
 
 /* After the loop has closed the handles and every call is answered. */
 void grpc_server_free(struct grpc_server *s);
+
+/* The call's "token" metadata (etcd's auth token; "authorization" is taken
+ * too), borrowed for the call's life: NULL when it sent none, and an empty
+ * string (len 0) when the value was longer than GRPC_TOKEN_MAX bytes. */
+#define GRPC_TOKEN_MAX 512
+const char *grpc_call_token(const struct grpc_call *call, size_t *len);
+
+/* The call's method path ("/etcdserverpb.KV/Range"), borrowed likewise. */
+const char *grpc_call_path(const struct grpc_call *call, size_t *len);
 
 /* The call's deadline from grpc-timeout, in ms from its arrival (0: none). */
 uint64_t grpc_call_timeout_ms(const struct grpc_call *call);

@@ -227,6 +227,30 @@ static void sha256(const void *a, size_t alen, const void *b, size_t blen, uint8
     EVP_MD_CTX_free(ctx);
 }
 
+const struct api_user *gateway_auth_user(const struct gateway_auth *a, const void *token,
+                                         size_t len)
+{
+    if (len == 0)
+        return NULL;
+    uint8_t hash[32];
+    sha256(token, len, NULL, 0, hash);
+    const struct api_user *found = NULL;
+    for (uint32_t i = 0; i < a->n_users; i++)
+        if (CRYPTO_memcmp(a->users[i].hash, hash, sizeof(hash)) == 0)
+            found = &a->users[i];
+    return found;
+}
+
+const char *gateway_auth_name(const struct api_user *u)
+{
+    return u->name;
+}
+
+bool gateway_auth_admin(const struct api_user *u)
+{
+    return u->admin;
+}
+
 /* The user the request's bearer token names, or NULL. Every user's hash is
  * compared in constant time, so the answer's timing says nothing of which
  * bytes matched. */
@@ -241,15 +265,7 @@ static const struct api_user *authenticate(const struct gateway_auth *a,
     size_t len = strlen(tok);
     while (len > 0 && tok[len - 1] == ' ')
         len--;
-    if (len == 0)
-        return NULL;
-    uint8_t hash[32];
-    sha256(tok, len, NULL, 0, hash);
-    const struct api_user *found = NULL;
-    for (uint32_t i = 0; i < a->n_users; i++)
-        if (CRYPTO_memcmp(a->users[i].hash, hash, sizeof(hash)) == 0)
-            found = &a->users[i];
-    return found;
+    return gateway_auth_user(a, tok, len);
 }
 
 static bool has_prefix(const uint8_t *s, size_t len, const struct auth_right *r)
@@ -293,6 +309,14 @@ static bool may(const struct api_user *u, bool write, const uint8_t *start, size
             return true;
     }
     return false;
+}
+
+bool gateway_auth_may(const struct api_user *u, bool write, const uint8_t *start,
+                      size_t slen, const uint8_t *end, size_t elen)
+{
+    if (elen == 1 && end[0] == 0) /* from start on: no end bounds it */
+        return may(u, write, start, slen, NULL, 0, false, false);
+    return may(u, write, start, slen, end, elen, false, elen == 0);
 }
 
 static void respond_401(struct api_req *req)

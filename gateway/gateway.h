@@ -16,6 +16,7 @@
 #ifndef TK_GATEWAY_GATEWAY_H
 #define TK_GATEWAY_GATEWAY_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -86,6 +87,20 @@ struct gateway_config {
 int gateway_auth_load(const char *path, struct gateway_auth **out, char *err,
                       size_t err_cap);
 void gateway_auth_free(struct gateway_auth *a);
+
+/* The same users for another front end (tierkvd wires etcd's API to them):
+ * the user a token names (NULL: none; compared in constant time, as the
+ * gateway's bearer tokens), its name, whether it is an admin, and whether
+ * it may read (write false) or write the key `start` alone (elen 0),
+ * [start, end), or every key from start on (end "\0", elen 1). Any thread;
+ * a user lives as long as its gateway_auth. */
+struct api_user;
+const struct api_user *gateway_auth_user(const struct gateway_auth *a, const void *token,
+                                         size_t len);
+const char *gateway_auth_name(const struct api_user *u);
+bool gateway_auth_admin(const struct api_user *u);
+bool gateway_auth_may(const struct api_user *u, bool write, const uint8_t *start,
+                      size_t slen, const uint8_t *end, size_t elen);
 
 /* Fills `c` with the defaults above (host "127.0.0.1", port 8080). */
 void gateway_config_default(struct gateway_config *c);

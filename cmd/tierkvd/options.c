@@ -207,9 +207,10 @@ static const struct opt opts[] = {
             "`etcdctl`) work against this address; off when not given. Cleartext "
             "(h2c), or with `--cert-file` TLS with the same certificate (ALPN h2), "
             "requiring client certificates with `--client-ca-file`, as etcd's "
-            "`--cert-file`, `--trusted-ca-file` and `--client-cert-auth` do. The RPCs "
-            "served and how they differ from etcd's: docs/etcd-compat.md. No token "
-            "authentication yet: refused with `--auth-file`"},
+            "`--cert-file`, `--trusted-ca-file` and `--client-cert-auth` do. With "
+            "`--auth-file`, etcd's token authentication on its users (Authenticate "
+            "with the user's token as password). The RPCs served and how they differ "
+            "from etcd's: docs/etcd-compat.md"},
     {OPT("request-timeout-ms", "MS", "10000", G_HTTP),
      U64(request_timeout_ms, 1, 3600000),
      .help = "deadline of a request inside the node (then 504)"},

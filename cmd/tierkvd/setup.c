@@ -209,18 +209,41 @@ static void setup_gateway(struct tierkvd *t, const struct node_mem_split *split)
         gc->scan_limit_default = gc->scan_limit_max;
 }
 
+/* etcd's token authentication on --auth-file's users (etcdapi.h). */
+static const void *etcd_user(void *arg, const uint8_t *token, size_t len)
+{
+    return gateway_auth_user(arg, token, len);
+}
+
+static const char *etcd_user_name(void *arg, const void *u)
+{
+    (void)arg;
+    return gateway_auth_name(u);
+}
+
+static bool etcd_user_admin(void *arg, const void *u)
+{
+    (void)arg;
+    return gateway_auth_admin(u);
+}
+
+static bool etcd_user_may(void *arg, const void *u, bool write, const uint8_t *key,
+                          size_t klen, const uint8_t *end, size_t elen)
+{
+    (void)arg;
+    return gateway_auth_may(u, write, key, klen, end, elen);
+}
+
 /* --listen-client: etcd's v3 API beside the gateway, on the node's loop
  * (its hooks chain to the gateway's). With --cert-file it serves TLS with
  * the gateway's certificate (and, with --client-ca-file, requires client
- * certificates), as etcd's --cert-file/--trusted-ca-file do. */
+ * certificates), as etcd's --cert-file/--trusted-ca-file do; with
+ * --auth-file, etcd's token authentication on the same users. */
 static void setup_etcd(struct tierkvd *t)
 {
     const struct tierkvd_config *c = t->cfg;
     if (c->listen_client == NULL)
         return;
-    if (c->auth_file != NULL)
-        tierkvd_die("--listen-client has no token authentication yet: it cannot be used "
-                    "with --auth-file (use --client-ca-file: client certificates)");
     struct etcdapi_config ec;
     etcdapi_config_default(&ec);
     if (tk_hostport_split(c->listen_client, t->client_host, sizeof(t->client_host),
@@ -234,6 +257,14 @@ static void setup_etcd(struct tierkvd *t)
     ec.tls = t->etcd_tls;
     ec.handshakes_max = t->gc.tls_handshakes_max; /* the gateway's flags */
     ec.handshakes_per_addr = t->gc.tls_handshakes_per_addr;
+    if (t->auth != NULL) {
+        t->etcd_auth = (struct etcdapi_auth){.user = etcd_user,
+                                             .name = etcd_user_name,
+                                             .admin = etcd_user_admin,
+                                             .may = etcd_user_may,
+                                             .arg = t->auth};
+        ec.auth = &t->etcd_auth;
+    }
     if (etcdapi_new(&ec, &t->etcd) != 0)
         tierkvd_die("--listen-client: the etcd API's limits are inconsistent");
     etcdapi_hook(t->etcd, &t->no);

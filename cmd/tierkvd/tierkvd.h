@@ -51,6 +51,7 @@ struct tierkvd {
     struct gateway *gw;
     struct etcdapi *etcd;         /* --listen-client's, or NULL */
     struct tk_tls_ctx *etcd_tls;  /* its TLS (--cert-file), or NULL */
+    struct etcdapi_auth etcd_auth; /* its users (--auth-file's) */
     char client_host[GATEWAY_ADDR_MAX];
 };
 

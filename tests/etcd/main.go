@@ -615,7 +615,7 @@ func hostile(target string) {
 }
 
 func main() {
-	mode := flag.String("mode", "functional", "functional, hostile or tls")
+	mode := flag.String("mode", "functional", "functional, hostile, tls or auth")
 	leader := flag.String("leader", "", "the leader's --listen-client")
 	follower := flag.String("follower", "", "a follower's --listen-client")
 	target := flag.String("target", "", "hostile: the node to attack")
@@ -627,6 +627,8 @@ func main() {
 		hostile(*target)
 	case "tls":
 		tlsMode(*target) // tls.go
+	case "auth":
+		authMode(*target) // auth.go
 	default:
 		fail("unknown mode %q", *mode)
 	}
