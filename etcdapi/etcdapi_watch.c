@@ -53,6 +53,10 @@
  * response (etcd's default interval is 10 minutes; a shorter one is
  * allowed and cheap here). */
 #define WATCH_PROGRESS_MS 5000
+/* fragment: a revision whose events come to more than this (keys, values,
+ * previous values and 64 bytes each) goes as several responses of at most
+ * about this, fragment set on all but the last (clientv3 joins them). */
+#define WATCH_FRAG_BYTES (1u << 20)
 
 struct ewatch {
     struct ewatch *next;
@@ -61,6 +65,9 @@ struct ewatch {
     size_t key_len, end_len;
     bool single;
     bool prev_kv, no_put, no_delete, progress_notify;
+    bool fragment;      /* the client takes a revision split (fragment) */
+    uint32_t frag_skip; /* events of revision next_rev already sent in
+                           fragments (0: none) */
     uint64_t next_rev;
     uint64_t last_sent_ms;
 };
@@ -218,8 +225,10 @@ static int send_ctl(struct wstream *ws, int64_t id, bool created, bool canceled,
     return send_resp(ws, &r, rev);
 }
 
-/* Events as a WatchResponse for w. */
-static int send_events(struct wstream *ws, const struct ewatch *w, struct collect *c)
+/* Events as a WatchResponse for w (a fragment: more of their revision
+ * follows). */
+static int send_events(struct wstream *ws, const struct ewatch *w, struct collect *c,
+                       bool fragment)
 {
     Mvccpb__Event *ev = tk_calloc(c->n, sizeof(*ev));
     Mvccpb__Event **evp = tk_calloc(c->n, sizeof(*evp));
@@ -257,11 +266,54 @@ static int send_events(struct wstream *ws, const struct ewatch *w, struct collec
     r.watch_id = w->id;
     r.events = evp;
     r.n_events = c->n;
+    r.fragment = fragment;
     int rc = send_resp(ws, &r, c->ev[c->n - 1].revision);
     tk_free(kv);
     tk_free(evp);
     tk_free(ev);
     return rc;
+}
+
+static size_t event_bytes(const struct wev *x)
+{
+    return x->key_len + x->val_len + x->prev_len + 64;
+}
+
+/* A fragmenting watch whose read is over WATCH_FRAG_BYTES (or that is in
+ * the middle of a revision): the next piece of the first revision read,
+ * from frag_skip on, of at most WATCH_FRAG_BYTES (one event at least).
+ * Sets *next to the revision after it once its last piece is queued. */
+static int send_fragment(struct wstream *ws, struct ewatch *w, struct collect *c,
+                         uint64_t *next)
+{
+    uint64_t rev = c->ev[0].revision;
+    size_t end = 0;
+    while (end < c->n && c->ev[end].revision == rev)
+        end++;
+    size_t i = w->frag_skip < end ? w->frag_skip : 0, j = i, sum = 0;
+    while (j < end && (j == i || sum + event_bytes(&c->ev[j]) <= WATCH_FRAG_BYTES))
+        sum += event_bytes(&c->ev[j++]);
+    struct collect part = *c;
+    part.ev = c->ev + i;
+    part.n = j - i;
+    int rc = send_events(ws, w, &part, j < end);
+    if (rc != 0)
+        return rc;
+    w->frag_skip = j < end ? (uint32_t)j : 0;
+    *next = j < end ? rev : rev + 1;
+    return 0;
+}
+
+static bool needs_fragments(const struct ewatch *w, const struct collect *c)
+{
+    if (!w->fragment)
+        return false;
+    if (w->frag_skip > 0)
+        return true;
+    size_t sum = 0;
+    for (size_t i = 0; i < c->n; i++)
+        sum += event_bytes(&c->ev[i]);
+    return sum > WATCH_FRAG_BYTES;
 }
 
 /* ---- streams and watches ------------------------------------------------------- */
@@ -371,7 +423,8 @@ static int watch_step(struct wstream *ws, struct ewatch *w, uint64_t applied, bo
         return STEP_OK;
     }
     if (c.n > 0) {
-        rc = send_events(ws, w, &c);
+        rc = needs_fragments(w, &c) ? send_fragment(ws, w, &c, &next)
+                                    : send_events(ws, w, &c, false);
         collect_free(&c);
         if (ws->dead)
             return STEP_OK;
@@ -603,7 +656,6 @@ static void create_watch(struct wstream *ws, const Etcdserverpb__WatchCreateRequ
         why = "tierkv: too many watches on this stream (1024)";
     if (why == NULL && W->n_watches >= WATCH_TOTAL_MAX)
         why = "tierkv: too many watches on this node (16384)";
-    /* fragment: answers are never split here (each fits msg_max) */
     if (why != NULL) {
         (void)send_ctl(ws, id < 0 ? -1 : id, true, true, 0, why, 0);
         return;
@@ -619,6 +671,7 @@ static void create_watch(struct wstream *ws, const Etcdserverpb__WatchCreateRequ
         w->end_len = rq->range_end.len;
     }
     w->prev_kv = rq->prev_kv;
+    w->fragment = rq->fragment;
     w->progress_notify = rq->progress_notify;
     for (size_t i = 0; i < rq->n_filters; i++) {
         if (rq->filters[i] == ETCDSERVERPB__WATCH_CREATE_REQUEST__FILTER_TYPE__NOPUT)

@@ -222,6 +222,8 @@ func streams(lc, fc *clientv3.Client) {
 	mutex(lc, fc)
 	election(lc, fc)
 	resumed(lc, fc)
+
+	fragments(lc) // fragment.go
 }
 
 // A TCP proxy to target whose connections cut() closes (the listener stays,
