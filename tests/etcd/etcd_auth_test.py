@@ -82,6 +82,10 @@ def main():
                      % (p.returncode, p.stdout, p.stderr))
             print("ok   etcdctl --user app: put /app/ctl, /other permission denied",
                   flush=True)
+        rc = nd.term()
+        nd = None
+        tk.check(rc == 0, "the node's exit status on SIGTERM: %d" % rc)
+        print("ok   the node stopped cleanly", flush=True)
     except Exception as e:  # report, then the log
         failed = 1
         print("FAIL %s: %s" % (type(e).__name__, e), flush=True)

@@ -203,8 +203,10 @@ def main():
             tk.check(time.time() < deadline, "no handshake after the storm left")
             time.sleep(0.1)
         print("ok   a real client is served once they left", flush=True)
-        nd.term()
+        rc = nd.term()
         nd = None
+        tk.check(rc == 0, "the node's exit status on SIGTERM: %d" % rc)
+        print("ok   the node stopped cleanly", flush=True)
     except Exception as e:  # report, then the log
         failed = 1
         print("FAIL %s: %s" % (type(e).__name__, e), flush=True)
