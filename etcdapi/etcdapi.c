@@ -174,6 +174,7 @@ int etcdapi_new(const struct etcdapi_config *c, struct etcdapi **out)
     struct etcdapi *e = tk_calloc(1, sizeof(*e));
     e->cfg = *c;
     e->cfg.host = tk_strdup(c->host);
+    e->cfg.advertise_host = tk_strdup(c->advertise_host ? c->advertise_host : c->host);
     e->listen_rc = TK_EINVAL;
     snprintf(e->listen_err, sizeof(e->listen_err), "the node never started the etcd API");
     struct grpc_config gc;
@@ -195,6 +196,11 @@ int etcdapi_new(const struct etcdapi_config *c, struct etcdapi **out)
     return 0;
 }
 
+static void on_announce(uv_timer_t *t)
+{
+    etcdapi__announce(t->data);
+}
+
 static void on_loop_start(struct node *n, struct uv_loop_s *loop, void *data)
 {
     struct etcdapi *e = data;
@@ -205,6 +211,14 @@ static void on_loop_start(struct node *n, struct uv_loop_s *loop, void *data)
     e->listen_rc = grpc_server_listen(e->grpc, loop, e->cfg.host, e->cfg.port,
                                       e->listen_err, sizeof(e->listen_err));
     etcdapi__watch_start(e);
+    const char *h = e->cfg.advertise_host;
+    bool v6 = strchr(h, ':') != NULL;
+    snprintf(e->client_url, sizeof(e->client_url), "%s://%s%s%s:%u",
+             e->cfg.tls != NULL ? "https" : "http", v6 ? "[" : "", h, v6 ? "]" : "",
+             (unsigned)grpc_server_port(e->grpc));
+    uv_timer_init(loop, &e->announce_timer);
+    e->announce_timer.data = e;
+    uv_timer_start(&e->announce_timer, on_announce, 1000, 1000);
 }
 
 /* Calls still at the node complete with TK_ESHUTDOWN after this hook; their
@@ -213,6 +227,7 @@ static void on_loop_stop(struct node *n, struct uv_loop_s *loop, void *data)
 {
     struct etcdapi *e = data;
     e->stopping = true;
+    uv_close((uv_handle_t *)&e->announce_timer, NULL);
     grpc_server_stop(e->grpc);
     etcdapi__watch_stop(e);
     if (e->prev_stop)
@@ -260,5 +275,6 @@ void etcdapi_free(struct etcdapi *e)
         return;
     grpc_server_free(e->grpc);
     tk_free((char *)(uintptr_t)e->cfg.host);
+    tk_free((char *)(uintptr_t)e->cfg.advertise_host);
     tk_free(e);
 }

@@ -59,6 +59,9 @@ struct etcdapi_config {
     struct tk_tls_ctx *tls;
     uint32_t handshakes_max;      /* TLS handshakes in progress: 0, grpc's 64 */
     uint32_t handshakes_per_addr; /* ... from one address: 0, grpc's 16 */
+    /* The host clients reach this listener at, for MemberList's client URLs
+     * (NULL: `host`). */
+    const char *advertise_host;
     /* Token authentication (borrowed, outlives the API): NULL, none (every
      * client may do everything; Auth.* Unimplemented). */
     const struct etcdapi_auth *auth;

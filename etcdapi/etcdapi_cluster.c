@@ -40,13 +40,33 @@ struct mlist {
     char (*names)[24];
     char (*peers)[URL_MAX];
     char **peer_p;
-    char self_url[160];
-    char *self_p;
+    char (*clients)[URL_MAX];
+    char **client_p;
 };
 
-/* Every member of the configuration in force. Only the answering node's
- * clientURLs are known (members record Raft and HTTP addresses, not the
- * etcd listener's): the others have none. */
+/* Member id's client URL as its node announced it (etcdapi__announce), or
+ * this node's own; false when unknown (a member whose node has not served
+ * etcd's API yet). */
+static bool client_url(struct etcdapi *e, uint64_t id, uint64_t self, char *out,
+                       size_t cap)
+{
+    if (id == self) {
+        snprintf(out, cap, "%s", e->client_url);
+        return true;
+    }
+    char key[64];
+    int kl = snprintf(key, sizeof(key), ETCD_CLIENT_KEY_PREFIX "%" PRIu64, id);
+    struct kv_item it;
+    if (kv_sm_get(node_kv(e->node), key, (size_t)kl, &it) != 0 || it.value_len == 0 ||
+        it.value_len >= cap)
+        return false;
+    memcpy(out, it.value, it.value_len);
+    out[it.value_len] = 0;
+    return true;
+}
+
+/* Every member of the configuration in force, with the client URL each
+ * node announced. */
 static void mlist_fill(struct etcdapi *e, struct mlist *l)
 {
     struct node_member *mem = tk_calloc(MEMBERS_CAP, sizeof(*mem));
@@ -62,9 +82,8 @@ static void mlist_fill(struct etcdapi *e, struct mlist *l)
     l->names = tk_calloc(k, sizeof(*l->names));
     l->peers = tk_calloc(k, sizeof(*l->peers));
     l->peer_p = tk_calloc(k, sizeof(*l->peer_p));
-    snprintf(l->self_url, sizeof(l->self_url), "http://%s:%u", e->cfg.host,
-             (unsigned)grpc_server_port(e->grpc));
-    l->self_p = l->self_url;
+    l->clients = tk_calloc(k, sizeof(*l->clients));
+    l->client_p = tk_calloc(k, sizeof(*l->client_p));
     struct node_status st;
     node_status(e->node, &st);
     for (size_t i = 0; i < n; i++) {
@@ -79,8 +98,9 @@ static void mlist_fill(struct etcdapi *e, struct mlist *l)
             m->peerurls = &l->peer_p[i];
             m->n_peerurls = 1;
         }
-        if (mem[i].id == st.id) {
-            m->clienturls = &l->self_p;
+        if (client_url(e, mem[i].id, st.id, l->clients[i], sizeof(l->clients[i]))) {
+            l->client_p[i] = l->clients[i];
+            m->clienturls = &l->client_p[i];
             m->n_clienturls = 1;
         }
         m->islearner = !mem[i].voter;
@@ -91,6 +111,8 @@ static void mlist_fill(struct etcdapi *e, struct mlist *l)
 
 static void mlist_free(struct mlist *l)
 {
+    tk_free(l->client_p);
+    tk_free(l->clients);
     tk_free(l->peer_p);
     tk_free(l->peers);
     tk_free(l->names);
@@ -584,4 +606,61 @@ void etcdapi__member_update(struct ecall *ec, const uint8_t *msg, size_t len)
     struct mchange *mc = mchange_new(ec, 0, id);
     change_answer(mc);
     tk_free(mc);
+}
+
+/* ---- announcing this node's client URL -------------------------------------- */
+
+static void announce_done(struct node_req *req, int rc, const struct kv_result *res,
+                          void *data)
+{
+    (void)req;
+    (void)res;
+    struct etcdapi *e = data;
+    e->announcing = false;
+    if (rc == 0)
+        e->announced = true;
+}
+
+/* Each node writes its own client URL under ETCD_CLIENT_KEY_PREFIX + id
+ * (forwarded to the leader like any write) when the record differs from
+ * it, so every member's MemberList names it (clientv3's endpoint sync
+ * reads them). Once a second at most, one write at a time; a node whose
+ * record already matches writes nothing. */
+void etcdapi__announce(struct etcdapi *e)
+{
+    uint64_t now = uv_now(e->loop);
+    if (e->announcing || e->announced || e->stopping || now < e->announce_next_ms)
+        return;
+    e->announce_next_ms = now + 1000;
+    struct node_status st;
+    node_status(e->node, &st);
+    if (st.leader == 0 || st.failed)
+        return;
+    char have[URL_MAX];
+    if (client_url(e, st.id, 0, have, sizeof(have)) && strcmp(have, e->client_url) == 0) {
+        e->announced = true;
+        return;
+    }
+    char key[64];
+    int kl = snprintf(key, sizeof(key), ETCD_CLIENT_KEY_PREFIX "%" PRIu64, st.id);
+    Kvpb__Put p = KVPB__PUT__INIT;
+    p.key.data = (uint8_t *)key;
+    p.key.len = (size_t)kl;
+    p.value.data = (uint8_t *)e->client_url;
+    p.value.len = strlen(e->client_url);
+    Kvpb__Command cmd = KVPB__COMMAND__INIT;
+    cmd.cmd_case = KVPB__COMMAND__CMD_PUT;
+    cmd.put = &p;
+    struct tk_blob *blob = tk_blob_new(kvpb__command__get_packed_size(&cmd));
+    kvpb__command__pack(&cmd, blob->data);
+    memset(&e->announce_req, 0, sizeof(e->announce_req));
+    e->announce_req.mode = NODE_MODE_APPLIED;
+    e->announce_req.cmd = blob;
+    e->announce_req.write_cb = announce_done;
+    e->announce_req.data = e;
+    e->announce_req.timeout_ms = 5000;
+    if (node_submit(e->node, &e->announce_req) != 0)
+        tk_blob_unref(blob); /* refused: the command is still ours; next second */
+    else
+        e->announcing = true;
 }

@@ -7,6 +7,7 @@
 
 #include <protobuf-c/protobuf-c.h>
 #include <stdbool.h>
+#include <uv.h>
 
 #include "etcd_rpc.pb-c.h"
 #include "etcdapi/etcdapi.h"
@@ -29,7 +30,19 @@ struct etcdapi {
     node_hook_cb *prev_start, *prev_stop, *prev_applied;
     void *prev_data;
     uint32_t hashes; /* Hash/HashKV digests in progress (etcdapi_maint.c) */
+    /* This node's client URL (scheme://advertise host:port) and its
+     * announcement (etcdapi_cluster.c, etcdapi__announce, every second by
+     * announce_timer until the record matches). */
+    char client_url[NODE_ADDR_MAX + 16];
+    uv_timer_t announce_timer;
+    struct node_req announce_req;
+    bool announcing, announced;
+    uint64_t announce_next_ms;
 };
+
+/* Where each node announces its etcd client URL (etcdapi__announce). */
+#define ETCD_CLIENT_KEY_PREFIX "\x01tierkv/client/"
+void etcdapi__announce(struct etcdapi *e);
 
 /* One call: the node request it waits on and what its answer needs. */
 struct ecall {

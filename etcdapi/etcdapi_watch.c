@@ -157,6 +157,8 @@ static void on_event(const struct kv_event *ev, void *data)
     struct collect *c = data;
     const struct ewatch *w = c->w;
     c->scanned++;
+    if (ev->key_len > 0 && ev->key[0] == 0x01)
+        return; /* the node's own records (members, client URLs), as Range's */
     bool put = ev->type == KV_EVENT_PUT;
     if ((put && w->no_put) || (!put && w->no_delete) || !matches(w, ev->key, ev->key_len))
         return;

@@ -251,6 +251,12 @@ static void setup_etcd(struct tierkvd *t)
         tierkvd_die("--listen-client: \"%s\" is not host:port (example: 127.0.0.1:2379)",
                     c->listen_client);
     ec.host = t->client_host;
+    /* MemberList's client URL: a wildcard listener is reached at the host
+     * the peers dial (--listen-raft's), if that one is not a wildcard too. */
+    if ((strcmp(ec.host, "0.0.0.0") == 0 || strcmp(ec.host, "::") == 0) &&
+        t->raft_host[0] != '\0' && strcmp(t->raft_host, "0.0.0.0") != 0 &&
+        strcmp(t->raft_host, "::") != 0)
+        ec.advertise_host = t->raft_host;
     ec.key_max = t->gc.key_max;
     ec.value_max = t->gc.value_max < (1u << 20) ? t->gc.value_max : (1u << 20);
     ec.request_timeout_ms = c->request_timeout_ms;

@@ -117,6 +117,34 @@ func functional(leaderEp, followerEp string) {
 	}
 	checkHeader("MemberList", ml.Header, fst.Header.MemberId, 1)
 	ok("MemberList: 3 members")
+	// Every member's client URL, as each node announced it (within a few
+	// seconds of a leader): clientv3's endpoint sync reads them.
+	var urls []string
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		ml, err = lc.MemberList(c)
+		urls = urls[:0]
+		for i := 0; err == nil && i < len(ml.Members); i++ {
+			if m := ml.Members[i]; len(m.ClientURLs) == 1 {
+				urls = append(urls, m.ClientURLs[0])
+			}
+		}
+		if err == nil && len(urls) == 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			fail("MemberList's client URLs after 15 s: %v %v", err, urls)
+		}
+	}
+	for _, ep := range []string{leaderEp, followerEp} {
+		found := false
+		for _, u := range urls {
+			found = found || u == "http://"+ep
+		}
+		if !found {
+			fail("MemberList's client URLs %v lack http://%s", urls, ep)
+		}
+	}
+	ok("MemberList: every member's client URL %v", urls)
 
 	// Put through the follower (forwarded to the leader) and the leader.
 	p1, err := fc.Put(c, "/etcd-test/a", "1")

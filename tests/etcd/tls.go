@@ -126,6 +126,17 @@ func tlsMode(ep string) {
 	}
 	ok("a trusted client certificate: Put, Get, a watch event, a lease (revision %d)",
 		put.Header.Revision)
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		ml, err := c.MemberList(cx)
+		if err == nil && len(ml.Members) == 1 && len(ml.Members[0].ClientURLs) == 1 &&
+			ml.Members[0].ClientURLs[0] == "https://"+ep {
+			break
+		}
+		if time.Now().After(deadline) {
+			fail("MemberList over TLS: %v %+v, want the client URL https://%s", err, ml, ep)
+		}
+	}
+	ok("MemberList names the client URL https://%s", ep)
 
 	tlsRefused("no client certificate", ep, tlsConfig(*tlsCA, "", ""), false)
 	if *tlsOtherCert != "" {
