@@ -67,6 +67,8 @@ static int check_put(const struct kv_sm *sm, const Kvpb__Put *p, bool allow_cond
         return rc;
     if (p->value.len > sm->cfg.value_max)
         return TK_ETOOBIG;
+    if ((p->keep_value && p->value.len > 0) || (p->keep_lease && p->lease != 0))
+        return TK_EINVAL;
     if (p->cond != NULL) {
         if (!allow_cond)
             return TK_EINVAL;
@@ -186,10 +188,23 @@ static int op_put(struct ctx *x, const Kvpb__Put *p)
     uint64_t now = x->sm->now_ms;
     if (p->ttl_ms > UINT64_MAX - now)
         return TK_ERANGE;
-    int rc = kv__lease_check_put(x->sm, p->lease);
-    if (rc != 0)
-        return rc;
-    s->lease = p->lease;
+    if ((p->keep_value || p->keep_lease) && !s->st.live)
+        return TK_ECOMPARE; /* nothing to keep */
+    if (p->keep_lease) {
+        /* The lease the command left it (checked when attached), or the
+         * stored one. */
+        if (!s->dirty)
+            s->lease = kv__lease_of(x->sm, s->key, s->key_len, s->hash);
+    } else {
+        int rc = kv__lease_check_put(x->sm, p->lease);
+        if (rc != 0)
+            return rc;
+        s->lease = p->lease;
+    }
+    if (!p->keep_value) {
+        s->st.value = p->value.data;
+        s->st.value_len = p->value.len;
+    } /* else the staged value stays: the record's own bytes, or an earlier op's */
     if (s->st.live) {
         s->st.version++;
     } else {
@@ -198,8 +213,6 @@ static int op_put(struct ctx *x, const Kvpb__Put *p)
     }
     s->st.live = true;
     s->st.mod_rev = x->index;
-    s->st.value = p->value.data;
-    s->st.value_len = p->value.len;
     s->st.expire_ms = p->ttl_ms > 0 ? now + p->ttl_ms : 0;
     s->dirty = true;
     return 0;

@@ -369,6 +369,8 @@ bool kv__lease_reserved(const uint8_t *key, size_t len);
 struct kv_lease *kv__lease_find(const struct kv_leases *t, uint64_t id);
 /* May a put attach a key to lease (0: none)? 0, TK_ENOTFOUND, TK_ETOOBIG. */
 int kv__lease_check_put(const struct kv_sm *sm, uint64_t lease);
+/* The lease the key is attached to (0: none). */
+uint64_t kv__lease_of(struct kv_sm *sm, const uint8_t *key, size_t len, uint64_t hash);
 /* The key was just written at index: attaches it to lease (0: detaches it),
  * rewriting the records of the leases that change. 0 or TK_EIO. */
 int kv__lease_attach(struct kv_sm *sm, uint64_t index, const uint8_t *key, size_t len,

@@ -679,6 +679,103 @@ START_TEST(test_old_lease_records_load_at_open)
 }
 END_TEST
 
+/* A put that keeps the key's value or lease (kvpb.Put keep_value and
+ * keep_lease: etcd's ignore_value and ignore_lease). */
+static int put_keep(struct kvu *u, const char *k, const char *v, uint64_t lease,
+                    bool keep_value, bool keep_lease)
+{
+    Kvpb__Command c = KVPB__COMMAND__INIT;
+    Kvpb__Put p = KVPB__PUT__INIT;
+    p.key = kvu_str(k);
+    p.value = kvu_str(v);
+    p.lease = lease;
+    p.keep_value = keep_value;
+    p.keep_lease = keep_lease;
+    c.cmd_case = KVPB__COMMAND__CMD_PUT;
+    c.put = &p;
+    return kvu_apply_code(u, &c);
+}
+
+START_TEST(test_put_keeps_value_and_lease)
+{
+    struct kvu u = {0};
+    kvu_open(&u, NULL);
+    uint64_t id = grant(&u, 3000);
+    char buf[16];
+    struct kv_item it;
+    ck_assert_int_eq(put_lease(&u, "a", "v1", id), 0);
+    /* keep_value, no lease: the value stays (rewritten in place over its own
+     * bytes), the lease goes */
+    ck_assert_int_eq(put_keep(&u, "a", "", 0, true, false), 0);
+    ck_assert_str_eq(kvu_get(&u, "a", buf, sizeof(buf)), "v1");
+    ck_assert_int_eq(kv_sm_get(u.sm, "a", 1, &it), 0);
+    ck_assert_uint_eq(it.version, 2);
+    ck_assert_uint_eq(it.mod_revision, kv_sm_applied_index(u.sm));
+    ck_assert_uint_eq(n_keys(&u, id), 0);
+    /* keep_lease: a new value, the lease stays */
+    ck_assert_int_eq(put_lease(&u, "a", "v1", id), 0);
+    ck_assert_int_eq(put_keep(&u, "a", "v22", 0, false, true), 0);
+    ck_assert_str_eq(kvu_get(&u, "a", buf, sizeof(buf)), "v22");
+    ck_assert_uint_eq(n_keys(&u, id), 1);
+    /* both: nothing changes but the revision and version */
+    ck_assert_int_eq(put_keep(&u, "a", "", 0, true, true), 0);
+    ck_assert_str_eq(kvu_get(&u, "a", buf, sizeof(buf)), "v22");
+    ck_assert_uint_eq(n_keys(&u, id), 1);
+    ck_assert_int_eq(kv_sm_get(u.sm, "a", 1, &it), 0);
+    ck_assert_uint_eq(it.version, 5);
+    /* the change log has the kept value and the previous one */
+    struct evs e = {0};
+    uint64_t next, rev = kv_sm_applied_index(u.sm);
+    ck_assert_int_eq(kv_sm_events_read(u.sm, rev, 1, 0, ev_cb, &e, &next), 0);
+    ck_assert_uint_eq(e.n, 1);
+    ck_assert_int_eq(e.type[0], KV_EVENT_PUT);
+    /* an absent key has nothing to keep: TK_ECOMPARE, nothing written */
+    uint64_t applied = kv_sm_applied_index(u.sm);
+    ck_assert_int_eq(put_keep(&u, "zz", "", 0, true, false), TK_ECOMPARE);
+    ck_assert_int_eq(put_keep(&u, "zz", "x", 0, false, true), TK_ECOMPARE);
+    ck_assert_uint_eq(u.res.revision, 0);
+    ck_assert_ptr_null(kvu_get(&u, "zz", buf, sizeof(buf)));
+    ck_assert_int_eq(kvu_del(&u, "a"), 0);
+    ck_assert_int_eq(put_keep(&u, "a", "", 0, true, false), TK_ECOMPARE);
+    ck_assert_ptr_null(kvu_get(&u, "a", buf, sizeof(buf)));
+    ck_assert_uint_gt(kv_sm_applied_index(u.sm), applied);
+    /* a value or a lease given with keep: refused */
+    ck_assert_int_eq(kvu_put(&u, "b", "1"), 0);
+    ck_assert_int_eq(put_keep(&u, "b", "2", 0, true, false), TK_EINVAL);
+    ck_assert_int_eq(put_keep(&u, "b", "", id, false, true), TK_EINVAL);
+    ck_assert_str_eq(kvu_get(&u, "b", buf, sizeof(buf)), "1");
+    /* in one batch: the value the command left, then kept */
+    Kvpb__Command c = KVPB__COMMAND__INIT;
+    Kvpb__Batch b = KVPB__BATCH__INIT;
+    Kvpb__Op o[2] = {KVPB__OP__INIT, KVPB__OP__INIT}, *op[2] = {&o[0], &o[1]};
+    Kvpb__Put p[2] = {KVPB__PUT__INIT, KVPB__PUT__INIT};
+    p[0].key = kvu_str("b");
+    p[0].value = kvu_str("first");
+    p[0].lease = id;
+    p[1].key = kvu_str("b");
+    p[1].keep_value = true;
+    p[1].keep_lease = true;
+    for (int i = 0; i < 2; i++) {
+        o[i].op_case = KVPB__OP__OP_PUT;
+        o[i].put = &p[i];
+    }
+    b.ops = op;
+    b.n_ops = 2;
+    c.cmd_case = KVPB__COMMAND__CMD_BATCH;
+    c.batch = &b;
+    ck_assert_int_eq(kvu_apply_code(&u, &c), 0);
+    ck_assert_str_eq(kvu_get(&u, "b", buf, sizeof(buf)), "first");
+    ck_assert_uint_eq(n_keys(&u, id), 1);
+    /* from the cold tier: the kept value is appended, not lost */
+    ck_assert_int_eq(kv_sm_flush(u.sm), 0);
+    ck_assert_int_eq(put_keep(&u, "b", "", 0, true, true), 0);
+    ck_assert_int_eq(kv_sm_flush(u.sm), 0);
+    ck_assert_str_eq(kvu_get(&u, "b", buf, sizeof(buf)), "first");
+    ck_assert_uint_eq(n_keys(&u, id), 1);
+    kvu_close(&u, true);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("kv-lease");
@@ -693,6 +790,7 @@ int main(void)
     tcase_add_test(tc, test_corrupt_lease_records_refused);
     tcase_add_test(tc, test_old_lease_records_load_at_open);
     tcase_add_test(tc, test_lease_records_are_written_as_protobuf);
+    tcase_add_test(tc, test_put_keeps_value_and_lease);
     suite_add_tcase(s, tc);
     return tk_check_run(srunner_create(s));
 }
