@@ -706,7 +706,11 @@ START_TEST(test_put_keeps_value_and_lease)
     ck_assert_int_eq(put_lease(&u, "a", "v1", id), 0);
     /* keep_value, no lease: the value stays (rewritten in place over its own
      * bytes), the lease goes */
+    struct kv_sm_stats st0, st1;
+    kv_sm_stats(u.sm, &st0);
     ck_assert_int_eq(put_keep(&u, "a", "", 0, true, false), 0);
+    kv_sm_stats(u.sm, &st1);
+    ck_assert_uint_eq(st1.rewrites, st0.rewrites + 1);
     ck_assert_str_eq(kvu_get(&u, "a", buf, sizeof(buf)), "v1");
     ck_assert_int_eq(kv_sm_get(u.sm, "a", 1, &it), 0);
     ck_assert_uint_eq(it.version, 2);
