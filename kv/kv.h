@@ -30,6 +30,9 @@
 #include <stdint.h>
 
 #define KV_TXN_OPS_MAX 128 /* ops in a batch or in then+else of a txn */
+/* Live keys a transaction's range compares look at, together (kvpb.Compare
+ * range_end). */
+#define KV_COMPARE_RANGE_KEYS 10000
 
 struct kv_config {
     const char *dir;         /* directory for the cold tier (created if needed) */

@@ -780,6 +780,141 @@ START_TEST(test_put_keeps_value_and_lease)
 }
 END_TEST
 
+/* A txn of one compare (range_end NULL: on the key alone) and a put of
+ * "/t" = "then" (else "else"): its code, and *held which branch ran. */
+static int txn_cmp(struct kvu *u, const char *key, const char *range_end,
+                   Kvpb__Compare__Target target, Kvpb__Compare__Op op, int64_t number,
+                   const char *value, bool *held)
+{
+    Kvpb__Compare c = KVPB__COMPARE__INIT, *cp = &c;
+    c.key = kvu_str(key);
+    if (range_end != NULL)
+        c.range_end = kvu_bin(range_end, range_end[0] ? strlen(range_end) : 1);
+    c.target = target;
+    c.op = op;
+    c.number = number;
+    if (value != NULL)
+        c.value = kvu_str(value);
+    Kvpb__Put pt = KVPB__PUT__INIT, pe = KVPB__PUT__INIT;
+    pt.key = pe.key = kvu_str("/t");
+    pt.value = kvu_str("then");
+    pe.value = kvu_str("else");
+    Kvpb__Op ot = KVPB__OP__INIT, oe = KVPB__OP__INIT, *otp = &ot, *oep = &oe;
+    ot.op_case = oe.op_case = KVPB__OP__OP_PUT;
+    ot.put = &pt;
+    oe.put = &pe;
+    Kvpb__Txn t = KVPB__TXN__INIT;
+    t.compares = &cp;
+    t.n_compares = 1;
+    t.then_ops = &otp;
+    t.n_then_ops = 1;
+    t.else_ops = &oep;
+    t.n_else_ops = 1;
+    Kvpb__Command cmd = KVPB__COMMAND__INIT;
+    cmd.cmd_case = KVPB__COMMAND__CMD_TXN;
+    cmd.txn = &t;
+    int rc = kvu_apply_code(u, &cmd);
+    *held = u->res.succeeded;
+    return rc;
+}
+
+START_TEST(test_compares_on_lease_and_over_ranges)
+{
+    struct kvu u = {0};
+    kvu_open(&u, NULL);
+    uint64_t id = grant(&u, 3000);
+    bool held;
+    const Kvpb__Compare__Op EQ = KVPB__COMPARE__OP__EQUAL, NE = KVPB__COMPARE__OP__NOT_EQUAL,
+                            GT = KVPB__COMPARE__OP__GREATER, LT = KVPB__COMPARE__OP__LESS;
+    const Kvpb__Compare__Target LEASE = KVPB__COMPARE__TARGET__LEASE,
+                                VALUE = KVPB__COMPARE__TARGET__VALUE,
+                                VERSION = KVPB__COMPARE__TARGET__VERSION;
+    ck_assert_int_eq(put_lease(&u, "r/a", "1", id), 0);
+    ck_assert_int_eq(kvu_put(&u, "r/b", "1"), 0);
+    ck_assert_int_eq(kvu_put(&u, "r/c", "2"), 0);
+    /* lease: the key's, 0 for none or absent */
+    ck_assert_int_eq(txn_cmp(&u, "r/a", NULL, LEASE, EQ, (int64_t)id, NULL, &held), 0);
+    ck_assert(held);
+    ck_assert_int_eq(txn_cmp(&u, "r/b", NULL, LEASE, EQ, 0, NULL, &held), 0);
+    ck_assert(held);
+    ck_assert_int_eq(txn_cmp(&u, "r/zz", NULL, LEASE, EQ, 0, NULL, &held), 0);
+    ck_assert(held);
+    ck_assert_int_eq(txn_cmp(&u, "r/a", NULL, LEASE, NE, (int64_t)id, NULL, &held), 0);
+    ck_assert(!held);
+    char buf[16];
+    ck_assert_str_eq(kvu_get(&u, "/t", buf, sizeof(buf)), "else");
+    /* over a range: every live key */
+    ck_assert_int_eq(txn_cmp(&u, "r/a", "r/c", VALUE, EQ, 0, "1", &held), 0);
+    ck_assert(held);
+    ck_assert_int_eq(txn_cmp(&u, "r/a", "r/d", VALUE, EQ, 0, "1", &held), 0);
+    ck_assert(!held);
+    ck_assert_int_eq(txn_cmp(&u, "r/", "r0", VERSION, GT, 0, NULL, &held), 0);
+    ck_assert(held);
+    ck_assert_int_eq(txn_cmp(&u, "r/", "r0", LEASE, EQ, (int64_t)id, NULL, &held), 0);
+    ck_assert(!held); /* r/b and r/c have none */
+    ck_assert_int_eq(txn_cmp(&u, "r/a", "r/b", LEASE, EQ, (int64_t)id, NULL, &held), 0);
+    ck_assert(held);
+    ck_assert_int_eq(txn_cmp(&u, "r/b", "", VALUE, LT, 0, "3", &held), 0); /* from key */
+    ck_assert(held);
+    ck_assert_int_eq(txn_cmp(&u, "r/a", "", VALUE, LT, 0, "2", &held), 0);
+    ck_assert(!held); /* r/c is 2 */
+    /* an empty range: as an absent key (version 0; no value matches) */
+    ck_assert_int_eq(txn_cmp(&u, "s/", "s0", VERSION, EQ, 0, NULL, &held), 0);
+    ck_assert(held);
+    ck_assert_int_eq(txn_cmp(&u, "s/", "s0", VALUE, NE, 0, "x", &held), 0);
+    ck_assert(!held);
+    ck_assert_int_eq(txn_cmp(&u, "r/c", "r/a", VERSION, EQ, 0, NULL, &held), 0);
+    ck_assert(held); /* an end before the key: empty */
+    /* deleted keys are not in the range */
+    ck_assert_int_eq(kvu_del(&u, "r/c"), 0);
+    ck_assert_int_eq(txn_cmp(&u, "r/", "r0", VALUE, EQ, 0, "1", &held), 0);
+    ck_assert(held);
+    /* the node's own records (the lease's) are in no range */
+    ck_assert_int_eq(txn_cmp(&u, "\x01", "\x02", VERSION, EQ, 0, NULL, &held), 0);
+    ck_assert(held);
+    /* the bound: KV_COMPARE_RANGE_KEYS live keys */
+    Kvpb__Command c = KVPB__COMMAND__INIT;
+    Kvpb__Batch b = KVPB__BATCH__INIT;
+    Kvpb__Op o[100], *op[100];
+    Kvpb__Put p[100];
+    char keys[100][16];
+    for (int k = 0; k < KV_COMPARE_RANGE_KEYS / 100; k++) {
+        for (int i = 0; i < 100; i++) {
+            snprintf(keys[i], sizeof(keys[i]), "m/%06d", k * 100 + i);
+            kvpb__put__init(&p[i]);
+            p[i].key = kvu_str(keys[i]);
+            p[i].value = kvu_str("v");
+            kvpb__op__init(&o[i]);
+            o[i].op_case = KVPB__OP__OP_PUT;
+            o[i].put = &p[i];
+            op[i] = &o[i];
+        }
+        b.ops = op;
+        b.n_ops = 100;
+        c.cmd_case = KVPB__COMMAND__CMD_BATCH;
+        c.batch = &b;
+        ck_assert_int_eq(kvu_apply_code(&u, &c), 0);
+    }
+    ck_assert_int_eq(txn_cmp(&u, "m/", "m0", VALUE, EQ, 0, "v", &held), 0);
+    ck_assert(held); /* exactly the bound */
+    ck_assert_int_eq(kvu_put(&u, "m/x", "v"), 0);
+    ck_assert_int_eq(txn_cmp(&u, "m/", "m0", VALUE, EQ, 0, "v", &held), TK_ETOOBIG);
+    /* a put's compare is on its key only */
+    Kvpb__Compare cond = KVPB__COMPARE__INIT;
+    cond.range_end = kvu_str("z");
+    cond.target = KVPB__COMPARE__TARGET__EXISTS;
+    Kvpb__Put put = KVPB__PUT__INIT;
+    put.key = kvu_str("r/a");
+    put.value = kvu_str("x");
+    put.cond = &cond;
+    Kvpb__Command pc = KVPB__COMMAND__INIT;
+    pc.cmd_case = KVPB__COMMAND__CMD_PUT;
+    pc.put = &put;
+    ck_assert_int_eq(kvu_apply_code(&u, &pc), TK_EINVAL);
+    kvu_close(&u, true);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("kv-lease");
@@ -795,6 +930,7 @@ int main(void)
     tcase_add_test(tc, test_old_lease_records_load_at_open);
     tcase_add_test(tc, test_lease_records_are_written_as_protobuf);
     tcase_add_test(tc, test_put_keeps_value_and_lease);
+    tcase_add_test(tc, test_compares_on_lease_and_over_ranges);
     suite_add_tcase(s, tc);
     return tk_check_run(srunner_create(s));
 }
