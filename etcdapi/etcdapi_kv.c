@@ -977,12 +977,11 @@ static const char *txn_compare(const struct etcdapi *e, const Etcdserverpb__Comp
     *code = GRPC_INVALID_ARGUMENT;
     if (c->key.len == 0)
         return "etcdserver: key is not provided";
-    if (c->key.len > e->cfg.key_max)
+    if (c->key.len > e->cfg.key_max || c->range_end.len > e->cfg.key_max)
         return "etcdserver: request is too large";
     *code = GRPC_UNIMPLEMENTED;
-    if (c->range_end.len > 0)
-        return "tierkv: a Txn compare over a range is not supported yet";
     out->key = c->key;
+    out->range_end = c->range_end; /* kv/ reads "\0" as from key on, as etcd */
     switch (c->result) {
     case ETCDSERVERPB__COMPARE__COMPARE_RESULT__EQUAL:
         out->op = KVPB__COMPARE__OP__EQUAL;
@@ -1017,8 +1016,13 @@ static const char *txn_compare(const struct etcdapi *e, const Etcdserverpb__Comp
         out->target = KVPB__COMPARE__TARGET__VALUE;
         out->value = c->value;
         break;
+    case ETCDSERVERPB__COMPARE__COMPARE_TARGET__LEASE:
+        out->target = KVPB__COMPARE__TARGET__LEASE;
+        out->number = c->lease;
+        break;
     default:
-        return "tierkv: a Txn compare on a lease is not supported yet";
+        *code = GRPC_INVALID_ARGUMENT;
+        return "tierkv: an unknown compare target";
     }
     return NULL;
 }

@@ -1,6 +1,7 @@
 // etcd's KV semantics beyond the basics (etcdapi/etcdapi_kv.c): prev_kv on
-// Put and DeleteRange, ignore_value and ignore_lease with etcd's errors, and
-// Range's sorts with and without a limit, checked against a sort in Go.
+// Put and DeleteRange, ignore_value and ignore_lease with etcd's errors,
+// Range's sorts with and without a limit, checked against a sort in Go, and
+// Txn compares on LEASE and over ranges.
 // Called from main.go's functional mode, after the basic KV checks.
 package main
 
@@ -391,9 +392,70 @@ func kvsemSorts(lc, fc *clientv3.Client) {
 	ok("a Range over %d MiB of values sorted by value: ResourceExhausted (keys only too); by mod revision: answered, its values read after the sort", bigN)
 }
 
-// kvSemantics: prev_kv, ignore_value/ignore_lease, sorts (etcdapi_kv.c).
+// Txn compares on LEASE and over a range (true when it holds for every key
+// in the range; on an empty range as on a missing key).
+func kvsemTxnCompares(lc, fc *clientv3.Client) {
+	c, cancel := ctx()
+	defer cancel()
+	pre := kvsemPrefix + "t/"
+	lg, err := lc.Grant(c, 60)
+	if err != nil {
+		fail("Grant: %v", err)
+	}
+	if _, err := lc.Put(c, pre+"a", "1", clientv3.WithLease(lg.ID)); err != nil {
+		fail("Put: %v", err)
+	}
+	for k, v := range map[string]string{"b": "1", "c": "2"} {
+		if _, err := lc.Put(c, pre+k, v); err != nil {
+			fail("Put: %v", err)
+		}
+	}
+	last := kvsemStat(lc, pre+"c")
+	cases := []struct {
+		what string
+		cmp  clientv3.Cmp
+		want bool
+	}{
+		{"lease = the key's", clientv3.Compare(clientv3.LeaseValue(pre+"a"), "=", lg.ID), true},
+		{"lease != the key's", clientv3.Compare(clientv3.LeaseValue(pre+"a"), "!=", lg.ID), false},
+		{"lease of a key without one = 0", clientv3.Compare(clientv3.LeaseValue(pre+"b"), "=", 0), true},
+		{"lease of a missing key = 0", clientv3.Compare(clientv3.LeaseValue(pre+"zz"), "=", 0), true},
+		{"lease > 0 over the prefix", clientv3.Compare(clientv3.LeaseValue(pre).WithPrefix(), ">", 0), false},
+		{"lease over [a, b)", clientv3.Compare(clientv3.LeaseValue(pre+"a").WithRange(pre+"b"), "=", lg.ID), true},
+		{"value = 1 over [a, c)", clientv3.Compare(clientv3.Value(pre+"a").WithRange(pre+"c"), "=", "1"), true},
+		{"value = 1 over the prefix", clientv3.Compare(clientv3.Value(pre).WithPrefix(), "=", "1"), false},
+		{"version > 0 from b on", clientv3.Compare(clientv3.Version(pre+"b").WithRange("\x00"), ">", 0), true},
+		{"value = 1 from b on", clientv3.Compare(clientv3.Value(pre+"b").WithRange("\x00"), "=", "1"), false},
+		{"version > 0 over the prefix", clientv3.Compare(clientv3.Version(pre).WithPrefix(), ">", 0), true},
+		{"mod <= the last over the prefix", clientv3.Compare(clientv3.ModRevision(pre).WithPrefix(), "<", last.ModRevision+1), true},
+		{"create < the last over the prefix", clientv3.Compare(clientv3.CreateRevision(pre).WithPrefix(), "<", last.CreateRevision), false},
+		{"version = 0 over an empty prefix", clientv3.Compare(clientv3.Version(pre+"none/").WithPrefix(), "=", 0), true},
+		{"value != x over an empty prefix", clientv3.Compare(clientv3.Value(pre+"none/").WithPrefix(), "!=", "x"), false},
+	}
+	for i, tc := range cases {
+		cl := lc
+		if i%2 == 1 {
+			cl = fc
+		}
+		r, err := cl.Txn(c).If(tc.cmp).Then(clientv3.OpPut(kvsemPrefix+"then", "1")).Commit()
+		if err != nil || r.Succeeded != tc.want {
+			fail("Txn compare %s: %v, succeeded %v, want %v", tc.what, err, r != nil && r.Succeeded, tc.want)
+		}
+	}
+	if _, err := lc.Revoke(c, lg.ID); err != nil {
+		fail("Revoke: %v", err)
+	}
+	if _, err := lc.Delete(c, kvsemPrefix, clientv3.WithPrefix()); err != nil {
+		fail("Delete: %v", err)
+	}
+	ok("Txn compares: %d on LEASE and over ranges (prefix, [key, end), from key, empty), via the leader and a follower", len(cases))
+}
+
+// kvSemantics: prev_kv, ignore_value/ignore_lease, sorts, Txn compares on
+// LEASE and over ranges (etcdapi_kv.c).
 func kvSemantics(lc, fc *clientv3.Client) {
 	kvsemPrevKV(lc, fc)
 	kvsemIgnore(lc, fc)
 	kvsemSorts(lc, fc)
+	kvsemTxnCompares(lc, fc)
 }
