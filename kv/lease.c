@@ -587,6 +587,13 @@ int kv__lease_load(struct kv_sm *sm)
 
 /* ---- the node's side ---- */
 
+uint64_t kv_sm_key_lease(struct kv_sm *sm, const void *key, size_t len)
+{
+    if (sm->leases.count == 0)
+        return 0;
+    return kv__lease_of(sm, key, len, kv__hash(key, len));
+}
+
 size_t kv_sm_lease_count(const struct kv_sm *sm)
 {
     return sm->leases.n;

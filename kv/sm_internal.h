@@ -70,6 +70,7 @@ struct kv_sessions {
 #define KV_EV_PREV 2u         /* w: prev_mod_rev */
 #define KV_EV_PREV_VERSION 4u /* w: prev_version (else version - 1) */
 #define KV_EV_PREV_CREATE 8u  /* w: prev_create_rev (else create_rev) */
+#define KV_EV_PREV_LEASE 16u  /* w: prev_lease (else 0) */
 struct kv_ev {
     uint32_t value_len, prev_len;
     uint16_t key_len;

@@ -91,6 +91,7 @@ struct evs {
     size_t n;
     uint64_t rev[16];
     int type[16];
+    uint64_t prev_lease[16];
 };
 
 static void ev_cb(const struct kv_event *ev, void *data)
@@ -98,6 +99,7 @@ static void ev_cb(const struct kv_event *ev, void *data)
     struct evs *e = data;
     ck_assert_uint_lt(e->n, 16);
     e->rev[e->n] = ev->revision;
+    e->prev_lease[e->n] = ev->prev_lease;
     e->type[e->n++] = ev->type;
 }
 
@@ -136,6 +138,8 @@ START_TEST(test_grant_attach_detach_and_revoke_in_one_revision)
     ck_assert_uint_eq(e.rev[0], rev);
     ck_assert_uint_eq(e.rev[1], rev);
     ck_assert_int_eq(e.type[0], KV_EVENT_DELETE);
+    ck_assert_uint_eq(e.prev_lease[0], id); /* a revoke's deletes: the lease they had */
+    ck_assert_uint_eq(e.prev_lease[1], id);
     ck_assert_int_eq(kv_sm_lease_get(u.sm, id, 0, &li, NULL, NULL), TK_ENOTFOUND);
     ck_assert_int_eq(keepalive(&u, id), TK_ENOTFOUND);
     ck_assert_int_eq(lease_revoke(&u, id, false), TK_ENOTFOUND);
@@ -708,9 +712,21 @@ START_TEST(test_put_keeps_value_and_lease)
      * bytes), the lease goes */
     struct kv_sm_stats st0, st1;
     kv_sm_stats(u.sm, &st0);
+    ck_assert_uint_eq(kv_sm_key_lease(u.sm, "a", 1), id);
     ck_assert_int_eq(put_keep(&u, "a", "", 0, true, false), 0);
     kv_sm_stats(u.sm, &st1);
     ck_assert_uint_eq(st1.rewrites, st0.rewrites + 1);
+    ck_assert_uint_eq(kv_sm_key_lease(u.sm, "a", 1), 0);
+    {
+        /* the change log has the lease the key had */
+        struct evs pe = {0};
+        uint64_t pnext;
+        ck_assert_int_eq(kv_sm_events_read(u.sm, kv_sm_applied_index(u.sm), 1, 0, ev_cb,
+                                           &pe, &pnext),
+                         0);
+        ck_assert_uint_eq(pe.n, 1);
+        ck_assert_uint_eq(pe.prev_lease[0], id);
+    }
     ck_assert_str_eq(kvu_get(&u, "a", buf, sizeof(buf)), "v1");
     ck_assert_int_eq(kv_sm_get(u.sm, "a", 1, &it), 0);
     ck_assert_uint_eq(it.version, 2);
