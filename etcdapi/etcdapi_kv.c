@@ -206,6 +206,7 @@ struct range_state {
     uint64_t visited;   /* keys looked at, filtered out or not */
     uint64_t visit_max; /* ... at most (0: the config's count_max) */
     bool cut;           /* a sort's collection passed SORT_BYTES_MAX */
+    struct kv_sm *sm;   /* read from (leases) */
 };
 
 /* A sorted Range collects its keys (and their values when it sorts by
@@ -223,9 +224,12 @@ static bool range_filter(const struct ecall *ec, const struct kv_item *it)
            (ec->max_create == 0 || cr <= ec->max_create);
 }
 
-static void kv_from_item(const struct kv_item *it, Mvccpb__KeyValue *kv, bool value)
+/* An item as a KeyValue, with its lease (looked up in sm). */
+static void kv_from_item(struct kv_sm *sm, const struct kv_item *it, Mvccpb__KeyValue *kv,
+                         bool value)
 {
     mvccpb__key_value__init(kv);
+    kv->lease = (int64_t)kv_sm_key_lease(sm, it->key, it->key_len);
     kv->key.data = tk_malloc(it->key_len + 1);
     memcpy(kv->key.data, it->key, it->key_len);
     kv->key.len = it->key_len;
@@ -269,7 +273,7 @@ static int range_item(const struct kv_item *it, void *data)
             s->kvs = tk_realloc(s->kvs, cap * sizeof(*s->kvs));
             s->cap = cap;
         }
-        kv_from_item(it, &s->kvs[s->n++], values);
+        kv_from_item(s->sm, it, &s->kvs[s->n++], values);
         s->bytes += b;
         return 0;
     }
@@ -289,7 +293,7 @@ static int range_item(const struct kv_item *it, void *data)
             s->kvs = tk_malloc(sizeof(*s->kvs));
             s->cap = 1;
         }
-        kv_from_item(it, &s->kvs[s->n++], !ec->keys_only);
+        kv_from_item(s->sm, it, &s->kvs[s->n++], !ec->keys_only);
         return 0;
     }
     size_t b = it->key_len + (ec->keys_only ? 0 : it->value_len) + 32;
@@ -303,7 +307,7 @@ static int range_item(const struct kv_item *it, void *data)
         s->kvs = tk_realloc(s->kvs, cap * sizeof(*s->kvs));
         s->cap = cap;
     }
-    kv_from_item(it, &s->kvs[s->n++], !ec->keys_only);
+    kv_from_item(s->sm, it, &s->kvs[s->n++], !ec->keys_only);
     s->bytes += b;
     return 0;
 }
@@ -426,6 +430,7 @@ static int range_collect(struct ecall *ec, struct kv_sm *sm, struct range_state 
 {
     memset(s, 0, sizeof(*s));
     s->ec = ec;
+    s->sm = sm;
     s->visit_max = visit_max != 0 ? visit_max : ec->e->cfg.count_max;
     s->take = ec->e->cfg.range_limit_max;
     if (ec->limit > 0 && (uint64_t)ec->limit < s->take)
@@ -543,8 +548,7 @@ void etcdapi__kv_range(struct ecall *ec, const uint8_t *msg, size_t len)
  * on a follower (the leader answered a forwarded write) a linearizable read
  * first waits until this node applied it. The change log is bounded
  * (--watch-events, --watch-events-bytes): a revision it no longer holds by
- * then fails the call (Internal), after the write. kv.lease is 0, as
- * everywhere here (not reported yet). */
+ * then fails the call (Internal), after the write. */
 
 /* A DeleteRange's previous key-values: at most about one answer's bytes. */
 #define PREV_BYTES_MAX RANGE_BYTES_MAX
@@ -657,6 +661,7 @@ static void prev_event(const struct kv_event *ev, void *data)
     kv->create_revision = (int64_t)ev->prev_create_revision;
     kv->mod_revision = (int64_t)ev->prev_mod_revision;
     kv->version = (int64_t)ev->prev_version;
+    kv->lease = (int64_t)ev->prev_lease;
     p->bytes += b;
 }
 

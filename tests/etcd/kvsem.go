@@ -31,17 +31,19 @@ func kvsemStat(cl *clientv3.Client, key string) *mvccpb.KeyValue {
 	return g.Kvs[0]
 }
 
-// prev (a prev_kv answered) is want, as it was before the write.
+// prev (a prev_kv answered) is want (read before the write): key, value,
+// revisions, version and lease.
 func kvsemSamePrev(what string, prev, want *mvccpb.KeyValue) {
 	if prev == nil {
 		fail("%s: no prev_kv, want %q=%q", what, want.Key, want.Value)
 	}
 	if !bytes.Equal(prev.Key, want.Key) || !bytes.Equal(prev.Value, want.Value) ||
 		prev.CreateRevision != want.CreateRevision || prev.ModRevision != want.ModRevision ||
-		prev.Version != want.Version {
-		fail("%s: prev_kv %q=%q create %d mod %d version %d, want %q=%q %d %d %d", what,
-			prev.Key, prev.Value, prev.CreateRevision, prev.ModRevision, prev.Version,
-			want.Key, want.Value, want.CreateRevision, want.ModRevision, want.Version)
+		prev.Version != want.Version || prev.Lease != want.Lease {
+		fail("%s: prev_kv %q=%q create %d mod %d version %d lease %x, want %q=%q %d %d %d %x",
+			what, prev.Key, prev.Value, prev.CreateRevision, prev.ModRevision, prev.Version,
+			prev.Lease, want.Key, want.Value, want.CreateRevision, want.ModRevision,
+			want.Version, want.Lease)
 	}
 }
 
@@ -155,8 +157,12 @@ func kvsemIgnore(lc, fc *clientv3.Client) {
 		fail("Put with a lease: %v", err)
 	}
 	was := kvsemStat(lc, k)
+	if was.Lease != int64(lg.ID) {
+		fail("Get of a key put with lease %x: its lease is %x", lg.ID, was.Lease)
+	}
 	// ignore_value through the follower, no lease given: the value stays,
-	// the lease goes (as etcd's: lease 0 detaches); prev_kv with it.
+	// the lease goes (as etcd's: lease 0 detaches); prev_kv with it (and
+	// the lease it had).
 	r, err := fc.Put(c, k, "", clientv3.WithIgnoreValue(), clientv3.WithPrevKV())
 	if err != nil {
 		fail("Put with ignore_value via the follower: %v", err)
@@ -166,8 +172,8 @@ func kvsemIgnore(lc, fc *clientv3.Client) {
 	if string(now.Value) != "orig" || now.Version != 2 || now.ModRevision <= was.ModRevision {
 		fail("after ignore_value: %q version %d mod %d", now.Value, now.Version, now.ModRevision)
 	}
-	if attached(k) {
-		fail("after ignore_value without a lease: still attached to the lease")
+	if attached(k) || now.Lease != 0 {
+		fail("after ignore_value without a lease: still attached to the lease (%x)", now.Lease)
 	}
 	// ignore_lease: a new value, the lease kept.
 	if _, err := lc.Put(c, k, "orig", clientv3.WithLease(lg.ID)); err != nil {
@@ -176,8 +182,9 @@ func kvsemIgnore(lc, fc *clientv3.Client) {
 	if _, err := lc.Put(c, k, "new", clientv3.WithIgnoreLease()); err != nil {
 		fail("Put with ignore_lease: %v", err)
 	}
-	if now = kvsemStat(fc, k); string(now.Value) != "new" || !attached(k) {
-		fail("after ignore_lease: %q, attached %v", now.Value, attached(k))
+	if now = kvsemStat(fc, k); string(now.Value) != "new" || !attached(k) ||
+		now.Lease != int64(lg.ID) {
+		fail("after ignore_lease: %q, attached %v, lease %x", now.Value, attached(k), now.Lease)
 	}
 	// Both: only the revision and version move.
 	if _, err := fc.Put(c, k, "", clientv3.WithIgnoreValue(), clientv3.WithIgnoreLease()); err != nil {
