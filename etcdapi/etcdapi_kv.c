@@ -11,8 +11,11 @@
  *
  * Bounds: a Range answers at most range_limit_max keys and about a
  * message's bytes (more=true beyond), counts at most count_max keys, and
- * reads at most KV_SCAN_SKIP_MAX deleted records per piece; a DeleteRange
- * runs in steps of delete_step keys (each its own Raft entry). */
+ * reads at most KV_SCAN_SKIP_MAX deleted records per piece; a sorted Range
+ * collects at most count_max keys and SORT_BYTES_MAX bytes before it sorts;
+ * a DeleteRange runs in steps of delete_step keys (each its own Raft entry)
+ * and answers about a message's bytes of prev_kvs. prev_kv comes from the
+ * change log at the write's revision (see "prev_kv" below). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
