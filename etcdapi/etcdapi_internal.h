@@ -68,6 +68,18 @@ struct ecall {
     uint8_t *txn_msg;
     size_t txn_msg_len;
     struct kv_result *txn_res;
+    /* Put and DeleteRange with prev_kv: the previous key-values, read from
+     * the change log at each write's revision (prev_rev, the last write's;
+     * prev_more: a DeleteRange step left keys). etcdapi_kv.c owns `prevs`
+     * and frees it before the call ends. Put with ignore_value or
+     * ignore_lease: put_keep. */
+    bool prev_kv, prev_more, put_keep;
+    uint64_t prev_rev;
+    struct etcdapi_prevs *prevs;
+    /* Range: a sort done by collecting the range (etcdapi_kv.c): 0 none,
+     * else the target, 'k' key, 'v' version, 'c' create, 'm' mod, 'V' value
+     * (sort_desc: descending) */
+    int sort_by;
 };
 
 typedef void etcdapi_method_fn(struct ecall *ec, const uint8_t *msg, size_t len);

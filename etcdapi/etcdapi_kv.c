@@ -11,11 +11,17 @@
  *
  * Bounds: a Range answers at most range_limit_max keys and about a
  * message's bytes (more=true beyond), counts at most count_max keys, and
- * reads at most KV_SCAN_SKIP_MAX deleted records per piece; a DeleteRange
- * runs in steps of delete_step keys (each its own Raft entry). */
+ * reads at most KV_SCAN_SKIP_MAX deleted records per piece; a sorted Range
+ * collects at most count_max keys and SORT_BYTES_MAX bytes before it sorts;
+ * a DeleteRange runs in steps of delete_step keys (each its own Raft entry)
+ * and answers about a message's bytes of prev_kvs. prev_kv comes from the
+ * change log at the write's revision (see "prev_kv" below). */
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "base/alloc.h"
+#include "base/blob.h"
 #include "base/err.h"
 #include "etcd_kv.pb-c.h"
 #include "etcdapi/etcdapi_internal.h"
@@ -90,27 +96,54 @@ static int take_range(struct ecall *ec, const ProtobufCBinaryData *key,
     return 0;
 }
 
-/* The sorts served: none, ascending by key (the scan's order), and the
- * first or last key by create or mod revision (limit 1: what clientv3's
+/* The sorts, as etcd's: a target other than the key with no order sorts
+ * ascending; ascending by key is the scan's own order (no sort). The first
+ * or last key by create or mod revision (limit 1: what clientv3's
  * WithFirstCreate/WithLastCreate/...Rev ask, concurrency's Mutex and
- * Election among them; the whole range is scanned for it). */
+ * Election among them) keeps the best key as the scan goes; any other sort
+ * collects the range, sorts it, then applies the limit (sort_by; bounded:
+ * range_sorted). False for an unknown order or target. */
 static bool take_sort(struct ecall *ec, const Etcdserverpb__RangeRequest *rq)
 {
-    bool asc = rq->sort_order == ETCDSERVERPB__RANGE_REQUEST__SORT_ORDER__ASCEND;
-    bool desc = rq->sort_order == ETCDSERVERPB__RANGE_REQUEST__SORT_ORDER__DESCEND;
-    if (rq->sort_order == ETCDSERVERPB__RANGE_REQUEST__SORT_ORDER__NONE ||
-        (asc && rq->sort_target == ETCDSERVERPB__RANGE_REQUEST__SORT_TARGET__KEY))
+    int order = (int)rq->sort_order, target = (int)rq->sort_target;
+    if (order < ETCDSERVERPB__RANGE_REQUEST__SORT_ORDER__NONE ||
+        order > ETCDSERVERPB__RANGE_REQUEST__SORT_ORDER__DESCEND)
+        return false;
+    bool by_key = target == ETCDSERVERPB__RANGE_REQUEST__SORT_TARGET__KEY;
+    if (!by_key && order == ETCDSERVERPB__RANGE_REQUEST__SORT_ORDER__NONE)
+        order = ETCDSERVERPB__RANGE_REQUEST__SORT_ORDER__ASCEND;
+    if (by_key && order == ETCDSERVERPB__RANGE_REQUEST__SORT_ORDER__ASCEND)
+        order = ETCDSERVERPB__RANGE_REQUEST__SORT_ORDER__NONE;
+    if (order == ETCDSERVERPB__RANGE_REQUEST__SORT_ORDER__NONE)
         return true;
-    if ((asc || desc) && rq->limit == 1 &&
-        (rq->sort_target == ETCDSERVERPB__RANGE_REQUEST__SORT_TARGET__CREATE ||
-         rq->sort_target == ETCDSERVERPB__RANGE_REQUEST__SORT_TARGET__MOD)) {
-        ec->sort_top = rq->sort_target == ETCDSERVERPB__RANGE_REQUEST__SORT_TARGET__CREATE
-                           ? 'c'
-                           : 'm';
+    bool desc = order == ETCDSERVERPB__RANGE_REQUEST__SORT_ORDER__DESCEND;
+    if (rq->limit == 1 && (target == ETCDSERVERPB__RANGE_REQUEST__SORT_TARGET__CREATE ||
+                           target == ETCDSERVERPB__RANGE_REQUEST__SORT_TARGET__MOD)) {
+        ec->sort_top = target == ETCDSERVERPB__RANGE_REQUEST__SORT_TARGET__CREATE ? 'c' : 'm';
         ec->sort_desc = desc;
         return true;
     }
-    return false;
+    switch (target) {
+    case ETCDSERVERPB__RANGE_REQUEST__SORT_TARGET__KEY:
+        ec->sort_by = 'k';
+        break;
+    case ETCDSERVERPB__RANGE_REQUEST__SORT_TARGET__VERSION:
+        ec->sort_by = 'v';
+        break;
+    case ETCDSERVERPB__RANGE_REQUEST__SORT_TARGET__CREATE:
+        ec->sort_by = 'c';
+        break;
+    case ETCDSERVERPB__RANGE_REQUEST__SORT_TARGET__MOD:
+        ec->sort_by = 'm';
+        break;
+    case ETCDSERVERPB__RANGE_REQUEST__SORT_TARGET__VALUE:
+        ec->sort_by = 'V';
+        break;
+    default:
+        return false;
+    }
+    ec->sort_desc = desc;
+    return true;
 }
 
 /* A Range's fields into ec (its range already taken). */
@@ -175,7 +208,15 @@ struct range_state {
     bool full;          /* stopped building: only counting */
     uint64_t visited;   /* keys looked at, filtered out or not */
     uint64_t visit_max; /* ... at most (0: the config's count_max) */
+    bool cut;           /* a sort's collection passed SORT_BYTES_MAX */
+    struct kv_sm *sm;   /* read from (leases) */
 };
+
+/* A sorted Range collects its keys (and their values when it sorts by
+ * them; else the values of the keys it answers are read after the sort)
+ * before it sorts: at most this many bytes of them, besides the count bound
+ * on the keys it looks at. Past either: ResourceExhausted. */
+#define SORT_BYTES_MAX (8u << 20)
 
 static bool range_filter(const struct ecall *ec, const struct kv_item *it)
 {
@@ -186,14 +227,16 @@ static bool range_filter(const struct ecall *ec, const struct kv_item *it)
            (ec->max_create == 0 || cr <= ec->max_create);
 }
 
-static void kv_from_item(const struct ecall *ec, const struct kv_item *it,
-                         Mvccpb__KeyValue *kv)
+/* An item as a KeyValue, with its lease (looked up in sm). */
+static void kv_from_item(struct kv_sm *sm, const struct kv_item *it, Mvccpb__KeyValue *kv,
+                         bool value)
 {
     mvccpb__key_value__init(kv);
+    kv->lease = (int64_t)kv_sm_key_lease(sm, it->key, it->key_len);
     kv->key.data = tk_malloc(it->key_len + 1);
     memcpy(kv->key.data, it->key, it->key_len);
     kv->key.len = it->key_len;
-    if (!ec->keys_only && it->value_len > 0) {
+    if (value && it->value_len > 0) {
         kv->value.data = tk_malloc(it->value_len);
         memcpy(kv->value.data, it->value, it->value_len);
         kv->value.len = it->value_len;
@@ -221,6 +264,22 @@ static int range_item(const struct kv_item *it, void *data)
         return 1;
     if (ec->count_only || s->full)
         return 0;
+    if (ec->sort_by != 0) { /* collect all (values to sort by only), sorted after */
+        bool values = ec->sort_by == 'V';
+        size_t b = it->key_len + (values ? it->value_len : 0) + 32;
+        if (s->bytes + b > SORT_BYTES_MAX) {
+            s->cut = true;
+            return 1;
+        }
+        if (s->n == s->cap) {
+            uint32_t cap = s->cap ? s->cap * 2 : 16;
+            s->kvs = tk_realloc(s->kvs, cap * sizeof(*s->kvs));
+            s->cap = cap;
+        }
+        kv_from_item(s->sm, it, &s->kvs[s->n++], values);
+        s->bytes += b;
+        return 0;
+    }
     if (ec->sort_top != 0) { /* keep the best one */
         uint64_t rev = ec->sort_top == 'c' ? it->create_revision : it->mod_revision;
         if (s->n == 1) {
@@ -237,7 +296,7 @@ static int range_item(const struct kv_item *it, void *data)
             s->kvs = tk_malloc(sizeof(*s->kvs));
             s->cap = 1;
         }
-        kv_from_item(ec, it, &s->kvs[s->n++]);
+        kv_from_item(s->sm, it, &s->kvs[s->n++], !ec->keys_only);
         return 0;
     }
     size_t b = it->key_len + (ec->keys_only ? 0 : it->value_len) + 32;
@@ -251,7 +310,7 @@ static int range_item(const struct kv_item *it, void *data)
         s->kvs = tk_realloc(s->kvs, cap * sizeof(*s->kvs));
         s->cap = cap;
     }
-    kv_from_item(ec, it, &s->kvs[s->n++]);
+    kv_from_item(s->sm, it, &s->kvs[s->n++], !ec->keys_only);
     s->bytes += b;
     return 0;
 }
@@ -282,6 +341,91 @@ static void range_state_free(struct range_state *s)
     tk_free(s->kvp);
 }
 
+static int kv_sort_cmp(const void *pa, const void *pb, void *arg)
+{
+    const struct ecall *ec = arg;
+    const Mvccpb__KeyValue *a = pa, *b = pb;
+    int c = 0;
+    switch (ec->sort_by) {
+    case 'v':
+        c = (a->version > b->version) - (a->version < b->version);
+        break;
+    case 'c':
+        c = (a->create_revision > b->create_revision) -
+            (a->create_revision < b->create_revision);
+        break;
+    case 'm':
+        c = (a->mod_revision > b->mod_revision) - (a->mod_revision < b->mod_revision);
+        break;
+    case 'V':
+        c = key_cmp(a->value.data, a->value.len, b->value.data, b->value.len);
+        break;
+    default:
+        break;
+    }
+    if (ec->sort_desc)
+        c = -c;
+    if (c == 0) /* ties (and the key target): by key */
+        c = key_cmp(a->key.data, a->key.len, b->key.data, b->key.len) *
+            (ec->sort_by == 'k' && ec->sort_desc ? -1 : 1);
+    return c;
+}
+
+/* A key's value, read again for a sorted answer (the same read callback:
+ * the state has not moved since the scan). 0 or TK_EIO. */
+static int sorted_value(struct kv_sm *sm, Mvccpb__KeyValue *kv)
+{
+    struct kv_item it;
+    int rc = kv_sm_get(sm, kv->key.data, kv->key.len, &it);
+    if (rc == TK_ENOTFOUND)
+        return 0; /* (cannot be) */
+    if (rc != 0)
+        return rc;
+    if (it.value_len > 0) {
+        kv->value.data = tk_malloc(it.value_len);
+        memcpy(kv->value.data, it.value, it.value_len);
+        kv->value.len = it.value_len;
+    }
+    return 0;
+}
+
+/* A collected range sorted, then cut to the limit and an answer's bytes
+ * (more when keys are left), the values of the keys kept read then (unless
+ * collected to sort by). TK_ETOOBIG when the range had more keys than the
+ * collection holds (the sort would be wrong); TK_EIO. */
+static int range_sorted(struct ecall *ec, struct kv_sm *sm, struct range_state *s)
+{
+    if (s->cut || s->visited > s->visit_max || s->count >= ec->e->cfg.count_max)
+        return TK_ETOOBIG;
+    if (s->n > 1)
+        qsort_r(s->kvs, s->n, sizeof(*s->kvs), kv_sort_cmp, ec);
+    uint32_t keep = 0;
+    uint64_t bytes = 0;
+    int rc = 0;
+    for (; keep < s->n && keep < s->take; keep++) {
+        Mvccpb__KeyValue *kv = &s->kvs[keep];
+        if (ec->keys_only) { /* collected to sort by */
+            tk_free(kv->value.data);
+            kv->value.data = NULL;
+            kv->value.len = 0;
+        } else if (ec->sort_by != 'V' && (rc = sorted_value(sm, kv)) != 0) {
+            break;
+        }
+        uint64_t b = kv->key.len + kv->value.len + 32;
+        if (keep > 0 && bytes + b > RANGE_BYTES_MAX)
+            break;
+        bytes += b;
+    }
+    for (uint32_t i = keep; i < s->n; i++) {
+        tk_free(s->kvs[i].key.data);
+        tk_free(s->kvs[i].value.data);
+    }
+    s->more = keep < s->n;
+    s->n = keep;
+    s->bytes = bytes;
+    return rc;
+}
+
 /* The range's keys into s (range_state_free after, whatever it returns),
  * looking at visit_max keys at most (0: the config's count_max). */
 static int range_collect(struct ecall *ec, struct kv_sm *sm, struct range_state *s,
@@ -289,6 +433,7 @@ static int range_collect(struct ecall *ec, struct kv_sm *sm, struct range_state 
 {
     memset(s, 0, sizeof(*s));
     s->ec = ec;
+    s->sm = sm;
     s->visit_max = visit_max != 0 ? visit_max : ec->e->cfg.count_max;
     s->take = ec->e->cfg.range_limit_max;
     if (ec->limit > 0 && (uint64_t)ec->limit < s->take)
@@ -314,6 +459,8 @@ static int range_collect(struct ecall *ec, struct kv_sm *sm, struct range_state 
     }
     if (ec->count_only)
         s->more = s->visited > s->visit_max; /* a count cut short says so */
+    else if (rc == 0 && ec->sort_by != 0)
+        rc = range_sorted(ec, sm, s);
     return rc;
 }
 
@@ -347,6 +494,16 @@ static void range_read_cb(struct node_req *nreq, int status, struct kv_sm *sm, v
     }
     struct range_state s;
     int rc = range_collect(ec, sm, &s, 0);
+    if (rc == TK_ETOOBIG) {
+        range_state_free(&s);
+        char msg[200];
+        snprintf(msg, sizeof(msg),
+                 "tierkv: a sorted Range collects %llu keys and %u MiB of them at "
+                 "most (this range holds more)",
+                 (unsigned long long)ec->e->cfg.count_max, SORT_BYTES_MAX >> 20);
+        etcdapi__fail(ec, GRPC_RESOURCE_EXHAUSTED, msg);
+        return;
+    }
     if (rc != 0) {
         range_state_free(&s);
         etcdapi__fail_rc(ec, rc);
@@ -368,9 +525,8 @@ void etcdapi__kv_range(struct ecall *ec, const uint8_t *msg, size_t len)
     bool serializable = rq->serializable;
     int rc = 0;
     if (!sort_ok) {
-        etcdapi__fail(ec, GRPC_UNIMPLEMENTED,
-                      "tierkv: Range sorts only by key ascending, or the first/last by "
-                      "create or mod revision with limit 1 (not yet otherwise)");
+        etcdapi__fail(ec, GRPC_INVALID_ARGUMENT,
+                      "tierkv: an unknown sort order or sort target");
         rc = TK_EINVAL;
     } else if (rq->revision < 0 || rq->limit < 0) {
         etcdapi__fail(ec, GRPC_INVALID_ARGUMENT, "tierkv: a negative revision or limit");
@@ -385,24 +541,238 @@ void etcdapi__kv_range(struct ecall *ec, const uint8_t *msg, size_t len)
         etcdapi__submit_read(ec, serializable, range_read_cb);
 }
 
+/* ---- prev_kv: a write's previous key-values ---------------------------------
+ *
+ * Applying a write records in the change log, at the write's revision, each
+ * key it changed with the key's previous version (kv/events.c), in the same
+ * step as the write itself: that is where prev_kv comes from, atomic with
+ * the write, never from a read before it. On the leader the write's
+ * callback runs right after its entry applied, so the change log holds it;
+ * on a follower (the leader answered a forwarded write) a linearizable read
+ * first waits until this node applied it. The change log is bounded
+ * (--watch-events, --watch-events-bytes): a revision it no longer holds by
+ * then fails the call (Internal), after the write. */
+
+/* A DeleteRange's previous key-values: at most about one answer's bytes. */
+#define PREV_BYTES_MAX RANGE_BYTES_MAX
+
+struct etcdapi_prevs {
+    Mvccpb__KeyValue *kvs;
+    uint32_t n, cap;
+    uint64_t bytes;
+    bool over; /* past PREV_BYTES_MAX: no more kept */
+};
+
+static void prevs_free(struct etcdapi_prevs *p)
+{
+    if (p == NULL)
+        return;
+    for (uint32_t i = 0; i < p->n; i++) {
+        tk_free(p->kvs[i].key.data);
+        tk_free(p->kvs[i].value.data);
+    }
+    tk_free(p->kvs);
+    tk_free(p);
+}
+
+/* Every end of a call that may hold prevs goes through these three. */
+static void kv_fail(struct ecall *ec, int code, const char *msg)
+{
+    prevs_free(ec->prevs);
+    etcdapi__fail(ec, code, msg);
+}
+
+static void kv_fail_rc(struct ecall *ec, int rc)
+{
+    prevs_free(ec->prevs);
+    etcdapi__fail_rc(ec, rc);
+}
+
+/* Replies msg, which may point into ec->prevs: freed after it is packed
+ * (and ec with the reply). */
+static void kv_reply(struct ecall *ec, const ProtobufCMessage *msg)
+{
+    struct etcdapi_prevs *p = ec->prevs;
+    etcdapi__reply(ec, msg);
+    prevs_free(p);
+}
+
+/* etcdapi__submit_write/_read (etcdapi_reply.c), but a refusal is returned,
+ * not answered: the caller frees its prevs first (kv_fail_rc). */
+static int kv_submit(struct ecall *ec, const Kvpb__Command *cmd, node_write_cb *wcb,
+                     node_read_cb *rcb)
+{
+    uint64_t t = ec->e->cfg.request_timeout_ms;
+    uint64_t g = grpc_call_timeout_ms(ec->call);
+    memset(&ec->nreq, 0, sizeof(ec->nreq));
+    ec->nreq.data = ec;
+    ec->nreq.timeout_ms = g != 0 && (t == 0 || g < t) ? g : t;
+    if (cmd != NULL) {
+        size_t len = kvpb__command__get_packed_size(cmd);
+        ec->nreq.cmd = tk_blob_new(len);
+        kvpb__command__pack(cmd, ec->nreq.cmd->data);
+        ec->nreq.mode = NODE_MODE_APPLIED;
+        ec->nreq.write_cb = wcb;
+    } else {
+        ec->nreq.is_read = 1;
+        ec->nreq.consistency = NODE_READ_LINEARIZABLE;
+        ec->nreq.read_cb = rcb;
+    }
+    int rc = node_submit(ec->e->node, &ec->nreq);
+    if (rc != 0 && ec->nreq.cmd != NULL) { /* refused: the command is still ours */
+        tk_blob_unref(ec->nreq.cmd);
+        ec->nreq.cmd = NULL;
+    }
+    return rc;
+}
+
+struct prev_read {
+    struct etcdapi_prevs *p;
+    uint64_t rev;
+    uint32_t seen; /* events of rev */
+};
+
+static void prev_event(const struct kv_event *ev, void *data)
+{
+    struct prev_read *r = data;
+    if (ev->revision != r->rev)
+        return; /* (a later revision, read whole) */
+    r->seen++;
+    if (!ev->has_prev || ev->type == KV_EVENT_EXPIRE)
+        return; /* created, or the key's TTL had run out */
+    struct etcdapi_prevs *p = r->p;
+    uint64_t b = ev->key_len + ev->prev_value_len + 32;
+    if (p->over || (p->n > 0 && p->bytes + b > PREV_BYTES_MAX)) {
+        p->over = true;
+        return;
+    }
+    if (p->n == p->cap) {
+        uint32_t cap = p->cap ? p->cap * 2 : 4;
+        p->kvs = tk_realloc(p->kvs, cap * sizeof(*p->kvs));
+        p->cap = cap;
+    }
+    Mvccpb__KeyValue *kv = &p->kvs[p->n++];
+    mvccpb__key_value__init(kv);
+    kv->key.data = tk_malloc(ev->key_len + 1);
+    memcpy(kv->key.data, ev->key, ev->key_len);
+    kv->key.len = ev->key_len;
+    if (ev->prev_value_len > 0) {
+        kv->value.data = tk_malloc(ev->prev_value_len);
+        memcpy(kv->value.data, ev->prev_value, ev->prev_value_len);
+        kv->value.len = ev->prev_value_len;
+    }
+    kv->create_revision = (int64_t)ev->prev_create_revision;
+    kv->mod_revision = (int64_t)ev->prev_mod_revision;
+    kv->version = (int64_t)ev->prev_version;
+    kv->lease = (int64_t)ev->prev_lease;
+    p->bytes += b;
+}
+
+/* The previous key-values of the write at ec->prev_rev, from sm's change
+ * log, into ec->prevs: 0, or TK_ECOMPACTED when it no longer holds that
+ * revision (or holds no events). sm has applied it. */
+static int prevs_read(struct ecall *ec, struct kv_sm *sm)
+{
+    if (ec->prevs == NULL)
+        ec->prevs = tk_calloc(1, sizeof(*ec->prevs));
+    struct prev_read r = {.p = ec->prevs, .rev = ec->prev_rev};
+    uint64_t next;
+    int rc = kv_sm_events_read(sm, ec->prev_rev, 1, 0, prev_event, &r, &next);
+    if (rc == 0 && r.seen == 0)
+        rc = TK_ECOMPACTED; /* a write leaves at least one event */
+    return rc;
+}
+
+static void prev_lost(struct ecall *ec)
+{
+    char msg[200];
+    snprintf(msg, sizeof(msg),
+             "tierkv: the write applied at revision %llu, but its previous key-value "
+             "left the change log before it was read (--watch-events)",
+             (unsigned long long)ec->prev_rev);
+    kv_fail(ec, GRPC_INTERNAL, msg);
+}
+
+/* After the read that waits for the write's entry on a follower: its
+ * previous key-values, then `then`. */
+static void prev_read_then(struct ecall *ec, int status, struct kv_sm *sm,
+                           void (*then)(struct ecall *ec))
+{
+    if (status != 0) {
+        kv_fail_rc(ec, status);
+        return;
+    }
+    if (kv_sm_applied_index(sm) < ec->prev_rev) { /* cannot be: the read waits */
+        kv_fail(ec, GRPC_UNAVAILABLE, "etcdserver: request timed out");
+        return;
+    }
+    if (prevs_read(ec, sm) != 0) {
+        prev_lost(ec);
+        return;
+    }
+    then(ec);
+}
+
+/* Reads the write's previous key-values (ec->prev_rev), now if this node
+ * applied it, else after a read that waits for it (read_cb, which calls
+ * prev_read_then); then `then`. */
+static void prev_fetch(struct ecall *ec, node_read_cb *read_cb, void (*then)(struct ecall *))
+{
+    struct kv_sm *sm = node_kv(ec->e->node);
+    if (kv_sm_applied_index(sm) >= ec->prev_rev) {
+        if (prevs_read(ec, sm) != 0) {
+            prev_lost(ec);
+            return;
+        }
+        then(ec);
+        return;
+    }
+    int rc = kv_submit(ec, NULL, NULL, read_cb);
+    if (rc != 0)
+        kv_fail_rc(ec, rc);
+}
+
 /* ---- Put -------------------------------------------------------------------- */
+
+static void put_answer(struct ecall *ec)
+{
+    Etcdserverpb__ResponseHeader h = ETCDSERVERPB__RESPONSE_HEADER__INIT;
+    etcdapi__header(ec->e, ec->prev_rev, &h);
+    Etcdserverpb__PutResponse r = ETCDSERVERPB__PUT_RESPONSE__INIT;
+    r.header = &h;
+    if (ec->prevs != NULL && ec->prevs->n > 0)
+        r.prev_kv = &ec->prevs->kvs[0];
+    kv_reply(ec, &r.base);
+}
+
+static void put_prev_cb(struct node_req *nreq, int status, struct kv_sm *sm, void *data)
+{
+    (void)nreq;
+    prev_read_then(data, status, sm, put_answer);
+}
 
 static void put_done(struct node_req *nreq, int status, const struct kv_result *res,
                      void *data)
 {
     (void)nreq;
     struct ecall *ec = data;
+    if (status == 0 && res->code == TK_ECOMPARE && ec->put_keep) {
+        /* ignore_value or ignore_lease, and the key is not there */
+        etcdapi__fail(ec, GRPC_INVALID_ARGUMENT, "etcdserver: key not found");
+        return;
+    }
     if (status == 0 && res->code != 0)
         status = res->code;
     if (status != 0) {
         etcdapi__fail_rc(ec, status);
         return;
     }
-    Etcdserverpb__ResponseHeader h = ETCDSERVERPB__RESPONSE_HEADER__INIT;
-    etcdapi__header(ec->e, res->revision, &h);
-    Etcdserverpb__PutResponse r = ETCDSERVERPB__PUT_RESPONSE__INIT;
-    r.header = &h;
-    etcdapi__reply(ec, &r.base);
+    ec->prev_rev = res->revision;
+    if (!ec->prev_kv || res->revision == 0) {
+        put_answer(ec);
+        return;
+    }
+    prev_fetch(ec, put_prev_cb, put_answer);
 }
 
 /* The checks a put shares with a txn's: 0, or a message for the client. */
@@ -410,6 +780,10 @@ static const char *put_refusal(const struct etcdapi *e, const Etcdserverpb__PutR
 {
     if (p->key.len == 0)
         return "etcdserver: key is not provided";
+    if (p->ignore_value && p->value.len != 0)
+        return "etcdserver: value is provided";
+    if (p->ignore_lease && p->lease != 0)
+        return "etcdserver: lease is provided";
     if (p->key.len > e->cfg.key_max || p->value.len > e->cfg.value_max)
         return "etcdserver: request is too large";
     if (reserved_key(p->key.data, p->key.len))
@@ -419,12 +793,14 @@ static const char *put_refusal(const struct etcdapi *e, const Etcdserverpb__PutR
     return NULL;
 }
 
+/* What a Put in a Txn does not do yet. */
 static const char *put_unsupported(const Etcdserverpb__PutRequest *p)
 {
     if (p->prev_kv)
-        return "tierkv: Put's prev_kv is not supported yet";
+        return "tierkv: prev_kv on a Put in a Txn is not supported yet";
     if (p->ignore_value || p->ignore_lease)
-        return "tierkv: Put's ignore_value and ignore_lease are not supported yet";
+        return "tierkv: ignore_value and ignore_lease on a Put in a Txn are not "
+               "supported yet";
     return NULL;
 }
 
@@ -437,17 +813,18 @@ void etcdapi__kv_put(struct ecall *ec, const uint8_t *msg, size_t len)
         return;
     }
     const char *bad = put_refusal(ec->e, rq);
-    const char *unsup = put_unsupported(rq);
     if (bad != NULL) {
         etcdapi__fail(ec, GRPC_INVALID_ARGUMENT, bad);
-    } else if (unsup != NULL) {
-        etcdapi__fail(ec, GRPC_UNIMPLEMENTED, unsup);
     } else {
         Kvpb__Command cmd = KVPB__COMMAND__INIT;
         Kvpb__Put put = KVPB__PUT__INIT;
         put.key = rq->key;
         put.value = rq->value;
         put.lease = (uint64_t)rq->lease;
+        put.keep_value = rq->ignore_value;
+        put.keep_lease = rq->ignore_lease;
+        ec->prev_kv = rq->prev_kv;
+        ec->put_keep = rq->ignore_value || rq->ignore_lease;
         cmd.cmd_case = KVPB__COMMAND__CMD_PUT;
         cmd.put = &put;
         etcdapi__submit_write(ec, &cmd, put_done);
@@ -459,6 +836,45 @@ void etcdapi__kv_put(struct ecall *ec, const uint8_t *msg, size_t len)
 
 static void delete_step(struct ecall *ec);
 
+/* After a step (and its previous key-values): the next step, or the answer. */
+static void delete_next(struct ecall *ec)
+{
+    if (ec->prev_more && !grpc_call_gone(ec->call)) {
+        delete_step(ec);
+        return;
+    }
+    if (ec->prevs != NULL && ec->prevs->over) {
+        char msg[200];
+        snprintf(msg, sizeof(msg),
+                 "tierkv: deleted %llu keys, but their previous key-values are more "
+                 "than one answer holds (2 MiB)",
+                 (unsigned long long)ec->deleted);
+        kv_fail(ec, GRPC_RESOURCE_EXHAUSTED, msg);
+        return;
+    }
+    Etcdserverpb__ResponseHeader h = ETCDSERVERPB__RESPONSE_HEADER__INIT;
+    etcdapi__header(ec->e, ec->prev_rev, &h);
+    Etcdserverpb__DeleteRangeResponse r = ETCDSERVERPB__DELETE_RANGE_RESPONSE__INIT;
+    r.header = &h;
+    r.deleted = (int64_t)ec->deleted;
+    Mvccpb__KeyValue **kvp = NULL;
+    if (ec->prevs != NULL && ec->prevs->n > 0) {
+        kvp = tk_calloc(ec->prevs->n, sizeof(*kvp));
+        for (uint32_t i = 0; i < ec->prevs->n; i++)
+            kvp[i] = &ec->prevs->kvs[i];
+        r.prev_kvs = kvp;
+        r.n_prev_kvs = ec->prevs->n;
+    }
+    kv_reply(ec, &r.base);
+    tk_free(kvp);
+}
+
+static void delete_prev_cb(struct node_req *nreq, int status, struct kv_sm *sm, void *data)
+{
+    (void)nreq;
+    prev_read_then(data, status, sm, delete_next);
+}
+
 static void delete_done(struct node_req *nreq, int status, const struct kv_result *res,
                         void *data)
 {
@@ -467,20 +883,17 @@ static void delete_done(struct node_req *nreq, int status, const struct kv_resul
     if (status == 0 && res->code != 0)
         status = res->code;
     if (status != 0) {
-        etcdapi__fail_rc(ec, status);
+        kv_fail_rc(ec, status);
         return;
     }
     ec->deleted = res->deleted; /* with deleted_before: the running total */
-    if (res->more && !grpc_call_gone(ec->call)) {
-        delete_step(ec);
-        return;
-    }
-    Etcdserverpb__ResponseHeader h = ETCDSERVERPB__RESPONSE_HEADER__INIT;
-    etcdapi__header(ec->e, res->revision, &h);
-    Etcdserverpb__DeleteRangeResponse r = ETCDSERVERPB__DELETE_RANGE_RESPONSE__INIT;
-    r.header = &h;
-    r.deleted = (int64_t)ec->deleted;
-    etcdapi__reply(ec, &r.base);
+    ec->prev_more = res->more;
+    if (res->revision != 0)
+        ec->prev_rev = res->revision;
+    if (ec->prev_kv && res->revision != 0) /* this step deleted keys */
+        prev_fetch(ec, delete_prev_cb, delete_next);
+    else
+        delete_next(ec);
 }
 
 static void delete_step(struct ecall *ec)
@@ -495,7 +908,9 @@ static void delete_step(struct ecall *ec)
     dr.deleted_before = ec->deleted;
     cmd.cmd_case = KVPB__COMMAND__CMD_DELETE_RANGE;
     cmd.delete_range = &dr;
-    etcdapi__submit_write(ec, &cmd, delete_done);
+    int rc = kv_submit(ec, &cmd, delete_done, NULL);
+    if (rc != 0)
+        kv_fail_rc(ec, rc);
 }
 
 void etcdapi__kv_delete_range(struct ecall *ec, const uint8_t *msg, size_t len)
@@ -507,14 +922,9 @@ void etcdapi__kv_delete_range(struct ecall *ec, const uint8_t *msg, size_t len)
                       "tierkv: a malformed DeleteRangeRequest");
         return;
     }
-    bool prev = rq->prev_kv;
-    int rc = prev ? TK_EINVAL : take_range(ec, &rq->key, &rq->range_end);
+    ec->prev_kv = rq->prev_kv;
+    int rc = take_range(ec, &rq->key, &rq->range_end);
     etcdserverpb__delete_range_request__free_unpacked(rq, NULL);
-    if (prev) {
-        etcdapi__fail(ec, GRPC_UNIMPLEMENTED,
-                      "tierkv: DeleteRange's prev_kv is not supported yet");
-        return;
-    }
     if (rc != 0)
         return;
     if (!is_single(ec)) {
@@ -575,12 +985,11 @@ static const char *txn_compare(const struct etcdapi *e, const Etcdserverpb__Comp
     *code = GRPC_INVALID_ARGUMENT;
     if (c->key.len == 0)
         return "etcdserver: key is not provided";
-    if (c->key.len > e->cfg.key_max)
+    if (c->key.len > e->cfg.key_max || c->range_end.len > e->cfg.key_max)
         return "etcdserver: request is too large";
     *code = GRPC_UNIMPLEMENTED;
-    if (c->range_end.len > 0)
-        return "tierkv: a Txn compare over a range is not supported yet";
     out->key = c->key;
+    out->range_end = c->range_end; /* kv/ reads "\0" as from key on, as etcd */
     switch (c->result) {
     case ETCDSERVERPB__COMPARE__COMPARE_RESULT__EQUAL:
         out->op = KVPB__COMPARE__OP__EQUAL;
@@ -615,8 +1024,13 @@ static const char *txn_compare(const struct etcdapi *e, const Etcdserverpb__Comp
         out->target = KVPB__COMPARE__TARGET__VALUE;
         out->value = c->value;
         break;
+    case ETCDSERVERPB__COMPARE__COMPARE_TARGET__LEASE:
+        out->target = KVPB__COMPARE__TARGET__LEASE;
+        out->number = c->lease;
+        break;
     default:
-        return "tierkv: a Txn compare on a lease is not supported yet";
+        *code = GRPC_INVALID_ARGUMENT;
+        return "tierkv: an unknown compare target";
     }
     return NULL;
 }
@@ -679,9 +1093,9 @@ static const char *txn_range(struct ecall *ec, const Etcdserverpb__RangeRequest 
     *code = GRPC_UNIMPLEMENTED;
     if (rr->revision != 0)
         return "tierkv: a Range in a Txn reads the newest state only (no revision)";
-    if (rr->limit < 0 || !take_sort(&probe, rr))
+    if (rr->limit < 0 || !take_sort(&probe, rr) || probe.sort_by != 0)
         return "tierkv: a Range in a Txn sorts only by key ascending, or the first/last "
-               "by create or mod revision with limit 1";
+               "by create or mod revision with limit 1 (not yet otherwise)";
     return NULL;
 }
 

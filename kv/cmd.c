@@ -36,6 +36,7 @@ struct ctx {
     struct kv_sm *sm;
     uint64_t index;
     size_t n;
+    size_t range_keys; /* live keys range compares looked at */
     struct stage st[2 * KV_TXN_OPS_MAX]; /* compares + ops */
 };
 
@@ -53,10 +54,12 @@ static int check_compare(const struct kv_sm *sm, const Kvpb__Compare *c)
     int rc = check_key(sm, &c->key);
     if (rc != 0)
         return rc;
-    if ((int)c->target < 0 || (int)c->target > KVPB__COMPARE__TARGET__EXISTS)
+    if ((int)c->target < 0 || (int)c->target > KVPB__COMPARE__TARGET__LEASE)
         return TK_EINVAL;
     if ((int)c->op < 0 || (int)c->op > KVPB__COMPARE__OP__GREATER)
         return TK_EINVAL;
+    if (c->range_end.len > sm->cfg.key_max + 1)
+        return TK_ETOOBIG;
     return c->value.len > sm->cfg.value_max ? TK_ETOOBIG : 0;
 }
 
@@ -67,6 +70,8 @@ static int check_put(const struct kv_sm *sm, const Kvpb__Put *p, bool allow_cond
         return rc;
     if (p->value.len > sm->cfg.value_max)
         return TK_ETOOBIG;
+    if ((p->keep_value && p->value.len > 0) || (p->keep_lease && p->lease != 0))
+        return TK_EINVAL;
     if (p->cond != NULL) {
         if (!allow_cond)
             return TK_EINVAL;
@@ -75,6 +80,8 @@ static int check_put(const struct kv_sm *sm, const Kvpb__Put *p, bool allow_cond
             rc = 0; /* an empty cond key means the put's key */
         if (rc != 0)
             return rc;
+        if (p->cond->range_end.len > 0)
+            return TK_EINVAL; /* a put's compare is on its key */
         if (p->cond->key.len != 0 &&
             (p->cond->key.len != p->key.len ||
              memcmp(p->cond->key.data, p->key.data, p->key.len) != 0))
@@ -142,13 +149,9 @@ static bool cmp_num(uint64_t have, Kvpb__Compare__Op op, int64_t want)
     }
 }
 
-/* Evaluates a (checked) compare against the staged state. -1 on TK_EIO. */
-static int eval(struct ctx *x, const Kvpb__Compare *c, const ProtobufCBinaryData *key)
+/* A compare's target against one key's state (st; lease: its lease). */
+static bool cmp_state(const Kvpb__Compare *c, const struct kv_state *st, uint64_t lease)
 {
-    struct stage *s = stage_get(x, key->data, key->len);
-    if (s == NULL)
-        return -1;
-    const struct kv_state *st = &s->st;
     switch (c->target) {
     case KVPB__COMPARE__TARGET__VERSION:
         return cmp_num(st->live ? st->version : 0, c->op, c->number);
@@ -156,9 +159,11 @@ static int eval(struct ctx *x, const Kvpb__Compare *c, const ProtobufCBinaryData
         return cmp_num(st->live ? st->mod_rev : 0, c->op, c->number);
     case KVPB__COMPARE__TARGET__CREATE_REVISION:
         return cmp_num(st->live ? st->create_rev : 0, c->op, c->number);
+    case KVPB__COMPARE__TARGET__LEASE:
+        return cmp_num(st->live ? lease : 0, c->op, c->number);
     case KVPB__COMPARE__TARGET__VALUE: {
         if (!st->live)
-            return 0;
+            return false;
         int r = kv__keycmp(st->value, st->value_len, c->value.data, c->value.len);
         switch (c->op) {
         case KVPB__COMPARE__OP__EQUAL:
@@ -178,6 +183,75 @@ static int eval(struct ctx *x, const Kvpb__Compare *c, const ProtobufCBinaryData
     }
 }
 
+/* A compare over [key, range_end) (range_end "\0": from key on): true when
+ * it holds for every live key there, as for an absent key when there is
+ * none. The command has staged no write yet (compares come first), so the
+ * sm's state is the staged one. 1, 0, TK_ETOOBIG (past
+ * KV_COMPARE_RANGE_KEYS) or TK_EIO. */
+static int eval_range(struct ctx *x, const Kvpb__Compare *c)
+{
+    bool from_key = c->range_end.len == 1 && c->range_end.data[0] == 0;
+    struct kv_range r = {.start = c->key.data,
+                         .start_len = c->key.len,
+                         .end = c->range_end.data,
+                         .end_len = from_key ? 0 : c->range_end.len};
+    if (!from_key && kv__keycmp(r.start, r.start_len, r.end, r.end_len) >= 0) {
+        struct kv_state none = {.live = false};
+        return cmp_state(c, &none, 0);
+    }
+    struct kv_iter it;
+    struct kv_item item;
+    size_t live = 0;
+    int rc, held = 1;
+    for (rc = kv__iter_first(&it, x->sm, &r, 0, &item); rc == 0 && held == 1;
+         rc = kv__iter_next(&it, &item)) {
+        if ((item.key_len > 0 && item.key[0] == KV_RESERVED_BYTE) ||
+            kv__lease_reserved(item.key, item.key_len))
+            continue; /* the node's own records: in no user's range */
+        if (++x->range_keys > KV_COMPARE_RANGE_KEYS) {
+            held = TK_ETOOBIG;
+            break;
+        }
+        live++;
+        struct kv_state st = {.live = true,
+                              .value = item.value,
+                              .value_len = item.value_len,
+                              .create_rev = item.create_revision,
+                              .mod_rev = item.mod_revision,
+                              .version = item.version};
+        uint64_t lease = c->target == KVPB__COMPARE__TARGET__LEASE
+                             ? kv__lease_of(x->sm, item.key, item.key_len,
+                                            kv__hash(item.key, item.key_len))
+                             : 0;
+        held = cmp_state(c, &st, lease) ? 1 : 0;
+    }
+    kv__iter_close(&it);
+    if (rc != 0 && rc != TK_ENOTFOUND)
+        return TK_EIO;
+    if (held != 1)
+        return held;
+    if (live == 0) {
+        struct kv_state none = {.live = false};
+        return cmp_state(c, &none, 0);
+    }
+    return 1;
+}
+
+/* Evaluates a (checked) compare against the staged state: 1, 0, or a
+ * negative code (TK_EIO; TK_ETOOBIG for a range past its bound). */
+static int eval(struct ctx *x, const Kvpb__Compare *c, const ProtobufCBinaryData *key)
+{
+    if (c->range_end.len > 0)
+        return eval_range(x, c);
+    struct stage *s = stage_get(x, key->data, key->len);
+    if (s == NULL)
+        return TK_EIO;
+    uint64_t lease = 0;
+    if (c->target == KVPB__COMPARE__TARGET__LEASE && s->st.live)
+        lease = s->dirty ? s->lease : kv__lease_of(x->sm, s->key, s->key_len, s->hash);
+    return cmp_state(c, &s->st, lease) ? 1 : 0;
+}
+
 static int op_put(struct ctx *x, const Kvpb__Put *p)
 {
     struct stage *s = stage_get(x, p->key.data, p->key.len);
@@ -186,10 +260,23 @@ static int op_put(struct ctx *x, const Kvpb__Put *p)
     uint64_t now = x->sm->now_ms;
     if (p->ttl_ms > UINT64_MAX - now)
         return TK_ERANGE;
-    int rc = kv__lease_check_put(x->sm, p->lease);
-    if (rc != 0)
-        return rc;
-    s->lease = p->lease;
+    if ((p->keep_value || p->keep_lease) && !s->st.live)
+        return TK_ECOMPARE; /* nothing to keep */
+    if (p->keep_lease) {
+        /* The lease the command left it (checked when attached), or the
+         * stored one. */
+        if (!s->dirty)
+            s->lease = kv__lease_of(x->sm, s->key, s->key_len, s->hash);
+    } else {
+        int rc = kv__lease_check_put(x->sm, p->lease);
+        if (rc != 0)
+            return rc;
+        s->lease = p->lease;
+    }
+    if (!p->keep_value) {
+        s->st.value = p->value.data;
+        s->st.value_len = p->value.len;
+    } /* else the staged value stays: the record's own bytes, or an earlier op's */
     if (s->st.live) {
         s->st.version++;
     } else {
@@ -198,8 +285,6 @@ static int op_put(struct ctx *x, const Kvpb__Put *p)
     }
     s->st.live = true;
     s->st.mod_rev = x->index;
-    s->st.value = p->value.data;
-    s->st.value_len = p->value.len;
     s->st.expire_ms = p->ttl_ms > 0 ? now + p->ttl_ms : 0;
     s->dirty = true;
     return 0;
@@ -474,7 +559,7 @@ static int exec_put(struct ctx *x, const Kvpb__Put *p)
     if (p->cond != NULL) {
         int ok = eval(x, p->cond, &p->key);
         if (ok < 0)
-            return TK_EIO;
+            return ok;
         if (!ok)
             return TK_ECOMPARE;
     }
@@ -514,7 +599,7 @@ static int exec_txn(struct ctx *x, const Kvpb__Txn *t, struct kv_result *res)
     for (size_t i = 0; ok && i < t->n_compares; i++) {
         int e = eval(x, t->compares[i], &t->compares[i]->key);
         if (e < 0)
-            return TK_EIO;
+            return e;
         ok = e != 0;
     }
     /* The compares' lookups are not writes: start the ops from them. */
@@ -619,6 +704,7 @@ int kv__cmd_apply(struct kv_sm *sm, uint64_t index, const Kvpb__Command *c,
     x.sm = sm;
     x.index = index;
     x.n = 0;
+    x.range_keys = 0;
     int rc = exec_lease(&x, c, res);
     if (rc == 1)
         rc = exec(&x, c, res);

@@ -11,7 +11,8 @@
  * not readable at all. Each event, header and data, is copied into a byte
  * ring and its revision and place into a slot (struct kv_events), so
  * recording one allocates nothing and dropping one reads only its slot.
- * Owner thread only. Calls state.c (the previous state) and ttl.c. */
+ * Owner thread only. Calls state.c (the previous state), lease.c (its
+ * lease) and ttl.c. */
 #include <stdint.h>
 #include <string.h>
 
@@ -156,10 +157,11 @@ static uint8_t *make_room(struct kv_events *e, uint64_t rev, size_t size)
 }
 
 /* Records one event: st (NULL or not live: none) is the key's new state,
- * prev (NULL: none; else live) its previous one. Its header and data are
- * written straight into their place in buf. */
+ * prev (NULL: none; else live) its previous one, attached to prev_lease.
+ * Its header and data are written straight into their place in buf. */
 static void record(struct kv_events *e, uint64_t index, int type, const uint8_t *key,
-                   size_t len, const struct kv_state *st, const struct kv_state *prev)
+                   size_t len, const struct kv_state *st, const struct kv_state *prev,
+                   uint64_t prev_lease)
 {
     bool live = st != NULL && st->live;
     size_t value_len = live ? st->value_len : 0;
@@ -175,6 +177,10 @@ static void record(struct kv_events *e, uint64_t index, int type, const uint8_t 
         }
         if (!live || prev->create_rev != st->create_rev) {
             flags |= KV_EV_PREV_CREATE;
+            words++;
+        }
+        if (prev_lease != 0) {
+            flags |= KV_EV_PREV_LEASE;
             words++;
         }
     }
@@ -199,6 +205,8 @@ static void record(struct kv_events *e, uint64_t index, int type, const uint8_t 
             *w++ = prev->version;
         if (flags & KV_EV_PREV_CREATE)
             *w++ = prev->create_rev;
+        if (flags & KV_EV_PREV_LEASE)
+            *w++ = prev_lease;
     }
     uint8_t *d = (uint8_t *)w;
     copy(d, key, len);
@@ -219,13 +227,18 @@ void kv__events_write_prev(struct kv_sm *sm, uint64_t index, const uint8_t *key,
         return;
     int type = st->live ? KV_EVENT_PUT : sm->expiring ? KV_EVENT_EXPIRE : KV_EVENT_DELETE;
     bool prev_live = prev->live;
+    /* The callers write the event before they attach the key to its new
+     * lease: the table still has the old one. */
+    uint64_t prev_lease =
+        prev_live && sm->leases.count > 0 ? kv__lease_of(sm, key, len, kv__hash(key, len))
+                                          : 0;
     if (prev_live && !sm->expiring && !kv__live(sm, prev->expire_ms)) {
         /* A write over a key whose TTL ran out before its expire command
          * came: the old version's expire comes first, at this revision. */
-        record(e, index, KV_EVENT_EXPIRE, key, len, NULL, prev);
+        record(e, index, KV_EVENT_EXPIRE, key, len, NULL, prev, prev_lease);
         prev_live = false;
     }
-    record(e, index, type, key, len, st, prev_live ? prev : NULL);
+    record(e, index, type, key, len, st, prev_live ? prev : NULL, prev_lease);
 }
 
 void kv__events_write(struct kv_sm *sm, uint64_t index, const uint8_t *key, size_t len,
@@ -281,6 +294,7 @@ static void emit(const struct kv_events *e, const struct kv_ev_slot *s, kv_event
         ev.prev_version = v->flags & KV_EV_PREV_VERSION ? *w++ : ev.version - 1;
         ev.prev_create_revision =
             v->flags & KV_EV_PREV_CREATE ? *w++ : ev.create_revision;
+        ev.prev_lease = v->flags & KV_EV_PREV_LEASE ? *w++ : 0;
     }
     const uint8_t *d = (const uint8_t *)w;
     ev.key = d;

@@ -30,6 +30,9 @@
 #include <stdint.h>
 
 #define KV_TXN_OPS_MAX 128 /* ops in a batch or in then+else of a txn */
+/* Live keys a transaction's range compares look at, together (kvpb.Compare
+ * range_end). */
+#define KV_COMPARE_RANGE_KEYS 10000
 
 struct kv_config {
     const char *dir;         /* directory for the cold tier (created if needed) */
@@ -452,6 +455,7 @@ struct kv_event {
     const uint8_t *prev_value;
     size_t prev_value_len;
     uint64_t prev_version, prev_create_revision, prev_mod_revision;
+    uint64_t prev_lease; /* the lease it was attached to (0: none) */
 };
 typedef void kv_event_cb(const struct kv_event *ev, void *data);
 
@@ -513,6 +517,8 @@ struct kv_lease_info {
     size_t n_keys;
 };
 size_t kv_sm_lease_count(const struct kv_sm *sm);
+/* The lease the key is attached to now (0: none). Owner thread. */
+uint64_t kv_sm_key_lease(struct kv_sm *sm, const void *key, size_t len);
 /* Forgets every deadline (a new leader starts from the checkpoints). */
 void kv_sm_lease_reset(struct kv_sm *sm);
 /* Up to max ids of leases whose deadline is <= now_ms (setting unset ones),

@@ -171,7 +171,8 @@ static inline size_t kv__rec_size(size_t key_len, size_t value_len)
 }
 /* Rewrites the live record at addr in place for a new version of its key
  * with a value of the same length: takes h's expire_ms, mod_rev, create_rev
- * and version, copies value and recomputes the CRC. The caller makes sure no
+ * and version, copies value (unless value is the record's own bytes: a put
+ * that keeps its value) and recomputes the CRC. The caller makes sure no
  * other thread reads the record meanwhile. */
 void kv__ring_rewrite(struct kv_ring *r, uint64_t addr, const struct kv_rec *h,
                       const void *value);

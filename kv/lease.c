@@ -117,6 +117,15 @@ static struct kv_lkey **lkey_slot(struct kv_leases *t, const uint8_t *key, size_
     return pp;
 }
 
+uint64_t kv__lease_of(struct kv_sm *sm, const uint8_t *key, size_t len, uint64_t hash)
+{
+    struct kv_leases *t = &sm->leases;
+    if (t->count == 0)
+        return 0;
+    struct kv_lkey *k = *lkey_slot(t, key, len, hash);
+    return k != NULL ? k->lease : 0;
+}
+
 static void rehash(struct kv_leases *t)
 {
     size_t mask = t->mask * 2 + 1;
@@ -577,6 +586,13 @@ int kv__lease_load(struct kv_sm *sm)
 }
 
 /* ---- the node's side ---- */
+
+uint64_t kv_sm_key_lease(struct kv_sm *sm, const void *key, size_t len)
+{
+    if (sm->leases.count == 0)
+        return 0;
+    return kv__lease_of(sm, key, len, kv__hash(key, len));
+}
 
 size_t kv_sm_lease_count(const struct kv_sm *sm)
 {

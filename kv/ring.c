@@ -205,8 +205,9 @@ void kv__ring_rewrite(struct kv_ring *r, uint64_t addr, const struct kv_rec *h,
     rec->mod_rev = h->mod_rev;
     rec->create_rev = h->create_rev;
     rec->version = h->version;
-    if (rec->value_len > 0)
-        memcpy((uint8_t *)(rec + 1) + rec->key_len, value, rec->value_len);
+    uint8_t *dst = (uint8_t *)(rec + 1) + rec->key_len;
+    if (rec->value_len > 0 && dst != value) /* a put keeping its value: in place */
+        memcpy(dst, value, rec->value_len);
     size_t body = sizeof(*rec) + rec->key_len + rec->value_len;
     rec->crc = rec_crc((const uint8_t *)rec + KV_REC_CRC_FROM, body - KV_REC_CRC_FROM);
 }

@@ -70,6 +70,7 @@ struct kv_sessions {
 #define KV_EV_PREV 2u         /* w: prev_mod_rev */
 #define KV_EV_PREV_VERSION 4u /* w: prev_version (else version - 1) */
 #define KV_EV_PREV_CREATE 8u  /* w: prev_create_rev (else create_rev) */
+#define KV_EV_PREV_LEASE 16u  /* w: prev_lease (else 0) */
 struct kv_ev {
     uint32_t value_len, prev_len;
     uint16_t key_len;
@@ -369,6 +370,8 @@ bool kv__lease_reserved(const uint8_t *key, size_t len);
 struct kv_lease *kv__lease_find(const struct kv_leases *t, uint64_t id);
 /* May a put attach a key to lease (0: none)? 0, TK_ENOTFOUND, TK_ETOOBIG. */
 int kv__lease_check_put(const struct kv_sm *sm, uint64_t lease);
+/* The lease the key is attached to (0: none). */
+uint64_t kv__lease_of(struct kv_sm *sm, const uint8_t *key, size_t len, uint64_t hash);
 /* The key was just written at index: attaches it to lease (0: detaches it),
  * rewriting the records of the leases that change. 0 or TK_EIO. */
 int kv__lease_attach(struct kv_sm *sm, uint64_t index, const uint8_t *key, size_t len,

@@ -431,6 +431,8 @@ func functional(leaderEp, followerEp string) {
 	}
 	ok("Compact answered; the client goes on")
 
+	// kvsem.go: prev_kv, ignore_value/ignore_lease, sorts
+	kvSemantics(lc, fc)
 	streams(lc, fc) // streams.go: Watch, LeaseKeepAlive, concurrency
 }
 

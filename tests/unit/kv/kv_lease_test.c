@@ -91,6 +91,7 @@ struct evs {
     size_t n;
     uint64_t rev[16];
     int type[16];
+    uint64_t prev_lease[16];
 };
 
 static void ev_cb(const struct kv_event *ev, void *data)
@@ -98,6 +99,7 @@ static void ev_cb(const struct kv_event *ev, void *data)
     struct evs *e = data;
     ck_assert_uint_lt(e->n, 16);
     e->rev[e->n] = ev->revision;
+    e->prev_lease[e->n] = ev->prev_lease;
     e->type[e->n++] = ev->type;
 }
 
@@ -136,6 +138,8 @@ START_TEST(test_grant_attach_detach_and_revoke_in_one_revision)
     ck_assert_uint_eq(e.rev[0], rev);
     ck_assert_uint_eq(e.rev[1], rev);
     ck_assert_int_eq(e.type[0], KV_EVENT_DELETE);
+    ck_assert_uint_eq(e.prev_lease[0], id); /* a revoke's deletes: the lease they had */
+    ck_assert_uint_eq(e.prev_lease[1], id);
     ck_assert_int_eq(kv_sm_lease_get(u.sm, id, 0, &li, NULL, NULL), TK_ENOTFOUND);
     ck_assert_int_eq(keepalive(&u, id), TK_ENOTFOUND);
     ck_assert_int_eq(lease_revoke(&u, id, false), TK_ENOTFOUND);
@@ -679,6 +683,254 @@ START_TEST(test_old_lease_records_load_at_open)
 }
 END_TEST
 
+/* A put that keeps the key's value or lease (kvpb.Put keep_value and
+ * keep_lease: etcd's ignore_value and ignore_lease). */
+static int put_keep(struct kvu *u, const char *k, const char *v, uint64_t lease,
+                    bool keep_value, bool keep_lease)
+{
+    Kvpb__Command c = KVPB__COMMAND__INIT;
+    Kvpb__Put p = KVPB__PUT__INIT;
+    p.key = kvu_str(k);
+    p.value = kvu_str(v);
+    p.lease = lease;
+    p.keep_value = keep_value;
+    p.keep_lease = keep_lease;
+    c.cmd_case = KVPB__COMMAND__CMD_PUT;
+    c.put = &p;
+    return kvu_apply_code(u, &c);
+}
+
+START_TEST(test_put_keeps_value_and_lease)
+{
+    struct kvu u = {0};
+    kvu_open(&u, NULL);
+    uint64_t id = grant(&u, 3000);
+    char buf[16];
+    struct kv_item it;
+    ck_assert_int_eq(put_lease(&u, "a", "v1", id), 0);
+    /* keep_value, no lease: the value stays (rewritten in place over its own
+     * bytes), the lease goes */
+    struct kv_sm_stats st0, st1;
+    kv_sm_stats(u.sm, &st0);
+    ck_assert_uint_eq(kv_sm_key_lease(u.sm, "a", 1), id);
+    ck_assert_int_eq(put_keep(&u, "a", "", 0, true, false), 0);
+    kv_sm_stats(u.sm, &st1);
+    ck_assert_uint_eq(st1.rewrites, st0.rewrites + 1);
+    ck_assert_uint_eq(kv_sm_key_lease(u.sm, "a", 1), 0);
+    {
+        /* the change log has the lease the key had */
+        struct evs pe = {0};
+        uint64_t pnext;
+        ck_assert_int_eq(kv_sm_events_read(u.sm, kv_sm_applied_index(u.sm), 1, 0, ev_cb,
+                                           &pe, &pnext),
+                         0);
+        ck_assert_uint_eq(pe.n, 1);
+        ck_assert_uint_eq(pe.prev_lease[0], id);
+    }
+    ck_assert_str_eq(kvu_get(&u, "a", buf, sizeof(buf)), "v1");
+    ck_assert_int_eq(kv_sm_get(u.sm, "a", 1, &it), 0);
+    ck_assert_uint_eq(it.version, 2);
+    ck_assert_uint_eq(it.mod_revision, kv_sm_applied_index(u.sm));
+    ck_assert_uint_eq(n_keys(&u, id), 0);
+    /* keep_lease: a new value, the lease stays */
+    ck_assert_int_eq(put_lease(&u, "a", "v1", id), 0);
+    ck_assert_int_eq(put_keep(&u, "a", "v22", 0, false, true), 0);
+    ck_assert_str_eq(kvu_get(&u, "a", buf, sizeof(buf)), "v22");
+    ck_assert_uint_eq(n_keys(&u, id), 1);
+    /* both: nothing changes but the revision and version */
+    ck_assert_int_eq(put_keep(&u, "a", "", 0, true, true), 0);
+    ck_assert_str_eq(kvu_get(&u, "a", buf, sizeof(buf)), "v22");
+    ck_assert_uint_eq(n_keys(&u, id), 1);
+    ck_assert_int_eq(kv_sm_get(u.sm, "a", 1, &it), 0);
+    ck_assert_uint_eq(it.version, 5);
+    /* the change log has the kept value and the previous one */
+    struct evs e = {0};
+    uint64_t next, rev = kv_sm_applied_index(u.sm);
+    ck_assert_int_eq(kv_sm_events_read(u.sm, rev, 1, 0, ev_cb, &e, &next), 0);
+    ck_assert_uint_eq(e.n, 1);
+    ck_assert_int_eq(e.type[0], KV_EVENT_PUT);
+    /* an absent key has nothing to keep: TK_ECOMPARE, nothing written */
+    uint64_t applied = kv_sm_applied_index(u.sm);
+    ck_assert_int_eq(put_keep(&u, "zz", "", 0, true, false), TK_ECOMPARE);
+    ck_assert_int_eq(put_keep(&u, "zz", "x", 0, false, true), TK_ECOMPARE);
+    ck_assert_uint_eq(u.res.revision, 0);
+    ck_assert_ptr_null(kvu_get(&u, "zz", buf, sizeof(buf)));
+    ck_assert_int_eq(kvu_del(&u, "a"), 0);
+    ck_assert_int_eq(put_keep(&u, "a", "", 0, true, false), TK_ECOMPARE);
+    ck_assert_ptr_null(kvu_get(&u, "a", buf, sizeof(buf)));
+    ck_assert_uint_gt(kv_sm_applied_index(u.sm), applied);
+    /* a value or a lease given with keep: refused */
+    ck_assert_int_eq(kvu_put(&u, "b", "1"), 0);
+    ck_assert_int_eq(put_keep(&u, "b", "2", 0, true, false), TK_EINVAL);
+    ck_assert_int_eq(put_keep(&u, "b", "", id, false, true), TK_EINVAL);
+    ck_assert_str_eq(kvu_get(&u, "b", buf, sizeof(buf)), "1");
+    /* in one batch: the value the command left, then kept */
+    Kvpb__Command c = KVPB__COMMAND__INIT;
+    Kvpb__Batch b = KVPB__BATCH__INIT;
+    Kvpb__Op o[2] = {KVPB__OP__INIT, KVPB__OP__INIT}, *op[2] = {&o[0], &o[1]};
+    Kvpb__Put p[2] = {KVPB__PUT__INIT, KVPB__PUT__INIT};
+    p[0].key = kvu_str("b");
+    p[0].value = kvu_str("first");
+    p[0].lease = id;
+    p[1].key = kvu_str("b");
+    p[1].keep_value = true;
+    p[1].keep_lease = true;
+    for (int i = 0; i < 2; i++) {
+        o[i].op_case = KVPB__OP__OP_PUT;
+        o[i].put = &p[i];
+    }
+    b.ops = op;
+    b.n_ops = 2;
+    c.cmd_case = KVPB__COMMAND__CMD_BATCH;
+    c.batch = &b;
+    ck_assert_int_eq(kvu_apply_code(&u, &c), 0);
+    ck_assert_str_eq(kvu_get(&u, "b", buf, sizeof(buf)), "first");
+    ck_assert_uint_eq(n_keys(&u, id), 1);
+    /* from the cold tier: the kept value is appended, not lost */
+    ck_assert_int_eq(kv_sm_flush(u.sm), 0);
+    ck_assert_int_eq(put_keep(&u, "b", "", 0, true, true), 0);
+    ck_assert_int_eq(kv_sm_flush(u.sm), 0);
+    ck_assert_str_eq(kvu_get(&u, "b", buf, sizeof(buf)), "first");
+    ck_assert_uint_eq(n_keys(&u, id), 1);
+    kvu_close(&u, true);
+}
+END_TEST
+
+/* A txn of one compare (range_end NULL: on the key alone) and a put of
+ * "/t" = "then" (else "else"): its code, and *held which branch ran. */
+static int txn_cmp(struct kvu *u, const char *key, const char *range_end,
+                   Kvpb__Compare__Target target, Kvpb__Compare__Op op, int64_t number,
+                   const char *value, bool *held)
+{
+    Kvpb__Compare c = KVPB__COMPARE__INIT, *cp = &c;
+    c.key = kvu_str(key);
+    if (range_end != NULL)
+        c.range_end = kvu_bin(range_end, range_end[0] ? strlen(range_end) : 1);
+    c.target = target;
+    c.op = op;
+    c.number = number;
+    if (value != NULL)
+        c.value = kvu_str(value);
+    Kvpb__Put pt = KVPB__PUT__INIT, pe = KVPB__PUT__INIT;
+    pt.key = pe.key = kvu_str("/t");
+    pt.value = kvu_str("then");
+    pe.value = kvu_str("else");
+    Kvpb__Op ot = KVPB__OP__INIT, oe = KVPB__OP__INIT, *otp = &ot, *oep = &oe;
+    ot.op_case = oe.op_case = KVPB__OP__OP_PUT;
+    ot.put = &pt;
+    oe.put = &pe;
+    Kvpb__Txn t = KVPB__TXN__INIT;
+    t.compares = &cp;
+    t.n_compares = 1;
+    t.then_ops = &otp;
+    t.n_then_ops = 1;
+    t.else_ops = &oep;
+    t.n_else_ops = 1;
+    Kvpb__Command cmd = KVPB__COMMAND__INIT;
+    cmd.cmd_case = KVPB__COMMAND__CMD_TXN;
+    cmd.txn = &t;
+    int rc = kvu_apply_code(u, &cmd);
+    *held = u->res.succeeded;
+    return rc;
+}
+
+START_TEST(test_compares_on_lease_and_over_ranges)
+{
+    struct kvu u = {0};
+    kvu_open(&u, NULL);
+    uint64_t id = grant(&u, 3000);
+    bool held;
+    const Kvpb__Compare__Op EQ = KVPB__COMPARE__OP__EQUAL, NE = KVPB__COMPARE__OP__NOT_EQUAL,
+                            GT = KVPB__COMPARE__OP__GREATER, LT = KVPB__COMPARE__OP__LESS;
+    const Kvpb__Compare__Target LEASE = KVPB__COMPARE__TARGET__LEASE,
+                                VALUE = KVPB__COMPARE__TARGET__VALUE,
+                                VERSION = KVPB__COMPARE__TARGET__VERSION;
+    ck_assert_int_eq(put_lease(&u, "r/a", "1", id), 0);
+    ck_assert_int_eq(kvu_put(&u, "r/b", "1"), 0);
+    ck_assert_int_eq(kvu_put(&u, "r/c", "2"), 0);
+    /* lease: the key's, 0 for none or absent */
+    ck_assert_int_eq(txn_cmp(&u, "r/a", NULL, LEASE, EQ, (int64_t)id, NULL, &held), 0);
+    ck_assert(held);
+    ck_assert_int_eq(txn_cmp(&u, "r/b", NULL, LEASE, EQ, 0, NULL, &held), 0);
+    ck_assert(held);
+    ck_assert_int_eq(txn_cmp(&u, "r/zz", NULL, LEASE, EQ, 0, NULL, &held), 0);
+    ck_assert(held);
+    ck_assert_int_eq(txn_cmp(&u, "r/a", NULL, LEASE, NE, (int64_t)id, NULL, &held), 0);
+    ck_assert(!held);
+    char buf[16];
+    ck_assert_str_eq(kvu_get(&u, "/t", buf, sizeof(buf)), "else");
+    /* over a range: every live key */
+    ck_assert_int_eq(txn_cmp(&u, "r/a", "r/c", VALUE, EQ, 0, "1", &held), 0);
+    ck_assert(held);
+    ck_assert_int_eq(txn_cmp(&u, "r/a", "r/d", VALUE, EQ, 0, "1", &held), 0);
+    ck_assert(!held);
+    ck_assert_int_eq(txn_cmp(&u, "r/", "r0", VERSION, GT, 0, NULL, &held), 0);
+    ck_assert(held);
+    ck_assert_int_eq(txn_cmp(&u, "r/", "r0", LEASE, EQ, (int64_t)id, NULL, &held), 0);
+    ck_assert(!held); /* r/b and r/c have none */
+    ck_assert_int_eq(txn_cmp(&u, "r/a", "r/b", LEASE, EQ, (int64_t)id, NULL, &held), 0);
+    ck_assert(held);
+    ck_assert_int_eq(txn_cmp(&u, "r/b", "", VALUE, LT, 0, "3", &held), 0); /* from key */
+    ck_assert(held);
+    ck_assert_int_eq(txn_cmp(&u, "r/a", "", VALUE, LT, 0, "2", &held), 0);
+    ck_assert(!held); /* r/c is 2 */
+    /* an empty range: as an absent key (version 0; no value matches) */
+    ck_assert_int_eq(txn_cmp(&u, "s/", "s0", VERSION, EQ, 0, NULL, &held), 0);
+    ck_assert(held);
+    ck_assert_int_eq(txn_cmp(&u, "s/", "s0", VALUE, NE, 0, "x", &held), 0);
+    ck_assert(!held);
+    ck_assert_int_eq(txn_cmp(&u, "r/c", "r/a", VERSION, EQ, 0, NULL, &held), 0);
+    ck_assert(held); /* an end before the key: empty */
+    /* deleted keys are not in the range */
+    ck_assert_int_eq(kvu_del(&u, "r/c"), 0);
+    ck_assert_int_eq(txn_cmp(&u, "r/", "r0", VALUE, EQ, 0, "1", &held), 0);
+    ck_assert(held);
+    /* the node's own records (the lease's) are in no range */
+    ck_assert_int_eq(txn_cmp(&u, "\x01", "\x02", VERSION, EQ, 0, NULL, &held), 0);
+    ck_assert(held);
+    /* the bound: KV_COMPARE_RANGE_KEYS live keys */
+    Kvpb__Command c = KVPB__COMMAND__INIT;
+    Kvpb__Batch b = KVPB__BATCH__INIT;
+    Kvpb__Op o[100], *op[100];
+    Kvpb__Put p[100];
+    char keys[100][16];
+    for (int k = 0; k < KV_COMPARE_RANGE_KEYS / 100; k++) {
+        for (int i = 0; i < 100; i++) {
+            snprintf(keys[i], sizeof(keys[i]), "m/%06d", k * 100 + i);
+            kvpb__put__init(&p[i]);
+            p[i].key = kvu_str(keys[i]);
+            p[i].value = kvu_str("v");
+            kvpb__op__init(&o[i]);
+            o[i].op_case = KVPB__OP__OP_PUT;
+            o[i].put = &p[i];
+            op[i] = &o[i];
+        }
+        b.ops = op;
+        b.n_ops = 100;
+        c.cmd_case = KVPB__COMMAND__CMD_BATCH;
+        c.batch = &b;
+        ck_assert_int_eq(kvu_apply_code(&u, &c), 0);
+    }
+    ck_assert_int_eq(txn_cmp(&u, "m/", "m0", VALUE, EQ, 0, "v", &held), 0);
+    ck_assert(held); /* exactly the bound */
+    ck_assert_int_eq(kvu_put(&u, "m/x", "v"), 0);
+    ck_assert_int_eq(txn_cmp(&u, "m/", "m0", VALUE, EQ, 0, "v", &held), TK_ETOOBIG);
+    /* a put's compare is on its key only */
+    Kvpb__Compare cond = KVPB__COMPARE__INIT;
+    cond.range_end = kvu_str("z");
+    cond.target = KVPB__COMPARE__TARGET__EXISTS;
+    Kvpb__Put put = KVPB__PUT__INIT;
+    put.key = kvu_str("r/a");
+    put.value = kvu_str("x");
+    put.cond = &cond;
+    Kvpb__Command pc = KVPB__COMMAND__INIT;
+    pc.cmd_case = KVPB__COMMAND__CMD_PUT;
+    pc.put = &put;
+    ck_assert_int_eq(kvu_apply_code(&u, &pc), TK_EINVAL);
+    kvu_close(&u, true);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("kv-lease");
@@ -693,6 +945,8 @@ int main(void)
     tcase_add_test(tc, test_corrupt_lease_records_refused);
     tcase_add_test(tc, test_old_lease_records_load_at_open);
     tcase_add_test(tc, test_lease_records_are_written_as_protobuf);
+    tcase_add_test(tc, test_put_keeps_value_and_lease);
+    tcase_add_test(tc, test_compares_on_lease_and_over_ranges);
     suite_add_tcase(s, tc);
     return tk_check_run(srunner_create(s));
 }
