@@ -3,7 +3,7 @@
 // item 4). Each mode writes one JSON line per event to -out and runs until
 // the file -stop exists (or -max-seconds pass):
 //
-//	etcd-client -mode mx -- -role mutex|unfenced|campaign|observe|revisions \
+//	etcd-client -mode mx -- -role mutex|unfenced|campaign|pretend|observe|revisions \
 //	    -endpoints A,B,C -id W -out FILE -stop FILE [-ttl 3]
 //
 // mutex: a concurrency.Mutex around "read /mx/counter, write it + 1", the
@@ -22,6 +22,9 @@
 // linearizable Get of every candidate key (its header revision "start"):
 // this candidate's key must be the oldest; held briefly; the same Get
 // ("end"); then Resign. One "term" line per Campaign that returned.
+//
+// pretend: the known-bad control of campaign: it puts its key and leads at
+// once, waiting for no older key to go.
 //
 // observe: Election.Observe; one "seen" line per leader key it posts.
 //
@@ -288,7 +291,29 @@ func (w *mxWorker) electionState(mine string) (string, bool, int64, error) {
 	return oldest, present, r.Header.Revision, nil
 }
 
-func (w *mxWorker) campaignLoop(hold time.Duration) {
+// A candidate's key, as Campaign makes it, and its create revision; the
+// known-bad control's "pretend" role leads at once with it, waiting for no
+// older key to go.
+func (w *mxWorker) pretend(s *concurrency.Session, val string) (string, int64, error) {
+	k := fmt.Sprintf("%s/%x", mxElection, s.Lease())
+	c, cancel := context.WithTimeout(context.Background(), mxOpTimeout)
+	defer cancel()
+	if _, err := w.cli.Put(c, k, val, clientv3.WithLease(s.Lease())); err != nil {
+		return "", 0, err
+	}
+	g, err := w.cli.Get(c, k)
+	if err == nil && len(g.Kvs) == 0 {
+		err = concurrency.ErrSessionExpired
+	}
+	if err != nil {
+		return "", 0, err
+	}
+	return k, g.Kvs[0].CreateRevision, nil
+}
+
+// Campaign (or, with `pretend`, lead at once), two reads of the candidates a
+// hold apart, Resign (or delete the key).
+func (w *mxWorker) campaignLoop(hold time.Duration, pretend bool) {
 	for seq := 1; w.running(); seq++ {
 		s := w.session()
 		if s == nil {
@@ -298,7 +323,14 @@ func (w *mxWorker) campaignLoop(hold time.Duration) {
 		val := fmt.Sprintf("%s %d", w.id, seq)
 		c, cancel := context.WithTimeout(context.Background(), mxWaitMax)
 		t0 := time.Now()
-		err := e.Campaign(c, val)
+		var key string
+		var crev int64
+		var err error
+		if pretend {
+			key, crev, err = w.pretend(s, val)
+		} else if err = e.Campaign(c, val); err == nil {
+			key, crev = e.Key(), e.Rev()
+		}
 		cancel()
 		if err != nil {
 			w.emit(map[string]any{"ev": "campaign-error", "err": mxErr(err),
@@ -306,17 +338,21 @@ func (w *mxWorker) campaignLoop(hold time.Duration) {
 			w.afterError(err)
 			continue
 		}
-		rec := map[string]any{"ev": "term", "seq": seq, "key": e.Key(), "crev": e.Rev(),
+		rec := map[string]any{"ev": "term", "seq": seq, "key": key, "crev": crev,
 			"val": val, "campaign_ms": time.Since(t0).Milliseconds()}
-		oldest, present, rev, err := w.electionState(e.Key())
+		oldest, present, rev, err := w.electionState(key)
 		rec["start"], rec["start_oldest"], rec["start_present"] = rev, oldest, present
 		rec["start_err"] = mxErr(err)
 		time.Sleep(hold)
-		oldest, present, rev, err = w.electionState(e.Key())
+		oldest, present, rev, err = w.electionState(key)
 		rec["end"], rec["end_oldest"], rec["end_present"] = rev, oldest, present
 		rec["end_err"] = mxErr(err)
 		c, cancel = context.WithTimeout(context.Background(), mxOpTimeout)
-		err = e.Resign(c)
+		if pretend {
+			_, err = w.cli.Delete(c, key)
+		} else {
+			err = e.Resign(c)
+		}
 		cancel()
 		rec["resign_err"] = mxErr(err)
 		w.emit(rec)
@@ -426,8 +462,8 @@ func mxMain(args []string) {
 		w.mutexLoop(true)
 	case "unfenced":
 		w.mutexLoop(false)
-	case "campaign":
-		w.campaignLoop(*hold)
+	case "campaign", "pretend":
+		w.campaignLoop(*hold, *role == "pretend")
 	case "revisions":
 		w.revisionsLoop()
 	case "observe":

@@ -33,15 +33,18 @@ worker's JSON lines and the counter's final value:
   its header's revision, which both take it for (etcdapi_kv.c answered the
   applied index by then, and Lock then waited on its own key).
 
-    mutex_test.py SOURCE_DIR BUILD_DIR TIERKVD [--unfenced]
+    mutex_test.py SOURCE_DIR BUILD_DIR TIERKVD [--unfenced | --unelected]
     (MX_KEEP=DIR: the workers' lines and the nodes' logs are copied there)
 
 Builds tests/etcd's Go program as run.sh does (the Go module proxy, go's
-usual caches), exit 77 when go is not installed. --unfenced is the
-known-bad control (registered should_fail): the 4 workers read and write
-with no lock and no fence, and the same checker must find lost increments:
-the script then exits 1; it exits 0 when the checker finds none, or when
-the control fails for any other reason (so should_fail reports it).
+usual caches), exit 77 when go is not installed. The known-bad controls
+(registered should_fail), with no kills: --unfenced, 4 workers that read
+and write with no lock and no fence, in which the same checker must find
+lost increments; --unelected, 3 campaigners that lead at once (put their
+key, wait for none older to go), in which it must find a leader while an
+older candidate's key was there or overlapping terms. A control exits 1
+when the checker finds that, and 0 when it does not or the control failed
+otherwise (a startup error, no progress), so that should_fail reports it.
 """
 import json
 import os
@@ -386,14 +389,105 @@ def kill_leaders(run, cluster):
     return leaders, last_kill
 
 
+def wait_each(run, least, what):
+    """Until every mutex worker's applied writes and every campaigner's terms
+    number `least`."""
+    deadline = time.time() + WAIT
+    while min(run.quiet_progress(0).values()) < least:
+        tk.check(time.time() < deadline, "%s: progress %r within %ds" % (
+            what, run.quiet_progress(0), WAIT))
+        time.sleep(0.1)
+
+
+def control(run, cluster, kind):
+    """A known-bad control's run, no kills: True when the checker fails it
+    for its reason (lost increments; a leader while an older candidate's key
+    was there, or overlapping terms) and not for a lack of progress."""
+    if kind == "unfenced":
+        for i in range(WORKERS):
+            run.spawn("w%d" % i, "unfenced")
+        run.wait_writes(least_each=3, least_total=400)
+    else:
+        for i in range(CAMPAIGNERS):
+            run.spawn("c%d" % i, "pretend")
+        run.spawn("obs", "observe")
+        wait_each(run, 10, "the pretending campaigners")
+    run.finish()
+    recs = run.records()
+    if kind == "unfenced":
+        bad, summary = check_mutex(recs, final_counter(cluster))
+        found, progress = bad["lost"], not bad["progress"]
+    else:
+        bad, summary = check_election(recs)
+        found = [m for m in bad if "older than its key" in m or "terms overlap" in m]
+        progress = not [m for m in bad if m.startswith("campaigner")]
+    print("     %s: %s" % (kind, summary), flush=True)
+    for m in found[:5]:
+        print("     found: " + m, flush=True)
+    return bool(found) and progress
+
+
+def full(run, cluster, tmp):
+    """The test: workers, campaigners, observer and the revisions process
+    under KILLS leader kills, a quiet part, then every check."""
+    for i in range(WORKERS):
+        run.spawn("w%d" % i, "mutex")
+    for i in range(CAMPAIGNERS):
+        run.spawn("c%d" % i, "campaign")
+    run.spawn("obs", "observe")
+    run.spawn("rev", "revisions")
+    t0 = time.time()
+    run.wait_writes(least_each=3)
+    print("ok   %d workers writing (%.1f s)" % (WORKERS, time.time() - t0), flush=True)
+    leaders, last_kill = kill_leaders(run, cluster)
+    # The quiet part: the cluster whole, every session renewed since or
+    # gone; each worker and campaigner must go on there, none of its
+    # attempts failing.
+    time.sleep(max(0, last_kill + QUIET_AFTER_KILL - time.time()))
+    t_quiet = time.time_ns()
+    deadline = time.time() + WAIT
+    while min(run.quiet_progress(t_quiet).values()) < QUIET_EACH:
+        tk.check(time.time() < deadline, "quiet part: progress %r within %ds" % (
+            run.quiet_progress(t_quiet), WAIT))
+        time.sleep(0.1)
+    print("ok   quiet part from %d: %r in %.1f s" % (
+        t_quiet, run.quiet_progress(t_quiet), (time.time_ns() - t_quiet) / 1e9), flush=True)
+    run.finish()
+    final = final_counter(cluster)
+    recs = run.records()
+    if os.environ.get("MX_KEEP"):  # debugging: keep the workers' lines
+        shutil.copytree(tmp, os.environ["MX_KEEP"], dirs_exist_ok=True)
+        for nd in cluster.nodes:
+            shutil.copy(os.path.join(cluster.dir, "n%d.log" % nd.id), os.environ["MX_KEEP"])
+    bad, summary = check_mutex(recs, final)
+    print("     mutex: " + summary, flush=True)
+    changes = sum(1 for a, b in zip(leaders, leaders[1:]) if a != b)
+    tk.check(changes >= 1, "the leader never changed: %r" % leaders)
+    for kind, msgs in bad.items():
+        tk.check(not msgs, "%s: %s" % (kind, "; ".join(msgs[:5])))
+    print("ok   Mutex: one holder at a time over %d leader changes (leaders %s)" % (
+        changes, leaders), flush=True)
+    ebad, esummary = check_election(recs)
+    print("     election: " + esummary, flush=True)
+    tk.check(not ebad, "election: " + "; ".join(ebad[:5]))
+    print("ok   Election: one leader at a time", flush=True)
+    qbad = check_quiet(recs, t_quiet)
+    tk.check(not qbad, "quiet part: " + "; ".join(qbad[:5]))
+    print("ok   quiet part: no Lock or Campaign failed, no write refused", flush=True)
+    rbad, rsummary = check_revisions(recs)
+    print("     revisions: " + rsummary, flush=True)
+    tk.check(not rbad, "a Txn's header revision: " + "; ".join(rbad[:5]))
+    print("ok   a key-creating Txn answers its create revision", flush=True)
+
+
 def main():
     src, build, binary = sys.argv[1], sys.argv[2], sys.argv[3]
-    unfenced = "--unfenced" in sys.argv
+    kind = ([a[2:] for a in sys.argv[4:] if a in ("--unfenced", "--unelected")] or [None])[0]
     os.environ.pop("MALLOC_PERTURB_", None)  # as etcd_test.py: the nodes without it
     t_start = time.time()
     cluster = None
     failed = 0
-    expected = False  # the control failed for the checker's reason
+    expected = False  # a control failed for the checker's reason
     try:
         client = build_client(src, build)
         print("ok   etcd-client built (%.1f s)" % (time.time() - t_start), flush=True)
@@ -402,76 +496,19 @@ def main():
         cluster.wait_leader(timeout=WAIT)
         tmp = tempfile.mkdtemp(prefix="mx-", dir=cluster.dir)
         run = Run(client, cluster, tmp)
-        for i in range(WORKERS):
-            run.spawn("w%d" % i, "unfenced" if unfenced else "mutex")
-        if not unfenced:
-            for i in range(CAMPAIGNERS):
-                run.spawn("c%d" % i, "campaign")
-            run.spawn("obs", "observe")
-            run.spawn("rev", "revisions")
-        t0 = time.time()
-        run.wait_writes(least_each=3)
-        print("ok   %d workers writing (%.1f s)" % (WORKERS, time.time() - t0), flush=True)
-        leaders, last_kill = ([], 0) if unfenced else kill_leaders(run, cluster)
-        if unfenced:
-            run.wait_writes(least_total=400)
+        if kind is None:
+            full(run, cluster, tmp)
         else:
-            # The quiet part: the cluster whole, every session renewed since
-            # or gone; each worker and campaigner must go on there, none of
-            # its attempts failing.
-            time.sleep(max(0, last_kill + QUIET_AFTER_KILL - time.time()))
-            t_quiet = time.time_ns()
-            deadline = time.time() + WAIT
-            while min(run.quiet_progress(t_quiet).values()) < QUIET_EACH:
-                tk.check(time.time() < deadline, "quiet part: progress %r within %ds" % (
-                    run.quiet_progress(t_quiet), WAIT))
-                time.sleep(0.1)
-            print("ok   quiet part from %d: %r in %.1f s" % (
-                t_quiet, run.quiet_progress(t_quiet), (time.time_ns() - t_quiet) / 1e9),
-                flush=True)
-        run.finish()
-        final = final_counter(cluster)
-        recs = run.records()
-        if os.environ.get("MX_KEEP"):  # debugging: keep the workers' lines
-            shutil.copytree(tmp, os.environ["MX_KEEP"], dirs_exist_ok=True)
-            for nd in cluster.nodes:
-                shutil.copy(os.path.join(cluster.dir, "n%d.log" % nd.id), os.environ["MX_KEEP"])
-        bad, summary = check_mutex(recs, final)
-        print("     mutex: " + summary, flush=True)
-        if unfenced:
-            for kind, msgs in bad.items():
-                for m in msgs[:5]:
-                    print("     %s: %s" % (kind, m), flush=True)
-            expected = bool(bad["lost"]) and not bad["progress"]
-            print("%s the unfenced control: %s" % (
-                "FAIL" if expected else "FAIL?", "the checker found %d lost or doubled "
-                "increments (the expected failure)" % len(bad["lost"]) if expected else
-                "no lost increments found, or the run failed otherwise"), flush=True)
-            failed = 1
-        else:
-            changes = sum(1 for a, b in zip(leaders, leaders[1:]) if a != b)
-            tk.check(changes >= 1, "the leader never changed: %r" % leaders)
-            for kind, msgs in bad.items():
-                tk.check(not msgs, "%s: %s" % (kind, "; ".join(msgs[:5])))
-            print("ok   Mutex: one holder at a time over %d leader changes (leaders %s)" % (
-                changes, leaders), flush=True)
-            ebad, esummary = check_election(recs)
-            print("     election: " + esummary, flush=True)
-            tk.check(not ebad, "election: " + "; ".join(ebad[:5]))
-            print("ok   Election: one leader at a time", flush=True)
-            qbad = check_quiet(recs, t_quiet)
-            tk.check(not qbad, "quiet part: " + "; ".join(qbad[:5]))
-            print("ok   quiet part: no Lock or Campaign failed, no write refused", flush=True)
-            rbad, rsummary = check_revisions(recs)
-            print("     revisions: " + rsummary, flush=True)
-            tk.check(not rbad, "a Txn's header revision: " + "; ".join(rbad[:5]))
-            print("ok   a key-creating Txn answers its create revision", flush=True)
+            expected = control(run, cluster, kind)
+            print("FAIL the %s control: %s" % (kind, "the checker found it out (the expected "
+                  "failure)" if expected else "the checker found nothing, or the run "
+                  "failed otherwise: exit 0"), flush=True)
         cluster.stop()
     except Exception as e:  # report, then the logs
         failed = 1
         print("FAIL %s: %s" % (type(e).__name__, e), flush=True)
     print("     %.1f s in all" % (time.time() - t_start), flush=True)
-    if unfenced:
+    if kind is not None:
         sys.exit(1 if expected else 0)
     if cluster is None:
         sys.exit(failed)
