@@ -33,18 +33,18 @@ worker's JSON lines and the counter's final value:
   its header's revision, which both take it for (etcdapi_kv.c answered the
   applied index by then, and Lock then waited on its own key).
 
-    mutex_test.py SOURCE_DIR BUILD_DIR TIERKVD [--unfenced | --unelected]
+    mutex_test.py TIERKVD ETCD_CLIENT [--unfenced | --unelected]
     (MX_KEEP=DIR: the workers' lines and the nodes' logs are copied there)
 
-Builds tests/etcd's Go program as run.sh does (the Go module proxy, go's
-usual caches), exit 77 when go is not installed. The known-bad controls
+run.sh builds ETCD_CLIENT (`--script mutex_test.py`). The known-bad controls
 (registered should_fail), with no kills: --unfenced, 4 workers that read
 and write with no lock and no fence, in which the same checker must find
 lost increments; --unelected, 3 campaigners that lead at once (put their
 key, wait for none older to go), in which it must find a leader while an
 older candidate's key was there or overlapping terms. A control exits 1
 when the checker finds that, and 0 when it does not or the control failed
-otherwise (a startup error, no progress), so that should_fail reports it.
+otherwise (a cluster that did not start, no progress), so that
+should_fail reports it.
 """
 import json
 import os
@@ -97,25 +97,6 @@ def low_ports(n):
         s.close()
     tk.check(len(ports) == n, "no %d free ports below 32768" % n)
     return ports
-
-
-def build_client(src, build):
-    """tests/etcd built into BUILD/tests/etcd/etcd-client, as run.sh does."""
-    if shutil.which("go") is None:
-        print("go is not installed: skipped", flush=True)
-        sys.exit(77)
-    out = os.path.join(build, "tests", "etcd")
-    os.makedirs(out, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix="etcd-client.", dir=out)
-    os.close(fd)
-    env = dict(os.environ, GOFLAGS="-mod=mod")
-    r = subprocess.run(["flock", os.path.join(out, ".build-lock"), "go", "build", "-o", tmp,
-                        "."], cwd=os.path.join(src, "tests", "etcd"), env=env, timeout=600)
-    if r.returncode != 0:
-        os.unlink(tmp)
-        raise tk.Fail("go build failed (%d)" % r.returncode)
-    os.replace(tmp, os.path.join(out, "etcd-client"))
-    return os.path.join(out, "etcd-client")
 
 
 def cluster_on_low_ports(binary):
@@ -481,16 +462,14 @@ def full(run, cluster, tmp):
 
 
 def main():
-    src, build, binary = sys.argv[1], sys.argv[2], sys.argv[3]
-    kind = ([a[2:] for a in sys.argv[4:] if a in ("--unfenced", "--unelected")] or [None])[0]
+    binary, client = sys.argv[1], sys.argv[2]
+    kind = ([a[2:] for a in sys.argv[3:] if a in ("--unfenced", "--unelected")] or [None])[0]
     os.environ.pop("MALLOC_PERTURB_", None)  # as etcd_test.py: the nodes without it
     t_start = time.time()
     cluster = None
     failed = 0
     expected = False  # a control failed for the checker's reason
     try:
-        client = build_client(src, build)
-        print("ok   etcd-client built (%.1f s)" % (time.time() - t_start), flush=True)
         cluster = cluster_on_low_ports(binary)
         cluster.start()
         cluster.wait_leader(timeout=WAIT)
