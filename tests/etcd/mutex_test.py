@@ -408,6 +408,38 @@ def control(run, cluster, kind):
     return bool(found) and progress
 
 
+def leader_term(cluster):
+    lead = cluster.wait_leader(timeout=WAIT)
+    st = cluster.status(cluster.node(lead)) or {}
+    return lead, st.get("term")
+
+
+def quiet_part(run, cluster, last_kill):
+    """The quiet part: the cluster whole, every session renewed since or gone;
+    each worker and campaigner must go on there (none of its attempts failing:
+    check_quiet). A leader change the test did not make (a loaded machine's
+    late heartbeats) starts it again, twice at most. Returns its start."""
+    for attempt in range(3):
+        time.sleep(max(0, last_kill + QUIET_AFTER_KILL - time.time()))
+        t_quiet = time.time_ns()
+        before = leader_term(cluster)
+        deadline = time.time() + WAIT
+        while min(run.quiet_progress(t_quiet).values()) < QUIET_EACH:
+            tk.check(time.time() < deadline, "quiet part: progress %r within %ds" % (
+                run.quiet_progress(t_quiet), WAIT))
+            time.sleep(0.1)
+        after = leader_term(cluster)
+        if after == before:
+            print("ok   quiet part from %d: %r in %.1f s (leader %d, term %s)" % (
+                t_quiet, run.quiet_progress(t_quiet), (time.time_ns() - t_quiet) / 1e9,
+                after[0], after[1]), flush=True)
+            return t_quiet
+        print("     the leader changed during the quiet part (leader, term %r then %r): "
+              "again" % (before, after), flush=True)
+        last_kill = time.time()
+    raise tk.Fail("the leader changed during each of 3 quiet parts")
+
+
 def full(run, cluster, tmp):
     """The test: workers, campaigners, observer and the revisions process
     under KILLS leader kills, a quiet part, then every check."""
@@ -421,18 +453,7 @@ def full(run, cluster, tmp):
     run.wait_writes(least_each=3)
     print("ok   %d workers writing (%.1f s)" % (WORKERS, time.time() - t0), flush=True)
     leaders, last_kill = kill_leaders(run, cluster)
-    # The quiet part: the cluster whole, every session renewed since or
-    # gone; each worker and campaigner must go on there, none of its
-    # attempts failing.
-    time.sleep(max(0, last_kill + QUIET_AFTER_KILL - time.time()))
-    t_quiet = time.time_ns()
-    deadline = time.time() + WAIT
-    while min(run.quiet_progress(t_quiet).values()) < QUIET_EACH:
-        tk.check(time.time() < deadline, "quiet part: progress %r within %ds" % (
-            run.quiet_progress(t_quiet), WAIT))
-        time.sleep(0.1)
-    print("ok   quiet part from %d: %r in %.1f s" % (
-        t_quiet, run.quiet_progress(t_quiet), (time.time_ns() - t_quiet) / 1e9), flush=True)
+    t_quiet = quiet_part(run, cluster, last_kill)
     run.finish()
     final = final_counter(cluster)
     recs = run.records()
