@@ -659,6 +659,8 @@ func main() {
 		tlsMode(*target) // tls.go
 	case "auth":
 		authMode(*target) // auth.go
+	case "mx": // mutex.go: mutex_test.py's workers
+		mxMain(flag.Args())
 	default:
 		fail("unknown mode %q", *mode)
 	}
