@@ -716,6 +716,7 @@ static void on_tick(uv_timer_t *h)
     expire_list(n, &n->req.read_wait, now);
     expire_list(n, &n->req.read_ready, now);
     expire_list(n, &n->fwd.wait, now);
+    node__forward_leader_check(n);
     node__member_tick(n);
     struct node_req *due[NODE_DUTY_N]; /* the leader's own commands */
     size_t k = node__duty_due(n, now, due);

@@ -330,6 +330,8 @@ struct node_metrics {
     uint64_t batches;           /* raft_propose calls */
     uint64_t forwarded;         /* writes forwarded to the leader */
     uint64_t forward_dropped;   /* forwarding frames from a non-member, dropped */
+    uint64_t forward_orphaned;  /* forwarded writes ended (outcome unknown) when
+                                   another leader was known */
     uint64_t members_refused;   /* handshakes refused: a member id presenting
                                    another data directory (an amnesiac) */
     uint64_t reads;             /* reads served */

@@ -456,6 +456,36 @@ static struct node_req *take_parked(struct node *n, uint64_t from,
     return found;
 }
 
+/* A write forwarded to a leader that no longer leads may have been
+ * committed by it, or not: only its answer can tell, and a leader that died
+ * never sends it (a deposed one may, late, and it is then dropped as
+ * unmatched). Once this node knows another leader, such a write ends with
+ * TK_ETIMEDOUT, its outcome unknown, as it would at its deadline
+ * (--request-timeout-ms, 10 s by default), so the client learns now and
+ * can retry through the new leader (a keep-alive stream's next refresh, a
+ * lock's next attempt); etcd answers its own `leader changed` then. A scan
+ * of the parked writes when the leader changed, at most once a tick. */
+void node__forward_leader_check(struct node *n)
+{
+    uint64_t leader = raft_leader(n->raft);
+    if (leader == n->fwd.seen_leader)
+        return;
+    n->fwd.seen_leader = leader;
+    if (leader == RAFT_NONE || n->fwd.wait.n == 0)
+        return; /* an election: the old leader may still answer */
+    struct req_list keep = {0};
+    struct node_req *r;
+    while ((r = node__list_pop(&n->fwd.wait)) != NULL) {
+        if (r->asked == leader) {
+            node__list_push(&keep, r);
+            continue;
+        }
+        n->m.metrics.forward_orphaned++;
+        node__finish_write(r, TK_ETIMEDOUT, NULL);
+    }
+    n->fwd.wait = keep;
+}
+
 static bool known_error(int32_t status)
 {
     switch (status) {

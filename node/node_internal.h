@@ -166,6 +166,8 @@ struct node_forward {
     /* Both: the batch frames' messages, answers not sent yet and decoding
      * arena (made at the first forward frame). */
     struct fwd_scratch *scratch;
+    /* Follower: the leader seen at the last node__forward_leader_check. */
+    uint64_t seen_leader;
 };
 
 /* Marks of the payload bytes applied (node_tier.c, trailing_goal): one at
@@ -726,6 +728,10 @@ struct node_req *node__forward_recv(struct node *n, uint64_t from, const uint8_t
 /* Answers a request node__forward_recv returned that could not be submitted,
  * with `status`, and frees it. */
 void node__forward_refuse(struct node_req *r, int status);
+/* Follower, each tick: once another leader is known, the writes parked for
+ * the one before end with TK_ETIMEDOUT (outcome unknown, as at their
+ * deadline), not at their deadline. */
+void node__forward_leader_check(struct node *n);
 /* Frees the kept forwarded-write records (node teardown). */
 void node__forward_free(struct node *n);
 

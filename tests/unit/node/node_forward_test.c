@@ -163,19 +163,25 @@ static void turn(struct env *e, int times)
     }
 }
 
-/* Fake node 2 heartbeats in term e->term: node 1 follows it. */
-static void heartbeat(struct env *e)
+/* Fake node `from` (2: e->leader, 3: e->other) heartbeats in term
+ * e->term: node 1 follows it. */
+static void heartbeat_from(struct env *e, uint64_t from)
 {
     struct raft_message hb = {
-        .type = RAFT_MSG_APPEND, .from = 2, .to = 1, .term = e->term};
-    ck_assert_int_eq(transport_send(e->leader.t, &hb), 0);
+        .type = RAFT_MSG_APPEND, .from = from, .to = 1, .term = e->term};
+    ck_assert_int_eq(transport_send(from == 2 ? e->leader.t : e->other.t, &hb), 0);
     struct node_status st = {0};
-    for (int i = 0; i < 2000 && (st.leader != 2 || st.term != e->term); i++) {
+    for (int i = 0; i < 2000 && (st.leader != from || st.term != e->term); i++) {
         turn(e, 1);
         node_status(e->n, &st);
     }
-    ck_assert_uint_eq(st.leader, 2);
+    ck_assert_uint_eq(st.leader, from);
     ck_assert_uint_eq(st.term, e->term);
+}
+
+static void heartbeat(struct env *e)
+{
+    heartbeat_from(e, 2);
 }
 
 static void env_start(struct env *e)
@@ -186,9 +192,10 @@ static void env_start(struct env *e)
     struct node_options o;
     node_options_default(&o);
     o.id = 1;
-    o.members.n_voters = 2;
+    o.members.n_voters = 3; /* 3: e->other, a leader in one test */
     o.members.voters[0] = 1;
     o.members.voters[1] = 2;
+    o.members.voters[2] = 3;
     o.hub = e->hub;
     o.loop = &e->loop;
     o.election_ticks = 3000; /* 30 s: node 1 never campaigns during a test */
@@ -529,6 +536,44 @@ START_TEST(test_a_leader_change_mid_batch_ends_every_write)
 }
 END_TEST
 
+/* Writes parked for leader 2 when node 3 becomes leader (2 died: it never
+ * answers) end at once with TK_ETIMEDOUT, their outcome unknown, not at
+ * their 30 s deadline; a write parked with the new leader stays, and its
+ * answer completes it. */
+START_TEST(test_writes_parked_for_an_old_leader_end_when_another_leads)
+{
+    struct env e;
+    env_start(&e);
+    int got = e.leader.n_got;
+    int s = submit(&e, 4, 16, 30000);
+    wait_got(&e, got + 4);
+    struct node_metrics m0;
+    node_metrics(e.n, &m0);
+    uint64_t t0 = uv_now(&e.loop);
+    e.term = 2;
+    heartbeat_from(&e, 3);
+    wait_done(&e, s, 4);
+    uint64_t took = uv_now(&e.loop) - t0;
+    printf("writes parked for the old leader ended %llu ms after node 3 led\n",
+           (unsigned long long)took);
+    ck_assert_uint_lt(took, 10000); /* their deadline: 30 s */
+    for (int i = 0; i < 4; i++)
+        ck_assert_int_eq(e.slots[s + i].status, TK_ETIMEDOUT);
+    struct node_metrics m1;
+    node_metrics(e.n, &m1);
+    ck_assert_uint_eq(m1.forward_orphaned - m0.forward_orphaned, 4);
+    /* Late answers from 2: dropped; every write ended once. */
+    struct reply r[4];
+    for (int i = 0; i < 4; i++)
+        reply_init(&r[i], &e.leader.got[got + i], 0, 70);
+    send_batch(&e.leader, r, 4);
+    turn(&e, 20);
+    for (int i = 0; i < 4; i++)
+        ck_assert_int_eq(e.slots[s + i].done, 1);
+    env_stop(&e);
+}
+END_TEST
+
 /* A batch of requests to node 1, a follower, is refused in one batch of
  * answers (not_leader, each id and token echoed); a request alone from an
  * older build (no batch_ok) is answered alone, saying batch_ok. */
@@ -671,6 +716,7 @@ static Suite *forward_batch_suite(void)
     tcase_add_test(tc, test_a_batch_at_its_bound_splits);
     tcase_add_test(tc, test_a_leader_change_mid_batch_ends_every_write);
     tcase_add_test(tc, test_a_batch_to_a_follower_is_refused_in_one_batch);
+    tcase_add_test(tc, test_writes_parked_for_an_old_leader_end_when_another_leads);
     tcase_add_test(tc, test_concurrent_writes_on_a_follower_each_end_once);
     suite_add_tcase(s, tc);
     return s;
