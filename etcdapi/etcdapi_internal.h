@@ -138,6 +138,14 @@ struct ecall *etcdapi__call_new(struct etcdapi *e, struct grpc_call *call);
 /* The header every answer carries; `revision` 0: the applied index. */
 void etcdapi__header(struct etcdapi *e, uint64_t revision,
                      Etcdserverpb__ResponseHeader *h);
+/* A write's header: the revision is its entry's index (`revision`; 0: as
+ * etcdapi__header), as etcd answers with its write's revision, not the
+ * applied index by then (a forwarded write's node, or a read a Txn's Range
+ * ops waited for, may have applied later entries): clientv3's Mutex.Lock and
+ * Election.Campaign take a Txn's for their key's create revision and wait on
+ * their own key when it is higher (tests/etcd/mutex_test.py). */
+void etcdapi__header_write(struct etcdapi *e, uint64_t revision,
+                           Etcdserverpb__ResponseHeader *h);
 /* Packs `msg` as the call's answer, then frees the call. */
 void etcdapi__reply(struct ecall *ec, const ProtobufCMessage *msg);
 /* Fails the call with etcd's code and message for a TK_E* code. */

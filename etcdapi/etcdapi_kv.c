@@ -737,7 +737,7 @@ static void prev_fetch(struct ecall *ec, node_read_cb *read_cb, void (*then)(str
 static void put_answer(struct ecall *ec)
 {
     Etcdserverpb__ResponseHeader h = ETCDSERVERPB__RESPONSE_HEADER__INIT;
-    etcdapi__header(ec->e, ec->prev_rev, &h);
+    etcdapi__header_write(ec->e, ec->prev_rev, &h);
     Etcdserverpb__PutResponse r = ETCDSERVERPB__PUT_RESPONSE__INIT;
     r.header = &h;
     if (ec->prevs != NULL && ec->prevs->n > 0)
@@ -853,7 +853,7 @@ static void delete_next(struct ecall *ec)
         return;
     }
     Etcdserverpb__ResponseHeader h = ETCDSERVERPB__RESPONSE_HEADER__INIT;
-    etcdapi__header(ec->e, ec->prev_rev, &h);
+    etcdapi__header_write(ec->e, ec->prev_rev, &h);
     Etcdserverpb__DeleteRangeResponse r = ETCDSERVERPB__DELETE_RANGE_RESPONSE__INIT;
     r.header = &h;
     r.deleted = (int64_t)ec->deleted;
@@ -1178,20 +1178,6 @@ static uint64_t txn_range_op(struct ecall *ec, struct kv_sm *sm,
     return rs->bytes;
 }
 
-/* A Txn's header. One that wrote answers with its entry's index, as etcd
- * answers with its writes' revision, not the applied index by then (a
- * forwarded write's node, or the read its Range ops waited for, may have
- * applied later entries): clientv3's Mutex.Lock and Election.Campaign take it
- * for their key's create revision, and wait on their own key when it is
- * higher (tests/etcd/mutex_test.py). */
-static void txn_header(struct etcdapi *e, const struct kv_result *res,
-                       Etcdserverpb__ResponseHeader *h)
-{
-    etcdapi__header(e, res->revision, h);
-    if (res->revision != 0)
-        h->revision = (int64_t)res->revision;
-}
-
 static void txn_answer(struct ecall *ec, const struct kv_result *res, struct kv_sm *sm)
 {
     uint32_t first = res->succeeded ? 0 : ec->n_success;
@@ -1201,7 +1187,7 @@ static void txn_answer(struct ecall *ec, const struct kv_result *res, struct kv_
         rq = etcdapi__unpack(&etcdserverpb__txn_request__descriptor, ec->txn_msg_len,
                              ec->txn_msg);
     Etcdserverpb__ResponseHeader h = ETCDSERVERPB__RESPONSE_HEADER__INIT;
-    txn_header(ec->e, res, &h);
+    etcdapi__header_write(ec->e, res->revision, &h);
     Etcdserverpb__ResponseOp *ro = tk_calloc(n ? n : 1, sizeof(*ro));
     Etcdserverpb__ResponseOp **rop = tk_calloc(n ? n : 1, sizeof(*rop));
     Etcdserverpb__PutResponse *pr = tk_calloc(n ? n : 1, sizeof(*pr));

@@ -42,6 +42,14 @@ void etcdapi__header(struct etcdapi *e, uint64_t revision,
     h->raft_term = st.term;
 }
 
+void etcdapi__header_write(struct etcdapi *e, uint64_t revision,
+                           Etcdserverpb__ResponseHeader *h)
+{
+    etcdapi__header(e, revision, h);
+    if (revision != 0)
+        h->revision = (int64_t)revision;
+}
+
 static void fill_packed(uint8_t *out, size_t len, const void *arg)
 {
     size_t n = protobuf_c_message_pack(arg, out);
