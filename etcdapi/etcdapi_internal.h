@@ -29,7 +29,14 @@ struct etcdapi {
     node_hook_cb *prev_start, *prev_stop, *prev_applied;
     void *prev_data;
     uint32_t hashes; /* Hash/HashKV digests in progress (etcdapi_maint.c) */
+    uint32_t snapshots; /* Snapshot streams held (etcdapi_snapshot.c) */
 };
+
+/* The version Status and Snapshot report: the etcd API level served
+ * (clients compare it before using newer features; etcdctl 3.6 prints
+ * Snapshot's). */
+#define ETCD_API_VERSION "3.6.0"
+
 
 /* One call: the node request it waits on and what its answer needs. */
 struct ecall {
@@ -91,6 +98,10 @@ void etcdapi__watch_stop(struct etcdapi *e);
 
 /* etcdapi_lease.c: Lease.LeaseKeepAlive. */
 etcdapi_stream_open_fn etcdapi__lease_keep_alive;
+
+/* etcdapi_snapshot.c: Maintenance.Snapshot (a server stream of the node's
+ * backup file). */
+etcdapi_stream_open_fn etcdapi__snapshot_open;
 
 /* etcdapi_reply.c */
 struct ecall *etcdapi__call_new(struct etcdapi *e, struct grpc_call *call);
