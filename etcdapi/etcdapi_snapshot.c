@@ -14,9 +14,11 @@
  * its reference on the snapshot blob and about SNAP_QUEUE_MAX of queued
  * answers, and sends at most SNAP_QUEUE_MAX a loop turn. A client that takes
  * nothing for SNAP_STALL_MS is cut (grpc.c's write_timeout closes a
- * connection that takes nothing at all); a client that leaves ends it, and
- * its memory goes then or, when the node's backup callback or the seal job
- * is still owed, when that comes. At most SNAPSHOTS_MAX at once per node.
+ * connection that takes nothing at all); a client that leaves ends it (seen
+ * by grpc_call_gone each turn: having ended its half, it gets no second
+ * on_stream_end), and its memory goes then or, when the node's backup
+ * callback or the seal job is still owed, when that comes. At most
+ * SNAPSHOTS_MAX at once per node.
  *
  * etcdctl 3.6 (client/v3/snapshot SaveWithVersion) refuses a snapshot whose
  * size is not 32 modulo 512 (its sign of etcd's SHA-256 appended to a bolt
@@ -211,6 +213,12 @@ static void snap_fill(uint8_t *out, size_t len, const void *arg)
  * has room; finishes once the whole file is queued. */
 static void snap_pump(struct snapstream *ss)
 {
+    /* A client that leaves after ending its half is told by no callback
+     * (grpc.h: on_stream_end runs once): it is seen here, each turn. */
+    if (grpc_call_gone(ss->call)) {
+        snap_end(ss, false, GRPC_CANCELLED, "tierkv: the client left");
+        return;
+    }
     uint64_t now = tk_mono_ms();
     size_t queued = grpc_stream_queued(ss->call);
     if (queued < ss->last_queued)
@@ -315,6 +323,10 @@ static void backup_ready(int status, struct tk_blob *stream, uint64_t index,
         ss->stream = stream;
     if (ss->call == NULL) {
         snap_free(ss);
+        return;
+    }
+    if (status == 0 && grpc_call_gone(ss->call)) {
+        snap_end(ss, false, GRPC_CANCELLED, "tierkv: the client left");
         return;
     }
     if (status != 0) {

@@ -8,11 +8,20 @@ status/health/hashkv, alarm list, defrag, compaction, lease
 grant/timetolive/revoke, move-leader, etcd's membership errors, and a 4th
 node added as a learner, started with --join, promoted and removed.
 
-    etcdctl_test.py TIERKVD [--against-http]
+Both etcdctl 3.4 and 3.6 save a snapshot (Maintenance.Snapshot): the file is
+the node's backup file, compared with GET /v1/snapshot?local, then zero
+padding, and the backup restores a new node that serves the keys.
 
---against-http is the known-bad control (registered should_fail): etcdctl is
-pointed at the nodes' HTTP/1.1 ports, which are no etcd server, and the same
-checks must fail. Exit 77 (skip) when etcdctl is not installed.
+    etcdctl_test.py TIERKVD [--etcdctl PATH] [--snapcheck PATH] [--against-http]
+
+--etcdctl: another etcdctl than the one on PATH (etcdctl36.sh passes v3.6.16,
+built from the module proxy): with 3.6 the checks branch on its output forms,
+and watch --rev through a follower across a leader kill, lease keep-alive,
+get's sorts and --rev run too. --snapcheck: the Snapshot stream's bounds
+through grpc-go (tests/etcd/etcdctl36/snapcheck). --against-http is the
+known-bad control (registered should_fail): etcdctl is pointed at the nodes'
+HTTP/1.1 ports, which are no etcd server, and the same checks must fail.
+Exit 77 (skip) when etcdctl is not installed.
 """
 import base64
 import hashlib
@@ -431,6 +440,9 @@ def snapshot_checks(cluster, eps, binary):
              "after the backup (%d bytes): %d bytes, not all zero" % (n, len(data) - n))
     tk.check(hashlib.sha256(data[:n - 32]).digest() == data[n - 32:n],
              "the saved backup's SHA-256 trailer")
+    bad = bytearray(data[:n])  # the check's own control: one flipped byte fails it
+    bad[n // 2] ^= 1
+    tk.check(hashlib.sha256(bad[:n - 32]).digest() != bad[n - 32:n], "SHA-256 control")
     # the same revision, keys and stream as the HTTP API's; only the
     # creation time (bytes 56-63, whole seconds) and so the SHA-256 may differ
     tk.check(len(http) == n and data[:56] == http[:56] and data[64:n - 32] == http[64:-32],
@@ -453,6 +465,27 @@ def snapshot_checks(cluster, eps, binary):
     tk.check(codes == {1: 0}, "the restored node's exit: %r" % codes)
     print("     saved %d bytes (backup %d, %d of padding), restored" % (
         len(data), n, len(data) - n), flush=True)
+
+
+def rss_kib(pid):
+    with open("/proc/%d/status" % pid) as f:
+        return int(re.search(r"^VmRSS:\s+(\d+) kB", f.read(), re.M).group(1))
+
+
+def snapshot_bounds_checks(cluster, eps, snapcheck):
+    """snapcheck (tests/etcd/etcdctl36/snapcheck, grpc-go) against node 1:
+    two unread Snapshot streams, a third refused, one whose client leaves
+    gives its slot back, one never read is cut; node 1 stays healthy and its
+    RSS grows by less than 256 MiB."""
+    nd = cluster.nodes[0]
+    rss0 = rss_kib(nd.proc.pid)
+    r = subprocess.run([snapcheck, eps[0]], capture_output=True, text=True, timeout=120)
+    sys.stdout.write("".join("     " + x + "\n" for x in r.stdout.splitlines()))
+    tk.check(r.returncode == 0, "snapcheck: exit %d: %s" % (r.returncode, r.stderr[-2000:]))
+    st, _, _ = tk.request(nd.http_port, "GET", "/healthz")
+    grew = rss_kib(nd.proc.pid) - rss0
+    tk.check(st == 200 and grew < 256 * 1024, "node 1: healthz %d, RSS grew %d KiB" % (
+        st, grew))
 
 
 def move_leader_checks(cluster, eps, leader):
@@ -500,6 +533,9 @@ def main():
                  ("endpoint", lambda: endpoint_checks(cluster, eps, leader)),
                  ("member", lambda: member_checks(cluster, eps, leader, binary)),
                  ("snapshot", lambda: snapshot_checks(cluster, eps, binary))]
+        if "--snapcheck" in sys.argv:
+            snapcheck = sys.argv[sys.argv.index("--snapcheck") + 1]
+            tests += [("snap-bound", lambda: snapshot_bounds_checks(cluster, eps, snapcheck))]
         if V36:
             tests += [("get-sort", lambda: get_sort_checks(eps)),
                       ("keep-alive", lambda: keepalive_checks(cluster, eps))]

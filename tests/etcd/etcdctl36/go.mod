@@ -2,7 +2,11 @@ module tierkv.local/tests/etcd/etcdctl36
 
 go 1.26.0
 
-require go.etcd.io/etcd/etcdctl/v3 v3.6.16
+require (
+	go.etcd.io/etcd/api/v3 v3.6.16
+	go.etcd.io/etcd/etcdctl/v3 v3.6.16
+	google.golang.org/grpc v1.83.2
+)
 
 require (
 	github.com/VividCortex/ewma v1.2.0 // indirect
@@ -23,7 +27,6 @@ require (
 	github.com/rivo/uniseg v0.4.7 // indirect
 	github.com/spf13/cobra v1.10.2 // indirect
 	github.com/spf13/pflag v1.0.10 // indirect
-	go.etcd.io/etcd/api/v3 v3.6.16 // indirect
 	go.etcd.io/etcd/client/pkg/v3 v3.6.16 // indirect
 	go.etcd.io/etcd/client/v3 v3.6.16 // indirect
 	go.etcd.io/etcd/pkg/v3 v3.6.16 // indirect
@@ -35,6 +38,5 @@ require (
 	golang.org/x/time v0.9.0 // indirect
 	google.golang.org/genproto/googleapis/api v0.0.0-20260803160001-6ac0973c030d // indirect
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260803160001-6ac0973c030d // indirect
-	google.golang.org/grpc v1.83.2 // indirect
 	google.golang.org/protobuf v1.36.11 // indirect
 )
