@@ -64,7 +64,7 @@ static const struct method *find_method(const char *path, size_t len)
  * stream (Snapshot) is one whose client sends one message, then ends. */
 #define ETCD_STREAMS(X)                                                                  \
     X("/etcdserverpb.Watch/Watch", etcdapi__watch_open)                                  \
-    X("/etcdserverpb.Lease/LeaseKeepAlive", etcdapi__lease_keep_alive)                  \
+    X("/etcdserverpb.Lease/LeaseKeepAlive", etcdapi__lease_keep_alive)                   \
     X("/etcdserverpb.Maintenance/Snapshot", etcdapi__snapshot_open)
 
 struct stream_method {

@@ -29,14 +29,14 @@ struct etcdapi {
     node_hook_cb *prev_start, *prev_stop, *prev_applied;
     void *prev_data;
     uint32_t hashes; /* Hash/HashKV digests in progress (etcdapi_maint.c) */
-    uint32_t snapshots; /* Snapshot streams held (etcdapi_snapshot.c) */
+    /* Snapshot streams held (etcdapi_snapshot.c) */
+    uint32_t snapshots;
 };
 
 /* The version Status and Snapshot report: the etcd API level served
  * (clients compare it before using newer features; etcdctl 3.6 prints
  * Snapshot's). */
 #define ETCD_API_VERSION "3.6.0"
-
 
 /* One call: the node request it waits on and what its answer needs. */
 struct ecall {

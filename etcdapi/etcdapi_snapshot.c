@@ -274,9 +274,9 @@ static void on_check(uv_check_t *h)
 static void seal_run(uv_work_t *w)
 {
     struct snapstream *ss = w->data;
-    ss->seal_rc = kv_backup_seal(ss->stream->data, ss->stream->len, ss->cluster_id,
-                                 ss->created_ms, ss->hdr, ss->tr, &ss->info, ss->err,
-                                 sizeof(ss->err));
+    ss->seal_rc =
+        kv_backup_seal(ss->stream->data, ss->stream->len, ss->cluster_id, ss->created_ms,
+                       ss->hdr, ss->tr, &ss->info, ss->err, sizeof(ss->err));
 }
 
 static void seal_after(uv_work_t *w, int status)
@@ -295,8 +295,8 @@ static void seal_after(uv_work_t *w, int status)
         snap_end(ss, false, GRPC_INTERNAL, msg);
         return;
     }
-    uint64_t file = KV_BACKUP_HEADER_BYTES + (uint64_t)ss->stream->len +
-                    KV_BACKUP_TRAILER_BYTES;
+    uint64_t file =
+        KV_BACKUP_HEADER_BYTES + (uint64_t)ss->stream->len + KV_BACKUP_TRAILER_BYTES;
     uint64_t pad = (SNAP_ALIGN + SNAP_ALIGN_REST - file % SNAP_ALIGN) % SNAP_ALIGN;
     ss->total = file + pad;
     TK_ASSERT(ss->total % SNAP_ALIGN == SNAP_ALIGN_REST);
@@ -400,9 +400,10 @@ static const struct estream_ops snapshot_ops = {.msg = snap_msg, .end = snap_str
 void etcdapi__snapshot_open(struct etcdapi *e, struct grpc_call *call)
 {
     if (e->snapshots >= SNAPSHOTS_MAX) {
-        grpc_stream_finish(call, GRPC_RESOURCE_EXHAUSTED,
-                           "tierkv: %d snapshots are being sent by this node; retry later",
-                           SNAPSHOTS_MAX);
+        grpc_stream_finish(
+            call, GRPC_RESOURCE_EXHAUSTED,
+            "tierkv: %d snapshots are being sent by this node; retry later",
+            SNAPSHOTS_MAX);
         return;
     }
     struct snapstream *ss = tk_calloc(1, sizeof(*ss));
