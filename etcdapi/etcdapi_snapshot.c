@@ -241,6 +241,10 @@ static void snap_pump(struct snapstream *ss)
         }
         if (rc == TK_EBUSY)
             break;
+        if (rc == TK_ESHUTDOWN) { /* its connection closed in an earlier flush */
+            snap_end(ss, false, GRPC_CANCELLED, "tierkv: the client left");
+            return;
+        }
         if (rc != 0) {
             snap_end(ss, false, GRPC_INTERNAL, "tierkv: the snapshot stream failed");
             return;

@@ -486,6 +486,7 @@ def snapshot_bounds_checks(cluster, eps, snapcheck):
     grew = rss_kib(nd.proc.pid) - rss0
     tk.check(st == 200 and grew < 256 * 1024, "node 1: healthz %d, RSS grew %d KiB" % (
         st, grew))
+    print("     node 1 healthy, its RSS grew %d MiB" % (grew // 1024), flush=True)
 
 
 def move_leader_checks(cluster, eps, leader):
