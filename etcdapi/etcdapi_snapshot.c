@@ -10,7 +10,9 @@
  * and the file goes out in chunks of SNAP_CHUNK bytes, each sent only while
  * the stream's queue holds under SNAP_QUEUE_MAX and grpc_stream_room allows
  * it; a uv_check handle (after each loop turn's I/O, where the client's
- * reads free room) sends the next ones. So a snapshot stream holds at most
+ * reads free room) sends the next ones, and a timer every SNAP_WATCHDOG_MS
+ * makes sure a turn comes (a stalled or gone client is seen even when
+ * nothing else wakes the loop, as at a stop). So a snapshot stream holds at most
  * its reference on the snapshot blob and about SNAP_QUEUE_MAX of queued
  * answers, and sends at most SNAP_QUEUE_MAX a loop turn. A client that takes
  * nothing for SNAP_STALL_MS is cut (grpc.c's write_timeout closes a
@@ -49,6 +51,7 @@
 #define SNAP_CHUNK (64u * 1024u)
 #define SNAP_QUEUE_MAX (1024u * 1024u)
 #define SNAP_STALL_MS 30000u
+#define SNAP_WATCHDOG_MS 100u
 #define SNAP_ALIGN 512u
 #define SNAP_ALIGN_REST 32u /* etcd's SHA-256 after whole pages */
 #define GRPC_PREFIX_BYTES 5
@@ -64,6 +67,8 @@ struct snapstream {
                      it frees the stream once finished */
     bool sending; /* inside grpc_stream_send, whose flush may end the stream */
     uv_check_t check;
+    uv_timer_t watchdog; /* SEND: wakes the loop when nothing else does */
+    int handles_open;
     uv_work_t work;
     struct tk_blob *stream; /* the snapshot stream (a reference) */
     uint64_t cluster_id, created_ms;
@@ -80,9 +85,11 @@ struct snapstream {
     uint64_t progress_ms;
 };
 
-static void on_check_closed(uv_handle_t *h)
+static void on_handle_closed(uv_handle_t *h)
 {
-    tk_free(h->data);
+    struct snapstream *ss = h->data;
+    if (--ss->handles_open == 0)
+        tk_free(ss);
 }
 
 static void snap_free(struct snapstream *ss)
@@ -93,7 +100,8 @@ static void snap_free(struct snapstream *ss)
     ss->e->snapshots--;
     tk_blob_unref(ss->stream);
     ss->stream = NULL;
-    uv_close((uv_handle_t *)&ss->check, on_check_closed);
+    uv_close((uv_handle_t *)&ss->check, on_handle_closed);
+    uv_close((uv_handle_t *)&ss->watchdog, on_handle_closed);
 }
 
 /* Ends the stream (once); frees it unless a callback is owed or a send is
@@ -105,6 +113,7 @@ static void snap_end(struct snapstream *ss, bool drop, int code, const char *msg
     struct grpc_call *call = ss->call;
     ss->call = NULL;
     uv_check_stop(&ss->check);
+    uv_timer_stop(&ss->watchdog);
     if (drop)
         grpc_stream_abort(call, code, "%s", msg);
     else
@@ -273,6 +282,13 @@ static void on_check(uv_check_t *h)
         snap_pump(ss);
 }
 
+static void on_watchdog(uv_timer_t *t)
+{
+    struct snapstream *ss = t->data;
+    if (ss->call != NULL && ss->phase == SNAP_SEND)
+        snap_pump(ss);
+}
+
 /* ---- taking the backup ------------------------------------------------------ */
 
 static void seal_run(uv_work_t *w)
@@ -313,6 +329,7 @@ static void seal_after(uv_work_t *w, int status)
     ss->phase = SNAP_SEND;
     ss->progress_ms = tk_mono_ms();
     uv_check_start(&ss->check, on_check);
+    uv_timer_start(&ss->watchdog, on_watchdog, SNAP_WATCHDOG_MS, SNAP_WATCHDOG_MS);
     snap_pump(ss);
 }
 
@@ -416,7 +433,9 @@ void etcdapi__snapshot_open(struct etcdapi *e, struct grpc_call *call)
     ss->call = call;
     ss->phase = SNAP_ASKED;
     uv_check_init(e->loop, &ss->check);
-    ss->check.data = ss;
+    uv_timer_init(e->loop, &ss->watchdog);
+    ss->check.data = ss->watchdog.data = ss;
+    ss->handles_open = 2;
     e->snapshots++;
     grpc_call_set_user(call, ss);
 }
