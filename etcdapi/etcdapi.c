@@ -60,11 +60,13 @@ static const struct method *find_method(const char *path, size_t len)
     return NULL;
 }
 
-/* The bidirectional streams (grpc.h, streams): the path and what opens
- * one; the stream's state then carries its ops (struct estream_ops). */
+/* The streams (grpc.h, streams): the path and what opens one; the
+ * stream's state then carries its ops (struct estream_ops). A server
+ * stream (Snapshot) is one whose client sends one message, then ends. */
 #define ETCD_STREAMS(X)                                                                  \
     X("/etcdserverpb.Watch/Watch", etcdapi__watch_open)                                  \
-    X("/etcdserverpb.Lease/LeaseKeepAlive", etcdapi__lease_keep_alive)
+    X("/etcdserverpb.Lease/LeaseKeepAlive", etcdapi__lease_keep_alive)                   \
+    X("/etcdserverpb.Maintenance/Snapshot", etcdapi__snapshot_open)
 
 struct stream_method {
     const char *path;

@@ -170,7 +170,19 @@ bool etcdapi__auth_call(struct etcdapi *e, struct grpc_call *call, const char *p
 
 bool etcdapi__auth_stream_open(struct etcdapi *e, struct grpc_call *call)
 {
-    return e->cfg.auth == NULL || call_user(e, call, true) != NULL;
+    const struct etcdapi_auth *a = e->cfg.auth;
+    if (a == NULL)
+        return true;
+    const void *u = call_user(e, call, true);
+    if (u == NULL)
+        return false;
+    size_t plen;
+    const char *path = grpc_call_path(call, &plen);
+    if (path_is(path, plen, "/etcdserverpb.Maintenance/Snapshot") && !a->admin(a->arg, u)) {
+        grpc_stream_finish(call, GRPC_PERMISSION_DENIED, "etcdserver: permission denied");
+        return false;
+    }
+    return true; /* Watch: each create checked; LeaseKeepAlive: any user */
 }
 
 static void fill_msg(uint8_t *out, size_t len, const void *arg)

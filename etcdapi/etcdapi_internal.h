@@ -38,11 +38,18 @@ struct etcdapi {
     struct node_req announce_req;
     bool announcing, announced;
     uint64_t announce_next_ms;
+    /* Snapshot streams held (etcdapi_snapshot.c) */
+    uint32_t snapshots;
 };
 
 /* Where each node announces its etcd client URL (etcdapi__announce). */
 #define ETCD_CLIENT_KEY_PREFIX "\x01tierkv/client/"
 void etcdapi__announce(struct etcdapi *e);
+
+/* The version Status and Snapshot report: the etcd API level served
+ * (clients compare it before using newer features; etcdctl 3.6 prints
+ * Snapshot's). */
+#define ETCD_API_VERSION "3.6.0"
 
 /* One call: the node request it waits on and what its answer needs. */
 struct ecall {
@@ -132,6 +139,10 @@ etcdapi_method_fn etcdapi__auth_authenticate;
 
 /* etcdapi_lease.c: Lease.LeaseKeepAlive. */
 etcdapi_stream_open_fn etcdapi__lease_keep_alive;
+
+/* etcdapi_snapshot.c: Maintenance.Snapshot (a server stream of the node's
+ * backup file). */
+etcdapi_stream_open_fn etcdapi__snapshot_open;
 
 /* etcdapi_reply.c */
 struct ecall *etcdapi__call_new(struct etcdapi *e, struct grpc_call *call);

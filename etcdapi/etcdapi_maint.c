@@ -15,10 +15,6 @@
 #include "etcdapi/etcdapi_internal.h"
 #include "kv/kv.h"
 
-/* The version Status reports: the etcd API level served (clients compare
- * it before using newer features). */
-#define ETCD_API_VERSION "3.6.0"
-
 /* A digest step's bound (live keys hashed per loop turn) and how often a
  * digest starts again when writes move the state under it. */
 #define HASH_STEP 16384

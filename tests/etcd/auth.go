@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"io"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -129,6 +130,13 @@ func authMode(ep string) {
 		fail("app's watch of /other: open %v, %v %+v", open, wr.Err(), wr)
 	}
 	ok("app's watch of /other: canceled: %v", wr.Err())
+	if rc, err := app.Snapshot(cx); err == nil {
+		_, err = io.Copy(io.Discard, rc)
+		rc.Close()
+		wantCode("app's Snapshot", err, codes.PermissionDenied, rpctypes.ErrPermissionDenied)
+	} else {
+		wantCode("app's Snapshot", err, codes.PermissionDenied, rpctypes.ErrPermissionDenied)
+	}
 
 	ro := mustAuthClient(ep, "ro", *authRO)
 	defer ro.Close()
@@ -152,5 +160,14 @@ func authMode(ep string) {
 	if _, err := root.Status(cx, ep); err != nil {
 		fail("root's Status: %v", err)
 	}
-	ok("root (admin): Put anywhere, Compact, Status")
+	rc, err := root.Snapshot(cx)
+	if err != nil {
+		fail("root's Snapshot: %v", err)
+	}
+	n, err := io.Copy(io.Discard, rc)
+	rc.Close()
+	if err != nil || n == 0 {
+		fail("root's Snapshot: %d bytes, %v", n, err)
+	}
+	ok("root (admin): Put anywhere, Compact, Status, Snapshot (%d bytes)", n)
 }

@@ -8,21 +8,34 @@ status/health/hashkv, alarm list, defrag, compaction, lease
 grant/timetolive/revoke, move-leader, etcd's membership errors, and a 4th
 node added as a learner, started with --join, promoted and removed.
 
-    etcdctl_test.py TIERKVD [--against-http]
+Both etcdctl 3.4 and 3.6 save a snapshot (Maintenance.Snapshot): the file is
+the node's backup file, compared with GET /v1/snapshot?local, then zero
+padding, and the backup restores a new node that serves the keys.
 
---against-http is the known-bad control (registered should_fail): etcdctl is
-pointed at the nodes' HTTP/1.1 ports, which are no etcd server, and the same
-checks must fail. Exit 77 (skip) when etcdctl is not installed.
+    etcdctl_test.py TIERKVD [--etcdctl PATH] [--snapcheck PATH] [--against-http]
+
+--etcdctl: another etcdctl than the one on PATH (etcdctl36.sh passes v3.6.16,
+built from the module proxy): with 3.6 the checks branch on its output forms,
+and watch --rev through a follower across a leader kill, lease keep-alive,
+get's sorts and --rev run too. --snapcheck: the Snapshot stream's bounds
+through grpc-go (tests/etcd/etcdctl36/snapcheck). --against-http is the
+known-bad control (registered should_fail): etcdctl is pointed at the nodes'
+HTTP/1.1 ports, which are no etcd server, and the same checks must fail.
+Exit 77 (skip) when etcdctl is not installed.
 """
 import base64
+import hashlib
 import json
 import os
+import queue
 import random
 import re
 import shutil
 import socket
+import struct
 import subprocess
 import sys
+import threading
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..",
@@ -30,6 +43,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import tkcluster as tk  # noqa: E402
 
 ETCDCTL = shutil.which("etcdctl")
+V36 = False  # etcdctl 3.6 (--etcdctl): its own output forms, and more checks
 
 
 def ctl(endpoints, *args, stdin=None, ok=True):
@@ -233,7 +247,9 @@ def member_checks(cluster, eps, leader, tierkvd):
     rp, hp, cp = low_ports(3)
     out = ctl([lep], "member", "add", "n4", "--learner",
               "--peer-urls=http://127.0.0.1:%d" % rp)
-    m = re.match(r"^Member\s+([0-9a-f]+) added to cluster\s+[0-9a-f]+\n", out)
+    # etcdctl 3.6 says "added as learner to cluster", 3.4 "added to cluster"
+    m = re.match(r"^Member\s+([0-9a-f]+) added %sto cluster\s+[0-9a-f]+\n" %
+                 ("as learner " if V36 else ""), out)
     tk.check(m, "member add: %r" % out)
     nid = int(m.group(1), 16)
     tk.check(nid > 3, "member add: id %d" % nid)
@@ -263,7 +279,10 @@ def member_checks(cluster, eps, leader, tierkvd):
     # committed configuration), then start the node; the node promotes it
     rp, hp, cp = low_ports(3)
     out = ctl([lep], "member", "add", "n5", "--peer-urls=http://127.0.0.1:%d" % rp)
-    m = re.match(r"^Member\s+([0-9a-f]+) added to cluster\s+[0-9a-f]+\n", out)
+    # tierkv answers a voter's add with isLearner true (what the member is
+    # until the node promotes it), which etcdctl 3.6 prints
+    m = re.match(r"^Member\s+([0-9a-f]+) added %sto cluster\s+[0-9a-f]+\n" %
+                 ("as learner " if V36 else ""), out)
     tk.check(m, "member add (voter): %r" % out)
     vid = int(m.group(1), 16)
     tk.check(vid > nid, "member add: id %d after %d" % (vid, nid))
@@ -276,6 +295,199 @@ def member_checks(cluster, eps, leader, tierkvd):
     tk.check(sorted(x["ID"] for x in ms) == [1, 2, 3], "after remove: %r" % ms)
     nd.kill()
     cluster.nodes.remove(nd)
+
+
+class Lines:
+    """A long-running etcdctl (watch, lease keep-alive): its stdout lines,
+    read by a thread; its stderr in a file of the cluster's directory."""
+
+    def __init__(self, cluster, name, endpoints, *args):
+        self.err = os.path.join(cluster.dir, "etcdctl-%s.err" % name)
+        with open(self.err, "wb") as ef:
+            self.p = subprocess.Popen(
+                [ETCDCTL, "--endpoints=" + ",".join(endpoints), "--dial-timeout=3s"] +
+                list(args), stdout=subprocess.PIPE, stderr=ef, text=True,
+                env=dict(os.environ, ETCDCTL_API="3"))
+        self.q = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self):
+        for line in self.p.stdout:
+            self.q.put(line.rstrip("\n"))
+        self.q.put(None)
+
+    def take(self, n, timeout):
+        out, deadline = [], time.time() + timeout
+        while len(out) < n:
+            try:
+                line = self.q.get(timeout=max(0.01, deadline - time.time()))
+            except queue.Empty:
+                raise tk.Fail("%d of %d lines within %ds: %r" % (len(out), n, timeout, out))
+            if line is None:
+                raise tk.Fail("etcdctl ended after %r: %s" % (out, open(self.err).read()))
+            out.append(line)
+        return out
+
+    def stop(self):
+        self.p.kill()
+        self.p.wait(timeout=10)
+
+
+def watch_checks(cluster, eps, leader):
+    """A watch from a revision through a follower's endpoint: the history,
+    then puts made after it started, then more after the leader is killed
+    (the follower's connection stays): every put once, in order."""
+    fol = [i for i in (1, 2, 3) if i != leader][0]
+    js = json.loads(ctl([eps[leader - 1]], "put", "/w/0", "v0", "-w", "json"))
+    rev0 = js["header"]["revision"]
+    ctl([eps[leader - 1]], "put", "/w/1", "v1")
+    w = Lines(cluster, "watch", [eps[fol - 1]], "watch", "--prefix", "/w/", "--rev",
+              str(rev0))
+    try:
+        def want(lo, hi):
+            return [x for i in range(lo, hi) for x in ("PUT", "/w/%d" % i, "v%d" % i)]
+        got = w.take(6, 20)
+        tk.check(got == want(0, 2), "watch --rev %d: the history %r" % (rev0, got))
+        for i in range(2, 6):
+            ctl([eps[leader - 1]], "put", "/w/%d" % i, "v%d" % i)
+        got = w.take(12, 20)
+        tk.check(got == want(2, 6), "watch: puts after its start %r" % got)
+        cluster.node(leader).kill()
+        new = cluster.wait_leader(timeout=30, exclude=(leader,))
+        for i in range(6, 12):
+            ctl([eps[new - 1]], "put", "/w/%d" % i, "v%d" % i)
+        got = w.take(18, 30)
+        tk.check(got == want(6, 12), "watch across the leader's kill: %r" % got)
+        # a last put: the next event seen is its own (no duplicate before it)
+        ctl([eps[new - 1]], "put", "/w/end", "end")
+        got = w.take(3, 20)
+        tk.check(got == ["PUT", "/w/end", "end"], "watch: a duplicate or stray event %r" % got)
+    finally:
+        w.stop()
+    cluster.node(leader).start()
+    return cluster.wait_leader(timeout=30)
+
+
+def keepalive_checks(cluster, eps):
+    """lease keep-alive keeps a lease of TTL 2 s alive past its TTL; without
+    it the lease expires."""
+    out = ctl(eps, "lease", "grant", "2")
+    m = re.match(r"^lease ([0-9a-f]+) granted with TTL\(2s\)\n$", out)
+    tk.check(m, "lease grant: %r" % out)
+    lid = m.group(1)
+    out = ctl(eps, "lease", "keep-alive", "--once", lid)
+    tk.check(out == "lease %s keepalived with TTL(2)\n" % lid, "keep-alive --once: %r" % out)
+    t0 = time.time()
+    ka = Lines(cluster, "keepalive", eps, "lease", "keep-alive", lid)
+    try:
+        got = ka.take(5, 20)
+        tk.check(all(x == "lease %s keepalived with TTL(2)" % lid for x in got),
+                 "lease keep-alive: %r" % got)
+        while time.time() < t0 + 4:  # twice the TTL
+            ka.take(1, 5)
+        out = ctl(eps, "lease", "timetolive", lid)
+        m = re.match(r"^lease %s granted with TTL\(2s\), remaining\((\d+)s\)\n$" % lid, out)
+        tk.check(m and int(m.group(1)) >= 1, "kept alive past its TTL: %r" % out)
+    finally:
+        ka.stop()
+    until(lambda: ctl(eps, "lease", "timetolive", lid) == "lease %s already expired\n" % lid,
+          "the lease's expiry without keep-alives", timeout=20)
+
+
+def get_sort_checks(eps):
+    """get's --sort-by/--order forms that tierkv serves, --rev at the newest
+    revision, and a sort it does not serve refused."""
+    for k in ("/s/b", "/s/a", "/s/c"):
+        ctl(eps, "put", k, k[-1])
+    ctl(eps, "put", "/s/a", "A2")  # a: created second, modified last
+    def keys(*args):
+        return ctl(eps, "get", "--prefix", "/s/", "--keys-only", *args).split()
+    tk.check(keys("--sort-by=KEY", "--order=ASCEND") == ["/s/a", "/s/b", "/s/c"],
+             "get --sort-by=KEY --order=ASCEND")
+    for target, order, want in (("CREATE", "DESCEND", "/s/c"), ("CREATE", "ASCEND", "/s/b"),
+                                ("MODIFY", "DESCEND", "/s/a"), ("MODIFY", "ASCEND", "/s/b")):
+        got = keys("--sort-by=" + target, "--order=" + order, "--limit=1")
+        tk.check(got == [want], "get --sort-by=%s --order=%s --limit=1: %r" % (
+            target, order, got))
+    rc, out = ctl(eps, "get", "--prefix", "/s/", "--sort-by=VALUE", "--order=ASCEND",
+                  ok=False)
+    tk.check(rc != 0 and "Unimplemented" in out and "Range sorts only" in out,
+             "a sort by value: %d %r" % (rc, out))
+    rev = json.loads(ctl(eps, "get", "/s/a", "-w", "json"))["header"]["revision"]
+    out = ctl(eps, "get", "/s/a", "--rev", str(rev))
+    tk.check(out == "/s/a\nA2\n", "get --rev %d (the newest): %r" % (rev, out))
+
+
+def snapshot_checks(cluster, eps, binary):
+    """snapshot save from node 1: the node's backup file (what GET
+    /v1/snapshot?local gives, the creation time aside), zero bytes after it
+    to a size of 32 mod 512 (etcdctl 3.6's check); the backup then restores
+    a node that serves the keys."""
+    ctl(eps, "put", "snapkey", "snapvalue")
+    until(lambda: ctl(eps[:1], "get", "snapkey", "--consistency=s",
+                      "--print-value-only") == "snapvalue\n", "node 1 applying snapkey")
+    path = os.path.join(cluster.dir, "etcdctl.db")
+    out = ctl(eps[:1], "snapshot", "save", path)
+    tk.check(out.startswith("Snapshot saved at %s\n" % path) and
+             (not V36 or "Server version 3.6.0\n" in out), "snapshot save: %r" % out)
+    data = open(path, "rb").read()
+    st, _, http = tk.request(cluster.nodes[0].http_port, "GET", "/v1/snapshot?local",
+                             timeout=60)
+    tk.check(st == 200, "GET /v1/snapshot?local: %d" % st)
+    tk.check(len(data) % 512 == 32 and data[:8] == b"TKVBACK1",
+             "the saved file: %d bytes, %r" % (len(data), data[:8]))
+    n = 64 + struct.unpack_from("<Q", data, 48)[0] + 32
+    tk.check(n <= len(data) < n + 512 and data[n:] == bytes(len(data) - n),
+             "after the backup (%d bytes): %d bytes, not all zero" % (n, len(data) - n))
+    tk.check(hashlib.sha256(data[:n - 32]).digest() == data[n - 32:n],
+             "the saved backup's SHA-256 trailer")
+    bad = bytearray(data[:n])  # the check's own control: one flipped byte fails it
+    bad[n // 2] ^= 1
+    tk.check(hashlib.sha256(bad[:n - 32]).digest() != bad[n - 32:n], "SHA-256 control")
+    # the same revision, keys and stream as the HTTP API's; only the
+    # creation time (bytes 56-63, whole seconds) and so the SHA-256 may differ
+    tk.check(len(http) == n and data[:56] == http[:56] and data[64:n - 32] == http[64:-32],
+             "the saved backup differs from GET /v1/snapshot?local (%d, %d bytes)" % (
+                 n, len(http)))
+    if data[56:64] == http[56:64]:
+        tk.check(data[:n] == http, "same creation time, different bytes")
+    backup = path + ".backup"
+    with open(backup, "wb") as f:
+        f.write(data[:n])
+    r = tk.Cluster(binary, 1, extra_args=["--cluster-id", "77", "--restore", backup])
+    r.start()
+    try:
+        r.wait_leader(timeout=30)
+        st, _, body = tk.request(r.nodes[0].http_port, "GET", "/v1/kv/snapkey")
+        tk.check(st == 200 and json.loads(body)["value"] == "snapvalue",
+                 "the restored node: %d %r" % (st, body))
+    finally:
+        codes = r.stop()
+    tk.check(codes == {1: 0}, "the restored node's exit: %r" % codes)
+    print("     saved %d bytes (backup %d, %d of padding), restored" % (
+        len(data), n, len(data) - n), flush=True)
+
+
+def rss_kib(pid):
+    with open("/proc/%d/status" % pid) as f:
+        return int(re.search(r"^VmRSS:\s+(\d+) kB", f.read(), re.M).group(1))
+
+
+def snapshot_bounds_checks(cluster, eps, snapcheck):
+    """snapcheck (tests/etcd/etcdctl36/snapcheck, grpc-go) against node 1:
+    two unread Snapshot streams, a third refused, one whose client leaves
+    gives its slot back, one never read is cut; node 1 stays healthy and its
+    RSS grows by less than 256 MiB."""
+    nd = cluster.nodes[0]
+    rss0 = rss_kib(nd.proc.pid)
+    r = subprocess.run([snapcheck, eps[0]], capture_output=True, text=True, timeout=120)
+    sys.stdout.write("".join("     " + x + "\n" for x in r.stdout.splitlines()))
+    tk.check(r.returncode == 0, "snapcheck: exit %d: %s" % (r.returncode, r.stderr[-2000:]))
+    st, _, _ = tk.request(nd.http_port, "GET", "/healthz")
+    grew = rss_kib(nd.proc.pid) - rss0
+    tk.check(st == 200 and grew < 256 * 1024, "node 1: healthz %d, RSS grew %d KiB" % (
+        st, grew))
+    print("     node 1 healthy, its RSS grew %d MiB" % (grew // 1024), flush=True)
 
 
 def move_leader_checks(cluster, eps, leader):
@@ -294,9 +506,18 @@ def move_leader_checks(cluster, eps, leader):
 
 
 def main():
+    global ETCDCTL, V36
+    if "--etcdctl" in sys.argv:
+        ETCDCTL = sys.argv[sys.argv.index("--etcdctl") + 1]
     if ETCDCTL is None:
         print("etcdctl is not installed (apt-get install etcd-client): skipped")
         sys.exit(77)
+    ver = subprocess.run([ETCDCTL, "version"], capture_output=True, text=True,
+                         timeout=30, env=dict(os.environ, ETCDCTL_API="3")).stdout
+    m = re.search(r"etcdctl version: (\d+)\.(\d+)\.", ver)
+    tk.check(m, "etcdctl version: %r" % ver)
+    V36 = (int(m.group(1)), int(m.group(2))) >= (3, 6)
+    print("etcdctl %s" % ver.splitlines()[0].split()[-1], flush=True)
     binary = sys.argv[1]
     cluster = tk.Cluster(binary, n=3, election_ticks=100)
     cports = low_ports(3)
@@ -312,18 +533,30 @@ def main():
         tests = [("kv", lambda: kv_checks(eps, eps[leader - 1])),
                  ("lease", lambda: lease_checks(eps)),
                  ("endpoint", lambda: endpoint_checks(cluster, eps, leader)),
-                 ("member", lambda: member_checks(cluster, eps, leader, binary))]
+                 ("member", lambda: member_checks(cluster, eps, leader, binary)),
+                 ("snapshot", lambda: snapshot_checks(cluster, eps, binary))]
+        if "--snapcheck" in sys.argv:
+            snapcheck = sys.argv[sys.argv.index("--snapcheck") + 1]
+            tests += [("snap-bound", lambda: snapshot_bounds_checks(cluster, eps, snapcheck))]
+        if V36:
+            tests += [("get-sort", lambda: get_sort_checks(eps)),
+                      ("keep-alive", lambda: keepalive_checks(cluster, eps))]
         for name, fn in tests:
             t0 = time.time()
             fn()
             print("ok   %-10s %.2fs" % (name, time.time() - t0), flush=True)
+        if V36:
+            t0 = time.time()
+            leader = watch_checks(cluster, eps, leader)
+            print("ok   %-10s %.2fs" % ("watch", time.time() - t0), flush=True)
         leader = move_leader_checks(cluster, eps, leader)
         print("ok   move-leader (now %d)" % leader, flush=True)
         # a voter added whose node never starts: its promotion still pending
         # in the leader when the cluster stops
         out = ctl([eps[leader - 1]], "member", "add", "n6",
                   "--peer-urls=http://127.0.0.1:%d" % low_ports(1)[0])
-        tk.check(re.match(r"^Member\s+[0-9a-f]+ added to cluster", out), "add: %r" % out)
+        tk.check(re.match(r"^Member\s+[0-9a-f]+ added %sto cluster" %
+                         ("as learner " if V36 else ""), out), "add: %r" % out)
         tk.check_graceful_stop(cluster)
         print("ok   every node stopped cleanly", flush=True)
     except Exception as e:  # report, then the logs
