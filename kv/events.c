@@ -11,8 +11,9 @@
  * not readable at all. Each event, header and data, is copied into a byte
  * ring and its revision and place into a slot (struct kv_events), so
  * recording one allocates nothing and dropping one reads only its slot.
- * Owner thread only. Calls state.c (the previous state), lease.c (its
- * lease) and ttl.c. */
+ * Owner thread only. Calls state.c (the previous state) and ttl.c; reads
+ * the key's lease through sm_internal.h's inline kv__lease_of (lease.c
+ * calls this file). */
 #include <stdint.h>
 #include <string.h>
 

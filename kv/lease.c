@@ -107,25 +107,6 @@ static struct kv_lease *lease_add(struct kv_leases *t, uint64_t id, uint64_t ttl
     return l;
 }
 
-static struct kv_lkey **lkey_slot(struct kv_leases *t, const uint8_t *key, size_t len,
-                                  uint64_t hash)
-{
-    struct kv_lkey **pp = &t->tab[hash & t->mask];
-    for (; *pp != NULL; pp = &(*pp)->next)
-        if ((*pp)->hash == hash && (*pp)->len == len && memcmp((*pp)->key, key, len) == 0)
-            return pp;
-    return pp;
-}
-
-uint64_t kv__lease_of(struct kv_sm *sm, const uint8_t *key, size_t len, uint64_t hash)
-{
-    struct kv_leases *t = &sm->leases;
-    if (t->count == 0)
-        return 0;
-    struct kv_lkey *k = *lkey_slot(t, key, len, hash);
-    return k != NULL ? k->lease : 0;
-}
-
 static void rehash(struct kv_leases *t)
 {
     size_t mask = t->mask * 2 + 1;
@@ -266,7 +247,7 @@ int kv__lease_attach(struct kv_sm *sm, uint64_t index, const uint8_t *key, size_
     struct kv_leases *t = &sm->leases;
     if (t->count == 0 && lease == 0)
         return 0;
-    struct kv_lkey **pp = lkey_slot(t, key, len, hash);
+    struct kv_lkey **pp = kv__lkey_slot(t, key, len, hash);
     uint64_t old = *pp != NULL ? (*pp)->lease : 0;
     if (old == lease)
         return 0;
@@ -369,7 +350,7 @@ int kv__lease_revoke(struct kv_sm *sm, uint64_t index, uint64_t id, bool expired
             write_rec(sm, index, k->key, k->len, k->hash, &st);
             res->deleted++;
         }
-        unlink_key(t, lkey_slot(t, k->key, k->len, k->hash));
+        unlink_key(t, kv__lkey_slot(t, k->key, k->len, k->hash));
     }
     sm->expiring = false;
     memmove(&t->v[at], &t->v[at + 1], (t->n - at - 1) * sizeof(*t->v));
@@ -550,7 +531,7 @@ int kv__lease_load_rec(struct kv_leases *t, const uint8_t *key, size_t key_len,
         const uint8_t *k = r.keys[i].data;
         size_t len = r.keys[i].len;
         uint64_t hash = kv__hash(k, len);
-        if (*lkey_slot(t, k, len, hash) == NULL)
+        if (*kv__lkey_slot(t, k, len, hash) == NULL)
             link_key(t, l, k, len, hash);
     }
     rec_release(&r);

@@ -10,6 +10,7 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -370,8 +371,30 @@ bool kv__lease_reserved(const uint8_t *key, size_t len);
 struct kv_lease *kv__lease_find(const struct kv_leases *t, uint64_t id);
 /* May a put attach a key to lease (0: none)? 0, TK_ENOTFOUND, TK_ETOOBIG. */
 int kv__lease_check_put(const struct kv_sm *sm, uint64_t lease);
+/* The key's slot in the key -> lease table: the link that points at its
+ * entry, or the chain's end (*slot NULL) when it is attached to none. Inline
+ * here, with kv__lease_of, so that events.c (which lease.c calls) reads a
+ * key's lease without calling lease.c back. */
+static inline struct kv_lkey **kv__lkey_slot(struct kv_leases *t, const uint8_t *key,
+                                             size_t len, uint64_t hash)
+{
+    struct kv_lkey **pp = &t->tab[hash & t->mask];
+    for (; *pp != NULL; pp = &(*pp)->next)
+        if ((*pp)->hash == hash && (*pp)->len == len && memcmp((*pp)->key, key, len) == 0)
+            return pp;
+    return pp;
+}
+
 /* The lease the key is attached to (0: none). */
-uint64_t kv__lease_of(struct kv_sm *sm, const uint8_t *key, size_t len, uint64_t hash);
+static inline uint64_t kv__lease_of(struct kv_sm *sm, const uint8_t *key, size_t len,
+                                    uint64_t hash)
+{
+    struct kv_leases *t = &sm->leases;
+    if (t->count == 0)
+        return 0;
+    struct kv_lkey *k = *kv__lkey_slot(t, key, len, hash);
+    return k != NULL ? k->lease : 0;
+}
 /* The key was just written at index: attaches it to lease (0: detaches it),
  * rewriting the records of the leases that change. 0 or TK_EIO. */
 int kv__lease_attach(struct kv_sm *sm, uint64_t index, const uint8_t *key, size_t len,
