@@ -28,10 +28,8 @@ import hashlib
 import json
 import os
 import queue
-import random
 import re
 import shutil
-import socket
 import struct
 import subprocess
 import sys
@@ -57,29 +55,6 @@ def ctl(endpoints, *args, stdin=None, ok=True):
     tk.check(r.returncode == 0, "etcdctl %s: exit %d: %s%s" % (
         " ".join(args), r.returncode, r.stdout, r.stderr))
     return r.stdout
-
-
-def low_ports(n):
-    """n distinct free ports below 32768, held together while choosing: out of
-    the kernel's ephemeral range, so the nodes' own outgoing connections
-    (peer dials made while the others start) cannot take them first."""
-    socks, ports = [], []
-    rng = random.Random()
-    for _ in range(1000):
-        if len(ports) == n:
-            break
-        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        try:
-            s.bind(("127.0.0.1", rng.randrange(20000, 32768)))
-        except OSError:
-            s.close()
-            continue
-        socks.append(s)
-        ports.append(s.getsockname()[1])
-    for s in socks:
-        s.close()
-    tk.check(len(ports) == n, "no %d free ports below 32768" % n)
-    return ports
 
 
 def until(fn, what, timeout=30):
@@ -244,7 +219,7 @@ def member_checks(cluster, eps, leader, tierkvd):
     rc, out = ctl([lep], "member", "update", "dead", "--peer-urls=" + own, ok=False)
     tk.check(rc != 0 and "etcdserver: member not found" in out, "update unknown: %r" % out)
     # a 4th node: added as a learner, started with --join, promoted, removed
-    rp, hp, cp = low_ports(3)
+    rp, hp, cp = tk.low_ports(3)
     out = ctl([lep], "member", "add", "n4", "--learner",
               "--peer-urls=http://127.0.0.1:%d" % rp)
     # etcdctl 3.6 says "added as learner to cluster", 3.4 "added to cluster"
@@ -277,7 +252,7 @@ def member_checks(cluster, eps, leader, tierkvd):
     cluster.nodes.remove(nd)
     # etcd's order for a voter: add (answered once the learner is in the
     # committed configuration), then start the node; the node promotes it
-    rp, hp, cp = low_ports(3)
+    rp, hp, cp = tk.low_ports(3)
     out = ctl([lep], "member", "add", "n5", "--peer-urls=http://127.0.0.1:%d" % rp)
     # tierkv answers a voter's add with isLearner true (what the member is
     # until the node promotes it), which etcdctl 3.6 prints
@@ -519,7 +494,7 @@ def main():
     print("etcdctl %s" % ver.splitlines()[0].split()[-1], flush=True)
     binary = sys.argv[1]
     cluster = tk.Cluster(binary, n=3, election_ticks=100)
-    cports = low_ports(3)
+    cports = tk.low_ports(3)
     for nd, p in zip(cluster.nodes, cports):
         nd.args += ["--listen-client", "127.0.0.1:%d" % p]
     cluster.start()
@@ -553,7 +528,7 @@ def main():
         # a voter added whose node never starts: its promotion still pending
         # in the leader when the cluster stops
         out = ctl([eps[leader - 1]], "member", "add", "n6",
-                  "--peer-urls=http://127.0.0.1:%d" % low_ports(1)[0])
+                  "--peer-urls=http://127.0.0.1:%d" % tk.low_ports(1)[0])
         tk.check(re.match(r"^Member\s+[0-9a-f]+ added %sto cluster" %
                          ("as learner " if V36 else ""), out), "add: %r" % out)
         tk.check_graceful_stop(cluster)

@@ -48,9 +48,7 @@ should_fail reports it.
 """
 import json
 import os
-import random
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -76,33 +74,10 @@ QUIET_AFTER_KILL = 13
 QUIET_EACH = 5        # applied writes per worker, terms per campaigner, in it
 
 
-def low_ports(n):
-    """n distinct free ports below 32768 (etcdctl_test.py's helper): out of the
-    kernel's ephemeral range, so that no client connection takes a killed
-    node's port before it restarts."""
-    socks, ports = [], []
-    rng = random.Random()
-    for _ in range(1000):
-        if len(ports) == n:
-            break
-        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        try:
-            s.bind(("127.0.0.1", rng.randrange(20000, 32768)))
-        except OSError:
-            s.close()
-            continue
-        socks.append(s)
-        ports.append(s.getsockname()[1])
-    for s in socks:
-        s.close()
-    tk.check(len(ports) == n, "no %d free ports below 32768" % n)
-    return ports
-
-
 def cluster_on_low_ports(binary):
     """tk.Cluster with its Raft, HTTP and etcd ports below 32768."""
     c = tk.Cluster(binary, n=3, election_ticks=100)
-    new = low_ports(9)
+    new = tk.low_ports(9)
     remap = {"127.0.0.1:%d" % p: "127.0.0.1:%d" % q
              for p, q in zip(c.raft_ports + c.http_ports, new)}
 

@@ -8,6 +8,7 @@ import atexit
 import http.client
 import json
 import os
+import random
 import shutil
 import signal
 import socket
@@ -53,8 +54,71 @@ def free_ports(n):
     return ports
 
 
+def low_ports(n):
+    """n distinct free ports below 32768, held together while choosing: out of
+    the kernel's ephemeral range, so that no outgoing connection (a node's
+    peer dials while the others start, a client's) takes one first, nor a
+    killed node's port before it restarts."""
+    socks, ports = [], []
+    rng = random.Random()
+    for _ in range(1000):
+        if len(ports) == n:
+            break
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            s.bind(("127.0.0.1", rng.randrange(20000, 32768)))
+        except OSError:
+            s.close()
+            continue
+        socks.append(s)
+        ports.append(s.getsockname()[1])
+    for s in socks:
+        s.close()
+    check(len(ports) == n, "no %d free ports below 32768" % n)
+    return ports
+
+
 class Fail(Exception):
     pass
+
+
+def wait_listening(port, nd, timeout=15):
+    """Until 127.0.0.1:port takes a connection (node nd must stay up)."""
+    deadline = time.time() + timeout
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            check(nd.alive(), "the node exited: %s" % nd.log()[-2000:])
+            check(time.time() < deadline, "nothing listens on %d" % port)
+            time.sleep(0.05)
+
+
+def one_node_test(prefix, body):
+    """Runs body(tmp, hold) in a new directory tmp; the body puts the node it
+    starts in hold[0]. Then that node must stop cleanly on SIGTERM (exit 0:
+    under ASan, no leak or error). On a failure: FAIL and the node's log.
+    Exits 0 or 1."""
+    tmp = tempfile.mkdtemp(prefix=prefix)
+    hold, failed = [None], 0
+    try:
+        body(tmp, hold)
+        nd, hold[0] = hold[0], None
+        if nd is not None:
+            rc = nd.term()
+            check(rc == 0, "the node's exit status on SIGTERM: %d" % rc)
+            print("ok   the node stopped cleanly", flush=True)
+    except Exception as e:  # report, then the log
+        failed = 1
+        print("FAIL %s: %s" % (type(e).__name__, e), flush=True)
+        if hold[0] is not None:
+            print(hold[0].log()[-3000:])
+    finally:
+        if hold[0] is not None:
+            hold[0].term()
+        shutil.rmtree(tmp, True)
+    sys.exit(failed)
 
 
 def check(cond, msg):

@@ -76,6 +76,44 @@ def start_node(binary, extra, ready_ctx=None):
     raise Fail("tierkvd did not listen on %d" % port)
 
 
+def closed_soon(socks, want, timeout=5):
+    """How many of socks the server closed: polled until `want` are, or
+    `timeout`; then a last look after 0.3 s (one more closed then would be a
+    connection the cap should have held)."""
+    gone = set()
+
+    def look():
+        for i, sk in enumerate(socks):
+            if i in gone:
+                continue
+            sk.setblocking(False)
+            try:
+                if sk.recv(64) == b"":
+                    gone.add(i)
+            except BlockingIOError:
+                pass
+            except OSError:
+                gone.add(i)
+    deadline = time.time() + timeout
+    while len(gone) < want and time.time() < deadline:
+        look()
+        time.sleep(0.05)
+    time.sleep(0.3)
+    look()
+    return len(gone)
+
+
+def half_open(port, n):
+    """n connections to port that each send a TLS record header and stop: a
+    handshake begun, never finished."""
+    socks = []
+    for _ in range(n):
+        s = socket.create_connection(("127.0.0.1", port), timeout=5)
+        s.sendall(b"\x16\x03\x01")  # a record header: a handshake begins
+        socks.append(s)
+    return socks
+
+
 def ctx(ca, cert=None):
     c = ssl.create_default_context(cafile=f(ca + ".pem"))
     if cert:
@@ -239,38 +277,10 @@ def test_handshake_caps(tierkvd, tierkv):
                               "--max-tls-handshakes", "8",
                               "--max-tls-handshakes-per-addr", "2"], ctx("caA"))
     port = nd.http_port
-    socks = []
-    for _ in range(6):
-        s = socket.create_connection(("127.0.0.1", port), timeout=5)
-        s.sendall(b"\x16\x03\x01")  # a record header: a handshake begins
-        socks.append(s)
-    # Bounded poll: the refused ones are closed at once; the held ones answer
-    # nothing until their deadline (--header-timeout-ms, 10 s).
-    gone = set()
-    deadline = time.time() + 5
-    while len(gone) < 4 and time.time() < deadline:
-        for i, sk in enumerate(socks):
-            if i in gone:
-                continue
-            sk.setblocking(False)
-            try:
-                if sk.recv(64) == b"":
-                    gone.add(i)
-            except BlockingIOError:
-                pass
-            except OSError:
-                gone.add(i)
-        time.sleep(0.05)
-    time.sleep(0.3)  # a fifth closed now would be one the cap should have held
-    for i, sk in enumerate(socks):
-        try:
-            if i not in gone and sk.recv(64) == b"":
-                gone.add(i)
-        except BlockingIOError:
-            pass
-        except OSError:
-            gone.add(i)
-    closed = len(gone)
+    socks = half_open(port, 6)
+    # The refused ones are closed at once; the held ones answer nothing until
+    # their deadline (--header-timeout-ms, 10 s).
+    closed = closed_soon(socks, 4)
     for s in socks:
         s.close()
     print("  of 6 half-open handshakes from one address, %d closed at accept" % closed)
