@@ -26,6 +26,7 @@
 #include "base/err.h"
 #include "etcdapi/grpc.h"
 #include "tls/tls.h"
+#include "tls/tls_uv.h"
 
 #define PATH_MAX_BYTES 256
 #define WRITE_CHUNK (64u * 1024u)
@@ -975,17 +976,8 @@ static bool hs_admit(struct gconn *c)
     struct grpc_server *srv = c->srv;
     if (srv->n_hs >= srv->cfg.handshakes_max)
         return false;
-    struct sockaddr_storage ss;
-    int len = sizeof(ss);
-    if (uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&ss, &len) != 0)
+    if (!tk_tls_uv_peer_addr(&c->tcp, c->addr, &c->addr_len))
         return false;
-    if (ss.ss_family == AF_INET) {
-        c->addr_len = 4;
-        memcpy(c->addr, &((struct sockaddr_in *)&ss)->sin_addr, 4);
-    } else {
-        c->addr_len = 16;
-        memcpy(c->addr, &((struct sockaddr_in6 *)&ss)->sin6_addr, 16);
-    }
     uint32_t same = 0;
     for (struct gconn *o = srv->conns; o != NULL; o = o->next)
         if (o->handshaking && o->addr_len == c->addr_len &&

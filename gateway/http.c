@@ -2423,17 +2423,8 @@ static bool hs_admit(struct http_conn *c)
                             : HS_PER_ADDR_DEFAULT;
     if (srv->n_hs >= max)
         return false;
-    struct sockaddr_storage ss;
-    int len = sizeof(ss);
-    if (uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&ss, &len) != 0)
+    if (!tk_tls_uv_peer_addr(&c->tcp, c->addr, &c->addr_len))
         return false;
-    if (ss.ss_family == AF_INET) {
-        c->addr_len = 4;
-        memcpy(c->addr, &((struct sockaddr_in *)&ss)->sin_addr, 4);
-    } else {
-        c->addr_len = 16;
-        memcpy(c->addr, &((struct sockaddr_in6 *)&ss)->sin6_addr, 16);
-    }
     uint32_t same = 0;
     for (struct http_conn *o = srv->hs_head; o != NULL; o = o->hs_next)
         if (o->addr_len == c->addr_len && memcmp(o->addr, c->addr, c->addr_len) == 0 &&

@@ -135,3 +135,19 @@ int tk_tls_uv_flush(struct tk_tls *t, uv_stream_t *s)
     take(t, w, true);
     return write_out(w, s);
 }
+
+bool tk_tls_uv_peer_addr(const uv_tcp_t *tcp, uint8_t out[16], uint8_t *len)
+{
+    struct sockaddr_storage ss;
+    int n = sizeof(ss);
+    if (uv_tcp_getpeername(tcp, (struct sockaddr *)&ss, &n) != 0)
+        return false;
+    if (ss.ss_family == AF_INET) {
+        *len = 4;
+        memcpy(out, &((struct sockaddr_in *)&ss)->sin_addr, 4);
+    } else {
+        *len = 16;
+        memcpy(out, &((struct sockaddr_in6 *)&ss)->sin6_addr, 16);
+    }
+    return true;
+}

@@ -17,6 +17,12 @@
 int tk_tls_uv_write(struct tk_tls *t, uv_stream_t *s, const uv_buf_t *bufs, unsigned n,
                     uv_write_t *req, uv_write_cb cb);
 
+/* The peer address of a TCP handle as the handshake caps count it (the
+ * HTTPS gateway's and the etcd API's, per client address): 4 bytes (IPv4)
+ * or 16 (IPv6) into out, their count into *len. False when the peer has no
+ * address (the connection is gone). */
+bool tk_tls_uv_peer_addr(const uv_tcp_t *tcp, uint8_t out[16], uint8_t *len);
+
 /* Writes whatever ciphertext the session has pending (handshake records,
  * alerts, close_notify); nothing is reported back. Returns 0 or TK_EIO. */
 int tk_tls_uv_flush(struct tk_tls *t, uv_stream_t *s);
