@@ -65,11 +65,11 @@ MIN_WRITES = 5        # per worker, over the run
 PROGRESS_AFTER = 10   # applied writes after each restart before the next kill
 WAIT = 40             # seconds: any one wait for progress or a leader
 # The quiet part begins this long after the last kill. A LeaseKeepAlive
-# refresh in flight to the killed leader (forwarded by a follower) is
-# answered only at its deadline, --request-timeout-ms (10 s), and holds its
-# stream's other refreshes until then: every session on that stream expires
-# meanwhile, new ones too (clientv3 keeps one stream per client), about 3
-# times. So 10 s plus the TTL (3 s) passes before no session should expire.
+# refresh in flight to the killed leader (forwarded by a follower) holds its
+# stream's other refreshes until it ends: at its deadline,
+# --request-timeout-ms (10 s), before node_forward.c ended a follower's
+# writes parked for a leader once another leads (an election: 1-2 s here).
+# 10 s plus the TTL (3 s), the bound before that change, stays as a margin.
 QUIET_AFTER_KILL = 13
 QUIET_EACH = 5        # applied writes per worker, terms per campaigner, in it
 
