@@ -142,7 +142,8 @@ static void on_call(struct grpc_call *call, const char *path, size_t path_len,
 {
     struct etcdapi *e = data;
     const struct method *m = find_method(path, path_len);
-    if (m != NULL && !e->stopping && !etcdapi__auth_call(e, call, path, path_len, msg, msg_len))
+    if (m != NULL && !e->stopping &&
+        !etcdapi__auth_call(e, call, path, path_len, msg, msg_len))
         return;
     struct ecall *ec = etcdapi__call_new(e, call);
     if (m == NULL || e->stopping) { /* accept() said yes; only a stop differs */

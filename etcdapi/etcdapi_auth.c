@@ -178,7 +178,8 @@ bool etcdapi__auth_stream_open(struct etcdapi *e, struct grpc_call *call)
         return false;
     size_t plen;
     const char *path = grpc_call_path(call, &plen);
-    if (path_is(path, plen, "/etcdserverpb.Maintenance/Snapshot") && !a->admin(a->arg, u)) {
+    if (path_is(path, plen, "/etcdserverpb.Maintenance/Snapshot") &&
+        !a->admin(a->arg, u)) {
         grpc_stream_finish(call, GRPC_PERMISSION_DENIED, "etcdserver: permission denied");
         return false;
     }
@@ -220,7 +221,8 @@ bool etcdapi__auth_stream_msg(struct etcdapi *e, struct grpc_call *call,
         r.created = true;
         r.canceled = true;
         r.cancel_reason = (char *)"etcdserver: permission denied";
-        (void)grpc_stream_send(call, protobuf_c_message_get_packed_size(&r.base), fill_msg,
+        (void)grpc_stream_send(call, protobuf_c_message_get_packed_size(&r.base),
+                               fill_msg,
                                &r.base); /* no room: the client sees no answer */
     }
     etcdserverpb__watch_request__free_unpacked(rq, NULL);
@@ -238,11 +240,11 @@ void etcdapi__auth_authenticate(struct ecall *ec, const uint8_t *msg, size_t len
     Etcdserverpb__AuthenticateRequest *rq =
         etcdapi__unpack(&etcdserverpb__authenticate_request__descriptor, len, msg);
     if (rq == NULL) {
-        etcdapi__fail(ec, GRPC_INVALID_ARGUMENT, "tierkv: a malformed AuthenticateRequest");
+        etcdapi__fail(ec, GRPC_INVALID_ARGUMENT,
+                      "tierkv: a malformed AuthenticateRequest");
         return;
     }
-    const void *u =
-        a->user(a->arg, (const uint8_t *)rq->password, strlen(rq->password));
+    const void *u = a->user(a->arg, (const uint8_t *)rq->password, strlen(rq->password));
     if (u == NULL || strcmp(a->name(a->arg, u), rq->name) != 0) {
         etcdapi__fail(ec, GRPC_INVALID_ARGUMENT,
                       "etcdserver: authentication failed, invalid user ID or password");

@@ -119,7 +119,8 @@ static bool take_sort(struct ecall *ec, const Etcdserverpb__RangeRequest *rq)
     bool desc = order == ETCDSERVERPB__RANGE_REQUEST__SORT_ORDER__DESCEND;
     if (rq->limit == 1 && (target == ETCDSERVERPB__RANGE_REQUEST__SORT_TARGET__CREATE ||
                            target == ETCDSERVERPB__RANGE_REQUEST__SORT_TARGET__MOD)) {
-        ec->sort_top = target == ETCDSERVERPB__RANGE_REQUEST__SORT_TARGET__CREATE ? 'c' : 'm';
+        ec->sort_top =
+            target == ETCDSERVERPB__RANGE_REQUEST__SORT_TARGET__CREATE ? 'c' : 'm';
         ec->sort_desc = desc;
         return true;
     }
@@ -716,7 +717,8 @@ static void prev_read_then(struct ecall *ec, int status, struct kv_sm *sm,
 /* Reads the write's previous key-values (ec->prev_rev), now if this node
  * applied it, else after a read that waits for it (read_cb, which calls
  * prev_read_then); then `then`. */
-static void prev_fetch(struct ecall *ec, node_read_cb *read_cb, void (*then)(struct ecall *))
+static void prev_fetch(struct ecall *ec, node_read_cb *read_cb,
+                       void (*then)(struct ecall *))
 {
     struct kv_sm *sm = node_kv(ec->e->node);
     if (kv_sm_applied_index(sm) >= ec->prev_rev) {
@@ -869,7 +871,8 @@ static void delete_next(struct ecall *ec)
     tk_free(kvp);
 }
 
-static void delete_prev_cb(struct node_req *nreq, int status, struct kv_sm *sm, void *data)
+static void delete_prev_cb(struct node_req *nreq, int status, struct kv_sm *sm,
+                           void *data)
 {
     (void)nreq;
     prev_read_then(data, status, sm, delete_next);

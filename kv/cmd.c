@@ -36,7 +36,7 @@ struct ctx {
     struct kv_sm *sm;
     uint64_t index;
     size_t n;
-    size_t range_keys; /* live keys range compares looked at */
+    size_t range_keys;                   /* live keys range compares looked at */
     struct stage st[2 * KV_TXN_OPS_MAX]; /* compares + ops */
 };
 

@@ -230,9 +230,9 @@ void kv__events_write_prev(struct kv_sm *sm, uint64_t index, const uint8_t *key,
     bool prev_live = prev->live;
     /* The callers write the event before they attach the key to its new
      * lease: the table still has the old one. */
-    uint64_t prev_lease =
-        prev_live && sm->leases.count > 0 ? kv__lease_of(sm, key, len, kv__hash(key, len))
-                                          : 0;
+    uint64_t prev_lease = prev_live && sm->leases.count > 0
+                              ? kv__lease_of(sm, key, len, kv__hash(key, len))
+                              : 0;
     if (prev_live && !sm->expiring && !kv__live(sm, prev->expire_ms)) {
         /* A write over a key whose TTL ran out before its expire command
          * came: the old version's expire comes first, at this revision. */

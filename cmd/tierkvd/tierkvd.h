@@ -49,8 +49,8 @@ struct tierkvd {
     struct tk_tls_ctx *https;         /* the gateway's, or NULL */
     struct gateway_auth *auth;        /* --auth-file's, or NULL */
     struct gateway *gw;
-    struct etcdapi *etcd;         /* --listen-client's, or NULL */
-    struct tk_tls_ctx *etcd_tls;  /* its TLS (--cert-file), or NULL */
+    struct etcdapi *etcd;          /* --listen-client's, or NULL */
+    struct tk_tls_ctx *etcd_tls;   /* its TLS (--cert-file), or NULL */
     struct etcdapi_auth etcd_auth; /* its users (--auth-file's) */
     char client_host[GATEWAY_ADDR_MAX];
 };
@@ -65,8 +65,9 @@ void tierkvd_setup(struct tierkvd *t, const struct tierkvd_config *cfg);
  * flags or none). tierkvd_peer_security: --peer-token-file into t->token, or
  * the rules for a raft port without one (sets t->open_peers).
  * tierkvd_gateway_tls: the gateway's HTTPS context into t->https (NULL:
- * plain HTTP), and --listen-client's (ALPN h2) into t->etcd_tls. tierkvd_auth: --auth-file into t->auth. Each exits 2 on a
- * file that is missing, invalid or open to group or others. */
+ * plain HTTP), and --listen-client's (ALPN h2) into t->etcd_tls. tierkvd_auth:
+ * --auth-file into t->auth. Each exits 2 on a file that is missing, invalid or open to
+ * group or others. */
 void tierkvd_peer_tls(struct tierkvd *t);
 void tierkvd_peer_security(struct tierkvd *t);
 void tierkvd_gateway_tls(struct tierkvd *t);

@@ -721,9 +721,9 @@ START_TEST(test_put_keeps_value_and_lease)
         /* the change log has the lease the key had */
         struct evs pe = {0};
         uint64_t pnext;
-        ck_assert_int_eq(kv_sm_events_read(u.sm, kv_sm_applied_index(u.sm), 1, 0, ev_cb,
-                                           &pe, &pnext),
-                         0);
+        ck_assert_int_eq(
+            kv_sm_events_read(u.sm, kv_sm_applied_index(u.sm), 1, 0, ev_cb, &pe, &pnext),
+            0);
         ck_assert_uint_eq(pe.n, 1);
         ck_assert_uint_eq(pe.prev_lease[0], id);
     }
@@ -840,7 +840,8 @@ START_TEST(test_compares_on_lease_and_over_ranges)
     kvu_open(&u, NULL);
     uint64_t id = grant(&u, 3000);
     bool held;
-    const Kvpb__Compare__Op EQ = KVPB__COMPARE__OP__EQUAL, NE = KVPB__COMPARE__OP__NOT_EQUAL,
+    const Kvpb__Compare__Op EQ = KVPB__COMPARE__OP__EQUAL,
+                            NE = KVPB__COMPARE__OP__NOT_EQUAL,
                             GT = KVPB__COMPARE__OP__GREATER, LT = KVPB__COMPARE__OP__LESS;
     const Kvpb__Compare__Target LEASE = KVPB__COMPARE__TARGET__LEASE,
                                 VALUE = KVPB__COMPARE__TARGET__VALUE,
