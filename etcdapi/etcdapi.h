@@ -63,7 +63,8 @@ struct etcdapi_config {
      * (NULL: `host`). */
     const char *advertise_host;
     /* Token authentication (borrowed, outlives the API): NULL, none (every
-     * client may do everything; Auth.* Unimplemented). */
+     * client may do everything; Authenticate answers FailedPrecondition
+     * `authentication is not enabled`, the other Auth calls Unimplemented). */
     const struct etcdapi_auth *auth;
 };
 
