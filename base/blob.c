@@ -217,6 +217,119 @@ static void small_put(struct tk_blob *b, unsigned c)
         small_give(t, c);
 }
 
+/* ---- Big blobs: a bounded cache shared by the process ----
+ *
+ * A blob of 128 KiB or more is a mapping of its own (tierkvd fixes malloc's
+ * mmap threshold there), so each new one is fresh pages, and on a virtual
+ * machine the first write to a fresh page costs about a hundred times a
+ * rewrite. Under 4 MB writes each node's loop made two or three such blobs
+ * per entry (the follower's decoded entry, the leader's decoded forwarded
+ * command), 1,000-2,400 page faults and 40-50 ms of CPU in one turn (issue
+ * 48, adversary case bodies). So a freed big blob up to BIG_TOP bytes is kept
+ * in a list per size class (half powers of two from 128 KiB: a blob takes the
+ * class it fits, so the last 33 % of its room may go unused, untouched) and
+ * the next of its class takes it, its pages already backed. At most
+ * big_max bytes are kept (tk_blob_big_cache_limit; counted by class size);
+ * a blob past it is freed as before. tk_blob_big_cache_drop frees them all
+ * (the node's memory trimmer, once a burst is over). Off under
+ * AddressSanitizer, as the small cache. */
+#define BIG_CLASSES (31 - SMALL_CLASSES) /* 14: classes SMALL_CLASSES+1 .. 31 */
+#define BIG_MIN ((size_t)128 << 10)
+#define BIG_MAX_DEFAULT ((size_t)32 << 20)
+static atomic_size_t big_max = BIG_MAX_DEFAULT; /* tk_blob_big_cache_limit */
+static atomic_size_t big_cached;                /* bytes in the lists */
+static pthread_mutex_t big_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct small_free *big_head[BIG_CLASSES];
+
+/* Class k's allocation size, header included: 128, 192, 256, 384 KiB, ... */
+static size_t big_size(unsigned k)
+{
+    return (k % 2 == 0 ? BIG_MIN : BIG_MIN + BIG_MIN / 2) << (k / 2);
+}
+
+#define BIG_TOP (((size_t)128 << 10) * 3 / 2 << ((BIG_CLASSES - 1) / 2)) /* 12 MiB */
+
+/* The big class (1-based) for an allocation of `total` bytes; 0 below
+ * BIG_MIN or above BIG_TOP, or with the cache off. */
+static unsigned big_class(size_t total)
+{
+    if (!SMALL_CACHE || total < BIG_MIN || total > BIG_TOP)
+        return 0;
+    unsigned k = 0;
+    while (big_size(k) < total)
+        k++;
+    return k + 1;
+}
+
+/* A cached blob of big class k (1-based), or NULL. */
+static struct tk_blob *big_take(unsigned k)
+{
+    pthread_mutex_lock(&big_mu);
+    struct small_free *f = big_head[k - 1];
+    if (f != NULL) {
+        big_head[k - 1] = f->next;
+        atomic_fetch_sub_explicit(&big_cached, big_size(k - 1), memory_order_relaxed);
+    }
+    pthread_mutex_unlock(&big_mu);
+    return (struct tk_blob *)(void *)f;
+}
+
+/* Keeps a freed blob of big class k, or frees it past big_max. */
+static void big_put(struct tk_blob *b, unsigned k)
+{
+    size_t n = big_size(k - 1);
+    struct small_free *f = (struct small_free *)(void *)b;
+    pthread_mutex_lock(&big_mu);
+    bool kept = atomic_load_explicit(&big_cached, memory_order_relaxed) + n <=
+                atomic_load_explicit(&big_max, memory_order_relaxed);
+    if (kept) {
+        f->next = big_head[k - 1];
+        big_head[k - 1] = f;
+        atomic_fetch_add_explicit(&big_cached, n, memory_order_relaxed);
+    }
+    pthread_mutex_unlock(&big_mu);
+    if (!kept)
+        tk_free_big(b, n);
+}
+
+size_t tk_blob_big_cache_limit(size_t bytes)
+{
+    size_t was = atomic_exchange_explicit(&big_max, bytes, memory_order_relaxed);
+    if (bytes < was)
+        tk_blob_big_cache_drop();
+    return was;
+}
+
+void tk_blob_big_cache_drop(void)
+{
+    struct small_free *all[BIG_CLASSES];
+    pthread_mutex_lock(&big_mu);
+    for (unsigned k = 0; k < BIG_CLASSES; k++) {
+        all[k] = big_head[k];
+        big_head[k] = NULL;
+    }
+    pthread_mutex_unlock(&big_mu);
+    for (unsigned k = 0; k < BIG_CLASSES; k++)
+        while (all[k] != NULL) {
+            struct small_free *next = all[k]->next;
+            atomic_fetch_sub_explicit(&big_cached, big_size(k), memory_order_relaxed);
+            tk_free_big(all[k], big_size(k));
+            all[k] = next;
+        }
+}
+
+/* A new blob of `total` bytes (header included) of big class k, with its
+ * class in the count; NULL only when `try` and it cannot be had. */
+static struct tk_blob *big_new(unsigned k, bool try)
+{
+    struct tk_blob *b = big_take(k);
+    if (b == NULL)
+        b = try ? tk_try_malloc(big_size(k - 1)) : tk_malloc(big_size(k - 1));
+    if (b != NULL)
+        atomic_init(&b->refs, 1 | ((uint_fast32_t)(SMALL_CLASSES + k) << CLASS_SHIFT));
+    return b;
+}
+
 size_t tk_blob_cache_limit(size_t bytes)
 {
     return atomic_exchange_explicit(&cache_max, bytes, memory_order_relaxed);
@@ -229,7 +342,8 @@ bool tk_blob_cache_enabled(void)
 
 size_t tk_blob_cached_bytes(void)
 {
-    return atomic_load_explicit(&small_cached, memory_order_relaxed);
+    return atomic_load_explicit(&small_cached, memory_order_relaxed) +
+           atomic_load_explicit(&big_cached, memory_order_relaxed);
 }
 
 size_t tk_blob_map_live_bytes(void)
@@ -252,10 +366,13 @@ struct tk_blob *tk_blob_new(size_t len)
         if (b == NULL)
             b = tk_malloc(class_size[c]);
         atomic_fetch_add_explicit(&small_live, class_size[c], memory_order_relaxed);
+        atomic_init(&b->refs, 1 | ((uint_fast32_t)c << CLASS_SHIFT));
+    } else if ((c = big_class(sizeof(struct tk_blob) + len)) != 0) {
+        b = big_new(c, false);
     } else {
         b = tk_malloc(sizeof(*b) + len);
+        atomic_init(&b->refs, 1);
     }
-    atomic_init(&b->refs, 1 | ((uint_fast32_t)c << CLASS_SHIFT));
     b->len = len;
     return b;
 }
@@ -264,10 +381,12 @@ struct tk_blob *tk_blob_try_new(size_t len)
 {
     if (len > TK_BLOB_TRY_MAX)
         return NULL;
-    struct tk_blob *b = tk_try_malloc(sizeof(*b) + len);
+    unsigned k = big_class(sizeof(struct tk_blob) + len);
+    struct tk_blob *b = k != 0 ? big_new(k, true) : tk_try_malloc(sizeof(*b) + len);
     if (b == NULL)
         return NULL;
-    atomic_init(&b->refs, 1);
+    if (k == 0)
+        atomic_init(&b->refs, 1);
     b->len = len;
     return b;
 }
@@ -532,6 +651,10 @@ void tk_blob_unref(struct tk_blob *b)
     if ((old & COUNT_BITS) != 1)
         return;
     unsigned c = (unsigned)((old & CLASS_BITS) >> CLASS_SHIFT);
+    if (c > SMALL_CLASSES) {
+        big_put(b, c - SMALL_CLASSES);
+        return;
+    }
     if (c != 0) {
         atomic_fetch_sub_explicit(&small_live, class_size[c], memory_order_relaxed);
         small_put(b, c);

@@ -25,7 +25,7 @@ struct tk_blob {
  * (tk_blob_cached_bytes). */
 struct tk_blob *tk_blob_new(size_t len);
 
-/* Bytes held by the small-blob caches (memory accounting). */
+/* Bytes held by the small- and big-blob caches (memory accounting). */
 size_t tk_blob_cached_bytes(void);
 /* Bytes of small blobs in use now, rounded up to their size class (the
  * Raft log's payloads of small writes, messages in flight; memory
@@ -35,6 +35,14 @@ size_t tk_blob_live_small_bytes(void);
  * MiB; tierkvd's --memory-budget lowers it); returns the previous limit. Past
  * it, a freed magazine is freed, not kept. Any thread. */
 size_t tk_blob_cache_limit(size_t bytes);
+/* Big blobs (128 KiB to 12 MiB with the header) are kept once freed too,
+ * in a list per size class shared by the process, at most `bytes` of them
+ * (default 32 MiB; tierkvd's --memory-budget sets it): on a virtual machine
+ * a fresh page's first write costs about a hundred times a rewrite. Returns
+ * the previous limit; lowering it drops what is kept. Any thread. */
+size_t tk_blob_big_cache_limit(size_t bytes);
+/* Frees every kept big blob now (on the calling thread: not a loop). */
+void tk_blob_big_cache_drop(void);
 /* Whether freed small blobs are kept (not under AddressSanitizer). */
 bool tk_blob_cache_enabled(void);
 

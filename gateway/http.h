@@ -157,8 +157,9 @@ struct http_request {
     bool http10;      /* an HTTP/1.0 request (keep-alive must be said) */
     char *resp;
     size_t resp_len;
-    struct tk_blob *blob; /* http_respond_blob: the body's middle, by reference */
-    size_t blob_off;      /* bytes of it handed to the socket */
+    struct tk_blob *body_blob; /* a body of HTTP_BODY_BLOB_MIN or more lives in one */
+    struct tk_blob *blob;      /* http_respond_blob: the body's middle, by reference */
+    size_t blob_off;           /* bytes of it handed to the socket */
     uint8_t *blob_tail;
     size_t blob_tail_len;
     size_t mem_bytes; /* body_cap + resp_len, counted in the server's */

@@ -14,6 +14,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "base/blob.h"
 #include "base/sync.h"
 #include "kv/kv.h"
 
@@ -115,7 +116,7 @@ struct kv_page {
     uint64_t pos;         /* the ring's position of data[0]: the caps of all the
                              pages opened before this one */
     struct kv_page *next; /* newer page */
-    void *raw;            /* the allocation of a page not from a slab */
+    struct tk_blob *raw;  /* the allocation of a page not from a slab (a blob) */
     _Alignas(64) uint8_t data[];
 };
 _Static_assert(sizeof(struct kv_page) == 64, "a ring page header is one cache line");

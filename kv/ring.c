@@ -71,14 +71,14 @@ void kv__ring_free(struct kv_ring *r)
     while (p != NULL) {
         struct kv_page *next = p->next;
         if (!p->from_slab)
-            tk_free(p->raw);
+            tk_blob_unref(p->raw);
         p = next;
     }
     p = r->free_pages;
     while (p != NULL) {
         struct kv_page *next = p->next;
         if (!p->from_slab)
-            tk_free(p->raw);
+            tk_blob_unref(p->raw);
         p = next;
     }
     for (size_t i = 0; i < r->n_slabs; i++)
@@ -133,7 +133,7 @@ static struct kv_page *page_new(struct kv_ring *r, size_t need)
     TK_ASSERT(cap < (1u << KV_ADDR_OFF_BITS));
     struct kv_page *p;
     bool from_slab = false;
-    void *raw = NULL;
+    struct tk_blob *raw = NULL;
     if (cap == r->page_bytes && r->free_pages != NULL) {
         p = r->free_pages;
         r->free_pages = p->next;
@@ -146,9 +146,11 @@ static struct kv_page *page_new(struct kv_ring *r, size_t need)
         p = slab_page(r);
         from_slab = true;
     } else {
-        /* Cache-line aligned like a slab page, so records keep their lines. */
-        raw = tk_malloc(sizeof(*p) + cap + 63);
-        p = (struct kv_page *)(((uintptr_t)raw + 63) & ~(uintptr_t)63);
+        /* Cache-line aligned like a slab page, so records keep their lines.
+         * A blob: base keeps freed big ones, their pages backed already (a
+         * 1 MB value's page was 256 page faults on every write). */
+        raw = tk_blob_new(sizeof(*p) + cap + 63);
+        p = (struct kv_page *)(((uintptr_t)raw->data + 63) & ~(uintptr_t)63);
     }
     memset(p, 0, sizeof(*p));
     p->raw = raw;
@@ -298,6 +300,6 @@ void kv__ring_release_head(struct kv_ring *r)
         r->free_pages = p;
         r->free_bytes += p->cap;
     } else {
-        tk_free(p->raw);
+        tk_blob_unref(p->raw);
     }
 }

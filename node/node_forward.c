@@ -185,13 +185,15 @@ static int send_frame(struct node *n, uint64_t to, const Tierkv__Forward *f)
 {
     uint8_t stack[FWD_STACK_BYTES];
     size_t len = tierkv__forward__get_packed_size(f);
-    uint8_t *buf = len <= sizeof(stack) ? stack : tk_malloc(len);
+    /* A big frame is packed into a blob: base keeps freed big ones, whose
+     * pages are backed already (a fresh 4 MB buffer is 1,000 page faults). */
+    struct tk_blob *big = len <= sizeof(stack) ? NULL : tk_blob_new(len);
+    uint8_t *buf = big != NULL ? big->data : stack;
     size_t packed = tierkv__forward__pack(f, buf);
     TK_ASSERT(packed == len);
     int rc = n->transport != NULL ? transport_send_forward(n->transport, to, buf, len)
                                   : TK_ECLOSED;
-    if (buf != stack)
-        tk_free(buf);
+    tk_blob_unref(big);
     return rc;
 }
 

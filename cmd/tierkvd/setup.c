@@ -81,6 +81,7 @@ static void setup_memory(struct tierkvd *t, struct node_mem_split *split)
     if (!given(t, "snapshot-bytes"))
         t->no.snapshot_bytes = split->raft_log;
     (void)tk_blob_cache_limit(split->blob_cache);
+    (void)tk_blob_big_cache_limit(split->big_blob_cache);
     const char *mem_trim = getenv("TIERKV_MEM_TRIM");
     bool trim_on = mem_trim && strcmp(mem_trim, "1") == 0;
     if (node_mem_start(budget, trim_on ? 4 : 0, trim_on) != 0)

@@ -559,6 +559,54 @@ START_TEST(test_blob_cache_is_bounded)
 }
 END_TEST
 
+START_TEST(test_blob_big_cache)
+{
+    /* A freed big blob is taken again by the next of its class, on any
+     * thread, with its bytes' room; the cache is bounded, counted in
+     * tk_blob_cached_bytes, and emptied by tk_blob_big_cache_drop. */
+    size_t base = tk_blob_cached_bytes();
+    struct tk_blob *a = tk_blob_new(1040000);
+    memset(a->data, 7, a->len);
+    tk_blob_unref(a);
+    if (!tk_blob_cache_enabled()) {
+        ck_assert_uint_eq(tk_blob_cached_bytes(), base);
+        return;
+    }
+    size_t held = tk_blob_cached_bytes() - base;
+    ck_assert_uint_ge(held, 1040000 + sizeof(struct tk_blob));
+    ck_assert_uint_le(held, 2 * (1040000 + sizeof(struct tk_blob)));
+    struct tk_blob *b = tk_blob_new(1000000); /* the same class */
+    ck_assert_ptr_eq(a, b);
+    ck_assert_uint_eq(b->len, 1000000);
+    ck_assert_uint_eq(tk_blob_refs(b), 1);
+    ck_assert_uint_eq(tk_blob_cached_bytes(), base);
+    struct tk_blob *c = tk_blob_try_new(1000000); /* none cached: a new one */
+    ck_assert_ptr_nonnull(c);
+    ck_assert_ptr_ne(b, c);
+    tk_blob_unref(b);
+    tk_blob_unref(c);
+    struct tk_blob *d = tk_blob_try_new(1030000);
+    ck_assert(d == b || d == c);
+    tk_blob_unref(d);
+    /* Bounded: 64 blobs of 1 MB freed at once, at most the limit kept. */
+    size_t was = tk_blob_big_cache_limit(8u << 20);
+    struct tk_blob *v[64];
+    for (int i = 0; i < 64; i++)
+        v[i] = tk_blob_new(1u << 20);
+    for (int i = 0; i < 64; i++)
+        tk_blob_unref(v[i]);
+    ck_assert_uint_le(tk_blob_cached_bytes() - base, 8u << 20);
+    ck_assert_uint_ge(tk_blob_cached_bytes() - base, 4u << 20);
+    tk_blob_big_cache_drop();
+    ck_assert_uint_eq(tk_blob_cached_bytes(), base);
+    /* Past the largest class (12 MiB) a blob is never kept. */
+    struct tk_blob *e = tk_blob_new(13u << 20);
+    tk_blob_unref(e);
+    ck_assert_uint_eq(tk_blob_cached_bytes(), base);
+    (void)tk_blob_big_cache_limit(was);
+}
+END_TEST
+
 struct blob_reader {
     pthread_t thread;
     struct tk_blob *blob;
@@ -1959,6 +2007,7 @@ static Suite *base_suite(void)
     tcase_add_test(tc, test_blob_refcount_is_exact_across_threads);
     tcase_add_test(tc, test_blob_cache_reuses_across_threads);
     tcase_add_test(tc, test_blob_cache_is_bounded);
+    tcase_add_test(tc, test_blob_big_cache);
     tcase_add_test(tc, test_blob_last_unref_on_any_thread_frees_once);
     tcase_set_timeout(tc, 60);
     suite_add_tcase(s, tc);
