@@ -217,79 +217,179 @@ static void small_put(struct tk_blob *b, unsigned c)
         small_give(t, c);
 }
 
-/* ---- Big blobs: a bounded cache shared by the process ----
+/* ---- Big blobs: mappings of their own, their pages kept once freed ----
  *
- * A blob of 128 KiB or more is a mapping of its own (tierkvd fixes malloc's
- * mmap threshold there), so each new one is fresh pages, and on a virtual
- * machine the first write to a fresh page costs about a hundred times a
- * rewrite. Under 4 MB writes each node's loop made two or three such blobs
- * per entry (the follower's decoded entry, the leader's decoded forwarded
- * command), 1,000-2,400 page faults and 40-50 ms of CPU in one turn (issue
- * 48, adversary case bodies). So a freed big blob up to BIG_TOP bytes is kept
- * in a list per size class (half powers of two from 128 KiB: a blob takes the
- * class it fits, so the last 33 % of its room may go unused, untouched) and
- * the next of its class takes it, its pages already backed. At most
- * big_max bytes are kept (tk_blob_big_cache_limit; counted by class size);
- * a blob past it is freed as before. tk_blob_big_cache_drop frees them all
- * (the node's memory trimmer, once a burst is over). Off under
- * AddressSanitizer, as the small cache. */
-#define BIG_CLASSES (31 - SMALL_CLASSES) /* 14: classes SMALL_CLASSES+1 .. 31 */
+ * On a virtual machine the first write to a fresh page costs about a
+ * hundred times a rewrite (the host backs the page then). Under 4 MB writes
+ * each node's loop made two or three big blobs per entry (the follower's
+ * decoded entry, the leader's decoded forwarded command, the ring's page of
+ * a big value), 1,000-4,000 page faults and 15-50 ms of CPU in one turn
+ * (issue 48, adversary case bodies). So a blob of BIG_MIN bytes or more (up
+ * to BIG_MAX) is a mapping of its own, and once freed its pages are kept as
+ * an extent (address and length, page-aligned) in a list shared by the
+ * process, at most big_max bytes (tk_blob_big_cache_limit); past it the
+ * smallest extents are unmapped. A new big blob takes the smallest extent
+ * that holds it, leaving the rest of the extent listed (no system call);
+ * with none big enough it grows the largest one with mremap (the kernel
+ * moves its backed pages, and only the rest are fresh). Extents are never
+ * joined, so each stays within one mapping, as mremap needs. The refcount's
+ * class bits hold BIG_CLASS; the MAP_PREFIX bytes before the header hold the
+ * mapping's length. tk_blob_big_cache_drop unmaps them all (the node, once
+ * no big blob was made for 10 s). Off under AddressSanitizer, as the small
+ * cache: such a blob is then plain malloc. */
+#define BIG_CLASS 31u
 #define BIG_MIN ((size_t)128 << 10)
+#define BIG_MAX ((size_t)64 << 20)
+#define BIG_EXTENTS 256
 #define BIG_MAX_DEFAULT ((size_t)32 << 20)
+#define BIG_PREFIX 16
+_Static_assert(SMALL_CLASSES < BIG_CLASS, "the big class is past the small ones");
 static atomic_size_t big_max = BIG_MAX_DEFAULT; /* tk_blob_big_cache_limit */
-static atomic_size_t big_cached;                /* bytes in the lists */
+static atomic_size_t big_cached;                /* bytes of the extents */
+static atomic_uint_fast64_t big_allocs;         /* big blobs made (tk_blob_big_allocs) */
+static atomic_size_t big_miss_n;                /* the last size no extent held */
+static atomic_int big_prefill_state; /* 0 idle, 1 wanted, 2 queued or running */
 static pthread_mutex_t big_mu = PTHREAD_MUTEX_INITIALIZER;
-static struct small_free *big_head[BIG_CLASSES];
+static struct big_extent {
+    uint8_t *p;
+    size_t n;
+} big_ext[BIG_EXTENTS];
+static unsigned big_n; /* extents listed, under big_mu */
 
-/* Class k's allocation size, header included: 128, 192, 256, 384 KiB, ... */
-static size_t big_size(unsigned k)
+static size_t page_size(void)
 {
-    return (k % 2 == 0 ? BIG_MIN : BIG_MIN + BIG_MIN / 2) << (k / 2);
+    return (size_t)sysconf(_SC_PAGESIZE);
 }
 
-#define BIG_TOP (((size_t)128 << 10) * 3 / 2 << ((BIG_CLASSES - 1) / 2)) /* 12 MiB */
-
-/* The big class (1-based) for an allocation of `total` bytes; 0 below
- * BIG_MIN or above BIG_TOP, or with the cache off. */
-static unsigned big_class(size_t total)
+/* The mapping's length for a blob of `len` bytes; 0 when not a big one. */
+static size_t big_len(size_t len)
 {
-    if (!SMALL_CACHE || total < BIG_MIN || total > BIG_TOP)
+    if (!SMALL_CACHE || len > BIG_MAX)
         return 0;
-    unsigned k = 0;
-    while (big_size(k) < total)
-        k++;
-    return k + 1;
+    size_t total = BIG_PREFIX + sizeof(struct tk_blob) + len;
+    if (total < BIG_MIN)
+        return 0;
+    size_t page = page_size();
+    return (total + page - 1) & ~(page - 1);
 }
 
-/* A cached blob of big class k (1-based), or NULL. */
-static struct tk_blob *big_take(unsigned k)
+static void big_ext_remove(unsigned i)
 {
-    pthread_mutex_lock(&big_mu);
-    struct small_free *f = big_head[k - 1];
-    if (f != NULL) {
-        big_head[k - 1] = f->next;
-        atomic_fetch_sub_explicit(&big_cached, big_size(k - 1), memory_order_relaxed);
-    }
-    pthread_mutex_unlock(&big_mu);
-    return (struct tk_blob *)(void *)f;
+    atomic_fetch_sub_explicit(&big_cached, big_ext[i].n, memory_order_relaxed);
+    big_ext[i] = big_ext[--big_n];
 }
 
-/* Keeps a freed blob of big class k, or frees it past big_max. */
-static void big_put(struct tk_blob *b, unsigned k)
+/* Lists an extent, under big_mu; returns false when the list is full. */
+static bool big_ext_add(uint8_t *p, size_t n)
 {
-    size_t n = big_size(k - 1);
-    struct small_free *f = (struct small_free *)(void *)b;
+    if (big_n == BIG_EXTENTS)
+        return false;
+    big_ext[big_n++] = (struct big_extent){p, n};
+    atomic_fetch_add_explicit(&big_cached, n, memory_order_relaxed);
+    return true;
+}
+
+/* At least `n` bytes of mapping (*got: how many), as many of them backed
+ * already as the extents allow; NULL when no mapping can be had. An extent
+ * of n to 2n bytes is taken whole; else the largest smaller one grows (its
+ * pages move, the rest are fresh), else a bigger one is split (its rest
+ * stays listed). So sizes that come and go together (a 4 MB entry and the
+ * four 1 MB ring pages of its values) keep to their own extents, rather
+ * than the small ones cutting up the big ones. */
+static uint8_t *big_map(size_t n, size_t *got)
+{
+    uint8_t *p = NULL, *grow = NULL;
+    size_t grow_n = 0;
     pthread_mutex_lock(&big_mu);
-    bool kept = atomic_load_explicit(&big_cached, memory_order_relaxed) + n <=
-                atomic_load_explicit(&big_max, memory_order_relaxed);
-    if (kept) {
-        f->next = big_head[k - 1];
-        big_head[k - 1] = f;
-        atomic_fetch_add_explicit(&big_cached, n, memory_order_relaxed);
+    unsigned fit = BIG_EXTENTS, below = BIG_EXTENTS, above = BIG_EXTENTS;
+    for (unsigned i = 0; i < big_n; i++) {
+        size_t e = big_ext[i].n;
+        if (e >= n && e / 2 <= n) {
+            if (fit == BIG_EXTENTS || e < big_ext[fit].n)
+                fit = i;
+        } else if (e < n) {
+            if (below == BIG_EXTENTS || e > big_ext[below].n)
+                below = i;
+        } else if (above == BIG_EXTENTS || e < big_ext[above].n) {
+            above = i;
+        }
+    }
+    if (fit != BIG_EXTENTS) {
+        p = big_ext[fit].p;
+        *got = big_ext[fit].n;
+        big_ext_remove(fit);
+    } else if (below != BIG_EXTENTS) {
+        grow = big_ext[below].p;
+        grow_n = big_ext[below].n;
+        big_ext_remove(below);
+    } else if (above != BIG_EXTENTS) {
+        p = big_ext[above].p;
+        size_t rest = big_ext[above].n - n;
+        big_ext_remove(above);
+        (void)big_ext_add(p + n, rest); /* a slot was just freed */
+        *got = n;
     }
     pthread_mutex_unlock(&big_mu);
-    if (!kept)
-        tk_free_big(b, n);
+    if (p != NULL)
+        return p;
+    atomic_store_explicit(&big_miss_n, n, memory_order_relaxed);
+    int idle = 0;
+    (void)atomic_compare_exchange_strong(&big_prefill_state, &idle, 1);
+    *got = n;
+    if (grow != NULL) {
+        void *q = mremap(grow, grow_n, n, MREMAP_MAYMOVE);
+        if (q != MAP_FAILED)
+            return q;
+        (void)munmap(grow, grow_n);
+    }
+    void *q = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    return q == MAP_FAILED ? NULL : q;
+}
+
+/* Keeps a freed big blob's mapping as an extent, then unmaps the smallest
+ * extents while past big_max. */
+static void big_unmap(uint8_t *p, size_t n)
+{
+    struct big_extent drop[BIG_EXTENTS + 1];
+    unsigned n_drop = 0;
+    pthread_mutex_lock(&big_mu);
+    if (!big_ext_add(p, n))
+        drop[n_drop++] = (struct big_extent){p, n};
+    size_t max = atomic_load_explicit(&big_max, memory_order_relaxed);
+    while (big_n != 0 && atomic_load_explicit(&big_cached, memory_order_relaxed) > max) {
+        unsigned small = 0;
+        for (unsigned i = 1; i < big_n; i++)
+            if (big_ext[i].n < big_ext[small].n)
+                small = i;
+        drop[n_drop++] = big_ext[small];
+        big_ext_remove(small);
+    }
+    pthread_mutex_unlock(&big_mu);
+    for (unsigned i = 0; i < n_drop; i++)
+        (void)munmap(drop[i].p, drop[i].n);
+}
+
+/* A big blob of `len` bytes (mapping length `n`), one reference; NULL only
+ * when no mapping can be had. */
+static struct tk_blob *big_new(size_t len, size_t n)
+{
+    atomic_fetch_add_explicit(&big_allocs, 1, memory_order_relaxed);
+    uint8_t *p = big_map(n, &n);
+    if (p == NULL)
+        return NULL;
+    memcpy(p, &n, sizeof(n));
+    struct tk_blob *b = (struct tk_blob *)(void *)(p + BIG_PREFIX);
+    atomic_init(&b->refs, 1 | ((uint_fast32_t)BIG_CLASS << CLASS_SHIFT));
+    b->len = len;
+    return b;
+}
+
+static void big_free(struct tk_blob *b)
+{
+    uint8_t *p = (uint8_t *)b - BIG_PREFIX;
+    size_t n;
+    memcpy(&n, p, sizeof(n));
+    big_unmap(p, n);
 }
 
 size_t tk_blob_big_cache_limit(size_t bytes)
@@ -300,34 +400,53 @@ size_t tk_blob_big_cache_limit(size_t bytes)
     return was;
 }
 
-void tk_blob_big_cache_drop(void)
+bool tk_blob_big_prefill_wanted(void)
 {
-    struct small_free *all[BIG_CLASSES];
-    pthread_mutex_lock(&big_mu);
-    for (unsigned k = 0; k < BIG_CLASSES; k++) {
-        all[k] = big_head[k];
-        big_head[k] = NULL;
-    }
-    pthread_mutex_unlock(&big_mu);
-    for (unsigned k = 0; k < BIG_CLASSES; k++)
-        while (all[k] != NULL) {
-            struct small_free *next = all[k]->next;
-            atomic_fetch_sub_explicit(&big_cached, big_size(k), memory_order_relaxed);
-            tk_free_big(all[k], big_size(k));
-            all[k] = next;
-        }
+    int wanted = 1;
+    return atomic_compare_exchange_strong(&big_prefill_state, &wanted, 2);
 }
 
-/* A new blob of `total` bytes (header included) of big class k, with its
- * class in the count; NULL only when `try` and it cannot be had. */
-static struct tk_blob *big_new(unsigned k, bool try)
+size_t tk_blob_big_prefill(size_t max)
 {
-    struct tk_blob *b = big_take(k);
-    if (b == NULL)
-        b = try ? tk_try_malloc(big_size(k - 1)) : tk_malloc(big_size(k - 1));
-    if (b != NULL)
-        atomic_init(&b->refs, 1 | ((uint_fast32_t)(SMALL_CLASSES + k) << CLASS_SHIFT));
-    return b;
+    size_t n = atomic_load_explicit(&big_miss_n, memory_order_relaxed), added = 0;
+    while (n != 0 && added + n <= max &&
+           atomic_load_explicit(&big_cached, memory_order_relaxed) + n <=
+               atomic_load_explicit(&big_max, memory_order_relaxed)) {
+        void *p =
+            mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (p == MAP_FAILED)
+            break;
+        memset(p, 0, n); /* the page faults, here */
+        big_unmap(p, n);
+        added += n;
+    }
+    atomic_store(&big_prefill_state, 0);
+    return added;
+}
+
+uint64_t tk_blob_big_allocs(void)
+{
+    return atomic_load_explicit(&big_allocs, memory_order_relaxed);
+}
+
+size_t tk_blob_big_cached_bytes(void)
+{
+    return atomic_load_explicit(&big_cached, memory_order_relaxed);
+}
+
+void tk_blob_big_cache_drop(void)
+{
+    struct big_extent all[BIG_EXTENTS];
+    pthread_mutex_lock(&big_mu);
+    unsigned n = big_n;
+    memcpy(all, big_ext, n * sizeof(all[0]));
+    while (big_n != 0)
+        big_ext_remove(big_n - 1);
+    pthread_mutex_unlock(&big_mu);
+    for (unsigned i = 0; i < n; i++) {
+        tk_release_pages(all[i].p, all[i].n); /* a slice at a time */
+        (void)munmap(all[i].p, all[i].n);
+    }
 }
 
 size_t tk_blob_cache_limit(size_t bytes)
@@ -367,8 +486,8 @@ struct tk_blob *tk_blob_new(size_t len)
             b = tk_malloc(class_size[c]);
         atomic_fetch_add_explicit(&small_live, class_size[c], memory_order_relaxed);
         atomic_init(&b->refs, 1 | ((uint_fast32_t)c << CLASS_SHIFT));
-    } else if ((c = big_class(sizeof(struct tk_blob) + len)) != 0) {
-        b = big_new(c, false);
+    } else if (big_len(len) != 0 && (b = big_new(len, big_len(len))) != NULL) {
+        return b;
     } else {
         b = tk_malloc(sizeof(*b) + len);
         atomic_init(&b->refs, 1);
@@ -381,12 +500,13 @@ struct tk_blob *tk_blob_try_new(size_t len)
 {
     if (len > TK_BLOB_TRY_MAX)
         return NULL;
-    unsigned k = big_class(sizeof(struct tk_blob) + len);
-    struct tk_blob *b = k != 0 ? big_new(k, true) : tk_try_malloc(sizeof(*b) + len);
+    struct tk_blob *b = big_len(len) != 0 ? big_new(len, big_len(len)) : NULL;
+    if (b != NULL)
+        return b;
+    b = tk_try_malloc(sizeof(*b) + len);
     if (b == NULL)
         return NULL;
-    if (k == 0)
-        atomic_init(&b->refs, 1);
+    atomic_init(&b->refs, 1);
     b->len = len;
     return b;
 }
@@ -651,8 +771,8 @@ void tk_blob_unref(struct tk_blob *b)
     if ((old & COUNT_BITS) != 1)
         return;
     unsigned c = (unsigned)((old & CLASS_BITS) >> CLASS_SHIFT);
-    if (c > SMALL_CLASSES) {
-        big_put(b, c - SMALL_CLASSES);
+    if (c == BIG_CLASS) {
+        big_free(b);
         return;
     }
     if (c != 0) {

@@ -43,6 +43,19 @@ size_t tk_blob_cache_limit(size_t bytes);
 size_t tk_blob_big_cache_limit(size_t bytes);
 /* Frees every kept big blob now (on the calling thread: not a loop). */
 void tk_blob_big_cache_drop(void);
+/* Whether a big blob found no kept pages since the last prefill, and none
+ * is under way; true once per such miss (the caller then runs
+ * tk_blob_big_prefill, off its loop). */
+bool tk_blob_big_prefill_wanted(void);
+/* Maps and writes up to `max` bytes of extents of the size that last
+ * missed, kept for the next big blobs, within the limit: their page faults
+ * are taken here, on the calling thread (a pool thread, not a loop).
+ * Returns the bytes added. */
+size_t tk_blob_big_prefill(size_t max);
+/* Big blobs made so far (kept or new: a caller that sees no change over a
+ * while knows the kept ones idle) and the bytes kept now. */
+uint64_t tk_blob_big_allocs(void);
+size_t tk_blob_big_cached_bytes(void);
 /* Whether freed small blobs are kept (not under AddressSanitizer). */
 bool tk_blob_cache_enabled(void);
 

@@ -185,6 +185,7 @@ struct node_mark {
 /* Snapshots, tier-down jobs and compaction (node_tier.c). */
 struct node_tier {
     uint64_t snap_index;
+    uint64_t big_allocs, big_check_ns; /* big_blobs_turn: tk_blob_big_allocs, and when */
     uint64_t snap_bytes;     /* payload bytes applied since the last snapshot began */
     uint64_t applied_bytes;  /* payload bytes applied since boot */
     struct node_mark *marks; /* a ring of NODE_MARKS, the newest at mark_head - 1 */

@@ -32,7 +32,7 @@ void node_mem_split(uint64_t budget, struct node_mem_split *out)
     out->watch = max_u64(min_u64(budget / 16, 64 * MIB), 2 * MIB);
     out->raft_log = max_u64(min_u64(budget / 16, 64 * MIB), 1 * MIB);
     out->blob_cache = min_u64(budget / 32, 32 * MIB);
-    out->big_blob_cache = min_u64(budget / 8, 64 * MIB);
+    out->big_blob_cache = min_u64(budget / 4, 128 * MIB);
 }
 
 uint64_t node_mem_default_budget(void)

@@ -34,7 +34,8 @@ struct node_mem_split {
     uint64_t raft_log;   /* snapshot_bytes (the log's payload kept before a
                             snapshot): / 16, at most 64 MiB */
     uint64_t blob_cache; /* the small-blob depot (base/blob.h): / 32, at most 32 MiB */
-    uint64_t big_blob_cache; /* freed big blobs kept (base/blob.h): / 8, at most 64 MiB */
+    uint64_t
+        big_blob_cache; /* freed big blobs kept (base/blob.h): / 4, at most 128 MiB */
 };
 void node_mem_split(uint64_t budget, struct node_mem_split *out);
 

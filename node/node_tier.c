@@ -43,6 +43,8 @@
 #define COMPACT_STEP 8192
 #define DRAIN_STEP 4096
 #define TIER_NICE 5
+#define BIG_PREFILL_BYTES ((size_t)16 << 20) /* big_blobs_turn */
+#define BIG_IDLE_NS (10ull * 1000 * 1000 * 1000)
 /* A snapshot read (reader_*) of a big state, and freeing its blob: nothing
  * waits for either, so they take only what the busy threads leave (nice 19:
  * about 1.5 % of a core against each busy one). At nice 5 a read of the whole
@@ -769,8 +771,40 @@ static void tier_turn(struct node *n);
 
 /* Each loop turn: a step of compaction, a slice of a drain, and starting a
  * job when one is due; each claims its time in the turn's phases. */
+static void big_cache_drop(void *arg)
+{
+    (void)arg;
+    tk_blob_big_cache_drop();
+}
+
+static void big_prefill(void *arg)
+{
+    (void)arg;
+    (void)tk_blob_big_prefill(BIG_PREFILL_BYTES);
+}
+
+/* Big blobs (base/blob.c) keep their pages once freed, for the next ones: a
+ * fresh page's first write costs about a hundred times a rewrite on a VM.
+ * One that found none kept faulted its pages in on the loop: the next ones'
+ * are written beforehand on the thread pool, BIG_PREFILL_BYTES a job. The
+ * kept pages go back once no big blob was made for BIG_IDLE_NS. */
+static void big_blobs_turn(struct node *n)
+{
+    if (tk_blob_big_prefill_wanted())
+        node__free_on_pool(n, big_prefill, NULL, TIER_NICE);
+    uint64_t now = node__mono_ns();
+    if (now - n->tier.big_check_ns < BIG_IDLE_NS)
+        return;
+    n->tier.big_check_ns = now;
+    uint64_t made = tk_blob_big_allocs();
+    if (made == n->tier.big_allocs && tk_blob_big_cached_bytes() != 0)
+        node__free_on_pool(n, big_cache_drop, NULL, TIER_NICE);
+    n->tier.big_allocs = made;
+}
+
 void node__tier_turn(struct node *n)
 {
+    big_blobs_turn(n);
     if (node__installing(n))
         return; /* the install's swap closes the cold tier a job would use */
     uint64_t t0 = node__mono_ns();

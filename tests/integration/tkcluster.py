@@ -305,7 +305,8 @@ class Cluster:
         as `make run` starts them; self.token_args repeats it for joiners."""
         self.binary = binary
         self.dir = tempfile.mkdtemp(prefix="tierkv-it-")
-        atexit.register(shutil.rmtree, self.dir, True)
+        if os.environ.get("TKCLUSTER_KEEP") != "1":  # 1: keep data and logs to read
+            atexit.register(shutil.rmtree, self.dir, True)
         self.token_args = []
         if token:
             path = os.path.join(self.dir, "peer-token")

@@ -2090,9 +2090,9 @@ START_TEST(test_big_entries_are_sent_by_reference)
         for (size_t i = 0; i < N; i++)
             tk_blob_unref(e[i].data); /* the queue holds its own references */
     }
-    ck_assert_uint_eq(atomic_load(&kept->refs), 2); /* ours and the queue's */
+    ck_assert_uint_eq(tk_blob_refs(kept), 2); /* ours and the queue's */
     RUN_UNTIL(&loop, b->n_seen == MSGS, 10000);
-    RUN_UNTIL(&loop, atomic_load(&kept->refs) == 1, 10000); /* written: let go */
+    RUN_UNTIL(&loop, tk_blob_refs(kept) == 1, 10000); /* written: let go */
     tk_blob_unref(kept);
     ck_assert_uint_eq(b->bytes_seen, all);
     struct transport_stats st = stats_of(a);
