@@ -228,15 +228,14 @@ static void small_put(struct tk_blob *b, unsigned c)
  * to BIG_MAX) is a mapping of its own, and once freed its pages are kept as
  * an extent (address and length, page-aligned) in a list shared by the
  * process, at most big_max bytes (tk_blob_big_cache_limit); past it the
- * smallest extents are unmapped. A new big blob takes the smallest extent
- * that holds it, leaving the rest of the extent listed (no system call);
- * with none big enough it grows the largest one with mremap (the kernel
- * moves its backed pages, and only the rest are fresh). Extents are never
- * joined, so each stays within one mapping, as mremap needs. The refcount's
- * class bits hold BIG_CLASS; the MAP_PREFIX bytes before the header hold the
- * mapping's length. tk_blob_big_cache_drop unmaps them all (the node, once
- * no big blob was made for 10 s). Off under AddressSanitizer, as the small
- * cache: such a blob is then plain malloc. */
+ * smallest extents are unmapped. A new big blob takes an extent whole (big_map
+ * says which), grows a smaller one with mremap (the kernel moves its backed
+ * pages, and only the rest are fresh) or splits a bigger one, leaving its
+ * rest listed. Extents are never joined, so each stays within one mapping,
+ * as mremap needs. The refcount's class bits hold BIG_CLASS; the BIG_PREFIX
+ * bytes before the header hold the mapping's length. tk_blob_big_cache_drop
+ * unmaps them all (the node, once no big blob was made for 10 s). Off under
+ * AddressSanitizer, as the small cache: such a blob is then plain malloc. */
 #define BIG_CLASS 31u
 #define BIG_MIN ((size_t)128 << 10)
 #define BIG_MAX ((size_t)64 << 20)

@@ -35,11 +35,11 @@ size_t tk_blob_live_small_bytes(void);
  * MiB; tierkvd's --memory-budget lowers it); returns the previous limit. Past
  * it, a freed magazine is freed, not kept. Any thread. */
 size_t tk_blob_cache_limit(size_t bytes);
-/* Big blobs (128 KiB to 12 MiB with the header) are kept once freed too,
- * in a list per size class shared by the process, at most `bytes` of them
- * (default 32 MiB; tierkvd's --memory-budget sets it): on a virtual machine
- * a fresh page's first write costs about a hundred times a rewrite. Returns
- * the previous limit; lowering it drops what is kept. Any thread. */
+/* Big blobs (128 KiB to 64 MiB with the header) are mappings of their
+ * own, kept once freed as extents shared by the process, at most `bytes` of
+ * them (default 32 MiB; tierkvd's --memory-budget sets it): on a virtual
+ * machine a fresh page's first write costs about a hundred times a rewrite.
+ * Returns the previous limit; lowering it drops what is kept. Any thread. */
 size_t tk_blob_big_cache_limit(size_t bytes);
 /* Frees every kept big blob now (on the calling thread: not a loop). */
 void tk_blob_big_cache_drop(void);

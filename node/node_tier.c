@@ -769,8 +769,6 @@ static bool drain_step(struct node *n)
 
 static void tier_turn(struct node *n);
 
-/* Each loop turn: a step of compaction, a slice of a drain, and starting a
- * job when one is due; each claims its time in the turn's phases. */
 static void big_cache_drop(void *arg)
 {
     (void)arg;
@@ -802,6 +800,8 @@ static void big_blobs_turn(struct node *n)
     n->tier.big_allocs = made;
 }
 
+/* Each loop turn: a step of compaction, a slice of a drain, and starting a
+ * job when one is due; each claims its time in the turn's phases. */
 void node__tier_turn(struct node *n)
 {
     big_blobs_turn(n);

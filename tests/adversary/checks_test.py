@@ -110,6 +110,18 @@ expect("writes-changed", checks.check_writes(acked, {1: changed, 2: dict(acked)}
 expect("writes-unreadable", checks.check_writes(acked, {1: dict(acked), 2: None}), False)
 expect("writes-none-acked", checks.check_writes({}, {1: {}}), False)
 
+# (6) a retry only when timing checks alone failed
+def retry(*bad):
+    rs = [(n, n not in bad, "") for n in ("leader", "turns", "p99", "writes", "rss")]
+    return checks.retry_wanted(rs), "failed: %s" % (", ".join(bad) or "none")
+
+
+expect("retry-turns-p99", retry("turns", "p99"), True)
+expect("retry-none-failed", retry(), False)
+expect("retry-writes-lost", retry("turns", "writes"), False)
+expect("retry-rss", retry("rss"), False)
+expect("retry-harness-error", (checks.retry_wanted([("run", False, "boom")]), "run"), False)
+
 # percentile: nearest rank
 expect("percentile", (checks.percentile(list(range(1, 101)), 99) == 99
                       and checks.percentile([5], 99) == 5, "nearest rank"), True)

@@ -284,8 +284,11 @@ def test_refused_posts_cost_little(tierkvd):
         # read by read), turns of 6-13 ms; chunked (no length: buffered to the
         # limit first, then refused) 6-10 ms a post, turns of 17-210 ms (fresh
         # pages of the body buffers, as any 4 MiB upload): that turn is not
-        # bounded here. Bounds: 3x and more.
-        check(per_ms < (30.0 if chunked else 6.0),
+        # bounded here. Bounds: 3x and more. AddressSanitizer checks every
+        # byte copied and poisons each fresh mapping: chunked there measured
+        # 6-15 ms here and 31.2 ms on a loaded CI host (Dec 7), so 3x more.
+        bound = (30.0 if chunked else 6.0) * (3 if asan(tierkvd) else 1)
+        check(per_ms < bound,
               "a refused post costs the node %.1f ms of CPU" % per_ms)
         if not chunked:
             check(held < 60.0, "a loop turn of %.1f ms held the CPU while posts were "

@@ -568,10 +568,10 @@ static long minor_faults(void)
 
 START_TEST(test_blob_big_cache)
 {
-    /* A freed big blob's pages are kept: the next big blob that fits takes
-     * them (no page faults writing it), the rest of the extent stays listed;
-     * the cache is bounded, counted in tk_blob_cached_bytes, and emptied by
-     * tk_blob_big_cache_drop. */
+    /* A freed big blob's pages are kept: the next big blob of n bytes takes
+     * an extent of n to 2n whole, or splits a bigger one (its rest stays
+     * listed), and writes it without page faults; the cache is bounded,
+     * counted in tk_blob_cached_bytes, and emptied by tk_blob_big_cache_drop. */
     size_t base = tk_blob_cached_bytes();
     struct tk_blob *a = tk_blob_new(4u << 20);
     memset(a->data, 7, a->len);
@@ -583,15 +583,29 @@ START_TEST(test_blob_big_cache)
     ck_assert_uint_ge(tk_blob_cached_bytes() - base, 4u << 20);
     ck_assert_uint_le(tk_blob_cached_bytes() - base, (4u << 20) + 8192);
     long f0 = minor_faults();
-    struct tk_blob *b = tk_blob_new(3u << 20); /* fits in a's pages */
+    struct tk_blob *b = tk_blob_new(3u << 20); /* a's extent, taken whole */
     memset(b->data, 8, b->len);
     long faults = minor_faults() - f0;
     ck_assert_msg(faults < 64, "%ld page faults writing 3 MiB of kept pages", faults);
     ck_assert_ptr_eq(a, b);
     ck_assert_uint_eq(b->len, 3u << 20);
     ck_assert_uint_eq(tk_blob_refs(b), 1);
-    ck_assert_uint_le(tk_blob_cached_bytes() - base, (1u << 20) + 8192); /* the rest */
-    /* None big enough: the largest kept extent grows (mremap). */
+    ck_assert_uint_eq(tk_blob_cached_bytes(), base);
+    /* A quarter of a kept extent: split, the rest listed. */
+    tk_blob_unref(b);
+    f0 = minor_faults();
+    struct tk_blob *q = tk_blob_new(1u << 20);
+    memset(q->data, 6, q->len);
+    faults = minor_faults() - f0;
+    ck_assert_msg(faults < 64, "%ld page faults writing 1 MiB of kept pages", faults);
+    ck_assert_ptr_eq(q, b);
+    ck_assert_uint_ge(tk_blob_cached_bytes() - base, 3u << 20); /* the rest */
+    ck_assert_uint_le(tk_blob_cached_bytes() - base, (3u << 20) + 8192);
+    tk_blob_unref(q);
+    tk_blob_big_cache_drop();
+    b = tk_blob_new(3u << 20);
+    memset(b->data, 8, b->len);
+    /* None kept: a fresh mapping. */
     struct tk_blob *c = tk_blob_try_new(3u << 20);
     ck_assert_ptr_nonnull(c);
     ck_assert_ptr_ne(b, c);
