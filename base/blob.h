@@ -50,7 +50,8 @@ bool tk_blob_big_prefill_wanted(void);
 /* Maps and writes up to `max` bytes of extents of the size that last
  * missed, kept for the next big blobs, within the limit: their page faults
  * are taken here, on the calling thread (a pool thread, not a loop).
- * Returns the bytes added. */
+ * Returns the bytes added. Either way the prefill asked for is over, so the
+ * next miss asks again: `max` 0 only ends it (its job was cancelled). */
 size_t tk_blob_big_prefill(size_t max);
 /* Big blobs made so far (kept or new: a caller that sees no change over a
  * while knows the kept ones idle) and the bytes kept now. */

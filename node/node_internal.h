@@ -494,6 +494,11 @@ void node__tier_turn(struct node *n);
  * thread's own; inline if no job can be queued), so that dropping a large
  * structure (GBs of pages, millions of entries) never holds the loop. */
 void node__free_on_pool(struct node *n, void (*free_fn)(void *), void *arg, int nice);
+/* Runs fn(arg) on a thread of libuv's pool at `nice`; when it cannot run
+ * (no job can be queued, or the loop closes with it still queued),
+ * cancel_fn(arg) runs on the loop instead (NULL: nothing). */
+void node__run_on_pool(struct node *n, void (*fn)(void *), void (*cancel_fn)(void *),
+                       void *arg, int nice);
 /* Frees on the thread pool the log a snapshot from the leader replaced in the
  * core (raft_take_dropped), if it kept one. */
 void node__drop_replaced_log(struct node *n);

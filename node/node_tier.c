@@ -104,46 +104,57 @@ static void tier_work(uv_work_t *w)
     atomic_store_explicit(&n->tier.ran, true, memory_order_release);
 }
 
-/* One node__free_on_pool job: free_fn(arg) on a pool thread. */
-struct pool_free {
+/* One node__run_on_pool job: fn(arg) on a pool thread, or cancel_fn(arg)
+ * on the loop when it never ran. */
+struct pool_job {
     uv_work_t work;
     struct node *n;
-    void (*free_fn)(void *);
+    void (*fn)(void *);
+    void (*cancel_fn)(void *);
     void *arg;
     int nice;
+    bool ran;
 };
 
-static void pool_free_run(uv_work_t *w)
+static void pool_job_run(uv_work_t *w)
 {
-    struct pool_free *f = w->data;
-    int was = background_enter(f->nice);
-    f->free_fn(f->arg);
-    f->arg = NULL;
+    struct pool_job *j = w->data;
+    int was = background_enter(j->nice);
+    j->fn(j->arg);
+    j->ran = true;
     tk_nice_leave(was);
 }
 
-static void pool_free_after(uv_work_t *w, int status)
+static void pool_job_after(uv_work_t *w, int status)
 {
-    struct pool_free *f = w->data;
-    struct node *n = f->n;
+    struct pool_job *j = w->data;
+    struct node *n = j->n;
     (void)status;
-    if (f->arg != NULL) /* cancelled (closing): not run */
-        f->free_fn(f->arg);
-    tk_free(f);
+    if (!j->ran && j->cancel_fn != NULL) /* cancelled (closing): not run */
+        j->cancel_fn(j->arg);
+    tk_free(j);
     node__handle_gone(n);
+}
+
+void node__run_on_pool(struct node *n, void (*fn)(void *), void (*cancel_fn)(void *),
+                       void *arg, int nice)
+{
+    struct pool_job *j = tk_malloc(sizeof(*j));
+    *j = (struct pool_job){
+        .n = n, .fn = fn, .cancel_fn = cancel_fn, .arg = arg, .nice = nice};
+    j->work.data = j;
+    if (uv_queue_work(n->loop.uv, &j->work, pool_job_run, pool_job_after) == 0) {
+        node__handle_opened(n);
+        return;
+    }
+    tk_free(j);
+    if (cancel_fn != NULL)
+        cancel_fn(arg);
 }
 
 void node__free_on_pool(struct node *n, void (*free_fn)(void *), void *arg, int nice)
 {
-    struct pool_free *f = tk_malloc(sizeof(*f));
-    *f = (struct pool_free){.n = n, .free_fn = free_fn, .arg = arg, .nice = nice};
-    f->work.data = f;
-    if (uv_queue_work(n->loop.uv, &f->work, pool_free_run, pool_free_after) == 0) {
-        node__handle_opened(n);
-        return;
-    }
-    tk_free(f);
-    free_fn(arg);
+    node__run_on_pool(n, free_fn, free_fn, arg, nice);
 }
 
 void node__tier_mark(struct node *n, uint64_t index)
@@ -781,6 +792,14 @@ static void big_prefill(void *arg)
     (void)tk_blob_big_prefill(BIG_PREFILL_BYTES);
 }
 
+/* Its job was cancelled (the loop closes): only ends the prefill asked for,
+ * so that the next miss (another node of the process) asks again. */
+static void big_prefill_cancel(void *arg)
+{
+    (void)arg;
+    (void)tk_blob_big_prefill(0);
+}
+
 /* Big blobs (base/blob.c) keep their pages once freed, for the next ones: a
  * fresh page's first write costs about a hundred times a rewrite on a VM.
  * One that found none kept faulted its pages in on the loop: the next ones'
@@ -789,14 +808,14 @@ static void big_prefill(void *arg)
 static void big_blobs_turn(struct node *n)
 {
     if (tk_blob_big_prefill_wanted())
-        node__free_on_pool(n, big_prefill, NULL, TIER_NICE);
+        node__run_on_pool(n, big_prefill, big_prefill_cancel, NULL, TIER_NICE);
     uint64_t now = node__mono_ns();
     if (now - n->tier.big_check_ns < BIG_IDLE_NS)
         return;
     n->tier.big_check_ns = now;
     uint64_t made = tk_blob_big_allocs();
     if (made == n->tier.big_allocs && tk_blob_big_cached_bytes() != 0)
-        node__free_on_pool(n, big_cache_drop, NULL, TIER_NICE);
+        node__run_on_pool(n, big_cache_drop, NULL, NULL, TIER_NICE);
     n->tier.big_allocs = made;
 }
 

@@ -603,8 +603,22 @@ START_TEST(test_blob_big_cache)
     ck_assert_uint_le(tk_blob_cached_bytes() - base, (3u << 20) + 8192);
     tk_blob_unref(q);
     tk_blob_big_cache_drop();
+    (void)tk_blob_big_prefill_wanted(); /* what earlier misses asked */
+    (void)tk_blob_big_prefill(0);
     b = tk_blob_new(3u << 20);
     memset(b->data, 8, b->len);
+    /* That miss asks for a prefill, once; a cancelled one (max 0) only ends
+     * it, so the next miss asks again; a prefill keeps extents of its size. */
+    ck_assert(tk_blob_big_prefill_wanted());
+    ck_assert(!tk_blob_big_prefill_wanted());
+    ck_assert_uint_eq(tk_blob_big_prefill(0), 0);
+    struct tk_blob *m = tk_blob_new(3u << 20);
+    ck_assert(tk_blob_big_prefill_wanted());
+    size_t added = tk_blob_big_prefill(4u << 20);
+    ck_assert_uint_ge(added, 3u << 20);
+    ck_assert_uint_eq(tk_blob_cached_bytes() - base, added);
+    tk_blob_unref(m);
+    tk_blob_big_cache_drop();
     /* None kept: a fresh mapping. */
     struct tk_blob *c = tk_blob_try_new(3u << 20);
     ck_assert_ptr_nonnull(c);
