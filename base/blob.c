@@ -255,11 +255,6 @@ static struct big_extent {
 } big_ext[BIG_EXTENTS];
 static unsigned big_n; /* extents listed, under big_mu */
 
-static size_t page_size(void)
-{
-    return (size_t)sysconf(_SC_PAGESIZE);
-}
-
 /* The mapping's length for a blob of `len` bytes; 0 when not a big one. */
 static size_t big_len(size_t len)
 {
@@ -268,7 +263,7 @@ static size_t big_len(size_t len)
     size_t total = BIG_PREFIX + sizeof(struct tk_blob) + len;
     if (total < BIG_MIN)
         return 0;
-    size_t page = page_size();
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
     return (total + page - 1) & ~(page - 1);
 }
 
@@ -368,10 +363,13 @@ static void big_unmap(uint8_t *p, size_t n)
         (void)munmap(drop[i].p, drop[i].n);
 }
 
-/* A big blob of `len` bytes (mapping length `n`), one reference; NULL only
- * when no mapping can be had. */
-static struct tk_blob *big_new(size_t len, size_t n)
+/* A big blob of `len` bytes, one reference; NULL when `len` is not a big
+ * blob's size or no mapping can be had. */
+static struct tk_blob *big_new(size_t len)
 {
+    size_t n = big_len(len);
+    if (n == 0)
+        return NULL;
     atomic_fetch_add_explicit(&big_allocs, 1, memory_order_relaxed);
     uint8_t *p = big_map(n, &n);
     if (p == NULL)
@@ -401,8 +399,10 @@ size_t tk_blob_big_cache_limit(size_t bytes)
 
 bool tk_blob_big_prefill_wanted(void)
 {
+    /* Asked every loop turn: a plain load first, the exchange only on a miss. */
     int wanted = 1;
-    return atomic_compare_exchange_strong(&big_prefill_state, &wanted, 2);
+    return atomic_load_explicit(&big_prefill_state, memory_order_relaxed) == wanted &&
+           atomic_compare_exchange_strong(&big_prefill_state, &wanted, 2);
 }
 
 size_t tk_blob_big_prefill(size_t max)
@@ -485,7 +485,7 @@ struct tk_blob *tk_blob_new(size_t len)
             b = tk_malloc(class_size[c]);
         atomic_fetch_add_explicit(&small_live, class_size[c], memory_order_relaxed);
         atomic_init(&b->refs, 1 | ((uint_fast32_t)c << CLASS_SHIFT));
-    } else if (big_len(len) != 0 && (b = big_new(len, big_len(len))) != NULL) {
+    } else if ((b = big_new(len)) != NULL) {
         return b;
     } else {
         b = tk_malloc(sizeof(*b) + len);
@@ -499,7 +499,7 @@ struct tk_blob *tk_blob_try_new(size_t len)
 {
     if (len > TK_BLOB_TRY_MAX)
         return NULL;
-    struct tk_blob *b = big_len(len) != 0 ? big_new(len, big_len(len)) : NULL;
+    struct tk_blob *b = big_new(len);
     if (b != NULL)
         return b;
     b = tk_try_malloc(sizeof(*b) + len);

@@ -359,11 +359,11 @@ static struct http_request *req_new(struct http_conn *c)
     return r;
 }
 
-/* The request's body is no longer needed (answered): released at once, so
- * memory per queued answer stays low. */
 /* A body's room from this size up is a blob (on_body). */
 #define HTTP_BODY_BLOB_MIN ((size_t)128 << 10)
 
+/* The request's body is no longer needed (answered): released at once, so
+ * memory per queued answer stays low. */
 static void req_body_release(struct http_request *r)
 {
     if (r->body_blob != NULL)
