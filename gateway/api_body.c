@@ -6,6 +6,7 @@
  * answer) and nothing else of the gateway. On the node's loop thread. */
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "base/alloc.h"
@@ -79,6 +80,74 @@ static size_t decoded_len(const uint8_t *p, size_t n)
     return out;
 }
 
+/* Word-at-a-time tests: a byte of w equal to b, below 0x20, at or above 0x80. */
+#define ONES 0x0101010101010101ull
+#define HIGHS 0x8080808080808080ull
+static inline uint64_t has_byte(uint64_t w, uint8_t b)
+{
+    uint64_t x = w ^ (ONES * b);
+    return (x - ONES) & ~x & HIGHS;
+}
+
+/* The first i' >= i whose byte is a quote, a backslash, a control character
+ * or not ASCII, or where fewer than 8 bytes are left: a string's plain
+ * stretches, 8 bytes a step. */
+static size_t skip_plain(const uint8_t *p, size_t i, size_t len)
+{
+    while (i + 8 <= len) {
+        uint64_t w;
+        memcpy(&w, p + i, 8);
+        if ((has_byte(w, '"') | has_byte(w, '\\') | ((w - ONES * 0x20) & ~w) | w) & HIGHS)
+            break;
+        i += 8;
+    }
+    return i;
+}
+
+/* Whether p[0, n) is a string's content as jansson takes it without escapes:
+ * UTF-8 (no overlong form, no surrogate, nothing past U+10FFFF) and no
+ * control character. */
+static bool utf8_plain(const uint8_t *p, size_t n)
+{
+    size_t i = 0;
+    while (i < n) {
+        i = skip_plain(p, i, n);
+        if (i >= n)
+            break;
+        uint8_t b = p[i];
+        if (b < 0x80) {
+            if (b < 0x20)
+                return false;
+            i++;
+            continue;
+        }
+        size_t k = b >= 0xf0 ? 3 : b >= 0xe0 ? 2 : b >= 0xc2 ? 1 : 0;
+        if (k == 0 || b > 0xf4 || k >= n - i)
+            return false;
+        uint32_t cp = b & (0x3fu >> k);
+        for (size_t t = 1; t <= k; t++) {
+            if ((p[i + t] & 0xc0) != 0x80)
+                return false;
+            cp = cp << 6 | (p[i + t] & 0x3fu);
+        }
+        if ((k == 2 && (cp < 0x800 || (cp >= 0xd800 && cp <= 0xdfff))) ||
+            (k == 3 && (cp < 0x10000 || cp > 0x10ffff)))
+            return false;
+        i += k + 1;
+    }
+    return true;
+}
+
+/* Records the value string at body[off, off + len) as a span. */
+static void add_span(struct bctx *c, size_t off, size_t len)
+{
+    if (c->n_spans == c->cap_spans) {
+        c->cap_spans = c->cap_spans ? c->cap_spans * 2 : 8;
+        c->spans = tk_realloc(c->spans, c->cap_spans * sizeof(*c->spans));
+    }
+    c->spans[c->n_spans++] = (struct body_span){(uint32_t)off, (uint32_t)len};
+}
+
 /* One pass over the raw bytes, before jansson builds anything: the nesting
  * depth, the elements of each array that is a member of the top-level object
  * (a batch's "ops", a txn's "compare", "then" and "else") and the values in
@@ -88,37 +157,56 @@ static size_t decoded_len(const uint8_t *p, size_t n)
  * quarters with ?encoding=base64): the command carries at least those bytes,
  * so a body whose command could never be a raft entry (NODE_ENTRY_MAX) is
  * answered 413 before it is parsed (parsing a 4 MiB batch costs the loop
- * 50-75 ms of CPU). */
+ * 50-75 ms of CPU). And it notes the spans: the values of members named
+ * "value" of API_BODY_SPAN_MIN bytes or more, without escapes, that are
+ * valid string content. */
 static int prescan(struct bctx *c, const uint8_t *p, size_t len)
 {
     uint32_t elems[PRESCAN_DEPTH_MAX + 1] = {0}; /* commas + 1, per open array */
     bool is_array[PRESCAN_DEPTH_MAX + 1] = {false};
     size_t depth = 0, values = 0, content = 0;
+    bool after_value_name = false; /* the last member name was "value" */
     for (size_t i = 0; i < len; i++) {
         uint8_t ch = p[i];
         if (ch == '"') {
             size_t from = i + 1;
-            for (i++; i < len && p[i] != '"'; i++)
-                if (p[i] == '\\')
+            bool escaped = false, plain = true;
+            for (i = from;;) {
+                i = skip_plain(p, i, len);
+                if (i >= len || p[i] == '"')
+                    break;
+                if (p[i] == '\\') {
+                    escaped = true;
+                    i += 2;
+                } else {
+                    plain = false; /* not ASCII, or a control character */
                     i++;
-            size_t n = (i < len ? i : len) - from;
-            if (n >= PRESCAN_LONG_STRING) {
-                size_t j = i + 1;
-                while (j < len &&
-                       (p[j] == ' ' || p[j] == '\t' || p[j] == '\n' || p[j] == '\r'))
-                    j++;
-                if (j >= len || p[j] != ':') { /* a value, not a member's name */
-                    size_t d = decoded_len(p + from, n);
-                    if (d >= PRESCAN_LONG_STRING)
-                        content += c->req->b64 ? d / 4 * 3 : d;
-                    if (content > NODE_ENTRY_MAX)
-                        return api__body_fail(
-                            c, 413,
-                            "the keys and values alone are over %u bytes, the largest "
-                            "command a write may carry (the largest raft entry)",
-                            NODE_ENTRY_MAX);
                 }
             }
+            size_t n = (i < len ? i : len) - from;
+            size_t j = i + 1;
+            while (j < len &&
+                   (p[j] == ' ' || p[j] == '\t' || p[j] == '\n' || p[j] == '\r'))
+                j++;
+            if (j < len && p[j] == ':') { /* a member's name */
+                after_value_name =
+                    !escaped && n == 5 && memcmp(p + from, "value", 5) == 0;
+                continue;
+            }
+            if (n >= PRESCAN_LONG_STRING) {
+                size_t d = escaped ? decoded_len(p + from, n) : n;
+                if (d >= PRESCAN_LONG_STRING)
+                    content += c->req->b64 ? d / 4 * 3 : d;
+                if (content > NODE_ENTRY_MAX)
+                    return api__body_fail(
+                        c, 413,
+                        "the keys and values alone are over %u bytes, the largest "
+                        "command a write may carry (the largest raft entry)",
+                        NODE_ENTRY_MAX);
+            }
+            if (after_value_name && !escaped && i < len && n >= API_BODY_SPAN_MIN &&
+                n <= UINT32_MAX && (plain || utf8_plain(p + from, n)))
+                add_span(c, from, n);
             continue;
         }
         if (ch == '{' || ch == '[') {
@@ -145,13 +233,56 @@ static int prescan(struct bctx *c, const uint8_t *p, size_t len)
     return 0;
 }
 
+/* A span's placeholder: an escaped NUL and its index, "\u0000<i>". No other
+ * string of the body can decode to one: a NUL is only written "\u0000" (a
+ * raw one is an error), and a body with that escape keeps no spans. */
+#define SPAN_MARK "\\u0000"
+
+/* The body with each span's bytes replaced by its placeholder, for jansson;
+ * NULL (no spans kept) when there are none or the body has SPAN_MARK. */
+static char *skeleton(struct bctx *c, const uint8_t *body, size_t len, size_t *out_len)
+{
+    if (c->n_spans == 0 || memmem(body, len, SPAN_MARK, 6) != NULL) {
+        c->n_spans = 0;
+        return NULL;
+    }
+    size_t cap = len + 1, at = 0, from = 0;
+    for (size_t k = 0; k < c->n_spans; k++)
+        cap -= c->spans[k].len; /* each span >= 1024 bytes; a placeholder <= 16 */
+    cap += c->n_spans * 16;
+    char *s = tk_malloc(cap);
+    for (size_t k = 0; k < c->n_spans; k++) {
+        const struct body_span *sp = &c->spans[k];
+        memcpy(s + at, body + from, sp->off - from);
+        at += sp->off - from;
+        at += (size_t)snprintf(s + at, cap - at, SPAN_MARK "%zu", k);
+        from = (size_t)sp->off + sp->len;
+    }
+    memcpy(s + at, body + from, len - from);
+    *out_len = at + len - from;
+    return s;
+}
+
 json_t *api__body_parse(struct api_req *req, struct bctx *c)
 {
-    if (prescan(c, req->http->body, req->http->body_len) != 0)
+    const uint8_t *body = req->http->body;
+    size_t len = req->http->body_len;
+    c->n_spans = 0;
+    if (prescan(c, body, len) != 0)
         return NULL;
     json_error_t e;
-    json_t *j = json_loadb((const char *)req->http->body, req->http->body_len,
-                           JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &e);
+    size_t skel_len = 0;
+    char *skel = skeleton(c, body, len, &skel_len);
+    json_t *j = NULL;
+    if (skel != NULL) {
+        j = json_loadb(skel, skel_len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &e);
+        tk_free(skel);
+        if (j == NULL)
+            c->n_spans = 0; /* the body's own parse below says where it fails */
+    }
+    if (j == NULL)
+        j = json_loadb((const char *)body, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL,
+                       &e);
     if (j == NULL) {
         api__body_fail(c, 400, "invalid JSON at line %d column %d: %s", e.line, e.column,
                        e.text);
@@ -190,6 +321,14 @@ static int get_string_bytes(struct bctx *c, json_t *s, const char *what, size_t 
         return api__body_fail(c, 400, "%s must be a string", what);
     const char *p = json_string_value(s);
     size_t len = json_string_length(s);
+    if (c->n_spans > 0 && len > 1 && p[0] == '\0') { /* a span's placeholder */
+        size_t k = strtoul(p + 1, NULL, 10);
+        if (k >= c->n_spans)
+            return api__body_fail(c, 400, "%s: no such string", what); /* cannot be */
+        p = (const char *)c->req->http->body + c->spans[k].off;
+        len = c->spans[k].len;
+        c->spans_taken++;
+    }
     if (c->req->b64) {
         size_t cap = tk_base64_decoded_max(len);
         uint8_t *d = scratch_alloc(&c->sc, cap);
@@ -421,6 +560,9 @@ void api__body_free(struct bctx *c, json_t *j)
 {
     json_decref(j);
     scratch_free(&c->sc);
+    tk_free(c->spans);
+    c->spans = NULL;
+    c->n_spans = c->cap_spans = 0;
 }
 
 /* Answers the failure recorded in `c`. */

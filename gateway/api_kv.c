@@ -524,11 +524,11 @@ void api__kv_incr(struct api_req *req, const struct query *q)
         bool has;
         if (j == NULL || api__body_check_members(&c, j, "the body", names) != 0 ||
             api__body_get_i64(&c, j, "delta", &has, &inc.delta) != 0) {
-            json_decref(j);
+            api__body_free(&c, j);
             api__body_respond(&c);
             return;
         }
-        json_decref(j);
+        api__body_free(&c, j);
     }
     cmd.cmd_case = KVPB__COMMAND__CMD_INCR;
     cmd.incr = &inc;

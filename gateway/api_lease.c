@@ -92,11 +92,11 @@ void api__lease_grant(struct api_req *req, const struct query *q)
         if (j == NULL || api__body_check_members(&c, j, "the body", names) != 0 ||
             api__body_get_i64(&c, j, "ttl_ms", &hb, &v) != 0 ||
             api__body_get_i64(&c, j, "id", &hi, &id) != 0) {
-            json_decref(j);
+            api__body_free(&c, j);
             api__body_respond(&c);
             return;
         }
-        json_decref(j);
+        api__body_free(&c, j);
         if (hb) {
             has = true;
             ttl = v > 0 ? (uint64_t)v : 0;

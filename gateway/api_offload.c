@@ -51,6 +51,8 @@ bool api__offload_wanted(const struct api_req *req)
 void api__write_built(struct api_req *req, int mode, int rc, struct bctx *c,
                       struct tk_blob *cmd, int verdict, node_write_cb *done_cb)
 {
+    if (c != NULL)
+        req->gw->body_values_by_ref += c->spans_taken;
     if (rc != 0) {
         api__body_respond(c);
         return;

@@ -359,10 +359,17 @@ void api__stale_read_fill(struct api_req *req, node_read_cb *cb)
     req->nreq.timeout_ms = req->gw->cfg.request_timeout_ms;
 }
 
-/* http_dispatch's go-ahead: hand req->nreq to the node; answer on failure. */
+/* http_dispatch's go-ahead: hand req->nreq to the node; answer on failure.
+ * A large write holds the connection's later requests until its answer: the
+ * leader may propose smaller writes submitted after it first (node_gate.c),
+ * and a client's pipelined writes keep their order. */
 static void submit_now(struct http_request *hreq)
 {
-    api__submit_nreq(hreq->data);
+    struct api_req *req = hreq->data;
+    if (!req->nreq.is_read && req->nreq.cmd != NULL &&
+        req->nreq.cmd->len >= NODE_GATE_ENTRY_BYTES)
+        http_hold(hreq);
+    api__submit_nreq(req);
 }
 
 static bool admit_fits(const struct gateway *gw, uint64_t len)

@@ -170,6 +170,7 @@ struct gateway {
     struct api_offload *offload_head, *offload_tail;
     uint32_t offload_waiting, offload_running;
     uint64_t offloaded, offload_done;
+    uint64_t body_values_by_ref; /* api_body.c's spans, from api__write_built */
     /* Large writes waiting to be submitted (API_ADMIT_BYTES), in order; the
      * bytes of those submitted and not yet ended; counters. */
     struct api_req *admit_head, *admit_tail;

@@ -769,6 +769,8 @@ static void conn_resume(struct http_conn *c)
                  * connection, freeing r: nothing of it may be read then. */
                 if (c->closing || c->resume_again)
                     break;
+                if (r->held) /* held by its handler once submitted */
+                    blocked = true;
             }
             if (r->is_write && !r->done)
                 write_pending = true;

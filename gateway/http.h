@@ -305,7 +305,10 @@ void http_dispatch(struct http_request *req, bool is_write, http_run_cb *cb);
 /* The request's handler needs time off the loop before it can dispatch (a
  * large body decoded on the thread pool): the connection's later requests
  * wait behind it, as behind a request held back, until its http_dispatch
- * (then it takes its place in order) or its http_respond. */
+ * (then it takes its place in order) or its http_respond. Called from the
+ * run callback of a dispatched request, it makes that request a barrier:
+ * what follows waits for its answer (a large write, which the node may
+ * propose after writes submitted later: node.h's NODE_GATE_ENTRY_BYTES). */
 void http_hold(struct http_request *req);
 
 #endif

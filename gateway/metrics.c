@@ -126,7 +126,7 @@ struct snapshot {
     const struct gateway *gw;
     uint64_t auth_denied; /* gw->auth_denied */
     /* Bodies decoded on the thread pool (api_offload.c). */
-    uint64_t offloaded, offload_waiting, offload_running;
+    uint64_t offloaded, offload_waiting, offload_running, body_values_by_ref;
     uint64_t admit_waiting, admit_waited, admit_inflight;
     /* Watches (api_watch.c) and the change log they read. */
     uint64_t watchers, watch_lagging, watch_compacted;
@@ -181,6 +181,19 @@ static const struct metric_desc metric_table[] = {
      SNAP(m.batches)},
     {"tierkv_forwarded_total", "counter", "Writes forwarded to the leader.", MK_VALUE,
      SNAP(m.forwarded)},
+    {"tierkv_gate_held_total", "counter",
+     "Large writes (32 KiB or more) the leader held until the large entries "
+     "before them had been applied and persisted by every voter keeping up.",
+     MK_VALUE, SNAP(m.gate_held_total)},
+    {"tierkv_gate_refused_total", "counter",
+     "Large writes refused (503) with 256 MiB of them held already.", MK_VALUE,
+     SNAP(m.gate_refused)},
+    {"tierkv_gate_rests_total", "counter",
+     "Times the pipeline was kept free of large entries for as long as the last "
+     "ones took, smaller writes having been proposed meanwhile.",
+     MK_VALUE, SNAP(m.gate_rests)},
+    {"tierkv_gate_held", "gauge", "Large writes held by the leader's gate now.", MK_VALUE,
+     SNAP(m.gate_held)},
     {"tierkv_member_refused_total", "counter",
      "Raft handshakes refused: a member id presenting another data directory (an "
      "amnesiac), or a stranger (removed, or dropped by --force-new-cluster).",
@@ -321,6 +334,10 @@ static const struct metric_desc metric_table[] = {
     {"tierkv_http_bodies_offloaded_total", "counter",
      "Write bodies of 32 KiB or more decoded on the thread pool instead of the loop.",
      MK_VALUE, SNAP(offloaded)},
+    {"tierkv_http_body_values_by_reference_total", "counter",
+     "Values of 1 KiB or more in JSON write bodies taken from the body's bytes "
+     "(checked, not parsed by jansson).",
+     MK_VALUE, SNAP(body_values_by_ref)},
     {"tierkv_http_bodies_offload_waiting", "gauge",
      "Such bodies waiting for one of the gateway's 2 decoding slots.", MK_VALUE,
      SNAP(offload_waiting)},
@@ -621,6 +638,7 @@ void api__metrics(struct api_req *req, const struct query *q)
     kv_sm_events_stats(node_kv(gw->node), &es);
     s.watchers = gw->n_watchers;
     s.offloaded = gw->offloaded;
+    s.body_values_by_ref = gw->body_values_by_ref;
     s.offload_waiting = gw->offload_waiting;
     s.offload_running = gw->offload_running;
     s.admit_waiting = gw->admit_waiting;

@@ -270,6 +270,8 @@ const char *node_turn_phase_name(int phase)
     return phase >= 0 && phase < PH_N ? phase_name[phase] : NULL;
 }
 
+static void drain_queue(struct node *n);
+
 static void phase_end(struct node *n, enum node_turn_phase ph, uint64_t *t)
 {
     uint64_t now = node__mono_ns();
@@ -550,6 +552,8 @@ static void process_ready(struct node *n)
         node__tier_turn(n);      /* claims its own phases */
         t = node__mono_ns();
     }
+    if (!n->persist.failed && node__gate_ready(n))
+        drain_queue(n); /* large writes the gate let go (node_gate.c) */
     if (!n->persist.failed && raft_has_ready(n->raft))
         node__kick(n); /* bounded work per turn: the rest on the next one */
     node__publish_status(n);
@@ -610,13 +614,21 @@ static void drain_queue(struct node *n)
      * steps submits its next step from there) waits for the next loop turn
      * (its submit woke the loop), so no chain of them holds this turn. */
     size_t left = atomic_load_explicit(&n->loop.queued, memory_order_relaxed);
-    while (nb < n->o.batch_max && left > 0 &&
-           (item = tk_mpsc_pop(&n->loop.queue)) != NULL) {
-        left--;
-        n->loop.activity++;
-        atomic_fetch_sub_explicit(&n->loop.queued, 1, memory_order_relaxed);
-        struct node_req *r = item;
-        r->deadline_ms = now + (r->timeout_ms ? r->timeout_ms : n->o.timeout_ms);
+    for (;;) {
+        /* First the large writes the gate held that may go now (node_gate.c),
+         * then the queue. */
+        struct node_req *r = nb < n->o.batch_max ? node__gate_take(n) : NULL;
+        bool from_gate = r != NULL;
+        if (r == NULL) {
+            if (nb >= n->o.batch_max || left == 0 ||
+                (item = tk_mpsc_pop(&n->loop.queue)) == NULL)
+                break;
+            left--;
+            n->loop.activity++;
+            atomic_fetch_sub_explicit(&n->loop.queued, 1, memory_order_relaxed);
+            r = item;
+            r->deadline_ms = now + (r->timeout_ms ? r->timeout_ms : n->o.timeout_ms);
+        }
         if (n->persist.failed) {
             node__finish(n, r, TK_EIO);
             continue;
@@ -633,6 +645,8 @@ static void drain_queue(struct node *n)
             node__forward_write(n, r);
             continue;
         }
+        if (!from_gate && node__gate_hold(n, r))
+            continue;
         n->loop.batch[nb++] = (struct raft_entry){
             .type = RAFT_ENTRY_NORMAL, .time_ms = now, .data = r->cmd};
         r->next = NULL;
@@ -655,6 +669,7 @@ static void drain_queue(struct node *n)
     struct node_req *r = first;
     while (r != NULL) {
         struct node_req *next = r->next;
+        node__gate_proposed(n, index, r->cmd->len, rc == 0);
         if (rc != 0) {
             node__finish_write(r, rc, NULL);
         } else {
@@ -715,6 +730,7 @@ static void on_tick(uv_timer_t *h)
     expire_list(n, &n->req.committed_wait, now);
     expire_list(n, &n->req.read_wait, now);
     expire_list(n, &n->req.read_ready, now);
+    node__gate_expire(n, now);
     expire_list(n, &n->fwd.wait, now);
     node__forward_leader_check(n);
     node__member_tick(n);
@@ -990,6 +1006,7 @@ static void begin_close(struct node *n)
     node__fail_list(n, &n->req.committed_wait, TK_ESHUTDOWN);
     node__fail_list(n, &n->req.read_wait, TK_ESHUTDOWN);
     node__fail_list(n, &n->req.read_ready, TK_ESHUTDOWN);
+    node__gate_fail_all(n, TK_ESHUTDOWN);
     node__fail_list(n, &n->fwd.wait, TK_ESHUTDOWN);
     node__member_shutdown(n);
     /* The storage thread wakes us from its callbacks: let those finish

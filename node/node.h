@@ -325,10 +325,23 @@ void node_status(struct node *n, struct node_status *out);
 int node_transfer_leadership(struct node *n, uint64_t to);
 
 /* Counters for /metrics; any thread (published by the loop each turn). */
+/* Writes whose command is this large or larger are "large": the leader keeps
+ * few of them in the pipeline at a time (node_gate.c), and a small write
+ * submitted after one may be proposed before it. A submitter that needs two
+ * writes in order waits for the large one's answer first (the gateway holds
+ * a connection's later requests until then). */
+#define NODE_GATE_ENTRY_BYTES (32u << 10)
+
 struct node_metrics {
-    uint64_t proposals;         /* writes proposed by this node */
-    uint64_t batches;           /* raft_propose calls */
-    uint64_t forwarded;         /* writes forwarded to the leader */
+    uint64_t proposals; /* writes proposed by this node */
+    uint64_t batches;   /* raft_propose calls */
+    uint64_t forwarded; /* writes forwarded to the leader */
+    /* The leader's gate for large writes (node_gate.c): writes held, in all;
+     * refused past its bound (TK_EBUSY); held now (a gauge). */
+    uint64_t gate_held_total;
+    uint64_t gate_refused;
+    uint64_t gate_held;
+    uint64_t gate_rests;        /* pauses for competing smaller writes */
     uint64_t forward_dropped;   /* forwarding frames from a non-member, dropped */
     uint64_t forward_orphaned;  /* forwarded writes ended (outcome unknown) when
                                    another leader was known */

@@ -43,7 +43,8 @@ static const char *check_list(const struct req_list *l, int is_read, bool propos
     return NULL;
 }
 
-const char *node__check_lists(const struct node_requests *q, const struct req_list *fwd)
+const char *node__check_lists(const struct node_requests *q, const struct req_list *fwd,
+                              const struct req_list *gate)
 {
     const char *e = check_list(&q->applied_wait, 0, true);
     if (e == NULL)
@@ -54,6 +55,8 @@ const char *node__check_lists(const struct node_requests *q, const struct req_li
         e = check_list(&q->read_ready, 1, false);
     if (e == NULL)
         e = check_list(fwd, 0, false);
+    if (e == NULL)
+        e = check_list(gate, 0, false);
     return e;
 }
 
@@ -71,7 +74,7 @@ const char *node__check_persist(const struct node_persist *p)
 
 const char *node__check(const struct node *n)
 {
-    const char *e = node__check_lists(&n->req, &n->fwd.wait);
+    const char *e = node__check_lists(&n->req, &n->fwd.wait, &n->gate.held);
     if (e == NULL)
         e = node__check_persist(&n->persist);
     for (int i = 0; e == NULL && i < NODE_DUTY_N; i++) {

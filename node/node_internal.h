@@ -317,6 +317,47 @@ struct node_membership {
     } fence_seen[NODE_FENCE_SEEN];
 };
 
+/* The leader's gate for large writes (node_gate.c): entries of
+ * NODE_GATE_ENTRY_BYTES (node.h) or more in the pipeline (proposed, and not yet
+ * applied here and persisted by every voter keeping up) are kept to
+ * NODE_GATE_PIPE_BYTES, or one; the others wait in `held`, in order, at most
+ * NODE_GATE_HELD_BYTES. A voter whose match has not moved for
+ * NODE_GATE_IDLE_MS while behind does not hold the gate. When smaller writes
+ * were proposed while large ones filled the pipeline, it then stays empty of
+ * large ones for NODE_GATE_REST_SHARE times as long as they took
+ * (rest_until_ns), at most NODE_GATE_REST_MAX_MS. */
+#define NODE_GATE_PIPE_BYTES (4u << 20)
+#define NODE_GATE_PIPE_MAX 256
+#define NODE_GATE_HELD_BYTES (256u << 20)
+#define NODE_GATE_IDLE_MS 1000
+#define NODE_GATE_REST_SHARE 2
+#define NODE_GATE_REST_MAX_MS 1000
+struct node_gate_entry {
+    uint64_t index, bytes;
+};
+struct node_gate_peer {
+    uint64_t id, match, moved_ms;
+};
+struct node_gate {
+    struct req_list held;
+    uint64_t held_bytes;
+    /* The large entries in the pipeline, oldest first (a ring), and their
+     * bytes with those admitted by the drain under way (pending_*, not yet
+     * proposed). For this term and configuration only. */
+    struct node_gate_entry pipe[NODE_GATE_PIPE_MAX];
+    uint32_t pipe_head, pipe_n, pending_n;
+    uint64_t pipe_bytes, pending_bytes;
+    uint64_t term, config;
+    /* Since when large entries fill the pipeline; whether a smaller write
+     * was proposed meanwhile; until when none may enter it again. */
+    uint64_t busy_ns, rest_until_ns;
+    bool small_seen;
+    uint64_t held_total, refused, rests; /* counters (node_metrics' gate_*) */
+    struct node_gate_peer
+        peer[RAFT_VOTERS_MAX]; /* each voter's match, and when it moved */
+    uint32_t n_peers;
+};
+
 /* What other threads read: status and metrics (node_status.c). */
 struct node_metrics_state {
     pthread_mutex_t mu;
@@ -357,6 +398,7 @@ struct node {
     struct node_persist persist;
     struct node_requests req;
     struct node_forward fwd;
+    struct node_gate gate;
     struct node_tier tier;
     struct node_install install;
     struct node_membership mem;
@@ -461,6 +503,52 @@ void node__fail(struct node *n, int rc, const char *what);
 /* Completes every request of `l` with `status`. */
 void node__fail_list(struct node *n, struct req_list *l, int status);
 
+/* ---- node_gate.c ---- */
+
+/* What the gate decides on (node__gate_room), taken from the core: the term,
+ * the configuration's index, this node's applied index and id, the time, and
+ * each voter's match (this node's own ignored). */
+struct node_gate_view {
+    uint64_t term, config, applied, self, now_ns;
+    uint32_t n_voters;
+    uint64_t voter[RAFT_VOTERS_MAX], match[RAFT_VOTERS_MAX];
+};
+/* The gate's rule, on `g` and `v` alone (no node, no core: gate tests drive
+ * it): drops the entries that left the pipeline, starts a rest when it
+ * empties after smaller writes, and says whether `len` more bytes of large
+ * entries may enter it now. */
+bool node__gate_room(struct node_gate *g, const struct node_gate_view *v, uint64_t len);
+/* A large entry of `len` bytes let in, about to be proposed (pending). */
+void node__gate_admit(struct node_gate *g, uint64_t len);
+/* That pending entry was proposed at `index` (ok) or refused by the core. */
+void node__gate_note(struct node_gate *g, uint64_t index, uint64_t len, bool ok,
+                     uint64_t now_ns);
+
+/* drain_queue, for a write this leader is about to propose: whether the gate
+ * took it (held, or refused with TK_EBUSY past NODE_GATE_HELD_BYTES). A
+ * large write it lets through counts as pending until node__gate_proposed. */
+bool node__gate_hold(struct node *n, struct node_req *r);
+/* The oldest held write, if it may go now (or this node no longer leads: it
+ * is then forwarded); it counts as pending like one node__gate_hold passed. */
+struct node_req *node__gate_take(struct node *n);
+/* Whether node__gate_take would return a write (for the loop turn). */
+bool node__gate_ready(struct node *n);
+/* drain_queue: a write was proposed at `index` (ok) or refused by the core;
+ * a large one was pending, a smaller one marks the large ones' time as
+ * contended. */
+static inline void node__gate_proposed(struct node *n, uint64_t index, uint64_t len,
+                                       bool ok)
+{
+    if (len >= NODE_GATE_ENTRY_BYTES)
+        node__gate_note(&n->gate, index, len, ok, tk_mono_ns());
+    else if (ok && n->gate.pipe_n > 0)
+        n->gate.small_seen = true;
+}
+/* Ends the held writes past their deadline with TK_ETIMEDOUT (on_tick). */
+void node__gate_expire(struct node *n, uint64_t now_ms);
+/* Ends every held write with `status` (the node fails or stops). */
+void node__gate_fail_all(struct node *n, int status);
+
 /* ---- node.c: its request lists, changed for node_status.c and node_install.c ---- */
 
 /* Ends every request waiting in the applied, committed and read lists with
@@ -471,6 +559,7 @@ static inline void node__req_fail_all(struct node *n, int status)
     node__fail_list(n, &n->req.committed_wait, status);
     node__fail_list(n, &n->req.read_wait, status);
     node__fail_list(n, &n->req.read_ready, status);
+    node__gate_fail_all(n, status);
 }
 
 /* Ends the writes waiting to apply at or below `index` with `status` (a
@@ -747,7 +836,8 @@ void node__forward_free(struct node *n);
  * NULL; node.c checks after each loop turn unless NDEBUG. The parts, for the
  * unit test: */
 const char *node__check(const struct node *n);
-const char *node__check_lists(const struct node_requests *q, const struct req_list *fwd);
+const char *node__check_lists(const struct node_requests *q, const struct req_list *fwd,
+                              const struct req_list *gate);
 const char *node__check_persist(const struct node_persist *p);
 
 /* ---- node_duty.c ---- */

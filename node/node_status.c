@@ -156,6 +156,10 @@ void node__publish_status(struct node *n)
     store_stats(n->store, &ss);
     mt->store_syncs = ss.syncs;
     mt->store_recycled = ss.recycled;
+    mt->gate_held = n->gate.held.n;
+    mt->gate_held_total = n->gate.held_total;
+    mt->gate_refused = n->gate.refused;
+    mt->gate_rests = n->gate.rests;
     mt->store_appends = ss.appends;
     mt->store_wakeups = ss.wakeups;
     mt->store_bytes = ss.bytes;

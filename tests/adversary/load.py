@@ -74,7 +74,7 @@ def normal_client(ports, leader_port, ca_file, rate_hz, stop_ev, out):
     """Until stop_ev: every 1/rate_hz s one request, alternating a PUT of a
     new key norm/<seq> on the leader and a linearizable GET of the last
     acknowledged key on each node in turn. Sends to `out` (a Pipe end):
-    {"records": [(t_start_monotonic, latency_s, kind, status)],
+    {"records": [(t_start_monotonic, latency_s, kind ("put", "get@PORT"), status)],
      "acked": {key: value}, "reconnects": n}."""
     ctx = tls_client_ctx(ca_file)
     lead = KeepAlive(leader_port, ctx)
@@ -108,7 +108,7 @@ def normal_client(ports, leader_port, ca_file, rate_hz, stop_ev, out):
         else:
             c = conns[(i // 2) % len(conns)]
             st, _ = c.do("GET", "/v1/kv/%s?consistency=linearizable&raw" % last_key)
-            records.append((t0, time.monotonic() - t0, "get", st))
+            records.append((t0, time.monotonic() - t0, "get@%d" % c.port, st))
         i += 1
     lead.close()
     for c in conns:

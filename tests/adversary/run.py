@@ -535,6 +535,9 @@ def run_case(name, args):
                 p.kill()
         after = h.views()
         m1 = {n: h.metrics(n) for n in (1, 2, 3)}
+        res["gate"] = {k: sum(m1[n].get(k, 0) - m0[n].get(k, 0) for n in (1, 2, 3))
+                       for k in ("tierkv_gate_held_total", "tierkv_gate_rests_total",
+                                 "tierkv_gate_refused_total")}
         rss.stop_ev.set()
         rss.join(5)
         peaks = dict(rss.peaks)
@@ -558,6 +561,13 @@ def run_case(name, args):
             results.append(("writes", False, "the normal client sent no results"))
         else:
             recs = got["records"]
+            if args.dump_records:  # for reading: which requests make the tail
+                wall = time.time() - time.monotonic()
+                with open(args.dump_records, "a") as f:
+                    for r in recs:
+                        f.write(json.dumps({"case": name, "t": r[0] - t_h0, "lat": r[1],
+                                            "wall": r[0] + wall,
+                                            "kind": r[2], "status": r[3]}) + "\n")
             unloaded = [r[1] for r in recs if r[0] < t_h0]
             loaded = [r[1] for r in recs if t_h0 <= r[0] <= t_h1]
             errs = sum(1 for r in recs if r[3] != 200)
@@ -650,6 +660,9 @@ def report(res):
     if "stats" in res:
         print("     hazard  %s" % "; ".join(
             ", ".join("%s=%s" % kv for kv in sorted(s.items())) for s in res["stats"]))
+    if any(res.get("gate", {}).values()):
+        print("     gate    %s (the leaders' large-write gate over the case)" % ", ".join(
+            "%s %d" % (k[len("tierkv_gate_"):], v) for k, v in sorted(res["gate"].items())))
     if "rss_settled" in res:
         print("     rss a minute after: %s" % ", ".join(
             "n%d %s" % (n, checks._mib(b)) for n, b in sorted(res["rss_settled"].items())))
@@ -706,6 +719,8 @@ def main():
     ap.add_argument("--retry-timing", type=int, default=0, metavar="N",
                     help="run a case again, up to N times, when only its timing checks "
                     "(%s) failed; every attempt is printed" % ", ".join(checks.TIMING_CHECKS))
+    ap.add_argument("--dump-records", metavar="PATH",
+                    help="append the normal client's requests, one JSON line each")
     ap.add_argument("--list", action="store_true")
     args = ap.parse_args()
     # meson sets MALLOC_PERTURB_ for every test: glibc then fills each block

@@ -28,37 +28,40 @@ static void lists(struct node_requests *q, struct req_list *fwd)
 START_TEST(test_lists)
 {
     struct node_requests q;
-    struct req_list fwd;
+    struct req_list fwd, gate = {0};
     lists(&q, &fwd);
-    ck_assert_ptr_null(node__check_lists(&q, &fwd));
+    ck_assert_ptr_null(node__check_lists(&q, &fwd, &gate));
 
     q.applied_wait.n = 4; /* a count the walk does not reach */
-    ck_assert_ptr_nonnull(node__check_lists(&q, &fwd));
+    ck_assert_ptr_nonnull(node__check_lists(&q, &fwd, &gate));
     lists(&q, &fwd);
     q.applied_wait.n = 2; /* more on the list than its count */
-    ck_assert_ptr_nonnull(node__check_lists(&q, &fwd));
+    ck_assert_ptr_nonnull(node__check_lists(&q, &fwd, &gate));
     lists(&q, &fwd);
     q.applied_wait.tail = &reqs[1]; /* a tail that is not the last */
-    ck_assert_ptr_nonnull(node__check_lists(&q, &fwd));
+    ck_assert_ptr_nonnull(node__check_lists(&q, &fwd, &gate));
     lists(&q, &fwd);
     q.committed_wait.n = 1; /* empty, with a count */
-    ck_assert_ptr_nonnull(node__check_lists(&q, &fwd));
+    ck_assert_ptr_nonnull(node__check_lists(&q, &fwd, &gate));
     lists(&q, &fwd);
     reqs[1].is_read = 1; /* a read among the writes */
-    ck_assert_ptr_nonnull(node__check_lists(&q, &fwd));
+    ck_assert_ptr_nonnull(node__check_lists(&q, &fwd, &gate));
     lists(&q, &fwd);
     reqs[3].is_read = 0; /* a write among the reads */
-    ck_assert_ptr_nonnull(node__check_lists(&q, &fwd));
+    ck_assert_ptr_nonnull(node__check_lists(&q, &fwd, &gate));
     lists(&q, &fwd);
     reqs[2].index = 0; /* a proposed write without its index */
-    ck_assert_ptr_nonnull(node__check_lists(&q, &fwd));
+    ck_assert_ptr_nonnull(node__check_lists(&q, &fwd, &gate));
     lists(&q, &fwd);
     reqs[0].cmd = tk_blob_new(1); /* one that kept its command */
-    ck_assert_ptr_nonnull(node__check_lists(&q, &fwd));
+    ck_assert_ptr_nonnull(node__check_lists(&q, &fwd, &gate));
     tk_blob_unref(reqs[0].cmd);
     lists(&q, &fwd);
     reqs[4].is_read = 1; /* a read among the forwarded writes */
-    ck_assert_ptr_nonnull(node__check_lists(&q, &fwd));
+    ck_assert_ptr_nonnull(node__check_lists(&q, &fwd, &gate));
+    lists(&q, &fwd);
+    gate.n = 1; /* the gate's held writes: empty, with a count */
+    ck_assert_ptr_nonnull(node__check_lists(&q, &fwd, &gate));
 }
 END_TEST
 
