@@ -20,9 +20,12 @@
  * small write behind it waits for those syncs, so back to back they left the
  * normal client's p99 at 150-190 ms. So when smaller writes were proposed
  * while large entries filled the pipeline, once it empties no large entry
- * enters it for as long as they were in it: large writes get half the
- * pipeline's time while others compete (p99 66-70 ms), and all of it when
- * nothing else is written.
+ * enters it for NODE_GATE_REST_SHARE (2) times as long as they were in it:
+ * large writes get a third of the pipeline's time while others compete, and
+ * all of it when nothing else is written. With a rest as long as their time
+ * (half of it) the p99 was 66-97 ms; with twice, 61-73 ms, the 4 MB writes
+ * acknowledged falling from 135-162 to 103-128 in 15 s (97 before the gate
+ * and the body parse that takes values by reference, which freed the CPU).
  *
  * The held writes are a list in arrival order, bounded by
  * NODE_GATE_HELD_BYTES (past it: TK_EBUSY) and by each request's deadline

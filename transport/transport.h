@@ -225,7 +225,8 @@ void transport_inproc_heal(struct transport_inproc_hub *hub);
  * at most TRANSPORT_TCP_PENDING_PER_ADDR of them come from one remote address and at most
  * TRANSPORT_TCP_PENDING_MAX exist in all. A new one past the address's cap evicts one of
  * that address's; past the total, one of the address with the most; in both cases the
- * oldest that has sent nothing yet, else the oldest. An authenticated connection is never
+ * oldest that has sent nothing yet, else the oldest that has sent only bytes (with peer
+ * TLS: no ClientHello answered yet), else the oldest. An authenticated connection is never
  * evicted, so a flood of sockets cannot shut a member out: it only evicts its own, and a
  * member's handshake completes within its round trip. Once authenticated it replaces any
  * older
