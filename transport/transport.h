@@ -226,16 +226,15 @@ void transport_inproc_heal(struct transport_inproc_hub *hub);
  * TRANSPORT_TCP_PENDING_MAX exist in all. A new one past the address's cap evicts one of
  * that address's; past the total, one of the address with the most; in both cases the
  * oldest that has sent nothing yet, else the oldest that has sent only bytes (with peer
- * TLS: no ClientHello answered yet), else the oldest. An authenticated connection is never
- * evicted, so a flood of sockets cannot shut a member out: it only evicts its own, and a
- * member's handshake completes within its round trip. Once authenticated it replaces any
- * older
- * inbound connection of the same id, and is closed after idle_timeout_ms without a frame
- * (dialers send a PING on an idle link). Raft messages whose `from` is not the
- * authenticated id are dropped and counted (msgs_spoofed). Snapshot reassembly is bounded
- * per connection (snapshot_max), in total (snapshot_total_max) and in time
- * (snapshot_timeout_ms from its first chunk). A mismatch closes the
- * connection with a logged reason and counts it in conns_bad.
+ * TLS: no ClientHello answered yet), else the oldest. An authenticated connection is
+ * never evicted, so a flood of sockets cannot shut a member out: it only evicts its own,
+ * and a member's handshake completes within its round trip. Once authenticated it
+ * replaces any older inbound connection of the same id, and is closed after
+ * idle_timeout_ms without a frame (dialers send a PING on an idle link). Raft messages
+ * whose `from` is not the authenticated id are dropped and counted (msgs_spoofed).
+ * Snapshot reassembly is bounded per connection (snapshot_max), in total
+ * (snapshot_total_max) and in time (snapshot_timeout_ms from its first chunk). A mismatch
+ * closes the connection with a logged reason and counts it in conns_bad.
  *
  * Sends are framed into a per-peer buffer; everything queued during one loop
  * turn leaves in one uv_write of iovecs. The queued bytes per peer are bounded
