@@ -205,7 +205,7 @@ static int prescan(struct bctx *c, const uint8_t *p, size_t len)
                         NODE_ENTRY_MAX);
             }
             if (after_value_name && !escaped && i < len && n >= API_BODY_SPAN_MIN &&
-                n <= UINT32_MAX && (plain || utf8_plain(p + from, n)))
+                i <= UINT32_MAX && (plain || utf8_plain(p + from, n)))
                 add_span(c, from, n);
             continue;
         }
@@ -248,8 +248,8 @@ static char *skeleton(struct bctx *c, const uint8_t *body, size_t len, size_t *o
     }
     size_t cap = len + 1, at = 0, from = 0;
     for (size_t k = 0; k < c->n_spans; k++)
-        cap -= c->spans[k].len; /* each span >= 1024 bytes; a placeholder <= 16 */
-    cap += c->n_spans * 16;
+        cap -= c->spans[k].len; /* each span >= 1024 bytes; a placeholder <= 26 */
+    cap += c->n_spans * 32;
     char *s = tk_malloc(cap);
     for (size_t k = 0; k < c->n_spans; k++) {
         const struct body_span *sp = &c->spans[k];
