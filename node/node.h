@@ -324,7 +324,6 @@ void node_status(struct node *n, struct node_status *out);
  * returns once the loop has passed the request to the core. */
 int node_transfer_leadership(struct node *n, uint64_t to);
 
-/* Counters for /metrics; any thread (published by the loop each turn). */
 /* Writes whose command is this large or larger are "large": the leader keeps
  * few of them in the pipeline at a time (node_gate.c), and a small write
  * submitted after one may be proposed before it. A submitter that needs two
@@ -332,6 +331,7 @@ int node_transfer_leadership(struct node *n, uint64_t to);
  * a connection's later requests until then). */
 #define NODE_GATE_ENTRY_BYTES (32u << 10)
 
+/* Counters for /metrics; any thread (published by the loop each turn). */
 struct node_metrics {
     uint64_t proposals; /* writes proposed by this node */
     uint64_t batches;   /* raft_propose calls */
