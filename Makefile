@@ -7,7 +7,8 @@ TSAN_BUILD ?= build-tsan
 # The runtime's multi-threaded tests, run under ThreadSanitizer by make test.
 TSAN_TARGETS = tests/unit/transport/transport_inproc_test \
     tests/unit/transport/transport_tcp_test tests/unit/store/store_contract_test \
-    tests/unit/node/node_test tests/unit/gateway/gateway_test tests/unit/kv/kv_test
+    tests/unit/node/node_test tests/unit/node/node_client_test \
+    tests/unit/gateway/gateway_test tests/unit/kv/kv_test
 MESON_FLAGS ?= --werror
 
 .PHONY: all deps build build-san build-tsan run sim test test-fast chaos clean

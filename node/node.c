@@ -80,7 +80,7 @@ static void complete_committed(struct node *n)
            (r->index <= commit || (known && r->term < commit_term))) {
         node__list_pop(&n->req.committed_wait);
         if (r->index > commit) {
-            node__finish_write(r, TK_ELOST, NULL);
+            node__finish_write(n, r, TK_ELOST, NULL);
             continue;
         }
         uint64_t t = 0;
@@ -88,11 +88,11 @@ static void complete_committed(struct node *n)
         memset(&n->res, 0, sizeof(n->res));
         n->res.revision = r->index;
         if (rc == 0 && t == r->term)
-            node__finish_write(r, 0, &n->res);
+            node__finish_write(n, r, 0, &n->res);
         else if (rc == 0)
-            node__finish_write(r, TK_ELOST, NULL);
+            node__finish_write(n, r, TK_ELOST, NULL);
         else
-            node__finish_write(r, TK_ETIMEDOUT, NULL); /* compacted: unknown */
+            node__finish_write(n, r, TK_ETIMEDOUT, NULL); /* compacted: unknown */
     }
 }
 
@@ -153,11 +153,11 @@ static void apply_entries(struct node *n, const struct raft_entry *e, size_t cnt
                (r->index <= x->index || r->term < x->term)) {
             node__list_pop(&n->req.applied_wait);
             if (r->index == x->index && r->term == x->term)
-                node__finish_write(r, 0, &n->res);
+                node__finish_write(n, r, 0, &n->res);
             else if (r->index >= x->index)
-                node__finish_write(r, TK_ELOST, NULL);
+                node__finish_write(n, r, TK_ELOST, NULL);
             else
-                node__finish_write(r, TK_ETIMEDOUT, NULL); /* skipped by a snapshot */
+                node__finish_write(n, r, TK_ETIMEDOUT, NULL); /* skipped by a snapshot */
         }
     }
 }
@@ -464,6 +464,8 @@ static void ready_apply(struct node *n, const struct raft_ready *rd, uint64_t *t
         n->loop.turn_applied += rd->n_committed;
         if (n->o.on_applied != NULL)
             n->o.on_applied(n, n->loop.uv, n->o.hook_data);
+        if (n->client.on)
+            node__client_applied(n);
     }
     if (rd->n_read_states > 0)
         handle_read_states(n, rd->read_states, rd->n_read_states);
@@ -671,7 +673,7 @@ static void drain_queue(struct node *n)
         struct node_req *next = r->next;
         node__gate_proposed(n, index, r->cmd->len, rc == 0);
         if (rc != 0) {
-            node__finish_write(r, rc, NULL);
+            node__finish_write(n, r, rc, NULL);
         } else {
             r->index = index++;
             r->term = term;
@@ -876,7 +878,8 @@ static void turn_end(struct node *n, uint64_t dt, uint64_t now)
 static void on_prepare(uv_prepare_t *h)
 {
     struct node *n = h->data;
-    uint64_t now = node__mono_ns(), idle = uv_metrics_idle_time(n->loop.uv);
+    uint64_t now = node__mono_ns(),
+             idle = uv_metrics_idle_time(n->loop.uv) + node__client_idle_ns(n);
     if (n->loop.prep_ns != 0) {
         uint64_t wall = now - n->loop.prep_ns, blocked = idle - n->loop.prep_idle_ns;
         turn_end(n, wall > blocked ? wall - blocked : 0, now);
@@ -1131,14 +1134,20 @@ static void node_thread(void *arg)
     n->loop.idle_metrics =
         n->loop.start_rc == 0 && uv_loop_configure(n->loop.uv, UV_METRICS_IDLE_TIME) == 0;
     if (n->loop.start_rc == 0)
+        n->loop.start_rc = node__client_prepare(n);
+    if (n->loop.start_rc == 0)
         n->loop.start_rc = node_init(n);
+    node__client_begin(n, n->loop.start_rc == 0); /* on_client_start has run */
     if (n->loop.start_rc != 0) {
         (void)uv_loop_close(n->loop.uv);
         uv_sem_post(&n->loop.started);
         return;
     }
     uv_sem_post(&n->loop.started);
-    uv_run(n->loop.uv, UV_RUN_DEFAULT);
+    if (n->client.on)
+        node__client_run(n); /* the state lock held but while it waits */
+    else
+        uv_run(n->loop.uv, UV_RUN_DEFAULT);
     int rc = uv_loop_close(n->loop.uv);
     if (rc != 0)
         TK_LOG(TK_LOG_WARN, n->o.id, 0, "loop closed with live handles: %s",
@@ -1222,7 +1231,7 @@ int node_start(const struct node_options *o, struct node **out)
     uv_sem_init(&n->loop.closed, 0);
     node__persist_init(n);
     pthread_mutex_init(&n->m.mu, NULL);
-    if (o->loop != NULL && o->hub == NULL) {
+    if (o->loop != NULL && (o->hub == NULL || o->on_client_start != NULL)) {
         node_free(n);
         return TK_EINVAL;
     }
@@ -1246,6 +1255,7 @@ int node_start(const struct node_options *o, struct node **out)
     if (n->loop.start_rc != 0) {
         int rc = n->loop.start_rc;
         uv_thread_join(&n->loop.thread);
+        node__client_join(n);
         node_free(n);
         return rc;
     }
@@ -1266,6 +1276,7 @@ void node_stop(struct node *n)
         uv_sem_wait(&n->loop.closed); /* the caller's loop closes our handles */
     else
         uv_thread_join(&n->loop.thread);
+    node__client_join(n); /* its last completions, then its thread */
     node_free(n);
 }
 
@@ -1284,6 +1295,8 @@ int node_submit(struct node *n, struct node_req *req)
         return TK_ETOOBIG; /* could never be replicated: refused, not resent */
     if (req->is_read && req->read_cb == NULL)
         return TK_EINVAL;
+    if (req->on_client && (!n->client.on || (!req->is_read && req->res_out == NULL)))
+        return TK_EINVAL; /* no client loop, or nowhere for the result */
     atomic_fetch_add_explicit(&n->loop.queued, 1, memory_order_relaxed);
     int rc = tk_mpsc_push(&n->loop.queue, req);
     if (rc != 0) {

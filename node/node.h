@@ -92,6 +92,13 @@ struct node_req {
     node_read_cb *read_cb;
     void *data;
     uint64_t timeout_ms; /* 0: the node's default */
+    /* With the client loop (node_options.on_client_start): the callback runs
+     * on the client loop's thread instead of the node's. A write's result is
+     * copied into *res_out first (required for such a write; only the ops
+     * the result has); a read's callback runs holding the node's state lock
+     * (node_client_lock), so it reads the state machine as on the loop. */
+    uint8_t on_client;
+    struct kv_result *res_out;
 
     /* Owned by the node. A read and a write this node proposes have an index
      * (and the write a term); a write it forwards to the leader has a token
@@ -107,6 +114,8 @@ struct node_req {
     uint64_t asked; /* reads: the leader asked for the index (0: self);
                        forwarded writes: the leader they went to */
     uint64_t deadline_ms;
+    int client_status; /* on_client: the status its callback gets */
+    bool client_res;   /* ... and whether res_out holds its result */
     struct node_req *next;
 };
 
@@ -222,6 +231,25 @@ struct node_options {
      * has new events): lets a watch follow them without polling. */
     node_hook_cb *on_applied;
     void *hook_data;
+
+    /* The client loop (node_client.c; issue 48): with on_client_start set,
+     * the node starts a second thread, "tk-client-<id>", with a libuv loop
+     * of its own, for client work (an HTTP gateway), so that no client can
+     * hold the consensus loop. These hooks run on that thread, as the
+     * on_loop_* ones run on the node's: at start (after recovery; node_start
+     * returns once it has run), at stop (once the consensus loop has ended
+     * and every request's callback has run: no callback comes after it; it
+     * must uv_close every handle it opened on the client loop, node_stop
+     * waits for that), and after the node applied entries (coalesced: one
+     * call for any number of applies since the last). Until on_client_stop,
+     * while the node stops, node_submit refuses (TK_ESHUTDOWN) and
+     * node_client_lock says no. A request with on_client set completes on
+     * the client loop, many in one wake-up (below). Needs the node's own
+     * loop thread (not `loop`). */
+    node_hook_cb *on_client_start;
+    node_hook_cb *on_client_stop;
+    node_hook_cb *on_client_applied;
+    void *client_hook_data;
 };
 
 void node_options_default(struct node_options *o);
@@ -250,9 +278,25 @@ void node_stop(struct node *n);
 int node_submit(struct node *n, struct node_req *req);
 
 /* The node's state machine, for reading on the loop thread only (from a
- * hook or a loop callback of the gateway): the change log
- * (kv_sm_events_read) and what the hooks need. Valid until on_loop_stop. */
+ * hook or a loop callback of the gateway), or on the client loop's thread
+ * holding node_client_lock: the change log (kv_sm_events_read) and what the
+ * hooks need. Valid until on_loop_stop. */
 struct kv_sm *node_kv(struct node *n);
+
+/* The node's state lock, for the client loop's thread (node_options.
+ * on_client_start): the consensus loop holds it while it runs a turn and
+ * lets go of it while it waits for events, so a client holding it may read
+ * the state machine (node_kv) and call the functions this header says are
+ * for the loop thread only (node_members, node_member_http,
+ * node_member_change, node_backup_start), for as long as it holds it: the
+ * consensus loop waits meanwhile, so hold it briefly, for bounded work.
+ * Returns false, not holding it, once the node is stopping (its state is
+ * then not to be touched). A consensus turn that ends while a client waits
+ * for the lock hands it over before the next begins. `changed`: the client
+ * started something (node_member_change, node_backup_start), and the
+ * consensus loop is woken to go on with it. */
+bool node_client_lock(struct node *n);
+void node_client_unlock(struct node *n, bool changed);
 
 /* Backups (node_backup.c): a consistent snapshot stream of the state machine
  * (kv.h, "Snapshots") at an applied index at or past the one applied when

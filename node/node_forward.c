@@ -327,9 +327,9 @@ static void request_init(Tierkv__ForwardRequest *q, const struct node_req *r)
 }
 
 /* A send to the leader failed: the request ends with the reason. */
-static void send_failed(struct node_req *r, int rc)
+static void send_failed(struct node *n, struct node_req *r, int rc)
 {
-    node__finish_write(r, rc == TK_ENOTFOUND ? TK_ENOLEADER : rc, NULL);
+    node__finish_write(n, r, rc == TK_ENOTFOUND ? TK_ENOLEADER : rc, NULL);
 }
 
 /* Sends the writes gathered in n->fwd.out in one frame and parks them, or
@@ -363,7 +363,7 @@ static void flush_out(struct node *n)
     struct node_req *r;
     while ((r = node__list_pop(out)) != NULL) {
         if (rc != 0) {
-            send_failed(r, rc);
+            send_failed(n, r, rc);
             continue;
         }
         n->m.metrics.forwarded++;
@@ -384,7 +384,7 @@ void node__forward_write(struct node *n, struct node_req *r)
     /* A stranger is never heard, so never the leader; if it were, a write
      * forwarded to it would be applied outside this cluster. */
     if (leader == RAFT_NONE || leader == n->o.id || node__member_fenced(n, leader)) {
-        node__finish_write(r, TK_ENOLEADER, NULL);
+        node__finish_write(n, r, TK_ENOLEADER, NULL);
         return;
     }
     r->ctx = ++n->fwd.next_id;
@@ -412,7 +412,7 @@ void node__forward_write(struct node *n, struct node_req *r)
     f.request = &q;
     int rc = send_frame(n, leader, &f);
     if (rc != 0) {
-        send_failed(r, rc);
+        send_failed(n, r, rc);
         return;
     }
     n->m.metrics.forwarded++;
@@ -483,7 +483,7 @@ void node__forward_leader_check(struct node *n)
             continue;
         }
         n->m.metrics.forward_orphaned++;
-        node__finish_write(r, TK_ETIMEDOUT, NULL);
+        node__finish_write(n, r, TK_ETIMEDOUT, NULL);
     }
     n->fwd.wait = keep;
 }
@@ -534,10 +534,10 @@ static void take_answer(struct node *n, uint64_t from, const Tierkv__ForwardResp
     if (p->status == 0) {
         int rc = kv_result_decode(p->result.data, p->result.len, &n->res);
         n->res.duplicate = p->replayed;
-        node__finish_write(r, rc, rc == 0 ? &n->res : NULL);
+        node__finish_write(n, r, rc, rc == 0 ? &n->res : NULL);
         return;
     }
-    node__finish_write(r, known_error(p->status) ? p->status : TK_EPROTO, NULL);
+    node__finish_write(n, r, known_error(p->status) ? p->status : TK_EPROTO, NULL);
 }
 
 /* ---- leader ---- */

@@ -171,7 +171,7 @@ bool node__gate_hold(struct node *n, struct node_req *r)
     }
     if (g->held_bytes + len > NODE_GATE_HELD_BYTES) {
         g->refused++;
-        node__finish_write(r, TK_EBUSY, NULL);
+        node__finish_write(n, r, TK_EBUSY, NULL);
         return true;
     }
     g->held_bytes += len;
@@ -211,7 +211,7 @@ void node__gate_expire(struct node *n, uint64_t now_ms)
     while ((r = g->held.head) != NULL && r->deadline_ms <= now_ms) {
         node__list_pop(&g->held);
         g->held_bytes -= r->cmd->len;
-        node__finish_write(r, TK_ETIMEDOUT, NULL);
+        node__finish_write(n, r, TK_ETIMEDOUT, NULL);
     }
 }
 
@@ -221,6 +221,6 @@ void node__gate_fail_all(struct node *n, int status)
     struct node_req *r;
     while ((r = node__list_pop(&g->held)) != NULL) {
         g->held_bytes -= r->cmd->len;
-        node__finish_write(r, status, NULL);
+        node__finish_write(n, r, status, NULL);
     }
 }

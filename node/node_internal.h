@@ -101,6 +101,32 @@ struct node_loop {
      * of struct node starts a line of its own.) */
 };
 
+/* The client loop (node_client.c): a second thread and libuv loop for client
+ * work, completions delivered to it in batches, and the state lock. */
+struct node_client {
+    bool on; /* o.on_client_start is set and the thread runs */
+    uv_thread_t thread;
+    uv_loop_t loop;
+    uv_async_t wake;  /* the client loop's: completions, applies, stop */
+    uv_sem_t go;      /* the consensus loop started (or failed: abort) */
+    uv_sem_t started; /* on_client_start ran */
+    bool abort;       /* the node did not start: no hooks run */
+    /* The state lock: the consensus loop holds it through each turn (its
+     * own loop runner, node__client_run), a client while it reads. */
+    pthread_mutex_t state_mu;
+    atomic_int waiting;      /* clients waiting for state_mu */
+    atomic_int loop_waiting; /* the consensus loop waits for it */
+    uint64_t ext_idle_ns;    /* consensus loop: time waiting in poll() */
+    /* Completions for the client loop, oldest first (inbox_mu). */
+    pthread_mutex_t inbox_mu;
+    struct node_req *inbox_head, *inbox_tail;
+    atomic_bool applied_due;     /* the consensus loop applied since */
+    atomic_bool stop_due;        /* run on_client_stop */
+    atomic_bool final_due;       /* the consensus loop is gone: close the wake */
+    bool stopped, closed;        /* client loop: on_client_stop ran; wake closed */
+    uint64_t delivered, wakeups; /* client loop: requests handed, drains */
+};
+
 /* A leader duty (node_duty.c): a command the leader proposes on its own,
  * at most one in flight. */
 enum node_duty_kind {
@@ -388,6 +414,7 @@ struct node {
     int dir_lock_fd;
 
     struct node_loop loop;
+    struct node_client client;
 
     struct raft *raft;
     struct store *store;
@@ -416,6 +443,27 @@ struct node {
     struct node_turn_cpu cpu; /* the loop thread's CPU per turn (node_oplog.h) */
 };
 
+/* ---- node_client.c ---- */
+
+/* A request with on_client goes to the client loop's inbox (its result
+ * copied for a write). */
+void node__client_post(struct node *n, struct node_req *r, int status,
+                       const struct kv_result *res);
+/* The node applied entries: on_client_applied on the client loop (coalesced). */
+void node__client_applied(struct node *n);
+/* Start: the thread, waiting (prepare, before node_init); then go, or abort
+ * when the node did not start (begin). Stop: on_client_stop (stop, from
+ * begin_close); the rest delivered and the thread joined (join, after the
+ * consensus loop's thread ended). */
+int node__client_prepare(struct node *n);
+void node__client_begin(struct node *n, bool ok);
+void node__client_stop(struct node *n);
+void node__client_join(struct node *n);
+/* Runs the consensus loop holding the state lock except while it waits. */
+void node__client_run(struct node *n);
+/* The time node__client_run has waited in poll() (the loop's idle time). */
+uint64_t node__client_idle_ns(const struct node *n);
+
 /* ---- node.c: inline helpers other files use on the hot path ---- */
 
 /* Old names for base/clock.h's readers, kept while node/ is reshaped (issue 52
@@ -423,11 +471,15 @@ struct node {
 #define node__mono_ns() tk_mono_ns()
 #define node__thread_cpu_ns() tk_thread_cpu_ns()
 
-static inline void node__finish_write(struct node_req *r, int status,
+static inline void node__finish_write(struct node *n, struct node_req *r, int status,
                                       const struct kv_result *res)
 {
     tk_blob_unref(r->cmd);
     r->cmd = NULL;
+    if (r->on_client) {
+        node__client_post(n, r, status, res);
+        return;
+    }
     r->write_cb(r, status, res, r->data);
 }
 
@@ -435,6 +487,10 @@ static inline void node__finish_read(struct node *n, struct node_req *r, int sta
 {
     if (status == 0)
         n->m.metrics.reads++;
+    if (r->on_client) {
+        node__client_post(n, r, status, NULL);
+        return;
+    }
     r->read_cb(r, status, status == 0 ? n->sm : NULL, r->data);
 }
 
@@ -444,7 +500,7 @@ static inline void node__finish(struct node *n, struct node_req *r, int status)
     if (r->is_read)
         node__finish_read(n, r, status);
     else
-        node__finish_write(r, status, NULL);
+        node__finish_write(n, r, status, NULL);
 }
 
 /* Its being active keeps the loop from blocking in poll. While the node spins
@@ -569,7 +625,7 @@ static inline void node__req_end_applied_upto(struct node *n, uint64_t index, in
     struct node_req *r;
     while ((r = n->req.applied_wait.head) != NULL && r->index <= index) {
         node__list_pop(&n->req.applied_wait);
-        node__finish_write(r, status, NULL);
+        node__finish_write(n, r, status, NULL);
     }
 }
 

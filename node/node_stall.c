@@ -8,10 +8,10 @@
  * view of the thread while it waits names which. So every period (a quarter
  * of stall_probe_ms) this thread reads the loop thread's
  * /proc/self/task/TID/syscall; a turn is running when the loop is not in
- * epoll_wait and has not ended a turn (n->loop.turns, bumped by on_prepare)
- * since the last look. Once a turn has run stall_probe_ms, and again at each
- * further stall_probe_ms (at most STALL_REPORTS times), it logs the thread's
- * state, system call and arguments, wait channel and kernel stack (the stack
+ * epoll_wait (or poll, with a client loop) and has not ended a turn (n->loop.turns,
+ * bumped by on_prepare) since the last look. Once a turn has run stall_probe_ms, and
+ * again at each further stall_probe_ms (at most STALL_REPORTS times), it logs the
+ * thread's state, system call and arguments, wait channel and kernel stack (the stack
  * only where /proc allows it: root). The loop itself does nothing more than
  * bump a counter per turn; each look costs the probe one open and read.
  *
@@ -178,6 +178,16 @@ static bool waiting_for_events(const char *sc)
 #endif
 #ifdef SYS_epoll_pwait2
     if (nr == SYS_epoll_pwait2)
+        return true;
+#endif
+        /* With a client loop the loop waits in poll() on its epoll fd
+         * (node_client.c). */
+#ifdef SYS_poll
+    if (nr == SYS_poll)
+        return true;
+#endif
+#ifdef SYS_ppoll
+    if (nr == SYS_ppoll)
         return true;
 #endif
     return false;

@@ -53,7 +53,7 @@ if [ -n "$tsan" ]; then
     # and Check's per-test timeouts are tripled here.
     CK_TIMEOUT_MULTIPLIER=3 run testlog-tsan "$tsan" --no-rebuild --num-processes 1 \
         --timeout-multiplier 3 transport_inproc transport_tcp store_contract node \
-        gateway kv
+        node-client gateway kv
 fi
 for s in "${heavy[@]}"; do
     run "testlog-$s" "$build" --num-processes 1 --suite "$s"

@@ -1,0 +1,316 @@
+/* The client loop (node.h, node_options.on_client_start; issue 48): a second
+ * thread with a libuv loop of its own, "tk-client-<id>", for client work (an
+ * HTTP gateway's accepting, TLS, parsing, JSON and answers), so that what a
+ * client costs is spent off the consensus loop, which runs Raft, the
+ * transport, storage completions and apply.
+ *
+ * The two meet in two places:
+ * - Requests go to the node as before (node_submit: a bounded MPSC queue,
+ *   one wake-up of the consensus loop for what one of its turns drains).
+ *   Their completions come back in the client loop's inbox, a list in
+ *   arrival order under a mutex: node__client_post appends one (a write's
+ *   result copied to its res_out) and wakes the client loop only when the
+ *   inbox was empty, so one wake-up carries every completion of a turn.
+ * - The state lock (state_mu): the consensus loop holds it while a turn runs
+ *   and lets go of it while it waits in poll() (node__client_run runs the
+ *   loop with UV_RUN_NOWAIT turns around that poll, on the loop's backend
+ *   fd), so a client holding it reads the state machine as a callback on the
+ *   loop would: a read completion runs its callback holding it, and
+ *   node_client_lock gives it to other client code (a watch reading the
+ *   change log, a member list). Whoever lets it go while the other waits for
+ *   it waits, at most STATE_HANDOFF_NS, until the other has it: a mutex
+ *   alone lets the one that just released it take it back first.
+ *
+ * Stopping: begin_close (node.c, on the consensus loop) fails every pending
+ * request: their completions go to the inbox. Meanwhile node_submit refuses
+ * new ones (TK_ESHUTDOWN) and node_client_lock says no. After the consensus
+ * loop's thread has ended, node__client_join fails what is still queued,
+ * says final_due and joins the client thread, which delivers the rest, runs
+ * on_client_stop (no completion can come after it), closes its wake-up
+ * handle and ends once the hook has closed its own. The node is freed after
+ * that, so the client may call node_status or node_submit until then.
+ *
+ * Calls: node.c (start, run, stop), node_internal.h (node__finish_*). */
+#include <poll.h>
+#include <sched.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "base/log.h"
+#include "node/node_internal.h"
+
+/* The longest a side that let go of the state lock waits for the other to
+ * take it (then it goes on regardless). */
+#define STATE_HANDOFF_NS 2000000ull
+/* A run of read completions holds the state lock at most this long before
+ * the consensus loop, if it waits, gets a turn. */
+#define READ_RUN_NS 1000000ull
+
+/* Waits (yielding) while *flag is nonzero, at most STATE_HANDOFF_NS. */
+static void handoff_wait(atomic_int *flag)
+{
+    if (atomic_load_explicit(flag, memory_order_acquire) == 0)
+        return;
+    uint64_t t0 = tk_mono_ns();
+    while (atomic_load_explicit(flag, memory_order_acquire) != 0 &&
+           tk_mono_ns() - t0 < STATE_HANDOFF_NS)
+        sched_yield();
+}
+
+static void state_lock_loop(struct node_client *c)
+{
+    atomic_store_explicit(&c->loop_waiting, 1, memory_order_release);
+    pthread_mutex_lock(&c->state_mu);
+    atomic_store_explicit(&c->loop_waiting, 0, memory_order_release);
+}
+
+static void state_lock_client(struct node_client *c)
+{
+    atomic_fetch_add_explicit(&c->waiting, 1, memory_order_acq_rel);
+    pthread_mutex_lock(&c->state_mu);
+    atomic_fetch_sub_explicit(&c->waiting, 1, memory_order_acq_rel);
+}
+
+/* The client lets go; the consensus loop, if it waits, goes first. */
+static void state_unlock_client(struct node_client *c)
+{
+    pthread_mutex_unlock(&c->state_mu);
+    handoff_wait(&c->loop_waiting);
+}
+
+/* ---- the consensus loop's side ------------------------------------------ */
+
+void node__client_post(struct node *n, struct node_req *r, int status,
+                       const struct kv_result *res)
+{
+    struct node_client *c = &n->client;
+    r->client_status = status;
+    r->client_res = res != NULL && r->res_out != NULL;
+    if (r->client_res) {
+        size_t ops = res->n_ops <= KV_TXN_OPS_MAX ? res->n_ops : KV_TXN_OPS_MAX;
+        memcpy(r->res_out, res,
+               offsetof(struct kv_result, ops) + ops * sizeof(res->ops[0]));
+    }
+    r->next = NULL;
+    pthread_mutex_lock(&c->inbox_mu);
+    bool was_empty = c->inbox_head == NULL;
+    if (was_empty)
+        c->inbox_head = r;
+    else
+        c->inbox_tail->next = r;
+    c->inbox_tail = r;
+    pthread_mutex_unlock(&c->inbox_mu);
+    if (was_empty)
+        uv_async_send(&c->wake);
+}
+
+void node__client_applied(struct node *n)
+{
+    struct node_client *c = &n->client;
+    if (!atomic_exchange_explicit(&c->applied_due, true, memory_order_acq_rel))
+        uv_async_send(&c->wake);
+}
+
+void node__client_run(struct node *n)
+{
+    struct node_client *c = &n->client;
+    int fd = uv_backend_fd(n->loop.uv);
+    for (;;) {
+        state_lock_loop(c);
+        int alive = uv_run(n->loop.uv, UV_RUN_NOWAIT);
+        int timeout = alive ? uv_backend_timeout(n->loop.uv) : 0;
+        pthread_mutex_unlock(&c->state_mu);
+        if (!alive)
+            return;
+        /* A client waits for the state: it goes before the next turn. */
+        if (atomic_load_explicit(&c->waiting, memory_order_acquire) != 0) {
+            uint64_t t0 = tk_mono_ns();
+            while (atomic_load_explicit(&c->waiting, memory_order_acquire) != 0 &&
+                   tk_mono_ns() - t0 < STATE_HANDOFF_NS)
+                sched_yield();
+        }
+        if (timeout == 0)
+            continue;
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        uint64_t t0 = tk_mono_ns();
+        (void)poll(&p, 1, timeout);
+        c->ext_idle_ns += tk_mono_ns() - t0;
+    }
+}
+
+/* ---- the client loop's side --------------------------------------------- */
+
+/* Hands the inbox's completions to their callbacks, in order; a run of
+ * successful reads holds the state lock (handed to the consensus loop
+ * between two of them once it waits and READ_RUN_NS have passed). */
+static void deliver(struct node *n)
+{
+    struct node_client *c = &n->client;
+    pthread_mutex_lock(&c->inbox_mu);
+    struct node_req *r = c->inbox_head;
+    c->inbox_head = c->inbox_tail = NULL;
+    pthread_mutex_unlock(&c->inbox_mu);
+    bool locked = false;
+    uint64_t since = 0;
+    while (r != NULL) {
+        struct node_req *next = r->next;
+        r->next = NULL;
+        c->delivered++;
+        int status = r->client_status;
+        if (r->is_read && status == 0) {
+            if (locked && atomic_load_explicit(&c->loop_waiting, memory_order_acquire) &&
+                tk_mono_ns() - since >= READ_RUN_NS) {
+                state_unlock_client(c);
+                locked = false;
+            }
+            if (!locked) {
+                state_lock_client(c);
+                locked = true;
+                since = tk_mono_ns();
+            }
+            r->read_cb(r, 0, n->sm, r->data);
+        } else {
+            if (locked) {
+                state_unlock_client(c);
+                locked = false;
+            }
+            if (r->is_read)
+                r->read_cb(r, status, NULL, r->data);
+            else
+                r->write_cb(r, status, r->client_res ? r->res_out : NULL, r->data);
+        }
+        r = next;
+    }
+    if (locked)
+        state_unlock_client(c);
+}
+
+static void on_client_wake(uv_async_t *h)
+{
+    struct node *n = h->data;
+    struct node_client *c = &n->client;
+    c->wakeups++;
+    if (atomic_exchange_explicit(&c->applied_due, false, memory_order_acq_rel) &&
+        !c->stopped && n->o.on_client_applied != NULL)
+        n->o.on_client_applied(n, &c->loop, n->o.client_hook_data);
+    deliver(n);
+    if (!c->stopped && atomic_load(&c->final_due)) {
+        /* The consensus loop is gone and every completion delivered: what
+         * the client submits from now on is refused at once (TK_ESHUTDOWN). */
+        c->stopped = true;
+        if (n->o.on_client_stop != NULL)
+            n->o.on_client_stop(n, &c->loop, n->o.client_hook_data);
+        uv_close((uv_handle_t *)&c->wake, NULL);
+    }
+}
+
+static void client_thread(void *arg)
+{
+    struct node *n = arg;
+    struct node_client *c = &n->client;
+    char name[16];
+    snprintf(name, sizeof(name), "tk-client-%llu", (unsigned long long)(n->o.id % 10000));
+    pthread_setname_np(pthread_self(), name);
+    uv_sem_wait(&c->go);
+    if (c->abort) {
+        uv_close((uv_handle_t *)&c->wake, NULL);
+    } else {
+        n->o.on_client_start(n, &c->loop, n->o.client_hook_data);
+        uv_sem_post(&c->started);
+    }
+    uv_run(&c->loop, UV_RUN_DEFAULT);
+    int rc = uv_loop_close(&c->loop);
+    if (rc != 0)
+        TK_LOG(TK_LOG_WARN, n->o.id, 0, "client loop closed with live handles: %s",
+               uv_strerror(rc));
+}
+
+/* ---- start and stop (node.c) --------------------------------------------- */
+
+int node__client_prepare(struct node *n)
+{
+    struct node_client *c = &n->client;
+    if (n->o.on_client_start == NULL)
+        return 0;
+    if (uv_loop_init(&c->loop) != 0)
+        return TK_EIO;
+    uv_async_init(&c->loop, &c->wake, on_client_wake);
+    c->wake.data = n;
+    pthread_mutex_init(&c->state_mu, NULL);
+    pthread_mutex_init(&c->inbox_mu, NULL);
+    uv_sem_init(&c->go, 0);
+    uv_sem_init(&c->started, 0);
+    if (uv_thread_create(&c->thread, client_thread, n) != 0) {
+        uv_close((uv_handle_t *)&c->wake, NULL);
+        uv_run(&c->loop, UV_RUN_DEFAULT);
+        (void)uv_loop_close(&c->loop);
+        pthread_mutex_destroy(&c->state_mu);
+        pthread_mutex_destroy(&c->inbox_mu);
+        uv_sem_destroy(&c->go);
+        uv_sem_destroy(&c->started);
+        return TK_EIO;
+    }
+    c->on = true;
+    return 0;
+}
+
+void node__client_begin(struct node *n, bool ok)
+{
+    struct node_client *c = &n->client;
+    if (!c->on)
+        return;
+    c->abort = !ok;
+    uv_sem_post(&c->go);
+    if (ok)
+        uv_sem_wait(&c->started);
+}
+
+void node__client_join(struct node *n)
+{
+    struct node_client *c = &n->client;
+    if (!c->on)
+        return;
+    /* What a client queued while the loop closed: it never ran. */
+    void *item;
+    while ((item = tk_mpsc_pop(&n->loop.queue)) != NULL)
+        node__finish(n, item, TK_ESHUTDOWN);
+    atomic_store(&c->final_due, true);
+    if (!c->abort)
+        uv_async_send(&c->wake);
+    uv_thread_join(&c->thread);
+    pthread_mutex_destroy(&c->state_mu);
+    pthread_mutex_destroy(&c->inbox_mu);
+    uv_sem_destroy(&c->go);
+    uv_sem_destroy(&c->started);
+    c->on = false;
+}
+
+uint64_t node__client_idle_ns(const struct node *n)
+{
+    return n->client.ext_idle_ns;
+}
+
+/* ---- node.h -------------------------------------------------------------- */
+
+bool node_client_lock(struct node *n)
+{
+    struct node_client *c = &n->client;
+    if (!c->on)
+        return false;
+    state_lock_client(c);
+    if (n->loop.closing) {
+        state_unlock_client(c);
+        return false;
+    }
+    return true;
+}
+
+void node_client_unlock(struct node *n, bool changed)
+{
+    /* Woken while the lock is held: the loop cannot have closed its wake-up
+     * handle meanwhile (it closes it in a turn, holding the lock). */
+    if (changed)
+        uv_async_send(&n->loop.wake);
+    state_unlock_client(&n->client);
+}
