@@ -226,9 +226,12 @@ static size_t leader_header(struct gateway *gw, uint64_t leader, char *hdr, size
     char addr[NODE_ADDR_MAX];
     if (!known) {
         *lasting = false;
-        if (!gw->stopping && /* a member added at run time */
-            node_member_http(gw->node, leader, addr, sizeof(addr)))
-            snprintf(hdr + n, cap - (size_t)n, "X-Tierkv-Leader-Addr: %s\r\n", addr);
+        if (!gw->stopping && api__state_enter(gw)) { /* a member added at run time */
+            bool found = node_member_http(gw->node, leader, addr, sizeof(addr));
+            api__state_leave(gw, false);
+            if (found)
+                snprintf(hdr + n, cap - (size_t)n, "X-Tierkv-Leader-Addr: %s\r\n", addr);
+        }
     }
     return strlen(hdr);
 }
@@ -331,6 +334,7 @@ int gateway_new(const struct gateway_config *c, struct gateway **out)
         return TK_EINVAL;
     struct gateway *gw = tk_calloc(1, sizeof(*gw));
     gw->cfg = *c;
+    pthread_mutex_init(&gw->bounce_mu, NULL);
     if (gw->cfg.watch_total_bytes < c->watch_buffer_bytes)
         gw->cfg.watch_total_bytes = c->watch_buffer_bytes; /* at least one watch's */
     gw->cfg.host = tk_strdup(c->host);
@@ -367,21 +371,89 @@ int gateway_new(const struct gateway_config *c, struct gateway **out)
     return 0;
 }
 
-static void on_loop_start(struct node *n, struct uv_loop_s *loop, void *data)
+/* ---- calls from the node's loop (api__bounce) --------------------------- */
+
+struct api_bounce {
+    api_bounce_fn *fn;
+    void *arg;
+    struct api_bounce *next;
+};
+
+static void run_bounced(struct gateway *gw)
+{
+    pthread_mutex_lock(&gw->bounce_mu);
+    struct api_bounce *b = gw->bounce_head;
+    gw->bounce_head = gw->bounce_tail = NULL;
+    pthread_mutex_unlock(&gw->bounce_mu);
+    while (b != NULL) {
+        struct api_bounce *next = b->next;
+        b->fn(b->arg);
+        tk_free(b);
+        b = next;
+    }
+}
+
+static void on_bounce(uv_async_t *h)
+{
+    run_bounced(h->data);
+}
+
+void api__bounce(struct gateway *gw, api_bounce_fn *fn, void *arg)
+{
+    if (!gw->own_loop) {
+        fn(arg);
+        return;
+    }
+    struct api_bounce *b = tk_malloc(sizeof(*b));
+    *b = (struct api_bounce){fn, arg, NULL};
+    pthread_mutex_lock(&gw->bounce_mu);
+    bool was_empty = gw->bounce_head == NULL;
+    if (was_empty)
+        gw->bounce_head = b;
+    else
+        gw->bounce_tail->next = b;
+    gw->bounce_tail = b;
+    pthread_mutex_unlock(&gw->bounce_mu);
+    /* The handle lives until on_client_stop, which runs after the node's
+     * loop has ended: no callback of it comes later. */
+    if (was_empty)
+        uv_async_send(&gw->bounce);
+}
+
+size_t api__node_members(struct gateway *gw, struct node_member *out, size_t cap,
+                         uint64_t *config_index, bool *committed)
+{
+    *config_index = 0;
+    *committed = false;
+    if (!api__state_enter(gw))
+        return 0;
+    size_t k = node_members(gw->node, out, cap, config_index, committed);
+    api__state_leave(gw, false);
+    return k;
+}
+
+/* ---- the node's hooks ---------------------------------------------------- */
+
+static void on_start(struct node *n, struct uv_loop_s *loop, void *data)
 {
     struct gateway *gw = data;
     gw->node = n;
     gw->loop = loop;
     uv_timer_init(loop, &gw->watch_timer);
     gw->watch_timer.data = gw;
+    if (gw->own_loop) {
+        uv_async_init(loop, &gw->bounce, on_bounce);
+        gw->bounce.data = gw;
+    }
     gw->listen_rc = http_server_listen(gw->http, loop, gw->cfg.host, gw->cfg.port,
                                        gw->listen_err, sizeof(gw->listen_err));
 }
 
-/* Requests the node still holds are failed with TK_ESHUTDOWN right after
- * this hook (503, or 500 for a write): http_server_stop keeps their
- * connections open long enough for those answers. */
-static void on_loop_stop(struct node *n, struct uv_loop_s *loop, void *data)
+/* On the node's loop, requests the node still holds are failed with
+ * TK_ESHUTDOWN right after this hook (503, or 500 for a write):
+ * http_server_stop keeps their connections open long enough for those
+ * answers. On the client loop they have all been answered by now. */
+static void on_stop(struct node *n, struct uv_loop_s *loop, void *data)
 {
     struct gateway *gw = data;
     (void)n;
@@ -391,6 +463,10 @@ static void on_loop_stop(struct node *n, struct uv_loop_s *loop, void *data)
     api__admit_stop(gw);
     api__watch_stop(gw);
     uv_close((uv_handle_t *)&gw->watch_timer, NULL);
+    if (gw->own_loop) {
+        run_bounced(gw); /* the last ones: the node's loop has ended */
+        uv_close((uv_handle_t *)&gw->bounce, NULL);
+    }
     http_server_stop(gw->http);
 }
 
@@ -403,10 +479,18 @@ static void on_applied(struct node *n, struct uv_loop_s *loop, void *data)
 
 void gateway_hook(struct gateway *gw, struct node_options *o)
 {
-    o->on_loop_start = on_loop_start;
-    o->on_loop_stop = on_loop_stop;
-    o->on_applied = on_applied;
-    o->hook_data = gw;
+    gw->own_loop = !gw->cfg.on_node_loop;
+    if (gw->own_loop) {
+        o->on_client_start = on_start;
+        o->on_client_stop = on_stop;
+        o->on_client_applied = on_applied;
+        o->client_hook_data = gw;
+    } else {
+        o->on_loop_start = on_start;
+        o->on_loop_stop = on_stop;
+        o->on_applied = on_applied;
+        o->hook_data = gw;
+    }
 }
 
 int gateway_listen_status(const struct gateway *gw)
@@ -436,5 +520,6 @@ void gateway_free(struct gateway *gw)
     }
     tk_free((char *)(uintptr_t)gw->cfg.host);
     tk_free(gw->latency);
+    pthread_mutex_destroy(&gw->bounce_mu);
     tk_free(gw);
 }

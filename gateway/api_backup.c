@@ -10,8 +10,9 @@
  * default (a follower answers 503 not_leader with the leader's address, which
  * clients follow); ?local takes this node's state.
  *
- * Called by api.c's route table; on the node's loop thread (but seal_run, on
- * the pool). Calls api_reply.c, http.c and kv/backup.c. */
+ * Called by api.c's route table; on the gateway's loop (but seal_run, on
+ * the pool, and backup_ready, on the node's loop, which hands the stream
+ * back by api__bounce). Calls api_reply.c, http.c and kv/backup.c. */
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -33,6 +34,8 @@ struct backup_job {
     struct kv_backup_info info;
     int rc;
     char err[160];
+    int ready_status; /* node_backup_start's answer, on the node's loop */
+    struct tk_blob *ready_stream;
 };
 
 static void job_free(struct backup_job *j)
@@ -71,12 +74,8 @@ static void seal_after(uv_work_t *w, int status)
     job_free(j);
 }
 
-static void backup_ready(int status, struct tk_blob *stream, uint64_t index,
-                         uint64_t term, void *data)
+static void backup_go(struct backup_job *j, int status, struct tk_blob *stream)
 {
-    struct backup_job *j = data;
-    (void)index;
-    (void)term;
     if (status != 0) {
         api__respond_rc(j->req, status);
         job_free(j);
@@ -88,6 +87,24 @@ static void backup_ready(int status, struct tk_blob *stream, uint64_t index,
         api__respond_rc(j->req, TK_EIO);
         job_free(j);
     }
+}
+
+static void backup_bounced(void *arg)
+{
+    struct backup_job *j = arg;
+    backup_go(j, j->ready_status, j->ready_stream);
+}
+
+/* On the node's loop: the rest on the gateway's. */
+static void backup_ready(int status, struct tk_blob *stream, uint64_t index,
+                         uint64_t term, void *data)
+{
+    struct backup_job *j = data;
+    (void)index;
+    (void)term;
+    j->ready_status = status;
+    j->ready_stream = stream;
+    api__bounce(j->req->gw, backup_bounced, j);
 }
 
 void api__snapshot(struct api_req *req, const struct query *q)
@@ -107,7 +124,11 @@ void api__snapshot(struct api_req *req, const struct query *q)
     j->cluster_id = node_cluster_id(gw->node);
     j->created_ms = (uint64_t)time(NULL) * 1000;
     struct node_backup *h;
-    int rc = node_backup_start(gw->node, backup_ready, j, &h);
+    int rc = TK_ESHUTDOWN;
+    if (api__state_enter(gw)) {
+        rc = node_backup_start(gw->node, backup_ready, j, &h);
+        api__state_leave(gw, rc == 0);
+    }
     if (rc == TK_EBUSY) {
         char retry[64];
         api__retry_after(gw, retry, sizeof(retry));

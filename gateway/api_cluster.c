@@ -1,6 +1,6 @@
 /* The cluster routes: GET /v1/cluster (this node's Raft status and the
  * members), /healthz and /readyz (/v1/debug/digest: api_digest.c). Called by
- * api.c's route table; on the node's loop thread. */
+ * api.c's route table; on the gateway's loop. */
 #include <stdio.h>
 #include <string.h>
 
@@ -36,7 +36,7 @@ void api__cluster(struct api_req *req, const struct query *q)
     struct node_member m[RAFT_MEMBERS_MAX];
     uint64_t ci;
     bool committed;
-    size_t k = node_members(gw->node, m, RAFT_MEMBERS_MAX, &ci, &committed);
+    size_t k = api__node_members(gw, m, RAFT_MEMBERS_MAX, &ci, &committed);
     for (size_t i = 0; i < k && i < RAFT_MEMBERS_MAX; i++) {
         const char *raft = m[i].raft, *http = m[i].http;
         for (uint32_t j = 0; j < gw->cfg.n_members; j++) {

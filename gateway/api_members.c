@@ -6,8 +6,9 @@
  *   DELETE /v1/members/{id}          remove a voter or a learner.
  * Changes run on the leader (elsewhere: 503 not_leader with X-Tierkv-Leader)
  * through node_member_change, one at a time, and answer once the
- * configuration entry commits. Called by api.c's route table; on the node's
- * loop thread.
+ * configuration entry commits. Called by api.c's route table; on the
+ * gateway's loop (the node's member calls under its state lock, the change's
+ * answer brought back by api__bounce).
  *
  * An add is checked here before the node sees it, against this node's view
  * of the configuration (node_members): addresses must be host:port with a
@@ -46,7 +47,7 @@ void api__members_list(struct api_req *req, const struct query *q)
     struct node_member m[MEMBERS_LIST_MAX];
     uint64_t ci = 0;
     bool committed = false;
-    size_t k = node_members(gw->node, m, MEMBERS_LIST_MAX, &ci, &committed);
+    size_t k = api__node_members(gw, m, MEMBERS_LIST_MAX, &ci, &committed);
     if (k > MEMBERS_LIST_MAX)
         k = MEMBERS_LIST_MAX;
     struct node_status st;
@@ -134,15 +135,43 @@ static void respond_result(struct api_req *req, const struct node_member_result 
     jbuf_free(&b);
 }
 
+struct change_done {
+    struct api_req *req;
+    struct node_member_result res;
+};
+
+static void change_answer(void *arg)
+{
+    struct change_done *d = arg;
+    respond_result(d->req, &d->res);
+    tk_free(d);
+}
+
+/* On the node's loop: the answer is given on the gateway's. */
 static void on_change_done(const struct node_member_result *res, void *data)
 {
-    respond_result(data, res);
+    struct api_req *req = data;
+    if (!req->gw->own_loop) {
+        respond_result(req, res);
+        return;
+    }
+    struct change_done *d = tk_malloc(sizeof(*d));
+    d->req = req;
+    d->res = *res;
+    api__bounce(req->gw, change_answer, d);
 }
 
 static void start_change(struct api_req *req, const struct node_member_change *c)
 {
+    struct gateway *gw = req->gw;
     struct node_member_result res;
-    if (node_member_change(req->gw->node, c, on_change_done, req, &res) != 0)
+    if (!api__state_enter(gw)) {
+        api__respond_rc(req, TK_ESHUTDOWN);
+        return;
+    }
+    int rc = node_member_change(gw->node, c, on_change_done, req, &res);
+    api__state_leave(gw, rc == 0);
+    if (rc != 0)
         respond_result(req, &res);
 }
 
@@ -324,7 +353,7 @@ static int check_add(struct api_req *req, const struct node_member_change *c)
     struct node_member m[MEMBERS_LIST_MAX];
     uint64_t ci = 0;
     bool committed = false;
-    size_t k = node_members(gw->node, m, MEMBERS_LIST_MAX, &ci, &committed);
+    size_t k = api__node_members(gw, m, MEMBERS_LIST_MAX, &ci, &committed);
     if (k > MEMBERS_LIST_MAX)
         k = MEMBERS_LIST_MAX;
     if (!committed)
@@ -370,7 +399,7 @@ static int check_promote(struct api_req *req, uint64_t id)
     struct node_member m[MEMBERS_LIST_MAX];
     uint64_t ci = 0;
     bool committed = false, learner = false;
-    size_t k = node_members(req->gw->node, m, MEMBERS_LIST_MAX, &ci, &committed);
+    size_t k = api__node_members(req->gw, m, MEMBERS_LIST_MAX, &ci, &committed);
     size_t voters = 0;
     for (size_t i = 0; i < k && i < MEMBERS_LIST_MAX; i++) {
         voters += m[i].voter;

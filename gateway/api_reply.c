@@ -339,6 +339,10 @@ void api__respond_json(struct api_req *req, struct jbuf *b, uint64_t revision)
 
 void api__submit_nreq(struct api_req *req)
 {
+    /* On the client loop: its callback comes back here, a write's result
+     * copied into req->res. */
+    req->nreq.on_client = req->gw->own_loop;
+    req->nreq.res_out = &req->res;
     int rc = node_submit(req->gw->node, &req->nreq);
     if (rc != 0) {
         tk_blob_unref(req->nreq.cmd);

@@ -13,7 +13,9 @@
  * watcher the ring has moved past gets {"error":{"code":"compacted",
  * "compact_revision":C}} (410 before the stream began). A follower's ring
  * holds only what it applied, so it never sends more. No LMDB transaction is
- * held for a watcher: the ring is memory. Loop thread only. Called by api.c
+ * held for a watcher: the ring is memory, read under the node's state lock
+ * (api__state_enter), let go before anything is sent. The gateway's loop
+ * only. Called by api.c
  * and metrics.c (api__watch_pending);
  * calls api_auth.c (the user may read the range), api_reply.c, http.c, json.c,
  * node_kv. */
@@ -256,11 +258,18 @@ enum { PASS_DONE, PASS_MORE, PASS_ENDED };
 static int watch_pass(struct watcher *w)
 {
     struct gateway *gw = w->gw;
+    /* The change log is read under the node's state lock, let go before
+     * anything is written to the client. */
+    if (!api__state_enter(gw))
+        return PASS_DONE; /* the node stops */
+    struct kv_sm *sm = node_kv(gw->node);
+    uint64_t applied = kv_sm_applied_index(sm);
     /* Events wait and its buffer is full: it waits for its client (polling
      * every WATCH_FULL_POLL_MS), and is lagging once the client took nothing
      * for watch_stall_ms. */
     if (http_stream_pending(w->http) >= gw->cfg.watch_buffer_bytes &&
-        w->next_rev <= kv_sm_applied_index(node_kv(gw->node))) {
+        w->next_rev <= applied) {
+        api__state_leave(gw, false);
         uint64_t now = uv_now(gw->loop);
         if (w->full_since_ms == 0 || http_stream_pending(w->http) < w->full_pending) {
             w->full_since_ms = now; /* full now, or the client took some */
@@ -277,12 +286,12 @@ static int watch_pass(struct watcher *w)
         w->full_since_ms = 0;
         arm(w, false);
     }
-    struct kv_sm *sm = node_kv(gw->node);
     size_t pending = http_stream_pending(w->http);
     size_t room =
         pending < gw->cfg.watch_buffer_bytes ? gw->cfg.watch_buffer_bytes - pending : 0;
     size_t turn = turn_room(gw);
-    if (turn == 0 && room > 0 && w->next_rev <= kv_sm_applied_index(node_kv(gw->node))) {
+    if (turn == 0 && room > 0 && w->next_rev <= applied) {
+        api__state_leave(gw, false);
         gw->watch_turn_full++;
         return PASS_MORE; /* the turn's budget is spent: the next turn */
     }
@@ -292,12 +301,17 @@ static int watch_pass(struct watcher *w)
     w->open_rev = 0;
     /* Whole revisions until a pass's events or the room are used up (a
      * pass's chunk passes the bound by one revision at most). */
-    uint64_t next = w->next_rev, applied = kv_sm_applied_index(sm);
-    if (room > 0 && next <= applied &&
-        kv_sm_events_read(sm, next, WATCH_EVENTS_PER_PASS, room, on_event, w, &next) !=
-            0) {
+    uint64_t next = w->next_rev, first = 0;
+    int rc = 0;
+    if (room > 0 && next <= applied) {
+        rc = kv_sm_events_read(sm, next, WATCH_EVENTS_PER_PASS, room, on_event, w, &next);
+        if (rc != 0)
+            first = kv_sm_events_first(sm);
+    }
+    api__state_leave(gw, false);
+    if (rc != 0) {
         gw->watch_compacted++;
-        watch_fail(w, "compacted", "compact_revision", kv_sm_events_first(sm) - 1);
+        watch_fail(w, "compacted", "compact_revision", first - 1);
         return PASS_ENDED;
     }
     if (w->sse && w->open_rev != 0)
@@ -311,8 +325,10 @@ static int watch_pass(struct watcher *w)
 
 static void progress(struct watcher *w)
 {
-    struct kv_sm *sm = node_kv(w->gw->node);
-    uint64_t applied = kv_sm_applied_index(sm);
+    if (!api__state_enter(w->gw))
+        return; /* the node stops */
+    uint64_t applied = kv_sm_applied_index(node_kv(w->gw->node));
+    api__state_leave(w->gw, false);
     uint64_t rev = w->next_rev - 1 < applied ? w->next_rev - 1 : applied;
     w->out.len = 0;
     if (w->sse)
@@ -483,7 +499,8 @@ static void index_event(const struct watch_shared *sh, const struct kv_event *ev
 }
 
 /* Reads the events since the last pass once (sh->full if they are not all
- * there, or too many), and picks the watchers that can take them. */
+ * there, or too many), and picks the watchers that can take them. Under the
+ * node's state lock (the events are borrowed from the change log). */
 static void shared_read(struct gateway *gw, struct watch_shared *sh)
 {
     struct kv_sm *sm = node_kv(gw->node);
@@ -571,7 +588,18 @@ void api__watch_run(uv_timer_t *t)
         gw->watch_shared = tk_calloc(1, sizeof(struct watch_shared));
     struct watch_shared *sh = gw->watch_shared;
     over_total(gw);
+    /* The shared events are borrowed from the change log: read and written
+     * into the synced watchers' buffers under the node's state lock, sent
+     * after it. */
+    if (!api__state_enter(gw))
+        return; /* the node stops */
     shared_read(gw, sh);
+    if (sh->n_synced > 0) {
+        index_build(sh);
+        for (size_t i = 0; i < sh->n; i++)
+            index_event(sh, &sh->ev[i]);
+    }
+    api__state_leave(gw, false);
     bool more = false;
     struct watcher *left_out = NULL;
     for (struct watcher *w = gw->watchers, *next; w != NULL; w = next) {
@@ -581,11 +609,6 @@ void api__watch_run(uv_timer_t *t)
             if (left_out == NULL && turn_room(gw) == 0)
                 left_out = w;
         }
-    }
-    if (sh->n_synced > 0) {
-        index_build(sh);
-        for (size_t i = 0; i < sh->n; i++)
-            index_event(sh, &sh->ev[i]);
     }
     for (size_t i = 0; i < sh->n_synced; i++) {
         struct watcher *w = sh->synced[i];
@@ -719,10 +742,16 @@ void api__watch(struct api_req *req, const struct query *q)
                            "this node serves %u watchers already", gw->cfg.watchers_max);
         return;
     }
+    if (!api__state_enter(gw)) {
+        watch_free_unstarted(w);
+        api__respond_rc(req, TK_ESHUTDOWN);
+        return;
+    }
     struct kv_sm *sm = node_kv(gw->node);
     if (w->next_rev == 0)
         w->next_rev = kv_sm_applied_index(sm) + 1; /* from now on */
     uint64_t first = kv_sm_events_first(sm);
+    api__state_leave(gw, false);
     if (w->next_rev < first) {
         watch_free_unstarted(w);
         gw->watch_compacted++;

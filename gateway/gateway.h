@@ -1,18 +1,20 @@
 /* The HTTP/JSON gateway (API v1): an HTTP/1.1 server that runs on a node's
- * own libuv loop and turns requests into node requests (node/node.h).
+ * client loop (node.h, on_client_start: a thread and libuv loop of the
+ * node's, beside the consensus loop) and turns requests into node requests
+ * (node/node.h), so that no client work runs on the thread that runs Raft.
  *
  * Use: fill a gateway_config, gateway_new(), gateway_hook() into the
  * node_options before node_start(); the node then calls the gateway on its
- * loop thread: at loop start the gateway binds and listens (so a request costs
- * no thread hop), at loop stop it closes the listener and every connection.
- * After node_start returns, gateway_listen_status() says whether the bind
- * worked. After node_stop, gateway_free().
+ * client loop: at start the gateway binds and listens, at stop (every
+ * request of the node answered) it closes the listener and every
+ * connection. After node_start returns, gateway_listen_status() says
+ * whether the bind worked. After node_stop, gateway_free().
  *
  * Threads: gateway_new/hook/listen_status/port/free run on the owner's thread
  * (never concurrently with node_start/node_stop); everything else runs on the
- * node's loop thread. Limits: every buffer has a bound from the config (header
- * bytes, body bytes, pipelined requests per connection, connections).
- * The HTTP API itself is documented in docs/api.md. */
+ * client loop's thread (with on_node_loop, on the node's loop thread). Limits: every
+ * buffer has a bound from the config (header bytes, body bytes, pipelined requests per
+ * connection, connections). The HTTP API itself is documented in docs/api.md. */
 #ifndef TK_GATEWAY_GATEWAY_H
 #define TK_GATEWAY_GATEWAY_H
 
@@ -79,6 +81,10 @@ struct gateway_config {
      * /readyz needs one, and rights per key prefix. Borrowed: it must outlive
      * the gateway. NULL: no authentication. */
     const struct gateway_auth *auth;
+    /* Run on the node's own loop thread, as before issue 48, instead of the
+     * node's client loop (a thread of its own): no thread hop per request,
+     * but client work then shares the thread that runs Raft. false. */
+    bool on_node_loop;
 };
 
 /* Loads an --auth-file (its format: gateway/api_auth.c and docs/tierkvd.md).

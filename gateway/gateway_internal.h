@@ -11,10 +11,18 @@
  *                 to the node.
  * Calls run one way: api.c -> the handler files -> api_reply.c -> http.c,
  * json.c and the node (api_kv.c -> api_body.c -> json.c). Everything here
- * runs on the node's loop thread. */
+ * runs on the gateway's loop thread: the node's client loop (node.h,
+ * on_client_start), or with gateway_config.on_node_loop the node's own loop.
+ * On the client loop, what reads or changes the node's state (node_kv,
+ * node_members, node_member_http, node_member_change, node_backup_start,
+ * node_latency) runs between api__state_enter and api__state_leave (the
+ * node's state lock); read callbacks already hold it; callbacks the node
+ * runs on its own loop (a member change's, a backup's) come back through
+ * api__bounce. */
 #ifndef TK_GATEWAY_INTERNAL_H
 #define TK_GATEWAY_INTERNAL_H
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -164,7 +172,12 @@ struct gateway {
     bool stopping;
     int listen_rc;
     char listen_err[256];
-    uv_loop_t *loop; /* the node's, from on_loop_start */
+    uv_loop_t *loop; /* the client loop's (or the node's), from the start hook */
+    bool own_loop;   /* on the node's client loop (not cfg.on_node_loop) */
+    /* Calls from the node's loop to this one (api__bounce), in order. */
+    uv_async_t bounce;
+    pthread_mutex_t bounce_mu;
+    struct api_bounce *bounce_head, *bounce_tail;
     /* Bodies decoded on the thread pool (api_offload.c): waiting, in order;
      * running; and counters. */
     struct api_offload *offload_head, *offload_tail;
@@ -218,6 +231,7 @@ struct api_req {
     bool is_write;  /* the route has RF_WRITE */
     bool submitted; /* the node holds nreq: wait for its callback */
     struct node_req nreq;
+    struct kv_result res; /* a write's result, copied by the node (res_out) */
     uint8_t *key;
     size_t key_len;
     uint8_t *key2; /* scan: end bound */
@@ -257,6 +271,32 @@ static inline void api__key_free(struct api_req *req)
         tk_free(req->key);
     req->key = NULL;
 }
+
+/* ---- the node's state (api.c) ------------------------------------------- */
+
+/* On the client loop: takes the node's state lock; false (not held) once the
+ * node stops, when its state is not to be touched. On the node's loop:
+ * true. Hold it for bounded work only: the consensus loop waits meanwhile.
+ * `changed` on leaving: a member change or backup was started. */
+static inline bool api__state_enter(struct gateway *gw)
+{
+    return !gw->own_loop || node_client_lock(gw->node);
+}
+
+static inline void api__state_leave(struct gateway *gw, bool changed)
+{
+    if (gw->own_loop)
+        node_client_unlock(gw->node, changed);
+}
+
+/* node_members under the state lock (none once the node stops). */
+size_t api__node_members(struct gateway *gw, struct node_member *out, size_t cap,
+                         uint64_t *config_index, bool *committed);
+
+/* fn(arg) on the gateway's loop, called from a callback the node runs on its
+ * own loop (a member change's, a backup's); at once on the node's loop. */
+typedef void api_bounce_fn(void *arg);
+void api__bounce(struct gateway *gw, api_bounce_fn *fn, void *arg);
 
 /* ---- api_auth.c --------------------------------------------------------- */
 

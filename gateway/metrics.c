@@ -123,6 +123,7 @@ struct snapshot {
     struct node_metrics m;
     struct http_stats http;
     const struct node_latency *lat;
+    struct node_latency lat_copy;
     const struct gateway *gw;
     uint64_t auth_denied; /* gw->auth_denied */
     /* Bodies decoded on the thread pool (api_offload.c). */
@@ -633,9 +634,14 @@ void api__metrics(struct api_req *req, const struct query *q)
     node_status(gw->node, &s.st);
     node_metrics(gw->node, &s.m);
     http_server_stats(gw->http, &s.http);
-    s.lat = node_latency(gw->node);
-    struct kv_events_stats es;
-    kv_sm_events_stats(node_kv(gw->node), &es);
+    /* The node's histograms and change log, copied under its state lock. */
+    struct kv_events_stats es = {0};
+    if (api__state_enter(gw)) {
+        s.lat_copy = *node_latency(gw->node);
+        kv_sm_events_stats(node_kv(gw->node), &es);
+        api__state_leave(gw, false);
+    }
+    s.lat = &s.lat_copy;
     s.watchers = gw->n_watchers;
     s.offloaded = gw->offloaded;
     s.body_values_by_ref = gw->body_values_by_ref;

@@ -291,10 +291,11 @@ struct kv_sm *node_kv(struct node *n);
  * node_member_change, node_backup_start), for as long as it holds it: the
  * consensus loop waits meanwhile, so hold it briefly, for bounded work.
  * Returns false, not holding it, once the node is stopping (its state is
- * then not to be touched). A consensus turn that ends while a client waits
- * for the lock hands it over before the next begins. `changed`: the client
- * started something (node_member_change, node_backup_start), and the
- * consensus loop is woken to go on with it. */
+ * then not to be touched). A read's callback on the client loop holds it
+ * already; taking it again there only counts. A consensus turn that ends while a client
+ * waits for the lock hands it over before the next begins. `changed`: the client started
+ * something (node_member_change, node_backup_start), and the consensus loop is woken to
+ * go on with it. */
 bool node_client_lock(struct node *n);
 void node_client_unlock(struct node *n, bool changed);
 

@@ -70,11 +70,13 @@ static void state_lock_client(struct node_client *c)
     atomic_fetch_add_explicit(&c->waiting, 1, memory_order_acq_rel);
     pthread_mutex_lock(&c->state_mu);
     atomic_fetch_sub_explicit(&c->waiting, 1, memory_order_acq_rel);
+    c->depth = 1;
 }
 
 /* The client lets go; the consensus loop, if it waits, goes first. */
 static void state_unlock_client(struct node_client *c)
 {
+    c->depth = 0;
     pthread_mutex_unlock(&c->state_mu);
     handoff_wait(&c->loop_waiting);
 }
@@ -298,6 +300,10 @@ bool node_client_lock(struct node *n)
     struct node_client *c = &n->client;
     if (!c->on)
         return false;
+    if (c->depth > 0) { /* held already: inside a read's callback */
+        c->depth++;
+        return true;
+    }
     state_lock_client(c);
     if (n->loop.closing) {
         state_unlock_client(c);
@@ -312,5 +318,8 @@ void node_client_unlock(struct node *n, bool changed)
      * handle meanwhile (it closes it in a turn, holding the lock). */
     if (changed)
         uv_async_send(&n->loop.wake);
-    state_unlock_client(&n->client);
+    if (n->client.depth > 1)
+        n->client.depth--; /* the read's callback still holds it */
+    else
+        state_unlock_client(&n->client);
 }

@@ -116,7 +116,9 @@ struct node_client {
     pthread_mutex_t state_mu;
     atomic_int waiting;      /* clients waiting for state_mu */
     atomic_int loop_waiting; /* the consensus loop waits for it */
-    uint64_t ext_idle_ns;    /* consensus loop: time waiting in poll() */
+    int depth;            /* client loop: how often it holds state_mu (a read's callback
+                             may call node_client_lock again) */
+    uint64_t ext_idle_ns; /* consensus loop: time waiting in poll() */
     /* Completions for the client loop, oldest first (inbox_mu). */
     pthread_mutex_t inbox_mu;
     struct node_req *inbox_head, *inbox_tail;
