@@ -10,7 +10,7 @@
  * Calls run one way: http.c calls back here through http_callbacks only;
  * this file calls the handlers of its route table (the api_*.c files and
  * metrics.c), api_auth.c, api_reply.c, api_offload.c (its stop), http.c and
- * json.c. On the node's loop thread, except gateway_new,
+ * json.c. On the gateway's loop thread, except gateway_new,
  * gateway_hook, the listen getters and gateway_free (the owner's thread). */
 #include <http_parser.h>
 #include <stdio.h>

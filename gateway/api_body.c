@@ -3,7 +3,7 @@
  * wrong types and values past the limits are errors, recorded in the
  * struct bctx for the caller to answer (400, or 413 over a limit). Called by
  * api_kv.c, api_offload.c and api_lease.c; calls jansson, http.c (its error
- * answer) and nothing else of the gateway. On the node's loop thread. */
+ * answer) and nothing else of the gateway. On the gateway's loop thread. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,5 +1,5 @@
 /* api_body.c's contract with api_kv.c: JSON request bodies into kvpb
- * messages. Internal to the gateway; on the node's loop thread.
+ * messages. Internal to the gateway; on the gateway's loop thread.
  *
  * A struct bctx carries one request's parse: its scratch allocations (the
  * kvpb messages point into them and into the parsed JSON, so both live

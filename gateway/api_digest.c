@@ -1,14 +1,15 @@
 /* GET /v1/debug/digest in bounded steps (issue 19): a digest of this node's
  * applied state (kv_sm_digest's value) read locally, for comparing replicas.
  *
- * Each step is a stale read of its own on the node's loop hashing at most
+ * Each step is a stale read of its own (its callback holding the node's state
+ * lock, on the gateway's loop) hashing at most
  * API_DIGEST_STEP live keys and KV_SCAN_SKIP_MAX records that give none
  * (kv_sm_digest_step), so a digest of millions of keys never holds the loop;
  * the node runs a step submitted from a step's callback on its next loop turn.
  * The steps must see one state: a step that finds the applied index moved
  * since the first starts the digest again, and after API_DIGEST_RESTARTS
  * such restarts (a node under steady writes) the answer is 503
- * `state_changing`. Called by api.c's route table; on the node's loop. */
+ * `state_changing`. Called by api.c's route table; on the gateway's loop. */
 #include <string.h>
 
 #include "base/err.h"

@@ -7,7 +7,8 @@
  * request; its callback runs when the node's state is fresh enough and reads
  * the state machine directly (kv_sm_get / kv_sm_scan) to build the answer.
  * The delete range route is api_range.c's.
- * Everything runs on the node's loop thread, so a callback finds its request
+ * Everything runs on the gateway's loop thread (read callbacks there too,
+ * holding the node's state lock), so a callback finds its request
  * alive: http.c keeps it until http_respond.
  *
  * Bytes: keys are URL-decoded path bytes; query values are URL-decoded too.

@@ -4,7 +4,7 @@
  * /metrics of this node and every member's /ui (for that member's own
  * status), so the answer carries Access-Control-Allow-Origin: * (it holds
  * nothing the other read-only routes do not). Called by api.c's route table;
- * on the node's loop thread. */
+ * on the gateway's loop thread. */
 #include <string.h>
 
 #include "base/assert.h"

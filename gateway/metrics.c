@@ -1,7 +1,8 @@
 /* GET /metrics: Prometheus text format (version 0.0.4), and the per-route
  * request counters behind it. Called by api.c (the route table and every
  * response's accounting); reads the node (node_status, node_metrics,
- * node_latency) and the HTTP server's stats. On the node's loop thread.
+ * node_latency, copied under its state lock) and the HTTP server's stats. On the
+ * gateway's loop thread.
  *
  * Every metric is one row of `metric_table` below, in output order: its
  * name, type, help and how to read its value. Names are a public interface

@@ -201,6 +201,16 @@ static const struct opt opts[] = {
     {OPT("listen-http", "HOST:PORT", "127.0.0.1:8080", G_HTTP), STR(listen_http),
      .help = "HTTP listen address host:port",
      .doc = "where the HTTP API listens (IPv4 or `[IPv6]` literal)"},
+    {OPT("gateway-on-node-loop", NULL, NULL, G_HTTP), BOOL(gateway_on_node_loop),
+     .help = "run the HTTP gateway on the node's consensus loop thread, not a thread of "
+             "its own (fewer thread hops; client work then shares the thread that runs "
+             "Raft)",
+     .doc = "runs the HTTP gateway (accepting, TLS, parsing, JSON, watches, answers) on "
+            "the node's consensus loop thread, as before issue 48, instead of the "
+            "node's client loop, a thread of its own: each request then costs no "
+            "thread hop, but every client's work shares the thread that answers "
+            "heartbeats, bounded only by the per-turn budgets (docs/architecture.md, "
+            "\"Threads\")"},
     {OPT("listen-client", "HOST:PORT", NULL, G_HTTP), STR(listen_client),
      .help = "etcd v3 API (gRPC) listen address host:port; off by default",
      .doc = "where etcd's v3 API listens, over gRPC: etcd clients (`clientv3`, "

@@ -41,6 +41,7 @@ struct tierkvd_config {
     const char *listen_http, *listen_client;
     uint64_t request_timeout_ms, header_timeout_ms, body_timeout_ms;
     uint64_t idle_timeout_ms, write_timeout_ms;
+    bool gateway_on_node_loop;
     /* Security */
     const char *peer_token_file, *peer_cert_file, *peer_key_file;
     const char *peer_trusted_ca_file, *cert_file, *key_file, *client_ca_file;

@@ -185,6 +185,7 @@ static void setup_gateway(struct tierkvd *t, const struct node_mem_split *split)
         tierkvd_die("--listen-http: \"%s\" is not host:port (example: 127.0.0.1:8080)",
                     c->listen_http);
     gc->host = t->http_host;
+    gc->on_node_loop = c->gateway_on_node_loop;
     setup_sizes(t);
     gc->conns_max = size_connections(t);
     gc->pipeline_max = (uint32_t)c->max_pipeline;
