@@ -371,67 +371,6 @@ int gateway_new(const struct gateway_config *c, struct gateway **out)
     return 0;
 }
 
-/* ---- calls from the node's loop (api__bounce) --------------------------- */
-
-struct api_bounce {
-    api_bounce_fn *fn;
-    void *arg;
-    struct api_bounce *next;
-};
-
-static void run_bounced(struct gateway *gw)
-{
-    pthread_mutex_lock(&gw->bounce_mu);
-    struct api_bounce *b = gw->bounce_head;
-    gw->bounce_head = gw->bounce_tail = NULL;
-    pthread_mutex_unlock(&gw->bounce_mu);
-    while (b != NULL) {
-        struct api_bounce *next = b->next;
-        b->fn(b->arg);
-        tk_free(b);
-        b = next;
-    }
-}
-
-static void on_bounce(uv_async_t *h)
-{
-    run_bounced(h->data);
-}
-
-void api__bounce(struct gateway *gw, api_bounce_fn *fn, void *arg)
-{
-    if (!gw->own_loop) {
-        fn(arg);
-        return;
-    }
-    struct api_bounce *b = tk_malloc(sizeof(*b));
-    *b = (struct api_bounce){fn, arg, NULL};
-    pthread_mutex_lock(&gw->bounce_mu);
-    bool was_empty = gw->bounce_head == NULL;
-    if (was_empty)
-        gw->bounce_head = b;
-    else
-        gw->bounce_tail->next = b;
-    gw->bounce_tail = b;
-    pthread_mutex_unlock(&gw->bounce_mu);
-    /* The handle lives until on_client_stop, which runs after the node's
-     * loop has ended: no callback of it comes later. */
-    if (was_empty)
-        uv_async_send(&gw->bounce);
-}
-
-size_t api__node_members(struct gateway *gw, struct node_member *out, size_t cap,
-                         uint64_t *config_index, bool *committed)
-{
-    *config_index = 0;
-    *committed = false;
-    if (!api__state_enter(gw))
-        return 0;
-    size_t k = node_members(gw->node, out, cap, config_index, committed);
-    api__state_leave(gw, false);
-    return k;
-}
-
 /* ---- the node's hooks ---------------------------------------------------- */
 
 static void on_start(struct node *n, struct uv_loop_s *loop, void *data)
@@ -442,7 +381,7 @@ static void on_start(struct node *n, struct uv_loop_s *loop, void *data)
     uv_timer_init(loop, &gw->watch_timer);
     gw->watch_timer.data = gw;
     if (gw->own_loop) {
-        uv_async_init(loop, &gw->bounce, on_bounce);
+        uv_async_init(loop, &gw->bounce, api__bounce_cb);
         gw->bounce.data = gw;
     }
     gw->listen_rc = http_server_listen(gw->http, loop, gw->cfg.host, gw->cfg.port,
@@ -464,7 +403,7 @@ static void on_stop(struct node *n, struct uv_loop_s *loop, void *data)
     api__watch_stop(gw);
     uv_close((uv_handle_t *)&gw->watch_timer, NULL);
     if (gw->own_loop) {
-        run_bounced(gw); /* the last ones: the node's loop has ended */
+        api__bounce_run(gw); /* the last ones: the node's loop has ended */
         uv_close((uv_handle_t *)&gw->bounce, NULL);
     }
     http_server_stop(gw->http);

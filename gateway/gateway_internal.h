@@ -272,7 +272,7 @@ static inline void api__key_free(struct api_req *req)
     req->key = NULL;
 }
 
-/* ---- the node's state (api.c) ------------------------------------------- */
+/* ---- the node's state (api_reply.c) ------------------------------------- */
 
 /* On the client loop: takes the node's state lock; false (not held) once the
  * node stops, when its state is not to be touched. On the node's loop:
@@ -297,6 +297,9 @@ size_t api__node_members(struct gateway *gw, struct node_member *out, size_t cap
  * own loop (a member change's, a backup's); at once on the node's loop. */
 typedef void api_bounce_fn(void *arg);
 void api__bounce(struct gateway *gw, api_bounce_fn *fn, void *arg);
+/* gw->bounce's callback, and the calls waiting (api.c, at start and stop). */
+void api__bounce_cb(uv_async_t *h);
+void api__bounce_run(struct gateway *gw);
 
 /* ---- api_auth.c --------------------------------------------------------- */
 

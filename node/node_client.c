@@ -300,7 +300,8 @@ bool node_client_lock(struct node *n)
     struct node_client *c = &n->client;
     if (!c->on)
         return false;
-    if (c->depth > 0) { /* held already: inside a read's callback */
+    if (pthread_equal(pthread_self(), c->thread) && c->depth > 0) {
+        /* held already: inside a read's callback */
         c->depth++;
         return true;
     }
@@ -318,7 +319,7 @@ void node_client_unlock(struct node *n, bool changed)
      * handle meanwhile (it closes it in a turn, holding the lock). */
     if (changed)
         uv_async_send(&n->loop.wake);
-    if (n->client.depth > 1)
+    if (pthread_equal(pthread_self(), n->client.thread) && n->client.depth > 1)
         n->client.depth--; /* the read's callback still holds it */
     else
         state_unlock_client(&n->client);
