@@ -184,7 +184,8 @@ static void watch_end(struct watcher *w)
         gw->watchers = w->next;
     if (w->next)
         w->next->prev = w->prev;
-    gw->n_watchers--;
+    if (--gw->n_watchers == 0 && gw->own_loop && !gw->stopping)
+        node_client_want_applied(gw->node, false); /* no wake-up per apply */
     if (cut)
         http_stream_end_within(w->http, WATCH_CUT_GRACE_MS);
     else
@@ -776,7 +777,8 @@ void api__watch(struct api_req *req, const struct query *q)
     if (gw->watchers)
         gw->watchers->prev = w;
     gw->watchers = w;
-    gw->n_watchers++;
+    if (gw->n_watchers++ == 0 && gw->own_loop)
+        node_client_want_applied(gw->node, true); /* passes follow the applies */
     w->last_write_ms = uv_now(gw->loop);
     http_stream_begin(req->http, 200,
                       w->sse ? "text/event-stream" : "application/x-ndjson", NULL,

@@ -1001,6 +1001,7 @@ static void begin_close(struct node *n)
     node__tier_stop(n);
     if (n->o.on_loop_stop != NULL)
         n->o.on_loop_stop(n, n->loop.uv, n->o.hook_data);
+    node__client_close(n);
     node__backup_fail_all(n, TK_ESHUTDOWN);
     void *item;
     while ((item = tk_mpsc_pop(&n->loop.queue)) != NULL)

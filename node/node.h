@@ -241,7 +241,8 @@ struct node_options {
      * and every request's callback has run: no callback comes after it; it
      * must uv_close every handle it opened on the client loop, node_stop
      * waits for that), and after the node applied entries (coalesced: one
-     * call for any number of applies since the last). Until on_client_stop,
+     * call for any number of applies since the last; only while the client
+     * wants them: node_client_want_applied). Until on_client_stop,
      * while the node stops, node_submit refuses (TK_ESHUTDOWN) and
      * node_client_lock says no. A request with on_client set completes on
      * the client loop, many in one wake-up (below). Needs the node's own
@@ -284,8 +285,8 @@ int node_submit(struct node *n, struct node_req *req);
 struct kv_sm *node_kv(struct node *n);
 
 /* The node's state lock, for the client loop's thread (node_options.
- * on_client_start): the consensus loop holds it while it runs a turn and
- * lets go of it while it waits for events, so a client holding it may read
+ * on_client_start): the consensus loop holds it, and hands it over at the
+ * end of a turn to a client that asks (waking the loop), so a client holding it may read
  * the state machine (node_kv) and call the functions this header says are
  * for the loop thread only (node_members, node_member_http,
  * node_member_change, node_backup_start), for as long as it holds it: the
@@ -298,6 +299,10 @@ struct kv_sm *node_kv(struct node *n);
  * go on with it. */
 bool node_client_lock(struct node *n);
 void node_client_unlock(struct node *n, bool changed);
+
+/* Whether on_client_applied runs (off at start): a wake-up of the client
+ * loop per apply costs its CPU when nothing there follows the change log. */
+void node_client_want_applied(struct node *n, bool on);
 
 /* Backups (node_backup.c): a consistent snapshot stream of the state machine
  * (kv.h, "Snapshots") at an applied index at or past the one applied when

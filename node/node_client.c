@@ -12,9 +12,9 @@
  *   result copied to its res_out) and wakes the client loop only when the
  *   inbox was empty, so one wake-up carries every completion of a turn.
  * - The state lock (state_mu): the consensus loop holds it while a turn runs
- *   and lets go of it while it waits in poll() (node__client_run runs the
- *   loop with UV_RUN_NOWAIT turns around that poll, on the loop's backend
- *   fd), so a client holding it reads the state machine as a callback on the
+ *   and through its waits for events, but hands it to a client that asks
+ *   (waking the loop) at the end of a turn (on_wait, the turn's last prepare
+ *   callback), so a client holding it reads the state machine as a callback on the
  *   loop would: a read completion runs its callback holding it, and
  *   node_client_lock gives it to other client code (a watch reading the
  *   change log, a member list). Whoever lets it go while the other waits for
@@ -31,7 +31,6 @@
  * that, so the client may call node_status or node_submit until then.
  *
  * Calls: node.c (start, run, stop), node_internal.h (node__finish_*). */
-#include <poll.h>
 #include <sched.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -65,9 +64,17 @@ static void state_lock_loop(struct node_client *c)
     atomic_store_explicit(&c->loop_waiting, 0, memory_order_release);
 }
 
-static void state_lock_client(struct node_client *c)
+static void state_lock_client(struct node *n)
 {
+    struct node_client *c = &n->client;
     atomic_fetch_add_explicit(&c->waiting, 1, memory_order_acq_rel);
+    /* The loop holds the lock while it waits for events: wake it, unless its
+     * wake-up handle is closed (it then lets go of the lock when its loop
+     * ends). */
+    pthread_mutex_lock(&c->wake_mu);
+    if (!c->loop_wake_closed)
+        uv_async_send(&n->loop.wake);
+    pthread_mutex_unlock(&c->wake_mu);
     pthread_mutex_lock(&c->state_mu);
     atomic_fetch_sub_explicit(&c->waiting, 1, memory_order_acq_rel);
     c->depth = 1;
@@ -110,35 +117,51 @@ void node__client_post(struct node *n, struct node_req *r, int status,
 void node__client_applied(struct node *n)
 {
     struct node_client *c = &n->client;
-    if (!atomic_exchange_explicit(&c->applied_due, true, memory_order_acq_rel))
+    if (atomic_load_explicit(&c->applied_wanted, memory_order_relaxed) &&
+        !atomic_exchange_explicit(&c->applied_due, true, memory_order_acq_rel))
         uv_async_send(&c->wake);
+}
+
+/* The wait handle's callback: the last prepare callback of each turn (it was
+ * the loop's first prepare handle started, and libuv runs the newest first),
+ * just before libuv waits for events. The consensus loop keeps the state lock
+ * through that wait unless a client waits for it: then it lets go, waits
+ * (yielding, at most STATE_HANDOFF_NS) until the client has it, and takes it
+ * back, waiting for the client's hold to end. A client that wants the lock
+ * wakes the loop first (state_lock_client), so the loop comes here at once
+ * if it was waiting for events; so a turn costs no system call for the lock,
+ * and a client's hold, a wake-up of the loop. */
+static void on_wait(uv_prepare_t *h)
+{
+    struct node *n = h->data;
+    struct node_client *c = &n->client;
+    if (atomic_load_explicit(&c->waiting, memory_order_acquire) == 0)
+        return;
+    uint64_t t0 = tk_mono_ns();
+    pthread_mutex_unlock(&c->state_mu);
+    handoff_wait(&c->waiting);
+    state_lock_loop(c);
+    c->ext_idle_ns += tk_mono_ns() - t0; /* the client's, not the turn's */
+    uv_update_time(n->loop.uv);
 }
 
 void node__client_run(struct node *n)
 {
     struct node_client *c = &n->client;
-    int fd = uv_backend_fd(n->loop.uv);
-    for (;;) {
-        state_lock_loop(c);
-        int alive = uv_run(n->loop.uv, UV_RUN_NOWAIT);
-        int timeout = alive ? uv_backend_timeout(n->loop.uv) : 0;
-        pthread_mutex_unlock(&c->state_mu);
-        if (!alive)
-            return;
-        /* A client waits for the state: it goes before the next turn. */
-        if (atomic_load_explicit(&c->waiting, memory_order_acquire) != 0) {
-            uint64_t t0 = tk_mono_ns();
-            while (atomic_load_explicit(&c->waiting, memory_order_acquire) != 0 &&
-                   tk_mono_ns() - t0 < STATE_HANDOFF_NS)
-                sched_yield();
-        }
-        if (timeout == 0)
-            continue;
-        struct pollfd p = {.fd = fd, .events = POLLIN};
-        uint64_t t0 = tk_mono_ns();
-        (void)poll(&p, 1, timeout);
-        c->ext_idle_ns += tk_mono_ns() - t0;
-    }
+    state_lock_loop(c);
+    uv_run(n->loop.uv, UV_RUN_DEFAULT);
+    pthread_mutex_unlock(&c->state_mu);
+}
+
+void node__client_close(struct node *n)
+{
+    struct node_client *c = &n->client;
+    if (!c->on)
+        return;
+    uv_close((uv_handle_t *)&c->wait, NULL);
+    pthread_mutex_lock(&c->wake_mu); /* the loop's wake-up handle closes next */
+    c->loop_wake_closed = true;
+    pthread_mutex_unlock(&c->wake_mu);
 }
 
 /* ---- the client loop's side --------------------------------------------- */
@@ -167,7 +190,7 @@ static void deliver(struct node *n)
                 locked = false;
             }
             if (!locked) {
-                state_lock_client(c);
+                state_lock_client(n);
                 locked = true;
                 since = tk_mono_ns();
             }
@@ -237,18 +260,26 @@ int node__client_prepare(struct node *n)
         return 0;
     if (uv_loop_init(&c->loop) != 0)
         return TK_EIO;
+    /* The consensus loop's first prepare handle: its callback runs last. */
+    uv_prepare_init(n->loop.uv, &c->wait);
+    c->wait.data = n;
+    uv_prepare_start(&c->wait, on_wait);
     uv_async_init(&c->loop, &c->wake, on_client_wake);
     c->wake.data = n;
     pthread_mutex_init(&c->state_mu, NULL);
     pthread_mutex_init(&c->inbox_mu, NULL);
+    pthread_mutex_init(&c->wake_mu, NULL);
     uv_sem_init(&c->go, 0);
     uv_sem_init(&c->started, 0);
     if (uv_thread_create(&c->thread, client_thread, n) != 0) {
+        uv_close((uv_handle_t *)&c->wait, NULL);
+        uv_run(n->loop.uv, UV_RUN_NOWAIT);
         uv_close((uv_handle_t *)&c->wake, NULL);
         uv_run(&c->loop, UV_RUN_DEFAULT);
         (void)uv_loop_close(&c->loop);
         pthread_mutex_destroy(&c->state_mu);
         pthread_mutex_destroy(&c->inbox_mu);
+        pthread_mutex_destroy(&c->wake_mu);
         uv_sem_destroy(&c->go);
         uv_sem_destroy(&c->started);
         return TK_EIO;
@@ -263,6 +294,10 @@ void node__client_begin(struct node *n, bool ok)
     if (!c->on)
         return;
     c->abort = !ok;
+    if (!ok) { /* the consensus loop closes: the wait handle too */
+        uv_close((uv_handle_t *)&c->wait, NULL);
+        uv_run(n->loop.uv, UV_RUN_NOWAIT);
+    }
     uv_sem_post(&c->go);
     if (ok)
         uv_sem_wait(&c->started);
@@ -283,6 +318,7 @@ void node__client_join(struct node *n)
     uv_thread_join(&c->thread);
     pthread_mutex_destroy(&c->state_mu);
     pthread_mutex_destroy(&c->inbox_mu);
+    pthread_mutex_destroy(&c->wake_mu);
     uv_sem_destroy(&c->go);
     uv_sem_destroy(&c->started);
     c->on = false;
@@ -295,6 +331,11 @@ uint64_t node__client_idle_ns(const struct node *n)
 
 /* ---- node.h -------------------------------------------------------------- */
 
+void node_client_want_applied(struct node *n, bool on)
+{
+    atomic_store_explicit(&n->client.applied_wanted, on, memory_order_relaxed);
+}
+
 bool node_client_lock(struct node *n)
 {
     struct node_client *c = &n->client;
@@ -305,7 +346,7 @@ bool node_client_lock(struct node *n)
         c->depth++;
         return true;
     }
-    state_lock_client(c);
+    state_lock_client(n);
     if (n->loop.closing) {
         state_unlock_client(c);
         return false;

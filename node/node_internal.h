@@ -107,25 +107,28 @@ struct node_client {
     bool on; /* o.on_client_start is set and the thread runs */
     uv_thread_t thread;
     uv_loop_t loop;
-    uv_async_t wake;  /* the client loop's: completions, applies, stop */
-    uv_sem_t go;      /* the consensus loop started (or failed: abort) */
-    uv_sem_t started; /* on_client_start ran */
-    bool abort;       /* the node did not start: no hooks run */
-    /* The state lock: the consensus loop holds it through each turn (its
-     * own loop runner, node__client_run), a client while it reads. */
+    uv_async_t wake;   /* the client loop's: completions, applies, stop */
+    uv_prepare_t wait; /* the consensus loop's: hands the state to a client */
+    uv_sem_t go;       /* the consensus loop started (or failed: abort) */
+    uv_sem_t started;  /* on_client_start ran */
+    bool abort;        /* the node did not start: no hooks run */
+    /* The state lock: the consensus loop holds it (node__client_run) but
+     * while it hands it to a client that asks (on_wait). */
     pthread_mutex_t state_mu;
     atomic_int waiting;      /* clients waiting for state_mu */
     atomic_int loop_waiting; /* the consensus loop waits for it */
     int depth;            /* client loop: how often it holds state_mu (a read's callback
                              may call node_client_lock again) */
-    uint64_t ext_idle_ns; /* consensus loop: time waiting in poll() */
+    uint64_t ext_idle_ns; /* consensus loop: time the state was handed over */
+    pthread_mutex_t wake_mu; /* loop_wake_closed, and a client's wake-up of the loop */
+    bool loop_wake_closed;
+    atomic_bool applied_wanted; /* on_client_applied is called */
     /* Completions for the client loop, oldest first (inbox_mu). */
     pthread_mutex_t inbox_mu;
     struct node_req *inbox_head, *inbox_tail;
     atomic_bool applied_due;     /* the consensus loop applied since */
-    atomic_bool stop_due;        /* run on_client_stop */
-    atomic_bool final_due;       /* the consensus loop is gone: close the wake */
-    bool stopped, closed;        /* client loop: on_client_stop ran; wake closed */
+    atomic_bool final_due;       /* the consensus loop is gone: stop */
+    bool stopped;                /* client loop: on_client_stop ran */
     uint64_t delivered, wakeups; /* client loop: requests handed, drains */
 };
 
@@ -454,16 +457,17 @@ void node__client_post(struct node *n, struct node_req *r, int status,
 /* The node applied entries: on_client_applied on the client loop (coalesced). */
 void node__client_applied(struct node *n);
 /* Start: the thread, waiting (prepare, before node_init); then go, or abort
- * when the node did not start (begin). Stop: on_client_stop (stop, from
- * begin_close); the rest delivered and the thread joined (join, after the
- * consensus loop's thread ended). */
+ * when the node did not start (begin). Stop: the rest delivered,
+ * on_client_stop, the thread joined (join, after the consensus loop's thread
+ * ended). */
 int node__client_prepare(struct node *n);
 void node__client_begin(struct node *n, bool ok);
-void node__client_stop(struct node *n);
 void node__client_join(struct node *n);
-/* Runs the consensus loop holding the state lock except while it waits. */
+/* Runs the consensus loop holding the state lock but while a client holds
+ * it; node__client_close closes the wait handle (begin_close). */
 void node__client_run(struct node *n);
-/* The time node__client_run has waited in poll() (the loop's idle time). */
+void node__client_close(struct node *n);
+/* The time the consensus loop handed the state to a client (not its turns'). */
 uint64_t node__client_idle_ns(const struct node *n);
 
 /* ---- node.c: inline helpers other files use on the hot path ---- */

@@ -176,6 +176,7 @@ static void on_client_start(struct node *n, uv_loop_t *loop, void *data)
     c->n = n;
     c->loop = loop;
     c->thread = pthread_self();
+    node_client_want_applied(n, true);
     uv_timer_init(loop, &c->timer);
     c->timer.data = c;
     uv_timer_start(&c->timer, on_timer, 5, 5);
