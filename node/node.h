@@ -286,17 +286,16 @@ struct kv_sm *node_kv(struct node *n);
 
 /* The node's state lock, for the client loop's thread (node_options.
  * on_client_start): the consensus loop holds it, and hands it over at the
- * end of a turn to a client that asks (waking the loop), so a client holding it may read
- * the state machine (node_kv) and call the functions this header says are
- * for the loop thread only (node_members, node_member_http,
+ * end of a turn to a client that asks (waking the loop), so a client holding
+ * it may read the state machine (node_kv) and call the functions this header
+ * says are for the loop thread only (node_members, node_member_http,
  * node_member_change, node_backup_start), for as long as it holds it: the
  * consensus loop waits meanwhile, so hold it briefly, for bounded work.
  * Returns false, not holding it, once the node is stopping (its state is
  * then not to be touched). A read's callback on the client loop holds it
- * already; taking it again there only counts. A consensus turn that ends while a client
- * waits for the lock hands it over before the next begins. `changed`: the client started
- * something (node_member_change, node_backup_start), and the consensus loop is woken to
- * go on with it. */
+ * already; taking it again there only counts. `changed`: the client started
+ * something (node_member_change, node_backup_start), and the consensus loop
+ * is woken to go on with it. */
 bool node_client_lock(struct node *n);
 void node_client_unlock(struct node *n, bool changed);
 

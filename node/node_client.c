@@ -11,14 +11,14 @@
  *   arrival order under a mutex: node__client_post appends one (a write's
  *   result copied to its res_out) and wakes the client loop only when the
  *   inbox was empty, so one wake-up carries every completion of a turn.
- * - The state lock (state_mu): the consensus loop holds it while a turn runs
- *   and through its waits for events, but hands it to a client that asks
- *   (waking the loop) at the end of a turn (on_wait, the turn's last prepare
- *   callback), so a client holding it reads the state machine as a callback on the
- *   loop would: a read completion runs its callback holding it, and
- *   node_client_lock gives it to other client code (a watch reading the
- *   change log, a member list). Whoever lets it go while the other waits for
- *   it waits, at most STATE_HANDOFF_NS, until the other has it: a mutex
+ * - The state lock (state_mu): the consensus loop holds it while a turn
+ *   runs and through its waits for events, but hands it to a client that
+ *   asks (waking the loop) at the end of a turn (on_wait, the turn's last
+ *   prepare callback), so a client holding it reads the state machine as a
+ *   callback on the loop would: a read completion runs its callback holding
+ *   it, and node_client_lock gives it to other client code (a watch reading
+ *   the change log, a member list). Whoever lets it go while the other waits
+ *   for it waits, at most STATE_HANDOFF_NS, until the other has it: a mutex
  *   alone lets the one that just released it take it back first.
  *
  * Stopping: begin_close (node.c, on the consensus loop) fails every pending
