@@ -40,7 +40,7 @@ struct client {
     char failure[256];
     /* test_state_lock_keeps_the_loop_out: applied before and after a hold */
     uint64_t held_before, held_after, final_applied;
-    atomic_int held, all_submitted;
+    atomic_int held, all_submitted, final_read;
     /* test_stop_delivers_everything: submit, then stop at once */
     bool stop_test;
 };
@@ -165,6 +165,14 @@ static void on_timer(uv_timer_t *t)
         atomic_store(&c->held, 1);
         c->phase = 3;
         break;
+    case 3: /* every write done: the state's applied index, under the lock */
+        if (atomic_load(&c->done_writes) < WRITES || !node_client_lock(c->n))
+            break;
+        c->final_applied = kv_sm_applied_index(node_kv(c->n));
+        node_client_unlock(c->n, false);
+        atomic_store(&c->final_read, 1);
+        c->phase = 4;
+        break;
     default:
         break;
     }
@@ -239,9 +247,9 @@ START_TEST(test_completions_come_to_the_client_loop)
     while (atomic_load(&c->done_writes) < WRITES && atomic_load(&c->failures) == 0 &&
            tk_mono_ms() - t0 < NF_WAIT_MS)
         usleep(2000);
-    struct node_status st;
-    node_status(n, &st);
-    c->final_applied = st.applied;
+    while (!atomic_load(&c->final_read) && atomic_load(&c->failures) == 0 &&
+           tk_mono_ms() - t0 < NF_WAIT_MS)
+        usleep(2000);
     node_stop(n);
     transport_inproc_hub_free(hub);
     printf("client loop: %d writes, %d reads, %d applied calls; state held 100 ms: "
@@ -258,6 +266,7 @@ START_TEST(test_completions_come_to_the_client_loop)
     /* The lock kept the node out: nothing applied while it was held, though
      * writes were in flight, and they all applied after. */
     ck_assert(atomic_load(&c->held));
+    ck_assert(atomic_load(&c->final_read));
     ck_assert_uint_eq(c->held_before, c->held_after);
     ck_assert_uint_gt(c->final_applied, c->held_after);
     free(c);
