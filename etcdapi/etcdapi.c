@@ -8,7 +8,8 @@
  * etcdapi_kv.c's (KV.Compact etcdapi_maint.c's), the Lease ones
  * etcdapi_lease.c's, Cluster's etcdapi_cluster.c's, Maintenance's
  * etcdapi_maint.c's.
- * Loop thread, except etcdapi_new/hook/listen getters/free (the owner's). */
+ * The API's loop thread (the client loop's, or the node's with
+ * on_node_loop), except etcdapi_new/hook/listen getters/free (the owner's). */
 #include <stdio.h>
 #include <string.h>
 
@@ -224,8 +225,10 @@ static void on_loop_start(struct node *n, struct uv_loop_s *loop, void *data)
     uv_timer_start(&e->announce_timer, on_announce, 1000, 1000);
 }
 
-/* Calls still at the node complete with TK_ESHUTDOWN after this hook; their
- * answers are dropped (the connections are closed), and grpc.c frees them. */
+/* On the node's loop, calls still at the node complete with TK_ESHUTDOWN
+ * after this hook; their answers are dropped (the connections are closed),
+ * and grpc.c frees them. On the client loop every call's node request has
+ * ended by now. */
 static void on_loop_stop(struct node *n, struct uv_loop_s *loop, void *data)
 {
     struct etcdapi *e = data;
@@ -247,14 +250,20 @@ static void on_applied(struct node *n, struct uv_loop_s *loop, void *data)
 
 void etcdapi_hook(struct etcdapi *e, struct node_options *o)
 {
-    e->prev_start = o->on_loop_start;
-    e->prev_stop = o->on_loop_stop;
-    e->prev_applied = o->on_applied;
-    e->prev_data = o->hook_data;
-    o->on_loop_start = on_loop_start;
-    o->on_loop_stop = on_loop_stop;
-    o->on_applied = on_applied;
-    o->hook_data = e;
+    e->own_loop = !e->cfg.on_node_loop;
+    /* The client loop's hooks, or the consensus loop's. */
+    node_hook_cb **start = e->own_loop ? &o->on_client_start : &o->on_loop_start;
+    node_hook_cb **stop = e->own_loop ? &o->on_client_stop : &o->on_loop_stop;
+    node_hook_cb **applied = e->own_loop ? &o->on_client_applied : &o->on_applied;
+    void **data = e->own_loop ? &o->client_hook_data : &o->hook_data;
+    e->prev_start = *start;
+    e->prev_stop = *stop;
+    e->prev_applied = *applied;
+    e->prev_data = *data;
+    *start = on_loop_start;
+    *stop = on_loop_stop;
+    *applied = on_applied;
+    *data = e;
 }
 
 int etcdapi_listen_status(const struct etcdapi *e)

@@ -1,5 +1,6 @@
 /* etcd's v3 API over gRPC (docs/etcd-compat.md): a gRPC listener that runs
- * on a node's own libuv loop, beside the HTTP gateway, and turns etcd's
+ * on the node's client loop (node.h, on_client_start; with on_node_loop, on
+ * the node's own loop), beside the HTTP gateway, and turns etcd's
  * KV, Maintenance and Cluster calls into node requests (node/node.h), as
  * the gateway does: writes are kvpb.Commands submitted in applied mode
  * (a follower's node forwards them to the leader), reads run in the node's
@@ -13,8 +14,9 @@
  *
  * Threads: etcdapi_new/hook/listen_status/port/free on the owner's thread
  * (never concurrently with node_start/node_stop); everything else on the
- * node's loop thread. Limits: grpc.h's (connections, streams, message and
- * output bytes) and the range bounds here. Cleartext only (TLS: not yet). */
+ * client loop's thread (or the node's loop thread with on_node_loop). Limits: grpc.h's
+ * (connections, streams, message and output bytes) and the range bounds here. Cleartext
+ * only (TLS: not yet). */
 #ifndef TK_ETCDAPI_ETCDAPI_H
 #define TK_ETCDAPI_ETCDAPI_H
 
@@ -66,6 +68,10 @@ struct etcdapi_config {
      * client may do everything; Authenticate answers FailedPrecondition
      * `authentication is not enabled`, the other Auth calls Unimplemented). */
     const struct etcdapi_auth *auth;
+    /* Serve on the node's consensus loop, as before issue 48 (false: on
+     * the client loop, which a gateway in the same node shares: both take
+     * the same setting). */
+    bool on_node_loop;
 };
 
 /* Fills `c` with the defaults above (port 2379). */
@@ -74,8 +80,9 @@ void etcdapi_config_default(struct etcdapi_config *c);
 /* Checks and copies the config. Returns 0 or TK_EINVAL. */
 int etcdapi_new(const struct etcdapi_config *c, struct etcdapi **out);
 
-/* Sets o's loop hooks to the API's, keeping the ones already there (a
- * gateway's): they run first at start and last at stop. */
+/* Sets o's client loop hooks (with on_node_loop: its loop hooks) to the
+ * API's, keeping the ones already there (a gateway's): they run first at
+ * start and last at stop. */
 void etcdapi_hook(struct etcdapi *e, struct node_options *o);
 
 /* After node_start: 0 if the API listens, else TK_EINVAL (bad address) or

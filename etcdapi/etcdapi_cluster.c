@@ -46,7 +46,7 @@ struct mlist {
 
 /* Member id's client URL as its node announced it (etcdapi__announce), or
  * this node's own; false when unknown (a member whose node has not served
- * etcd's API yet). */
+ * etcd's API yet). Under the state lock (etcdapi__state_enter). */
 static bool client_url(struct etcdapi *e, uint64_t id, uint64_t self, char *out,
                        size_t cap)
 {
@@ -66,13 +66,14 @@ static bool client_url(struct etcdapi *e, uint64_t id, uint64_t self, char *out,
 }
 
 /* Every member of the configuration in force, with the client URL each
- * node announced. */
+ * node announced (none once the node stops). */
 static void mlist_fill(struct etcdapi *e, struct mlist *l)
 {
     struct node_member *mem = tk_calloc(MEMBERS_CAP, sizeof(*mem));
     uint64_t ci;
     bool committed;
-    size_t n = node_members(e->node, mem, MEMBERS_CAP, &ci, &committed);
+    bool locked = etcdapi__state_enter(e);
+    size_t n = locked ? node_members(e->node, mem, MEMBERS_CAP, &ci, &committed) : 0;
     if (n > MEMBERS_CAP)
         n = MEMBERS_CAP;
     size_t k = n ? n : 1;
@@ -106,6 +107,8 @@ static void mlist_fill(struct etcdapi *e, struct mlist *l)
         m->islearner = !mem[i].voter;
         l->mp[i] = m;
     }
+    if (locked)
+        etcdapi__state_leave(e, false);
     tk_free(mem);
 }
 
@@ -151,7 +154,11 @@ static int member_kind(struct etcdapi *e, uint64_t id, size_t *voters, char *raf
     struct node_member *mem = tk_calloc(MEMBERS_CAP, sizeof(*mem));
     uint64_t ci;
     bool committed;
-    size_t n = node_members(e->node, mem, MEMBERS_CAP, &ci, &committed);
+    size_t n = 0;
+    if (etcdapi__state_enter(e)) {
+        n = node_members(e->node, mem, MEMBERS_CAP, &ci, &committed);
+        etcdapi__state_leave(e, false);
+    }
     int kind = 0;
     *voters = 0;
     for (size_t i = 0; i < n && i < MEMBERS_CAP; i++) {
@@ -220,6 +227,7 @@ static bool peer_url_addr(const char *url, char *out, size_t cap)
  * to promote it; the struct then lives until both the node's callback has
  * run and the timer has closed. */
 struct mchange {
+    struct etcdapi *e;
     struct ecall *ec; /* NULL once answered */
     int op;           /* enum node_member_op */
     bool learner;
@@ -343,9 +351,8 @@ static void mchange_stop_timer(struct mchange *mc)
     uv_close((uv_handle_t *)&mc->timer, mchange_closed);
 }
 
-static void on_change_done(const struct node_member_result *res, void *data)
+static void change_done(struct mchange *mc, const struct node_member_result *res)
 {
-    struct mchange *mc = data;
     if (mc->ec != NULL && res->status == 0)
         change_answer(mc);
     else if (mc->ec != NULL)
@@ -367,8 +374,12 @@ static void mchange_poll(uv_timer_t *t)
         return; /* the node's callback answers (TK_ESHUTDOWN at stop) */
     struct node_member *mem = tk_calloc(MEMBERS_CAP, sizeof(*mem));
     uint64_t ci;
-    bool committed, in = false;
-    size_t n = node_members(mc->ec->e->node, mem, MEMBERS_CAP, &ci, &committed);
+    bool committed = false, in = false;
+    size_t n = 0;
+    if (etcdapi__state_enter(mc->ec->e)) {
+        n = node_members(mc->ec->e->node, mem, MEMBERS_CAP, &ci, &committed);
+        etcdapi__state_leave(mc->ec->e, false);
+    }
     for (size_t i = 0; i < n && i < MEMBERS_CAP; i++)
         in |= mem[i].id == mc->id;
     tk_free(mem);
@@ -380,13 +391,47 @@ static void mchange_poll(uv_timer_t *t)
     mchange_stop_timer(mc);
 }
 
+struct change_bounce {
+    struct mchange *mc;
+    struct node_member_result res;
+};
+
+static void change_bounced(void *arg)
+{
+    struct change_bounce *b = arg;
+    change_done(b->mc, &b->res);
+    tk_free(b);
+}
+
+/* On the node's loop: the rest on the API's (etcdapi__bounce). */
+static void on_change_done(const struct node_member_result *res, void *data)
+{
+    struct mchange *mc = data;
+    struct etcdapi *e = mc->e;
+    if (!e->own_loop) {
+        change_done(mc, res);
+        return;
+    }
+    struct change_bounce *b = tk_malloc(sizeof(*b));
+    b->mc = mc;
+    b->res = *res;
+    etcdapi__bounce(e, change_bounced, b);
+}
+
 static void start_change(struct mchange *mc, const struct node_member_change *c)
 {
     struct node_member_result res;
     memset(&res, 0, sizeof(res));
     struct etcdapi *e = mc->ec->e;
-    if (node_member_change(e->node, c, on_change_done, mc, &res) != 0) {
-        on_change_done(&res, mc);
+    int rc = TK_ESHUTDOWN;
+    if (etcdapi__state_enter(e)) {
+        rc = node_member_change(e->node, c, on_change_done, mc, &res);
+        etcdapi__state_leave(e, rc == 0);
+    } else {
+        res.status = TK_ESHUTDOWN;
+    }
+    if (rc != 0) {
+        change_done(mc, &res);
         return;
     }
     if (c->op == NODE_MEMBER_ADD && !c->learner) {
@@ -411,6 +456,7 @@ static bool on_leader(struct ecall *ec)
 static struct mchange *mchange_new(struct ecall *ec, int op, uint64_t id)
 {
     struct mchange *mc = tk_calloc(1, sizeof(*mc));
+    mc->e = ec->e;
     mc->ec = ec;
     mc->op = op;
     mc->id = id;
@@ -427,7 +473,11 @@ static bool check_add(struct ecall *ec, const char *raft, bool learner, uint64_t
     struct node_member *mem = tk_calloc(MEMBERS_CAP, sizeof(*mem));
     uint64_t ci;
     bool committed, ok = true;
-    size_t n = node_members(e->node, mem, MEMBERS_CAP, &ci, &committed);
+    size_t n = 0;
+    if (etcdapi__state_enter(e)) {
+        n = node_members(e->node, mem, MEMBERS_CAP, &ci, &committed);
+        etcdapi__state_leave(e, false);
+    }
     if (n > MEMBERS_CAP)
         n = MEMBERS_CAP;
     struct node_status st;
@@ -637,7 +687,11 @@ void etcdapi__announce(struct etcdapi *e)
     if (st.leader == 0 || st.failed)
         return;
     char have[URL_MAX];
-    if (client_url(e, st.id, 0, have, sizeof(have)) && strcmp(have, e->client_url) == 0) {
+    if (!etcdapi__state_enter(e))
+        return;
+    bool known = client_url(e, st.id, 0, have, sizeof(have));
+    etcdapi__state_leave(e, false);
+    if (known && strcmp(have, e->client_url) == 0) {
         e->announced = true;
         return;
     }
@@ -659,7 +713,7 @@ void etcdapi__announce(struct etcdapi *e)
     e->announce_req.write_cb = announce_done;
     e->announce_req.data = e;
     e->announce_req.timeout_ms = 5000;
-    if (node_submit(e->node, &e->announce_req) != 0)
+    if (etcdapi__node_submit(e, &e->announce_req, &e->announce_res) != 0)
         tk_blob_unref(blob); /* refused: the command is still ours; next second */
     else
         e->announcing = true;

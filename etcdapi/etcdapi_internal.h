@@ -1,7 +1,8 @@
 /* What etcdapi's files share: the API object, one call's state, and the
  * helpers of etcdapi_reply.c. etcdapi.c holds the object, the hooks and the
  * method table; etcdapi_kv.c the KV methods; etcdapi_reply.c headers,
- * answers and error codes. Loop thread only. */
+ * answers and error codes. The API's loop thread only (the client loop, or
+ * the node's with on_node_loop). */
 #ifndef TK_ETCDAPI_ETCDAPI_INTERNAL_H
 #define TK_ETCDAPI_ETCDAPI_INTERNAL_H
 
@@ -24,6 +25,7 @@ struct etcdapi {
     struct grpc_server *grpc;
     struct etcdapi_watch *watch; /* etcdapi_watch.c's (NULL before start) */
     bool stopping;
+    bool own_loop; /* on the client loop (not cfg.on_node_loop) */
     int listen_rc;
     char listen_err[256];
     /* The hooks found in the node_options (the gateway's), chained. */
@@ -36,6 +38,7 @@ struct etcdapi {
     char client_url[NODE_ADDR_MAX + 16];
     uv_timer_t announce_timer;
     struct node_req announce_req;
+    struct kv_result announce_res;
     bool announcing, announced;
     uint64_t announce_next_ms;
     /* Snapshot streams held (etcdapi_snapshot.c) */
@@ -56,8 +59,9 @@ struct ecall {
     struct etcdapi *e;
     struct grpc_call *call;
     struct node_req nreq;
-    int64_t revision;   /* Range: the revision asked for (0: newest) */
-    uint8_t *key, *end; /* Range/DeleteRange bounds (owned) */
+    struct kv_result res; /* a write's result on the client loop (nreq.res_out) */
+    int64_t revision;     /* Range: the revision asked for (0: newest) */
+    uint8_t *key, *end;   /* Range/DeleteRange bounds (owned) */
     size_t key_len, end_len;
     bool end_open; /* range_end "\0": no upper bound */
     int64_t limit;
@@ -167,6 +171,33 @@ void etcdapi__fail_rc(struct ecall *ec, int rc);
 void *etcdapi__unpack(const ProtobufCMessageDescriptor *d, size_t len,
                       const uint8_t *msg);
 void etcdapi__fail(struct ecall *ec, int code, const char *msg);
+/* node_submit, its callback on the API's loop (on the client loop: a
+ * write's result in *res_out). */
+int etcdapi__node_submit(struct etcdapi *e, struct node_req *r,
+                         struct kv_result *res_out);
+/* fn(arg) on the API's loop, from a callback the node runs on its own (a
+ * member change's, a backup's). */
+static inline void etcdapi__bounce(struct etcdapi *e, node_call_fn *fn, void *arg)
+{
+    if (e->own_loop)
+        node_client_call(e->node, fn, arg);
+    else
+        fn(arg);
+}
+/* The node's state (node_kv, node_members, node_member_change,
+ * node_backup_start) outside a read's callback: on the client loop under
+ * the node's state lock (false, not held, once the node stops), at once on
+ * the node's loop. Hold it for bounded work: the consensus loop waits.
+ * `changed`: a member change or backup was started. */
+static inline bool etcdapi__state_enter(struct etcdapi *e)
+{
+    return !e->own_loop || node_client_lock(e->node);
+}
+static inline void etcdapi__state_leave(struct etcdapi *e, bool changed)
+{
+    if (e->own_loop)
+        node_client_unlock(e->node, changed);
+}
 /* Submits a write (the node takes `cmd`); its callback gets ec. */
 void etcdapi__submit_write(struct ecall *ec, const Kvpb__Command *cmd, node_write_cb *cb);
 void etcdapi__submit_read(struct ecall *ec, bool serializable, node_read_cb *cb);

@@ -619,7 +619,7 @@ static int kv_submit(struct ecall *ec, const Kvpb__Command *cmd, node_write_cb *
         ec->nreq.consistency = NODE_READ_LINEARIZABLE;
         ec->nreq.read_cb = rcb;
     }
-    int rc = node_submit(ec->e->node, &ec->nreq);
+    int rc = etcdapi__node_submit(ec->e, &ec->nreq, &ec->res);
     if (rc != 0 && ec->nreq.cmd != NULL) { /* refused: the command is still ours */
         tk_blob_unref(ec->nreq.cmd);
         ec->nreq.cmd = NULL;
@@ -720,9 +720,15 @@ static void prev_read_then(struct ecall *ec, int status, struct kv_sm *sm,
 static void prev_fetch(struct ecall *ec, node_read_cb *read_cb,
                        void (*then)(struct ecall *))
 {
-    struct kv_sm *sm = node_kv(ec->e->node);
-    if (kv_sm_applied_index(sm) >= ec->prev_rev) {
-        if (prevs_read(ec, sm) != 0) {
+    struct etcdapi *e = ec->e;
+    if (node_applied_index(e->node) >= ec->prev_rev) {
+        if (!etcdapi__state_enter(e)) {
+            kv_fail_rc(ec, TK_ESHUTDOWN);
+            return;
+        }
+        int rc = prevs_read(ec, node_kv(e->node));
+        etcdapi__state_leave(e, false);
+        if (rc != 0) {
             prev_lost(ec);
             return;
         }

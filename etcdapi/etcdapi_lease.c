@@ -249,6 +249,7 @@ struct kastream {
     struct etcdapi *e;
     struct grpc_call *call; /* NULL once finished */
     struct node_req nreq;
+    struct kv_result res; /* on the client loop: nreq's result */
     bool inflight;
     int64_t cur;
     int64_t pending[KA_PENDING_MAX];
@@ -341,7 +342,7 @@ static void ka_next(struct kastream *ks)
     ks->nreq.data = ks;
     ks->nreq.timeout_ms = ks->e->cfg.request_timeout_ms;
     ks->inflight = true;
-    int rc = node_submit(ks->e->node, &ks->nreq);
+    int rc = etcdapi__node_submit(ks->e, &ks->nreq, &ks->res);
     if (rc != 0) { /* refused: the command is still ours */
         ks->inflight = false;
         tk_blob_unref(ks->nreq.cmd);

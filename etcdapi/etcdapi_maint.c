@@ -34,6 +34,10 @@ void etcdapi__status(struct ecall *ec, const uint8_t *msg, size_t len)
     struct etcdapi *e = ec->e;
     struct node_status st;
     node_status(e->node, &st);
+    if (!etcdapi__state_enter(e)) {
+        etcdapi__fail_rc(ec, TK_ESHUTDOWN);
+        return;
+    }
     struct kv_sm *sm = node_kv(e->node);
     Etcdserverpb__ResponseHeader h = ETCDSERVERPB__RESPONSE_HEADER__INIT;
     etcdapi__header(e, 0, &h);
@@ -50,6 +54,7 @@ void etcdapi__status(struct ecall *ec, const uint8_t *msg, size_t len)
     uint64_t ci;
     bool committed;
     size_t n = node_members(e->node, mem, sizeof(mem) / sizeof(mem[0]), &ci, &committed);
+    etcdapi__state_leave(e, false);
     for (size_t i = 0; i < n && i < sizeof(mem) / sizeof(mem[0]); i++)
         if (mem[i].id == st.id)
             r.islearner = !mem[i].voter;
@@ -100,7 +105,7 @@ static void hash_submit(struct hash_op *h)
     h->nreq.data = h;
     uint64_t t = ec->e->cfg.request_timeout_ms, g = grpc_call_timeout_ms(ec->call);
     h->nreq.timeout_ms = g != 0 && (t == 0 || g < t) ? g : t;
-    int rc = node_submit(ec->e->node, &h->nreq);
+    int rc = etcdapi__node_submit(ec->e, &h->nreq, NULL);
     if (rc != 0) {
         etcdapi__fail_rc(ec, rc);
         hash_end(h);
@@ -202,7 +207,7 @@ void etcdapi__hash(struct ecall *ec, const uint8_t *msg, size_t len)
  * compacted, above it in the future (etcd's errors); 0 is the newest. */
 static bool revision_ok(struct ecall *ec, int64_t rev)
 {
-    uint64_t applied = kv_sm_applied_index(node_kv(ec->e->node));
+    uint64_t applied = node_applied_index(ec->e->node);
     if (rev > 0 && (uint64_t)rev > applied) {
         etcdapi__fail(ec, GRPC_OUT_OF_RANGE,
                       "etcdserver: mvcc: required revision is a future revision");
@@ -223,7 +228,7 @@ void etcdapi__hash_kv(struct ecall *ec, const uint8_t *msg, size_t len)
     etcdserverpb__hash_kvrequest__free_unpacked(rq, NULL);
     if (!revision_ok(ec, rev))
         return;
-    uint64_t applied = kv_sm_applied_index(node_kv(ec->e->node));
+    uint64_t applied = node_applied_index(ec->e->node);
     if (rev > 0 && (uint64_t)rev < applied) {
         etcdapi__fail(ec, GRPC_OUT_OF_RANGE,
                       "etcdserver: mvcc: required revision has been compacted");
@@ -300,7 +305,11 @@ void etcdapi__move_leader(struct ecall *ec, const uint8_t *msg, size_t len)
     struct node_member mem[RAFT_MEMBERS_MAX];
     uint64_t ci;
     bool committed, voter = false;
-    size_t n = node_members(e->node, mem, sizeof(mem) / sizeof(mem[0]), &ci, &committed);
+    size_t n = 0;
+    if (etcdapi__state_enter(e)) {
+        n = node_members(e->node, mem, sizeof(mem) / sizeof(mem[0]), &ci, &committed);
+        etcdapi__state_leave(e, false);
+    }
     for (size_t i = 0; i < n && i < sizeof(mem) / sizeof(mem[0]); i++)
         voter |= mem[i].id == to && mem[i].voter;
     if (!voter) {

@@ -1,7 +1,7 @@
 /* What etcdapi's methods share: a call's state, the ResponseHeader, packing
  * an answer, etcd's status codes and messages for tierkv's errors, and
  * submitting node requests. Called by etcdapi.c and etcdapi_kv.c; calls
- * grpc.c and the node. Loop thread only. */
+ * grpc.c and the node. The API's loop thread only. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -35,7 +35,7 @@ void etcdapi__header(struct etcdapi *e, uint64_t revision,
 {
     struct node_status st;
     node_status(e->node, &st);
-    uint64_t applied = e->stopping ? 0 : kv_sm_applied_index(node_kv(e->node));
+    uint64_t applied = node_applied_index(e->node);
     h->cluster_id = node_cluster_id(e->node);
     h->member_id = st.id;
     h->revision = (int64_t)(revision > applied ? revision : applied);
@@ -156,6 +156,13 @@ static uint64_t call_timeout(const struct ecall *ec)
     return t;
 }
 
+int etcdapi__node_submit(struct etcdapi *e, struct node_req *r, struct kv_result *res_out)
+{
+    r->on_client = e->own_loop;
+    r->res_out = res_out;
+    return node_submit(e->node, r);
+}
+
 void etcdapi__submit_write(struct ecall *ec, const Kvpb__Command *cmd, node_write_cb *cb)
 {
     size_t len = kvpb__command__get_packed_size(cmd);
@@ -167,7 +174,7 @@ void etcdapi__submit_write(struct ecall *ec, const Kvpb__Command *cmd, node_writ
     ec->nreq.write_cb = cb;
     ec->nreq.data = ec;
     ec->nreq.timeout_ms = call_timeout(ec);
-    int rc = node_submit(ec->e->node, &ec->nreq);
+    int rc = etcdapi__node_submit(ec->e, &ec->nreq, &ec->res);
     if (rc != 0) { /* refused: the command is still ours */
         tk_blob_unref(ec->nreq.cmd);
         ec->nreq.cmd = NULL;
@@ -183,7 +190,7 @@ void etcdapi__submit_read(struct ecall *ec, bool serializable, node_read_cb *cb)
     ec->nreq.read_cb = cb;
     ec->nreq.data = ec;
     ec->nreq.timeout_ms = call_timeout(ec);
-    int rc = node_submit(ec->e->node, &ec->nreq);
+    int rc = etcdapi__node_submit(ec->e, &ec->nreq, NULL);
     if (rc != 0)
         etcdapi__fail_rc(ec, rc);
 }

@@ -71,6 +71,8 @@ struct snapstream {
     int handles_open;
     uv_work_t work;
     struct tk_blob *stream; /* the snapshot stream (a reference) */
+    int ready_status;       /* the node's backup callback's, bounced */
+    struct tk_blob *ready_stream;
     uint64_t cluster_id, created_ms;
     uint8_t hdr[KV_BACKUP_HEADER_BYTES];
     uint8_t tr[KV_BACKUP_TRAILER_BYTES];
@@ -333,12 +335,8 @@ static void seal_after(uv_work_t *w, int status)
     snap_pump(ss);
 }
 
-static void backup_ready(int status, struct tk_blob *stream, uint64_t index,
-                         uint64_t term, void *data)
+static void backup_go(struct snapstream *ss, int status, struct tk_blob *stream)
 {
-    struct snapstream *ss = data;
-    (void)index;
-    (void)term;
     ss->owed = false;
     if (status == 0)
         ss->stream = stream;
@@ -365,6 +363,24 @@ static void backup_ready(int status, struct tk_blob *stream, uint64_t index,
     ss->owed = true;
 }
 
+static void backup_bounced(void *arg)
+{
+    struct snapstream *ss = arg;
+    backup_go(ss, ss->ready_status, ss->ready_stream);
+}
+
+/* On the node's loop: the rest on the API's (etcdapi__bounce). */
+static void backup_ready(int status, struct tk_blob *stream, uint64_t index,
+                         uint64_t term, void *data)
+{
+    struct snapstream *ss = data;
+    (void)index;
+    (void)term;
+    ss->ready_status = status;
+    ss->ready_stream = stream;
+    etcdapi__bounce(ss->e, backup_bounced, ss);
+}
+
 /* ---- the stream's hooks ------------------------------------------------------- */
 
 static void snap_msg(struct grpc_call *call, const uint8_t *msg, size_t len)
@@ -388,7 +404,11 @@ static void snap_msg(struct grpc_call *call, const uint8_t *msg, size_t len)
     ss->cluster_id = node_cluster_id(ss->e->node);
     ss->created_ms = (uint64_t)time(NULL) * 1000; /* as GET /v1/snapshot */
     struct node_backup *h;
-    int rc = node_backup_start(ss->e->node, backup_ready, ss, &h);
+    int rc = TK_ESHUTDOWN;
+    if (etcdapi__state_enter(ss->e)) {
+        rc = node_backup_start(ss->e->node, backup_ready, ss, &h);
+        etcdapi__state_leave(ss->e, rc == 0);
+    }
     if (rc == 0) {
         ss->owed = true;
     } else if (rc == TK_EBUSY) {

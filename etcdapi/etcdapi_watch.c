@@ -26,8 +26,10 @@
  *     most WATCH_PER_STREAM_MAX watches per stream, WATCH_TOTAL_MAX in all
  *     (a create past either is answered created and canceled with a
  *     reason).
- * Loop thread only. Called by etcdapi.c (stream hooks, node hooks); calls
- * grpc.c, etcdapi_reply.c (headers), the kv change log. */
+ * A pass reads the change log under the node's state lock (etcdapi__
+ * state_enter), for as long as its budget allows.
+ * The API's loop thread only. Called by etcdapi.c (stream hooks, node
+ * hooks); calls grpc.c, etcdapi_reply.c (headers), the kv change log. */
 #include <string.h>
 #include <uv.h>
 
@@ -369,7 +371,8 @@ static void stream_end(struct wstream *ws, int code, const char *msg, bool drop)
     TK_ASSERT(!ws->dead);
     while (ws->watches != NULL)
         watch_remove(ws, ws->watches);
-    W->n_streams--;
+    if (--W->n_streams == 0 && ws->e->own_loop)
+        node_client_want_applied(ws->e->node, false); /* no wake-up per apply */
     struct grpc_call *call = ws->call;
     ws->call = NULL;
     ws->dead = true;
@@ -538,6 +541,13 @@ static void on_pass(uv_timer_t *t)
     W->turn_bytes = W->turn_scanned = 0;
     W->walking++;
     over_total(W);
+    /* The change log is read under the state lock for the whole pass (its
+     * budget bounds it: WATCH_TURN_BYTES, WATCH_TURN_SCANNED). */
+    if (!etcdapi__state_enter(e)) { /* the node stops */
+        W->walking--;
+        reap(W);
+        return;
+    }
     uint64_t applied = kv_sm_applied_index(node_kv(e->node));
     bool more = false;
     struct wstream *left_out = NULL, *next;
@@ -555,6 +565,7 @@ static void on_pass(uv_timer_t *t)
         }
         (void)stream_pass(ws, applied, now, &more);
     }
+    etcdapi__state_leave(e, false);
     if (left_out != NULL)
         rotate_to(W, left_out);
     W->walking--;
@@ -593,7 +604,7 @@ static void on_tick(uv_timer_t *t)
     if (e->stopping || W->streams == NULL)
         return;
     uint64_t now = uv_now(e->loop);
-    uint64_t applied = kv_sm_applied_index(node_kv(e->node));
+    uint64_t applied = node_applied_index(e->node);
     bool any_blocked = false;
     W->walking++;
     for (struct wstream *ws = W->streams; ws != NULL; ws = ws->next) {
@@ -631,8 +642,7 @@ static void create_watch(struct wstream *ws, const Etcdserverpb__WatchCreateRequ
 {
     struct etcdapi *e = ws->e;
     struct etcdapi_watch *W = e->watch;
-    struct kv_sm *sm = node_kv(e->node);
-    uint64_t applied = kv_sm_applied_index(sm);
+    uint64_t applied = node_applied_index(e->node);
     int64_t id = rq->watch_id;
     if (id == 0) { /* 0 is "the server picks" (an explicit 0 too, as etcd's
                       AutoWatchID) */
@@ -713,7 +723,7 @@ static void cancel_watch(struct wstream *ws, int64_t id)
  * -1 as etcd's broadcast progress. */
 static void progress(struct wstream *ws)
 {
-    uint64_t rev = kv_sm_applied_index(node_kv(ws->e->node));
+    uint64_t rev = node_applied_index(ws->e->node);
     for (struct ewatch *w = ws->watches; w != NULL; w = w->next)
         if (w->next_rev - 1 < rev)
             rev = w->next_rev - 1;
@@ -780,7 +790,8 @@ void etcdapi__watch_open(struct etcdapi *e, struct grpc_call *call)
     if (W->streams)
         W->streams->prev = ws;
     W->streams = ws;
-    W->n_streams++;
+    if (W->n_streams++ == 0 && e->own_loop)
+        node_client_want_applied(e->node, true); /* passes follow the applies */
 }
 
 /* ---- lifecycle ------------------------------------------------------------------ */

@@ -207,9 +207,14 @@ static void on_request(struct http_request *hreq, void *data)
     route_request(req);
 }
 
+/* How long the leader's address, when looked up under the state lock (a
+ * member added at run time), is kept for the answers' headers: not a
+ * hand-over of the lock, and a wake-up of the consensus loop, per answer. */
+#define LEADER_HDR_TTL_MS 1000
+
 /* The leader's header lines into hdr[0..cap); returns their length. Sets
  * *lasting when they come from the configuration alone (a member added at
- * run time is asked of the node each time). */
+ * run time is looked up under the state lock). */
 static size_t leader_header(struct gateway *gw, uint64_t leader, char *hdr, size_t cap,
                             bool *lasting)
 {
@@ -252,17 +257,20 @@ static size_t on_response(struct http_request *hreq, int status, char *hdr, size
     hdr[0] = 0;
     if (st.leader == 0)
         return 0;
-    if (st.leader == gw->leader_hdr_id && gw->leader_hdr_len < cap) {
+    uint64_t now = uv_now(gw->loop);
+    if (st.leader == gw->leader_hdr_id && now < gw->leader_hdr_until &&
+        gw->leader_hdr_len < cap) {
         memcpy(hdr, gw->leader_hdr, gw->leader_hdr_len + 1);
         return gw->leader_hdr_len;
     }
     bool lasting;
     size_t n = leader_header(gw, st.leader, hdr, cap, &lasting);
     gw->leader_hdr_id = 0;
-    if (lasting && n < sizeof(gw->leader_hdr)) {
+    if (n < sizeof(gw->leader_hdr)) {
         memcpy(gw->leader_hdr, hdr, n + 1);
         gw->leader_hdr_len = n;
         gw->leader_hdr_id = st.leader;
+        gw->leader_hdr_until = lasting ? UINT64_MAX : now + LEADER_HDR_TTL_MS;
     }
     return n;
 }
@@ -278,6 +286,8 @@ static void on_close(struct http_request *hreq, void *data)
     if (req->nreq.cmd != NULL) /* a write held back, never submitted */
         tk_blob_unref(req->nreq.cmd);
     api__key_free(req);
+    if (req->got_value != req->val_room)
+        tk_free(req->got_value);
     tk_free(req->key2);
     tk_free(req->range_end);
     kv_digest_free(req->digest);
@@ -334,7 +344,6 @@ int gateway_new(const struct gateway_config *c, struct gateway **out)
         return TK_EINVAL;
     struct gateway *gw = tk_calloc(1, sizeof(*gw));
     gw->cfg = *c;
-    pthread_mutex_init(&gw->bounce_mu, NULL);
     if (gw->cfg.watch_total_bytes < c->watch_buffer_bytes)
         gw->cfg.watch_total_bytes = c->watch_buffer_bytes; /* at least one watch's */
     gw->cfg.host = tk_strdup(c->host);
@@ -380,10 +389,6 @@ static void on_start(struct node *n, struct uv_loop_s *loop, void *data)
     gw->loop = loop;
     uv_timer_init(loop, &gw->watch_timer);
     gw->watch_timer.data = gw;
-    if (gw->own_loop) {
-        uv_async_init(loop, &gw->bounce, api__bounce_cb);
-        gw->bounce.data = gw;
-    }
     gw->listen_rc = http_server_listen(gw->http, loop, gw->cfg.host, gw->cfg.port,
                                        gw->listen_err, sizeof(gw->listen_err));
 }
@@ -402,10 +407,6 @@ static void on_stop(struct node *n, struct uv_loop_s *loop, void *data)
     api__admit_stop(gw);
     api__watch_stop(gw);
     uv_close((uv_handle_t *)&gw->watch_timer, NULL);
-    if (gw->own_loop) {
-        api__bounce_run(gw); /* the last ones: the node's loop has ended */
-        uv_close((uv_handle_t *)&gw->bounce, NULL);
-    }
     http_server_stop(gw->http);
 }
 
@@ -459,6 +460,5 @@ void gateway_free(struct gateway *gw)
     }
     tk_free((char *)(uintptr_t)gw->cfg.host);
     tk_free(gw->latency);
-    pthread_mutex_destroy(&gw->bounce_mu);
     tk_free(gw);
 }

@@ -196,5 +196,5 @@ void api__lease_get(struct api_req *req, const struct query *q)
     if (path_id(req, &id) != 0 || api__parse_consistency(req, q, &cons) != 0)
         return;
     req->lease_id = id;
-    api__submit_read(req, cons, get_cb);
+    api__submit_read(req, cons, NULL, get_cb);
 }

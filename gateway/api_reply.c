@@ -476,66 +476,19 @@ void api__submit_write(struct api_req *req, struct tk_blob *cmd, int mode,
     http_dispatch(req->http, true, submit_now);
 }
 
-void api__submit_read(struct api_req *req, int consistency, node_read_cb *cb)
+void api__submit_read(struct api_req *req, int consistency, node_read_cb *collect,
+                      node_read_cb *cb)
 {
     if (api__auth_read(req) != 0)
         return;
     memset(&req->nreq, 0, sizeof(req->nreq));
     req->nreq.is_read = 1;
     req->nreq.consistency = (uint8_t)consistency;
+    req->nreq.collect_cb = req->gw->own_loop ? collect : NULL;
     req->nreq.read_cb = cb;
     req->nreq.data = req;
     req->nreq.timeout_ms = req->gw->cfg.request_timeout_ms;
     http_dispatch(req->http, false, submit_now);
-}
-
-/* ---- calls from the node's loop (api__bounce) --------------------------- */
-
-struct api_bounce {
-    api_bounce_fn *fn;
-    void *arg;
-    struct api_bounce *next;
-};
-
-void api__bounce_run(struct gateway *gw)
-{
-    pthread_mutex_lock(&gw->bounce_mu);
-    struct api_bounce *b = gw->bounce_head;
-    gw->bounce_head = gw->bounce_tail = NULL;
-    pthread_mutex_unlock(&gw->bounce_mu);
-    while (b != NULL) {
-        struct api_bounce *next = b->next;
-        b->fn(b->arg);
-        tk_free(b);
-        b = next;
-    }
-}
-
-void api__bounce_cb(uv_async_t *h)
-{
-    api__bounce_run(h->data);
-}
-
-void api__bounce(struct gateway *gw, api_bounce_fn *fn, void *arg)
-{
-    if (!gw->own_loop) {
-        fn(arg);
-        return;
-    }
-    struct api_bounce *b = tk_malloc(sizeof(*b));
-    *b = (struct api_bounce){fn, arg, NULL};
-    pthread_mutex_lock(&gw->bounce_mu);
-    bool was_empty = gw->bounce_head == NULL;
-    if (was_empty)
-        gw->bounce_head = b;
-    else
-        gw->bounce_tail->next = b;
-    gw->bounce_tail = b;
-    pthread_mutex_unlock(&gw->bounce_mu);
-    /* The handle lives until on_client_stop, which runs after the node's
-     * loop has ended: no callback of it comes later. */
-    if (was_empty)
-        uv_async_send(&gw->bounce);
 }
 
 size_t api__node_members(struct gateway *gw, struct node_member *out, size_t cap,

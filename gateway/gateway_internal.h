@@ -174,10 +174,6 @@ struct gateway {
     char listen_err[256];
     uv_loop_t *loop; /* the client loop's (or the node's), from the start hook */
     bool own_loop;   /* on the node's client loop (not cfg.on_node_loop) */
-    /* Calls from the node's loop to this one (api__bounce), in order. */
-    uv_async_t bounce;
-    pthread_mutex_t bounce_mu;
-    struct api_bounce *bounce_head, *bounce_tail;
     /* Bodies decoded on the thread pool (api_offload.c): waiting, in order;
      * running; and counters. */
     struct api_offload *offload_head, *offload_tail;
@@ -207,19 +203,22 @@ struct gateway {
     uint64_t watch_turn_full;      /* passes put off: the turn's watch budget spent */
     /* Metrics (metrics.c), on the loop thread. */
     uint64_t requests[ROUTE_COUNT][GW_STATUS_SLOTS];
-    struct tk_hist *latency; /* [ROUTE_COUNT], nanoseconds */
-    uint64_t auth_denied;    /* answered 401 or 403 (api_auth.c) */
-    /* The leader header lines of every answer (api.c's on_response), kept
-     * while the leader is leader_hdr_id (0: none kept): built once per
-     * leader, not per answer. */
+    struct tk_hist *latency;  /* [ROUTE_COUNT], nanoseconds */
+    uint64_t auth_denied;     /* answered 401 or 403 (api_auth.c) */
     struct api_req *req_pool; /* free api_reqs, reused (api.c) */
     uint32_t n_req_pool;
-    uint64_t leader_hdr_id;
+    /* The leader header lines of every answer (api.c's on_response), kept
+     * while the leader is leader_hdr_id (0: none kept) until
+     * leader_hdr_until (uv_now; for ever when the configuration names its
+     * address; LEADER_HDR_TTL_MS when it was looked up under the state
+     * lock): built once per leader, not per answer. */
+    uint64_t leader_hdr_id, leader_hdr_until;
     size_t leader_hdr_len;
     char leader_hdr[HTTP_EXTRA_HEADERS_MAX];
 };
 
 #define API_KEY_ROOM 128
+#define API_VAL_ROOM 256
 #define API_REQ_POOL_MAX 1024 /* free api_reqs kept (struct gateway) */
 
 /* The API's state of one request (http_request.data), from on_request to
@@ -259,9 +258,18 @@ struct api_req {
     uint64_t admit_bytes;         /* a large write's bytes in flight (api_offload.c) */
     struct api_req *admit_next;   /* in the gateway's admission queue */
     struct api_req *pool_next;    /* in the gateway's pool of free ones */
+    /* A get copied out on the node's loop (api_kv.c, get_collect): the
+     * item (its value in got_value: val_room, or allocated), the lookup's
+     * code and the applied index. */
+    struct kv_item got;
+    int got_rc;
+    uint64_t got_rev;
+    uint8_t *got_value;
     /* key's room: a key up to API_KEY_ROOM - 1 bytes needs no allocation.
-     * Free key with api__key_free. */
+     * Free key with api__key_free. The value's room: a got value up to
+     * API_VAL_ROOM bytes. (Not cleared when the request is reused.) */
     uint8_t key_room[API_KEY_ROOM];
+    uint8_t val_room[API_VAL_ROOM];
 };
 
 /* Frees req->key, unless it lives in the request's own room. */
@@ -295,11 +303,13 @@ size_t api__node_members(struct gateway *gw, struct node_member *out, size_t cap
 
 /* fn(arg) on the gateway's loop, called from a callback the node runs on its
  * own loop (a member change's, a backup's); at once on the node's loop. */
-typedef void api_bounce_fn(void *arg);
-void api__bounce(struct gateway *gw, api_bounce_fn *fn, void *arg);
-/* gw->bounce's callback, and the calls waiting (api.c, at start and stop). */
-void api__bounce_cb(uv_async_t *h);
-void api__bounce_run(struct gateway *gw);
+static inline void api__bounce(struct gateway *gw, node_call_fn *fn, void *arg)
+{
+    if (gw->own_loop)
+        node_client_call(gw->node, fn, arg);
+    else
+        fn(arg);
+}
 
 /* ---- api_auth.c --------------------------------------------------------- */
 
@@ -388,7 +398,11 @@ void api__retry_after(const struct gateway *gw, char *out, size_t cap);
 #define API_ADMIT_BYTES ((uint64_t)4 << 20)
 void api__submit_write(struct api_req *req, struct tk_blob *cmd, int mode,
                        node_write_cb *cb);
-void api__submit_read(struct api_req *req, int consistency, node_read_cb *cb);
+/* A read; on the client loop, `collect` (NULL: none) copies what the answer
+ * needs on the node's loop (node_req.collect_cb) and cb runs with sm NULL;
+ * without it cb reads in place under the state lock. */
+void api__submit_read(struct api_req *req, int consistency, node_read_cb *collect,
+                      node_read_cb *cb);
 /* req has ended: the bytes it held in flight go back, and the waiting
  * writes that now fit go. */
 void api__admit_release(struct api_req *req);

@@ -7,7 +7,7 @@
  * Invariants:
  *  - Only the loop thread touches `raft`, `sm`, the pending lists and the
  *    transport. Other threads reach the loop through `loop.queue` (bounded
- *    MPSC) and `loop.wake` (uv_async), and the storage thread through
+ *    MPSC) and `loop.wake` (node_wake.h), and the storage thread through
  *    `persist.durable_seq`.
  *  - raft_persisted(seq) is called only when every ready up to seq is durable:
  *    `persist` lists the seqs handed to storage in order; async appends finish
@@ -18,6 +18,7 @@
  *  - Each loop turn processes at most one burst from the queue (batch_max
  *    entries, of those queued when the burst began: none a callback submits
  *    during it) and then one ready, so no turn does unbounded work. */
+#include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
 #include <pthread.h>
@@ -144,6 +145,7 @@ static void apply_entries(struct node *n, const struct raft_entry *e, size_t cnt
             return;
         }
         n->m.metrics.applied_entries++;
+        node__client_applied_index(n, x->index);
         node__tier_count(n, x->index, x->data != NULL ? x->data->len : 0);
         /* Writes proposed here complete in index order. */
         /* ... and those above it from an older term can never commit (see
@@ -702,9 +704,9 @@ static void expire_list(struct node *n, struct req_list *l, uint64_t now)
 
 static void begin_close(struct node *n);
 
-static void on_wake(uv_async_t *h)
+static void on_wake(struct node_wake *w)
 {
-    struct node *n = h->data;
+    struct node *n = w->data;
     if (atomic_load(&n->loop.stopping)) {
         begin_close(n);
         return;
@@ -929,7 +931,7 @@ static void on_check(uv_check_t *h)
     }
     /* A burst bigger than one batch: come back next turn without sleeping. */
     if (atomic_load_explicit(&n->loop.queued, memory_order_relaxed) > 0)
-        uv_async_send(&n->loop.wake);
+        node__wake_send(&n->loop.wake);
 }
 
 /* The core refused `m` for its term (past RAFT_TERM_CEIL, or more than
@@ -1016,7 +1018,7 @@ static void begin_close(struct node *n)
     /* The storage thread wakes us from its callbacks: let those finish
      * before the wake handle goes away. */
     node__persist_drain(n);
-    uv_close((uv_handle_t *)&n->loop.wake, on_handle_closed);
+    node__wake_close(&n->loop.wake, on_handle_closed);
     uv_close((uv_handle_t *)&n->loop.ticker, on_handle_closed);
     uv_close((uv_handle_t *)&n->loop.check, on_handle_closed);
     uv_close((uv_handle_t *)&n->loop.idle, on_handle_closed);
@@ -1080,6 +1082,11 @@ static int open_transport(struct node *n)
  * the loop runs). Returns 0 or the error; on error nothing is left open. */
 static int node_init(struct node *n)
 {
+    if (node__wake_open(&n->loop.wake) != 0) {
+        TK_LOG(TK_LOG_ERROR, n->o.id, 0, "no eventfd for the loop's wake-up: %s",
+               strerror(errno));
+        return TK_EIO;
+    }
     int rc = node__recover(n);
     if (rc != 0)
         return rc;
@@ -1099,12 +1106,12 @@ static int node_init(struct node *n)
         return rc;
     }
     node__member_init(n);
-    uv_async_init(n->loop.uv, &n->loop.wake, on_wake);
+    node__wake_start(n->loop.uv, &n->loop.wake, on_wake, n);
     uv_timer_init(n->loop.uv, &n->loop.ticker);
     uv_check_init(n->loop.uv, &n->loop.check);
     uv_idle_init(n->loop.uv, &n->loop.idle);
     uv_prepare_init(n->loop.uv, &n->loop.prepare);
-    n->loop.wake.data = n->loop.ticker.data = n->loop.check.data = n->loop.idle.data = n;
+    n->loop.ticker.data = n->loop.check.data = n->loop.idle.data = n;
     n->loop.prepare.data = n;
     n->loop.handles_open = 6;
     node__tier_boot(n);
@@ -1198,6 +1205,7 @@ static void node_free(struct node *n)
     uv_sem_destroy(&n->loop.started);
     uv_sem_destroy(&n->loop.closed);
     pthread_mutex_destroy(&n->m.mu);
+    node__wake_discard(&n->loop.wake); /* every thread that sends is gone */
     tk_free(n);
 }
 
@@ -1209,6 +1217,7 @@ int node_start(const struct node_options *o, struct node **out)
         return TK_EINVAL;
     struct node *n = tk_calloc(1, sizeof(*n));
     n->o = *o;
+    n->loop.wake.fd = -1; /* not opened (node_free) */
     if (o->data_dir != NULL) {
         n->data_dir = tk_strdup(o->data_dir);
     } else {
@@ -1272,7 +1281,7 @@ void node_stop(struct node *n)
         return;
     node__stall_stop(n);
     atomic_store(&n->loop.stopping, true);
-    uv_async_send(&n->loop.wake);
+    node__wake_send(&n->loop.wake);
     if (n->loop.shared)
         uv_sem_wait(&n->loop.closed); /* the caller's loop closes our handles */
     else
@@ -1304,7 +1313,8 @@ int node_submit(struct node *n, struct node_req *req)
         atomic_fetch_sub_explicit(&n->loop.queued, 1, memory_order_relaxed);
         return rc;
     }
-    uv_async_send(&n->loop.wake);
+    if (!node__client_defer_wake(n))
+        node__wake_send(&n->loop.wake);
     return 0;
 }
 
@@ -1336,7 +1346,7 @@ int node_transfer_leadership(struct node *n, uint64_t to)
     if (to == RAFT_NONE || to == n->o.id)
         return TK_EINVAL; /* the core checks `to` against the configuration */
     atomic_store(&n->loop.transfer_to, to);
-    uv_async_send(&n->loop.wake);
+    node__wake_send(&n->loop.wake);
     return 0;
 }
 

@@ -99,6 +99,16 @@ struct node_req {
      * (node_client_lock), so it reads the state machine as on the loop. */
     uint8_t on_client;
     struct kv_result *res_out;
+    /* With on_client, a read may copy out what it needs instead: collect_cb
+     * runs on the node's loop when the read may run (status 0 only, `sm`
+     * valid during the call; it touches nothing but the request's own
+     * memory), and read_cb then runs on the client loop without the state
+     * lock, with `sm` NULL. The consensus loop pays the lookup and the copy,
+     * not a hand-over of the lock per batch of reads (two wake-ups); so copy
+     * only what is small. collect_cb may decline, by setting
+     * req->collect_cb to NULL: read_cb then reads in place under the lock
+     * as without it. */
+    node_read_cb *collect_cb;
 
     /* Owned by the node. A read and a write this node proposes have an index
      * (and the write a term); a write it forwards to the leader has a token
@@ -273,7 +283,9 @@ void node_stop(struct node *n);
 #define NODE_ENTRY_MAX (NODE_FRAME_MAX - 4096u)
 
 /* Queues a write (req->cmd) or a read. Any thread (the loop thread too: a
- * gateway on the node's loop submits from there), never blocks. Returns 0
+ * gateway on the node's loop submits from there), never blocks. On the
+ * client loop's thread it only queues: the consensus loop is woken once at
+ * the end of the client loop's turn. Returns 0
  * (the callback will run exactly once) or TK_EBUSY (queue full) / TK_ESHUTDOWN /
  * TK_ETOOBIG (a command over NODE_ENTRY_MAX) (the callback will not run). */
 int node_submit(struct node *n, struct node_req *req);
@@ -300,8 +312,24 @@ bool node_client_lock(struct node *n);
 void node_client_unlock(struct node *n, bool changed);
 
 /* Whether on_client_applied runs (off at start): a wake-up of the client
- * loop per apply costs its CPU when nothing there follows the change log. */
+ * loop per apply costs its CPU when nothing there follows the change log.
+ * Counted, for several users of one client loop (a gateway's watches, the
+ * etcd API's): each `true` is undone by one `false`; it runs while more
+ * `true`s than `false`s were said. */
 void node_client_want_applied(struct node *n, bool on);
+
+/* Runs fn(arg) on the client loop, after the completions posted before it:
+ * for a callback the node runs on its own loop (node_member_change's,
+ * node_backup_start's) whose work belongs to the client loop. Any thread
+ * until the consensus loop has ended (every call posted by then runs before
+ * on_client_stop). Without a client loop, fn(arg) runs at once. */
+typedef void node_call_fn(void *arg);
+void node_client_call(struct node *n, node_call_fn *fn, void *arg);
+
+/* The state machine's applied index, without the state lock; any thread.
+ * A completion sees at least its own entry's index; under the state lock
+ * (or on the loop thread) it is kv_sm_applied_index(node_kv(n)). */
+uint64_t node_applied_index(struct node *n);
 
 /* Backups (node_backup.c): a consistent snapshot stream of the state machine
  * (kv.h, "Snapshots") at an applied index at or past the one applied when

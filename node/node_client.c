@@ -1,16 +1,22 @@
 /* The client loop (node.h, node_options.on_client_start; issue 48): a second
  * thread with a libuv loop of its own, "tk-client-<id>", for client work (an
- * HTTP gateway's accepting, TLS, parsing, JSON and answers), so that what a
- * client costs is spent off the consensus loop, which runs Raft, the
- * transport, storage completions and apply.
+ * HTTP gateway's and the etcd API's accepting, TLS, parsing, encoding and
+ * answers), so that what a client costs is spent off the consensus loop,
+ * which runs Raft, the transport, storage completions and apply.
  *
  * The two meet in two places:
- * - Requests go to the node as before (node_submit: a bounded MPSC queue,
- *   one wake-up of the consensus loop for what one of its turns drains).
- *   Their completions come back in the client loop's inbox, a list in
- *   arrival order under a mutex: node__client_post appends one (a write's
- *   result copied to its res_out) and wakes the client loop only when the
- *   inbox was empty, so one wake-up carries every completion of a turn.
+ * - Requests go to the node as before (node_submit: a bounded MPSC queue).
+ *   Submitted on the client loop's thread, they only queue: the client
+ *   loop's last prepare callback of a turn (on_flush) wakes the consensus
+ *   loop once for all of them. Their completions come back in the client
+ *   loop's inbox, a list in arrival order under a mutex: node__client_post
+ *   appends one (a write's result copied to its res_out), and the consensus
+ *   loop's last prepare callback of the turn (on_wait) wakes the client
+ *   loop once if the turn posted to an empty inbox. So each side wakes the
+ *   other at most once a turn, and never in the middle of its own turn,
+ *   when the woken thread would take the waker's CPU on this 2-core VM
+ *   (issue 48 item 5: a context switch costs 5-10 us of CPU here). Calls
+ *   (node_client_call) go in a second list beside the inbox, woken at once.
  * - The state lock (state_mu): the consensus loop holds it while a turn
  *   runs and through its waits for events, but hands it to a client that
  *   asks (waking the loop) at the end of a turn (on_wait, the turn's last
@@ -36,6 +42,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "base/alloc.h"
 #include "base/log.h"
 #include "node/node_internal.h"
 
@@ -73,7 +80,7 @@ static void state_lock_client(struct node *n)
      * ends). */
     pthread_mutex_lock(&c->wake_mu);
     if (!c->loop_wake_closed)
-        uv_async_send(&n->loop.wake);
+        node__wake_send(&n->loop.wake);
     pthread_mutex_unlock(&c->wake_mu);
     pthread_mutex_lock(&c->state_mu);
     atomic_fetch_sub_explicit(&c->waiting, 1, memory_order_acq_rel);
@@ -103,23 +110,26 @@ void node__client_post(struct node *n, struct node_req *r, int status,
     }
     r->next = NULL;
     pthread_mutex_lock(&c->inbox_mu);
-    bool was_empty = c->inbox_head == NULL;
-    if (was_empty)
+    bool was_empty = c->inbox_head == NULL && c->calls_head == NULL;
+    if (c->inbox_head == NULL)
         c->inbox_head = r;
     else
         c->inbox_tail->next = r;
     c->inbox_tail = r;
     pthread_mutex_unlock(&c->inbox_mu);
+    /* The wake-up waits for the end of the turn (on_wait): one for all of
+     * a turn's completions, and the client's thread does not take this
+     * thread's CPU in the middle of it. */
     if (was_empty)
-        uv_async_send(&c->wake);
+        c->post_due = true;
 }
 
 void node__client_applied(struct node *n)
 {
     struct node_client *c = &n->client;
-    if (atomic_load_explicit(&c->applied_wanted, memory_order_relaxed) &&
+    if (atomic_load_explicit(&c->applied_wanted, memory_order_relaxed) > 0 &&
         !atomic_exchange_explicit(&c->applied_due, true, memory_order_acq_rel))
-        uv_async_send(&c->wake);
+        node__wake_send(&c->wake);
 }
 
 /* The wait handle's callback: the last prepare callback of each turn (it was
@@ -135,6 +145,10 @@ static void on_wait(uv_prepare_t *h)
 {
     struct node *n = h->data;
     struct node_client *c = &n->client;
+    if (c->post_due) {
+        c->post_due = false;
+        node__wake_send(&c->wake);
+    }
     if (atomic_load_explicit(&c->waiting, memory_order_acquire) == 0)
         return;
     uint64_t t0 = tk_mono_ns();
@@ -166,16 +180,30 @@ void node__client_close(struct node *n)
 
 /* ---- the client loop's side --------------------------------------------- */
 
+struct node_client_call {
+    node_call_fn *fn;
+    void *arg;
+    struct node_client_call *next;
+};
+
+/* The calls posted (node_client_call), in order. */
+static void run_calls(struct node_client_call *k)
+{
+    while (k != NULL) {
+        struct node_client_call *next = k->next;
+        k->fn(k->arg);
+        tk_free(k);
+        k = next;
+    }
+}
+
 /* Hands the inbox's completions to their callbacks, in order; a run of
- * successful reads holds the state lock (handed to the consensus loop
- * between two of them once it waits and READ_RUN_NS have passed). */
-static void deliver(struct node *n)
+ * successful reads that read in place (no collect_cb) holds the state lock
+ * (handed to the consensus loop between two of them once it waits and
+ * READ_RUN_NS have passed). */
+static void deliver(struct node *n, struct node_req *r)
 {
     struct node_client *c = &n->client;
-    pthread_mutex_lock(&c->inbox_mu);
-    struct node_req *r = c->inbox_head;
-    c->inbox_head = c->inbox_tail = NULL;
-    pthread_mutex_unlock(&c->inbox_mu);
     bool locked = false;
     uint64_t since = 0;
     while (r != NULL) {
@@ -183,7 +211,7 @@ static void deliver(struct node *n)
         r->next = NULL;
         c->delivered++;
         int status = r->client_status;
-        if (r->is_read && status == 0) {
+        if (r->is_read && status == 0 && r->collect_cb == NULL) {
             if (locked && atomic_load_explicit(&c->loop_waiting, memory_order_acquire) &&
                 tk_mono_ns() - since >= READ_RUN_NS) {
                 state_unlock_client(c);
@@ -200,7 +228,7 @@ static void deliver(struct node *n)
                 state_unlock_client(c);
                 locked = false;
             }
-            if (r->is_read)
+            if (r->is_read) /* failed, or copied out (collect_cb) */
                 r->read_cb(r, status, NULL, r->data);
             else
                 r->write_cb(r, status, r->client_res ? r->res_out : NULL, r->data);
@@ -211,23 +239,60 @@ static void deliver(struct node *n)
         state_unlock_client(c);
 }
 
-static void on_client_wake(uv_async_t *h)
+static void on_client_wake(struct node_wake *w)
 {
-    struct node *n = h->data;
+    struct node *n = w->data;
     struct node_client *c = &n->client;
     c->wakeups++;
+    /* Read before the inbox is taken: once the consensus loop has ended (and
+     * the last completions were posted), this drain holds them all. */
+    bool final = !c->stopped && atomic_load(&c->final_due);
     if (atomic_exchange_explicit(&c->applied_due, false, memory_order_acq_rel) &&
         !c->stopped && n->o.on_client_applied != NULL)
         n->o.on_client_applied(n, &c->loop, n->o.client_hook_data);
-    deliver(n);
-    if (!c->stopped && atomic_load(&c->final_due)) {
+    pthread_mutex_lock(&c->inbox_mu);
+    struct node_req *r = c->inbox_head;
+    struct node_client_call *k = c->calls_head;
+    c->inbox_head = c->inbox_tail = NULL;
+    c->calls_head = c->calls_tail = NULL;
+    pthread_mutex_unlock(&c->inbox_mu);
+    deliver(n, r);
+    run_calls(k);
+    if (final) {
         /* The consensus loop is gone and every completion delivered: what
          * the client submits from now on is refused at once (TK_ESHUTDOWN). */
         c->stopped = true;
         if (n->o.on_client_stop != NULL)
             n->o.on_client_stop(n, &c->loop, n->o.client_hook_data);
-        uv_close((uv_handle_t *)&c->wake, NULL);
+        node__wake_close(&c->wake, NULL);
+        uv_close((uv_handle_t *)&c->flush, NULL);
     }
+}
+
+/* The client loop's last prepare callback of a turn: one wake-up of the
+ * consensus loop for the requests the turn submitted (node_submit on this
+ * thread only queues), unless the consensus loop has closed its handle
+ * (node__client_join then fails what is queued). */
+static void on_flush(uv_prepare_t *h)
+{
+    struct node *n = h->data;
+    struct node_client *c = &n->client;
+    if (!c->submit_due)
+        return;
+    c->submit_due = false;
+    pthread_mutex_lock(&c->wake_mu);
+    if (!c->loop_wake_closed)
+        node__wake_send(&n->loop.wake);
+    pthread_mutex_unlock(&c->wake_mu);
+}
+
+bool node__client_defer_wake(struct node *n)
+{
+    struct node_client *c = &n->client;
+    if (!c->on || !pthread_equal(pthread_self(), c->thread))
+        return false;
+    c->submit_due = true;
+    return true;
 }
 
 static void client_thread(void *arg)
@@ -239,7 +304,8 @@ static void client_thread(void *arg)
     pthread_setname_np(pthread_self(), name);
     uv_sem_wait(&c->go);
     if (c->abort) {
-        uv_close((uv_handle_t *)&c->wake, NULL);
+        node__wake_close(&c->wake, NULL);
+        uv_close((uv_handle_t *)&c->flush, NULL);
     } else {
         n->o.on_client_start(n, &c->loop, n->o.client_hook_data);
         uv_sem_post(&c->started);
@@ -260,12 +326,19 @@ int node__client_prepare(struct node *n)
         return 0;
     if (uv_loop_init(&c->loop) != 0)
         return TK_EIO;
+    if (node__wake_open(&c->wake) != 0) {
+        (void)uv_loop_close(&c->loop);
+        return TK_EIO;
+    }
     /* The consensus loop's first prepare handle: its callback runs last. */
     uv_prepare_init(n->loop.uv, &c->wait);
     c->wait.data = n;
     uv_prepare_start(&c->wait, on_wait);
-    uv_async_init(&c->loop, &c->wake, on_client_wake);
-    c->wake.data = n;
+    node__wake_start(&c->loop, &c->wake, on_client_wake, n);
+    /* The client loop's first prepare handle: its callback runs last. */
+    uv_prepare_init(&c->loop, &c->flush);
+    c->flush.data = n;
+    uv_prepare_start(&c->flush, on_flush);
     pthread_mutex_init(&c->state_mu, NULL);
     pthread_mutex_init(&c->inbox_mu, NULL);
     pthread_mutex_init(&c->wake_mu, NULL);
@@ -274,9 +347,11 @@ int node__client_prepare(struct node *n)
     if (uv_thread_create(&c->thread, client_thread, n) != 0) {
         uv_close((uv_handle_t *)&c->wait, NULL);
         uv_run(n->loop.uv, UV_RUN_NOWAIT);
-        uv_close((uv_handle_t *)&c->wake, NULL);
+        node__wake_close(&c->wake, NULL);
+        uv_close((uv_handle_t *)&c->flush, NULL);
         uv_run(&c->loop, UV_RUN_DEFAULT);
         (void)uv_loop_close(&c->loop);
+        node__wake_discard(&c->wake);
         pthread_mutex_destroy(&c->state_mu);
         pthread_mutex_destroy(&c->inbox_mu);
         pthread_mutex_destroy(&c->wake_mu);
@@ -314,8 +389,9 @@ void node__client_join(struct node *n)
         node__finish(n, item, TK_ESHUTDOWN);
     atomic_store(&c->final_due, true);
     if (!c->abort)
-        uv_async_send(&c->wake);
+        node__wake_send(&c->wake);
     uv_thread_join(&c->thread);
+    node__wake_discard(&c->wake); /* no thread sends any more */
     pthread_mutex_destroy(&c->state_mu);
     pthread_mutex_destroy(&c->inbox_mu);
     pthread_mutex_destroy(&c->wake_mu);
@@ -333,7 +409,34 @@ uint64_t node__client_idle_ns(const struct node *n)
 
 void node_client_want_applied(struct node *n, bool on)
 {
-    atomic_store_explicit(&n->client.applied_wanted, on, memory_order_relaxed);
+    atomic_fetch_add_explicit(&n->client.applied_wanted, on ? 1 : -1,
+                              memory_order_relaxed);
+}
+
+void node_client_call(struct node *n, node_call_fn *fn, void *arg)
+{
+    struct node_client *c = &n->client;
+    if (!c->on) {
+        fn(arg);
+        return;
+    }
+    struct node_client_call *k = tk_malloc(sizeof(*k));
+    *k = (struct node_client_call){fn, arg, NULL};
+    pthread_mutex_lock(&c->inbox_mu);
+    bool was_empty = c->inbox_head == NULL && c->calls_head == NULL;
+    if (c->calls_head == NULL)
+        c->calls_head = k;
+    else
+        c->calls_tail->next = k;
+    c->calls_tail = k;
+    pthread_mutex_unlock(&c->inbox_mu);
+    if (was_empty)
+        node__wake_send(&c->wake);
+}
+
+uint64_t node_applied_index(struct node *n)
+{
+    return atomic_load_explicit(&n->client.applied, memory_order_acquire);
 }
 
 bool node_client_lock(struct node *n)
@@ -359,7 +462,7 @@ void node_client_unlock(struct node *n, bool changed)
     /* Woken while the lock is held: the loop cannot have closed its wake-up
      * handle meanwhile (it closes it in a turn, holding the lock). */
     if (changed)
-        uv_async_send(&n->loop.wake);
+        node__wake_send(&n->loop.wake);
     if (pthread_equal(pthread_self(), n->client.thread) && n->client.depth > 1)
         n->client.depth--; /* the read's callback still holds it */
     else

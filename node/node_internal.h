@@ -40,6 +40,7 @@
 #include "node/node.h"
 #include "node/node_oplog.h"
 #include "node/node_reqs.h"
+#include "node/node_wake.h"
 #include "raft/raft.h"
 
 struct store;
@@ -61,9 +62,9 @@ struct node_loop {
     uv_sem_t closed; /* posted when the node's last handle has closed */
     int start_rc;
     uv_loop_t own;
-    uv_loop_t *uv; /* &own, or the caller's shared loop */
-    bool shared;   /* on o.loop, run by the caller; no thread of our own */
-    uv_async_t wake;
+    uv_loop_t *uv;         /* &own, or the caller's shared loop */
+    bool shared;           /* on o.loop, run by the caller; no thread of our own */
+    struct node_wake wake; /* node_wake.h: uv_async_t without its spin */
     uv_timer_t ticker;
     uv_check_t check;
     uv_idle_t idle; /* active while the core has work for the next check */
@@ -107,11 +108,14 @@ struct node_client {
     bool on; /* o.on_client_start is set and the thread runs */
     uv_thread_t thread;
     uv_loop_t loop;
-    uv_async_t wake;   /* the client loop's: completions, applies, stop */
-    uv_prepare_t wait; /* the consensus loop's: hands the state to a client */
-    uv_sem_t go;       /* the consensus loop started (or failed: abort) */
-    uv_sem_t started;  /* on_client_start ran */
-    bool abort;        /* the node did not start: no hooks run */
+    struct node_wake wake; /* the client loop's: completions, calls, applies, stop */
+    uv_prepare_t wait;     /* the consensus loop's: hands the state to a client,
+                              and wakes the client loop for the turn's posts */
+    uv_prepare_t flush;    /* the client loop's: wakes the consensus loop for
+                              the turn's submits */
+    uv_sem_t go;           /* the consensus loop started (or failed: abort) */
+    uv_sem_t started;      /* on_client_start ran */
+    bool abort;            /* the node did not start: no hooks run */
     /* The state lock: the consensus loop holds it (node__client_run) but
      * while it hands it to a client that asks (on_wait). */
     pthread_mutex_t state_mu;
@@ -120,16 +124,25 @@ struct node_client {
     int depth;            /* client loop: how often it holds state_mu (a read's callback
                              may call node_client_lock again) */
     uint64_t ext_idle_ns; /* consensus loop: time the state was handed over */
+    bool post_due;        /* consensus loop: the inbox got its first post */
     pthread_mutex_t wake_mu; /* loop_wake_closed, and a client's wake-up of the loop */
     bool loop_wake_closed;
-    atomic_bool applied_wanted; /* on_client_applied is called */
-    /* Completions for the client loop, oldest first (inbox_mu). */
+    atomic_int applied_wanted; /* on_client_applied is called while > 0 */
+    /* Completions for the client loop, oldest first, and calls
+     * (node_client_call) (inbox_mu). */
     pthread_mutex_t inbox_mu;
     struct node_req *inbox_head, *inbox_tail;
-    atomic_bool applied_due;     /* the consensus loop applied since */
+    struct node_client_call *calls_head, *calls_tail;
+    atomic_bool applied_due; /* the consensus loop applied since */
+    /* The state machine's applied index, stored by the consensus loop as
+     * each entry applies and at each status publication (node_applied_index:
+     * any thread; a completion delivered on the client loop sees its own
+     * entry's index or a newer one). */
+    _Atomic uint64_t applied;
     atomic_bool final_due;       /* the consensus loop is gone: stop */
     bool stopped;                /* client loop: on_client_stop ran */
     uint64_t delivered, wakeups; /* client loop: requests handed, drains */
+    bool submit_due;             /* client loop: node_submit queued without a wake */
 };
 
 /* A leader duty (node_duty.c): a command the leader proposes on its own,
@@ -454,6 +467,15 @@ struct node {
  * copied for a write). */
 void node__client_post(struct node *n, struct node_req *r, int status,
                        const struct kv_result *res);
+/* node_submit on the client loop's thread: true, and the consensus loop is
+ * woken at the end of the client loop's turn (one wake-up for the turn's
+ * requests); false elsewhere (the caller wakes it). */
+bool node__client_defer_wake(struct node *n);
+/* The state machine applied up to `index` (node_applied_index). */
+static inline void node__client_applied_index(struct node *n, uint64_t index)
+{
+    atomic_store_explicit(&n->client.applied, index, memory_order_release);
+}
 /* The node applied entries: on_client_applied on the client loop (coalesced). */
 void node__client_applied(struct node *n);
 /* Start: the thread, waiting (prepare, before node_init); then go, or abort
@@ -494,6 +516,8 @@ static inline void node__finish_read(struct node *n, struct node_req *r, int sta
     if (status == 0)
         n->m.metrics.reads++;
     if (r->on_client) {
+        if (status == 0 && r->collect_cb != NULL)
+            r->collect_cb(r, 0, n->sm, r->data);
         node__client_post(n, r, status, NULL);
         return;
     }

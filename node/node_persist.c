@@ -41,10 +41,10 @@ static void on_appended(void *data, uint64_t seq, uint64_t last_index, uint64_t 
         atomic_store(&n->persist.durable_seq, seq);
     /* The wake-up goes before the count: once node__persist_drain (the close)
      * sees every append done, the loop closes its wake handle, and a send
-     * after that (its eventfd gone) made libuv abort at shutdown. */
+     * after that would write an eventfd closed (or, worse, reused). */
     pthread_mutex_lock(&n->persist.drain_mu);
     if (atomic_load(&n->persist.inline_seq) != seq)
-        uv_async_send(&n->loop.wake);
+        node__wake_send(&n->loop.wake);
     n->persist.async_done++;
     pthread_cond_signal(&n->persist.drain_cv);
     pthread_mutex_unlock(&n->persist.drain_mu);

@@ -143,6 +143,7 @@ void node__publish_status(struct node *n)
     n->m.status.role = raft_role(n->raft);
     n->m.status.commit = raft_commit(n->raft);
     n->m.status.applied = kv_sm_applied_index(n->sm);
+    node__client_applied_index(n, n->m.status.applied);
     n->m.status.last_index = raft_last_index(n->raft);
     if (raft_term_at(n->raft, n->m.status.last_index, &n->m.status.last_term) != 0)
         n->m.status.last_term = 0;

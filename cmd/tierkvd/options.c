@@ -202,10 +202,11 @@ static const struct opt opts[] = {
      .help = "HTTP listen address host:port",
      .doc = "where the HTTP API listens (IPv4 or `[IPv6]` literal)"},
     {OPT("gateway-on-node-loop", NULL, NULL, G_HTTP), BOOL(gateway_on_node_loop),
-     .help = "run the HTTP gateway on the node's consensus loop thread, not a thread of "
-             "its own (fewer thread hops; client work then shares the thread that runs "
-             "Raft)",
-     .doc = "runs the HTTP gateway (accepting, TLS, parsing, JSON, watches, answers) on "
+     .help = "run the HTTP gateway and the etcd API on the node's consensus loop thread, "
+             "not a thread of their own (fewer thread hops; client work then shares the "
+             "thread that runs Raft)",
+     .doc = "runs the HTTP gateway (accepting, TLS, parsing, JSON, watches, answers) and "
+            "the etcd API (`--listen-client`) on "
             "the node's consensus loop thread, as before issue 48, instead of the "
             "node's client loop, a thread of its own: each request then costs no "
             "thread hop, but every client's work shares the thread that answers "

@@ -262,6 +262,7 @@ static void setup_etcd(struct tierkvd *t)
     ec.key_max = t->gc.key_max;
     ec.value_max = t->gc.value_max < (1u << 20) ? t->gc.value_max : (1u << 20);
     ec.request_timeout_ms = c->request_timeout_ms;
+    ec.on_node_loop = c->gateway_on_node_loop; /* the loop the gateway is on */
     ec.tls = t->etcd_tls;
     ec.handshakes_max = t->gc.tls_handshakes_max; /* the gateway's flags */
     ec.handshakes_per_addr = t->gc.tls_handshakes_per_addr;

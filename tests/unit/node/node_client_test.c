@@ -1,7 +1,8 @@
 /* The client loop (node_options.on_client_start, node/node_client.c; issue
  * 48): completions on the client's thread in batches, reads holding the state
- * lock, a lock that really keeps the consensus loop out, and a stop that
- * delivers every request's end before node_stop returns. */
+ * lock, a lock that really keeps the consensus loop out, calls posted to it
+ * (node_client_call) from the node's loop and another thread, and a stop that
+ * delivers every request's end and every call before node_stop returns. */
 #include <check.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -41,6 +42,9 @@ struct client {
     /* test_state_lock_keeps_the_loop_out: applied before and after a hold */
     uint64_t held_before, held_after, final_applied;
     atomic_int held, all_submitted, final_read;
+    /* node_client_call: calls run (on the client's thread, before
+     * on_client_stop), and whether the node's loop posted one */
+    atomic_int calls, loop_called;
     /* test_stop_delivers_everything: submit, then stop at once */
     bool stop_test;
 };
@@ -62,6 +66,8 @@ static void on_write(struct node_req *req, int status, const struct kv_result *r
         atomic_fetch_add(&c->shut_down, 1);
     } else if (status != 0 || res == NULL || res->code != 0 || res->revision == 0) {
         note_failure(c, "a write failed or came without its result");
+    } else if (node_applied_index(c->n) < res->revision) {
+        note_failure(c, "node_applied_index is below a completed write's revision");
     }
     atomic_fetch_add(&c->done_writes, 1);
 }
@@ -184,7 +190,10 @@ static void on_client_start(struct node *n, uv_loop_t *loop, void *data)
     c->n = n;
     c->loop = loop;
     c->thread = pthread_self();
+    /* Counted: two users on, one off, still on. */
     node_client_want_applied(n, true);
+    node_client_want_applied(n, true);
+    node_client_want_applied(n, false);
     uv_timer_init(loop, &c->timer);
     c->timer.data = c;
     uv_timer_start(&c->timer, on_timer, 5, 5);
@@ -212,6 +221,25 @@ static void on_client_applied(struct node *n, uv_loop_t *loop, void *data)
     atomic_fetch_add(&c->applied_calls, 1);
 }
 
+static void on_call(void *arg)
+{
+    struct client *c = arg;
+    if (!pthread_equal(pthread_self(), c->thread))
+        note_failure(c, "a node_client_call ran off the client loop's thread");
+    if (atomic_load(&c->stopped))
+        note_failure(c, "a node_client_call ran after on_client_stop");
+    atomic_fetch_add(&c->calls, 1);
+}
+
+/* On the node's loop, after an apply: one call posted from there. */
+static void on_node_applied(struct node *n, uv_loop_t *loop, void *data)
+{
+    struct client *c = data;
+    (void)loop;
+    if (atomic_exchange(&c->loop_called, 1) == 0)
+        node_client_call(n, on_call, c);
+}
+
 static void on_loop_start(struct node *n, uv_loop_t *loop, void *data)
 {
     struct client *c = data;
@@ -225,6 +253,7 @@ static struct node *client_node_start(struct client *c, struct transport_inproc_
     struct node_options o;
     nf_node_options(&o, hub);
     o.on_loop_start = on_loop_start;
+    o.on_applied = on_node_applied;
     o.hook_data = c;
     o.on_client_start = on_client_start;
     o.on_client_stop = on_client_stop;
@@ -250,6 +279,9 @@ START_TEST(test_completions_come_to_the_client_loop)
     while (!atomic_load(&c->final_read) && atomic_load(&c->failures) == 0 &&
            tk_mono_ms() - t0 < NF_WAIT_MS)
         usleep(2000);
+    node_client_call(n, on_call, c); /* from this thread */
+    while (atomic_load(&c->calls) < 2 && tk_mono_ms() - t0 < NF_WAIT_MS)
+        usleep(2000);
     node_stop(n);
     transport_inproc_hub_free(hub);
     printf("client loop: %d writes, %d reads, %d applied calls; state held 100 ms: "
@@ -263,6 +295,8 @@ START_TEST(test_completions_come_to_the_client_loop)
     ck_assert_int_eq(atomic_load(&c->shut_down), 0);
     ck_assert(atomic_load(&c->applied_calls) > 0);
     ck_assert(atomic_load(&c->stopped));
+    ck_assert_int_eq(atomic_load(&c->loop_called), 1);
+    ck_assert_int_eq(atomic_load(&c->calls), 2);
     /* The lock kept the node out: nothing applied while it was held, though
      * writes were in flight, and they all applied after. */
     ck_assert(atomic_load(&c->held));
@@ -282,6 +316,7 @@ START_TEST(test_stop_delivers_every_end_before_returning)
     uint64_t t0 = tk_mono_ms();
     while (!atomic_load(&c->all_submitted) && tk_mono_ms() - t0 < NF_WAIT_MS)
         usleep(1000);
+    node_client_call(n, on_call, c); /* runs before on_client_stop */
     node_stop(n); /* writes in flight: each ends, applied or TK_ESHUTDOWN */
     transport_inproc_hub_free(hub);
     printf("stop: %d writes submitted, %d ended (%d TK_ESHUTDOWN)\n", c->submitted,
@@ -290,6 +325,7 @@ START_TEST(test_stop_delivers_every_end_before_returning)
     ck_assert_int_eq(c->submitted, WRITES);
     ck_assert_int_eq(atomic_load(&c->done_writes), WRITES);
     ck_assert(atomic_load(&c->stopped));
+    ck_assert_int_eq(atomic_load(&c->calls), 1 + atomic_load(&c->loop_called));
     free(c);
 }
 END_TEST
