@@ -707,6 +707,7 @@ static void begin_close(struct node *n);
 static void on_wake(struct node_wake *w)
 {
     struct node *n = w->data;
+    node__client_loop_awake(n);
     if (atomic_load(&n->loop.stopping)) {
         begin_close(n);
         return;
@@ -894,6 +895,7 @@ static void on_prepare(uv_prepare_t *h)
 static void on_check(uv_check_t *h)
 {
     struct node *n = h->data;
+    node__client_loop_awake(n);
     if (n->loop.closing)
         return;
     uint64_t t0 = node__mono_ns();

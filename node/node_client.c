@@ -145,9 +145,20 @@ static void on_wait(uv_prepare_t *h)
 {
     struct node *n = h->data;
     struct node_client *c = &n->client;
+    /* About to wait: clients that queue from now on wake this loop; what
+     * they queued before, it takes now. The fence (Dekker's, with the one
+     * in on_flush): either a client sees loop_idle, or this loop sees its
+     * request queued. */
+    atomic_store(&c->loop_idle, 1);
+    atomic_thread_fence(memory_order_seq_cst);
+    if (atomic_load_explicit(&n->loop.queued, memory_order_relaxed) > 0)
+        node__wake_send(&n->loop.wake);
+    /* The turn's posts: a wake-up only for a client loop about to wait (one
+     * that runs takes them before it waits: on_flush). */
     if (c->post_due) {
         c->post_due = false;
-        node__wake_send(&c->wake);
+        if (atomic_load(&c->client_idle))
+            node__wake_send(&c->wake);
     }
     if (atomic_load_explicit(&c->waiting, memory_order_acquire) == 0)
         return;
@@ -243,6 +254,7 @@ static void on_client_wake(struct node_wake *w)
 {
     struct node *n = w->data;
     struct node_client *c = &n->client;
+    atomic_store_explicit(&c->client_idle, 0, memory_order_relaxed);
     c->wakeups++;
     /* Read before the inbox is taken: once the consensus loop has ended (and
      * the last completions were posted), this drain holds them all. */
@@ -266,7 +278,14 @@ static void on_client_wake(struct node_wake *w)
             n->o.on_client_stop(n, &c->loop, n->o.client_hook_data);
         node__wake_close(&c->wake, NULL);
         uv_close((uv_handle_t *)&c->flush, NULL);
+        uv_close((uv_handle_t *)&c->awake, NULL);
     }
+}
+
+static void on_client_check(uv_check_t *h)
+{
+    struct node *n = h->data;
+    atomic_store_explicit(&n->client.client_idle, 0, memory_order_relaxed);
 }
 
 /* The client loop's last prepare callback of a turn: one wake-up of the
@@ -277,13 +296,26 @@ static void on_flush(uv_prepare_t *h)
 {
     struct node *n = h->data;
     struct node_client *c = &n->client;
-    if (!c->submit_due)
-        return;
-    c->submit_due = false;
-    pthread_mutex_lock(&c->wake_mu);
-    if (!c->loop_wake_closed)
-        node__wake_send(&n->loop.wake);
-    pthread_mutex_unlock(&c->wake_mu);
+    if (c->submit_due) {
+        c->submit_due = false;
+        atomic_thread_fence(memory_order_seq_cst); /* with on_wait's */
+        if (atomic_load(&c->loop_idle)) {
+            pthread_mutex_lock(&c->wake_mu);
+            if (!c->loop_wake_closed)
+                node__wake_send(&n->loop.wake);
+            pthread_mutex_unlock(&c->wake_mu);
+        }
+    }
+    /* About to wait: the consensus loop wakes this one for its posts from
+     * now on; those it made before without a wake-up are taken now (a wake
+     * of our own: no other thread involved). */
+    atomic_store(&c->client_idle, 1);
+    atomic_thread_fence(memory_order_seq_cst);
+    pthread_mutex_lock(&c->inbox_mu);
+    bool pending = c->inbox_head != NULL;
+    pthread_mutex_unlock(&c->inbox_mu);
+    if (pending)
+        node__wake_send(&c->wake);
 }
 
 bool node__client_defer_wake(struct node *n)
@@ -306,6 +338,7 @@ static void client_thread(void *arg)
     if (c->abort) {
         node__wake_close(&c->wake, NULL);
         uv_close((uv_handle_t *)&c->flush, NULL);
+        uv_close((uv_handle_t *)&c->awake, NULL);
     } else {
         n->o.on_client_start(n, &c->loop, n->o.client_hook_data);
         uv_sem_post(&c->started);
@@ -339,6 +372,9 @@ int node__client_prepare(struct node *n)
     uv_prepare_init(&c->loop, &c->flush);
     c->flush.data = n;
     uv_prepare_start(&c->flush, on_flush);
+    uv_check_init(&c->loop, &c->awake);
+    c->awake.data = n;
+    uv_check_start(&c->awake, on_client_check);
     pthread_mutex_init(&c->state_mu, NULL);
     pthread_mutex_init(&c->inbox_mu, NULL);
     pthread_mutex_init(&c->wake_mu, NULL);
@@ -349,6 +385,7 @@ int node__client_prepare(struct node *n)
         uv_run(n->loop.uv, UV_RUN_NOWAIT);
         node__wake_close(&c->wake, NULL);
         uv_close((uv_handle_t *)&c->flush, NULL);
+        uv_close((uv_handle_t *)&c->awake, NULL);
         uv_run(&c->loop, UV_RUN_DEFAULT);
         (void)uv_loop_close(&c->loop);
         node__wake_discard(&c->wake);

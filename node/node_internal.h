@@ -125,6 +125,12 @@ struct node_client {
                              may call node_client_lock again) */
     uint64_t ext_idle_ns; /* consensus loop: time the state was handed over */
     bool post_due;        /* consensus loop: the inbox got its first post */
+    /* Each loop says it may be about to wait for events (set in its last
+     * prepare callback, cleared once it runs again): the other wakes it only
+     * then; a loop that runs will look at the queue or inbox before it
+     * waits (on_wait, on_flush). */
+    atomic_int loop_idle, client_idle;
+    uv_check_t awake;        /* the client loop's: client_idle cleared after a poll */
     pthread_mutex_t wake_mu; /* loop_wake_closed, and a client's wake-up of the loop */
     bool loop_wake_closed;
     atomic_int applied_wanted; /* on_client_applied is called while > 0 */
@@ -471,6 +477,13 @@ void node__client_post(struct node *n, struct node_req *r, int status,
  * woken at the end of the client loop's turn (one wake-up for the turn's
  * requests); false elsewhere (the caller wakes it). */
 bool node__client_defer_wake(struct node *n);
+/* The consensus loop runs (woken, or past its poll): clients need not wake it
+ * for what they queue (it looks before it waits: on_wait). */
+static inline void node__client_loop_awake(struct node *n)
+{
+    if (n->client.on)
+        atomic_store_explicit(&n->client.loop_idle, 0, memory_order_relaxed);
+}
 /* The state machine applied up to `index` (node_applied_index). */
 static inline void node__client_applied_index(struct node *n, uint64_t index)
 {
